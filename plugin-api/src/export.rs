@@ -1,0 +1,351 @@
+//! The safe side a vendor writes against: implement [`DevicePlugin`], then
+//! call [`export_plugin!`](crate::export_plugin). The generic shims here turn
+//! each trait method into an `extern "C"` function that catches panics, so a
+//! plugin bug becomes a [`PluginError`] in the host instead of unwinding across
+//! the boundary.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use abi_stable::prefix_type::PrefixTypeTrait;
+use abi_stable::std_types::{ROption, RResult, RStr, RString};
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+use crate::root::{DeviceModule, Heuristics};
+use crate::root::{KilnPlugin, KilnPluginRef, OpOverrides, OpOverridesRef, PResult};
+use crate::types::*;
+
+/// A device plugin, written in safe Rust.
+///
+/// Every override defaults to `None` ("this device does not support it"), the
+/// way PyTorch's base `DeviceOpOverrides` raises `NotImplementedError`.
+pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
+    /// Who the plugin is. Called before [`DevicePlugin::load`].
+    fn manifest() -> Manifest;
+
+    /// Builds the plugin once, right after the host loaded it. A broken
+    /// configuration is reported here, naming the file and line.
+    fn load(ctx: &LoadContext) -> Result<Self, String>;
+
+    /// `import_get_raw_stream_as(name)`.
+    fn import_get_raw_stream_as(&self, _name: &str) -> Option<String> {
+        None
+    }
+    /// `set_device(idx)`.
+    fn set_device(&self, _idx: u32) -> Option<String> {
+        None
+    }
+    /// `synchronize()`.
+    fn synchronize(&self) -> Option<String> {
+        None
+    }
+    /// `device_guard(idx)`.
+    fn device_guard(&self, _idx: u32) -> Option<String> {
+        None
+    }
+    /// `cpp_device_guard()`.
+    fn cpp_device_guard(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_aoti_device_guard()`.
+    fn cpp_aoti_device_guard(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_stream_guard()`.
+    fn cpp_stream_guard(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_aoti_stream_guard()`.
+    fn cpp_aoti_stream_guard(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_getStreamFromExternal()`.
+    fn cpp_get_stream_from_external(&self) -> Option<String> {
+        None
+    }
+    /// `kernel_header()`.
+    fn kernel_header(&self) -> Option<String> {
+        None
+    }
+    /// `kernel_driver()`.
+    fn kernel_driver(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_stream_type()`.
+    fn cpp_stream_type(&self) -> Option<String> {
+        None
+    }
+    /// `aoti_get_stream()`.
+    fn aoti_get_stream(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_kernel_type()`.
+    fn cpp_kernel_type(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_device_ptr()`.
+    fn cpp_device_ptr(&self) -> Option<String> {
+        None
+    }
+    /// `cpp_scratch(idx, workspace, prefix)`: the statements and the variable name.
+    fn cpp_scratch(
+        &self,
+        _idx: u32,
+        _workspace: &ScratchWorkspace,
+        _prefix: Option<&str>,
+    ) -> Option<(Vec<String>, String)> {
+        None
+    }
+    /// `tma_descriptor_helpers()`.
+    fn tma_descriptor_helpers(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether a device can be used now.
+    fn is_available(&self) -> bool;
+    /// How many devices there are.
+    fn device_count(&self) -> u32;
+    /// The properties of device `index`.
+    fn device_properties(&self, index: u32) -> Result<DeviceProperties, String>;
+    /// The scheduling kind, wrappers and features.
+    fn backend_spec(&self) -> BackendSpec;
+    /// Ordered candidate configs for a pointwise kernel.
+    fn pointwise_configs(&self, query: &PointwiseQuery) -> Vec<LaunchConfig>;
+    /// Ordered candidate configs for a reduction kernel.
+    fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig>;
+    /// The grid actually launched for a wanted grid.
+    fn adjust_grid(&self, grid: Grid) -> Grid {
+        grid
+    }
+}
+
+/// Where the loaded plugin lives: one static per plugin type, declared by
+/// [`export_plugin!`](crate::export_plugin) (Rust has no generic statics).
+pub trait PluginSlot: Sized + 'static {
+    /// The plugin built by `load`, or why it could not be built.
+    fn slot() -> &'static OnceLock<Result<Self, String>>;
+}
+
+/// Declares the plugin's root module: the one symbol the host looks for.
+///
+/// The plugin crate must list `abi_stable` (the version `plugin-api` uses) among
+/// its own dependencies: `abi_stable`'s export attribute names it by absolute path.
+///
+/// ```ignore
+/// struct Gxu { /* ... */ }
+/// impl kiln_plugin_api::DevicePlugin for Gxu { /* ... */ }
+/// kiln_plugin_api::export_plugin!(Gxu);
+/// ```
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        impl $crate::export::PluginSlot for $plugin {
+            fn slot() -> &'static ::std::sync::OnceLock<
+                ::core::result::Result<$plugin, ::std::string::String>,
+            > {
+                static SLOT: ::std::sync::OnceLock<
+                    ::core::result::Result<$plugin, ::std::string::String>,
+                > = ::std::sync::OnceLock::new();
+                &SLOT
+            }
+        }
+
+        /// The root module of this Kiln plugin.
+        #[$crate::abi_stable::export_root_module]
+        pub fn kiln_plugin_root_module() -> $crate::KilnPluginRef {
+            $crate::export::root_module::<$plugin>()
+        }
+    };
+}
+
+/// Runs `f`, turning a panic into a [`PluginError`].
+pub fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> PResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => RResult::ROk(value),
+        Ok(Err(message)) => RResult::RErr(PluginError::new(message)),
+        Err(payload) => RResult::RErr(PluginError::new(format!(
+            "plugin panicked in `{what}`: {}",
+            panic_message(payload.as_ref())
+        ))),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
+    }
+}
+
+/// Runs `f` on the loaded plugin, or reports why there is none.
+fn with_plugin<P: DevicePlugin, T>(what: &str, f: impl FnOnce(&P) -> T) -> PResult<T> {
+    guarded(what, || match P::slot().get() {
+        Some(Ok(plugin)) => Ok(f(plugin)),
+        Some(Err(message)) => Err(format!("plugin failed to initialise: {message}")),
+        None => Err(format!("`{what}` called before `init`")),
+    })
+}
+
+fn opt(value: Option<String>) -> ROption<RString> {
+    value.map(RString::from).into()
+}
+
+extern "C" fn manifest<P: DevicePlugin>() -> PResult<Manifest> {
+    guarded("manifest", || Ok(P::manifest()))
+}
+
+extern "C" fn init<P: DevicePlugin>(ctx: &LoadContext) -> PResult<()> {
+    guarded("init", || match P::slot().get_or_init(|| P::load(ctx)) {
+        Ok(_) => Ok(()),
+        Err(message) => Err(message.clone()),
+    })
+}
+
+macro_rules! string_shims {
+    ($($name:ident),* $(,)?) => {$(
+        extern "C" fn $name<P: DevicePlugin>() -> PResult<ROption<RString>> {
+            with_plugin::<P, _>(stringify!($name), |p| opt(p.$name()))
+        }
+    )*};
+}
+
+string_shims!(
+    synchronize,
+    cpp_device_guard,
+    cpp_aoti_device_guard,
+    cpp_stream_guard,
+    cpp_aoti_stream_guard,
+    cpp_get_stream_from_external,
+    kernel_header,
+    kernel_driver,
+    cpp_stream_type,
+    aoti_get_stream,
+    cpp_kernel_type,
+    cpp_device_ptr,
+    tma_descriptor_helpers,
+);
+
+extern "C" fn import_get_raw_stream_as<P: DevicePlugin>(
+    name: RStr<'_>,
+) -> PResult<ROption<RString>> {
+    with_plugin::<P, _>("import_get_raw_stream_as", |p| {
+        opt(p.import_get_raw_stream_as(name.as_str()))
+    })
+}
+
+extern "C" fn set_device<P: DevicePlugin>(idx: u32) -> PResult<ROption<RString>> {
+    with_plugin::<P, _>("set_device", |p| opt(p.set_device(idx)))
+}
+
+extern "C" fn device_guard<P: DevicePlugin>(idx: u32) -> PResult<ROption<RString>> {
+    with_plugin::<P, _>("device_guard", |p| opt(p.device_guard(idx)))
+}
+
+extern "C" fn cpp_scratch<P: DevicePlugin>(
+    idx: u32,
+    workspace: &ScratchWorkspace,
+    prefix: ROption<RStr<'_>>,
+) -> PResult<ROption<ScratchCode>> {
+    with_plugin::<P, _>("cpp_scratch", |p| {
+        p.cpp_scratch(idx, workspace, prefix.map(|s| s.as_str()).into_option())
+            .map(|(lines, var_name)| ScratchCode {
+                lines: lines.into_iter().map(RString::from).collect(),
+                var_name: var_name.into(),
+            })
+            .into()
+    })
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn is_available<P: DevicePlugin>() -> PResult<bool> {
+    with_plugin::<P, _>("is_available", |p| p.is_available())
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn device_count<P: DevicePlugin>() -> PResult<u32> {
+    with_plugin::<P, _>("device_count", |p| p.device_count())
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn device_properties<P: DevicePlugin>(index: u32) -> PResult<DeviceProperties> {
+    with_plugin::<P, _>("device_properties", |p| p.device_properties(index))
+        .and_then(|r| r.map_err(PluginError::new).into())
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn backend_spec<P: DevicePlugin>() -> PResult<BackendSpec> {
+    with_plugin::<P, _>("backend_spec", |p| p.backend_spec())
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn pointwise_configs<P: DevicePlugin>(
+    query: PointwiseQuery,
+) -> PResult<abi_stable::std_types::RVec<LaunchConfig>> {
+    with_plugin::<P, _>("pointwise_configs", |p| p.pointwise_configs(&query).into())
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn reduction_configs<P: DevicePlugin>(
+    query: ReductionQuery,
+) -> PResult<abi_stable::std_types::RVec<LaunchConfig>> {
+    with_plugin::<P, _>("reduction_configs", |p| p.reduction_configs(&query).into())
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn adjust_grid<P: DevicePlugin>(grid: Grid) -> PResult<Grid> {
+    with_plugin::<P, _>("adjust_grid", |p| p.adjust_grid(grid))
+}
+
+/// The overrides table of `P`, with every method routed through the shims.
+pub fn overrides_table<P: DevicePlugin>() -> OpOverridesRef {
+    OpOverrides {
+        import_get_raw_stream_as: import_get_raw_stream_as::<P>,
+        set_device: set_device::<P>,
+        synchronize: synchronize::<P>,
+        device_guard: device_guard::<P>,
+        cpp_device_guard: cpp_device_guard::<P>,
+        cpp_aoti_device_guard: cpp_aoti_device_guard::<P>,
+        cpp_stream_guard: cpp_stream_guard::<P>,
+        cpp_aoti_stream_guard: cpp_aoti_stream_guard::<P>,
+        cpp_get_stream_from_external: cpp_get_stream_from_external::<P>,
+        kernel_header: kernel_header::<P>,
+        kernel_driver: kernel_driver::<P>,
+        cpp_stream_type: cpp_stream_type::<P>,
+        aoti_get_stream: aoti_get_stream::<P>,
+        cpp_kernel_type: cpp_kernel_type::<P>,
+        cpp_device_ptr: cpp_device_ptr::<P>,
+        cpp_scratch: cpp_scratch::<P>,
+        tma_descriptor_helpers: tma_descriptor_helpers::<P>,
+    }
+    .leak_into_prefix()
+}
+
+/// The root module of `P`. [`export_plugin!`](crate::export_plugin) calls this once.
+pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
+    let module = KilnPlugin {
+        manifest: manifest::<P>,
+        init: init::<P>,
+        overrides: overrides_table::<P>(),
+        #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+        device: DeviceModule {
+            is_available: is_available::<P>,
+            device_count: device_count::<P>,
+            device_properties: device_properties::<P>,
+        }
+        .leak_into_prefix(),
+        #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+        backend_spec: backend_spec::<P>,
+        #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+        heuristics: Heuristics {
+            pointwise_configs: pointwise_configs::<P>,
+            reduction_configs: reduction_configs::<P>,
+            adjust_grid: adjust_grid::<P>,
+        }
+        .leak_into_prefix(),
+    };
+    module.leak_into_prefix()
+}

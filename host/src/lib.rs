@@ -4,4 +4,5 @@
 //! graph → passes → schedule → codegen → [`cli`]. See `ARCHITECTURE.md`.
 
 pub mod cli;
+pub mod codegen;
 pub mod plugins;

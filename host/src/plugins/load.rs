@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use abi_stable::abi_stability::abi_checking::check_layout_compatibility;
 use abi_stable::library::{lib_header_from_path, LibraryError};
 use kiln_plugin_api::{is_valid_device_name, ApiVersion, KilnPluginRef, LoadContext, Manifest};
 
@@ -93,9 +94,48 @@ pub fn host_api_version() -> ApiVersion {
 
 /// Opens the library at `path` and returns its root module, without calling
 /// anything in the plugin yet. Conformance uses this to test a plugin check by check.
+///
+/// `abi_stable`'s own layout checker runs first, but in Kiln's direction.
+/// `abi_stable` assumes the loader is the older party (a library may have
+/// *more* prefix fields than the loader knows). Kiln's rule is the reverse: a
+/// newer host loads plugins built against an older, shorter root module, whose
+/// missing fields read as "not provided"; a plugin with fields the host does
+/// not know is too new. So the plugin's layout plays the interface and the
+/// host's the implementation: every field the plugin has must match the host's
+/// exactly, and the host may have more.
 pub fn open_root(path: &Path) -> Result<KilnPluginRef, LoadOutcome> {
     let header = lib_header_from_path(path).map_err(classify)?;
-    header.init_root_module::<KilnPluginRef>().map_err(classify)
+    let host = host_api_version().to_string();
+    let Some(plugin_layout) = header.layout() else {
+        return Err(LoadOutcome::Failed(LoadError::Layout {
+            host,
+            detail: "the library was exported without a layout constant \
+                     (#[unsafe_no_layout_constant]), so it cannot be checked"
+                .to_string(),
+        }));
+    };
+    let host_layout = <KilnPluginRef as abi_stable::StableAbi>::LAYOUT;
+    if let Err(errors) = check_layout_compatibility(plugin_layout, host_layout) {
+        let text = errors.to_string();
+        let detail = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("Error:"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(LoadOutcome::Failed(LoadError::Layout {
+            host,
+            detail: if detail.is_empty() {
+                "abi_stable's layout check failed".to_string()
+            } else {
+                detail
+            },
+        }));
+    }
+    // SAFETY: the layout was checked just above, in the direction that makes
+    // every field the plugin has identical to the host's; fields past the
+    // plugin's prefix are only read through accessors that return `None`.
+    unsafe { header.init_root_module_with_unchecked_layout::<KilnPluginRef>() }.map_err(classify)
 }
 
 fn classify(error: LibraryError) -> LoadOutcome {

@@ -1,8 +1,13 @@
-//! Kiln's host library: the graph IR and import, the passes, the reference interpreter,
-//! tensor files, plugin discovery and the command line. The `host` binary is a thin shell
-//! around [`cli::main`].
+//! Kiln: a graph compiler whose device backends are drop-in plugins.
+//!
+//! The stages, in the order data flows: [`plugins`] (discovery, registry) →
+//! [`graph`] (IR, import) → [`passes`] → schedule → [`codegen`] → [`cli`].
+//! [`interp`] is the float64 reference interpreter every test checks against;
+//! [`tensor_io`] reads and writes the raw tensor files of the command line.
+//! See `ARCHITECTURE.md`.
 
 pub mod cli;
+pub mod codegen;
 pub mod graph;
 pub mod interp;
 pub mod passes;

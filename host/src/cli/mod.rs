@@ -1,35 +1,56 @@
-//! The `host` command line (clap derive). This file only declares the commands and
-//! dispatches; each command lives in its own file. It must never hold compiler logic.
+//! The command line: argument parsing and the reports printed to the user.
+//! Every subcommand lives in its own file; this module only dispatches and
+//! turns errors into a message with its whole source chain and an exit code.
 
-mod eval;
-mod graph;
-
-use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+
+mod eval;
+mod graph;
+mod inspect;
+mod list;
+
 /// Kiln: a graph compiler whose device backends are drop-in plugins.
-#[derive(Parser, Debug)]
-#[command(name = "host", version, about)]
+#[derive(Debug, Parser)]
+#[command(
+    name = "host",
+    version,
+    about = "Kiln: a graph compiler whose device backends are drop-in plugins",
+    long_about = "Kiln compiles tensor graphs into TorchInductor-style code for any device that has a plugin.\n\n\
+        Plugins are shared libraries found, in this order, in each --plugins DIR, in the folders of \
+        KILN_PLUGIN_PATH (':'-separated), and in the host executable's folder and its plugins/ subfolder. \
+        The first plugin to claim a device name wins."
+)]
 pub struct Cli {
-    /// Extra plugin folders, searched first, in the order given.
+    /// Search this folder (or load this library) for plugins before the default places; repeatable.
     #[arg(long = "plugins", value_name = "DIR", global = true)]
     pub plugins: Vec<PathBuf>,
-    /// The command.
+
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
 /// The subcommands.
-#[derive(Subcommand, Debug)]
+#[derive(Debug, Subcommand)]
 pub enum Command {
+    /// List every device plugin found, and every library that was rejected or shadowed.
+    List(list::ListArgs),
+    /// Show everything one plugin provides: override strings, properties, features, heuristics.
+    Inspect(inspect::InspectArgs),
     /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
     Graph(graph::GraphArgs),
-    /// Run a graph on the reference interpreter.
+    /// Run a graph on the float64 reference interpreter.
     Eval(eval::EvalArgs),
 }
 
-/// Errors of the command line, each wrapping its layer's error.
+/// Errors of the graph commands, each wrapping its layer's error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Import or validation failed.
@@ -46,38 +67,69 @@ pub enum Error {
     TensorIo(#[from] crate::tensor_io::Error),
 }
 
-/// Runs a parsed command line.
-pub fn run(cli: Cli) -> Result<(), Error> {
-    match cli.command {
-        Command::Graph(a) => graph::run(&a),
-        Command::Eval(a) => eval::run(&a),
-    }
-}
+/// An error that ends a command, printed with its source chain.
+pub type CliError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The binary's entry point: parses arguments (clap exits 2 on usage errors), runs the
-/// command, and prints an error with its whole source chain (exit 1).
+/// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("KILN_LOG"))
-        .with_writer(std::io::stderr)
-        .try_init();
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", report(&e));
+    init_logging(cli.verbose);
+    let result = match &cli.command {
+        Command::List(args) => list::run(&cli, args),
+        Command::Inspect(args) => inspect::run(&cli, args),
+        Command::Graph(args) => graph::run(args).map(|()| ExitCode::SUCCESS).map_err(Into::into),
+        Command::Eval(args) => eval::run(args).map(|()| ExitCode::SUCCESS).map_err(Into::into),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(error.as_ref()));
             ExitCode::FAILURE
         }
     }
 }
 
-/// An error and its sources, one `caused by` line each.
-pub fn report(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(&format!("\n  caused by: {c}"));
-        cur = c.source();
+/// `error: outer: cause: root cause`, each source once.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
     }
-    s
+    text
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}
+
+/// Discovers plugins for the `--plugins` folders given on the command line.
+/// A folder named with `--plugins` that does not exist is an error: it is
+/// almost always a typo, and silently finding nothing would hide it.
+pub(crate) fn discover(cli: &Cli) -> Result<crate::plugins::Registry, CliError> {
+    let registry = crate::plugins::discover_default(&cli.plugins);
+    if let Some(problem) = registry
+        .search_problems
+        .iter()
+        .find(|p| p.origin == crate::plugins::Origin::Flag)
+    {
+        return Err(format!("plugin folder {problem}").into());
+    }
+    Ok(registry)
 }

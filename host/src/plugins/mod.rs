@@ -1,1 +1,22 @@
+//! Plugin discovery, loading, validation and the device registry.
+//!
+//! This is the only module that calls into plugin libraries. It turns the
+//! ABI's `R*` types into plain Rust and every failure into a recorded reason;
+//! it must never let a broken library stop the others from loading, and never
+//! hold a device's numbers of its own.
 
+pub mod discovery;
+pub mod library;
+pub mod load;
+pub mod registry;
+pub mod validate;
+
+pub use discovery::{discover, search_path, Origin, SearchEntry, SearchProblem, PLUGIN_PATH_VAR};
+pub use library::{CallError, Override, OverrideArgs, Plugin, ScratchCodeOwned};
+pub use load::{host_api_version, load_library, LoadError, LoadOutcome};
+pub use registry::{Registry, Rejected, Shadowed, WrapperKind};
+
+/// Discovers every plugin on the default search path for these `--plugins` folders.
+pub fn discover_default(flags: &[std::path::PathBuf]) -> Registry {
+    discover(&search_path(flags))
+}

@@ -1,0 +1,307 @@
+//! Load-time validation of what a plugin returns, and the single-value checks
+//! that `host conformance` reuses check by check.
+//!
+//! The load-time pass is deliberately cheap (a handful of calls): conformance
+//! runs the exhaustive sweeps.
+
+use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+
+use super::library::{Override, OverrideArgs, Plugin};
+use super::load::one_line_problem;
+
+/// Why the text an override returned is malformed, if it is.
+pub fn override_text_problem(which: Override, text: &str) -> Option<String> {
+    if which.is_one_line() {
+        return one_line_problem(text).map(|p| format!("`{}` {p}", which.name()));
+    }
+    if text.trim().is_empty() {
+        return Some(format!("`{}` is empty", which.name()));
+    }
+    text.chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+        .map(|c| {
+            format!(
+                "`{}` contains the control character U+{:04X}",
+                which.name(),
+                c as u32
+            )
+        })
+}
+
+/// Problems with a device's properties (empty when they are in range).
+pub fn properties_problems(props: &DeviceProperties, device: &str, index: u32) -> Vec<String> {
+    let mut problems = Vec::new();
+    if props.device_type.as_str() != device {
+        problems.push(format!(
+            "device_properties: type is {:?}, expected the device name {device:?}",
+            props.device_type.as_str()
+        ));
+    }
+    if props.index != index {
+        problems.push(format!(
+            "device_properties({index}): index is {}",
+            props.index
+        ));
+    }
+    if props.multi_processor_count == 0 {
+        problems.push("device_properties: multi_processor_count is 0".to_string());
+    }
+    let warp = props.warp_size.into_option();
+    if let Some(w) = warp {
+        if w == 0 || !w.is_power_of_two() {
+            problems.push(format!(
+                "device_properties: warp_size {w} is not a power of two"
+            ));
+        }
+    }
+    if let Some(t) = props.max_threads_per_block.into_option() {
+        if t == 0 {
+            problems.push("device_properties: max_threads_per_block is 0".to_string());
+        } else if let Some(w) = warp.filter(|w| *w > 0) {
+            if t % w != 0 {
+                problems.push(format!(
+                    "device_properties: max_threads_per_block {t} is not a multiple of warp_size {w}"
+                ));
+            }
+        }
+        if let Some(sm) = props.max_threads_per_multi_processor.into_option() {
+            if sm < t {
+                problems.push(format!(
+                    "device_properties: max_threads_per_multi_processor {sm} is below max_threads_per_block {t}"
+                ));
+            }
+        }
+    }
+    if props.max_grid.contains(&0) {
+        problems.push(format!(
+            "device_properties: max_grid {:?} has a zero dimension",
+            props.max_grid
+        ));
+    }
+    problems
+}
+
+/// Problems with a list of launch configs for a device with these properties.
+pub fn configs_problems(
+    what: &str,
+    configs: &[LaunchConfig],
+    props: &DeviceProperties,
+) -> Vec<String> {
+    if configs.is_empty() {
+        return vec![format!("{what}: returned no config")];
+    }
+    let warp = props.warp_size.into_option().unwrap_or(1).max(1);
+    let max_threads = props.max_threads_per_block.into_option();
+    let mut problems = Vec::new();
+    for (i, c) in configs.iter().enumerate() {
+        for (field, value) in [("x_block", c.x_block), ("r_block", c.r_block)] {
+            if value == 0 || !value.is_power_of_two() {
+                problems.push(format!(
+                    "{what}: config {i} has {field} {value}, not a power of two"
+                ));
+            }
+        }
+        if c.num_warps == 0 {
+            problems.push(format!("{what}: config {i} has num_warps 0"));
+        }
+        if c.num_stages == 0 {
+            problems.push(format!("{what}: config {i} has num_stages 0"));
+        }
+        if let Some(max) = max_threads {
+            let threads = u64::from(c.num_warps) * u64::from(warp);
+            if threads > u64::from(max) {
+                problems.push(format!(
+                    "{what}: config {i} needs num_warps {} x warp_size {warp} = {threads} threads, \
+                     over max_threads_per_block {max}",
+                    c.num_warps
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Why `got = adjust_grid(wanted)` is wrong, if it is: a dimension may only
+/// grow, except that it is capped at `max_grid` (kernels loop over the rest).
+pub fn grid_problem(wanted: Grid, got: Grid, max_grid: [u64; 3]) -> Option<String> {
+    for (axis, ((w, g), max)) in ["x", "y", "z"].iter().zip(
+        wanted
+            .to_array()
+            .into_iter()
+            .zip(got.to_array())
+            .zip(max_grid),
+    ) {
+        if g > max {
+            return Some(format!(
+                "adjust_grid({:?}) gave {axis} = {g}, over max_grid {max}",
+                wanted.to_array()
+            ));
+        }
+        if g < w.min(max) || g == 0 {
+            return Some(format!(
+                "adjust_grid({:?}) shrank {axis} from {w} to {g}",
+                wanted.to_array()
+            ));
+        }
+    }
+    None
+}
+
+/// The queries the load-time validation asks.
+const POINTWISE_PROBES: [u64; 3] = [1, 1 << 10, 1 << 20];
+const REDUCTION_PROBES: [(u64, u64); 3] = [(1, 1), (1024, 100), (8192, 8192)];
+
+/// Load-time validation: every provided override well formed, properties of
+/// device 0 in range, heuristics answering a few probes sensibly.
+pub fn validate(plugin: &Plugin) -> Vec<String> {
+    let mut problems = Vec::new();
+    let args = OverrideArgs::default();
+    for which in Override::ALL {
+        match plugin.override_text(which, &args) {
+            Ok(Some(text)) => problems.extend(override_text_problem(which, &text)),
+            Ok(None) => {}
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let props = match plugin.device_properties(0) {
+        Ok(Some(props)) => {
+            problems.extend(properties_problems(&props, plugin.name(), 0));
+            Some(props)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            problems.push(e.to_string());
+            None
+        }
+    };
+    if let Err(e) = plugin.backend_spec() {
+        problems.push(e.to_string());
+    }
+    let Some(props) = props else {
+        return problems;
+    };
+    for numel in POINTWISE_PROBES {
+        let query = PointwiseQuery {
+            numel,
+            element_bytes: 4,
+        };
+        match plugin.pointwise_configs(query) {
+            Ok(Some(configs)) => problems.extend(configs_problems(
+                &format!("pointwise_configs(numel={numel})"),
+                &configs,
+                &props,
+            )),
+            Ok(None) => break,
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    for (rows, row_len) in REDUCTION_PROBES {
+        let query = ReductionQuery {
+            rows,
+            row_len,
+            element_bytes: 4,
+        };
+        match plugin.reduction_configs(query) {
+            Ok(Some(configs)) => problems.extend(configs_problems(
+                &format!("reduction_configs(rows={rows}, row_len={row_len})"),
+                &configs,
+                &props,
+            )),
+            Ok(None) => break,
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let wanted = Grid::new(50, 1, 1);
+    match plugin.adjust_grid(wanted) {
+        Ok(Some(got)) => problems.extend(grid_problem(wanted, got, props.max_grid)),
+        Ok(None) => {}
+        Err(e) => problems.push(e.to_string()),
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi_stable::std_types::ROption::{RNone, RSome};
+    use kiln_plugin_api::PropertiesSource;
+
+    fn props() -> DeviceProperties {
+        DeviceProperties {
+            device_type: "gxu".into(),
+            index: 0,
+            multi_processor_count: 48,
+            cc: 0,
+            major: RNone,
+            regs_per_multiprocessor: RNone,
+            max_threads_per_multi_processor: RSome(2048),
+            max_threads_per_block: RSome(1024),
+            warp_size: RSome(32),
+            max_grid: [1 << 31, 65535, 65535],
+            source: PropertiesSource::StaticDefaults,
+        }
+    }
+
+    #[test]
+    fn one_line_overrides_reject_newlines_and_empty_text() {
+        assert!(override_text_problem(Override::SetDevice, "torch.gxu.set_device(0)").is_none());
+        let newline = override_text_problem(Override::SetDevice, "torch.x(0)\nimport os").unwrap();
+        assert!(newline.contains("U+000A"), "{newline}");
+        let empty = override_text_problem(Override::CppDeviceGuard, " ").unwrap();
+        assert!(empty.contains("empty"), "{empty}");
+        assert!(override_text_problem(Override::KernelDriver, "int a;\nint b;\n").is_none());
+    }
+
+    #[test]
+    fn properties_in_range_pass_and_zero_warp_fails() {
+        assert!(properties_problems(&props(), "gxu", 0).is_empty());
+        let mut bad = props();
+        bad.warp_size = RSome(0);
+        let problems = properties_problems(&bad, "gxu", 0);
+        assert!(
+            problems.iter().any(|p| p.contains("warp_size 0")),
+            "{problems:?}"
+        );
+        let mut wrong_name = props();
+        wrong_name.device_type = "cuda".into();
+        assert_eq!(properties_problems(&wrong_name, "gxu", 0).len(), 1);
+    }
+
+    #[test]
+    fn configs_over_the_thread_limit_fail() {
+        let ok = LaunchConfig {
+            x_block: 1024,
+            r_block: 1,
+            num_warps: 32,
+            num_stages: 1,
+        };
+        assert!(configs_problems("q", &[ok], &props()).is_empty());
+        let too_many = LaunchConfig {
+            num_warps: 64,
+            ..ok
+        };
+        let problems = configs_problems("q", &[too_many], &props());
+        assert!(problems[0].contains("2048 threads"), "{problems:?}");
+        assert!(configs_problems("q", &[], &props())[0].contains("no config"));
+        let not_pow2 = LaunchConfig {
+            x_block: 1000,
+            ..ok
+        };
+        assert!(configs_problems("q", &[not_pow2], &props())[0].contains("power of two"));
+    }
+
+    #[test]
+    fn grids_may_grow_or_be_capped_but_never_shrink() {
+        let max = [1 << 31, 65535, 65535];
+        assert!(grid_problem(Grid::new(50, 1, 1), Grid::new(96, 1, 1), max).is_none());
+        assert!(grid_problem(Grid::new(1, 70000, 1), Grid::new(1, 65535, 1), max).is_none());
+        assert!(grid_problem(Grid::new(50, 1, 1), Grid::new(48, 1, 1), max)
+            .unwrap()
+            .contains("shrank x from 50 to 48"));
+        assert!(
+            grid_problem(Grid::new(1, 1, 1), Grid::new(1, 70000, 1), max)
+                .unwrap()
+                .contains("over max_grid")
+        );
+    }
+}

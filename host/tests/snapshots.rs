@@ -34,9 +34,16 @@ fn graph_after_each_pass() {
 
 #[test]
 fn small_examples_keep_their_values() {
-    for path in examples().into_iter().filter(|p| p.to_string_lossy().contains("small") || p.ends_with("add.toml")) {
+    for path in examples()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("small") || p.ends_with("add.toml"))
+    {
         let mut g = load_toml(&path).unwrap();
-        let metas: Vec<_> = g.inputs().iter().map(|&i| g.node(i).unwrap().outputs[0].clone()).collect();
+        let metas: Vec<_> = g
+            .inputs()
+            .iter()
+            .map(|&i| g.node(i).unwrap().outputs[0].clone())
+            .collect();
         let inputs = kiln::tensor_io::random_inputs(&metas, 7);
         let before = kiln::interp::evaluate(&g, &inputs).unwrap();
         kiln::passes::run_pipeline(&mut g).unwrap();

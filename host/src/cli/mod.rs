@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod eval;
+mod graph;
 mod inspect;
 mod list;
 
@@ -42,6 +44,27 @@ pub enum Command {
     List(list::ListArgs),
     /// Show everything one plugin provides: override strings, properties, features, heuristics.
     Inspect(inspect::InspectArgs),
+    /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
+    Graph(graph::GraphArgs),
+    /// Run a graph on the float64 reference interpreter.
+    Eval(eval::EvalArgs),
+}
+
+/// Errors of the graph commands, each wrapping its layer's error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Import or validation failed.
+    #[error(transparent)]
+    Graph(#[from] crate::graph::Error),
+    /// A pass failed.
+    #[error("the passes failed")]
+    Passes(#[from] crate::passes::Error),
+    /// The interpreter failed.
+    #[error("evaluation failed")]
+    Interp(#[from] crate::interp::Error),
+    /// A tensor file could not be read or written.
+    #[error("tensor file error")]
+    TensorIo(#[from] crate::tensor_io::Error),
 }
 
 /// An error that ends a command, printed with its source chain.
@@ -54,6 +77,8 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::List(args) => list::run(&cli, args),
         Command::Inspect(args) => inspect::run(&cli, args),
+        Command::Graph(args) => graph::run(args).map(|()| ExitCode::SUCCESS).map_err(Into::into),
+        Command::Eval(args) => eval::run(args).map(|()| ExitCode::SUCCESS).map_err(Into::into),
     };
     match result {
         Ok(code) => code,

@@ -77,20 +77,24 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::List(args) => list::run(&cli, args),
         Command::Inspect(args) => inspect::run(&cli, args),
-        Command::Graph(args) => graph::run(args).map(|()| ExitCode::SUCCESS).map_err(Into::into),
-        Command::Eval(args) => eval::run(args).map(|()| ExitCode::SUCCESS).map_err(Into::into),
+        Command::Graph(args) => graph::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Eval(args) => eval::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
     };
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {}", error_chain(error.as_ref()));
+            eprintln!("error: {}", report(error.as_ref()));
             ExitCode::FAILURE
         }
     }
 }
 
 /// `error: outer: cause: root cause`, each source once.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn report(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -22,7 +22,8 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
             Op::Constant {
                 data: ConstData::Values(v),
             } if v.len() > 64 => continue,
-            op => format!("{op:?}|{:?}|{:?}", node.args, node.outputs),
+            // Op and operands determine the outputs, so they are the whole key.
+            op => format!("{op:?}|{:?}", node.args),
         };
         match seen.get(&key) {
             Some(&first) => {

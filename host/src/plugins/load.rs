@@ -73,7 +73,7 @@ pub enum LoadError {
 #[derive(Debug)]
 pub enum LoadOutcome {
     /// A working plugin.
-    Loaded(Plugin),
+    Loaded(Box<Plugin>),
     /// A shared library without Kiln's root module: skipped quietly.
     NotAPlugin(String),
     /// A Kiln plugin (or something claiming to be) that failed.
@@ -286,7 +286,7 @@ pub fn load_unclaimed(path: &Path, claimed: impl Fn(&str) -> Option<PathBuf>) ->
     let plugin = Plugin::new(path, manifest, version, root);
     let problems = super::validate::validate(&plugin);
     if problems.is_empty() {
-        LoadOutcome::Loaded(plugin)
+        LoadOutcome::Loaded(Box::new(plugin))
     } else {
         LoadOutcome::Failed(LoadError::Invalid(problems))
     }

@@ -12,5 +12,6 @@ pub mod graph;
 pub mod interp;
 pub mod passes;
 pub mod plugins;
+pub mod schedule;
 pub mod tensor;
 pub mod tensor_io;

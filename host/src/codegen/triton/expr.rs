@@ -1,0 +1,226 @@
+//! Expressions as Triton text.
+
+use crate::graph::dtype::DType;
+use crate::graph::ops::{BinaryOp, UnaryOp};
+use crate::schedule::index::Index;
+use crate::schedule::ir::{Cond, Expr, ExprArena, ExprId, Literal, ReduceKind};
+
+/// The Triton dtype of a Kiln dtype.
+pub fn tl_dtype(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "tl.int1",
+        DType::Int32 => "tl.int32",
+        DType::Int64 => "tl.int64",
+        DType::Float16 => "tl.float16",
+        DType::BFloat16 => "tl.bfloat16",
+        DType::Float32 => "tl.float32",
+        DType::Float64 => "tl.float64",
+    }
+}
+
+/// The Triton signature type of a pointer to `d`.
+pub fn pointer_type(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "*i1",
+        DType::Int32 => "*i32",
+        DType::Int64 => "*i64",
+        DType::Float16 => "*fp16",
+        DType::BFloat16 => "*bf16",
+        DType::Float32 => "*fp32",
+        DType::Float64 => "*fp64",
+    }
+}
+
+/// A Python literal for `value` (never a name from an input file).
+pub fn float_text(value: f64) -> String {
+    if value.is_nan() {
+        "float(\"nan\")".to_string()
+    } else if value.is_infinite() {
+        if value > 0.0 {
+            "float(\"inf\")".to_string()
+        } else {
+            "float(\"-inf\")".to_string()
+        }
+    } else {
+        let text = format!("{value:?}");
+        if text.contains(['.', 'e', 'E']) {
+            text
+        } else {
+            format!("{text}.0")
+        }
+    }
+}
+
+/// A literal as Python text.
+pub fn literal_text(l: Literal) -> String {
+    match l {
+        Literal::Float(bits) => float_text(f64::from_bits(bits)),
+        Literal::Int(i) => i.to_string(),
+        Literal::Bool(b) => if b { "True" } else { "False" }.to_string(),
+    }
+}
+
+/// An index condition as a Triton boolean expression.
+pub fn cond_text(c: &Cond) -> String {
+    let idx = format!("({})", c.index);
+    if c.lo <= 0 && index_nonnegative(&c.index) {
+        format!("({idx} < {})", c.hi)
+    } else {
+        format!("(({} <= {idx}) & ({idx} < {}))", c.lo, c.hi)
+    }
+}
+
+fn index_nonnegative(i: &Index) -> bool {
+    match i {
+        Index::Var(_) => true,
+        Index::Const(c) => *c >= 0,
+        Index::Add(t) => t.iter().all(index_nonnegative),
+        Index::Mul(e, k) => *k >= 0 && index_nonnegative(e),
+        Index::Div(e, _) | Index::Mod(e, _) => index_nonnegative(e),
+    }
+}
+
+/// The neutral element of a reduction in `d`.
+pub fn neutral(kind: ReduceKind, d: DType) -> String {
+    match (kind, d.is_float()) {
+        (ReduceKind::Sum, true) => "0.0".into(),
+        (ReduceKind::Sum, false) => "0".into(),
+        (ReduceKind::Max, true) => "float(\"-inf\")".into(),
+        (ReduceKind::Min, true) => "float(\"inf\")".into(),
+        (ReduceKind::Max, false) => match d {
+            DType::Int32 => i32::MIN.to_string(),
+            DType::Bool => "0".into(),
+            _ => i64::MIN.to_string(),
+        },
+        (ReduceKind::Min, false) => match d {
+            DType::Int32 => i32::MAX.to_string(),
+            DType::Bool => "1".into(),
+            _ => i64::MAX.to_string(),
+        },
+    }
+}
+
+/// Renders operands: a literal inline, anything else by its variable name.
+pub struct Renderer<'a> {
+    /// The kernel's expressions.
+    pub exprs: &'a ExprArena,
+}
+
+impl Renderer<'_> {
+    /// The variable naming `id` (assigned by the kernel writer).
+    pub fn var(id: ExprId) -> String {
+        format!("tmp{}", id.0)
+    }
+
+    /// `id` as an operand: a literal inline (wrapped in a tensor when `wrap`),
+    /// a reduction result by its name, anything else by its variable.
+    pub fn operand(&self, id: ExprId, wrap: bool) -> String {
+        match self.exprs.get(id) {
+            Expr::Literal(l) if wrap => {
+                format!("tl.full([1], {}, {})", literal_text(*l), tl_dtype(self.exprs.dtype(id)))
+            }
+            Expr::Literal(l) => literal_text(*l),
+            Expr::Reduced(n) => format!("red{n}"),
+            _ => Self::var(id),
+        }
+    }
+
+    fn is_literal(&self, id: ExprId) -> bool {
+        matches!(self.exprs.get(id), Expr::Literal(_))
+    }
+
+    /// The right-hand side computing `id` from its operands (loads are
+    /// written by the kernel writer, which knows the masks).
+    pub fn rhs(&self, id: ExprId) -> Result<String, String> {
+        let d = self.exprs.dtype(id);
+        Ok(match self.exprs.get(id) {
+            Expr::Unary(op, a) => unary(*op, &self.operand(*a, true), d)?,
+            Expr::Binary(op, a, b) => {
+                let wrap_a = self.is_literal(*a) && self.is_literal(*b);
+                binary(*op, &self.operand(*a, wrap_a), &self.operand(*b, false), self.exprs.dtype(*a))?
+            }
+            Expr::Where(c, a, b) => format!(
+                "tl.where({}, {}, {})",
+                self.operand(*c, true),
+                self.operand(*a, false),
+                self.operand(*b, false)
+            ),
+            Expr::Cast(a) => {
+                let src = self.operand(*a, true);
+                if d == DType::Bool {
+                    format!("({src} != 0)")
+                } else {
+                    format!("{src}.to({})", tl_dtype(d))
+                }
+            }
+            Expr::Select(c, a, b) => format!(
+                "tl.where({}, {}, {})",
+                cond_text(c),
+                self.operand(*a, false),
+                self.operand(*b, false)
+            ),
+            Expr::Load { .. } | Expr::Literal(_) | Expr::Reduced(_) => {
+                return Err("internal: not a computed expression".into())
+            }
+        })
+    }
+}
+
+fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
+    let float_only = |f: &str| {
+        if d.is_float() {
+            Ok(format!("{f}({a})"))
+        } else {
+            Err(format!("`{op:?}` of {}", d.name()))
+        }
+    };
+    match op {
+        UnaryOp::Abs => Ok(format!("tl.abs({a})")),
+        UnaryOp::Neg => Ok(format!("-{a}")),
+        UnaryOp::Relu => Ok(format!("tl.where({a} < 0, 0, {a})")),
+        UnaryOp::Exp => float_only("tl.exp"),
+        UnaryOp::Log => float_only("tl.log"),
+        UnaryOp::Log1p => float_only("libdevice.log1p"),
+        UnaryOp::Sqrt => float_only("libdevice.sqrt"),
+        UnaryOp::Rsqrt => float_only("libdevice.rsqrt"),
+        UnaryOp::Sin => float_only("libdevice.sin"),
+        UnaryOp::Cos => float_only("libdevice.cos"),
+        UnaryOp::Tanh => float_only("libdevice.tanh"),
+        UnaryOp::Erf => float_only("libdevice.erf"),
+        UnaryOp::Sigmoid => float_only("tl.sigmoid"),
+        UnaryOp::Silu => float_only("tl.sigmoid").map(|s| format!("({a} * {s})")),
+        UnaryOp::Reciprocal => float_only("").map(|_| format!("(1.0 / {a})")),
+    }
+}
+
+fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, String> {
+    let float = operand.is_float();
+    Ok(match op {
+        BinaryOp::Add => format!("({a} + {b})"),
+        BinaryOp::Sub => format!("({a} - {b})"),
+        BinaryOp::Mul => format!("({a} * {b})"),
+        BinaryOp::Div => format!("({a} / {b})"),
+        BinaryOp::DivTrunc if float => format!("libdevice.trunc({a} / {b})"),
+        BinaryOp::DivFloor if float => format!("libdevice.floor({a} / {b})"),
+        // Integer division on magnitudes only, so the result never depends on
+        // how the target rounds negative quotients.
+        BinaryOp::DivTrunc => format!(
+            "tl.where(({a} < 0) != ({b} < 0), -(tl.abs({a}) // tl.abs({b})), tl.abs({a}) // tl.abs({b}))"
+        ),
+        BinaryOp::DivFloor => format!(
+            "tl.where(({a} < 0) != ({b} < 0), -((tl.abs({a}) + tl.abs({b}) - 1) // tl.abs({b})), tl.abs({a}) // tl.abs({b}))"
+        ),
+        BinaryOp::Pow if float => format!("libdevice.pow({a}, {b})"),
+        BinaryOp::Pow => return Err(format!("integer `pow` of {}", operand.name())),
+        BinaryOp::Maximum if float => format!("tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"),
+        BinaryOp::Minimum if float => format!("tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"),
+        BinaryOp::Maximum => format!("tl.maximum({a}, {b})"),
+        BinaryOp::Minimum => format!("tl.minimum({a}, {b})"),
+        BinaryOp::Eq => format!("({a} == {b})"),
+        BinaryOp::Ne => format!("({a} != {b})"),
+        BinaryOp::Lt => format!("({a} < {b})"),
+        BinaryOp::Le => format!("({a} <= {b})"),
+        BinaryOp::Gt => format!("({a} > {b})"),
+        BinaryOp::Ge => format!("({a} >= {b})"),
+    })
+}

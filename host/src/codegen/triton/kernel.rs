@@ -1,0 +1,452 @@
+//! The writer of one `@triton.jit` kernel.
+//!
+//! Layout of a reduction kernel: a tile of `XBLOCK` rows by `RBLOCK`
+//! reduction elements. Values are placed in *phases*: phase 0 needs no
+//! reduction result, phase p + 1 needs a reduction computed in phase p. A
+//! persistent kernel (`RBLOCK` covers the row) computes every phase on the one
+//! tile it loaded; a looped kernel runs one loop over the row per phase that
+//! has reductions or stores varying along it, recomputing (from the loads)
+//! what each loop needs rather than keeping whole rows in registers.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+
+use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Renderer};
+use super::{Error, GeneratedKernel, KernelInfo, Launch, LaunchHeuristics, Options};
+use crate::schedule::index::Var;
+use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b.max(1)
+}
+
+fn launches(
+    k: &Kernel,
+    configs: &[LaunchConfig],
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<Vec<Launch>, Error> {
+    configs
+        .iter()
+        .map(|c| {
+            let x_block = c.x_block.max(1);
+            let programs = ceil_div(k.space.x, i64::from(x_block)).max(1) as u64;
+            let grid = heuristics
+                .adjust_grid(Grid::new(programs, 1, 1))
+                .map_err(Error::Heuristics)?;
+            if grid.x == 0 {
+                return Err(Error::Heuristics(format!("adjust_grid({programs}) returned an empty grid")));
+            }
+            Ok(Launch {
+                x_block,
+                r_block: k.space.is_reduction().then_some(c.r_block.max(1)),
+                num_warps: c.num_warps.max(1),
+                num_stages: c.num_stages.max(1),
+                grid,
+            })
+        })
+        .collect()
+}
+
+/// Writes kernel `k` of `program` as a Triton function called `name`.
+pub fn write_kernel(
+    program: &Program,
+    k: &Kernel,
+    name: &str,
+    heuristics: &dyn LaunchHeuristics,
+    options: &Options,
+) -> Result<GeneratedKernel, Error> {
+    let writes = k.writes();
+    let reads: Vec<BufferId> = k.reads().into_iter().filter(|b| !writes.contains(b)).collect();
+    let mut arg_names = HashMap::new();
+    let mut args = Vec::new();
+    let mut names = Vec::new();
+    for (i, b) in reads.iter().enumerate() {
+        arg_names.insert(*b, format!("in_ptr{i}"));
+        args.push(*b);
+        names.push(format!("in_ptr{i}"));
+    }
+    for (i, b) in writes.iter().enumerate() {
+        arg_names.insert(*b, format!("out_ptr{i}"));
+        args.push(*b);
+        names.push(format!("out_ptr{i}"));
+    }
+    let element_bytes = args
+        .iter()
+        .map(|b| program.buffer(*b).dtype.size_bytes() as u32)
+        .max()
+        .unwrap_or(4);
+    let reduction = k.space.is_reduction();
+    let configs = if reduction {
+        heuristics.reduction_configs(ReductionQuery {
+            rows: k.space.x as u64,
+            row_len: k.space.r as u64,
+            element_bytes,
+        })
+    } else {
+        heuristics.pointwise_configs(PointwiseQuery {
+            numel: k.space.x as u64,
+            element_bytes,
+        })
+    }
+    .map_err(Error::Heuristics)?;
+    let Some(first) = configs.first().copied() else {
+        return Err(Error::Heuristics(format!("no launch config for kernel `{name}`")));
+    };
+    let persistent = reduction && i64::from(first.r_block) >= k.space.r;
+    let offered: Vec<LaunchConfig> = if options.autotune {
+        configs
+            .iter()
+            .copied()
+            .filter(|c| !persistent || i64::from(c.r_block) >= k.space.r)
+            .collect()
+    } else {
+        vec![first]
+    };
+    let candidates = launches(k, &offered, heuristics)?;
+    let launch = candidates[0].clone();
+    let int64_index = k.space.x.saturating_mul(k.space.r) >= i64::from(i32::MAX)
+        || args.iter().any(|b| program.buffer(*b).numel() >= i64::from(i32::MAX));
+
+    let mut w = KernelWriter {
+        k,
+        program,
+        renderer: Renderer { exprs: &k.exprs },
+        arg_names: &arg_names,
+        out: String::new(),
+        name,
+    };
+    w.header(&names, reduction, &candidates, options)?;
+    if reduction {
+        w.reduction_body(persistent, int64_index)?;
+    } else {
+        w.pointwise_body(int64_index)?;
+    }
+    let info = KernelInfo {
+        name: name.to_string(),
+        arg_types: args.iter().map(|b| pointer_type(program.buffer(*b).dtype)).collect(),
+        args,
+        arg_names: names,
+        xnumel: k.space.x,
+        rnumel: reduction.then_some(k.space.r),
+        int64_index,
+        launch,
+        candidates: if options.autotune { candidates } else { Vec::new() },
+    };
+    Ok(GeneratedKernel { source: w.out, info })
+}
+
+struct KernelWriter<'a> {
+    k: &'a Kernel,
+    program: &'a Program,
+    renderer: Renderer<'a>,
+    arg_names: &'a HashMap<BufferId, String>,
+    out: String,
+    name: &'a str,
+}
+
+impl KernelWriter<'_> {
+    fn unsupported(&self, what: String) -> Error {
+        Error::Unsupported {
+            kernel: self.name.to_string(),
+            what,
+        }
+    }
+
+    fn header(&mut self, names: &[String], reduction: bool, candidates: &[Launch], options: &Options) -> Result<(), Error> {
+        if options.autotune && candidates.len() > 1 {
+            writeln!(self.out, "@triton.autotune(")?;
+            writeln!(self.out, "    configs=[")?;
+            for c in candidates {
+                let mut meta = format!("'XBLOCK': {}", c.x_block);
+                if let Some(r) = c.r_block {
+                    let _ = write!(meta, ", 'RBLOCK': {r}");
+                }
+                writeln!(
+                    self.out,
+                    "        triton.Config({{{meta}}}, num_warps={}, num_stages={}),",
+                    c.num_warps, c.num_stages
+                )?;
+            }
+            writeln!(self.out, "    ],")?;
+            let key = if reduction { "['xnumel', 'rnumel']" } else { "['xnumel']" };
+            writeln!(self.out, "    key={key},")?;
+            writeln!(self.out, ")")?;
+        }
+        writeln!(self.out, "@triton.jit")?;
+        let mut params = names.join(", ");
+        params.push_str(", xnumel");
+        if reduction {
+            params.push_str(", rnumel");
+        }
+        params.push_str(", XBLOCK: tl.constexpr");
+        if reduction {
+            params.push_str(", RBLOCK: tl.constexpr");
+        }
+        writeln!(self.out, "def {}({params}):", self.name)?;
+        Ok(())
+    }
+
+    fn line(&mut self, depth: usize, text: &str) {
+        for _ in 0..depth {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    fn row_loop(&mut self, int64: bool, reduction: bool) {
+        let shape = if reduction { "[:, None]" } else { "" };
+        if int64 {
+            self.line(1, &format!("xbase = tl.arange(0, XBLOCK){shape}.to(tl.int64)"));
+        } else {
+            self.line(1, &format!("xbase = tl.arange(0, XBLOCK){shape}"));
+        }
+        if reduction {
+            self.line(1, "rbase = tl.arange(0, RBLOCK)[None, :]");
+        }
+        // A grid-stride loop: correct for any grid the plugin launches.
+        self.line(
+            1,
+            "for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):",
+        );
+        self.line(2, "xindex = xoffset + xbase");
+        self.line(2, "xmask = xindex < xnumel");
+    }
+
+    fn load_mask(&self, index_uses_r: bool, guards: &[crate::schedule::ir::Cond]) -> String {
+        let mut mask = if index_uses_r { "xmask & rmask".to_string() } else { "xmask".to_string() };
+        for g in guards {
+            let _ = write!(mask, " & {}", cond_text(g));
+        }
+        mask
+    }
+
+    fn emit_expr(&mut self, depth: usize, id: ExprId) -> Result<(), Error> {
+        let rhs = match self.k.exprs.get(id) {
+            Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
+            Expr::Load { buf, index, guards } => {
+                let uses_r = index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R));
+                let ptr = self
+                    .arg_names
+                    .get(buf)
+                    .ok_or_else(|| self.unsupported("a load of an unlisted buffer".into()))?;
+                format!(
+                    "tl.load({ptr} + ({index}), {}, other=0)",
+                    self.load_mask(uses_r, guards)
+                )
+            }
+            _ => self.renderer.rhs(id).map_err(|e| self.unsupported(e))?,
+        };
+        self.line(depth, &format!("{} = {rhs}", Renderer::var(id)));
+        Ok(())
+    }
+
+    fn store_line(&mut self, depth: usize, s: &Store, uses_r: bool, tile: &str) -> Result<(), Error> {
+        let ptr = self
+            .arg_names
+            .get(&s.buf)
+            .ok_or_else(|| self.unsupported("a store to an unlisted buffer".into()))?
+            .clone();
+        let dtype = self.program.buffer(s.buf).dtype;
+        let value = match self.k.exprs.get(s.value) {
+            Expr::Literal(l) => format!("tl.full({tile}, {}, {})", literal_text(*l), tl_dtype(dtype)),
+            _ => self.renderer.operand(s.value, false),
+        };
+        let mask = if uses_r { "xmask & rmask" } else { "xmask" };
+        self.line(depth, &format!("tl.store({ptr} + ({}), {value}, {mask})", s.index));
+        Ok(())
+    }
+
+    fn pointwise_body(&mut self, int64: bool) -> Result<(), Error> {
+        self.row_loop(int64, false);
+        let needed = needed(self.k);
+        for (id, _, _) in self.k.exprs.iter() {
+            if needed.contains(&id) {
+                self.emit_expr(2, id)?;
+            }
+        }
+        for s in self.k.stores.clone() {
+            self.store_line(2, &s, false, "[XBLOCK]")?;
+        }
+        Ok(())
+    }
+
+    fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
+        self.row_loop(int64, true);
+        let n = self.k.exprs.len();
+        let mut uses_r = vec![false; n];
+        let mut phase = vec![0usize; n];
+        for (id, e, _) in self.k.exprs.iter() {
+            let i = id.0 as usize;
+            let ops = self.k.exprs.operands(id);
+            uses_r[i] = match e {
+                Expr::Load { index, guards, .. } => {
+                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
+                }
+                Expr::Select(c, ..) => c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize]),
+                _ => ops.iter().any(|o| uses_r[o.0 as usize]),
+            };
+            phase[i] = match e {
+                Expr::Reduced(r) => self
+                    .k
+                    .reductions
+                    .get(*r)
+                    .map_or(0, |red| phase[red.value.0 as usize] + 1),
+                _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
+            };
+        }
+        let red_loop: Vec<usize> = self.k.reductions.iter().map(|r| phase[r.value.0 as usize]).collect();
+        let needed = needed(self.k);
+        let last = red_loop
+            .iter()
+            .copied()
+            .chain(self.k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .max()
+            .unwrap_or(0);
+        let mut emitted: HashSet<ExprId> = HashSet::new();
+        if persistent {
+            self.line(2, "rindex = rbase");
+            self.line(2, "rmask = rindex < rnumel");
+        }
+        for p in 0..=last + 1 {
+            // Reductions of the previous phase are complete: finish them.
+            if p > 0 && !persistent {
+                for (r, _) in red_loop.iter().enumerate().filter(|(_, l)| **l == p - 1) {
+                    let red = &self.k.reductions[r];
+                    let text = finish(red.kind, &format!("acc{r}"), red.acc_dtype.is_float());
+                    self.line(2, &format!("red{r} = {text}"));
+                }
+            }
+            // Values constant along the row, available from this phase on.
+            for (id, _, _) in self.k.exprs.iter() {
+                let i = id.0 as usize;
+                if phase[i] == p && !uses_r[i] && needed.contains(&id) && emitted.insert(id) {
+                    self.emit_expr(2, id)?;
+                }
+            }
+            for s in self.k.stores.clone() {
+                if phase[s.value.0 as usize] == p && !uses_r[s.value.0 as usize] {
+                    self.store_line(2, &s, false, "[XBLOCK, 1]")?;
+                }
+            }
+            let reds: Vec<usize> = (0..red_loop.len()).filter(|r| red_loop[*r] == p).collect();
+            let stores: Vec<Store> = self
+                .k
+                .stores
+                .iter()
+                .filter(|s| phase[s.value.0 as usize] == p && uses_r[s.value.0 as usize])
+                .cloned()
+                .collect();
+            if reds.is_empty() && stores.is_empty() {
+                continue;
+            }
+            let depth = if persistent { 2 } else { 3 };
+            if !persistent {
+                for &r in &reds {
+                    let red = &self.k.reductions[r];
+                    let init = neutral(red.kind, red.acc_dtype);
+                    self.line(
+                        2,
+                        &format!("acc{r} = tl.full([XBLOCK, RBLOCK], {init}, {})", tl_dtype(red.acc_dtype)),
+                    );
+                }
+                self.line(2, "for roffset in range(0, rnumel, RBLOCK):");
+                self.line(3, "rindex = roffset + rbase");
+                self.line(3, "rmask = rindex < rnumel");
+            }
+            // What this loop needs that varies along the row, in order.
+            let mut roots: Vec<ExprId> = reds.iter().map(|r| self.k.reductions[*r].value).collect();
+            roots.extend(stores.iter().map(|s| s.value));
+            let wanted = closure(self.k, &roots, &uses_r);
+            let mut local: HashSet<ExprId> = HashSet::new();
+            for (id, _, _) in self.k.exprs.iter() {
+                let i = id.0 as usize;
+                if uses_r[i] && wanted.contains(&id) {
+                    let fresh = if persistent { emitted.insert(id) } else { local.insert(id) };
+                    if fresh {
+                        self.emit_expr(depth, id)?;
+                    }
+                }
+            }
+            for &r in &reds {
+                let red = self.k.reductions[r].clone();
+                let value = self.renderer.operand(red.value, true);
+                let masked = format!(
+                    "tl.where(xmask & rmask, {value}, {})",
+                    neutral(red.kind, red.acc_dtype)
+                );
+                if persistent {
+                    let text = finish(red.kind, &masked, red.acc_dtype.is_float());
+                    self.line(depth, &format!("red{r} = {text}"));
+                } else {
+                    let update = combine(red.kind, &format!("acc{r}"), &masked, red.acc_dtype.is_float());
+                    self.line(depth, &format!("acc{r} = {update}"));
+                }
+            }
+            for s in &stores {
+                self.store_line(depth, s, true, "[XBLOCK, RBLOCK]")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Expressions reachable from the kernel's stores and reductions.
+fn needed(k: &Kernel) -> HashSet<ExprId> {
+    let mut roots: Vec<ExprId> = k.stores.iter().map(|s| s.value).collect();
+    roots.extend(k.reductions.iter().map(|r| r.value));
+    let mut seen = HashSet::new();
+    while let Some(e) = roots.pop() {
+        if seen.insert(e) {
+            roots.extend(k.exprs.operands(e));
+        }
+    }
+    seen
+}
+
+/// The expressions varying along the row that `roots` need (stopping at
+/// values constant along the row, computed outside the loop).
+fn closure(k: &Kernel, roots: &[ExprId], uses_r: &[bool]) -> HashSet<ExprId> {
+    let mut seen = HashSet::new();
+    let mut stack: Vec<ExprId> = roots.to_vec();
+    while let Some(e) = stack.pop() {
+        if uses_r[e.0 as usize] && seen.insert(e) {
+            stack.extend(k.exprs.operands(e));
+        }
+    }
+    seen
+}
+
+/// The reduction of a tile along the row, kept as a column.
+fn finish(kind: ReduceKind, tile: &str, float: bool) -> String {
+    match kind {
+        ReduceKind::Sum => format!("tl.sum({tile}, 1)[:, None]"),
+        ReduceKind::Max if float => format!("tl.reduce({tile}, 1, kiln_max_combine)[:, None]"),
+        ReduceKind::Min if float => format!("tl.reduce({tile}, 1, kiln_min_combine)[:, None]"),
+        ReduceKind::Max => format!("tl.max({tile}, 1)[:, None]"),
+        ReduceKind::Min => format!("tl.min({tile}, 1)[:, None]"),
+    }
+}
+
+/// One accumulator update of a looped reduction.
+fn combine(kind: ReduceKind, acc: &str, value: &str, float: bool) -> String {
+    let nan = if float { ", propagate_nan=tl.PropagateNan.ALL" } else { "" };
+    match kind {
+        ReduceKind::Sum => format!("{acc} + {value}"),
+        ReduceKind::Max => format!("tl.maximum({acc}, {value}{nan})"),
+        ReduceKind::Min => format!("tl.minimum({acc}, {value}{nan})"),
+    }
+}
+
+/// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines).
+pub const HELPERS: &str = "@triton.jit
+def kiln_max_combine(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def kiln_min_combine(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+";

@@ -1,0 +1,470 @@
+//! Building a kernel's expressions: scheduler nodes instantiated in a kernel's
+//! iteration space, with inline values recomputed from their operands, views
+//! turned into index arithmetic, and reductions of the same kernel read from
+//! registers.
+//!
+//! Building is also the legality check of fusion: a node whose values cannot
+//! be expressed in the kernel's space (a reduction read at another row, a
+//! shape that does not split into the kernel's `x` and `r`) makes
+//! [`KernelBuilder::add`] fail, and the scheduler puts it elsewhere.
+
+use std::collections::HashMap;
+
+use super::index::{linear, unflatten, Index, Var};
+use super::ir::{Cond, Expr, ExprArena, ExprId, Literal, ReduceKind, Reduction, Space, Store};
+use super::lower::{compute_dtype, Def, Lowered, SKind, SNodeId};
+use crate::graph::dtype::{promote, DType};
+use crate::graph::ir::{Arg, Graph, Scalar, ValueId};
+use crate::graph::ops::{BinaryOp, GeluApprox, Op, UnaryOp};
+use crate::graph::shape::{contiguous_strides, slice_bounds, wrap_dim, wrap_dims};
+
+/// Why a node cannot join a kernel (not an error: the scheduler tries elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Illegal(pub String);
+
+type Built<T> = Result<T, Illegal>;
+
+/// The index over `shape` of a node placed in `space`, if its shape splits
+/// into the kernel's rows and reduction elements.
+pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
+    let ranges = space.ranges();
+    let numel: i64 = shape.iter().product();
+    if numel != space.x * space.r {
+        return None;
+    }
+    if space.r == 1 {
+        return Some(unflatten(Index::var(Var::X), shape, ranges));
+    }
+    let mut prefix = 1i64;
+    for k in 0..=shape.len() {
+        if prefix == space.x {
+            let mut idx = unflatten(Index::var(Var::X), &shape[..k], ranges);
+            idx.extend(unflatten(Index::var(Var::R), &shape[k..], ranges));
+            return Some(idx);
+        }
+        if k < shape.len() {
+            prefix *= shape[k];
+        }
+    }
+    None
+}
+
+/// The natural space of a scheduler node.
+pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space> {
+    let s = &low.snodes[id.0 as usize];
+    match &s.kind {
+        SKind::Pointwise { .. } => Some(Space {
+            x: s.meta.numel(),
+            r: 1,
+        }),
+        SKind::Reduction { input, dims, .. } => {
+            let shape = &graph.meta(*input)?.shape;
+            let r: i64 = dims.iter().map(|&d| shape[d]).product();
+            let x: i64 = shape.iter().product::<i64>() / r.max(1);
+            Some(Space { x, r })
+        }
+        SKind::Extern { .. } => None,
+    }
+}
+
+/// Builds one kernel.
+pub struct KernelBuilder<'a> {
+    graph: &'a Graph,
+    low: &'a Lowered,
+    space: Space,
+    /// Members of this kernel: their reduction number, if a reduction.
+    members: HashMap<SNodeId, Option<usize>>,
+    /// The arena of the kernel's values.
+    pub exprs: ExprArena,
+    /// The kernel's reductions.
+    pub reductions: Vec<Reduction>,
+    /// Candidate stores: one per member, kept when its value is needed in memory.
+    pub stores: Vec<(SNodeId, Store)>,
+    /// Scheduler nodes of other kernels whose buffers this kernel reads.
+    pub external: Vec<SNodeId>,
+    guards: Vec<Cond>,
+    memo: HashMap<(ValueId, Vec<Index>, Vec<Cond>), ExprId>,
+}
+
+impl<'a> KernelBuilder<'a> {
+    /// An empty kernel over `space`.
+    pub fn new(graph: &'a Graph, low: &'a Lowered, space: Space) -> Self {
+        KernelBuilder {
+            graph,
+            low,
+            space,
+            members: HashMap::new(),
+            exprs: ExprArena::default(),
+            reductions: Vec::new(),
+            stores: Vec::new(),
+            external: Vec::new(),
+            guards: Vec::new(),
+            memo: HashMap::new(),
+        }
+    }
+
+    /// Adds a scheduler node; fails when it cannot live in this kernel.
+    pub fn add(&mut self, id: SNodeId) -> Built<()> {
+        let s = &self.low.snodes[id.0 as usize];
+        let ranges = self.space.ranges();
+        match &s.kind {
+            SKind::Pointwise { value } => {
+                let idx = space_index(&s.meta.shape, self.space)
+                    .ok_or_else(|| Illegal(format!("shape {:?} does not split into {:?}", s.meta.shape, self.space)))?;
+                self.members.insert(id, None);
+                let e = self.inline_value(*value, &idx)?;
+                let e = self.cast(e, s.meta.dtype);
+                let index = linear(&idx, &contiguous_strides(&s.meta.shape), 0);
+                self.stores.push((id, Store { buf: s.buf, index, value: e }));
+            }
+            SKind::Reduction { input, kind, dims, .. } => {
+                let in_shape = self.meta(*input)?.shape.clone();
+                let kept: Vec<i64> = (0..in_shape.len()).filter(|d| !dims.contains(d)).map(|d| in_shape[d]).collect();
+                let reduced: Vec<i64> = dims.iter().map(|&d| in_shape[d]).collect();
+                if kept.iter().product::<i64>() != self.space.x || reduced.iter().product::<i64>() != self.space.r {
+                    return Err(Illegal(format!("reduction space differs from {:?}", self.space)));
+                }
+                let xs = unflatten(Index::var(Var::X), &kept, ranges);
+                let rs = unflatten(Index::var(Var::R), &reduced, ranges);
+                let (mut xi, mut ri) = (xs.into_iter(), rs.into_iter());
+                let idx: Vec<Index> = (0..in_shape.len())
+                    .map(|d| if dims.contains(&d) { ri.next() } else { xi.next() }.unwrap_or(Index::Const(0)))
+                    .collect();
+                let value = self.load(*input, &idx)?;
+                let in_dtype = self.exprs.dtype(value);
+                // PyTorch's accumulation: floats in (at least) float32, integer
+                // and boolean sums in int64, max/min in the input's dtype.
+                let acc_dtype = if s.meta.dtype.is_float() {
+                    compute_dtype(s.meta.dtype)
+                } else if *kind == ReduceKind::Sum {
+                    DType::Int64
+                } else {
+                    in_dtype
+                };
+                let value = self.cast(value, acc_dtype);
+                let n = self.reductions.len();
+                self.reductions.push(Reduction { kind: *kind, value, acc_dtype });
+                self.members.insert(id, Some(n));
+                let e = self.reduced_value(id)?;
+                let e = self.cast(e, s.meta.dtype);
+                let out_idx = unflatten(Index::var(Var::X), &s.meta.shape, ranges);
+                let index = linear(&out_idx, &contiguous_strides(&s.meta.shape), 0);
+                self.stores.push((id, Store { buf: s.buf, index, value: e }));
+            }
+            SKind::Extern { .. } => return Err(Illegal("extern calls are not kernels".into())),
+        }
+        Ok(())
+    }
+
+    fn meta(&self, v: ValueId) -> Built<&'a crate::graph::ir::TensorMeta> {
+        self.graph.meta(v).ok_or_else(|| Illegal(format!("no metadata for {v:?}")))
+    }
+
+    fn lit(&mut self, value: f64, dtype: DType) -> ExprId {
+        self.exprs.intern(Expr::Literal(Literal::of(value, dtype)), dtype)
+    }
+
+    /// `e` converted to `dtype` (nothing when it already is).
+    pub fn cast(&mut self, e: ExprId, dtype: DType) -> ExprId {
+        if self.exprs.dtype(e) == dtype {
+            e
+        } else {
+            self.exprs.intern(Expr::Cast(e), dtype)
+        }
+    }
+
+    fn reduced_value(&mut self, id: SNodeId) -> Built<ExprId> {
+        let Some(Some(n)) = self.members.get(&id).copied() else {
+            return Err(Illegal("not a reduction of this kernel".into()));
+        };
+        let acc = self.reductions[n].acc_dtype;
+        let e = self.exprs.intern(Expr::Reduced(n), acc);
+        if let SKind::Reduction { divisor: Some(d), .. } = &self.low.snodes[id.0 as usize].kind {
+            let d = self.lit(*d as f64, acc);
+            return Ok(self.exprs.intern(Expr::Binary(BinaryOp::Div, e, d), acc));
+        }
+        Ok(e)
+    }
+
+    /// The value `v` at `idx` (one index per dim of `v`).
+    pub fn load(&mut self, v: ValueId, idx: &[Index]) -> Built<ExprId> {
+        let key = (v, idx.to_vec(), self.guards.clone());
+        if let Some(e) = self.memo.get(&key) {
+            return Ok(*e);
+        }
+        let def = self.low.defs.get(&v).cloned().ok_or_else(|| Illegal(format!("{v:?} was not lowered")))?;
+        let meta = self.meta(v)?;
+        let e = match def {
+            Def::Literal { value } => self.lit(value, compute_dtype(meta.dtype)),
+            Def::Strided(view) => {
+                let index = linear(idx, &view.strides, view.offset);
+                let dtype = self.low.buffers[view.buf.0 as usize].dtype;
+                let e = self.exprs.intern(Expr::Load { buf: view.buf, index, guards: self.guards.clone() }, dtype);
+                if let Some(owner) = self.low.snodes.iter().position(|s| s.buf == view.buf) {
+                    let owner = SNodeId(owner as u32);
+                    if !self.external.contains(&owner) {
+                        self.external.push(owner);
+                    }
+                }
+                self.cast(e, compute_dtype(dtype))
+            }
+            Def::Node(n) => match self.members.get(&n).copied() {
+                Some(Some(_)) => {
+                    let s = &self.low.snodes[n.0 as usize];
+                    let expected = unflatten(Index::var(Var::X), &s.meta.shape, self.space.ranges());
+                    if idx != expected.as_slice() {
+                        return Err(Illegal("a reduction is read at another row than the kernel's".into()));
+                    }
+                    self.reduced_value(n)?
+                }
+                Some(None) => {
+                    let value = match &self.low.snodes[n.0 as usize].kind {
+                        SKind::Pointwise { value } => *value,
+                        _ => return Err(Illegal("not a pointwise member".into())),
+                    };
+                    let e = self.inline_value(value, idx)?;
+                    self.cast(e, compute_dtype(meta.dtype))
+                }
+                None => {
+                    let s = &self.low.snodes[n.0 as usize];
+                    let index = linear(idx, &contiguous_strides(&s.meta.shape), 0);
+                    let e = self.exprs.intern(Expr::Load { buf: s.buf, index, guards: self.guards.clone() }, s.meta.dtype);
+                    if !self.external.contains(&n) {
+                        self.external.push(n);
+                    }
+                    self.cast(e, compute_dtype(s.meta.dtype))
+                }
+            },
+            Def::Inline { .. } => self.inline_value(v, idx)?,
+        };
+        self.memo.insert(key, e);
+        Ok(e)
+    }
+
+    fn operand(&mut self, arg: &Arg, out_shape: &[i64], idx: &[Index], dtype: DType) -> Built<ExprId> {
+        match arg {
+            Arg::Scalar(s) => Ok(self.lit(s.to_f64(), dtype)),
+            Arg::Value(v) => {
+                let shape = self.meta(*v)?.shape.clone();
+                let lead = out_shape.len().saturating_sub(shape.len());
+                let sub: Vec<Index> = shape
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &s)| if s == 1 { Index::Const(0) } else { idx[d + lead].clone() })
+                    .collect();
+                let e = self.load(*v, &sub)?;
+                Ok(self.cast(e, dtype))
+            }
+        }
+    }
+
+    fn operand_dtype(&self, arg: &Arg) -> Built<DType> {
+        Ok(match arg {
+            Arg::Value(v) => self.meta(*v)?.dtype,
+            Arg::Scalar(s) => s.dtype(),
+        })
+    }
+
+    /// The inline definition of `v` at `idx`: its op applied to its operands.
+    fn inline_value(&mut self, v: ValueId, idx: &[Index]) -> Built<ExprId> {
+        let node = self.graph.node(v.node).ok_or_else(|| Illegal("node vanished".into()))?;
+        let out = node.outputs.get(v.output as usize).ok_or_else(|| Illegal("no such output".into()))?;
+        let (out_shape, out_dtype) = (out.shape.clone(), out.dtype);
+        let cd = compute_dtype(out_dtype);
+        let ranges = self.space.ranges();
+        let args = node.args.clone();
+        let arg0 = || args.first().and_then(Arg::value).ok_or_else(|| Illegal("missing operand".into()));
+        Ok(match &node.op {
+            Op::Unary(op) => {
+                let a = self.operand(&args[0], &out_shape, idx, cd)?;
+                self.exprs.intern(Expr::Unary(*op, a), cd)
+            }
+            Op::Gelu { approximate } => {
+                let a = self.operand(&args[0], &out_shape, idx, cd)?;
+                self.gelu(a, *approximate, cd)
+            }
+            Op::Binary { op, alpha } => {
+                let in_dtype = if op.is_comparison() {
+                    let (a, b) = (self.operand_dtype(&args[0])?, self.operand_dtype(&args[1])?);
+                    compute_dtype(comparison_dtype(&args, a, b))
+                } else {
+                    cd
+                };
+                let a = self.operand(&args[0], &out_shape, idx, in_dtype)?;
+                let mut b = self.operand(&args[1], &out_shape, idx, in_dtype)?;
+                if let Some(alpha) = alpha.filter(|a| a.to_f64() != 1.0) {
+                    let k = self.lit(alpha.to_f64(), in_dtype);
+                    b = self.exprs.intern(Expr::Binary(BinaryOp::Mul, b, k), in_dtype);
+                }
+                self.exprs.intern(Expr::Binary(*op, a, b), cd)
+            }
+            Op::Where => {
+                let c = self.operand(&args[0], &out_shape, idx, DType::Bool)?;
+                let a = self.operand(&args[1], &out_shape, idx, cd)?;
+                let b = self.operand(&args[2], &out_shape, idx, cd)?;
+                self.exprs.intern(Expr::Where(c, a, b), cd)
+            }
+            Op::Clamp { min, max } => {
+                let mut a = self.operand(&args[0], &out_shape, idx, cd)?;
+                if let Some(lo) = min {
+                    let lo = self.lit(lo.to_f64(), cd);
+                    a = self.exprs.intern(Expr::Binary(BinaryOp::Maximum, a, lo), cd);
+                }
+                if let Some(hi) = max {
+                    let hi = self.lit(hi.to_f64(), cd);
+                    a = self.exprs.intern(Expr::Binary(BinaryOp::Minimum, a, hi), cd);
+                }
+                a
+            }
+            Op::Cast { dtype } => {
+                let a = self.load(arg0()?, idx)?;
+                // Round to the target dtype, then compute in its compute dtype.
+                let a = self.exprs.intern(Expr::Cast(a), *dtype);
+                self.cast(a, compute_dtype(*dtype))
+            }
+            Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => self.load(arg0()?, idx)?,
+            Op::Cat { dim } => self.cat(&args, *dim, &out_shape, idx, cd)?,
+            op if op.is_view() || matches!(op, Op::Split { .. } | Op::SplitWithSizes { .. }) => {
+                let src = arg0()?;
+                let in_shape = self.meta(src)?.shape.clone();
+                let sub = view_index(op, &in_shape, &out_shape, idx, v.output, ranges)
+                    .ok_or_else(|| Illegal(format!("cannot index through `{}`", op.name())))?;
+                self.load(src, &sub)?
+            }
+            other => return Err(Illegal(format!("`{}` is not a pointwise op", other.name()))),
+        })
+    }
+
+    fn gelu(&mut self, a: ExprId, approx: GeluApprox, d: DType) -> ExprId {
+        let half = self.lit(0.5, d);
+        let one = self.lit(1.0, d);
+        let inner = match approx {
+            GeluApprox::None => {
+                let k = self.lit(std::f64::consts::FRAC_1_SQRT_2, d);
+                let t = self.exprs.intern(Expr::Binary(BinaryOp::Mul, a, k), d);
+                self.exprs.intern(Expr::Unary(UnaryOp::Erf, t), d)
+            }
+            GeluApprox::Tanh => {
+                let k0 = self.lit((2.0 / std::f64::consts::PI).sqrt(), d);
+                let k1 = self.lit(0.044715, d);
+                let a2 = self.exprs.intern(Expr::Binary(BinaryOp::Mul, a, a), d);
+                let a3 = self.exprs.intern(Expr::Binary(BinaryOp::Mul, a2, a), d);
+                let t = self.exprs.intern(Expr::Binary(BinaryOp::Mul, a3, k1), d);
+                let t = self.exprs.intern(Expr::Binary(BinaryOp::Add, a, t), d);
+                let t = self.exprs.intern(Expr::Binary(BinaryOp::Mul, t, k0), d);
+                self.exprs.intern(Expr::Unary(UnaryOp::Tanh, t), d)
+            }
+        };
+        let t = self.exprs.intern(Expr::Binary(BinaryOp::Add, inner, one), d);
+        let t = self.exprs.intern(Expr::Binary(BinaryOp::Mul, a, t), d);
+        self.exprs.intern(Expr::Binary(BinaryOp::Mul, t, half), d)
+    }
+
+    fn cat(&mut self, args: &[Arg], dim: i64, out_shape: &[i64], idx: &[Index], cd: DType) -> Built<ExprId> {
+        let d = wrap_dim(dim, out_shape.len()).map_err(|e| Illegal(e.to_string()))?;
+        let mut pieces = Vec::new();
+        let mut offset = 0i64;
+        for a in args {
+            let v = a.value().ok_or_else(|| Illegal("cat of a number".into()))?;
+            let size = self.meta(v)?.shape.get(d).copied().unwrap_or(0);
+            if size > 0 {
+                pieces.push((v, offset, size));
+            }
+            offset += size;
+        }
+        let Some(&(last, last_off, _)) = pieces.last() else {
+            return Ok(self.lit(0.0, cd));
+        };
+        let mut sub = idx.to_vec();
+        sub[d] = idx[d].clone().add(Index::Const(-last_off));
+        let cond_last = Cond { index: idx[d].clone(), lo: last_off, hi: offset };
+        self.guards.push(cond_last);
+        let mut e = self.load(last, &sub);
+        self.guards.pop();
+        let mut acc = self.cast(e?, cd);
+        for &(v, off, size) in pieces.iter().rev().skip(1) {
+            let cond = Cond { index: idx[d].clone(), lo: off, hi: off + size };
+            let mut sub = idx.to_vec();
+            sub[d] = idx[d].clone().add(Index::Const(-off));
+            self.guards.push(cond.clone());
+            e = self.load(v, &sub);
+            self.guards.pop();
+            let piece = self.cast(e?, cd);
+            acc = self.exprs.intern(Expr::Select(cond, piece, acc), cd);
+        }
+        Ok(acc)
+    }
+}
+
+/// The dtype two comparison operands are compared in.
+fn comparison_dtype(args: &[Arg], a: DType, b: DType) -> DType {
+    match (&args[0], &args[1]) {
+        (Arg::Value(_), Arg::Scalar(s)) | (Arg::Scalar(s), Arg::Value(_)) => {
+            let t = if matches!(args[0], Arg::Value(_)) { a } else { b };
+            match s {
+                Scalar::Float(_) if !t.is_float() => DType::Float32,
+                _ => t,
+            }
+        }
+        _ => promote(a, b),
+    }
+}
+
+/// The index into a view op's input for an index `idx` into its output.
+pub fn view_index(op: &Op, in_shape: &[i64], out_shape: &[i64], idx: &[Index], output: u32, ranges: super::index::Ranges) -> Option<Vec<Index>> {
+    let rank = in_shape.len();
+    Some(match op {
+        Op::Permute { dims } => {
+            let dims = wrap_dims(Some(dims), rank).ok()?;
+            let mut sub = vec![Index::Const(0); rank];
+            for (j, &d) in dims.iter().enumerate() {
+                sub[d] = idx[j].clone();
+            }
+            sub
+        }
+        Op::Transpose { dim0, dim1 } => {
+            let (a, b) = (wrap_dim(*dim0, rank).ok()?, wrap_dim(*dim1, rank).ok()?);
+            let mut sub = idx.to_vec();
+            sub.swap(a, b);
+            sub
+        }
+        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
+            let flat = linear(idx, &contiguous_strides(out_shape), 0);
+            unflatten(flat, in_shape, ranges)
+        }
+        Op::Expand { .. } => {
+            let lead = out_shape.len() - rank;
+            (0..rank)
+                .map(|d| if in_shape[d] == 1 { Index::Const(0) } else { idx[d + lead].clone() })
+                .collect()
+        }
+        Op::Select { dim, index } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let i = if *index < 0 { index + in_shape[d] } else { *index };
+            let mut sub = idx.to_vec();
+            sub.insert(d, Index::Const(i));
+            sub
+        }
+        Op::Slice { dim, start, end, step } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let (lo, _) = slice_bounds(in_shape[d], *start, *end, *step);
+            let mut sub = idx.to_vec();
+            sub[d] = idx[d].clone().mul(*step).add(Index::Const(lo));
+            sub
+        }
+        Op::Split { split_size, dim } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let mut sub = idx.to_vec();
+            sub[d] = idx[d].clone().add(Index::Const(i64::from(output) * split_size));
+            sub
+        }
+        Op::SplitWithSizes { sizes, dim } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let before: i64 = sizes.iter().take(output as usize).sum();
+            let mut sub = idx.to_vec();
+            sub[d] = idx[d].clone().add(Index::Const(before));
+            sub
+        }
+        _ => return None,
+    })
+}

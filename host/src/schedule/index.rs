@@ -1,0 +1,324 @@
+//! Index arithmetic: the expressions that say which element of a buffer a
+//! kernel reads or writes. Views (permute, reshape, expand, slice, select,
+//! cat pieces) never copy data: they become these expressions.
+//!
+//! An [`Index`] is an integer expression over the kernel's two loop variables
+//! (`x`, the flat index of the rows or elements a program owns, and `r`, the
+//! flat reduction index). Constructors simplify as they build, using the known
+//! ranges of the loop variables, so that generated code stays readable.
+
+use std::fmt;
+
+/// A kernel loop variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Var {
+    /// The flat index over the kernel's non-reduction iteration space.
+    X,
+    /// The flat index over the reduction iteration space.
+    R,
+}
+
+/// An integer index expression.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Index {
+    /// A loop variable.
+    Var(Var),
+    /// A constant.
+    Const(i64),
+    /// A sum of terms.
+    Add(Vec<Index>),
+    /// A product with a constant factor.
+    Mul(Box<Index>, i64),
+    /// Floor division by a positive constant (operands are never negative).
+    Div(Box<Index>, i64),
+    /// Remainder by a positive constant (operands are never negative).
+    Mod(Box<Index>, i64),
+}
+
+/// The exclusive upper bounds of the loop variables, for simplification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ranges {
+    /// `x` ranges over `0..x`.
+    pub x: i64,
+    /// `r` ranges over `0..r`.
+    pub r: i64,
+}
+
+impl Index {
+    /// A loop variable.
+    pub fn var(v: Var) -> Index {
+        Index::Var(v)
+    }
+
+    /// A constant.
+    pub fn constant(c: i64) -> Index {
+        Index::Const(c)
+    }
+
+    /// The largest value this expression can take, if it can be bounded.
+    pub fn max_value(&self, ranges: Ranges) -> Option<i64> {
+        match self {
+            Index::Var(Var::X) => Some(ranges.x - 1),
+            Index::Var(Var::R) => Some(ranges.r - 1),
+            Index::Const(c) => Some(*c),
+            Index::Add(terms) => terms
+                .iter()
+                .try_fold(0i64, |acc, t| acc.checked_add(t.max_value(ranges)?)),
+            Index::Mul(e, k) if *k >= 0 => e.max_value(ranges)?.checked_mul(*k),
+            Index::Mul(..) => None,
+            Index::Div(e, k) => Some(e.max_value(ranges)? / k),
+            Index::Mod(e, k) => Some(e.max_value(ranges)?.min(k - 1)),
+        }
+    }
+
+    /// `self + other`, flattened and with constants folded.
+    pub fn add(self, other: Index) -> Index {
+        let mut terms = Vec::new();
+        let mut constant = 0i64;
+        for t in [self, other] {
+            match t {
+                Index::Add(inner) => {
+                    for i in inner {
+                        match i {
+                            Index::Const(c) => constant += c,
+                            other => terms.push(other),
+                        }
+                    }
+                }
+                Index::Const(c) => constant += c,
+                other => terms.push(other),
+            }
+        }
+        recombine_div_mod(&mut terms);
+        if constant != 0 {
+            terms.push(Index::Const(constant));
+        }
+        match terms.len() {
+            0 => Index::Const(0),
+            1 => terms.pop().unwrap_or(Index::Const(0)),
+            _ => Index::Add(terms),
+        }
+    }
+
+    /// `self * k`.
+    pub fn mul(self, k: i64) -> Index {
+        match (self, k) {
+            (_, 0) => Index::Const(0),
+            (e, 1) => e,
+            (Index::Const(c), k) => Index::Const(c * k),
+            (Index::Mul(e, a), k) => Index::Mul(e, a * k),
+            (Index::Add(terms), k) => terms
+                .into_iter()
+                .map(|t| t.mul(k))
+                .fold(Index::Const(0), Index::add),
+            (e, k) => Index::Mul(Box::new(e), k),
+        }
+    }
+
+    /// `self // k` for a positive `k`.
+    pub fn div(self, k: i64, ranges: Ranges) -> Index {
+        if k == 1 {
+            return self;
+        }
+        if let Index::Const(c) = self {
+            return Index::Const(c.div_euclid(k));
+        }
+        if self.max_value(ranges).is_some_and(|m| m < k) {
+            return Index::Const(0);
+        }
+        match self {
+            // (e * a) // k with k dividing a.
+            Index::Mul(e, a) if a % k == 0 => e.mul(a / k),
+            // (e // a) // k == e // (a * k).
+            Index::Div(e, a) => e.div(a * k, ranges),
+            other => Index::Div(Box::new(other), k),
+        }
+    }
+
+    /// `self % k` for a positive `k`.
+    pub fn rem(self, k: i64, ranges: Ranges) -> Index {
+        if k == 1 {
+            return Index::Const(0);
+        }
+        if let Index::Const(c) = self {
+            return Index::Const(c.rem_euclid(k));
+        }
+        if self.max_value(ranges).is_some_and(|m| m < k) {
+            return self;
+        }
+        match self {
+            Index::Mul(e, a) if a % k == 0 => {
+                let _ = e;
+                Index::Const(0)
+            }
+            other => Index::Mod(Box::new(other), k),
+        }
+    }
+
+    /// Whether the expression mentions `v`.
+    pub fn uses(&self, v: Var) -> bool {
+        match self {
+            Index::Var(w) => *w == v,
+            Index::Const(_) => false,
+            Index::Add(terms) => terms.iter().any(|t| t.uses(v)),
+            Index::Mul(e, _) | Index::Div(e, _) | Index::Mod(e, _) => e.uses(v),
+        }
+    }
+
+    /// Evaluates the expression for concrete loop variables (tests, the interpreter of the loop IR).
+    pub fn eval(&self, x: i64, r: i64) -> i64 {
+        match self {
+            Index::Var(Var::X) => x,
+            Index::Var(Var::R) => r,
+            Index::Const(c) => *c,
+            Index::Add(terms) => terms.iter().map(|t| t.eval(x, r)).sum(),
+            Index::Mul(e, k) => e.eval(x, r) * k,
+            Index::Div(e, k) => e.eval(x, r).div_euclid(*k),
+            Index::Mod(e, k) => e.eval(x, r).rem_euclid(*k),
+        }
+    }
+}
+
+impl fmt::Display for Index {
+    /// Python/Triton syntax (`//` and `%` are floor operations there, and the
+    /// operands are never negative, so C++ prints the same text with `/`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Index::Var(Var::X) => f.write_str("xindex"),
+            Index::Var(Var::R) => f.write_str("rindex"),
+            Index::Const(c) => write!(f, "{c}"),
+            Index::Add(terms) => {
+                for (i, t) in terms.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" + ")?;
+                    }
+                    write!(f, "{t}")?;
+                }
+                Ok(())
+            }
+            Index::Mul(e, k) => match **e {
+                Index::Add(_) => write!(f, "{k}*({e})"),
+                _ => write!(f, "{k}*{e}"),
+            },
+            Index::Div(e, k) => write!(f, "(({e}) // {k})"),
+            Index::Mod(e, k) => write!(f, "(({e}) % {k})"),
+        }
+    }
+}
+
+/// A term as `(coefficient, expression)`.
+fn coefficient(term: &Index) -> (i64, &Index) {
+    match term {
+        Index::Mul(e, k) => (*k, e),
+        other => (1, other),
+    }
+}
+
+/// Rewrites `c*((e // a) % k) + c*k*(e // (a*k))` into `c*(e // a)` among the
+/// terms of a sum (with `a = 1`: `c*(e % k) + c*k*(e // k)` into `c*e`): the
+/// identity that undoes `unflatten` when a view's strides are contiguous.
+fn recombine_div_mod(terms: &mut Vec<Index>) {
+    loop {
+        let mut found = None;
+        'search: for (i, t) in terms.iter().enumerate() {
+            let (c, inner) = coefficient(t);
+            let Index::Mod(m, k) = inner else { continue };
+            let (base, a) = match &**m {
+                Index::Div(e, a) => (&**e, *a),
+                other => (other, 1),
+            };
+            for (j, u) in terms.iter().enumerate() {
+                let (cu, inner_u) = coefficient(u);
+                if let Index::Div(eu, ku) = inner_u {
+                    if i != j && *ku == a * k && &**eu == base && cu == c * k {
+                        let merged = if a == 1 {
+                            base.clone()
+                        } else {
+                            Index::Div(Box::new(base.clone()), a)
+                        };
+                        found = Some((i, j, merged.mul(c)));
+                        break 'search;
+                    }
+                }
+            }
+        }
+        let Some((i, j, merged)) = found else { return };
+        let (hi, lo) = if i > j { (i, j) } else { (j, i) };
+        terms.remove(hi);
+        terms.remove(lo);
+        match merged {
+            Index::Add(inner) => terms.extend(inner),
+            Index::Const(0) => {}
+            other => terms.push(other),
+        }
+    }
+}
+
+/// Splits a flat index over `shape` (row-major) into one index per dim.
+pub fn unflatten(flat: Index, shape: &[i64], ranges: Ranges) -> Vec<Index> {
+    let mut out = vec![Index::Const(0); shape.len()];
+    let mut stride = 1i64;
+    for d in (0..shape.len()).rev() {
+        let size = shape[d];
+        out[d] = if size == 1 {
+            Index::Const(0)
+        } else {
+            let q = flat.clone().div(stride, ranges);
+            if d == 0 {
+                q
+            } else {
+                q.rem(size, ranges)
+            }
+        };
+        stride = stride.saturating_mul(size.max(1));
+    }
+    out
+}
+
+/// The linear offset of a multi-dimensional index with these strides.
+pub fn linear(index: &[Index], strides: &[i64], offset: i64) -> Index {
+    index
+        .iter()
+        .zip(strides)
+        .fold(Index::Const(offset), |acc, (i, s)| acc.add(i.clone().mul(*s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: Ranges = Ranges { x: 64, r: 16 };
+
+    #[test]
+    fn unflatten_then_linear_is_the_identity_for_contiguous_strides() {
+        let shape = [4, 4, 4];
+        let idx = unflatten(Index::var(Var::X), &shape, R);
+        let back = linear(&idx, &[16, 4, 1], 0);
+        assert_eq!(back, Index::var(Var::X));
+        let scaled = linear(&unflatten(Index::var(Var::X), &[2, 3], R), &[24, 8], 0);
+        assert_eq!(scaled, Index::var(Var::X).mul(8));
+    }
+
+    #[test]
+    fn simplification_uses_the_loop_ranges() {
+        assert_eq!(Index::var(Var::R).rem(16, R), Index::var(Var::R));
+        assert_eq!(Index::var(Var::R).div(16, R), Index::Const(0));
+        assert_eq!(Index::var(Var::X).mul(4).div(2, R), Index::var(Var::X).mul(2));
+        assert_eq!(
+            Index::var(Var::X).div(4, R).div(4, R),
+            Index::Div(Box::new(Index::var(Var::X)), 16)
+        );
+        assert_eq!(Index::var(Var::X).add(Index::Const(0)), Index::var(Var::X));
+    }
+
+    #[test]
+    fn permuted_access_evaluates_like_the_strided_tensor() {
+        // A [2, 3] contiguous tensor read transposed as [3, 2].
+        let r = Ranges { x: 6, r: 1 };
+        let idx = unflatten(Index::var(Var::X), &[3, 2], r);
+        let access = linear(&idx, &[1, 3], 0);
+        let got: Vec<i64> = (0..6).map(|x| access.eval(x, 0)).collect();
+        assert_eq!(got, [0, 3, 1, 4, 2, 5]);
+        assert_eq!(access.to_string(), "((xindex) // 2) + 3*((xindex) % 2)");
+    }
+}

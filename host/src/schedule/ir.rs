@@ -1,0 +1,415 @@
+//! The loop-level IR that code generators consume: buffers, and kernels made
+//! of value expressions over the kernel's loop variables.
+//!
+//! A [`Kernel`] iterates over a [`Space`] of `x` rows by `r` reduction
+//! elements (`r = 1` for a pointwise kernel). Its values live in an
+//! [`ExprArena`] that hash-conses nodes, so a value computed twice in one
+//! kernel is one expression (common-subexpression elimination for free).
+//! This module is plain data: it never decides anything.
+
+use std::collections::HashMap;
+
+use super::index::{Index, Var};
+use crate::graph::dtype::DType;
+use crate::graph::ops::{BinaryOp, UnaryOp};
+
+/// A buffer of the compiled program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+/// Where a buffer's storage comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BufferKind {
+    /// Graph input number `index`, passed in by the caller.
+    Input {
+        /// Position among the graph's inputs.
+        index: usize,
+    },
+    /// A constant tensor, created once when the module loads.
+    Constant {
+        /// Row-major values (or one fill value).
+        data: crate::graph::ops::ConstData,
+    },
+    /// Written by a kernel or an extern call.
+    Computed,
+}
+
+/// A buffer: dense storage of `shape` with `strides` (elements).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    /// The graph value it holds (a user name: pass it through the `Namer`).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Sizes.
+    pub shape: Vec<i64>,
+    /// Strides in elements.
+    pub strides: Vec<i64>,
+    /// Where the storage comes from.
+    pub kind: BufferKind,
+}
+
+impl Buffer {
+    /// Elements.
+    pub fn numel(&self) -> i64 {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of storage.
+    pub fn bytes(&self) -> i64 {
+        self.numel() * self.dtype.size_bytes() as i64
+    }
+}
+
+/// A kernel's iteration space: `x` rows (or elements) by `r` reduction elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Space {
+    /// Rows, or elements of a pointwise kernel.
+    pub x: i64,
+    /// Elements reduced per row; 1 for a pointwise kernel.
+    pub r: i64,
+}
+
+impl Space {
+    /// Whether the kernel reduces.
+    pub fn is_reduction(self) -> bool {
+        self.r > 1
+    }
+
+    /// The loop ranges, for index simplification.
+    pub fn ranges(self) -> super::index::Ranges {
+        super::index::Ranges {
+            x: self.x.max(1),
+            r: self.r.max(1),
+        }
+    }
+}
+
+/// An index condition `lo <= index < hi` (the pieces of `cat`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cond {
+    /// The index tested.
+    pub index: Index,
+    /// Inclusive lower bound.
+    pub lo: i64,
+    /// Exclusive upper bound.
+    pub hi: i64,
+}
+
+/// A literal of an expression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Literal {
+    /// A float, by its bits (so that literals hash).
+    Float(u64),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl Literal {
+    /// The literal as a float64.
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Literal::Float(bits) => f64::from_bits(bits),
+            Literal::Int(i) => i as f64,
+            Literal::Bool(b) => f64::from(u8::from(b)),
+        }
+    }
+
+    /// The literal of `value` in `dtype`.
+    pub fn of(value: f64, dtype: DType) -> Literal {
+        if dtype == DType::Bool {
+            Literal::Bool(value != 0.0)
+        } else if dtype.is_float() {
+            Literal::Float(value.to_bits())
+        } else {
+            Literal::Int(value as i64)
+        }
+    }
+}
+
+/// What a reduction computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceKind {
+    /// Sum.
+    Sum,
+    /// Maximum (NaN propagates).
+    Max,
+    /// Minimum (NaN propagates).
+    Min,
+}
+
+/// An expression node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    /// Reads `buf[index]`, where every condition in `guards` holds (else 0).
+    Load {
+        /// The buffer.
+        buf: BufferId,
+        /// Element offset.
+        index: Index,
+        /// Extra validity conditions (a `cat` piece).
+        guards: Vec<Cond>,
+    },
+    /// A literal.
+    Literal(Literal),
+    /// A function of one operand.
+    Unary(UnaryOp, ExprId),
+    /// A function of two operands.
+    Binary(BinaryOp, ExprId, ExprId),
+    /// `where(cond, a, b)`.
+    Where(ExprId, ExprId, ExprId),
+    /// A conversion to the expression's dtype.
+    Cast(ExprId),
+    /// `a` where `cond` holds on the index, else `b` (`cat`).
+    Select(Cond, ExprId, ExprId),
+    /// The result of reduction number `n` of this kernel (one value per row).
+    Reduced(usize),
+}
+
+/// An expression in an [`ExprArena`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExprId(pub u32);
+
+/// Hash-consed expressions with the dtype each computes in.
+#[derive(Clone, Debug, Default)]
+pub struct ExprArena {
+    nodes: Vec<(Expr, DType)>,
+    lookup: HashMap<(Expr, DType), ExprId>,
+}
+
+impl ExprArena {
+    /// The id of `expr` computed in `dtype`, adding it if new.
+    pub fn intern(&mut self, expr: Expr, dtype: DType) -> ExprId {
+        if let Some(id) = self.lookup.get(&(expr.clone(), dtype)) {
+            return *id;
+        }
+        let id = ExprId(self.nodes.len() as u32);
+        self.nodes.push((expr.clone(), dtype));
+        self.lookup.insert((expr, dtype), id);
+        id
+    }
+
+    /// The node of `id`.
+    pub fn get(&self, id: ExprId) -> &Expr {
+        &self.nodes[id.0 as usize].0
+    }
+
+    /// The dtype `id` computes in.
+    pub fn dtype(&self, id: ExprId) -> DType {
+        self.nodes[id.0 as usize].1
+    }
+
+    /// Every node, in creation order (operands before users).
+    pub fn iter(&self) -> impl Iterator<Item = (ExprId, &Expr, DType)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (e, d))| (ExprId(i as u32), e, *d))
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The operands of `id`.
+    pub fn operands(&self, id: ExprId) -> Vec<ExprId> {
+        match self.get(id) {
+            Expr::Load { .. } | Expr::Literal(_) | Expr::Reduced(_) => vec![],
+            Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+            Expr::Binary(_, a, b) | Expr::Select(_, a, b) => vec![*a, *b],
+            Expr::Where(c, a, b) => vec![*c, *a, *b],
+        }
+    }
+
+    /// Whether the value of `id` varies along the reduction variable.
+    pub fn uses_r(&self, id: ExprId) -> bool {
+        // Operands have smaller ids, so one forward sweep suffices.
+        let mut memo = vec![false; id.0 as usize + 1];
+        for i in 0..=id.0 as usize {
+            let e = ExprId(i as u32);
+            memo[i] = match self.get(e) {
+                Expr::Load { index, guards, .. } => {
+                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
+                }
+                Expr::Select(c, a, b) => {
+                    c.index.uses(Var::R) || memo[a.0 as usize] || memo[b.0 as usize]
+                }
+                Expr::Literal(_) | Expr::Reduced(_) => false,
+                _ => self.operands(e).iter().any(|o| memo[o.0 as usize]),
+            };
+        }
+        memo[id.0 as usize]
+    }
+
+    /// The reductions `id` depends on.
+    pub fn reductions_used(&self, id: ExprId) -> Vec<usize> {
+        let mut seen = vec![false; id.0 as usize + 1];
+        let mut stack = vec![id];
+        let mut out = Vec::new();
+        while let Some(e) = stack.pop() {
+            if std::mem::replace(&mut seen[e.0 as usize], true) {
+                continue;
+            }
+            if let Expr::Reduced(n) = self.get(e) {
+                out.push(*n);
+            }
+            stack.extend(self.operands(e));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// A reduction inside a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reduction {
+    /// What it computes.
+    pub kind: ReduceKind,
+    /// The value reduced, per (x, r).
+    pub value: ExprId,
+    /// The dtype it accumulates in.
+    pub acc_dtype: DType,
+}
+
+/// A store of a kernel value into a buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Store {
+    /// The buffer written.
+    pub buf: BufferId,
+    /// Element offset, over `x` (and `r` for values that vary along it).
+    pub index: Index,
+    /// The value.
+    pub value: ExprId,
+}
+
+/// One generated kernel: a fused group.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// What it fuses, for the kernel's name (`fused_amax_sub_exp_sum_div`).
+    pub ops: Vec<&'static str>,
+    /// The iteration space.
+    pub space: Space,
+    /// Its values.
+    pub exprs: ExprArena,
+    /// Reductions, in dependency order.
+    pub reductions: Vec<Reduction>,
+    /// Stores, in order.
+    pub stores: Vec<Store>,
+}
+
+impl Kernel {
+    /// The buffers the kernel reads, in first-use order.
+    pub fn reads(&self) -> Vec<BufferId> {
+        let mut out = Vec::new();
+        for (_, e, _) in self.exprs.iter() {
+            if let Expr::Load { buf, .. } = e {
+                if !out.contains(buf) {
+                    out.push(*buf);
+                }
+            }
+        }
+        out
+    }
+
+    /// The buffers the kernel writes, in order.
+    pub fn writes(&self) -> Vec<BufferId> {
+        let mut out = Vec::new();
+        for s in &self.stores {
+            if !out.contains(&s.buf) {
+                out.push(s.buf);
+            }
+        }
+        out
+    }
+}
+
+/// A matrix product run by the device's library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExternOp {
+    /// `mm(a, b)`: `[M, K] x [K, N]`.
+    Mm,
+    /// `bmm(a, b)`: `[B, M, K] x [B, K, N]`.
+    Bmm,
+}
+
+impl ExternOp {
+    /// The ATen name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExternOp::Mm => "mm",
+            ExternOp::Bmm => "bmm",
+        }
+    }
+}
+
+/// A strided view of a buffer, as an extern call or an output takes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct View {
+    /// The buffer.
+    pub buf: BufferId,
+    /// Sizes of the view.
+    pub shape: Vec<i64>,
+    /// Strides of the view.
+    pub strides: Vec<i64>,
+    /// Offset in elements.
+    pub offset: i64,
+}
+
+/// An extern call writing `out`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExternCall {
+    /// Which product.
+    pub op: ExternOp,
+    /// Operands, as strided views.
+    pub args: Vec<View>,
+    /// The buffer written (contiguous).
+    pub out: BufferId,
+}
+
+/// One step of the program, in execution order.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// A generated kernel.
+    Kernel(Kernel),
+    /// A call into the device's library.
+    Extern(ExternCall),
+}
+
+/// The scheduled program: what the wrapper generator turns into a `call`.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// The graph's name.
+    pub name: String,
+    /// Every buffer.
+    pub buffers: Vec<Buffer>,
+    /// The graph's inputs, in order.
+    pub inputs: Vec<BufferId>,
+    /// The graph's outputs, in order, as views of buffers.
+    pub outputs: Vec<View>,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+}
+
+impl Program {
+    /// The buffer `id`.
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    /// The number of generated kernels.
+    pub fn kernel_count(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Kernel(_)))
+            .count()
+    }
+}

@@ -1,0 +1,565 @@
+//! Lowering: every graph value becomes a definition the kernels can read.
+//!
+//! - Inputs and constants are buffers; views of a buffer stay strided views
+//!   (no copy); one-element constants become literals.
+//! - Pointwise ops are *inline*: a kernel that reads them recomputes them from
+//!   their operands, so chains of pointwise ops fuse by construction.
+//! - Reductions and matrix products are scheduler nodes ([`SNode`]); so is a
+//!   pointwise value that must exist in memory (a graph output, an operand of a
+//!   matrix product that is no strided view, or an inline chain grown too deep).
+//!
+//! Lowering decides *what* is computed; `fuse.rs` decides which scheduler nodes
+//! share a kernel.
+
+use std::collections::HashMap;
+
+use super::ir::{BufferId, ExternOp, ReduceKind, View};
+use super::Error;
+use crate::graph::dtype::DType;
+use crate::graph::ir::{Arg, Graph, NodeId, TensorMeta, ValueId};
+use crate::graph::ops::{ConstData, Op, ReduceOp};
+use crate::graph::shape::{contiguous_strides, slice_bounds, wrap_dim, wrap_dims};
+
+/// The deepest inline chain before a value is computed into memory instead:
+/// bounds both the size of one kernel's expression and the recursion of the
+/// code that builds it.
+pub const MAX_INLINE_DEPTH: u32 = 24;
+
+/// A scheduler node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SNodeId(pub u32);
+
+/// How a value is read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Def {
+    /// A strided view of a buffer.
+    Strided(View),
+    /// Recomputed from its node's operands wherever it is read.
+    Inline {
+        /// The node computing it.
+        node: NodeId,
+        /// Which output of the node.
+        output: u32,
+        /// Inline chain depth below it.
+        depth: u32,
+    },
+    /// A one-element constant, folded into expressions.
+    Literal {
+        /// The value.
+        value: f64,
+    },
+    /// The value of a scheduler node.
+    Node(SNodeId),
+}
+
+/// What a scheduler node computes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SKind {
+    /// The inline value `value`, computed into memory.
+    Pointwise {
+        /// The value (its definition is inline).
+        value: ValueId,
+    },
+    /// A reduction of `input` over `dims`.
+    Reduction {
+        /// The value reduced.
+        input: ValueId,
+        /// What it computes.
+        kind: ReduceKind,
+        /// Reduced dims of `input`, sorted.
+        dims: Vec<usize>,
+        /// Divide the sum by this (a mean).
+        divisor: Option<i64>,
+    },
+    /// A matrix product in the device's library.
+    Extern {
+        /// Which product.
+        op: ExternOp,
+        /// Its operands.
+        args: Vec<View>,
+    },
+}
+
+/// A scheduler node: something computed into a buffer by a kernel or a call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SNode {
+    /// What it computes.
+    pub kind: SKind,
+    /// The graph value it defines.
+    pub value: ValueId,
+    /// Its output shape (the reduction result with `keepdim` as the graph has it).
+    pub meta: TensorMeta,
+    /// The (contiguous) buffer it writes when its value is needed in memory.
+    pub buf: BufferId,
+    /// A short op name for kernel names.
+    pub op_name: &'static str,
+}
+
+/// The result of lowering.
+#[derive(Debug, Default)]
+pub struct Lowered {
+    /// How each graph value is read.
+    pub defs: HashMap<ValueId, Def>,
+    /// Scheduler nodes, in a topological order.
+    pub snodes: Vec<SNode>,
+    /// Buffers: graph inputs and constants first, then one per scheduler node.
+    pub buffers: Vec<super::ir::Buffer>,
+    /// The graph's input buffers, in order.
+    pub inputs: Vec<BufferId>,
+    /// The graph's outputs.
+    pub outputs: Vec<View>,
+}
+
+fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
+    View {
+        buf,
+        shape: shape.to_vec(),
+        strides: contiguous_strides(shape),
+        offset: 0,
+    }
+}
+
+/// Strides for viewing `shape`/`strides` as `new_shape` without a copy, as
+/// `torch.Tensor.view` computes them, or `None` when a copy would be needed.
+pub fn view_strides(shape: &[i64], strides: &[i64], new_shape: &[i64]) -> Option<Vec<i64>> {
+    let numel: i64 = shape.iter().product();
+    if numel != new_shape.iter().product::<i64>() {
+        return None;
+    }
+    if numel == 0 || new_shape.is_empty() {
+        return Some(contiguous_strides(new_shape));
+    }
+    let mut new_strides = vec![0i64; new_shape.len()];
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut chunk_base_stride = *strides.last().unwrap_or(&1);
+    let mut tensor_numel = 1i64;
+    let mut view_numel = 1i64;
+    for tensor_d in (0..shape.len()).rev() {
+        tensor_numel *= shape[tensor_d];
+        if tensor_d == 0 || (shape[tensor_d - 1] != 1 && strides[tensor_d - 1] != tensor_numel * chunk_base_stride) {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                new_strides[view_d as usize] = view_numel * chunk_base_stride;
+                view_numel *= new_shape[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if tensor_d > 0 {
+                chunk_base_stride = strides[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    if view_d != -1 {
+        return None;
+    }
+    Some(new_strides)
+}
+
+impl Lowered {
+    fn add_buffer(&mut self, name: &str, meta: &TensorMeta, kind: super::ir::BufferKind) -> BufferId {
+        let id = BufferId(self.buffers.len() as u32);
+        self.buffers.push(super::ir::Buffer {
+            name: name.to_string(),
+            dtype: meta.dtype,
+            shape: meta.shape.clone(),
+            strides: contiguous_strides(&meta.shape),
+            kind,
+        });
+        id
+    }
+
+    fn add_snode(&mut self, graph: &Graph, value: ValueId, kind: SKind, op_name: &'static str) -> Result<SNodeId, Error> {
+        let meta = meta_of(graph, value)?.clone();
+        let name = node_of(graph, value.node)?.name.clone();
+        let buf = self.add_buffer(&name, &meta, super::ir::BufferKind::Computed);
+        let id = SNodeId(self.snodes.len() as u32);
+        self.snodes.push(SNode {
+            kind,
+            value,
+            meta,
+            buf,
+            op_name,
+        });
+        self.defs.insert(value, Def::Node(id));
+        Ok(id)
+    }
+
+    /// The value as a strided view of a buffer, if it is one. With
+    /// `through_nodes`, a scheduler node's value counts too (its buffer is
+    /// contiguous); without, only inputs, constants and extern results do, so
+    /// that views of a node in the same kernel stay index maps over its value.
+    pub fn as_view(&self, graph: &Graph, value: ValueId, through_nodes: bool) -> Option<View> {
+        match self.defs.get(&value)? {
+            Def::Strided(v) => Some(v.clone()),
+            Def::Node(n) if through_nodes => {
+                let s = &self.snodes[n.0 as usize];
+                Some(contiguous_view(s.buf, &s.meta.shape))
+            }
+            Def::Node(_) => None,
+            Def::Inline { node, output, .. } => {
+                let node = graph.node(*node)?;
+                let src = node.args.first()?.value()?;
+                let out = node.outputs.get(*output as usize)?;
+                let base = self.as_view(graph, src, through_nodes)?;
+                view_of_view(&node.op, &base, &out.shape, *output)
+            }
+            Def::Literal { .. } => None,
+        }
+    }
+
+    /// The value as a strided view, computing it into memory first if needed.
+    fn realize_view(&mut self, graph: &Graph, value: ValueId) -> Result<View, Error> {
+        if let Some(v) = self.as_view(graph, value, true) {
+            return Ok(v);
+        }
+        let id = self.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
+        let s = &self.snodes[id.0 as usize];
+        Ok(contiguous_view(s.buf, &s.meta.shape))
+    }
+}
+
+/// The strided view a view op makes of `base`, if it stays strided.
+fn view_of_view(op: &Op, base: &View, out_shape: &[i64], output: u32) -> Option<View> {
+    let rank = base.shape.len();
+    let mut v = View {
+        buf: base.buf,
+        shape: out_shape.to_vec(),
+        strides: Vec::new(),
+        offset: base.offset,
+    };
+    match op {
+        Op::Permute { dims } => {
+            let dims = wrap_dims(Some(dims), rank).ok()?;
+            v.strides = dims.iter().map(|&d| base.strides[d]).collect();
+        }
+        Op::Transpose { dim0, dim1 } => {
+            let (a, b) = (wrap_dim(*dim0, rank).ok()?, wrap_dim(*dim1, rank).ok()?);
+            v.strides = base.strides.clone();
+            v.strides.swap(a, b);
+        }
+        Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
+            v.strides = view_strides(&base.shape, &base.strides, out_shape)?;
+        }
+        Op::Expand { .. } => {
+            let lead = out_shape.len() - rank;
+            v.strides = (0..out_shape.len())
+                .map(|d| {
+                    if d < lead || (base.shape[d - lead] == 1 && out_shape[d] != 1) {
+                        0
+                    } else {
+                        base.strides[d - lead]
+                    }
+                })
+                .collect();
+        }
+        Op::Select { dim, index } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let i = if *index < 0 { index + base.shape[d] } else { *index };
+            v.offset += i * base.strides[d];
+            v.strides = base.strides.clone();
+            v.strides.remove(d);
+        }
+        Op::Slice { dim, start, end, step } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let (lo, _) = slice_bounds(base.shape[d], *start, *end, *step);
+            v.offset += lo * base.strides[d];
+            v.strides = base.strides.clone();
+            v.strides[d] *= step;
+        }
+        Op::Split { split_size, dim } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            v.offset += i64::from(output) * split_size * base.strides[d];
+            v.strides = base.strides.clone();
+        }
+        Op::SplitWithSizes { sizes, dim } => {
+            let d = wrap_dim(*dim, rank).ok()?;
+            let before: i64 = sizes.iter().take(output as usize).sum();
+            v.offset += before * base.strides[d];
+            v.strides = base.strides.clone();
+        }
+        Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => {
+            v.strides = base.strides.clone();
+        }
+        _ => return None,
+    }
+    Some(v)
+}
+
+fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> {
+    graph
+        .node(id)
+        .ok_or_else(|| Error::Internal(format!("node {id:?} vanished during lowering")))
+}
+
+fn meta_of(graph: &Graph, v: ValueId) -> Result<&TensorMeta, Error> {
+    graph
+        .meta(v)
+        .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))
+}
+
+fn first_value(graph: &Graph, id: NodeId, i: usize) -> Result<ValueId, Error> {
+    let node = node_of(graph, id)?;
+    node.args
+        .get(i)
+        .and_then(Arg::value)
+        .ok_or_else(|| Error::Unsupported {
+            node: node.name.clone(),
+            what: format!("`{}` without a tensor operand {i}", node.op.name()),
+        })
+}
+
+/// Lowers a validated graph (after the passes).
+pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
+    let mut low = Lowered::default();
+    let order = graph.topo_order().map_err(|n| Error::Internal(format!("cycle at node {n:?}")))?;
+    for id in order {
+        let node = node_of(graph, id)?;
+        let v0 = ValueId::first(id);
+        match &node.op {
+            Op::Input { index } => {
+                let meta = meta_of(graph, v0)?.clone();
+                let buf = low.add_buffer(&node.name, &meta, super::ir::BufferKind::Input { index: *index });
+                if low.inputs.len() <= *index {
+                    low.inputs.resize(*index + 1, buf);
+                }
+                low.inputs[*index] = buf;
+                low.defs.insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+            }
+            Op::Constant { data } => {
+                let meta = meta_of(graph, v0)?.clone();
+                let single = match data {
+                    ConstData::Fill(x) => Some(*x),
+                    ConstData::Values(v) if v.len() == 1 => Some(v[0]),
+                    ConstData::Values(_) => None,
+                };
+                match single {
+                    Some(value) => {
+                        low.defs.insert(v0, Def::Literal { value });
+                    }
+                    None => {
+                        let kind = super::ir::BufferKind::Constant { data: data.clone() };
+                        let buf = low.add_buffer(&node.name, &meta, kind);
+                        low.defs.insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+                    }
+                }
+            }
+            Op::Reduce { op, dims, .. } => {
+                let input = first_value(graph, id, 0)?;
+                let in_meta = meta_of(graph, input)?;
+                let dims = wrap_dims(dims.as_deref(), in_meta.rank()).map_err(|e| Error::Unsupported {
+                    node: node.name.clone(),
+                    what: e.to_string(),
+                })?;
+                let (kind, divisor) = match op {
+                    ReduceOp::Sum => (ReduceKind::Sum, None),
+                    ReduceOp::Mean => (ReduceKind::Sum, Some(dims.iter().map(|&d| in_meta.shape[d]).product())),
+                    ReduceOp::Amax => (ReduceKind::Max, None),
+                    ReduceOp::Amin => (ReduceKind::Min, None),
+                };
+                let name = match op {
+                    ReduceOp::Sum => "sum",
+                    ReduceOp::Mean => "mean",
+                    ReduceOp::Amax => "amax",
+                    ReduceOp::Amin => "amin",
+                };
+                low.add_snode(graph, v0, SKind::Reduction { input, kind, dims, divisor }, name)?;
+            }
+            Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, &mut low, id)?,
+            op if is_inline(op) => {
+                for (output, _) in node.outputs.iter().enumerate() {
+                    let value = ValueId {
+                        node: id,
+                        output: output as u32,
+                    };
+                    let depth = 1 + node
+                        .args
+                        .iter()
+                        .filter_map(Arg::value)
+                        .map(|a| match low.defs.get(&a) {
+                            Some(Def::Inline { depth, .. }) => *depth,
+                            _ => 0,
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    low.defs.insert(
+                        value,
+                        Def::Inline {
+                            node: id,
+                            output: output as u32,
+                            depth,
+                        },
+                    );
+                    if let Some(v) = low.as_view(graph, value, false) {
+                        low.defs.insert(value, Def::Strided(v));
+                    } else if depth > MAX_INLINE_DEPTH {
+                        low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
+                    }
+                }
+            }
+            other => {
+                return Err(Error::Unsupported {
+                    node: node.name.clone(),
+                    what: format!(
+                        "`{}` must be decomposed by the passes before scheduling",
+                        other.name()
+                    ),
+                })
+            }
+        }
+    }
+    for &out in graph.outputs() {
+        let view = match low.as_view(graph, out, true) {
+            Some(v) => v,
+            None => {
+                let id = low.add_snode(graph, out, SKind::Pointwise { value: out }, "pointwise")?;
+                let s = &low.snodes[id.0 as usize];
+                contiguous_view(s.buf, &s.meta.shape)
+            }
+        };
+        low.outputs.push(view);
+    }
+    Ok(low)
+}
+
+/// Whether an op is read inline (pointwise, or a view that may not stay strided).
+fn is_inline(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_)
+            | Op::Gelu { .. }
+            | Op::Binary { .. }
+            | Op::Where
+            | Op::Clamp { .. }
+            | Op::Cast { .. }
+            | Op::Cat { .. }
+            | Op::Split { .. }
+            | Op::SplitWithSizes { .. }
+            | Op::GetItem { .. }
+            | Op::Contiguous
+            | Op::Clone
+            | Op::NoOp(_)
+    ) || op.is_view()
+}
+
+/// `mm`, `bmm` and `matmul` as extern calls on strided views; `matmul`'s
+/// broadcasting becomes views onto a `bmm` (or a `mm` when there is no batch).
+fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let v0 = ValueId::first(id);
+    let out_meta = meta_of(graph, v0)?.clone();
+    let a = first_value(graph, id, 0)?;
+    let b = first_value(graph, id, 1)?;
+    let va = low.realize_view(graph, a)?;
+    let vb = low.realize_view(graph, b)?;
+    let unsupported = |what: &str| Error::Unsupported {
+        node: node.name.clone(),
+        what: what.to_string(),
+    };
+    if va.shape.len() == 2 && vb.shape.len() == 2 {
+        low.add_snode(graph, v0, SKind::Extern { op: ExternOp::Mm, args: vec![va, vb] }, "mm")?;
+        return Ok(());
+    }
+    // General matmul: vectors become matrices, batch dims broadcast and flatten.
+    let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
+    let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
+    if a_shape.len() == 1 {
+        a_shape.insert(0, 1);
+        a_strides.insert(0, 0);
+    }
+    if b_shape.len() == 1 {
+        b_shape.push(1);
+        b_strides.push(0);
+    }
+    let (m, k) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
+    let n = b_shape[b_shape.len() - 1];
+    let a_batch = &a_shape[..a_shape.len() - 2];
+    let b_batch = &b_shape[..b_shape.len() - 2];
+    let batch = crate::graph::shape::broadcast(a_batch, b_batch).map_err(|e| unsupported(&e.to_string()))?;
+    let bsize: i64 = batch.iter().product();
+    let expand = |shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> (Vec<i64>, Vec<i64>) {
+        let lead = batch.len() + 2 - shape.len();
+        let mut st = vec![0i64; lead];
+        for (d, &s) in shape[..shape.len() - 2].iter().enumerate() {
+            st.push(if s == 1 { 0 } else { strides[d] });
+        }
+        st.extend_from_slice(&strides[strides.len() - 2..]);
+        let mut sh = batch.clone();
+        sh.extend([rows, cols]);
+        (sh, st)
+    };
+    let (ea_shape, ea_strides) = expand(&a_shape, &a_strides, m, k);
+    let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
+    let flat = |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
+        let st = view_strides(shape, strides, &[bsize, rows, cols])?;
+        Some(View {
+            buf: view.buf,
+            shape: vec![bsize, rows, cols],
+            strides: st,
+            offset: view.offset,
+        })
+    };
+    let (Some(fa), Some(fb)) = (
+        flat(&va, &ea_shape, &ea_strides, m, k),
+        flat(&vb, &eb_shape, &eb_strides, k, n),
+    ) else {
+        return Err(unsupported(
+            "matmul whose broadcast batch dims cannot be flattened without a copy",
+        ));
+    };
+    // The product is computed as [B, M, N]; the graph's value is a view of it.
+    let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
+    let buf = low.add_buffer(&node.name, &product_meta, super::ir::BufferKind::Computed);
+    let sid = SNodeId(low.snodes.len() as u32);
+    low.snodes.push(SNode {
+        kind: SKind::Extern {
+            op: ExternOp::Bmm,
+            args: vec![fa, fb],
+        },
+        value: v0,
+        meta: product_meta,
+        buf,
+        op_name: "bmm",
+    });
+    let _ = sid;
+    low.defs.insert(
+        v0,
+        Def::Strided(View {
+            buf,
+            shape: out_meta.shape.clone(),
+            strides: contiguous_strides(&out_meta.shape),
+            offset: 0,
+        }),
+    );
+    Ok(())
+}
+
+/// The dtype a pointwise node computes in: float16 and bfloat16 in float32.
+pub fn compute_dtype(d: DType) -> DType {
+    if d.is_low_precision() {
+        DType::Float32
+    } else {
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_strides_follow_torch_view() {
+        assert_eq!(view_strides(&[4, 6], &[6, 1], &[24]), Some(vec![1]));
+        assert_eq!(view_strides(&[4, 6], &[6, 1], &[2, 2, 6]), Some(vec![12, 6, 1]));
+        // A transposed [6, 4] cannot be flattened without a copy.
+        assert_eq!(view_strides(&[6, 4], &[1, 6], &[24]), None);
+        // Merging leading dims of a permuted 4-D tensor (attention's kᵀ) works.
+        assert_eq!(
+            view_strides(&[16, 8, 64, 1024], &[524288, 65536, 1, 64], &[128, 64, 1024]),
+            Some(vec![65536, 1, 64])
+        );
+        assert_eq!(view_strides(&[2, 1, 3], &[3, 3, 1], &[2, 3]), Some(vec![3, 1]));
+    }
+}

@@ -1,0 +1,202 @@
+//! Scheduling: lowering a graph to loop-level IR, fusing it into kernels and
+//! planning buffers.
+//!
+//! `lower.rs` decides what is computed (inline values, reductions, extern
+//! calls), `fuse.rs` which nodes share a kernel, `build.rs` each kernel's
+//! expressions, and this module what must live in memory and which buffers a
+//! later one may reuse. Nothing here knows a device: the code generators turn
+//! the [`Program`] into code with the plugin's launch configs and strings.
+
+pub mod build;
+pub mod fuse;
+pub mod index;
+pub mod ir;
+pub mod lower;
+pub mod print;
+
+use std::collections::{HashMap, HashSet};
+
+pub use ir::{Buffer, BufferId, BufferKind, Kernel, Program, Step};
+
+use crate::graph::ir::Graph;
+use build::KernelBuilder;
+use fuse::Group;
+use lower::SKind;
+
+/// Why a graph cannot be scheduled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A node the scheduler has no lowering for.
+    #[error("node `{node}`: {what}")]
+    Unsupported {
+        /// The node.
+        node: String,
+        /// What is unsupported.
+        what: String,
+    },
+    /// A broken invariant: a bug in Kiln, reported instead of panicking.
+    #[error("internal scheduler error (please report): {0}")]
+    Internal(String),
+}
+
+/// A buffer a step allocates, possibly in the storage of a dead one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alloc {
+    /// The buffer.
+    pub buf: BufferId,
+    /// A dead buffer of the same size and dtype whose storage it takes.
+    pub reuse: Option<BufferId>,
+}
+
+/// Buffer lifetimes: what to allocate before each step and free after it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Per step, the buffers allocated right before it.
+    pub allocs: Vec<Vec<Alloc>>,
+    /// Per step, the buffers (inputs included) dead right after it.
+    pub frees: Vec<Vec<BufferId>>,
+}
+
+/// A scheduled graph: the program and its memory plan.
+#[derive(Clone, Debug)]
+pub struct Scheduled {
+    /// Kernels and calls, in order.
+    pub program: Program,
+    /// Allocation and reuse.
+    pub memory: MemoryPlan,
+}
+
+/// Lowers, fuses and plans a validated graph (after the passes).
+pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
+    let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
+    let low = lower::lower(graph)?;
+    let groups = fuse::fuse(graph, &low);
+    let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
+    let mut steps = Vec::new();
+    for group in &groups {
+        match group {
+            Group::Kernel { members, space } => {
+                let mut b = KernelBuilder::new(graph, &low, *space);
+                for m in members {
+                    b.add(*m).map_err(|e| {
+                        Error::Internal(format!("a fused node no longer builds: {}", e.0))
+                    })?;
+                }
+                needed.extend(b.external.iter().map(|n| low.snodes[n.0 as usize].buf));
+                let ops = members.iter().map(|m| low.snodes[m.0 as usize].op_name).collect();
+                steps.push((
+                    group,
+                    Step::Kernel(Kernel {
+                        ops,
+                        space: *space,
+                        exprs: b.exprs,
+                        reductions: b.reductions,
+                        stores: b.stores.into_iter().map(|(_, s)| s).collect(),
+                    }),
+                ));
+            }
+            Group::Extern(id) => {
+                let s = &low.snodes[id.0 as usize];
+                let SKind::Extern { op, args } = &s.kind else {
+                    return Err(Error::Internal("extern group of a non-extern node".into()));
+                };
+                needed.extend(args.iter().map(|a| a.buf));
+                steps.push((
+                    group,
+                    Step::Extern(ir::ExternCall {
+                        op: *op,
+                        args: args.clone(),
+                        out: s.buf,
+                    }),
+                ));
+            }
+        }
+    }
+    // Keep only the stores somebody reads; a kernel left with none is dead.
+    let mut kept = Vec::new();
+    for (_, step) in steps {
+        match step {
+            Step::Kernel(mut k) => {
+                k.stores.retain(|s| needed.contains(&s.buf));
+                if !k.stores.is_empty() {
+                    kept.push(Step::Kernel(k));
+                }
+            }
+            other => kept.push(other),
+        }
+    }
+    let program = Program {
+        name: graph.name.clone(),
+        buffers: low.buffers,
+        inputs: low.inputs,
+        outputs: low.outputs,
+        steps: kept,
+    };
+    let memory = plan_memory(&program);
+    Ok(Scheduled { program, memory })
+}
+
+fn step_reads(step: &Step) -> Vec<BufferId> {
+    match step {
+        Step::Kernel(k) => k.reads(),
+        Step::Extern(e) => e.args.iter().map(|a| a.buf).collect(),
+    }
+}
+
+fn step_writes(step: &Step) -> Vec<BufferId> {
+    match step {
+        Step::Kernel(k) => k.writes(),
+        Step::Extern(e) => vec![e.out],
+    }
+}
+
+/// Lifetimes and reuse: a computed buffer is allocated right before the step
+/// that writes it, takes the storage of a dead buffer of the same size and
+/// dtype when there is one, and is freed after its last reader; inputs are
+/// freed after their last reader too; outputs live on.
+pub fn plan_memory(program: &Program) -> MemoryPlan {
+    let n = program.steps.len();
+    let outputs: HashSet<BufferId> = program.outputs.iter().map(|v| v.buf).collect();
+    let mut last_use: HashMap<BufferId, usize> = HashMap::new();
+    for (i, step) in program.steps.iter().enumerate() {
+        for b in step_reads(step).into_iter().chain(step_writes(step)) {
+            last_use.insert(b, i);
+        }
+    }
+    let mut plan = MemoryPlan {
+        allocs: vec![Vec::new(); n],
+        frees: vec![Vec::new(); n],
+    };
+    let mut free_pool: Vec<BufferId> = Vec::new();
+    for (i, step) in program.steps.iter().enumerate() {
+        for b in step_writes(step) {
+            let buf = program.buffer(b);
+            let reuse = if outputs.contains(&b) {
+                None
+            } else {
+                free_pool
+                    .iter()
+                    .position(|d| {
+                        let donor = program.buffer(*d);
+                        donor.bytes() == buf.bytes() && donor.dtype == buf.dtype
+                    })
+                    .map(|p| free_pool.remove(p))
+            };
+            plan.allocs[i].push(Alloc { buf: b, reuse });
+        }
+        let mut dead: Vec<BufferId> = last_use
+            .iter()
+            .filter(|(b, last)| **last == i && !outputs.contains(b))
+            .map(|(b, _)| *b)
+            .filter(|b| !matches!(program.buffer(*b).kind, BufferKind::Constant { .. }))
+            .collect();
+        dead.sort();
+        for b in &dead {
+            if matches!(program.buffer(*b).kind, BufferKind::Computed) {
+                free_pool.push(*b);
+            }
+        }
+        plan.frees[i] = dead;
+    }
+    plan
+}

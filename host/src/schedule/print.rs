@@ -1,0 +1,93 @@
+//! A readable dump of a scheduled program (`ir_post_fusion.txt`).
+
+use std::fmt::Write;
+
+use super::ir::{Expr, Kernel, Literal, Program, Step};
+use super::{MemoryPlan, Scheduled};
+
+fn literal(l: Literal) -> String {
+    match l {
+        Literal::Float(bits) => format!("{:?}", f64::from_bits(bits)),
+        Literal::Int(i) => i.to_string(),
+        Literal::Bool(b) => b.to_string(),
+    }
+}
+
+/// One kernel's expressions, reductions and stores.
+pub fn kernel_text(program: &Program, k: &Kernel) -> String {
+    let mut out = String::new();
+    for (id, e, dtype) in k.exprs.iter() {
+        let text = match e {
+            Expr::Load { buf, index, guards } => {
+                let mut t = format!("load {}[{index}]", program.buffer(*buf).name);
+                for g in guards {
+                    let _ = write!(t, " if {} <= {} < {}", g.lo, g.index, g.hi);
+                }
+                t
+            }
+            Expr::Literal(l) => literal(*l),
+            Expr::Unary(op, a) => format!("{op:?}(t{})", a.0),
+            Expr::Binary(op, a, b) => format!("{op:?}(t{}, t{})", a.0, b.0),
+            Expr::Where(c, a, b) => format!("where(t{}, t{}, t{})", c.0, a.0, b.0),
+            Expr::Cast(a) => format!("cast(t{})", a.0),
+            Expr::Select(c, a, b) => format!("t{} if {} <= {} < {} else t{}", a.0, c.lo, c.index, c.hi, b.0),
+            Expr::Reduced(n) => format!("reduction{n}"),
+        };
+        let _ = writeln!(out, "    t{} = {text}  # {}", id.0, dtype.name());
+    }
+    for (n, r) in k.reductions.iter().enumerate() {
+        let _ = writeln!(out, "    reduction{n} = {:?}(t{}) in {}", r.kind, r.value.0, r.acc_dtype.name());
+    }
+    for s in &k.stores {
+        let _ = writeln!(out, "    store {}[{}] = t{}", program.buffer(s.buf).name, s.index, s.value.0);
+    }
+    out
+}
+
+/// The whole program, step by step, with the memory plan.
+pub fn program_text(s: &Scheduled) -> String {
+    let (p, plan): (&Program, &MemoryPlan) = (&s.program, &s.memory);
+    let mut out = format!("program {}: {} step(s), {} kernel(s)\n", p.name, p.steps.len(), p.kernel_count());
+    for (i, step) in p.steps.iter().enumerate() {
+        for a in &plan.allocs[i] {
+            let b = p.buffer(a.buf);
+            let _ = write!(out, "  alloc {} {}{:?}", b.name, b.dtype.name(), b.shape);
+            if let Some(r) = a.reuse {
+                let _ = write!(out, " (reuses {})", p.buffer(r).name);
+            }
+            out.push('\n');
+        }
+        match step {
+            Step::Kernel(k) => {
+                let _ = writeln!(
+                    out,
+                    "  kernel {} fused_{} over x={} r={}",
+                    i,
+                    k.ops.join("_"),
+                    k.space.x,
+                    k.space.r
+                );
+                out.push_str(&kernel_text(p, k));
+            }
+            Step::Extern(e) => {
+                let args: Vec<String> = e
+                    .args
+                    .iter()
+                    .map(|a| format!("{}{:?}/{:?}+{}", p.buffer(a.buf).name, a.shape, a.strides, a.offset))
+                    .collect();
+                let _ = writeln!(out, "  extern {} {}({})", p.buffer(e.out).name, e.op.name(), args.join(", "));
+            }
+        }
+        if !plan.frees[i].is_empty() {
+            let names: Vec<&str> = plan.frees[i].iter().map(|b| p.buffer(*b).name.as_str()).collect();
+            let _ = writeln!(out, "  free {}", names.join(", "));
+        }
+    }
+    let outs: Vec<String> = p
+        .outputs
+        .iter()
+        .map(|v| format!("{}{:?}/{:?}+{}", p.buffer(v.buf).name, v.shape, v.strides, v.offset))
+        .collect();
+    let _ = writeln!(out, "  return {}", outs.join(", "));
+    out
+}

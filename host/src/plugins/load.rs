@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use abi_stable::library::{lib_header_from_path, LibraryError};
+use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
 use kiln_plugin_api::{is_valid_device_name, ApiVersion, KilnPluginRef, LoadContext, Manifest};
 
 use super::library::Plugin;
@@ -93,8 +93,26 @@ pub fn host_api_version() -> ApiVersion {
 
 /// Opens the library at `path` and returns its root module, without calling
 /// anything in the plugin yet. Conformance uses this to test a plugin check by check.
+// `LoadOutcome` is large (it can hold a loaded `Plugin`), but these run once
+// per library and callers match on the outcome itself, so it is not boxed
+// (the same holds for `open_header` and `root_from_header`).
+#[allow(clippy::result_large_err)]
 pub fn open_root(path: &Path) -> Result<KilnPluginRef, LoadOutcome> {
-    let header = lib_header_from_path(path).map_err(classify)?;
+    root_from_header(open_header(path)?)
+}
+
+/// The first half of [`open_root`]: opens the library and finds `abi_stable`'s
+/// root-module header, without checking its layout. A library without the
+/// symbol is [`LoadOutcome::NotAPlugin`].
+#[allow(clippy::result_large_err)]
+pub fn open_header(path: &Path) -> Result<&'static LibHeader, LoadOutcome> {
+    lib_header_from_path(path).map_err(classify)
+}
+
+/// The second half of [`open_root`]: `abi_stable`'s version and layout checks
+/// of the root module against this host's `plugin-api`.
+#[allow(clippy::result_large_err)]
+pub fn root_from_header(header: &'static LibHeader) -> Result<KilnPluginRef, LoadOutcome> {
     header.init_root_module::<KilnPluginRef>().map_err(classify)
 }
 

@@ -2,6 +2,8 @@
 //!
 //! The stages, in the order data flows: [`plugins`] (discovery, registry) →
 //! graph → passes → schedule → codegen → [`cli`]. See `ARCHITECTURE.md`.
+//! [`conformance`] checks one plugin against every guarantee, in child processes.
 
 pub mod cli;
+pub mod conformance;
 pub mod plugins;

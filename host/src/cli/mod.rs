@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod conformance;
 mod inspect;
 mod list;
 
@@ -42,6 +43,8 @@ pub enum Command {
     List(list::ListArgs),
     /// Show everything one plugin provides: override strings, properties, features, heuristics.
     Inspect(inspect::InspectArgs),
+    /// Check a plugin library against every conformance guarantee, each check in a child process.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// An error that ends a command, printed with its source chain.
@@ -54,6 +57,7 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::List(args) => list::run(&cli, args),
         Command::Inspect(args) => inspect::run(&cli, args),
+        Command::Conformance(args) => conformance::run(&cli, args),
     };
     match result {
         Ok(code) => code,

@@ -416,3 +416,18 @@ fn bundled_plugins_pass_every_check() {
         assert_eq!(run.code, Some(0), "{device}:\n{}", run.stdout);
     }
 }
+
+#[test]
+fn every_check_is_documented_for_vendors() {
+    let guide = repo_root().join("docs/writing-a-plugin.md");
+    let text = std::fs::read_to_string(&guide).expect("docs/writing-a-plugin.md");
+    let missing: Vec<String> = kiln::conformance::catalogue()
+        .into_iter()
+        .filter(|c| !text.contains(&format!("`{}`", c.name)))
+        .map(|c| c.name)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/writing-a-plugin.md does not list these checks: {missing:?}"
+    );
+}

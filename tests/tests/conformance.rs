@@ -379,6 +379,21 @@ fn json_report_and_only_filter() {
     ]);
     assert_ne!(none.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&none.stderr).contains("matches no check"));
+
+    // A prerequisite that fails makes the run fail even when it is not shown.
+    let not_loaded = host(&[
+        "conformance".as_ref(),
+        fixture("wrong_api_major").as_os_str(),
+        "--only".as_ref(),
+        "overrides.set_device".as_ref(),
+    ]);
+    assert_eq!(not_loaded.status.code(), Some(1));
+    let table = String::from_utf8_lossy(&not_loaded.stdout);
+    assert!(
+        table.contains("skip    plugin did not load (see load.api_version)")
+            && table.contains("(left out by --only) but failed: load.api_version"),
+        "{table}"
+    );
 }
 
 /// The bundled plugins' libraries: (device, whether its source is still the
@@ -423,11 +438,12 @@ fn every_check_is_documented_for_vendors() {
     let text = std::fs::read_to_string(&guide).expect("docs/writing-a-plugin.md");
     let missing: Vec<String> = kiln::conformance::catalogue()
         .into_iter()
-        .filter(|c| !text.contains(&format!("`{}`", c.name)))
-        .map(|c| c.name)
+        .filter(|c| !text.contains(&format!("| `{}` | {} |", c.name, c.description)))
+        .map(|c| format!("| `{}` | {} |", c.name, c.description))
         .collect();
     assert!(
         missing.is_empty(),
-        "docs/writing-a-plugin.md does not list these checks: {missing:?}"
+        "docs/writing-a-plugin.md's table of checks is out of date; these rows are missing:\n{}",
+        missing.join("\n")
     );
 }

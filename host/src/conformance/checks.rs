@@ -83,7 +83,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("heuristics.deterministic", "the same query always gives the same configs and the same grid"),
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
-        Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides every cpp_* string, kernel_header and, for Triton devices, kernel_driver and the stream, kernel and pointer types it needs"),
+        Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
     ]);
     checks
 }

@@ -165,6 +165,9 @@ pub struct Report {
     pub refused: Option<String>,
     /// One entry per reported check, in catalogue order.
     pub checks: Vec<CheckResult>,
+    /// Prerequisites left out by `--only` that ran and failed: the run fails
+    /// on them too, so that `--only` never turns a broken plugin green.
+    pub unreported_failures: Vec<String>,
 }
 
 impl Report {
@@ -173,9 +176,9 @@ impl Report {
         self.checks.iter().filter(|c| c.status == status).count()
     }
 
-    /// Whether every reported check passed or was skipped.
+    /// Whether every check that ran passed or was skipped.
     pub fn passed(&self) -> bool {
-        self.count(Status::Fail) == 0
+        self.count(Status::Fail) == 0 && self.unreported_failures.is_empty()
     }
 }
 
@@ -252,6 +255,7 @@ pub fn run(path: &Path, options: &Options) -> Result<Report, ConformanceError> {
         timeout_seconds: options.timeout.as_secs_f64(),
         refused: None,
         checks: Vec::new(),
+        unreported_failures: Vec::new(),
     };
     if let Some((_, data)) = runner.done.get(checks::API_VERSION) {
         let text = |key: &str| data[key].as_str().map(str::to_string);
@@ -267,6 +271,16 @@ pub fn run(path: &Path, options: &Options) -> Result<Report, ConformanceError> {
             report.checks.push(result);
         }
     }
+    report.unreported_failures = all
+        .iter()
+        .filter(|c| {
+            runner
+                .done
+                .get(&c.name)
+                .is_some_and(|(r, _)| r.status == Status::Fail)
+        })
+        .map(|c| c.name.clone())
+        .collect();
     Ok(report)
 }
 

@@ -48,6 +48,12 @@ pub fn to_table(report: &Report) -> String {
         };
         out.push_str(&format!("{:<width$}  {result:<6}  {detail}\n", c.name));
     }
+    if !report.unreported_failures.is_empty() {
+        out.push_str(&format!(
+            "\nNot shown (left out by --only) but failed: {}\n",
+            report.unreported_failures.join(", ")
+        ));
+    }
     out.push_str(&format!("\n{}\n", summary(report)));
     out
 }
@@ -86,6 +92,7 @@ pub fn to_json(report: &Report) -> Value {
         "skipped": report.count(Status::Skip),
         "ok": report.passed(),
         "checks": report.checks,
+        "unreported_failures": report.unreported_failures,
     })
 }
 
@@ -241,6 +248,7 @@ mod tests {
             host_api_version: "1.0.0".to_string(),
             timeout_seconds: 10.0,
             refused: None,
+            unreported_failures: Vec::new(),
             checks: vec![
                 case("load.init", Status::Pass, ""),
                 case(

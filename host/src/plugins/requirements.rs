@@ -17,12 +17,13 @@ use super::registry::WrapperKind;
 ///   getter, sets and guards the device and synchronises it (Inductor's
 ///   `PythonWrapperCodegen`). A C++-scheduled device's Python wrapper calls
 ///   compiled host code directly and needs none of them.
-/// - The C++ wrapper always needs the device guard and the kernel header; it
-///   needs a stream guard unless the device has no streams (C++-scheduled
-///   devices run on the host); a Triton device's C++ wrapper also loads and
-///   launches kernels itself, so it needs the kernel driver and the C++ names
-///   of kernels, device pointers, streams and the AOTI stream getter
-///   (Inductor's `CppWrapperGpu`).
+/// - The C++ wrapper always needs the kernel header. A Triton device's C++
+///   wrapper (Inductor's `CppWrapperGpu`) also guards the device and its
+///   stream, loads and launches kernels itself, and so needs the device and
+///   stream guards, the kernel driver and the C++ names of kernels, device
+///   pointers, streams and the AOTI stream getter. A C++-scheduled device runs
+///   on the host: like PyTorch's `CppWrapperCpu`, its wrapper has no device to
+///   guard and no stream, so it needs the header alone.
 pub fn required_overrides(spec: &BackendSpec, wrapper: WrapperKind) -> Vec<Override> {
     let triton = spec.scheduling == SchedulingKind::Triton;
     let mut needed = match wrapper {
@@ -34,9 +35,10 @@ pub fn required_overrides(spec: &BackendSpec, wrapper: WrapperKind) -> Vec<Overr
         ],
         WrapperKind::Python => Vec::new(),
         WrapperKind::Cpp => {
-            let mut cpp = vec![Override::CppDeviceGuard, Override::KernelHeader];
+            let mut cpp = vec![Override::KernelHeader];
             if triton {
                 cpp.extend([
+                    Override::CppDeviceGuard,
                     Override::CppStreamGuard,
                     Override::KernelDriver,
                     Override::CppStreamType,
@@ -108,7 +110,7 @@ mod tests {
             &spec(SchedulingKind::Cpp),
             WrapperKind::Cpp,
         ));
-        assert_eq!(cpu, ["cpp_device_guard", "kernel_header"]);
+        assert_eq!(cpu, ["kernel_header"]);
         assert!(required_overrides(&spec(SchedulingKind::Cpp), WrapperKind::Python).is_empty());
     }
 }

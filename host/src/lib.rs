@@ -1,9 +1,18 @@
 //! Kiln: a graph compiler whose device backends are drop-in plugins.
 //!
 //! The stages, in the order data flows: [`plugins`] (discovery, registry) →
-//! graph → passes → schedule → codegen → [`cli`]. See `ARCHITECTURE.md`.
+//! [`graph`] (IR, import) → [`passes`] → schedule → [`codegen`] → [`cli`].
+//! [`interp`] is the float64 reference interpreter every test checks against;
+//! [`tensor_io`] reads and writes the raw tensor files of the command line.
 //! [`conformance`] checks one plugin against every guarantee, in child processes.
+//! See `ARCHITECTURE.md`.
 
 pub mod cli;
+pub mod codegen;
 pub mod conformance;
+pub mod graph;
+pub mod interp;
+pub mod passes;
 pub mod plugins;
+pub mod tensor;
+pub mod tensor_io;

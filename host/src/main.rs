@@ -1,4 +1,4 @@
-//! The `host` binary: a thin shell over the `kiln` library.
+//! The `host` binary: everything lives in the library; see `kiln::cli`.
 
 fn main() -> std::process::ExitCode {
     kiln::cli::main()

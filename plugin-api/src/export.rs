@@ -132,10 +132,51 @@ pub trait PluginSlot: Sized + 'static {
 /// The plugin crate must list `abi_stable` (the version `plugin-api` uses) among
 /// its own dependencies: `abi_stable`'s export attribute names it by absolute path.
 ///
-/// ```ignore
-/// struct Gxu { /* ... */ }
-/// impl kiln_plugin_api::DevicePlugin for Gxu { /* ... */ }
-/// kiln_plugin_api::export_plugin!(Gxu);
+/// ```
+/// use kiln_plugin_api::*;
+///
+/// /// A device with only the Python-wrapper strings and fixed heuristics.
+/// pub struct Npu;
+///
+/// impl DevicePlugin for Npu {
+///     fn manifest() -> Manifest {
+///         Manifest::new("npu", "0.1.0", "Example Corp", "An example NPU")
+///     }
+///     fn load(_ctx: &LoadContext) -> Result<Self, String> {
+///         Ok(Npu)
+///     }
+///     fn set_device(&self, idx: u32) -> Option<String> {
+///         Some(format!("torch.npu.set_device({idx})"))
+///     }
+///     fn is_available(&self) -> bool {
+///         false
+///     }
+///     fn device_count(&self) -> u32 {
+///         0
+///     }
+///     fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
+///         Err(format!("no npu device {index} in this example"))
+///     }
+///     fn backend_spec(&self) -> BackendSpec {
+///         BackendSpec {
+///             scheduling: SchedulingKind::Triton,
+///             wrappers: Wrappers::PYTHON,
+///             features: BackendFeatures::empty(),
+///         }
+///     }
+///     fn pointwise_configs(&self, _q: &PointwiseQuery) -> Vec<LaunchConfig> {
+///         vec![LaunchConfig { x_block: 1024, r_block: 1, num_warps: 4, num_stages: 1 }]
+///     }
+///     fn reduction_configs(&self, _q: &ReductionQuery) -> Vec<LaunchConfig> {
+///         vec![LaunchConfig { x_block: 1, r_block: 1024, num_warps: 8, num_stages: 1 }]
+///     }
+/// }
+///
+/// kiln_plugin_api::export_plugin!(Npu);
+/// # fn main() {
+/// #     let root = kiln_plugin_root_module();
+/// #     assert_eq!(root.manifest()().unwrap().name.as_str(), "npu");
+/// # }
 /// ```
 #[macro_export]
 macro_rules! export_plugin {

@@ -70,7 +70,7 @@ fn looks_like_path(target: &str) -> bool {
 fn resolve(cli: &Cli, target: &str) -> Result<Arc<Plugin>, CliError> {
     if looks_like_path(target) {
         return match load_library(Path::new(target)) {
-            LoadOutcome::Loaded(plugin) => Ok(Arc::new(plugin)),
+            LoadOutcome::Loaded(plugin) => Ok(Arc::new(*plugin)),
             LoadOutcome::NotAPlugin(reason) => Err(format!(
                 "{target} is not a Kiln plugin ({reason}): a plugin exports its root module with \
                  kiln_plugin_api::export_plugin!"

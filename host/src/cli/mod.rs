@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod conformance;
+mod eval;
+mod graph;
 mod inspect;
 mod list;
 
@@ -43,8 +45,29 @@ pub enum Command {
     List(list::ListArgs),
     /// Show everything one plugin provides: override strings, properties, features, heuristics.
     Inspect(inspect::InspectArgs),
+    /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
+    Graph(graph::GraphArgs),
+    /// Run a graph on the float64 reference interpreter.
+    Eval(eval::EvalArgs),
     /// Check a plugin library against every conformance guarantee, each check in a child process.
     Conformance(conformance::ConformanceArgs),
+}
+
+/// Errors of the graph commands, each wrapping its layer's error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Import or validation failed.
+    #[error(transparent)]
+    Graph(#[from] crate::graph::Error),
+    /// A pass failed.
+    #[error("the passes failed")]
+    Passes(#[from] crate::passes::Error),
+    /// The interpreter failed.
+    #[error("evaluation failed")]
+    Interp(#[from] crate::interp::Error),
+    /// A tensor file could not be read or written.
+    #[error("tensor file error")]
+    TensorIo(#[from] crate::tensor_io::Error),
 }
 
 /// An error that ends a command, printed with its source chain.
@@ -57,19 +80,25 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::List(args) => list::run(&cli, args),
         Command::Inspect(args) => inspect::run(&cli, args),
+        Command::Graph(args) => graph::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Eval(args) => eval::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
         Command::Conformance(args) => conformance::run(&cli, args),
     };
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {}", error_chain(error.as_ref()));
+            eprintln!("error: {}", report(error.as_ref()));
             ExitCode::FAILURE
         }
     }
 }
 
 /// `error: outer: cause: root cause`, each source once.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn report(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -176,7 +176,7 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
             match outcome {
                 LoadOutcome::Loaded(plugin) => {
                     tracing::debug!(device = plugin.name(), "loaded");
-                    registry.register_backend_for_device(plugin);
+                    registry.register_backend_for_device(*plugin);
                 }
                 LoadOutcome::NotAPlugin(reason) => {
                     tracing::debug!("skipped: {reason}");

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use abi_stable::abi_stability::abi_checking::check_layout_compatibility;
 use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
 use kiln_plugin_api::{is_valid_device_name, ApiVersion, KilnPluginRef, LoadContext, Manifest};
 
@@ -72,7 +73,7 @@ pub enum LoadError {
 #[derive(Debug)]
 pub enum LoadOutcome {
     /// A working plugin.
-    Loaded(Plugin),
+    Loaded(Box<Plugin>),
     /// A shared library without Kiln's root module: skipped quietly.
     NotAPlugin(String),
     /// A Kiln plugin (or something claiming to be) that failed.
@@ -93,6 +94,15 @@ pub fn host_api_version() -> ApiVersion {
 
 /// Opens the library at `path` and returns its root module, without calling
 /// anything in the plugin yet. Conformance uses this to test a plugin check by check.
+///
+/// `abi_stable`'s own layout checker runs first, but in Kiln's direction.
+/// `abi_stable` assumes the loader is the older party (a library may have
+/// *more* prefix fields than the loader knows). Kiln's rule is the reverse: a
+/// newer host loads plugins built against an older, shorter root module, whose
+/// missing fields read as "not provided"; a plugin with fields the host does
+/// not know is too new. So the plugin's layout plays the interface and the
+/// host's the implementation: every field the plugin has must match the host's
+/// exactly, and the host may have more.
 // `LoadOutcome` is large (it can hold a loaded `Plugin`), but these run once
 // per library and callers match on the outcome itself, so it is not boxed
 // (the same holds for `open_header` and `root_from_header`).
@@ -109,11 +119,41 @@ pub fn open_header(path: &Path) -> Result<&'static LibHeader, LoadOutcome> {
     lib_header_from_path(path).map_err(classify)
 }
 
-/// The second half of [`open_root`]: `abi_stable`'s version and layout checks
-/// of the root module against this host's `plugin-api`.
+/// The second half of [`open_root`]: the layout check in Kiln's direction
+/// (see there) and the root module's initialisation.
 #[allow(clippy::result_large_err)]
 pub fn root_from_header(header: &'static LibHeader) -> Result<KilnPluginRef, LoadOutcome> {
-    header.init_root_module::<KilnPluginRef>().map_err(classify)
+    let host = host_api_version().to_string();
+    let Some(plugin_layout) = header.layout() else {
+        return Err(LoadOutcome::Failed(LoadError::Layout {
+            host,
+            detail: "the library was exported without a layout constant \
+                     (#[unsafe_no_layout_constant]), so it cannot be checked"
+                .to_string(),
+        }));
+    };
+    let host_layout = <KilnPluginRef as abi_stable::StableAbi>::LAYOUT;
+    if let Err(errors) = check_layout_compatibility(plugin_layout, host_layout) {
+        let text = errors.to_string();
+        let detail = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("Error:"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(LoadOutcome::Failed(LoadError::Layout {
+            host,
+            detail: if detail.is_empty() {
+                "abi_stable's layout check failed".to_string()
+            } else {
+                detail
+            },
+        }));
+    }
+    // SAFETY: the layout was checked just above, in the direction that makes
+    // every field the plugin has identical to the host's; fields past the
+    // plugin's prefix are only read through accessors that return `None`.
+    unsafe { header.init_root_module_with_unchecked_layout::<KilnPluginRef>() }.map_err(classify)
 }
 
 fn classify(error: LibraryError) -> LoadOutcome {
@@ -264,7 +304,7 @@ pub fn load_unclaimed(path: &Path, claimed: impl Fn(&str) -> Option<PathBuf>) ->
     let plugin = Plugin::new(path, manifest, version, root);
     let problems = super::validate::validate(&plugin);
     if problems.is_empty() {
-        LoadOutcome::Loaded(plugin)
+        LoadOutcome::Loaded(Box::new(plugin))
     } else {
         LoadOutcome::Failed(LoadError::Invalid(problems))
     }

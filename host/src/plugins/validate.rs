@@ -190,7 +190,7 @@ pub fn grid_problem(wanted: Grid, got: Grid, max_grid: [u64; 3]) -> Option<Strin
                 wanted.to_array()
             ));
         }
-        if g < w.min(max) || g == 0 {
+        if g < w.min(max) || (g == 0 && w > 0) {
             return Some(format!(
                 "adjust_grid({:?}) shrank {axis} from {w} to {g}",
                 wanted.to_array()

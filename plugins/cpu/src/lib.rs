@@ -1,1 +1,103 @@
-//! placeholder until the plugin lands
+//! Kiln's `cpu` device plugin: the host CPU, through C++/OpenMP kernels
+//! (Inductor's `CppScheduling`).
+//!
+//! - **Overrides**: what PyTorch 2.11's `CpuDeviceOpOverrides` provides, in
+//!   Kiln's one-line form: `import_get_raw_stream_as` (binds a function
+//!   returning stream 0), `synchronize` (`pass`) and `cpp_kernel_type`
+//!   (`void*`); plus a `kernel_header` with the includes the generated
+//!   kernels use. Everything else is `None`: a CPU has no streams, no stream
+//!   or device guards, no kernel driver and no scratch or TMA helpers.
+//!   `set_device` and `device_guard` are `None` too: PyTorch returns `pass`,
+//!   which ignores the index, and a CPU host never needs to switch devices.
+//! - **Device module**: one device, always available; properties from the
+//!   OS and the instruction set ([`properties`]).
+//! - **Heuristics**: parallel chunks and vector widths ([`heuristics`]).
+
+use kiln_plugin_api::{
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
+    Manifest, PointwiseQuery, ReductionQuery, SchedulingKind, Wrappers,
+};
+
+pub mod heuristics;
+pub mod overrides;
+pub mod properties;
+
+use heuristics::CpuLimits;
+
+/// The `cpu` plugin. The host is measured once, at load.
+#[derive(Debug)]
+pub struct Cpu {
+    limits: CpuLimits,
+}
+
+impl DevicePlugin for Cpu {
+    fn manifest() -> Manifest {
+        Manifest::new(
+            "cpu",
+            env!("CARGO_PKG_VERSION"),
+            "The Kiln project",
+            "The host CPU: C++ kernels vectorised for its SIMD width and parallelised with OpenMP",
+        )
+    }
+
+    fn load(_ctx: &LoadContext) -> Result<Self, String> {
+        Ok(Cpu {
+            limits: CpuLimits {
+                cores: properties::logical_cores(),
+                simd_bytes: properties::simd_bytes(),
+            },
+        })
+    }
+
+    fn import_get_raw_stream_as(&self, name: &str) -> Option<String> {
+        Some(overrides::import_get_raw_stream_as(name))
+    }
+    fn synchronize(&self) -> Option<String> {
+        Some(overrides::SYNCHRONIZE.into())
+    }
+    fn cpp_kernel_type(&self) -> Option<String> {
+        Some(overrides::CPP_KERNEL_TYPE.into())
+    }
+    fn kernel_header(&self) -> Option<String> {
+        Some(overrides::KERNEL_HEADER.into())
+    }
+
+    fn is_available(&self) -> bool {
+        true
+    }
+    fn device_count(&self) -> u32 {
+        1
+    }
+    fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
+        properties::host(index)
+    }
+
+    fn backend_spec(&self) -> BackendSpec {
+        BackendSpec {
+            scheduling: SchedulingKind::Cpp,
+            // Inductor registers the CPU with both `PythonWrapperCodegen` and
+            // `CppWrapperCpu`.
+            wrappers: Wrappers::PYTHON | Wrappers::CPP,
+            // `CppScheduling.backend_features`.
+            features: BackendFeatures::INPLACE_BUFFERS | BackendFeatures::REDUCE_TO_SINGLE_ELEMENT,
+        }
+    }
+
+    fn pointwise_configs(&self, query: &PointwiseQuery) -> Vec<LaunchConfig> {
+        heuristics::pointwise_configs(&self.limits, query)
+    }
+
+    fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig> {
+        heuristics::reduction_configs(&self.limits, query)
+    }
+
+    fn adjust_grid(&self, grid: Grid) -> Grid {
+        // C++ loops take any extent within `int64_t`.
+        Grid::from_array(grid.to_array().map(|d| d.min(properties::MAX_GRID_DIM)))
+    }
+}
+
+kiln_plugin_api::export_plugin!(Cpu);
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,213 @@
-//! placeholder until the plugin lands
+//! Kiln's `cuda` device plugin: NVIDIA GPUs through Triton.
+//!
+//! - **Overrides**: the strings of PyTorch 2.11's `CUDADeviceOpOverrides`
+//!   ([`overrides`]); all seventeen are provided.
+//! - **Device module**: `libcuda.so.1` is opened at run time (never linked)
+//!   on the first question about devices; `is_available`, `device_count` and
+//!   `device_properties` come from `cuDeviceGetCount` and
+//!   `cuDeviceGetAttribute`. Without a driver the plugin still loads: no
+//!   devices, and `device_properties` answers the documented defaults of an
+//!   H100 SXM marked as static ([`properties`]).
+//! - **Backend**: Triton kernels, Python and C++ wrappers, the features
+//!   Inductor's `TritonScheduling` reports for CUDA.
+//! - **Heuristics**: Inductor's pointwise and reduction rules, fed with the
+//!   properties of device 0 (see `shared/triton_heuristics.rs`). Rows of up to
+//!   [`PERSISTENT_ROW_LIMIT`] elements get a persistent reduction first; longer
+//!   rows loop, with a persistent candidate for the autotuner up to
+//!   [`PERSISTENT_FALLBACK_ROW_LIMIT`].
+
+use std::sync::OnceLock;
+
+use kiln_plugin_api::{
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
+    Manifest, PointwiseQuery, ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
+};
+
+pub mod driver;
+pub mod overrides;
+pub mod properties;
+#[path = "../../shared/triton_heuristics.rs"]
+mod triton_heuristics;
+
+use properties::Inventory;
+use triton_heuristics::TritonLimits;
+
+/// Inductor's persistent-reduction threshold for inner reductions
+/// (`ReductionHint.INNER`: 1024 elements per row).
+pub const PERSISTENT_ROW_LIMIT: u64 = 1024;
+/// Inductor's `multi_kernel` raises the persistent threshold sixteen-fold and
+/// lets the autotuner pick between the looped and persistent kernels; the
+/// plugin offers the persistent candidate for rows up to the same length.
+pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 16 * PERSISTENT_ROW_LIMIT;
+
+/// The `cuda` plugin.
+#[derive(Debug, Default)]
+pub struct Cuda {
+    inventory: OnceLock<Inventory>,
+}
+
+impl Cuda {
+    /// The driver's answer, probed on first use.
+    fn inventory(&self) -> &Inventory {
+        self.inventory.get_or_init(Inventory::probe)
+    }
+
+    /// The properties heuristics are computed for: device 0, or the defaults.
+    fn primary(&self) -> DeviceProperties {
+        self.inventory()
+            .devices
+            .first()
+            .cloned()
+            .unwrap_or_else(|| properties::h100_defaults(0))
+    }
+
+    fn warp_size(&self) -> u32 {
+        self.primary()
+            .warp_size
+            .into_option()
+            .unwrap_or(properties::H100_WARP_SIZE)
+    }
+
+    fn limits(&self) -> TritonLimits {
+        let props = self.primary();
+        let max_threads_per_block = props
+            .max_threads_per_block
+            .into_option()
+            .unwrap_or(properties::H100_THREADS_PER_BLOCK);
+        TritonLimits {
+            warp_size: props
+                .warp_size
+                .into_option()
+                .unwrap_or(properties::H100_WARP_SIZE),
+            max_threads_per_block,
+            // Only the block limit bounds the warps of a CUDA program.
+            max_num_warps: max_threads_per_block,
+            multi_processor_count: props.multi_processor_count,
+            persistent_row_limit: PERSISTENT_ROW_LIMIT,
+            persistent_fallback_row_limit: PERSISTENT_FALLBACK_ROW_LIMIT,
+        }
+    }
+}
+
+impl DevicePlugin for Cuda {
+    fn manifest() -> Manifest {
+        Manifest::new(
+            "cuda",
+            env!("CARGO_PKG_VERSION"),
+            "The Kiln project",
+            "NVIDIA GPUs: Triton kernels launched through the CUDA driver API",
+        )
+    }
+
+    fn load(_ctx: &LoadContext) -> Result<Self, String> {
+        // Nothing to read at load: the driver is probed lazily so that plugin
+        // discovery never waits for `cuInit`.
+        Ok(Cuda::default())
+    }
+
+    fn import_get_raw_stream_as(&self, name: &str) -> Option<String> {
+        Some(overrides::import_get_raw_stream_as(name))
+    }
+    fn set_device(&self, idx: u32) -> Option<String> {
+        Some(overrides::set_device(idx))
+    }
+    fn synchronize(&self) -> Option<String> {
+        Some(overrides::SYNCHRONIZE.into())
+    }
+    fn device_guard(&self, idx: u32) -> Option<String> {
+        Some(overrides::device_guard(idx))
+    }
+    fn cpp_device_guard(&self) -> Option<String> {
+        Some(overrides::CPP_DEVICE_GUARD.into())
+    }
+    fn cpp_aoti_device_guard(&self) -> Option<String> {
+        Some(overrides::CPP_AOTI_DEVICE_GUARD.into())
+    }
+    fn cpp_stream_guard(&self) -> Option<String> {
+        Some(overrides::CPP_STREAM_GUARD.into())
+    }
+    fn cpp_aoti_stream_guard(&self) -> Option<String> {
+        Some(overrides::CPP_AOTI_STREAM_GUARD.into())
+    }
+    fn cpp_get_stream_from_external(&self) -> Option<String> {
+        Some(overrides::CPP_GET_STREAM_FROM_EXTERNAL.into())
+    }
+    fn kernel_header(&self) -> Option<String> {
+        Some(overrides::KERNEL_HEADER.into())
+    }
+    fn kernel_driver(&self) -> Option<String> {
+        Some(overrides::kernel_driver(self.warp_size()))
+    }
+    fn cpp_stream_type(&self) -> Option<String> {
+        Some(overrides::CPP_STREAM_TYPE.into())
+    }
+    fn aoti_get_stream(&self) -> Option<String> {
+        Some(overrides::AOTI_GET_STREAM.into())
+    }
+    fn cpp_kernel_type(&self) -> Option<String> {
+        Some(overrides::CPP_KERNEL_TYPE.into())
+    }
+    fn cpp_device_ptr(&self) -> Option<String> {
+        Some(overrides::CPP_DEVICE_PTR.into())
+    }
+    fn cpp_scratch(
+        &self,
+        idx: u32,
+        workspace: &ScratchWorkspace,
+        prefix: Option<&str>,
+    ) -> Option<(Vec<String>, String)> {
+        Some(overrides::cpp_scratch(idx, workspace, prefix))
+    }
+    fn tma_descriptor_helpers(&self) -> Option<String> {
+        Some(overrides::TMA_DESCRIPTOR_HELPERS.into())
+    }
+
+    fn is_available(&self) -> bool {
+        !self.inventory().devices.is_empty()
+    }
+    fn device_count(&self) -> u32 {
+        u32::try_from(self.inventory().devices.len()).unwrap_or(u32::MAX)
+    }
+    fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
+        self.inventory().properties(index)
+    }
+
+    fn backend_spec(&self) -> BackendSpec {
+        BackendSpec {
+            scheduling: SchedulingKind::Triton,
+            wrappers: Wrappers::PYTHON | Wrappers::CPP,
+            // `TritonScheduling.backend_features`, plus REDUCE_TO_SINGLE_ELEMENT,
+            // which Inductor adds when cooperative reductions are enabled:
+            // CUDA supports the grid-wide sync they need.
+            features: BackendFeatures::FOREACH
+                | BackendFeatures::BUCKETIZE
+                | BackendFeatures::INPLACE_BUFFERS
+                | BackendFeatures::MASKED_SCATTER_WITH_INDEX
+                | BackendFeatures::SCAN
+                | BackendFeatures::SORT
+                | BackendFeatures::TRITON_TEMPLATES
+                | BackendFeatures::TUPLE_REDUCTION
+                | BackendFeatures::REDUCE_TO_SINGLE_ELEMENT,
+        }
+    }
+
+    fn pointwise_configs(&self, query: &PointwiseQuery) -> Vec<LaunchConfig> {
+        triton_heuristics::pointwise_configs(&self.limits(), query)
+    }
+
+    fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig> {
+        triton_heuristics::reduction_configs(&self.limits(), query)
+    }
+
+    fn adjust_grid(&self, grid: Grid) -> Grid {
+        Grid::from_array(triton_heuristics::cap_grid(
+            grid.to_array(),
+            self.primary().max_grid,
+        ))
+    }
+}
+
+kiln_plugin_api::export_plugin!(Cuda);
+
+#[cfg(test)]
+mod tests;

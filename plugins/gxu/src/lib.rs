@@ -1,1 +1,250 @@
-//! placeholder until the plugin lands
+//! Kiln's `gxu` device plugin: the GXU of the seed article
+//! (`000_f7b8a4b42cd5d5fa.txt`, sections 4 and 5), a PrivateUse1 accelerator
+//! programmed through Triton GXU and the `gxu*` driver API.
+//!
+//! - **Overrides**: the seed's `GXUDeviceOpOverrides`, all seventeen
+//!   ([`overrides`]; `tma_descriptor_helpers` is `None`: the seed has none).
+//! - **Device module**: the seed's runtime (`libgxu_runtime.so`) is not
+//!   something Kiln can query, so `is_available` is false, `device_count` is
+//!   0, and `device_properties` answers static defaults (see
+//!   [`Gxu::properties`]).
+//! - **Heuristics** (seed, section 5.3): every config has `num_warps = 1`;
+//!   `adjust_grid` keeps a dimension of at most `grid_multiple` (48) programs
+//!   or a multiple of it, and rounds any other up to the next multiple
+//!   (50 → 96, 1000 → 1008), capped at the grid limit.
+//!
+//! # `gxu.toml`
+//! A vendor tunes the plugin without rebuilding it by putting a `gxu.toml`
+//! in the folder of the plugin's shared library (`libgxu.so`). The file is
+//! optional and so is every key:
+//!
+//! ```toml
+//! # Threads per warp: a power of two. Written into `kernel_driver` as
+//! # GXU_WARP_SIZE, and used by the heuristics. Default 32.
+//! warp_size = 32
+//! # Grids of more programs than this are rounded up to a multiple of it;
+//! # also reported as multi_processor_count. Above 0. Default 48.
+//! grid_multiple = 48
+//! # Threads in one program: a positive multiple of warp_size. Default 1024.
+//! max_threads_per_block = 1024
+//! ```
+//!
+//! Any other key, a value of the wrong type or range, or malformed TOML makes
+//! loading fail with `PATH: line L, column C: what is wrong`.
+
+use abi_stable::std_types::ROption;
+use kiln_plugin_api::{
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
+    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, ScratchWorkspace,
+    Wrappers,
+};
+
+pub mod config;
+pub mod overrides;
+#[path = "../../shared/triton_heuristics.rs"]
+mod triton_heuristics;
+
+pub use config::GxuConfig;
+use triton_heuristics::TritonLimits;
+
+/// Inductor's `triton_config` grid limit (`maxGridSize`), which the seed's
+/// section 5.1 quotes; the real limit is then the largest multiple of
+/// `grid_multiple` at or below it, so that capping keeps the GXU's grid
+/// granularity.
+pub const TRITON_MAX_GRID: [u64; 3] = [2_147_483_647, 65_535, 65_535];
+
+/// With one warp per program, a persistent row of 1024 elements already
+/// means 32 elements per thread; longer rows loop.
+pub const PERSISTENT_ROW_LIMIT: u64 = 1024;
+/// The longest row still offered as a persistent candidate (128 elements per
+/// thread at a warp of 32).
+pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 4 * PERSISTENT_ROW_LIMIT;
+
+/// The `gxu` plugin.
+#[derive(Debug)]
+pub struct Gxu {
+    config: GxuConfig,
+    max_grid: [u64; 3],
+}
+
+impl Gxu {
+    /// A plugin running with `config`.
+    pub fn with_config(config: GxuConfig) -> Gxu {
+        let multiple = u64::from(config.grid_multiple.max(1));
+        // The largest multiple of the granularity within Triton's limit; a
+        // granularity above the limit leaves the limit itself.
+        let max_grid = TRITON_MAX_GRID.map(|limit| {
+            if multiple > limit {
+                limit
+            } else {
+                limit / multiple * multiple
+            }
+        });
+        Gxu { config, max_grid }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &GxuConfig {
+        &self.config
+    }
+
+    /// The static properties of GXU device `index`. The seed gives no
+    /// numbers, so these follow from its heuristics: `grid_multiple` (48)
+    /// cores, one program per core per wave, which is why grids are sized in
+    /// multiples of 48; `warp_size` and `max_threads_per_block` as configured;
+    /// one resident block per core; no compute capability (`cc` 0, `major`
+    /// and `regs_per_multiprocessor` unknown).
+    pub fn properties(&self, index: u32) -> DeviceProperties {
+        DeviceProperties {
+            device_type: "gxu".into(),
+            index,
+            multi_processor_count: self.config.grid_multiple,
+            cc: 0,
+            major: ROption::RNone,
+            regs_per_multiprocessor: ROption::RNone,
+            max_threads_per_multi_processor: ROption::RSome(self.config.max_threads_per_block),
+            max_threads_per_block: ROption::RSome(self.config.max_threads_per_block),
+            warp_size: ROption::RSome(self.config.warp_size),
+            max_grid: self.max_grid,
+            source: PropertiesSource::StaticDefaults,
+        }
+    }
+
+    fn limits(&self) -> TritonLimits {
+        TritonLimits {
+            warp_size: self.config.warp_size,
+            max_threads_per_block: self.config.max_threads_per_block,
+            // The seed's `OPTIMAL_NUM_WARPS`: the GXU runs one warp per program.
+            max_num_warps: 1,
+            multi_processor_count: self.config.grid_multiple,
+            persistent_row_limit: PERSISTENT_ROW_LIMIT,
+            persistent_fallback_row_limit: PERSISTENT_FALLBACK_ROW_LIMIT,
+        }
+    }
+
+    /// The seed's `adjust_grid` rule for one dimension, before the cap.
+    fn round_dim(&self, dim: u64) -> u64 {
+        let multiple = u64::from(self.config.grid_multiple.max(1));
+        if dim <= multiple || dim % multiple == 0 {
+            dim
+        } else {
+            // Round up; past u64 the grid cap applies anyway.
+            dim.div_ceil(multiple).saturating_mul(multiple)
+        }
+    }
+}
+
+impl DevicePlugin for Gxu {
+    fn manifest() -> Manifest {
+        Manifest::new(
+            "gxu",
+            env!("CARGO_PKG_VERSION"),
+            "The Kiln project",
+            "GXU accelerators: Triton GXU kernels launched through the gxu driver API",
+        )
+    }
+
+    fn load(ctx: &LoadContext) -> Result<Self, String> {
+        GxuConfig::load_beside(ctx.library_path.as_str()).map(Gxu::with_config)
+    }
+
+    fn import_get_raw_stream_as(&self, name: &str) -> Option<String> {
+        Some(overrides::import_get_raw_stream_as(name))
+    }
+    fn set_device(&self, idx: u32) -> Option<String> {
+        Some(overrides::set_device(idx))
+    }
+    fn synchronize(&self) -> Option<String> {
+        Some(overrides::SYNCHRONIZE.into())
+    }
+    fn device_guard(&self, idx: u32) -> Option<String> {
+        Some(overrides::device_guard(idx))
+    }
+    fn cpp_device_guard(&self) -> Option<String> {
+        Some(overrides::CPP_DEVICE_GUARD.into())
+    }
+    fn cpp_aoti_device_guard(&self) -> Option<String> {
+        Some(overrides::CPP_AOTI_DEVICE_GUARD.into())
+    }
+    fn cpp_stream_guard(&self) -> Option<String> {
+        Some(overrides::CPP_STREAM_GUARD.into())
+    }
+    fn cpp_aoti_stream_guard(&self) -> Option<String> {
+        Some(overrides::CPP_AOTI_STREAM_GUARD.into())
+    }
+    fn cpp_get_stream_from_external(&self) -> Option<String> {
+        Some(overrides::CPP_GET_STREAM_FROM_EXTERNAL.into())
+    }
+    fn kernel_header(&self) -> Option<String> {
+        Some(overrides::KERNEL_HEADER.into())
+    }
+    fn kernel_driver(&self) -> Option<String> {
+        Some(overrides::kernel_driver(self.config.warp_size))
+    }
+    fn cpp_stream_type(&self) -> Option<String> {
+        Some(overrides::CPP_STREAM_TYPE.into())
+    }
+    fn aoti_get_stream(&self) -> Option<String> {
+        Some(overrides::AOTI_GET_STREAM.into())
+    }
+    fn cpp_kernel_type(&self) -> Option<String> {
+        Some(overrides::CPP_KERNEL_TYPE.into())
+    }
+    fn cpp_device_ptr(&self) -> Option<String> {
+        Some(overrides::CPP_DEVICE_PTR.into())
+    }
+    fn cpp_scratch(
+        &self,
+        idx: u32,
+        workspace: &ScratchWorkspace,
+        prefix: Option<&str>,
+    ) -> Option<(Vec<String>, String)> {
+        Some(overrides::cpp_scratch(idx, workspace, prefix))
+    }
+
+    fn is_available(&self) -> bool {
+        false
+    }
+    fn device_count(&self) -> u32 {
+        0
+    }
+    fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
+        Ok(self.properties(index))
+    }
+
+    fn backend_spec(&self) -> BackendSpec {
+        BackendSpec {
+            scheduling: SchedulingKind::Triton,
+            wrappers: Wrappers::PYTHON | Wrappers::CPP,
+            // The seed's `GXUTritonScheduling.backend_features` (section 4.6).
+            features: BackendFeatures::FOREACH
+                | BackendFeatures::BUCKETIZE
+                | BackendFeatures::INPLACE_BUFFERS
+                | BackendFeatures::MASKED_SCATTER_WITH_INDEX
+                | BackendFeatures::SCAN
+                | BackendFeatures::SORT
+                | BackendFeatures::TRITON_TEMPLATES
+                | BackendFeatures::TUPLE_REDUCTION,
+        }
+    }
+
+    fn pointwise_configs(&self, query: &PointwiseQuery) -> Vec<LaunchConfig> {
+        triton_heuristics::pointwise_configs(&self.limits(), query)
+    }
+
+    fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig> {
+        triton_heuristics::reduction_configs(&self.limits(), query)
+    }
+
+    fn adjust_grid(&self, grid: Grid) -> Grid {
+        // `max_grid` is itself a multiple of `grid_multiple`, so capping
+        // keeps the granularity.
+        let rounded = grid.to_array().map(|dim| self.round_dim(dim));
+        Grid::from_array(triton_heuristics::cap_grid(rounded, self.max_grid))
+    }
+}
+
+kiln_plugin_api::export_plugin!(Gxu);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,54 @@
+//! Import, validation and every pass over a generated 100,000-node graph (DESIGN.md's
+//! compile-time target: under 1 s on two cores). The graph is a deep chain with side
+//! branches, duplicates for CSE, no-ops, view chains and composites to decompose, so a
+//! recursive traversal anywhere would overflow the stack.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::fmt::Write;
+
+/// A `kiln-graph/1` text with about `n` nodes.
+pub fn generate(n: usize) -> String {
+    let mut t = String::from("format = \"kiln-graph/1\"\nname = \"big\"\noutputs = [\"OUT\"]\n\n");
+    t += "[[inputs]]\nname = \"x\"\nshape = [16, 32]\ndtype = \"float32\"\n\n[[inputs]]\nname = \"w\"\nshape = [32]\ndtype = \"float32\"\n\n";
+    let mut prev = "x".to_string();
+    let mut i = 0;
+    while i < n {
+        let name = format!("n{i}");
+        let (op, args) = match i % 10 {
+            0 => ("relu", format!("[\"{prev}\"]")),
+            1 => ("mul", format!("[\"{prev}\", \"w\"]")),
+            2 => ("add", format!("[\"{prev}\", 0]")),
+            3 => ("dropout", format!("[\"{prev}\"]")),
+            4 => ("transpose", format!("[\"{prev}\", 0, 1]")),
+            5 => ("transpose", format!("[\"{prev}\", 0, 1]")),
+            6 => ("sigmoid", format!("[\"{prev}\"]")),
+            7 => ("sigmoid", format!("[\"n{}\"]", i - 1)),
+            8 => ("add", format!("[\"{prev}\", \"n{}\"]", i - 2)),
+            _ => ("softmax", format!("[\"{prev}\", -1]")),
+        };
+        let _ = write!(
+            t,
+            "[[nodes]]\nname = \"{name}\"\nop = \"{op}\"\nargs = {args}\n\n"
+        );
+        prev = name;
+        i += 1;
+    }
+    t.replace("OUT", &prev)
+}
+
+fn bench(c: &mut Criterion) {
+    let text = generate(100_000);
+    let mut group = c.benchmark_group("graph_100k");
+    group.sample_size(10);
+    group.bench_function("import_validate_passes", |b| {
+        b.iter(|| {
+            let mut g = kiln::graph::parse_toml(&text).expect("valid");
+            kiln::passes::run_pipeline(&mut g).expect("passes");
+            g.node_count()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

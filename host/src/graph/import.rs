@@ -1,0 +1,386 @@
+//! The `kiln-graph/1` TOML importer: text → validated [`Graph`].
+//!
+//! Reports every problem as an [`Error`] naming the node and its line; it must never
+//! panic on any text, and never accept a graph that does not validate.
+
+use super::dtype::DType;
+use super::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
+use super::ops::{ConstData, Op};
+use super::shape::numel;
+use super::signature::{bind, is_known, Operand, Raw};
+use super::{verify, At, Error, UnknownOp};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use toml::Spanned;
+
+/// The format version this importer reads.
+pub const FORMAT: &str = "kiln-graph/1";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGraph {
+    format: Spanned<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    outputs: Vec<String>,
+    #[serde(default)]
+    inputs: Vec<Spanned<RawTensor>>,
+    #[serde(default)]
+    constants: Vec<Spanned<RawTensor>>,
+    #[serde(default)]
+    nodes: Vec<Spanned<RawNode>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTensor {
+    name: String,
+    shape: Vec<i64>,
+    dtype: String,
+    values: Option<Vec<toml::Value>>,
+    fill: Option<toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: String,
+    op: String,
+    #[serde(default)]
+    args: Vec<toml::Value>,
+    #[serde(default)]
+    attrs: toml::Table,
+}
+
+/// Reads and imports a graph file; errors carry the path.
+pub fn load_toml(path: impl AsRef<std::path::Path>) -> Result<Graph, Error> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_toml(&text).map_err(|e| Error::InFile {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    })
+}
+
+struct Lines(Vec<usize>);
+
+impl Lines {
+    fn new(text: &str) -> Lines {
+        let mut v = vec![0];
+        v.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Lines(v)
+    }
+    /// 1-based line and column of a byte offset.
+    fn at(&self, offset: usize) -> (usize, usize) {
+        let line = self.0.partition_point(|&s| s <= offset).max(1);
+        (line, offset - self.0[line - 1] + 1)
+    }
+}
+
+fn to_raw(v: &toml::Value) -> Result<Raw, String> {
+    Ok(match v {
+        toml::Value::String(s) => Raw::Str(s.clone()),
+        toml::Value::Integer(i) => Raw::Int(*i),
+        toml::Value::Float(f) => Raw::Float(*f),
+        toml::Value::Boolean(b) => Raw::Bool(*b),
+        toml::Value::Array(a) => Raw::List(a.iter().map(to_raw).collect::<Result<_, _>>()?),
+        other => return Err(format!("unsupported value {other}")),
+    })
+}
+
+fn number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        toml::Value::Boolean(b) => Some(*b as i64 as f64),
+        _ => None,
+    }
+}
+
+/// Imports a graph from `kiln-graph/1` text and validates it.
+pub fn parse_toml(text: &str) -> Result<Graph, Error> {
+    let lines = Lines::new(text);
+    let raw: RawGraph = toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map_or((1, 1), |s| lines.at(s.start));
+        Error::Toml {
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }
+    })?;
+    if raw.format.get_ref() != FORMAT {
+        return Err(Error::Version(raw.format.into_inner()));
+    }
+    let line_of = |start: usize| lines.at(start).0 as u32;
+    let mut g = Graph::new(raw.name.clone());
+    // name → (node, line)
+    let mut names: HashMap<String, (NodeId, u32)> = HashMap::new();
+
+    for (i, t) in raw.inputs.iter().enumerate() {
+        let line = line_of(t.span().start);
+        let meta = declared(t.get_ref(), line)?;
+        if t.get_ref().values.is_some() || t.get_ref().fill.is_some() {
+            return Err(decl(
+                &t.get_ref().name,
+                line,
+                "inputs take no `values` or `fill`",
+            ));
+        }
+        check_free(&names, &t.get_ref().name, line)?;
+        let id = g.add_node(Node {
+            name: t.get_ref().name.clone(),
+            op: Op::Input { index: i },
+            args: vec![],
+            outputs: vec![meta],
+            line: Some(line),
+        });
+        names.insert(t.get_ref().name.clone(), (id, line));
+    }
+    for t in &raw.constants {
+        let line = line_of(t.span().start);
+        let r = t.get_ref();
+        let meta = declared(r, line)?;
+        let n = meta.numel();
+        let data = match (&r.values, &r.fill) {
+            (Some(vs), None) => {
+                if vs.len() as i64 != n {
+                    return Err(decl(
+                        &r.name,
+                        line,
+                        &format!(
+                            "{} values for shape {:?} ({n} elements)",
+                            vs.len(),
+                            meta.shape
+                        ),
+                    ));
+                }
+                let vals: Option<Vec<f64>> = vs
+                    .iter()
+                    .map(|v| number(v).map(|x| meta.dtype.round(x)))
+                    .collect();
+                let vals = vals.ok_or_else(|| decl(&r.name, line, "`values` must be numbers"))?;
+                ConstData::Values(Arc::from(vals))
+            }
+            (None, Some(f)) => {
+                let x = number(f).ok_or_else(|| decl(&r.name, line, "`fill` must be a number"))?;
+                ConstData::Fill(meta.dtype.round(x))
+            }
+            _ => {
+                return Err(decl(
+                    &r.name,
+                    line,
+                    "a constant needs exactly one of `values` or `fill`",
+                ))
+            }
+        };
+        check_free(&names, &r.name, line)?;
+        let id = g.add_node(Node {
+            name: r.name.clone(),
+            op: Op::Constant { data },
+            args: vec![],
+            outputs: vec![meta],
+            line: Some(line),
+        });
+        names.insert(r.name.clone(), (id, line));
+    }
+
+    // Unknown ops are reported all together before anything else about the nodes.
+    let mut unknown: Vec<UnknownOp> = vec![];
+    for n in &raw.nodes {
+        let r = n.get_ref();
+        if !is_known(&r.op) {
+            let at = At {
+                node: r.name.clone(),
+                line: Some(line_of(n.span().start)),
+            };
+            match unknown.iter_mut().find(|u| u.op == r.op) {
+                Some(u) => u.nodes.push(at),
+                None => unknown.push(UnknownOp {
+                    op: r.op.clone(),
+                    nodes: vec![at],
+                }),
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(Error::UnknownOps(unknown));
+    }
+
+    let mut pending: Vec<(NodeId, Vec<Operand>, bool)> = Vec::with_capacity(raw.nodes.len());
+    for n in &raw.nodes {
+        let r = n.get_ref();
+        let line = line_of(n.span().start);
+        let at = || At {
+            node: r.name.clone(),
+            line: Some(line),
+        };
+        let sig_err = |source| Error::Signature {
+            at: at(),
+            op: r.op.clone(),
+            source: Box::new(source),
+        };
+        let conv = |v: &toml::Value| {
+            to_raw(v).map_err(|m| Error::Declaration {
+                at: at(),
+                message: m,
+            })
+        };
+        let args: Vec<Raw> = r.args.iter().map(conv).collect::<Result<_, _>>()?;
+        let attrs: Vec<(String, Raw)> = r
+            .attrs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), conv(v)?)))
+            .collect::<Result<_, Error>>()?;
+        let (op, operands) = bind(&r.op, &args, &attrs).map_err(sig_err)?;
+        check_free(&names, &r.name, line)?;
+        let is_getitem = matches!(op, Op::GetItem { .. });
+        let id = g.add_node(Node {
+            name: r.name.clone(),
+            op,
+            args: vec![],
+            outputs: vec![],
+            line: Some(line),
+        });
+        names.insert(r.name.clone(), (id, line));
+        pending.push((id, operands, is_getitem));
+    }
+    for (id, operands, is_getitem) in &pending {
+        let (name, line, index) = match g.node(*id) {
+            Some(n) => (
+                n.name.clone(),
+                n.line,
+                match n.op {
+                    Op::GetItem { index } => index as u32,
+                    _ => 0,
+                },
+            ),
+            None => continue,
+        };
+        let mut args = Vec::with_capacity(operands.len());
+        for o in operands {
+            args.push(match o {
+                Operand::Scalar(s) => Arg::Scalar(*s),
+                Operand::Name(t) => match names.get(t) {
+                    Some(&(p, _)) => Arg::Value(ValueId {
+                        node: p,
+                        output: if *is_getitem { index } else { 0 },
+                    }),
+                    None => {
+                        return Err(Error::UnknownTensor {
+                            at: At { node: name, line },
+                            name: t.clone(),
+                        })
+                    }
+                },
+            });
+        }
+        g.set_args(*id, args);
+    }
+    let mut outputs = vec![];
+    for o in &raw.outputs {
+        let &(id, _) = names
+            .get(o)
+            .ok_or_else(|| Error::UnknownOutput(o.clone()))?;
+        outputs.push(ValueId::first(id));
+    }
+    if outputs.is_empty() {
+        return Err(Error::NoOutputs);
+    }
+    g.set_outputs(outputs.clone());
+
+    let order = g.topo_order().map_err(|n| {
+        Error::Cycle(g.node(n).map_or(
+            At {
+                node: "?".into(),
+                line: None,
+            },
+            |x| At {
+                node: x.name.clone(),
+                line: x.line,
+            },
+        ))
+    })?;
+    for id in order {
+        verify::infer_node(&mut g, id)?;
+        // In the file a multi-output node is only read through `getitem`.
+        check_single_outputs(&g, id)?;
+    }
+    for o in outputs {
+        if g.node(o.node).is_some_and(|n| n.outputs.len() != 1) {
+            let n = g.node(o.node).map_or(String::new(), |n| n.name.clone());
+            return Err(Error::UnknownOutput(format!(
+                "{n} (a multi-output node: select an output with getitem)"
+            )));
+        }
+    }
+    Ok(g)
+}
+
+fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
+    let Some(node) = g.node(id) else {
+        return Ok(());
+    };
+    if matches!(node.op, Op::GetItem { .. }) {
+        return Ok(());
+    }
+    for v in node.args.iter().filter_map(|a| a.value()) {
+        if let Some(p) = g.node(v.node) {
+            if p.outputs.len() != 1 {
+                return Err(Error::Infer {
+                    at: At {
+                        node: node.name.clone(),
+                        line: node.line,
+                    },
+                    op: node.op.name().into(),
+                    source: Box::new(super::infer::InferError::Invalid(format!(
+                        "operand `{}` has {} outputs: select one with getitem",
+                        p.name,
+                        p.outputs.len()
+                    ))),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_free(names: &HashMap<String, (NodeId, u32)>, name: &str, line: u32) -> Result<(), Error> {
+    match names.get(name) {
+        Some(&(_, first)) => Err(Error::Duplicate {
+            name: name.into(),
+            line,
+            first,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn decl(name: &str, line: u32, message: &str) -> Error {
+    Error::Declaration {
+        at: At {
+            node: name.into(),
+            line: Some(line),
+        },
+        message: message.into(),
+    }
+}
+
+fn declared(t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
+    let dtype = DType::parse(&t.dtype).ok_or_else(|| {
+        decl(
+            &t.name,
+            line,
+            &format!(
+                "unknown dtype `{}` (float32 float16 bfloat16 float64 int64 int32 bool)",
+                t.dtype
+            ),
+        )
+    })?;
+    numel(&t.shape).map_err(|e| decl(&t.name, line, &e.to_string()))?;
+    Ok(TensorMeta::contiguous(t.shape.clone(), dtype))
+}

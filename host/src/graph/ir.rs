@@ -1,0 +1,380 @@
+//! The graph IR: a petgraph `StableDiGraph` of [`Node`]s behind typed ids.
+//!
+//! Nodes own their operands ([`Arg`]) and the metadata of the values they produce; the
+//! petgraph edges mirror the operands (producer → consumer) so that traversals,
+//! reachability and cycle checks come from petgraph. Every mutation goes through
+//! [`Graph`]'s methods, which keep the two in step. This module must never run shape
+//! inference or print anything: it is plain data plus bookkeeping.
+
+use super::dtype::DType;
+use super::ops::Op;
+use super::shape::{contiguous_strides, Shape};
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+use std::collections::HashSet;
+use std::fmt;
+
+/// A node of the graph (stable across removals of other nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub NodeIndex<u32>);
+
+impl NodeId {
+    /// The index, for side tables keyed by node.
+    pub fn index(self) -> usize {
+        self.0.index()
+    }
+}
+
+/// One output value of a node: multi-output ops (`split`, `native_layer_norm`) have
+/// several, selected in the file by `getitem`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId {
+    /// the producing node
+    pub node: NodeId,
+    /// which of its outputs
+    pub output: u32,
+}
+
+impl ValueId {
+    /// The first (often only) output of `node`.
+    pub fn first(node: NodeId) -> ValueId {
+        ValueId { node, output: 0 }
+    }
+}
+
+/// A number given where a tensor operand may appear (`mul(x, 2.0)`). Its kind matters
+/// for type promotion: a float scalar never changes a float tensor's dtype.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Scalar {
+    /// `true` / `false`
+    Bool(bool),
+    /// an integer literal
+    Int(i64),
+    /// a float literal
+    Float(f64),
+}
+
+impl Scalar {
+    /// The value as a float64.
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+
+    /// The dtype that stands for this scalar's category in promotion.
+    pub fn dtype(self) -> DType {
+        match self {
+            Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(_) => DType::Int64,
+            Scalar::Float(_) => DType::Float64,
+        }
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Int(i) => write!(f, "{i}"),
+            Scalar::Float(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 => {
+                write!(f, "{x:.1}")
+            }
+            Scalar::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+/// An operand of a node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    /// a tensor value
+    Value(ValueId),
+    /// a number
+    Scalar(Scalar),
+}
+
+impl Arg {
+    /// The value, if this operand is a tensor.
+    pub fn value(&self) -> Option<ValueId> {
+        match self {
+            Arg::Value(v) => Some(*v),
+            Arg::Scalar(_) => None,
+        }
+    }
+}
+
+/// Shape, strides and dtype of a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct TensorMeta {
+    /// sizes, outermost first
+    pub shape: Shape,
+    /// strides in elements; views keep their input's strides as PyTorch does
+    pub strides: Vec<i64>,
+    /// element type
+    pub dtype: DType,
+}
+
+impl TensorMeta {
+    /// A contiguous tensor.
+    pub fn contiguous(shape: Shape, dtype: DType) -> TensorMeta {
+        let strides = contiguous_strides(&shape);
+        TensorMeta {
+            shape,
+            strides,
+            dtype,
+        }
+    }
+
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Element count (saturating; validated shapes never saturate).
+    pub fn numel(&self) -> i64 {
+        self.shape
+            .iter()
+            .fold(1i64, |a, &d| a.saturating_mul(d.max(0)))
+    }
+}
+
+/// One operation.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// unique name (from the file, or made fresh by a pass)
+    pub name: String,
+    /// the operation with its typed attributes
+    pub op: Op,
+    /// operands, in ATen order
+    pub args: Vec<Arg>,
+    /// one entry per output value, filled by shape inference
+    pub outputs: Vec<TensorMeta>,
+    /// the line in the source file, for messages
+    pub line: Option<u32>,
+}
+
+/// The edge weight: which operand slot of the consumer reads which output of the
+/// producer.
+#[derive(Clone, Copy, Debug)]
+pub struct Use {
+    /// operand position in the consumer
+    pub operand: u32,
+    /// output index of the producer
+    pub output: u32,
+}
+
+/// A dataflow graph: inputs and constants are nodes too (`Op::Input`, `Op::Constant`).
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// the graph's name
+    pub name: String,
+    g: StableDiGraph<Node, Use>,
+    inputs: Vec<NodeId>,
+    outputs: Vec<ValueId>,
+    names: HashSet<String>,
+    fresh: u64,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new(name: impl Into<String>) -> Graph {
+        Graph {
+            name: name.into(),
+            ..Graph::default()
+        }
+    }
+
+    /// Adds a node and the edges of its tensor operands. The caller guarantees the name is
+    /// unique (see [`Graph::fresh_name`]) and the operands exist.
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        self.names.insert(node.name.clone());
+        let args = node.args.clone();
+        let is_input = matches!(node.op, Op::Input { .. });
+        let id = NodeId(self.g.add_node(node));
+        if is_input {
+            self.inputs.push(id);
+        }
+        self.add_edges(id, &args);
+        id
+    }
+
+    fn add_edges(&mut self, id: NodeId, args: &[Arg]) {
+        for (i, a) in args.iter().enumerate() {
+            if let Arg::Value(v) = a {
+                self.g.add_edge(
+                    v.node.0,
+                    id.0,
+                    Use {
+                        operand: i as u32,
+                        output: v.output,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Replaces a node's operands, updating the edges.
+    pub fn set_args(&mut self, id: NodeId, args: Vec<Arg>) {
+        let old: Vec<_> = self
+            .g
+            .edges_directed(id.0, Direction::Incoming)
+            .map(|e| e.id())
+            .collect();
+        for e in old {
+            self.g.remove_edge(e);
+        }
+        self.add_edges(id, &args);
+        if let Some(n) = self.g.node_weight_mut(id.0) {
+            n.args = args;
+        }
+    }
+
+    /// Removes a node (its users must have been rewired first).
+    pub fn remove_node(&mut self, id: NodeId) -> Option<Node> {
+        let n = self.g.remove_node(id.0)?;
+        self.names.remove(&n.name);
+        self.inputs.retain(|&i| i != id);
+        Some(n)
+    }
+
+    /// The node, if it exists.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.g.node_weight(id.0)
+    }
+
+    /// The node, mutably. Changing `args` here bypasses edge bookkeeping: use
+    /// [`Graph::set_args`] for that.
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
+        self.g.node_weight_mut(id.0)
+    }
+
+    /// Metadata of a value, if it exists.
+    pub fn meta(&self, v: ValueId) -> Option<&TensorMeta> {
+        self.node(v.node)?.outputs.get(v.output as usize)
+    }
+
+    /// All node ids in an unspecified order.
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.g.node_indices().map(NodeId)
+    }
+
+    /// Number of nodes, inputs and constants included.
+    pub fn node_count(&self) -> usize {
+        self.g.node_count()
+    }
+
+    /// Nodes that read any output of `id`, with the use (may repeat a consumer).
+    pub fn users(&self, id: NodeId) -> impl Iterator<Item = (NodeId, Use)> + '_ {
+        self.g
+            .edges_directed(id.0, Direction::Outgoing)
+            .map(|e| (NodeId(e.target()), *e.weight()))
+    }
+
+    /// Graph inputs in declaration order.
+    pub fn inputs(&self) -> &[NodeId] {
+        &self.inputs
+    }
+
+    /// Graph outputs in declaration order.
+    pub fn outputs(&self) -> &[ValueId] {
+        &self.outputs
+    }
+
+    /// Sets the graph outputs.
+    pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {
+        self.outputs = outputs;
+    }
+
+    /// Whether a name is taken.
+    pub fn has_name(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// A name not yet used in the graph, derived from `base`.
+    pub fn fresh_name(&mut self, base: &str) -> String {
+        loop {
+            self.fresh += 1;
+            let name = format!("{base}_{}", self.fresh);
+            if !self.names.contains(&name) {
+                return name;
+            }
+        }
+    }
+
+    /// Nodes in a topological order (operands before users), or the node found on a
+    /// cycle. Iterative (Kahn's algorithm), so graph depth never grows the stack; ties
+    /// are broken by node index so the order is deterministic.
+    pub fn topo_order(&self) -> Result<Vec<NodeId>, NodeId> {
+        let bound = petgraph::visit::NodeIndexable::node_bound(&self.g);
+        let mut indeg = vec![0u32; bound];
+        for e in self.g.edge_indices() {
+            if let Some((_, t)) = self.g.edge_endpoints(e) {
+                indeg[t.index()] += 1;
+            }
+        }
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = self
+            .g
+            .node_indices()
+            .filter(|n| indeg[n.index()] == 0)
+            .map(|n| std::cmp::Reverse(n.index()))
+            .collect();
+        let mut order = Vec::with_capacity(self.g.node_count());
+        while let Some(std::cmp::Reverse(i)) = ready.pop() {
+            let n = NodeIndex::new(i);
+            order.push(NodeId(n));
+            for e in self.g.edges_directed(n, Direction::Outgoing) {
+                let t = e.target().index();
+                indeg[t] -= 1;
+                if indeg[t] == 0 {
+                    ready.push(std::cmp::Reverse(t));
+                }
+            }
+        }
+        if order.len() != self.g.node_count() {
+            let stuck = self
+                .g
+                .node_indices()
+                .find(|n| indeg[n.index()] > 0)
+                .map(NodeId);
+            return Err(stuck.unwrap_or(NodeId(NodeIndex::new(0))));
+        }
+        Ok(order)
+    }
+
+    /// The underlying petgraph graph, read-only, for algorithms and printers.
+    pub fn petgraph(&self) -> &StableDiGraph<Node, Use> {
+        &self.g
+    }
+
+    /// Rewires every use of `from` (operands and graph outputs) to `to`.
+    pub fn replace_uses(&mut self, from: ValueId, to: ValueId) {
+        let users: Vec<NodeId> = self
+            .users(from.node)
+            .filter(|(_, u)| u.output == from.output)
+            .map(|(n, _)| n)
+            .collect();
+        for u in users {
+            if let Some(node) = self.node(u) {
+                let args = node
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Value(v) if *v == from => Arg::Value(to),
+                        other => *other,
+                    })
+                    .collect();
+                self.set_args(u, args);
+            }
+        }
+        for o in &mut self.outputs {
+            if *o == from {
+                *o = to;
+            }
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! The op set: one [`Op`] variant per operation family with typed attributes.
+//!
+//! Attributes that PyTorch takes as keyword or trailing positional arguments live here;
+//! tensor operands (and numbers standing in for tensors) are the node's `args`. This module
+//! must never parse text or compute shapes; see `signature.rs` and `infer.rs`.
+
+use super::dtype::DType;
+use super::ir::Scalar;
+use std::sync::Arc;
+
+/// Elementwise functions of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `abs`
+    Abs,
+    /// `neg`
+    Neg,
+    /// `exp`
+    Exp,
+    /// `log`
+    Log,
+    /// `log1p`
+    Log1p,
+    /// `sqrt`
+    Sqrt,
+    /// `rsqrt`
+    Rsqrt,
+    /// `sin`
+    Sin,
+    /// `cos`
+    Cos,
+    /// `tanh`
+    Tanh,
+    /// `sigmoid`
+    Sigmoid,
+    /// `relu`
+    Relu,
+    /// `silu`
+    Silu,
+    /// `erf`
+    Erf,
+    /// `reciprocal`
+    Reciprocal,
+}
+
+impl UnaryOp {
+    /// Every unary op with its ATen name.
+    pub const ALL: [(UnaryOp, &'static str); 15] = [
+        (UnaryOp::Abs, "abs"),
+        (UnaryOp::Neg, "neg"),
+        (UnaryOp::Exp, "exp"),
+        (UnaryOp::Log, "log"),
+        (UnaryOp::Log1p, "log1p"),
+        (UnaryOp::Sqrt, "sqrt"),
+        (UnaryOp::Rsqrt, "rsqrt"),
+        (UnaryOp::Sin, "sin"),
+        (UnaryOp::Cos, "cos"),
+        (UnaryOp::Tanh, "tanh"),
+        (UnaryOp::Sigmoid, "sigmoid"),
+        (UnaryOp::Relu, "relu"),
+        (UnaryOp::Silu, "silu"),
+        (UnaryOp::Erf, "erf"),
+        (UnaryOp::Reciprocal, "reciprocal"),
+    ];
+
+    /// Whether an integer or bool input gives a float32 result (PyTorch's "int to float"
+    /// unary ops); the others keep the input dtype.
+    pub fn promotes_int_to_float(self) -> bool {
+        !matches!(self, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu)
+    }
+}
+
+/// Elementwise functions of two operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `add` (with `alpha`)
+    Add,
+    /// `sub` (with `alpha`)
+    Sub,
+    /// `mul`
+    Mul,
+    /// `div` with no rounding mode (true division)
+    Div,
+    /// `div(rounding_mode="trunc")`
+    DivTrunc,
+    /// `div(rounding_mode="floor")`
+    DivFloor,
+    /// `pow`
+    Pow,
+    /// `maximum`
+    Maximum,
+    /// `minimum`
+    Minimum,
+    /// `eq`
+    Eq,
+    /// `ne`
+    Ne,
+    /// `lt`
+    Lt,
+    /// `le`
+    Le,
+    /// `gt`
+    Gt,
+    /// `ge`
+    Ge,
+}
+
+impl BinaryOp {
+    /// Every binary op with its ATen name (the rounding variants of `div` print as
+    /// `div` with a `rounding_mode`).
+    pub const ALL: [(BinaryOp, &'static str); 13] = [
+        (BinaryOp::Add, "add"),
+        (BinaryOp::Sub, "sub"),
+        (BinaryOp::Mul, "mul"),
+        (BinaryOp::Div, "div"),
+        (BinaryOp::Pow, "pow"),
+        (BinaryOp::Maximum, "maximum"),
+        (BinaryOp::Minimum, "minimum"),
+        (BinaryOp::Eq, "eq"),
+        (BinaryOp::Ne, "ne"),
+        (BinaryOp::Lt, "lt"),
+        (BinaryOp::Le, "le"),
+        (BinaryOp::Gt, "gt"),
+        (BinaryOp::Ge, "ge"),
+    ];
+
+    /// Comparisons produce `bool`.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+}
+
+/// Reductions that keep the input's value domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// `sum`
+    Sum,
+    /// `mean`
+    Mean,
+    /// `amax`
+    Amax,
+    /// `amin`
+    Amin,
+}
+
+/// `gelu`'s `approximate` attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GeluApprox {
+    /// exact, via `erf`
+    None,
+    /// the tanh formula
+    Tanh,
+}
+
+/// The elements of a constant, already rounded to its dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstData {
+    /// row-major values, one per element
+    Values(Arc<[f64]>),
+    /// every element the same (cheap for large constants)
+    Fill(f64),
+}
+
+impl ConstData {
+    /// The element at row-major position `i`.
+    pub fn get(&self, i: usize) -> f64 {
+        match self {
+            ConstData::Values(v) => v.get(i).copied().unwrap_or(0.0),
+            ConstData::Fill(x) => *x,
+        }
+    }
+}
+
+/// Inference no-ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NoOpKind {
+    /// `dropout(x, p, train)`: identity in inference
+    Dropout,
+    /// `alias`
+    Alias,
+    /// `_assert_tensor_metadata`: Kiln passes its operand through so it can be chained
+    AssertTensorMetadata,
+}
+
+/// An operation with its attributes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// graph input number `index`
+    Input {
+        /// position among the graph inputs
+        index: usize,
+    },
+    /// a literal tensor
+    Constant {
+        /// the elements
+        data: ConstData,
+    },
+    /// an elementwise function of one operand
+    Unary(UnaryOp),
+    /// `gelu`
+    Gelu {
+        /// the formula
+        approximate: GeluApprox,
+    },
+    /// an elementwise function of two operands (tensors or numbers)
+    Binary {
+        /// which function
+        op: BinaryOp,
+        /// `add`/`sub`'s multiplier of the second operand
+        alpha: Option<Scalar>,
+    },
+    /// `where(cond, a, b)`
+    Where,
+    /// `clamp(x, min, max)`
+    Clamp {
+        /// lower bound
+        min: Option<Scalar>,
+        /// upper bound
+        max: Option<Scalar>,
+    },
+    /// `to` / `_to_copy` with a dtype
+    Cast {
+        /// target dtype
+        dtype: DType,
+    },
+    /// `sum mean amax amin`
+    Reduce {
+        /// which reduction
+        op: ReduceOp,
+        /// dims reduced; `None` means all
+        dims: Option<Vec<i64>>,
+        /// keep reduced dims as size 1
+        keepdim: bool,
+        /// accumulate/output dtype (`sum`, `mean`)
+        dtype: Option<DType>,
+    },
+    /// `var`
+    Var {
+        /// dims reduced; `None` means all
+        dims: Option<Vec<i64>>,
+        /// Bessel correction (1 unbiased)
+        correction: f64,
+        /// keep reduced dims as size 1
+        keepdim: bool,
+    },
+    /// `softmax`, `_softmax`, `log_softmax`
+    Softmax {
+        /// the dim normalised
+        dim: i64,
+        /// `log_softmax`
+        log: bool,
+        /// `_softmax`'s flag: a float16/bfloat16 input gives float32
+        half_to_float: bool,
+    },
+    /// `layer_norm` (one output) or `native_layer_norm` (out, mean, rstd)
+    LayerNorm {
+        /// trailing dims normalised
+        normalized_shape: Vec<i64>,
+        /// epsilon
+        eps: f64,
+        /// whether `args[1]` is a weight
+        weight: bool,
+        /// whether a bias follows
+        bias: bool,
+        /// three outputs
+        native: bool,
+    },
+    /// `rms_norm`
+    RmsNorm {
+        /// trailing dims normalised
+        normalized_shape: Vec<i64>,
+        /// epsilon; `None` means the dtype's machine epsilon, as PyTorch does
+        eps: Option<f64>,
+        /// whether `args[1]` is a weight
+        weight: bool,
+    },
+    /// `linear(x, w, b?)`
+    Linear {
+        /// whether a bias is given
+        bias: bool,
+    },
+    /// `addmm(self, m1, m2, beta, alpha)`
+    Addmm {
+        /// multiplier of `self`
+        beta: Scalar,
+        /// multiplier of the product
+        alpha: Scalar,
+    },
+    /// `mm`
+    Mm,
+    /// `bmm`
+    Bmm,
+    /// `matmul` with PyTorch's 1-D and batch broadcasting rules
+    Matmul,
+    /// `reshape` / `view` (one -1 allowed)
+    Reshape {
+        /// target shape as given
+        shape: Vec<i64>,
+        /// spelled `view` in the file
+        view: bool,
+    },
+    /// `permute`
+    Permute {
+        /// the permutation
+        dims: Vec<i64>,
+    },
+    /// `transpose`
+    Transpose {
+        /// first dim
+        dim0: i64,
+        /// second dim
+        dim1: i64,
+    },
+    /// `unsqueeze`
+    Unsqueeze {
+        /// position of the new dim
+        dim: i64,
+    },
+    /// `squeeze`
+    Squeeze {
+        /// dims to drop if of size 1; `None` means all
+        dims: Option<Vec<i64>>,
+    },
+    /// `expand` (-1 keeps a size)
+    Expand {
+        /// target sizes
+        sizes: Vec<i64>,
+    },
+    /// `select(dim, index)`
+    Select {
+        /// the dim removed
+        dim: i64,
+        /// the index (negative counts from the end)
+        index: i64,
+    },
+    /// `slice(dim, start, end, step)`
+    Slice {
+        /// the dim
+        dim: i64,
+        /// first index
+        start: Option<i64>,
+        /// one past the last
+        end: Option<i64>,
+        /// stride, > 0
+        step: i64,
+    },
+    /// `split(split_size, dim)`, several outputs
+    Split {
+        /// chunk size
+        split_size: i64,
+        /// the dim
+        dim: i64,
+    },
+    /// `split_with_sizes(sizes, dim)`, several outputs
+    SplitWithSizes {
+        /// chunk sizes
+        sizes: Vec<i64>,
+        /// the dim
+        dim: i64,
+    },
+    /// `getitem(t, i)`: the operand is already the selected output; an identity
+    GetItem {
+        /// the index given in the file
+        index: i64,
+    },
+    /// `contiguous`
+    Contiguous,
+    /// `clone`
+    Clone,
+    /// `cat(tensors, dim)`
+    Cat {
+        /// the dim
+        dim: i64,
+    },
+    /// an inference no-op
+    NoOp(NoOpKind),
+}
+
+impl Op {
+    /// The ATen name this op prints as.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input { .. } => "input",
+            Op::Constant { .. } => "constant",
+            Op::Unary(u) => UnaryOp::ALL
+                .iter()
+                .find(|(x, _)| x == u)
+                .map_or("?", |(_, n)| n),
+            Op::Gelu { .. } => "gelu",
+            Op::Binary { op, .. } => match op {
+                BinaryOp::DivTrunc | BinaryOp::DivFloor => "div",
+                _ => BinaryOp::ALL
+                    .iter()
+                    .find(|(x, _)| x == op)
+                    .map_or("?", |(_, n)| n),
+            },
+            Op::Where => "where",
+            Op::Clamp { .. } => "clamp",
+            Op::Cast { .. } => "_to_copy",
+            Op::Reduce { op, .. } => match op {
+                ReduceOp::Sum => "sum",
+                ReduceOp::Mean => "mean",
+                ReduceOp::Amax => "amax",
+                ReduceOp::Amin => "amin",
+            },
+            Op::Var { .. } => "var",
+            Op::Softmax { log: true, .. } => "log_softmax",
+            Op::Softmax { .. } => "softmax",
+            Op::LayerNorm { native: true, .. } => "native_layer_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::Linear { .. } => "linear",
+            Op::Addmm { .. } => "addmm",
+            Op::Mm => "mm",
+            Op::Bmm => "bmm",
+            Op::Matmul => "matmul",
+            Op::Reshape { view: true, .. } => "view",
+            Op::Reshape { .. } => "reshape",
+            Op::Permute { .. } => "permute",
+            Op::Transpose { .. } => "transpose",
+            Op::Unsqueeze { .. } => "unsqueeze",
+            Op::Squeeze { .. } => "squeeze",
+            Op::Expand { .. } => "expand",
+            Op::Select { .. } => "select",
+            Op::Slice { .. } => "slice",
+            Op::Split { .. } => "split",
+            Op::SplitWithSizes { .. } => "split_with_sizes",
+            Op::GetItem { .. } => "getitem",
+            Op::Contiguous => "contiguous",
+            Op::Clone => "clone",
+            Op::Cat { .. } => "cat",
+            Op::NoOp(NoOpKind::Dropout) => "dropout",
+            Op::NoOp(NoOpKind::Alias) => "alias",
+            Op::NoOp(NoOpKind::AssertTensorMetadata) => "_assert_tensor_metadata",
+        }
+    }
+
+    /// Whether the output aliases its (first) input's storage: a view in PyTorch's sense.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self,
+            Op::Reshape { .. }
+                | Op::Permute { .. }
+                | Op::Transpose { .. }
+                | Op::Unsqueeze { .. }
+                | Op::Squeeze { .. }
+                | Op::Expand { .. }
+                | Op::Select { .. }
+                | Op::Slice { .. }
+        )
+    }
+
+    /// Whether a pass may evaluate, merge or drop this op freely: everything except the
+    /// graph's inputs.
+    pub fn is_pure(&self) -> bool {
+        !matches!(self, Op::Input { .. })
+    }
+
+    /// The attributes as `key=value` text, for printers and CSE keys (unset optional
+    /// attributes are left out).
+    pub fn attr_text(&self) -> String {
+        let s = format!("{self:?}");
+        // Debug gives `Variant { a: 1, b: Some(2) }`; keep the braces' content, tidied.
+        let (Some(a), Some(b)) = (s.find('{'), s.rfind('}')) else {
+            return String::new();
+        };
+        if b <= a {
+            return String::new();
+        }
+        let inner = &s[a + 1..b];
+        let mut parts = vec![];
+        let (mut depth, mut start) = (0i32, 0usize);
+        for (i, c) in inner.char_indices() {
+            match c {
+                '[' | '(' | '{' => depth += 1,
+                ']' | ')' | '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&inner[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&inner[start..]);
+        parts
+            .iter()
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty() && !p.ends_with(": None") && !p.starts_with("op: "))
+            .map(|p| {
+                let p = p.replacen(": ", "=", 1);
+                match (p.find("Some("), p.ends_with(')')) {
+                    (Some(i), true) => format!("{}{}", &p[..i], &p[i + 5..p.len() - 1]),
+                    _ => p,
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

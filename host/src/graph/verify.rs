@@ -1,0 +1,128 @@
+//! Validation (shape inference over the whole graph) and the IR verifier run between
+//! passes in debug builds.
+//!
+//! Both are read-only apart from [`validate`] filling in output metadata; neither may
+//! rewrite the graph's structure.
+
+use super::infer::{infer, ArgMeta};
+use super::ir::{Arg, Graph, NodeId};
+use super::ops::Op;
+use super::{At, Error};
+
+fn at(g: &Graph, id: NodeId) -> At {
+    match g.node(id) {
+        Some(n) => At {
+            node: n.name.clone(),
+            line: n.line,
+        },
+        None => At {
+            node: format!("#{}", id.index()),
+            line: None,
+        },
+    }
+}
+
+/// Infers node `id`'s output metadata from its operands' (which must be inferred
+/// already) and returns it, without storing it.
+pub fn infer_outputs(g: &Graph, id: NodeId) -> Result<Vec<super::TensorMeta>, Error> {
+    let node = g.node(id).ok_or_else(|| Error::Invariant {
+        at: at(g, id),
+        message: "no such node".into(),
+    })?;
+    if matches!(node.op, Op::Input { .. } | Op::Constant { .. }) {
+        return Ok(node.outputs.clone());
+    }
+    let mut metas = Vec::with_capacity(node.args.len());
+    for a in &node.args {
+        metas.push(match a {
+            Arg::Scalar(s) => ArgMeta::Scalar(*s),
+            Arg::Value(v) => match g.meta(*v) {
+                Some(m) => ArgMeta::Tensor(m),
+                None => {
+                    let producer = g.node(v.node).map_or("?".to_string(), |p| p.name.clone());
+                    let count = g.node(v.node).map_or(0, |p| p.outputs.len());
+                    return Err(Error::Infer {
+                        at: at(g, id),
+                        op: node.op.name().into(),
+                        source: Box::new(super::infer::InferError::Invalid(format!(
+                            "operand `{producer}` has {count} outputs, output {} does not exist",
+                            v.output
+                        ))),
+                    });
+                }
+            },
+        });
+    }
+    infer(&node.op, &metas).map_err(|source| Error::Infer {
+        at: at(g, id),
+        op: node.op.name().into(),
+        source: Box::new(source),
+    })
+}
+
+/// Infers and stores node `id`'s output metadata.
+pub fn infer_node(g: &mut Graph, id: NodeId) -> Result<(), Error> {
+    let outs = infer_outputs(g, id)?;
+    if let Some(n) = g.node_mut(id) {
+        n.outputs = outs;
+    }
+    Ok(())
+}
+
+/// Checks the graph is acyclic and has outputs, and (re)infers every node's metadata in
+/// topological order.
+pub fn validate(g: &mut Graph) -> Result<(), Error> {
+    let order = g.topo_order().map_err(|n| Error::Cycle(at(g, n)))?;
+    for id in order {
+        infer_node(g, id)?;
+    }
+    check_outputs(g)
+}
+
+fn check_outputs(g: &Graph) -> Result<(), Error> {
+    if g.outputs().is_empty() {
+        return Err(Error::NoOutputs);
+    }
+    for o in g.outputs() {
+        if g.meta(*o).is_none() {
+            return Err(Error::UnknownOutput(format!(
+                "#{}:{}",
+                o.node.index(),
+                o.output
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The verifier: every operand exists, the petgraph edges mirror the operands, the graph
+/// is acyclic, and the stored metadata equals what inference gives now. A failure is a
+/// bug in whichever pass ran last.
+pub fn verify(g: &Graph) -> Result<(), Error> {
+    let order = g.topo_order().map_err(|n| Error::Cycle(at(g, n)))?;
+    for id in order {
+        let Some(node) = g.node(id) else { continue };
+        let operand_count = node.args.iter().filter(|a| a.value().is_some()).count();
+        let edge_count = g
+            .petgraph()
+            .edges_directed(id.0, petgraph::Direction::Incoming)
+            .count();
+        if operand_count != edge_count {
+            return Err(Error::Invariant {
+                at: at(g, id),
+                message: format!("{operand_count} tensor operands but {edge_count} edges"),
+            });
+        }
+        let now = infer_outputs(g, id)?;
+        if now != node.outputs {
+            return Err(Error::Invariant {
+                at: at(g, id),
+                message: format!(
+                    "stored metadata {:?} differs from inferred {:?}",
+                    node.outputs, now
+                ),
+            });
+        }
+    }
+    check_outputs(g)
+}

@@ -1,0 +1,318 @@
+//! Element computations of the interpreter: pointwise ops with broadcasting, reductions,
+//! normalisations, softmax and matrix products, all in float64 with one rounding to the
+//! node's dtype at the end. Must never reshape or alias storage (that is `views.rs`).
+
+use super::reduce::{matmul, matmul_raw, norm, reduce, softmax, var};
+use super::Val;
+use crate::graph::dtype::{result_type, OperandKind};
+use crate::graph::shape::for_each_index;
+use crate::graph::{BinaryOp, DType, GeluApprox, Op, ReduceOp, Scalar, TensorMeta, UnaryOp};
+use crate::tensor::Tensor;
+
+fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
+    match args.get(i) {
+        Some(Val::Tensor(t)) => Ok(t),
+        _ => Err(format!("operand {i} must be a tensor")),
+    }
+}
+
+/// Applies `f` elementwise over the broadcast of `args` into `out`'s shape.
+pub(crate) fn map_n(args: &[Val], out: &TensorMeta, f: impl Fn(&[f64]) -> f64) -> Tensor {
+    let strides: Vec<Option<Vec<i64>>> = args
+        .iter()
+        .map(|a| match a {
+            Val::Tensor(t) => Some(t.broadcast_strides(&out.shape)),
+            Val::Scalar(_) => None,
+        })
+        .collect();
+    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let mut xs = vec![0.0; args.len()];
+    for_each_index(&out.shape, |idx| {
+        for (k, a) in args.iter().enumerate() {
+            xs[k] = match (a, &strides[k]) {
+                (Val::Tensor(t), Some(st)) => {
+                    let p = t.offset + idx.iter().zip(st).map(|(i, s)| i * s).sum::<i64>();
+                    t.data.get(p as usize).copied().unwrap_or(f64::NAN)
+                }
+                (Val::Scalar(s), _) => s.to_f64(),
+                _ => f64::NAN,
+            };
+        }
+        vals.push(f(&xs));
+    });
+    if out.shape.is_empty() && vals.is_empty() {
+        vals.push(f(&xs));
+    }
+    Tensor::new(out.shape.clone(), out.dtype, vals)
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// A unary function in float64.
+pub(crate) fn unary(u: UnaryOp, x: f64) -> f64 {
+    match u {
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => sigmoid(x),
+        UnaryOp::Relu => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(0.0)
+            }
+        }
+        UnaryOp::Silu => x * sigmoid(x),
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Reciprocal => 1.0 / x,
+    }
+}
+
+fn gelu(a: GeluApprox, x: f64) -> f64 {
+    match a {
+        GeluApprox::None => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        GeluApprox::Tanh => {
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+        }
+    }
+}
+
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+/// A binary function in float64, given the (promoted) computation dtype.
+pub(crate) fn binary(op: BinaryOp, a: f64, b: f64, alpha: f64, int: bool) -> f64 {
+    match op {
+        BinaryOp::Add => a + alpha * b,
+        BinaryOp::Sub => a - alpha * b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::DivTrunc => (a / b).trunc(),
+        BinaryOp::DivFloor => {
+            if int {
+                (a / b).floor()
+            } else {
+                // PyTorch's float floor division: floor of the true quotient, computed
+                // with fmod so that it agrees with Python's `//`.
+                let m = a % b;
+                let mut d = (a - m) / b;
+                if m != 0.0 && ((b < 0.0) != (m < 0.0)) {
+                    d -= 1.0;
+                }
+                if d == 0.0 {
+                    0.0f64.copysign(a / b)
+                } else {
+                    let f = d.floor();
+                    if d - f > 0.5 {
+                        f + 1.0
+                    } else {
+                        f
+                    }
+                }
+            }
+        }
+        BinaryOp::Pow => a.powf(b),
+        BinaryOp::Maximum => nan_max(a, b),
+        BinaryOp::Minimum => nan_min(a, b),
+        BinaryOp::Eq => (a == b) as i64 as f64,
+        BinaryOp::Ne => (a != b) as i64 as f64,
+        BinaryOp::Lt => (a < b) as i64 as f64,
+        BinaryOp::Le => (a <= b) as i64 as f64,
+        BinaryOp::Gt => (a > b) as i64 as f64,
+        BinaryOp::Ge => (a >= b) as i64 as f64,
+    }
+}
+
+/// Evaluates a non-view op.
+pub(crate) fn eval(
+    op: &Op,
+    args: &[Val],
+    out: &TensorMeta,
+    outs: &[TensorMeta],
+) -> Result<Vec<Tensor>, String> {
+    // Operands are first brought to the computation dtype (PyTorch casts before computing,
+    // e.g. an int tensor plus a float scalar is computed in float32).
+    let cast_args = |d: DType| -> Vec<Val> {
+        args.iter()
+            .map(|a| match a {
+                Val::Scalar(s) => Val::Scalar(Scalar::Float(d.round(s.to_f64()))),
+                t => *t,
+            })
+            .collect()
+    };
+    let t = match op {
+        Op::Unary(u) => map_n(args, out, |x| unary(*u, x[0])),
+        Op::Gelu { approximate } => map_n(args, out, |x| gelu(*approximate, x[0])),
+        Op::Binary { op, alpha } => {
+            let compute = compute_dtype(args)?;
+            let alpha = alpha.map_or(1.0, |a| a.to_f64());
+            let int = !compute.is_float();
+            let ca = cast_args(compute);
+            map_n(&ca, out, |x| binary(*op, x[0], x[1], alpha, int))
+        }
+        Op::Where => {
+            let ca = cast_args(out.dtype);
+            map_n(&ca, out, |x| if x[0] != 0.0 { x[1] } else { x[2] })
+        }
+        Op::Clamp { min, max } => {
+            let (lo, hi) = (
+                min.map(|s| out.dtype.round(s.to_f64())),
+                max.map(|s| out.dtype.round(s.to_f64())),
+            );
+            map_n(args, out, |x| {
+                let mut v = x[0];
+                if let Some(l) = lo {
+                    v = nan_max(v, l);
+                }
+                if let Some(h) = hi {
+                    v = nan_min(v, h);
+                }
+                v
+            })
+        }
+        Op::Cast { .. } => map_n(args, out, |x| x[0]),
+        Op::Reduce {
+            op, dims, dtype, ..
+        } => {
+            let x = tensor(args, 0)?;
+            let x = match dtype {
+                Some(d) => map_n(args, &TensorMeta::contiguous(x.shape.clone(), *d), |v| v[0]),
+                None => x.clone(),
+            };
+            reduce(&x, dims.as_deref(), out, *op, 0.0)?
+        }
+        Op::Var {
+            dims, correction, ..
+        } => {
+            let x = tensor(args, 0)?;
+            let mean = reduce(x, dims.as_deref(), out, ReduceOp::Mean, 0.0).map(|m| m.data)?;
+            var(x, dims.as_deref(), out, &mean, *correction)?
+        }
+        Op::Softmax { dim, log, .. } => softmax(tensor(args, 0)?, *dim, *log, out)?,
+        Op::LayerNorm {
+            normalized_shape,
+            eps,
+            weight,
+            bias,
+            native,
+        } => {
+            let w = if *weight {
+                Some(tensor(args, 1)?)
+            } else {
+                None
+            };
+            let b = if *bias {
+                Some(tensor(args, 1 + *weight as usize)?)
+            } else {
+                None
+            };
+            let r = norm(
+                tensor(args, 0)?,
+                normalized_shape.len(),
+                Some(*eps),
+                w,
+                b,
+                false,
+                outs,
+            )?;
+            return Ok(if *native {
+                r
+            } else {
+                r.into_iter().take(1).collect()
+            });
+        }
+        Op::RmsNorm {
+            normalized_shape,
+            eps,
+            weight,
+        } => {
+            let w = if *weight {
+                Some(tensor(args, 1)?)
+            } else {
+                None
+            };
+            let r = norm(
+                tensor(args, 0)?,
+                normalized_shape.len(),
+                *eps,
+                w,
+                None,
+                true,
+                outs,
+            )?;
+            return Ok(r.into_iter().take(1).collect());
+        }
+        Op::Mm | Op::Bmm | Op::Matmul => matmul(tensor(args, 0)?, tensor(args, 1)?, out, false)?,
+        Op::Linear { bias } => {
+            if !*bias {
+                return Ok(vec![matmul(tensor(args, 0)?, tensor(args, 1)?, out, true)?]);
+            }
+            let p = matmul_raw(tensor(args, 0)?, tensor(args, 1)?, &out.shape, true)?;
+            if *bias {
+                let b = tensor(args, 2)?;
+                map_n(&[Val::Tensor(&p), Val::Tensor(b)], out, |x| x[0] + x[1])
+            } else {
+                p
+            }
+        }
+        Op::Addmm { beta, alpha } => {
+            let p = matmul_raw(tensor(args, 1)?, tensor(args, 2)?, &out.shape, false)?;
+            let p = Tensor {
+                dtype: DType::Float64,
+                ..p
+            };
+            let (beta, alpha) = (beta.to_f64(), alpha.to_f64());
+            map_n(
+                &[Val::Tensor(tensor(args, 0)?), Val::Tensor(&p)],
+                out,
+                |x| {
+                    // PyTorch ignores `self` entirely when beta is 0 (NaNs in it do not leak).
+                    let c = if beta == 0.0 { 0.0 } else { beta * x[0] };
+                    c + alpha * x[1]
+                },
+            )
+        }
+        other => {
+            return Err(format!(
+                "the interpreter has no rule for `{}`",
+                other.name()
+            ))
+        }
+    };
+    Ok(vec![t])
+}
+
+fn compute_dtype(args: &[Val]) -> Result<DType, String> {
+    let kinds: Vec<(DType, OperandKind)> = args
+        .iter()
+        .map(|a| match a {
+            Val::Tensor(t) if t.shape.is_empty() => (t.dtype, OperandKind::ZeroDim),
+            Val::Tensor(t) => (t.dtype, OperandKind::Dim),
+            Val::Scalar(s) => (s.dtype(), OperandKind::Scalar),
+        })
+        .collect();
+    result_type(&kinds).ok_or_else(|| "no operands".to_string())
+}

@@ -1,0 +1,71 @@
+//! Constant folding: a node whose operands are all constants is evaluated with the
+//! reference interpreter and becomes a constant. Only small results are folded (at most
+//! [`MAX_FOLD_ELEMENTS`] elements, single-output nodes), so folding never blows up a graph
+//! with a huge literal.
+
+use super::{Error, Stats};
+use crate::graph::{Arg, ConstData, Graph, Op, TensorMeta};
+use crate::interp::{constant, eval_op, Val};
+use std::sync::Arc;
+
+/// The largest result folded.
+pub const MAX_FOLD_ELEMENTS: i64 = 4096;
+
+/// Runs constant folding in one topological sweep (folded nodes feed later folds).
+pub fn run(g: &mut Graph) -> Result<Stats, Error> {
+    let _span = tracing::info_span!("const_fold").entered();
+    let order = g
+        .topo_order()
+        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let mut changed = 0;
+    for id in order {
+        let Some(node) = g.node(id) else { continue };
+        if matches!(node.op, Op::Input { .. } | Op::Constant { .. })
+            || node.outputs.len() != 1
+            || node.outputs.iter().any(|m| m.numel() > MAX_FOLD_ELEMENTS)
+        {
+            continue;
+        }
+        let mut tensors = Vec::new();
+        let mut all_const = true;
+        for a in &node.args {
+            if let Arg::Value(v) = a {
+                match g.node(v.node).map(|p| (&p.op, p.outputs.first())) {
+                    Some((Op::Constant { data }, Some(m))) if m.numel() <= MAX_FOLD_ELEMENTS => {
+                        tensors.push(constant(m, data));
+                    }
+                    _ => {
+                        all_const = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if !all_const || tensors.is_empty() {
+            continue;
+        }
+        let mut it = tensors.iter();
+        let vals: Vec<Val> = node
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Value(_) => it.next().map(Val::Tensor),
+                Arg::Scalar(s) => Some(Val::Scalar(*s)),
+            })
+            .collect();
+        // A fold the interpreter cannot do is simply not done.
+        let Ok(result) = eval_op(&node.op, &vals, &node.outputs) else {
+            continue;
+        };
+        let Some(t) = result.first() else { continue };
+        let meta = TensorMeta::contiguous(t.shape.clone(), t.dtype);
+        let data = ConstData::Values(Arc::from(t.to_vec()));
+        if let Some(n) = g.node_mut(id) {
+            n.op = Op::Constant { data };
+            n.outputs = vec![meta];
+        }
+        g.set_args(id, vec![]);
+        changed += 1;
+    }
+    Ok(Stats { changed })
+}

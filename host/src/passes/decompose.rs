@@ -1,0 +1,293 @@
+//! Decompositions of the composite ops into primitives: `softmax`/`_softmax`/`log_softmax`
+//! via amax/sub/exp/sum/div (or log), `layer_norm`/`native_layer_norm` and `rms_norm` via
+//! mean and rsqrt, `var` via mean/sub/mul/sum/div, `gelu` (erf or tanh formula), `silu` via
+//! sigmoid, `linear` into permute + mm (+ add), `addmm` into mm + add. 16-bit floats are
+//! computed in float32 and cast back, as PyTorch's decompositions do. Each decomposition
+//! must agree with the interpreter's direct evaluation of the composite.
+
+use super::{emit, replace_node, Error, Stats};
+use crate::graph::{
+    Arg, BinaryOp, DType, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, UnaryOp, ValueId,
+};
+
+struct B<'g> {
+    g: &'g mut Graph,
+    base: String,
+    line: Option<u32>,
+}
+
+impl B<'_> {
+    fn op(&mut self, op: Op, args: Vec<Arg>) -> Result<ValueId, Error> {
+        emit(self.g, "decompose", &self.base, op, args, self.line)
+    }
+    fn un(&mut self, u: UnaryOp, x: ValueId) -> Result<ValueId, Error> {
+        self.op(Op::Unary(u), vec![Arg::Value(x)])
+    }
+    fn bin(&mut self, op: BinaryOp, a: Arg, b: Arg) -> Result<ValueId, Error> {
+        self.op(Op::Binary { op, alpha: None }, vec![a, b])
+    }
+    fn vv(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId, Error> {
+        self.bin(op, Arg::Value(a), Arg::Value(b))
+    }
+    fn vs(&mut self, op: BinaryOp, a: ValueId, s: f64) -> Result<ValueId, Error> {
+        self.bin(op, Arg::Value(a), Arg::Scalar(Scalar::Float(s)))
+    }
+    fn reduce(&mut self, op: ReduceOp, x: ValueId, dims: &[i64]) -> Result<ValueId, Error> {
+        self.op(
+            Op::Reduce {
+                op,
+                dims: Some(dims.to_vec()),
+                keepdim: true,
+                dtype: None,
+            },
+            vec![Arg::Value(x)],
+        )
+    }
+    fn dtype(&self, v: ValueId) -> DType {
+        self.g.meta(v).map_or(DType::Float32, |m| m.dtype)
+    }
+    /// Casts to `d` unless already of that dtype.
+    fn cast(&mut self, x: ValueId, d: DType) -> Result<ValueId, Error> {
+        if self.dtype(x) == d {
+            return Ok(x);
+        }
+        self.op(Op::Cast { dtype: d }, vec![Arg::Value(x)])
+    }
+    /// The dtype to compute in: float32 for 16-bit floats and integers.
+    fn upcast(&mut self, x: ValueId) -> Result<ValueId, Error> {
+        let d = self.dtype(x);
+        self.cast(
+            x,
+            if d == DType::Float64 {
+                d
+            } else {
+                DType::Float32
+            },
+        )
+    }
+}
+
+fn value(a: Option<&Arg>) -> Option<ValueId> {
+    a.and_then(|a| a.value())
+}
+
+/// Runs the decompositions over every composite node.
+pub fn run(g: &mut Graph) -> Result<Stats, Error> {
+    let _span = tracing::info_span!("decompose").entered();
+    let order = g
+        .topo_order()
+        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let mut changed = 0;
+    for id in order {
+        if decompose(g, id)? {
+            changed += 1;
+        }
+    }
+    Ok(Stats { changed })
+}
+
+fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
+    let Some(node) = g.node(id) else {
+        return Ok(false);
+    };
+    let (op, args, outs) = (node.op.clone(), node.args.clone(), node.outputs.clone());
+    let Some(out) = outs.first().cloned() else {
+        return Ok(false);
+    };
+    let x = match value(args.first()) {
+        Some(x) => x,
+        None => return Ok(false),
+    };
+    let mut b = B {
+        base: node.name.clone(),
+        line: node.line,
+        g,
+    };
+    let rank = b.g.meta(x).map_or(0, |m| m.rank()) as i64;
+    let trailing = |k: usize| -> Vec<i64> { (rank - k as i64..rank).collect() };
+    let new: Vec<ValueId> = match op {
+        Op::Softmax { dim, log, .. } => {
+            let xc = b.upcast(x)?;
+            let m = b.reduce(ReduceOp::Amax, xc, &[dim])?;
+            let s = b.vv(BinaryOp::Sub, xc, m)?;
+            let e = b.un(UnaryOp::Exp, s)?;
+            let z = b.reduce(ReduceOp::Sum, e, &[dim])?;
+            let y = if log {
+                let lz = b.un(UnaryOp::Log, z)?;
+                b.vv(BinaryOp::Sub, s, lz)?
+            } else {
+                b.vv(BinaryOp::Div, e, z)?
+            };
+            vec![b.cast(y, out.dtype)?]
+        }
+        Op::LayerNorm {
+            normalized_shape,
+            eps,
+            weight,
+            bias,
+            native,
+        } => {
+            let dims = trailing(normalized_shape.len());
+            let xc = b.upcast(x)?;
+            let mean = b.reduce(ReduceOp::Mean, xc, &dims)?;
+            let d = b.vv(BinaryOp::Sub, xc, mean)?;
+            let sq = b.vv(BinaryOp::Mul, d, d)?;
+            let var = b.reduce(ReduceOp::Mean, sq, &dims)?;
+            let ve = b.vs(BinaryOp::Add, var, eps)?;
+            let rstd = b.un(UnaryOp::Rsqrt, ve)?;
+            let mut y = b.vv(BinaryOp::Mul, d, rstd)?;
+            if weight {
+                y = b.vv(BinaryOp::Mul, y, value(args.get(1)).unwrap_or(y))?;
+            }
+            if bias {
+                y = b.vv(
+                    BinaryOp::Add,
+                    y,
+                    value(args.get(1 + weight as usize)).unwrap_or(y),
+                )?;
+            }
+            let mut r = vec![b.cast(y, out.dtype)?];
+            if native {
+                r.push(b.cast(mean, out.dtype)?);
+                r.push(b.cast(rstd, out.dtype)?);
+            }
+            r
+        }
+        Op::RmsNorm {
+            normalized_shape,
+            eps,
+            weight,
+        } => {
+            let dims = trailing(normalized_shape.len());
+            let eps = eps.unwrap_or(match b.dtype(x) {
+                DType::Float64 => f64::EPSILON,
+                DType::Float16 => 0.0009765625,
+                DType::BFloat16 => 0.0078125,
+                _ => f32::EPSILON as f64,
+            });
+            let xc = b.upcast(x)?;
+            let sq = b.vv(BinaryOp::Mul, xc, xc)?;
+            let ms = b.reduce(ReduceOp::Mean, sq, &dims)?;
+            let e = b.vs(BinaryOp::Add, ms, eps)?;
+            let r = b.un(UnaryOp::Rsqrt, e)?;
+            let mut y = b.vv(BinaryOp::Mul, xc, r)?;
+            if weight {
+                y = b.vv(BinaryOp::Mul, y, value(args.get(1)).unwrap_or(y))?;
+            }
+            vec![b.cast(y, out.dtype)?]
+        }
+        Op::Var {
+            dims,
+            correction,
+            keepdim,
+        } => {
+            let xc = b.upcast(x)?;
+            let all: Vec<i64> = (0..rank).collect();
+            let ds = dims.clone().unwrap_or(all);
+            let shape = b.g.meta(x).map(|m| m.shape.clone()).unwrap_or_default();
+            let wrapped =
+                crate::graph::shape::wrap_dims(Some(&ds), shape.len()).unwrap_or_default();
+            let n: f64 = wrapped
+                .iter()
+                .map(|&d| shape.get(d).copied().unwrap_or(1) as f64)
+                .product();
+            let mean = b.reduce(ReduceOp::Mean, xc, &ds)?;
+            let d = b.vv(BinaryOp::Sub, xc, mean)?;
+            let sq = b.vv(BinaryOp::Mul, d, d)?;
+            let s = b.op(
+                Op::Reduce {
+                    op: ReduceOp::Sum,
+                    dims: Some(ds),
+                    keepdim,
+                    dtype: None,
+                },
+                vec![Arg::Value(sq)],
+            )?;
+            let y = b.vs(BinaryOp::Div, s, (n - correction).max(0.0))?;
+            vec![b.cast(y, out.dtype)?]
+        }
+        Op::Gelu { approximate } => {
+            let xc = b.upcast(x)?;
+            let inner = match approximate {
+                GeluApprox::None => {
+                    let t = b.vs(BinaryOp::Mul, xc, std::f64::consts::FRAC_1_SQRT_2)?;
+                    b.un(UnaryOp::Erf, t)?
+                }
+                GeluApprox::Tanh => {
+                    let x2 = b.vv(BinaryOp::Mul, xc, xc)?;
+                    let x3 = b.vv(BinaryOp::Mul, x2, xc)?;
+                    let c = b.vs(BinaryOp::Mul, x3, 0.044715)?;
+                    let u = b.vv(BinaryOp::Add, xc, c)?;
+                    let v = b.vs(BinaryOp::Mul, u, (2.0 / std::f64::consts::PI).sqrt())?;
+                    b.un(UnaryOp::Tanh, v)?
+                }
+            };
+            let a = b.vs(BinaryOp::Add, inner, 1.0)?;
+            let h = b.vs(BinaryOp::Mul, xc, 0.5)?;
+            let y = b.vv(BinaryOp::Mul, h, a)?;
+            vec![b.cast(y, out.dtype)?]
+        }
+        Op::Unary(UnaryOp::Silu) => {
+            let s = b.un(UnaryOp::Sigmoid, x)?;
+            vec![b.vv(BinaryOp::Mul, x, s)?]
+        }
+        Op::Linear { bias } => {
+            let Some(w) = value(args.get(1)) else {
+                return Ok(false);
+            };
+            let wt = b.op(Op::Permute { dims: vec![1, 0] }, vec![Arg::Value(w)])?;
+            let in_f =
+                b.g.meta(w)
+                    .and_then(|m| m.shape.get(1).copied())
+                    .unwrap_or(1);
+            let x2 = if rank == 2 {
+                x
+            } else {
+                b.op(
+                    Op::Reshape {
+                        shape: vec![-1, in_f],
+                        view: false,
+                    },
+                    vec![Arg::Value(x)],
+                )?
+            };
+            let mut y = b.op(Op::Mm, vec![Arg::Value(x2), Arg::Value(wt)])?;
+            if rank != 2 {
+                y = b.op(
+                    Op::Reshape {
+                        shape: out.shape.clone(),
+                        view: false,
+                    },
+                    vec![Arg::Value(y)],
+                )?;
+            }
+            if bias {
+                let bv = value(args.get(2)).unwrap_or(y);
+                y = b.vv(BinaryOp::Add, y, bv)?;
+            }
+            vec![y]
+        }
+        Op::Addmm { beta, alpha } => {
+            let (Some(m1), Some(m2)) = (value(args.get(1)), value(args.get(2))) else {
+                return Ok(false);
+            };
+            let mut p = b.op(Op::Mm, vec![Arg::Value(m1), Arg::Value(m2)])?;
+            if alpha.to_f64() != 1.0 {
+                p = b.bin(BinaryOp::Mul, Arg::Value(p), Arg::Scalar(alpha))?;
+            }
+            if beta.to_f64() == 0.0 {
+                vec![p]
+            } else {
+                let c = if beta.to_f64() != 1.0 {
+                    b.bin(BinaryOp::Mul, Arg::Value(x), Arg::Scalar(beta))?
+                } else {
+                    x
+                };
+                vec![b.vv(BinaryOp::Add, c, p)?]
+            }
+        }
+        _ => return Ok(false),
+    };
+    replace_node(b.g, id, &new);
+    Ok(true)
+}

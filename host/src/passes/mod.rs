@@ -1,0 +1,134 @@
+//! The pass pipeline: decompositions, no-op removal, view canonicalisation, constant
+//! folding, CSE and DCE, one file each, written out in order in [`run_pipeline`].
+//!
+//! Every pass is a free function `run(&mut Graph) -> Result<Stats, Error>` with a
+//! `tracing` span. After each pass the pipeline re-infers metadata and, in debug builds,
+//! runs the verifier. Passes must preserve the graph's values (the interpreter gives the
+//! same outputs before and after, up to rounding) and must never panic on a validated
+//! graph.
+
+pub mod const_fold;
+pub mod cse;
+pub mod dce;
+pub mod decompose;
+pub mod noop;
+pub mod views;
+
+use crate::graph::{self, Arg, Graph, Node, NodeId, Op, ValueId};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Errors of the pass layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A pass produced an invalid graph or could not build a node.
+    #[error("pass `{pass}` failed")]
+    Pass {
+        /// the pass
+        pass: &'static str,
+        /// why
+        #[source]
+        source: graph::Error,
+    },
+    /// The graph was invalid before any pass ran.
+    #[error("invalid input graph")]
+    Graph(#[from] graph::Error),
+}
+
+/// What a pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// nodes rewritten, replaced or removed
+    pub changed: usize,
+}
+
+/// One line per pass: name, changes, time.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineReport {
+    /// passes in the order they ran
+    pub passes: Vec<(&'static str, Stats, Duration)>,
+}
+
+impl fmt::Display for PipelineReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, s, t) in &self.passes {
+            writeln!(
+                f,
+                "{name:<12} {:>7} changed {:>10.3} ms",
+                s.changed,
+                t.as_secs_f64() * 1e3
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A pass's entry function.
+pub type PassFn = fn(&mut Graph) -> Result<Stats, Error>;
+
+/// The pipeline's passes in order, each with its name.
+pub const PIPELINE: &[(&str, PassFn)] = &[
+    ("decompose", decompose::run),
+    ("noop", noop::run),
+    ("views", views::run),
+    ("noop", noop::run),
+    ("const_fold", const_fold::run),
+    ("cse", cse::run),
+    ("dce", dce::run),
+];
+
+/// Runs every pass of [`PIPELINE`] in order.
+pub fn run_pipeline(g: &mut Graph) -> Result<PipelineReport, Error> {
+    let mut report = PipelineReport::default();
+    for (name, pass) in PIPELINE {
+        let t = Instant::now();
+        let stats = pass(g)?;
+        // Passes may replace a value by one with other strides (a dropped `contiguous`);
+        // re-inference keeps every stored metadata exact for the next pass.
+        if stats.changed > 0 {
+            graph::validate(g).map_err(|source| Error::Pass { pass: name, source })?;
+        }
+        #[cfg(debug_assertions)]
+        graph::verify(g).map_err(|source| Error::Pass { pass: name, source })?;
+        report.passes.push((name, stats, t.elapsed()));
+    }
+    Ok(report)
+}
+
+/// Adds a node computing `op(args)` named after `base`, infers its metadata, and returns
+/// its first output. Used by passes to build replacements.
+pub(crate) fn emit(
+    g: &mut Graph,
+    pass: &'static str,
+    base: &str,
+    op: Op,
+    args: Vec<Arg>,
+    line: Option<u32>,
+) -> Result<ValueId, Error> {
+    let name = g.fresh_name(base);
+    let id = g.add_node(Node {
+        name,
+        op,
+        args,
+        outputs: vec![],
+        line,
+    });
+    graph::infer_node(g, id).map_err(|source| Error::Pass { pass, source })?;
+    Ok(ValueId::first(id))
+}
+
+/// Replaces every output of `old` by the corresponding value and removes `old`.
+pub(crate) fn replace_node(g: &mut Graph, old: NodeId, new: &[ValueId]) {
+    for (i, v) in new.iter().enumerate() {
+        g.replace_uses(
+            ValueId {
+                node: old,
+                output: i as u32,
+            },
+            *v,
+        );
+    }
+    if g.users(old).next().is_none() && !g.outputs().iter().any(|o| o.node == old) {
+        g.remove_node(old);
+    }
+}

@@ -1,0 +1,64 @@
+//! No-op removal: `dropout`, `alias`, `_assert_tensor_metadata`, `getitem`, identity views
+//! and copies, casts to the same dtype, and `x*1`, `x+0`, `x-0`, `x/1`. A node is only
+//! dropped when its output's shape and dtype equal its operand's, so a `x+0` whose promotion
+//! changes the dtype (an int tensor plus `0.0`) stays.
+
+use super::{replace_node, Error, Stats};
+use crate::graph::{Arg, BinaryOp, Graph, Op, ValueId};
+
+fn is_identity_scalar(op: BinaryOp, s: f64, scalar_is_rhs: bool) -> bool {
+    match op {
+        BinaryOp::Add => s == 0.0,
+        BinaryOp::Sub => s == 0.0 && scalar_is_rhs,
+        BinaryOp::Mul => s == 1.0,
+        BinaryOp::Div => s == 1.0 && scalar_is_rhs,
+        _ => false,
+    }
+}
+
+/// The operand a node passes through unchanged, if it is a no-op.
+fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
+    let node = g.node(id)?;
+    let candidate = match (&node.op, node.args.as_slice()) {
+        (Op::NoOp(_) | Op::GetItem { .. }, [Arg::Value(v), ..]) => *v,
+        (Op::Contiguous | Op::Clone | Op::Cast { .. }, [Arg::Value(v)]) => *v,
+        (op, [Arg::Value(v)]) if op.is_view() => *v,
+        (Op::Binary { op, alpha }, [a, b]) => {
+            let alpha = alpha.map_or(1.0, |a| a.to_f64());
+            match (a, b) {
+                (Arg::Value(v), Arg::Scalar(s))
+                    if is_identity_scalar(*op, s.to_f64() * alpha, true) =>
+                {
+                    *v
+                }
+                (Arg::Scalar(s), Arg::Value(v))
+                    if alpha == 1.0 && is_identity_scalar(*op, s.to_f64(), false) =>
+                {
+                    *v
+                }
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    // Same values: same shape and dtype (strides may differ; re-inference after the pass
+    // gives users the operand's layout, and values never depend on layout).
+    let (m, o) = (g.meta(candidate)?, node.outputs.first()?);
+    (m.shape == o.shape && m.dtype == o.dtype && node.outputs.len() == 1).then_some(candidate)
+}
+
+/// Runs no-op removal.
+pub fn run(g: &mut Graph) -> Result<Stats, Error> {
+    let _span = tracing::info_span!("noop").entered();
+    let order = g
+        .topo_order()
+        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let mut changed = 0;
+    for id in order {
+        if let Some(v) = passthrough(g, id) {
+            replace_node(g, id, &[v]);
+            changed += 1;
+        }
+    }
+    Ok(Stats { changed })
+}

@@ -1,0 +1,115 @@
+//! The reference tensor: float64 elements in a shared buffer, viewed through shape,
+//! strides and an offset so views cost nothing, as in PyTorch.
+//!
+//! Used by the interpreter and by tensor files. Values are always already rounded to the
+//! tensor's dtype. This module must never know about graphs.
+
+use crate::graph::shape::{contiguous_strides, for_each_index};
+use crate::graph::DType;
+use std::sync::Arc;
+
+/// A strided float64 tensor that stands for a tensor of `dtype`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// the dtype the values stand for
+    pub dtype: DType,
+    /// sizes
+    pub shape: Vec<i64>,
+    /// strides into `data`, in elements (0 for broadcast dims)
+    pub strides: Vec<i64>,
+    /// position of element `[0, 0, ...]` in `data`
+    pub offset: i64,
+    /// the storage, shared between views
+    pub data: Arc<Vec<f64>>,
+}
+
+impl Tensor {
+    /// A contiguous tensor; values are rounded to `dtype`. The caller guarantees
+    /// `values.len()` is the element count of `shape`.
+    pub fn new(shape: Vec<i64>, dtype: DType, values: Vec<f64>) -> Tensor {
+        let values = values.into_iter().map(|v| dtype.round(v)).collect();
+        Tensor {
+            dtype,
+            strides: contiguous_strides(&shape),
+            shape,
+            offset: 0,
+            data: Arc::new(values),
+        }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().map(|&d| d.max(0) as usize).product()
+    }
+
+    /// Storage position of a multi-index.
+    pub fn position(&self, idx: &[i64]) -> usize {
+        let mut p = self.offset;
+        for (i, s) in idx.iter().zip(&self.strides) {
+            p += i * s;
+        }
+        p as usize
+    }
+
+    /// The element at a multi-index.
+    pub fn at(&self, idx: &[i64]) -> f64 {
+        self.data
+            .get(self.position(idx))
+            .copied()
+            .unwrap_or(f64::NAN)
+    }
+
+    /// The elements in row-major order.
+    pub fn to_vec(&self) -> Vec<f64> {
+        let mut out = Vec::with_capacity(self.numel());
+        for_each_index(&self.shape, |idx| out.push(self.at(idx)));
+        out
+    }
+
+    /// A contiguous copy (or `self` when already contiguous from offset 0).
+    pub fn contiguous(&self) -> Tensor {
+        if self.offset == 0
+            && self.strides == contiguous_strides(&self.shape)
+            && self.data.len() == self.numel()
+        {
+            return self.clone();
+        }
+        Tensor {
+            dtype: self.dtype,
+            strides: contiguous_strides(&self.shape),
+            shape: self.shape.clone(),
+            offset: 0,
+            data: Arc::new(self.to_vec()),
+        }
+    }
+
+    /// Strides that read this tensor broadcast to `shape` (aligned at the right).
+    pub fn broadcast_strides(&self, shape: &[i64]) -> Vec<i64> {
+        let lead = shape.len().saturating_sub(self.shape.len());
+        (0..shape.len())
+            .map(|i| {
+                if i < lead {
+                    0
+                } else {
+                    let j = i - lead;
+                    if self.shape[j] == 1 && shape[i] != 1 {
+                        0
+                    } else {
+                        self.strides[j]
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// A view with another shape and strides over the same storage.
+    pub fn view(&self, shape: Vec<i64>, strides: Vec<i64>, offset: i64) -> Tensor {
+        Tensor {
+            dtype: self.dtype,
+            shape,
+            strides,
+            offset,
+            data: self.data.clone(),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Helpers shared by the integration tests: paths, golden snapshots, comparisons.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The repository root (the workspace), from the package's manifest dir.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `../shared` beside the repository.
+pub fn shared_dir() -> PathBuf {
+    repo_root().join("..").join("shared")
+}
+
+/// Compares `actual` with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+pub fn snapshot(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() || !path.exists() {
+        std::fs::write(&path, actual).expect("write snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).expect("read snapshot");
+    if expected != actual {
+        panic!(
+            "snapshot {name} differs (re-bless with UPDATE_SNAPSHOTS=1)\n--- expected\n{expected}\n--- actual\n{actual}"
+        );
+    }
+}
+
+/// Reads a raw little-endian float32 file.
+pub fn read_f32(path: &std::path::Path) -> Vec<f64> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+        .collect()
+}
+
+/// Largest error relative to `max(|expected|, floor)`.
+pub fn max_rel_err(a: &[f64], b: &[f64], floor: f64) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            if x.is_nan() && y.is_nan() || x == y {
+                0.0
+            } else {
+                (x - y).abs() / y.abs().max(floor)
+            }
+        })
+        .fold(0.0, f64::max)
+}

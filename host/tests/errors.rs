@@ -1,0 +1,174 @@
+//! Every kind of bad input gives a clear error (never a panic) naming what is wrong.
+
+use kiln::graph::parse_toml;
+
+const HEAD: &str = "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = [\"y\"]\n\n[[inputs]]\nname = \"x\"\nshape = [2, 3]\ndtype = \"float32\"\n\n";
+
+fn err(text: &str) -> String {
+    match parse_toml(text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => kiln::cli::report(&e),
+    }
+}
+
+fn node(name: &str, op: &str, args: &str) -> String {
+    format!("[[nodes]]\nname = \"{name}\"\nop = \"{op}\"\nargs = {args}\n\n")
+}
+
+fn check(text: &str, wants: &[&str]) {
+    let e = err(text);
+    for w in wants {
+        assert!(e.contains(w), "error {e:?} should mention {w:?}");
+    }
+}
+
+#[test]
+fn malformed_toml_has_line_and_column() {
+    check(
+        "format = \"kiln-graph/1\"\nname = \n",
+        &["line 2", "column"],
+    );
+    check(
+        &format!("{HEAD}[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"x\"\n"),
+        &["line"],
+    );
+}
+
+#[test]
+fn unknown_format_version() {
+    check(
+        &HEAD.replace("kiln-graph/1", "kiln-graph/9"),
+        &["kiln-graph/9", "kiln-graph/1"],
+    );
+}
+
+#[test]
+fn unknown_ops_listed_once_with_all_nodes() {
+    let t = format!(
+        "{HEAD}{}{}{}",
+        node("a", "frobnicate", "[\"x\"]"),
+        node("b", "frobnicate", "[\"a\"]"),
+        node("y", "zap", "[\"b\"]")
+    );
+    let e = err(&t);
+    assert_eq!(e.matches("`frobnicate`").count(), 1, "{e}");
+    for w in ["`a` (line 10)", "`b` (line 15)", "`zap`", "`y` (line 20)"] {
+        assert!(e.contains(w), "{e} should mention {w}");
+    }
+}
+
+#[test]
+fn wrong_arity_and_attributes() {
+    check(
+        &format!("{HEAD}{}", node("y", "relu", "[\"x\", \"x\"]")),
+        &["`y`", "at most 1"],
+    );
+    check(
+        &format!("{HEAD}{}", node("y", "add", "[\"x\"]")),
+        &["`y`", "other"],
+    );
+    check(&format!("{HEAD}[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"x\"]\nattrs = {{ bogus = 1 }}\n"), &["bogus"]);
+    check(&format!("{HEAD}[[nodes]]\nname = \"y\"\nop = \"gelu\"\nargs = [\"x\"]\nattrs = {{ approximate = \"cubic\" }}\n"), &["approximate", "tanh"]);
+    check(&format!("{HEAD}[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", 0]\nattrs = {{ dim = 1 }}\n"), &["twice"]);
+}
+
+#[test]
+fn shape_mismatch_names_node_and_both_shapes() {
+    let t = format!(
+        "{HEAD}[[inputs]]\nname = \"z\"\nshape = [4]\ndtype = \"float32\"\n\n{}",
+        node("y", "add", "[\"x\", \"z\"]")
+    );
+    check(&t, &["`y` (line 15)", "[2, 3]", "[4]"]);
+    check(
+        &format!("{HEAD}{}", node("y", "mm", "[\"x\", \"x\"]")),
+        &["`y`", "[2, 3]"],
+    );
+}
+
+#[test]
+fn unknown_tensor_reference() {
+    check(
+        &format!("{HEAD}{}", node("y", "relu", "[\"nope\"]")),
+        &["`y`", "unknown tensor `nope`"],
+    );
+    check(&HEAD.replace("[\"y\"]", "[\"ghost\"]"), &["ghost"]);
+}
+
+#[test]
+fn cycle() {
+    let t = format!(
+        "{HEAD}{}{}",
+        node("a", "relu", "[\"y\"]"),
+        node("y", "relu", "[\"a\"]")
+    );
+    check(&t, &["cycle"]);
+}
+
+#[test]
+fn duplicate_names() {
+    let t = format!(
+        "{HEAD}{}{}",
+        node("y", "relu", "[\"x\"]"),
+        node("y", "neg", "[\"x\"]")
+    );
+    check(&t, &["duplicate name `y`", "line 15", "line 10"]);
+    check(
+        &format!("{HEAD}{}", node("x", "relu", "[\"x\"]")),
+        &["duplicate name `x`"],
+    );
+}
+
+#[test]
+fn negative_dims_and_huge_counts() {
+    check(&HEAD.replace("[2, 3]", "[2, -3]"), &["`x`", "negative"]);
+    check(
+        &HEAD.replace("[2, 3]", "[4294967296, 4294967296]"),
+        &["`x`", "i64"],
+    );
+    check(
+        &format!("{HEAD}{}", node("y", "expand", "[\"x\", [-5, 2, 3]]")),
+        &["`y`"],
+    );
+}
+
+#[test]
+fn no_outputs() {
+    check(&HEAD.replace("[\"y\"]", "[]"), &["no outputs"]);
+}
+
+#[test]
+fn multi_output_needs_getitem() {
+    check(
+        &format!(
+            "{HEAD}{}{}",
+            node("s", "split", "[\"x\", 1, 0]"),
+            node("y", "relu", "[\"s\"]")
+        ),
+        &["getitem"],
+    );
+    check(
+        &format!(
+            "{HEAD}{}{}",
+            node("s", "split", "[\"x\", 1, 0]"),
+            node("y", "getitem", "[\"s\", 5]")
+        ),
+        &["`y`", "output 5"],
+    );
+}
+
+#[test]
+fn bad_constants_and_dtypes() {
+    let c =
+        "[[constants]]\nname = \"c\"\nshape = [3]\ndtype = \"float32\"\nvalues = [1.0, 2.0]\n\n";
+    check(
+        &format!("{HEAD}{c}{}", node("y", "relu", "[\"x\"]")),
+        &["`c`", "2 values"],
+    );
+    check(&HEAD.replace("\"float32\"", "\"float8\""), &["float8"]);
+    check(
+        &format!("{HEAD}{}", node("y", "mean", "[\"m\"]"))
+            .replace("\"m\"", "\"x\"")
+            .replace("float32", "int32"),
+        &["mean"],
+    );
+}

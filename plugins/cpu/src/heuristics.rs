@@ -1,0 +1,137 @@
+//! Launch heuristics for C++/OpenMP kernels. For the `cpp` scheduling kind a
+//! [`LaunchConfig`]'s `x_block` is the parallel chunk (elements, or rows for a
+//! reduction, handed to one OpenMP thread at a time) and `r_block` the vector
+//! width in lanes; `num_warps` and `num_stages` are always 1.
+
+use kiln_plugin_api::{LaunchConfig, PointwiseQuery, ReductionQuery};
+
+/// Below this many elements per chunk, OpenMP's scheduling overhead (tens of
+/// microseconds per region) outweighs the work.
+pub const MIN_CHUNK_ELEMENTS: u64 = 4096;
+/// The largest chunk: keeps `x_block` a `u32` power of two.
+pub const MAX_CHUNK: u64 = 1 << 30;
+
+/// What the heuristics need to know about the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuLimits {
+    /// Logical cores: the number of OpenMP threads.
+    pub cores: u32,
+    /// Bytes in one SIMD register.
+    pub simd_bytes: u32,
+}
+
+impl CpuLimits {
+    /// Lanes of an element of `element_bytes` in one SIMD register (a power
+    /// of two, at least 1); an unknown width (0) counts as `f32`.
+    fn lanes(&self, element_bytes: u32) -> u32 {
+        let element = if element_bytes == 0 { 4 } else { element_bytes };
+        let lanes = (self.simd_bytes / element).max(1);
+        1 << (31 - lanes.leading_zeros())
+    }
+}
+
+/// Ordered candidates for a pointwise kernel: an even split of the elements
+/// over the cores (at least [`MIN_CHUNK_ELEMENTS`] each), then twice and half
+/// that chunk.
+pub fn pointwise_configs(limits: &CpuLimits, query: &PointwiseQuery) -> Vec<LaunchConfig> {
+    let numel = query.numel.max(1);
+    let numel_p2 = next_pow2(numel);
+    let cores = u64::from(limits.cores.max(1));
+    let chunk = next_pow2(numel.div_ceil(cores))
+        .clamp(MIN_CHUNK_ELEMENTS, MAX_CHUNK)
+        .min(numel_p2);
+    let lanes = limits.lanes(query.element_bytes);
+    let mut chunks = vec![chunk];
+    if chunk * 2 <= numel_p2.min(MAX_CHUNK) {
+        chunks.push(chunk * 2);
+    }
+    if chunk / 2 >= MIN_CHUNK_ELEMENTS {
+        chunks.push(chunk / 2);
+    }
+    chunks.into_iter().map(|c| config(c, lanes)).collect()
+}
+
+/// Ordered candidates for a reduction: rows split evenly over the cores, the
+/// row reduced `lanes` elements at a time; then half the rows per chunk.
+pub fn reduction_configs(limits: &CpuLimits, query: &ReductionQuery) -> Vec<LaunchConfig> {
+    let rows = query.rows.max(1);
+    let cores = u64::from(limits.cores.max(1));
+    let rows_per_chunk = next_pow2(rows.div_ceil(cores)).min(MAX_CHUNK);
+    let lanes = u64::from(limits.lanes(query.element_bytes)).min(next_pow2(query.row_len));
+    // `lanes` is at most a u32's worth, so this cannot fail.
+    let lanes = u32::try_from(lanes).unwrap_or(1);
+    let mut configs = vec![config(rows_per_chunk, lanes)];
+    if rows_per_chunk >= 2 {
+        configs.push(config(rows_per_chunk / 2, lanes));
+    }
+    configs
+}
+
+/// The smallest power of two at or above `n` (1 for 0), saturating at 2^63.
+fn next_pow2(n: u64) -> u64 {
+    n.max(1).checked_next_power_of_two().unwrap_or(1 << 63)
+}
+
+fn config(chunk: u64, lanes: u32) -> LaunchConfig {
+    LaunchConfig {
+        // Chunks are capped at MAX_CHUNK (2^30), so this cannot fail.
+        x_block: u32::try_from(chunk).unwrap_or(1 << 30),
+        r_block: lanes,
+        num_warps: 1,
+        num_stages: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST: CpuLimits = CpuLimits {
+        cores: 16,
+        simd_bytes: 32,
+    };
+
+    #[test]
+    fn pointwise_splits_over_cores() {
+        let q = |numel| PointwiseQuery {
+            numel,
+            element_bytes: 4,
+        };
+        let c = pointwise_configs(&HOST, &q(1 << 20));
+        assert_eq!((c[0].x_block, c[0].r_block), (65_536, 8));
+        assert_eq!(c.len(), 3);
+        // Small kernels still get chunks of at least MIN_CHUNK_ELEMENTS ...
+        assert_eq!(pointwise_configs(&HOST, &q(10_000))[0].x_block, 4096);
+        // ... unless the whole kernel is smaller.
+        assert_eq!(pointwise_configs(&HOST, &q(1))[0].x_block, 1);
+        assert_eq!(pointwise_configs(&HOST, &q(u64::MAX))[0].x_block, 1 << 30);
+    }
+
+    #[test]
+    fn vector_width_follows_the_element_type() {
+        for (bytes, lanes) in [(1, 32), (2, 16), (4, 8), (8, 4), (0, 8), (64, 1), (3, 8)] {
+            let c = pointwise_configs(
+                &HOST,
+                &PointwiseQuery {
+                    numel: 1 << 20,
+                    element_bytes: bytes,
+                },
+            );
+            assert_eq!(c[0].r_block, lanes, "{bytes} bytes");
+        }
+    }
+
+    #[test]
+    fn reductions_split_rows() {
+        let q = |rows, row_len| ReductionQuery {
+            rows,
+            row_len,
+            element_bytes: 4,
+        };
+        let c = reduction_configs(&HOST, &q(8192, 8192));
+        assert_eq!((c[0].x_block, c[0].r_block, c[0].num_warps), (512, 8, 1));
+        let c = reduction_configs(&HOST, &q(1, 1));
+        assert_eq!((c[0].x_block, c[0].r_block), (1, 1));
+        assert_eq!(c.len(), 1);
+    }
+}

@@ -1,0 +1,38 @@
+//! What PyTorch 2.11's `CpuDeviceOpOverrides`
+//! (`torch/_inductor/codegen/cpu_device_op_overrides.py`) provides, plus the
+//! `kernel_header` Kiln's C++ kernels need.
+//!
+//! A host CPU has no streams, no device switching and no separately loaded
+//! kernels, so every stream, guard and driver override is `None`. This module
+//! only produces text.
+
+/// `import_get_raw_stream_as(name)`: PyTorch defines a Python function that
+/// returns stream 0; this binds the same function to the requested name, on
+/// one line.
+pub fn import_get_raw_stream_as(name: &str) -> String {
+    format!("{name} = lambda _device_idx: 0")
+}
+
+/// `synchronize()`: CPU kernels finish before the call that ran them
+/// returns, so there is nothing to wait for (PyTorch's `pass`).
+pub const SYNCHRONIZE: &str = "pass";
+
+/// `cpp_kernel_type()`: PyTorch's `void*`, a pointer to the compiled function.
+pub const CPP_KERNEL_TYPE: &str = "void*";
+
+/// `kernel_header()`: the standard headers Kiln's generated C++/OpenMP
+/// kernels use; `<omp.h>` only when the compiler runs with OpenMP.
+pub const KERNEL_HEADER: &str = "\
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+";

@@ -1,0 +1,130 @@
+//! Unit tests of the `cpu` plugin, on the Rust trait directly.
+
+use kiln_plugin_api::{
+    BackendFeatures, DevicePlugin, Grid, LoadContext, PointwiseQuery, PropertiesSource,
+    ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
+};
+
+use super::*;
+
+#[path = "../../shared/test_support.rs"]
+mod test_support;
+
+fn plugin() -> Cpu {
+    Cpu::load(&LoadContext {
+        library_path: "libcpu.so".into(),
+        host_version: "0.0.0".into(),
+    })
+    .expect("the cpu plugin always loads")
+}
+
+#[test]
+fn manifest_names_the_device() {
+    let m = Cpu::manifest();
+    assert_eq!(m.name.as_str(), "cpu");
+    test_support::assert_one_line("vendor", &m.vendor);
+    test_support::assert_one_line("description", &m.description);
+}
+
+#[test]
+fn overrides_mirror_pytorchs_cpu() {
+    let p = plugin();
+    assert_eq!(
+        p.import_get_raw_stream_as("get_raw_stream").as_deref(),
+        Some("get_raw_stream = lambda _device_idx: 0")
+    );
+    assert_eq!(p.synchronize().as_deref(), Some("pass"));
+    assert_eq!(p.cpp_kernel_type().as_deref(), Some("void*"));
+    let ws = ScratchWorkspace {
+        size: 1,
+        dtype: "cached_torch_dtype_uint8".into(),
+    };
+    for (what, value) in [
+        ("set_device", p.set_device(0)),
+        ("device_guard", p.device_guard(0)),
+        ("cpp_device_guard", p.cpp_device_guard()),
+        ("cpp_aoti_device_guard", p.cpp_aoti_device_guard()),
+        ("cpp_stream_guard", p.cpp_stream_guard()),
+        ("cpp_aoti_stream_guard", p.cpp_aoti_stream_guard()),
+        (
+            "cpp_getStreamFromExternal",
+            p.cpp_get_stream_from_external(),
+        ),
+        ("kernel_driver", p.kernel_driver()),
+        ("cpp_stream_type", p.cpp_stream_type()),
+        ("aoti_get_stream", p.aoti_get_stream()),
+        ("cpp_device_ptr", p.cpp_device_ptr()),
+        ("tma_descriptor_helpers", p.tma_descriptor_helpers()),
+    ] {
+        assert_eq!(value, None, "{what}");
+    }
+    assert_eq!(p.cpp_scratch(0, &ws, None), None);
+    test_support::assert_one_line_overrides(&p);
+}
+
+#[test]
+fn kernel_header_has_the_kernel_includes() {
+    let header = plugin().kernel_header().expect("provided");
+    for include in [
+        "<cstdint>",
+        "<cmath>",
+        "<cstddef>",
+        "<algorithm>",
+        "<limits>",
+    ] {
+        assert!(header.contains(&format!("#include {include}")), "{include}");
+    }
+    assert!(header.contains("#ifdef _OPENMP\n#include <omp.h>\n#endif\n"));
+    test_support::assert_balanced("kernel_header", &header);
+}
+
+#[test]
+fn the_host_is_one_available_device() {
+    let p = plugin();
+    assert!(p.is_available());
+    assert_eq!(p.device_count(), 1);
+    let props = p.device_properties(0).expect("cpu 0");
+    assert_eq!(props.device_type.as_str(), "cpu");
+    assert_eq!(props.source, PropertiesSource::Queried);
+    assert_eq!(
+        props.warp_size,
+        abi_stable::std_types::ROption::RSome(properties::simd_lanes_f32())
+    );
+    let spec = p.backend_spec();
+    assert_eq!(spec.scheduling, SchedulingKind::Cpp);
+    assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);
+    assert!(!spec.features.contains(BackendFeatures::TRITON_TEMPLATES));
+}
+
+#[test]
+fn heuristics_are_chunks_and_lanes() {
+    let p = plugin();
+    let configs = p.pointwise_configs(&PointwiseQuery {
+        numel: 1 << 20,
+        element_bytes: 4,
+    });
+    assert_eq!(configs[0].r_block, properties::simd_lanes_f32());
+    assert!(u64::from(configs[0].x_block) >= heuristics::MIN_CHUNK_ELEMENTS);
+    let configs = p.reduction_configs(&ReductionQuery {
+        rows: 8192,
+        row_len: 8192,
+        element_bytes: 4,
+    });
+    assert!(configs
+        .iter()
+        .all(|c| c.num_warps == 1 && c.num_stages == 1));
+    test_support::assert_heuristics_sweep(&p);
+}
+
+#[test]
+fn grid_is_identity_within_int64() {
+    let p = plugin();
+    for n in [1, 47, 48, 50, 1000] {
+        assert_eq!(p.adjust_grid(Grid::new(n, 1, 1)), Grid::new(n, 1, 1));
+    }
+    assert_eq!(
+        p.adjust_grid(Grid::new(u64::MAX, 2, 3)),
+        Grid::new(i64::MAX as u64, 2, 3)
+    );
+    test_support::assert_grid_never_shrinks(&p);
+}

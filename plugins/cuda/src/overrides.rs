@@ -1,0 +1,240 @@
+//! The text of PyTorch 2.11's `CUDADeviceOpOverrides`
+//! (`torch/_inductor/codegen/cuda/device_op_overrides.py`).
+//!
+//! The one-line strings are PyTorch's, character for character. The C++
+//! blocks (`kernel_driver`, `tma_descriptor_helpers`) are written against the
+//! CUDA driver API with the same function names and signatures Inductor's C++
+//! wrapper calls. This module only produces text; it never touches a device.
+
+use kiln_plugin_api::ScratchWorkspace;
+
+/// `import_get_raw_stream_as(name)`.
+pub fn import_get_raw_stream_as(name: &str) -> String {
+    format!("from torch._C import _cuda_getCurrentRawStream as {name}")
+}
+
+/// `set_device(idx)`.
+pub fn set_device(idx: u32) -> String {
+    format!("torch.cuda.set_device({idx})")
+}
+
+/// `synchronize()`.
+pub const SYNCHRONIZE: &str = "torch.cuda.synchronize()";
+
+/// `device_guard(idx)`.
+pub fn device_guard(idx: u32) -> String {
+    format!("torch.cuda._DeviceGuard({idx})")
+}
+
+/// `cpp_device_guard()`.
+pub const CPP_DEVICE_GUARD: &str = "at::cuda::CUDAGuard";
+/// `cpp_aoti_device_guard()`.
+pub const CPP_AOTI_DEVICE_GUARD: &str = "AOTICudaGuard";
+/// `cpp_stream_guard()`.
+pub const CPP_STREAM_GUARD: &str = "at::cuda::CUDAStreamGuard";
+/// `cpp_aoti_stream_guard()`.
+pub const CPP_AOTI_STREAM_GUARD: &str = "AOTICudaStreamGuard";
+/// `cpp_getStreamFromExternal()`.
+pub const CPP_GET_STREAM_FROM_EXTERNAL: &str = "at::cuda::getStreamFromExternal";
+/// `cpp_stream_type()`.
+pub const CPP_STREAM_TYPE: &str = "cudaStream_t";
+/// `aoti_get_stream()`.
+pub const AOTI_GET_STREAM: &str = "aoti_torch_get_current_cuda_stream";
+/// `cpp_kernel_type()`.
+pub const CPP_KERNEL_TYPE: &str = "CUfunction";
+/// `cpp_device_ptr()`.
+pub const CPP_DEVICE_PTR: &str = "CUdeviceptr";
+
+/// `kernel_header()`: what the C++ wrapper includes for CUDA.
+pub const KERNEL_HEADER: &str = "\
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <ATen/cuda/EmptyTensor.h>
+";
+
+/// The warp-size slot in [`KERNEL_DRIVER_TEMPLATE`].
+const WARP_SIZE_SLOT: &str = "@WARP_SIZE@";
+
+/// `kernel_driver()` before the warp size is written in. Every driver call
+/// goes through `CUDA_DRIVER_CHECK`, which reports the driver's own error
+/// string. The macro ends in `while (0)` with no semicolon, so that each use
+/// supplies its own and the macro works as a single statement after `if`.
+const KERNEL_DRIVER_TEMPLATE: &str = r#"#define CUDA_DRIVER_CHECK(EXPR)                                  \
+    do {                                                         \
+        CUresult code = EXPR;                                    \
+        if (code != CUDA_SUCCESS) {                              \
+            const char *msg = nullptr;                           \
+            if (cuGetErrorString(code, &msg) != CUDA_SUCCESS ||  \
+                msg == nullptr) {                                \
+                msg = "unrecognised CUresult";                   \
+            }                                                    \
+            throw std::runtime_error(                            \
+                std::string("CUDA driver error: ") +             \
+                std::string(msg));                               \
+        }                                                        \
+    } while (0)
+
+static inline CUfunction loadKernel(
+        std::string filePath,
+        const std::string &funcName,
+        uint32_t sharedMemBytes,
+        const std::optional<std::string> &cubinDir = std::nullopt) {
+    if (cubinDir) {
+        // The cubin was moved with the compiled model: look beside it.
+        std::filesystem::path dir{*cubinDir};
+        std::filesystem::path file{filePath};
+        filePath = (dir / file.filename()).string();
+    }
+
+    CUmodule mod;
+    CUfunction func;
+    CUDA_DRIVER_CHECK(cuModuleLoad(&mod, filePath.c_str()));
+    CUDA_DRIVER_CHECK(cuModuleGetFunction(&func, mod, funcName.c_str()));
+    if (sharedMemBytes > 0) {
+        // Above 48 KiB a kernel must opt in to dynamic shared memory.
+        CUDA_DRIVER_CHECK(cuFuncSetAttribute(
+            func,
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            sharedMemBytes));
+    }
+    return func;
+}
+
+static inline void launchKernel(
+        CUfunction func,
+        uint32_t gridX,
+        uint32_t gridY,
+        uint32_t gridZ,
+        uint32_t numWarps,
+        uint32_t sharedMemBytes,
+        void* args[],
+        cudaStream_t stream) {
+    // Triton's num_warps counts warps; the block is that many warps wide.
+    CUDA_DRIVER_CHECK(cuLaunchKernel(
+        func, gridX, gridY, gridZ,
+        @WARP_SIZE@ * numWarps, 1, 1,
+        sharedMemBytes, stream, args, nullptr));
+}
+"#;
+
+/// `kernel_driver()`, with the warp size of the plugin's device written into
+/// the block size of `cuLaunchKernel`.
+pub fn kernel_driver(warp_size: u32) -> String {
+    KERNEL_DRIVER_TEMPLATE.replace(WARP_SIZE_SLOT, &warp_size.to_string())
+}
+
+/// `tma_descriptor_helpers()`: host-side builders of Hopper TMA descriptors
+/// through `cuTensorMapEncodeTiled` (CUDA 12+). They use `CUDA_DRIVER_CHECK`
+/// from [`kernel_driver`], which the wrapper emits first.
+pub const TMA_DESCRIPTOR_HELPERS: &str = r#"#if defined(CUDA_VERSION) && CUDA_VERSION >= 12000
+// TMA moves raw bytes, so only the element width matters to the descriptor.
+[[maybe_unused]] static CUtensorMapDataType tmaDataType(uint32_t elementSize) {
+    switch (elementSize) {
+        case 1:
+            return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+        case 2:
+            return CU_TENSOR_MAP_DATA_TYPE_UINT16;
+        case 4:
+            return CU_TENSOR_MAP_DATA_TYPE_UINT32;
+        case 8:
+            return CU_TENSOR_MAP_DATA_TYPE_UINT64;
+        default:
+            throw std::runtime_error("TMA element size must be 1, 2, 4 or 8 bytes");
+    }
+}
+
+[[maybe_unused]] static void init1DTMADescriptor(
+        CUtensorMap* m,
+        void* globalAddress,
+        uint64_t dim,
+        uint32_t blockDim,
+        uint32_t elementSize) {
+    uint64_t dims[1] = {dim};
+    // The driver reads rank - 1 strides, none for rank 1; the array only
+    // has to exist.
+    uint64_t globalStrides[1] = {dim * elementSize};
+    uint32_t boxDims[1] = {blockDim};
+    uint32_t elementStrides[1] = {1};
+    if (static_cast<uint64_t>(elementSize) * blockDim < 16) {
+        // cuTensorMapEncodeTiled needs the inner box to span 16 bytes.
+        throw std::runtime_error("TMA block is narrower than 16 bytes");
+    }
+    CUDA_DRIVER_CHECK(cuTensorMapEncodeTiled(
+        m, tmaDataType(elementSize), 1, globalAddress, dims,
+        globalStrides, boxDims, elementStrides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+[[maybe_unused]] static void init2DTMADescriptor(
+        CUtensorMap* m,
+        void* globalAddress,
+        uint64_t dim1,
+        uint64_t dim0,
+        uint32_t blockDim1,
+        uint32_t blockDim0,
+        uint32_t elementSize) {
+    // The driver lists dimensions innermost first: dim0 is contiguous.
+    uint64_t dims[2] = {dim0, dim1};
+    // Strides of every dimension but the innermost, in bytes.
+    uint64_t globalStrides[1] = {dim0 * elementSize};
+    uint32_t boxDims[2] = {blockDim0, blockDim1};
+    uint32_t elementStrides[2] = {1, 1};
+
+    // Swizzle the widest pattern the inner box row allows, to avoid shared
+    // memory bank conflicts; the box row may not exceed the swizzle span.
+    uint32_t rowBytes = elementSize * blockDim0;
+    CUtensorMapSwizzle swizzle;
+    if (rowBytes >= 128) {
+        swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+        boxDims[0] = 128 / elementSize;
+    } else if (rowBytes >= 64) {
+        swizzle = CU_TENSOR_MAP_SWIZZLE_64B;
+    } else if (rowBytes >= 32) {
+        swizzle = CU_TENSOR_MAP_SWIZZLE_32B;
+    } else {
+        throw std::runtime_error("TMA block row is narrower than 32 bytes");
+    }
+    CUDA_DRIVER_CHECK(cuTensorMapEncodeTiled(
+        m, tmaDataType(elementSize), 2, globalAddress, dims,
+        globalStrides, boxDims, elementStrides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+#endif
+"#;
+
+/// `cpp_scratch(idx, workspace, prefix)`: Triton's per-program scratch space,
+/// allocated as a `uint8` tensor sized for the whole launch grid (the wrapper
+/// defines `grid_0`, `grid_1`, `grid_2` before the launch), or a null pointer
+/// when the kernel needs none.
+pub fn cpp_scratch(
+    idx: u32,
+    workspace: &ScratchWorkspace,
+    prefix: Option<&str>,
+) -> (Vec<String>, String) {
+    let prefix = match prefix {
+        Some(p) if !p.is_empty() => format!("{p}_"),
+        _ => String::new(),
+    };
+    let var = format!("{prefix}scratch_{idx}");
+    if workspace.size == 0 {
+        return (vec![format!("CUdeviceptr {var} = 0;")], var);
+    }
+    let size = workspace.size;
+    let dtype = workspace.dtype.as_str();
+    let lines = vec![
+        format!(
+            "int64_t {var}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};"
+        ),
+        format!("int64_t {var}_stride[] = {{1}};"),
+        format!("AtenTensorHandle {var}_handle;"),
+        format!(
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {var}_size, {var}_stride, \
+             {dtype}, cached_torch_device_type_cuda, device_idx_, &{var}_handle));"
+        ),
+        format!("RAIIAtenTensorHandle {var}_tensor({var}_handle);"),
+        format!("CUdeviceptr {var} = reinterpret_cast<CUdeviceptr>({var}_tensor.data_ptr());"),
+    ];
+    (lines, var)
+}

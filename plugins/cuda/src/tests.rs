@@ -1,0 +1,221 @@
+//! Unit tests of the `cuda` plugin, on the Rust trait directly.
+
+use kiln_plugin_api::{
+    BackendFeatures, DevicePlugin, Grid, LoadContext, PointwiseQuery, PropertiesSource,
+    ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
+};
+
+use super::*;
+
+#[path = "../../shared/test_support.rs"]
+mod test_support;
+
+fn plugin() -> Cuda {
+    Cuda::load(&LoadContext {
+        library_path: "/nonexistent/libcuda_plugin.so".into(),
+        host_version: "0.0.0".into(),
+    })
+    .expect("the cuda plugin always loads")
+}
+
+#[test]
+fn manifest_names_the_device() {
+    let m = Cuda::manifest();
+    assert_eq!(m.name.as_str(), "cuda");
+    assert_eq!(m.version.as_str(), env!("CARGO_PKG_VERSION"));
+    test_support::assert_one_line("vendor", &m.vendor);
+    test_support::assert_one_line("description", &m.description);
+}
+
+#[test]
+fn one_line_overrides_are_pytorchs() {
+    let p = plugin();
+    let cases = [
+        (
+            p.import_get_raw_stream_as("get_raw_stream"),
+            "from torch._C import _cuda_getCurrentRawStream as get_raw_stream",
+        ),
+        (p.set_device(3), "torch.cuda.set_device(3)"),
+        (p.synchronize(), "torch.cuda.synchronize()"),
+        (p.device_guard(1), "torch.cuda._DeviceGuard(1)"),
+        (p.cpp_device_guard(), "at::cuda::CUDAGuard"),
+        (p.cpp_aoti_device_guard(), "AOTICudaGuard"),
+        (p.cpp_stream_guard(), "at::cuda::CUDAStreamGuard"),
+        (p.cpp_aoti_stream_guard(), "AOTICudaStreamGuard"),
+        (
+            p.cpp_get_stream_from_external(),
+            "at::cuda::getStreamFromExternal",
+        ),
+        (p.cpp_stream_type(), "cudaStream_t"),
+        (p.aoti_get_stream(), "aoti_torch_get_current_cuda_stream"),
+        (p.cpp_kernel_type(), "CUfunction"),
+        (p.cpp_device_ptr(), "CUdeviceptr"),
+    ];
+    for (got, want) in cases {
+        assert_eq!(got.as_deref(), Some(want));
+    }
+    test_support::assert_one_line_overrides(&p);
+}
+
+#[test]
+fn kernel_header_includes_cuda_headers() {
+    let header = plugin().kernel_header().expect("provided");
+    for include in [
+        "#include <c10/cuda/CUDAGuard.h>",
+        "#include <c10/cuda/CUDAStream.h>",
+        "#include <ATen/cuda/EmptyTensor.h>",
+    ] {
+        assert!(header.contains(include), "{include}");
+    }
+}
+
+#[test]
+fn kernel_driver_uses_the_driver_api() {
+    let driver = plugin().kernel_driver().expect("provided");
+    for needle in [
+        "#define CUDA_DRIVER_CHECK(EXPR)",
+        "cuGetErrorString",
+        "static inline CUfunction loadKernel(",
+        "const std::optional<std::string> &cubinDir = std::nullopt",
+        "cuModuleLoad(&mod, filePath.c_str())",
+        "cuModuleGetFunction(&func, mod, funcName.c_str())",
+        "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+        "static inline void launchKernel(",
+        "cudaStream_t stream",
+        "cuLaunchKernel(",
+        "32 * numWarps",
+    ] {
+        assert!(driver.contains(needle), "missing {needle}");
+    }
+    assert!(!driver.contains('@'), "unfilled template slot");
+    // The macro must not swallow the caller's semicolon.
+    assert!(driver.contains("} while (0)\n"));
+    assert!(!driver.contains("while (0);"));
+    test_support::assert_balanced("kernel_driver", &driver);
+}
+
+#[test]
+fn tma_helpers_encode_tiled_maps() {
+    let tma = plugin().tma_descriptor_helpers().expect("provided");
+    for needle in [
+        "init1DTMADescriptor",
+        "init2DTMADescriptor",
+        "cuTensorMapEncodeTiled",
+        "CUtensorMap* m",
+    ] {
+        assert!(tma.contains(needle), "missing {needle}");
+    }
+    test_support::assert_balanced("tma_descriptor_helpers", &tma);
+    test_support::assert_balanced(
+        "kernel_header",
+        &plugin().kernel_header().unwrap_or_default(),
+    );
+}
+
+#[test]
+fn scratch_allocates_or_is_null() {
+    let p = plugin();
+    let ws = ScratchWorkspace {
+        size: 256,
+        dtype: "cached_torch_dtype_uint8".into(),
+    };
+    let (lines, var) = p.cpp_scratch(2, &ws, Some("kernel0")).expect("provided");
+    assert_eq!(var, "kernel0_scratch_2");
+    assert_eq!(
+        lines[0],
+        "int64_t kernel0_scratch_2_size[] = {static_cast<int64_t>(256) * grid_0 * grid_1 * grid_2};"
+    );
+    assert!(lines[3].contains("cached_torch_device_type_cuda"));
+    assert!(lines[3].contains("cached_torch_dtype_uint8"));
+    assert_eq!(
+        lines[5],
+        "CUdeviceptr kernel0_scratch_2 = reinterpret_cast<CUdeviceptr>(kernel0_scratch_2_tensor.data_ptr());"
+    );
+    for line in &lines {
+        test_support::assert_balanced("cpp_scratch", line);
+    }
+    let empty = ScratchWorkspace {
+        size: 0,
+        dtype: "cached_torch_dtype_uint8".into(),
+    };
+    let (lines, var) = p.cpp_scratch(0, &empty, None).expect("provided");
+    assert_eq!(
+        (lines, var.as_str()),
+        (vec!["CUdeviceptr scratch_0 = 0;".to_string()], "scratch_0")
+    );
+}
+
+#[test]
+fn without_a_gpu_properties_are_h100_defaults() {
+    let p = plugin();
+    // This is also right on a machine with a GPU: then they are queried.
+    let props = p.device_properties(0).expect("device 0");
+    assert_eq!(props.device_type.as_str(), "cuda");
+    if p.device_count() == 0 {
+        assert!(!p.is_available());
+        assert_eq!(props, properties::h100_defaults(0));
+        assert_eq!(props.source, PropertiesSource::StaticDefaults);
+        assert_eq!(props.multi_processor_count, 132);
+        assert_eq!(props.cc, 90);
+        assert_eq!(props.max_grid, [2_147_483_647, 65_535, 65_535]);
+    } else {
+        // A live GPU: every device is queried through the driver.
+        eprintln!("queried from the CUDA driver: {props:?}");
+        assert!(p.is_available());
+        assert_eq!(props.source, PropertiesSource::Queried);
+        assert!(props.cc >= 30 && props.warp_size.into_option() == Some(32));
+        assert!(p.device_properties(p.device_count()).is_err());
+    }
+}
+
+#[test]
+fn backend_is_triton_with_both_wrappers() {
+    let spec = plugin().backend_spec();
+    assert_eq!(spec.scheduling, SchedulingKind::Triton);
+    assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);
+    assert!(spec.features.contains(
+        BackendFeatures::FOREACH
+            | BackendFeatures::SCAN
+            | BackendFeatures::SORT
+            | BackendFeatures::TUPLE_REDUCTION
+            | BackendFeatures::TRITON_TEMPLATES
+    ));
+    assert!(!spec
+        .features
+        .contains(BackendFeatures::PREFER_STORE_LOOP_ORDER));
+}
+
+#[test]
+fn heuristics_follow_inductor() {
+    let p = plugin();
+    let pw = p.pointwise_configs(&PointwiseQuery {
+        numel: 1 << 20,
+        element_bytes: 4,
+    });
+    assert_eq!(
+        (pw[0].x_block, pw[0].num_warps, pw[0].r_block),
+        (1024, 4, 1)
+    );
+    let red = p.reduction_configs(&ReductionQuery {
+        rows: 8192,
+        row_len: 8192,
+        element_bytes: 4,
+    });
+    assert_eq!(
+        (red[0].x_block, red[0].r_block, red[0].num_warps),
+        (1, 2048, 8)
+    );
+    assert!(red.iter().any(|c| c.r_block == 8192));
+    test_support::assert_heuristics_sweep(&p);
+}
+
+#[test]
+fn grid_is_capped_at_the_device_limit() {
+    let p = plugin();
+    assert_eq!(p.adjust_grid(Grid::new(50, 1, 1)), Grid::new(50, 1, 1));
+    assert_eq!(
+        p.adjust_grid(Grid::new(u64::MAX, 70_000, 65_535)),
+        Grid::new(2_147_483_647, 65_535, 65_535)
+    );
+    test_support::assert_grid_never_shrinks(&p);
+}

@@ -1,0 +1,252 @@
+//! `gxu.toml`: the vendor's tuning file, read from the folder of the plugin's
+//! shared library when the host loads it.
+//!
+//! The file is optional; every key is optional; an unknown key, a value of
+//! the wrong type or out of range, or malformed TOML is an error naming the
+//! file, the line and the column (`PATH: line L, column C: what is wrong`).
+//! See the crate docs for the format. This module only reads and checks the
+//! file; it never decides a launch config.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The file name looked for beside the plugin's shared library.
+pub const FILE_NAME: &str = "gxu.toml";
+
+/// The seed's GXU: 32 threads per warp.
+pub const DEFAULT_WARP_SIZE: u32 = 32;
+/// The seed's GXU: grids of up to 48 programs, or multiples of 48.
+pub const DEFAULT_GRID_MULTIPLE: u32 = 48;
+/// Threads in one program (block).
+pub const DEFAULT_MAX_THREADS_PER_BLOCK: u32 = 1024;
+
+/// The tuning the plugin runs with: the defaults, overridden by `gxu.toml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GxuConfig {
+    /// Threads per warp; written into `kernel_driver` as `GXU_WARP_SIZE`.
+    pub warp_size: u32,
+    /// Grids above this many programs are rounded up to a multiple of it.
+    pub grid_multiple: u32,
+    /// Threads in one program.
+    pub max_threads_per_block: u32,
+    /// The file the values came from, if any.
+    pub source: Option<PathBuf>,
+}
+
+impl Default for GxuConfig {
+    fn default() -> Self {
+        GxuConfig {
+            warp_size: DEFAULT_WARP_SIZE,
+            grid_multiple: DEFAULT_GRID_MULTIPLE,
+            max_threads_per_block: DEFAULT_MAX_THREADS_PER_BLOCK,
+            source: None,
+        }
+    }
+}
+
+/// The file as written. `Spanned` keeps where each value sits, so that a
+/// value that parses but is out of range is still reported with its line.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    warp_size: Option<Spanned<u32>>,
+    grid_multiple: Option<Spanned<u32>>,
+    max_threads_per_block: Option<Spanned<u32>>,
+}
+
+impl GxuConfig {
+    /// Reads `gxu.toml` from the folder holding `library_path`; the defaults
+    /// when there is no such file (or no folder, for an empty path).
+    pub fn load_beside(library_path: &str) -> Result<GxuConfig, String> {
+        let Some(dir) = Path::new(library_path).parent() else {
+            return Ok(GxuConfig::default());
+        };
+        let path = dir.join(FILE_NAME);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes).map_err(|e| {
+                    format!(
+                        "{}: not UTF-8 text (byte {})",
+                        path.display(),
+                        e.utf8_error().valid_up_to()
+                    )
+                })?;
+                GxuConfig::parse(&text, &path)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GxuConfig::default()),
+            Err(e) => Err(format!("{}: cannot read: {e}", path.display())),
+        }
+    }
+
+    /// Parses and checks the text of a `gxu.toml` read from `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<GxuConfig, String> {
+        let at = |offset: usize, message: &str| {
+            let (line, column) = line_column(text, offset);
+            format!(
+                "{}: line {line}, column {column}: {message}",
+                path.display()
+            )
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| match e.span() {
+            Some(span) => at(span.start, e.message().trim()),
+            None => format!("{}: {}", path.display(), e.message().trim()),
+        })?;
+
+        let mut config = GxuConfig {
+            source: Some(path.to_path_buf()),
+            ..GxuConfig::default()
+        };
+        let warp_offset = raw.warp_size.as_ref().map(|v| v.span().start);
+        if let Some(v) = raw.warp_size {
+            if !v.get_ref().is_power_of_two() {
+                return Err(at(
+                    v.span().start,
+                    &format!(
+                        "`warp_size` must be a power of two above 0, found {}",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            config.warp_size = v.into_inner();
+        }
+        if let Some(v) = raw.grid_multiple {
+            if *v.get_ref() == 0 {
+                return Err(at(
+                    v.span().start,
+                    "`grid_multiple` must be above 0, found 0",
+                ));
+            }
+            config.grid_multiple = v.into_inner();
+        }
+        if let Some(v) = raw.max_threads_per_block {
+            // Every launch has one warp, so a block holds whole warps, at
+            // least one.
+            let threads = *v.get_ref();
+            if threads == 0 || threads % config.warp_size != 0 {
+                return Err(at(
+                    v.span().start,
+                    &format!(
+                        "`max_threads_per_block` must be a positive multiple of `warp_size` ({}), found {threads}",
+                        config.warp_size,
+                    ),
+                ));
+            }
+            config.max_threads_per_block = v.into_inner();
+        } else if let Some(offset) = warp_offset {
+            if config.max_threads_per_block % config.warp_size != 0 {
+                return Err(at(
+                    offset,
+                    &format!(
+                        "`warp_size` {} does not divide the default `max_threads_per_block` {}; \
+                         set `max_threads_per_block` too",
+                        config.warp_size, config.max_threads_per_block
+                    ),
+                ));
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    // A span may end inside a multi-byte character; step back to its start.
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<GxuConfig, String> {
+        GxuConfig::parse(text, Path::new("/opt/gxu/gxu.toml"))
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        let config = parse("").expect("empty is fine");
+        assert_eq!(
+            (
+                config.warp_size,
+                config.grid_multiple,
+                config.max_threads_per_block
+            ),
+            (32, 48, 1024)
+        );
+    }
+
+    #[test]
+    fn keys_override_defaults() {
+        let config = parse("warp_size = 64\ngrid_multiple = 24\nmax_threads_per_block = 512\n")
+            .expect("valid");
+        assert_eq!(
+            (
+                config.warp_size,
+                config.grid_multiple,
+                config.max_threads_per_block
+            ),
+            (64, 24, 512)
+        );
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let cases = [
+            ("warp_size = 32\ngrid_multiple = \n", "/opt/gxu/gxu.toml: line 2, "),
+            (
+                "warp_size = 32\n\nwarp_sise = 16\n",
+                "/opt/gxu/gxu.toml: line 3, column 1: ",
+            ),
+            (
+                "grid_multiple = 0\n",
+                "/opt/gxu/gxu.toml: line 1, column 17: `grid_multiple` must be above 0",
+            ),
+            (
+                "\nwarp_size = 24\n",
+                "/opt/gxu/gxu.toml: line 2, column 13: `warp_size` must be a power of two",
+            ),
+            (
+                "warp_size = 0\n",
+                "/opt/gxu/gxu.toml: line 1, column 13: `warp_size` must be a power of two",
+            ),
+            ("warp_size = \"32\"\n", "/opt/gxu/gxu.toml: line 1, column 13: "),
+            ("warp_size = -1\n", "/opt/gxu/gxu.toml: line 1, column 13: "),
+            (
+                "warp_size = 64\nmax_threads_per_block = 32\n",
+                "/opt/gxu/gxu.toml: line 2, column 25: ",
+            ),
+            (
+                "warp_size = 32\nmax_threads_per_block = 48\n",
+                "/opt/gxu/gxu.toml: line 2, column 25: `max_threads_per_block` must be a positive multiple",
+            ),
+            (
+                "warp_size = 2048\n",
+                "/opt/gxu/gxu.toml: line 1, column 13: `warp_size` 2048 does not divide",
+            ),
+        ];
+        for (text, prefix) in cases {
+            let err = parse(text).expect_err(text);
+            assert!(err.starts_with(prefix), "{text:?} gave {err:?}");
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+        assert!(parse("warp_sise = 16")
+            .expect_err("unknown")
+            .contains("warp_sise"));
+    }
+
+    #[test]
+    fn columns_count_characters() {
+        assert_eq!(line_column("a\nbé = x", 6), (2, 4));
+        assert_eq!(line_column("abc", 99), (1, 4));
+        assert_eq!(line_column("é", 1), (1, 1));
+    }
+}

@@ -1,0 +1,344 @@
+//! Discovery, loading, `host list` and `host inspect` against the real plugin
+//! libraries, and every bad input the plugin-ABI issue names.
+
+use std::path::{Path, PathBuf};
+
+use kiln_tests::*;
+
+fn list_json(cmd: &mut std::process::Command) -> serde_json::Value {
+    let (output, stdout, stderr) = run(cmd.args(["list", "--json"]));
+    assert!(output.status.success(), "host list failed: {stderr}");
+    json(&stdout)
+}
+
+fn device_names(list: &serde_json::Value) -> Vec<String> {
+    list["devices"]
+        .as_array()
+        .expect("devices array")
+        .iter()
+        .map(|d| d["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+fn copy_into(dir: &Path, lib: &Path, name: &str) -> PathBuf {
+    let dest = dir.join(name);
+    std::fs::copy(lib, &dest).expect("copy library");
+    dest
+}
+
+#[test]
+fn list_finds_the_four_bundled_plugins_beside_the_executable() {
+    let list = list_json(&mut host(&host_bin()));
+    assert_eq!(device_names(&list), ["cpu", "cuda", "gxu", "xpu"]);
+    assert_eq!(list["rejected"], serde_json::json!([]), "{list:#}");
+    for device in list["devices"].as_array().unwrap() {
+        assert_eq!(device["api_version"], "1.0.0");
+        assert!(device["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(&dll_name(&format!(
+                "kiln_{}",
+                device["name"].as_str().unwrap()
+            ))));
+        assert!(
+            device["status"].as_str().unwrap().starts_with("ok"),
+            "{device}"
+        );
+    }
+    let (_, table, _) = run(host(&host_bin()).arg("list"));
+    assert!(table.starts_with("DEVICE"), "{table}");
+    assert!(
+        table.contains("gxu") && table.contains("triton") && table.contains("cpp"),
+        "{table}"
+    );
+}
+
+#[test]
+fn inspect_gxu_shows_the_seed_strings_heuristics_and_grid() {
+    let (output, stdout, stderr) = run(host(&host_bin()).args(["inspect", "gxu", "--json"]));
+    assert!(output.status.success(), "{stderr}");
+    let report = json(&stdout);
+    let overrides = &report["overrides"];
+    assert_eq!(overrides["set_device"], "torch.gxu.set_device(0)");
+    assert_eq!(
+        overrides["import_get_raw_stream_as"],
+        "from torch._C import _gxu_getCurrentRawStream as get_raw_stream"
+    );
+    assert_eq!(overrides["cpp_device_guard"], "at::gxu::GXUGuard");
+    let driver = overrides["kernel_driver"].as_str().expect("kernel_driver");
+    assert!(
+        driver.contains("loadKernel(") && driver.contains("launchKernel("),
+        "{driver}"
+    );
+    assert!(driver.contains("GXU_DRIVER_CHECK"), "{driver}");
+    let heuristics = &report["heuristics"];
+    for kind in ["pointwise", "reduction"] {
+        let configs = heuristics[kind]["configs"].as_array().expect("configs");
+        assert!(!configs.is_empty());
+        assert!(
+            configs.iter().all(|c| c["num_warps"] == 1),
+            "{kind}: {configs:?}"
+        );
+    }
+    let grids: Vec<(u64, u64)> = heuristics["adjust_grid"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["grid"][0].as_u64().unwrap(),
+                g["adjusted"][0].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(grids, [(1, 1), (47, 47), (48, 48), (50, 96), (1000, 1008)]);
+    assert_eq!(report["device"]["properties"]["warp_size"], 32);
+    assert_eq!(report["backend"]["scheduling"], "triton");
+}
+
+#[test]
+fn inspect_accepts_a_library_path_and_text_output_names_every_override() {
+    let path = bundled_plugin("cuda");
+    let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&path));
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("torch.cuda.set_device(0)"), "{stdout}");
+    for name in [
+        "import_get_raw_stream_as",
+        "cpp_getStreamFromExternal",
+        "kernel_driver",
+        "tma_descriptor_helpers",
+        "cpp_scratch",
+    ] {
+        assert!(stdout.contains(name), "{name} missing from:\n{stdout}");
+    }
+    assert!(stdout.contains("cuLaunchKernel"), "{stdout}");
+}
+
+#[test]
+fn inspect_of_an_unknown_device_says_what_exists_and_where_it_looked() {
+    let (output, _, stderr) = run(host(&host_bin()).args(["inspect", "npu"]));
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("no plugin provides the device `npu`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("available devices: cpu, cuda, gxu, xpu"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--plugins"), "{stderr}");
+}
+
+#[test]
+fn an_empty_plugin_folder_finds_nothing_and_says_where_it_looked() {
+    let tmp = TempDir::new("empty");
+    let bin = isolated_host(&tmp);
+    let empty = tmp.subdir("plugins-empty");
+    let (output, stdout, _) = run(host(&bin).arg("--plugins").arg(&empty).arg("list"));
+    assert!(output.status.success());
+    assert!(stdout.contains("No device plugins found."), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{} (--plugins)", empty.display())),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_plugin_folder_that_does_not_exist_is_an_error() {
+    let tmp = TempDir::new("missing");
+    let missing = tmp.path().join("no-such-folder");
+    let (output, _, stderr) = run(host(&host_bin()).arg("--plugins").arg(&missing).arg("list"));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("no-such-folder"), "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}
+
+fn system_libm() -> PathBuf {
+    let candidates = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib/aarch64-linux-gnu/libm.so.6",
+        "/usr/lib64/libm.so.6",
+        "/lib64/libm.so.6",
+    ];
+    candidates
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("the system's libm.so.6")
+}
+
+#[test]
+fn non_plugin_libraries_are_skipped_quietly_and_junk_is_rejected_without_stopping_the_others() {
+    let tmp = TempDir::new("mixed");
+    let bin = isolated_host(&tmp);
+    let dir = tmp.subdir("plugins");
+    copy_into(&dir, &system_libm(), &dll_name("m"));
+    std::fs::write(
+        dir.join(dll_name("notes")),
+        "this is a text file, not a library\n",
+    )
+    .unwrap();
+    copy_into(&dir, &bundled_plugin("gxu"), &dll_name("gxu"));
+    let list = list_json(host(&bin).arg("--plugins").arg(&dir));
+    assert_eq!(device_names(&list), ["gxu"]);
+    let skipped = list["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{list:#}");
+    assert!(skipped[0].as_str().unwrap().ends_with(&dll_name("m")));
+    let rejected = list["rejected"].as_array().unwrap();
+    assert_eq!(rejected.len(), 1, "{list:#}");
+    assert!(rejected[0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with(&dll_name("notes")));
+    assert!(
+        rejected[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot be opened as a shared library"),
+        "{list:#}"
+    );
+}
+
+#[test]
+fn inspect_refuses_a_non_plugin_library_by_path() {
+    let (output, _, stderr) = run(host(&host_bin()).arg("inspect").arg(system_libm()));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("is not a Kiln plugin"), "{stderr}");
+}
+
+#[test]
+fn the_first_plugin_in_search_order_wins_a_device_name_and_the_other_is_shadowed() {
+    let tmp = TempDir::new("dup");
+    let bin = isolated_host(&tmp);
+    let first = tmp.subdir("first");
+    let second = tmp.subdir("second");
+    let winner = copy_into(&first, &bundled_plugin("gxu"), &dll_name("gxu"));
+    let loser = copy_into(&second, &bundled_plugin("gxu"), &dll_name("gxu_copy"));
+    let list = list_json(
+        host(&bin)
+            .arg("--plugins")
+            .arg(&first)
+            .arg("--plugins")
+            .arg(&second),
+    );
+    assert_eq!(device_names(&list), ["gxu"]);
+    let devices = list["devices"].as_array().unwrap();
+    assert_eq!(
+        devices[0]["path"],
+        winner.canonicalize().unwrap().to_str().unwrap()
+    );
+    let shadowed = list["shadowed"].as_array().unwrap();
+    assert_eq!(shadowed.len(), 1);
+    assert_eq!(shadowed[0]["name"], "gxu");
+    assert_eq!(
+        shadowed[0]["path"],
+        loser.canonicalize().unwrap().to_str().unwrap()
+    );
+    assert_eq!(
+        shadowed[0]["by"],
+        winner.canonicalize().unwrap().to_str().unwrap()
+    );
+    // KILN_PLUGIN_PATH comes after --plugins.
+    let list = list_json(
+        host(&bin)
+            .env("KILN_PLUGIN_PATH", &second)
+            .arg("--plugins")
+            .arg(&first),
+    );
+    assert_eq!(
+        list["shadowed"][0]["by"],
+        winner.canonicalize().unwrap().to_str().unwrap()
+    );
+}
+
+#[test]
+fn plugins_are_found_through_kiln_plugin_path_and_the_hosts_plugins_folder() {
+    let tmp = TempDir::new("env");
+    let bin = isolated_host(&tmp);
+    let env_dir = tmp.subdir("env");
+    copy_into(&env_dir, &bundled_plugin("xpu"), &dll_name("xpu"));
+    let beside = bin.parent().unwrap().join("plugins");
+    std::fs::create_dir_all(&beside).unwrap();
+    copy_into(&beside, &bundled_plugin("cpu"), &dll_name("cpu"));
+    let list = list_json(host(&bin).env("KILN_PLUGIN_PATH", &env_dir));
+    assert_eq!(device_names(&list), ["cpu", "xpu"]);
+}
+
+#[test]
+fn a_malformed_gxu_toml_rejects_gxu_naming_the_file_and_line() {
+    let tmp = TempDir::new("gxutoml");
+    let bin = isolated_host(&tmp);
+    let dir = tmp.subdir("vendor");
+    copy_into(&dir, &bundled_plugin("gxu"), &dll_name("gxu"));
+    copy_into(&dir, &bundled_plugin("cuda"), &dll_name("cuda"));
+    std::fs::write(
+        dir.join("gxu.toml"),
+        "warp_size = 32\ngrid_multiple = = 48\n",
+    )
+    .unwrap();
+    let list = list_json(host(&bin).arg("--plugins").arg(&dir));
+    assert_eq!(
+        device_names(&list),
+        ["cuda"],
+        "a broken gxu must not stop cuda"
+    );
+    let reason = list["rejected"][0]["reason"]
+        .as_str()
+        .expect("gxu rejected")
+        .to_string();
+    assert!(reason.contains("gxu.toml"), "{reason}");
+    assert!(reason.contains("line 2"), "{reason}");
+}
+
+#[test]
+fn gxu_toml_beside_the_library_tunes_warp_size_and_grid_multiple() {
+    let tmp = TempDir::new("gxutune");
+    let dir = tmp.subdir("vendor");
+    let lib = copy_into(&dir, &bundled_plugin("gxu"), &dll_name("gxu"));
+    std::fs::write(dir.join("gxu.toml"), "warp_size = 64\ngrid_multiple = 32\n").unwrap();
+    let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&lib).arg("--json"));
+    assert!(output.status.success(), "{stderr}");
+    let report = json(&stdout);
+    assert_eq!(report["device"]["properties"]["warp_size"], 64);
+    assert_eq!(
+        report["heuristics"]["adjust_grid"][3]["adjusted"][0], 64,
+        "50 rounds up to 64"
+    );
+}
+
+#[test]
+fn a_plugin_built_against_an_older_shorter_root_module_loads_with_missing_parts_not_provided() {
+    let lib = compat_plugin();
+    let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&lib).arg("--json"));
+    assert!(output.status.success(), "{stderr}");
+    let report = json(&stdout);
+    assert_eq!(report["name"], "oldapi");
+    assert_eq!(
+        report["overrides"]["set_device"],
+        "torch.oldapi.set_device(0)"
+    );
+    assert_eq!(
+        report["overrides"]["kernel_driver"],
+        serde_json::Value::Null
+    );
+    assert_eq!(report["device"]["properties"], serde_json::Value::Null);
+    assert_eq!(report["backend"], serde_json::Value::Null);
+    assert_eq!(
+        report["heuristics"]["pointwise"]["configs"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        report["heuristics"]["adjust_grid"][0]["adjusted"],
+        serde_json::Value::Null
+    );
+    let list = list_json(host(&host_bin()).arg("--plugins").arg(&lib));
+    let old = list["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "oldapi")
+        .expect("oldapi listed")
+        .clone();
+    assert_eq!(old["status"], "ok, no device module");
+}

@@ -4,9 +4,11 @@
 //! (`tests/broken/target`), so building them from a test never waits on the
 //! lock of the outer `cargo test`. The build runs once per test process.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
+
+use crate::{dll_name, repo_root};
 
 /// Every cdylib of the broken workspace, by crate name.
 pub const FIXTURES: [&str; 12] = [
@@ -24,14 +26,6 @@ pub const FIXTURES: [&str; 12] = [
     "not_a_plugin",
 ];
 
-/// The repository root (the folder holding the workspace `Cargo.toml`).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(".."))
-}
-
 /// The broken workspace's own target folder.
 pub fn broken_target_dir() -> PathBuf {
     repo_root().join("tests/broken/target")
@@ -48,11 +42,7 @@ pub fn fixture(name: &str) -> PathBuf {
     if let Err(message) = built {
         panic!("building the broken test plugins failed:\n{message}");
     }
-    let path = broken_target_dir().join("debug").join(format!(
-        "{}{name}{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    ));
+    let path = broken_target_dir().join("debug").join(dll_name(name));
     assert!(
         path.is_file(),
         "the broken workspace built, but {} is missing: is `{name}` a member of tests/broken/Cargo.toml?",
@@ -69,6 +59,7 @@ fn build() -> Result<(), String> {
         .arg(root.join("tests/broken/Cargo.toml"))
         .arg("--target-dir")
         .arg(broken_target_dir())
+        .env_remove("CARGO_TARGET_DIR")
         .output()
         .map_err(|e| format!("could not run {}: {e}", env!("CARGO")))?;
     if output.status.success() {
@@ -76,28 +67,4 @@ fn build() -> Result<(), String> {
     } else {
         Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
-}
-
-/// The workspace's `target/debug` folder, found from the running test binary
-/// (which lives in `target/debug/deps/`).
-pub fn target_debug_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| repo_root().join("target/debug"))
-}
-
-/// The real `host` binary of this workspace.
-///
-/// Panics, saying what to run, when it has not been built: `cargo test -p
-/// kiln-tests` does not build another package's binaries.
-pub fn host_binary() -> PathBuf {
-    let host = target_debug_dir().join(format!("host{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        host.is_file(),
-        "{} does not exist: run `cargo build --workspace` before `cargo test -p kiln-tests`",
-        host.display()
-    );
-    host
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kiln_tests::broken::{fixture, host_binary, repo_root, target_debug_dir};
+use kiln_tests::broken::fixture;
+use kiln_tests::{dll_name, host_bin, profile_dir, repo_root};
 use serde_json::Value;
 
 /// One check's line, as read back from the JUnit report.
@@ -27,7 +28,7 @@ struct Run {
 }
 
 fn host(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(host_binary())
+    Command::new(host_bin())
         .args(args)
         .output()
         .expect("the host binary runs")
@@ -259,18 +260,8 @@ fn a_duplicate_device_name_passes_conformance_but_is_shadowed_in_discovery() {
     assert_eq!(failures(&run), [], "{}", run.stdout);
     assert_eq!(run.code, Some(0));
 
-    // The first `gxu` in search order: the bundled plugin once it is built,
-    // else a copy of the duplicate standing in for it.
-    let bundled = target_debug_dir().join("libkiln_gxu.so");
-    let first = if bundled.is_file() {
-        bundled
-    } else {
-        let dir = std::env::temp_dir().join(format!("kiln-first-gxu-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let copy = dir.join("libfirst_gxu.so");
-        std::fs::copy(&duplicate, &copy).expect("copy the stand-in");
-        copy
-    };
+    // The bundled gxu comes first in search order and wins.
+    let first = profile_dir().join(dll_name("kiln_gxu"));
     let output = host(&[
         "--plugins".as_ref(),
         first.as_os_str(),
@@ -396,30 +387,10 @@ fn json_report_and_only_filter() {
     );
 }
 
-/// The bundled plugins' libraries: (device, whether its source is still the
-/// placeholder of the skeleton commit, library path).
-fn bundled() -> Vec<(&'static str, bool, PathBuf)> {
-    ["cuda", "xpu", "gxu", "cpu"]
-        .into_iter()
-        .map(|device| {
-            let source = repo_root().join(format!("plugins/{device}/src/lib.rs"));
-            let placeholder = std::fs::read_to_string(source)
-                .map(|s| s.contains("placeholder until the plugin lands"))
-                .unwrap_or(false);
-            let lib = target_debug_dir().join(format!("libkiln_{device}.so"));
-            (device, placeholder, lib)
-        })
-        .collect()
-}
-
 #[test]
 fn bundled_plugins_pass_every_check() {
-    for (device, placeholder, lib) in bundled() {
-        if placeholder && !lib.is_file() {
-            // The plugin's sources have not landed on this branch yet.
-            eprintln!("{device}: plugin source is still a placeholder; not checked");
-            continue;
-        }
+    for device in ["cuda", "xpu", "gxu", "cpu"] {
+        let lib = profile_dir().join(dll_name(&format!("kiln_{device}")));
         assert!(
             lib.is_file(),
             "{} is missing: run `cargo build --workspace` first",
@@ -429,6 +400,11 @@ fn bundled_plugins_pass_every_check() {
         assert_full_report(&run);
         assert_eq!(failures(&run), [], "{device}:\n{}", run.stdout);
         assert_eq!(run.code, Some(0), "{device}:\n{}", run.stdout);
+        assert!(
+            run.stdout.contains(&format!("device `{device}`")),
+            "{}",
+            run.stdout
+        );
     }
 }
 

@@ -159,9 +159,7 @@ fn run_loaded(plugin: &Plugin, name: &str) -> Outcome {
 /// grammar checks (those are checks of their own).
 fn loaded(path: &Path) -> Result<Plugin, String> {
     let root = load::open_root(path).map_err(|o| describe(&o))?;
-    let manifest = root.manifest()()
-        .into_result()
-        .map_err(|e| format!("`manifest` failed: {}", e.message))?;
+    let manifest = load::raw_manifest(root).map_err(|e| e.to_string())?;
     load::check_api_version(manifest.api_version).map_err(|e| e.to_string())?;
     load::init(root, path).map_err(|e| format!("`init` failed: {e}"))?;
     let version =
@@ -211,9 +209,9 @@ fn api_version(path: &Path) -> Outcome {
         Ok(root) => root,
         Err(outcome) => return Outcome::fail(describe(&outcome)),
     };
-    let manifest = match root.manifest()().into_result() {
+    let manifest = match load::raw_manifest(root) {
         Ok(m) => m,
-        Err(e) => return Outcome::fail(format!("`manifest` failed: {}", e.message)),
+        Err(e) => return Outcome::fail(e.to_string()),
     };
     let data = json!({
         "name": manifest.name.as_str(),

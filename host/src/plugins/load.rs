@@ -195,11 +195,17 @@ fn classify(error: LibraryError) -> LoadOutcome {
     }
 }
 
+/// Calls the plugin's `manifest` and returns it unchecked (conformance checks
+/// its parts one by one; everyone else wants [`read_manifest`]).
+pub fn raw_manifest(root: KilnPluginRef) -> Result<Manifest, LoadError> {
+    root.manifest()()
+        .into_result()
+        .map_err(|e| LoadError::Init(format!("`manifest` failed: {}", e.message)))
+}
+
 /// Reads and checks the manifest: API version handshake, name grammar, semver.
 pub fn read_manifest(root: KilnPluginRef) -> Result<(Manifest, semver::Version), LoadError> {
-    let manifest = root.manifest()()
-        .into_result()
-        .map_err(|e| LoadError::Init(format!("`manifest` failed: {}", e.message)))?;
+    let manifest = raw_manifest(root)?;
     check_api_version(manifest.api_version)?;
     if !is_valid_device_name(&manifest.name) {
         return Err(LoadError::Manifest(format!(

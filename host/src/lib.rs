@@ -4,10 +4,12 @@
 //! [`graph`] (IR, import) → [`passes`] → schedule → [`codegen`] → [`cli`].
 //! [`interp`] is the float64 reference interpreter every test checks against;
 //! [`tensor_io`] reads and writes the raw tensor files of the command line.
+//! [`conformance`] checks one plugin against every guarantee, in child processes.
 //! See `ARCHITECTURE.md`.
 
 pub mod cli;
 pub mod codegen;
+pub mod conformance;
 pub mod graph;
 pub mod interp;
 pub mod passes;

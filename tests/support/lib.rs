@@ -5,6 +5,8 @@
 //! The tests drive the real `host` executable and load the real `.so` files,
 //! never the plugins' rlibs: that is what a user and a vendor do.
 
+pub mod broken;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod conformance;
 mod eval;
 mod graph;
 mod inspect;
@@ -48,6 +49,8 @@ pub enum Command {
     Graph(graph::GraphArgs),
     /// Run a graph on the float64 reference interpreter.
     Eval(eval::EvalArgs),
+    /// Check a plugin library against every conformance guarantee, each check in a child process.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// Errors of the graph commands, each wrapping its layer's error.
@@ -83,6 +86,7 @@ pub fn main() -> ExitCode {
         Command::Eval(args) => eval::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
+        Command::Conformance(args) => conformance::run(&cli, args),
     };
     match result {
         Ok(code) => code,

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use abi_stable::abi_stability::abi_checking::check_layout_compatibility;
-use abi_stable::library::{lib_header_from_path, LibraryError};
+use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
 use kiln_plugin_api::{is_valid_device_name, ApiVersion, KilnPluginRef, LoadContext, Manifest};
 
 use super::library::Plugin;
@@ -103,8 +103,26 @@ pub fn host_api_version() -> ApiVersion {
 /// not know is too new. So the plugin's layout plays the interface and the
 /// host's the implementation: every field the plugin has must match the host's
 /// exactly, and the host may have more.
+// `LoadOutcome` is large (it can hold a loaded `Plugin`), but these run once
+// per library and callers match on the outcome itself, so it is not boxed
+// (the same holds for `open_header` and `root_from_header`).
+#[allow(clippy::result_large_err)]
 pub fn open_root(path: &Path) -> Result<KilnPluginRef, LoadOutcome> {
-    let header = lib_header_from_path(path).map_err(classify)?;
+    root_from_header(open_header(path)?)
+}
+
+/// The first half of [`open_root`]: opens the library and finds `abi_stable`'s
+/// root-module header, without checking its layout. A library without the
+/// symbol is [`LoadOutcome::NotAPlugin`].
+#[allow(clippy::result_large_err)]
+pub fn open_header(path: &Path) -> Result<&'static LibHeader, LoadOutcome> {
+    lib_header_from_path(path).map_err(classify)
+}
+
+/// The second half of [`open_root`]: the layout check in Kiln's direction
+/// (see there) and the root module's initialisation.
+#[allow(clippy::result_large_err)]
+pub fn root_from_header(header: &'static LibHeader) -> Result<KilnPluginRef, LoadOutcome> {
     let host = host_api_version().to_string();
     let Some(plugin_layout) = header.layout() else {
         return Err(LoadOutcome::Failed(LoadError::Layout {
@@ -177,11 +195,17 @@ fn classify(error: LibraryError) -> LoadOutcome {
     }
 }
 
+/// Calls the plugin's `manifest` and returns it unchecked (conformance checks
+/// its parts one by one; everyone else wants [`read_manifest`]).
+pub fn raw_manifest(root: KilnPluginRef) -> Result<Manifest, LoadError> {
+    root.manifest()()
+        .into_result()
+        .map_err(|e| LoadError::Init(format!("`manifest` failed: {}", e.message)))
+}
+
 /// Reads and checks the manifest: API version handshake, name grammar, semver.
 pub fn read_manifest(root: KilnPluginRef) -> Result<(Manifest, semver::Version), LoadError> {
-    let manifest = root.manifest()()
-        .into_result()
-        .map_err(|e| LoadError::Init(format!("`manifest` failed: {}", e.message)))?;
+    let manifest = raw_manifest(root)?;
     check_api_version(manifest.api_version)?;
     if !is_valid_device_name(&manifest.name) {
         return Err(LoadError::Manifest(format!(

@@ -9,12 +9,14 @@ pub mod discovery;
 pub mod library;
 pub mod load;
 pub mod registry;
+pub mod requirements;
 pub mod validate;
 
 pub use discovery::{discover, search_path, Origin, SearchEntry, SearchProblem, PLUGIN_PATH_VAR};
 pub use library::{CallError, Override, OverrideArgs, Plugin, ScratchCodeOwned};
 pub use load::{host_api_version, load_library, LoadError, LoadOutcome};
 pub use registry::{Registry, Rejected, Shadowed, WrapperKind};
+pub use requirements::required_overrides;
 
 /// Discovers every plugin on the default search path for these `--plugins` folders.
 pub fn discover_default(flags: &[std::path::PathBuf]) -> Registry {

@@ -28,8 +28,23 @@ pub fn override_text_problem(which: Override, text: &str) -> Option<String> {
         })
 }
 
-/// Problems with a device's properties (empty when they are in range).
+/// Problems with a device's properties (empty when they are in range): the
+/// union of the four groups below, which `host conformance` reports as
+/// separate checks.
 pub fn properties_problems(props: &DeviceProperties, device: &str, index: u32) -> Vec<String> {
+    let mut problems = properties_identity_problems(props, device, index);
+    problems.extend(properties_range_problems(props));
+    problems.extend(warp_size_problems(props));
+    problems.extend(threads_per_block_problems(props));
+    problems
+}
+
+/// Whether the properties name the device and index they were asked for.
+pub fn properties_identity_problems(
+    props: &DeviceProperties,
+    device: &str,
+    index: u32,
+) -> Vec<String> {
     let mut problems = Vec::new();
     if props.device_type.as_str() != device {
         problems.push(format!(
@@ -43,26 +58,19 @@ pub fn properties_problems(props: &DeviceProperties, device: &str, index: u32) -
             props.index
         ));
     }
+    problems
+}
+
+/// Counts and limits that must be positive and consistent with each other
+/// (everything but the warp size and its relation to the block size).
+pub fn properties_range_problems(props: &DeviceProperties) -> Vec<String> {
+    let mut problems = Vec::new();
     if props.multi_processor_count == 0 {
         problems.push("device_properties: multi_processor_count is 0".to_string());
-    }
-    let warp = props.warp_size.into_option();
-    if let Some(w) = warp {
-        if w == 0 || !w.is_power_of_two() {
-            problems.push(format!(
-                "device_properties: warp_size {w} is not a power of two"
-            ));
-        }
     }
     if let Some(t) = props.max_threads_per_block.into_option() {
         if t == 0 {
             problems.push("device_properties: max_threads_per_block is 0".to_string());
-        } else if let Some(w) = warp.filter(|w| *w > 0) {
-            if t % w != 0 {
-                problems.push(format!(
-                    "device_properties: max_threads_per_block {t} is not a multiple of warp_size {w}"
-                ));
-            }
         }
         if let Some(sm) = props.max_threads_per_multi_processor.into_option() {
             if sm < t {
@@ -81,17 +89,46 @@ pub fn properties_problems(props: &DeviceProperties, device: &str, index: u32) -
     problems
 }
 
-/// Problems with a list of launch configs for a device with these properties.
+/// Whether `warp_size`, when given, is a power of two.
+pub fn warp_size_problems(props: &DeviceProperties) -> Vec<String> {
+    match props.warp_size.into_option() {
+        Some(w) if w == 0 || !w.is_power_of_two() => vec![format!(
+            "device_properties: warp_size {w} is not a power of two"
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `max_threads_per_block` is a whole number of warps. A zero or
+/// missing warp size is [`warp_size_problems`]' business, not this one's.
+pub fn threads_per_block_problems(props: &DeviceProperties) -> Vec<String> {
+    let warp = props.warp_size.into_option().filter(|w| *w > 0);
+    match (props.max_threads_per_block.into_option(), warp) {
+        (Some(t), Some(w)) if t > 0 && t % w != 0 => vec![format!(
+            "device_properties: max_threads_per_block {t} is not a multiple of warp_size {w}"
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// Problems with a list of launch configs for a device with these properties:
+/// the union of [`config_shape_problems`] and [`config_thread_problems`].
 pub fn configs_problems(
     what: &str,
     configs: &[LaunchConfig],
     props: &DeviceProperties,
 ) -> Vec<String> {
+    let mut problems = config_shape_problems(what, configs);
+    problems.extend(config_thread_problems(what, configs, props));
+    problems
+}
+
+/// Problems with the configs themselves: at least one config, block sizes
+/// powers of two, at least one warp and one stage.
+pub fn config_shape_problems(what: &str, configs: &[LaunchConfig]) -> Vec<String> {
     if configs.is_empty() {
         return vec![format!("{what}: returned no config")];
     }
-    let warp = props.warp_size.into_option().unwrap_or(1).max(1);
-    let max_threads = props.max_threads_per_block.into_option();
     let mut problems = Vec::new();
     for (i, c) in configs.iter().enumerate() {
         for (field, value) in [("x_block", c.x_block), ("r_block", c.r_block)] {
@@ -107,18 +144,34 @@ pub fn configs_problems(
         if c.num_stages == 0 {
             problems.push(format!("{what}: config {i} has num_stages 0"));
         }
-        if let Some(max) = max_threads {
+    }
+    problems
+}
+
+/// Configs whose `num_warps × warp_size` exceeds `max_threads_per_block`.
+pub fn config_thread_problems(
+    what: &str,
+    configs: &[LaunchConfig],
+    props: &DeviceProperties,
+) -> Vec<String> {
+    let warp = props.warp_size.into_option().unwrap_or(1).max(1);
+    let Some(max) = props.max_threads_per_block.into_option() else {
+        return Vec::new();
+    };
+    configs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
             let threads = u64::from(c.num_warps) * u64::from(warp);
-            if threads > u64::from(max) {
-                problems.push(format!(
+            (threads > u64::from(max)).then(|| {
+                format!(
                     "{what}: config {i} needs num_warps {} x warp_size {warp} = {threads} threads, \
                      over max_threads_per_block {max}",
                     c.num_warps
-                ));
-            }
-        }
-    }
-    problems
+                )
+            })
+        })
+        .collect()
 }
 
 /// Why `got = adjust_grid(wanted)` is wrong, if it is: a dimension may only

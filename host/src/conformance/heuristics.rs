@@ -1,0 +1,230 @@
+//! The `heuristics.*` checks: the plugin's launch heuristics asked over a
+//! sweep of sizes. Runs in the child process only; the rules for a single
+//! answer come from `plugins::validate`.
+
+use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+
+use super::checks::properties;
+use super::Outcome;
+use crate::plugins::validate::{config_shape_problems, config_thread_problems, grid_problem};
+use crate::plugins::{CallError, Plugin};
+
+/// Sizes that are not powers of two, to catch rounding mistakes.
+const ODD_SIZES: [u64; 6] = [3, 7, 1000, 12_345, 50_257, 1_000_003];
+/// Widths of the element types the host generates kernels for.
+const ELEMENT_BYTES: [u32; 4] = [1, 2, 4, 8];
+
+/// Element counts 1 to 2^31 by powers of two, and some odd sizes.
+fn pointwise_sizes() -> Vec<u64> {
+    let mut sizes: Vec<u64> = (0..=31).map(|p| 1u64 << p).collect();
+    sizes.extend(ODD_SIZES);
+    sizes.push((1 << 31) - 1);
+    sizes
+}
+
+/// Row counts and row lengths 1 to 2^20 by powers of two, and some odd sizes.
+fn reduction_sizes() -> Vec<u64> {
+    let mut sizes: Vec<u64> = (0..=20).map(|p| 1u64 << p).collect();
+    sizes.extend(&ODD_SIZES[..5]);
+    sizes
+}
+
+/// Grid extents along one axis, 1 to 2^32 and one past each axis' limit.
+fn grid_extents(max_grid: [u64; 3]) -> Vec<u64> {
+    let mut extents: Vec<u64> = (0..=32).map(|p| 1u64 << p).collect();
+    extents.extend([47, 48, 49, 50, 95, 97, 1000, 65_535, 65_536]);
+    extents.extend(max_grid.iter().map(|m| m.saturating_add(1)));
+    extents
+}
+
+fn pointwise_queries() -> impl Iterator<Item = PointwiseQuery> {
+    pointwise_sizes().into_iter().flat_map(|numel| {
+        ELEMENT_BYTES.map(|element_bytes| PointwiseQuery {
+            numel,
+            element_bytes,
+        })
+    })
+}
+
+fn reduction_queries() -> impl Iterator<Item = ReductionQuery> {
+    let sizes = reduction_sizes();
+    let lens = sizes.clone();
+    sizes.into_iter().flat_map(move |rows| {
+        lens.clone().into_iter().map(move |row_len| ReductionQuery {
+            rows,
+            row_len,
+            element_bytes: 4,
+        })
+    })
+}
+
+fn grids(max_grid: [u64; 3]) -> Vec<Grid> {
+    let mut grids = Vec::new();
+    for axis in 0..3 {
+        for extent in grid_extents(max_grid) {
+            let mut dims = [1u64; 3];
+            dims[axis] = extent;
+            grids.push(Grid::from_array(dims));
+        }
+    }
+    grids.extend([Grid::new(50, 3, 2), Grid::new(1000, 1000, 7)]);
+    grids
+}
+
+/// What one sweep found: configs per query, or the reason to stop.
+enum Sweep<T> {
+    Answers(Vec<(String, T)>),
+    NotProvided,
+    Failed(CallError),
+}
+
+fn sweep<Q: Copy, T>(
+    queries: impl Iterator<Item = Q>,
+    label: impl Fn(Q) -> String,
+    mut ask: impl FnMut(Q) -> Result<Option<T>, CallError>,
+) -> Sweep<T> {
+    let mut answers = Vec::new();
+    for q in queries {
+        match ask(q) {
+            Ok(Some(answer)) => answers.push((label(q), answer)),
+            Ok(None) => return Sweep::NotProvided,
+            Err(e) => return Sweep::Failed(e),
+        }
+    }
+    Sweep::Answers(answers)
+}
+
+fn pointwise(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
+    sweep(
+        pointwise_queries(),
+        |q| {
+            format!(
+                "pointwise_configs(numel={}, element_bytes={})",
+                q.numel, q.element_bytes
+            )
+        },
+        |q| plugin.pointwise_configs(q),
+    )
+}
+
+fn reduction(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
+    sweep(
+        reduction_queries(),
+        |q| format!("reduction_configs(rows={}, row_len={})", q.rows, q.row_len),
+        |q| plugin.reduction_configs(q),
+    )
+}
+
+fn adjusted(plugin: &Plugin, props: &DeviceProperties) -> Sweep<(Grid, Grid)> {
+    sweep(
+        grids(props.max_grid).into_iter(),
+        |g| format!("adjust_grid({:?})", g.to_array()),
+        |g| plugin.adjust_grid(g).map(|got| got.map(|got| (g, got))),
+    )
+}
+
+/// Runs `heuristics.<what>`.
+pub fn check(plugin: &Plugin, what: &str) -> Outcome {
+    let props = match properties(plugin) {
+        Ok(p) => p,
+        Err(outcome) => return outcome,
+    };
+    match what {
+        "pointwise_sweep" => configs_check(pointwise(plugin), |label, configs| {
+            config_shape_problems(label, configs)
+        }),
+        "reduction_sweep" => configs_check(reduction(plugin), |label, configs| {
+            config_shape_problems(label, configs)
+        }),
+        "thread_limit" => {
+            let pointwise = configs_check(pointwise(plugin), |label, configs| {
+                config_thread_problems(label, configs, &props)
+            });
+            if pointwise.status != super::Status::Pass {
+                return pointwise;
+            }
+            configs_check(reduction(plugin), |label, configs| {
+                config_thread_problems(label, configs, &props)
+            })
+        }
+        "grid" => match adjusted(plugin, &props) {
+            Sweep::Answers(answers) => {
+                let problems = answers
+                    .iter()
+                    .filter_map(|(_, (wanted, got))| grid_problem(*wanted, *got, props.max_grid))
+                    .collect();
+                Outcome::from_problems(problems, format!("{} grids", answers.len()))
+            }
+            Sweep::NotProvided => Outcome::skip("not supported: the plugin has no adjust_grid"),
+            Sweep::Failed(e) => Outcome::fail(e.to_string()),
+        },
+        "deterministic" => deterministic(plugin, &props),
+        other => Outcome::fail(format!("there is no check named \"heuristics.{other}\"")),
+    }
+}
+
+fn configs_check(
+    sweep: Sweep<Vec<LaunchConfig>>,
+    problems_of: impl Fn(&str, &[LaunchConfig]) -> Vec<String>,
+) -> Outcome {
+    match sweep {
+        Sweep::Answers(answers) => {
+            let problems = answers
+                .iter()
+                .flat_map(|(label, configs)| problems_of(label, configs))
+                .collect();
+            Outcome::from_problems(problems, format!("{} queries", answers.len()))
+        }
+        Sweep::NotProvided => Outcome::skip("not supported: the plugin has no heuristics"),
+        Sweep::Failed(e) => Outcome::fail(e.to_string()),
+    }
+}
+
+/// Asks every sweep twice and compares the answers.
+fn deterministic(plugin: &Plugin, props: &DeviceProperties) -> Outcome {
+    fn differ<T: PartialEq + std::fmt::Debug>(
+        first: Sweep<T>,
+        second: Sweep<T>,
+    ) -> Result<Option<String>, Outcome> {
+        match (first, second) {
+            (Sweep::Answers(a), Sweep::Answers(b)) => Ok(a
+                .iter()
+                .zip(&b)
+                .find(|(x, y)| x.1 != y.1)
+                .map(|(x, y)| format!("{} gave {:?}, then {:?}", x.0, x.1, y.1))),
+            (Sweep::Failed(e), _) | (_, Sweep::Failed(e)) => Err(Outcome::fail(e.to_string())),
+            (Sweep::NotProvided, Sweep::NotProvided) => Ok(None),
+            _ => Ok(Some(
+                "a query was answered once and not the next time".to_string(),
+            )),
+        }
+    }
+    let mut problems = Vec::new();
+    let results = [
+        differ(pointwise(plugin), pointwise(plugin)),
+        differ(reduction(plugin), reduction(plugin)),
+        differ(adjusted(plugin, props), adjusted(plugin, props)),
+    ];
+    for result in results {
+        match result {
+            Ok(problem) => problems.extend(problem),
+            Err(outcome) => return outcome,
+        }
+    }
+    Outcome::from_problems(problems, "every query answered the same twice")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_cover_the_promised_ranges() {
+        let p = pointwise_sizes();
+        assert!(p.contains(&1) && p.contains(&(1 << 31)) && p.contains(&1000));
+        let r = reduction_sizes();
+        assert!(r.contains(&1) && r.contains(&(1 << 20)));
+        assert_eq!(reduction_queries().count(), r.len() * r.len());
+        assert!(grids([100, 10, 10]).contains(&Grid::new(1, 11, 1)));
+    }
+}

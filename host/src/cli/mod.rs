@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod compile;
 mod conformance;
 mod eval;
 mod graph;
@@ -45,6 +46,8 @@ pub enum Command {
     List(list::ListArgs),
     /// Show everything one plugin provides: override strings, properties, features, heuristics.
     Inspect(inspect::InspectArgs),
+    /// Compile a graph for a device into output_code.py (Triton kernels and a Python wrapper).
+    Compile(compile::CompileArgs),
     /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
     Graph(graph::GraphArgs),
     /// Run a graph on the float64 reference interpreter.
@@ -87,6 +90,7 @@ pub fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
         Command::Conformance(args) => conformance::run(&cli, args),
+        Command::Compile(args) => compile::run(&cli, args),
     };
     match result {
         Ok(code) => code,

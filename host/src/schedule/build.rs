@@ -82,6 +82,8 @@ pub struct KernelBuilder<'a> {
     pub stores: Vec<(SNodeId, Store)>,
     /// Scheduler nodes of other kernels whose buffers this kernel reads.
     pub external: Vec<SNodeId>,
+    /// Graph nodes whose values this kernel computes (inline ones included).
+    pub covers: Vec<crate::graph::ir::NodeId>,
     guards: Vec<Cond>,
     memo: HashMap<(ValueId, Vec<Index>, Vec<Cond>), ExprId>,
 }
@@ -98,6 +100,7 @@ impl<'a> KernelBuilder<'a> {
             reductions: Vec::new(),
             stores: Vec::new(),
             external: Vec::new(),
+            covers: Vec::new(),
             guards: Vec::new(),
             memo: HashMap::new(),
         }
@@ -107,28 +110,59 @@ impl<'a> KernelBuilder<'a> {
     pub fn add(&mut self, id: SNodeId) -> Built<()> {
         let s = &self.low.snodes[id.0 as usize];
         let ranges = self.space.ranges();
+        if !self.covers.contains(&s.value.node) {
+            self.covers.push(s.value.node);
+        }
         match &s.kind {
             SKind::Pointwise { value } => {
-                let idx = space_index(&s.meta.shape, self.space)
-                    .ok_or_else(|| Illegal(format!("shape {:?} does not split into {:?}", s.meta.shape, self.space)))?;
+                let idx = space_index(&s.meta.shape, self.space).ok_or_else(|| {
+                    Illegal(format!(
+                        "shape {:?} does not split into {:?}",
+                        s.meta.shape, self.space
+                    ))
+                })?;
                 self.members.insert(id, None);
                 let e = self.inline_value(*value, &idx)?;
                 let e = self.cast(e, s.meta.dtype);
                 let index = linear(&idx, &contiguous_strides(&s.meta.shape), 0);
-                self.stores.push((id, Store { buf: s.buf, index, value: e }));
+                self.stores.push((
+                    id,
+                    Store {
+                        buf: s.buf,
+                        index,
+                        value: e,
+                    },
+                ));
             }
-            SKind::Reduction { input, kind, dims, .. } => {
+            SKind::Reduction {
+                input, kind, dims, ..
+            } => {
                 let in_shape = self.meta(*input)?.shape.clone();
-                let kept: Vec<i64> = (0..in_shape.len()).filter(|d| !dims.contains(d)).map(|d| in_shape[d]).collect();
+                let kept: Vec<i64> = (0..in_shape.len())
+                    .filter(|d| !dims.contains(d))
+                    .map(|d| in_shape[d])
+                    .collect();
                 let reduced: Vec<i64> = dims.iter().map(|&d| in_shape[d]).collect();
-                if kept.iter().product::<i64>() != self.space.x || reduced.iter().product::<i64>() != self.space.r {
-                    return Err(Illegal(format!("reduction space differs from {:?}", self.space)));
+                if kept.iter().product::<i64>() != self.space.x
+                    || reduced.iter().product::<i64>() != self.space.r
+                {
+                    return Err(Illegal(format!(
+                        "reduction space differs from {:?}",
+                        self.space
+                    )));
                 }
                 let xs = unflatten(Index::var(Var::X), &kept, ranges);
                 let rs = unflatten(Index::var(Var::R), &reduced, ranges);
                 let (mut xi, mut ri) = (xs.into_iter(), rs.into_iter());
                 let idx: Vec<Index> = (0..in_shape.len())
-                    .map(|d| if dims.contains(&d) { ri.next() } else { xi.next() }.unwrap_or(Index::Const(0)))
+                    .map(|d| {
+                        if dims.contains(&d) {
+                            ri.next()
+                        } else {
+                            xi.next()
+                        }
+                        .unwrap_or(Index::Const(0))
+                    })
                     .collect();
                 let value = self.load(*input, &idx)?;
                 let in_dtype = self.exprs.dtype(value);
@@ -143,13 +177,24 @@ impl<'a> KernelBuilder<'a> {
                 };
                 let value = self.cast(value, acc_dtype);
                 let n = self.reductions.len();
-                self.reductions.push(Reduction { kind: *kind, value, acc_dtype });
+                self.reductions.push(Reduction {
+                    kind: *kind,
+                    value,
+                    acc_dtype,
+                });
                 self.members.insert(id, Some(n));
                 let e = self.reduced_value(id)?;
                 let e = self.cast(e, s.meta.dtype);
                 let out_idx = unflatten(Index::var(Var::X), &s.meta.shape, ranges);
                 let index = linear(&out_idx, &contiguous_strides(&s.meta.shape), 0);
-                self.stores.push((id, Store { buf: s.buf, index, value: e }));
+                self.stores.push((
+                    id,
+                    Store {
+                        buf: s.buf,
+                        index,
+                        value: e,
+                    },
+                ));
             }
             SKind::Extern { .. } => return Err(Illegal("extern calls are not kernels".into())),
         }
@@ -157,11 +202,14 @@ impl<'a> KernelBuilder<'a> {
     }
 
     fn meta(&self, v: ValueId) -> Built<&'a crate::graph::ir::TensorMeta> {
-        self.graph.meta(v).ok_or_else(|| Illegal(format!("no metadata for {v:?}")))
+        self.graph
+            .meta(v)
+            .ok_or_else(|| Illegal(format!("no metadata for {v:?}")))
     }
 
     fn lit(&mut self, value: f64, dtype: DType) -> ExprId {
-        self.exprs.intern(Expr::Literal(Literal::of(value, dtype)), dtype)
+        self.exprs
+            .intern(Expr::Literal(Literal::of(value, dtype)), dtype)
     }
 
     /// `e` converted to `dtype` (nothing when it already is).
@@ -179,7 +227,10 @@ impl<'a> KernelBuilder<'a> {
         };
         let acc = self.reductions[n].acc_dtype;
         let e = self.exprs.intern(Expr::Reduced(n), acc);
-        if let SKind::Reduction { divisor: Some(d), .. } = &self.low.snodes[id.0 as usize].kind {
+        if let SKind::Reduction {
+            divisor: Some(d), ..
+        } = &self.low.snodes[id.0 as usize].kind
+        {
             let d = self.lit(*d as f64, acc);
             return Ok(self.exprs.intern(Expr::Binary(BinaryOp::Div, e, d), acc));
         }
@@ -192,14 +243,26 @@ impl<'a> KernelBuilder<'a> {
         if let Some(e) = self.memo.get(&key) {
             return Ok(*e);
         }
-        let def = self.low.defs.get(&v).cloned().ok_or_else(|| Illegal(format!("{v:?} was not lowered")))?;
+        let def = self
+            .low
+            .defs
+            .get(&v)
+            .cloned()
+            .ok_or_else(|| Illegal(format!("{v:?} was not lowered")))?;
         let meta = self.meta(v)?;
         let e = match def {
             Def::Literal { value } => self.lit(value, compute_dtype(meta.dtype)),
             Def::Strided(view) => {
                 let index = linear(idx, &view.strides, view.offset);
                 let dtype = self.low.buffers[view.buf.0 as usize].dtype;
-                let e = self.exprs.intern(Expr::Load { buf: view.buf, index, guards: self.guards.clone() }, dtype);
+                let e = self.exprs.intern(
+                    Expr::Load {
+                        buf: view.buf,
+                        index,
+                        guards: self.guards.clone(),
+                    },
+                    dtype,
+                );
                 if let Some(owner) = self.low.snodes.iter().position(|s| s.buf == view.buf) {
                     let owner = SNodeId(owner as u32);
                     if !self.external.contains(&owner) {
@@ -211,9 +274,12 @@ impl<'a> KernelBuilder<'a> {
             Def::Node(n) => match self.members.get(&n).copied() {
                 Some(Some(_)) => {
                     let s = &self.low.snodes[n.0 as usize];
-                    let expected = unflatten(Index::var(Var::X), &s.meta.shape, self.space.ranges());
+                    let expected =
+                        unflatten(Index::var(Var::X), &s.meta.shape, self.space.ranges());
                     if idx != expected.as_slice() {
-                        return Err(Illegal("a reduction is read at another row than the kernel's".into()));
+                        return Err(Illegal(
+                            "a reduction is read at another row than the kernel's".into(),
+                        ));
                     }
                     self.reduced_value(n)?
                 }
@@ -228,7 +294,14 @@ impl<'a> KernelBuilder<'a> {
                 None => {
                     let s = &self.low.snodes[n.0 as usize];
                     let index = linear(idx, &contiguous_strides(&s.meta.shape), 0);
-                    let e = self.exprs.intern(Expr::Load { buf: s.buf, index, guards: self.guards.clone() }, s.meta.dtype);
+                    let e = self.exprs.intern(
+                        Expr::Load {
+                            buf: s.buf,
+                            index,
+                            guards: self.guards.clone(),
+                        },
+                        s.meta.dtype,
+                    );
                     if !self.external.contains(&n) {
                         self.external.push(n);
                     }
@@ -241,7 +314,13 @@ impl<'a> KernelBuilder<'a> {
         Ok(e)
     }
 
-    fn operand(&mut self, arg: &Arg, out_shape: &[i64], idx: &[Index], dtype: DType) -> Built<ExprId> {
+    fn operand(
+        &mut self,
+        arg: &Arg,
+        out_shape: &[i64],
+        idx: &[Index],
+        dtype: DType,
+    ) -> Built<ExprId> {
         match arg {
             Arg::Scalar(s) => Ok(self.lit(s.to_f64(), dtype)),
             Arg::Value(v) => {
@@ -250,7 +329,13 @@ impl<'a> KernelBuilder<'a> {
                 let sub: Vec<Index> = shape
                     .iter()
                     .enumerate()
-                    .map(|(d, &s)| if s == 1 { Index::Const(0) } else { idx[d + lead].clone() })
+                    .map(|(d, &s)| {
+                        if s == 1 {
+                            Index::Const(0)
+                        } else {
+                            idx[d + lead].clone()
+                        }
+                    })
                     .collect();
                 let e = self.load(*v, &sub)?;
                 Ok(self.cast(e, dtype))
@@ -267,13 +352,26 @@ impl<'a> KernelBuilder<'a> {
 
     /// The inline definition of `v` at `idx`: its op applied to its operands.
     fn inline_value(&mut self, v: ValueId, idx: &[Index]) -> Built<ExprId> {
-        let node = self.graph.node(v.node).ok_or_else(|| Illegal("node vanished".into()))?;
-        let out = node.outputs.get(v.output as usize).ok_or_else(|| Illegal("no such output".into()))?;
+        let node = self
+            .graph
+            .node(v.node)
+            .ok_or_else(|| Illegal("node vanished".into()))?;
+        if !self.covers.contains(&v.node) {
+            self.covers.push(v.node);
+        }
+        let out = node
+            .outputs
+            .get(v.output as usize)
+            .ok_or_else(|| Illegal("no such output".into()))?;
         let (out_shape, out_dtype) = (out.shape.clone(), out.dtype);
         let cd = compute_dtype(out_dtype);
         let ranges = self.space.ranges();
         let args = node.args.clone();
-        let arg0 = || args.first().and_then(Arg::value).ok_or_else(|| Illegal("missing operand".into()));
+        let arg0 = || {
+            args.first()
+                .and_then(Arg::value)
+                .ok_or_else(|| Illegal("missing operand".into()))
+        };
         Ok(match &node.op {
             Op::Unary(op) => {
                 let a = self.operand(&args[0], &out_shape, idx, cd)?;
@@ -294,7 +392,9 @@ impl<'a> KernelBuilder<'a> {
                 let mut b = self.operand(&args[1], &out_shape, idx, in_dtype)?;
                 if let Some(alpha) = alpha.filter(|a| a.to_f64() != 1.0) {
                     let k = self.lit(alpha.to_f64(), in_dtype);
-                    b = self.exprs.intern(Expr::Binary(BinaryOp::Mul, b, k), in_dtype);
+                    b = self
+                        .exprs
+                        .intern(Expr::Binary(BinaryOp::Mul, b, k), in_dtype);
                 }
                 self.exprs.intern(Expr::Binary(*op, a, b), cd)
             }
@@ -308,11 +408,15 @@ impl<'a> KernelBuilder<'a> {
                 let mut a = self.operand(&args[0], &out_shape, idx, cd)?;
                 if let Some(lo) = min {
                     let lo = self.lit(lo.to_f64(), cd);
-                    a = self.exprs.intern(Expr::Binary(BinaryOp::Maximum, a, lo), cd);
+                    a = self
+                        .exprs
+                        .intern(Expr::Binary(BinaryOp::Maximum, a, lo), cd);
                 }
                 if let Some(hi) = max {
                     let hi = self.lit(hi.to_f64(), cd);
-                    a = self.exprs.intern(Expr::Binary(BinaryOp::Minimum, a, hi), cd);
+                    a = self
+                        .exprs
+                        .intern(Expr::Binary(BinaryOp::Minimum, a, hi), cd);
                 }
                 a
             }
@@ -322,7 +426,9 @@ impl<'a> KernelBuilder<'a> {
                 let a = self.exprs.intern(Expr::Cast(a), *dtype);
                 self.cast(a, compute_dtype(*dtype))
             }
-            Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => self.load(arg0()?, idx)?,
+            Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => {
+                self.load(arg0()?, idx)?
+            }
             Op::Cat { dim } => self.cat(&args, *dim, &out_shape, idx, cd)?,
             op if op.is_view() || matches!(op, Op::Split { .. } | Op::SplitWithSizes { .. }) => {
                 let src = arg0()?;
@@ -355,12 +461,21 @@ impl<'a> KernelBuilder<'a> {
                 self.exprs.intern(Expr::Unary(UnaryOp::Tanh, t), d)
             }
         };
-        let t = self.exprs.intern(Expr::Binary(BinaryOp::Add, inner, one), d);
+        let t = self
+            .exprs
+            .intern(Expr::Binary(BinaryOp::Add, inner, one), d);
         let t = self.exprs.intern(Expr::Binary(BinaryOp::Mul, a, t), d);
         self.exprs.intern(Expr::Binary(BinaryOp::Mul, t, half), d)
     }
 
-    fn cat(&mut self, args: &[Arg], dim: i64, out_shape: &[i64], idx: &[Index], cd: DType) -> Built<ExprId> {
+    fn cat(
+        &mut self,
+        args: &[Arg],
+        dim: i64,
+        out_shape: &[i64],
+        idx: &[Index],
+        cd: DType,
+    ) -> Built<ExprId> {
         let d = wrap_dim(dim, out_shape.len()).map_err(|e| Illegal(e.to_string()))?;
         let mut pieces = Vec::new();
         let mut offset = 0i64;
@@ -376,16 +491,24 @@ impl<'a> KernelBuilder<'a> {
             return Ok(self.lit(0.0, cd));
         };
         let mut sub = idx.to_vec();
-        sub[d] = idx[d].clone().add(Index::Const(-last_off));
-        let cond_last = Cond { index: idx[d].clone(), lo: last_off, hi: offset };
+        sub[d] = idx[d].clone().plus(Index::Const(-last_off));
+        let cond_last = Cond {
+            index: idx[d].clone(),
+            lo: last_off,
+            hi: offset,
+        };
         self.guards.push(cond_last);
         let mut e = self.load(last, &sub);
         self.guards.pop();
         let mut acc = self.cast(e?, cd);
         for &(v, off, size) in pieces.iter().rev().skip(1) {
-            let cond = Cond { index: idx[d].clone(), lo: off, hi: off + size };
+            let cond = Cond {
+                index: idx[d].clone(),
+                lo: off,
+                hi: off + size,
+            };
             let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().add(Index::Const(-off));
+            sub[d] = idx[d].clone().plus(Index::Const(-off));
             self.guards.push(cond.clone());
             e = self.load(v, &sub);
             self.guards.pop();
@@ -400,7 +523,11 @@ impl<'a> KernelBuilder<'a> {
 fn comparison_dtype(args: &[Arg], a: DType, b: DType) -> DType {
     match (&args[0], &args[1]) {
         (Arg::Value(_), Arg::Scalar(s)) | (Arg::Scalar(s), Arg::Value(_)) => {
-            let t = if matches!(args[0], Arg::Value(_)) { a } else { b };
+            let t = if matches!(args[0], Arg::Value(_)) {
+                a
+            } else {
+                b
+            };
             match s {
                 Scalar::Float(_) if !t.is_float() => DType::Float32,
                 _ => t,
@@ -411,7 +538,14 @@ fn comparison_dtype(args: &[Arg], a: DType, b: DType) -> DType {
 }
 
 /// The index into a view op's input for an index `idx` into its output.
-pub fn view_index(op: &Op, in_shape: &[i64], out_shape: &[i64], idx: &[Index], output: u32, ranges: super::index::Ranges) -> Option<Vec<Index>> {
+pub fn view_index(
+    op: &Op,
+    in_shape: &[i64],
+    out_shape: &[i64],
+    idx: &[Index],
+    output: u32,
+    ranges: super::index::Ranges,
+) -> Option<Vec<Index>> {
     let rank = in_shape.len();
     Some(match op {
         Op::Permute { dims } => {
@@ -435,34 +569,51 @@ pub fn view_index(op: &Op, in_shape: &[i64], out_shape: &[i64], idx: &[Index], o
         Op::Expand { .. } => {
             let lead = out_shape.len() - rank;
             (0..rank)
-                .map(|d| if in_shape[d] == 1 { Index::Const(0) } else { idx[d + lead].clone() })
+                .map(|d| {
+                    if in_shape[d] == 1 {
+                        Index::Const(0)
+                    } else {
+                        idx[d + lead].clone()
+                    }
+                })
                 .collect()
         }
         Op::Select { dim, index } => {
             let d = wrap_dim(*dim, rank).ok()?;
-            let i = if *index < 0 { index + in_shape[d] } else { *index };
+            let i = if *index < 0 {
+                index + in_shape[d]
+            } else {
+                *index
+            };
             let mut sub = idx.to_vec();
             sub.insert(d, Index::Const(i));
             sub
         }
-        Op::Slice { dim, start, end, step } => {
+        Op::Slice {
+            dim,
+            start,
+            end,
+            step,
+        } => {
             let d = wrap_dim(*dim, rank).ok()?;
             let (lo, _) = slice_bounds(in_shape[d], *start, *end, *step);
             let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().mul(*step).add(Index::Const(lo));
+            sub[d] = idx[d].clone().times(*step).plus(Index::Const(lo));
             sub
         }
         Op::Split { split_size, dim } => {
             let d = wrap_dim(*dim, rank).ok()?;
             let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().add(Index::Const(i64::from(output) * split_size));
+            sub[d] = idx[d]
+                .clone()
+                .plus(Index::Const(i64::from(output) * split_size));
             sub
         }
         Op::SplitWithSizes { sizes, dim } => {
             let d = wrap_dim(*dim, rank).ok()?;
             let before: i64 = sizes.iter().take(output as usize).sum();
             let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().add(Index::Const(before));
+            sub[d] = idx[d].clone().plus(Index::Const(before));
             sub
         }
         _ => return None,

@@ -114,7 +114,12 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
     for i in 0..low.snodes.len() {
         let id = SNodeId(i as u32);
         let reads = reads_of(graph, low, id);
-        let earliest = reads.deps.iter().map(|d| group_of[d.0 as usize]).filter(|g| *g != usize::MAX).max();
+        let earliest = reads
+            .deps
+            .iter()
+            .map(|d| group_of[d.0 as usize])
+            .filter(|g| *g != usize::MAX)
+            .max();
         let Some(space) = natural_space(low, graph, id) else {
             group_of[i] = groups.len();
             groups.push(Group::Extern(id));
@@ -123,14 +128,18 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
         };
         let mut best: Option<(i64, usize, Space)> = None;
         for g in (earliest.unwrap_or(0)..groups.len()).rev() {
-            let Group::Kernel { members, space: gspace } = &groups[g] else { continue };
+            let Group::Kernel {
+                members,
+                space: gspace,
+            } = &groups[g]
+            else {
+                continue;
+            };
             if members.len() >= MAX_KERNEL_NODES {
                 continue;
             }
             let is_reduction = space.r > 1;
-            let target = if *gspace == space {
-                space
-            } else if gspace.r == 1 && is_reduction {
+            let target = if *gspace == space || (gspace.r == 1 && is_reduction) {
                 space
             } else if !is_reduction && space_index(&low.snodes[i].meta.shape, *gspace).is_some() {
                 *gspace
@@ -169,7 +178,10 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
             }
             None => {
                 group_of[i] = groups.len();
-                groups.push(Group::Kernel { members: vec![id], space });
+                groups.push(Group::Kernel {
+                    members: vec![id],
+                    space,
+                });
                 group_reads.push(reads.buffers.into_iter().collect());
             }
         }

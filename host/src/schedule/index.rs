@@ -72,7 +72,7 @@ impl Index {
     }
 
     /// `self + other`, flattened and with constants folded.
-    pub fn add(self, other: Index) -> Index {
+    pub fn plus(self, other: Index) -> Index {
         let mut terms = Vec::new();
         let mut constant = 0i64;
         for t in [self, other] {
@@ -101,7 +101,7 @@ impl Index {
     }
 
     /// `self * k`.
-    pub fn mul(self, k: i64) -> Index {
+    pub fn times(self, k: i64) -> Index {
         match (self, k) {
             (_, 0) => Index::Const(0),
             (e, 1) => e,
@@ -109,8 +109,8 @@ impl Index {
             (Index::Mul(e, a), k) => Index::Mul(e, a * k),
             (Index::Add(terms), k) => terms
                 .into_iter()
-                .map(|t| t.mul(k))
-                .fold(Index::Const(0), Index::add),
+                .map(|t| t.times(k))
+                .fold(Index::Const(0), Index::plus),
             (e, k) => Index::Mul(Box::new(e), k),
         }
     }
@@ -128,7 +128,7 @@ impl Index {
         }
         match self {
             // (e * a) // k with k dividing a.
-            Index::Mul(e, a) if a % k == 0 => e.mul(a / k),
+            Index::Mul(e, a) if a % k == 0 => e.times(a / k),
             // (e // a) // k == e // (a * k).
             Index::Div(e, a) => e.div(a * k, ranges),
             other => Index::Div(Box::new(other), k),
@@ -236,7 +236,7 @@ fn recombine_div_mod(terms: &mut Vec<Index>) {
                         } else {
                             Index::Div(Box::new(base.clone()), a)
                         };
-                        found = Some((i, j, merged.mul(c)));
+                        found = Some((i, j, merged.times(c)));
                         break 'search;
                     }
                 }
@@ -280,7 +280,9 @@ pub fn linear(index: &[Index], strides: &[i64], offset: i64) -> Index {
     index
         .iter()
         .zip(strides)
-        .fold(Index::Const(offset), |acc, (i, s)| acc.add(i.clone().mul(*s)))
+        .fold(Index::Const(offset), |acc, (i, s)| {
+            acc.plus(i.clone().times(*s))
+        })
 }
 
 #[cfg(test)]
@@ -296,19 +298,22 @@ mod tests {
         let back = linear(&idx, &[16, 4, 1], 0);
         assert_eq!(back, Index::var(Var::X));
         let scaled = linear(&unflatten(Index::var(Var::X), &[2, 3], R), &[24, 8], 0);
-        assert_eq!(scaled, Index::var(Var::X).mul(8));
+        assert_eq!(scaled, Index::var(Var::X).times(8));
     }
 
     #[test]
     fn simplification_uses_the_loop_ranges() {
         assert_eq!(Index::var(Var::R).rem(16, R), Index::var(Var::R));
         assert_eq!(Index::var(Var::R).div(16, R), Index::Const(0));
-        assert_eq!(Index::var(Var::X).mul(4).div(2, R), Index::var(Var::X).mul(2));
+        assert_eq!(
+            Index::var(Var::X).times(4).div(2, R),
+            Index::var(Var::X).times(2)
+        );
         assert_eq!(
             Index::var(Var::X).div(4, R).div(4, R),
             Index::Div(Box::new(Index::var(Var::X)), 16)
         );
-        assert_eq!(Index::var(Var::X).add(Index::Const(0)), Index::var(Var::X));
+        assert_eq!(Index::var(Var::X).plus(Index::Const(0)), Index::var(Var::X));
     }
 
     #[test]

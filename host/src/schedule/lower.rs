@@ -136,7 +136,10 @@ pub fn view_strides(shape: &[i64], strides: &[i64], new_shape: &[i64]) -> Option
     let mut view_numel = 1i64;
     for tensor_d in (0..shape.len()).rev() {
         tensor_numel *= shape[tensor_d];
-        if tensor_d == 0 || (shape[tensor_d - 1] != 1 && strides[tensor_d - 1] != tensor_numel * chunk_base_stride) {
+        if tensor_d == 0
+            || (shape[tensor_d - 1] != 1
+                && strides[tensor_d - 1] != tensor_numel * chunk_base_stride)
+        {
             while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
                 new_strides[view_d as usize] = view_numel * chunk_base_stride;
                 view_numel *= new_shape[view_d as usize];
@@ -159,7 +162,12 @@ pub fn view_strides(shape: &[i64], strides: &[i64], new_shape: &[i64]) -> Option
 }
 
 impl Lowered {
-    fn add_buffer(&mut self, name: &str, meta: &TensorMeta, kind: super::ir::BufferKind) -> BufferId {
+    fn add_buffer(
+        &mut self,
+        name: &str,
+        meta: &TensorMeta,
+        kind: super::ir::BufferKind,
+    ) -> BufferId {
         let id = BufferId(self.buffers.len() as u32);
         self.buffers.push(super::ir::Buffer {
             name: name.to_string(),
@@ -171,7 +179,13 @@ impl Lowered {
         id
     }
 
-    fn add_snode(&mut self, graph: &Graph, value: ValueId, kind: SKind, op_name: &'static str) -> Result<SNodeId, Error> {
+    fn add_snode(
+        &mut self,
+        graph: &Graph,
+        value: ValueId,
+        kind: SKind,
+        op_name: &'static str,
+    ) -> Result<SNodeId, Error> {
         let meta = meta_of(graph, value)?.clone();
         let name = node_of(graph, value.node)?.name.clone();
         let buf = self.add_buffer(&name, &meta, super::ir::BufferKind::Computed);
@@ -257,12 +271,21 @@ fn view_of_view(op: &Op, base: &View, out_shape: &[i64], output: u32) -> Option<
         }
         Op::Select { dim, index } => {
             let d = wrap_dim(*dim, rank).ok()?;
-            let i = if *index < 0 { index + base.shape[d] } else { *index };
+            let i = if *index < 0 {
+                index + base.shape[d]
+            } else {
+                *index
+            };
             v.offset += i * base.strides[d];
             v.strides = base.strides.clone();
             v.strides.remove(d);
         }
-        Op::Slice { dim, start, end, step } => {
+        Op::Slice {
+            dim,
+            start,
+            end,
+            step,
+        } => {
             let d = wrap_dim(*dim, rank).ok()?;
             let (lo, _) = slice_bounds(base.shape[d], *start, *end, *step);
             v.offset += lo * base.strides[d];
@@ -314,19 +337,26 @@ fn first_value(graph: &Graph, id: NodeId, i: usize) -> Result<ValueId, Error> {
 /// Lowers a validated graph (after the passes).
 pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
     let mut low = Lowered::default();
-    let order = graph.topo_order().map_err(|n| Error::Internal(format!("cycle at node {n:?}")))?;
+    let order = graph
+        .topo_order()
+        .map_err(|n| Error::Internal(format!("cycle at node {n:?}")))?;
     for id in order {
         let node = node_of(graph, id)?;
         let v0 = ValueId::first(id);
         match &node.op {
             Op::Input { index } => {
                 let meta = meta_of(graph, v0)?.clone();
-                let buf = low.add_buffer(&node.name, &meta, super::ir::BufferKind::Input { index: *index });
+                let buf = low.add_buffer(
+                    &node.name,
+                    &meta,
+                    super::ir::BufferKind::Input { index: *index },
+                );
                 if low.inputs.len() <= *index {
                     low.inputs.resize(*index + 1, buf);
                 }
                 low.inputs[*index] = buf;
-                low.defs.insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+                low.defs
+                    .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
             }
             Op::Constant { data } => {
                 let meta = meta_of(graph, v0)?.clone();
@@ -342,20 +372,25 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                     None => {
                         let kind = super::ir::BufferKind::Constant { data: data.clone() };
                         let buf = low.add_buffer(&node.name, &meta, kind);
-                        low.defs.insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+                        low.defs
+                            .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
                     }
                 }
             }
             Op::Reduce { op, dims, .. } => {
                 let input = first_value(graph, id, 0)?;
                 let in_meta = meta_of(graph, input)?;
-                let dims = wrap_dims(dims.as_deref(), in_meta.rank()).map_err(|e| Error::Unsupported {
-                    node: node.name.clone(),
-                    what: e.to_string(),
-                })?;
+                let dims =
+                    wrap_dims(dims.as_deref(), in_meta.rank()).map_err(|e| Error::Unsupported {
+                        node: node.name.clone(),
+                        what: e.to_string(),
+                    })?;
                 let (kind, divisor) = match op {
                     ReduceOp::Sum => (ReduceKind::Sum, None),
-                    ReduceOp::Mean => (ReduceKind::Sum, Some(dims.iter().map(|&d| in_meta.shape[d]).product())),
+                    ReduceOp::Mean => (
+                        ReduceKind::Sum,
+                        Some(dims.iter().map(|&d| in_meta.shape[d]).product()),
+                    ),
                     ReduceOp::Amax => (ReduceKind::Max, None),
                     ReduceOp::Amin => (ReduceKind::Min, None),
                 };
@@ -365,7 +400,17 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                     ReduceOp::Amax => "amax",
                     ReduceOp::Amin => "amin",
                 };
-                low.add_snode(graph, v0, SKind::Reduction { input, kind, dims, divisor }, name)?;
+                low.add_snode(
+                    graph,
+                    v0,
+                    SKind::Reduction {
+                        input,
+                        kind,
+                        dims,
+                        divisor,
+                    },
+                    name,
+                )?;
             }
             Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, &mut low, id)?,
             op if is_inline(op) => {
@@ -459,7 +504,15 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         what: what.to_string(),
     };
     if va.shape.len() == 2 && vb.shape.len() == 2 {
-        low.add_snode(graph, v0, SKind::Extern { op: ExternOp::Mm, args: vec![va, vb] }, "mm")?;
+        low.add_snode(
+            graph,
+            v0,
+            SKind::Extern {
+                op: ExternOp::Mm,
+                args: vec![va, vb],
+            },
+            "mm",
+        )?;
         return Ok(());
     }
     // General matmul: vectors become matrices, batch dims broadcast and flatten.
@@ -477,7 +530,8 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
     let n = b_shape[b_shape.len() - 1];
     let a_batch = &a_shape[..a_shape.len() - 2];
     let b_batch = &b_shape[..b_shape.len() - 2];
-    let batch = crate::graph::shape::broadcast(a_batch, b_batch).map_err(|e| unsupported(&e.to_string()))?;
+    let batch = crate::graph::shape::broadcast(a_batch, b_batch)
+        .map_err(|e| unsupported(&e.to_string()))?;
     let bsize: i64 = batch.iter().product();
     let expand = |shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> (Vec<i64>, Vec<i64>) {
         let lead = batch.len() + 2 - shape.len();
@@ -492,15 +546,16 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
     };
     let (ea_shape, ea_strides) = expand(&a_shape, &a_strides, m, k);
     let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
-    let flat = |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
-        let st = view_strides(shape, strides, &[bsize, rows, cols])?;
-        Some(View {
-            buf: view.buf,
-            shape: vec![bsize, rows, cols],
-            strides: st,
-            offset: view.offset,
-        })
-    };
+    let flat =
+        |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
+            let st = view_strides(shape, strides, &[bsize, rows, cols])?;
+            Some(View {
+                buf: view.buf,
+                shape: vec![bsize, rows, cols],
+                strides: st,
+                offset: view.offset,
+            })
+        };
     let (Some(fa), Some(fb)) = (
         flat(&va, &ea_shape, &ea_strides, m, k),
         flat(&vb, &eb_shape, &eb_strides, k, n),
@@ -552,14 +607,24 @@ mod tests {
     #[test]
     fn view_strides_follow_torch_view() {
         assert_eq!(view_strides(&[4, 6], &[6, 1], &[24]), Some(vec![1]));
-        assert_eq!(view_strides(&[4, 6], &[6, 1], &[2, 2, 6]), Some(vec![12, 6, 1]));
+        assert_eq!(
+            view_strides(&[4, 6], &[6, 1], &[2, 2, 6]),
+            Some(vec![12, 6, 1])
+        );
         // A transposed [6, 4] cannot be flattened without a copy.
         assert_eq!(view_strides(&[6, 4], &[1, 6], &[24]), None);
         // Merging leading dims of a permuted 4-D tensor (attention's kᵀ) works.
         assert_eq!(
-            view_strides(&[16, 8, 64, 1024], &[524288, 65536, 1, 64], &[128, 64, 1024]),
+            view_strides(
+                &[16, 8, 64, 1024],
+                &[524288, 65536, 1, 64],
+                &[128, 64, 1024]
+            ),
             Some(vec![65536, 1, 64])
         );
-        assert_eq!(view_strides(&[2, 1, 3], &[3, 3, 1], &[2, 3]), Some(vec![3, 1]));
+        assert_eq!(
+            view_strides(&[2, 1, 3], &[3, 3, 1], &[2, 3]),
+            Some(vec![3, 1])
+        );
     }
 }

@@ -64,6 +64,8 @@ pub struct Scheduled {
     pub program: Program,
     /// Allocation and reuse.
     pub memory: MemoryPlan,
+    /// For each step, the graph nodes it computes (for `graph.dot`).
+    pub covers: Vec<Vec<crate::graph::ir::NodeId>>,
 }
 
 /// Lowers, fuses and plans a validated graph (after the passes).
@@ -83,9 +85,15 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
                     })?;
                 }
                 needed.extend(b.external.iter().map(|n| low.snodes[n.0 as usize].buf));
-                let ops = members.iter().map(|m| low.snodes[m.0 as usize].op_name).collect();
+                let ops = b
+                    .covers
+                    .iter()
+                    .filter_map(|n| graph.node(*n))
+                    .map(|n| n.op.name())
+                    .filter(|n| !matches!(*n, "input" | "constant"))
+                    .collect();
                 steps.push((
-                    group,
+                    b.covers.clone(),
                     Step::Kernel(Kernel {
                         ops,
                         space: *space,
@@ -102,7 +110,7 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
                 };
                 needed.extend(args.iter().map(|a| a.buf));
                 steps.push((
-                    group,
+                    vec![s.value.node],
                     Step::Extern(ir::ExternCall {
                         op: *op,
                         args: args.clone(),
@@ -114,15 +122,20 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
     }
     // Keep only the stores somebody reads; a kernel left with none is dead.
     let mut kept = Vec::new();
-    for (_, step) in steps {
+    let mut covers = Vec::new();
+    for (cover, step) in steps {
         match step {
             Step::Kernel(mut k) => {
                 k.stores.retain(|s| needed.contains(&s.buf));
                 if !k.stores.is_empty() {
                     kept.push(Step::Kernel(k));
+                    covers.push(cover);
                 }
             }
-            other => kept.push(other),
+            other => {
+                kept.push(other);
+                covers.push(cover);
+            }
         }
     }
     let program = Program {
@@ -133,7 +146,58 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
         steps: kept,
     };
     let memory = plan_memory(&program);
-    Ok(Scheduled { program, memory })
+    Ok(Scheduled {
+        program,
+        memory,
+        covers,
+    })
+}
+
+/// Every scheduler node as its own kernel, before fusion (`ir_pre_fusion.txt`).
+pub fn pre_fusion_text(graph: &Graph) -> Result<String, Error> {
+    use std::fmt::Write;
+    let low = lower::lower(graph)?;
+    let program = Program {
+        name: graph.name.clone(),
+        buffers: low.buffers.clone(),
+        inputs: low.inputs.clone(),
+        outputs: low.outputs.clone(),
+        steps: Vec::new(),
+    };
+    let mut out = format!(
+        "graph {}: {} scheduler node(s) before fusion\n",
+        graph.name,
+        low.snodes.len()
+    );
+    for (i, s) in low.snodes.iter().enumerate() {
+        let id = lower::SNodeId(i as u32);
+        let name = graph.node(s.value.node).map_or("?", |n| n.name.as_str());
+        match build::natural_space(&low, graph, id) {
+            None => {
+                let _ = writeln!(out, "  node {i} `{name}`: extern {}", s.op_name);
+            }
+            Some(space) => {
+                let mut b = KernelBuilder::new(graph, &low, space);
+                b.add(id).map_err(|e| {
+                    Error::Internal(format!("node `{name}` does not build alone: {}", e.0))
+                })?;
+                let k = Kernel {
+                    ops: vec![s.op_name],
+                    space,
+                    exprs: b.exprs,
+                    reductions: b.reductions,
+                    stores: b.stores.into_iter().map(|(_, s)| s).collect(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  node {i} `{name}`: {} over x={} r={}",
+                    s.op_name, space.x, space.r
+                );
+                out.push_str(&print::kernel_text(&program, &k));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn step_reads(step: &Step) -> Vec<BufferId> {

@@ -30,16 +30,31 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
             Expr::Binary(op, a, b) => format!("{op:?}(t{}, t{})", a.0, b.0),
             Expr::Where(c, a, b) => format!("where(t{}, t{}, t{})", c.0, a.0, b.0),
             Expr::Cast(a) => format!("cast(t{})", a.0),
-            Expr::Select(c, a, b) => format!("t{} if {} <= {} < {} else t{}", a.0, c.lo, c.index, c.hi, b.0),
+            Expr::Select(c, a, b) => format!(
+                "t{} if {} <= {} < {} else t{}",
+                a.0, c.lo, c.index, c.hi, b.0
+            ),
             Expr::Reduced(n) => format!("reduction{n}"),
         };
         let _ = writeln!(out, "    t{} = {text}  # {}", id.0, dtype.name());
     }
     for (n, r) in k.reductions.iter().enumerate() {
-        let _ = writeln!(out, "    reduction{n} = {:?}(t{}) in {}", r.kind, r.value.0, r.acc_dtype.name());
+        let _ = writeln!(
+            out,
+            "    reduction{n} = {:?}(t{}) in {}",
+            r.kind,
+            r.value.0,
+            r.acc_dtype.name()
+        );
     }
     for s in &k.stores {
-        let _ = writeln!(out, "    store {}[{}] = t{}", program.buffer(s.buf).name, s.index, s.value.0);
+        let _ = writeln!(
+            out,
+            "    store {}[{}] = t{}",
+            program.buffer(s.buf).name,
+            s.index,
+            s.value.0
+        );
     }
     out
 }
@@ -47,7 +62,12 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
 /// The whole program, step by step, with the memory plan.
 pub fn program_text(s: &Scheduled) -> String {
     let (p, plan): (&Program, &MemoryPlan) = (&s.program, &s.memory);
-    let mut out = format!("program {}: {} step(s), {} kernel(s)\n", p.name, p.steps.len(), p.kernel_count());
+    let mut out = format!(
+        "program {}: {} step(s), {} kernel(s)\n",
+        p.name,
+        p.steps.len(),
+        p.kernel_count()
+    );
     for (i, step) in p.steps.iter().enumerate() {
         for a in &plan.allocs[i] {
             let b = p.buffer(a.buf);
@@ -73,20 +93,45 @@ pub fn program_text(s: &Scheduled) -> String {
                 let args: Vec<String> = e
                     .args
                     .iter()
-                    .map(|a| format!("{}{:?}/{:?}+{}", p.buffer(a.buf).name, a.shape, a.strides, a.offset))
+                    .map(|a| {
+                        format!(
+                            "{}{:?}/{:?}+{}",
+                            p.buffer(a.buf).name,
+                            a.shape,
+                            a.strides,
+                            a.offset
+                        )
+                    })
                     .collect();
-                let _ = writeln!(out, "  extern {} {}({})", p.buffer(e.out).name, e.op.name(), args.join(", "));
+                let _ = writeln!(
+                    out,
+                    "  extern {} {}({})",
+                    p.buffer(e.out).name,
+                    e.op.name(),
+                    args.join(", ")
+                );
             }
         }
         if !plan.frees[i].is_empty() {
-            let names: Vec<&str> = plan.frees[i].iter().map(|b| p.buffer(*b).name.as_str()).collect();
+            let names: Vec<&str> = plan.frees[i]
+                .iter()
+                .map(|b| p.buffer(*b).name.as_str())
+                .collect();
             let _ = writeln!(out, "  free {}", names.join(", "));
         }
     }
     let outs: Vec<String> = p
         .outputs
         .iter()
-        .map(|v| format!("{}{:?}/{:?}+{}", p.buffer(v.buf).name, v.shape, v.strides, v.offset))
+        .map(|v| {
+            format!(
+                "{}{:?}/{:?}+{}",
+                p.buffer(v.buf).name,
+                v.shape,
+                v.strides,
+                v.offset
+            )
+        })
         .collect();
     let _ = writeln!(out, "  return {}", outs.join(", "));
     out

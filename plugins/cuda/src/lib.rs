@@ -32,13 +32,16 @@ mod triton_heuristics;
 use properties::Inventory;
 use triton_heuristics::TritonLimits;
 
-/// Inductor's persistent-reduction threshold for inner reductions
-/// (`ReductionHint.INNER`: 1024 elements per row).
-pub const PERSISTENT_ROW_LIMIT: u64 = 1024;
-/// Inductor's `multi_kernel` raises the persistent threshold sixteen-fold and
-/// lets the autotuner pick between the looped and persistent kernels; the
-/// plugin offers the persistent candidate for rows up to the same length.
-pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 16 * PERSISTENT_ROW_LIMIT;
+/// Rows up to this length are reduced in one pass, the whole row held in
+/// registers. 8192 float32 elements are 32 KiB: 32 per thread of an 8-warp
+/// program, well inside the 255 registers a Hopper thread may use. A fused
+/// softmax or layer norm then reads its input once instead of once per
+/// reduction; Inductor's 8192-wide softmax reaching copy bandwidth shows the
+/// same choice.
+pub const PERSISTENT_ROW_LIMIT: u64 = 8192;
+/// Up to this length a persistent candidate is still offered (after the
+/// looped ones) for the autotuner, as Inductor's `multi_kernel` does.
+pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 2 * PERSISTENT_ROW_LIMIT;
 
 /// The `cuda` plugin.
 #[derive(Debug, Default)]

@@ -201,11 +201,19 @@ fn heuristics_follow_inductor() {
         row_len: 8192,
         element_bytes: 4,
     });
+    // An 8192-wide float32 row is reduced in one pass, held in registers.
     assert_eq!(
         (red[0].x_block, red[0].r_block, red[0].num_warps),
-        (1, 2048, 8)
+        (1, 8192, 8)
     );
-    assert!(red.iter().any(|c| c.r_block == 8192));
+    // A longer row loops, with the persistent kernel offered to the autotuner.
+    let long = p.reduction_configs(&ReductionQuery {
+        rows: 1024,
+        row_len: 16384,
+        element_bytes: 4,
+    });
+    assert_eq!((long[0].x_block, long[0].r_block), (1, 2048));
+    assert!(long.iter().any(|c| c.r_block == 16384));
     test_support::assert_heuristics_sweep(&p);
 }
 

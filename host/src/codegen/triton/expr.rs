@@ -117,7 +117,11 @@ impl Renderer<'_> {
     pub fn operand(&self, id: ExprId, wrap: bool) -> String {
         match self.exprs.get(id) {
             Expr::Literal(l) if wrap => {
-                format!("tl.full([1], {}, {})", literal_text(*l), tl_dtype(self.exprs.dtype(id)))
+                format!(
+                    "tl.full([1], {}, {})",
+                    literal_text(*l),
+                    tl_dtype(self.exprs.dtype(id))
+                )
             }
             Expr::Literal(l) => literal_text(*l),
             Expr::Reduced(n) => format!("red{n}"),
@@ -137,7 +141,12 @@ impl Renderer<'_> {
             Expr::Unary(op, a) => unary(*op, &self.operand(*a, true), d)?,
             Expr::Binary(op, a, b) => {
                 let wrap_a = self.is_literal(*a) && self.is_literal(*b);
-                binary(*op, &self.operand(*a, wrap_a), &self.operand(*b, false), self.exprs.dtype(*a))?
+                binary(
+                    *op,
+                    &self.operand(*a, wrap_a),
+                    &self.operand(*b, false),
+                    self.exprs.dtype(*a),
+                )?
             }
             Expr::Where(c, a, b) => format!(
                 "tl.where({}, {}, {})",

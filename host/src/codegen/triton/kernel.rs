@@ -36,7 +36,9 @@ fn launches(
                 .adjust_grid(Grid::new(programs, 1, 1))
                 .map_err(Error::Heuristics)?;
             if grid.x == 0 {
-                return Err(Error::Heuristics(format!("adjust_grid({programs}) returned an empty grid")));
+                return Err(Error::Heuristics(format!(
+                    "adjust_grid({programs}) returned an empty grid"
+                )));
             }
             Ok(Launch {
                 x_block,
@@ -58,7 +60,11 @@ pub fn write_kernel(
     options: &Options,
 ) -> Result<GeneratedKernel, Error> {
     let writes = k.writes();
-    let reads: Vec<BufferId> = k.reads().into_iter().filter(|b| !writes.contains(b)).collect();
+    let reads: Vec<BufferId> = k
+        .reads()
+        .into_iter()
+        .filter(|b| !writes.contains(b))
+        .collect();
     let mut arg_names = HashMap::new();
     let mut args = Vec::new();
     let mut names = Vec::new();
@@ -92,7 +98,9 @@ pub fn write_kernel(
     }
     .map_err(Error::Heuristics)?;
     let Some(first) = configs.first().copied() else {
-        return Err(Error::Heuristics(format!("no launch config for kernel `{name}`")));
+        return Err(Error::Heuristics(format!(
+            "no launch config for kernel `{name}`"
+        )));
     };
     let persistent = reduction && i64::from(first.r_block) >= k.space.r;
     let offered: Vec<LaunchConfig> = if options.autotune {
@@ -107,7 +115,9 @@ pub fn write_kernel(
     let candidates = launches(k, &offered, heuristics)?;
     let launch = candidates[0].clone();
     let int64_index = k.space.x.saturating_mul(k.space.r) >= i64::from(i32::MAX)
-        || args.iter().any(|b| program.buffer(*b).numel() >= i64::from(i32::MAX));
+        || args
+            .iter()
+            .any(|b| program.buffer(*b).numel() >= i64::from(i32::MAX));
 
     let mut w = KernelWriter {
         k,
@@ -125,16 +135,26 @@ pub fn write_kernel(
     }
     let info = KernelInfo {
         name: name.to_string(),
-        arg_types: args.iter().map(|b| pointer_type(program.buffer(*b).dtype)).collect(),
+        arg_types: args
+            .iter()
+            .map(|b| pointer_type(program.buffer(*b).dtype))
+            .collect(),
         args,
         arg_names: names,
         xnumel: k.space.x,
         rnumel: reduction.then_some(k.space.r),
         int64_index,
         launch,
-        candidates: if options.autotune { candidates } else { Vec::new() },
+        candidates: if options.autotune {
+            candidates
+        } else {
+            Vec::new()
+        },
     };
-    Ok(GeneratedKernel { source: w.out, info })
+    Ok(GeneratedKernel {
+        source: w.out,
+        info,
+    })
 }
 
 struct KernelWriter<'a> {
@@ -154,7 +174,13 @@ impl KernelWriter<'_> {
         }
     }
 
-    fn header(&mut self, names: &[String], reduction: bool, candidates: &[Launch], options: &Options) -> Result<(), Error> {
+    fn header(
+        &mut self,
+        names: &[String],
+        reduction: bool,
+        candidates: &[Launch],
+        options: &Options,
+    ) -> Result<(), Error> {
         if options.autotune && candidates.len() > 1 {
             writeln!(self.out, "@triton.autotune(")?;
             writeln!(self.out, "    configs=[")?;
@@ -170,7 +196,11 @@ impl KernelWriter<'_> {
                 )?;
             }
             writeln!(self.out, "    ],")?;
-            let key = if reduction { "['xnumel', 'rnumel']" } else { "['xnumel']" };
+            let key = if reduction {
+                "['xnumel', 'rnumel']"
+            } else {
+                "['xnumel']"
+            };
             writeln!(self.out, "    key={key},")?;
             writeln!(self.out, ")")?;
         }
@@ -199,7 +229,10 @@ impl KernelWriter<'_> {
     fn row_loop(&mut self, int64: bool, reduction: bool) {
         let shape = if reduction { "[:, None]" } else { "" };
         if int64 {
-            self.line(1, &format!("xbase = tl.arange(0, XBLOCK){shape}.to(tl.int64)"));
+            self.line(
+                1,
+                &format!("xbase = tl.arange(0, XBLOCK){shape}.to(tl.int64)"),
+            );
         } else {
             self.line(1, &format!("xbase = tl.arange(0, XBLOCK){shape}"));
         }
@@ -216,7 +249,11 @@ impl KernelWriter<'_> {
     }
 
     fn load_mask(&self, index_uses_r: bool, guards: &[crate::schedule::ir::Cond]) -> String {
-        let mut mask = if index_uses_r { "xmask & rmask".to_string() } else { "xmask".to_string() };
+        let mut mask = if index_uses_r {
+            "xmask & rmask".to_string()
+        } else {
+            "xmask".to_string()
+        };
         for g in guards {
             let _ = write!(mask, " & {}", cond_text(g));
         }
@@ -243,7 +280,13 @@ impl KernelWriter<'_> {
         Ok(())
     }
 
-    fn store_line(&mut self, depth: usize, s: &Store, uses_r: bool, tile: &str) -> Result<(), Error> {
+    fn store_line(
+        &mut self,
+        depth: usize,
+        s: &Store,
+        uses_r: bool,
+        tile: &str,
+    ) -> Result<(), Error> {
         let ptr = self
             .arg_names
             .get(&s.buf)
@@ -251,11 +294,16 @@ impl KernelWriter<'_> {
             .clone();
         let dtype = self.program.buffer(s.buf).dtype;
         let value = match self.k.exprs.get(s.value) {
-            Expr::Literal(l) => format!("tl.full({tile}, {}, {})", literal_text(*l), tl_dtype(dtype)),
+            Expr::Literal(l) => {
+                format!("tl.full({tile}, {}, {})", literal_text(*l), tl_dtype(dtype))
+            }
             _ => self.renderer.operand(s.value, false),
         };
         let mask = if uses_r { "xmask & rmask" } else { "xmask" };
-        self.line(depth, &format!("tl.store({ptr} + ({}), {value}, {mask})", s.index));
+        self.line(
+            depth,
+            &format!("tl.store({ptr} + ({}), {value}, {mask})", s.index),
+        );
         Ok(())
     }
 
@@ -285,7 +333,9 @@ impl KernelWriter<'_> {
                 Expr::Load { index, guards, .. } => {
                     index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
                 }
-                Expr::Select(c, ..) => c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize]),
+                Expr::Select(c, ..) => {
+                    c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])
+                }
                 _ => ops.iter().any(|o| uses_r[o.0 as usize]),
             };
             phase[i] = match e {
@@ -297,7 +347,12 @@ impl KernelWriter<'_> {
                 _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
             };
         }
-        let red_loop: Vec<usize> = self.k.reductions.iter().map(|r| phase[r.value.0 as usize]).collect();
+        let red_loop: Vec<usize> = self
+            .k
+            .reductions
+            .iter()
+            .map(|r| phase[r.value.0 as usize])
+            .collect();
         let needed = needed(self.k);
         let last = red_loop
             .iter()
@@ -349,7 +404,10 @@ impl KernelWriter<'_> {
                     let init = neutral(red.kind, red.acc_dtype);
                     self.line(
                         2,
-                        &format!("acc{r} = tl.full([XBLOCK, RBLOCK], {init}, {})", tl_dtype(red.acc_dtype)),
+                        &format!(
+                            "acc{r} = tl.full([XBLOCK, RBLOCK], {init}, {})",
+                            tl_dtype(red.acc_dtype)
+                        ),
                     );
                 }
                 self.line(2, "for roffset in range(0, rnumel, RBLOCK):");
@@ -364,7 +422,11 @@ impl KernelWriter<'_> {
             for (id, _, _) in self.k.exprs.iter() {
                 let i = id.0 as usize;
                 if uses_r[i] && wanted.contains(&id) {
-                    let fresh = if persistent { emitted.insert(id) } else { local.insert(id) };
+                    let fresh = if persistent {
+                        emitted.insert(id)
+                    } else {
+                        local.insert(id)
+                    };
                     if fresh {
                         self.emit_expr(depth, id)?;
                     }
@@ -381,7 +443,12 @@ impl KernelWriter<'_> {
                     let text = finish(red.kind, &masked, red.acc_dtype.is_float());
                     self.line(depth, &format!("red{r} = {text}"));
                 } else {
-                    let update = combine(red.kind, &format!("acc{r}"), &masked, red.acc_dtype.is_float());
+                    let update = combine(
+                        red.kind,
+                        &format!("acc{r}"),
+                        &masked,
+                        red.acc_dtype.is_float(),
+                    );
                     self.line(depth, &format!("acc{r} = {update}"));
                 }
             }
@@ -432,7 +499,11 @@ fn finish(kind: ReduceKind, tile: &str, float: bool) -> String {
 
 /// One accumulator update of a looped reduction.
 fn combine(kind: ReduceKind, acc: &str, value: &str, float: bool) -> String {
-    let nan = if float { ", propagate_nan=tl.PropagateNan.ALL" } else { "" };
+    let nan = if float {
+        ", propagate_nan=tl.PropagateNan.ALL"
+    } else {
+        ""
+    };
     match kind {
         ReduceKind::Sum => format!("{acc} + {value}"),
         ReduceKind::Max => format!("tl.maximum({acc}, {value}{nan})"),

@@ -7,12 +7,12 @@
 //! offered to `triton.autotune`. float16 and bfloat16 are loaded and computed
 //! in float32.
 
-mod expr;
+pub mod expr;
 mod kernel;
 
 use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
-pub use kernel::write_kernel;
+pub use kernel::{write_kernel, HELPERS};
 
 use crate::schedule::ir::{BufferId, Kernel, Program};
 
@@ -31,7 +31,10 @@ impl LaunchHeuristics for crate::plugins::Plugin {
     fn pointwise_configs(&self, query: PointwiseQuery) -> Result<Vec<LaunchConfig>, String> {
         match crate::plugins::Plugin::pointwise_configs(self, query) {
             Ok(Some(c)) => Ok(c),
-            Ok(None) => Err(format!("plugin `{}` provides no `pointwise_configs`", self.name())),
+            Ok(None) => Err(format!(
+                "plugin `{}` provides no `pointwise_configs`",
+                self.name()
+            )),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -39,7 +42,10 @@ impl LaunchHeuristics for crate::plugins::Plugin {
     fn reduction_configs(&self, query: ReductionQuery) -> Result<Vec<LaunchConfig>, String> {
         match crate::plugins::Plugin::reduction_configs(self, query) {
             Ok(Some(c)) => Ok(c),
-            Ok(None) => Err(format!("plugin `{}` provides no `reduction_configs`", self.name())),
+            Ok(None) => Err(format!(
+                "plugin `{}` provides no `reduction_configs`",
+                self.name()
+            )),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -47,7 +53,10 @@ impl LaunchHeuristics for crate::plugins::Plugin {
     fn adjust_grid(&self, grid: Grid) -> Result<Grid, String> {
         match crate::plugins::Plugin::adjust_grid(self, grid) {
             Ok(Some(g)) => Ok(g),
-            Ok(None) => Err(format!("plugin `{}` provides no `adjust_grid`", self.name())),
+            Ok(None) => Err(format!(
+                "plugin `{}` provides no `adjust_grid`",
+                self.name()
+            )),
             Err(e) => Err(e.to_string()),
         }
     }

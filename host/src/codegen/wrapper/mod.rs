@@ -1,0 +1,4 @@
+//! Wrapper generators: the host code that allocates buffers and launches the
+//! kernels, built from the plugin's `DeviceOpOverrides` strings.
+
+pub mod python;

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import subprocess
 import sys
 import time
 import tomllib
@@ -84,16 +85,9 @@ class EagerGraph:
             else:
                 env[c["name"]] = torch.tensor(c["values"], dtype=dtype, device=self.device).reshape(shape)
 
-        def arg(a):
-            if isinstance(a, str):
-                return env[a]
-            if isinstance(a, list):
-                return [arg(x) for x in a]
-            return a
-
         for node in self.doc.get("nodes", []):
             op = node["op"]
-            args = [arg(a) for a in node.get("args", [])]
+            args = [resolve(env, a) for a in node.get("args", [])]
             attrs = {k: convert(v) for k, v in node.get("attrs", {}).items()}
             if op == "getitem":
                 value = args[0][args[1]]
@@ -104,12 +98,27 @@ class EagerGraph:
             else:
                 value = getattr(torch.ops.aten, op)(*args, **attrs)
             env[node["name"]] = value
-        return tuple(env[name] for name in self.doc["outputs"])
+        outputs = tuple(env[name] for name in self.doc["outputs"])
+        env.clear()
+        return outputs
+
+
+def resolve(env: dict, a):
+    """An operand: a tensor by name, a list of operands, or a number. A plain
+    function, not a closure over `env`: a self-referencing closure would make a
+    reference cycle that keeps every intermediate alive until the next GC."""
+    if isinstance(a, str):
+        return env[a]
+    if isinstance(a, list):
+        return [resolve(env, x) for x in a]
+    return a
 
 
 def load_module(path: Path, device_name: str):
     if device_name == "gxu":
-        # CUDA stands in for GXU: the generated code runs unmodified.
+        # CUDA stands in for GXU: the generated code runs unmodified. GXU is a
+        # PrivateUse1 device, so `torch.device("gxu", 0)` parses once renamed.
+        torch.utils.rename_privateuse1_backend("gxu")
         torch.gxu = torch.cuda
         torch._C._gxu_getCurrentRawStream = torch._C._cuda_getCurrentRawStream
     spec = importlib.util.spec_from_file_location(f"kiln_{device_name}_{path.parent.name}", path)
@@ -137,6 +146,47 @@ def min_traffic_bytes(inputs, outputs) -> int:
     return sum(t.numel() * t.element_size() for t in list(inputs) + list(outputs))
 
 
+def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw: float) -> tuple[str, bool]:
+    """One case, in this (child) process: check, then time. Returns a table row."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    device_name, graph_name = case.parent.parent.name, case.parent.name
+    graph = EagerGraph(examples / f"{graph_name}.toml", torch.device("cuda", 0))
+    module = load_module(case, device_name)
+    inputs = graph.inputs()
+    want = graph(*inputs)
+    got = module.call(list(inputs))
+    torch.cuda.synchronize()
+    err = max(rel_error(g, w) for g, w in zip(got, want))
+    ok = err <= tolerance and all(g.shape == w.shape for g, w in zip(got, want))
+    del got
+    trace = lambda what: print(f"{what}: {torch.cuda.memory_allocated() / 2**30:.2f} GiB live, "
+                               f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB peak", file=sys.stderr)
+    trace("checked")
+    kernels = len(getattr(module, "KERNEL_META", {}))
+    kiln_ms = do_bench(lambda: module.call(list(inputs)))
+    trace("kiln timed")
+    eager_ms = do_bench(lambda: graph(*inputs))
+    trace("eager timed")
+    ind_ms, cold = float("nan"), float("nan")
+    if compile_ref and device_name == "cuda":
+        compiled = torch.compile(graph.__call__)
+        t0 = time.perf_counter()
+        compiled(*inputs)
+        torch.cuda.synchronize()
+        cold = time.perf_counter() - t0
+        ind_ms = do_bench(lambda: compiled(*inputs))
+    pct = min_traffic_bytes(inputs, want) / (kiln_ms * 1e-3) / 1e12 / bw * 100
+    ratio = kiln_ms / ind_ms if not math.isnan(ind_ms) else float("nan")
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    row = (
+        f"{device_name:6} {graph_name:16} {kernels:7d} {err:9.2e} {'yes' if ok else 'NO':>3} "
+        f"{kiln_ms:9.4f} {eager_ms:9.4f} {ind_ms:9.4f} {ratio:8.3f} {pct:6.1f} {cold:10.2f} {peak:7.2f}"
+    )
+    return row, ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", type=Path)
@@ -144,54 +194,40 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--tolerance", type=float, default=1e-5)
+    parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--bandwidth", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    device = torch.device("cuda", 0)
+    if args.one is not None:
+        # Child: one case, one line on stdout.
+        row, ok = run_case(args.one, args.examples, args.tolerance, not args.no_compile, args.bandwidth)
+        print(row)
+        return 0 if ok else 1
+
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}")
     bw = copy_bandwidth()
-    print(f"# copy bandwidth {bw:.3f} TB/s")
-    header = f"{'device':6} {'graph':16} {'kernels':>7} {'rel err':>9} {'ok':>3} {'kiln ms':>9} {'eager ms':>9} {'ind ms':>9} {'kiln/ind':>8} {'%copy':>6} {'ind cold s':>10}"
-    print(header)
+    print(f"# copy bandwidth {bw:.3f} TB/s; every case runs in its own process")
+    print(
+        f"{'device':6} {'graph':16} {'kernels':>7} {'rel err':>9} {'ok':>3} {'kiln ms':>9} {'eager ms':>9} "
+        f"{'ind ms':>9} {'kiln/ind':>8} {'%copy':>6} {'ind cold s':>10} {'peak GiB':>7}"
+    )
+    sys.stdout.flush()
     failures = 0
     for case in sorted(args.cases.glob("*/*/output_code.py")):
-        device_name, graph_name = case.parent.parent.name, case.parent.name
-        if args.only and graph_name not in args.only:
+        if args.only and case.parent.name not in args.only:
             continue
-        graph = EagerGraph(args.examples / f"{graph_name}.toml", device)
-        try:
-            module = load_module(case, device_name)
-            inputs = graph.inputs()
-            want = graph(*inputs)
-            got = module.call(list(inputs))
-            torch.cuda.synchronize()
-            err = max(rel_error(g, w) for g, w in zip(got, want))
-            ok = err <= args.tolerance and all(g.shape == w.shape for g, w in zip(got, want))
-        except Exception as error:  # report and go on to the next case
-            print(f"{device_name:6} {graph_name:16} FAILED: {type(error).__name__}: {error}")
+        cmd = [sys.executable, __file__, str(args.cases), "--examples", str(args.examples), "--one", str(case),
+               "--tolerance", str(args.tolerance), "--bandwidth", str(bw)]
+        if args.no_compile:
+            cmd.append("--no-compile")
+        child = subprocess.run(cmd, capture_output=True, text=True)
+        rows = [l for l in child.stdout.splitlines() if l.strip()]
+        if child.returncode != 0 or not rows:
             failures += 1
-            continue
-        failures += 0 if ok else 1
-        kernels = len(getattr(module, "KERNEL_META", {}))
-        kiln_ms = do_bench(lambda: module.call(list(inputs)))
-        eager_ms = do_bench(lambda: graph(*inputs))
-        ind_ms, cold = float("nan"), float("nan")
-        if not args.no_compile and device_name == "cuda":
-            torch._dynamo.reset()
-            compiled = torch.compile(graph.__call__)
-            t0 = time.perf_counter()
-            compiled(*inputs)
-            torch.cuda.synchronize()
-            cold = time.perf_counter() - t0
-            ind_ms = do_bench(lambda: compiled(*inputs))
-        pct = min_traffic_bytes(inputs, want) / (kiln_ms * 1e-3) / 1e12 / bw * 100
-        ratio = kiln_ms / ind_ms if not math.isnan(ind_ms) else float("nan")
-        print(
-            f"{device_name:6} {graph_name:16} {kernels:7d} {err:9.2e} {'yes' if ok else 'NO':>3} "
-            f"{kiln_ms:9.4f} {eager_ms:9.4f} {ind_ms:9.4f} {ratio:8.3f} {pct:6.1f} {cold:10.2f}"
-        )
+            tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+            print(rows[-1] if rows else f"{case.parent.parent.name:6} {case.parent.name:16} FAILED: {tail}")
+        else:
+            print(rows[-1])
         sys.stdout.flush()
     print(f"# {failures} failure(s)")
     return 1 if failures else 0

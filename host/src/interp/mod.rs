@@ -6,7 +6,7 @@
 //! It must never panic on a validated graph, and never depend on passes: it evaluates
 //! composites directly, which is what lets tests check the decompositions against it.
 
-mod kernels;
+pub(crate) mod kernels;
 mod reduce;
 mod views;
 

@@ -8,6 +8,7 @@
 //! the [`Program`] into code with the plugin's launch configs and strings.
 
 pub mod build;
+pub mod eval;
 pub mod fuse;
 pub mod index;
 pub mod ir;

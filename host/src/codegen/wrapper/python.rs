@@ -186,20 +186,31 @@ pub fn write(
     writeln!(out, "    with {}:", strings.device_guard)?;
     writeln!(out, "        {}", strings.set_device)?;
     writeln!(out, "        stream0 = get_raw_stream(0)")?;
+    // A dead buffer whose storage a later one takes is deleted there, not
+    // when it dies.
+    let donors: std::collections::HashSet<BufferId> = scheduled
+        .memory
+        .allocs
+        .iter()
+        .flatten()
+        .filter_map(|a| a.reuse)
+        .collect();
     let mut kernel_iter = kernels.iter();
     for (i, step) in p.steps.iter().enumerate() {
         for a in &scheduled.memory.allocs[i] {
             let b = p.buffer(a.buf);
             match a.reuse {
-                Some(old) => writeln!(
-                    out,
-                    "        {} = torch.as_strided({}, {}, {}, 0)  # reuses {}'s storage",
-                    name(a.buf),
-                    name(old),
-                    tuple(&b.shape),
-                    tuple(&b.strides),
-                    name(old)
-                )?,
+                Some(old) => {
+                    writeln!(
+                        out,
+                        "        {} = torch.as_strided({}, {}, {}, 0)  # reuse",
+                        name(a.buf),
+                        name(old),
+                        tuple(&b.shape),
+                        tuple(&b.strides),
+                    )?;
+                    writeln!(out, "        del {}", name(old))?;
+                }
                 None => writeln!(
                     out,
                     "        {} = torch.empty_strided({}, {}, device=DEVICE, dtype={})",
@@ -262,7 +273,11 @@ pub fn write(
                 )?;
             }
         }
-        let dead: Vec<String> = scheduled.memory.frees[i].iter().map(|b| name(*b)).collect();
+        let dead: Vec<String> = scheduled.memory.frees[i]
+            .iter()
+            .filter(|b| !donors.contains(b))
+            .map(|b| name(*b))
+            .collect();
         if !dead.is_empty() {
             writeln!(out, "        del {}", dead.join(", "))?;
         }

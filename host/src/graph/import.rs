@@ -118,8 +118,9 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     }
     let line_of = |start: usize| lines.at(start).0 as u32;
     let mut g = Graph::new(raw.name.clone());
-    // name → (node, line)
-    let mut names: HashMap<String, (NodeId, u32)> = HashMap::new();
+    // name → (node, line), borrowing the names from `raw`
+    let mut names: HashMap<&str, (NodeId, u32)> =
+        HashMap::with_capacity(raw.inputs.len() + raw.constants.len() + raw.nodes.len());
 
     for (i, t) in raw.inputs.iter().enumerate() {
         let line = line_of(t.span().start);
@@ -139,7 +140,7 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
             outputs: vec![meta],
             line: Some(line),
         });
-        names.insert(t.get_ref().name.clone(), (id, line));
+        names.insert(&t.get_ref().name, (id, line));
     }
     for t in &raw.constants {
         let line = line_of(t.span().start);
@@ -186,7 +187,7 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
             outputs: vec![meta],
             line: Some(line),
         });
-        names.insert(r.name.clone(), (id, line));
+        names.insert(&r.name, (id, line));
     }
 
     // Unknown ops are reported all together before anything else about the nodes.
@@ -246,35 +247,32 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
             outputs: vec![],
             line: Some(line),
         });
-        names.insert(r.name.clone(), (id, line));
+        names.insert(&r.name, (id, line));
         pending.push((id, operands, is_getitem));
     }
     for (id, operands, is_getitem) in &pending {
-        let (name, line, index) = match g.node(*id) {
-            Some(n) => (
-                n.name.clone(),
-                n.line,
-                match n.op {
-                    Op::GetItem { index } => index as u32,
-                    _ => 0,
-                },
-            ),
+        let index = match g.node(*id).map(|n| &n.op) {
+            Some(Op::GetItem { index }) => *index as u32,
+            Some(_) => 0,
             None => continue,
         };
         let mut args = Vec::with_capacity(operands.len());
         for o in operands {
             args.push(match o {
                 Operand::Scalar(s) => Arg::Scalar(*s),
-                Operand::Name(t) => match names.get(t) {
+                Operand::Name(t) => match names.get(t.as_str()) {
                     Some(&(p, _)) => Arg::Value(ValueId {
                         node: p,
                         output: if *is_getitem { index } else { 0 },
                     }),
                     None => {
+                        let (node, line) = g
+                            .node(*id)
+                            .map_or((String::new(), None), |n| (n.name.clone(), n.line));
                         return Err(Error::UnknownTensor {
-                            at: At { node: name, line },
+                            at: At { node, line },
                             name: t.clone(),
-                        })
+                        });
                     }
                 },
             });
@@ -284,7 +282,7 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     let mut outputs = vec![];
     for o in &raw.outputs {
         let &(id, _) = names
-            .get(o)
+            .get(o.as_str())
             .ok_or_else(|| Error::UnknownOutput(o.clone()))?;
         outputs.push(ValueId::first(id));
     }
@@ -310,6 +308,8 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
         // In the file a multi-output node is only read through `getitem`.
         check_single_outputs(&g, id)?;
     }
+    // Every node was just inferred: nothing is left for incremental re-inference.
+    g.take_modified();
     for o in outputs {
         if g.node(o.node).is_some_and(|n| n.outputs.len() != 1) {
             let n = g.node(o.node).map_or(String::new(), |n| n.name.clone());
@@ -349,7 +349,7 @@ fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
     Ok(())
 }
 
-fn check_free(names: &HashMap<String, (NodeId, u32)>, name: &str, line: u32) -> Result<(), Error> {
+fn check_free(names: &HashMap<&str, (NodeId, u32)>, name: &str, line: u32) -> Result<(), Error> {
     match names.get(name) {
         Some(&(_, first)) => Err(Error::Duplicate {
             name: name.into(),

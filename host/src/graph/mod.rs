@@ -21,7 +21,7 @@ pub use dtype::DType;
 pub use import::{load_toml, parse_toml};
 pub use ir::{Arg, Graph, Node, NodeId, Scalar, TensorMeta, Use, ValueId};
 pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, ReduceOp, UnaryOp};
-pub use verify::{infer_node, validate, verify};
+pub use verify::{infer_node, revalidate, validate, verify};
 
 use std::fmt;
 

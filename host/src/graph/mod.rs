@@ -13,6 +13,7 @@ pub mod infer_views;
 pub mod ir;
 pub mod ops;
 pub mod print;
+mod raw;
 pub mod shape;
 pub mod signature;
 pub mod verify;

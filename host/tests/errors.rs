@@ -35,6 +35,33 @@ fn malformed_toml_has_line_and_column() {
 }
 
 #[test]
+fn misshapen_tables_have_line_and_column() {
+    check(
+        &format!("{HEAD}[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"x\"]\nbogus = 1\n"),
+        &["line 14, column 1", "unknown field `bogus`", "`attrs`"],
+    );
+    check(
+        &format!("{HEAD}[[nodes]]\nname = \"y\"\nargs = [\"x\"]\n"),
+        &["line 10", "missing field `op`"],
+    );
+    check(
+        &format!("{HEAD}[[nodes]]\nname = \"y\"\nop = 3\nargs = [\"x\"]\n"),
+        &[
+            "line 12, column 6",
+            "invalid type: integer `3`, expected a string",
+        ],
+    );
+    check(
+        &HEAD.replace("[2, 3]", "[2, \"3\"]"),
+        &["line 7, column 13", "expected i64"],
+    );
+    check(
+        &HEAD.replace("[\"y\"]", "\"y\""),
+        &["line 3, column 11", "expected a sequence"],
+    );
+}
+
+#[test]
 fn unknown_format_version() {
     check(
         &HEAD.replace("kiln-graph/1", "kiln-graph/9"),

@@ -68,3 +68,23 @@ fn dot_and_json_render() {
     let j: serde_json::Value = serde_json::from_str(&print::to_json(&g)).unwrap();
     assert_eq!(j["nodes"].as_array().unwrap().len(), 6);
 }
+
+#[test]
+fn a_missing_snapshot_fails_instead_of_being_written() {
+    // While blessing, every snapshot given is written, so there is nothing to check.
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        return;
+    }
+    let name = "no-such-snapshot.txt";
+    let failure = std::panic::catch_unwind(|| snapshot(name, "anything"))
+        .expect_err("a missing snapshot must fail the test");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.contains("UPDATE_SNAPSHOTS=1"), "{message}");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    assert!(!path.exists(), "the missing snapshot was written");
+}

@@ -6,53 +6,17 @@
 use super::dtype::DType;
 use super::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use super::ops::{ConstData, Op};
+use super::raw::{self, Located, RawTensor};
 use super::shape::numel;
 use super::signature::{bind, is_known, Operand, Raw};
 use super::{verify, At, Error, UnknownOp};
-use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
+use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 /// The format version this importer reads.
 pub const FORMAT: &str = "kiln-graph/1";
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawGraph {
-    format: Spanned<String>,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    outputs: Vec<String>,
-    #[serde(default)]
-    inputs: Vec<Spanned<RawTensor>>,
-    #[serde(default)]
-    constants: Vec<Spanned<RawTensor>>,
-    #[serde(default)]
-    nodes: Vec<Spanned<RawNode>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTensor {
-    name: String,
-    shape: Vec<i64>,
-    dtype: String,
-    values: Option<Vec<toml::Value>>,
-    fill: Option<toml::Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawNode {
-    name: String,
-    op: String,
-    #[serde(default)]
-    args: Vec<toml::Value>,
-    #[serde(default)]
-    attrs: toml::Table,
-}
 
 /// Reads and imports a graph file; errors carry the path.
 pub fn load_toml(path: impl AsRef<std::path::Path>) -> Result<Graph, Error> {
@@ -72,7 +36,13 @@ struct Lines(Vec<usize>);
 impl Lines {
     fn new(text: &str) -> Lines {
         let mut v = vec![0];
-        v.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        // A byte scan: `'\n'` never occurs inside a multi-byte UTF-8 character.
+        v.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
         Lines(v)
     }
     /// 1-based line and column of a byte offset.
@@ -82,22 +52,28 @@ impl Lines {
     }
 }
 
-fn to_raw(v: &toml::Value) -> Result<Raw, String> {
-    Ok(match v {
-        toml::Value::String(s) => Raw::Str(s.clone()),
-        toml::Value::Integer(i) => Raw::Int(*i),
-        toml::Value::Float(f) => Raw::Float(*f),
-        toml::Value::Boolean(b) => Raw::Bool(*b),
-        toml::Value::Array(a) => Raw::List(a.iter().map(to_raw).collect::<Result<_, _>>()?),
-        other => return Err(format!("unsupported value {other}")),
+fn to_raw(v: &Spanned<DeValue>) -> Result<Raw, Located> {
+    Ok(match v.get_ref() {
+        DeValue::String(s) => Raw::Str(s.to_string()),
+        DeValue::Integer(_) => Raw::Int(raw::integer(v)?),
+        DeValue::Float(_) => Raw::Float(raw::float(v)?),
+        DeValue::Boolean(b) => Raw::Bool(*b),
+        DeValue::Array(a) => Raw::List(a.iter().map(to_raw).collect::<Result<_, _>>()?),
+        other => {
+            return Err(Located {
+                at: v.span().start,
+                message: format!("unsupported value: {}", other.type_str()),
+            })
+        }
     })
 }
 
-fn number(v: &toml::Value) -> Option<f64> {
-    match v {
-        toml::Value::Integer(i) => Some(*i as f64),
-        toml::Value::Float(f) => Some(*f),
-        toml::Value::Boolean(b) => Some(*b as i64 as f64),
+/// A number of `values` or `fill`; `None` for anything else.
+fn number(v: &Spanned<DeValue>) -> Option<f64> {
+    match v.get_ref() {
+        DeValue::Integer(_) => raw::integer(v).ok().map(|i| i as f64),
+        DeValue::Float(_) => raw::float(v).ok(),
+        DeValue::Boolean(b) => Some(*b as i64 as f64),
         _ => None,
     }
 }
@@ -105,52 +81,53 @@ fn number(v: &toml::Value) -> Option<f64> {
 /// Imports a graph from `kiln-graph/1` text and validates it.
 pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     let lines = Lines::new(text);
-    let raw: RawGraph = toml::from_str(text).map_err(|e| {
-        let (line, column) = e.span().map_or((1, 1), |s| lines.at(s.start));
+    let located = |at: usize, message: String| {
+        let (line, column) = lines.at(at);
         Error::Toml {
             line,
             column,
-            message: e.message().trim().to_string(),
+            message,
         }
+    };
+    let doc = DeTable::parse(text).map_err(|e| {
+        let at = e.span().map_or(0, |s| s.start);
+        located(at, e.message().trim().to_string())
     })?;
-    if raw.format.get_ref() != FORMAT {
-        return Err(Error::Version(raw.format.into_inner()));
+    let raw = raw::read(&doc).map_err(|e| located(e.at, e.message))?;
+    if raw.format != FORMAT {
+        return Err(Error::Version(raw.format.into()));
     }
     let line_of = |start: usize| lines.at(start).0 as u32;
-    let mut g = Graph::new(raw.name.clone());
-    // name → (node, line)
-    let mut names: HashMap<String, (NodeId, u32)> = HashMap::new();
+    let mut g = Graph::new(raw.name);
+    // name → (node, line), borrowing the names from `raw`
+    let mut names: HashMap<&str, (NodeId, u32)> =
+        HashMap::with_capacity(raw.inputs.len() + raw.constants.len() + raw.nodes.len());
 
     for (i, t) in raw.inputs.iter().enumerate() {
-        let line = line_of(t.span().start);
-        let meta = declared(t.get_ref(), line)?;
-        if t.get_ref().values.is_some() || t.get_ref().fill.is_some() {
-            return Err(decl(
-                &t.get_ref().name,
-                line,
-                "inputs take no `values` or `fill`",
-            ));
+        let line = line_of(t.at);
+        let meta = declared(t, line)?;
+        if t.values.is_some() || t.fill.is_some() {
+            return Err(decl(t.name, line, "inputs take no `values` or `fill`"));
         }
-        check_free(&names, &t.get_ref().name, line)?;
+        check_free(&names, t.name, line)?;
         let id = g.add_node(Node {
-            name: t.get_ref().name.clone(),
+            name: t.name.into(),
             op: Op::Input { index: i },
             args: vec![],
             outputs: vec![meta],
             line: Some(line),
         });
-        names.insert(t.get_ref().name.clone(), (id, line));
+        names.insert(t.name, (id, line));
     }
-    for t in &raw.constants {
-        let line = line_of(t.span().start);
-        let r = t.get_ref();
+    for r in &raw.constants {
+        let line = line_of(r.at);
         let meta = declared(r, line)?;
         let n = meta.numel();
-        let data = match (&r.values, &r.fill) {
+        let data = match (r.values, r.fill) {
             (Some(vs), None) => {
                 if vs.len() as i64 != n {
                     return Err(decl(
-                        &r.name,
+                        r.name,
                         line,
                         &format!(
                             "{} values for shape {:?} ({n} elements)",
@@ -163,45 +140,44 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
                     .iter()
                     .map(|v| number(v).map(|x| meta.dtype.round(x)))
                     .collect();
-                let vals = vals.ok_or_else(|| decl(&r.name, line, "`values` must be numbers"))?;
+                let vals = vals.ok_or_else(|| decl(r.name, line, "`values` must be numbers"))?;
                 ConstData::Values(Arc::from(vals))
             }
             (None, Some(f)) => {
-                let x = number(f).ok_or_else(|| decl(&r.name, line, "`fill` must be a number"))?;
+                let x = number(f).ok_or_else(|| decl(r.name, line, "`fill` must be a number"))?;
                 ConstData::Fill(meta.dtype.round(x))
             }
             _ => {
                 return Err(decl(
-                    &r.name,
+                    r.name,
                     line,
                     "a constant needs exactly one of `values` or `fill`",
                 ))
             }
         };
-        check_free(&names, &r.name, line)?;
+        check_free(&names, r.name, line)?;
         let id = g.add_node(Node {
-            name: r.name.clone(),
+            name: r.name.into(),
             op: Op::Constant { data },
             args: vec![],
             outputs: vec![meta],
             line: Some(line),
         });
-        names.insert(r.name.clone(), (id, line));
+        names.insert(r.name, (id, line));
     }
 
     // Unknown ops are reported all together before anything else about the nodes.
     let mut unknown: Vec<UnknownOp> = vec![];
-    for n in &raw.nodes {
-        let r = n.get_ref();
-        if !is_known(&r.op) {
+    for r in &raw.nodes {
+        if !is_known(r.op) {
             let at = At {
-                node: r.name.clone(),
-                line: Some(line_of(n.span().start)),
+                node: r.name.into(),
+                line: Some(line_of(r.at)),
             };
             match unknown.iter_mut().find(|u| u.op == r.op) {
                 Some(u) => u.nodes.push(at),
                 None => unknown.push(UnknownOp {
-                    op: r.op.clone(),
+                    op: r.op.into(),
                     nodes: vec![at],
                 }),
             }
@@ -212,69 +188,66 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     }
 
     let mut pending: Vec<(NodeId, Vec<Operand>, bool)> = Vec::with_capacity(raw.nodes.len());
-    for n in &raw.nodes {
-        let r = n.get_ref();
-        let line = line_of(n.span().start);
+    for r in &raw.nodes {
+        let line = line_of(r.at);
         let at = || At {
-            node: r.name.clone(),
+            node: r.name.into(),
             line: Some(line),
         };
         let sig_err = |source| Error::Signature {
             at: at(),
-            op: r.op.clone(),
+            op: r.op.into(),
             source: Box::new(source),
         };
-        let conv = |v: &toml::Value| {
-            to_raw(v).map_err(|m| Error::Declaration {
+        let conv = |v: &Spanned<DeValue>| {
+            to_raw(v).map_err(|e| Error::Declaration {
                 at: at(),
-                message: m,
+                message: e.message,
             })
         };
         let args: Vec<Raw> = r.args.iter().map(conv).collect::<Result<_, _>>()?;
         let attrs: Vec<(String, Raw)> = r
             .attrs
             .iter()
-            .map(|(k, v)| Ok((k.clone(), conv(v)?)))
+            .flat_map(|t| t.iter())
+            .map(|(k, v)| Ok((k.get_ref().to_string(), conv(v)?)))
             .collect::<Result<_, Error>>()?;
-        let (op, operands) = bind(&r.op, &args, &attrs).map_err(sig_err)?;
-        check_free(&names, &r.name, line)?;
+        let (op, operands) = bind(r.op, &args, &attrs).map_err(sig_err)?;
+        check_free(&names, r.name, line)?;
         let is_getitem = matches!(op, Op::GetItem { .. });
         let id = g.add_node(Node {
-            name: r.name.clone(),
+            name: r.name.into(),
             op,
             args: vec![],
             outputs: vec![],
             line: Some(line),
         });
-        names.insert(r.name.clone(), (id, line));
+        names.insert(r.name, (id, line));
         pending.push((id, operands, is_getitem));
     }
     for (id, operands, is_getitem) in &pending {
-        let (name, line, index) = match g.node(*id) {
-            Some(n) => (
-                n.name.clone(),
-                n.line,
-                match n.op {
-                    Op::GetItem { index } => index as u32,
-                    _ => 0,
-                },
-            ),
+        let index = match g.node(*id).map(|n| &n.op) {
+            Some(Op::GetItem { index }) => *index as u32,
+            Some(_) => 0,
             None => continue,
         };
         let mut args = Vec::with_capacity(operands.len());
         for o in operands {
             args.push(match o {
                 Operand::Scalar(s) => Arg::Scalar(*s),
-                Operand::Name(t) => match names.get(t) {
+                Operand::Name(t) => match names.get(t.as_str()) {
                     Some(&(p, _)) => Arg::Value(ValueId {
                         node: p,
                         output: if *is_getitem { index } else { 0 },
                     }),
                     None => {
+                        let (node, line) = g
+                            .node(*id)
+                            .map_or((String::new(), None), |n| (n.name.clone(), n.line));
                         return Err(Error::UnknownTensor {
-                            at: At { node: name, line },
+                            at: At { node, line },
                             name: t.clone(),
-                        })
+                        });
                     }
                 },
             });
@@ -285,7 +258,7 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     for o in &raw.outputs {
         let &(id, _) = names
             .get(o)
-            .ok_or_else(|| Error::UnknownOutput(o.clone()))?;
+            .ok_or_else(|| Error::UnknownOutput(o.to_string()))?;
         outputs.push(ValueId::first(id));
     }
     if outputs.is_empty() {
@@ -310,6 +283,8 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
         // In the file a multi-output node is only read through `getitem`.
         check_single_outputs(&g, id)?;
     }
+    // Every node was just inferred: nothing is left for incremental re-inference.
+    g.take_modified();
     for o in outputs {
         if g.node(o.node).is_some_and(|n| n.outputs.len() != 1) {
             let n = g.node(o.node).map_or(String::new(), |n| n.name.clone());
@@ -349,7 +324,7 @@ fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
     Ok(())
 }
 
-fn check_free(names: &HashMap<String, (NodeId, u32)>, name: &str, line: u32) -> Result<(), Error> {
+fn check_free(names: &HashMap<&str, (NodeId, u32)>, name: &str, line: u32) -> Result<(), Error> {
     match names.get(name) {
         Some(&(_, first)) => Err(Error::Duplicate {
             name: name.into(),
@@ -371,9 +346,9 @@ fn decl(name: &str, line: u32, message: &str) -> Error {
 }
 
 fn declared(t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
-    let dtype = DType::parse(&t.dtype).ok_or_else(|| {
+    let dtype = DType::parse(t.dtype).ok_or_else(|| {
         decl(
-            &t.name,
+            t.name,
             line,
             &format!(
                 "unknown dtype `{}` (float32 float16 bfloat16 float64 int64 int32 bool)",
@@ -381,6 +356,6 @@ fn declared(t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
             ),
         )
     })?;
-    numel(&t.shape).map_err(|e| decl(&t.name, line, &e.to_string()))?;
+    numel(&t.shape).map_err(|e| decl(t.name, line, &e.to_string()))?;
     Ok(TensorMeta::contiguous(t.shape.clone(), dtype))
 }

@@ -178,6 +178,9 @@ pub struct Graph {
     outputs: Vec<ValueId>,
     names: HashSet<String>,
     fresh: u64,
+    /// Nodes added or changed (operands, op or metadata) since the last
+    /// [`Graph::take_modified`]; may repeat a node or name a removed one.
+    modified: Vec<NodeId>,
 }
 
 impl Graph {
@@ -193,19 +196,20 @@ impl Graph {
     /// unique (see [`Graph::fresh_name`]) and the operands exist.
     pub fn add_node(&mut self, node: Node) -> NodeId {
         self.names.insert(node.name.clone());
-        let args = node.args.clone();
         let is_input = matches!(node.op, Op::Input { .. });
         let id = NodeId(self.g.add_node(node));
         if is_input {
             self.inputs.push(id);
         }
-        self.add_edges(id, &args);
+        self.add_edges(id);
+        self.modified.push(id);
         id
     }
 
-    fn add_edges(&mut self, id: NodeId, args: &[Arg]) {
-        for (i, a) in args.iter().enumerate() {
-            if let Arg::Value(v) = a {
+    /// Adds the edges of `id`'s tensor operands (it has none yet).
+    fn add_edges(&mut self, id: NodeId) {
+        for i in 0..self.g[id.0].args.len() {
+            if let Arg::Value(v) = self.g[id.0].args[i] {
                 self.g.add_edge(
                     v.node.0,
                     id.0,
@@ -228,10 +232,11 @@ impl Graph {
         for e in old {
             self.g.remove_edge(e);
         }
-        self.add_edges(id, &args);
         if let Some(n) = self.g.node_weight_mut(id.0) {
             n.args = args;
+            self.add_edges(id);
         }
+        self.modified.push(id);
     }
 
     /// Removes a node (its users must have been rewired first).
@@ -247,10 +252,28 @@ impl Graph {
         self.g.node_weight(id.0)
     }
 
-    /// The node, mutably. Changing `args` here bypasses edge bookkeeping: use
-    /// [`Graph::set_args`] for that.
+    /// The node, mutably; it counts as modified (see [`Graph::take_modified`]). Changing
+    /// `args` here bypasses edge bookkeeping: use [`Graph::set_args`] for that.
     pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
+        self.modified.push(id);
         self.g.node_weight_mut(id.0)
+    }
+
+    /// Stores a node's output metadata as computed by shape inference. Unlike
+    /// [`Graph::node_mut`] this does not count as a modification: it is how inference
+    /// brings the graph up to date.
+    pub fn set_inferred(&mut self, id: NodeId, outputs: Vec<TensorMeta>) {
+        if let Some(n) = self.g.node_weight_mut(id.0) {
+            n.outputs = outputs;
+        }
+    }
+
+    /// The nodes added or changed through [`Graph::add_node`], [`Graph::set_args`] (which
+    /// [`Graph::replace_uses`] calls) or [`Graph::node_mut`] since the last call, and
+    /// forgets them. Incremental re-inference starts from these: a node absent from the
+    /// list has the op and operands it had when it was last inferred.
+    pub fn take_modified(&mut self) -> Vec<NodeId> {
+        std::mem::take(&mut self.modified)
     }
 
     /// Metadata of a value, if it exists.

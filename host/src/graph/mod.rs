@@ -13,6 +13,7 @@ pub mod infer_views;
 pub mod ir;
 pub mod ops;
 pub mod print;
+mod raw;
 pub mod shape;
 pub mod signature;
 pub mod verify;
@@ -21,7 +22,7 @@ pub use dtype::DType;
 pub use import::{load_toml, parse_toml};
 pub use ir::{Arg, Graph, Node, NodeId, Scalar, TensorMeta, Use, ValueId};
 pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, ReduceOp, UnaryOp};
-pub use verify::{infer_node, validate, verify};
+pub use verify::{infer_node, revalidate, validate, verify};
 
 use std::fmt;
 

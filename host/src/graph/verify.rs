@@ -63,9 +63,7 @@ pub fn infer_outputs(g: &Graph, id: NodeId) -> Result<Vec<super::TensorMeta>, Er
 /// Infers and stores node `id`'s output metadata.
 pub fn infer_node(g: &mut Graph, id: NodeId) -> Result<(), Error> {
     let outs = infer_outputs(g, id)?;
-    if let Some(n) = g.node_mut(id) {
-        n.outputs = outs;
-    }
+    g.set_inferred(id, outs);
     Ok(())
 }
 
@@ -73,8 +71,40 @@ pub fn infer_node(g: &mut Graph, id: NodeId) -> Result<(), Error> {
 /// topological order.
 pub fn validate(g: &mut Graph) -> Result<(), Error> {
     let order = g.topo_order().map_err(|n| Error::Cycle(at(g, n)))?;
+    g.take_modified();
     for id in order {
         infer_node(g, id)?;
+    }
+    check_outputs(g)
+}
+
+/// Does what [`validate`] does for a graph whose metadata was exact before the changes
+/// [`Graph::take_modified`] lists: re-infers the modified nodes, and the users of every
+/// node whose metadata changed, in topological order. A pass that rewrites a few nodes
+/// thus costs a sweep over the ids rather than a full inference. Debug builds check the
+/// result with [`verify`] after every pass.
+pub fn revalidate(g: &mut Graph) -> Result<(), Error> {
+    let order = g.topo_order().map_err(|n| Error::Cycle(at(g, n)))?;
+    let bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+    let mut stale = vec![false; bound];
+    for id in g.take_modified() {
+        if let Some(s) = stale.get_mut(id.index()) {
+            *s = true;
+        }
+    }
+    let mut users = vec![];
+    for id in order {
+        if !stale[id.index()] {
+            continue;
+        }
+        let outs = infer_outputs(g, id)?;
+        if g.node(id).is_some_and(|n| n.outputs != outs) {
+            users.extend(g.users(id).map(|(u, _)| u));
+            for u in users.drain(..) {
+                stale[u.index()] = true;
+            }
+            g.set_inferred(id, outs);
+        }
     }
     check_outputs(g)
 }

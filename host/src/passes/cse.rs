@@ -3,8 +3,214 @@
 //! graph inputs.
 
 use super::{replace_node, Error, Stats};
-use crate::graph::{ConstData, Graph, Op, ValueId};
+use crate::graph::{Arg, ConstData, Graph, NodeId, Op, Scalar, ValueId};
 use std::collections::HashMap;
+use std::mem::Discriminant;
+
+/// Large literal constants are not worth hashing; equal fills are still merged.
+const MAX_KEYED_VALUES: usize = 64;
+
+/// What makes two nodes compute the same values: the op's variant, its attributes and its
+/// operands, the last two flattened into words. Floats enter as their bit patterns, so
+/// `0.0` and `-0.0` (which differ under division) stay apart and the key is `Eq`.
+#[derive(PartialEq, Eq, Hash)]
+struct Key {
+    op: Discriminant<Op>,
+    words: Vec<u64>,
+}
+
+/// Appends values to a key. Every variable-length part is preceded by its length and
+/// every optional part by a presence word, so different attributes never flatten to the
+/// same words.
+struct Words(Vec<u64>);
+
+impl Words {
+    fn int(&mut self, x: i64) {
+        self.0.push(x as u64);
+    }
+    fn float(&mut self, x: f64) {
+        self.0.push(x.to_bits());
+    }
+    fn flag(&mut self, b: bool) {
+        self.0.push(b as u64);
+    }
+    fn ints(&mut self, xs: &[i64]) {
+        self.0.push(xs.len() as u64);
+        xs.iter().for_each(|&x| self.int(x));
+    }
+    fn opt_ints(&mut self, xs: &Option<Vec<i64>>) {
+        self.flag(xs.is_some());
+        if let Some(xs) = xs {
+            self.ints(xs);
+        }
+    }
+    fn opt_int(&mut self, x: Option<i64>) {
+        self.flag(x.is_some());
+        self.int(x.unwrap_or(0));
+    }
+    fn opt_float(&mut self, x: Option<f64>) {
+        self.flag(x.is_some());
+        self.float(x.unwrap_or(0.0));
+    }
+    fn scalar(&mut self, s: Scalar) {
+        match s {
+            Scalar::Bool(b) => self.0.extend([0, b as u64]),
+            Scalar::Int(i) => self.0.extend([1, i as u64]),
+            Scalar::Float(f) => self.0.extend([2, f.to_bits()]),
+        }
+    }
+    fn opt_scalar(&mut self, s: Option<Scalar>) {
+        self.flag(s.is_some());
+        if let Some(s) = s {
+            self.scalar(s);
+        }
+    }
+}
+
+/// The key of a node, or `None` for nodes CSE leaves alone.
+fn key(op: &Op, args: &[Arg]) -> Option<Key> {
+    let mut w = Words(Vec::with_capacity(8));
+    match op {
+        Op::Input { .. } => return None,
+        Op::Constant { data } => match data {
+            ConstData::Values(v) if v.len() > MAX_KEYED_VALUES => return None,
+            ConstData::Values(v) => {
+                w.flag(true);
+                w.0.push(v.len() as u64);
+                v.iter().for_each(|&x| w.float(x));
+            }
+            ConstData::Fill(x) => {
+                w.flag(false);
+                w.float(*x);
+            }
+        },
+        Op::Unary(u) => w.0.push(*u as u64),
+        Op::Gelu { approximate } => w.0.push(*approximate as u64),
+        Op::Binary { op, alpha } => {
+            w.0.push(*op as u64);
+            w.opt_scalar(*alpha);
+        }
+        Op::Clamp { min, max } => {
+            w.opt_scalar(*min);
+            w.opt_scalar(*max);
+        }
+        Op::Cast { dtype } => w.0.push(*dtype as u64),
+        Op::Reduce {
+            op,
+            dims,
+            keepdim,
+            dtype,
+        } => {
+            w.0.push(*op as u64);
+            w.opt_ints(dims);
+            w.flag(*keepdim);
+            w.opt_int(dtype.map(|d| d as i64));
+        }
+        Op::Var {
+            dims,
+            correction,
+            keepdim,
+        } => {
+            w.opt_ints(dims);
+            w.float(*correction);
+            w.flag(*keepdim);
+        }
+        Op::Softmax {
+            dim,
+            log,
+            half_to_float,
+        } => {
+            w.int(*dim);
+            w.flag(*log);
+            w.flag(*half_to_float);
+        }
+        Op::LayerNorm {
+            normalized_shape,
+            eps,
+            weight,
+            bias,
+            native,
+        } => {
+            w.ints(normalized_shape);
+            w.float(*eps);
+            w.flag(*weight);
+            w.flag(*bias);
+            w.flag(*native);
+        }
+        Op::RmsNorm {
+            normalized_shape,
+            eps,
+            weight,
+        } => {
+            w.ints(normalized_shape);
+            w.opt_float(*eps);
+            w.flag(*weight);
+        }
+        Op::Linear { bias } => w.flag(*bias),
+        Op::Addmm { beta, alpha } => {
+            w.scalar(*beta);
+            w.scalar(*alpha);
+        }
+        Op::Reshape { shape, view } => {
+            w.ints(shape);
+            w.flag(*view);
+        }
+        Op::Permute { dims } => w.ints(dims),
+        Op::Transpose { dim0, dim1 } => {
+            w.int(*dim0);
+            w.int(*dim1);
+        }
+        Op::Unsqueeze { dim } => w.int(*dim),
+        Op::Squeeze { dims } => w.opt_ints(dims),
+        Op::Expand { sizes } => w.ints(sizes),
+        Op::Select { dim, index } => {
+            w.int(*dim);
+            w.int(*index);
+        }
+        Op::Slice {
+            dim,
+            start,
+            end,
+            step,
+        } => {
+            w.int(*dim);
+            w.opt_int(*start);
+            w.opt_int(*end);
+            w.int(*step);
+        }
+        Op::Split { split_size, dim } => {
+            w.int(*split_size);
+            w.int(*dim);
+        }
+        Op::SplitWithSizes { sizes, dim } => {
+            w.ints(sizes);
+            w.int(*dim);
+        }
+        Op::GetItem { index } => w.int(*index),
+        Op::Cat { dim } => w.int(*dim),
+        Op::NoOp(kind) => w.0.push(*kind as u64),
+        Op::Where | Op::Mm | Op::Bmm | Op::Matmul | Op::Contiguous | Op::Clone => {}
+    }
+    // The operand count is implied by the op for most ops but not for `cat`.
+    w.0.push(args.len() as u64);
+    for a in args {
+        match a {
+            Arg::Value(v) => {
+                w.flag(true);
+                w.0.push(v.node.index() as u64);
+                w.0.push(v.output as u64);
+            }
+            Arg::Scalar(s) => {
+                w.flag(false);
+                w.scalar(*s);
+            }
+        }
+    }
+    Some(Key {
+        op: std::mem::discriminant(op),
+        words: w.0,
+    })
+}
 
 /// Runs CSE in one topological sweep (operands are canonical before their users).
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
@@ -12,18 +218,12 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let order = g
         .topo_order()
         .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
-    let mut seen: HashMap<String, crate::graph::NodeId> = HashMap::new();
+    let mut seen: HashMap<Key, NodeId> = HashMap::with_capacity(order.len());
     let mut changed = 0;
     for id in order {
         let Some(node) = g.node(id) else { continue };
-        let key = match &node.op {
-            Op::Input { .. } => continue,
-            // Large literal constants are not worth hashing; equal fills are merged.
-            Op::Constant {
-                data: ConstData::Values(v),
-            } if v.len() > 64 => continue,
-            // Op and operands determine the outputs, so they are the whole key.
-            op => format!("{op:?}|{:?}", node.args),
+        let Some(key) = key(&node.op, &node.args) else {
+            continue;
         };
         match seen.get(&key) {
             Some(&first) => {

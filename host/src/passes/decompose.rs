@@ -86,10 +86,29 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     Ok(Stats { changed })
 }
 
+/// Whether [`decompose`] rewrites this op; must list exactly the ops its `match` handles.
+fn is_composite(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::Var { .. }
+            | Op::Gelu { .. }
+            | Op::Unary(UnaryOp::Silu)
+            | Op::Linear { .. }
+            | Op::Addmm { .. }
+    )
+}
+
 fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     let Some(node) = g.node(id) else {
         return Ok(false);
     };
+    // Most nodes are primitives: test that before cloning anything.
+    if !is_composite(&node.op) {
+        return Ok(false);
+    }
     let (op, args, outs) = (node.op.clone(), node.args.clone(), node.outputs.clone());
     let Some(out) = outs.first().cloned() else {
         return Ok(false);

@@ -77,16 +77,18 @@ pub const PIPELINE: &[(&str, PassFn)] = &[
     ("dce", dce::run),
 ];
 
-/// Runs every pass of [`PIPELINE`] in order.
+/// Runs every pass of [`PIPELINE`] in order. The graph's metadata must be exact on entry
+/// (as [`graph::parse_toml`] or [`graph::validate`] leave it).
 pub fn run_pipeline(g: &mut Graph) -> Result<PipelineReport, Error> {
     let mut report = PipelineReport::default();
     for (name, pass) in PIPELINE {
         let t = Instant::now();
         let stats = pass(g)?;
         // Passes may replace a value by one with other strides (a dropped `contiguous`);
-        // re-inference keeps every stored metadata exact for the next pass.
+        // re-inference keeps every stored metadata exact for the next pass. Only what the
+        // pass touched, and what depends on it, is inferred again.
         if stats.changed > 0 {
-            graph::validate(g).map_err(|source| Error::Pass { pass: name, source })?;
+            graph::revalidate(g).map_err(|source| Error::Pass { pass: name, source })?;
         }
         #[cfg(debug_assertions)]
         graph::verify(g).map_err(|source| Error::Pass { pass: name, source })?;

@@ -14,7 +14,7 @@ use std::path::Path;
 use kiln_plugin_api::{is_valid_device_name, SchedulingKind, Wrappers};
 use serde_json::json;
 
-use super::{heuristics, overrides, Outcome};
+use super::{e2e, heuristics, overrides, Outcome};
 use crate::plugins::load::{self, LoadOutcome};
 use crate::plugins::validate;
 use crate::plugins::{required_overrides, Override, Plugin, WrapperKind};
@@ -84,6 +84,8 @@ pub fn catalogue() -> Vec<Check> {
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
         Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
+        Check::new(e2e::COMPILE_EXAMPLES, "every bundled example graph compiles for the device: passes, fusion and code generation with the plugin's strings and heuristics"),
+        Check::new(e2e::TRITON_COMPILE, "for a Triton device, every kernel of those examples compiles with the real Triton compiler for sm_90 (skipped without Python and Triton; allowed 12 times the per-check timeout)"),
     ]);
     checks
 }
@@ -99,12 +101,23 @@ pub fn prerequisites(name: &str) -> Vec<String> {
         INIT => &[API_VERSION],
         PROPERTIES_QUERY => &[INIT],
         PYTHON_WRAPPER | CPP_WRAPPER => &[INIT, BACKEND_SPEC],
+        e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PYTHON_WRAPPER, PROPERTIES_QUERY],
+        e2e::TRITON_COMPILE => &[e2e::COMPILE_EXAMPLES],
         n if n.starts_with("properties.") || n.starts_with("heuristics.") => {
             &[INIT, PROPERTIES_QUERY]
         }
         _ => &[INIT],
     };
     list.iter().map(|s| s.to_string()).collect()
+}
+
+/// How long `name` may run, given the per-check timeout.
+pub fn timeout_for(name: &str, timeout: std::time::Duration) -> std::time::Duration {
+    if name == e2e::TRITON_COMPILE {
+        timeout * e2e::TRITON_TIMEOUT_FACTOR
+    } else {
+        timeout
+    }
 }
 
 /// Whether the parent must finish `name` by comparing the overrides a wrapper
@@ -151,6 +164,8 @@ fn run_loaded(plugin: &Plugin, name: &str) -> Outcome {
         BACKEND_SPEC => backend_spec(plugin),
         PYTHON_WRAPPER => wrapper(plugin, WrapperKind::Python),
         CPP_WRAPPER => wrapper(plugin, WrapperKind::Cpp),
+        e2e::COMPILE_EXAMPLES => e2e::compile_examples(plugin),
+        e2e::TRITON_COMPILE => e2e::triton_compile(plugin),
         other => properties_check(plugin, other),
     }
 }

@@ -11,6 +11,7 @@
 //! `docs/writing-a-plugin.md` has the same list for vendors.
 
 pub mod checks;
+mod e2e;
 mod heuristics;
 pub mod isolate;
 mod overrides;
@@ -317,8 +318,12 @@ impl Runner<'_> {
         let outcome = match outcome {
             Some(skip) => skip,
             None => {
-                let child =
-                    isolate::run_isolated(&self.options.exe, self.path, name, self.options.timeout);
+                let child = isolate::run_isolated(
+                    &self.options.exe,
+                    self.path,
+                    name,
+                    checks::timeout_for(name, self.options.timeout),
+                );
                 self.finish(name, child)
             }
         };

@@ -1,0 +1,165 @@
+//! End-to-end checks: the bundled example graphs compile for the device, and
+//! for a Triton device every generated kernel compiles with the real Triton
+//! compiler. They run in the child like every other check.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln_plugin_api::SchedulingKind;
+
+use super::Outcome;
+use crate::plugins::Plugin;
+
+/// The small bundled examples every device must compile (embedded, so the
+/// harness works from an installed binary too).
+pub const EXAMPLES: [(&str, &str); 6] = [
+    ("add", include_str!("../../../examples/add.toml")),
+    (
+        "small_softmax",
+        include_str!("../../../examples/small_softmax.toml"),
+    ),
+    (
+        "small_layernorm",
+        include_str!("../../../examples/small_layernorm.toml"),
+    ),
+    (
+        "small_mlp",
+        include_str!("../../../examples/small_mlp.toml"),
+    ),
+    (
+        "small_views",
+        include_str!("../../../examples/small_views.toml"),
+    ),
+    (
+        "small_gpt2_block",
+        include_str!("../../../examples/small_gpt2_block.toml"),
+    ),
+];
+
+/// The script that compiles generated kernels with Triton.
+const CHECK_TRITON: &str = include_str!("../../../tools/check_triton.py");
+
+/// The check that compiles the examples.
+pub const COMPILE_EXAMPLES: &str = "e2e.compile_examples";
+/// The check that compiles their kernels with Triton.
+pub const TRITON_COMPILE: &str = "e2e.triton_compile";
+
+/// How much longer than the per-check timeout the Triton check may take:
+/// Triton needs about a second per kernel.
+pub const TRITON_TIMEOUT_FACTOR: u32 = 12;
+
+fn scheduling(plugin: &Plugin) -> Result<SchedulingKind, String> {
+    match plugin.backend_spec() {
+        Ok(Some(spec)) => Ok(spec.scheduling),
+        Ok(None) => Err("the plugin provides no backend spec".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Every example's `output_code.py`, or the first failure.
+fn compile_all(plugin: &Plugin) -> Result<Vec<(&'static str, String)>, String> {
+    let mut out = Vec::new();
+    for (name, text) in EXAMPLES {
+        let mut graph = crate::graph::parse_toml(text).map_err(|e| format!("{name}: {e}"))?;
+        crate::passes::run_pipeline(&mut graph).map_err(|e| format!("{name}: {e}"))?;
+        let scheduled = crate::schedule::schedule(&graph).map_err(|e| format!("{name}: {e}"))?;
+        let code = crate::codegen::python_triton(&scheduled, plugin, &Default::default())
+            .map_err(|e| format!("{name}: {}", crate::cli::report(&e)))?;
+        out.push((name, code.output_code));
+    }
+    Ok(out)
+}
+
+/// `e2e.compile_examples`.
+pub fn compile_examples(plugin: &Plugin) -> Outcome {
+    match scheduling(plugin) {
+        Err(e) => Outcome::fail(e),
+        Ok(SchedulingKind::Cpp) => Outcome::skip(
+            "C++ code generation for cpp-scheduled devices is not part of this host yet",
+        ),
+        Ok(SchedulingKind::Triton) => match compile_all(plugin) {
+            Ok(all) => Outcome::pass(format!("{} example graphs compiled", all.len())),
+            Err(e) => Outcome::fail(e),
+        },
+    }
+}
+
+fn python() -> String {
+    std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `e2e.triton_compile`.
+pub fn triton_compile(plugin: &Plugin) -> Outcome {
+    match scheduling(plugin) {
+        Err(e) => return Outcome::fail(e),
+        Ok(SchedulingKind::Cpp) => return Outcome::skip("the device does not use Triton kernels"),
+        Ok(SchedulingKind::Triton) => {}
+    }
+    let probe = Command::new(python())
+        .args(["-c", "import triton"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        return Outcome::skip(format!(
+            "`{} -c \"import triton\"` failed: install Triton (pip install triton) or set KILN_PYTHON",
+            python()
+        ));
+    }
+    let all = match compile_all(plugin) {
+        Ok(all) => all,
+        Err(e) => return Outcome::fail(format!("an example did not compile: {e}")),
+    };
+    let dir =
+        ScratchDir(std::env::temp_dir().join(format!("kiln-conformance-{}", std::process::id())));
+    let script = dir.0.join("check_triton.py");
+    let files = all
+        .iter()
+        .try_for_each(|(name, code)| write(&dir.0.join(name).join("output_code.py"), code))
+        .and_then(|()| write(&script, CHECK_TRITON));
+    if let Err(e) = files {
+        return Outcome::fail(format!("cannot write the generated files: {e}"));
+    }
+    match Command::new(python()).arg(&script).arg(&dir.0).output() {
+        Err(e) => Outcome::fail(format!("cannot run {}: {e}", python())),
+        Ok(out) if out.status.success() => {
+            let compiled: usize = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    l.split(": ")
+                        .nth(1)?
+                        .split(' ')
+                        .next()?
+                        .parse::<usize>()
+                        .ok()
+                })
+                .sum();
+            Outcome::pass(format!("{compiled} kernels compiled with Triton for sm_90"))
+        }
+        Ok(out) => {
+            let failures: Vec<String> = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| l.starts_with("FAILED"))
+                .map(|l| l.replace(&dir.0.display().to_string(), ""))
+                .collect();
+            Outcome::fail(if failures.is_empty() {
+                format!("check_triton.py exited with {}", out.status)
+            } else {
+                failures.join("; ")
+            })
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! `host compile` through the real binary and the real plugins: every example
+//! for every Triton device, every kernel through the real Triton compiler,
+//! golden output_code.py files, the debug layout, and the errors.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln_tests::*;
+
+fn examples() -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(repo_root().join("examples"))
+        .expect("examples/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    all.sort();
+    all
+}
+
+fn compile(graph: &Path, device: &str, out: &Path, extra: &[&str]) -> (bool, String) {
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg(graph)
+        .args(["--device", device, "-o"])
+        .arg(out)
+        .args(extra));
+    (output.status.success(), stderr)
+}
+
+fn python() -> String {
+    std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+#[test]
+fn every_example_compiles_for_every_triton_device_and_every_kernel_compiles_with_triton() {
+    let tmp = TempDir::new("triton");
+    for device in ["cuda", "gxu", "xpu"] {
+        for graph in examples() {
+            let stem = graph.file_stem().unwrap().to_string_lossy().to_string();
+            let out = tmp.path().join(device).join(&stem);
+            let (ok, stderr) = compile(&graph, device, &out, &[]);
+            assert!(ok, "{stem} for {device}: {stderr}");
+            assert!(out.join("output_code.py").exists());
+        }
+    }
+    let probe = Command::new(python())
+        .args(["-c", "import triton"])
+        .output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "this test compiles every kernel with the real Triton compiler: `pip install triton` (or set KILN_PYTHON)"
+    );
+    let (output, stdout, stderr) = run(Command::new(python())
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg(tmp.path()));
+    assert!(
+        output.status.success(),
+        "Triton rejected a kernel:\n{stderr}\n{stdout}"
+    );
+    let files = stdout
+        .lines()
+        .filter(|l| l.contains("kernel(s) compiled"))
+        .count();
+    assert_eq!(files, 3 * examples().len(), "{stdout}");
+}
+
+/// Generated kernels (not the `kiln_max_combine`-style helpers).
+fn kernel_count(code: &str) -> usize {
+    code.lines()
+        .filter(|l| l.starts_with("def kiln_poi_") || l.starts_with("def kiln_red_"))
+        .count()
+}
+
+#[test]
+fn the_benchmark_workloads_fuse_like_inductor() {
+    let tmp = TempDir::new("fusion");
+    for (name, kernels) in [
+        ("gelu_chain", 1),
+        ("softmax", 1),
+        ("layer_norm", 1),
+        ("rmsnorm_silu", 1),
+        ("attention", 1),
+        ("mlp", 2),
+    ] {
+        let out = tmp.path().join(name);
+        let (ok, stderr) = compile(
+            &repo_root().join(format!("examples/{name}.toml")),
+            "cuda",
+            &out,
+            &[],
+        );
+        assert!(ok, "{stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        assert_eq!(kernel_count(&code), kernels, "{name}:\n{code}");
+    }
+}
+
+/// Every launch grid in the wrapper: `name[(x, y, z)](`.
+fn grids(code: &str) -> Vec<u64> {
+    code.lines()
+        .filter_map(|l| l.trim().split_once("[(").map(|(_, rest)| rest))
+        .filter_map(|rest| rest.split(',').next()?.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn gxu_launches_at_most_48_programs_or_a_multiple_of_48_and_cuda_exactly_what_it_needs() {
+    let tmp = TempDir::new("grids");
+    for graph in examples() {
+        let stem = graph.file_stem().unwrap().to_string_lossy().to_string();
+        let out = tmp.path().join(&stem);
+        let (ok, stderr) = compile(&graph, "gxu", &out, &[]);
+        assert!(ok, "{stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        for g in grids(&code) {
+            assert!(g <= 48 || g % 48 == 0, "{stem}: gxu grid {g}");
+        }
+        assert!(code.contains("num_warps=1,"), "{stem}: gxu runs one warp");
+        assert!(
+            !code.contains("num_warps=2") && !code.contains("num_warps=4"),
+            "{stem}"
+        );
+    }
+    let out = tmp.path().join("add-cuda");
+    assert!(compile(&repo_root().join("examples/add.toml"), "cuda", &out, &[]).0);
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    // 32 elements: one program of a 32-element block.
+    assert_eq!(grids(&code), [1], "{code}");
+}
+
+fn snapshot(name: &str, actual: &str) {
+    let path = repo_root().join("tests/snapshots/output_code").join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing: run with UPDATE_SNAPSHOTS=1 to write it",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the generated code at line {} (re-bless with UPDATE_SNAPSHOTS=1):\n  expected: {:?}\n  actual:   {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+#[test]
+fn golden_output_code() {
+    let tmp = TempDir::new("golden");
+    for (graph, device) in [
+        ("add", "cuda"),
+        ("small_softmax", "cuda"),
+        ("small_layernorm", "gxu"),
+        ("small_views", "cuda"),
+        ("small_mlp", "gxu"),
+    ] {
+        let out = tmp.path().join(format!("{graph}-{device}"));
+        let (ok, stderr) = compile(
+            &repo_root().join(format!("examples/{graph}.toml")),
+            device,
+            &out,
+            &[],
+        );
+        assert!(ok, "{stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        snapshot(&format!("{graph}.{device}.py"), &code);
+    }
+}
+
+#[test]
+fn debug_writes_inductors_debug_layout_and_autotune_offers_every_config() {
+    let tmp = TempDir::new("debug");
+    let out = tmp.path().join("out");
+    let (ok, stderr) = compile(
+        &repo_root().join("examples/small_layernorm.toml"),
+        "cuda",
+        &out,
+        &["--debug", "--autotune"],
+    );
+    assert!(ok, "{stderr}");
+    for file in [
+        "output_code.py",
+        "graph_pre_passes.txt",
+        "graph_post_passes.txt",
+        "ir_pre_fusion.txt",
+        "ir_post_fusion.txt",
+        "graph.dot",
+    ] {
+        let text =
+            std::fs::read_to_string(out.join(file)).unwrap_or_else(|_| panic!("{file} missing"));
+        assert!(!text.is_empty(), "{file} is empty");
+    }
+    let dot = std::fs::read_to_string(out.join("graph.dot")).unwrap();
+    assert!(
+        dot.starts_with("digraph") && dot.contains("fillcolor") && dot.contains("step 0"),
+        "{dot}"
+    );
+    let pre = std::fs::read_to_string(out.join("ir_pre_fusion.txt")).unwrap();
+    let post = std::fs::read_to_string(out.join("ir_post_fusion.txt")).unwrap();
+    assert!(pre.contains("3 scheduler node(s) before fusion"), "{pre}");
+    assert!(post.contains("1 kernel(s)"), "{post}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert!(code.contains("@triton.autotune("), "{code}");
+    assert!(code.contains("key=['xnumel', 'rnumel']"), "{code}");
+}
+
+#[test]
+fn compile_errors_name_the_device_and_what_is_missing() {
+    let tmp = TempDir::new("errors");
+    let graph = repo_root().join("examples/add.toml");
+    let (ok, stderr) = compile(&graph, "npu", &tmp.path().join("a"), &[]);
+    assert!(
+        !ok && stderr.contains("no plugin provides the device `npu`"),
+        "{stderr}"
+    );
+    // A plugin built against an older, shorter root module has no backend spec.
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("--plugins")
+        .arg(compat_plugin())
+        .arg("compile")
+        .arg(&graph)
+        .args(["--device", "oldapi", "-o"])
+        .arg(tmp.path().join("b")));
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("plugin `oldapi`") && stderr.contains("no backend spec"),
+        "{stderr}"
+    );
+    let (ok, stderr) = compile(
+        &tmp.path().join("missing.toml"),
+        "cuda",
+        &tmp.path().join("c"),
+        &[],
+    );
+    assert!(!ok && stderr.contains("missing.toml"), "{stderr}");
+}

@@ -126,6 +126,14 @@ impl Index {
         if self.max_value(ranges).is_some_and(|m| m < k) {
             return Index::Const(0);
         }
+        if let Some((multiples, _)) = split_multiples(&self, k, ranges) {
+            // (k*a + b) // k == a when 0 <= b < k.
+            return multiples;
+        }
+        if let Some((g, a, _)) = split_common_factor(&self, k, ranges) {
+            // (g*a + b) // k == a // (k/g) when g divides k and 0 <= b < g.
+            return a.div(k / g, ranges);
+        }
         match self {
             // (e * a) // k with k dividing a.
             Index::Mul(e, a) if a % k == 0 => e.times(a / k),
@@ -146,11 +154,16 @@ impl Index {
         if self.max_value(ranges).is_some_and(|m| m < k) {
             return self;
         }
+        if let Some((_, rest)) = split_multiples(&self, k, ranges) {
+            // (k*a + b) % k == b when 0 <= b < k.
+            return rest;
+        }
+        if let Some((g, a, b)) = split_common_factor(&self, k, ranges) {
+            // (g*a + b) % k == g*(a % (k/g)) + b when g divides k and 0 <= b < g.
+            return a.rem(k / g, ranges).times(g).plus(b);
+        }
         match self {
-            Index::Mul(e, a) if a % k == 0 => {
-                let _ = e;
-                Index::Const(0)
-            }
+            Index::Mul(_, a) if a % k == 0 => Index::Const(0),
             other => Index::Mod(Box::new(other), k),
         }
     }
@@ -189,10 +202,11 @@ impl fmt::Display for Index {
             Index::Const(c) => write!(f, "{c}"),
             Index::Add(terms) => {
                 for (i, t) in terms.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" + ")?;
+                    match t {
+                        Index::Const(c) if i > 0 && *c < 0 => write!(f, " - {}", c.unsigned_abs())?,
+                        _ if i > 0 => write!(f, " + {t}")?,
+                        _ => write!(f, "{t}")?,
                     }
-                    write!(f, "{t}")?;
                 }
                 Ok(())
             }
@@ -203,6 +217,62 @@ impl fmt::Display for Index {
             Index::Div(e, k) => write!(f, "(({e}) // {k})"),
             Index::Mod(e, k) => write!(f, "(({e}) % {k})"),
         }
+    }
+}
+
+/// For a sum `k*a + b` whose terms split into multiples of `k` and a
+/// remainder `b` known to lie in `0..k`: `(a, b)`.
+fn split_multiples(e: &Index, k: i64, ranges: Ranges) -> Option<(Index, Index)> {
+    let Index::Add(terms) = e else { return None };
+    let mut multiples = Index::Const(0);
+    let mut rest = Index::Const(0);
+    for t in terms {
+        match t {
+            Index::Mul(inner, c) if c % k == 0 => {
+                multiples = multiples.plus((**inner).clone().times(c / k))
+            }
+            Index::Const(c) if c % k == 0 => multiples = multiples.plus(Index::Const(c / k)),
+            other => rest = rest.plus(other.clone()),
+        }
+    }
+    let bounded = rest.max_value(ranges).is_some_and(|m| m < k) && nonnegative(&rest);
+    (bounded && multiples != Index::Const(0)).then_some((multiples, rest))
+}
+
+/// For a sum `g*a + b` with `g` a proper divisor of `k` taken from a term's
+/// coefficient and `b` known to lie in `0..g`: `(g, a, b)`.
+fn split_common_factor(e: &Index, k: i64, ranges: Ranges) -> Option<(i64, Index, Index)> {
+    let Index::Add(terms) = e else { return None };
+    let mut factors: Vec<i64> = terms
+        .iter()
+        .filter_map(|t| match t {
+            Index::Mul(_, c) if *c > 1 => Some(gcd(*c, k)),
+            _ => None,
+        })
+        .filter(|g| *g > 1 && *g < k)
+        .collect();
+    factors.sort_unstable_by(|a, b| b.cmp(a));
+    factors.dedup();
+    factors
+        .into_iter()
+        .find_map(|g| split_multiples(e, g, ranges).map(|(a, b)| (g, a, b)))
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.abs(), b.abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn nonnegative(e: &Index) -> bool {
+    match e {
+        Index::Var(_) => true,
+        Index::Const(c) => *c >= 0,
+        Index::Add(t) => t.iter().all(nonnegative),
+        Index::Mul(e, k) => *k >= 0 && nonnegative(e),
+        Index::Div(e, _) | Index::Mod(e, _) => nonnegative(e),
     }
 }
 
@@ -314,6 +384,27 @@ mod tests {
             Index::Div(Box::new(Index::var(Var::X)), 16)
         );
         assert_eq!(Index::var(Var::X).plus(Index::Const(0)), Index::var(Var::X));
+    }
+
+    #[test]
+    fn division_of_a_sum_with_a_bounded_remainder() {
+        let e = Index::var(Var::X).times(768).plus(Index::var(Var::R));
+        let r = Ranges { x: 4096, r: 768 };
+        assert_eq!(e.clone().div(768, r), Index::var(Var::X));
+        assert_eq!(e.clone().rem(768, r), Index::var(Var::R));
+        // Unflattening a reshape of [4096, 768] into [8, 512, 768] gives the row's own dims.
+        let idx = unflatten(e, &[8, 512, 768], r);
+        assert_eq!(
+            idx,
+            unflatten(Index::var(Var::X), &[8, 512], r)
+                .into_iter()
+                .chain([Index::var(Var::R)])
+                .collect::<Vec<_>>()
+        );
+        // The remainder must be bounded: r ranges past 768 here.
+        let wide = Ranges { x: 4096, r: 1024 };
+        let f = Index::var(Var::X).times(768).plus(Index::var(Var::R));
+        assert!(matches!(f.div(768, wide), Index::Div(..)));
     }
 
     #[test]

@@ -33,7 +33,7 @@ def kiln_poi_fused_slice_cat_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
-        tmp0 = tl.load(in_ptr0 + (((xindex) // 3) + 12*((xindex) % 3) + -4), xmask & ((2 <= (((xindex) % 3) + 1)) & ((((xindex) % 3) + 1) < 4)), other=0)
+        tmp0 = tl.load(in_ptr0 + (((xindex) // 3) + 12*((xindex) % 3) - 4), xmask & ((2 <= (((xindex) % 3) + 1)) & ((((xindex) % 3) + 1) < 4)), other=0)
         tmp1 = tl.load(in_ptr0 + (((xindex) // 3) + 12*((xindex) % 3) + 12), xmask & ((((xindex) % 3) + 1) < 2), other=0)
         tmp2 = tl.where(((((xindex) % 3) + 1) < 2), tmp1, tmp0)
         tl.store(out_ptr0 + (xindex), tmp2, xmask)

@@ -37,16 +37,24 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     let want = kiln::interp::evaluate(&graph, &inputs).expect("reference");
     let mut lowered = graph.clone();
     kiln::passes::run_pipeline(&mut lowered).expect("passes");
-    let scheduled = kiln::schedule::schedule(&lowered).expect("schedule");
-    let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
-    let err = rel_error(&got, &want);
-    assert!(
-        err <= tolerance,
-        "{}: relative error {err:e}\n{}",
-        graph.name,
-        kiln::schedule::print::program_text(&scheduled)
-    );
-    scheduled
+    // Without optional features, and with every one (in-place buffers).
+    let all = kiln::schedule::Options {
+        features: kiln_plugin_api::BackendFeatures::all(),
+    };
+    let mut last = None;
+    for options in [kiln::schedule::Options::default(), all] {
+        let scheduled = kiln::schedule::schedule_with(&lowered, &options).expect("schedule");
+        let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
+        let err = rel_error(&got, &want);
+        assert!(
+            err <= tolerance,
+            "{} ({options:?}): relative error {err:e}\n{}",
+            graph.name,
+            kiln::schedule::print::program_text(&scheduled)
+        );
+        last = Some(scheduled);
+    }
+    last.expect("scheduled twice")
 }
 
 #[test]
@@ -63,6 +71,31 @@ fn every_small_example_schedules_to_what_the_graph_means() {
         let graph = kiln::graph::load_toml(&path).expect("example loads");
         check(graph, 1e-4);
     }
+}
+
+#[test]
+fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
+    let path = repo().join("examples/small_mlp.toml");
+    let mut graph = kiln::graph::load_toml(&path).expect("example loads");
+    kiln::passes::run_pipeline(&mut graph).expect("passes");
+    let reuses = |options: &kiln::schedule::Options| {
+        let s = kiln::schedule::schedule_with(&graph, options).expect("schedule");
+        s.memory
+            .allocs
+            .iter()
+            .flatten()
+            .filter(|a| a.reuse.is_some())
+            .count()
+    };
+    assert_eq!(reuses(&kiln::schedule::Options::default()), 0);
+    let inplace = kiln::schedule::Options {
+        features: kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
+    };
+    assert_eq!(
+        reuses(&inplace),
+        1,
+        "the bias+relu epilogue writes over the mm result"
+    );
 }
 
 #[test]

@@ -51,7 +51,11 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     let mut graph = crate::graph::load_toml(&args.file)?;
     let pre_passes = args.debug.then(|| crate::graph::print::to_text(&graph));
     crate::passes::run_pipeline(&mut graph)?;
-    let scheduled = crate::schedule::schedule(&graph)?;
+    let features = plugin
+        .backend_spec()?
+        .map(|s| s.features)
+        .unwrap_or_default();
+    let scheduled = crate::schedule::schedule_with(&graph, &crate::schedule::Options { features })?;
     let options = Options {
         autotune: args.autotune,
     };

@@ -52,9 +52,10 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
     for (i, step) in p.steps.iter().enumerate() {
         for a in &s.memory.allocs[i] {
             let n = p.buffer(a.buf).numel().max(0) as usize;
-            // A reused buffer starts with its donor's stale contents, as on a device.
+            // A reused buffer starts with its donor's stale contents, as on a
+            // device; an in-place kernel still reads the donor, so copy it.
             let init = match a.reuse {
-                Some(old) => std::mem::take(&mut storage[old.0 as usize]),
+                Some(old) => storage[old.0 as usize].clone(),
                 None => vec![f64::NAN; n],
             };
             storage[a.buf.0 as usize] = init;

@@ -69,8 +69,22 @@ pub struct Scheduled {
     pub covers: Vec<Vec<crate::graph::ir::NodeId>>,
 }
 
-/// Lowers, fuses and plans a validated graph (after the passes).
+/// What the device allows the scheduler to do (from its plugin's backend spec).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The device's `BackendFeature`s. `INPLACE_BUFFERS` lets a pointwise
+    /// kernel write its output over a buffer that dies in that kernel.
+    pub features: kiln_plugin_api::BackendFeatures,
+}
+
+/// Lowers, fuses and plans a validated graph (after the passes), using no
+/// optional backend feature.
 pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
+    schedule_with(graph, &Options::default())
+}
+
+/// Lowers, fuses and plans a validated graph (after the passes) for a device.
+pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
     let low = lower::lower(graph)?;
     let groups = fuse::fuse(graph, &low);
@@ -146,7 +160,10 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
         outputs: low.outputs,
         steps: kept,
     };
-    let memory = plan_memory(&program);
+    let inplace = options
+        .features
+        .contains(kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS);
+    let memory = plan_memory(&program, inplace);
     Ok(Scheduled {
         program,
         memory,
@@ -215,11 +232,38 @@ fn step_writes(step: &Step) -> Vec<BufferId> {
     }
 }
 
+/// Whether a pointwise kernel may write `out` over `old`: `old` is a computed
+/// buffer of the same size and dtype that the kernel reads only at the very
+/// index it stores `out` at (so every element is read before it is written,
+/// by the same program).
+fn inplace_ok(program: &Program, step: &Step, old: BufferId, out: BufferId) -> bool {
+    let Step::Kernel(k) = step else { return false };
+    let (a, b) = (program.buffer(old), program.buffer(out));
+    if k.space.is_reduction()
+        || !matches!(a.kind, BufferKind::Computed)
+        || a.bytes() != b.bytes()
+        || a.dtype != b.dtype
+        || k.stores.len() != 1
+    {
+        return false;
+    }
+    let store = &k.stores[0];
+    store.buf == out
+        && k.exprs.iter().all(|(_, e, _)| match e {
+            ir::Expr::Load { buf, index, guards } if *buf == old => {
+                *index == store.index && guards.is_empty()
+            }
+            _ => true,
+        })
+}
+
 /// Lifetimes and reuse: a computed buffer is allocated right before the step
 /// that writes it, takes the storage of a dead buffer of the same size and
 /// dtype when there is one, and is freed after its last reader; inputs are
-/// freed after their last reader too; outputs live on.
-pub fn plan_memory(program: &Program) -> MemoryPlan {
+/// freed after their last reader too; outputs live on. With `inplace` (the
+/// device's `INPLACE_BUFFERS`), a pointwise kernel may also write over a
+/// buffer whose last reader it is.
+pub fn plan_memory(program: &Program, inplace: bool) -> MemoryPlan {
     let n = program.steps.len();
     let outputs: HashSet<BufferId> = program.outputs.iter().map(|v| v.buf).collect();
     let mut last_use: HashMap<BufferId, usize> = HashMap::new();
@@ -233,10 +277,11 @@ pub fn plan_memory(program: &Program) -> MemoryPlan {
         frees: vec![Vec::new(); n],
     };
     let mut free_pool: Vec<BufferId> = Vec::new();
+    let mut taken_inplace: Vec<BufferId> = Vec::new();
     for (i, step) in program.steps.iter().enumerate() {
         for b in step_writes(step) {
             let buf = program.buffer(b);
-            let reuse = if outputs.contains(&b) {
+            let mut reuse = if outputs.contains(&b) {
                 None
             } else {
                 free_pool
@@ -247,6 +292,14 @@ pub fn plan_memory(program: &Program) -> MemoryPlan {
                     })
                     .map(|p| free_pool.remove(p))
             };
+            if reuse.is_none() && inplace && !outputs.contains(&b) {
+                reuse = step_reads(step).into_iter().find(|old| {
+                    last_use.get(old) == Some(&i)
+                        && !outputs.contains(old)
+                        && inplace_ok(program, step, *old, b)
+                });
+                taken_inplace.extend(reuse);
+            }
             plan.allocs[i].push(Alloc { buf: b, reuse });
         }
         let mut dead: Vec<BufferId> = last_use
@@ -257,7 +310,8 @@ pub fn plan_memory(program: &Program) -> MemoryPlan {
             .collect();
         dead.sort();
         for b in &dead {
-            if matches!(program.buffer(*b).kind, BufferKind::Computed) {
+            if matches!(program.buffer(*b).kind, BufferKind::Computed) && !taken_inplace.contains(b)
+            {
                 free_pool.push(*b);
             }
         }

@@ -60,7 +60,7 @@ def call(args):
         buf_h_2 = torch.empty_strided((8, 32), (32, 1), device=DEVICE, dtype=torch.float32)
         torch.mm(x, torch.as_strided(w1, (16, 32), (1, 16), 0), out=buf_h_2)
         del x, w1
-        buf_a = torch.empty_strided((8, 32), (32, 1), device=DEVICE, dtype=torch.float32)
+        buf_a = torch.as_strided(buf_h_2, (8, 32), (32, 1), 0)  # reuse
         kiln_poi_fused_relu_add_0[(1, 1, 1)](buf_h_2, b1, buf_a, 256, XBLOCK=256, num_warps=1, num_stages=1)
         del b1, buf_h_2
         buf_y_5 = torch.empty_strided((8, 4), (4, 1), device=DEVICE, dtype=torch.float32)

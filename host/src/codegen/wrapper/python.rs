@@ -197,6 +197,8 @@ pub fn write(
         .collect();
     let mut kernel_iter = kernels.iter();
     for (i, step) in p.steps.iter().enumerate() {
+        // A donor this very step still reads (an in-place write) dies after it.
+        let mut after_step: Vec<String> = Vec::new();
         for a in &scheduled.memory.allocs[i] {
             let b = p.buffer(a.buf);
             match a.reuse {
@@ -209,7 +211,11 @@ pub fn write(
                         tuple(&b.shape),
                         tuple(&b.strides),
                     )?;
-                    writeln!(out, "        del {}", name(old))?;
+                    if step_reads(step).contains(&old) {
+                        after_step.push(name(old));
+                    } else {
+                        writeln!(out, "        del {}", name(old))?;
+                    }
                 }
                 None => writeln!(
                     out,
@@ -273,11 +279,12 @@ pub fn write(
                 )?;
             }
         }
-        let dead: Vec<String> = scheduled.memory.frees[i]
+        let mut dead: Vec<String> = scheduled.memory.frees[i]
             .iter()
             .filter(|b| !donors.contains(b))
             .map(|b| name(*b))
             .collect();
+        dead.extend(after_step);
         if !dead.is_empty() {
             writeln!(out, "        del {}", dead.join(", "))?;
         }
@@ -292,6 +299,13 @@ pub fn write(
 
     write_benchmark(&mut out, p, strings)?;
     Ok(out)
+}
+
+fn step_reads(step: &Step) -> Vec<BufferId> {
+    match step {
+        Step::Kernel(k) => k.reads(),
+        Step::Extern(e) => e.args.iter().map(|a| a.buf).collect(),
+    }
 }
 
 /// A graph name fit for a comment (it came from an input file).

@@ -66,6 +66,7 @@ fn every_small_example_schedules_to_what_the_graph_means() {
         "small_mlp",
         "small_views",
         "small_gpt2_block",
+        "small_mixed",
     ] {
         let path = repo().join("examples").join(format!("{name}.toml"));
         let graph = kiln::graph::load_toml(&path).expect("example loads");

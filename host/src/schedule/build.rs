@@ -215,10 +215,16 @@ impl<'a> KernelBuilder<'a> {
     /// `e` converted to `dtype` (nothing when it already is).
     pub fn cast(&mut self, e: ExprId, dtype: DType) -> ExprId {
         if self.exprs.dtype(e) == dtype {
-            e
-        } else {
-            self.exprs.intern(Expr::Cast(e), dtype)
+            return e;
         }
+        // Narrowing back what an exact widening produced is the original.
+        if let Expr::Cast(inner) = self.exprs.get(e) {
+            let (from, via) = (self.exprs.dtype(*inner), self.exprs.dtype(e));
+            if from == dtype && widens_exactly(from, via) {
+                return *inner;
+            }
+        }
+        self.exprs.intern(Expr::Cast(e), dtype)
     }
 
     fn reduced_value(&mut self, id: SNodeId) -> Built<ExprId> {
@@ -423,7 +429,7 @@ impl<'a> KernelBuilder<'a> {
             Op::Cast { dtype } => {
                 let a = self.load(arg0()?, idx)?;
                 // Round to the target dtype, then compute in its compute dtype.
-                let a = self.exprs.intern(Expr::Cast(a), *dtype);
+                let a = self.cast(a, *dtype);
                 self.cast(a, compute_dtype(*dtype))
             }
             Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => {
@@ -517,6 +523,18 @@ impl<'a> KernelBuilder<'a> {
         }
         Ok(acc)
     }
+}
+
+/// Whether every value of `from` is exactly representable in `to`.
+fn widens_exactly(from: DType, to: DType) -> bool {
+    use DType::*;
+    matches!(
+        (from, to),
+        (Float16 | BFloat16, Float32 | Float64)
+            | (Float32, Float64)
+            | (Int32, Int64)
+            | (Bool, Int32 | Int64)
+    )
 }
 
 /// The dtype two comparison operands are compared in.

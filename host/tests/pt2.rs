@@ -65,30 +65,65 @@ fn check(what: &str, outs: &[Tensor], want: &[f64]) {
     assert!(err <= 1e-4, "{what}: relative error {err:e}");
 }
 
+/// The archive imports and matches PyTorch on the interpreter, after the passes, and
+/// through the scheduled loop IR (what every GPU plugin's code is generated from).
+fn matches_pytorch(model: &str, archive: &str) {
+    let path = fixtures().join(archive);
+    let what = path.display().to_string();
+    let g = load(&path).unwrap_or_else(|e| panic!("{what}: {}", kiln::cli::report(&e)));
+    let inputs = vec![read_input(model, &g)];
+    let want = expected(model);
+    check(
+        &what,
+        &kiln::interp::evaluate(&g, &inputs).expect("eval"),
+        &want,
+    );
+    let mut after = g.clone();
+    kiln::passes::run_pipeline(&mut after).expect("passes");
+    check(
+        &format!("{what} after passes"),
+        &kiln::interp::evaluate(&after, &inputs).expect("eval after passes"),
+        &want,
+    );
+    let scheduled = kiln::schedule::schedule(&after).expect("schedule");
+    let outs = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
+    check(&format!("{what} scheduled"), &outs, &want);
+}
+
+macro_rules! matches_pytorch {
+    ($($test:ident: $model:literal, $archive:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            matches_pytorch($model, $archive);
+        }
+    )*};
+}
+
+matches_pytorch! {
+    mlp_matches_pytorch: "mlp", "mlp.pt2";
+    mlp_core_matches_pytorch: "mlp", "mlp_core.pt2";
+    ln_softmax_matches_pytorch: "ln_softmax", "ln_softmax.pt2";
+    ln_softmax_core_matches_pytorch: "ln_softmax", "ln_softmax_core.pt2";
+    gelu_residual_matches_pytorch: "gelu_residual", "gelu_residual.pt2";
+    gelu_residual_core_matches_pytorch: "gelu_residual", "gelu_residual_core.pt2";
+    attention_matches_pytorch: "attention", "attention.pt2";
+    attention_core_matches_pytorch: "attention", "attention_core.pt2";
+}
+
 #[test]
-fn every_archive_matches_pytorch_before_and_after_passes_and_scheduled() {
-    for (model, path) in archives() {
-        let what = path.display().to_string();
-        let g = load(&path).unwrap_or_else(|e| panic!("{what}: {}", kiln::cli::report(&e)));
-        let x = read_input(model, &g);
-        let want = expected(model);
-        let inputs = vec![x];
-        check(
-            &what,
-            &kiln::interp::evaluate(&g, &inputs).expect("eval"),
-            &want,
-        );
-        let mut after = g.clone();
-        kiln::passes::run_pipeline(&mut after).expect("passes");
-        check(
-            &format!("{what} after passes"),
-            &kiln::interp::evaluate(&after, &inputs).expect("eval after passes"),
-            &want,
-        );
-        let scheduled = kiln::schedule::schedule(&after).expect("schedule");
-        let outs = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
-        check(&format!("{what} scheduled"), &outs, &want);
-    }
+fn every_fixture_archive_is_tested() {
+    let mut found: Vec<String> = std::fs::read_dir(fixtures())
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pt2"))
+        .collect();
+    found.sort();
+    let mut tested: Vec<String> = archives()
+        .iter()
+        .filter_map(|(_, p)| Some(p.file_name()?.to_string_lossy().into_owned()))
+        .collect();
+    tested.sort();
+    assert_eq!(found, tested, "a new fixture archive needs a test above");
 }
 
 #[test]

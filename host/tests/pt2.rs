@@ -127,6 +127,59 @@ fn every_fixture_archive_is_tested() {
 }
 
 #[test]
+fn explicit_getitem_nodes_select_outputs() {
+    // Archives may spell a multi-output op's outputs as `operator.getitem` nodes on the
+    // op's node name: rewrite attention_core's split that way and it still matches.
+    let mut m = members(&fixtures().join("attention_core.pt2"));
+    for (name, bytes) in &mut m {
+        if !name.ends_with("models/model.json") {
+            continue;
+        }
+        let mut v: Value = serde_json::from_slice(bytes).expect("json");
+        let nodes = v["graph_module"]["graph"]["nodes"]
+            .as_array_mut()
+            .expect("nodes");
+        let at = nodes
+            .iter()
+            .position(|n| n["name"] == "split_with_sizes")
+            .expect("split node");
+        let outs = nodes[at]["outputs"][0]["as_tensors"].clone();
+        let outs = outs.as_array().expect("as_tensors").clone();
+        nodes[at]["outputs"] = serde_json::json!([{"as_tensors": [
+            {"name": "part_0"}, {"name": "part_1"}, {"name": "part_2"}
+        ]}]);
+        for (i, o) in outs.iter().enumerate() {
+            let target = ["_operator.getitem", "<built-in function getitem>"][i % 2];
+            nodes.insert(
+                at + 1 + i,
+                serde_json::json!({
+                    "target": target,
+                    "inputs": [
+                        {"name": "", "arg": {"as_tensor": {"name": "split_with_sizes"}}, "kind": 1},
+                        {"name": "", "arg": {"as_int": i}, "kind": 1}
+                    ],
+                    "outputs": [{"as_tensor": {"name": o["name"]}}],
+                    "name": o["name"]
+                }),
+            );
+        }
+        *bytes = serde_json::to_vec(&v).expect("json");
+    }
+    let g = read_pt2(
+        std::io::Cursor::new(write_zip(&m, false)),
+        "attention",
+        &Pt2Options::default(),
+    )
+    .unwrap_or_else(|e| panic!("{}", kiln::cli::report(&e)));
+    let inputs = vec![read_input("attention", &g)];
+    check(
+        "explicit getitem",
+        &kiln::interp::evaluate(&g, &inputs).expect("eval"),
+        &expected("attention"),
+    );
+}
+
+#[test]
 fn params_as_inputs_come_after_the_user_inputs() {
     for (model, path) in archives() {
         let baked = load(&path).expect("baked");

@@ -666,3 +666,26 @@ fn getitem_args(n: &schema::Node, node: &str) -> Result<(Raw, i64), Pt2Error> {
         _ => Err(bad("the index must be a non-negative integer")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{target, Target};
+
+    #[test]
+    fn targets_drop_namespace_and_overload() {
+        let op = |t| match target(t) {
+            Target::Aten(op) => op.to_string(),
+            Target::GetItem => "getitem".into(),
+            Target::Unsupported => "-".into(),
+        };
+        assert_eq!(op("torch.ops.aten.linear.default"), "linear");
+        assert_eq!(op("torch.ops.aten.split.Tensor"), "split");
+        assert_eq!(op("aten.add"), "add");
+        assert_eq!(op("_operator.getitem"), "getitem");
+        assert_eq!(op("<built-in function getitem>"), "getitem");
+        assert_eq!(op("torch.ops.aten.getitem.default"), "-");
+        assert_eq!(op("torch.ops.prims.add.default"), "-");
+        assert_eq!(op("torch.ops.aten.frobnicate.default"), "-");
+        assert_eq!(op("torch.ops.aten.add.Tensor.extra"), "-");
+    }
+}

@@ -311,3 +311,32 @@ fn symbol_names(v: &Value) -> String {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scalar_type_codes() {
+        assert_eq!(dtype(7, "t").ok(), Some(DType::Float32));
+        assert_eq!(dtype(13, "t").ok(), Some(DType::BFloat16));
+        assert_eq!(dtype(12, "t").ok(), Some(DType::Bool));
+        assert!(dtype(10, "t").is_err(), "complex");
+    }
+
+    #[test]
+    fn arguments() {
+        let arg = |v| argument("n", "p", &v).map_err(|e| e.to_string());
+        assert_eq!(arg(json!({"as_int": -1})), Ok(Some(Raw::Int(-1))));
+        assert_eq!(arg(json!({"as_none": true})), Ok(None));
+        assert_eq!(arg(json!({"as_memory_format": 1})), Ok(None));
+        assert_eq!(
+            arg(json!({"as_scalar_type": 6})),
+            Ok(Some(Raw::Str("float16".into())))
+        );
+        assert!(arg(json!({"as_memory_format": 2})).is_err_and(|e| e.contains("channels-last")));
+        assert!(arg(json!({"as_sym_int": {"as_name": "s3"}})).is_err_and(|e| e.contains("`s3`")));
+        assert!(arg(json!({"as_graph": {}})).is_err_and(|e| e.contains("`as_graph`")));
+    }
+}

@@ -413,6 +413,9 @@ pub(super) fn build<R: Read + Seek>(
     let mut index = 0;
     for s in &specs {
         if let InputSpec::User(t) = s {
+            if g.has_name(t) {
+                return Err(Pt2Error::Schema(format!("placeholder `{t}` is defined twice")).into());
+            }
             let id = g.add_node(Node {
                 name: t.clone(),
                 op: Op::Input { index },

@@ -14,8 +14,12 @@ use crate::codegen::triton::Options;
 /// Arguments of `host compile`.
 #[derive(Debug, Args)]
 pub struct CompileArgs {
-    /// The graph file (kiln-graph/1 TOML).
+    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
     pub file: PathBuf,
+    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
+    /// (after the user inputs) instead of baking them in from the archive.
+    #[arg(long)]
+    pub params_as_inputs: bool,
 
     /// The device to generate code for: a device name a plugin provides (see `host list`).
     #[arg(long)]
@@ -48,7 +52,12 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
         .ok_or_else(|| registry.explain_missing(&args.device))?
         .clone();
     let start = Instant::now();
-    let mut graph = crate::graph::load_toml(&args.file)?;
+    let mut graph = crate::graph::load_with(
+        &args.file,
+        &crate::graph::LoadOptions {
+            params_as_inputs: args.params_as_inputs,
+        },
+    )?;
     let pre_passes = args.debug.then(|| crate::graph::print::to_text(&graph));
     crate::passes::run_pipeline(&mut graph)?;
     let features = plugin

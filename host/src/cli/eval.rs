@@ -1,4 +1,4 @@
-//! `host eval FILE [--inputs DIR] [--seed N] [--out DIR]`: runs the reference interpreter.
+//! `host eval FILE [--params-as-inputs] [--inputs DIR] [--seed N] [--out DIR]`: runs the reference interpreter.
 
 use super::Error;
 use crate::tensor::Tensor;
@@ -9,8 +9,12 @@ use std::path::PathBuf;
 /// Arguments of `host eval`.
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// The graph file (kiln-graph/1 TOML).
+    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
     pub file: PathBuf,
+    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
+    /// (after the user inputs) instead of baking them in from the archive.
+    #[arg(long)]
+    pub params_as_inputs: bool,
     /// Folder with one raw file per input (`NAME.bin` or `inputN.bin`); random inputs
     /// when absent.
     #[arg(long, value_name = "DIR")]
@@ -25,7 +29,12 @@ pub struct EvalArgs {
 
 /// Runs `host eval`.
 pub fn run(a: &EvalArgs) -> Result<(), Error> {
-    let g = crate::graph::load_toml(&a.file)?;
+    let g = crate::graph::load_with(
+        &a.file,
+        &crate::graph::LoadOptions {
+            params_as_inputs: a.params_as_inputs,
+        },
+    )?;
     let decls: Vec<(String, crate::graph::TensorMeta)> = g
         .inputs()
         .iter()

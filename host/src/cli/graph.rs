@@ -1,4 +1,4 @@
-//! `host graph FILE [--after-passes] [--format text|dot|json]`: prints a graph.
+//! `host graph FILE [--params-as-inputs] [--after-passes] [--format text|dot|json]`: prints a graph.
 
 use super::Error;
 use crate::graph::print;
@@ -19,8 +19,12 @@ pub enum Format {
 /// Arguments of `host graph`.
 #[derive(Args, Debug)]
 pub struct GraphArgs {
-    /// The graph file (kiln-graph/1 TOML).
+    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
     pub file: PathBuf,
+    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
+    /// (after the user inputs) instead of baking them in from the archive.
+    #[arg(long)]
+    pub params_as_inputs: bool,
     /// Print the graph after the pass pipeline.
     #[arg(long)]
     pub after_passes: bool,
@@ -31,7 +35,12 @@ pub struct GraphArgs {
 
 /// Runs `host graph`.
 pub fn run(a: &GraphArgs) -> Result<(), Error> {
-    let mut g = crate::graph::load_toml(&a.file)?;
+    let mut g = crate::graph::load_with(
+        &a.file,
+        &crate::graph::LoadOptions {
+            params_as_inputs: a.params_as_inputs,
+        },
+    )?;
     if a.after_passes {
         let report = crate::passes::run_pipeline(&mut g)?;
         tracing::info!("{report}");

@@ -1,0 +1,153 @@
+//! The zip container of a `.pt2` archive: opens it, checks every member name before
+//! anything is read, and reads members by name under caps on the member count and on
+//! the total decompressed size.
+//!
+//! Member names come from an untrusted file: a name with a `..` component, an absolute
+//! path or a drive letter makes the whole archive invalid, even though Kiln never writes
+//! members to disk. This module must never interpret a member's content.
+
+use super::Pt2Error;
+use std::io::{Read, Seek};
+use zip::ZipArchive;
+
+/// Limits on what reading one archive may cost.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// the most members the archive may have
+    pub max_members: usize,
+    /// the most bytes all members read together may decompress to
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_members: 10_000,
+            max_total_bytes: 4 << 30,
+        }
+    }
+}
+
+/// An open archive whose member names were all checked.
+pub(super) struct Archive<R> {
+    zip: ZipArchive<R>,
+    names: Vec<String>,
+    limits: Limits,
+    /// bytes decompressed so far, against `limits.max_total_bytes`
+    read_so_far: u64,
+}
+
+/// Why `name` may not be used as a member name, if it may not.
+fn unsafe_name(name: &str) -> Option<&'static str> {
+    if name.starts_with('/') || name.starts_with('\\') {
+        return Some("an absolute path");
+    }
+    let bytes = name.as_bytes();
+    if bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic() {
+        return Some("a drive letter");
+    }
+    if name.contains('\0') {
+        return Some("a NUL character");
+    }
+    if name.split(['/', '\\']).any(|c| c == "..") {
+        return Some("a `..` component");
+    }
+    None
+}
+
+impl<R: Read + Seek> Archive<R> {
+    /// Opens a zip and checks the member count and every member name.
+    pub(super) fn open(reader: R, limits: Limits) -> Result<Archive<R>, Pt2Error> {
+        let zip = ZipArchive::new(reader).map_err(|e| Pt2Error::NotZip(e.to_string()))?;
+        if zip.len() > limits.max_members {
+            return Err(Pt2Error::TooManyMembers {
+                found: zip.len(),
+                max: limits.max_members,
+            });
+        }
+        let mut names = Vec::with_capacity(zip.len());
+        for name in zip.file_names() {
+            let name = name.map_err(|e| Pt2Error::NotZip(e.to_string()))?;
+            if let Some(why) = unsafe_name(&name) {
+                return Err(Pt2Error::UnsafeMemberName {
+                    name: name.into_owned(),
+                    why,
+                });
+            }
+            names.push(name.into_owned());
+        }
+        Ok(Archive {
+            zip,
+            names,
+            limits,
+            read_so_far: 0,
+        })
+    }
+
+    /// Every member name, in the archive's order.
+    pub(super) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Whether a member of this exact name exists.
+    pub(super) fn has(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+
+    /// Reads a whole member, counting its decompressed bytes against the cap. The declared
+    /// size is checked first, and the actual stream is cut at the cap too, since a
+    /// declared size may lie.
+    pub(super) fn read(&mut self, name: &str) -> Result<Vec<u8>, Pt2Error> {
+        if !self.has(name) {
+            return Err(Pt2Error::MissingMember(name.into()));
+        }
+        let budget = self.limits.max_total_bytes.saturating_sub(self.read_so_far);
+        let too_large = || Pt2Error::TooLarge {
+            member: name.into(),
+            max: self.limits.max_total_bytes,
+        };
+        let file = self.zip.by_name(name).map_err(|e| Pt2Error::Member {
+            member: name.into(),
+            message: e.to_string(),
+        })?;
+        if file.size() > budget {
+            return Err(too_large());
+        }
+        let mut out = Vec::with_capacity(usize::try_from(file.size()).unwrap_or(0));
+        file.take(budget.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|e| Pt2Error::Member {
+                member: name.into(),
+                message: e.to_string(),
+            })?;
+        let n = out.len() as u64;
+        if n > budget {
+            return Err(too_large());
+        }
+        self.read_so_far += n;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsafe_name;
+
+    #[test]
+    fn member_names() {
+        for bad in [
+            "/etc/passwd",
+            "\\x",
+            "a/../b",
+            "..",
+            "a\\..\\b",
+            "C:/x",
+            "a\0b",
+        ] {
+            assert!(unsafe_name(bad).is_some(), "{bad:?}");
+        }
+        for good in ["archive/models/model.json", "a/..b/c", "x..y"] {
+            assert!(unsafe_name(good).is_none(), "{good:?}");
+        }
+    }
+}

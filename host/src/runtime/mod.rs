@@ -85,8 +85,9 @@ impl Slot {
 
 /// A loaded program.
 pub struct Module {
-    // Kept alive while `call` may run.
-    _lib: libloading::Library,
+    // Never unloaded: OpenMP's worker threads (libgomp, loaded with the
+    // library) outlive a call, and unloading under them crashes the process.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
     call: CallFn,
     path: PathBuf,
     inputs: Vec<Slot>,
@@ -161,7 +162,7 @@ impl Module {
             });
         }
         Ok(Module {
-            _lib: lib,
+            _lib: std::mem::ManuallyDrop::new(lib),
             call,
             path: path.to_path_buf(),
             inputs,

@@ -297,7 +297,7 @@ fn random_graph(rows: usize, cols: usize, spec: &[(u8, usize, usize)]) -> String
     t.replace("OUT", &format!("v{}", n - 1))
 }
 
-fn compile_and_compare(text: &str) -> Result<(), String> {
+fn compile_and_compare(text: &str, tolerance: f64) -> Result<(), String> {
     let graph = kiln::graph::parse_toml(text).map_err(|e| e.to_string())?;
     let metas: Vec<_> = graph
         .inputs()
@@ -326,7 +326,7 @@ fn compile_and_compare(text: &str) -> Result<(), String> {
             .iter()
             .zip(&r)
             .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-        if g.shape != w.shape || err.is_nan() || err / scale > 1e-4 {
+        if g.shape != w.shape || err.is_nan() || err / scale > tolerance {
             return Err(format!(
                 "relative error {:e} (shapes {:?} {:?})\n{}",
                 err / scale,
@@ -349,8 +349,20 @@ proptest! {
         spec in proptest::collection::vec((0u8..15, 0usize..32, 0usize..32), 1..7),
     ) {
         let text = random_graph(rows, cols, &spec);
-        if let Err(e) = compile_and_compare(&text) {
+        if let Err(e) = compile_and_compare(&text, 1e-4) {
             prop_assert!(false, "{}\n{}", e, text);
+        }
+    }
+}
+
+#[test]
+fn half_precision_and_float64_graphs_match() {
+    let spec = [(11u8, 1usize, 2usize), (10, 3, 0), (9, 4, 1), (12, 2, 5)];
+    let text = random_graph(3, 4, &spec);
+    for (dtype, tolerance) in [("float16", 1e-2), ("bfloat16", 1e-2), ("float64", 1e-9)] {
+        let typed = text.replace("float32", dtype);
+        if let Err(e) = compile_and_compare(&typed, tolerance) {
+            panic!("{dtype}: {e}\n{typed}");
         }
     }
 }

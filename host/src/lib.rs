@@ -4,6 +4,7 @@
 //! [`graph`] (IR, import) → [`passes`] → schedule → [`codegen`] → [`cli`].
 //! [`interp`] is the float64 reference interpreter every test checks against;
 //! [`tensor_io`] reads and writes the raw tensor files of the command line.
+//! [`runtime`] compiles generated C++ (cached) and runs it in-process for `host run`.
 //! [`conformance`] checks one plugin against every guarantee, in child processes.
 //! See `ARCHITECTURE.md`.
 
@@ -14,6 +15,7 @@ pub mod graph;
 pub mod interp;
 pub mod passes;
 pub mod plugins;
+pub mod runtime;
 pub mod schedule;
 pub mod tensor;
 pub mod tensor_io;

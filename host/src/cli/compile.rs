@@ -1,5 +1,6 @@
 //! `host compile FILE --device D -o DIR`: a graph to device code, in
-//! TorchInductor's debug layout.
+//! TorchInductor's debug layout: `output_code.py` for a Triton device,
+//! `wrapper.cpp` for a C++ device (`cpu`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ pub struct CompileArgs {
     #[arg(long)]
     pub device: String,
 
-    /// The output folder, created if needed: output_code.py goes there.
+    /// The output folder, created if needed: output_code.py (or wrapper.cpp) goes there.
     #[arg(short = 'o', long = "out", value_name = "DIR", default_value = "out")]
     pub out: PathBuf,
 
@@ -68,7 +69,18 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     let options = Options {
         autotune: args.autotune,
     };
-    let output = crate::codegen::python_triton(&scheduled, &plugin, &options)?;
+    // Route by the plugin's scheduling kind: C++ kernels and wrapper.cpp, or
+    // Triton kernels and output_code.py.
+    let cpp = plugin
+        .backend_spec()?
+        .is_some_and(|s| s.scheduling == kiln_plugin_api::SchedulingKind::Cpp);
+    let (file_name, text) = if cpp {
+        let output = crate::codegen::cpp_wrapper(&scheduled, &plugin)?;
+        ("wrapper.cpp", output.source)
+    } else {
+        let output = crate::codegen::python_triton(&scheduled, &plugin, &options)?;
+        ("output_code.py", output.output_code)
+    };
     let elapsed = start.elapsed();
     std::fs::create_dir_all(&args.out).map_err(|e| {
         format!(
@@ -76,7 +88,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
             args.out.display()
         )
     })?;
-    write_file(&args.out, "output_code.py", &output.output_code)?;
+    write_file(&args.out, file_name, &text)?;
     if let Some(pre) = pre_passes {
         write_file(&args.out, "graph_pre_passes.txt", &pre)?;
         write_file(
@@ -103,7 +115,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
         elapsed.as_secs_f64() * 1e3,
         scheduled.program.kernel_count(),
         scheduled.program.steps.len() - scheduled.program.kernel_count(),
-        args.out.join("output_code.py").display()
+        args.out.join(file_name).display()
     );
     Ok(ExitCode::SUCCESS)
 }

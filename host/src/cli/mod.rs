@@ -13,6 +13,7 @@ mod eval;
 mod graph;
 mod inspect;
 mod list;
+mod run;
 
 /// Kiln: a graph compiler whose device backends are drop-in plugins.
 #[derive(Debug, Parser)]
@@ -46,8 +47,10 @@ pub enum Command {
     List(list::ListArgs),
     /// Show everything one plugin provides: override strings, properties, features, heuristics.
     Inspect(inspect::InspectArgs),
-    /// Compile a graph for a device into output_code.py (Triton kernels and a Python wrapper).
+    /// Compile a graph for a device: output_code.py (Triton devices) or wrapper.cpp (C++ devices such as cpu).
     Compile(compile::CompileArgs),
+    /// Compile a graph for the cpu device, run it in-process, and optionally check it against the reference.
+    Run(run::RunArgs),
     /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
     Graph(graph::GraphArgs),
     /// Run a graph on the float64 reference interpreter.
@@ -91,6 +94,7 @@ pub fn main() -> ExitCode {
             .map_err(Into::into),
         Command::Conformance(args) => conformance::run(&cli, args),
         Command::Compile(args) => compile::run(&cli, args),
+        Command::Run(args) => run::run(&cli, args),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@
 //! Code generation never touches a device: it only asks the plugin for strings
 //! and numbers.
 
+pub mod cpp;
 pub mod keywords;
 pub mod namer;
 pub mod triton;
@@ -44,6 +45,12 @@ pub enum Error {
     /// Triton kernel generation failed.
     #[error(transparent)]
     Triton(#[from] triton::Error),
+    /// C++ kernel generation failed.
+    #[error(transparent)]
+    Cpp(#[from] cpp::Error),
+    /// The C++ wrapper could not be written.
+    #[error(transparent)]
+    CppWrapper(#[from] wrapper::cpp::Error),
     /// Writing text failed.
     #[error("formatting the wrapper failed")]
     Fmt(#[from] std::fmt::Error),
@@ -111,6 +118,51 @@ pub fn python_triton(
     let output_code = wrapper::python::write(scheduled, &kernels, &strings, &mut namer)?;
     Ok(Output {
         output_code,
+        kernels: kernels.into_iter().map(|k| k.info).collect(),
+    })
+}
+
+/// Generated C++ for a C++-scheduled device.
+#[derive(Debug, Clone)]
+pub struct CppOutput {
+    /// `wrapper.cpp`: kernels, prelude and the `kiln_call` entry point.
+    pub source: String,
+    /// Call information of every kernel, in order.
+    pub kernels: Vec<cpp::KernelInfo>,
+}
+
+/// `wrapper.cpp` (C++/OpenMP kernels and a C++ wrapper) for a C++-scheduled
+/// device such as `cpu`, built on the plugin's `kernel_header`.
+pub fn cpp_wrapper(scheduled: &Scheduled, plugin: &Plugin) -> Result<CppOutput, Error> {
+    let spec = plugin.backend_spec()?.ok_or_else(|| Error::Unsupported {
+        plugin: plugin.name().to_string(),
+        what: "it provides no backend spec (scheduling kind and wrappers)".into(),
+    })?;
+    if spec.scheduling != kiln_plugin_api::SchedulingKind::Cpp {
+        return Err(Error::Unsupported {
+            plugin: plugin.name().to_string(),
+            what: format!(
+                "it schedules `{}` kernels; C++/OpenMP kernels are for `cpp`-scheduled devices",
+                spec.scheduling.name()
+            ),
+        });
+    }
+    if !spec.wrappers.contains(kiln_plugin_api::Wrappers::CPP) {
+        return Err(Error::Unsupported {
+            plugin: plugin.name().to_string(),
+            what: "it does not support the C++ wrapper".into(),
+        });
+    }
+    for which in crate::plugins::requirements::required_overrides(&spec, WrapperKind::Cpp) {
+        required(plugin, which, "C++")?;
+    }
+    let header = required(plugin, Override::KernelHeader, "C++")?;
+    let mut namer = namer::Namer::new();
+    let kernels = cpp::write_kernels(&scheduled.program, plugin, &mut namer)?;
+    let origin = format!("{} {}", plugin.name(), plugin.version());
+    let source = wrapper::cpp::write(scheduled, &kernels, &header, &origin, &mut namer)?;
+    Ok(CppOutput {
+        source,
         kernels: kernels.into_iter().map(|k| k.info).collect(),
     })
 }

@@ -1,4 +1,5 @@
 //! Wrapper generators: the host code that allocates buffers and launches the
 //! kernels, built from the plugin's `DeviceOpOverrides` strings.
 
+pub mod cpp;
 pub mod python;

@@ -1,0 +1,287 @@
+//! Expressions, indices and literals as C++ text.
+//!
+//! float16 and bfloat16 values are computed in `float`: they are converted by
+//! the prelude's `kiln_h2f`/`kiln_bf2f` when loaded and rounded back by
+//! `kiln_f2h`/`kiln_f2bf` when stored. Index arithmetic is `int64_t`; `/` and
+//! `%` are C++'s truncating operators, which equal Python's floor operators
+//! because index operands are never negative.
+
+use crate::graph::dtype::DType;
+use crate::graph::ops::{BinaryOp, UnaryOp};
+use crate::schedule::index::{Index, Var};
+use crate::schedule::ir::{Cond, Expr, ExprArena, ExprId, Literal, ReduceKind};
+
+/// The C++ type a value of `d` is computed in.
+pub fn compute_type(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "bool",
+        DType::Int32 => "int32_t",
+        DType::Int64 => "int64_t",
+        DType::Float16 | DType::BFloat16 | DType::Float32 => "float",
+        DType::Float64 => "double",
+    }
+}
+
+/// The C++ type an element of `d` is stored as.
+pub fn storage_type(d: DType) -> &'static str {
+    match d {
+        DType::Float16 | DType::BFloat16 => "uint16_t",
+        other => compute_type(other),
+    }
+}
+
+/// `value` (an element read from storage of `d`) converted to its compute type.
+pub fn load_conversion(d: DType, value: &str) -> String {
+    match d {
+        DType::Float16 => format!("kiln_h2f({value})"),
+        DType::BFloat16 => format!("kiln_bf2f({value})"),
+        _ => value.to_string(),
+    }
+}
+
+/// `value` (of compute type `from`) converted for storage as `to`.
+pub fn store_conversion(from: DType, to: DType, value: &str) -> String {
+    match to {
+        DType::Float16 => format!("kiln_f2h(static_cast<float>({value}))"),
+        DType::BFloat16 => format!("kiln_f2bf(static_cast<float>({value}))"),
+        DType::Bool if from != DType::Bool => format!("({value} != 0)"),
+        _ if compute_type(from) == compute_type(to) => value.to_string(),
+        _ => format!("static_cast<{}>({value})", compute_type(to)),
+    }
+}
+
+/// A C++ literal of `value` in the compute type of `d`: exact (the shortest
+/// decimal that reads back as the same number), with infinities and NaN from
+/// `std::numeric_limits`.
+pub fn float_text(value: f64, d: DType) -> String {
+    let ty = compute_type(d);
+    if value.is_nan() {
+        return format!("std::numeric_limits<{ty}>::quiet_NaN()");
+    }
+    if value.is_infinite() {
+        let sign = if value < 0.0 { "-" } else { "" };
+        return format!("{sign}std::numeric_limits<{ty}>::infinity()");
+    }
+    if ty == "float" {
+        // The value rounded to float once, printed so that it reads back exactly.
+        format!("{:?}f", value as f32)
+    } else {
+        format!("{value:?}")
+    }
+}
+
+/// An integer literal of type `int64_t` (`i64::MIN` has no literal of its own).
+pub fn int_text(i: i64) -> String {
+    if i == i64::MIN {
+        "(-INT64_C(9223372036854775807) - 1)".to_string()
+    } else {
+        format!("INT64_C({i})")
+    }
+}
+
+/// A literal in the compute type of `d`.
+pub fn literal_text(l: Literal, d: DType) -> String {
+    match (l, d) {
+        (_, DType::Bool) => if l.to_f64() != 0.0 { "true" } else { "false" }.to_string(),
+        (Literal::Float(bits), d) if d.is_float() => float_text(f64::from_bits(bits), d),
+        (l, DType::Int32) => format!("static_cast<int32_t>({})", int_text(l.to_f64() as i64)),
+        (Literal::Int(i), _) => int_text(i),
+        (l, d) if d.is_float() => float_text(l.to_f64(), d),
+        (l, _) => int_text(l.to_f64() as i64),
+    }
+}
+
+/// An index expression over the loop variables `x` and `r`; `r_zero` renders
+/// `r` as `0` (pointwise kernels have no reduction loop).
+pub fn index_text(i: &Index, r_zero: bool) -> String {
+    match i {
+        Index::Var(Var::X) => "x".to_string(),
+        Index::Var(Var::R) if r_zero => "INT64_C(0)".to_string(),
+        Index::Var(Var::R) => "r".to_string(),
+        Index::Const(c) => int_text(*c),
+        Index::Add(terms) => {
+            let parts: Vec<String> = terms.iter().map(|t| index_text(t, r_zero)).collect();
+            format!("({})", parts.join(" + "))
+        }
+        Index::Mul(e, k) => format!("({} * {})", int_text(*k), index_text(e, r_zero)),
+        Index::Div(e, k) => format!("({} / {})", index_text(e, r_zero), int_text(*k)),
+        Index::Mod(e, k) => format!("({} % {})", index_text(e, r_zero), int_text(*k)),
+    }
+}
+
+/// An index condition `lo <= index < hi` as a C++ boolean.
+pub fn cond_text(c: &Cond, r_zero: bool) -> String {
+    let idx = index_text(&c.index, r_zero);
+    format!(
+        "({} <= {idx} && {idx} < {})",
+        int_text(c.lo),
+        int_text(c.hi)
+    )
+}
+
+/// The neutral element of a reduction accumulating in `d`.
+pub fn neutral(kind: ReduceKind, d: DType) -> String {
+    let ty = compute_type(d);
+    match (kind, d) {
+        (ReduceKind::Sum, DType::Bool) => "false".into(),
+        (ReduceKind::Sum, _) => format!("static_cast<{ty}>(0)"),
+        (ReduceKind::Max, DType::Bool) => "false".into(),
+        (ReduceKind::Min, DType::Bool) => "true".into(),
+        (ReduceKind::Max, d) if d.is_float() => format!("-std::numeric_limits<{ty}>::infinity()"),
+        (ReduceKind::Min, d) if d.is_float() => format!("std::numeric_limits<{ty}>::infinity()"),
+        (ReduceKind::Max, _) => format!("std::numeric_limits<{ty}>::lowest()"),
+        (ReduceKind::Min, _) => format!("std::numeric_limits<{ty}>::max()"),
+    }
+}
+
+/// Renders the right-hand sides of computed expressions.
+pub struct Renderer<'a> {
+    /// The kernel's expressions.
+    pub exprs: &'a ExprArena,
+}
+
+impl Renderer<'_> {
+    /// The variable naming `id`.
+    pub fn var(id: ExprId) -> String {
+        format!("tmp{}", id.0)
+    }
+
+    /// `id` as an operand: a literal inline, a reduction result by its name,
+    /// anything else by its variable.
+    pub fn operand(&self, id: ExprId) -> String {
+        match self.exprs.get(id) {
+            Expr::Literal(l) => literal_text(*l, self.exprs.dtype(id)),
+            Expr::Reduced(n) => format!("red{n}"),
+            _ => Self::var(id),
+        }
+    }
+
+    /// The right-hand side computing `id` from its operands (loads are
+    /// written by the kernel writer, which knows the buffers).
+    pub fn rhs(&self, id: ExprId, r_zero: bool) -> Result<String, String> {
+        let d = self.exprs.dtype(id);
+        let ty = compute_type(d);
+        Ok(match self.exprs.get(id) {
+            Expr::Unary(op, a) => unary(*op, &self.operand(*a), d)?,
+            Expr::Binary(op, a, b) => binary(
+                *op,
+                &self.operand(*a),
+                &self.operand(*b),
+                self.exprs.dtype(*a),
+                ty,
+            )?,
+            Expr::Where(c, a, b) => format!(
+                "({} ? static_cast<{ty}>({}) : static_cast<{ty}>({}))",
+                self.operand(*c),
+                self.operand(*a),
+                self.operand(*b)
+            ),
+            Expr::Cast(a) => {
+                let src = self.operand(*a);
+                if d == DType::Bool {
+                    format!("({src} != 0)")
+                } else {
+                    format!("static_cast<{ty}>({src})")
+                }
+            }
+            Expr::Select(c, a, b) => format!(
+                "({} ? static_cast<{ty}>({}) : static_cast<{ty}>({}))",
+                cond_text(c, r_zero),
+                self.operand(*a),
+                self.operand(*b)
+            ),
+            Expr::Load { .. } | Expr::Literal(_) | Expr::Reduced(_) => {
+                return Err("internal: not a computed expression".into())
+            }
+        })
+    }
+}
+
+fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
+    let ty = compute_type(d);
+    let float_only = |f: &str| {
+        if d.is_float() {
+            Ok(format!("{f}({a})"))
+        } else {
+            Err(format!("`{op:?}` of {}", d.name()))
+        }
+    };
+    match op {
+        UnaryOp::Abs if d == DType::Bool => Ok(a.to_string()),
+        UnaryOp::Abs => Ok(format!("static_cast<{ty}>(std::abs({a}))")),
+        UnaryOp::Neg => Ok(format!("static_cast<{ty}>(-{a})")),
+        UnaryOp::Relu => Ok(format!(
+            "({a} < static_cast<{ty}>(0) ? static_cast<{ty}>(0) : {a})"
+        )),
+        UnaryOp::Exp => float_only("std::exp"),
+        UnaryOp::Log => float_only("std::log"),
+        UnaryOp::Log1p => float_only("std::log1p"),
+        UnaryOp::Sqrt => float_only("std::sqrt"),
+        UnaryOp::Rsqrt => float_only("std::sqrt").map(|s| format!("(static_cast<{ty}>(1) / {s})")),
+        UnaryOp::Sin => float_only("std::sin"),
+        UnaryOp::Cos => float_only("std::cos"),
+        UnaryOp::Tanh => float_only("std::tanh"),
+        UnaryOp::Erf => float_only("std::erf"),
+        UnaryOp::Sigmoid => float_only("kiln_sigmoid"),
+        UnaryOp::Silu => float_only("kiln_sigmoid").map(|s| format!("({a} * {s})")),
+        UnaryOp::Reciprocal => float_only("").map(|_| format!("(static_cast<{ty}>(1) / {a})")),
+    }
+}
+
+fn binary(op: BinaryOp, a: &str, b: &str, operand: DType, ty: &str) -> Result<String, String> {
+    let float = operand.is_float();
+    Ok(match op {
+        BinaryOp::Add => format!("static_cast<{ty}>({a} + {b})"),
+        BinaryOp::Sub => format!("static_cast<{ty}>({a} - {b})"),
+        BinaryOp::Mul => format!("static_cast<{ty}>({a} * {b})"),
+        BinaryOp::Div if float => format!("({a} / {b})"),
+        BinaryOp::Div => format!("(static_cast<{ty}>({a}) / static_cast<{ty}>({b}))"),
+        BinaryOp::DivTrunc if float => format!("std::trunc({a} / {b})"),
+        BinaryOp::DivFloor if float => format!("std::floor({a} / {b})"),
+        // Integer division by zero would trap; PyTorch raises, Kiln gives 0.
+        BinaryOp::DivTrunc => format!("static_cast<{ty}>(kiln_divtrunc({a}, {b}))"),
+        BinaryOp::DivFloor => format!("static_cast<{ty}>(kiln_divfloor({a}, {b}))"),
+        BinaryOp::Pow if float => format!("std::pow({a}, {b})"),
+        BinaryOp::Pow => return Err(format!("integer `pow` of {}", operand.name())),
+        BinaryOp::Maximum => format!("kiln_maximum({a}, {b})"),
+        BinaryOp::Minimum => format!("kiln_minimum({a}, {b})"),
+        BinaryOp::Eq => format!("({a} == {b})"),
+        BinaryOp::Ne => format!("({a} != {b})"),
+        BinaryOp::Lt => format!("({a} < {b})"),
+        BinaryOp::Le => format!("({a} <= {b})"),
+        BinaryOp::Gt => format!("({a} > {b})"),
+        BinaryOp::Ge => format!("({a} >= {b})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_read_back_exactly() {
+        assert_eq!(float_text(0.1, DType::Float64), "0.1");
+        assert_eq!(float_text(1e-5, DType::Float32), "1e-5f");
+        assert_eq!(float_text(3.0, DType::Float32), "3.0f");
+        assert_eq!(
+            float_text(f64::NEG_INFINITY, DType::Float32),
+            "-std::numeric_limits<float>::infinity()"
+        );
+        assert_eq!(int_text(-4), "INT64_C(-4)");
+        assert!(int_text(i64::MIN).contains("9223372036854775807"));
+        assert_eq!(literal_text(Literal::Int(1), DType::Bool), "true");
+    }
+
+    #[test]
+    fn indices_use_truncating_operators_on_non_negative_operands() {
+        let i = Index::Add(vec![
+            Index::Div(Box::new(Index::Var(Var::X)), 2),
+            Index::Mul(Box::new(Index::Mod(Box::new(Index::Var(Var::R)), 2)), 3),
+        ]);
+        assert_eq!(
+            index_text(&i, false),
+            "((x / INT64_C(2)) + (INT64_C(3) * (r % INT64_C(2))))"
+        );
+        assert_eq!(index_text(&Index::Var(Var::R), true), "INT64_C(0)");
+    }
+}

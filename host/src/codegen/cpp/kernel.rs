@@ -1,0 +1,392 @@
+//! The writer of one C++/OpenMP kernel function.
+//!
+//! A pointwise kernel is one `#pragma omp parallel for simd` loop over its
+//! elements. A reduction kernel is a `#pragma omp parallel for` over its rows;
+//! inside a row, values are placed in *phases* exactly as the loop-IR
+//! evaluator (`schedule/eval.rs`) orders them: phase 0 needs no reduction
+//! result, phase p + 1 needs a reduction finished in phase p. Each phase that
+//! has reductions or stores varying along the row runs one `#pragma omp simd`
+//! loop over `r`, recomputing from the loads what it needs (nothing is kept
+//! per row element). Parallel chunk sizes come from the plugin's heuristics.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+use kiln_plugin_api::{PointwiseQuery, ReductionQuery};
+
+use super::expr::{
+    compute_type, cond_text, index_text, load_conversion, neutral, storage_type, store_conversion,
+    Renderer,
+};
+use super::{Error, KernelInfo};
+use crate::codegen::triton::LaunchHeuristics;
+use crate::graph::dtype::DType;
+use crate::schedule::index::Var;
+use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
+
+/// A generated kernel: its C++ function and what the wrapper needs to call it.
+#[derive(Clone, Debug)]
+pub struct GeneratedKernel {
+    /// The C++ function.
+    pub source: String,
+    /// How to call it.
+    pub info: KernelInfo,
+}
+
+/// Writes kernel `k` of `program` as a C++ function called `name`.
+pub fn write_kernel(
+    program: &Program,
+    k: &Kernel,
+    name: &str,
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<GeneratedKernel, Error> {
+    let writes = k.writes();
+    let reads: Vec<BufferId> = k
+        .reads()
+        .into_iter()
+        .filter(|b| !writes.contains(b))
+        .collect();
+    let mut arg_names = HashMap::new();
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    for (i, b) in reads.iter().enumerate() {
+        let ty = storage_type(program.buffer(*b).dtype);
+        arg_names.insert(*b, format!("in_ptr{i}"));
+        params.push(format!("const {ty}* __restrict__ in_ptr{i}"));
+        args.push(*b);
+    }
+    for (i, b) in writes.iter().enumerate() {
+        let ty = storage_type(program.buffer(*b).dtype);
+        arg_names.insert(*b, format!("out_ptr{i}"));
+        params.push(format!("{ty}* __restrict__ out_ptr{i}"));
+        args.push(*b);
+    }
+    let element_bytes = args
+        .iter()
+        .map(|b| program.buffer(*b).dtype.size_bytes() as u32)
+        .max()
+        .unwrap_or(4);
+    let pointwise = !k.space.is_reduction() && k.reductions.is_empty();
+    let configs = if pointwise {
+        heuristics.pointwise_configs(PointwiseQuery {
+            numel: k.space.x.max(0) as u64,
+            element_bytes,
+        })
+    } else {
+        heuristics.reduction_configs(ReductionQuery {
+            rows: k.space.x.max(0) as u64,
+            row_len: k.space.r.max(0) as u64,
+            element_bytes,
+        })
+    }
+    .map_err(Error::Heuristics)?;
+    let chunk = configs
+        .first()
+        .map(|c| c.x_block.max(1))
+        .ok_or_else(|| Error::Heuristics(format!("no launch config for kernel `{name}`")))?;
+
+    let mut w = Writer {
+        k,
+        program,
+        renderer: Renderer { exprs: &k.exprs },
+        arg_names: &arg_names,
+        out: String::new(),
+        name,
+    };
+    writeln!(
+        w.out,
+        "// {} x {}; parallel chunk {chunk} from the plugin's heuristics.",
+        k.space.x, k.space.r
+    )?;
+    writeln!(w.out, "static void {name}({}) {{", params.join(", "))?;
+    if pointwise {
+        w.pointwise_body(chunk)?;
+    } else {
+        w.reduction_body(chunk)?;
+    }
+    w.out.push_str("}\n");
+    Ok(GeneratedKernel {
+        source: w.out,
+        info: KernelInfo {
+            name: name.to_string(),
+            args,
+            chunk,
+        },
+    })
+}
+
+struct Writer<'a> {
+    k: &'a Kernel,
+    program: &'a Program,
+    renderer: Renderer<'a>,
+    arg_names: &'a HashMap<BufferId, String>,
+    out: String,
+    name: &'a str,
+}
+
+impl Writer<'_> {
+    fn unsupported(&self, what: String) -> Error {
+        Error::Unsupported {
+            kernel: self.name.to_string(),
+            what,
+        }
+    }
+
+    fn line(&mut self, depth: usize, text: &str) {
+        for _ in 0..depth {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    fn ptr(&self, buf: BufferId) -> Result<String, Error> {
+        self.arg_names
+            .get(&buf)
+            .cloned()
+            .ok_or_else(|| self.unsupported(format!("buffer {} is not an argument", buf.0)))
+    }
+
+    fn emit_expr(&mut self, depth: usize, id: ExprId, r_zero: bool) -> Result<(), Error> {
+        let d = self.k.exprs.dtype(id);
+        let ty = compute_type(d);
+        let rhs = match self.k.exprs.get(id) {
+            Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
+            Expr::Load { buf, index, guards } => {
+                let stored = self.program.buffer(*buf).dtype;
+                let ptr = self.ptr(*buf)?;
+                let value =
+                    load_conversion(stored, &format!("{ptr}[{}]", index_text(index, r_zero)));
+                let value = if compute_type(stored) == ty {
+                    value
+                } else {
+                    format!("static_cast<{ty}>({value})")
+                };
+                if guards.is_empty() {
+                    value
+                } else {
+                    let conds: Vec<String> = guards.iter().map(|g| cond_text(g, r_zero)).collect();
+                    format!("({} ? {value} : static_cast<{ty}>(0))", conds.join(" && "))
+                }
+            }
+            _ => self
+                .renderer
+                .rhs(id, r_zero)
+                .map_err(|e| self.unsupported(e))?,
+        };
+        self.line(depth, &format!("const {ty} {} = {rhs};", Renderer::var(id)));
+        Ok(())
+    }
+
+    fn store_line(&mut self, depth: usize, s: &Store, r_zero: bool) -> Result<(), Error> {
+        let ptr = self.ptr(s.buf)?;
+        let to = self.program.buffer(s.buf).dtype;
+        let from = self.k.exprs.dtype(s.value);
+        let value = store_conversion(from, to, &self.renderer.operand(s.value));
+        self.line(
+            depth,
+            &format!("{ptr}[{}] = {value};", index_text(&s.index, r_zero)),
+        );
+        Ok(())
+    }
+
+    fn pointwise_body(&mut self, chunk: u32) -> Result<(), Error> {
+        let x = self.k.space.x;
+        self.line(
+            1,
+            &format!(
+                "#pragma omp parallel for simd schedule(simd : static, {chunk}) if ({x} > {chunk})"
+            ),
+        );
+        self.line(1, &format!("for (int64_t x = 0; x < {x}; ++x) {{"));
+        let needed = needed(self.k);
+        for (id, _, _) in self.k.exprs.iter() {
+            if needed.contains(&id) {
+                self.emit_expr(2, id, true)?;
+            }
+        }
+        for s in self.k.stores.clone() {
+            self.store_line(2, &s, true)?;
+        }
+        self.line(1, "}");
+        Ok(())
+    }
+
+    fn reduction_body(&mut self, chunk: u32) -> Result<(), Error> {
+        let k = self.k;
+        let n = k.exprs.len();
+        let mut uses_r = vec![false; n];
+        let mut phase = vec![0usize; n];
+        for (id, e, _) in k.exprs.iter() {
+            let i = id.0 as usize;
+            let ops = k.exprs.operands(id);
+            uses_r[i] = match e {
+                Expr::Load { index, guards, .. } => {
+                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
+                }
+                Expr::Select(c, ..) => {
+                    c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])
+                }
+                _ => ops.iter().any(|o| uses_r[o.0 as usize]),
+            };
+            phase[i] = match e {
+                Expr::Reduced(r) => k
+                    .reductions
+                    .get(*r)
+                    .map_or(0, |red| phase[red.value.0 as usize] + 1),
+                _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
+            };
+        }
+        // A store varies along the row when its value or its index does (as in eval.rs).
+        let store_varies: Vec<bool> = k
+            .stores
+            .iter()
+            .map(|s| uses_r[s.value.0 as usize] || s.index.uses(Var::R))
+            .collect();
+        let red_phase: Vec<usize> = k
+            .reductions
+            .iter()
+            .map(|r| phase[r.value.0 as usize])
+            .collect();
+        let last = red_phase
+            .iter()
+            .copied()
+            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .max()
+            .unwrap_or(0);
+        let needed = needed(k);
+        let (x, r) = (k.space.x, k.space.r);
+        self.line(
+            1,
+            &format!("#pragma omp parallel for schedule(static, {chunk}) if ({x} > {chunk})"),
+        );
+        self.line(1, &format!("for (int64_t x = 0; x < {x}; ++x) {{"));
+        for p in 0..=last + 1 {
+            if p > 0 {
+                for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l == p - 1) {
+                    let red = &k.reductions[i];
+                    let ty = compute_type(red.acc_dtype);
+                    let value = match red.kind {
+                        ReduceKind::Sum => format!("acc{i}"),
+                        _ if red.acc_dtype.is_float() => {
+                            format!("(nan{i} ? std::numeric_limits<{ty}>::quiet_NaN() : acc{i})")
+                        }
+                        _ => format!("acc{i}"),
+                    };
+                    self.line(2, &format!("[[maybe_unused]] const {ty} red{i} = {value};"));
+                }
+            }
+            for (id, _, _) in k.exprs.iter() {
+                let i = id.0 as usize;
+                if phase[i] == p && !uses_r[i] && needed.contains(&id) {
+                    self.emit_expr(2, id, false)?;
+                }
+            }
+            for (s, varies) in k.stores.iter().zip(&store_varies) {
+                if phase[s.value.0 as usize] == p && !varies {
+                    self.store_line(2, s, false)?;
+                }
+            }
+            let reds: Vec<usize> = (0..red_phase.len())
+                .filter(|i| red_phase[*i] == p)
+                .collect();
+            let stores: Vec<Store> = k
+                .stores
+                .iter()
+                .zip(&store_varies)
+                .filter(|(s, varies)| phase[s.value.0 as usize] == p && **varies)
+                .map(|(s, _)| s.clone())
+                .collect();
+            if reds.is_empty() && stores.is_empty() {
+                continue;
+            }
+            let mut clauses = Vec::new();
+            let mut simd = true;
+            for &i in &reds {
+                let red = &k.reductions[i];
+                let ty = compute_type(red.acc_dtype);
+                self.line(
+                    2,
+                    &format!("{ty} acc{i} = {};", neutral(red.kind, red.acc_dtype)),
+                );
+                if red.acc_dtype == DType::Bool {
+                    // OpenMP has no `max`/`+` reduction over `bool`: a scalar loop.
+                    simd = false;
+                }
+                match red.kind {
+                    ReduceKind::Sum => clauses.push(format!("reduction(+ : acc{i})")),
+                    ReduceKind::Max => clauses.push(format!("reduction(max : acc{i})")),
+                    ReduceKind::Min => clauses.push(format!("reduction(min : acc{i})")),
+                }
+                if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+                    // NaN propagates (torch.amax/amin): tracked beside the vector max/min.
+                    self.line(2, &format!("bool nan{i} = false;"));
+                    clauses.push(format!("reduction(| : nan{i})"));
+                }
+            }
+            if simd {
+                self.line(
+                    2,
+                    format!("#pragma omp simd {}", clauses.join(" ")).trim_end(),
+                );
+            }
+            self.line(2, &format!("for (int64_t r = 0; r < {r}; ++r) {{"));
+            let mut roots: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
+            roots.extend(stores.iter().map(|s| s.value));
+            let wanted = closure(k, &roots, &uses_r);
+            for (id, _, _) in k.exprs.iter() {
+                if uses_r[id.0 as usize] && wanted.contains(&id) {
+                    self.emit_expr(3, id, false)?;
+                }
+            }
+            for &i in &reds {
+                let red = &k.reductions[i];
+                let ty = compute_type(red.acc_dtype);
+                let v = format!("static_cast<{ty}>({})", self.renderer.operand(red.value));
+                match red.kind {
+                    ReduceKind::Sum => self.line(3, &format!("acc{i} += {v};")),
+                    kind => {
+                        let cmp = if kind == ReduceKind::Max { ">" } else { "<" };
+                        self.line(3, &format!("const {ty} v{i} = {v};"));
+                        self.line(3, &format!("acc{i} = v{i} {cmp} acc{i} ? v{i} : acc{i};"));
+                        if red.acc_dtype.is_float() {
+                            self.line(3, &format!("nan{i} |= (v{i} != v{i});"));
+                        }
+                    }
+                }
+            }
+            for s in &stores {
+                self.store_line(3, s, false)?;
+            }
+            self.line(2, "}");
+        }
+        self.line(1, "}");
+        Ok(())
+    }
+}
+
+/// Expressions reachable from the kernel's stores and reductions.
+fn needed(k: &Kernel) -> HashSet<ExprId> {
+    let mut roots: Vec<ExprId> = k.stores.iter().map(|s| s.value).collect();
+    roots.extend(k.reductions.iter().map(|r| r.value));
+    let mut seen = HashSet::new();
+    while let Some(e) = roots.pop() {
+        if seen.insert(e) {
+            roots.extend(k.exprs.operands(e));
+        }
+    }
+    seen
+}
+
+/// The expressions varying along the row that `roots` need (stopping at
+/// values constant along the row, computed outside the loop).
+fn closure(k: &Kernel, roots: &[ExprId], uses_r: &[bool]) -> HashSet<ExprId> {
+    let mut seen = HashSet::new();
+    let mut stack: Vec<ExprId> = roots.to_vec();
+    while let Some(e) = stack.pop() {
+        if uses_r[e.0 as usize] && seen.insert(e) {
+            stack.extend(k.exprs.operands(e));
+        }
+    }
+    seen
+}

@@ -1,0 +1,193 @@
+//! The system C++ compiler and the compile cache.
+//!
+//! The compiler is `$CXX`, else the first of `c++`, `g++`, `clang++` on the
+//! `PATH`. Flags are `-O3 -march=native -fopenmp` (replaced by
+//! `$KILN_CXXFLAGS` when set) plus `-std=c++17 -shared -fPIC`, which a loadable
+//! library always needs. Libraries are cached in `$KILN_CACHE_DIR` (default
+//! `~/.cache/kiln`) under the SHA-256 of the source, the flags and the
+//! compiler's `--version` output, and written atomically (a temporary file
+//! renamed into place), so concurrent runs never see half a library.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+/// The optimisation flags used unless `KILN_CXXFLAGS` is set.
+pub const DEFAULT_FLAGS: &str = "-O3 -march=native -fopenmp";
+/// Flags every library needs, whatever `KILN_CXXFLAGS` says.
+pub const REQUIRED_FLAGS: &[&str] = &["-std=c++17", "-shared", "-fPIC"];
+
+/// Why a library could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No compiler could be run.
+    #[error("no C++ compiler: {0}; install g++ or clang++, or set CXX to a C++ compiler")]
+    NoCompiler(String),
+    /// The compiler rejected the source.
+    #[error(
+        "the C++ compiler failed ({compiler} {flags}); the generated source is kept at {source_path}\n{message}"
+    )]
+    Compile {
+        /// The compiler command.
+        compiler: String,
+        /// The flags.
+        flags: String,
+        /// Where the source is.
+        source_path: PathBuf,
+        /// The compiler's output.
+        message: String,
+    },
+    /// The cache folder could not be used.
+    #[error("compile cache {path}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A C++ compiler and its flags.
+#[derive(Clone, Debug)]
+pub struct Compiler {
+    /// The program.
+    pub program: String,
+    /// `--version` output (part of the cache key).
+    pub version: String,
+    /// Every flag, in order.
+    pub flags: Vec<String>,
+}
+
+impl Compiler {
+    /// The compiler from the environment (`CXX`, `KILN_CXXFLAGS`).
+    pub fn from_env() -> Result<Compiler, Error> {
+        let candidates: Vec<String> = match std::env::var("CXX") {
+            Ok(cxx) if !cxx.trim().is_empty() => vec![cxx],
+            _ => ["c++", "g++", "clang++"].map(String::from).to_vec(),
+        };
+        let mut tried = Vec::new();
+        for program in candidates {
+            match Command::new(&program).arg("--version").output() {
+                Ok(out) if out.status.success() => {
+                    let flags = std::env::var("KILN_CXXFLAGS")
+                        .unwrap_or_else(|_| DEFAULT_FLAGS.to_string())
+                        .split_whitespace()
+                        .map(String::from)
+                        .chain(REQUIRED_FLAGS.iter().map(|f| f.to_string()))
+                        .collect();
+                    return Ok(Compiler {
+                        program,
+                        version: String::from_utf8_lossy(&out.stdout).into_owned(),
+                        flags,
+                    });
+                }
+                Ok(out) => tried.push(format!("`{program} --version` exited with {}", out.status)),
+                Err(e) => tried.push(format!("cannot run `{program}`: {e}")),
+            }
+        }
+        Err(Error::NoCompiler(tried.join("; ")))
+    }
+}
+
+/// The cache folder: `$KILN_CACHE_DIR`, else `~/.cache/kiln`, else a folder
+/// in the system's temporary directory.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KILN_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".cache").join("kiln"),
+        None => std::env::temp_dir().join("kiln-cache"),
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, renamed.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = temp_beside(path);
+    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+fn temp_beside(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    path.with_file_name(format!(".{name}.{}.{nanos}.tmp", std::process::id()))
+}
+
+/// A compiled library and whether it came from the cache.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The shared library.
+    pub library: PathBuf,
+    /// The source it was built from (kept beside it).
+    pub source: PathBuf,
+    /// Whether it was already in the cache.
+    pub cached: bool,
+}
+
+/// Compiles `source` into a shared library in `dir`, or finds it there.
+pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Error> {
+    let mut hasher = Sha256::new();
+    for part in [
+        source,
+        &compiler.flags.join(" "),
+        &compiler.program,
+        &compiler.version,
+    ] {
+        hasher.update(part.as_bytes());
+        hasher.update([0u8]);
+    }
+    let digest = hasher.finalize();
+    let key: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let library = dir.join(format!("kiln_{key}{}", std::env::consts::DLL_SUFFIX));
+    let source_path = dir.join(format!("kiln_{key}.cpp"));
+    if library.is_file() {
+        return Ok(Built {
+            library,
+            source: source_path,
+            cached: true,
+        });
+    }
+    write_atomic(&source_path, source.as_bytes())?;
+    let tmp = temp_beside(&library);
+    let output = Command::new(&compiler.program)
+        .args(&compiler.flags)
+        .arg(&source_path)
+        .arg("-o")
+        .arg(&tmp)
+        .output()
+        .map_err(|e| Error::NoCompiler(format!("cannot run `{}`: {e}", compiler.program)))?;
+    if !output.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        let mut message = String::from_utf8_lossy(&output.stderr).into_owned();
+        message.push_str(&String::from_utf8_lossy(&output.stdout));
+        return Err(Error::Compile {
+            compiler: compiler.program.clone(),
+            flags: compiler.flags.join(" "),
+            source_path,
+            message: message.trim_end().to_string(),
+        });
+    }
+    std::fs::rename(&tmp, &library).map_err(io(&library))?;
+    Ok(Built {
+        library,
+        source: source_path,
+        cached: false,
+    })
+}

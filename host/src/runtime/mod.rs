@@ -1,0 +1,281 @@
+//! Running generated C++ in-process: the compile cache ([`compile`]) and a
+//! loaded library whose `kiln_call` runs a scheduled program on tensors.
+//!
+//! This is the only module that executes generated code; code generation
+//! never does. Tensors cross the boundary as dense little-endian storage in
+//! their dtype (float16/bfloat16 as raw bits), 8-byte aligned.
+
+pub mod compile;
+
+use std::path::{Path, PathBuf};
+
+use crate::graph::dtype::DType;
+use crate::schedule::Scheduled;
+use crate::tensor::Tensor;
+use crate::tensor_io::{decode, encode};
+
+/// Why a compiled program could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Building the library failed.
+    #[error(transparent)]
+    Compile(#[from] compile::Error),
+    /// The library could not be opened or lacks an entry point.
+    #[error("cannot load {path}")]
+    Load {
+        /// The library.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: libloading::Error,
+    },
+    /// The library is not the program it should be.
+    #[error("{path}: {what}")]
+    Mismatch {
+        /// The library.
+        path: PathBuf,
+        /// What differs.
+        what: String,
+    },
+    /// An input does not fit the graph.
+    #[error("input {index}: expected {expected}, got {found}")]
+    Input {
+        /// Position.
+        index: usize,
+        /// What the graph declares.
+        expected: String,
+        /// What was given.
+        found: String,
+    },
+    /// `kiln_call` reported a failure.
+    #[error("the compiled program failed with status {0} (out of memory)")]
+    Call(i32),
+}
+
+type CallFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> i32;
+type CountFn = unsafe extern "C" fn() -> i32;
+
+/// A tensor layout of the program's boundary.
+#[derive(Clone, Debug, PartialEq)]
+struct Slot {
+    dtype: DType,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+}
+
+impl Slot {
+    /// Elements of storage the layout spans.
+    fn extent(&self) -> usize {
+        if self.shape.iter().any(|d| *d <= 0) {
+            return 0;
+        }
+        let last: i64 = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .map(|(d, s)| (d - 1) * s.max(&0))
+            .sum();
+        (last + 1).max(0) as usize
+    }
+
+    fn words(&self) -> usize {
+        (self.extent() * self.dtype.size_bytes()).div_ceil(8).max(1)
+    }
+}
+
+/// A loaded program.
+pub struct Module {
+    // Never unloaded: OpenMP's worker threads (libgomp, loaded with the
+    // library) outlive a call, and unloading under them crashes the process.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
+    call: CallFn,
+    path: PathBuf,
+    inputs: Vec<Slot>,
+    outputs: Vec<Slot>,
+}
+
+/// Inputs laid out for `kiln_call`, reusable across calls (benchmarks).
+pub struct Prepared {
+    inputs: Vec<Vec<u64>>,
+    outputs: Vec<Vec<u64>>,
+}
+
+fn bytes_of(words: &mut [u64]) -> &mut [u8] {
+    let len = std::mem::size_of_val(words);
+    // SAFETY: u64 storage viewed as bytes: same memory, alignment 1 <= 8, length in bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
+}
+
+impl Module {
+    /// Opens the library at `path`, built from `scheduled`.
+    pub fn load(path: &Path, scheduled: &Scheduled) -> Result<Module, Error> {
+        let p = &scheduled.program;
+        let load = |source| Error::Load {
+            path: path.to_path_buf(),
+            source,
+        };
+        // SAFETY: the library is one Kiln generated and compiled; its
+        // initialisers only set up static constants.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(load)?;
+        // SAFETY: the symbols have the signatures `wrapper/cpp.rs` writes.
+        let (call, abi, n_in, n_out) = unsafe {
+            let call: libloading::Symbol<CallFn> = lib.get(b"kiln_call\0").map_err(load)?;
+            let abi: libloading::Symbol<CountFn> = lib.get(b"kiln_abi_version\0").map_err(load)?;
+            let n_in: libloading::Symbol<CountFn> = lib.get(b"kiln_num_inputs\0").map_err(load)?;
+            let n_out: libloading::Symbol<CountFn> =
+                lib.get(b"kiln_num_outputs\0").map_err(load)?;
+            (*call, abi(), n_in(), n_out())
+        };
+        let inputs: Vec<Slot> = p
+            .inputs
+            .iter()
+            .map(|b| {
+                let buf = p.buffer(*b);
+                Slot {
+                    dtype: buf.dtype,
+                    shape: buf.shape.clone(),
+                    strides: buf.strides.clone(),
+                }
+            })
+            .collect();
+        let outputs: Vec<Slot> = p
+            .outputs
+            .iter()
+            .map(|v| Slot {
+                dtype: p.buffer(v.buf).dtype,
+                shape: v.shape.clone(),
+                strides: crate::graph::shape::contiguous_strides(&v.shape),
+            })
+            .collect();
+        let expected = (
+            crate::codegen::wrapper::cpp::ABI_VERSION,
+            inputs.len() as i32,
+            outputs.len() as i32,
+        );
+        if (abi, n_in, n_out) != expected {
+            return Err(Error::Mismatch {
+                path: path.to_path_buf(),
+                what: format!(
+                    "ABI {abi} with {n_in} inputs and {n_out} outputs, expected ABI {} with {} and {}",
+                    expected.0, expected.1, expected.2
+                ),
+            });
+        }
+        Ok(Module {
+            _lib: std::mem::ManuallyDrop::new(lib),
+            call,
+            path: path.to_path_buf(),
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The library's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Lays out `inputs` (one per graph input) for [`Module::call`].
+    pub fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::Input {
+                index: inputs.len().min(self.inputs.len()),
+                expected: format!("{} inputs", self.inputs.len()),
+                found: format!("{}", inputs.len()),
+            });
+        }
+        let mut staged = Vec::new();
+        for (i, (t, slot)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if t.shape != slot.shape || t.dtype != slot.dtype {
+                return Err(Error::Input {
+                    index: i,
+                    expected: format!("{}{:?}", slot.dtype, slot.shape),
+                    found: format!("{}{:?}", t.dtype, t.shape),
+                });
+            }
+            let mut words = vec![0u64; slot.words()];
+            let size = slot.dtype.size_bytes();
+            let bytes = bytes_of(&mut words);
+            let values = t.to_vec();
+            let encoded = encode(&values, slot.dtype);
+            let mut n = 0usize;
+            crate::graph::shape::for_each_index(&slot.shape, |idx| {
+                let off: i64 = idx.iter().zip(&slot.strides).map(|(a, s)| a * s).sum();
+                let (dst, src) = (off as usize * size, n * size);
+                if let (Some(d), Some(s)) =
+                    (bytes.get_mut(dst..dst + size), encoded.get(src..src + size))
+                {
+                    d.copy_from_slice(s);
+                }
+                n += 1;
+            });
+            if slot.shape.is_empty() {
+                if let (Some(d), Some(s)) = (bytes.get_mut(..size), encoded.get(..size)) {
+                    d.copy_from_slice(s);
+                }
+            }
+            staged.push(words);
+        }
+        let outputs = self.outputs.iter().map(|s| vec![0u64; s.words()]).collect();
+        Ok(Prepared {
+            inputs: staged,
+            outputs,
+        })
+    }
+
+    /// Runs the program once on prepared inputs.
+    pub fn call(&self, prepared: &mut Prepared) -> Result<(), Error> {
+        let ins: Vec<*const u8> = prepared
+            .inputs
+            .iter()
+            .map(|w| w.as_ptr().cast::<u8>())
+            .collect();
+        let outs: Vec<*mut u8> = prepared
+            .outputs
+            .iter_mut()
+            .map(|w| w.as_mut_ptr().cast::<u8>())
+            .collect();
+        // SAFETY: every pointer spans the storage its tensor's layout needs
+        // (checked in `prepare`), and the library was checked at load.
+        let status = unsafe { (self.call)(ins.as_ptr(), outs.as_ptr()) };
+        if status != 0 {
+            return Err(Error::Call(status));
+        }
+        Ok(())
+    }
+
+    /// The outputs of the last call.
+    pub fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
+        self.outputs
+            .iter()
+            .zip(prepared.outputs.iter_mut())
+            .map(|(slot, words)| {
+                let n = slot.extent() * slot.dtype.size_bytes();
+                let bytes = bytes_of(words);
+                let values = decode(&bytes[..n.min(bytes.len())], slot.dtype);
+                let mut values = values;
+                let numel: i64 = slot.shape.iter().product();
+                values.resize(numel.max(0) as usize, 0.0);
+                Tensor::new(slot.shape.clone(), slot.dtype, values)
+            })
+            .collect()
+    }
+
+    /// Runs the program on `inputs` and returns its outputs.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        let mut prepared = self.prepare(inputs)?;
+        self.call(&mut prepared)?;
+        Ok(self.outputs(&mut prepared))
+    }
+}
+
+/// Compiles (or finds in the cache) `source` and loads it for `scheduled`.
+pub fn build_and_load(
+    source: &str,
+    scheduled: &Scheduled,
+) -> Result<(Module, compile::Built), Error> {
+    let compiler = compile::Compiler::from_env()?;
+    let built = compile::build(source, &compiler, &compile::cache_dir())?;
+    let module = Module::load(&built.library, scheduled)?;
+    Ok((module, built))
+}

@@ -1,0 +1,368 @@
+//! The cpu device end to end: generated C++ compiles (warning-free under
+//! `-Wall`), runs in-process and matches the reference interpreter, on the
+//! bundled examples and on random graphs; compiler, compile and input errors
+//! are clear. Drives the real `host` binary and the real cpu plugin library
+//! (built by `cargo build --workspace` beside it). Compiled libraries are
+//! cached in a temporary folder per test process.
+
+mod common;
+use common::repo_root;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+
+fn cache_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("kiln-cpu-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("cache dir");
+        dir
+    })
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = cache_dir().join(name);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn host(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_host"));
+    cmd.args(args)
+        .env("KILN_CACHE_DIR", cache_dir())
+        .env_remove("KILN_PLUGIN_PATH")
+        .env_remove("KILN_CXXFLAGS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("host runs");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+fn example(name: &str) -> String {
+    repo_root()
+        .join("examples")
+        .join(format!("{name}.toml"))
+        .to_string_lossy()
+        .into()
+}
+
+#[test]
+fn small_examples_compile_run_and_match_the_reference() {
+    for name in [
+        "add",
+        "small_layernorm",
+        "small_softmax",
+        "small_mlp",
+        "small_views",
+        "small_gpt2_block",
+    ] {
+        let (code, out, err) = host(&["run", &example(name), "--device", "cpu", "--check"], &[]);
+        assert_eq!(code, 0, "{name}\n{out}\n{err}");
+        assert!(out.contains("check: all"), "{name}\n{out}");
+    }
+}
+
+#[test]
+fn design_workloads_generate_cpp() {
+    for name in [
+        "attention",
+        "gelu_chain",
+        "gpt2_block",
+        "layer_norm",
+        "mlp",
+        "rmsnorm_silu",
+        "softmax",
+    ] {
+        let dir = scratch(&format!("compile_{name}"));
+        let dir_s = dir.to_string_lossy().to_string();
+        let (code, _, err) = host(
+            &["compile", &example(name), "--device", "cpu", "-o", &dir_s],
+            &[],
+        );
+        assert_eq!(code, 0, "{name}: {err}");
+        let text = std::fs::read_to_string(dir.join("wrapper.cpp")).expect("wrapper.cpp");
+        assert!(text.contains("extern \"C\" int kiln_call("), "{name}");
+        assert!(text.contains("#pragma omp parallel for"), "{name}");
+    }
+}
+
+#[test]
+fn generated_cpp_compiles_without_warnings_under_wall() {
+    // The big flags replace the defaults; -Werror turns any warning into a failure.
+    let flags = "-O1 -fopenmp -Wall -Wextra -Werror";
+    for name in ["small_gpt2_block", "small_layernorm"] {
+        let (code, out, err) = host(
+            &["run", &example(name), "--device", "cpu", "--check"],
+            &[("KILN_CXXFLAGS", flags)],
+        );
+        assert_eq!(code, 0, "{name}\n{out}\n{err}");
+    }
+}
+
+#[test]
+fn a_missing_compiler_is_a_clear_error() {
+    let (code, _, err) = host(
+        &["run", &example("add"), "--device", "cpu"],
+        &[
+            ("CXX", "/nonexistent/kiln-c++"),
+            ("KILN_CACHE_DIR", &scratch("nocxx").to_string_lossy()),
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("no C++ compiler"), "{err}");
+    assert!(err.contains("/nonexistent/kiln-c++"), "{err}");
+}
+
+#[test]
+fn a_failing_compile_shows_the_compiler_message_and_keeps_the_source() {
+    let (code, _, err) = host(
+        &["run", &example("add"), "--device", "cpu"],
+        &[("KILN_CXXFLAGS", "-fno-such-flag")],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("the C++ compiler failed"), "{err}");
+    assert!(
+        err.contains("no-such-flag"),
+        "compiler message missing: {err}"
+    );
+    let kept = err
+        .split("kept at ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no kept path in {err}"));
+    let kept = kept.trim_end_matches([';', ',']);
+    assert!(Path::new(kept).is_file(), "{kept} does not exist");
+}
+
+#[test]
+fn a_wrong_size_input_file_is_a_clear_error() {
+    let dir = scratch("wrong_size");
+    // add.toml's first input is float32[4, 8]: 128 bytes, not 12.
+    std::fs::write(dir.join("input0.bin"), [0u8; 12]).expect("write");
+    std::fs::write(dir.join("input1.bin"), [0u8; 32]).expect("write");
+    let (code, _, err) = host(
+        &[
+            "run",
+            &example("add"),
+            "--device",
+            "cpu",
+            "--inputs",
+            &dir.to_string_lossy(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("expected 128 bytes"), "{err}");
+}
+
+#[test]
+fn triton_devices_are_pointed_to_output_code_py() {
+    let (code, _, err) = host(&["run", &example("add"), "--device", "gxu"], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("host run executes on the cpu device; for cuda/gxu/xpu use output_code.py"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_reads_inputs_writes_outputs_and_benchmarks_like_eval() {
+    let dir = scratch("io");
+    let inputs = dir.join("in");
+    std::fs::create_dir_all(&inputs).expect("mkdir");
+    let values: Vec<u8> = (0..32)
+        .flat_map(|i| (i as f32 * 0.25 - 3.0).to_le_bytes())
+        .collect();
+    std::fs::write(inputs.join("input0.bin"), &values).expect("write");
+    // add.toml: x is float32[4, 8], y float32[8] (broadcast).
+    std::fs::write(inputs.join("input1.bin"), &values[..32]).expect("write");
+    let (ins, run_out, eval_out) = (
+        inputs.to_string_lossy().to_string(),
+        dir.join("run").to_string_lossy().to_string(),
+        dir.join("eval").to_string_lossy().to_string(),
+    );
+    let (code, out, err) = host(
+        &[
+            "run",
+            &example("add"),
+            "--device",
+            "cpu",
+            "--inputs",
+            &ins,
+            "--out",
+            &run_out,
+            "--bench",
+            "3",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("median of 3 runs"), "{out}");
+    let (code, _, err) = host(
+        &[
+            "eval",
+            &example("add"),
+            "--inputs",
+            &ins,
+            "--out",
+            &eval_out,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let got = std::fs::read(dir.join("run/output0.bin")).expect("run output");
+    let want = std::fs::read(dir.join("eval/output0.bin")).expect("eval output");
+    assert_eq!(got, want);
+}
+
+// Random graphs through the library: codegen with the real cpu plugin, the
+// system compiler at -O1, the compiled library run in-process.
+
+fn cpu_plugin() -> &'static kiln::plugins::Plugin {
+    static PLUGIN: OnceLock<std::sync::Arc<kiln::plugins::Plugin>> = OnceLock::new();
+    PLUGIN.get_or_init(|| {
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_host"));
+        let dir = exe.parent().expect("host has a folder").to_path_buf();
+        let registry = kiln::plugins::discover_default(&[dir]);
+        registry
+            .get("cpu")
+            .expect("the cpu plugin is built beside host (cargo build --workspace)")
+            .clone()
+    })
+}
+
+const UNARY: &[&str] = &[
+    "abs", "neg", "exp", "sin", "tanh", "sigmoid", "relu", "silu", "erf", "gelu",
+];
+const BINARY: &[&str] = &["add", "sub", "mul", "maximum", "minimum"];
+
+fn random_graph(rows: usize, cols: usize, spec: &[(u8, usize, usize)]) -> String {
+    let mut t = String::from("format = \"kiln-graph/1\"\nname = \"r\"\noutputs = [\"OUT\"]\n\n");
+    for (name, shape) in [
+        ("a", format!("[{rows}, {cols}]")),
+        ("b", format!("[{cols}]")),
+        ("c", format!("[1, {cols}]")),
+        ("d", format!("[{cols}, {rows}]")),
+        ("e", format!("[{rows}, {}]", 2 * cols)),
+        ("w", format!("[{cols}, {cols}]")),
+    ] {
+        t += &format!("[[inputs]]\nname = \"{name}\"\nshape = {shape}\ndtype = \"float32\"\n\n");
+    }
+    // Values v0..: every one is [rows, cols]; v1 and v2 are non-contiguous views.
+    t += "[[nodes]]\nname = \"v0\"\nop = \"relu\"\nargs = [\"a\"]\n\n";
+    t += "[[nodes]]\nname = \"v1\"\nop = \"transpose\"\nargs = [\"d\", 0, 1]\n\n";
+    t += &format!(
+        "[[nodes]]\nname = \"v2\"\nop = \"slice\"\nargs = [\"e\"]\nattrs = {{ dim = 1, start = 0, end = {}, step = 2 }}\n\n",
+        2 * cols
+    );
+    let mut n = 3;
+    let mut extra = 0;
+    for &(kind, a, b) in spec {
+        let (x, y) = (format!("v{}", a % n), format!("v{}", b % n));
+        let body = match kind {
+            0..=3 => format!(
+                "op = \"{}\"\nargs = [\"{x}\"]",
+                UNARY[(a + b) % UNARY.len()]
+            ),
+            4..=6 => format!(
+                "op = \"{}\"\nargs = [\"{x}\", \"{y}\"]",
+                BINARY[(a * 7 + b) % BINARY.len()]
+            ),
+            7 => format!("op = \"mul\"\nargs = [\"{x}\", \"b\"]"),
+            8 => format!("op = \"add\"\nargs = [\"c\", \"{x}\"]"),
+            9 => format!("op = \"softmax\"\nargs = [\"{x}\", {}]", a % 2),
+            10 => format!("op = \"mm\"\nargs = [\"{x}\", \"w\"]"),
+            11 | 12 => {
+                let red = ["sum", "amax", "amin", "mean"][(a + b) % 4];
+                let dim = b % 2;
+                t += &format!(
+                    "[[nodes]]\nname = \"s{extra}\"\nop = \"{red}\"\nargs = [\"{x}\"]\nattrs = {{ dim = [{dim}], keepdim = true }}\n\n"
+                );
+                extra += 1;
+                format!("op = \"sub\"\nargs = [\"{y}\", \"s{}\"]", extra - 1)
+            }
+            13 => format!("op = \"layer_norm\"\nargs = [\"{x}\", [{cols}], \"b\"]"),
+            _ => format!("op = \"clamp\"\nargs = [\"{x}\"]\nattrs = {{ min = -0.5, max = 0.75 }}"),
+        };
+        t += &format!("[[nodes]]\nname = \"v{n}\"\n{body}\n\n");
+        n += 1;
+    }
+    t.replace("OUT", &format!("v{}", n - 1))
+}
+
+fn compile_and_compare(text: &str, tolerance: f64) -> Result<(), String> {
+    let graph = kiln::graph::parse_toml(text).map_err(|e| e.to_string())?;
+    let metas: Vec<_> = graph
+        .inputs()
+        .iter()
+        .map(|&i| graph.node(i).expect("input").outputs[0].clone())
+        .collect();
+    let inputs = kiln::tensor_io::random_inputs(&metas, 5);
+    let want = kiln::interp::evaluate(&graph, &inputs).map_err(|e| e.to_string())?;
+    let mut lowered = graph.clone();
+    kiln::passes::run_pipeline(&mut lowered).map_err(|e| e.to_string())?;
+    let scheduled = kiln::schedule::schedule(&lowered).map_err(|e| e.to_string())?;
+    let output = kiln::codegen::cpp_wrapper(&scheduled, cpu_plugin()).map_err(|e| e.to_string())?;
+    let mut compiler = kiln::runtime::compile::Compiler::from_env().map_err(|e| e.to_string())?;
+    compiler.flags = ["-O1", "-fopenmp", "-std=c++17", "-shared", "-fPIC"]
+        .map(String::from)
+        .to_vec();
+    let built = kiln::runtime::compile::build(&output.source, &compiler, &scratch("prop"))
+        .map_err(|e| e.to_string())?;
+    let module =
+        kiln::runtime::Module::load(&built.library, &scheduled).map_err(|e| e.to_string())?;
+    let got = module.run(&inputs).map_err(|e| e.to_string())?;
+    for (g, w) in got.iter().zip(&want) {
+        let (v, r) = (g.to_vec(), w.to_vec());
+        let scale = r.iter().fold(1e-6f64, |m, x| m.max(x.abs()));
+        let err = v
+            .iter()
+            .zip(&r)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        if g.shape != w.shape || err.is_nan() || err / scale > tolerance {
+            return Err(format!(
+                "relative error {:e} (shapes {:?} {:?})\n{}",
+                err / scale,
+                g.shape,
+                w.shape,
+                output.source
+            ));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_graphs_compile_run_and_match(
+        rows in 1usize..5,
+        cols in 1usize..6,
+        spec in proptest::collection::vec((0u8..15, 0usize..32, 0usize..32), 1..7),
+    ) {
+        let text = random_graph(rows, cols, &spec);
+        if let Err(e) = compile_and_compare(&text, 1e-4) {
+            prop_assert!(false, "{}\n{}", e, text);
+        }
+    }
+}
+
+#[test]
+fn half_precision_and_float64_graphs_match() {
+    let spec = [(11u8, 1usize, 2usize), (10, 3, 0), (9, 4, 1), (12, 2, 5)];
+    let text = random_graph(3, 4, &spec);
+    for (dtype, tolerance) in [("float16", 1e-2), ("bfloat16", 1e-2), ("float64", 1e-9)] {
+        let typed = text.replace("float32", dtype);
+        if let Err(e) = compile_and_compare(&typed, tolerance) {
+            panic!("{dtype}: {e}\n{typed}");
+        }
+    }
+}

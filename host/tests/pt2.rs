@@ -269,6 +269,50 @@ fn every_archive_compiles_for_cuda_gxu_and_xpu() {
 }
 
 #[test]
+fn every_archive_runs_on_cpu_and_matches_pytorch() {
+    let dir = temp_dir("run");
+    let cache = dir.join("cache");
+    for (model, path) in archives() {
+        let inputs = dir.join(format!("{model}-inputs"));
+        std::fs::create_dir_all(&inputs).expect("inputs dir");
+        std::fs::copy(
+            fixtures().join(format!("{model}.input0.bin")),
+            inputs.join("input0.bin"),
+        )
+        .expect("copy input");
+        let out = dir.join(format!("{model}-out"));
+        let o = Command::new(env!("CARGO_BIN_EXE_host"))
+            .args([
+                "run",
+                &path.to_string_lossy(),
+                "--device",
+                "cpu",
+                "--check",
+                "--inputs",
+            ])
+            .arg(&inputs)
+            .arg("--out")
+            .arg(&out)
+            .env("KILN_CACHE_DIR", &cache)
+            .env_remove("KILN_PLUGIN_PATH")
+            .output()
+            .expect("host runs");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{}: {stderr}", path.display());
+        let got = std::fs::read(out.join("output0.bin")).expect("output0.bin");
+        let got = kiln::tensor_io::decode(&got, kiln::graph::DType::Float32);
+        let g = load(&path).expect("load");
+        let meta = g.meta(g.outputs()[0]).expect("output meta").clone();
+        check(
+            &format!("host run {}", path.display()),
+            &[Tensor::new(meta.shape, meta.dtype, got)],
+            &expected(model),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn host_eval_reads_positional_user_inputs() {
     let dir = temp_dir("eval");
     std::fs::copy(

@@ -16,8 +16,12 @@ use crate::tensor_io;
 /// Arguments of `host run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The graph file (kiln-graph/1 TOML).
+    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
     pub file: PathBuf,
+    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
+    /// (after the user inputs) instead of baking them in from the archive.
+    #[arg(long)]
+    pub params_as_inputs: bool,
     /// The device: one whose plugin schedules C++ kernels (`cpu`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -96,7 +100,12 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
         )
         .into());
     }
-    let graph = crate::graph::load_toml(&args.file)?;
+    let graph = crate::graph::load_with(
+        &args.file,
+        &crate::graph::LoadOptions {
+            params_as_inputs: args.params_as_inputs,
+        },
+    )?;
     let decls: Vec<(String, crate::graph::TensorMeta)> = graph
         .inputs()
         .iter()

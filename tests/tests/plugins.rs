@@ -342,3 +342,36 @@ fn a_plugin_built_against_an_older_shorter_root_module_loads_with_missing_parts_
         .clone();
     assert_eq!(old["status"], "ok, no device module");
 }
+
+/// Discovers one deliberately broken plugin (from `tests/broken`) alone in a folder.
+fn rejected_reason(fixture: &str) -> String {
+    let tmp = TempDir::new(fixture);
+    let bin = isolated_host(&tmp);
+    let dir = tmp.subdir("plugins");
+    copy_into(&dir, &kiln_tests::broken::fixture(fixture), &dll_name(fixture));
+    let list = list_json(host(&bin).arg("--plugins").arg(&dir));
+    assert_eq!(device_names(&list), Vec::<String>::new(), "{list:#}");
+    list["rejected"][0]["reason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{fixture} was not rejected: {list:#}"))
+        .to_string()
+}
+
+#[test]
+fn an_incompatible_api_major_is_refused_naming_both_versions_and_what_to_rebuild() {
+    let reason = rejected_reason("wrong_api_major");
+    assert!(reason.contains("kiln-plugin-api 2."), "{reason}");
+    assert!(reason.contains("this host accepts 1.0 to 1.0"), "{reason}");
+    assert!(reason.contains("rebuild the plugin against kiln-plugin-api 1.0"), "{reason}");
+}
+
+#[test]
+fn empty_and_multi_line_one_line_strings_are_refused_at_load() {
+    let empty = rejected_reason("empty_cpp_device_guard");
+    assert!(empty.contains("`cpp_device_guard` is empty"), "{empty}");
+    let newline = rejected_reason("newline_set_device");
+    assert!(
+        newline.contains("`set_device` must be one line") && newline.contains("U+000A"),
+        "{newline}"
+    );
+}

@@ -320,7 +320,7 @@ impl Writer<'_> {
                 }
                 if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
                     // NaN propagates (torch.amax/amin): tracked beside the vector max/min.
-                    self.line(2, &format!("bool nan{i} = false;"));
+                    self.line(2, &format!("int nan{i} = 0;"));
                     clauses.push(format!("reduction(| : nan{i})"));
                 }
             }

@@ -114,6 +114,37 @@ def resolve(env: dict, a):
     return a
 
 
+class ExportedModel:
+    """A torch.export archive with its input and PyTorch's expected output (the
+    fixtures' layout): the archive's own module is the eager reference."""
+
+    def __init__(self, case_dir: Path, device: torch.device):
+        import json
+
+        self.meta = json.loads((case_dir / "model.json").read_text())
+        self.module = torch.export.load(str(case_dir / "model.pt2")).module().to(device)
+        self.case_dir = case_dir
+        self.device = device
+
+    def inputs(self, seed: int = 0) -> list[torch.Tensor]:
+        out = []
+        for i, spec in enumerate(self.meta["inputs"]):
+            raw = (self.case_dir / f"input{i}.bin").read_bytes()
+            t = torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(spec["shape"])
+            out.append(t.to(self.device))
+        return out
+
+    def expected(self) -> torch.Tensor:
+        spec = self.meta["outputs"][0]
+        raw = (self.case_dir / "expected0.bin").read_bytes()
+        return torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(spec["shape"]).to(self.device)
+
+    def __call__(self, *inputs: torch.Tensor):
+        with torch.no_grad():
+            out = self.module(*inputs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 def load_module(path: Path, device_name: str):
     if device_name == "gxu":
         # CUDA stands in for GXU: the generated code runs unmodified. GXU is a
@@ -152,7 +183,10 @@ def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     device_name, graph_name = case.parent.parent.name, case.parent.name
-    graph = EagerGraph(examples / f"{graph_name}.toml", torch.device("cuda", 0))
+    if (case.parent / "model.pt2").exists():
+        graph = ExportedModel(case.parent, torch.device("cuda", 0))
+    else:
+        graph = EagerGraph(examples / f"{graph_name}.toml", torch.device("cuda", 0))
     module = load_module(case, device_name)
     inputs = graph.inputs()
     want = graph(*inputs)
@@ -174,6 +208,11 @@ def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw
         print(f"vs float64: kiln {kiln64:.2e}, eager {eager64:.2e}", file=sys.stderr)
         ok = kiln64 <= 2 * eager64 + tolerance
         err = kiln64
+    if isinstance(graph, ExportedModel):
+        # Also against PyTorch's float64 result stored with the archive.
+        stored = rel_error(got[0], graph.expected())
+        print(f"vs the archive's expected output: {stored:.2e}", file=sys.stderr)
+        ok = ok and stored <= 1e-4
     del got
     trace = lambda what: print(f"{what}: {torch.cuda.memory_allocated() / 2**30:.2f} GiB live, "
                                f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB peak", file=sys.stderr)

@@ -9,6 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion};
+
+// The allocator the `host` binary uses (see host/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use kiln::plugins::{discover, Origin, SearchEntry};
 
 fn profile_dir() -> PathBuf {

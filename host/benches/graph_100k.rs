@@ -4,6 +4,10 @@
 //! recursive traversal anywhere would overflow the stack.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+// The allocator the `host` binary uses (see host/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::fmt::Write;
 
 /// A `kiln-graph/1` text with about `n` nodes.

@@ -348,7 +348,11 @@ fn rejected_reason(fixture: &str) -> String {
     let tmp = TempDir::new(fixture);
     let bin = isolated_host(&tmp);
     let dir = tmp.subdir("plugins");
-    copy_into(&dir, &kiln_tests::broken::fixture(fixture), &dll_name(fixture));
+    copy_into(
+        &dir,
+        &kiln_tests::broken::fixture(fixture),
+        &dll_name(fixture),
+    );
     let list = list_json(host(&bin).arg("--plugins").arg(&dir));
     assert_eq!(device_names(&list), Vec::<String>::new(), "{list:#}");
     list["rejected"][0]["reason"]
@@ -362,7 +366,10 @@ fn an_incompatible_api_major_is_refused_naming_both_versions_and_what_to_rebuild
     let reason = rejected_reason("wrong_api_major");
     assert!(reason.contains("kiln-plugin-api 2."), "{reason}");
     assert!(reason.contains("this host accepts 1.0 to 1.0"), "{reason}");
-    assert!(reason.contains("rebuild the plugin against kiln-plugin-api 1.0"), "{reason}");
+    assert!(
+        reason.contains("rebuild the plugin against kiln-plugin-api 1.0"),
+        "{reason}"
+    );
 }
 
 #[test]

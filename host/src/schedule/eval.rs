@@ -183,10 +183,11 @@ fn round(d: DType, v: f64) -> f64 {
 fn run_kernel(p: &Program, k: &Kernel, storage: &mut [Vec<f64>]) -> Result<(), Error> {
     let mut vals = vec![0.0; k.exprs.len()];
     let mut red = vec![f64::NAN; k.reductions.len()];
+    let (varies, _) = k.phases();
     let uses_r: Vec<bool> = k
         .stores
         .iter()
-        .map(|s| k.exprs.uses_r(s.value) || s.index.uses(Var::R))
+        .map(|s| varies[s.value.0 as usize] || s.index.uses(Var::R))
         .collect();
     for x in 0..k.space.x {
         for (n, reduction) in k.reductions.iter().enumerate() {

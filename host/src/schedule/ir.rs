@@ -229,26 +229,6 @@ impl ExprArena {
         }
     }
 
-    /// Whether the value of `id` varies along the reduction variable.
-    pub fn uses_r(&self, id: ExprId) -> bool {
-        // Operands have smaller ids, so one forward sweep suffices.
-        let mut memo = vec![false; id.0 as usize + 1];
-        for i in 0..=id.0 as usize {
-            let e = ExprId(i as u32);
-            memo[i] = match self.get(e) {
-                Expr::Load { index, guards, .. } => {
-                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
-                }
-                Expr::Select(c, a, b) => {
-                    c.index.uses(Var::R) || memo[a.0 as usize] || memo[b.0 as usize]
-                }
-                Expr::Literal(_) | Expr::Reduced(_) => false,
-                _ => self.operands(e).iter().any(|o| memo[o.0 as usize]),
-            };
-        }
-        memo[id.0 as usize]
-    }
-
     /// The reductions `id` depends on.
     pub fn reductions_used(&self, id: ExprId) -> Vec<usize> {
         let mut seen = vec![false; id.0 as usize + 1];
@@ -318,6 +298,68 @@ impl Kernel {
             }
         }
         out
+    }
+
+    /// For every expression: whether it varies along the row, and its phase
+    /// (0 when it needs no reduction result, otherwise one more than the phase
+    /// of the last reduction it needs). Code generators place values by these.
+    pub fn phases(&self) -> (Vec<bool>, Vec<usize>) {
+        let n = self.exprs.len();
+        let mut uses_r = vec![false; n];
+        let mut phase = vec![0usize; n];
+        for (id, e, _) in self.exprs.iter() {
+            let i = id.0 as usize;
+            let ops = self.exprs.operands(id);
+            uses_r[i] = match e {
+                Expr::Load { index, guards, .. } => {
+                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
+                }
+                Expr::Select(c, ..) => {
+                    c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])
+                }
+                _ => ops.iter().any(|o| uses_r[o.0 as usize]),
+            };
+            phase[i] = match e {
+                Expr::Reduced(r) => self
+                    .reductions
+                    .get(*r)
+                    .map_or(0, |red| phase[red.value.0 as usize] + 1),
+                _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
+            };
+        }
+        (uses_r, phase)
+    }
+
+    /// Expressions reachable from the stores and reductions: what a code
+    /// generator must emit.
+    pub fn needed(&self) -> std::collections::HashSet<ExprId> {
+        let mut roots: Vec<ExprId> = self.stores.iter().map(|s| s.value).collect();
+        roots.extend(self.reductions.iter().map(|r| r.value));
+        let mut seen = std::collections::HashSet::new();
+        while let Some(e) = roots.pop() {
+            if seen.insert(e) {
+                roots.extend(self.exprs.operands(e));
+            }
+        }
+        seen
+    }
+
+    /// The expressions varying along the row (`uses_r`, one flag per
+    /// expression) that `roots` need, stopping at values constant along the
+    /// row, which a generator computes once outside its loop over the row.
+    pub fn varying_closure(
+        &self,
+        roots: &[ExprId],
+        uses_r: &[bool],
+    ) -> std::collections::HashSet<ExprId> {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<ExprId> = roots.to_vec();
+        while let Some(e) = stack.pop() {
+            if uses_r[e.0 as usize] && seen.insert(e) {
+                stack.extend(self.exprs.operands(e));
+            }
+        }
+        seen
     }
 
     /// The buffers the kernel writes, in order.

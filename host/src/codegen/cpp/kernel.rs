@@ -9,7 +9,7 @@
 //! loop over `r`, recomputing from the loads what it needs (nothing is kept
 //! per row element). Parallel chunk sizes come from the plugin's heuristics.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use kiln_plugin_api::{PointwiseQuery, ReductionQuery};
@@ -199,7 +199,7 @@ impl Writer<'_> {
             ),
         );
         self.line(1, &format!("for (int64_t x = 0; x < {x}; ++x) {{"));
-        let needed = needed(self.k);
+        let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
             if needed.contains(&id) {
                 self.emit_expr(2, id, true)?;
@@ -214,29 +214,7 @@ impl Writer<'_> {
 
     fn reduction_body(&mut self, chunk: u32) -> Result<(), Error> {
         let k = self.k;
-        let n = k.exprs.len();
-        let mut uses_r = vec![false; n];
-        let mut phase = vec![0usize; n];
-        for (id, e, _) in k.exprs.iter() {
-            let i = id.0 as usize;
-            let ops = k.exprs.operands(id);
-            uses_r[i] = match e {
-                Expr::Load { index, guards, .. } => {
-                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
-                }
-                Expr::Select(c, ..) => {
-                    c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])
-                }
-                _ => ops.iter().any(|o| uses_r[o.0 as usize]),
-            };
-            phase[i] = match e {
-                Expr::Reduced(r) => k
-                    .reductions
-                    .get(*r)
-                    .map_or(0, |red| phase[red.value.0 as usize] + 1),
-                _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
-            };
-        }
+        let (uses_r, phase) = k.phases();
         // A store varies along the row when its value or its index does (as in eval.rs).
         let store_varies: Vec<bool> = k
             .stores
@@ -254,7 +232,7 @@ impl Writer<'_> {
             .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
             .max()
             .unwrap_or(0);
-        let needed = needed(k);
+        let needed = k.needed();
         let (x, r) = (k.space.x, k.space.r);
         self.line(
             1,
@@ -333,7 +311,7 @@ impl Writer<'_> {
             self.line(2, &format!("for (int64_t r = 0; r < {r}; ++r) {{"));
             let mut roots: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
             roots.extend(stores.iter().map(|s| s.value));
-            let wanted = closure(k, &roots, &uses_r);
+            let wanted = k.varying_closure(&roots, &uses_r);
             for (id, _, _) in k.exprs.iter() {
                 if uses_r[id.0 as usize] && wanted.contains(&id) {
                     self.emit_expr(3, id, false)?;
@@ -363,30 +341,4 @@ impl Writer<'_> {
         self.line(1, "}");
         Ok(())
     }
-}
-
-/// Expressions reachable from the kernel's stores and reductions.
-fn needed(k: &Kernel) -> HashSet<ExprId> {
-    let mut roots: Vec<ExprId> = k.stores.iter().map(|s| s.value).collect();
-    roots.extend(k.reductions.iter().map(|r| r.value));
-    let mut seen = HashSet::new();
-    while let Some(e) = roots.pop() {
-        if seen.insert(e) {
-            roots.extend(k.exprs.operands(e));
-        }
-    }
-    seen
-}
-
-/// The expressions varying along the row that `roots` need (stopping at
-/// values constant along the row, computed outside the loop).
-fn closure(k: &Kernel, roots: &[ExprId], uses_r: &[bool]) -> HashSet<ExprId> {
-    let mut seen = HashSet::new();
-    let mut stack: Vec<ExprId> = roots.to_vec();
-    while let Some(e) = stack.pop() {
-        if uses_r[e.0 as usize] && seen.insert(e) {
-            stack.extend(k.exprs.operands(e));
-        }
-    }
-    seen
 }

@@ -309,7 +309,7 @@ impl KernelWriter<'_> {
 
     fn pointwise_body(&mut self, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, false);
-        let needed = needed(self.k);
+        let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
             if needed.contains(&id) {
                 self.emit_expr(2, id)?;
@@ -323,37 +323,14 @@ impl KernelWriter<'_> {
 
     fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, true);
-        let n = self.k.exprs.len();
-        let mut uses_r = vec![false; n];
-        let mut phase = vec![0usize; n];
-        for (id, e, _) in self.k.exprs.iter() {
-            let i = id.0 as usize;
-            let ops = self.k.exprs.operands(id);
-            uses_r[i] = match e {
-                Expr::Load { index, guards, .. } => {
-                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
-                }
-                Expr::Select(c, ..) => {
-                    c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])
-                }
-                _ => ops.iter().any(|o| uses_r[o.0 as usize]),
-            };
-            phase[i] = match e {
-                Expr::Reduced(r) => self
-                    .k
-                    .reductions
-                    .get(*r)
-                    .map_or(0, |red| phase[red.value.0 as usize] + 1),
-                _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
-            };
-        }
+        let (uses_r, phase) = self.k.phases();
         let red_loop: Vec<usize> = self
             .k
             .reductions
             .iter()
             .map(|r| phase[r.value.0 as usize])
             .collect();
-        let needed = needed(self.k);
+        let needed = self.k.needed();
         let last = red_loop
             .iter()
             .copied()
@@ -417,7 +394,7 @@ impl KernelWriter<'_> {
             // What this loop needs that varies along the row, in order.
             let mut roots: Vec<ExprId> = reds.iter().map(|r| self.k.reductions[*r].value).collect();
             roots.extend(stores.iter().map(|s| s.value));
-            let wanted = closure(self.k, &roots, &uses_r);
+            let wanted = self.k.varying_closure(&roots, &uses_r);
             let mut local: HashSet<ExprId> = HashSet::new();
             for (id, _, _) in self.k.exprs.iter() {
                 let i = id.0 as usize;
@@ -458,32 +435,6 @@ impl KernelWriter<'_> {
         }
         Ok(())
     }
-}
-
-/// Expressions reachable from the kernel's stores and reductions.
-fn needed(k: &Kernel) -> HashSet<ExprId> {
-    let mut roots: Vec<ExprId> = k.stores.iter().map(|s| s.value).collect();
-    roots.extend(k.reductions.iter().map(|r| r.value));
-    let mut seen = HashSet::new();
-    while let Some(e) = roots.pop() {
-        if seen.insert(e) {
-            roots.extend(k.exprs.operands(e));
-        }
-    }
-    seen
-}
-
-/// The expressions varying along the row that `roots` need (stopping at
-/// values constant along the row, computed outside the loop).
-fn closure(k: &Kernel, roots: &[ExprId], uses_r: &[bool]) -> HashSet<ExprId> {
-    let mut seen = HashSet::new();
-    let mut stack: Vec<ExprId> = roots.to_vec();
-    while let Some(e) = stack.pop() {
-        if uses_r[e.0 as usize] && seen.insert(e) {
-            stack.extend(k.exprs.operands(e));
-        }
-    }
-    seen
 }
 
 /// The reduction of a tile along the row, kept as a column.

@@ -44,6 +44,26 @@ fn every_example_compiles_for_every_triton_device_and_every_kernel_compiles_with
             assert!(out.join("output_code.py").exists());
         }
     }
+    // The torch.export fixture archives too (both forms), for cuda.
+    let fixtures = repo_root().join("../shared/fixtures/pt2");
+    let mut archives: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .expect("../shared/fixtures/pt2")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pt2"))
+        .collect();
+    archives.sort();
+    assert!(
+        !archives.is_empty(),
+        "no .pt2 fixtures in {}",
+        fixtures.display()
+    );
+    for archive in &archives {
+        let stem = archive.file_stem().unwrap().to_string_lossy().to_string();
+        let out = tmp.path().join("pt2").join(&stem);
+        let (ok, stderr) = compile(archive, "cuda", &out, &[]);
+        assert!(ok, "{stem} for cuda: {stderr}");
+    }
     let probe = Command::new(python())
         .args(["-c", "import triton"])
         .output();
@@ -62,7 +82,7 @@ fn every_example_compiles_for_every_triton_device_and_every_kernel_compiles_with
         .lines()
         .filter(|l| l.contains("kernel(s) compiled"))
         .count();
-    assert_eq!(files, 3 * examples().len(), "{stdout}");
+    assert_eq!(files, 3 * examples().len() + archives.len(), "{stdout}");
 }
 
 /// Generated kernels (not the `kiln_max_combine`-style helpers).

@@ -103,7 +103,10 @@ pub fn assert_properties_in_range<P: DevicePlugin>(plugin: &P) {
     assert!(props.multi_processor_count > 0);
     let warp = props.warp_size.into_option().expect("warp size");
     let block = props.max_threads_per_block.into_option().expect("block");
-    assert!(warp.is_power_of_two() && block % warp == 0, "{props:?}");
+    assert!(
+        warp.is_power_of_two() && block.is_multiple_of(warp),
+        "{props:?}"
+    );
     if let Some(per_mp) = props.max_threads_per_multi_processor.into_option() {
         assert!(per_mp >= block, "{props:?}");
     }

@@ -135,7 +135,10 @@ impl GxuConfig {
             }
             config.max_threads_per_block = v.into_inner();
         } else if let Some(offset) = warp_offset {
-            if config.max_threads_per_block % config.warp_size != 0 {
+            if !config
+                .max_threads_per_block
+                .is_multiple_of(config.warp_size)
+            {
                 return Err(at(
                     offset,
                     &format!(

@@ -125,7 +125,7 @@ impl Gxu {
     /// The seed's `adjust_grid` rule for one dimension, before the cap.
     fn round_dim(&self, dim: u64) -> u64 {
         let multiple = u64::from(self.config.grid_multiple.max(1));
-        if dim <= multiple || dim % multiple == 0 {
+        if dim <= multiple || dim.is_multiple_of(multiple) {
             dim
         } else {
             // Round up; past u64 the grid cap applies anyway.

@@ -18,6 +18,43 @@ pub struct CpuLimits {
     pub cores: u32,
     /// Bytes in one SIMD register.
     pub simd_bytes: u32,
+    /// Bytes of level-1 data cache per core.
+    pub l1d_bytes: u64,
+    /// Bytes of level-2 cache per core.
+    pub l2_bytes: u64,
+}
+
+/// The blocked matrix product's tiles (the `KILN_MM_*` macros of the C++
+/// prelude): an `mr` x `nr` register block, `kc` of the shared dimension,
+/// `mc` rows of `a` and `nc` columns of `b` per packed panel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulTiles {
+    pub mr: u32,
+    pub nr: u32,
+    pub mc: u32,
+    pub kc: u32,
+    pub nc: u32,
+}
+
+/// Tiles for `f32` on this host, in the GotoBLAS/BLIS way:
+/// - the register block is 6 rows by two vectors (12 accumulators, plus
+///   two for `b` and one broadcast of `a`, fit 16 vector registers);
+/// - a sliver of `b` (`kc` x `nr`) fills half the L1 data cache;
+/// - a packed block of `a` (`mc` x `kc`) fills half the L2 cache.
+pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
+    let lanes = limits.lanes(4);
+    let (mr, nr) = (6, 2 * lanes);
+    let kc = (limits.l1d_bytes / 2 / (u64::from(nr) * 4)).clamp(64, 1024) / 8 * 8;
+    let mc =
+        (limits.l2_bytes / 2 / (kc * 4)).clamp(u64::from(mr), 1024) / u64::from(mr) * u64::from(mr);
+    MatmulTiles {
+        mr,
+        nr,
+        // Both are clamped to at most 1024 above.
+        mc: u32::try_from(mc).unwrap_or(1020),
+        kc: u32::try_from(kc).unwrap_or(1024),
+        nc: 1024,
+    }
 }
 
 impl CpuLimits {
@@ -89,7 +126,40 @@ mod tests {
     const HOST: CpuLimits = CpuLimits {
         cores: 16,
         simd_bytes: 32,
+        l1d_bytes: 32 << 10,
+        l2_bytes: 512 << 10,
     };
+
+    #[test]
+    fn matmul_tiles_follow_the_vector_width_and_the_caches() {
+        let t = matmul_tiles(&HOST);
+        assert_eq!((t.mr, t.nr, t.kc, t.mc, t.nc), (6, 16, 256, 252, 1024));
+        let avx512 = CpuLimits {
+            simd_bytes: 64,
+            l1d_bytes: 48 << 10,
+            l2_bytes: 2 << 20,
+            ..HOST
+        };
+        let t = matmul_tiles(&avx512);
+        assert_eq!((t.mr, t.nr, t.kc), (6, 32, 192));
+        assert_eq!(t.mc % t.mr, 0);
+        // Unknown or absurd caches stay within sane bounds.
+        let tiny = CpuLimits {
+            simd_bytes: 16,
+            l1d_bytes: 0,
+            l2_bytes: 0,
+            ..HOST
+        };
+        let t = matmul_tiles(&tiny);
+        assert_eq!((t.mr, t.nr, t.kc, t.mc), (6, 8, 64, 6));
+        let huge = CpuLimits {
+            l1d_bytes: u64::MAX,
+            l2_bytes: u64::MAX,
+            ..HOST
+        };
+        let t = matmul_tiles(&huge);
+        assert_eq!((t.kc, t.mc), (1024, 1020));
+    }
 
     #[test]
     fn pointwise_splits_over_cores() {

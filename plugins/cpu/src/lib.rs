@@ -45,6 +45,8 @@ impl DevicePlugin for Cpu {
             limits: CpuLimits {
                 cores: properties::logical_cores(),
                 simd_bytes: properties::simd_bytes(),
+                l1d_bytes: properties::cache_bytes(1).unwrap_or(32 << 10),
+                l2_bytes: properties::cache_bytes(2).unwrap_or(512 << 10),
             },
         })
     }
@@ -59,7 +61,9 @@ impl DevicePlugin for Cpu {
         Some(overrides::CPP_KERNEL_TYPE.into())
     }
     fn kernel_header(&self) -> Option<String> {
-        Some(overrides::KERNEL_HEADER.into())
+        Some(overrides::kernel_header(&heuristics::matmul_tiles(
+            &self.limits,
+        )))
     }
 
     fn is_available(&self) -> bool {

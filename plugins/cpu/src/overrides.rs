@@ -6,6 +6,8 @@
 //! kernels, so every stream, guard and driver override is `None`. This module
 //! only produces text.
 
+use crate::heuristics::MatmulTiles;
+
 /// `import_get_raw_stream_as(name)`: PyTorch defines a Python function that
 /// returns stream 0; this binds the same function to the requested name, on
 /// one line.
@@ -20,9 +22,9 @@ pub const SYNCHRONIZE: &str = "pass";
 /// `cpp_kernel_type()`: PyTorch's `void*`, a pointer to the compiled function.
 pub const CPP_KERNEL_TYPE: &str = "void*";
 
-/// `kernel_header()`: the standard headers Kiln's generated C++/OpenMP
-/// kernels use; `<omp.h>` only when the compiler runs with OpenMP.
-pub const KERNEL_HEADER: &str = "\
+/// The standard headers Kiln's generated C++/OpenMP kernels use; `<omp.h>`
+/// only when the compiler runs with OpenMP.
+const INCLUDES: &str = "\
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -36,3 +38,16 @@ pub const KERNEL_HEADER: &str = "\
 #include <omp.h>
 #endif
 ";
+
+/// `kernel_header()`: the includes, then this host's tiles for the blocked
+/// matrix product (the prelude's `KILN_MM_*` macros). Each is guarded, so
+/// that `-DKILN_MM_KC=...` in `KILN_CXXFLAGS` still wins.
+pub fn kernel_header(tiles: &MatmulTiles) -> String {
+    let MatmulTiles { mr, nr, mc, kc, nc } = *tiles;
+    let mut text =
+        format!("{INCLUDES}// Matrix-product tiles for this host's vector width and caches.\n");
+    for (name, value) in [("MR", mr), ("NR", nr), ("MC", mc), ("KC", kc), ("NC", nc)] {
+        text += &format!("#ifndef KILN_MM_{name}\n#define KILN_MM_{name} {value}\n#endif\n");
+    }
+    text
+}

@@ -34,6 +34,42 @@ pub fn simd_lanes_f32() -> u32 {
     simd_bytes() / 4
 }
 
+/// Bytes of the level-`level` data (or unified) cache of cpu 0, from Linux's
+/// sysfs; `None` where the OS does not say.
+pub fn cache_bytes(level: u32) -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    for entry in dir.flatten() {
+        let read = |name: &str| std::fs::read_to_string(entry.path().join(name)).ok();
+        let Some(l) = read("level") else { continue };
+        let kind = read("type").unwrap_or_default();
+        if l.trim() != level.to_string() || kind.trim() == "Instruction" {
+            continue;
+        }
+        if let Some(size) = read("size").and_then(|s| parse_cache_size(&s)) {
+            return Some(size);
+        }
+    }
+    None
+}
+
+/// sysfs's cache size, such as `32K` or `1024K` or `2M`, in bytes.
+fn parse_cache_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale).filter(|&b| b > 0)
+}
+
 /// Logical cores the process may run on.
 pub fn logical_cores() -> u32 {
     std::thread::available_parallelism()
@@ -70,6 +106,17 @@ pub fn host(index: u32) -> Result<DeviceProperties, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_parse_like_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32K\n"), Some(32 << 10));
+        assert_eq!(parse_cache_size("2M"), Some(2 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("0K"), None);
+        assert_eq!(parse_cache_size("12Q"), None);
+        assert_eq!(parse_cache_size(""), None);
+        assert_eq!(parse_cache_size("99999999999999999999K"), None);
+    }
 
     #[test]
     fn host_properties_are_consistent() {

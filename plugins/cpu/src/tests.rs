@@ -75,6 +75,19 @@ fn kernel_header_has_the_kernel_includes() {
         assert!(header.contains(&format!("#include {include}")), "{include}");
     }
     assert!(header.contains("#ifdef _OPENMP\n#include <omp.h>\n#endif\n"));
+    for tile in ["MR", "NR", "MC", "KC", "NC"] {
+        let line = header
+            .lines()
+            .find(|l| l.starts_with(&format!("#define KILN_MM_{tile} ")))
+            .unwrap_or_else(|| panic!("KILN_MM_{tile} is defined"));
+        let value: u32 = line
+            .rsplit(' ')
+            .next()
+            .unwrap_or("")
+            .parse()
+            .expect("a number");
+        assert!(value > 0, "{line}");
+    }
     test_support::assert_balanced("kernel_header", &header);
 }
 

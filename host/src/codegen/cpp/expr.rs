@@ -213,7 +213,7 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Relu => Ok(format!(
             "({a} < static_cast<{ty}>(0) ? static_cast<{ty}>(0) : {a})"
         )),
-        UnaryOp::Exp => float_only("std::exp"),
+        UnaryOp::Exp => float_only("kiln_exp"),
         UnaryOp::Log => float_only("std::log"),
         UnaryOp::Log1p => float_only("std::log1p"),
         UnaryOp::Sqrt => float_only("std::sqrt"),

@@ -53,7 +53,46 @@ template <typename T> static inline T kiln_minimum(T a, T b) {
     if (b != b) return b;
     return a < b ? a : b;
 }
-template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+// exp in float: Cody-Waite reduction x = n*ln2 + r (|r| <= ln2/2), a degree-6
+// polynomial for e^r (within about 1 ulp of the exact result), then 2^n applied
+// in two halves so that subnormal results and overflow to infinity come out
+// right. Straight-line code: selects, no calls, n read from the rounded sum's
+// bits. Compilers vectorise it inside `omp simd` loops when floating-point
+// operations may be speculated (-fno-trapping-math, in Kiln's default flags).
+static inline float kiln_exp(float x) {
+    // NaN passes through both clamps: every comparison with it is false.
+    const float lo = x < -104.0f ? -104.0f : x;
+    const float xc = lo > 89.0f ? 89.0f : lo;
+    const float big = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
+    const float t = xc * 1.44269504088896341f + big;
+    const float n = t - big;
+    const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    // n in [-150, 129] as a two's-complement integer: t's bits less big's.
+    const uint32_t ni = kiln_f_bits(t) - kiln_f_bits(big);
+    const uint32_t n1 = static_cast<uint32_t>(static_cast<int32_t>(ni) >> 1);
+    const uint32_t n2 = ni - n1;
+    return p * kiln_bits_f((n1 + 127u) << 23) * kiln_bits_f((n2 + 127u) << 23);
+}
+static inline double kiln_exp(double x) { return std::exp(x); }
+// sigmoid from e = exp(-|a|), which never overflows: 1/(1+e) for a >= 0 and
+// e/(1+e) below, so that tiny results (down to subnormals) stay accurate.
+static inline float kiln_sigmoid(float a) {
+    const float e = kiln_exp(-std::fabs(a));
+    const float s = 1.0f / (1.0f + e);
+    return a >= 0.0f ? s : e * s;
+}
+static inline double kiln_sigmoid(double a) {
+    const double e = std::exp(-std::fabs(a));
+    const double s = 1.0 / (1.0 + e);
+    return a >= 0.0 ? s : e * s;
+}
 template <typename T> static inline T kiln_divtrunc(T a, T b) { return b == 0 ? T(0) : T(a / b); }
 template <typename T> static inline T kiln_divfloor(T a, T b) {
     if (b == 0) return T(0);
@@ -66,100 +105,160 @@ template <typename T> static inline bool kiln_isnan(T v) { return v != v; }
 "#;
 
 /// The blocked matrix product. `out[b, i, j] = sum_k a[b, i, k] * b[b, k, j]`
-/// over strided operands (any strides: they are packed into contiguous
-/// panels first), written contiguously. Tiles: `KILN_MC` rows of `a` by
-/// `KILN_KC` of the shared dimension are packed per thread, `KILN_KC` by
-/// `KILN_NC` of `b`; a 4-row by `KILN_NR`-column micro-kernel keeps its
-/// accumulators in registers, and its inner loop runs over contiguous `j`,
-/// which the compiler vectorises for the target's SIMD width.
+/// over strided operands (any strides), written contiguously, in the
+/// GotoBLAS/BLIS arrangement:
+///
+/// - `KILN_MM_KC` by `KILN_MM_NC` of `b` is packed once per pass, shared by
+///   every thread, into slivers `KILN_MM_NR` columns wide (zero-padded);
+/// - each task packs `KILN_MM_MC` rows of `a` into slivers `KILN_MM_MR` rows
+///   high and runs the micro-kernel over its slivers;
+/// - the micro-kernel keeps an `MR` x `NR` block of accumulators in
+///   registers; its inner loop runs over `NR` contiguous columns, which the
+///   compiler vectorises for the target's SIMD width.
+///
+/// The tile sizes are the device's numbers: the plugin's `kernel_header`
+/// defines them for its SIMD width and caches; the defaults below suit a
+/// 256-bit vector unit with 16 registers and a 32 KiB L1 cache. Rows of the
+/// result are accumulated in a scratch buffer `KILN_MM_MB` blocks of `MC` rows
+/// per thread at a time, so that each packed `b` serves many rows.
 pub const MATMUL: &str = r#"
-#ifndef KILN_MC
-#define KILN_MC 64
+#ifndef KILN_MM_MR
+#define KILN_MM_MR 6
 #endif
-#ifndef KILN_KC
-#define KILN_KC 256
+#ifndef KILN_MM_NR
+#define KILN_MM_NR 16
 #endif
-#ifndef KILN_NC
-#define KILN_NC 512
+#ifndef KILN_MM_MC
+#define KILN_MM_MC 96
 #endif
-#define KILN_MR 4
-#define KILN_NR 32
+#ifndef KILN_MM_KC
+#define KILN_MM_KC 256
+#endif
+#ifndef KILN_MM_NC
+#define KILN_MM_NC 1024
+#endif
+#ifndef KILN_MM_MB
+#define KILN_MM_MB 4
+#endif
 
+// c[MR x NR] (row stride ldc) += ap (an MR-row sliver, k-major) * bp (an
+// NR-column sliver, k-major).
 template <typename Acc>
-static inline void kiln_mm_micro(int64_t kc, const Acc* ap, const Acc* bp, int64_t ldb,
-                                 Acc* c, int64_t ldc) {
-    Acc acc[KILN_MR][KILN_NR];
-    for (int i = 0; i < KILN_MR; ++i)
-        for (int j = 0; j < KILN_NR; ++j) acc[i][j] = c[i * ldc + j];
+static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const Acc* __restrict__ bp,
+                                 Acc* __restrict__ c, int64_t ldc) {
+    Acc acc[KILN_MM_MR][KILN_MM_NR] = {};
     for (int64_t k = 0; k < kc; ++k) {
-        const Acc* brow = bp + k * ldb;
-        for (int i = 0; i < KILN_MR; ++i) {
-            const Acc av = ap[i * kc + k];
+        const Acc* av = ap + k * KILN_MM_MR;
+        const Acc* bv = bp + k * KILN_MM_NR;
+        for (int i = 0; i < KILN_MM_MR; ++i) {
 #pragma omp simd
-            for (int j = 0; j < KILN_NR; ++j) acc[i][j] += av * brow[j];
+            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += av[i] * bv[j];
         }
     }
-    for (int i = 0; i < KILN_MR; ++i)
-        for (int j = 0; j < KILN_NR; ++j) c[i * ldc + j] = acc[i][j];
+    for (int i = 0; i < KILN_MM_MR; ++i) {
+#pragma omp simd
+        for (int j = 0; j < KILN_MM_NR; ++j) c[i * ldc + j] += acc[i][j];
+    }
 }
 
-// Load: converts one stored element to the accumulation type.
+// Load: converts one stored element to the accumulation type; Store: writes
+// one accumulated element. Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
 static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
                    const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
                    T* out, Load load, Store store) {
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
-    const int64_t mtiles = (M + KILN_MC - 1) / KILN_MC;
-    const int64_t ntiles = (N + KILN_NC - 1) / KILN_NC;
-    const int64_t tiles = batch * mtiles * ntiles;
-    int failed = 0;
+    constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
+    // Tiles are whole slivers.
+    constexpr int64_t MC = (KILN_MM_MC + MR - 1) / MR * MR;
+    constexpr int64_t NC = (KILN_MM_NC + NR - 1) / NR * NR;
+#ifdef _OPENMP
+    const int64_t threads = omp_get_max_threads();
+#else
+    const int64_t threads = 1;
+#endif
+    // Rows of the result per pass (a whole number of slivers).
+    const int64_t MB = std::min<int64_t>((M + MR - 1) / MR * MR, KILN_MM_MB * threads * MC);
+    Acc* bp = static_cast<Acc*>(std::malloc(sizeof(Acc) * KC * NC));
+    Acc* cb = static_cast<Acc*>(std::malloc(sizeof(Acc) * MB * NC));
+    int failed = (bp == nullptr || cb == nullptr) ? 1 : 0;
+    if (failed == 0) {
 #pragma omp parallel reduction(| : failed)
-    {
-        Acc* ap = static_cast<Acc*>(std::malloc(sizeof(Acc) * KILN_MC * KILN_KC));
-        Acc* bp = static_cast<Acc*>(std::malloc(sizeof(Acc) * KILN_KC * KILN_NC));
-        Acc* cp = static_cast<Acc*>(std::malloc(sizeof(Acc) * KILN_MC * KILN_NC));
-        const bool ok = ap != nullptr && bp != nullptr && cp != nullptr;
-        if (!ok) failed = 1;
         {
-            // Every thread meets the work-sharing loop; one without scratch skips its tiles.
+            Acc* ap = static_cast<Acc*>(std::malloc(sizeof(Acc) * MC * KC));
+            const bool ok = ap != nullptr;
+            if (!ok) failed = 1;
+            // Every thread meets every work-sharing loop (their bounds are shared);
+            // one without scratch skips its tasks, and the call reports failure.
+            for (int64_t bi = 0; bi < batch; ++bi) {
+                for (int64_t m0 = 0; m0 < M; m0 += MB) {
+                    for (int64_t j0 = 0; j0 < N; j0 += NC) {
+                        const int64_t mb = std::min<int64_t>(MB, M - m0);
+                        const int64_t nc = std::min<int64_t>(NC, N - j0);
+                        const int64_t slivers = (nc + NR - 1) / NR;
+                        const int64_t blocks = (mb + MC - 1) / MC;
+                        // Column parts per row block, so that every thread has work.
+                        const int64_t parts = std::min<int64_t>(slivers, (threads + blocks - 1) / blocks);
+#pragma omp for schedule(static)
+                        for (int64_t i = 0; i < mb; ++i)
+                            for (int64_t j = 0; j < slivers * NR; ++j) cb[i * NC + j] = Acc(0);
+                        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+                            const int64_t kc = std::min<int64_t>(KC, K - k0);
+#pragma omp for schedule(static)
+                            for (int64_t s = 0; s < slivers; ++s) {
+                                const int64_t c0 = j0 + s * NR;
+                                const bool full = (s + 1) * NR <= nc && b_sn == 1;
+                                for (int64_t k = 0; k < kc; ++k) {
+                                    const int64_t base = b_off + bi * b_sb + (k0 + k) * b_sk;
+                                    Acc* dst = bp + s * NR * kc + k * NR;
+                                    if (full) {
+#pragma omp simd
+                                        for (int64_t j = 0; j < NR; ++j) dst[j] = load(b, base + c0 + j);
+                                    } else {
+                                        for (int64_t j = 0; j < NR; ++j)
+                                            dst[j] = s * NR + j < nc ? load(b, base + (c0 + j) * b_sn) : Acc(0);
+                                    }
+                                }
+                            }
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < tiles; ++t) {
-                if (!ok) continue;
-                const int64_t bi = t / (mtiles * ntiles);
-                const int64_t i0 = ((t / ntiles) % mtiles) * KILN_MC;
-                const int64_t j0 = (t % ntiles) * KILN_NC;
-                const int64_t mc = std::min<int64_t>(KILN_MC, M - i0);
-                const int64_t nc = std::min<int64_t>(KILN_NC, N - j0);
-                // Columns padded to a multiple of the micro-kernel's width.
-                const int64_t ncp = (nc + KILN_NR - 1) / KILN_NR * KILN_NR;
-                const int64_t mcp = (mc + KILN_MR - 1) / KILN_MR * KILN_MR;
-                for (int64_t i = 0; i < mcp * ncp; ++i) cp[i] = Acc(0);
-                for (int64_t k0 = 0; k0 < K; k0 += KILN_KC) {
-                    const int64_t kc = std::min<int64_t>(KILN_KC, K - k0);
-                    for (int64_t i = 0; i < mcp; ++i)
-                        for (int64_t k = 0; k < kc; ++k)
-                            ap[i * kc + k] = i < mc
-                                ? load(a, a_off + bi * a_sb + (i0 + i) * a_sm + (k0 + k) * a_sk)
-                                : Acc(0);
-                    for (int64_t k = 0; k < kc; ++k) {
-                        const int64_t base = b_off + bi * b_sb + (k0 + k) * b_sk;
-                        for (int64_t j = 0; j < ncp; ++j)
-                            bp[k * ncp + j] = j < nc ? load(b, base + (j0 + j) * b_sn) : Acc(0);
+                            for (int64_t task = 0; task < blocks * parts; ++task) {
+                                if (!ok) continue;
+                                const int64_t i0 = (task / parts) * MC;
+                                const int64_t part = task % parts;
+                                const int64_t mc = std::min<int64_t>(MC, mb - i0);
+                                const int64_t mcp = (mc + MR - 1) / MR * MR;
+                                for (int64_t is = 0; is < mcp; is += MR) {
+                                    for (int64_t i = 0; i < MR; ++i) {
+                                        Acc* dst = ap + is * kc + i;
+                                        if (is + i < mc) {
+                                            const int64_t row = a_off + bi * a_sb + (m0 + i0 + is + i) * a_sm + k0 * a_sk;
+                                            for (int64_t k = 0; k < kc; ++k) dst[k * MR] = load(a, row + k * a_sk);
+                                        } else {
+                                            for (int64_t k = 0; k < kc; ++k) dst[k * MR] = Acc(0);
+                                        }
+                                    }
+                                }
+                                const int64_t s0 = slivers * part / parts;
+                                const int64_t s1 = slivers * (part + 1) / parts;
+                                for (int64_t s = s0; s < s1; ++s)
+                                    for (int64_t is = 0; is < mcp; is += MR)
+                                        kiln_mm_micro<Acc>(kc, ap + is * kc, bp + s * NR * kc,
+                                                           cb + (i0 + is) * NC + s * NR, NC);
+                            }
+                        }
+#pragma omp for schedule(static)
+                        for (int64_t i = 0; i < mb; ++i)
+                            for (int64_t j = 0; j < nc; ++j)
+                                store(out, (bi * M + m0 + i) * N + j0 + j, cb[i * NC + j]);
                     }
-                    for (int64_t i = 0; i < mcp; i += KILN_MR)
-                        for (int64_t j = 0; j < ncp; j += KILN_NR)
-                            kiln_mm_micro<Acc>(kc, ap + i * kc, bp + j, ncp, cp + i * ncp + j, ncp);
                 }
-                for (int64_t i = 0; i < mc; ++i)
-                    for (int64_t j = 0; j < nc; ++j)
-                        store(out, (bi * M + i0 + i) * N + j0 + j, cp[i * ncp + j]);
             }
+            std::free(ap);
         }
-        std::free(ap);
-        std::free(bp);
-        std::free(cp);
     }
+    std::free(bp);
+    std::free(cb);
     return failed;
 }
 "#;

@@ -111,15 +111,15 @@ fn matrix_products_cross_every_tile_edge() {
     // Tiny tiles (the plugin's are guarded, so the flags win) make a small
     // product cross every edge: several k blocks, column panels with a
     // ragged last sliver, row passes with a ragged last block, the last
-    // pass's columns split between threads, batches, and a transposed
-    // (strided) operand.
+    // pass's columns split between threads, batches, transposed (strided)
+    // operands on either side, and an empty shared dimension.
     let dir = scratch("mm_tiles");
     let graph = dir.join("mm.toml");
     std::fs::write(
         &graph,
         r#"format = "kiln-graph/1"
 name = "mm_tiles"
-outputs = ["y", "z"]
+outputs = ["y", "z", "w", "empty"]
 
 [[inputs]]
 name = "a"
@@ -155,23 +155,62 @@ args = ["a", 0, 1]
 name = "z"
 op = "mm"
 args = ["a0", "ct"]
+
+[[inputs]]
+name = "d"
+shape = [29, 37]
+dtype = "float32"
+
+[[inputs]]
+name = "e"
+shape = [4, 0]
+dtype = "float32"
+
+[[inputs]]
+name = "f"
+shape = [0, 5]
+dtype = "float32"
+
+[[nodes]]
+name = "dt"
+op = "transpose"
+args = ["d", 0, 1]
+
+[[nodes]]
+name = "b0"
+op = "select"
+args = ["b", 0, 2]
+
+[[nodes]]
+name = "w"
+op = "mm"
+args = ["dt", "b0"]
+
+[[nodes]]
+name = "empty"
+op = "mm"
+args = ["e", "f"]
 "#,
     )
     .expect("graph");
-    let flags = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=32 -DKILN_MM_MB=1";
-    for threads in ["1", "3"] {
-        let (code, out, err) = host(
-            &[
-                "run",
-                &graph.to_string_lossy(),
-                "--device",
-                "cpu",
-                "--check",
-            ],
-            &[("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)],
-        );
-        assert_eq!(code, 0, "{threads} threads\n{out}\n{err}");
-        assert!(out.contains("check: all 2 output(s) match"), "{out}");
+    let tiny = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=32 -DKILN_MM_MB=1";
+    // The plugin's own tiles: one block of the shared dimension, no partial sums.
+    let plugin = "-O1 -fopenmp";
+    for flags in [tiny, plugin] {
+        for threads in ["1", "3"] {
+            let (code, out, err) = host(
+                &[
+                    "run",
+                    &graph.to_string_lossy(),
+                    "--device",
+                    "cpu",
+                    "--check",
+                ],
+                &[("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)],
+            );
+            assert_eq!(code, 0, "{flags}, {threads} threads\n{out}\n{err}");
+            assert!(out.contains("check: all 4 output(s) match"), "{out}");
+        }
     }
 }
 

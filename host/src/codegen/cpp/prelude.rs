@@ -141,11 +141,15 @@ pub const MATMUL: &str = r#"
 #define KILN_MM_MB 4
 #endif
 
-// c[MR x NR] (row stride ldc) += ap (an MR-row sliver, k-major) * bp (an
-// NR-column sliver, k-major).
-template <typename Acc>
+// One MR x NR block: acc = ap (an MR-row sliver, k-major) * bp (an NR-column
+// sliver, k-major), plus the partial sums in c (row stride ldc) unless this is
+// the first block of the shared dimension; kept in c for the next block, or,
+// after the last, stored to `out` (from index o, row stride ldo), its first
+// `rows` x `cols` only.
+template <typename Acc, typename T, typename Store>
 static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const Acc* __restrict__ bp,
-                                 Acc* __restrict__ c, int64_t ldc) {
+                                 Acc* __restrict__ c, int64_t ldc, bool first, bool last,
+                                 T* out, int64_t o, int64_t ldo, int64_t rows, int64_t cols, Store store) {
     Acc acc[KILN_MM_MR][KILN_MM_NR] = {};
     for (int64_t k = 0; k < kc; ++k) {
         const Acc* av = ap + k * KILN_MM_MR;
@@ -155,9 +159,23 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
             for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += av[i] * bv[j];
         }
     }
-    for (int i = 0; i < KILN_MM_MR; ++i) {
+    if (!first) {
+        for (int i = 0; i < KILN_MM_MR; ++i) {
 #pragma omp simd
-        for (int j = 0; j < KILN_MM_NR; ++j) c[i * ldc + j] += acc[i][j];
+            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += c[i * ldc + j];
+        }
+    }
+    if (!last) {
+        for (int i = 0; i < KILN_MM_MR; ++i) {
+#pragma omp simd
+            for (int j = 0; j < KILN_MM_NR; ++j) c[i * ldc + j] = acc[i][j];
+        }
+    } else if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
+        for (int i = 0; i < KILN_MM_MR; ++i)
+            for (int j = 0; j < KILN_MM_NR; ++j) store(out, o + i * ldo + j, acc[i][j]);
+    } else {
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j) store(out, o + i * ldo + j, acc[i][j]);
     }
 }
 
@@ -169,6 +187,11 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
                    T* out, Load load, Store store) {
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
+    if (K <= 0) {
+        // An empty sum: zeros.
+        for (int64_t i = 0; i < batch * M * N; ++i) store(out, i, Acc(0));
+        return 0;
+    }
     constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
     // Tiles are whole slivers.
     constexpr int64_t MC = (KILN_MM_MC + MR - 1) / MR * MR;
@@ -181,8 +204,9 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     // Rows of the result per pass (a whole number of slivers).
     const int64_t MB = std::min<int64_t>((M + MR - 1) / MR * MR, KILN_MM_MB * threads * MC);
     Acc* bp = static_cast<Acc*>(std::malloc(sizeof(Acc) * KC * NC));
-    Acc* cb = static_cast<Acc*>(std::malloc(sizeof(Acc) * MB * NC));
-    int failed = (bp == nullptr || cb == nullptr) ? 1 : 0;
+    // Partial sums between blocks of the shared dimension (none when there is one).
+    Acc* cb = K > KC ? static_cast<Acc*>(std::malloc(sizeof(Acc) * MB * NC)) : nullptr;
+    int failed = (bp == nullptr || (K > KC && cb == nullptr)) ? 1 : 0;
     if (failed == 0) {
 #pragma omp parallel reduction(| : failed)
         {
@@ -197,60 +221,76 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                         const int64_t mb = std::min<int64_t>(MB, M - m0);
                         const int64_t nc = std::min<int64_t>(NC, N - j0);
                         const int64_t slivers = (nc + NR - 1) / NR;
-                        const int64_t blocks = (mb + MC - 1) / MC;
+                        // Row blocks of at most MC rows, but no larger than an even share of
+                        // the pass's rows, so that a short pass still spreads over the threads.
+                        const int64_t share = ((mb + threads - 1) / threads + MR - 1) / MR * MR;
+                        const int64_t mcb = std::min<int64_t>(MC, share);
+                        const int64_t blocks = (mb + mcb - 1) / mcb;
                         // Column parts per row block, so that every thread has work.
                         const int64_t parts = std::min<int64_t>(slivers, (threads + blocks - 1) / blocks);
-#pragma omp for schedule(static)
-                        for (int64_t i = 0; i < mb; ++i)
-                            for (int64_t j = 0; j < slivers * NR; ++j) cb[i * NC + j] = Acc(0);
                         for (int64_t k0 = 0; k0 < K; k0 += KC) {
                             const int64_t kc = std::min<int64_t>(KC, K - k0);
 #pragma omp for schedule(static)
                             for (int64_t s = 0; s < slivers; ++s) {
                                 const int64_t c0 = j0 + s * NR;
-                                const bool full = (s + 1) * NR <= nc && b_sn == 1;
-                                for (int64_t k = 0; k < kc; ++k) {
-                                    const int64_t base = b_off + bi * b_sb + (k0 + k) * b_sk;
-                                    Acc* dst = bp + s * NR * kc + k * NR;
-                                    if (full) {
+                                const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
+                                const int64_t base = b_off + bi * b_sb + k0 * b_sk + c0 * b_sn;
+                                Acc* dst = bp + s * NR * kc;
+                                if (b_sn == 1 && cols == NR) {
+                                    // Rows of b are contiguous: copy NR at a time.
+                                    for (int64_t k = 0; k < kc; ++k) {
 #pragma omp simd
-                                        for (int64_t j = 0; j < NR; ++j) dst[j] = load(b, base + c0 + j);
-                                    } else {
-                                        for (int64_t j = 0; j < NR; ++j)
-                                            dst[j] = s * NR + j < nc ? load(b, base + (c0 + j) * b_sn) : Acc(0);
+                                        for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = load(b, base + k * b_sk + j);
+                                    }
+                                } else {
+                                    // Otherwise walk each column down k (contiguous when b is a
+                                    // transposed view, as in `linear`).
+                                    for (int64_t j = 0; j < NR; ++j) {
+                                        if (j < cols) {
+                                            for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = load(b, base + j * b_sn + k * b_sk);
+                                        } else {
+                                            for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = Acc(0);
+                                        }
                                     }
                                 }
                             }
 #pragma omp for schedule(dynamic, 1)
                             for (int64_t task = 0; task < blocks * parts; ++task) {
                                 if (!ok) continue;
-                                const int64_t i0 = (task / parts) * MC;
+                                const int64_t i0 = (task / parts) * mcb;
                                 const int64_t part = task % parts;
-                                const int64_t mc = std::min<int64_t>(MC, mb - i0);
+                                const int64_t mc = std::min<int64_t>(mcb, mb - i0);
                                 const int64_t mcp = (mc + MR - 1) / MR * MR;
                                 for (int64_t is = 0; is < mcp; is += MR) {
-                                    for (int64_t i = 0; i < MR; ++i) {
-                                        Acc* dst = ap + is * kc + i;
-                                        if (is + i < mc) {
-                                            const int64_t row = a_off + bi * a_sb + (m0 + i0 + is + i) * a_sm + k0 * a_sk;
-                                            for (int64_t k = 0; k < kc; ++k) dst[k * MR] = load(a, row + k * a_sk);
-                                        } else {
-                                            for (int64_t k = 0; k < kc; ++k) dst[k * MR] = Acc(0);
+                                    const int64_t rows = std::min<int64_t>(MR, mc - is);
+                                    const int64_t base = a_off + bi * a_sb + (m0 + i0 + is) * a_sm + k0 * a_sk;
+                                    Acc* dst = ap + is * kc;
+                                    if (a_sm == 1 && rows == MR) {
+                                        // Columns of a are contiguous (a transposed view).
+                                        for (int64_t k = 0; k < kc; ++k)
+                                            for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = load(a, base + k * a_sk + i);
+                                    } else {
+                                        for (int64_t i = 0; i < MR; ++i) {
+                                            if (i < rows) {
+                                                for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = load(a, base + i * a_sm + k * a_sk);
+                                            } else {
+                                                for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = Acc(0);
+                                            }
                                         }
                                     }
                                 }
                                 const int64_t s0 = slivers * part / parts;
                                 const int64_t s1 = slivers * (part + 1) / parts;
+                                const bool first = k0 == 0, last = k0 + kc == K;
                                 for (int64_t s = s0; s < s1; ++s)
                                     for (int64_t is = 0; is < mcp; is += MR)
                                         kiln_mm_micro<Acc>(kc, ap + is * kc, bp + s * NR * kc,
-                                                           cb + (i0 + is) * NC + s * NR, NC);
+                                                           cb + (i0 + is) * NC + s * NR, NC, first, last, out,
+                                                           (bi * M + m0 + i0 + is) * N + j0 + s * NR, N,
+                                                           std::min<int64_t>(MR, mc - is),
+                                                           std::min<int64_t>(NR, nc - s * NR), store);
                             }
                         }
-#pragma omp for schedule(static)
-                        for (int64_t i = 0; i < mb; ++i)
-                            for (int64_t j = 0; j < nc; ++j)
-                                store(out, (bi * M + m0 + i) * N + j0 + j, cb[i * NC + j]);
                     }
                 }
             }

@@ -214,6 +214,61 @@ args = ["e", "f"]
     }
 }
 
+#[test]
+fn outputs_computed_in_place_repeated_and_as_views_all_arrive() {
+    // `y` is computed straight into the first output; the second output
+    // names it again (a copy), the third is its transpose (a gather), and
+    // `h`, an intermediate, lives in the arena.
+    let dir = scratch("outputs");
+    let graph = dir.join("outputs.toml");
+    std::fs::write(
+        &graph,
+        r#"format = "kiln-graph/1"
+name = "outputs"
+outputs = ["y", "y", "t", "s"]
+
+[[inputs]]
+name = "x"
+shape = [7, 5]
+dtype = "float32"
+
+[[nodes]]
+name = "h"
+op = "exp"
+args = ["x"]
+
+[[nodes]]
+name = "s"
+op = "sum"
+args = ["h", [1]]
+attrs = { keepdim = true }
+
+[[nodes]]
+name = "y"
+op = "div"
+args = ["h", "s"]
+
+[[nodes]]
+name = "t"
+op = "transpose"
+args = ["y", 0, 1]
+"#,
+    )
+    .expect("graph");
+    let (code, out, err) = host(
+        &[
+            "run",
+            &graph.to_string_lossy(),
+            "--device",
+            "cpu",
+            "--check",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("check: all 4 output(s) match"), "{out}");
+}
+
 /// Compiles `text` for the cpu device with the default flags (so that the
 /// vectorised paths are the ones tested) and runs it on `inputs`.
 fn run_default_flags(text: &str, inputs: &[kiln::tensor::Tensor]) -> Vec<kiln::tensor::Tensor> {

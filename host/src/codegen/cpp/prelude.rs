@@ -7,6 +7,13 @@
 
 /// Helpers every kernel may call.
 pub const HELPERS: &str = r#"
+// What the prelude itself uses, whatever the plugin's header includes.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).
 static inline float kiln_bits_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint32_t kiln_f_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -101,6 +108,27 @@ template <typename T> static inline T kiln_divfloor(T a, T b) {
     return q;
 }
 template <typename T> static inline bool kiln_isnan(T v) { return v != v; }
+
+// Scratch memory grown on demand, 64-byte aligned, kept between calls and
+// freed with its owner (`static thread_local` ones: when the thread exits).
+struct KilnArena {
+    void* p = nullptr;
+    size_t bytes = 0;
+    KilnArena() = default;
+    KilnArena(const KilnArena&) = delete;
+    KilnArena& operator=(const KilnArena&) = delete;
+    ~KilnArena() { std::free(p); }
+    // At least `want` bytes, or nullptr when memory ran out.
+    unsigned char* get(size_t want) {
+        want = (want + 63) / 64 * 64;
+        if (bytes < want) {
+            std::free(p);
+            p = std::aligned_alloc(64, want);
+            bytes = p != nullptr ? want : 0;
+        }
+        return static_cast<unsigned char*>(p);
+    }
+};
 
 "#;
 
@@ -203,14 +231,17 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
 #endif
     // Rows of the result per pass (a whole number of slivers).
     const int64_t MB = std::min<int64_t>((M + MR - 1) / MR * MR, KILN_MM_MB * threads * MC);
-    Acc* bp = static_cast<Acc*>(std::malloc(sizeof(Acc) * KC * NC));
-    // Partial sums between blocks of the shared dimension (none when there is one).
-    Acc* cb = K > KC ? static_cast<Acc*>(std::malloc(sizeof(Acc) * MB * NC)) : nullptr;
+    // Scratch kept per thread between calls: packed b and, when the shared
+    // dimension takes more than one block, the partial sums.
+    static thread_local KilnArena b_arena, c_arena;
+    Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KC * NC));
+    Acc* cb = K > KC ? reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MB * NC)) : nullptr;
     int failed = (bp == nullptr || (K > KC && cb == nullptr)) ? 1 : 0;
     if (failed == 0) {
 #pragma omp parallel reduction(| : failed)
         {
-            Acc* ap = static_cast<Acc*>(std::malloc(sizeof(Acc) * MC * KC));
+            static thread_local KilnArena a_arena;
+            Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MC * KC));
             const bool ok = ap != nullptr;
             if (!ok) failed = 1;
             // Every thread meets every work-sharing loop (their bounds are shared);
@@ -294,11 +325,8 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                     }
                 }
             }
-            std::free(ap);
         }
     }
-    std::free(bp);
-    std::free(cb);
     return failed;
 }
 "#;

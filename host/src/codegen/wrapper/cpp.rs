@@ -10,8 +10,11 @@
 //! output `i`, written dense row-major. It returns 0, or 1 when memory ran out
 //! (nothing is leaked). `kiln_abi_version()`, `kiln_num_inputs()` and
 //! `kiln_num_outputs()` let a loader check what it opened. Intermediates
-//! follow the memory plan: a buffer that reuses a dead one takes its storage,
-//! and storage is freed as soon as its last user has run.
+//! live in one arena laid out from the memory plan: a buffer that reuses a
+//! dead one takes its storage, and storage whose last user has run is free
+//! for later buffers ([`place`]). The arena is kept per calling thread
+//! between calls (repeated calls fault no fresh pages in), so concurrent calls
+//! from different threads are safe.
 //!
 //! Every name from the graph goes through the [`Namer`].
 
@@ -159,6 +162,51 @@ pub fn write(
     Ok(out)
 }
 
+/// Bytes each arena slot is aligned to (a cache line, and every SIMD width).
+const ARENA_ALIGN: u64 = 64;
+
+/// Storage in the arena: `bytes` from `offset`, needed from before step
+/// `first` until after step `last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    bytes: u64,
+    first: usize,
+    last: usize,
+    offset: u64,
+}
+
+/// Gives every slot an offset such that slots alive at the same time never
+/// overlap, largest first, each at the lowest offset that fits (a
+/// first-fit interval packing, as AOTInductor's memory planner does);
+/// returns the arena's size.
+fn place(slots: &mut [Slot]) -> u64 {
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(slots[i].bytes), slots[i].first));
+    let mut placed: Vec<usize> = Vec::new();
+    let mut total = 0;
+    for i in order {
+        let s = slots[i];
+        let mut busy: Vec<(u64, u64)> = placed
+            .iter()
+            .map(|&j| slots[j])
+            .filter(|o| o.first <= s.last && s.first <= o.last)
+            .map(|o| (o.offset, o.offset + o.bytes))
+            .collect();
+        busy.sort_unstable();
+        let mut offset = 0;
+        for (lo, hi) in busy {
+            if offset + s.bytes <= lo {
+                break;
+            }
+            offset = offset.max(hi);
+        }
+        slots[i].offset = offset;
+        total = total.max(offset + s.bytes);
+        placed.push(i);
+    }
+    total
+}
+
 fn body(
     out: &mut String,
     scheduled: &Scheduled,
@@ -167,7 +215,9 @@ fn body(
 ) -> Result<(), Error> {
     let p = &scheduled.program;
     let mem = &scheduled.memory;
-    // Storage slots: one per fresh allocation or filled constant.
+    let steps = p.steps.len();
+    let round = |bytes: i64| (bytes.max(1) as u64).div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+    // Constants filled with one value: alive for the whole call.
     let fills: Vec<BufferId> = p
         .buffers
         .iter()
@@ -182,20 +232,78 @@ fn body(
         })
         .map(|(i, _)| BufferId(i as u32))
         .collect();
-    let fresh = mem
-        .allocs
-        .iter()
-        .flatten()
-        .filter(|a| a.reuse.is_none())
-        .count();
-    let slots = (fresh + fills.len()).max(1);
-    writeln!(
-        out,
-        "    // Frees whatever is still held when the call returns, early or not.\n    \
-         struct Storage {{ void* p[{slots}] = {{}}; ~Storage() {{ for (void* q : p) std::free(q); }} }} storage;"
-    )?;
-    let mut next_slot = 0usize;
+    let mut slots: Vec<Slot> = Vec::new();
     let mut slot_of: HashMap<BufferId, usize> = HashMap::new();
+    for b in &fills {
+        slot_of.insert(*b, slots.len());
+        slots.push(Slot {
+            bytes: round(p.buffer(*b).bytes()),
+            first: 0,
+            last: steps,
+            offset: 0,
+        });
+    }
+    // Fresh allocations live until the last buffer sharing them is freed
+    // (outputs and buffers never freed: to the end); a reusing buffer takes
+    // the slot of the dead one.
+    let output_bufs: Vec<BufferId> = p.outputs.iter().map(|v| v.buf).collect();
+    for i in 0..steps {
+        for a in mem.allocs.get(i).into_iter().flatten() {
+            match a.reuse.and_then(|old| slot_of.get(&old).copied()) {
+                Some(s) => {
+                    slot_of.insert(a.buf, s);
+                }
+                None => {
+                    slot_of.insert(a.buf, slots.len());
+                    slots.push(Slot {
+                        bytes: round(p.buffer(a.buf).bytes()),
+                        first: i,
+                        last: steps,
+                        offset: 0,
+                    });
+                }
+            }
+        }
+        for b in mem.frees.get(i).into_iter().flatten() {
+            let reused_later = mem
+                .allocs
+                .iter()
+                .skip(i + 1)
+                .flatten()
+                .any(|a| a.reuse == Some(*b));
+            if reused_later || output_bufs.contains(b) {
+                continue;
+            }
+            if let Some(&s) = slot_of.get(b) {
+                slots[s].last = i;
+            }
+        }
+    }
+    // An output that is a whole dense buffer is computed straight into the
+    // caller's memory (with every buffer sharing its slot): no arena room, no
+    // copy. The first output naming a slot gets it; others copy from it.
+    let mut direct: HashMap<usize, usize> = HashMap::new();
+    for (i, v) in p.outputs.iter().enumerate() {
+        let buf = p.buffer(v.buf);
+        let whole = v.offset == 0
+            && v.shape.iter().product::<i64>() == buf.numel()
+            && is_dense(&v.shape, &v.strides)
+            && buf.numel() > 0;
+        if let Some(&slot) = slot_of.get(&v.buf) {
+            if whole && !fills.contains(&v.buf) && !direct.contains_key(&slot) {
+                direct.insert(slot, i);
+            }
+        }
+    }
+    let mut in_arena: Vec<Slot> = Vec::new();
+    let mut arena_index: HashMap<usize, usize> = HashMap::new();
+    for (i, slot) in slots.iter().enumerate() {
+        if !direct.contains_key(&i) {
+            arena_index.insert(i, in_arena.len());
+            in_arena.push(*slot);
+        }
+    }
+    let total = place(&mut in_arena);
     for (i, b) in p.inputs.iter().enumerate() {
         let ty = storage_type(p.buffer(*b).dtype);
         writeln!(
@@ -204,6 +312,26 @@ fn body(
             name(*b)
         )?;
     }
+    if !in_arena.is_empty() {
+        writeln!(
+            out,
+            "    // Intermediates share one arena by the memory plan ({total} bytes), kept per calling\n    \
+             // thread between calls so that repeated calls reuse the memory.\n    \
+             static thread_local KilnArena arena;\n    \
+             unsigned char* const ws = arena.get({total});\n    \
+             if (ws == nullptr) return 1;"
+        )?;
+    }
+    // Where buffer `b` lives, as a pointer expression of type `unsigned char*`
+    // or `void*`.
+    let at = |b: BufferId| match slot_of.get(&b) {
+        Some(s) => match (direct.get(s), arena_index.get(s)) {
+            (Some(o), _) => format!("outputs[{o}]"),
+            (None, Some(&a)) => format!("ws + {}", in_arena[a].offset),
+            (None, None) => "nullptr".into(),
+        },
+        None => "nullptr".into(),
+    };
     for b in &fills {
         let buf = p.buffer(*b);
         let ty = storage_type(buf.dtype);
@@ -216,47 +344,27 @@ fn body(
         let n = buf.numel();
         writeln!(
             out,
-            "    storage.p[{next_slot}] = std::malloc(sizeof({ty}) * {n});\n    \
-             if (storage.p[{next_slot}] == nullptr) return 1;\n    \
-             {ty}* {} = static_cast<{ty}*>(storage.p[{next_slot}]);\n    \
+            "    {ty}* {} = static_cast<{ty}*>(static_cast<void*>({}));\n    \
              for (int64_t i = 0; i < {n}; ++i) {}[i] = {value};",
             name(*b),
+            at(*b),
             name(*b)
         )?;
-        next_slot += 1;
     }
-    let output_bufs: Vec<BufferId> = p.outputs.iter().map(|v| v.buf).collect();
     let mut kernel_iter = kernels.iter();
     for (i, step) in p.steps.iter().enumerate() {
         for a in mem.allocs.get(i).into_iter().flatten() {
-            let buf = p.buffer(a.buf);
-            let ty = storage_type(buf.dtype);
-            match a.reuse {
-                Some(old) => {
-                    let slot = slot_of.get(&old).copied();
-                    if let Some(s) = slot {
-                        slot_of.insert(a.buf, s);
-                    }
-                    writeln!(
-                        out,
-                        "    [[maybe_unused]] {ty}* {} = reinterpret_cast<{ty}*>({}); // reuses the storage of a dead buffer",
-                        name(a.buf),
-                        name(old)
-                    )?;
-                }
-                None => {
-                    let bytes = buf.bytes().max(1);
-                    writeln!(
-                        out,
-                        "    storage.p[{next_slot}] = std::malloc({bytes});\n    \
-                         if (storage.p[{next_slot}] == nullptr) return 1;\n    \
-                         [[maybe_unused]] {ty}* {} = static_cast<{ty}*>(storage.p[{next_slot}]);",
-                        name(a.buf)
-                    )?;
-                    slot_of.insert(a.buf, next_slot);
-                    next_slot += 1;
-                }
-            }
+            let ty = storage_type(p.buffer(a.buf).dtype);
+            let note = match a.reuse {
+                Some(old) => format!(" // reuses the storage of {}", name(old)),
+                None => String::new(),
+            };
+            writeln!(
+                out,
+                "    [[maybe_unused]] {ty}* {} = static_cast<{ty}*>(static_cast<void*>({}));{note}",
+                name(a.buf),
+                at(a.buf)
+            )?;
         }
         match step {
             Step::Kernel(_) => {
@@ -268,26 +376,15 @@ fn body(
             }
             Step::Extern(e) => extern_call(out, p, e, name)?,
         }
-        for b in mem.frees.get(i).into_iter().flatten() {
-            let reused_later = mem
-                .allocs
-                .iter()
-                .skip(i + 1)
-                .flatten()
-                .any(|a| a.reuse == Some(*b));
-            if reused_later || output_bufs.contains(b) {
-                continue;
-            }
-            if let Some(slot) = slot_of.remove(b) {
-                writeln!(
-                    out,
-                    "    std::free(storage.p[{slot}]); storage.p[{slot}] = nullptr;"
-                )?;
-            }
-        }
     }
     for (i, v) in p.outputs.iter().enumerate() {
-        copy_out(out, p, i, v, name)?;
+        let computed_in_place = slot_of
+            .get(&v.buf)
+            .and_then(|s| direct.get(s))
+            .is_some_and(|&o| o == i);
+        if !computed_in_place {
+            copy_out(out, p, i, v, name)?;
+        }
     }
     writeln!(out, "    return 0;")?;
     Ok(())
@@ -358,6 +455,17 @@ fn extern_call(
     Ok(())
 }
 
+/// Whether `strides` lay `shape` out dense and row-major (size-1 dimensions
+/// may have any stride).
+fn is_dense(shape: &[i64], strides: &[i64]) -> bool {
+    let contiguous = crate::graph::shape::contiguous_strides(shape);
+    shape.len() == strides.len()
+        && shape
+            .iter()
+            .zip(strides.iter().zip(&contiguous))
+            .all(|(size, (s, c))| *size == 1 || s == c)
+}
+
 fn copy_out(
     out: &mut String,
     p: &Program,
@@ -371,13 +479,7 @@ fn copy_out(
     if numel <= 0 {
         return Ok(());
     }
-    let contiguous = crate::graph::shape::contiguous_strides(&v.shape);
-    let dense = v
-        .shape
-        .iter()
-        .zip(v.strides.iter().zip(&contiguous))
-        .all(|(size, (s, c))| *size == 1 || s == c);
-    if dense {
+    if is_dense(&v.shape, &v.strides) {
         writeln!(
             out,
             "    std::memcpy(outputs[{i}], {} + {}, sizeof({ty}) * {numel});",
@@ -407,6 +509,7 @@ fn copy_out(
 
 /// Gathers a strided view into dense row-major memory.
 const COPY_OUT: &str = r#"
+
 [[maybe_unused]] static void kiln_copy_out(void* dst, const void* src, int64_t elem, int ndim,
                           const int64_t* shape, const int64_t* strides, int64_t offset) {
     int64_t numel = 1;
@@ -424,3 +527,68 @@ const COPY_OUT: &str = r#"
     }
 }
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn slot(bytes: u64, first: usize, last: usize) -> Slot {
+        Slot {
+            bytes,
+            first,
+            last,
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn storage_dead_before_a_slot_is_born_is_shared() {
+        // a lives over steps 0..=1, b over 2..=3: one region serves both.
+        let mut s = vec![slot(128, 0, 1), slot(64, 2, 3)];
+        assert_eq!(place(&mut s), 128);
+        assert_eq!((s[0].offset, s[1].offset), (0, 0));
+        // Alive together (a freed after step 2, b born before it): apart.
+        let mut s = vec![slot(128, 0, 2), slot(64, 2, 3)];
+        assert_eq!(place(&mut s), 192);
+        assert_eq!((s[0].offset, s[1].offset), (0, 128));
+    }
+
+    #[test]
+    fn a_gap_between_live_slots_is_filled_first_fit() {
+        // a and c are alive throughout, b dies early; d fits where b was.
+        let mut s = vec![
+            slot(64, 0, 9),
+            slot(128, 0, 1),
+            slot(64, 0, 9),
+            slot(128, 2, 9),
+        ];
+        let total = place(&mut s);
+        assert_eq!(total, 256);
+        assert_eq!(s[3].offset, s[1].offset);
+    }
+
+    proptest! {
+        #[test]
+        fn slots_alive_together_never_overlap(
+            spec in proptest::collection::vec((1u64..8, 0usize..10, 0usize..6), 1..24)
+        ) {
+            let mut s: Vec<Slot> = spec
+                .iter()
+                .map(|&(units, first, len)| slot(units * ARENA_ALIGN, first, first + len))
+                .collect();
+            let total = place(&mut s);
+            for (i, a) in s.iter().enumerate() {
+                prop_assert!(a.offset + a.bytes <= total);
+                prop_assert_eq!(a.offset % ARENA_ALIGN, 0);
+                for b in &s[i + 1..] {
+                    let together = a.first <= b.last && b.first <= a.last;
+                    let apart = a.offset + a.bytes <= b.offset || b.offset + b.bytes <= a.offset;
+                    prop_assert!(!together || apart, "{:?} and {:?}", a, b);
+                }
+            }
+            // Never more than everything side by side.
+            prop_assert!(total <= s.iter().map(|a| a.bytes).sum::<u64>());
+        }
+    }
+}

@@ -295,12 +295,18 @@ fn ulp_f32(r: f32) -> f64 {
 }
 
 #[test]
-fn exp_and_sigmoid_are_accurate_over_the_whole_float_range() {
-    // Kiln's own vectorisable float exp (and sigmoid and silu built on it):
+fn exp_sigmoid_and_tanh_are_accurate_over_the_whole_float_range() {
+    // Kiln's own vectorisable float exp (and sigmoid, silu and tanh built on it):
     // within 2 ulp of the exact result everywhere (3.5 for the composites), exact 0 and
     // infinity where the result under- or overflows, subnormal results where
     // they are representable, NaN in, NaN out.
     let mut xs: Vec<f64> = vec![
+        0.624,
+        0.625,
+        0.626,
+        -0.625,
+        1e-30,
+        1e-40,
         0.0,
         -0.0,
         1.0,
@@ -328,11 +334,12 @@ fn exp_and_sigmoid_are_accurate_over_the_whole_float_range() {
     xs.extend((0..=20_000).map(|i| -110.0 + 205.0 * f64::from(i) / 20_000.0));
     let n = xs.len();
     let text = format!(
-        "format = \"kiln-graph/1\"\nname = \"exp\"\noutputs = [\"e\", \"s\", \"u\"]\n\n\
+        "format = \"kiln-graph/1\"\nname = \"exp\"\noutputs = [\"e\", \"s\", \"u\", \"t\"]\n\n\
          [[inputs]]\nname = \"x\"\nshape = [{n}]\ndtype = \"float32\"\n\n\
          [[nodes]]\nname = \"e\"\nop = \"exp\"\nargs = [\"x\"]\n\n\
          [[nodes]]\nname = \"s\"\nop = \"sigmoid\"\nargs = [\"x\"]\n\n\
-         [[nodes]]\nname = \"u\"\nop = \"silu\"\nargs = [\"x\"]\n"
+         [[nodes]]\nname = \"u\"\nop = \"silu\"\nargs = [\"x\"]\n\n\
+         [[nodes]]\nname = \"t\"\nop = \"tanh\"\nargs = [\"x\"]\n"
     );
     let xs32: Vec<f64> = xs.iter().map(|&x| f64::from(x as f32)).collect();
     let input = kiln::tensor::Tensor::new(
@@ -341,12 +348,14 @@ fn exp_and_sigmoid_are_accurate_over_the_whole_float_range() {
         xs32.clone(),
     );
     let got = run_default_flags(&text, &[input]);
-    let exact: [fn(f64) -> f64; 3] = [
+    let exact: [fn(f64) -> f64; 4] = [
         f64::exp,
         |x| 1.0 / (1.0 + (-x).exp()),
         |x| x / (1.0 + (-x).exp()),
+        f64::tanh,
     ];
-    for (which, (out, f)) in ["exp", "sigmoid", "silu"].iter().zip(got.iter().zip(exact)) {
+    let names = ["exp", "sigmoid", "silu", "tanh"];
+    for (which, (out, f)) in names.iter().zip(got.iter().zip(exact)) {
         for (&x, y) in xs32.iter().zip(out.to_vec()) {
             let want = f(x);
             let want32 = want as f32;

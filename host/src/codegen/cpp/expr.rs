@@ -91,27 +91,98 @@ pub fn literal_text(l: Literal, d: DType) -> String {
     }
 }
 
-/// An index expression over the loop variables `x` and `r`; `r_zero` renders
-/// `r` as `0` (pointwise kernels have no reduction loop).
-pub fn index_text(i: &Index, r_zero: bool) -> String {
+/// How index expressions are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexStyle {
+    /// `r` renders as `0` (pointwise kernels have no reduction loop).
+    pub r_zero: bool,
+    /// Arithmetic in `int32_t`, the loop variables included: allowed when no
+    /// part of any index of the kernel can leave its range ([`fits_i32`]),
+    /// and what lets compilers vectorise division and remainder by constants
+    /// (x86 has no 64-bit vector multiply-high), as broadcasts and views
+    /// need. (A cast of 64-bit loop variables is not enough: GCC then leaves
+    /// the loops of OpenMP-outlined functions scalar.)
+    pub narrow: bool,
+}
+
+impl IndexStyle {
+    /// `int64_t` arithmetic, `r` as the reduction loop's variable.
+    pub const WIDE: IndexStyle = IndexStyle {
+        r_zero: false,
+        narrow: false,
+    };
+}
+
+/// Whether every part of `i` stays within `int32_t` while `x` ranges over
+/// `0..x_extent` and `r` over `0..r_extent`: the largest magnitude any
+/// subexpression can take is below 2^31.
+pub fn fits_i32(i: &Index, x_extent: i64, r_extent: i64) -> bool {
+    // (bound on |value|, largest bound in the subtree), in i128 so that
+    // nothing overflows on the way.
+    fn walk(i: &Index, x: i128, r: i128) -> (i128, i128) {
+        let (b, inner) = match i {
+            Index::Var(Var::X) => (x, 0),
+            Index::Var(Var::R) => (r, 0),
+            Index::Const(c) => (i128::from(*c).abs(), 0),
+            Index::Add(terms) => terms.iter().fold((0i128, 0i128), |(sum, m), t| {
+                let (tb, tm) = walk(t, x, r);
+                (sum.saturating_add(tb), m.max(tm))
+            }),
+            Index::Mul(e, k) => {
+                let (eb, em) = walk(e, x, r);
+                (
+                    eb.saturating_mul(i128::from(*k).abs()),
+                    em.max(i128::from(*k).abs()),
+                )
+            }
+            Index::Div(e, k) => {
+                let (eb, em) = walk(e, x, r);
+                (
+                    eb / i128::from(*k).abs().max(1),
+                    em.max(i128::from(*k).abs()),
+                )
+            }
+            Index::Mod(e, k) => {
+                let (eb, em) = walk(e, x, r);
+                (
+                    eb.min(i128::from(*k).abs()),
+                    em.max(eb).max(i128::from(*k).abs()),
+                )
+            }
+        };
+        (b, inner.max(b))
+    }
+    let x = i128::from(x_extent.max(0));
+    let r = i128::from(r_extent.max(0));
+    walk(i, x, r).1 < (1i128 << 31)
+}
+
+/// An index expression over the loop variables `x` and `r`.
+pub fn index_text(i: &Index, style: IndexStyle) -> String {
+    let int = |c: i64| match (style.narrow, c < 0) {
+        (true, false) => c.to_string(),
+        (true, true) => format!("({c})"),
+        (false, _) => int_text(c),
+    };
     match i {
+        Index::Var(Var::R) if style.r_zero => int(0),
         Index::Var(Var::X) => "x".to_string(),
-        Index::Var(Var::R) if r_zero => "INT64_C(0)".to_string(),
         Index::Var(Var::R) => "r".to_string(),
-        Index::Const(c) => int_text(*c),
+        Index::Const(c) => int(*c),
         Index::Add(terms) => {
-            let parts: Vec<String> = terms.iter().map(|t| index_text(t, r_zero)).collect();
+            let parts: Vec<String> = terms.iter().map(|t| index_text(t, style)).collect();
             format!("({})", parts.join(" + "))
         }
-        Index::Mul(e, k) => format!("({} * {})", int_text(*k), index_text(e, r_zero)),
-        Index::Div(e, k) => format!("({} / {})", index_text(e, r_zero), int_text(*k)),
-        Index::Mod(e, k) => format!("({} % {})", index_text(e, r_zero), int_text(*k)),
+        Index::Mul(e, k) => format!("({} * {})", int(*k), index_text(e, style)),
+        Index::Div(e, k) => format!("({} / {})", index_text(e, style), int(*k)),
+        Index::Mod(e, k) => format!("({} % {})", index_text(e, style), int(*k)),
     }
 }
 
-/// An index condition `lo <= index < hi` as a C++ boolean.
-pub fn cond_text(c: &Cond, r_zero: bool) -> String {
-    let idx = index_text(&c.index, r_zero);
+/// An index condition `lo <= index < hi` as a C++ boolean (the bounds always
+/// in `int64_t`, so that the comparison is exact whatever the index's type).
+pub fn cond_text(c: &Cond, style: IndexStyle) -> String {
+    let idx = index_text(&c.index, style);
     format!(
         "({} <= {idx} && {idx} < {})",
         int_text(c.lo),
@@ -138,6 +209,8 @@ pub fn neutral(kind: ReduceKind, d: DType) -> String {
 pub struct Renderer<'a> {
     /// The kernel's expressions.
     pub exprs: &'a ExprArena,
+    /// Whether the kernel's indices are written in `int32_t`.
+    pub narrow: bool,
 }
 
 impl Renderer<'_> {
@@ -186,7 +259,13 @@ impl Renderer<'_> {
             }
             Expr::Select(c, a, b) => format!(
                 "({} ? static_cast<{ty}>({}) : static_cast<{ty}>({}))",
-                cond_text(c, r_zero),
+                cond_text(
+                    c,
+                    IndexStyle {
+                        r_zero,
+                        narrow: self.narrow
+                    }
+                ),
                 self.operand(*a),
                 self.operand(*b)
             ),
@@ -220,7 +299,7 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Rsqrt => float_only("std::sqrt").map(|s| format!("(static_cast<{ty}>(1) / {s})")),
         UnaryOp::Sin => float_only("std::sin"),
         UnaryOp::Cos => float_only("std::cos"),
-        UnaryOp::Tanh => float_only("std::tanh"),
+        UnaryOp::Tanh => float_only("kiln_tanh"),
         UnaryOp::Erf => float_only("std::erf"),
         UnaryOp::Sigmoid => float_only("kiln_sigmoid"),
         UnaryOp::Silu => float_only("kiln_sigmoid").map(|s| format!("({a} * {s})")),
@@ -279,9 +358,39 @@ mod tests {
             Index::Mul(Box::new(Index::Mod(Box::new(Index::Var(Var::R)), 2)), 3),
         ]);
         assert_eq!(
-            index_text(&i, false),
+            index_text(&i, IndexStyle::WIDE),
             "((x / INT64_C(2)) + (INT64_C(3) * (r % INT64_C(2))))"
         );
-        assert_eq!(index_text(&Index::Var(Var::R), true), "INT64_C(0)");
+        let pointwise = IndexStyle {
+            r_zero: true,
+            narrow: false,
+        };
+        assert_eq!(index_text(&Index::Var(Var::R), pointwise), "INT64_C(0)");
+        let narrow = IndexStyle {
+            r_zero: false,
+            narrow: true,
+        };
+        assert_eq!(index_text(&i, narrow), "((x / 2) + (3 * (r % 2)))");
+    }
+
+    #[test]
+    fn indices_are_narrow_only_when_every_part_fits() {
+        let x = || Box::new(Index::Var(Var::X));
+        // x % 3072 over 786432 elements: fits.
+        assert!(fits_i32(&Index::Mod(x(), 3072), 786_432, 1));
+        // The final value is small, but x itself is not.
+        assert!(!fits_i32(&Index::Mod(x(), 3072), 1 << 31, 1));
+        // A product that leaves the range on the way to a small quotient.
+        assert!(!fits_i32(
+            &Index::Div(Box::new(Index::Mul(x(), 1 << 20)), 1 << 20),
+            1 << 12,
+            1
+        ));
+        // Negative factors (flips) count by magnitude.
+        let flip = Index::Add(vec![Index::Mul(x(), -1), Index::Const(99)]);
+        assert!(fits_i32(&flip, 100, 1));
+        assert!(!fits_i32(&Index::Mul(x(), i64::MIN), 2, 1));
+        assert!(fits_i32(&Index::Var(Var::R), 1, (1 << 31) - 1));
+        assert!(!fits_i32(&Index::Var(Var::R), 1, (1 << 31) + 1));
     }
 }

@@ -1,7 +1,7 @@
 //! The writer of one C++/OpenMP kernel function.
 //!
-//! A pointwise kernel is one `#pragma omp parallel for simd` loop over its
-//! elements. A reduction kernel is a `#pragma omp parallel for` over its rows;
+//! A pointwise kernel is a `#pragma omp parallel for` over chunks of its
+//! elements, each an `#pragma omp simd` loop. A reduction kernel is a `#pragma omp parallel for` over its rows;
 //! inside a row, values are placed in *phases* exactly as the loop-IR
 //! evaluator (`schedule/eval.rs`) orders them: phase 0 needs no reduction
 //! result, phase p + 1 needs a reduction finished in phase p. Each phase that
@@ -15,8 +15,8 @@ use std::fmt::Write;
 use kiln_plugin_api::{PointwiseQuery, ReductionQuery};
 
 use super::expr::{
-    compute_type, cond_text, index_text, load_conversion, neutral, storage_type, store_conversion,
-    Renderer,
+    compute_type, cond_text, fits_i32, index_text, load_conversion, neutral, storage_type,
+    store_conversion, IndexStyle, Renderer,
 };
 use super::{Error, KernelInfo};
 use crate::codegen::triton::LaunchHeuristics;
@@ -85,10 +85,29 @@ pub fn write_kernel(
         .map(|c| c.x_block.max(1))
         .ok_or_else(|| Error::Heuristics(format!("no launch config for kernel `{name}`")))?;
 
+    // Every index of the kernel, guards and selects included, decides together.
+    let (xe, re) = (k.space.x, k.space.r.max(1));
+    let mut indices: Vec<&crate::schedule::index::Index> =
+        k.stores.iter().map(|s| &s.index).collect();
+    for (id, _, _) in k.exprs.iter() {
+        match k.exprs.get(id) {
+            Expr::Load { index, guards, .. } => {
+                indices.push(index);
+                indices.extend(guards.iter().map(|g| &g.index));
+            }
+            Expr::Select(c, _, _) => indices.push(&c.index),
+            _ => {}
+        }
+    }
+    let narrow = xe < (1 << 31) && re < (1 << 31) && indices.iter().all(|i| fits_i32(i, xe, re));
     let mut w = Writer {
         k,
         program,
-        renderer: Renderer { exprs: &k.exprs },
+        renderer: Renderer {
+            exprs: &k.exprs,
+            narrow,
+        },
+        narrow,
         arg_names: &arg_names,
         out: String::new(),
         name,
@@ -119,12 +138,30 @@ struct Writer<'a> {
     k: &'a Kernel,
     program: &'a Program,
     renderer: Renderer<'a>,
+    /// Indices in `int32_t` (see [`IndexStyle::narrow`]).
+    narrow: bool,
     arg_names: &'a HashMap<BufferId, String>,
     out: String,
     name: &'a str,
 }
 
 impl Writer<'_> {
+    /// The type of the loop variables `x` and `r`.
+    fn index_type(&self) -> &'static str {
+        if self.narrow {
+            "int32_t"
+        } else {
+            "int64_t"
+        }
+    }
+
+    fn style(&self, r_zero: bool) -> IndexStyle {
+        IndexStyle {
+            r_zero,
+            narrow: self.narrow,
+        }
+    }
+
     fn unsupported(&self, what: String) -> Error {
         Error::Unsupported {
             kernel: self.name.to_string(),
@@ -155,8 +192,10 @@ impl Writer<'_> {
             Expr::Load { buf, index, guards } => {
                 let stored = self.program.buffer(*buf).dtype;
                 let ptr = self.ptr(*buf)?;
-                let value =
-                    load_conversion(stored, &format!("{ptr}[{}]", index_text(index, r_zero)));
+                let value = load_conversion(
+                    stored,
+                    &format!("{ptr}[{}]", index_text(index, self.style(r_zero))),
+                );
                 let value = if compute_type(stored) == ty {
                     value
                 } else {
@@ -165,7 +204,10 @@ impl Writer<'_> {
                 if guards.is_empty() {
                     value
                 } else {
-                    let conds: Vec<String> = guards.iter().map(|g| cond_text(g, r_zero)).collect();
+                    let conds: Vec<String> = guards
+                        .iter()
+                        .map(|g| cond_text(g, self.style(r_zero)))
+                        .collect();
                     format!("({} ? {value} : static_cast<{ty}>(0))", conds.join(" && "))
                 }
             }
@@ -185,29 +227,47 @@ impl Writer<'_> {
         let value = store_conversion(from, to, &self.renderer.operand(s.value));
         self.line(
             depth,
-            &format!("{ptr}[{}] = {value};", index_text(&s.index, r_zero)),
+            &format!(
+                "{ptr}[{}] = {value};",
+                index_text(&s.index, self.style(r_zero))
+            ),
         );
         Ok(())
     }
 
     fn pointwise_body(&mut self, chunk: u32) -> Result<(), Error> {
         let x = self.k.space.x;
+        // Threads take whole chunks; inside one, a plain `omp simd` loop, which
+        // compilers vectorise (GCC leaves a combined `parallel for simd` with a
+        // chunked schedule scalar).
         self.line(
             1,
-            &format!(
-                "#pragma omp parallel for simd schedule(simd : static, {chunk}) if ({x} > {chunk})"
-            ),
+            &format!("#pragma omp parallel for schedule(static) if ({x} > {chunk})"),
         );
-        self.line(1, &format!("for (int64_t x = 0; x < {x}; ++x) {{"));
+        self.line(
+            1,
+            &format!("for (int64_t x0 = 0; x0 < {x}; x0 += {chunk}) {{"),
+        );
+        self.line(
+            2,
+            &format!("const int64_t x1 = std::min<int64_t>(x0 + {chunk}, {x});"),
+        );
+        self.line(2, "#pragma omp simd");
+        let it = self.index_type();
+        self.line(
+            2,
+            &format!("for ({it} x = static_cast<{it}>(x0); x < static_cast<{it}>(x1); ++x) {{"),
+        );
         let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
             if needed.contains(&id) {
-                self.emit_expr(2, id, true)?;
+                self.emit_expr(3, id, true)?;
             }
         }
         for s in self.k.stores.clone() {
-            self.store_line(2, &s, true)?;
+            self.store_line(3, &s, true)?;
         }
+        self.line(2, "}");
         self.line(1, "}");
         Ok(())
     }
@@ -238,7 +298,8 @@ impl Writer<'_> {
             1,
             &format!("#pragma omp parallel for schedule(static, {chunk}) if ({x} > {chunk})"),
         );
-        self.line(1, &format!("for (int64_t x = 0; x < {x}; ++x) {{"));
+        let it = self.index_type();
+        self.line(1, &format!("for ({it} x = 0; x < {x}; ++x) {{"));
         for p in 0..=last + 1 {
             if p > 0 {
                 for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l == p - 1) {
@@ -308,7 +369,8 @@ impl Writer<'_> {
                     format!("#pragma omp simd {}", clauses.join(" ")).trim_end(),
                 );
             }
-            self.line(2, &format!("for (int64_t r = 0; r < {r}; ++r) {{"));
+            let it = self.index_type();
+            self.line(2, &format!("for ({it} r = 0; r < {r}; ++r) {{"));
             let mut roots: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
             roots.extend(stores.iter().map(|s| s.value));
             let wanted = k.varying_closure(&roots, &uses_r);

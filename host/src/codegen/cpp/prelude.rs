@@ -88,6 +88,18 @@ static inline float kiln_exp(float x) {
     return p * kiln_bits_f((n1 + 127u) << 23) * kiln_bits_f((n2 + 127u) << 23);
 }
 static inline double kiln_exp(double x) { return std::exp(x); }
+// tanh in float, branch-free like kiln_exp: an odd polynomial below 0.625
+// (where 1 - 2/(e^2x + 1) would cancel), the exp form above; both are
+// computed and one is selected. exp(2|x|) overflowing gives exactly +-1.
+static inline float kiln_tanh(float x) {
+    const float a = std::fabs(x);
+    const float big = 1.0f - 2.0f / (kiln_exp(2.0f * a) + 1.0f);
+    const float z = x * x;
+    const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                          + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return a > 0.625f ? std::copysign(big, x) : small;
+}
+static inline double kiln_tanh(double x) { return std::tanh(x); }
 // sigmoid from e = exp(-|a|), which never overflows: 1/(1+e) for a >= 0 and
 // e/(1+e) below, so that tiny results (down to subnormals) stay accurate.
 static inline float kiln_sigmoid(float a) {

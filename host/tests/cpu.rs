@@ -295,9 +295,11 @@ fn ulp_f32(r: f32) -> f64 {
 }
 
 #[test]
-fn exp_sigmoid_and_tanh_are_accurate_over_the_whole_float_range() {
-    // Kiln's own vectorisable float exp (and sigmoid, silu and tanh built on it):
-    // within 2 ulp of the exact result everywhere (3.5 for the composites), exact 0 and
+fn exp_sigmoid_tanh_and_erf_are_accurate_over_the_whole_float_range() {
+    // Kiln's own vectorisable float exp (and sigmoid, silu and tanh built on
+    // it) and erf:
+    // within 2 ulp of the exact result everywhere (3.5 for the composites, 8
+    // for erf), exact 0 and
     // infinity where the result under- or overflows, subnormal results where
     // they are representable, NaN in, NaN out.
     let mut xs: Vec<f64> = vec![
@@ -334,12 +336,13 @@ fn exp_sigmoid_and_tanh_are_accurate_over_the_whole_float_range() {
     xs.extend((0..=20_000).map(|i| -110.0 + 205.0 * f64::from(i) / 20_000.0));
     let n = xs.len();
     let text = format!(
-        "format = \"kiln-graph/1\"\nname = \"exp\"\noutputs = [\"e\", \"s\", \"u\", \"t\"]\n\n\
+        "format = \"kiln-graph/1\"\nname = \"exp\"\noutputs = [\"e\", \"s\", \"u\", \"t\", \"f\"]\n\n\
          [[inputs]]\nname = \"x\"\nshape = [{n}]\ndtype = \"float32\"\n\n\
          [[nodes]]\nname = \"e\"\nop = \"exp\"\nargs = [\"x\"]\n\n\
          [[nodes]]\nname = \"s\"\nop = \"sigmoid\"\nargs = [\"x\"]\n\n\
          [[nodes]]\nname = \"u\"\nop = \"silu\"\nargs = [\"x\"]\n\n\
-         [[nodes]]\nname = \"t\"\nop = \"tanh\"\nargs = [\"x\"]\n"
+         [[nodes]]\nname = \"t\"\nop = \"tanh\"\nargs = [\"x\"]\n\n\
+         [[nodes]]\nname = \"f\"\nop = \"erf\"\nargs = [\"x\"]\n"
     );
     let xs32: Vec<f64> = xs.iter().map(|&x| f64::from(x as f32)).collect();
     let input = kiln::tensor::Tensor::new(
@@ -348,13 +351,14 @@ fn exp_sigmoid_and_tanh_are_accurate_over_the_whole_float_range() {
         xs32.clone(),
     );
     let got = run_default_flags(&text, &[input]);
-    let exact: [fn(f64) -> f64; 4] = [
+    let exact: [fn(f64) -> f64; 5] = [
         f64::exp,
         |x| 1.0 / (1.0 + (-x).exp()),
         |x| x / (1.0 + (-x).exp()),
         f64::tanh,
+        libm::erf,
     ];
-    let names = ["exp", "sigmoid", "silu", "tanh"];
+    let names = ["exp", "sigmoid", "silu", "tanh", "erf"];
     for (which, (out, f)) in names.iter().zip(got.iter().zip(exact)) {
         for (&x, y) in xs32.iter().zip(out.to_vec()) {
             let want = f(x);
@@ -374,7 +378,13 @@ fn exp_sigmoid_and_tanh_are_accurate_over_the_whole_float_range() {
                 let ulps = ((y - want).abs() - slack).max(0.0) / ulp_f32(want32);
                 // exp rounds once more than the exact result; sigmoid and silu
                 // add a division and a product or two to it.
-                let bound = if *which == "exp" { 2.0 } else { 3.5 };
+                let bound = match *which {
+                    "exp" => 2.0,
+                    // A rational approximation: 8 ulp near +-1, that is
+                    // an absolute error below 5e-7.
+                    "erf" => 8.0,
+                    _ => 3.5,
+                };
                 assert!(
                     ulps <= bound,
                     "{which}({x}) = {y:e}, want {want:e}: {ulps:.2} ulp"

@@ -300,7 +300,7 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Sin => float_only("std::sin"),
         UnaryOp::Cos => float_only("std::cos"),
         UnaryOp::Tanh => float_only("kiln_tanh"),
-        UnaryOp::Erf => float_only("std::erf"),
+        UnaryOp::Erf => float_only("kiln_erf"),
         UnaryOp::Sigmoid => float_only("kiln_sigmoid"),
         UnaryOp::Silu => float_only("kiln_sigmoid").map(|s| format!("({a} * {s})")),
         UnaryOp::Reciprocal => float_only("").map(|_| format!("(static_cast<{ty}>(1) / {a})")),

@@ -586,6 +586,20 @@ fn random_graph(rows: usize, cols: usize, spec: &[(u8, usize, usize)]) -> String
 }
 
 fn compile_and_compare(text: &str, tolerance: f64) -> Result<(), String> {
+    // Both index widths: int32_t where everything fits (what small graphs
+    // get by default) and int64_t (what kernels beyond 2^31 elements get).
+    for int32_indices in [true, false] {
+        let options = kiln::codegen::cpp::CppOptions { int32_indices };
+        compile_and_compare_with(text, tolerance, &options)?;
+    }
+    Ok(())
+}
+
+fn compile_and_compare_with(
+    text: &str,
+    tolerance: f64,
+    options: &kiln::codegen::cpp::CppOptions,
+) -> Result<(), String> {
     let graph = kiln::graph::parse_toml(text).map_err(|e| e.to_string())?;
     let metas: Vec<_> = graph
         .inputs()
@@ -597,7 +611,17 @@ fn compile_and_compare(text: &str, tolerance: f64) -> Result<(), String> {
     let mut lowered = graph.clone();
     kiln::passes::run_pipeline(&mut lowered).map_err(|e| e.to_string())?;
     let scheduled = kiln::schedule::schedule(&lowered).map_err(|e| e.to_string())?;
-    let output = kiln::codegen::cpp_wrapper(&scheduled, cpu_plugin()).map_err(|e| e.to_string())?;
+    let output = kiln::codegen::cpp_wrapper_with(&scheduled, cpu_plugin(), options)
+        .map_err(|e| e.to_string())?;
+    let narrow_loops = output.source.contains("for (int32_t");
+    if narrow_loops != (options.int32_indices && !output.kernels.is_empty()) {
+        return Err(format!(
+            "int32_indices = {}, but the loops are {}\n{}",
+            options.int32_indices,
+            if narrow_loops { "int32_t" } else { "int64_t" },
+            output.source
+        ));
+    }
     let mut compiler = kiln::runtime::compile::Compiler::from_env().map_err(|e| e.to_string())?;
     compiler.flags = ["-O1", "-fopenmp", "-std=c++17", "-shared", "-fPIC"]
         .map(String::from)

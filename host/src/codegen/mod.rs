@@ -134,6 +134,15 @@ pub struct CppOutput {
 /// `wrapper.cpp` (C++/OpenMP kernels and a C++ wrapper) for a C++-scheduled
 /// device such as `cpu`, built on the plugin's `kernel_header`.
 pub fn cpp_wrapper(scheduled: &Scheduled, plugin: &Plugin) -> Result<CppOutput, Error> {
+    cpp_wrapper_with(scheduled, plugin, &cpp::CppOptions::default())
+}
+
+/// [`cpp_wrapper`] with explicit code-generation options.
+pub fn cpp_wrapper_with(
+    scheduled: &Scheduled,
+    plugin: &Plugin,
+    options: &cpp::CppOptions,
+) -> Result<CppOutput, Error> {
     let spec = plugin.backend_spec()?.ok_or_else(|| Error::Unsupported {
         plugin: plugin.name().to_string(),
         what: "it provides no backend spec (scheduling kind and wrappers)".into(),
@@ -158,7 +167,7 @@ pub fn cpp_wrapper(scheduled: &Scheduled, plugin: &Plugin) -> Result<CppOutput, 
     }
     let header = required(plugin, Override::KernelHeader, "C++")?;
     let mut namer = namer::Namer::new();
-    let kernels = cpp::write_kernels(&scheduled.program, plugin, &mut namer)?;
+    let kernels = cpp::write_kernels(&scheduled.program, plugin, options, &mut namer)?;
     let origin = format!("{} {}", plugin.name(), plugin.version());
     let source = wrapper::cpp::write(scheduled, &kernels, &header, &origin, &mut namer)?;
     Ok(CppOutput {

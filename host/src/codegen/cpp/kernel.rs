@@ -39,6 +39,7 @@ pub fn write_kernel(
     k: &Kernel,
     name: &str,
     heuristics: &dyn LaunchHeuristics,
+    options: &super::CppOptions,
 ) -> Result<GeneratedKernel, Error> {
     let writes = k.writes();
     let reads: Vec<BufferId> = k
@@ -99,7 +100,10 @@ pub fn write_kernel(
             _ => {}
         }
     }
-    let narrow = xe < (1 << 31) && re < (1 << 31) && indices.iter().all(|i| fits_i32(i, xe, re));
+    let narrow = options.int32_indices
+        && xe < (1 << 31)
+        && re < (1 << 31)
+        && indices.iter().all(|i| fits_i32(i, xe, re));
     let mut w = Writer {
         k,
         program,

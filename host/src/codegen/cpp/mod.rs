@@ -1,7 +1,7 @@
 //! C++/OpenMP code generation for the `cpp` scheduling kind (Inductor's
 //! `CppScheduling`): one `static` C++ function per kernel of the scheduled
-//! program, plus the prelude (half conversions, NaN-aware helpers, the
-//! blocked matrix product). The wrapper that allocates buffers and calls them
+//! program, plus the prelude (half conversions, NaN-aware helpers,
+//! vectorisable float math, the packed matrix product). The wrapper that allocates buffers and calls them
 //! is `codegen/wrapper/cpp.rs`.
 //!
 //! Semantics are those of the loop-IR evaluator (`schedule/eval.rs`): values
@@ -50,10 +50,29 @@ pub struct KernelInfo {
     pub chunk: u32,
 }
 
+/// Choices of the C++ code generator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CppOptions {
+    /// Write a kernel's loops and indices in `int32_t` when every part of
+    /// every index provably fits (the default; it lets compilers vectorise
+    /// division and remainder). `false` keeps `int64_t` everywhere, as a
+    /// kernel too large for `int32_t` gets anyway.
+    pub int32_indices: bool,
+}
+
+impl Default for CppOptions {
+    fn default() -> Self {
+        CppOptions {
+            int32_indices: true,
+        }
+    }
+}
+
 /// Generates every kernel of a program; `namer` makes kernel names unique.
 pub fn write_kernels(
     program: &Program,
     heuristics: &dyn LaunchHeuristics,
+    options: &CppOptions,
     namer: &mut crate::codegen::namer::Namer,
 ) -> Result<Vec<GeneratedKernel>, Error> {
     let mut out = Vec::new();
@@ -61,7 +80,7 @@ pub fn write_kernels(
         if let crate::schedule::Step::Kernel(k) = step {
             let stem = kernel_stem(k, out.len());
             let name = namer.name(&stem);
-            out.push(write_kernel(program, k, &name, heuristics)?);
+            out.push(write_kernel(program, k, &name, heuristics, options)?);
         }
     }
     Ok(out)

@@ -266,8 +266,12 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
 #else
     const int64_t threads = 1;
 #endif
-    // Rows of the result per pass (a whole number of slivers).
-    const int64_t MB = std::min<int64_t>((M + MR - 1) / MR * MR, KILN_MM_MB * threads * MC);
+    // Rows of the result per pass: at most KILN_MM_MB blocks per thread, the
+    // passes of equal size (a short last pass would repack all of b for a
+    // few rows), a whole number of slivers.
+    const int64_t most = KILN_MM_MB * threads * MC;
+    const int64_t passes = (M + most - 1) / most;
+    const int64_t MB = ((M + passes - 1) / passes + MR - 1) / MR * MR;
     // Scratch kept per thread between calls: packed b and, when the shared
     // dimension takes more than one block, the partial sums.
     static thread_local KilnArena b_arena, c_arena;
@@ -289,10 +293,11 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                         const int64_t mb = std::min<int64_t>(MB, M - m0);
                         const int64_t nc = std::min<int64_t>(NC, N - j0);
                         const int64_t slivers = (nc + NR - 1) / NR;
-                        // Row blocks of at most MC rows, but no larger than an even share of
-                        // the pass's rows, so that a short pass still spreads over the threads.
-                        const int64_t share = ((mb + threads - 1) / threads + MR - 1) / MR * MR;
-                        const int64_t mcb = std::min<int64_t>(MC, share);
+                        // Row blocks of at most MC rows, as many as a multiple of the
+                        // threads and of even size, so that every thread gets the same work.
+                        const int64_t fewest = (mb + MC - 1) / MC;
+                        const int64_t even = (fewest + threads - 1) / threads * threads;
+                        const int64_t mcb = ((mb + even - 1) / even + MR - 1) / MR * MR;
                         const int64_t blocks = (mb + mcb - 1) / mcb;
                         // Column parts per row block, so that every thread has work.
                         const int64_t parts = std::min<int64_t>(slivers, (threads + blocks - 1) / blocks);

@@ -48,7 +48,8 @@ fn usage_and_input_errors() {
 
 #[test]
 fn eval_writes_outputs_and_reads_inputs() {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-cli-{}", std::process::id()));
     let out = dir.join("out");
     let (c, _, err) = host(&[
         "eval",

@@ -16,7 +16,8 @@ use proptest::prelude::*;
 fn cache_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kiln-cpu-test-{}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("kiln-cpu-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("cache dir");
         dir
     })

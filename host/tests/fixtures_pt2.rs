@@ -13,7 +13,8 @@ fn check(name: &str) {
             .join(format!("tests/fixtures/{name}.toml")),
     )
     .expect("fixture graph");
-    let dir = std::env::temp_dir().join(format!("kiln-fixture-{name}-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-fixture-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
         fx.join(format!("{name}.input0.bin")),

@@ -37,7 +37,7 @@ fn host(args: &[&std::ffi::OsStr]) -> Output {
 /// Runs `host conformance PATH --junit FILE [extra]` and parses the JUnit file.
 fn conformance(path: &Path, extra: &[&str]) -> Run {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
-    let junit = std::env::temp_dir().join(format!(
+    let junit = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "kiln-conformance-{}-{}-{}.xml",
         std::process::id(),
         RUNS.fetch_add(1, Ordering::Relaxed),
@@ -327,7 +327,8 @@ fn a_missing_file_or_a_text_file_is_refused_clearly() {
         "{stderr}"
     );
 
-    let text = std::env::temp_dir().join(format!("kiln-text-{}.so", std::process::id()));
+    let text = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-text-{}.so", std::process::id()));
     std::fs::write(&text, "not a library\n").expect("write a text file");
     let run = conformance(&text, &[]);
     let _ = std::fs::remove_file(&text);

@@ -235,7 +235,11 @@ def main():
     ap.add_argument("--scale", type=int, default=1, help="multiply the sizes (default 1: 2048x2048 tensors)")
     ap.add_argument("--runs", type=int, default=10, help="timed runs per measurement (median)")
     ap.add_argument("--only", help="comma-separated workload names")
+    ap.add_argument("--host", help="the host binary (default: target/release/host)")
     args = ap.parse_args()
+    global HOST
+    if args.host:
+        HOST = os.path.abspath(args.host)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as d:
         peak = measure_peak(d)

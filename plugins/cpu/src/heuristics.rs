@@ -25,10 +25,12 @@ pub struct CpuLimits {
 }
 
 /// The blocked matrix product's tiles (the `KILN_MM_*` macros of the C++
-/// prelude): an `mr` x `nr` register block, `kc` of the shared dimension,
-/// `mc` rows of `a` and `nc` columns of `b` per packed panel.
+/// prelude): an `mr` x `nr` register block of `vbytes`-byte vectors, `kc` of
+/// the shared dimension, `mc` rows of `a` and `nc` columns of `b` per packed
+/// panel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulTiles {
+    pub vbytes: u32,
     pub mr: u32,
     pub nr: u32,
     pub mc: u32,
@@ -48,6 +50,7 @@ pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
     let mc =
         (limits.l2_bytes / 2 / (kc * 4)).clamp(u64::from(mr), 1024) / u64::from(mr) * u64::from(mr);
     MatmulTiles {
+        vbytes: lanes * 4,
         mr,
         nr,
         // Both are clamped to at most 1024 above.
@@ -134,6 +137,7 @@ mod tests {
     fn matmul_tiles_follow_the_vector_width_and_the_caches() {
         let t = matmul_tiles(&HOST);
         assert_eq!((t.mr, t.nr, t.kc, t.mc, t.nc), (6, 16, 256, 252, 1024));
+        assert_eq!(t.vbytes, 32);
         let avx512 = CpuLimits {
             simd_bytes: 64,
             l1d_bytes: 48 << 10,
@@ -141,7 +145,7 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&avx512);
-        assert_eq!((t.mr, t.nr, t.kc), (6, 32, 192));
+        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 6, 32, 192));
         assert_eq!(t.mc % t.mr, 0);
         // Unknown or absurd caches stay within sane bounds.
         let tiny = CpuLimits {

@@ -43,10 +43,24 @@ const INCLUDES: &str = "\
 /// matrix product (the prelude's `KILN_MM_*` macros). Each is guarded, so
 /// that `-DKILN_MM_KC=...` in `KILN_CXXFLAGS` still wins.
 pub fn kernel_header(tiles: &MatmulTiles) -> String {
-    let MatmulTiles { mr, nr, mc, kc, nc } = *tiles;
+    let MatmulTiles {
+        vbytes,
+        mr,
+        nr,
+        mc,
+        kc,
+        nc,
+    } = *tiles;
     let mut text =
         format!("{INCLUDES}// Matrix-product tiles for this host's vector width and caches.\n");
-    for (name, value) in [("MR", mr), ("NR", nr), ("MC", mc), ("KC", kc), ("NC", nc)] {
+    for (name, value) in [
+        ("VBYTES", vbytes),
+        ("MR", mr),
+        ("NR", nr),
+        ("MC", mc),
+        ("KC", kc),
+        ("NC", nc),
+    ] {
         text += &format!("#ifndef KILN_MM_{name}\n#define KILN_MM_{name} {value}\n#endif\n");
     }
     text

@@ -205,6 +205,9 @@ pub const MATMUL: &str = r#"
 #ifndef KILN_MM_MB
 #define KILN_MM_MB 4
 #endif
+#ifndef KILN_MM_VBYTES
+#define KILN_MM_VBYTES 0
+#endif
 
 // One MR x NR block: acc = ap (an MR-row sliver, k-major) * bp (an NR-column
 // sliver, k-major), plus the partial sums in c (row stride ldc) unless this is
@@ -216,12 +219,37 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
                                  Acc* __restrict__ c, int64_t ldc, bool first, bool last,
                                  T* out, int64_t o, int64_t ldo, int64_t rows, int64_t cols, Store store) {
     Acc acc[KILN_MM_MR][KILN_MM_NR] = {};
-    for (int64_t k = 0; k < kc; ++k) {
-        const Acc* av = ap + k * KILN_MM_MR;
-        const Acc* bv = bp + k * KILN_MM_NR;
-        for (int i = 0; i < KILN_MM_MR; ++i) {
+#if KILN_MM_VBYTES > 0 && (defined(__GNUC__) || defined(__clang__))
+    // Explicit vectors of the plugin's width (GCC/clang vector extensions):
+    // compilers that would otherwise pick narrower vectors than the machine
+    // has (GCC prefers 256 bits on AVX-512 parts) use all of it.
+    typedef Acc V __attribute__((vector_size(KILN_MM_VBYTES)));
+    constexpr int L = static_cast<int>(KILN_MM_VBYTES / sizeof(Acc));
+    if constexpr (L >= 1 && KILN_MM_NR % L == 0) {
+        constexpr int NV = KILN_MM_NR / L;
+        V vacc[KILN_MM_MR][NV];
+        for (int i = 0; i < KILN_MM_MR; ++i)
+            for (int v = 0; v < NV; ++v) vacc[i][v] = V{};
+        for (int64_t k = 0; k < kc; ++k) {
+            V bv[NV];
+            for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], bp + k * KILN_MM_NR + v * L, sizeof(V));
+            for (int i = 0; i < KILN_MM_MR; ++i) {
+                const Acc av = ap[k * KILN_MM_MR + i];
+                for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
+            }
+        }
+        for (int i = 0; i < KILN_MM_MR; ++i)
+            for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
+    } else
+#endif
+    {
+        for (int64_t k = 0; k < kc; ++k) {
+            const Acc* av = ap + k * KILN_MM_MR;
+            const Acc* bv = bp + k * KILN_MM_NR;
+            for (int i = 0; i < KILN_MM_MR; ++i) {
 #pragma omp simd
-            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += av[i] * bv[j];
+                for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += av[i] * bv[j];
+            }
         }
     }
     if (!first) {

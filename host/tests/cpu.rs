@@ -107,6 +107,28 @@ fn generated_cpp_compiles_without_warnings_under_wall() {
     }
 }
 
+/// Writes `text` as graph `name`, runs it with `host run --check` and the
+/// environment `env`, and asserts that all `outputs` outputs match.
+fn run_checked(name: &str, text: &str, env: &[(&str, &str)], outputs: usize) {
+    let graph = scratch(name).join(format!("{name}.toml"));
+    std::fs::write(&graph, text).expect("graph");
+    let (code, out, err) = host(
+        &[
+            "run",
+            &graph.to_string_lossy(),
+            "--device",
+            "cpu",
+            "--check",
+        ],
+        env,
+    );
+    assert_eq!(code, 0, "{env:?}\n{out}\n{err}");
+    assert!(
+        out.contains(&format!("check: all {outputs} output(s) match")),
+        "{out}"
+    );
+}
+
 #[test]
 fn matrix_products_cross_every_tile_edge() {
     // Tiny tiles (the plugin's are guarded, so the flags win) make a small
@@ -114,11 +136,7 @@ fn matrix_products_cross_every_tile_edge() {
     // ragged last sliver, row passes with a ragged last block, the last
     // pass's columns split between threads, batches, transposed (strided)
     // operands on either side, and an empty shared dimension.
-    let dir = scratch("mm_tiles");
-    let graph = dir.join("mm.toml");
-    std::fs::write(
-        &graph,
-        r#"format = "kiln-graph/1"
+    let text = r#"format = "kiln-graph/1"
 name = "mm_tiles"
 outputs = ["y", "z", "w", "empty"]
 
@@ -191,26 +209,14 @@ args = ["dt", "b0"]
 name = "empty"
 op = "mm"
 args = ["e", "f"]
-"#,
-    )
-    .expect("graph");
+"#;
     let tiny = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=32 -DKILN_MM_MB=1";
     // The plugin's own tiles: one block of the shared dimension, no partial sums.
     let plugin = "-O1 -fopenmp";
     for flags in [tiny, plugin] {
         for threads in ["1", "3"] {
-            let (code, out, err) = host(
-                &[
-                    "run",
-                    &graph.to_string_lossy(),
-                    "--device",
-                    "cpu",
-                    "--check",
-                ],
-                &[("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)],
-            );
-            assert_eq!(code, 0, "{flags}, {threads} threads\n{out}\n{err}");
-            assert!(out.contains("check: all 4 output(s) match"), "{out}");
+            let env = [("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)];
+            run_checked("mm_tiles", text, &env, 4);
         }
     }
 }
@@ -220,11 +226,7 @@ fn outputs_computed_in_place_repeated_and_as_views_all_arrive() {
     // `y` is computed straight into the first output; the second output
     // names it again (a copy), the third is its transpose (a gather), and
     // `h`, an intermediate, lives in the arena.
-    let dir = scratch("outputs");
-    let graph = dir.join("outputs.toml");
-    std::fs::write(
-        &graph,
-        r#"format = "kiln-graph/1"
+    let text = r#"format = "kiln-graph/1"
 name = "outputs"
 outputs = ["y", "y", "t", "s"]
 
@@ -253,21 +255,8 @@ args = ["h", "s"]
 name = "t"
 op = "transpose"
 args = ["y", 0, 1]
-"#,
-    )
-    .expect("graph");
-    let (code, out, err) = host(
-        &[
-            "run",
-            &graph.to_string_lossy(),
-            "--device",
-            "cpu",
-            "--check",
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("check: all 4 output(s) match"), "{out}");
+"#;
+    run_checked("outputs", text, &[], 4);
 }
 
 /// Compiles `text` for the cpu device with the default flags (so that the

@@ -5,13 +5,14 @@
 //!   Kiln's one-line form: `import_get_raw_stream_as` (binds a function
 //!   returning stream 0), `synchronize` (`pass`) and `cpp_kernel_type`
 //!   (`void*`); plus a `kernel_header` with the includes the generated
-//!   kernels use. Everything else is `None`: a CPU has no streams, no stream
+//!   kernels use and this host's matrix-product tiles (`KILN_MM_*`). Everything else is `None`: a CPU has no streams, no stream
 //!   or device guards, no kernel driver and no scratch or TMA helpers.
 //!   `set_device` and `device_guard` are `None` too: PyTorch returns `pass`,
 //!   which ignores the index, and a CPU host never needs to switch devices.
 //! - **Device module**: one device, always available; properties from the
 //!   OS and the instruction set ([`properties`]).
-//! - **Heuristics**: parallel chunks and vector widths ([`heuristics`]).
+//! - **Heuristics**: parallel chunks, vector widths and matrix-product tiles
+//!   from the SIMD width and the L1/L2 sizes ([`heuristics`]).
 
 use kiln_plugin_api::{
     BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,

@@ -272,6 +272,40 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
     }
 }
 
+// Packs one sliver of b: `cols` (at most NR) columns from `base`, k-major,
+// zero-padded to NR. Rows of b contiguous: NR at a time; otherwise each column
+// down k (contiguous when b is a transposed view, as in `linear`).
+template <typename Acc, typename T, typename Load>
+static inline void kiln_mm_pack_b(Acc* dst, const T* b, int64_t base, int64_t b_sk, int64_t b_sn,
+                                  int64_t kc, int64_t cols, Load load) {
+    if (b_sn == 1 && cols == KILN_MM_NR) {
+        for (int64_t k = 0; k < kc; ++k) {
+#pragma omp simd
+            for (int64_t j = 0; j < KILN_MM_NR; ++j) dst[k * KILN_MM_NR + j] = load(b, base + k * b_sk + j);
+        }
+        return;
+    }
+    for (int64_t j = 0; j < KILN_MM_NR; ++j)
+        for (int64_t k = 0; k < kc; ++k)
+            dst[k * KILN_MM_NR + j] = j < cols ? load(b, base + j * b_sn + k * b_sk) : Acc(0);
+}
+
+// Packs one sliver of a: `rows` (at most MR) rows from `base`, k-major,
+// zero-padded to MR; row by row, or across rows when a's columns are
+// contiguous (a transposed view).
+template <typename Acc, typename T, typename Load>
+static inline void kiln_mm_pack_a(Acc* dst, const T* a, int64_t base, int64_t a_sm, int64_t a_sk,
+                                  int64_t kc, int64_t rows, Load load) {
+    if (a_sm == 1 && rows == KILN_MM_MR) {
+        for (int64_t k = 0; k < kc; ++k)
+            for (int64_t i = 0; i < KILN_MM_MR; ++i) dst[k * KILN_MM_MR + i] = load(a, base + k * a_sk + i);
+        return;
+    }
+    for (int64_t i = 0; i < KILN_MM_MR; ++i)
+        for (int64_t k = 0; k < kc; ++k)
+            dst[k * KILN_MM_MR + i] = i < rows ? load(a, base + i * a_sm + k * a_sk) : Acc(0);
+}
+
 // Load: converts one stored element to the accumulation type; Store: writes
 // one accumulated element. Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
@@ -332,29 +366,9 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                         for (int64_t k0 = 0; k0 < K; k0 += KC) {
                             const int64_t kc = std::min<int64_t>(KC, K - k0);
 #pragma omp for schedule(static)
-                            for (int64_t s = 0; s < slivers; ++s) {
-                                const int64_t c0 = j0 + s * NR;
-                                const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
-                                const int64_t base = b_off + bi * b_sb + k0 * b_sk + c0 * b_sn;
-                                Acc* dst = bp + s * NR * kc;
-                                if (b_sn == 1 && cols == NR) {
-                                    // Rows of b are contiguous: copy NR at a time.
-                                    for (int64_t k = 0; k < kc; ++k) {
-#pragma omp simd
-                                        for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = load(b, base + k * b_sk + j);
-                                    }
-                                } else {
-                                    // Otherwise walk each column down k (contiguous when b is a
-                                    // transposed view, as in `linear`).
-                                    for (int64_t j = 0; j < NR; ++j) {
-                                        if (j < cols) {
-                                            for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = load(b, base + j * b_sn + k * b_sk);
-                                        } else {
-                                            for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = Acc(0);
-                                        }
-                                    }
-                                }
-                            }
+                            for (int64_t s = 0; s < slivers; ++s)
+                                kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, b_off + bi * b_sb + k0 * b_sk + (j0 + s * NR) * b_sn,
+                                                    b_sk, b_sn, kc, std::min<int64_t>(NR, nc - s * NR), load);
 #pragma omp for schedule(dynamic, 1)
                             for (int64_t task = 0; task < blocks * parts; ++task) {
                                 if (!ok) continue;
@@ -362,31 +376,17 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                                 const int64_t part = task % parts;
                                 const int64_t mc = std::min<int64_t>(mcb, mb - i0);
                                 const int64_t mcp = (mc + MR - 1) / MR * MR;
-                                for (int64_t is = 0; is < mcp; is += MR) {
-                                    const int64_t rows = std::min<int64_t>(MR, mc - is);
-                                    const int64_t base = a_off + bi * a_sb + (m0 + i0 + is) * a_sm + k0 * a_sk;
-                                    Acc* dst = ap + is * kc;
-                                    if (a_sm == 1 && rows == MR) {
-                                        // Columns of a are contiguous (a transposed view).
-                                        for (int64_t k = 0; k < kc; ++k)
-                                            for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = load(a, base + k * a_sk + i);
-                                    } else {
-                                        for (int64_t i = 0; i < MR; ++i) {
-                                            if (i < rows) {
-                                                for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = load(a, base + i * a_sm + k * a_sk);
-                                            } else {
-                                                for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = Acc(0);
-                                            }
-                                        }
-                                    }
-                                }
+                                for (int64_t is = 0; is < mcp; is += MR)
+                                    kiln_mm_pack_a<Acc>(ap + is * kc, a, a_off + bi * a_sb + (m0 + i0 + is) * a_sm + k0 * a_sk,
+                                                        a_sm, a_sk, kc, std::min<int64_t>(MR, mc - is), load);
                                 const int64_t s0 = slivers * part / parts;
                                 const int64_t s1 = slivers * (part + 1) / parts;
                                 const bool first = k0 == 0, last = k0 + kc == K;
                                 for (int64_t s = s0; s < s1; ++s)
                                     for (int64_t is = 0; is < mcp; is += MR)
                                         kiln_mm_micro<Acc>(kc, ap + is * kc, bp + s * NR * kc,
-                                                           cb + (i0 + is) * NC + s * NR, NC, first, last, out,
+                                                           cb != nullptr ? cb + (i0 + is) * NC + s * NR : nullptr,
+                                                           NC, first, last, out,
                                                            (bi * M + m0 + i0 + is) * N + j0 + s * NR, N,
                                                            std::min<int64_t>(MR, mc - is),
                                                            std::min<int64_t>(NR, nc - s * NR), store);

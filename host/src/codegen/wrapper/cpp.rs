@@ -18,7 +18,7 @@
 //!
 //! Every name from the graph goes through the [`Namer`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::super::cpp::expr::{compute_type, float_text, int_text, storage_type};
@@ -165,22 +165,27 @@ pub fn write(
 /// Bytes each arena slot is aligned to (a cache line, and every SIMD width).
 const ARENA_ALIGN: u64 = 64;
 
-/// Storage in the arena: `bytes` from `offset`, needed from before step
-/// `first` until after step `last`.
+/// Storage for one or more buffers (a buffer that reuses a dead one shares its
+/// slot): `bytes`, needed from before step `first` until after step `last`;
+/// at `offset` in the arena, or, for an output that is the slot's whole dense
+/// buffer, in the caller's `outputs[output]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     bytes: u64,
     first: usize,
     last: usize,
     offset: u64,
+    output: Option<usize>,
 }
 
-/// Gives every slot an offset such that slots alive at the same time never
-/// overlap, largest first, each at the lowest offset that fits (a
+/// Gives every arena slot an offset such that slots alive at the same time
+/// never overlap, largest first, each at the lowest offset that fits (a
 /// first-fit interval packing, as AOTInductor's memory planner does);
-/// returns the arena's size.
+/// returns the arena's size. Slots in an output take no room.
 fn place(slots: &mut [Slot]) -> u64 {
-    let mut order: Vec<usize> = (0..slots.len()).collect();
+    let mut order: Vec<usize> = (0..slots.len())
+        .filter(|&i| slots[i].output.is_none())
+        .collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(slots[i].bytes), slots[i].first));
     let mut placed: Vec<usize> = Vec::new();
     let mut total = 0;
@@ -207,6 +212,106 @@ fn place(slots: &mut [Slot]) -> u64 {
     total
 }
 
+/// The storage plan of a program: every buffer's slot, and the arena size.
+struct Layout {
+    slots: Vec<Slot>,
+    slot_of: HashMap<BufferId, usize>,
+    arena_bytes: u64,
+}
+
+impl Layout {
+    /// Slots from the memory plan: filled constants live for the whole call;
+    /// a fresh allocation lives until the last buffer sharing it is freed
+    /// (outputs: to the end); an output that is a whole dense buffer is
+    /// computed straight into the caller's memory (the first output naming
+    /// a slot gets it; others copy from it).
+    fn new(scheduled: &Scheduled, fills: &[BufferId]) -> Layout {
+        let p = &scheduled.program;
+        let mem = &scheduled.memory;
+        let steps = p.steps.len();
+        let round = |bytes: i64| (bytes.max(1) as u64).div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+        let slot = |b: BufferId, first: usize| Slot {
+            bytes: round(p.buffer(b).bytes()),
+            first,
+            last: steps,
+            offset: 0,
+            output: None,
+        };
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut slot_of: HashMap<BufferId, usize> = HashMap::new();
+        for b in fills {
+            slot_of.insert(*b, slots.len());
+            slots.push(slot(*b, 0));
+        }
+        // A buffer whose storage a later one takes is not its slot's last user.
+        let reused: HashSet<BufferId> = mem
+            .allocs
+            .iter()
+            .flatten()
+            .filter_map(|a| a.reuse)
+            .collect();
+        let outputs: HashSet<BufferId> = p.outputs.iter().map(|v| v.buf).collect();
+        for i in 0..steps {
+            for a in mem.allocs.get(i).into_iter().flatten() {
+                let shared = a.reuse.and_then(|old| slot_of.get(&old).copied());
+                let s = shared.unwrap_or_else(|| {
+                    slots.push(slot(a.buf, i));
+                    slots.len() - 1
+                });
+                slot_of.insert(a.buf, s);
+            }
+            for b in mem.frees.get(i).into_iter().flatten() {
+                if !reused.contains(b) && !outputs.contains(b) {
+                    if let Some(&s) = slot_of.get(b) {
+                        slots[s].last = i;
+                    }
+                }
+            }
+        }
+        for (i, v) in p.outputs.iter().enumerate() {
+            let buf = p.buffer(v.buf);
+            let whole = v.offset == 0
+                && v.shape.iter().product::<i64>() == buf.numel()
+                && is_dense(&v.shape, &v.strides)
+                && buf.numel() > 0
+                && !fills.contains(&v.buf);
+            if let Some(&s) = slot_of.get(&v.buf) {
+                if whole && slots[s].output.is_none() {
+                    slots[s].output = Some(i);
+                }
+            }
+        }
+        let arena_bytes = place(&mut slots);
+        Layout {
+            slots,
+            slot_of,
+            arena_bytes,
+        }
+    }
+
+    /// Where buffer `b` lives, as a pointer expression.
+    fn at(&self, b: BufferId) -> String {
+        match self.slot_of.get(&b).map(|&s| self.slots[s]) {
+            Some(Slot {
+                output: Some(o), ..
+            }) => format!("outputs[{o}]"),
+            Some(s) => format!("ws + {}", s.offset),
+            None => "nullptr".into(),
+        }
+    }
+
+    /// Whether graph output `i` was computed in place (needs no copy).
+    fn in_place(&self, i: usize, v: &View) -> bool {
+        self.slot_of
+            .get(&v.buf)
+            .is_some_and(|&s| self.slots[s].output == Some(i))
+    }
+
+    fn uses_arena(&self) -> bool {
+        self.slots.iter().any(|s| s.output.is_none())
+    }
+}
+
 fn body(
     out: &mut String,
     scheduled: &Scheduled,
@@ -215,95 +320,20 @@ fn body(
 ) -> Result<(), Error> {
     let p = &scheduled.program;
     let mem = &scheduled.memory;
-    let steps = p.steps.len();
-    let round = |bytes: i64| (bytes.max(1) as u64).div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
-    // Constants filled with one value: alive for the whole call.
-    let fills: Vec<BufferId> = p
+    // Constants filled with one value, and the value.
+    let fills: Vec<(BufferId, f64)> = p
         .buffers
         .iter()
         .enumerate()
-        .filter(|(_, b)| {
-            matches!(
-                b.kind,
-                BufferKind::Constant {
-                    data: ConstData::Fill(_)
-                }
-            ) && b.numel() > 0
+        .filter_map(|(i, b)| match b.kind {
+            BufferKind::Constant {
+                data: ConstData::Fill(v),
+            } if b.numel() > 0 => Some((BufferId(i as u32), v)),
+            _ => None,
         })
-        .map(|(i, _)| BufferId(i as u32))
         .collect();
-    let mut slots: Vec<Slot> = Vec::new();
-    let mut slot_of: HashMap<BufferId, usize> = HashMap::new();
-    for b in &fills {
-        slot_of.insert(*b, slots.len());
-        slots.push(Slot {
-            bytes: round(p.buffer(*b).bytes()),
-            first: 0,
-            last: steps,
-            offset: 0,
-        });
-    }
-    // Fresh allocations live until the last buffer sharing them is freed
-    // (outputs and buffers never freed: to the end); a reusing buffer takes
-    // the slot of the dead one.
-    let output_bufs: Vec<BufferId> = p.outputs.iter().map(|v| v.buf).collect();
-    for i in 0..steps {
-        for a in mem.allocs.get(i).into_iter().flatten() {
-            match a.reuse.and_then(|old| slot_of.get(&old).copied()) {
-                Some(s) => {
-                    slot_of.insert(a.buf, s);
-                }
-                None => {
-                    slot_of.insert(a.buf, slots.len());
-                    slots.push(Slot {
-                        bytes: round(p.buffer(a.buf).bytes()),
-                        first: i,
-                        last: steps,
-                        offset: 0,
-                    });
-                }
-            }
-        }
-        for b in mem.frees.get(i).into_iter().flatten() {
-            let reused_later = mem
-                .allocs
-                .iter()
-                .skip(i + 1)
-                .flatten()
-                .any(|a| a.reuse == Some(*b));
-            if reused_later || output_bufs.contains(b) {
-                continue;
-            }
-            if let Some(&s) = slot_of.get(b) {
-                slots[s].last = i;
-            }
-        }
-    }
-    // An output that is a whole dense buffer is computed straight into the
-    // caller's memory (with every buffer sharing its slot): no arena room, no
-    // copy. The first output naming a slot gets it; others copy from it.
-    let mut direct: HashMap<usize, usize> = HashMap::new();
-    for (i, v) in p.outputs.iter().enumerate() {
-        let buf = p.buffer(v.buf);
-        let whole = v.offset == 0
-            && v.shape.iter().product::<i64>() == buf.numel()
-            && is_dense(&v.shape, &v.strides)
-            && buf.numel() > 0;
-        if let Some(&slot) = slot_of.get(&v.buf) {
-            if whole && !fills.contains(&v.buf) && !direct.contains_key(&slot) {
-                direct.insert(slot, i);
-            }
-        }
-    }
-    let mut in_arena: Vec<Slot> = Vec::new();
-    let mut arena_index: HashMap<usize, usize> = HashMap::new();
-    for (i, slot) in slots.iter().enumerate() {
-        if !direct.contains_key(&i) {
-            arena_index.insert(i, in_arena.len());
-            in_arena.push(*slot);
-        }
-    }
-    let total = place(&mut in_arena);
+    let fill_ids: Vec<BufferId> = fills.iter().map(|(b, _)| *b).collect();
+    let layout = Layout::new(scheduled, &fill_ids);
     for (i, b) in p.inputs.iter().enumerate() {
         let ty = storage_type(p.buffer(*b).dtype);
         writeln!(
@@ -312,7 +342,8 @@ fn body(
             name(*b)
         )?;
     }
-    if !in_arena.is_empty() {
+    if layout.uses_arena() {
+        let total = layout.arena_bytes;
         writeln!(
             out,
             "    // Intermediates share one arena by the memory plan ({total} bytes), kept per calling\n    \
@@ -322,33 +353,18 @@ fn body(
              if (ws == nullptr) return 1;"
         )?;
     }
-    // Where buffer `b` lives, as a pointer expression of type `unsigned char*`
-    // or `void*`.
-    let at = |b: BufferId| match slot_of.get(&b) {
-        Some(s) => match (direct.get(s), arena_index.get(s)) {
-            (Some(o), _) => format!("outputs[{o}]"),
-            (None, Some(&a)) => format!("ws + {}", in_arena[a].offset),
-            (None, None) => "nullptr".into(),
-        },
-        None => "nullptr".into(),
-    };
-    for b in &fills {
-        let buf = p.buffer(*b);
+    for &(b, v) in &fills {
+        let buf = p.buffer(b);
         let ty = storage_type(buf.dtype);
-        let value = match &buf.kind {
-            BufferKind::Constant {
-                data: ConstData::Fill(v),
-            } => element_text(*v, buf.dtype),
-            _ => "0".into(),
-        };
+        let value = element_text(v, buf.dtype);
         let n = buf.numel();
         writeln!(
             out,
             "    {ty}* {} = static_cast<{ty}*>(static_cast<void*>({}));\n    \
              for (int64_t i = 0; i < {n}; ++i) {}[i] = {value};",
-            name(*b),
-            at(*b),
-            name(*b)
+            name(b),
+            layout.at(b),
+            name(b)
         )?;
     }
     let mut kernel_iter = kernels.iter();
@@ -363,7 +379,7 @@ fn body(
                 out,
                 "    [[maybe_unused]] {ty}* {} = static_cast<{ty}*>(static_cast<void*>({}));{note}",
                 name(a.buf),
-                at(a.buf)
+                layout.at(a.buf)
             )?;
         }
         match step {
@@ -378,11 +394,7 @@ fn body(
         }
     }
     for (i, v) in p.outputs.iter().enumerate() {
-        let computed_in_place = slot_of
-            .get(&v.buf)
-            .and_then(|s| direct.get(s))
-            .is_some_and(|&o| o == i);
-        if !computed_in_place {
+        if !layout.in_place(i, v) {
             copy_out(out, p, i, v, name)?;
         }
     }
@@ -539,6 +551,7 @@ mod tests {
             first,
             last,
             offset: 0,
+            output: None,
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod codegen;
 pub mod conformance;
+pub mod diag;
 pub mod graph;
 pub mod interp;
 pub mod passes;

@@ -46,42 +46,6 @@ pub enum Error {
     },
 }
 
-/// Decodes raw little-endian bytes into values of `dtype`.
-pub fn decode(bytes: &[u8], dtype: DType) -> Vec<f64> {
-    let n = dtype.size_bytes();
-    bytes
-        .chunks_exact(n)
-        .map(|c| match dtype {
-            DType::Bool => (c[0] != 0) as i64 as f64,
-            DType::Float16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::BFloat16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::Int32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            DType::Float32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            DType::Int64 => {
-                i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
-            }
-            DType::Float64 => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
-        })
-        .collect()
-}
-
-/// Encodes values (already of `dtype`) as raw little-endian bytes.
-pub fn encode(values: &[f64], dtype: DType) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size_bytes());
-    for &v in values {
-        match dtype {
-            DType::Bool => out.push((v != 0.0) as u8),
-            DType::Float16 => out.extend(half::f16::from_f64(v).to_le_bytes()),
-            DType::BFloat16 => out.extend(half::bf16::from_f64(v).to_le_bytes()),
-            DType::Int32 => out.extend((v as i32).to_le_bytes()),
-            DType::Float32 => out.extend((v as f32).to_le_bytes()),
-            DType::Int64 => out.extend((v as i64).to_le_bytes()),
-            DType::Float64 => out.extend(v.to_le_bytes()),
-        }
-    }
-    out
-}
-
 /// Reads one tensor file of the given metadata.
 pub fn read_tensor(path: &Path, meta: &TensorMeta) -> Result<Tensor, Error> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
@@ -101,7 +65,7 @@ pub fn read_tensor(path: &Path, meta: &TensorMeta) -> Result<Tensor, Error> {
     Ok(Tensor::new(
         meta.shape.clone(),
         meta.dtype,
-        decode(&bytes, meta.dtype),
+        meta.dtype.decode_le(&bytes),
     ))
 }
 
@@ -138,7 +102,7 @@ pub fn write_outputs(dir: &Path, outputs: &[Tensor]) -> Result<Vec<PathBuf>, Err
     let mut paths = vec![];
     for (i, t) in outputs.iter().enumerate() {
         let path = dir.join(format!("output{i}.bin"));
-        std::fs::write(&path, encode(&t.to_vec(), t.dtype)).map_err(|source| Error::Io {
+        std::fs::write(&path, t.dtype.encode_le(&t.to_vec())).map_err(|source| Error::Io {
             path: path.clone(),
             source,
         })?;

@@ -7,7 +7,7 @@ const HEAD: &str = "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = [\"y\"]\n
 fn err(text: &str) -> String {
     match parse_toml(text) {
         Ok(_) => panic!("expected an error for:\n{text}"),
-        Err(e) => kiln::cli::report(&e),
+        Err(e) => kiln::diag::report(&e),
     }
 }
 

@@ -3,8 +3,8 @@
 //! compile for every GPU plugin through the real binary; broken archives fail with a
 //! message that says what is wrong.
 
+use kiln::graph::front::pt2::{read_pt2, Limits, Pt2Options};
 use kiln::graph::ir::{Graph, TensorMeta};
-use kiln::graph::pt2::{read_pt2, Limits, Pt2Options};
 use kiln::graph::{load, load_with, LoadOptions, Op};
 use kiln::tensor::Tensor;
 use serde_json::Value;
@@ -45,7 +45,7 @@ fn read_input(model: &str, g: &Graph) -> Tensor {
 
 fn expected(model: &str) -> Vec<f64> {
     let b = std::fs::read(fixtures().join(format!("{model}.expected0.bin"))).expect("expected");
-    kiln::tensor_io::decode(&b, kiln::graph::DType::Float32)
+    kiln::graph::DType::Float32.decode_le(&b)
 }
 
 /// Largest |got - want| relative to the largest |want|.
@@ -70,7 +70,7 @@ fn check(what: &str, outs: &[Tensor], want: &[f64]) {
 fn matches_pytorch(model: &str, archive: &str) {
     let path = fixtures().join(archive);
     let what = path.display().to_string();
-    let g = load(&path).unwrap_or_else(|e| panic!("{what}: {}", kiln::cli::report(&e)));
+    let g = load(&path).unwrap_or_else(|e| panic!("{what}: {}", kiln::diag::report(&e)));
     let inputs = vec![read_input(model, &g)];
     let want = expected(model);
     check(
@@ -170,7 +170,7 @@ fn explicit_getitem_nodes_select_outputs() {
         "attention",
         &Pt2Options::default(),
     )
-    .unwrap_or_else(|e| panic!("{}", kiln::cli::report(&e)));
+    .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
     let inputs = vec![read_input("attention", &g)];
     check(
         "explicit getitem",
@@ -301,7 +301,7 @@ fn every_archive_runs_on_cpu_and_matches_pytorch() {
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{}: {stderr}", path.display());
         let got = std::fs::read(out.join("output0.bin")).expect("output0.bin");
-        let got = kiln::tensor_io::decode(&got, kiln::graph::DType::Float32);
+        let got = kiln::graph::DType::Float32.decode_le(&got);
         let g = load(&path).expect("load");
         let meta = g.meta(g.outputs()[0]).expect("output meta").clone();
         check(
@@ -333,7 +333,7 @@ fn host_eval_reads_positional_user_inputs() {
     ]);
     assert!(ok, "{err}");
     let got = std::fs::read(out.join("output0.bin")).expect("output");
-    let got = kiln::tensor_io::decode(&got, kiln::graph::DType::Float32);
+    let got = kiln::graph::DType::Float32.decode_le(&got);
     let g = load(&archive).expect("load");
     let meta = g.meta(g.outputs()[0]).expect("output meta").clone();
     let got = Tensor::new(meta.shape, meta.dtype, got);
@@ -398,7 +398,7 @@ fn load_error(name: &str, bytes: &[u8]) -> String {
     let _ = std::fs::remove_dir_all(&dir);
     match result {
         Ok(_) => panic!("{name}: imported"),
-        Err(e) => kiln::cli::report(&e),
+        Err(e) => kiln::diag::report(&e),
     }
 }
 
@@ -520,7 +520,7 @@ fn decompressed_size_over_the_cap() {
     assert!(zipped.len() < 1 << 20, "the bomb is small");
     let err = read_pt2(std::io::Cursor::new(zipped), "bomb", &small).expect_err("capped");
     assert_says(
-        &kiln::cli::report(&err),
+        &kiln::diag::report(&err),
         &[
             "archive/models/model.json",
             "decompressed size limit of 1048576 bytes",
@@ -536,7 +536,7 @@ fn decompressed_size_over_the_cap() {
     };
     let zipped = write_zip(&members(&fixtures().join("mlp.pt2")), false);
     let err = read_pt2(std::io::Cursor::new(zipped), "mlp", &tiny).expect_err("capped");
-    assert_says(&kiln::cli::report(&err), &["decompressed size limit"]);
+    assert_says(&kiln::diag::report(&err), &["decompressed size limit"]);
     // Too many members.
     let few = Pt2Options {
         limits: Limits {
@@ -547,7 +547,7 @@ fn decompressed_size_over_the_cap() {
     };
     let zipped = write_zip(&members(&fixtures().join("mlp.pt2")), false);
     let err = read_pt2(std::io::Cursor::new(zipped), "mlp", &few).expect_err("capped");
-    assert_says(&kiln::cli::report(&err), &["13 members", "limit of 4"]);
+    assert_says(&kiln::diag::report(&err), &["13 members", "limit of 4"]);
 }
 
 #[test]

@@ -99,25 +99,10 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {}", report(error.as_ref()));
+            eprintln!("error: {}", crate::diag::report(error.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// `error: outer: cause: root cause`, each source once.
-pub fn report(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn init_logging(verbose: u8) {

@@ -14,7 +14,7 @@ use std::path::Path;
 use kiln_plugin_api::{is_valid_device_name, SchedulingKind, Wrappers};
 use serde_json::json;
 
-use super::{e2e, heuristics, overrides, Outcome};
+use super::{device_properties, e2e, heuristics, overrides, Outcome};
 use crate::plugins::load::{self, LoadOutcome};
 use crate::plugins::validate;
 use crate::plugins::{required_overrides, Override, Plugin, WrapperKind};
@@ -278,7 +278,9 @@ fn manifest_text(plugin: &Plugin) -> Outcome {
     let m = plugin.manifest();
     let problems = [("vendor", &m.vendor), ("description", &m.description)]
         .into_iter()
-        .filter_map(|(field, value)| load::one_line_problem(value).map(|p| format!("{field} {p}")))
+        .filter_map(|(field, value)| {
+            validate::one_line_problem(value).map(|p| format!("{field} {p}"))
+        })
         .collect();
     Outcome::from_problems(problems, "")
 }
@@ -301,19 +303,8 @@ fn device_module(plugin: &Plugin) -> Outcome {
     }
 }
 
-/// `device_properties(0)`, with "not provided" as a skip.
-pub(super) fn properties(plugin: &Plugin) -> Result<kiln_plugin_api::DeviceProperties, Outcome> {
-    match plugin.device_properties(0) {
-        Ok(Some(props)) => Ok(props),
-        Ok(None) => Err(Outcome::skip(
-            "not supported: the plugin has no device module",
-        )),
-        Err(e) => Err(Outcome::fail(e.to_string())),
-    }
-}
-
 fn properties_query(plugin: &Plugin) -> Outcome {
-    match properties(plugin) {
+    match device_properties(plugin) {
         Ok(p) => Outcome::pass(format!(
             "warp_size {}, max_threads_per_block {}, max_grid {:?}",
             p.warp_size
@@ -329,7 +320,7 @@ fn properties_query(plugin: &Plugin) -> Outcome {
 }
 
 fn properties_check(plugin: &Plugin, name: &str) -> Outcome {
-    let props = match properties(plugin) {
+    let props = match device_properties(plugin) {
         Ok(p) => p,
         Err(outcome) => return outcome,
     };

@@ -64,7 +64,7 @@ fn compile_all(plugin: &Plugin) -> Result<Vec<(&'static str, String)>, String> {
         crate::passes::run_pipeline(&mut graph).map_err(|e| format!("{name}: {e}"))?;
         let scheduled = crate::schedule::schedule(&graph).map_err(|e| format!("{name}: {e}"))?;
         let code = crate::codegen::python_triton(&scheduled, plugin, &Default::default())
-            .map_err(|e| format!("{name}: {}", crate::cli::report(&e)))?;
+            .map_err(|e| format!("{name}: {}", crate::diag::report(&e)))?;
         out.push((name, code.output_code));
     }
     Ok(out)

@@ -4,8 +4,7 @@
 
 use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
-use super::checks::properties;
-use super::Outcome;
+use super::{device_properties, Outcome};
 use crate::plugins::validate::{config_shape_problems, config_thread_problems, grid_problem};
 use crate::plugins::{CallError, Plugin};
 
@@ -125,7 +124,7 @@ fn adjusted(plugin: &Plugin, props: &DeviceProperties) -> Sweep<(Grid, Grid)> {
 
 /// Runs `heuristics.<what>`.
 pub fn check(plugin: &Plugin, what: &str) -> Outcome {
-    let props = match properties(plugin) {
+    let props = match device_properties(plugin) {
         Ok(p) => p,
         Err(outcome) => return outcome,
     };

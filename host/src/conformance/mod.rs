@@ -117,6 +117,19 @@ impl Outcome {
     }
 }
 
+/// `device_properties(0)`, with "not provided" as a skip.
+fn device_properties(
+    plugin: &crate::plugins::Plugin,
+) -> Result<kiln_plugin_api::DeviceProperties, Outcome> {
+    match plugin.device_properties(0) {
+        Ok(Some(props)) => Ok(props),
+        Ok(None) => Err(Outcome::skip(
+            "not supported: the plugin has no device module",
+        )),
+        Err(e) => Err(Outcome::fail(e.to_string())),
+    }
+}
+
 /// One check's line in the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckResult {

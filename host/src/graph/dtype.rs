@@ -78,6 +78,44 @@ impl DType {
         }
     }
 
+    /// Decodes raw little-endian elements of this dtype (tensor files, `.pt2`
+    /// weights, the cpu runtime's buffers); a trailing partial element is ignored.
+    pub fn decode_le(self, bytes: &[u8]) -> Vec<f64> {
+        bytes
+            .chunks_exact(self.size_bytes())
+            .map(|c| match self {
+                DType::Bool => f64::from(u8::from(c[0] != 0)),
+                DType::Float16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
+                DType::BFloat16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+                DType::Int32 => f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                DType::Float32 => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                DType::Int64 => {
+                    i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
+                }
+                DType::Float64 => {
+                    f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+                }
+            })
+            .collect()
+    }
+
+    /// Encodes values (already rounded to this dtype) as raw little-endian elements.
+    pub fn encode_le(self, values: &[f64]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * self.size_bytes());
+        for &v in values {
+            match self {
+                DType::Bool => out.push(u8::from(v != 0.0)),
+                DType::Float16 => out.extend(half::f16::from_f64(v).to_le_bytes()),
+                DType::BFloat16 => out.extend(half::bf16::from_f64(v).to_le_bytes()),
+                DType::Int32 => out.extend((v as i32).to_le_bytes()),
+                DType::Float32 => out.extend((v as f32).to_le_bytes()),
+                DType::Int64 => out.extend((v as i64).to_le_bytes()),
+                DType::Float64 => out.extend(v.to_le_bytes()),
+            }
+        }
+        out
+    }
+
     /// The promotion category.
     pub fn category(self) -> Category {
         match self {

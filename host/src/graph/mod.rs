@@ -8,67 +8,22 @@
 //! graphs (that is `interp` and `passes`).
 
 pub mod dtype;
-pub mod import;
+pub mod front;
 pub mod infer;
 pub mod infer_views;
 pub mod ir;
 pub mod ops;
 pub mod print;
-pub mod pt2;
-mod raw;
 pub mod shape;
-pub mod signature;
 pub mod verify;
 
 pub use dtype::DType;
-pub use import::{load_toml, parse_toml};
+pub use front::{is_pt2, load, load_toml, load_with, parse_toml, LoadOptions};
 pub use ir::{Arg, Graph, Node, NodeId, Scalar, TensorMeta, Use, ValueId};
 pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, ReduceOp, UnaryOp};
 pub use verify::{infer_node, revalidate, validate, verify};
 
 use std::fmt;
-use std::path::Path;
-
-/// How [`load_with`] imports a graph file.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LoadOptions {
-    /// For `.pt2` archives: parameters, buffers and constants become graph inputs after
-    /// the user inputs instead of constants baked in from the archive. TOML graphs have
-    /// no parameters, so it changes nothing for them.
-    pub params_as_inputs: bool,
-}
-
-/// Whether `path` is a `.pt2` archive rather than a TOML graph: a zip's magic bytes
-/// (`PK\x03\x04`), or, for a file too short or unreadable, the `.pt2` extension.
-pub fn is_pt2(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic));
-    match read {
-        Ok(()) => &magic == b"PK\x03\x04" || path.extension().is_some_and(|e| e == "pt2"),
-        Err(_) => path.extension().is_some_and(|e| e == "pt2"),
-    }
-}
-
-/// Reads a graph file of either format with default options: the single entry point of
-/// every command that takes a graph.
-pub fn load(path: impl AsRef<Path>) -> Result<Graph, Error> {
-    load_with(path, &LoadOptions::default())
-}
-
-/// Reads a graph file of either format (see [`is_pt2`]).
-pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Graph, Error> {
-    let path = path.as_ref();
-    if is_pt2(path) {
-        let pt2_options = pt2::Pt2Options {
-            params_as_inputs: options.params_as_inputs,
-            ..pt2::Pt2Options::default()
-        };
-        pt2::load_pt2(path, &pt2_options)
-    } else {
-        load_toml(path)
-    }
-}
 
 /// Where a node came from, for messages: its name and, when known, its line in the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -183,7 +138,7 @@ pub enum Error {
         op: String,
         /// why
         #[source]
-        source: Box<signature::SigError>,
+        source: Box<front::signature::SigError>,
     },
     /// Shape or dtype inference failed.
     #[error("{at}: invalid `{op}`")]
@@ -206,7 +161,7 @@ pub enum Error {
     },
     /// A `.pt2` archive is unreadable or uses something Kiln lacks.
     #[error(transparent)]
-    Pt2(#[from] pt2::Pt2Error),
+    Pt2(#[from] front::pt2::Pt2Error),
     /// The IR breaks an invariant (a bug in a pass, caught by the verifier).
     #[error("graph invariant broken at {at}: {message}")]
     Invariant {

@@ -5,8 +5,54 @@
 //! must never parse text or compute shapes; see `signature.rs` and `infer.rs`.
 
 use super::dtype::DType;
-use super::ir::Scalar;
+use std::fmt;
 use std::sync::Arc;
+
+/// A number given where a tensor operand may appear (`mul(x, 2.0)`). Its kind matters
+/// for type promotion: a float scalar never changes a float tensor's dtype.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Scalar {
+    /// `true` / `false`
+    Bool(bool),
+    /// an integer literal
+    Int(i64),
+    /// a float literal
+    Float(f64),
+}
+
+impl Scalar {
+    /// The value as a float64.
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+
+    /// The dtype that stands for this scalar's category in promotion.
+    pub fn dtype(self) -> DType {
+        match self {
+            Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(_) => DType::Int64,
+            Scalar::Float(_) => DType::Float64,
+        }
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Int(i) => write!(f, "{i}"),
+            Scalar::Float(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 => {
+                write!(f, "{x:.1}")
+            }
+            Scalar::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
 
 /// Elementwise functions of one operand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

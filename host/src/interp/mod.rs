@@ -10,6 +10,7 @@ pub(crate) mod kernels;
 mod reduce;
 mod views;
 
+use crate::graph::shape::for_each_index;
 use crate::graph::{Arg, ConstData, Graph, NodeId, Op, TensorMeta};
 use crate::tensor::Tensor;
 
@@ -173,4 +174,34 @@ pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>
         return Ok(r);
     }
     kernels::eval(op, args, out, outs)
+}
+
+/// Applies `f` elementwise over the broadcast of `args` into `out`'s shape.
+pub(crate) fn map_n(args: &[Val], out: &TensorMeta, f: impl Fn(&[f64]) -> f64) -> Tensor {
+    let strides: Vec<Option<Vec<i64>>> = args
+        .iter()
+        .map(|a| match a {
+            Val::Tensor(t) => Some(t.broadcast_strides(&out.shape)),
+            Val::Scalar(_) => None,
+        })
+        .collect();
+    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let mut xs = vec![0.0; args.len()];
+    for_each_index(&out.shape, |idx| {
+        for (k, a) in args.iter().enumerate() {
+            xs[k] = match (a, &strides[k]) {
+                (Val::Tensor(t), Some(st)) => {
+                    let p = t.offset + idx.iter().zip(st).map(|(i, s)| i * s).sum::<i64>();
+                    t.data.get(p as usize).copied().unwrap_or(f64::NAN)
+                }
+                (Val::Scalar(s), _) => s.to_f64(),
+                _ => f64::NAN,
+            };
+        }
+        vals.push(f(&xs));
+    });
+    if out.shape.is_empty() && vals.is_empty() {
+        vals.push(f(&xs));
+    }
+    Tensor::new(out.shape.clone(), out.dtype, vals)
 }

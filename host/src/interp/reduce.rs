@@ -2,8 +2,7 @@
 //! on a contiguous float64 copy of its input and rounds once at the end; none of them may
 //! alias storage.
 
-use super::kernels::map_n;
-use super::Val;
+use super::{map_n, Val};
 use crate::graph::infer::matmul_shape;
 use crate::graph::shape::{contiguous_strides, for_each_index, wrap_dim, wrap_dims};
 use crate::graph::{DType, ReduceOp, TensorMeta};

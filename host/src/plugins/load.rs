@@ -10,6 +10,7 @@ use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
 use kiln_plugin_api::{is_valid_device_name, ApiVersion, KilnPluginRef, LoadContext, Manifest};
 
 use super::library::Plugin;
+use super::validate::one_line_problem;
 
 /// Why a library could not be used as a plugin.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -254,19 +255,6 @@ pub fn check_api_version(plugin: ApiVersion) -> Result<(), LoadError> {
         host_major: host.major,
         host_minor: host.minor,
         what_to_do,
-    })
-}
-
-/// Why `text` is not an acceptable one-line string, if it is not.
-pub fn one_line_problem(text: &str) -> Option<String> {
-    if text.trim().is_empty() {
-        return Some("is empty".to_string());
-    }
-    text.chars().find(|c| c.is_control()).map(|c| {
-        format!(
-            "must be one line but contains the control character U+{:04X}",
-            c as u32
-        )
     })
 }
 

@@ -10,13 +10,15 @@ pub mod library;
 pub mod load;
 pub mod registry;
 pub mod requirements;
+pub mod search;
 pub mod validate;
 
-pub use discovery::{discover, search_path, Origin, SearchEntry, SearchProblem, PLUGIN_PATH_VAR};
+pub use discovery::discover;
 pub use library::{CallError, Override, OverrideArgs, Plugin, ScratchCodeOwned};
 pub use load::{host_api_version, load_library, LoadError, LoadOutcome};
 pub use registry::{Registry, Rejected, Shadowed, WrapperKind};
 pub use requirements::required_overrides;
+pub use search::{search_path, Origin, SearchEntry, SearchProblem, PLUGIN_PATH_VAR};
 
 /// Discovers every plugin on the default search path for these `--plugins` folders.
 pub fn discover_default(flags: &[std::path::PathBuf]) -> Registry {

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use kiln_plugin_api::{SchedulingKind, Wrappers};
 use serde::Serialize;
 
-use super::discovery::{SearchEntry, SearchProblem};
 use super::library::{CallError, Plugin};
+use super::search::{SearchEntry, SearchProblem};
 
 /// A library that looked like a plugin and failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -155,7 +155,7 @@ impl Registry {
             } else {
                 searched.join(", ")
             },
-            super::discovery::PLUGIN_PATH_VAR
+            super::search::PLUGIN_PATH_VAR
         ));
         text
     }

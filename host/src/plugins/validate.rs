@@ -7,7 +7,19 @@
 use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
 use super::library::{Override, OverrideArgs, Plugin};
-use super::load::one_line_problem;
+
+/// Why `text` is not an acceptable one-line string, if it is not.
+pub fn one_line_problem(text: &str) -> Option<String> {
+    if text.trim().is_empty() {
+        return Some("is empty".to_string());
+    }
+    text.chars().find(|c| c.is_control()).map(|c| {
+        format!(
+            "must be one line but contains the control character U+{:04X}",
+            c as u32
+        )
+    })
+}
 
 /// Why the text an override returned is malformed, if it is.
 pub fn override_text_problem(which: Override, text: &str) -> Option<String> {

@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use crate::graph::dtype::DType;
 use crate::schedule::Scheduled;
 use crate::tensor::Tensor;
-use crate::tensor_io::{decode, encode};
 
 /// Why a compiled program could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -197,7 +196,7 @@ impl Module {
             let size = slot.dtype.size_bytes();
             let bytes = bytes_of(&mut words);
             let values = t.to_vec();
-            let encoded = encode(&values, slot.dtype);
+            let encoded = slot.dtype.encode_le(&values);
             let mut n = 0usize;
             crate::graph::shape::for_each_index(&slot.shape, |idx| {
                 let off: i64 = idx.iter().zip(&slot.strides).map(|(a, s)| a * s).sum();
@@ -252,7 +251,7 @@ impl Module {
             .map(|(slot, words)| {
                 let n = slot.extent() * slot.dtype.size_bytes();
                 let bytes = bytes_of(words);
-                let values = decode(&bytes[..n.min(bytes.len())], slot.dtype);
+                let values = slot.dtype.decode_le(&bytes[..n.min(bytes.len())]);
                 let mut values = values;
                 let numel: i64 = slot.shape.iter().product();
                 values.resize(numel.max(0) as usize, 0.0);

@@ -3,13 +3,15 @@
 //! Reports every problem as an [`Error`] naming the node and its line; it must never
 //! panic on any text, and never accept a graph that does not validate.
 
-use super::dtype::DType;
-use super::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
-use super::ops::{ConstData, Op};
-use super::raw::{self, Located, RawTensor};
-use super::shape::numel;
+mod raw;
+
 use super::signature::{bind, is_known, Operand, Raw};
-use super::{verify, At, Error, UnknownOp};
+use crate::graph::dtype::DType;
+use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
+use crate::graph::ops::{ConstData, Op};
+use crate::graph::shape::numel;
+use crate::graph::{verify, At, Error, UnknownOp};
+use raw::{Located, RawTensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
@@ -312,7 +314,7 @@ fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
                         line: node.line,
                     },
                     op: node.op.name().into(),
-                    source: Box::new(super::infer::InferError::Invalid(format!(
+                    source: Box::new(crate::graph::infer::InferError::Invalid(format!(
                         "operand `{}` has {} outputs: select one with getitem",
                         p.name,
                         p.outputs.len()

@@ -4,9 +4,9 @@
 //! Works on [`Raw`] values, so it knows nothing of TOML; it must never resolve tensor
 //! names (the importer does) or look at shapes.
 
-use super::dtype::DType;
-use super::ir::Scalar;
-use super::ops::{BinaryOp, GeluApprox, NoOpKind, Op, ReduceOp, UnaryOp};
+use crate::graph::dtype::DType;
+use crate::graph::ir::Scalar;
+use crate::graph::ops::{BinaryOp, GeluApprox, NoOpKind, Op, ReduceOp, UnaryOp};
 
 /// A parsed argument value, before it is typed by a signature.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,9 +6,9 @@
 use super::archive::Archive;
 use super::schema::{self, Model, PayloadConfig};
 use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
+use crate::graph::front::signature::{bind, is_known, Operand, Raw};
 use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, Op};
-use crate::graph::signature::{bind, is_known, Operand, Raw};
 use crate::graph::{verify, At, Error, UnknownOp};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -295,7 +295,7 @@ fn gather(
             ),
         });
     }
-    let stored = crate::tensor_io::decode(&bytes[..need as usize], dtype);
+    let stored = dtype.decode_le(&bytes[..need as usize]);
     let mut out = Vec::with_capacity(numel as usize);
     let mut index = vec![0i64; shape.len()];
     for _ in 0..numel {

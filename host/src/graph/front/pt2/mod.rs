@@ -17,7 +17,7 @@ mod schema;
 
 pub use archive::Limits;
 
-use super::{Error, Graph};
+use crate::graph::{Error, Graph};
 use std::path::Path;
 
 /// The export schema major versions this importer reads.

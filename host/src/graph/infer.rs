@@ -7,7 +7,8 @@
 use super::dtype::{promote, result_type, DType, OperandKind};
 use super::ir::{Scalar, TensorMeta};
 use super::ops::{BinaryOp, Op, ReduceOp};
-use super::shape::{broadcast, numel, slice_bounds, wrap_dim, wrap_dims, Shape, ShapeError};
+use super::shape::{broadcast, contiguous_strides, numel, wrap_dim, wrap_dims, Shape, ShapeError};
+use super::views;
 
 /// An operand as inference sees it.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +35,9 @@ pub enum InferError {
     /// A dim, size or count problem.
     #[error(transparent)]
     Shape(#[from] ShapeError),
+    /// A view op does not apply to its operand.
+    #[error(transparent)]
+    View(#[from] super::views::ViewError),
     /// Anything else (wrong operand count or kind, unsupported dtype, ...).
     #[error("{0}")]
     Invalid(String),
@@ -339,8 +343,63 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             same_dtype(&[a, b])?;
             out(matmul_shape(&a.shape, &b.shape)?, a.dtype)
         }
-        _ => super::infer_views::infer_view(op, args),
+        Op::Cat { dim } => cat(args, *dim),
+        op if views::describes(op) => view(op, args),
+        other => invalid(format!("no inference rule for `{}`", other.name())),
     }
+}
+
+/// Every output of a view op: the shape its [`views::view_map`] gives, with
+/// PyTorch's strides (a copy, or a reshape that cannot be a view, is contiguous).
+fn view(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+    count(args, 1)?;
+    let t = tensor(args, 0)?;
+    (0..views::output_count(op, &t.shape)?)
+        .map(|k| {
+            let map = views::view_map(op, &t.shape, k as u32)?;
+            let strides = match map.restride(&t.strides, 0) {
+                Some((strides, _)) if !views::copies(op) => strides,
+                _ => contiguous_strides(&map.out_shape),
+            };
+            Ok(TensorMeta {
+                shape: map.out_shape,
+                strides,
+                dtype: t.dtype,
+            })
+        })
+        .collect()
+}
+
+fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<TensorMeta>, InferError> {
+    let first = tensor(args, 0)?;
+    if first.rank() == 0 {
+        return invalid("cat of 0-d tensors");
+    }
+    let d = wrap_dim(dim, first.rank())?;
+    let mut shape = first.shape.clone();
+    let mut dtype = first.dtype;
+    shape[d] = 0;
+    for i in 0..args.len() {
+        let t = tensor(args, i)?;
+        let mut a = t.shape.clone();
+        let mut b = first.shape.clone();
+        if t.rank() == first.rank() {
+            a[d] = 0;
+            b[d] = 0;
+        }
+        if a != b {
+            return Err(InferError::Mismatch {
+                what: format!("cat: operand {i} differs outside dim {d}"),
+                a: first.shape.clone(),
+                b: t.shape.clone(),
+            });
+        }
+        shape[d] = shape[d]
+            .checked_add(t.shape[d])
+            .ok_or_else(|| ShapeError::Size(t.shape.clone()))?;
+        dtype = promote(dtype, t.dtype);
+    }
+    out(shape, dtype)
 }
 
 fn same_dtype(ts: &[&TensorMeta]) -> Result<(), InferError> {
@@ -442,61 +501,4 @@ pub fn matmul_shape(a: &[i64], b: &[i64]) -> Result<Shape, InferError> {
         s.push(m);
     }
     Ok(s)
-}
-
-/// Resolves one -1 in a reshape target against the element count.
-pub fn resolve_reshape(from: &[i64], to: &[i64]) -> Result<Shape, InferError> {
-    let n = numel(from)?;
-    let mismatch = || InferError::Mismatch {
-        what: "reshape: element counts differ".into(),
-        a: from.to_vec(),
-        b: to.to_vec(),
-    };
-    let mut known: i64 = 1;
-    let mut hole = None;
-    for (i, &d) in to.iter().enumerate() {
-        if d == -1 {
-            if hole.is_some() {
-                return invalid("reshape: only one dimension can be -1");
-            }
-            hole = Some(i);
-        } else if d < 0 {
-            return Err(ShapeError::Size(to.to_vec()).into());
-        } else {
-            known = known
-                .checked_mul(d)
-                .ok_or_else(|| ShapeError::Size(to.to_vec()))?;
-        }
-    }
-    let mut s = to.to_vec();
-    if let Some(h) = hole {
-        if known == 0 || n % known != 0 {
-            return Err(mismatch());
-        }
-        s[h] = n / known;
-    } else if known != n {
-        return Err(mismatch());
-    }
-    Ok(s)
-}
-
-/// `promote` re-exported for callers that need to combine two dtypes.
-pub fn promote_dtypes(a: DType, b: DType) -> DType {
-    promote(a, b)
-}
-
-/// Wrapped slice bounds for a `slice` on `t` (start and length).
-pub fn slice_of(
-    t: &TensorMeta,
-    dim: i64,
-    start: Option<i64>,
-    end: Option<i64>,
-    step: i64,
-) -> Result<(usize, i64, i64), InferError> {
-    let d = wrap_dim(dim, t.rank())?;
-    if t.rank() == 0 {
-        return invalid("slice of a 0-d tensor");
-    }
-    let (s, len) = slice_bounds(t.shape[d], start, end, step);
-    Ok((d, s, len))
 }

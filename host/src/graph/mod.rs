@@ -10,12 +10,12 @@
 pub mod dtype;
 pub mod front;
 pub mod infer;
-pub mod infer_views;
 pub mod ir;
 pub mod ops;
 pub mod print;
 pub mod shape;
 pub mod verify;
+pub mod views;
 
 pub use dtype::DType;
 pub use front::{is_pt2, load, load_toml, load_with, parse_toml, LoadOptions};

@@ -1,10 +1,11 @@
 //! Views and data movement in the interpreter: zero-copy where PyTorch's op is a view
-//! (strides and offsets only), copies for `contiguous`, `clone`, `cat` and non-viewable
-//! reshapes. Must never compute element values.
+//! (strides and offsets from `graph::views`, the one description of every view),
+//! copies for `contiguous`, `clone`, `cat` and reshapes no strides can express. Must
+//! never compute element values.
 
 use super::Val;
-use crate::graph::infer_views::split_sizes;
-use crate::graph::shape::{contiguous_strides, is_contiguous, wrap_dim, wrap_dims};
+use crate::graph::shape::wrap_dim;
+use crate::graph::views::{self, ViewMap};
 use crate::graph::{Op, TensorMeta};
 use crate::tensor::Tensor;
 
@@ -23,68 +24,6 @@ pub(crate) fn eval_view(
 ) -> Result<Option<Vec<Tensor>>, String> {
     let out = outs.first().ok_or("no output metadata")?;
     let r = match op {
-        Op::Reshape { .. } => {
-            let t = t0(args)?;
-            let t = if is_contiguous(&t.shape, &t.strides) {
-                t.clone()
-            } else {
-                t.contiguous()
-            };
-            vec![t.view(out.shape.clone(), contiguous_strides(&out.shape), t.offset)]
-        }
-        Op::Permute { .. }
-        | Op::Transpose { .. }
-        | Op::Unsqueeze { .. }
-        | Op::Squeeze { .. }
-        | Op::Expand { .. } => {
-            // Shape inference already worked out the view's shape and strides relative to a
-            // tensor laid out like the input; apply the same transformation to the actual
-            // strides, which may differ (the input may itself be a view).
-            let t = t0(args)?;
-            vec![restride(op, t, out)?]
-        }
-        Op::Select { dim, index } => {
-            let t = t0(args)?;
-            let d = wrap_dim(*dim, t.shape.len()).map_err(|e| e.to_string())?;
-            let i = if *index < 0 {
-                index + t.shape[d]
-            } else {
-                *index
-            };
-            let (mut s, mut st) = (t.shape.clone(), t.strides.clone());
-            let off = t.offset + i * st[d];
-            s.remove(d);
-            st.remove(d);
-            vec![t.view(s, st, off)]
-        }
-        Op::Slice {
-            dim,
-            start,
-            end,
-            step,
-        } => {
-            let t = t0(args)?;
-            let d = wrap_dim(*dim, t.shape.len()).map_err(|e| e.to_string())?;
-            let (s0, len) = crate::graph::shape::slice_bounds(t.shape[d], *start, *end, *step);
-            let (mut s, mut st) = (t.shape.clone(), t.strides.clone());
-            let off = t.offset + s0 * st[d];
-            s[d] = len;
-            st[d] *= step;
-            vec![t.view(s, st, off)]
-        }
-        Op::Split { split_size, dim } => {
-            let t = t0(args)?;
-            let meta = TensorMeta {
-                shape: t.shape.clone(),
-                strides: t.strides.clone(),
-                dtype: t.dtype,
-            };
-            let sizes = split_sizes(&meta, *split_size, *dim).map_err(|e| e.to_string())?;
-            split(t, &sizes, *dim)?
-        }
-        Op::SplitWithSizes { sizes, dim } => split(t0(args)?, sizes, *dim)?,
-        Op::GetItem { .. } | Op::NoOp(_) => vec![t0(args)?.clone()],
-        Op::Contiguous | Op::Clone => vec![t0(args)?.contiguous()],
         Op::Cat { dim } => {
             let ts: Vec<&Tensor> = args
                 .iter()
@@ -107,59 +46,32 @@ pub(crate) fn eval_view(
             }
             vec![Tensor::new(out.shape.clone(), out.dtype, vals)]
         }
+        op if views::copies(op) => vec![t0(args)?.contiguous()],
+        op if views::describes(op) => {
+            let t = t0(args)?;
+            let count = views::output_count(op, &t.shape).map_err(|e| e.to_string())?;
+            (0..count)
+                .map(|k| {
+                    let map = views::view_map(op, &t.shape, k as u32).map_err(|e| e.to_string())?;
+                    Ok(view_of(t, &map))
+                })
+                .collect::<Result<Vec<_>, String>>()?
+        }
         _ => return Ok(None),
     };
     Ok(Some(r))
 }
 
-fn split(t: &Tensor, sizes: &[i64], dim: i64) -> Result<Vec<Tensor>, String> {
-    let d = wrap_dim(dim, t.shape.len()).map_err(|e| e.to_string())?;
-    let mut at = 0;
-    Ok(sizes
-        .iter()
-        .map(|&s| {
-            let mut shape = t.shape.clone();
-            shape[d] = s;
-            let v = t.view(shape, t.strides.clone(), t.offset + at * t.strides[d]);
-            at += s;
-            v
-        })
-        .collect())
-}
-
-fn restride(op: &Op, t: &Tensor, out: &TensorMeta) -> Result<Tensor, String> {
-    let rank = t.shape.len();
-    let st = &t.strides;
-    let strides: Vec<i64> = match op {
-        Op::Permute { dims } => wrap_dims(Some(dims), rank)
-            .map_err(|e| e.to_string())?
-            .iter()
-            .map(|&d| st[d])
-            .collect(),
-        Op::Transpose { dim0, dim1 } => {
-            let mut s = st.clone();
-            if rank > 0 {
-                let a = wrap_dim(*dim0, rank).map_err(|e| e.to_string())?;
-                let b = wrap_dim(*dim1, rank).map_err(|e| e.to_string())?;
-                s.swap(a, b);
-            }
-            s
-        }
-        Op::Unsqueeze { dim } => {
-            let d = wrap_dim(*dim, rank + 1).map_err(|e| e.to_string())?;
-            let mut s = st.clone();
-            s.insert(d, 0);
-            s
-        }
-        Op::Squeeze { dims } => {
-            let ds = wrap_dims(dims.as_deref(), rank).map_err(|e| e.to_string())?;
-            (0..rank)
-                .filter(|&i| !(ds.contains(&i) && t.shape[i] == 1))
-                .map(|i| st[i])
-                .collect()
-        }
-        Op::Expand { .. } => t.broadcast_strides(&out.shape),
-        _ => return Err("not a restriding view".into()),
-    };
-    Ok(t.view(out.shape.clone(), strides, t.offset))
+/// The view `map` makes of `t`: its own storage when strides can express it,
+/// else (a reshape PyTorch would copy) a contiguous copy's.
+fn view_of(t: &Tensor, map: &ViewMap) -> Tensor {
+    if let Some((strides, offset)) = map.restride(&t.strides, t.offset) {
+        return t.view(map.out_shape.clone(), strides, offset);
+    }
+    let dense = t.contiguous();
+    match map.restride(&dense.strides, dense.offset) {
+        Some((strides, offset)) => dense.view(map.out_shape.clone(), strides, offset),
+        // A contiguous tensor can always be viewed; keep the values regardless.
+        None => Tensor::new(map.out_shape.clone(), dense.dtype, dense.to_vec()),
+    }
 }

@@ -4,6 +4,7 @@
 //! changes the dtype (an int tensor plus `0.0`) stays.
 
 use super::{replace_node, Error, Stats};
+use crate::graph::views::view_map;
 use crate::graph::{Arg, BinaryOp, Graph, Op, ValueId};
 
 fn is_identity_scalar(op: BinaryOp, s: f64, scalar_is_rhs: bool) -> bool {
@@ -16,44 +17,13 @@ fn is_identity_scalar(op: BinaryOp, s: f64, scalar_is_rhs: bool) -> bool {
     }
 }
 
-/// Whether a view moves elements even when its output has its input's shape:
-/// a permutation or transpose that exchanges dims of size > 1 (the transpose
-/// of a square matrix keeps the shape and changes every value's place).
-fn reorders(op: &Op, shape: &[i64]) -> bool {
-    let rank = shape.len();
-    let moved = |order: Vec<usize>| {
-        let kept: Vec<usize> = order.into_iter().filter(|&d| shape[d] != 1).collect();
-        kept.windows(2).any(|w| w[0] > w[1])
-    };
-    match op {
-        Op::Permute { dims } => match crate::graph::shape::wrap_dims(Some(dims), rank) {
-            Ok(order) => moved(order),
-            Err(_) => true,
-        },
-        Op::Transpose { dim0, dim1 } => {
-            match (
-                crate::graph::shape::wrap_dim(*dim0, rank),
-                crate::graph::shape::wrap_dim(*dim1, rank),
-            ) {
-                (Ok(a), Ok(b)) => {
-                    let mut order: Vec<usize> = (0..rank).collect();
-                    order.swap(a, b);
-                    moved(order)
-                }
-                _ => true,
-            }
-        }
-        _ => false,
-    }
-}
-
 /// The operand a node passes through unchanged, if it is a no-op.
 fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
     let node = g.node(id)?;
     let candidate = match (&node.op, node.args.as_slice()) {
         (Op::NoOp(_) | Op::GetItem { .. }, [Arg::Value(v), ..]) => *v,
         (Op::Contiguous | Op::Clone | Op::Cast { .. }, [Arg::Value(v)]) => *v,
-        (op, [Arg::Value(v)]) if op.is_view() && !reorders(op, &g.meta(*v)?.shape) => *v,
+        (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(op, &g.meta(*v)?.shape) => *v,
         (Op::Binary { op, alpha }, [a, b]) => {
             let alpha = alpha.map_or(1.0, |a| a.to_f64());
             match (a, b) {
@@ -76,6 +46,13 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
     // gives users the operand's layout, and values never depend on layout).
     let (m, o) = (g.meta(candidate)?, node.outputs.first()?);
     (m.shape == o.shape && m.dtype == o.dtype && node.outputs.len() == 1).then_some(candidate)
+}
+
+/// Whether view `op` reads every element of an input of `shape` at its own
+/// index (the transpose of a square matrix keeps the shape and moves every
+/// value; a transpose of two size-1 dims moves none).
+fn reads_in_place(op: &Op, shape: &[i64]) -> bool {
+    view_map(op, shape, 0).is_ok_and(|m| m.is_identity())
 }
 
 /// Runs no-op removal.

@@ -16,7 +16,8 @@ use super::lower::{compute_dtype, Def, Lowered, SKind, SNodeId};
 use crate::graph::dtype::{promote, DType};
 use crate::graph::ir::{Arg, Graph, Scalar, ValueId};
 use crate::graph::ops::{BinaryOp, GeluApprox, Op, UnaryOp};
-use crate::graph::shape::{contiguous_strides, slice_bounds, wrap_dim, wrap_dims};
+use crate::graph::shape::{contiguous_strides, wrap_dim};
+use crate::graph::views::{self, InDim, IndexMap};
 
 /// Why a node cannot join a kernel (not an error: the scheduler tries elsewhere).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -432,14 +433,11 @@ impl<'a> KernelBuilder<'a> {
                 let a = self.cast(a, *dtype);
                 self.cast(a, compute_dtype(*dtype))
             }
-            Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => {
-                self.load(arg0()?, idx)?
-            }
             Op::Cat { dim } => self.cat(&args, *dim, &out_shape, idx, cd)?,
-            op if op.is_view() || matches!(op, Op::Split { .. } | Op::SplitWithSizes { .. }) => {
+            op if views::describes(op) => {
                 let src = arg0()?;
                 let in_shape = self.meta(src)?.shape.clone();
-                let sub = view_index(op, &in_shape, &out_shape, idx, v.output, ranges)
+                let sub = view_index(op, &in_shape, idx, v.output, ranges)
                     .ok_or_else(|| Illegal(format!("cannot index through `{}`", op.name())))?;
                 self.load(src, &sub)?
             }
@@ -555,85 +553,33 @@ fn comparison_dtype(args: &[Arg], a: DType, b: DType) -> DType {
     }
 }
 
-/// The index into a view op's input for an index `idx` into its output.
+/// The index into a view op's input for an index `idx` into output `output`
+/// (`graph::views` describes every view once; this only spells its map in
+/// index arithmetic).
 pub fn view_index(
     op: &Op,
     in_shape: &[i64],
-    out_shape: &[i64],
     idx: &[Index],
     output: u32,
     ranges: super::index::Ranges,
 ) -> Option<Vec<Index>> {
-    let rank = in_shape.len();
-    Some(match op {
-        Op::Permute { dims } => {
-            let dims = wrap_dims(Some(dims), rank).ok()?;
-            let mut sub = vec![Index::Const(0); rank];
-            for (j, &d) in dims.iter().enumerate() {
-                sub[d] = idx[j].clone();
-            }
-            sub
-        }
-        Op::Transpose { dim0, dim1 } => {
-            let (a, b) = (wrap_dim(*dim0, rank).ok()?, wrap_dim(*dim1, rank).ok()?);
-            let mut sub = idx.to_vec();
-            sub.swap(a, b);
-            sub
-        }
-        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
-            let flat = linear(idx, &contiguous_strides(out_shape), 0);
+    let map = views::view_map(op, in_shape, output).ok()?;
+    if idx.len() != map.out_shape.len() {
+        return None;
+    }
+    Some(match &map.map {
+        IndexMap::RowMajor => {
+            let flat = linear(idx, &contiguous_strides(&map.out_shape), 0);
             unflatten(flat, in_shape, ranges)
         }
-        Op::Expand { .. } => {
-            let lead = out_shape.len() - rank;
-            (0..rank)
-                .map(|d| {
-                    if in_shape[d] == 1 {
-                        Index::Const(0)
-                    } else {
-                        idx[d + lead].clone()
-                    }
-                })
-                .collect()
-        }
-        Op::Select { dim, index } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let i = if *index < 0 {
-                index + in_shape[d]
-            } else {
-                *index
-            };
-            let mut sub = idx.to_vec();
-            sub.insert(d, Index::Const(i));
-            sub
-        }
-        Op::Slice {
-            dim,
-            start,
-            end,
-            step,
-        } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let (lo, _) = slice_bounds(in_shape[d], *start, *end, *step);
-            let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().times(*step).plus(Index::Const(lo));
-            sub
-        }
-        Op::Split { split_size, dim } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let mut sub = idx.to_vec();
-            sub[d] = idx[d]
-                .clone()
-                .plus(Index::Const(i64::from(output) * split_size));
-            sub
-        }
-        Op::SplitWithSizes { sizes, dim } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let before: i64 = sizes.iter().take(output as usize).sum();
-            let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().plus(Index::Const(before));
-            sub
-        }
-        _ => return None,
+        IndexMap::Affine(dims) => dims
+            .iter()
+            .map(|d| match *d {
+                InDim::Fixed(i) => Index::Const(i),
+                InDim::Out { dim, step, start } => {
+                    idx[dim].clone().times(step).plus(Index::Const(start))
+                }
+            })
+            .collect(),
     })
 }

@@ -18,7 +18,8 @@ use super::Error;
 use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, Op, ReduceOp};
-use crate::graph::shape::{contiguous_strides, slice_bounds, wrap_dim, wrap_dims};
+use crate::graph::shape::{contiguous_strides, wrap_dims};
+use crate::graph::views::{self, view_strides};
 
 /// The deepest inline chain before a value is computed into memory instead:
 /// bounds both the size of one kernel's expression and the recursion of the
@@ -119,48 +120,6 @@ fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
     }
 }
 
-/// Strides for viewing `shape`/`strides` as `new_shape` without a copy, as
-/// `torch.Tensor.view` computes them, or `None` when a copy would be needed.
-pub fn view_strides(shape: &[i64], strides: &[i64], new_shape: &[i64]) -> Option<Vec<i64>> {
-    let numel: i64 = shape.iter().product();
-    if numel != new_shape.iter().product::<i64>() {
-        return None;
-    }
-    if numel == 0 || new_shape.is_empty() {
-        return Some(contiguous_strides(new_shape));
-    }
-    let mut new_strides = vec![0i64; new_shape.len()];
-    let mut view_d = new_shape.len() as isize - 1;
-    let mut chunk_base_stride = *strides.last().unwrap_or(&1);
-    let mut tensor_numel = 1i64;
-    let mut view_numel = 1i64;
-    for tensor_d in (0..shape.len()).rev() {
-        tensor_numel *= shape[tensor_d];
-        if tensor_d == 0
-            || (shape[tensor_d - 1] != 1
-                && strides[tensor_d - 1] != tensor_numel * chunk_base_stride)
-        {
-            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
-                new_strides[view_d as usize] = view_numel * chunk_base_stride;
-                view_numel *= new_shape[view_d as usize];
-                view_d -= 1;
-            }
-            if view_numel != tensor_numel {
-                return None;
-            }
-            if tensor_d > 0 {
-                chunk_base_stride = strides[tensor_d - 1];
-                tensor_numel = 1;
-                view_numel = 1;
-            }
-        }
-    }
-    if view_d != -1 {
-        return None;
-    }
-    Some(new_strides)
-}
-
 impl Lowered {
     fn add_buffer(
         &mut self,
@@ -215,10 +174,15 @@ impl Lowered {
             Def::Node(_) => None,
             Def::Inline { node, output, .. } => {
                 let node = graph.node(*node)?;
+                if !views::describes(&node.op) {
+                    return None;
+                }
                 let src = node.args.first()?.value()?;
-                let out = node.outputs.get(*output as usize)?;
                 let base = self.as_view(graph, src, through_nodes)?;
-                view_of_view(&node.op, &base, &out.shape, *output)
+                let view = view_of_view(&node.op, &base, *output)?;
+                // The graph's metadata and the view agree on a validated graph.
+                (Some(&view.shape) == node.outputs.get(*output as usize).map(|m| &m.shape))
+                    .then_some(view)
             }
             Def::Literal { .. } => None,
         }
@@ -235,80 +199,17 @@ impl Lowered {
     }
 }
 
-/// The strided view a view op makes of `base`, if it stays strided.
-fn view_of_view(op: &Op, base: &View, out_shape: &[i64], output: u32) -> Option<View> {
-    let rank = base.shape.len();
-    let mut v = View {
+/// The strided view output `output` of view op `op` makes of `base`, if
+/// strides can express it (`graph::views` describes every view once).
+fn view_of_view(op: &Op, base: &View, output: u32) -> Option<View> {
+    let map = views::view_map(op, &base.shape, output).ok()?;
+    let (strides, offset) = map.restride(&base.strides, base.offset)?;
+    Some(View {
         buf: base.buf,
-        shape: out_shape.to_vec(),
-        strides: Vec::new(),
-        offset: base.offset,
-    };
-    match op {
-        Op::Permute { dims } => {
-            let dims = wrap_dims(Some(dims), rank).ok()?;
-            v.strides = dims.iter().map(|&d| base.strides[d]).collect();
-        }
-        Op::Transpose { dim0, dim1 } => {
-            let (a, b) = (wrap_dim(*dim0, rank).ok()?, wrap_dim(*dim1, rank).ok()?);
-            v.strides = base.strides.clone();
-            v.strides.swap(a, b);
-        }
-        Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
-            v.strides = view_strides(&base.shape, &base.strides, out_shape)?;
-        }
-        Op::Expand { .. } => {
-            let lead = out_shape.len() - rank;
-            v.strides = (0..out_shape.len())
-                .map(|d| {
-                    if d < lead || (base.shape[d - lead] == 1 && out_shape[d] != 1) {
-                        0
-                    } else {
-                        base.strides[d - lead]
-                    }
-                })
-                .collect();
-        }
-        Op::Select { dim, index } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let i = if *index < 0 {
-                index + base.shape[d]
-            } else {
-                *index
-            };
-            v.offset += i * base.strides[d];
-            v.strides = base.strides.clone();
-            v.strides.remove(d);
-        }
-        Op::Slice {
-            dim,
-            start,
-            end,
-            step,
-        } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let (lo, _) = slice_bounds(base.shape[d], *start, *end, *step);
-            v.offset += lo * base.strides[d];
-            v.strides = base.strides.clone();
-            v.strides[d] *= step;
-        }
-        Op::Split { split_size, dim } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            v.offset += i64::from(output) * split_size * base.strides[d];
-            v.strides = base.strides.clone();
-        }
-        Op::SplitWithSizes { sizes, dim } => {
-            let d = wrap_dim(*dim, rank).ok()?;
-            let before: i64 = sizes.iter().take(output as usize).sum();
-            v.offset += before * base.strides[d];
-            v.strides = base.strides.clone();
-        }
-        Op::GetItem { .. } | Op::Contiguous | Op::Clone | Op::NoOp(_) => {
-            v.strides = base.strides.clone();
-        }
-        _ => return None,
-    }
-    Some(v)
+        shape: map.out_shape,
+        strides,
+        offset,
+    })
 }
 
 fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> {
@@ -597,34 +498,5 @@ pub fn compute_dtype(d: DType) -> DType {
         DType::Float32
     } else {
         d
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn view_strides_follow_torch_view() {
-        assert_eq!(view_strides(&[4, 6], &[6, 1], &[24]), Some(vec![1]));
-        assert_eq!(
-            view_strides(&[4, 6], &[6, 1], &[2, 2, 6]),
-            Some(vec![12, 6, 1])
-        );
-        // A transposed [6, 4] cannot be flattened without a copy.
-        assert_eq!(view_strides(&[6, 4], &[1, 6], &[24]), None);
-        // Merging leading dims of a permuted 4-D tensor (attention's kᵀ) works.
-        assert_eq!(
-            view_strides(
-                &[16, 8, 64, 1024],
-                &[524288, 65536, 1, 64],
-                &[128, 64, 1024]
-            ),
-            Some(vec![65536, 1, 64])
-        );
-        assert_eq!(
-            view_strides(&[2, 1, 3], &[3, 3, 1], &[2, 3]),
-            Some(vec![3, 1])
-        );
     }
 }

@@ -1,7 +1,7 @@
 //! Graph-to-code time for the DESIGN.md workloads (target: under 10 ms each;
 //! TorchInductor takes 0.3 to 3 s): import, validation, passes, scheduling and
-//! Triton + wrapper generation for the cuda plugin, everything `host compile`
-//! does but writing the file.
+//! Triton + wrapper generation for the cuda plugin through `driver::compile`,
+//! everything `host compile` does but writing the file.
 //!
 //! Run after building the plugins in the same profile:
 //! `cargo build --release --workspace && cargo bench -p kiln-host --bench compile`.
@@ -46,12 +46,10 @@ fn bench_compile(c: &mut Criterion) {
         let text = std::fs::read_to_string(examples.join(format!("{name}.toml"))).expect("example");
         group.bench_function(name, |b| {
             b.iter(|| {
-                let mut graph = kiln::graph::parse_toml(&text).expect("parses");
-                kiln::passes::run_pipeline(&mut graph).expect("passes");
-                let scheduled = kiln::schedule::schedule(&graph).expect("schedules");
-                kiln::codegen::python_triton(&scheduled, &plugin, &Default::default())
-                    .expect("generates")
-                    .output_code
+                let graph = kiln::graph::parse_toml(&text).expect("parses");
+                kiln::driver::compile(graph, &plugin, &Default::default())
+                    .expect("compiles")
+                    .code
                     .len()
             })
         });

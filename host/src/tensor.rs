@@ -113,3 +113,43 @@ impl Tensor {
         }
     }
 }
+
+/// The largest error a dtype tolerates, relative to the output's largest magnitude.
+pub fn tolerance(d: DType) -> f64 {
+    match d {
+        DType::Float32 => 1e-4,
+        DType::Float16 | DType::BFloat16 => 1e-2,
+        DType::Float64 => 1e-9,
+        DType::Bool | DType::Int32 | DType::Int64 => 0.0,
+    }
+}
+
+/// `(max absolute error, max error relative to the reference's largest magnitude)`.
+/// NaN where the reference has NaN is a match; NaN anywhere else is infinitely wrong.
+pub fn errors(got: &Tensor, want: &Tensor) -> (f64, f64) {
+    let (g, w) = (got.to_vec(), want.to_vec());
+    if g.len() != w.len() {
+        return (f64::INFINITY, f64::INFINITY);
+    }
+    let scale = w
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut abs = 0.0f64;
+    for (a, b) in g.iter().zip(&w) {
+        let e = if a.is_nan() && b.is_nan() || a == b {
+            0.0
+        } else if a.is_nan() || b.is_nan() {
+            f64::INFINITY
+        } else {
+            (a - b).abs()
+        };
+        abs = abs.max(e);
+    }
+    let rel = if abs == 0.0 {
+        0.0
+    } else {
+        abs / scale.max(f64::MIN_POSITIVE)
+    };
+    (abs, rel)
+}

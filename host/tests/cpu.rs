@@ -6,7 +6,7 @@
 //! cached in a temporary folder per test process.
 
 mod common;
-use common::repo_root;
+use common::{plugin, repo_root};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -262,19 +262,19 @@ args = ["y", 0, 1]
 /// Compiles `text` for the cpu device with the default flags (so that the
 /// vectorised paths are the ones tested) and runs it on `inputs`.
 fn run_default_flags(text: &str, inputs: &[kiln::tensor::Tensor]) -> Vec<kiln::tensor::Tensor> {
-    let mut graph = kiln::graph::parse_toml(text).expect("graph");
-    kiln::passes::run_pipeline(&mut graph).expect("passes");
-    let scheduled = kiln::schedule::schedule(&graph).expect("schedule");
-    let output = kiln::codegen::cpp_wrapper(&scheduled, cpu_plugin()).expect("codegen");
+    let graph = kiln::graph::parse_toml(text).expect("graph");
+    let artifacts =
+        kiln::driver::compile(graph, &plugin("cpu"), &Default::default()).expect("compiles");
     let mut compiler = kiln::runtime::compile::Compiler::from_env().expect("a C++ compiler");
     compiler.flags = kiln::runtime::compile::DEFAULT_FLAGS
         .split_whitespace()
         .chain(kiln::runtime::compile::REQUIRED_FLAGS.iter().copied())
         .map(String::from)
         .collect();
-    let built = kiln::runtime::compile::build(&output.source, &compiler, &scratch("default_flags"))
-        .expect("builds");
-    let module = kiln::runtime::Module::load(&built.library, &scheduled).expect("loads");
+    let built =
+        kiln::runtime::compile::build(&artifacts.code, &compiler, &scratch("default_flags"))
+            .expect("builds");
+    let module = kiln::runtime::Module::load(&built.library, &artifacts.scheduled).expect("loads");
     module.run(inputs).expect("runs")
 }
 
@@ -503,19 +503,6 @@ fn run_reads_inputs_writes_outputs_and_benchmarks_like_eval() {
 // Random graphs through the library: codegen with the real cpu plugin, the
 // system compiler at -O1, the compiled library run in-process.
 
-fn cpu_plugin() -> &'static kiln::plugins::Plugin {
-    static PLUGIN: OnceLock<std::sync::Arc<kiln::plugins::Plugin>> = OnceLock::new();
-    PLUGIN.get_or_init(|| {
-        let exe = PathBuf::from(env!("CARGO_BIN_EXE_host"));
-        let dir = exe.parent().expect("host has a folder").to_path_buf();
-        let registry = kiln::plugins::discover_default(&[dir]);
-        registry
-            .get("cpu")
-            .expect("the cpu plugin is built beside host (cargo build --workspace)")
-            .clone()
-    })
-}
-
 const UNARY: &[&str] = &[
     "abs", "neg", "exp", "sin", "tanh", "sigmoid", "relu", "silu", "erf", "gelu",
 ];
@@ -579,7 +566,7 @@ fn compile_and_compare(text: &str, tolerance: f64) -> Result<(), String> {
     // Both index widths: int32_t where everything fits (what small graphs
     // get by default) and int64_t (what kernels beyond 2^31 elements get).
     for int32_indices in [true, false] {
-        let options = kiln::codegen::cpp::CppOptions { int32_indices };
+        let options = kiln::codegen::cpp::Options { int32_indices };
         compile_and_compare_with(text, tolerance, &options)?;
     }
     Ok(())
@@ -588,7 +575,7 @@ fn compile_and_compare(text: &str, tolerance: f64) -> Result<(), String> {
 fn compile_and_compare_with(
     text: &str,
     tolerance: f64,
-    options: &kiln::codegen::cpp::CppOptions,
+    options: &kiln::codegen::cpp::Options,
 ) -> Result<(), String> {
     let graph = kiln::graph::parse_toml(text).map_err(|e| e.to_string())?;
     let metas: Vec<_> = graph
@@ -598,28 +585,30 @@ fn compile_and_compare_with(
         .collect();
     let inputs = kiln::tensor_io::random_inputs(&metas, 5);
     let want = kiln::interp::evaluate(&graph, &inputs).map_err(|e| e.to_string())?;
-    let mut lowered = graph.clone();
-    kiln::passes::run_pipeline(&mut lowered).map_err(|e| e.to_string())?;
-    let scheduled = kiln::schedule::schedule(&lowered).map_err(|e| e.to_string())?;
-    let output = kiln::codegen::cpp_wrapper_with(&scheduled, cpu_plugin(), options)
-        .map_err(|e| e.to_string())?;
-    let narrow_loops = output.source.contains("for (int32_t");
-    if narrow_loops != (options.int32_indices && !output.kernels.is_empty()) {
+    let driver_options = kiln::driver::Options {
+        cpp: *options,
+        ..Default::default()
+    };
+    let artifacts = kiln::driver::compile(graph.clone(), &plugin("cpu"), &driver_options)
+        .map_err(|e| kiln::diag::report(&e))?;
+    let output_source = &artifacts.code;
+    let narrow_loops = output_source.contains("for (int32_t");
+    if narrow_loops != (options.int32_indices && artifacts.kernel_count() > 0) {
         return Err(format!(
             "int32_indices = {}, but the loops are {}\n{}",
             options.int32_indices,
             if narrow_loops { "int32_t" } else { "int64_t" },
-            output.source
+            output_source
         ));
     }
     let mut compiler = kiln::runtime::compile::Compiler::from_env().map_err(|e| e.to_string())?;
     compiler.flags = ["-O1", "-fopenmp", "-std=c++17", "-shared", "-fPIC"]
         .map(String::from)
         .to_vec();
-    let built = kiln::runtime::compile::build(&output.source, &compiler, &scratch("prop"))
+    let built = kiln::runtime::compile::build(output_source, &compiler, &scratch("prop"))
         .map_err(|e| e.to_string())?;
-    let module =
-        kiln::runtime::Module::load(&built.library, &scheduled).map_err(|e| e.to_string())?;
+    let module = kiln::runtime::Module::load(&built.library, &artifacts.scheduled)
+        .map_err(|e| e.to_string())?;
     let got = module.run(&inputs).map_err(|e| e.to_string())?;
     for (g, w) in got.iter().zip(&want) {
         let (v, r) = (g.to_vec(), w.to_vec());
@@ -634,7 +623,7 @@ fn compile_and_compare_with(
                 err / scale,
                 g.shape,
                 w.shape,
-                output.source
+                output_source
             ));
         }
     }

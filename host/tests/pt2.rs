@@ -3,6 +3,8 @@
 //! compile for every GPU plugin through the real binary; broken archives fail with a
 //! message that says what is wrong.
 
+mod common;
+
 use kiln::graph::front::pt2::{read_pt2, Limits, Pt2Options};
 use kiln::graph::ir::{Graph, TensorMeta};
 use kiln::graph::{load, load_with, LoadOptions, Op};
@@ -78,15 +80,16 @@ fn matches_pytorch(model: &str, archive: &str) {
         &kiln::interp::evaluate(&g, &inputs).expect("eval"),
         &want,
     );
-    let mut after = g.clone();
-    kiln::passes::run_pipeline(&mut after).expect("passes");
+    // The program the cpu device ships, through the same driver as `host compile`.
+    let artifacts = kiln::driver::compile(g.clone(), &common::plugin("cpu"), &Default::default())
+        .expect("compiles");
     check(
         &format!("{what} after passes"),
-        &kiln::interp::evaluate(&after, &inputs).expect("eval after passes"),
+        &kiln::interp::evaluate(&artifacts.graph, &inputs).expect("eval after passes"),
         &want,
     );
-    let scheduled = kiln::schedule::schedule(&after).expect("schedule");
-    let outs = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
+    let outs =
+        kiln::schedule::eval::run(&artifacts.scheduled, &inputs).expect("loop-IR evaluation");
     check(&format!("{what} scheduled"), &outs, &want);
 }
 

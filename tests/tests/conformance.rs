@@ -158,7 +158,8 @@ fn good_baseline_passes_every_check() {
         .filter(|(_, c)| c.status == "skip")
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(skipped, ["overrides.tma_descriptor_helpers"]);
+    // A Triton device has no C++ kernels to build and run.
+    assert_eq!(skipped, ["e2e.cpp_run", "overrides.tma_descriptor_helpers"]);
     assert!(run
         .stdout
         .contains("device `baseline`, plugin version 0.1.0"));

@@ -1,89 +1,57 @@
-//! `host eval FILE [--params-as-inputs] [--inputs DIR] [--seed N] [--out DIR]`: runs the reference interpreter.
+//! `host eval FILE [--device D [--check]] [--inputs DIR] [--seed N] [--out DIR]`:
+//! runs the graph on the float64 reference interpreter or, with `--device`,
+//! evaluates the program Kiln schedules for that device (through the same
+//! driver as `host compile`: passes, lowering, fusion and the memory plan the
+//! generated code implements) in float64 on the host, no device needed.
 
-use super::Error;
-use crate::tensor::Tensor;
-use crate::tensor_io;
-use clap::Args;
 use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{Cli, CliError, DeviceSpec, GraphFile, InputArgs};
+use crate::driver;
 
 /// Arguments of `host eval`.
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
-    pub file: PathBuf,
-    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
-    /// (after the user inputs) instead of baking them in from the archive.
-    #[arg(long)]
-    pub params_as_inputs: bool,
-    /// Folder with one raw file per input (`NAME.bin` or `inputN.bin`); random inputs
-    /// when absent.
-    #[arg(long, value_name = "DIR")]
-    pub inputs: Option<PathBuf>,
-    /// Seed of the random inputs.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// The graph.
+    #[command(flatten)]
+    pub graph: GraphFile,
+    /// Evaluate the program scheduled for this device instead of the graph itself.
+    #[arg(long, value_name = "DEVICE[:INDEX]")]
+    pub device: Option<DeviceSpec>,
+    /// With --device: compare every output with the reference interpreter; exit non-zero
+    /// when one differs.
+    #[arg(long, requires = "device")]
+    pub check: bool,
+    /// The inputs.
+    #[command(flatten)]
+    pub inputs: InputArgs,
     /// Write `outputN.bin` files here instead of printing a summary.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
 /// Runs `host eval`.
-pub fn run(a: &EvalArgs) -> Result<(), Error> {
-    let g = crate::graph::load_with(
-        &a.file,
-        &crate::graph::LoadOptions {
-            params_as_inputs: a.params_as_inputs,
-        },
-    )?;
-    let decls: Vec<(String, crate::graph::TensorMeta)> = g
-        .inputs()
-        .iter()
-        .filter_map(|&id| g.node(id))
-        .filter_map(|n| Some((n.name.clone(), n.outputs.first()?.clone())))
-        .collect();
-    let inputs = match &a.inputs {
-        Some(dir) => tensor_io::read_inputs(dir, &decls)?,
-        None => {
-            let metas: Vec<_> = decls.iter().map(|(_, m)| m.clone()).collect();
-            tensor_io::random_inputs(&metas, a.seed)
+pub fn run(cli: &Cli, a: &EvalArgs) -> Result<ExitCode, CliError> {
+    let graph = a.graph.load()?;
+    let inputs = a.inputs.read(&graph)?;
+    let outs = match &a.device {
+        None => crate::interp::evaluate(&graph, &inputs)?,
+        Some(device) => {
+            let plugin = super::device_plugin(cli, device)?;
+            let options = driver::Options {
+                device_index: device.index,
+                ..driver::Options::default()
+            };
+            let artifacts = driver::compile(graph.clone(), &plugin, &options)?;
+            crate::schedule::eval::run(&artifacts.scheduled, &inputs)?
         }
     };
-    let outs = crate::interp::evaluate(&g, &inputs)?;
-    match &a.out {
-        Some(dir) => {
-            for p in tensor_io::write_outputs(dir, &outs)? {
-                println!("wrote {}", p.display());
-            }
-        }
-        None => {
-            for (i, t) in outs.iter().enumerate() {
-                println!("output{i}: {}", summary(t));
-            }
-        }
+    super::outputs::emit(&outs, a.out.as_deref(), !a.check)?;
+    if a.check && !super::outputs::check(&outs, &graph, &inputs)? {
+        return Ok(ExitCode::FAILURE);
     }
-    Ok(())
-}
-
-/// One line: dtype, shape, the first values, min/max/mean.
-pub fn summary(t: &Tensor) -> String {
-    let v = t.to_vec();
-    let first: Vec<String> = v.iter().take(6).map(|x| format!("{x:.6}")).collect();
-    let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0.0);
-    for &x in &v {
-        lo = lo.min(x);
-        hi = hi.max(x);
-        sum += x;
-    }
-    let mean = if v.is_empty() {
-        f64::NAN
-    } else {
-        sum / v.len() as f64
-    };
-    format!(
-        "{}{:?} [{}{}] min {lo:.6} max {hi:.6} mean {mean:.6}",
-        t.dtype,
-        t.shape,
-        first.join(", "),
-        if v.len() > 6 { ", ..." } else { "" }
-    )
+    Ok(ExitCode::SUCCESS)
 }

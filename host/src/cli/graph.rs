@@ -3,7 +3,6 @@
 use super::Error;
 use crate::graph::print;
 use clap::{Args, ValueEnum};
-use std::path::PathBuf;
 
 /// Output formats of `host graph`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -19,12 +18,9 @@ pub enum Format {
 /// Arguments of `host graph`.
 #[derive(Args, Debug)]
 pub struct GraphArgs {
-    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
-    pub file: PathBuf,
-    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
-    /// (after the user inputs) instead of baking them in from the archive.
-    #[arg(long)]
-    pub params_as_inputs: bool,
+    /// The graph.
+    #[command(flatten)]
+    pub graph: super::GraphFile,
     /// Print the graph after the pass pipeline.
     #[arg(long)]
     pub after_passes: bool,
@@ -35,12 +31,7 @@ pub struct GraphArgs {
 
 /// Runs `host graph`.
 pub fn run(a: &GraphArgs) -> Result<(), Error> {
-    let mut g = crate::graph::load_with(
-        &a.file,
-        &crate::graph::LoadOptions {
-            params_as_inputs: a.params_as_inputs,
-        },
-    )?;
+    let mut g = a.graph.load()?;
     if a.after_passes {
         let report = crate::passes::run_pipeline(&mut g)?;
         tracing::info!("{report}");

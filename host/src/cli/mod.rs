@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+
+use crate::tensor::Tensor;
 
 mod compile;
 mod conformance;
@@ -13,6 +15,7 @@ mod eval;
 mod graph;
 mod inspect;
 mod list;
+mod outputs;
 mod run;
 
 /// Kiln: a graph compiler whose device backends are drop-in plugins.
@@ -53,7 +56,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
     Graph(graph::GraphArgs),
-    /// Run a graph on the float64 reference interpreter.
+    /// Run a graph on the float64 reference interpreter, or, with --device, evaluate the program
+    /// Kiln schedules for that device (lowered, fused, memory-planned) in float64.
     Eval(eval::EvalArgs),
     /// Check a plugin library against every conformance guarantee, each check in a child process.
     Conformance(conformance::ConformanceArgs),
@@ -76,6 +80,117 @@ pub enum Error {
     TensorIo(#[from] crate::tensor_io::Error),
 }
 
+/// The graph file every graph command takes.
+#[derive(Debug, Args)]
+pub struct GraphFile {
+    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
+    pub file: PathBuf,
+    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
+    /// (after the user inputs) instead of baking them in from the archive.
+    #[arg(long)]
+    pub params_as_inputs: bool,
+}
+
+impl GraphFile {
+    /// Reads and validates the graph.
+    pub fn load(&self) -> Result<crate::graph::Graph, crate::graph::Error> {
+        crate::graph::load_with(
+            &self.file,
+            &crate::graph::LoadOptions {
+                params_as_inputs: self.params_as_inputs,
+            },
+        )
+    }
+}
+
+/// Where the inputs of `host eval` and `host run` come from.
+#[derive(Debug, Args)]
+pub struct InputArgs {
+    /// Folder with one raw file per input (`NAME.bin` or `inputN.bin`); random inputs when absent.
+    #[arg(long, value_name = "DIR")]
+    pub inputs: Option<PathBuf>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl InputArgs {
+    /// The graph's inputs: read from the folder, or random from the seed.
+    pub fn read(&self, graph: &crate::graph::Graph) -> Result<Vec<Tensor>, Error> {
+        let decls: Vec<(String, crate::graph::TensorMeta)> = graph
+            .inputs()
+            .iter()
+            .filter_map(|&id| graph.node(id))
+            .filter_map(|n| Some((n.name.clone(), n.outputs.first()?.clone())))
+            .collect();
+        Ok(match &self.inputs {
+            Some(dir) => crate::tensor_io::read_inputs(dir, &decls)?,
+            None => {
+                let metas: Vec<_> = decls.into_iter().map(|(_, m)| m).collect();
+                crate::tensor_io::random_inputs(&metas, self.seed)
+            }
+        })
+    }
+}
+
+/// A device as the command line names it: `cuda`, or `cuda:1` for device 1
+/// of its kind, as PyTorch spells devices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceSpec {
+    /// The device name a plugin provides.
+    pub name: String,
+    /// Which device of that kind.
+    pub index: u32,
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<DeviceSpec, String> {
+        let (name, index) = match text.split_once(':') {
+            None => (text, 0),
+            Some((name, index)) => match index.parse::<u32>() {
+                Ok(i) => (name, i),
+                Err(_) => {
+                    return Err(format!(
+                        "`{index}` is not a device index: write DEVICE or DEVICE:INDEX, e.g. cuda:1"
+                    ))
+                }
+            },
+        };
+        if name.is_empty() {
+            return Err(
+                "the device name is empty: write DEVICE or DEVICE:INDEX, e.g. cuda:1".into(),
+            );
+        }
+        Ok(DeviceSpec {
+            name: name.to_string(),
+            index,
+        })
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.index {
+            0 => write!(f, "{}", self.name),
+            i => write!(f, "{}:{i}", self.name),
+        }
+    }
+}
+
+/// The plugin providing `device`, from the plugins `cli` discovers.
+pub(crate) fn device_plugin(
+    cli: &Cli,
+    device: &DeviceSpec,
+) -> Result<std::sync::Arc<crate::plugins::Plugin>, CliError> {
+    let registry = discover(cli)?;
+    let plugin = registry
+        .get(&device.name)
+        .ok_or_else(|| registry.explain_missing(&device.name))?;
+    Ok(std::sync::Arc::clone(plugin))
+}
+
 /// An error that ends a command, printed with its source chain.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -89,9 +204,7 @@ pub fn main() -> ExitCode {
         Command::Graph(args) => graph::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
-        Command::Eval(args) => eval::run(args)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(Into::into),
+        Command::Eval(args) => eval::run(&cli, args),
         Command::Conformance(args) => conformance::run(&cli, args),
         Command::Compile(args) => compile::run(&cli, args),
         Command::Run(args) => run::run(&cli, args),

@@ -8,29 +8,21 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::{Cli, CliError};
-use crate::graph::dtype::DType;
-use crate::tensor::Tensor;
-use crate::tensor_io;
+use super::{Cli, CliError, DeviceSpec, GraphFile, InputArgs};
+use crate::driver;
 
 /// Arguments of `host run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The graph file: kiln-graph/1 TOML or a torch.export `.pt2` archive.
-    pub file: PathBuf,
-    /// For a `.pt2` archive: keep parameters, buffers and constants as graph inputs
-    /// (after the user inputs) instead of baking them in from the archive.
-    #[arg(long)]
-    pub params_as_inputs: bool,
+    /// The graph.
+    #[command(flatten)]
+    pub graph: GraphFile,
     /// The device: one whose plugin schedules C++ kernels (`cpu`).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Folder with one raw file per input (`NAME.bin` or `inputN.bin`); random inputs when absent.
-    #[arg(long, value_name = "DIR")]
-    pub inputs: Option<PathBuf>,
-    /// Seed of the random inputs.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// The inputs.
+    #[command(flatten)]
+    pub inputs: InputArgs,
     /// Write `outputN.bin` files here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -42,96 +34,38 @@ pub struct RunArgs {
     pub bench: Option<usize>,
 }
 
-/// The largest error a dtype tolerates, relative to the output's largest magnitude.
-pub fn tolerance(d: DType) -> f64 {
-    match d {
-        DType::Float32 => 1e-4,
-        DType::Float16 | DType::BFloat16 => 1e-2,
-        DType::Float64 => 1e-9,
-        DType::Bool | DType::Int32 | DType::Int64 => 0.0,
-    }
-}
-
-/// `(max absolute error, max error relative to the reference's largest magnitude)`.
-/// NaN where the reference has NaN is a match; NaN anywhere else is infinitely wrong.
-pub fn errors(got: &Tensor, want: &Tensor) -> (f64, f64) {
-    let (g, w) = (got.to_vec(), want.to_vec());
-    if g.len() != w.len() {
-        return (f64::INFINITY, f64::INFINITY);
-    }
-    let scale = w
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0.0f64, |m, v| m.max(v.abs()));
-    let mut abs = 0.0f64;
-    for (a, b) in g.iter().zip(&w) {
-        let e = if a.is_nan() && b.is_nan() || a == b {
-            0.0
-        } else if a.is_nan() || b.is_nan() {
-            f64::INFINITY
-        } else {
-            (a - b).abs()
-        };
-        abs = abs.max(e);
-    }
-    let rel = if abs == 0.0 {
-        0.0
-    } else {
-        abs / scale.max(f64::MIN_POSITIVE)
-    };
-    (abs, rel)
-}
-
 /// Runs `host run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
-    let registry = super::discover(cli)?;
-    let plugin = registry
-        .get(&args.device)
-        .ok_or_else(|| registry.explain_missing(&args.device))?
-        .clone();
-    let spec = plugin.backend_spec()?;
-    if spec.map(|s| s.scheduling) != Some(kiln_plugin_api::SchedulingKind::Cpp) {
+    let plugin = super::device_plugin(cli, &args.device)?;
+    // Exactly what `host compile` writes for the device: the same driver, the
+    // same options.
+    let options = driver::Options {
+        device_index: args.device.index,
+        ..driver::Options::default()
+    };
+    let target = driver::Target::query(&plugin, &options)?;
+    if target.spec.scheduling != kiln_plugin_api::SchedulingKind::Cpp {
         return Err(format!(
             "device `{}` does not schedule C++ kernels: host run executes on the cpu device; \
              for cuda/gxu/xpu use output_code.py (host compile {} --device {} -o DIR)",
             plugin.name(),
-            args.file.display(),
-            plugin.name()
+            args.graph.file.display(),
+            args.device
         )
         .into());
     }
-    let graph = crate::graph::load_with(
-        &args.file,
-        &crate::graph::LoadOptions {
-            params_as_inputs: args.params_as_inputs,
-        },
-    )?;
-    let decls: Vec<(String, crate::graph::TensorMeta)> = graph
-        .inputs()
-        .iter()
-        .filter_map(|&id| graph.node(id))
-        .filter_map(|n| Some((n.name.clone(), n.outputs.first()?.clone())))
-        .collect();
-    let inputs = match &args.inputs {
-        Some(dir) => tensor_io::read_inputs(dir, &decls)?,
-        None => {
-            let metas: Vec<_> = decls.iter().map(|(_, m)| m.clone()).collect();
-            tensor_io::random_inputs(&metas, args.seed)
-        }
-    };
+    let graph = args.graph.load()?;
+    let inputs = args.inputs.read(&graph)?;
     let start = Instant::now();
-    let mut lowered = graph.clone();
-    crate::passes::run_pipeline(&mut lowered)?;
-    let scheduled = crate::schedule::schedule(&lowered)?;
-    let output = crate::codegen::cpp_wrapper(&scheduled, &plugin)?;
+    let artifacts = driver::compile_for(graph.clone(), &plugin, target, &options)?;
     let generated = start.elapsed();
-    let (module, built) = crate::runtime::build_and_load(&output.source, &scheduled)?;
+    let (module, built) = crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled)?;
     eprintln!(
         "compiled {} for {} in {:.1} ms ({} kernel(s); library {} {})",
-        args.file.display(),
-        plugin.name(),
+        args.graph.file.display(),
+        args.device,
         generated.as_secs_f64() * 1e3,
-        output.kernels.len(),
+        artifacts.kernel_count(),
         built.library.display(),
         if built.cached {
             "from the cache"
@@ -157,47 +91,9 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
             println!("bench: median of {n} runs {:.3} ms", median * 1e3);
         }
     }
-    match &args.out {
-        Some(dir) => {
-            for p in tensor_io::write_outputs(dir, &outs)? {
-                println!("wrote {}", p.display());
-            }
-        }
-        None if !args.check => {
-            for (i, t) in outs.iter().enumerate() {
-                println!("output{i}: {}", super::eval::summary(t));
-            }
-        }
-        None => {}
-    }
-    if args.check {
-        let want = crate::interp::evaluate(&graph, &inputs)?;
-        let mut failed = 0usize;
-        for (i, (g, w)) in outs.iter().zip(&want).enumerate() {
-            let (abs, rel) = errors(g, w);
-            let tol = tolerance(w.dtype);
-            let ok = g.shape == w.shape && rel <= tol;
-            failed += usize::from(!ok);
-            println!(
-                "output{i} {}{:?}: max abs err {abs:.3e}, max rel err {rel:.3e} (tolerance {tol:.0e}) {}",
-                w.dtype,
-                w.shape,
-                if ok { "ok" } else { "MISMATCH" }
-            );
-        }
-        if outs.len() != want.len() {
-            return Err(format!(
-                "{} outputs, the reference interpreter gives {}",
-                outs.len(),
-                want.len()
-            )
-            .into());
-        }
-        if failed > 0 {
-            eprintln!("error: {failed} output(s) differ from the reference interpreter");
-            return Ok(ExitCode::FAILURE);
-        }
-        println!("check: all {} output(s) match the reference", outs.len());
+    super::outputs::emit(&outs, args.out.as_deref(), !args.check)?;
+    if args.check && !super::outputs::check(&outs, &graph, &inputs)? {
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,177 +1,116 @@
-//! Code generation. Every generator has the same module shape: options, an
-//! error type and one entry function, a writer into `fmt::Write`, and the
-//! shared [`namer::Namer`] for every name that comes from an input file.
-//! Code generation never touches a device: it only asks the plugin for strings
-//! and numbers.
+//! Code generation: a scheduled program to text, with the plugin's strings and
+//! launch heuristics. Never touches a device, never asks a plugin anything but
+//! through [`heuristics::LaunchHeuristics`] and the strings it is handed.
+//!
+//! Every generator has the same shape: a module with `Options`, an `Error`,
+//! and one entry function `write(.., &Options, &mut Namer) -> Result<(text,
+//! info), Error>`, where the info is plain data for the next stage:
+//!
+//! | generator | writes | info |
+//! | --- | --- | --- |
+//! | [`triton`] | one `@triton.jit` function per kernel | [`triton::KernelInfo`] per kernel |
+//! | [`cpp`] | one C++/OpenMP function per kernel | [`cpp::KernelInfo`] per kernel |
+//! | [`wrapper::python`] | `output_code.py` around Triton kernels | [`wrapper::python::Info`] |
+//! | [`wrapper::cpp`] | `wrapper.cpp` around C++ kernels | [`wrapper::cpp::Info`] |
+//!
+//! What a wrapper needs from a kernel generator (the kernel's name, its
+//! pointer parameters in order, its launch) comes back in that info; the
+//! parameter list itself is the scheduled kernel's [`Kernel::params`],
+//! computed once by the scheduler. Every name from an input file, and every
+//! name a writer binds, goes through one [`namer::Namer`] per generated file;
+//! `crate::driver` sets it up (reserving every writer's names first) and
+//! calls the generators in order.
 
 pub mod cpp;
+pub mod heuristics;
 pub mod keywords;
 pub mod namer;
 pub mod triton;
 pub mod wrapper;
 
-use crate::plugins::{Override, OverrideArgs, Plugin, WrapperKind};
-use crate::schedule::Scheduled;
+use crate::schedule::ir::{Access, Kernel, Param, Program, Step};
 
-/// Why code could not be generated for a device.
+/// Why a kernel could not be generated (both kernel generators).
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The plugin lacks something the chosen wrapper needs.
-    #[error(
-        "plugin `{plugin}` ({path}) does not provide `{method}`, which the {wrapper} wrapper needs; \
-         implement it in the plugin or choose another wrapper"
-    )]
-    MissingOverride {
-        /// The device.
-        plugin: String,
-        /// Its library.
-        path: String,
-        /// The `DeviceOpOverrides` method.
-        method: &'static str,
-        /// Which wrapper.
-        wrapper: &'static str,
+pub enum KernelError {
+    /// The plugin's launch heuristics failed or returned nothing usable.
+    #[error("kernel `{kernel}`: launch heuristics failed")]
+    Heuristics {
+        /// The kernel.
+        kernel: String,
+        /// Why.
+        #[source]
+        source: heuristics::HeuristicsError,
     },
-    /// The plugin does not support the wrapper or the scheduling kind.
-    #[error("plugin `{plugin}`: {what}")]
+    /// An operation this generator cannot express.
+    #[error("kernel `{kernel}`: {what}")]
     Unsupported {
-        /// The device.
-        plugin: String,
+        /// The kernel.
+        kernel: String,
         /// What.
         what: String,
     },
-    /// A call into the plugin failed.
-    #[error(transparent)]
-    Plugin(#[from] crate::plugins::CallError),
-    /// Triton kernel generation failed.
-    #[error(transparent)]
-    Triton(#[from] triton::Error),
-    /// C++ kernel generation failed.
-    #[error(transparent)]
-    Cpp(#[from] cpp::Error),
-    /// The C++ wrapper could not be written.
-    #[error(transparent)]
-    CppWrapper(#[from] wrapper::cpp::Error),
     /// Writing text failed.
-    #[error("formatting the wrapper failed")]
+    #[error("formatting failed")]
     Fmt(#[from] std::fmt::Error),
 }
 
-/// Generated files.
-#[derive(Debug, Clone)]
-pub struct Output {
-    /// `output_code.py`.
-    pub output_code: String,
-    /// Launch information of every kernel, in order.
-    pub kernels: Vec<triton::KernelInfo>,
+/// A kernel step of a program with the name its generated function gets.
+pub(crate) struct NamedKernel<'p> {
+    /// Its position among the program's steps.
+    pub step: usize,
+    /// The scheduled kernel.
+    pub kernel: &'p Kernel,
+    /// The function's name, unique in the generated file.
+    pub name: String,
 }
 
-fn required(plugin: &Plugin, which: Override, wrapper: &'static str) -> Result<String, Error> {
-    match plugin.override_text(which, &OverrideArgs::default())? {
-        Some(text) => Ok(text),
-        None => Err(Error::MissingOverride {
-            plugin: plugin.name().to_string(),
-            path: plugin.path().display().to_string(),
-            method: which.name(),
-            wrapper,
-        }),
+/// Every kernel of `program` in order, named `{prefix}_{poi|red}_fused_{ops}_{n}`
+/// like Inductor's kernels, through `namer`.
+pub(crate) fn named_kernels<'p>(
+    program: &'p Program,
+    prefix: &str,
+    namer: &mut namer::Namer,
+) -> Vec<NamedKernel<'p>> {
+    let mut out = Vec::new();
+    for (step, s) in program.steps.iter().enumerate() {
+        if let Step::Kernel(kernel) = s {
+            let name = namer.name(&kernel_stem(prefix, kernel, out.len()));
+            out.push(NamedKernel { step, kernel, name });
+        }
     }
+    out
 }
 
-/// `output_code.py` (Triton kernels and a Python wrapper) for a Triton device.
-pub fn python_triton(
-    scheduled: &Scheduled,
-    plugin: &Plugin,
-    options: &triton::Options,
-) -> Result<Output, Error> {
-    let spec = plugin.backend_spec()?.ok_or_else(|| Error::Unsupported {
-        plugin: plugin.name().to_string(),
-        what: "it provides no backend spec (scheduling kind and wrappers)".into(),
-    })?;
-    if spec.scheduling != kiln_plugin_api::SchedulingKind::Triton {
-        return Err(Error::Unsupported {
-            plugin: plugin.name().to_string(),
-            what: format!(
-                "it schedules `{}` kernels; Triton kernels and output_code.py are for Triton devices",
-                spec.scheduling.name()
-            ),
-        });
+/// `kiln_poi_fused_add_relu_0`-style names: a pointwise or reduction kernel,
+/// the first six distinct ops it fuses, and its number.
+fn kernel_stem(prefix: &str, k: &Kernel, n: usize) -> String {
+    let kind = if k.is_reduction() { "red" } else { "poi" };
+    let mut ops: Vec<&str> = Vec::new();
+    for op in &k.ops {
+        if !ops.contains(op) {
+            ops.push(op);
+        }
     }
-    if !spec.wrappers.contains(kiln_plugin_api::Wrappers::PYTHON) {
-        return Err(Error::Unsupported {
-            plugin: plugin.name().to_string(),
-            what: "it does not support the Python wrapper".into(),
-        });
-    }
-    for which in crate::plugins::requirements::required_overrides(&spec, WrapperKind::Python) {
-        required(plugin, which, "Python")?;
-    }
-    let strings = wrapper::python::DeviceStrings {
-        device: plugin.name().to_string(),
-        import_raw_stream: required(plugin, Override::ImportGetRawStreamAs, "Python")?,
-        set_device: required(plugin, Override::SetDevice, "Python")?,
-        synchronize: required(plugin, Override::Synchronize, "Python")?,
-        device_guard: required(plugin, Override::DeviceGuard, "Python")?,
-        plugin: format!("{} {}", plugin.name(), plugin.version()),
-    };
-    let mut namer = namer::Namer::new();
-    let kernels = triton::write_kernels(&scheduled.program, plugin, options, &mut namer)?;
-    let output_code = wrapper::python::write(scheduled, &kernels, &strings, &mut namer)?;
-    Ok(Output {
-        output_code,
-        kernels: kernels.into_iter().map(|k| k.info).collect(),
-    })
+    ops.truncate(6);
+    format!("{prefix}_{kind}_fused_{}_{n}", ops.join("_"))
 }
 
-/// Generated C++ for a C++-scheduled device.
-#[derive(Debug, Clone)]
-pub struct CppOutput {
-    /// `wrapper.cpp`: kernels, prelude and the `kiln_call` entry point.
-    pub source: String,
-    /// Call information of every kernel, in order.
-    pub kernels: Vec<cpp::KernelInfo>,
-}
-
-/// `wrapper.cpp` (C++/OpenMP kernels and a C++ wrapper) for a C++-scheduled
-/// device such as `cpu`, built on the plugin's `kernel_header`.
-pub fn cpp_wrapper(scheduled: &Scheduled, plugin: &Plugin) -> Result<CppOutput, Error> {
-    cpp_wrapper_with(scheduled, plugin, &cpp::CppOptions::default())
-}
-
-/// [`cpp_wrapper`] with explicit code-generation options.
-pub fn cpp_wrapper_with(
-    scheduled: &Scheduled,
-    plugin: &Plugin,
-    options: &cpp::CppOptions,
-) -> Result<CppOutput, Error> {
-    let spec = plugin.backend_spec()?.ok_or_else(|| Error::Unsupported {
-        plugin: plugin.name().to_string(),
-        what: "it provides no backend spec (scheduling kind and wrappers)".into(),
-    })?;
-    if spec.scheduling != kiln_plugin_api::SchedulingKind::Cpp {
-        return Err(Error::Unsupported {
-            plugin: plugin.name().to_string(),
-            what: format!(
-                "it schedules `{}` kernels; C++/OpenMP kernels are for `cpp`-scheduled devices",
-                spec.scheduling.name()
-            ),
-        });
-    }
-    if !spec.wrappers.contains(kiln_plugin_api::Wrappers::CPP) {
-        return Err(Error::Unsupported {
-            plugin: plugin.name().to_string(),
-            what: "it does not support the C++ wrapper".into(),
-        });
-    }
-    for which in crate::plugins::requirements::required_overrides(&spec, WrapperKind::Cpp) {
-        required(plugin, which, "C++")?;
-    }
-    let header = required(plugin, Override::KernelHeader, "C++")?;
-    let mut namer = namer::Namer::new();
-    let kernels = cpp::write_kernels(&scheduled.program, plugin, options, &mut namer)?;
-    let origin = format!("{} {}", plugin.name(), plugin.version());
-    let source = wrapper::cpp::write(scheduled, &kernels, &header, &origin, &mut namer)?;
-    Ok(CppOutput {
-        source,
-        kernels: kernels.into_iter().map(|k| k.info).collect(),
-    })
+/// The names of a kernel's pointer parameters, in order: `in_ptr0, in_ptr1,
+/// …` for the buffers it only reads and `out_ptr0, …` for those it writes.
+pub(crate) fn param_names(params: &[Param]) -> Vec<String> {
+    let (mut reads, mut writes) = (0, 0);
+    params
+        .iter()
+        .map(|p| match p.access {
+            Access::Read => {
+                reads += 1;
+                format!("in_ptr{}", reads - 1)
+            }
+            Access::Write => {
+                writes += 1;
+                format!("out_ptr{}", writes - 1)
+            }
+        })
+        .collect()
 }

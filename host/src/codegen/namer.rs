@@ -7,9 +7,18 @@ use std::collections::HashSet;
 
 use super::keywords;
 
-/// Hands out legal, unique identifiers.
+/// Hands out legal, unique identifiers for one generated file.
+///
+/// A writer reserves every name it binds itself (its fixed names, and every
+/// identifier in text it pastes, such as a plugin's strings or a C++ prelude)
+/// before it names anything from an input file; a name it makes up as it goes
+/// (a kernel's) it asks for with [`Namer::name`] before any user name, too.
 #[derive(Debug, Clone)]
 pub struct Namer {
+    /// The languages' words and the writers' own names: a user name equal
+    /// to one gets `_v` appended.
+    reserved: HashSet<String>,
+    /// Names handed out.
     used: HashSet<String>,
 }
 
@@ -17,17 +26,6 @@ impl Default for Namer {
     fn default() -> Self {
         Namer::new()
     }
-}
-
-fn is_reserved(name: &str) -> bool {
-    [
-        keywords::PYTHON,
-        keywords::PYTHON_BUILTINS,
-        keywords::CPP,
-        keywords::KILN,
-    ]
-    .iter()
-    .any(|list| list.contains(&name))
 }
 
 /// `raw` reduced to ASCII letters, digits and single underscores, starting
@@ -53,30 +51,65 @@ pub fn sanitize(raw: &str) -> String {
     out
 }
 
+/// Every identifier-shaped word of `text` (`[A-Za-z_][A-Za-z0-9_]*`), in
+/// order, repeats included: what a writer reserves from text it pastes.
+pub fn identifiers(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.chars().next().is_some_and(|c| !c.is_ascii_digit()))
+}
+
 impl Namer {
-    /// A namer with only the reserved words taken.
+    /// A namer with the reserved words of Python, Triton and C++ taken.
     pub fn new() -> Namer {
+        let mut reserved = HashSet::new();
+        for list in [keywords::PYTHON, keywords::PYTHON_BUILTINS, keywords::CPP] {
+            reserved.extend(list.iter().map(|s| s.to_string()));
+        }
         Namer {
+            reserved,
             used: HashSet::new(),
         }
     }
 
-    /// Takes a name the generator itself uses, so no user name collides with it.
+    /// Takes a name the generator itself binds, so no user name collides with it.
     pub fn reserve(&mut self, name: &str) {
-        self.used.insert(name.to_string());
+        self.reserved.insert(name.to_string());
+    }
+
+    /// Takes every name of a writer's list.
+    pub fn reserve_all(&mut self, names: &[&str]) {
+        for name in names {
+            self.reserve(name);
+        }
+    }
+
+    /// Takes every identifier that appears in `text`: text a writer pastes
+    /// into its output (a plugin's strings, a prelude) may bind or use any of
+    /// them, so none may become a user's name.
+    pub fn reserve_identifiers_in(&mut self, text: &str) {
+        for word in identifiers(text) {
+            if !self.reserved.contains(word) {
+                self.reserved.insert(word.to_string());
+            }
+        }
+    }
+
+    /// Whether `name` is reserved or already handed out.
+    pub fn is_taken(&self, name: &str) -> bool {
+        self.reserved.contains(name) || self.used.contains(name)
     }
 
     /// A fresh identifier for `raw`: sanitised, not reserved, not used before.
     pub fn name(&mut self, raw: &str) -> String {
         let base = sanitize(raw);
-        let base = if is_reserved(&base) {
+        let base = if self.reserved.contains(&base) {
             format!("{base}_v")
         } else {
             base
         };
         let mut candidate = base.clone();
         let mut n = 1u64;
-        while self.used.contains(&candidate) || is_reserved(&candidate) {
+        while self.is_taken(&candidate) {
             candidate = format!("{base}_{n}");
             n += 1;
         }
@@ -110,19 +143,33 @@ mod tests {
         assert_eq!(namer.name("\"); import os; (\""), "import_os");
         assert_eq!(namer.name(""), "v");
         assert_eq!(namer.name("é"), "v_1");
+        assert_eq!(namer.name("input"), "input_v");
         namer.reserve("buf0");
-        assert_eq!(namer.name("buf0"), "buf0_1");
+        assert_eq!(namer.name("buf0"), "buf0_v");
+        namer
+            .reserve_identifiers_in("with torch.cuda._DeviceGuard(0): stream0 = get_raw_stream(0)");
+        assert_eq!(namer.name("stream0"), "stream0_v");
+        assert_eq!(namer.name("get_raw_stream"), "get_raw_stream_v");
+        assert_eq!(namer.name("DeviceGuard"), "DeviceGuard");
+        assert_eq!(namer.name("torch"), "torch_v");
+    }
+
+    #[test]
+    fn identifiers_are_the_words_of_a_text() {
+        let words: Vec<&str> = identifiers("a.b_1(2, x9) + 3e5 // _c").collect();
+        assert_eq!(words, ["a", "b_1", "x9", "_c"]);
     }
 
     proptest! {
         #[test]
         fn every_name_is_a_legal_unique_unreserved_identifier(raws in proptest::collection::vec(".*", 1..20)) {
             let mut namer = Namer::new();
+            let fresh = Namer::new();
             let mut seen = HashSet::new();
             for raw in &raws {
                 let name = namer.name(raw);
                 prop_assert!(is_identifier(&name), "{name:?}");
-                prop_assert!(!is_reserved(&name), "{name:?}");
+                prop_assert!(!fresh.is_taken(&name), "{name:?}");
                 prop_assert!(!name.contains("__"), "{name:?}");
                 prop_assert!(!name.starts_with('_'), "{name:?}");
                 prop_assert!(seen.insert(name.clone()), "duplicate {name:?}");

@@ -46,10 +46,11 @@ impl Check {
 pub const ROOT_SYMBOL: &str = "load.root_symbol";
 /// The check that reads the manifest's API version (its data carries the manifest).
 pub const API_VERSION: &str = "load.api_version";
-const ABI_LAYOUT: &str = "load.abi_layout";
+/// The check that reads the backend spec (its data carries the scheduling kind).
+pub const BACKEND_SPEC: &str = "backend.spec";
+pub const ABI_LAYOUT: &str = "load.abi_layout";
 const INIT: &str = "load.init";
 const PROPERTIES_QUERY: &str = "properties.query";
-const BACKEND_SPEC: &str = "backend.spec";
 const PYTHON_WRAPPER: &str = "backend.python_wrapper";
 const CPP_WRAPPER: &str = "backend.cpp_wrapper";
 
@@ -85,6 +86,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
         Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
         Check::new(e2e::COMPILE_EXAMPLES, "every bundled example graph compiles for the device: passes, fusion and code generation with the plugin's strings and heuristics"),
+        Check::new(e2e::CPP_RUN, "for a C++ device, every example's wrapper.cpp builds with the system C++ compiler, runs, and matches the reference interpreter (skipped without a C++ compiler; allowed 12 times the per-check timeout)"),
         Check::new(e2e::TRITON_COMPILE, "for a Triton device, every kernel of those examples compiles with the real Triton compiler for sm_90 (skipped without Python and Triton; allowed 12 times the per-check timeout)"),
     ]);
     checks
@@ -101,8 +103,10 @@ pub fn prerequisites(name: &str) -> Vec<String> {
         INIT => &[API_VERSION],
         PROPERTIES_QUERY => &[INIT],
         PYTHON_WRAPPER | CPP_WRAPPER => &[INIT, BACKEND_SPEC],
-        e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PYTHON_WRAPPER, PROPERTIES_QUERY],
-        e2e::TRITON_COMPILE => &[e2e::COMPILE_EXAMPLES],
+        // And the wrapper check of the device's own wrapper: see
+        // [`wrapper_prerequisite`].
+        e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PROPERTIES_QUERY],
+        e2e::TRITON_COMPILE | e2e::CPP_RUN => &[e2e::COMPILE_EXAMPLES],
         n if n.starts_with("properties.") || n.starts_with("heuristics.") => {
             &[INIT, PROPERTIES_QUERY]
         }
@@ -111,9 +115,23 @@ pub fn prerequisites(name: &str) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
+/// The wrapper check that must pass before `name` runs, when that depends on
+/// the device: the examples compile with the device's own wrapper (Python for
+/// Triton kernels, C++ for C++ kernels), so the check of that wrapper's
+/// overrides comes first. `spec` is the data `backend.spec` reported.
+pub fn wrapper_prerequisite(name: &str, spec: &serde_json::Value) -> Option<&'static str> {
+    if name != e2e::COMPILE_EXAMPLES {
+        return None;
+    }
+    match spec["scheduling"].as_str() {
+        Some("cpp") => Some(CPP_WRAPPER),
+        _ => Some(PYTHON_WRAPPER),
+    }
+}
+
 /// How long `name` may run, given the per-check timeout.
 pub fn timeout_for(name: &str, timeout: std::time::Duration) -> std::time::Duration {
-    if name == e2e::TRITON_COMPILE {
+    if name == e2e::TRITON_COMPILE || name == e2e::CPP_RUN {
         timeout * e2e::TRITON_TIMEOUT_FACTOR
     } else {
         timeout
@@ -166,6 +184,7 @@ fn run_loaded(plugin: &Plugin, name: &str) -> Outcome {
         CPP_WRAPPER => wrapper(plugin, WrapperKind::Cpp),
         e2e::COMPILE_EXAMPLES => e2e::compile_examples(plugin),
         e2e::TRITON_COMPILE => e2e::triton_compile(plugin),
+        e2e::CPP_RUN => e2e::cpp_run(plugin),
         other => properties_check(plugin, other),
     }
 }
@@ -343,7 +362,8 @@ fn backend_spec(plugin: &Plugin) -> Outcome {
             "{} kernels, wrappers: {}",
             spec.scheduling.name(),
             wrapper_names(spec.wrappers)
-        )),
+        ))
+        .with_data(json!({ "scheduling": spec.scheduling.name() })),
         Ok(None) => Outcome::fail(
             "the plugin provides no backend_spec, so the host cannot generate code for it",
         ),

@@ -1,6 +1,8 @@
-//! End-to-end checks: the bundled example graphs compile for the device, and
-//! for a Triton device every generated kernel compiles with the real Triton
-//! compiler. They run in the child like every other check.
+//! End-to-end checks: the bundled example graphs compile for the device
+//! through the same driver as `host compile`; for a Triton device every
+//! generated kernel compiles with the real Triton compiler, and for a C++
+//! device every example builds, runs and matches the reference interpreter.
+//! They run in the child like every other check.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,6 +10,8 @@ use std::process::Command;
 use kiln_plugin_api::SchedulingKind;
 
 use super::Outcome;
+use crate::diag::report;
+use crate::driver;
 use crate::plugins::Plugin;
 
 /// The small bundled examples every device must compile (embedded, so the
@@ -48,6 +52,25 @@ pub const TRITON_COMPILE: &str = "e2e.triton_compile";
 /// Triton needs about a second per kernel.
 pub const TRITON_TIMEOUT_FACTOR: u32 = 12;
 
+/// The check that builds and runs a C++ device's examples.
+pub const CPP_RUN: &str = "e2e.cpp_run";
+
+/// Every example's generated file (`output_code.py` or `wrapper.cpp`), or
+/// the first failure, through the same driver as `host compile`.
+fn compile_all(plugin: &Plugin) -> Result<Vec<(&'static str, driver::Artifacts)>, String> {
+    let options = driver::Options::default();
+    let target = driver::Target::query(plugin, &options).map_err(|e| report(&e))?;
+    EXAMPLES
+        .iter()
+        .map(|&(name, text)| {
+            let graph = crate::graph::parse_toml(text).map_err(|e| format!("{name}: {e}"))?;
+            driver::compile_for(graph, plugin, target.clone(), &options)
+                .map(|artifacts| (name, artifacts))
+                .map_err(|e| format!("{name}: {}", report(&e)))
+        })
+        .collect()
+}
+
 fn scheduling(plugin: &Plugin) -> Result<SchedulingKind, String> {
     match plugin.backend_spec() {
         Ok(Some(spec)) => Ok(spec.scheduling),
@@ -56,32 +79,79 @@ fn scheduling(plugin: &Plugin) -> Result<SchedulingKind, String> {
     }
 }
 
-/// Every example's `output_code.py`, or the first failure.
-fn compile_all(plugin: &Plugin) -> Result<Vec<(&'static str, String)>, String> {
-    let mut out = Vec::new();
-    for (name, text) in EXAMPLES {
-        let mut graph = crate::graph::parse_toml(text).map_err(|e| format!("{name}: {e}"))?;
-        crate::passes::run_pipeline(&mut graph).map_err(|e| format!("{name}: {e}"))?;
-        let scheduled = crate::schedule::schedule(&graph).map_err(|e| format!("{name}: {e}"))?;
-        let code = crate::codegen::python_triton(&scheduled, plugin, &Default::default())
-            .map_err(|e| format!("{name}: {}", crate::diag::report(&e)))?;
-        out.push((name, code.output_code));
-    }
-    Ok(out)
-}
-
 /// `e2e.compile_examples`.
 pub fn compile_examples(plugin: &Plugin) -> Outcome {
-    match scheduling(plugin) {
+    match compile_all(plugin) {
+        Ok(all) => {
+            let file = all.first().map_or("code", |(_, a)| a.file_name);
+            Outcome::pass(format!("{} example graphs compiled to {file}", all.len()))
+        }
         Err(e) => Outcome::fail(e),
-        Ok(SchedulingKind::Cpp) => Outcome::skip(
-            "C++ code generation for cpp-scheduled devices is not part of this host yet",
-        ),
-        Ok(SchedulingKind::Triton) => match compile_all(plugin) {
-            Ok(all) => Outcome::pass(format!("{} example graphs compiled", all.len())),
-            Err(e) => Outcome::fail(e),
-        },
     }
+}
+
+/// `e2e.cpp_run`: for a C++ device, every example's `wrapper.cpp` builds with
+/// the system C++ compiler, runs in this (child) process on random inputs,
+/// and matches the reference interpreter.
+pub fn cpp_run(plugin: &Plugin) -> Outcome {
+    match scheduling(plugin) {
+        Err(e) => return Outcome::fail(e),
+        Ok(SchedulingKind::Triton) => return Outcome::skip("the device does not use C++ kernels"),
+        Ok(SchedulingKind::Cpp) => {}
+    }
+    if let Err(e) = crate::runtime::compile::Compiler::from_env() {
+        return Outcome::skip(e.to_string());
+    }
+    let all = match compile_all(plugin) {
+        Ok(all) => all,
+        Err(e) => return Outcome::fail(format!("an example did not compile: {e}")),
+    };
+    let mut problems = Vec::new();
+    for (name, artifacts) in &all {
+        if let Err(e) = run_against_reference(name, artifacts) {
+            problems.push(e);
+        }
+    }
+    Outcome::from_problems(
+        problems,
+        format!(
+            "{} examples built, ran and matched the reference interpreter",
+            all.len()
+        ),
+    )
+}
+
+fn run_against_reference(name: &str, artifacts: &driver::Artifacts) -> Result<(), String> {
+    let (module, _) = crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled)
+        .map_err(|e| format!("{name}: {}", report(&e)))?;
+    let graph = crate::graph::parse_toml(
+        EXAMPLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, text)| text),
+    )
+    .map_err(|e| format!("{name}: {e}"))?;
+    let metas: Vec<_> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&id| graph.node(id)?.outputs.first().cloned())
+        .collect();
+    let inputs = crate::tensor_io::random_inputs(&metas, 0);
+    let want = crate::interp::evaluate(&graph, &inputs).map_err(|e| format!("{name}: {e}"))?;
+    let got = module
+        .run(&inputs)
+        .map_err(|e| format!("{name}: {}", report(&e)))?;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (_, rel) = crate::tensor::errors(g, w);
+        let tolerance = crate::tensor::tolerance(w.dtype);
+        if g.shape != w.shape || rel > tolerance {
+            return Err(format!(
+                "{name}: output {i} differs from the reference interpreter \
+                 (relative error {rel:.3e}, tolerance {tolerance:.0e})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn python() -> String {
@@ -128,7 +198,9 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
     let script = dir.0.join("check_triton.py");
     let files = all
         .iter()
-        .try_for_each(|(name, code)| write(&dir.0.join(name).join("output_code.py"), code))
+        .try_for_each(|(name, artifacts)| {
+            write(&dir.0.join(name).join(artifacts.file_name), &artifacts.code)
+        })
         .and_then(|()| write(&script, CHECK_TRITON));
     if let Err(e) = files {
         return Outcome::fail(format!("cannot write the generated files: {e}"));

@@ -321,12 +321,22 @@ impl Runner<'_> {
             .unwrap_or_default();
         let start = Instant::now();
         let mut outcome = None;
-        for prerequisite in checks::prerequisites(name) {
+        let mut prerequisites = checks::prerequisites(name);
+        let mut i = 0;
+        while let Some(prerequisite) = prerequisites.get(i).cloned() {
             let (status, reason) = self.ensure(&prerequisite);
             if status != Status::Pass {
                 outcome = Some(Outcome::skip(skip_reason(&prerequisite, status, &reason)));
                 break;
             }
+            // Once the backend spec is known, the device's own wrapper check joins.
+            if prerequisite == checks::BACKEND_SPEC {
+                let spec = self.done.get(checks::BACKEND_SPEC).map(|(_, d)| d.clone());
+                if let Some(wrapper) = spec.and_then(|s| checks::wrapper_prerequisite(name, &s)) {
+                    prerequisites.push(wrapper.to_string());
+                }
+            }
+            i += 1;
         }
         let outcome = match outcome {
             Some(skip) => skip,

@@ -271,6 +271,26 @@ pub struct Store {
     pub value: ExprId,
 }
 
+/// How a kernel uses a buffer it takes as a pointer parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Only read.
+    Read,
+    /// Written (and possibly read too).
+    Write,
+}
+
+/// A pointer parameter of a kernel: which buffer the wrapper passes in that
+/// position. The list is the contract between every kernel generator and
+/// every wrapper generator, computed once, by [`Kernel::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Param {
+    /// The buffer.
+    pub buf: BufferId,
+    /// Whether the kernel writes it.
+    pub access: Access,
+}
+
 /// One generated kernel: a fused group.
 #[derive(Clone, Debug)]
 pub struct Kernel {
@@ -284,9 +304,49 @@ pub struct Kernel {
     pub reductions: Vec<Reduction>,
     /// Stores, in order.
     pub stores: Vec<Store>,
+    /// Pointer parameters: the buffers only read, in first-use order, then
+    /// the buffers written, in store order.
+    pub params: Vec<Param>,
 }
 
 impl Kernel {
+    /// A kernel of these values and stores, with its parameter list.
+    pub fn new(
+        ops: Vec<&'static str>,
+        space: Space,
+        exprs: ExprArena,
+        reductions: Vec<Reduction>,
+        stores: Vec<Store>,
+    ) -> Kernel {
+        let mut k = Kernel {
+            ops,
+            space,
+            exprs,
+            reductions,
+            stores,
+            params: Vec::new(),
+        };
+        let writes = k.writes();
+        let reads: Vec<BufferId> = k
+            .reads()
+            .into_iter()
+            .filter(|b| !writes.contains(b))
+            .collect();
+        let param = |access: Access| move |buf: BufferId| Param { buf, access };
+        k.params = reads
+            .into_iter()
+            .map(param(Access::Read))
+            .chain(writes.into_iter().map(param(Access::Write)))
+            .collect();
+        k
+    }
+
+    /// Whether the kernel reduces: it has reductions, or rows to reduce along
+    /// (a reduction over a dim of one element has `r = 1` and is still one).
+    pub fn is_reduction(&self) -> bool {
+        self.space.is_reduction() || !self.reductions.is_empty()
+    }
+
     /// The buffers the kernel reads, in first-use order.
     pub fn reads(&self) -> Vec<BufferId> {
         let mut out = Vec::new();
@@ -424,6 +484,24 @@ pub enum Step {
     Kernel(Kernel),
     /// A call into the device's library.
     Extern(ExternCall),
+}
+
+impl Step {
+    /// The buffers the step reads.
+    pub fn reads(&self) -> Vec<BufferId> {
+        match self {
+            Step::Kernel(k) => k.reads(),
+            Step::Extern(e) => e.args.iter().map(|a| a.buf).collect(),
+        }
+    }
+
+    /// The buffers the step writes.
+    pub fn writes(&self) -> Vec<BufferId> {
+        match self {
+            Step::Kernel(k) => k.writes(),
+            Step::Extern(e) => vec![e.out],
+        }
+    }
 }
 
 /// The scheduled program: what the wrapper generator turns into a `call`.

@@ -77,6 +77,18 @@ pub struct Options {
     pub features: kiln_plugin_api::BackendFeatures,
 }
 
+/// A step before the stores nobody reads are dropped.
+enum Pending {
+    Kernel {
+        ops: Vec<&'static str>,
+        space: ir::Space,
+        exprs: ir::ExprArena,
+        reductions: Vec<ir::Reduction>,
+        stores: Vec<ir::Store>,
+    },
+    Extern(ir::ExternCall),
+}
+
 /// Lowers, fuses and plans a validated graph (after the passes), using no
 /// optional backend feature.
 pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
@@ -109,13 +121,13 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                     .collect();
                 steps.push((
                     b.covers.clone(),
-                    Step::Kernel(Kernel {
+                    Pending::Kernel {
                         ops,
                         space: *space,
                         exprs: b.exprs,
                         reductions: b.reductions,
                         stores: b.stores.into_iter().map(|(_, s)| s).collect(),
-                    }),
+                    },
                 ));
             }
             Group::Extern(id) => {
@@ -126,7 +138,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                 needed.extend(args.iter().map(|a| a.buf));
                 steps.push((
                     vec![s.value.node],
-                    Step::Extern(ir::ExternCall {
+                    Pending::Extern(ir::ExternCall {
                         op: *op,
                         args: args.clone(),
                         out: s.buf,
@@ -140,15 +152,23 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
     let mut covers = Vec::new();
     for (cover, step) in steps {
         match step {
-            Step::Kernel(mut k) => {
-                k.stores.retain(|s| needed.contains(&s.buf));
-                if !k.stores.is_empty() {
-                    kept.push(Step::Kernel(k));
+            Pending::Kernel {
+                ops,
+                space,
+                exprs,
+                reductions,
+                mut stores,
+            } => {
+                stores.retain(|s| needed.contains(&s.buf));
+                if !stores.is_empty() {
+                    kept.push(Step::Kernel(Kernel::new(
+                        ops, space, exprs, reductions, stores,
+                    )));
                     covers.push(cover);
                 }
             }
-            other => {
-                kept.push(other);
+            Pending::Extern(call) => {
+                kept.push(Step::Extern(call));
                 covers.push(cover);
             }
         }
@@ -199,13 +219,13 @@ pub fn pre_fusion_text(graph: &Graph) -> Result<String, Error> {
                 b.add(id).map_err(|e| {
                     Error::Internal(format!("node `{name}` does not build alone: {}", e.0))
                 })?;
-                let k = Kernel {
-                    ops: vec![s.op_name],
+                let k = Kernel::new(
+                    vec![s.op_name],
                     space,
-                    exprs: b.exprs,
-                    reductions: b.reductions,
-                    stores: b.stores.into_iter().map(|(_, s)| s).collect(),
-                };
+                    b.exprs,
+                    b.reductions,
+                    b.stores.into_iter().map(|(_, s)| s).collect(),
+                );
                 let _ = writeln!(
                     out,
                     "  node {i} `{name}`: {} over x={} r={}",
@@ -216,20 +236,6 @@ pub fn pre_fusion_text(graph: &Graph) -> Result<String, Error> {
         }
     }
     Ok(out)
-}
-
-fn step_reads(step: &Step) -> Vec<BufferId> {
-    match step {
-        Step::Kernel(k) => k.reads(),
-        Step::Extern(e) => e.args.iter().map(|a| a.buf).collect(),
-    }
-}
-
-fn step_writes(step: &Step) -> Vec<BufferId> {
-    match step {
-        Step::Kernel(k) => k.writes(),
-        Step::Extern(e) => vec![e.out],
-    }
 }
 
 /// Whether a pointwise kernel may write `out` over `old`: `old` is a computed
@@ -268,7 +274,7 @@ pub fn plan_memory(program: &Program, inplace: bool) -> MemoryPlan {
     let outputs: HashSet<BufferId> = program.outputs.iter().map(|v| v.buf).collect();
     let mut last_use: HashMap<BufferId, usize> = HashMap::new();
     for (i, step) in program.steps.iter().enumerate() {
-        for b in step_reads(step).into_iter().chain(step_writes(step)) {
+        for b in step.reads().into_iter().chain(step.writes()) {
             last_use.insert(b, i);
         }
     }
@@ -279,7 +285,7 @@ pub fn plan_memory(program: &Program, inplace: bool) -> MemoryPlan {
     let mut free_pool: Vec<BufferId> = Vec::new();
     let mut taken_inplace: Vec<BufferId> = Vec::new();
     for (i, step) in program.steps.iter().enumerate() {
-        for b in step_writes(step) {
+        for b in step.writes() {
             let buf = program.buffer(b);
             let mut reuse = if outputs.contains(&b) {
                 None
@@ -293,7 +299,7 @@ pub fn plan_memory(program: &Program, inplace: bool) -> MemoryPlan {
                     .map(|p| free_pool.remove(p))
             };
             if reuse.is_none() && inplace && !outputs.contains(&b) {
-                reuse = step_reads(step).into_iter().find(|old| {
+                reuse = step.reads().into_iter().find(|old| {
                     last_use.get(old) == Some(&i)
                         && !outputs.contains(old)
                         && inplace_ok(program, step, *old, b)

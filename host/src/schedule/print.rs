@@ -136,3 +136,44 @@ pub fn program_text(s: &Scheduled) -> String {
     let _ = writeln!(out, "  return {}", outs.join(", "));
     out
 }
+
+const COLOURS: [&str; 8] = [
+    "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
+];
+
+/// The graph in Graphviz DOT with each node filled in the colour of the step
+/// computing it (`graph.dot`); names are escaped for DOT.
+pub fn kernel_dot(graph: &crate::graph::ir::Graph, scheduled: &Scheduled) -> String {
+    let mut step_of = std::collections::HashMap::new();
+    for (i, nodes) in scheduled.covers.iter().enumerate() {
+        for n in nodes {
+            step_of.entry(*n).or_insert(i);
+        }
+    }
+    let mut out =
+        String::from("digraph kiln {\n  node [shape=box, style=filled, fontname=\"monospace\"];\n");
+    let label = |id: crate::graph::ir::NodeId| {
+        graph.node(id).map_or_else(String::new, |n| {
+            format!("{}\\n{}", n.name.replace(['"', '\\'], "_"), n.op.name())
+        })
+    };
+    for id in graph.node_ids() {
+        let (colour, step) = match step_of.get(&id) {
+            Some(s) => (COLOURS[s % COLOURS.len()], format!("\\nstep {s}")),
+            None => ("#eeeeee", String::new()),
+        };
+        let _ = writeln!(
+            out,
+            "  n{} [label=\"{}{step}\", fillcolor=\"{colour}\"];",
+            id.index(),
+            label(id)
+        );
+    }
+    for id in graph.node_ids() {
+        for (user, _) in graph.users(id) {
+            let _ = writeln!(out, "  n{} -> n{};", id.index(), user.index());
+        }
+    }
+    out.push_str("}\n");
+    out
+}

@@ -62,3 +62,20 @@ pub fn max_rel_err(a: &[f64], b: &[f64], floor: f64) -> f64 {
         })
         .fold(0.0, f64::max)
 }
+
+/// The bundled plugin for `device`, loaded from beside the built `host`
+/// binary (`cargo build --workspace` builds both), once per test process.
+pub fn plugin(device: &str) -> std::sync::Arc<kiln::plugins::Plugin> {
+    static REGISTRY: std::sync::OnceLock<kiln::plugins::Registry> = std::sync::OnceLock::new();
+    let registry = REGISTRY.get_or_init(|| {
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_host"));
+        let dir = exe.parent().expect("host has a folder").to_path_buf();
+        kiln::plugins::discover_default(&[dir])
+    });
+    registry
+        .get(device)
+        .unwrap_or_else(|| {
+            panic!("the {device} plugin is built beside host (cargo build --workspace)")
+        })
+        .clone()
+}

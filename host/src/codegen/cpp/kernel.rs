@@ -19,72 +19,36 @@ use super::expr::{
     store_conversion, IndexStyle, Renderer,
 };
 use super::{Error, KernelInfo};
-use crate::codegen::triton::LaunchHeuristics;
+use crate::codegen::heuristics::{HeuristicsError, LaunchHeuristics};
+use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
 use crate::schedule::index::Var;
-use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
+use crate::schedule::ir::{Access, BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
-/// A generated kernel: its C++ function and what the wrapper needs to call it.
-#[derive(Clone, Debug)]
-pub struct GeneratedKernel {
-    /// The C++ function.
-    pub source: String,
-    /// How to call it.
-    pub info: KernelInfo,
-}
-
-/// Writes kernel `k` of `program` as a C++ function called `name`.
-pub fn write_kernel(
+/// Writes one kernel of `program` as a C++ function, with how to call it.
+pub(super) fn write_kernel(
     program: &Program,
-    k: &Kernel,
-    name: &str,
+    named: &NamedKernel,
     heuristics: &dyn LaunchHeuristics,
-    options: &super::CppOptions,
-) -> Result<GeneratedKernel, Error> {
-    let writes = k.writes();
-    let reads: Vec<BufferId> = k
-        .reads()
-        .into_iter()
-        .filter(|b| !writes.contains(b))
-        .collect();
+    options: &super::Options,
+) -> Result<(String, KernelInfo), Error> {
+    let (k, name) = (named.kernel, named.name.as_str());
+    let names = param_names(&k.params);
     let mut arg_names = HashMap::new();
     let mut params = Vec::new();
-    let mut args = Vec::new();
-    for (i, b) in reads.iter().enumerate() {
-        let ty = storage_type(program.buffer(*b).dtype);
-        arg_names.insert(*b, format!("in_ptr{i}"));
-        params.push(format!("const {ty}* __restrict__ in_ptr{i}"));
-        args.push(*b);
+    for (p, param) in k.params.iter().zip(&names) {
+        let ty = storage_type(program.buffer(p.buf).dtype);
+        arg_names.insert(p.buf, param.clone());
+        params.push(match p.access {
+            Access::Read => format!("const {ty}* __restrict__ {param}"),
+            Access::Write => format!("{ty}* __restrict__ {param}"),
+        });
     }
-    for (i, b) in writes.iter().enumerate() {
-        let ty = storage_type(program.buffer(*b).dtype);
-        arg_names.insert(*b, format!("out_ptr{i}"));
-        params.push(format!("{ty}* __restrict__ out_ptr{i}"));
-        args.push(*b);
-    }
-    let element_bytes = args
-        .iter()
-        .map(|b| program.buffer(*b).dtype.size_bytes() as u32)
-        .max()
-        .unwrap_or(4);
-    let pointwise = !k.space.is_reduction() && k.reductions.is_empty();
-    let configs = if pointwise {
-        heuristics.pointwise_configs(PointwiseQuery {
-            numel: k.space.x.max(0) as u64,
-            element_bytes,
-        })
-    } else {
-        heuristics.reduction_configs(ReductionQuery {
-            rows: k.space.x.max(0) as u64,
-            row_len: k.space.r.max(0) as u64,
-            element_bytes,
-        })
-    }
-    .map_err(Error::Heuristics)?;
-    let chunk = configs
-        .first()
-        .map(|c| c.x_block.max(1))
-        .ok_or_else(|| Error::Heuristics(format!("no launch config for kernel `{name}`")))?;
+    let pointwise = !k.is_reduction();
+    let chunk = chunk(program, k, heuristics).map_err(|source| Error::Heuristics {
+        kernel: name.to_string(),
+        source,
+    })?;
 
     // Every index of the kernel, guards and selects included, decides together.
     let (xe, re) = (k.space.x, k.space.r.max(1));
@@ -128,14 +92,48 @@ pub fn write_kernel(
         w.reduction_body(chunk)?;
     }
     w.out.push_str("}\n");
-    Ok(GeneratedKernel {
-        source: w.out,
-        info: KernelInfo {
-            name: name.to_string(),
-            args,
-            chunk,
-        },
-    })
+    let info = KernelInfo {
+        step: named.step,
+        name: name.to_string(),
+        args: k.params.iter().map(|p| p.buf).collect(),
+        chunk,
+    };
+    Ok((w.out, info))
+}
+
+/// The parallel chunk the plugin's first config gives `k`.
+fn chunk(
+    program: &Program,
+    k: &Kernel,
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<u32, HeuristicsError> {
+    let element_bytes = k
+        .params
+        .iter()
+        .map(|p| program.buffer(p.buf).dtype.size_bytes() as u32)
+        .max()
+        .unwrap_or(4);
+    let (configs, method) = if k.is_reduction() {
+        let query = ReductionQuery {
+            rows: k.space.x.max(0) as u64,
+            row_len: k.space.r.max(0) as u64,
+            element_bytes,
+        };
+        (heuristics.reduction_configs(query)?, "reduction_configs")
+    } else {
+        let query = PointwiseQuery {
+            numel: k.space.x.max(0) as u64,
+            element_bytes,
+        };
+        (heuristics.pointwise_configs(query)?, "pointwise_configs")
+    };
+    configs
+        .first()
+        .map(|c| c.x_block.max(1))
+        .ok_or_else(|| HeuristicsError::Unusable {
+            method,
+            what: "returned no launch config".into(),
+        })
 }
 
 struct Writer<'a> {

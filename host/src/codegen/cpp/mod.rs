@@ -1,8 +1,8 @@
 //! C++/OpenMP code generation for the `cpp` scheduling kind (Inductor's
 //! `CppScheduling`): one `static` C++ function per kernel of the scheduled
 //! program, plus the prelude (half conversions, NaN-aware helpers,
-//! vectorisable float math, the packed matrix product). The wrapper that allocates buffers and calls them
-//! is `codegen/wrapper/cpp.rs`.
+//! vectorisable float math, the packed matrix product). The wrapper that
+//! allocates buffers and calls them is `codegen/wrapper/cpp/`.
 //!
 //! Semantics are those of the loop-IR evaluator (`schedule/eval.rs`): values
 //! are computed in their dtype (float16/bfloat16 in `float`), reductions in
@@ -15,36 +15,25 @@ pub mod expr;
 mod kernel;
 pub mod prelude;
 
-pub use kernel::{write_kernel, GeneratedKernel};
+use super::heuristics::LaunchHeuristics;
+use super::namer::Namer;
+pub use super::KernelError as Error;
+use crate::schedule::ir::{BufferId, Program};
 
-use super::triton::LaunchHeuristics;
-use crate::schedule::ir::{BufferId, Kernel, Program};
-
-/// Why a C++ kernel could not be generated.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// The plugin's heuristics failed or returned nothing usable.
-    #[error("launch heuristics: {0}")]
-    Heuristics(String),
-    /// An operation this generator cannot express.
-    #[error("kernel `{kernel}`: {what}")]
-    Unsupported {
-        /// The kernel.
-        kernel: String,
-        /// What.
-        what: String,
-    },
-    /// Writing text failed.
-    #[error("formatting failed")]
-    Fmt(#[from] std::fmt::Error),
-}
+/// The names C++ kernels use at file scope besides the prelude's (which the
+/// wrapper reserves by reading the prelude itself): the standard library's
+/// namespace and `<cstdint>`'s integer-literal macro.
+pub const RESERVED: &[&str] = &["std", "INT64_C"];
 
 /// What the wrapper needs to call a kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelInfo {
+    /// The program step the kernel computes.
+    pub step: usize,
     /// The function's name.
     pub name: String,
-    /// Buffers passed as pointer arguments, in order (reads, then writes).
+    /// Buffers passed as pointer arguments, in order (the scheduled kernel's
+    /// parameters).
     pub args: Vec<BufferId>,
     /// The OpenMP chunk (elements or rows per thread at a time).
     pub chunk: u32,
@@ -52,7 +41,7 @@ pub struct KernelInfo {
 
 /// Choices of the C++ code generator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CppOptions {
+pub struct Options {
     /// Write a kernel's loops and indices in `int32_t` when every part of
     /// every index provably fits (the default; it lets compilers vectorise
     /// division and remainder). `false` keeps `int64_t` everywhere, as a
@@ -60,45 +49,38 @@ pub struct CppOptions {
     pub int32_indices: bool,
 }
 
-impl Default for CppOptions {
+impl Default for Options {
     fn default() -> Self {
-        CppOptions {
+        Options {
             int32_indices: true,
         }
     }
 }
 
-/// Generates every kernel of a program; `namer` makes kernel names unique.
-pub fn write_kernels(
-    program: &Program,
-    heuristics: &dyn LaunchHeuristics,
-    options: &CppOptions,
-    namer: &mut crate::codegen::namer::Namer,
-) -> Result<Vec<GeneratedKernel>, Error> {
-    let mut out = Vec::new();
-    for step in &program.steps {
-        if let crate::schedule::Step::Kernel(k) = step {
-            let stem = kernel_stem(k, out.len());
-            let name = namer.name(&stem);
-            out.push(write_kernel(program, k, &name, heuristics, options)?);
-        }
-    }
-    Ok(out)
+/// The generated kernels: their source, in order.
+#[derive(Clone, Debug)]
+pub struct Kernels {
+    /// One `static` function per kernel.
+    pub source: String,
+    /// How to call each kernel, in program order.
+    pub info: Vec<KernelInfo>,
 }
 
-/// `cpp_poi_fused_add_relu_0`-style names, like Inductor's.
-fn kernel_stem(k: &Kernel, n: usize) -> String {
-    let kind = if !k.space.is_reduction() && k.reductions.is_empty() {
-        "poi"
-    } else {
-        "red"
-    };
-    let mut ops: Vec<&str> = Vec::new();
-    for op in &k.ops {
-        if !ops.contains(op) {
-            ops.push(op);
-        }
+/// Generates every kernel of `program`; `namer` names the kernels (call it
+/// before naming anything from the graph).
+pub fn write(
+    program: &Program,
+    heuristics: &dyn LaunchHeuristics,
+    options: &Options,
+    namer: &mut Namer,
+) -> Result<Kernels, Error> {
+    let mut source = String::new();
+    let mut info = Vec::new();
+    for named in super::named_kernels(program, "cpp", namer) {
+        let (text, kernel_info) = kernel::write_kernel(program, &named, heuristics, options)?;
+        source.push_str(&text);
+        source.push('\n');
+        info.push(kernel_info);
     }
-    ops.truncate(6);
-    format!("cpp_{kind}_fused_{}_{n}", ops.join("_"))
+    Ok(Kernels { source, info })
 }

@@ -14,7 +14,9 @@ use std::fmt::Write;
 use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
 use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Renderer};
-use super::{Error, GeneratedKernel, KernelInfo, Launch, LaunchHeuristics, Options};
+use super::{Error, KernelInfo, Launch, Options};
+use crate::codegen::heuristics::{HeuristicsError, LaunchHeuristics};
+use crate::codegen::{param_names, NamedKernel};
 use crate::schedule::index::Var;
 use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
@@ -26,23 +28,22 @@ fn launches(
     k: &Kernel,
     configs: &[LaunchConfig],
     heuristics: &dyn LaunchHeuristics,
-) -> Result<Vec<Launch>, Error> {
+) -> Result<Vec<Launch>, HeuristicsError> {
     configs
         .iter()
         .map(|c| {
             let x_block = c.x_block.max(1);
             let programs = ceil_div(k.space.x, i64::from(x_block)).max(1) as u64;
-            let grid = heuristics
-                .adjust_grid(Grid::new(programs, 1, 1))
-                .map_err(Error::Heuristics)?;
+            let grid = heuristics.adjust_grid(Grid::new(programs, 1, 1))?;
             if grid.x == 0 {
-                return Err(Error::Heuristics(format!(
-                    "adjust_grid({programs}) returned an empty grid"
-                )));
+                return Err(HeuristicsError::Unusable {
+                    method: "adjust_grid",
+                    what: format!("returned an empty grid for {programs} programs"),
+                });
             }
             Ok(Launch {
                 x_block,
-                r_block: k.space.is_reduction().then_some(c.r_block.max(1)),
+                r_block: k.is_reduction().then_some(c.r_block.max(1)),
                 num_warps: c.num_warps.max(1),
                 num_stages: c.num_stages.max(1),
                 grid,
@@ -51,57 +52,63 @@ fn launches(
         .collect()
 }
 
-/// Writes kernel `k` of `program` as a Triton function called `name`.
-pub fn write_kernel(
+/// The configs the heuristics propose for `k`, best first (never empty).
+fn configs(
     program: &Program,
     k: &Kernel,
-    name: &str,
     heuristics: &dyn LaunchHeuristics,
-    options: &Options,
-) -> Result<GeneratedKernel, Error> {
-    let writes = k.writes();
-    let reads: Vec<BufferId> = k
-        .reads()
-        .into_iter()
-        .filter(|b| !writes.contains(b))
-        .collect();
-    let mut arg_names = HashMap::new();
-    let mut args = Vec::new();
-    let mut names = Vec::new();
-    for (i, b) in reads.iter().enumerate() {
-        arg_names.insert(*b, format!("in_ptr{i}"));
-        args.push(*b);
-        names.push(format!("in_ptr{i}"));
-    }
-    for (i, b) in writes.iter().enumerate() {
-        arg_names.insert(*b, format!("out_ptr{i}"));
-        args.push(*b);
-        names.push(format!("out_ptr{i}"));
-    }
-    let element_bytes = args
+) -> Result<Vec<LaunchConfig>, HeuristicsError> {
+    let element_bytes = k
+        .params
         .iter()
-        .map(|b| program.buffer(*b).dtype.size_bytes() as u32)
+        .map(|p| program.buffer(p.buf).dtype.size_bytes() as u32)
         .max()
         .unwrap_or(4);
-    let reduction = k.space.is_reduction();
-    let configs = if reduction {
-        heuristics.reduction_configs(ReductionQuery {
+    let (configs, method) = if k.is_reduction() {
+        let query = ReductionQuery {
             rows: k.space.x as u64,
             row_len: k.space.r as u64,
             element_bytes,
-        })
+        };
+        (heuristics.reduction_configs(query)?, "reduction_configs")
     } else {
-        heuristics.pointwise_configs(PointwiseQuery {
+        let query = PointwiseQuery {
             numel: k.space.x as u64,
             element_bytes,
-        })
-    }
-    .map_err(Error::Heuristics)?;
-    let Some(first) = configs.first().copied() else {
-        return Err(Error::Heuristics(format!(
-            "no launch config for kernel `{name}`"
-        )));
+        };
+        (heuristics.pointwise_configs(query)?, "pointwise_configs")
     };
+    if configs.is_empty() {
+        return Err(HeuristicsError::Unusable {
+            method,
+            what: "returned no launch config".into(),
+        });
+    }
+    Ok(configs)
+}
+
+/// Writes one kernel of `program` as a Triton function, with its launch.
+pub(super) fn write_kernel(
+    program: &Program,
+    named: &NamedKernel,
+    heuristics: &dyn LaunchHeuristics,
+    options: &Options,
+) -> Result<(String, KernelInfo), Error> {
+    let (k, name) = (named.kernel, named.name.as_str());
+    let heuristics_failed = |source| Error::Heuristics {
+        kernel: name.to_string(),
+        source,
+    };
+    let names = param_names(&k.params);
+    let arg_names: HashMap<BufferId, String> = k
+        .params
+        .iter()
+        .zip(&names)
+        .map(|(p, n)| (p.buf, n.clone()))
+        .collect();
+    let reduction = k.is_reduction();
+    let configs = configs(program, k, heuristics).map_err(heuristics_failed)?;
+    let first = configs[0];
     let persistent = reduction && i64::from(first.r_block) >= k.space.r;
     let offered: Vec<LaunchConfig> = if options.autotune {
         configs
@@ -112,12 +119,12 @@ pub fn write_kernel(
     } else {
         vec![first]
     };
-    let candidates = launches(k, &offered, heuristics)?;
+    let candidates = launches(k, &offered, heuristics).map_err(heuristics_failed)?;
     let launch = candidates[0].clone();
     let int64_index = k.space.x.saturating_mul(k.space.r) >= i64::from(i32::MAX)
-        || args
+        || k.params
             .iter()
-            .any(|b| program.buffer(*b).numel() >= i64::from(i32::MAX));
+            .any(|p| program.buffer(p.buf).numel() >= i64::from(i32::MAX));
 
     let mut w = KernelWriter {
         k,
@@ -134,12 +141,14 @@ pub fn write_kernel(
         w.pointwise_body(int64_index)?;
     }
     let info = KernelInfo {
+        step: named.step,
         name: name.to_string(),
-        arg_types: args
+        arg_types: k
+            .params
             .iter()
-            .map(|b| pointer_type(program.buffer(*b).dtype))
+            .map(|p| pointer_type(program.buffer(p.buf).dtype))
             .collect(),
-        args,
+        args: k.params.iter().map(|p| p.buf).collect(),
         arg_names: names,
         xnumel: k.space.x,
         rnumel: reduction.then_some(k.space.r),
@@ -151,10 +160,7 @@ pub fn write_kernel(
             Vec::new()
         },
     };
-    Ok(GeneratedKernel {
-        source: w.out,
-        info,
-    })
+    Ok((w.out, info))
 }
 
 struct KernelWriter<'a> {
@@ -463,7 +469,7 @@ fn combine(kind: ReduceKind, acc: &str, value: &str, float: bool) -> String {
 }
 
 /// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines).
-pub const HELPERS: &str = "@triton.jit
+pub(super) const HELPERS: &str = "@triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 

@@ -10,82 +10,28 @@
 pub mod expr;
 mod kernel;
 
-use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+use kiln_plugin_api::Grid;
 
-pub use kernel::{write_kernel, HELPERS};
+use super::heuristics::LaunchHeuristics;
+use super::namer::Namer;
+pub use super::KernelError as Error;
+use crate::schedule::ir::{BufferId, Program};
 
-use crate::schedule::ir::{BufferId, Kernel, Program};
-
-/// Where launch configs and grids come from: the device plugin (tests may
-/// supply their own). Code generation never holds a device's numbers.
-pub trait LaunchHeuristics {
-    /// Candidate configs for a pointwise kernel, best first.
-    fn pointwise_configs(&self, query: PointwiseQuery) -> Result<Vec<LaunchConfig>, String>;
-    /// Candidate configs for a reduction kernel, best first.
-    fn reduction_configs(&self, query: ReductionQuery) -> Result<Vec<LaunchConfig>, String>;
-    /// The grid launched for a wanted grid.
-    fn adjust_grid(&self, grid: Grid) -> Result<Grid, String>;
-}
-
-impl LaunchHeuristics for crate::plugins::Plugin {
-    fn pointwise_configs(&self, query: PointwiseQuery) -> Result<Vec<LaunchConfig>, String> {
-        match crate::plugins::Plugin::pointwise_configs(self, query) {
-            Ok(Some(c)) => Ok(c),
-            Ok(None) => Err(format!(
-                "plugin `{}` provides no `pointwise_configs`",
-                self.name()
-            )),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    fn reduction_configs(&self, query: ReductionQuery) -> Result<Vec<LaunchConfig>, String> {
-        match crate::plugins::Plugin::reduction_configs(self, query) {
-            Ok(Some(c)) => Ok(c),
-            Ok(None) => Err(format!(
-                "plugin `{}` provides no `reduction_configs`",
-                self.name()
-            )),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    fn adjust_grid(&self, grid: Grid) -> Result<Grid, String> {
-        match crate::plugins::Plugin::adjust_grid(self, grid) {
-            Ok(Some(g)) => Ok(g),
-            Ok(None) => Err(format!(
-                "plugin `{}` provides no `adjust_grid`",
-                self.name()
-            )),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-}
+/// The names the kernels' text binds or uses at module level in
+/// `output_code.py`: the modules kernels call into, and the helpers they share.
+pub const RESERVED: &[&str] = &[
+    "triton",
+    "tl",
+    "libdevice",
+    "kiln_max_combine",
+    "kiln_min_combine",
+];
 
 /// Options of the Triton generator.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     /// Offer every candidate config to `triton.autotune`.
     pub autotune: bool,
-}
-
-/// Why a kernel could not be generated.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// The plugin's heuristics failed or returned nothing usable.
-    #[error("launch heuristics: {0}")]
-    Heuristics(String),
-    /// An operation this generator cannot express.
-    #[error("kernel `{kernel}`: {what}")]
-    Unsupported {
-        /// The kernel.
-        kernel: String,
-        /// What.
-        what: String,
-    },
-    /// Writing text failed.
-    #[error("formatting failed")]
-    Fmt(#[from] std::fmt::Error),
 }
 
 /// One launch config as the wrapper passes it.
@@ -106,9 +52,12 @@ pub struct Launch {
 /// What the wrapper needs to launch a kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelInfo {
+    /// The program step the kernel computes.
+    pub step: usize,
     /// The kernel's function name.
     pub name: String,
-    /// Buffers passed as pointer arguments, in order.
+    /// Buffers passed as pointer arguments, in order (the scheduled kernel's
+    /// parameters).
     pub args: Vec<BufferId>,
     /// Parameter names of those pointers.
     pub arg_names: Vec<String>,
@@ -126,47 +75,30 @@ pub struct KernelInfo {
     pub candidates: Vec<Launch>,
 }
 
-/// A kernel's source and launch information.
+/// The generated kernels: their source, in order, after the shared helpers.
 #[derive(Clone, Debug)]
-pub struct GeneratedKernel {
-    /// `@triton.jit` source text.
+pub struct Kernels {
+    /// `@triton.jit` functions, the helpers first.
     pub source: String,
-    /// Launch information.
-    pub info: KernelInfo,
+    /// How to launch each kernel, in program order.
+    pub info: Vec<KernelInfo>,
 }
 
-/// Generates every kernel of a program; `names` turns kernel name stems into
-/// unique identifiers.
-pub fn write_kernels(
+/// Generates every kernel of `program`; `namer` names the kernels (call it
+/// before naming anything from the graph).
+pub fn write(
     program: &Program,
     heuristics: &dyn LaunchHeuristics,
     options: &Options,
-    namer: &mut crate::codegen::namer::Namer,
-) -> Result<Vec<GeneratedKernel>, Error> {
-    let mut out = Vec::new();
-    for step in &program.steps {
-        if let crate::schedule::Step::Kernel(k) = step {
-            let stem = kernel_stem(k, out.len());
-            let name = namer.name(&stem);
-            out.push(write_kernel(program, k, &name, heuristics, options)?);
-        }
+    namer: &mut Namer,
+) -> Result<Kernels, Error> {
+    let mut source = String::from(kernel::HELPERS);
+    let mut info = Vec::new();
+    for named in super::named_kernels(program, "kiln", namer) {
+        let (text, kernel_info) = kernel::write_kernel(program, &named, heuristics, options)?;
+        source.push_str("\n\n");
+        source.push_str(&text);
+        info.push(kernel_info);
     }
-    Ok(out)
-}
-
-/// `kiln_poi_fused_add_relu_0`-style names, like Inductor's.
-fn kernel_stem(k: &Kernel, n: usize) -> String {
-    let kind = if !k.space.is_reduction() {
-        "poi"
-    } else {
-        "red"
-    };
-    let mut ops: Vec<&str> = Vec::new();
-    for op in &k.ops {
-        if !ops.contains(op) {
-            ops.push(op);
-        }
-    }
-    ops.truncate(6);
-    format!("kiln_{kind}_fused_{}_{n}", ops.join("_"))
+    Ok(Kernels { source, info })
 }

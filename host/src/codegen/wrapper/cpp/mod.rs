@@ -10,25 +10,29 @@
 //! output `i`, written dense row-major. It returns 0, or 1 when memory ran out
 //! (nothing is leaked). `kiln_abi_version()`, `kiln_num_inputs()` and
 //! `kiln_num_outputs()` let a loader check what it opened. Intermediates
-//! live in one arena laid out from the memory plan: a buffer that reuses a
-//! dead one takes its storage, and storage whose last user has run is free
-//! for later buffers ([`place`]). The arena is kept per calling thread
-//! between calls (repeated calls fault no fresh pages in), so concurrent calls
-//! from different threads are safe.
+//! live in one arena laid out from the memory plan ([`layout`]): a buffer
+//! that reuses a dead one takes its storage, and storage whose last user has
+//! run is free for later buffers. By default the arena is kept per calling
+//! thread between calls (repeated calls fault no fresh pages in), so
+//! concurrent calls from different threads are safe; [`Options::keep_arena`]
+//! off frees it at the end of every call instead.
 //!
-//! Every name from the graph goes through the [`Namer`].
+//! Every name from the graph goes through the [`Namer`], after [`reserve`].
 
-use std::collections::{HashMap, HashSet};
+mod layout;
+
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::super::cpp::expr::{compute_type, float_text, int_text, storage_type};
 use super::super::cpp::prelude::{HELPERS, MATMUL};
-use super::super::cpp::GeneratedKernel;
-use super::super::namer::Namer;
+use super::super::cpp::{self, KernelInfo};
+use super::super::namer::{sanitize, Namer};
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
 use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
+use layout::Layout;
 
 /// Bumped when the entry points change.
 pub const ABI_VERSION: i32 = 1;
@@ -39,9 +43,70 @@ pub enum Error {
     /// The program asks for something the C++ wrapper cannot do.
     #[error("{0}")]
     Unsupported(String),
+    /// The kernels given do not match the program (a bug in Kiln).
+    #[error("internal: no generated kernel computes program step {step} (please report)")]
+    MissingKernel {
+        /// The step.
+        step: usize,
+    },
     /// Writing text failed.
     #[error("formatting failed")]
     Fmt(#[from] std::fmt::Error),
+}
+
+/// Choices of the C++ wrapper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Keep each calling thread's arena of intermediates between calls (the
+    /// default: repeated calls touch no fresh memory); `false` allocates it
+    /// at the start of every call and frees it at the end, so that nothing
+    /// stays allocated between calls.
+    pub keep_arena: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { keep_arena: true }
+    }
+}
+
+/// What the wrapper needs from its caller, for loaders and reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    /// `kiln_abi_version()`.
+    pub abi_version: i32,
+    /// Bytes of the arena of intermediates (0: none).
+    pub arena_bytes: u64,
+    /// Kernels called per call.
+    pub kernels: usize,
+}
+
+/// The names `wrapper.cpp` binds or uses besides the kernels' and the
+/// prelude's: the entry points and the locals of `kiln_call`.
+pub const RESERVED: &[&str] = &[
+    "kiln_abi_version",
+    "kiln_num_inputs",
+    "kiln_num_outputs",
+    "kiln_call",
+    "kiln_copy_out",
+    "inputs",
+    "outputs",
+    "arena",
+    "ws",
+    "i",
+    "shape",
+    "strides",
+];
+
+/// Takes every name the file binds, and every identifier of the plugin's
+/// `kernel_header` and of the prelude it pastes, before any name from the
+/// graph is given out.
+pub fn reserve(namer: &mut Namer, header: &str) {
+    namer.reserve_all(cpp::RESERVED);
+    namer.reserve_all(RESERVED);
+    for text in [header, HELPERS, MATMUL, COPY_OUT] {
+        namer.reserve_identifiers_in(text);
+    }
 }
 
 /// One element of a constant as C++ storage text.
@@ -77,26 +142,36 @@ fn store_lambda(d: DType) -> String {
     format!("[]({st}* p, int64_t i, {ct} v) {{ p[i] = {value}; }}")
 }
 
-/// Writes `wrapper.cpp`. `header` is the plugin's `kernel_header`, `origin`
-/// says who generated it (for the first comment).
+/// Writes `wrapper.cpp` for `scheduled` around `kernels` (generated with the
+/// same `namer`, after [`reserve`]). `header` is the plugin's
+/// `kernel_header`; `origin` says who generated it (for the first comment).
 pub fn write(
     scheduled: &Scheduled,
-    kernels: &[GeneratedKernel],
+    kernels: &cpp::Kernels,
     header: &str,
     origin: &str,
+    options: &Options,
     namer: &mut Namer,
-) -> Result<String, Error> {
+) -> Result<(String, Info), Error> {
     let p = &scheduled.program;
-    let mut names: HashMap<BufferId, String> = HashMap::new();
-    for (i, b) in p.buffers.iter().enumerate() {
-        names.insert(BufferId(i as u32), namer.name(&format!("b_{}", b.name)));
+    let names: HashMap<BufferId, String> = (0..p.buffers.len())
+        .map(|i| {
+            let b = BufferId(i as u32);
+            (b, namer.name(&format!("b_{}", p.buffer(b).name)))
+        })
+        .collect();
+    let by_step: HashMap<usize, &KernelInfo> = kernels.info.iter().map(|k| (k.step, k)).collect();
+    if let Some(step) = (0..p.steps.len())
+        .find(|i| matches!(p.steps[*i], Step::Kernel(_)) && !by_step.contains_key(i))
+    {
+        return Err(Error::MissingKernel { step });
     }
     let name = |b: BufferId| names.get(&b).cloned().unwrap_or_else(|| "nullptr".into());
     let mut out = String::new();
     writeln!(
         out,
         "// Generated by Kiln ({origin}) for graph `{}`.",
-        crate::codegen::namer::sanitize(&p.name)
+        sanitize(&p.name)
     )?;
     writeln!(
         out,
@@ -113,11 +188,42 @@ pub fn write(
     }
     out.push_str(COPY_OUT);
     out.push('\n');
-    for k in kernels {
-        out.push_str(&k.source);
-        out.push('\n');
-    }
-    // Constants with values live in the library.
+    out.push_str(&kernels.source);
+    write_constants(&mut out, p, &name)?;
+    writeln!(
+        out,
+        "\nextern \"C\" int kiln_abi_version(void) {{ return {ABI_VERSION}; }}"
+    )?;
+    writeln!(
+        out,
+        "extern \"C\" int kiln_num_inputs(void) {{ return {}; }}",
+        p.inputs.len()
+    )?;
+    writeln!(
+        out,
+        "extern \"C\" int kiln_num_outputs(void) {{ return {}; }}\n",
+        p.outputs.len()
+    )?;
+    writeln!(
+        out,
+        "extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs) {{"
+    )?;
+    let arena_bytes = body(&mut out, scheduled, &by_step, options, &name)?;
+    out.push_str("}\n");
+    let info = Info {
+        abi_version: ABI_VERSION,
+        arena_bytes,
+        kernels: kernels.info.len(),
+    };
+    Ok((out, info))
+}
+
+/// Constants with values, as static arrays in the library.
+fn write_constants(
+    out: &mut String,
+    p: &Program,
+    name: &dyn Fn(BufferId) -> String,
+) -> std::fmt::Result {
     for (i, b) in p.buffers.iter().enumerate() {
         if let BufferKind::Constant {
             data: ConstData::Values(values),
@@ -139,185 +245,17 @@ pub fn write(
             )?;
         }
     }
-    writeln!(
-        out,
-        "\nextern \"C\" int kiln_abi_version(void) {{ return {ABI_VERSION}; }}"
-    )?;
-    writeln!(
-        out,
-        "extern \"C\" int kiln_num_inputs(void) {{ return {}; }}",
-        p.inputs.len()
-    )?;
-    writeln!(
-        out,
-        "extern \"C\" int kiln_num_outputs(void) {{ return {}; }}\n",
-        p.outputs.len()
-    )?;
-    writeln!(
-        out,
-        "extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs) {{"
-    )?;
-    body(&mut out, scheduled, kernels, &name)?;
-    out.push_str("}\n");
-    Ok(out)
+    Ok(())
 }
 
-/// Bytes each arena slot is aligned to (a cache line, and every SIMD width).
-const ARENA_ALIGN: u64 = 64;
-
-/// Storage for one or more buffers (a buffer that reuses a dead one shares its
-/// slot): `bytes`, needed from before step `first` until after step `last`;
-/// at `offset` in the arena, or, for an output that is the slot's whole dense
-/// buffer, in the caller's `outputs[output]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Slot {
-    bytes: u64,
-    first: usize,
-    last: usize,
-    offset: u64,
-    output: Option<usize>,
-}
-
-/// Gives every arena slot an offset such that slots alive at the same time
-/// never overlap, largest first, each at the lowest offset that fits (a
-/// first-fit interval packing, as AOTInductor's memory planner does);
-/// returns the arena's size. Slots in an output take no room.
-fn place(slots: &mut [Slot]) -> u64 {
-    let mut order: Vec<usize> = (0..slots.len())
-        .filter(|&i| slots[i].output.is_none())
-        .collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(slots[i].bytes), slots[i].first));
-    let mut placed: Vec<usize> = Vec::new();
-    let mut total = 0;
-    for i in order {
-        let s = slots[i];
-        let mut busy: Vec<(u64, u64)> = placed
-            .iter()
-            .map(|&j| slots[j])
-            .filter(|o| o.first <= s.last && s.first <= o.last)
-            .map(|o| (o.offset, o.offset + o.bytes))
-            .collect();
-        busy.sort_unstable();
-        let mut offset = 0;
-        for (lo, hi) in busy {
-            if offset + s.bytes <= lo {
-                break;
-            }
-            offset = offset.max(hi);
-        }
-        slots[i].offset = offset;
-        total = total.max(offset + s.bytes);
-        placed.push(i);
-    }
-    total
-}
-
-/// The storage plan of a program: every buffer's slot, and the arena size.
-struct Layout {
-    slots: Vec<Slot>,
-    slot_of: HashMap<BufferId, usize>,
-    arena_bytes: u64,
-}
-
-impl Layout {
-    /// Slots from the memory plan: filled constants live for the whole call;
-    /// a fresh allocation lives until the last buffer sharing it is freed
-    /// (outputs: to the end); an output that is a whole dense buffer is
-    /// computed straight into the caller's memory (the first output naming
-    /// a slot gets it; others copy from it).
-    fn new(scheduled: &Scheduled, fills: &[BufferId]) -> Layout {
-        let p = &scheduled.program;
-        let mem = &scheduled.memory;
-        let steps = p.steps.len();
-        let round = |bytes: i64| (bytes.max(1) as u64).div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
-        let slot = |b: BufferId, first: usize| Slot {
-            bytes: round(p.buffer(b).bytes()),
-            first,
-            last: steps,
-            offset: 0,
-            output: None,
-        };
-        let mut slots: Vec<Slot> = Vec::new();
-        let mut slot_of: HashMap<BufferId, usize> = HashMap::new();
-        for b in fills {
-            slot_of.insert(*b, slots.len());
-            slots.push(slot(*b, 0));
-        }
-        // A buffer whose storage a later one takes is not its slot's last user.
-        let reused: HashSet<BufferId> = mem
-            .allocs
-            .iter()
-            .flatten()
-            .filter_map(|a| a.reuse)
-            .collect();
-        let outputs: HashSet<BufferId> = p.outputs.iter().map(|v| v.buf).collect();
-        for i in 0..steps {
-            for a in mem.allocs.get(i).into_iter().flatten() {
-                let shared = a.reuse.and_then(|old| slot_of.get(&old).copied());
-                let s = shared.unwrap_or_else(|| {
-                    slots.push(slot(a.buf, i));
-                    slots.len() - 1
-                });
-                slot_of.insert(a.buf, s);
-            }
-            for b in mem.frees.get(i).into_iter().flatten() {
-                if !reused.contains(b) && !outputs.contains(b) {
-                    if let Some(&s) = slot_of.get(b) {
-                        slots[s].last = i;
-                    }
-                }
-            }
-        }
-        for (i, v) in p.outputs.iter().enumerate() {
-            let buf = p.buffer(v.buf);
-            let whole = v.offset == 0
-                && v.shape.iter().product::<i64>() == buf.numel()
-                && is_dense(&v.shape, &v.strides)
-                && buf.numel() > 0
-                && !fills.contains(&v.buf);
-            if let Some(&s) = slot_of.get(&v.buf) {
-                if whole && slots[s].output.is_none() {
-                    slots[s].output = Some(i);
-                }
-            }
-        }
-        let arena_bytes = place(&mut slots);
-        Layout {
-            slots,
-            slot_of,
-            arena_bytes,
-        }
-    }
-
-    /// Where buffer `b` lives, as a pointer expression.
-    fn at(&self, b: BufferId) -> String {
-        match self.slot_of.get(&b).map(|&s| self.slots[s]) {
-            Some(Slot {
-                output: Some(o), ..
-            }) => format!("outputs[{o}]"),
-            Some(s) => format!("ws + {}", s.offset),
-            None => "nullptr".into(),
-        }
-    }
-
-    /// Whether graph output `i` was computed in place (needs no copy).
-    fn in_place(&self, i: usize, v: &View) -> bool {
-        self.slot_of
-            .get(&v.buf)
-            .is_some_and(|&s| self.slots[s].output == Some(i))
-    }
-
-    fn uses_arena(&self) -> bool {
-        self.slots.iter().any(|s| s.output.is_none())
-    }
-}
-
+/// The body of `kiln_call`; returns the arena's size.
 fn body(
     out: &mut String,
     scheduled: &Scheduled,
-    kernels: &[GeneratedKernel],
+    kernels: &HashMap<usize, &KernelInfo>,
+    options: &Options,
     name: &dyn Fn(BufferId) -> String,
-) -> Result<(), Error> {
+) -> Result<u64, Error> {
     let p = &scheduled.program;
     let mem = &scheduled.memory;
     // Constants filled with one value, and the value.
@@ -342,14 +280,30 @@ fn body(
             name(*b)
         )?;
     }
+    let arena_bytes = if layout.uses_arena() {
+        layout.arena_bytes
+    } else {
+        0
+    };
     if layout.uses_arena() {
         let total = layout.arena_bytes;
+        if options.keep_arena {
+            writeln!(
+                out,
+                "    // Intermediates share one arena by the memory plan ({total} bytes), kept per calling\n    \
+                 // thread between calls so that repeated calls reuse the memory.\n    \
+                 static thread_local KilnArena arena;"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "    // Intermediates share one arena by the memory plan ({total} bytes), freed on return.\n    \
+                 KilnArena arena;"
+            )?;
+        }
         writeln!(
             out,
-            "    // Intermediates share one arena by the memory plan ({total} bytes), kept per calling\n    \
-             // thread between calls so that repeated calls reuse the memory.\n    \
-             static thread_local KilnArena arena;\n    \
-             unsigned char* const ws = arena.get({total});\n    \
+            "    unsigned char* const ws = arena.get({total});\n    \
              if (ws == nullptr) return 1;"
         )?;
     }
@@ -367,7 +321,6 @@ fn body(
             name(b)
         )?;
     }
-    let mut kernel_iter = kernels.iter();
     for (i, step) in p.steps.iter().enumerate() {
         for a in mem.allocs.get(i).into_iter().flatten() {
             let ty = storage_type(p.buffer(a.buf).dtype);
@@ -384,11 +337,9 @@ fn body(
         }
         match step {
             Step::Kernel(_) => {
-                let k = kernel_iter.next().ok_or_else(|| {
-                    Error::Unsupported("internal: fewer kernels than kernel steps".into())
-                })?;
-                let args: Vec<String> = k.info.args.iter().map(|b| name(*b)).collect();
-                writeln!(out, "    {}({});", k.info.name, args.join(", "))?;
+                let k = kernels.get(&i).ok_or(Error::MissingKernel { step: i })?;
+                let args: Vec<String> = k.args.iter().map(|b| name(*b)).collect();
+                writeln!(out, "    {}({});", k.name, args.join(", "))?;
             }
             Step::Extern(e) => extern_call(out, p, e, name)?,
         }
@@ -399,7 +350,7 @@ fn body(
         }
     }
     writeln!(out, "    return 0;")?;
-    Ok(())
+    Ok(arena_bytes)
 }
 
 fn extern_call(
@@ -469,7 +420,7 @@ fn extern_call(
 
 /// Whether `strides` lay `shape` out dense and row-major (size-1 dimensions
 /// may have any stride).
-fn is_dense(shape: &[i64], strides: &[i64]) -> bool {
+pub(super) fn is_dense(shape: &[i64], strides: &[i64]) -> bool {
     let contiguous = crate::graph::shape::contiguous_strides(shape);
     shape.len() == strides.len()
         && shape
@@ -539,69 +490,3 @@ const COPY_OUT: &str = r#"
     }
 }
 "#;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn slot(bytes: u64, first: usize, last: usize) -> Slot {
-        Slot {
-            bytes,
-            first,
-            last,
-            offset: 0,
-            output: None,
-        }
-    }
-
-    #[test]
-    fn storage_dead_before_a_slot_is_born_is_shared() {
-        // a lives over steps 0..=1, b over 2..=3: one region serves both.
-        let mut s = vec![slot(128, 0, 1), slot(64, 2, 3)];
-        assert_eq!(place(&mut s), 128);
-        assert_eq!((s[0].offset, s[1].offset), (0, 0));
-        // Alive together (a freed after step 2, b born before it): apart.
-        let mut s = vec![slot(128, 0, 2), slot(64, 2, 3)];
-        assert_eq!(place(&mut s), 192);
-        assert_eq!((s[0].offset, s[1].offset), (0, 128));
-    }
-
-    #[test]
-    fn a_gap_between_live_slots_is_filled_first_fit() {
-        // a and c are alive throughout, b dies early; d fits where b was.
-        let mut s = vec![
-            slot(64, 0, 9),
-            slot(128, 0, 1),
-            slot(64, 0, 9),
-            slot(128, 2, 9),
-        ];
-        let total = place(&mut s);
-        assert_eq!(total, 256);
-        assert_eq!(s[3].offset, s[1].offset);
-    }
-
-    proptest! {
-        #[test]
-        fn slots_alive_together_never_overlap(
-            spec in proptest::collection::vec((1u64..8, 0usize..10, 0usize..6), 1..24)
-        ) {
-            let mut s: Vec<Slot> = spec
-                .iter()
-                .map(|&(units, first, len)| slot(units * ARENA_ALIGN, first, first + len))
-                .collect();
-            let total = place(&mut s);
-            for (i, a) in s.iter().enumerate() {
-                prop_assert!(a.offset + a.bytes <= total);
-                prop_assert_eq!(a.offset % ARENA_ALIGN, 0);
-                for b in &s[i + 1..] {
-                    let together = a.first <= b.last && b.first <= a.last;
-                    let apart = a.offset + a.bytes <= b.offset || b.offset + b.bytes <= a.offset;
-                    prop_assert!(!together || apart, "{:?} and {:?}", a, b);
-                }
-            }
-            // Never more than everything side by side.
-            prop_assert!(total <= s.iter().map(|a| a.bytes).sum::<u64>());
-        }
-    }
-}

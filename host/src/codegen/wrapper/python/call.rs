@@ -1,0 +1,233 @@
+//! `call(args)`: unpack and check the inputs, then, under the device guard,
+//! allocate (or reuse) buffers by the memory plan, launch each kernel or call
+//! each extern product, delete buffers as they die, and return the outputs.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+use super::{torch_dtype, tuple, DeviceStrings};
+use crate::codegen::triton::{KernelInfo, Launch};
+use crate::schedule::ir::{BufferId, ExternCall, Program, Step, View};
+use crate::schedule::Scheduled;
+
+/// Writes `call` for one program.
+pub(super) struct CallWriter<'a> {
+    /// The program and its memory plan.
+    pub scheduled: &'a Scheduled,
+    /// Every buffer's identifier.
+    pub names: &'a HashMap<BufferId, String>,
+    /// The kernel computing each kernel step.
+    pub kernels: &'a HashMap<usize, &'a KernelInfo>,
+    /// The plugin's strings.
+    pub strings: &'a DeviceStrings,
+}
+
+fn grid_text(l: &Launch) -> String {
+    format!("({}, {}, {})", l.grid.x, l.grid.y, l.grid.z)
+}
+
+impl CallWriter<'_> {
+    fn program(&self) -> &Program {
+        &self.scheduled.program
+    }
+
+    fn name(&self, b: BufferId) -> &str {
+        self.names.get(&b).map_or("None", String::as_str)
+    }
+
+    /// A view as an expression: the buffer itself, or `torch.as_strided` of it.
+    fn view(&self, v: &View) -> String {
+        let b = self.program().buffer(v.buf);
+        if v.shape == b.shape && v.strides == b.strides && v.offset == 0 {
+            self.name(v.buf).to_string()
+        } else {
+            format!(
+                "torch.as_strided({}, {}, {}, {})",
+                self.name(v.buf),
+                tuple(&v.shape),
+                tuple(&v.strides),
+                v.offset
+            )
+        }
+    }
+
+    /// The whole function.
+    pub fn write(&self, out: &mut String) -> std::fmt::Result {
+        writeln!(out)?;
+        writeln!(out)?;
+        writeln!(out, "def call(args):")?;
+        self.inputs(out)?;
+        writeln!(out, "    with {}:", self.strings.device_guard)?;
+        writeln!(out, "        {}", self.strings.set_device)?;
+        writeln!(out, "        stream0 = get_raw_stream(0)")?;
+        // A dead buffer whose storage a later one takes is deleted there,
+        // not when it dies.
+        let donors: HashSet<BufferId> = self
+            .scheduled
+            .memory
+            .allocs
+            .iter()
+            .flatten()
+            .filter_map(|a| a.reuse)
+            .collect();
+        for (i, step) in self.program().steps.iter().enumerate() {
+            self.step(out, i, step, &donors)?;
+        }
+        let outs: Vec<String> = self
+            .program()
+            .outputs
+            .iter()
+            .map(|v| self.view(v))
+            .collect();
+        writeln!(
+            out,
+            "    return ({}{})",
+            outs.join(", "),
+            if outs.len() == 1 { "," } else { "" }
+        )
+    }
+
+    /// Unpacks `args`, checks every input's size and stride, and binds the constants.
+    fn inputs(&self, out: &mut String) -> std::fmt::Result {
+        let p = self.program();
+        let inputs: Vec<&str> = p.inputs.iter().map(|b| self.name(*b)).collect();
+        match inputs.as_slice() {
+            [] => {}
+            [one] => writeln!(out, "    ({one},) = args")?,
+            many => writeln!(out, "    {} = args", many.join(", "))?,
+        }
+        writeln!(out, "    args.clear()")?;
+        for b in &p.inputs {
+            let buf = p.buffer(*b);
+            writeln!(
+                out,
+                "    assert_size_stride({}, {}, {}, \"{}\")",
+                self.name(*b),
+                tuple(&buf.shape),
+                tuple(&buf.strides),
+                self.name(*b)
+            )?;
+        }
+        let constants: Vec<&str> = super::constant_buffers(p)
+            .into_iter()
+            .map(|b| self.name(b))
+            .collect();
+        if !constants.is_empty() {
+            writeln!(out, "    ({},) = _constants()", constants.join(", "))?;
+        }
+        Ok(())
+    }
+
+    /// One step: its allocations, the launch or call, and the buffers that die.
+    fn step(
+        &self,
+        out: &mut String,
+        i: usize,
+        step: &Step,
+        donors: &HashSet<BufferId>,
+    ) -> std::fmt::Result {
+        let p = self.program();
+        let memory = &self.scheduled.memory;
+        // A donor this very step still reads (an in-place write) dies after it.
+        let mut after_step: Vec<&str> = Vec::new();
+        for a in &memory.allocs[i] {
+            let b = p.buffer(a.buf);
+            match a.reuse {
+                Some(old) => {
+                    writeln!(
+                        out,
+                        "        {} = torch.as_strided({}, {}, {}, 0)  # reuse",
+                        self.name(a.buf),
+                        self.name(old),
+                        tuple(&b.shape),
+                        tuple(&b.strides),
+                    )?;
+                    if step.reads().contains(&old) {
+                        after_step.push(self.name(old));
+                    } else {
+                        writeln!(out, "        del {}", self.name(old))?;
+                    }
+                }
+                None => writeln!(
+                    out,
+                    "        {} = torch.empty_strided({}, {}, device=DEVICE, dtype={})",
+                    self.name(a.buf),
+                    tuple(&b.shape),
+                    tuple(&b.strides),
+                    torch_dtype(b.dtype)
+                )?,
+            }
+        }
+        match step {
+            Step::Kernel(_) => {
+                if let Some(info) = self.kernels.get(&i) {
+                    self.launch(out, info)?;
+                }
+            }
+            Step::Extern(e) => self.extern_call(out, e)?,
+        }
+        let mut dead: Vec<&str> = memory.frees[i]
+            .iter()
+            .filter(|b| !donors.contains(b))
+            .map(|b| self.name(*b))
+            .collect();
+        dead.extend(after_step);
+        if !dead.is_empty() {
+            writeln!(out, "        del {}", dead.join(", "))?;
+        }
+        Ok(())
+    }
+
+    /// A kernel launch on its grid (a grid per config when autotuning).
+    fn launch(&self, out: &mut String, info: &KernelInfo) -> std::fmt::Result {
+        let mut args: Vec<String> = info
+            .args
+            .iter()
+            .map(|b| self.name(*b).to_string())
+            .collect();
+        args.push(info.xnumel.to_string());
+        if let Some(r) = info.rnumel {
+            args.push(r.to_string());
+        }
+        if info.candidates.len() > 1 {
+            let grids: Vec<String> = info
+                .candidates
+                .iter()
+                .map(|c| format!("{}: {}", c.x_block, grid_text(c)))
+                .collect();
+            return writeln!(
+                out,
+                "        {}[lambda meta: {{{}}}[meta[\"XBLOCK\"]]]({})",
+                info.name,
+                grids.join(", "),
+                args.join(", ")
+            );
+        }
+        let l = &info.launch;
+        args.push(format!("XBLOCK={}", l.x_block));
+        if let Some(r) = l.r_block {
+            args.push(format!("RBLOCK={r}"));
+        }
+        args.push(format!("num_warps={}", l.num_warps));
+        args.push(format!("num_stages={}", l.num_stages));
+        writeln!(
+            out,
+            "        {}[{}]({})",
+            info.name,
+            grid_text(l),
+            args.join(", ")
+        )
+    }
+
+    /// A matrix product through `torch.mm`/`torch.bmm` into its buffer.
+    fn extern_call(&self, out: &mut String, e: &ExternCall) -> std::fmt::Result {
+        let args: Vec<String> = e.args.iter().map(|a| self.view(a)).collect();
+        writeln!(
+            out,
+            "        torch.{}({}, out={})",
+            e.op.name(),
+            args.join(", "),
+            self.name(e.out)
+        )
+    }
+}

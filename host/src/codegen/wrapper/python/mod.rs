@@ -1,0 +1,411 @@
+//! `output_code.py`: the Triton kernels and a Python wrapper in Inductor's
+//! layout: imports, the kernels, `call(args)` with size and stride asserts,
+//! the device guard, the raw stream, buffers from `torch.empty_strided`,
+//! launches, early `del`s, `benchmark_compiled_module()` and a `__main__`.
+//!
+//! Every device-specific line comes from the plugin's `DeviceOpOverrides`
+//! strings ([`DeviceStrings`]); every name from the graph goes through the
+//! [`Namer`], after [`reserve`] has taken every name this file binds.
+
+mod call;
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use super::super::namer::{sanitize, Namer};
+use super::super::triton::expr::float_text;
+use super::super::triton::{self, KernelInfo};
+use crate::graph::dtype::DType;
+use crate::graph::ops::ConstData;
+use crate::schedule::ir::{BufferId, BufferKind, Program, Step};
+use crate::schedule::Scheduled;
+
+/// The plugin strings the Python wrapper is built from, rendered for the
+/// device index of [`Options`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceStrings {
+    /// The device name (`torch.device(name, index)`), checked by the plugin loader.
+    pub device: String,
+    /// `import_get_raw_stream_as("get_raw_stream")`.
+    pub import_raw_stream: String,
+    /// `set_device(index)`.
+    pub set_device: String,
+    /// `synchronize()`.
+    pub synchronize: String,
+    /// `device_guard(index)`.
+    pub device_guard: String,
+    /// Who generated it, for the header comment (`gxu 0.1.0`).
+    pub origin: String,
+}
+
+impl DeviceStrings {
+    /// The strings pasted into the file as code.
+    fn code(&self) -> [&str; 4] {
+        [
+            &self.import_raw_stream,
+            &self.set_device,
+            &self.synchronize,
+            &self.device_guard,
+        ]
+    }
+}
+
+/// Choices of the Python wrapper.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The device the wrapper runs on (`torch.device(name, index)`); the
+    /// [`DeviceStrings`] must be rendered for the same index.
+    pub device_index: u32,
+}
+
+/// Why the wrapper could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kernels given do not match the program (a bug in Kiln).
+    #[error("internal: no generated kernel computes program step {step} (please report)")]
+    MissingKernel {
+        /// The step.
+        step: usize,
+    },
+    /// Writing text failed.
+    #[error("formatting failed")]
+    Fmt(#[from] std::fmt::Error),
+}
+
+/// What the wrapper binds, for callers and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    /// The identifier each graph input is bound to in `call`, in input order.
+    pub inputs: Vec<String>,
+    /// Kernels launched per call.
+    pub kernels: usize,
+}
+
+/// The names `output_code.py` binds or uses besides the kernels': imports,
+/// module-level definitions, and the locals of its functions.
+pub const RESERVED: &[&str] = &[
+    "torch",
+    "DEVICE",
+    "assert_size_stride",
+    "KERNEL_META",
+    "_CONSTANTS",
+    "_constants",
+    "call",
+    "args",
+    "stream0",
+    "meta",
+    "make_inputs",
+    "benchmark_compiled_module",
+    "gen",
+    "seed",
+    "inputs",
+    "times",
+    "repeat",
+    "ms",
+    "do_bench",
+    "tensor",
+    "size",
+    "stride",
+    "name",
+];
+
+/// Takes every name the file binds, and every identifier of the plugin's
+/// strings, before any name from the graph is given out.
+pub fn reserve(namer: &mut Namer, strings: &DeviceStrings) {
+    namer.reserve_all(triton::RESERVED);
+    namer.reserve_all(RESERVED);
+    for code in strings.code() {
+        namer.reserve_identifiers_in(code);
+    }
+}
+
+/// `torch.float32`-style names.
+pub fn torch_dtype(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "torch.bool",
+        DType::Int32 => "torch.int32",
+        DType::Int64 => "torch.int64",
+        DType::Float16 => "torch.float16",
+        DType::BFloat16 => "torch.bfloat16",
+        DType::Float32 => "torch.float32",
+        DType::Float64 => "torch.float64",
+    }
+}
+
+/// A Python tuple of integers.
+fn tuple(values: &[i64]) -> String {
+    match values {
+        [] => "()".to_string(),
+        [one] => format!("({one},)"),
+        many => format!(
+            "({})",
+            many.iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Writes `output_code.py` for `scheduled` around `kernels` (generated with
+/// the same `namer`, after [`reserve`]).
+pub fn write(
+    scheduled: &Scheduled,
+    kernels: &triton::Kernels,
+    strings: &DeviceStrings,
+    options: &Options,
+    namer: &mut Namer,
+) -> Result<(String, Info), Error> {
+    let p = &scheduled.program;
+    let names = buffer_names(p, namer);
+    let mut by_step: HashMap<usize, &KernelInfo> = HashMap::new();
+    for k in &kernels.info {
+        by_step.insert(k.step, k);
+    }
+    if let Some(step) = (0..p.steps.len())
+        .find(|i| matches!(p.steps[*i], Step::Kernel(_)) && !by_step.contains_key(i))
+    {
+        return Err(Error::MissingKernel { step });
+    }
+    let mut out = String::new();
+    header(&mut out, p, strings, options)?;
+    out.push_str(&kernels.source);
+    writeln!(out)?;
+    writeln!(out)?;
+    write_meta(&mut out, &kernels.info)?;
+    write_constants(&mut out, p, &names)?;
+    let writer = call::CallWriter {
+        scheduled,
+        names: &names,
+        kernels: &by_step,
+        strings,
+    };
+    writer.write(&mut out)?;
+    write_benchmark(&mut out, p, strings)?;
+    let info = Info {
+        inputs: p.inputs.iter().map(|b| names[b].clone()).collect(),
+        kernels: kernels.info.len(),
+    };
+    Ok((out, info))
+}
+
+/// Every buffer's identifier: an input by its own name, a constant as
+/// `const_NAME`, a computed buffer as `buf_NAME`.
+fn buffer_names(p: &Program, namer: &mut Namer) -> HashMap<BufferId, String> {
+    p.buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let stem = match b.kind {
+                BufferKind::Input { .. } => b.name.clone(),
+                BufferKind::Constant { .. } => format!("const_{}", b.name),
+                BufferKind::Computed => format!("buf_{}", b.name),
+            };
+            (BufferId(i as u32), namer.name(&stem))
+        })
+        .collect()
+}
+
+/// The comment lines, the imports, `DEVICE` and `assert_size_stride`.
+fn header(
+    out: &mut String,
+    p: &Program,
+    strings: &DeviceStrings,
+    options: &Options,
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "# output_code.py generated by Kiln {} for device `{}` (plugin {}).",
+        env!("CARGO_PKG_VERSION"),
+        strings.device,
+        strings.origin
+    )?;
+    writeln!(
+        out,
+        "# Graph `{}`: {} kernel(s), {} step(s).",
+        sanitize(&p.name),
+        p.kernel_count(),
+        p.steps.len()
+    )?;
+    writeln!(out, "import torch")?;
+    writeln!(out, "import triton")?;
+    writeln!(out, "import triton.language as tl")?;
+    writeln!(out, "from triton.language.extra import libdevice")?;
+    writeln!(out, "{}", strings.import_raw_stream)?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "DEVICE = torch.device(\"{}\", {})",
+        strings.device, options.device_index
+    )?;
+    writeln!(out)?;
+    writeln!(out)?;
+    out.push_str(ASSERT_SIZE_STRIDE);
+    writeln!(out)?;
+    writeln!(out)
+}
+
+/// The asserts `call` makes on its inputs, as Inductor's wrapper does.
+const ASSERT_SIZE_STRIDE: &str = r#"def assert_size_stride(tensor, size, stride, name):
+    if tuple(tensor.size()) != size or tuple(tensor.stride()) != stride:
+        raise AssertionError(
+            f"{name}: expected size {size} and stride {stride}, "
+            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
+        )
+"#;
+
+/// The constants some step or output reads, in buffer order.
+fn constant_buffers(p: &Program) -> Vec<BufferId> {
+    (0..p.buffers.len())
+        .map(|i| BufferId(i as u32))
+        .filter(|b| matches!(p.buffer(*b).kind, BufferKind::Constant { .. }))
+        .filter(|b| {
+            p.steps.iter().any(|s| s.reads().contains(b)) || p.outputs.iter().any(|o| o.buf == *b)
+        })
+        .collect()
+}
+
+/// `_constants()`: the program's constants, created on the device once.
+fn write_constants(
+    out: &mut String,
+    p: &Program,
+    names: &HashMap<BufferId, String>,
+) -> std::fmt::Result {
+    let constants = constant_buffers(p);
+    if constants.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out)?;
+    writeln!(out, "_CONSTANTS = None")?;
+    writeln!(out)?;
+    writeln!(out)?;
+    writeln!(out, "def _constants():")?;
+    writeln!(out, "    # Created once, on the device, on first use.")?;
+    writeln!(out, "    global _CONSTANTS")?;
+    writeln!(out, "    if _CONSTANTS is None:")?;
+    writeln!(out, "        _CONSTANTS = (")?;
+    for b in constants {
+        let buf = p.buffer(b);
+        let BufferKind::Constant { data } = &buf.kind else {
+            continue;
+        };
+        let dtype = torch_dtype(buf.dtype);
+        let text = match data {
+            ConstData::Fill(v) => format!(
+                "torch.full({}, {}, dtype={dtype}, device=DEVICE)",
+                tuple(&buf.shape),
+                float_text(*v)
+            ),
+            ConstData::Values(values) => {
+                let list: Vec<String> = values.iter().map(|v| float_text(*v)).collect();
+                format!(
+                    "torch.tensor([{}], dtype={dtype}).reshape({}).to(DEVICE)",
+                    list.join(", "),
+                    tuple(&buf.shape)
+                )
+            }
+        };
+        writeln!(out, "            {text},  # {}", names[&b])?;
+    }
+    writeln!(out, "        )")?;
+    writeln!(out, "    return _CONSTANTS")?;
+    Ok(())
+}
+
+/// `KERNEL_META`: every kernel's signature and launch, as literals, so that
+/// the kernels can be compiled ahead of time without running the wrapper.
+fn write_meta(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
+    writeln!(
+        out,
+        "# Signatures and launch configs, for compiling the kernels ahead of time"
+    )?;
+    writeln!(
+        out,
+        "# (tools/check_triton.py) without running the wrapper."
+    )?;
+    writeln!(out, "KERNEL_META = {{")?;
+    for info in kernels {
+        let index = if info.int64_index { "i64" } else { "i32" };
+        let mut sig: Vec<String> = info
+            .arg_names
+            .iter()
+            .zip(&info.arg_types)
+            .map(|(n, t)| format!("\"{n}\": \"{t}\""))
+            .collect();
+        sig.push(format!("\"xnumel\": \"{index}\""));
+        if info.rnumel.is_some() {
+            sig.push(format!("\"rnumel\": \"{index}\""));
+        }
+        let l = &info.launch;
+        let mut constants = vec![format!("\"XBLOCK\": {}", l.x_block)];
+        if let Some(r) = l.r_block {
+            constants.push(format!("\"RBLOCK\": {r}"));
+        }
+        writeln!(
+            out,
+            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}}},",
+            info.name,
+            sig.join(", "),
+            constants.join(", "),
+            l.num_warps,
+            l.num_stages,
+            if info.candidates.len() > 1 { "True" } else { "False" }
+        )?;
+    }
+    writeln!(out, "}}")?;
+    Ok(())
+}
+
+/// `make_inputs`, `benchmark_compiled_module` and the `__main__` that runs it.
+fn write_benchmark(out: &mut String, p: &Program, strings: &DeviceStrings) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(out)?;
+    writeln!(out, "def make_inputs(seed=0):")?;
+    writeln!(
+        out,
+        "    \"\"\"Random inputs of the graph's shapes and dtypes, on the device.\"\"\""
+    )?;
+    writeln!(out, "    gen = torch.Generator().manual_seed(seed)")?;
+    writeln!(out, "    return [")?;
+    for b in &p.inputs {
+        let buf = p.buffer(*b);
+        let shape = tuple(&buf.shape);
+        let text = match buf.dtype {
+            DType::Bool => format!("(torch.rand({shape}, generator=gen) < 0.5)"),
+            DType::Int32 | DType::Int64 => {
+                format!(
+                    "torch.randint(-8, 8, {shape}, generator=gen, dtype={})",
+                    torch_dtype(buf.dtype)
+                )
+            }
+            d => format!(
+                "torch.randn({shape}, generator=gen, dtype={})",
+                torch_dtype(d)
+            ),
+        };
+        writeln!(out, "        {text}.to(DEVICE),")?;
+    }
+    writeln!(out, "    ]")?;
+    writeln!(out)?;
+    writeln!(out)?;
+    out.push_str(&BENCHMARK.replace("{synchronize}", &strings.synchronize));
+    Ok(())
+}
+
+/// `benchmark_compiled_module` and the `__main__`; `{synchronize}` is the
+/// plugin's `synchronize()`.
+const BENCHMARK: &str = r#"def benchmark_compiled_module(times=10, repeat=10):
+    """Median time of `call` in milliseconds (triton.testing.do_bench)."""
+    from triton.testing import do_bench
+    inputs = make_inputs()
+    call(list(inputs))
+    {synchronize}
+    ms = do_bench(lambda: call(list(inputs)), warmup=times, rep=repeat * times)
+    print(f"{ms:.6f} ms")
+    return ms
+
+
+if __name__ == "__main__":
+    benchmark_compiled_module()
+"#;

@@ -1,0 +1,453 @@
+//! The one front door for a compile: a validated graph and a device's plugin
+//! in, generated code out. `host compile`, `host run`, `host eval --device`,
+//! the conformance harness, the benchmarks and the tests all come through
+//! [`compile`], so that what one of them checks is exactly what another ships.
+//!
+//! A compile asks the plugin what it needs once ([`Target::query`]: the
+//! backend spec and the override strings its wrapper needs), runs the passes,
+//! schedules with the plugin's backend features, routes by the scheduling
+//! kind to the kernel and wrapper generators, and returns [`Artifacts`]: the
+//! generated file, what the generators report, and the debug texts of
+//! TorchInductor's debug layout. It never writes a file unless asked
+//! ([`Artifacts::write_to`]) and never runs generated code (that is `runtime`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kiln_plugin_api::{BackendSpec, SchedulingKind, Wrappers};
+
+use crate::codegen::namer::Namer;
+use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
+use crate::codegen::{cpp, triton, KernelError};
+use crate::graph::ir::Graph;
+use crate::plugins::validate::override_text_problem;
+use crate::plugins::{required_overrides, CallError, Override, OverrideArgs, Plugin, WrapperKind};
+use crate::schedule::Scheduled;
+
+/// Why a graph could not be compiled for a device.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A pass failed.
+    #[error("the passes failed")]
+    Passes(#[from] crate::passes::Error),
+    /// The scheduler could not lower the graph.
+    #[error(transparent)]
+    Schedule(#[from] crate::schedule::Error),
+    /// A call into the plugin failed.
+    #[error(transparent)]
+    Plugin(#[from] CallError),
+    /// The plugin does not support what the compile needs.
+    #[error("plugin `{plugin}` ({path}): {what}")]
+    Unsupported {
+        /// The device.
+        plugin: String,
+        /// Its library.
+        path: String,
+        /// What.
+        what: String,
+    },
+    /// The plugin lacks an override the chosen wrapper needs.
+    #[error(
+        "plugin `{plugin}` ({path}) does not provide `{method}`, which the {wrapper} wrapper needs; \
+         implement it in the plugin or choose another wrapper"
+    )]
+    MissingOverride {
+        /// The device.
+        plugin: String,
+        /// Its library.
+        path: String,
+        /// The `DeviceOpOverrides` method.
+        method: &'static str,
+        /// Which wrapper.
+        wrapper: &'static str,
+    },
+    /// The plugin returned a string that cannot be pasted into generated code.
+    #[error("plugin `{plugin}` ({path}) returned a malformed override: {problem}")]
+    BadOverride {
+        /// The device.
+        plugin: String,
+        /// Its library.
+        path: String,
+        /// What is wrong, naming the method.
+        problem: String,
+    },
+    /// Triton kernel generation failed.
+    #[error("generating Triton kernels failed")]
+    TritonKernels(#[source] KernelError),
+    /// C++ kernel generation failed.
+    #[error("generating C++ kernels failed")]
+    CppKernels(#[source] KernelError),
+    /// The Python wrapper could not be written.
+    #[error("writing output_code.py failed")]
+    PythonWrapper(#[from] python::Error),
+    /// The C++ wrapper could not be written.
+    #[error("writing wrapper.cpp failed")]
+    CppWrapper(#[from] cpp_wrapper::Error),
+    /// A generated file could not be written.
+    #[error("cannot write {path}")]
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The choices of one compile.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The wrapper to write; `None` picks the device's own: the Python
+    /// wrapper for Triton kernels, the C++ wrapper for C++ kernels.
+    pub wrapper: Option<WrapperKind>,
+    /// Which device of the kind the wrapper runs on (`cuda:1` is index 1).
+    pub device_index: u32,
+    /// Triton kernel generation.
+    pub triton: triton::Options,
+    /// C++ kernel generation.
+    pub cpp: cpp::Options,
+    /// The C++ wrapper.
+    pub cpp_wrapper: cpp_wrapper::Options,
+    /// Also produce TorchInductor's debug texts ([`DebugFiles`]).
+    pub debug: bool,
+}
+
+/// What a compile needs from a device's plugin, asked once.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The device name.
+    pub device: String,
+    /// Who generates the code, for the generated file's first comment (`gxu 0.1.0`).
+    pub origin: String,
+    /// The plugin's backend spec.
+    pub spec: BackendSpec,
+    /// The wrapper this compile writes.
+    pub wrapper: WrapperKind,
+    /// The overrides that wrapper needs, rendered for the device index.
+    strings: HashMap<Override, String>,
+}
+
+fn wrapper_label(kind: WrapperKind) -> &'static str {
+    match kind {
+        WrapperKind::Python => "Python",
+        WrapperKind::Cpp => "C++",
+    }
+}
+
+impl Target {
+    /// Asks `plugin` for everything a compile with `options` needs, and
+    /// refuses a device that cannot give it, naming what is missing.
+    pub fn query(plugin: &Plugin, options: &Options) -> Result<Target, Error> {
+        let unsupported = |what: String| Error::Unsupported {
+            plugin: plugin.name().to_string(),
+            path: plugin.path().display().to_string(),
+            what,
+        };
+        let spec = plugin.backend_spec()?.ok_or_else(|| {
+            unsupported("it provides no backend spec (scheduling kind and wrappers)".into())
+        })?;
+        let wrapper = options.wrapper.unwrap_or(match spec.scheduling {
+            SchedulingKind::Triton => WrapperKind::Python,
+            SchedulingKind::Cpp => WrapperKind::Cpp,
+        });
+        match (spec.scheduling, wrapper) {
+            (SchedulingKind::Triton, WrapperKind::Python)
+            | (SchedulingKind::Cpp, WrapperKind::Cpp) => {}
+            (SchedulingKind::Triton, WrapperKind::Cpp) => {
+                return Err(unsupported(
+                    "the C++ wrapper for Triton kernels is not implemented in this host yet; \
+                     use the Python wrapper (output_code.py)"
+                        .into(),
+                ))
+            }
+            (SchedulingKind::Cpp, WrapperKind::Python) => {
+                return Err(unsupported(
+                    "the Python wrapper for C++ kernels is not implemented in this host; \
+                     use the C++ wrapper (wrapper.cpp)"
+                        .into(),
+                ))
+            }
+        }
+        let flag = match wrapper {
+            WrapperKind::Python => Wrappers::PYTHON,
+            WrapperKind::Cpp => Wrappers::CPP,
+        };
+        if !spec.wrappers.contains(flag) {
+            return Err(unsupported(format!(
+                "it does not support the {} wrapper",
+                wrapper_label(wrapper)
+            )));
+        }
+        let args = OverrideArgs {
+            device_index: options.device_index,
+            ..OverrideArgs::default()
+        };
+        let mut strings = HashMap::new();
+        for which in required_overrides(&spec, wrapper) {
+            let text =
+                plugin
+                    .override_text(which, &args)?
+                    .ok_or_else(|| Error::MissingOverride {
+                        plugin: plugin.name().to_string(),
+                        path: plugin.path().display().to_string(),
+                        method: which.name(),
+                        wrapper: wrapper_label(wrapper),
+                    })?;
+            if let Some(problem) = override_text_problem(which, &text) {
+                return Err(Error::BadOverride {
+                    plugin: plugin.name().to_string(),
+                    path: plugin.path().display().to_string(),
+                    problem,
+                });
+            }
+            strings.insert(which, text);
+        }
+        Ok(Target {
+            device: plugin.name().to_string(),
+            origin: format!("{} {}", plugin.name(), plugin.version()),
+            spec,
+            wrapper,
+            strings,
+        })
+    }
+
+    /// An override the wrapper needs ([`Target::query`] checked it is there).
+    fn string(&self, which: Override) -> String {
+        self.strings.get(&which).cloned().unwrap_or_default()
+    }
+
+    /// The strings of the Python wrapper.
+    fn python_strings(&self) -> python::DeviceStrings {
+        python::DeviceStrings {
+            device: self.device.clone(),
+            import_raw_stream: self.string(Override::ImportGetRawStreamAs),
+            set_device: self.string(Override::SetDevice),
+            synchronize: self.string(Override::Synchronize),
+            device_guard: self.string(Override::DeviceGuard),
+            origin: self.origin.clone(),
+        }
+    }
+}
+
+/// TorchInductor's debug texts (`host compile --debug`).
+#[derive(Clone, Debug)]
+pub struct DebugFiles {
+    /// `graph_pre_passes.txt`.
+    pub graph_pre_passes: String,
+    /// `graph_post_passes.txt`.
+    pub graph_post_passes: String,
+    /// `ir_pre_fusion.txt`: every scheduler node as its own kernel.
+    pub ir_pre_fusion: String,
+    /// `ir_post_fusion.txt`: the scheduled program.
+    pub ir_post_fusion: String,
+    /// `graph.dot`: the graph, nodes coloured by the step computing them.
+    pub graph_dot: String,
+}
+
+/// What the generators report about the code they wrote.
+#[derive(Clone, Debug)]
+pub enum CodeInfo {
+    /// `output_code.py`: Triton kernels and the Python wrapper.
+    Python {
+        /// The wrapper.
+        wrapper: python::Info,
+        /// Every kernel's launch.
+        kernels: Vec<triton::KernelInfo>,
+    },
+    /// `wrapper.cpp`: C++ kernels and the C++ wrapper.
+    Cpp {
+        /// The wrapper.
+        wrapper: cpp_wrapper::Info,
+        /// Every kernel's call.
+        kernels: Vec<cpp::KernelInfo>,
+    },
+}
+
+/// Time spent in each stage of a compile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timings {
+    /// The pass pipeline.
+    pub passes: Duration,
+    /// Lowering, fusion and memory planning.
+    pub schedule: Duration,
+    /// Kernels and wrapper.
+    pub codegen: Duration,
+}
+
+impl Timings {
+    /// All stages together.
+    pub fn total(&self) -> Duration {
+        self.passes + self.schedule + self.codegen
+    }
+}
+
+/// Everything a compile produced.
+#[derive(Clone, Debug)]
+pub struct Artifacts {
+    /// The device and what its plugin said.
+    pub target: Target,
+    /// `output_code.py` or `wrapper.cpp`.
+    pub file_name: &'static str,
+    /// Its text.
+    pub code: String,
+    /// What the generators report.
+    pub info: CodeInfo,
+    /// The graph after the passes.
+    pub graph: Graph,
+    /// The scheduled program the code implements.
+    pub scheduled: Scheduled,
+    /// The debug texts, when asked for.
+    pub debug: Option<DebugFiles>,
+    /// Time per stage.
+    pub timings: Timings,
+}
+
+impl Artifacts {
+    /// Kernels generated.
+    pub fn kernel_count(&self) -> usize {
+        self.scheduled.program.kernel_count()
+    }
+
+    /// Calls into the device's library (matrix products).
+    pub fn extern_count(&self) -> usize {
+        self.scheduled.program.steps.len() - self.kernel_count()
+    }
+
+    /// Every file, by name: the generated code, then the debug texts.
+    pub fn files(&self) -> Vec<(&'static str, &str)> {
+        let mut files = vec![(self.file_name, self.code.as_str())];
+        if let Some(d) = &self.debug {
+            files.extend([
+                ("graph_pre_passes.txt", d.graph_pre_passes.as_str()),
+                ("graph_post_passes.txt", d.graph_post_passes.as_str()),
+                ("ir_pre_fusion.txt", d.ir_pre_fusion.as_str()),
+                ("ir_post_fusion.txt", d.ir_post_fusion.as_str()),
+                ("graph.dot", d.graph_dot.as_str()),
+            ]);
+        }
+        files
+    }
+
+    /// Writes every file into `dir` (created if needed); returns their paths.
+    pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        self.files()
+            .into_iter()
+            .map(|(name, text)| {
+                let path = dir.join(name);
+                std::fs::write(&path, text).map_err(|source| Error::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(path)
+            })
+            .collect()
+    }
+}
+
+/// Compiles a validated graph for the device of `plugin`.
+pub fn compile(graph: Graph, plugin: &Plugin, options: &Options) -> Result<Artifacts, Error> {
+    let target = Target::query(plugin, options)?;
+    compile_for(graph, plugin, target, options)
+}
+
+/// [`compile`] for a target already asked of `plugin` (its heuristics are
+/// still asked per kernel).
+pub fn compile_for(
+    mut graph: Graph,
+    plugin: &Plugin,
+    target: Target,
+    options: &Options,
+) -> Result<Artifacts, Error> {
+    let _span =
+        tracing::info_span!("compile", graph = %graph.name, device = %target.device).entered();
+    let pre_passes = options.debug.then(|| crate::graph::print::to_text(&graph));
+    let start = Instant::now();
+    crate::passes::run_pipeline(&mut graph)?;
+    let passes = start.elapsed();
+    let start = Instant::now();
+    let schedule_options = crate::schedule::Options {
+        features: target.spec.features,
+    };
+    let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
+    let schedule = start.elapsed();
+    let start = Instant::now();
+    let (file_name, code, info) = generate(&scheduled, plugin, &target, options)?;
+    let codegen = start.elapsed();
+    let debug = match pre_passes {
+        Some(graph_pre_passes) => Some(DebugFiles {
+            graph_pre_passes,
+            graph_post_passes: crate::graph::print::to_text(&graph),
+            ir_pre_fusion: crate::schedule::pre_fusion_text(&graph)?,
+            ir_post_fusion: crate::schedule::print::program_text(&scheduled),
+            graph_dot: crate::schedule::print::kernel_dot(&graph, &scheduled),
+        }),
+        None => None,
+    };
+    Ok(Artifacts {
+        target,
+        file_name,
+        code,
+        info,
+        graph,
+        scheduled,
+        debug,
+        timings: Timings {
+            passes,
+            schedule,
+            codegen,
+        },
+    })
+}
+
+/// Kernels and wrapper for the target's scheduling kind, through one
+/// [`Namer`] that has every writer's names reserved before any graph name.
+fn generate(
+    scheduled: &Scheduled,
+    plugin: &Plugin,
+    target: &Target,
+    options: &Options,
+) -> Result<(&'static str, String, CodeInfo), Error> {
+    let mut namer = Namer::new();
+    match target.wrapper {
+        WrapperKind::Python => {
+            let strings = target.python_strings();
+            python::reserve(&mut namer, &strings);
+            let kernels = triton::write(&scheduled.program, plugin, &options.triton, &mut namer)
+                .map_err(Error::TritonKernels)?;
+            let python_options = python::Options {
+                device_index: options.device_index,
+            };
+            let (code, wrapper) =
+                python::write(scheduled, &kernels, &strings, &python_options, &mut namer)?;
+            let info = CodeInfo::Python {
+                wrapper,
+                kernels: kernels.info,
+            };
+            Ok(("output_code.py", code, info))
+        }
+        WrapperKind::Cpp => {
+            let header = target.string(Override::KernelHeader);
+            cpp_wrapper::reserve(&mut namer, &header);
+            let kernels = cpp::write(&scheduled.program, plugin, &options.cpp, &mut namer)
+                .map_err(Error::CppKernels)?;
+            let (code, wrapper) = cpp_wrapper::write(
+                scheduled,
+                &kernels,
+                &header,
+                &target.origin,
+                &options.cpp_wrapper,
+                &mut namer,
+            )?;
+            let info = CodeInfo::Cpp {
+                wrapper,
+                kernels: kernels.info,
+            };
+            Ok(("wrapper.cpp", code, info))
+        }
+    }
+}

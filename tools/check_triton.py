@@ -1,24 +1,37 @@
 #!/usr/bin/env python3
-"""Compile every Triton kernel in Kiln-generated output_code.py files with the
-real Triton compiler, without a GPU.
+"""Check Kiln-generated output_code.py files with the real Triton compiler and
+Python's own parser, without a GPU.
 
-Each generated file defines its kernels as plain ``@triton.jit`` functions and a
+Each generated file names the Triton target its kernels were generated for
+(``TRITON_TARGET``, Triton's ``GPUTarget`` fields as the device plugin gives
+them), defines its kernels as plain ``@triton.jit`` functions, and writes a
 literal ``KERNEL_META`` dict: for every kernel, its argument signature (Triton
 type strings such as ``*fp32`` or ``i32``), its ``constexpr`` values, and the
-launch's ``num_warps`` and ``num_stages``. This script reads both through
+launch's ``num_warps`` and ``num_stages``. This script reads them through
 Python's ``ast`` module (it never runs the wrapper, which needs torch and a
-device), writes the kernels into a scratch module, and calls
-``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`` on each.
+device), and for each file:
 
-Usage: check_triton.py [--arch 90] [--warp-size 32] FILE_OR_DIR...
-Exit status 0 when every kernel compiled; 1 otherwise, with each failure named.
+- checks the wrapper's scope: ``call`` binds every local once, and no local
+  shadows a module-level name of the file or a Python builtin (so no name from
+  a graph can take a name the generated code uses);
+- compiles every kernel with ``triton.compile(ASTSource(...),
+  target=GPUTarget(backend, arch, warp_size))``, when the installed Triton has
+  a backend for that target. A file for a backend that is not installed is
+  reported as skipped (``SKIPPED``), unless ``--require-backends`` makes that
+  a failure.
+
+Usage: check_triton.py [--require-backends] FILE_OR_DIR...
+Exit status 0 when every check that could run passed; 1 otherwise, with each
+failure named on stderr (``FAILED path: ...``).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -31,50 +44,121 @@ KERNEL_IMPORTS = (
 )
 
 
-def kernel_sources(path: Path) -> tuple[list[tuple[str, str]], dict]:
-    """The (name, source) of every @triton.jit function, and KERNEL_META."""
-    text = path.read_text()
-    tree = ast.parse(text, filename=str(path))
-    kernels = []
-    meta = None
+class Skipped(Exception):  # noqa: N818 (a reason, not an error)
+    """The file's kernels cannot be compiled here (its backend is not installed)."""
+
+
+def literal(tree: ast.Module, name: str, path: Path):
+    """The value of the module-level literal assignment `name = ...`."""
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-            ast.unparse(d) in ("triton.jit", "jit") for d in node.decorator_list
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):
-            kernels.append((node.name, ast.get_source_segment(text, node, padded=False)))
-        elif isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "KERNEL_META" for t in node.targets
-        ):
-            meta = ast.literal_eval(node.value)
-    if kernels and meta is None:
-        raise ValueError(f"{path}: kernels found but no literal KERNEL_META dict")
-    return kernels, meta or {}
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{path}: no literal {name}")
 
 
-def decorated(name: str, source: str) -> str:
-    # get_source_segment drops the decorator lines; put the one we need back.
-    return f"@triton.jit\n{source}\n"
+def kernel_sources(text: str, tree: ast.Module) -> list[tuple[str, str]]:
+    """The (name, source) of every @triton.jit function."""
+    return [
+        (node.name, ast.get_source_segment(text, node, padded=False))
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(d) in ("triton.jit", "jit") for d in node.decorator_list)
+    ]
 
 
-def check_file(path: Path, arch: int, warp_size: int, scratch: Path) -> list[str]:
-    import triton
+def module_names(tree: ast.Module) -> set[str]:
+    """Every name the module binds at its top level."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        names.add(n.id)
+    return names
+
+
+def scope_problems(tree: ast.Module) -> list[str]:
+    """Names `call` binds twice, or that shadow a module-level name or a builtin."""
+    calls = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "call"]
+    if not calls:
+        return ["no call() function"]
+    call = calls[0]
+    module = module_names(tree)
+    builtin = set(dir(builtins))
+    bound: dict[str, int] = {arg.arg: 1 for arg in call.args.args}
+    for node in ast.walk(call):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound[node.id] = bound.get(node.id, 0) + 1
+    problems = []
+    for name, count in sorted(bound.items()):
+        if count > 1:
+            problems.append(f"call() binds `{name}` {count} times")
+        if name in module:
+            problems.append(f"call() binds `{name}`, shadowing the module-level `{name}`")
+        if name in builtin:
+            problems.append(f"call() binds `{name}`, shadowing the builtin `{name}`")
+    return problems
+
+
+def gpu_target(path: Path, tree: ast.Module):
+    """The file's GPUTarget, or Skipped when Triton has no backend for it."""
+    import triton.backends
     from triton.backends.compiler import GPUTarget
+
+    spec = literal(tree, "TRITON_TARGET", path)
+    if spec is None:
+        raise ValueError(f"{path}: TRITON_TARGET is None: the device plugin names no Triton target")
+    arch = spec["arch"]
+    if arch.isdigit():
+        arch = int(arch)
+    elif arch.startswith("{"):
+        arch = json.loads(arch)
+    target = GPUTarget(spec["backend"], arch, spec["warp_size"])
+    if not any(b.compiler.supports_target(target) for b in triton.backends.backends.values()):
+        installed = ", ".join(sorted(triton.backends.backends)) or "none"
+        raise Skipped(
+            f"Triton has no backend for `{spec['backend']}` here (installed: {installed})"
+        )
+    return target
+
+
+def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
+    """The file's failures, and why its kernels were not compiled, if they were not."""
+    import triton
     from triton.compiler import ASTSource
 
-    failures = []
-    kernels, meta = kernel_sources(path)
+    text = path.read_text()
+    tree = ast.parse(text, filename=str(path))
+    failures = [f"{path}: {p}" for p in scope_problems(tree)]
+    kernels = kernel_sources(text, tree)
+    meta = literal(tree, "KERNEL_META", path)
+    try:
+        target = gpu_target(path, tree)
+    except Skipped as why:
+        return failures, str(why)
     module_path = scratch / f"kiln_kernels_{abs(hash(str(path)))}.py"
-    module_path.write_text(KERNEL_IMPORTS + "\n\n".join(decorated(n, s) for n, s in kernels))
+    module_path.write_text(
+        KERNEL_IMPORTS + "\n\n".join(f"@triton.jit\n{source}\n" for _, source in kernels)
+    )
     spec = importlib.util.spec_from_file_location(module_path.stem, module_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    target = GPUTarget("cuda", arch, warp_size)
-    compiled_names = [n for n, _ in kernels if n in meta]
-    missing = [n for n in meta if n not in dict(kernels)]
-    for name in missing:
-        failures.append(f"{path}: {name}: in KERNEL_META but no @triton.jit function")
+    names = dict(kernels)
+    for name in meta:
+        if name not in names:
+            failures.append(f"{path}: {name}: in KERNEL_META but no @triton.jit function")
     # @triton.jit functions without a KERNEL_META entry are helpers the kernels call.
-    for name in compiled_names:
+    compiled = [n for n, _ in kernels if n in meta]
+    failed = 0
+    for name in compiled:
         info = meta[name]
         signature = dict(info["signature"])
         constexprs = dict(info.get("constants", {}))
@@ -82,27 +166,35 @@ def check_file(path: Path, arch: int, warp_size: int, scratch: Path) -> list[str
             signature[key] = "constexpr"
         try:
             src = ASTSource(fn=getattr(module, name), signature=signature, constexprs=constexprs)
-            compiled = triton.compile(
+            binary = triton.compile(
                 src,
                 target=target,
                 options={"num_warps": info["num_warps"], "num_stages": info["num_stages"]},
             )
-            if "ptx" not in compiled.asm:
-                failures.append(f"{path}: {name}: no PTX produced")
+            if not binary.asm:
+                raise RuntimeError("no code produced")
         except Exception as error:  # report every kernel, not just the first
+            failed += 1
             lines = [l for l in str(error).strip().splitlines() if l.strip()]
             where = lines[0] if lines else ""
             what = lines[-1] if len(lines) > 1 else type(error).__name__
             failures.append(f"{path}: {name}: {what} ({where.strip()})")
-    print(f"{path}: {len(compiled_names) - len(failures)} of {len(compiled_names)} kernel(s) compiled")
-    return failures
+    arch = "{...}" if isinstance(target.arch, dict) else target.arch
+    print(
+        f"{path}: {len(compiled) - failed} of {len(compiled)} kernel(s) compiled "
+        f"for {target.backend} {arch}, warp size {target.warp_size}"
+    )
+    return failures, None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path)
-    parser.add_argument("--arch", type=int, default=90)
-    parser.add_argument("--warp-size", type=int, default=32)
+    parser.add_argument(
+        "--require-backends",
+        action="store_true",
+        help="fail, instead of skipping, a file whose Triton backend is not installed",
+    )
     args = parser.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     files = []
@@ -115,9 +207,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for f in files:
             try:
-                failures += check_file(f, args.arch, args.warp_size, Path(scratch))
+                found, skipped = check_file(f, Path(scratch))
             except Exception as error:
                 failures.append(f"{f}: {error}")
+                continue
+            failures += found
+            if skipped is not None and args.require_backends:
+                failures.append(f"{f}: {skipped}")
+            elif skipped is not None:
+                print(f"SKIPPED {f}: {skipped}")
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)
     return 1 if failures else 0

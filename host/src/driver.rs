@@ -21,8 +21,10 @@ use crate::codegen::namer::Namer;
 use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;
-use crate::plugins::validate::override_text_problem;
-use crate::plugins::{required_overrides, CallError, Override, OverrideArgs, Plugin, WrapperKind};
+use crate::plugins::validate::{override_text_problem, triton_target_problem};
+use crate::plugins::{
+    required_overrides, CallError, Override, OverrideArgs, Plugin, TritonTargetOwned, WrapperKind,
+};
 use crate::schedule::Scheduled;
 
 /// Why a graph could not be compiled for a device.
@@ -124,6 +126,10 @@ pub struct Target {
     pub spec: BackendSpec,
     /// The wrapper this compile writes.
     pub wrapper: WrapperKind,
+    /// For Triton kernels: the Triton target they are generated for (the
+    /// plugin's `triton_target`, or, as Inductor derives it, the device
+    /// properties' type, `cc` and warp size); `None` when neither says.
+    pub triton_target: Option<TritonTargetOwned>,
     /// The overrides that wrapper needs, rendered for the device index.
     strings: HashMap<Override, String>,
 }
@@ -203,11 +209,19 @@ impl Target {
             }
             strings.insert(which, text);
         }
+        let triton_target = match spec.scheduling {
+            SchedulingKind::Triton => triton_target(plugin, options.device_index)?,
+            SchedulingKind::Cpp => None,
+        };
+        if let Some(problem) = triton_target.as_ref().and_then(triton_target_problem) {
+            return Err(unsupported(problem));
+        }
         Ok(Target {
             device: plugin.name().to_string(),
             origin: format!("{} {}", plugin.name(), plugin.version()),
             spec,
             wrapper,
+            triton_target,
             strings,
         })
     }
@@ -226,8 +240,25 @@ impl Target {
             synchronize: self.string(Override::Synchronize),
             device_guard: self.string(Override::DeviceGuard),
             origin: self.origin.clone(),
+            triton_target: self.triton_target.clone(),
         }
     }
+}
+
+/// The plugin's Triton target, or, for a plugin that does not say, the one
+/// Inductor builds from the device's properties: `GPUTarget(type, cc,
+/// warp_size)`.
+fn triton_target(plugin: &Plugin, index: u32) -> Result<Option<TritonTargetOwned>, Error> {
+    if let Some(target) = plugin.triton_target()? {
+        return Ok(Some(target));
+    }
+    Ok(plugin.device_properties(index)?.and_then(|props| {
+        Some(TritonTargetOwned {
+            backend: props.device_type.to_string(),
+            arch: props.cc.to_string(),
+            warp_size: props.warp_size.into_option()?,
+        })
+    }))
 }
 
 /// TorchInductor's debug texts (`host compile --debug`).

@@ -36,57 +36,63 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
     fn set_device(&self, _idx: u32) -> Option<String> {
         None
     }
-    /// `synchronize()`.
+    /// Every override that takes no arguments, as one value: its strings
+    /// are fixed once the plugin is loaded, so a plugin builds the value in
+    /// [`DevicePlugin::load`] and returns it here. The default provides none.
+    fn overrides(&self) -> &FixedOverrides {
+        &NO_OVERRIDES
+    }
+    /// `synchronize()`: by default, from [`DevicePlugin::overrides`].
     fn synchronize(&self) -> Option<String> {
-        None
+        self.overrides().synchronize.clone()
     }
     /// `device_guard(idx)`.
     fn device_guard(&self, _idx: u32) -> Option<String> {
         None
     }
-    /// `cpp_device_guard()`.
+    /// `cpp_device_guard()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_device_guard(&self) -> Option<String> {
-        None
+        self.overrides().cpp_device_guard.clone()
     }
-    /// `cpp_aoti_device_guard()`.
+    /// `cpp_aoti_device_guard()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_aoti_device_guard(&self) -> Option<String> {
-        None
+        self.overrides().cpp_aoti_device_guard.clone()
     }
-    /// `cpp_stream_guard()`.
+    /// `cpp_stream_guard()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_stream_guard(&self) -> Option<String> {
-        None
+        self.overrides().cpp_stream_guard.clone()
     }
-    /// `cpp_aoti_stream_guard()`.
+    /// `cpp_aoti_stream_guard()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_aoti_stream_guard(&self) -> Option<String> {
-        None
+        self.overrides().cpp_aoti_stream_guard.clone()
     }
-    /// `cpp_getStreamFromExternal()`.
+    /// `cpp_getStreamFromExternal()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_get_stream_from_external(&self) -> Option<String> {
-        None
+        self.overrides().cpp_get_stream_from_external.clone()
     }
-    /// `kernel_header()`.
+    /// `kernel_header()`: by default, from [`DevicePlugin::overrides`].
     fn kernel_header(&self) -> Option<String> {
-        None
+        self.overrides().kernel_header.clone()
     }
-    /// `kernel_driver()`.
+    /// `kernel_driver()`: by default, from [`DevicePlugin::overrides`].
     fn kernel_driver(&self) -> Option<String> {
-        None
+        self.overrides().kernel_driver.clone()
     }
-    /// `cpp_stream_type()`.
+    /// `cpp_stream_type()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_stream_type(&self) -> Option<String> {
-        None
+        self.overrides().cpp_stream_type.clone()
     }
-    /// `aoti_get_stream()`.
+    /// `aoti_get_stream()`: by default, from [`DevicePlugin::overrides`].
     fn aoti_get_stream(&self) -> Option<String> {
-        None
+        self.overrides().aoti_get_stream.clone()
     }
-    /// `cpp_kernel_type()`.
+    /// `cpp_kernel_type()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_kernel_type(&self) -> Option<String> {
-        None
+        self.overrides().cpp_kernel_type.clone()
     }
-    /// `cpp_device_ptr()`.
+    /// `cpp_device_ptr()`: by default, from [`DevicePlugin::overrides`].
     fn cpp_device_ptr(&self) -> Option<String> {
-        None
+        self.overrides().cpp_device_ptr.clone()
     }
     /// `cpp_scratch(idx, workspace, prefix)`: the statements and the variable name.
     fn cpp_scratch(
@@ -97,9 +103,9 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
     ) -> Option<(Vec<String>, String)> {
         None
     }
-    /// `tma_descriptor_helpers()`.
+    /// `tma_descriptor_helpers()`: by default, from [`DevicePlugin::overrides`].
     fn tma_descriptor_helpers(&self) -> Option<String> {
-        None
+        self.overrides().tma_descriptor_helpers.clone()
     }
 
     /// Whether a device can be used now.
@@ -118,7 +124,67 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
     fn adjust_grid(&self, grid: Grid) -> Grid {
         grid
     }
+    /// The Triton target the device's kernels compile for. The default,
+    /// `None`, lets the host derive it from [`DevicePlugin::device_properties`]
+    /// as Inductor does (the device type, `cc` and the warp size).
+    fn triton_target(&self) -> Option<TritonTarget> {
+        None
+    }
 }
+
+/// The `DeviceOpOverrides` methods that take no arguments, as one value
+/// ([`DevicePlugin::overrides`]). `None` in a field: the device does not
+/// support that method (PyTorch's `NotImplementedError`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FixedOverrides {
+    /// `synchronize()`.
+    pub synchronize: Option<String>,
+    /// `cpp_device_guard()`.
+    pub cpp_device_guard: Option<String>,
+    /// `cpp_aoti_device_guard()`.
+    pub cpp_aoti_device_guard: Option<String>,
+    /// `cpp_stream_guard()`.
+    pub cpp_stream_guard: Option<String>,
+    /// `cpp_aoti_stream_guard()`.
+    pub cpp_aoti_stream_guard: Option<String>,
+    /// `cpp_getStreamFromExternal()`.
+    pub cpp_get_stream_from_external: Option<String>,
+    /// `kernel_header()`.
+    pub kernel_header: Option<String>,
+    /// `kernel_driver()`.
+    pub kernel_driver: Option<String>,
+    /// `cpp_stream_type()`.
+    pub cpp_stream_type: Option<String>,
+    /// `aoti_get_stream()`.
+    pub aoti_get_stream: Option<String>,
+    /// `cpp_kernel_type()`.
+    pub cpp_kernel_type: Option<String>,
+    /// `cpp_device_ptr()`.
+    pub cpp_device_ptr: Option<String>,
+    /// `tma_descriptor_helpers()`.
+    pub tma_descriptor_helpers: Option<String>,
+}
+
+impl FixedOverrides {
+    /// No override provided.
+    pub const NONE: FixedOverrides = FixedOverrides {
+        synchronize: None,
+        cpp_device_guard: None,
+        cpp_aoti_device_guard: None,
+        cpp_stream_guard: None,
+        cpp_aoti_stream_guard: None,
+        cpp_get_stream_from_external: None,
+        kernel_header: None,
+        kernel_driver: None,
+        cpp_stream_type: None,
+        aoti_get_stream: None,
+        cpp_kernel_type: None,
+        cpp_device_ptr: None,
+        tma_descriptor_helpers: None,
+    };
+}
+
+static NO_OVERRIDES: FixedOverrides = FixedOverrides::NONE;
 
 /// Where the loaded plugin lives: one static per plugin type, declared by
 /// [`export_plugin!`](crate::export_plugin) (Rust has no generic statics).
@@ -341,6 +407,11 @@ extern "C" fn adjust_grid<P: DevicePlugin>(grid: Grid) -> PResult<Grid> {
     with_plugin::<P, _>("adjust_grid", |p| p.adjust_grid(grid))
 }
 
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn triton_target<P: DevicePlugin>() -> PResult<ROption<TritonTarget>> {
+    with_plugin::<P, _>("triton_target", |p| p.triton_target().into())
+}
+
 /// The overrides table of `P`, with every method routed through the shims.
 pub fn overrides_table<P: DevicePlugin>() -> OpOverridesRef {
     OpOverrides {
@@ -385,6 +456,7 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             pointwise_configs: pointwise_configs::<P>,
             reduction_configs: reduction_configs::<P>,
             adjust_grid: adjust_grid::<P>,
+            triton_target: triton_target::<P>,
         }
         .leak_into_prefix(),
     };

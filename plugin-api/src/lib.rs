@@ -39,7 +39,7 @@ pub mod types;
 #[doc(hidden)]
 pub use abi_stable;
 
-pub use export::{DevicePlugin, PluginSlot};
+pub use export::{DevicePlugin, FixedOverrides, PluginSlot};
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 pub use root::{DeviceModule, DeviceModuleRef, Heuristics, HeuristicsRef};
 pub use root::{KilnPlugin, KilnPluginRef, OpOverrides, OpOverridesRef, PResult};

@@ -15,7 +15,7 @@ use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi
 
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 use crate::types::{
-    BackendSpec, DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery,
+    BackendSpec, DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery, TritonTarget,
 };
 use crate::types::{LoadContext, Manifest, PluginError, ScratchCode, ScratchWorkspace};
 
@@ -131,4 +131,8 @@ pub struct Heuristics {
     pub reduction_configs: extern "C" fn(ReductionQuery) -> PResult<RVec<LaunchConfig>>,
     /// The grid actually launched for a wanted grid; kernels loop over the rest.
     pub adjust_grid: extern "C" fn(Grid) -> PResult<Grid>,
+    /// The Triton target the device's kernels compile for (API 1.1). `RNone`,
+    /// or a plugin built before 1.1: the host derives it from
+    /// `device_properties` as Inductor does (type, cc, warp size).
+    pub triton_target: extern "C" fn() -> PResult<ROption<TritonTarget>>,
 }

@@ -305,6 +305,34 @@ impl Grid {
     }
 }
 
+/// The Triton target a device's kernels compile for: Triton's
+/// `GPUTarget(backend, arch, warp_size)`, which the host writes into
+/// `output_code.py` (`TRITON_TARGET`) and checks kernels against.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct TritonTarget {
+    /// The Triton backend (`cuda`, `hip`, `xpu`, or a vendor's own):
+    /// `^[a-z][a-z0-9_]{0,31}$`.
+    pub backend: RString,
+    /// `GPUTarget.arch` as one line of text: an integer (`90`), a name
+    /// (`gfx942`), or a JSON object (the device-property dict Intel's
+    /// backend takes).
+    pub arch: RString,
+    /// Threads per warp (sub-group) the kernels are compiled for.
+    pub warp_size: u32,
+}
+
+impl TritonTarget {
+    /// A target of `backend`, `arch` and `warp_size`.
+    pub fn new(backend: &str, arch: &str, warp_size: u32) -> TritonTarget {
+        TritonTarget {
+            backend: backend.into(),
+            arch: arch.into(),
+            warp_size,
+        }
+    }
+}
+
 /// Triton's scratch workspace, as passed to `cpp_scratch`.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]

@@ -6,6 +6,9 @@
 //! never the plugins' rlibs: that is what a user and a vendor do.
 
 pub mod broken;
+mod goldens;
+
+pub use goldens::Goldens;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

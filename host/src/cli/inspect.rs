@@ -38,8 +38,6 @@ const REDUCTION_QUERY: ReductionQuery = ReductionQuery {
     row_len: 8192,
     element_bytes: 4,
 };
-/// The grids shown through `adjust_grid`, along x.
-const GRIDS: [u64; 5] = [1, 47, 48, 50, 1000];
 
 /// Runs `host inspect`.
 pub fn run(cli: &Cli, args: &InspectArgs) -> Result<ExitCode, CliError> {
@@ -171,7 +169,12 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             .collect();
         json!({ "scheduling": spec.scheduling.name(), "wrappers": wrappers, "features": features })
     });
-    let grids: Vec<Value> = GRIDS
+    // Grids around the device's own width (its processor count), when it says.
+    let probes = match plugin.device_properties(0) {
+        Ok(Some(props)) => crate::plugins::validate::grid_probes(&props),
+        _ => vec![1],
+    };
+    let grids: Vec<Value> = probes
         .iter()
         .map(|&x| {
             let wanted = Grid::new(x, 1, 1);
@@ -209,6 +212,7 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
                 "configs": or_error(plugin.reduction_configs(REDUCTION_QUERY), errors, configs_json),
             },
             "adjust_grid": grids,
+            "triton_target": or_error(plugin.triton_target(), errors, |t| json!(t)),
         },
     })
 }
@@ -289,5 +293,20 @@ fn render_text(report: &Value) -> String {
             ));
         }
     }
+    let target = &h["triton_target"];
+    let target = if target.is_object() {
+        format!(
+            "{} (arch {}, warp size {})",
+            text_of(&target["backend"]),
+            text_of(&target["arch"]),
+            text_of(&target["warp_size"])
+        )
+    } else {
+        format!(
+            "{}: a Triton device's is derived from its properties",
+            text_of(target)
+        )
+    };
+    out.push_str(&format!("  triton_target {target}\n"));
     out
 }

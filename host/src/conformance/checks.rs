@@ -82,12 +82,13 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("heuristics.thread_limit", "no config of either sweep needs more than max_threads_per_block threads (num_warps x warp_size)"),
         Check::new("heuristics.grid", "adjust_grid never shrinks a grid along any axis and never exceeds max_grid"),
         Check::new("heuristics.deterministic", "the same query always gives the same configs and the same grid"),
+        Check::new("heuristics.triton_target", "the Triton target, when given, names a backend (^[a-z][a-z0-9_]{0,31}$), an arch on one line and a power-of-two warp size"),
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
         Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
         Check::new(e2e::COMPILE_EXAMPLES, "every bundled example graph compiles for the device: passes, fusion and code generation with the plugin's strings and heuristics"),
         Check::new(e2e::CPP_RUN, "for a C++ device, every example's wrapper.cpp builds with the system C++ compiler, runs, and matches the reference interpreter (skipped without a C++ compiler; allowed 12 times the per-check timeout)"),
-        Check::new(e2e::TRITON_COMPILE, "for a Triton device, every kernel of those examples compiles with the real Triton compiler for sm_90 (skipped without Python and Triton; allowed 12 times the per-check timeout)"),
+        Check::new(e2e::TRITON_COMPILE, "for a Triton device, every kernel of those examples compiles with the real Triton compiler for the plugin's Triton target (skipped without Python and Triton, or without a Triton backend for that target; allowed 12 times the per-check timeout)"),
     ]);
     checks
 }

@@ -173,6 +173,25 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The kernels `check_triton.py` reports compiled, and the target, from
+/// lines `PATH: N of M kernel(s) compiled for BACKEND ARCH, warp size W`.
+fn compiled_kernels(stdout: &str) -> (usize, Option<String>) {
+    let mut total = 0;
+    let mut target = None;
+    for line in stdout.lines().filter(|l| !l.starts_with("SKIPPED")) {
+        let Some((_, rest)) = line.rsplit_once(".py: ") else {
+            continue;
+        };
+        if let Some(n) = rest.split(' ').next().and_then(|n| n.parse::<usize>().ok()) {
+            total += n;
+        }
+        if let Some((_, t)) = rest.split_once(" compiled for ") {
+            target = Some(t.to_string());
+        }
+    }
+    (total, target)
+}
+
 /// `e2e.triton_compile`.
 pub fn triton_compile(plugin: &Plugin) -> Outcome {
     match scheduling(plugin) {
@@ -208,18 +227,20 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
     match Command::new(python()).arg(&script).arg(&dir.0).output() {
         Err(e) => Outcome::fail(format!("cannot run {}: {e}", python())),
         Ok(out) if out.status.success() => {
-            let compiled: usize = String::from_utf8_lossy(&out.stdout)
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let (compiled, target) = compiled_kernels(&stdout);
+            let skipped: Vec<&str> = stdout
                 .lines()
-                .filter_map(|l| {
-                    l.split(": ")
-                        .nth(1)?
-                        .split(' ')
-                        .next()?
-                        .parse::<usize>()
-                        .ok()
-                })
-                .sum();
-            Outcome::pass(format!("{compiled} kernels compiled with Triton for sm_90"))
+                .filter_map(|l| l.strip_prefix("SKIPPED "))
+                .filter_map(|l| l.split_once(": ").map(|(_, why)| why))
+                .collect();
+            match (compiled, skipped.first()) {
+                (0, Some(why)) => Outcome::skip((*why).to_string()),
+                _ => Outcome::pass(format!(
+                    "{compiled} kernels compiled with Triton for {}",
+                    target.unwrap_or_else(|| "the plugin's target".into())
+                )),
+            }
         }
         Ok(out) => {
             let failures: Vec<String> = String::from_utf8_lossy(&out.stderr)

@@ -5,7 +5,9 @@
 use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
 use super::{device_properties, Outcome};
-use crate::plugins::validate::{config_shape_problems, config_thread_problems, grid_problem};
+use crate::plugins::validate::{
+    config_shape_problems, config_thread_problems, grid_probes, grid_problem, triton_target_problem,
+};
 use crate::plugins::{CallError, Plugin};
 
 /// Sizes that are not powers of two, to catch rounding mistakes.
@@ -28,11 +30,14 @@ fn reduction_sizes() -> Vec<u64> {
     sizes
 }
 
-/// Grid extents along one axis, 1 to 2^32 and one past each axis' limit.
-fn grid_extents(max_grid: [u64; 3]) -> Vec<u64> {
+/// Grid extents along one axis: 1 to 2^32, the device's own numbers
+/// ([`grid_probes`]: around its processor count), and each axis' limit and
+/// one past it.
+fn grid_extents(props: &DeviceProperties) -> Vec<u64> {
     let mut extents: Vec<u64> = (0..=32).map(|p| 1u64 << p).collect();
-    extents.extend([47, 48, 49, 50, 95, 97, 1000, 65_535, 65_536]);
-    extents.extend(max_grid.iter().map(|m| m.saturating_add(1)));
+    extents.extend(grid_probes(props));
+    extents.extend(props.max_grid);
+    extents.extend(props.max_grid.iter().map(|m| m.saturating_add(1)));
     extents
 }
 
@@ -57,16 +62,21 @@ fn reduction_queries() -> impl Iterator<Item = ReductionQuery> {
     })
 }
 
-fn grids(max_grid: [u64; 3]) -> Vec<Grid> {
+fn grids(props: &DeviceProperties) -> Vec<Grid> {
     let mut grids = Vec::new();
     for axis in 0..3 {
-        for extent in grid_extents(max_grid) {
+        for extent in grid_extents(props) {
             let mut dims = [1u64; 3];
             dims[axis] = extent;
             grids.push(Grid::from_array(dims));
         }
     }
-    grids.extend([Grid::new(50, 3, 2), Grid::new(1000, 1000, 7)]);
+    // Every axis at once, off the device's width.
+    let probes = grid_probes(props);
+    for &x in &probes {
+        grids.push(Grid::new(x, 3, 2));
+    }
+    grids.push(Grid::new(1000, 1000, 7));
     grids
 }
 
@@ -116,7 +126,7 @@ fn reduction(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
 
 fn adjusted(plugin: &Plugin, props: &DeviceProperties) -> Sweep<(Grid, Grid)> {
     sweep(
-        grids(props.max_grid).into_iter(),
+        grids(props).into_iter(),
         |g| format!("adjust_grid({:?})", g.to_array()),
         |g| plugin.adjust_grid(g).map(|got| got.map(|got| (g, got))),
     )
@@ -158,6 +168,16 @@ pub fn check(plugin: &Plugin, what: &str) -> Outcome {
             Sweep::Failed(e) => Outcome::fail(e.to_string()),
         },
         "deterministic" => deterministic(plugin, &props),
+        "triton_target" => match plugin.triton_target() {
+            Ok(Some(target)) => match triton_target_problem(&target) {
+                Some(problem) => Outcome::fail(problem),
+                None => Outcome::pass(target.to_string()),
+            },
+            Ok(None) => Outcome::skip(
+                "not provided: a Triton device's target is derived from its properties (type, cc, warp_size)",
+            ),
+            Err(e) => Outcome::fail(e.to_string()),
+        },
         other => Outcome::fail(format!("there is no check named \"heuristics.{other}\"")),
     }
 }
@@ -224,6 +244,24 @@ mod tests {
         let r = reduction_sizes();
         assert!(r.contains(&1) && r.contains(&(1 << 20)));
         assert_eq!(reduction_queries().count(), r.len() * r.len());
-        assert!(grids([100, 10, 10]).contains(&Grid::new(1, 11, 1)));
+        let props = DeviceProperties {
+            device_type: "test".into(),
+            index: 0,
+            multi_processor_count: 48,
+            cc: 0,
+            major: abi_stable::std_types::ROption::RNone,
+            regs_per_multiprocessor: abi_stable::std_types::ROption::RNone,
+            max_threads_per_multi_processor: abi_stable::std_types::ROption::RNone,
+            max_threads_per_block: abi_stable::std_types::ROption::RNone,
+            warp_size: abi_stable::std_types::ROption::RNone,
+            max_grid: [100, 10, 10],
+            source: kiln_plugin_api::PropertiesSource::StaticDefaults,
+        };
+        let all = grids(&props);
+        assert!(all.contains(&Grid::new(1, 11, 1)));
+        // Around the device's width: 47, 48, 49, 95, 97 for 48 units.
+        for x in [47, 48, 49, 95, 97] {
+            assert!(all.contains(&Grid::new(x, 1, 1)), "{x}");
+        }
     }
 }

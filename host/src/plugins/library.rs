@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use abi_stable::std_types::{ROption, RResult, RStr};
 use kiln_plugin_api::{
     BackendSpec, DeviceProperties, Grid, KilnPluginRef, LaunchConfig, Manifest, PluginError,
-    PointwiseQuery, ReductionQuery, ScratchCode, ScratchWorkspace,
+    PointwiseQuery, ReductionQuery, ScratchCode, ScratchWorkspace, TritonTarget,
 };
 
 /// A call into a plugin that returned an error (or panicked inside the plugin).
@@ -368,6 +368,17 @@ impl Plugin {
         }
     }
 
+    /// `triton_target()`; `None` when the plugin does not say (it predates
+    /// API 1.1, has no heuristics, or returns `RNone`).
+    pub fn triton_target(&self) -> Result<Option<TritonTargetOwned>, CallError> {
+        match self.root.heuristics().and_then(|h| h.triton_target()) {
+            None => Ok(None),
+            Some(f) => self
+                .fail("triton_target", f())
+                .map(|t| t.into_option().map(TritonTargetOwned::from)),
+        }
+    }
+
     fn device_module(&self) -> Option<kiln_plugin_api::DeviceModuleRef> {
         self.root.device()
     }
@@ -388,5 +399,37 @@ impl From<ScratchCode> for ScratchCodeOwned {
             lines: code.lines.into_iter().map(|s| s.into_string()).collect(),
             var_name: code.var_name.into_string(),
         }
+    }
+}
+
+/// [`TritonTarget`] as plain Rust strings: Triton's `GPUTarget(backend, arch,
+/// warp_size)`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TritonTargetOwned {
+    /// The Triton backend (`cuda`, `xpu`, ...).
+    pub backend: String,
+    /// `GPUTarget.arch` as text (an integer, a name, or a JSON object).
+    pub arch: String,
+    /// Threads per warp.
+    pub warp_size: u32,
+}
+
+impl From<TritonTarget> for TritonTargetOwned {
+    fn from(t: TritonTarget) -> Self {
+        TritonTargetOwned {
+            backend: t.backend.into_string(),
+            arch: t.arch.into_string(),
+            warp_size: t.warp_size,
+        }
+    }
+}
+
+impl std::fmt::Display for TritonTargetOwned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (arch {}, warp size {})",
+            self.backend, self.arch, self.warp_size
+        )
     }
 }

@@ -14,7 +14,7 @@ pub mod search;
 pub mod validate;
 
 pub use discovery::discover;
-pub use library::{CallError, Override, OverrideArgs, Plugin, ScratchCodeOwned};
+pub use library::{CallError, Override, OverrideArgs, Plugin, ScratchCodeOwned, TritonTargetOwned};
 pub use load::{host_api_version, load_library, LoadError, LoadOutcome};
 pub use registry::{Registry, Rejected, Shadowed, WrapperKind};
 pub use requirements::required_overrides;

@@ -6,7 +6,7 @@
 
 use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
-use super::library::{Override, OverrideArgs, Plugin};
+use super::library::{Override, OverrideArgs, Plugin, TritonTargetOwned};
 
 /// Why `text` is not an acceptable one-line string, if it is not.
 pub fn one_line_problem(text: &str) -> Option<String> {
@@ -212,6 +212,47 @@ pub fn grid_problem(wanted: Grid, got: Grid, max_grid: [u64; 3]) -> Option<Strin
     None
 }
 
+/// Why a plugin's Triton target is unusable, if it is.
+pub fn triton_target_problem(target: &TritonTargetOwned) -> Option<String> {
+    if !kiln_plugin_api::is_valid_device_name(&target.backend) {
+        return Some(format!(
+            "triton_target's backend {:?} does not match ^[a-z][a-z0-9_]{{0,31}}$",
+            target.backend
+        ));
+    }
+    if let Some(problem) = one_line_problem(&target.arch) {
+        return Some(format!("triton_target's arch {problem}"));
+    }
+    if !target.warp_size.is_power_of_two() {
+        return Some(format!(
+            "triton_target's warp_size {} is not a power of two",
+            target.warp_size
+        ));
+    }
+    None
+}
+
+/// Grid extents that probe a device's `adjust_grid` around its own numbers:
+/// one program, each side of its processor count, each side of twice that,
+/// and a few waves more, so that a rule keyed to the device's width (GXU's
+/// multiples of 48) is seen at work wherever that width is.
+pub fn grid_probes(props: &DeviceProperties) -> Vec<u64> {
+    let units = u64::from(props.multi_processor_count.max(1));
+    let mut probes = vec![
+        1,
+        units.saturating_sub(1),
+        units,
+        units.saturating_add(1),
+        units.saturating_mul(2).saturating_sub(1),
+        units.saturating_mul(2).saturating_add(1),
+        units.saturating_mul(20).saturating_add(3),
+    ];
+    probes.retain(|&p| p >= 1);
+    probes.sort_unstable();
+    probes.dedup();
+    probes
+}
+
 /// The queries the load-time validation asks.
 const POINTWISE_PROBES: [u64; 3] = [1, 1 << 10, 1 << 20];
 const REDUCTION_PROBES: [(u64, u64); 3] = [(1, 1), (1024, 100), (8192, 8192)];
@@ -241,6 +282,11 @@ pub fn validate(plugin: &Plugin) -> Vec<String> {
     };
     if let Err(e) = plugin.backend_spec() {
         problems.push(e.to_string());
+    }
+    match plugin.triton_target() {
+        Ok(Some(target)) => problems.extend(triton_target_problem(&target)),
+        Ok(None) => {}
+        Err(e) => problems.push(e.to_string()),
     }
     let Some(props) = props else {
         return problems;

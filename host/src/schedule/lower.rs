@@ -238,6 +238,7 @@ fn first_value(graph: &Graph, id: NodeId, i: usize) -> Result<ValueId, Error> {
 /// Lowers a validated graph (after the passes).
 pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
     let mut low = Lowered::default();
+    let outputs: std::collections::HashSet<ValueId> = graph.outputs().iter().copied().collect();
     let order = graph
         .topo_order()
         .map_err(|n| Error::Internal(format!("cycle at node {n:?}")))?;
@@ -340,7 +341,12 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                     );
                     if let Some(v) = low.as_view(graph, value, false) {
                         low.defs.insert(value, Def::Strided(v));
-                    } else if depth > MAX_INLINE_DEPTH {
+                    } else if depth > MAX_INLINE_DEPTH
+                        || (outputs.contains(&value) && low.as_view(graph, value, true).is_none())
+                    {
+                        // Computed into memory here, in topological order, so that
+                        // every later reader (a reduction of a graph output, say)
+                        // comes after the kernel that writes it.
                         low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
                     }
                 }

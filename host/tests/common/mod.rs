@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: paths, golden snapshots, comparisons.
+//! Helpers shared by the integration tests: paths, plugins, comparisons. (The golden
+//! files are the workspace tests', `tests/tests/goldens.rs`.)
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -11,33 +12,6 @@ pub fn repo_root() -> PathBuf {
 /// `../shared` beside the repository.
 pub fn shared_dir() -> PathBuf {
     repo_root().join("..").join("shared")
-}
-
-/// Compares `actual` with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` writes it instead,
-/// creating it if needed. A missing snapshot fails: writing it silently would let a test
-/// pass that compared nothing (a renamed example, a snapshot never checked in).
-pub fn snapshot(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(name);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).expect("write snapshot");
-        return;
-    }
-    let expected = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "snapshot {name} does not exist ({}): run with UPDATE_SNAPSHOTS=1 to create it, \
-             then review and commit it\n--- actual\n{actual}",
-            path.display()
-        ),
-        Err(e) => panic!("cannot read snapshot {}: {e}", path.display()),
-    };
-    if expected != actual {
-        panic!(
-            "snapshot {name} differs (re-bless with UPDATE_SNAPSHOTS=1)\n--- expected\n{expected}\n--- actual\n{actual}"
-        );
-    }
 }
 
 /// Reads a raw little-endian float32 file.

@@ -27,7 +27,7 @@ pub struct CpuLimits {
 /// The blocked matrix product's tiles (the `KILN_MM_*` macros of the C++
 /// prelude): an `mr` x `nr` register block of `vbytes`-byte vectors, `kc` of
 /// the shared dimension, `mc` rows of `a` and `nc` columns of `b` per packed
-/// panel.
+/// panel, and `mb` blocks of `mc` rows accumulated per thread at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulTiles {
     pub vbytes: u32,
@@ -36,7 +36,13 @@ pub struct MatmulTiles {
     pub mc: u32,
     pub kc: u32,
     pub nc: u32,
+    pub mb: u32,
 }
+
+/// Blocks of `mc` rows each thread accumulates per pass over a packed panel
+/// of `b`: enough rows that packing `b` is paid for, few enough that the
+/// partial sums stay in the L2 cache beside the packed `a`.
+pub const MATMUL_ROW_BLOCKS: u32 = 4;
 
 /// Tiles for `f32` on this host, in the GotoBLAS/BLIS way:
 /// - the register block is 6 rows by two vectors (12 accumulators, plus
@@ -57,6 +63,7 @@ pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
         mc: u32::try_from(mc).unwrap_or(1020),
         kc: u32::try_from(kc).unwrap_or(1024),
         nc: 1024,
+        mb: MATMUL_ROW_BLOCKS,
     }
 }
 

@@ -15,8 +15,8 @@
 //!   from the SIMD width and the L1/L2 sizes ([`heuristics`]).
 
 use kiln_plugin_api::{
-    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
-    Manifest, PointwiseQuery, ReductionQuery, SchedulingKind, Wrappers,
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
+    LaunchConfig, LoadContext, Manifest, PointwiseQuery, ReductionQuery, SchedulingKind, Wrappers,
 };
 
 pub mod heuristics;
@@ -25,10 +25,12 @@ pub mod properties;
 
 use heuristics::CpuLimits;
 
-/// The `cpu` plugin. The host is measured once, at load.
+/// The `cpu` plugin. The target CPU (this host, or what `KILN_CPU_*` says,
+/// see [`properties::TARGET_VARS`]) is measured once, at load.
 #[derive(Debug)]
 pub struct Cpu {
     limits: CpuLimits,
+    overrides: FixedOverrides,
 }
 
 impl DevicePlugin for Cpu {
@@ -42,29 +44,16 @@ impl DevicePlugin for Cpu {
     }
 
     fn load(_ctx: &LoadContext) -> Result<Self, String> {
-        Ok(Cpu {
-            limits: CpuLimits {
-                cores: properties::logical_cores(),
-                simd_bytes: properties::simd_bytes(),
-                l1d_bytes: properties::cache_bytes(1).unwrap_or(32 << 10),
-                l2_bytes: properties::cache_bytes(2).unwrap_or(512 << 10),
-            },
-        })
+        let limits = properties::target_limits(|name| std::env::var(name).ok())?;
+        let overrides = overrides::fixed(&heuristics::matmul_tiles(&limits));
+        Ok(Cpu { limits, overrides })
     }
 
     fn import_get_raw_stream_as(&self, name: &str) -> Option<String> {
         Some(overrides::import_get_raw_stream_as(name))
     }
-    fn synchronize(&self) -> Option<String> {
-        Some(overrides::SYNCHRONIZE.into())
-    }
-    fn cpp_kernel_type(&self) -> Option<String> {
-        Some(overrides::CPP_KERNEL_TYPE.into())
-    }
-    fn kernel_header(&self) -> Option<String> {
-        Some(overrides::kernel_header(&heuristics::matmul_tiles(
-            &self.limits,
-        )))
+    fn overrides(&self) -> &FixedOverrides {
+        &self.overrides
     }
 
     fn is_available(&self) -> bool {
@@ -74,7 +63,7 @@ impl DevicePlugin for Cpu {
         1
     }
     fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
-        properties::host(index)
+        properties::host(index, &self.limits)
     }
 
     fn backend_spec(&self) -> BackendSpec {

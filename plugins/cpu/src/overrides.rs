@@ -6,6 +6,8 @@
 //! kernels, so every stream, guard and driver override is `None`. This module
 //! only produces text.
 
+use kiln_plugin_api::FixedOverrides;
+
 use crate::heuristics::MatmulTiles;
 
 /// `import_get_raw_stream_as(name)`: PyTorch defines a Python function that
@@ -50,6 +52,7 @@ pub fn kernel_header(tiles: &MatmulTiles) -> String {
         mc,
         kc,
         nc,
+        mb,
     } = *tiles;
     let mut text =
         format!("{INCLUDES}// Matrix-product tiles for this host's vector width and caches.\n");
@@ -60,8 +63,21 @@ pub fn kernel_header(tiles: &MatmulTiles) -> String {
         ("MC", mc),
         ("KC", kc),
         ("NC", nc),
+        ("MB", mb),
     ] {
         text += &format!("#ifndef KILN_MM_{name}\n#define KILN_MM_{name} {value}\n#endif\n");
     }
     text
+}
+
+/// Every override that takes no arguments, as the one value the plugin
+/// returns from `DevicePlugin::overrides`: `synchronize`, `cpp_kernel_type`
+/// and the `kernel_header` with this host's tiles.
+pub fn fixed(tiles: &MatmulTiles) -> FixedOverrides {
+    FixedOverrides {
+        synchronize: Some(SYNCHRONIZE.into()),
+        kernel_header: Some(kernel_header(tiles)),
+        cpp_kernel_type: Some(CPP_KERNEL_TYPE.into()),
+        ..FixedOverrides::NONE
+    }
 }

@@ -29,11 +29,6 @@ pub fn simd_bytes() -> u32 {
     16
 }
 
-/// `f32` lanes in one SIMD register: 16 with AVX-512F, 8 with AVX2, else 4.
-pub fn simd_lanes_f32() -> u32 {
-    simd_bytes() / 4
-}
-
 /// Bytes of the level-`level` data (or unified) cache of cpu 0, from Linux's
 /// sysfs; `None` where the OS does not say.
 pub fn cache_bytes(level: u32) -> Option<u64> {
@@ -77,16 +72,63 @@ pub fn logical_cores() -> u32 {
         .unwrap_or(1)
 }
 
-/// The host CPU as device `index` (there is only one, index 0; any other
+/// The environment variables that describe another CPU than this one, for
+/// generating code ahead of time for a machine that differs from the one
+/// compiling (and for tests that want the same code on every machine): the
+/// cores, the SIMD register width and the L1d and L2 cache sizes. Each one
+/// set replaces what this host reports.
+pub const TARGET_VARS: [&str; 4] = [
+    "KILN_CPU_CORES",
+    "KILN_CPU_SIMD_BYTES",
+    "KILN_CPU_L1D_BYTES",
+    "KILN_CPU_L2_BYTES",
+];
+
+/// The CPU code is generated for: this host, or what [`TARGET_VARS`] say,
+/// read through `var` (`std::env::var` in the plugin). A value that is not a
+/// number, or out of range, is an error naming the variable.
+pub fn target_limits(
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<crate::heuristics::CpuLimits, String> {
+    let read = |name: &str, ok: fn(u64) -> bool, what: &str| -> Result<Option<u64>, String> {
+        let Some(text) = var(name) else {
+            return Ok(None);
+        };
+        match text.trim().parse::<u64>() {
+            Ok(n) if ok(n) => Ok(Some(n)),
+            _ => Err(format!("{name}={text:?}: must be {what}")),
+        }
+    };
+    let cores = read(
+        TARGET_VARS[0],
+        |n| (1..=1 << 20).contains(&n),
+        "a core count from 1",
+    )?;
+    let simd = read(
+        TARGET_VARS[1],
+        |n| n.is_power_of_two() && (4..=256).contains(&n),
+        "a power of two from 4 to 256 (bytes in one SIMD register: 16 SSE/NEON, 32 AVX2, 64 AVX-512)",
+    )?;
+    let l1 = read(TARGET_VARS[2], |n| n > 0, "a positive number of bytes")?;
+    let l2 = read(TARGET_VARS[3], |n| n > 0, "a positive number of bytes")?;
+    Ok(crate::heuristics::CpuLimits {
+        cores: cores.map_or_else(logical_cores, |n| n as u32),
+        simd_bytes: simd.map_or_else(simd_bytes, |n| n as u32),
+        l1d_bytes: l1.or_else(|| cache_bytes(1)).unwrap_or(32 << 10),
+        l2_bytes: l2.or_else(|| cache_bytes(2)).unwrap_or(512 << 10),
+    })
+}
+
+/// The target CPU as device `index` (there is only one, index 0; any other
 /// index is an error).
-pub fn host(index: u32) -> Result<DeviceProperties, String> {
+pub fn host(index: u32, limits: &crate::heuristics::CpuLimits) -> Result<DeviceProperties, String> {
     if index != 0 {
         return Err(format!(
             "cpu device {index} does not exist: there is one, cpu 0"
         ));
     }
-    let cores = logical_cores();
-    let lanes = simd_lanes_f32();
+    let cores = limits.cores.max(1);
+    let lanes = (limits.simd_bytes / 4).max(1);
     Ok(DeviceProperties {
         device_type: "cpu".into(),
         index,
@@ -119,14 +161,50 @@ mod tests {
     }
 
     #[test]
+    fn the_target_is_this_host_unless_the_environment_says_otherwise() {
+        let none = |_: &str| None;
+        let here = target_limits(none).expect("the host");
+        assert_eq!(here.cores, logical_cores());
+        assert_eq!(here.simd_bytes, simd_bytes());
+        let vars = |name: &str| match name {
+            "KILN_CPU_CORES" => Some("4".to_string()),
+            "KILN_CPU_SIMD_BYTES" => Some("64".to_string()),
+            "KILN_CPU_L1D_BYTES" => Some("49152".to_string()),
+            "KILN_CPU_L2_BYTES" => Some("2097152".to_string()),
+            _ => None,
+        };
+        let there = target_limits(vars).expect("valid");
+        assert_eq!(
+            (
+                there.cores,
+                there.simd_bytes,
+                there.l1d_bytes,
+                there.l2_bytes
+            ),
+            (4, 64, 49152, 2 << 20)
+        );
+        for (name, value) in [
+            ("KILN_CPU_CORES", "0"),
+            ("KILN_CPU_SIMD_BYTES", "24"),
+            ("KILN_CPU_SIMD_BYTES", "wide"),
+            ("KILN_CPU_L2_BYTES", "-1"),
+        ] {
+            let err =
+                target_limits(|n: &str| (n == name).then(|| value.to_string())).expect_err(value);
+            assert!(err.starts_with(&format!("{name}=")), "{err}");
+        }
+    }
+
+    #[test]
     fn host_properties_are_consistent() {
-        let props = host(0).expect("cpu 0");
+        let limits = target_limits(|_: &str| None).expect("the host");
+        let props = host(0, &limits).expect("cpu 0");
         let lanes = props.warp_size.into_option().expect("lanes");
         assert!([4, 8, 16].contains(&lanes));
         assert!(props.multi_processor_count >= 1);
         assert_eq!(props.max_threads_per_block, ROption::RSome(lanes));
         assert_eq!(props.max_threads_per_multi_processor, ROption::RSome(lanes));
         assert_eq!(props.source, PropertiesSource::Queried);
-        assert!(host(1).is_err());
+        assert!(host(1, &limits).is_err());
     }
 }

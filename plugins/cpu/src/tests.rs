@@ -7,8 +7,7 @@ use kiln_plugin_api::{
 
 use super::*;
 
-#[path = "../../shared/test_support.rs"]
-mod test_support;
+use kiln_plugin_shared::test_support;
 
 fn plugin() -> Cpu {
     Cpu::load(&LoadContext {
@@ -75,7 +74,7 @@ fn kernel_header_has_the_kernel_includes() {
         assert!(header.contains(&format!("#include {include}")), "{include}");
     }
     assert!(header.contains("#ifdef _OPENMP\n#include <omp.h>\n#endif\n"));
-    for tile in ["VBYTES", "MR", "NR", "MC", "KC", "NC"] {
+    for tile in ["VBYTES", "MR", "NR", "MC", "KC", "NC", "MB"] {
         let line = header
             .lines()
             .find(|l| l.starts_with(&format!("#define KILN_MM_{tile} ")))
@@ -101,7 +100,7 @@ fn the_host_is_one_available_device() {
     assert_eq!(props.source, PropertiesSource::Queried);
     assert_eq!(
         props.warp_size,
-        abi_stable::std_types::ROption::RSome(properties::simd_lanes_f32())
+        abi_stable::std_types::ROption::RSome(properties::simd_bytes() / 4)
     );
     let spec = p.backend_spec();
     assert_eq!(spec.scheduling, SchedulingKind::Cpp);
@@ -116,7 +115,7 @@ fn heuristics_are_chunks_and_lanes() {
         numel: 1 << 20,
         element_bytes: 4,
     });
-    assert_eq!(configs[0].r_block, properties::simd_lanes_f32());
+    assert_eq!(configs[0].r_block, (properties::simd_bytes() / 4));
     assert!(u64::from(configs[0].x_block) >= heuristics::MIN_CHUNK_ELEMENTS);
     let configs = p.reduction_configs(&ReductionQuery {
         rows: 8192,

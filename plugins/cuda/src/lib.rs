@@ -11,7 +11,7 @@
 //! - **Backend**: Triton kernels, Python and C++ wrappers, the features
 //!   Inductor's `TritonScheduling` reports for CUDA.
 //! - **Heuristics**: Inductor's pointwise and reduction rules, fed with the
-//!   properties of device 0 (see `shared/triton_heuristics.rs`). Rows of up to
+//!   properties of device 0 (see `kiln_plugin_shared::triton_heuristics`). Rows of up to
 //!   [`PERSISTENT_ROW_LIMIT`] elements get a persistent reduction first; longer
 //!   rows loop, with a persistent candidate for the autotuner up to
 //!   [`PERSISTENT_FALLBACK_ROW_LIMIT`].
@@ -19,15 +19,15 @@
 use std::sync::OnceLock;
 
 use kiln_plugin_api::{
-    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
-    Manifest, PointwiseQuery, ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
+    LaunchConfig, LoadContext, Manifest, PointwiseQuery, ReductionQuery, SchedulingKind,
+    ScratchWorkspace, TritonTarget, Wrappers,
 };
 
 pub mod driver;
 pub mod overrides;
 pub mod properties;
-#[path = "../../shared/triton_heuristics.rs"]
-mod triton_heuristics;
+use kiln_plugin_shared::triton_heuristics;
 
 use properties::Inventory;
 use triton_heuristics::TritonLimits;
@@ -47,6 +47,7 @@ pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 2 * PERSISTENT_ROW_LIMIT;
 #[derive(Debug, Default)]
 pub struct Cuda {
     inventory: OnceLock<Inventory>,
+    overrides: OnceLock<FixedOverrides>,
 }
 
 impl Cuda {
@@ -114,44 +115,13 @@ impl DevicePlugin for Cuda {
     fn set_device(&self, idx: u32) -> Option<String> {
         Some(overrides::set_device(idx))
     }
-    fn synchronize(&self) -> Option<String> {
-        Some(overrides::SYNCHRONIZE.into())
-    }
     fn device_guard(&self, idx: u32) -> Option<String> {
         Some(overrides::device_guard(idx))
     }
-    fn cpp_device_guard(&self) -> Option<String> {
-        Some(overrides::CPP_DEVICE_GUARD.into())
-    }
-    fn cpp_aoti_device_guard(&self) -> Option<String> {
-        Some(overrides::CPP_AOTI_DEVICE_GUARD.into())
-    }
-    fn cpp_stream_guard(&self) -> Option<String> {
-        Some(overrides::CPP_STREAM_GUARD.into())
-    }
-    fn cpp_aoti_stream_guard(&self) -> Option<String> {
-        Some(overrides::CPP_AOTI_STREAM_GUARD.into())
-    }
-    fn cpp_get_stream_from_external(&self) -> Option<String> {
-        Some(overrides::CPP_GET_STREAM_FROM_EXTERNAL.into())
-    }
-    fn kernel_header(&self) -> Option<String> {
-        Some(overrides::KERNEL_HEADER.into())
-    }
-    fn kernel_driver(&self) -> Option<String> {
-        Some(overrides::kernel_driver(self.warp_size()))
-    }
-    fn cpp_stream_type(&self) -> Option<String> {
-        Some(overrides::CPP_STREAM_TYPE.into())
-    }
-    fn aoti_get_stream(&self) -> Option<String> {
-        Some(overrides::AOTI_GET_STREAM.into())
-    }
-    fn cpp_kernel_type(&self) -> Option<String> {
-        Some(overrides::CPP_KERNEL_TYPE.into())
-    }
-    fn cpp_device_ptr(&self) -> Option<String> {
-        Some(overrides::CPP_DEVICE_PTR.into())
+    fn overrides(&self) -> &FixedOverrides {
+        // The kernel driver names the warp size, known once the driver answered.
+        self.overrides
+            .get_or_init(|| overrides::fixed(self.warp_size()))
     }
     fn cpp_scratch(
         &self,
@@ -160,9 +130,6 @@ impl DevicePlugin for Cuda {
         prefix: Option<&str>,
     ) -> Option<(Vec<String>, String)> {
         Some(overrides::cpp_scratch(idx, workspace, prefix))
-    }
-    fn tma_descriptor_helpers(&self) -> Option<String> {
-        Some(overrides::TMA_DESCRIPTOR_HELPERS.into())
     }
 
     fn is_available(&self) -> bool {
@@ -206,6 +173,17 @@ impl DevicePlugin for Cuda {
         Grid::from_array(triton_heuristics::cap_grid(
             grid.to_array(),
             self.primary().max_grid,
+        ))
+    }
+
+    fn triton_target(&self) -> Option<TritonTarget> {
+        // Triton's CUDA target is the compute capability of device 0 (90
+        // for sm_90), as Inductor builds it from `DeviceProperties.cc`.
+        let props = self.primary();
+        Some(TritonTarget::new(
+            "cuda",
+            &props.cc.to_string(),
+            self.warp_size(),
         ))
     }
 }

@@ -21,6 +21,15 @@ pub const DEFAULT_WARP_SIZE: u32 = 32;
 pub const DEFAULT_GRID_MULTIPLE: u32 = 48;
 /// Threads in one program (block).
 pub const DEFAULT_MAX_THREADS_PER_BLOCK: u32 = 1024;
+/// The Triton backend GXU kernels are compiled with by default. The GXU of
+/// the seed article ships its own Triton backend (`triton.backends.gxu`);
+/// the bundled plugin stands in for hardware Kiln cannot reach, and its
+/// kernels are checked, as DESIGN.md prescribes, with upstream Triton's CUDA
+/// backend and run on an NVIDIA GPU with CUDA standing in for GXU. A vendor
+/// with Triton GXU installed sets `triton_backend = "gxu"`.
+pub const DEFAULT_TRITON_BACKEND: &str = "cuda";
+/// The `GPUTarget.arch` of the default backend: sm_90, the stand-in GPU.
+pub const DEFAULT_TRITON_ARCH: &str = "90";
 
 /// The tuning the plugin runs with: the defaults, overridden by `gxu.toml`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +40,10 @@ pub struct GxuConfig {
     pub grid_multiple: u32,
     /// Threads in one program.
     pub max_threads_per_block: u32,
+    /// The Triton backend the kernels compile with.
+    pub triton_backend: String,
+    /// That backend's `GPUTarget.arch`, as text.
+    pub triton_arch: String,
     /// The file the values came from, if any.
     pub source: Option<PathBuf>,
 }
@@ -41,6 +54,8 @@ impl Default for GxuConfig {
             warp_size: DEFAULT_WARP_SIZE,
             grid_multiple: DEFAULT_GRID_MULTIPLE,
             max_threads_per_block: DEFAULT_MAX_THREADS_PER_BLOCK,
+            triton_backend: DEFAULT_TRITON_BACKEND.to_string(),
+            triton_arch: DEFAULT_TRITON_ARCH.to_string(),
             source: None,
         }
     }
@@ -54,6 +69,8 @@ struct RawConfig {
     warp_size: Option<Spanned<u32>>,
     grid_multiple: Option<Spanned<u32>>,
     max_threads_per_block: Option<Spanned<u32>>,
+    triton_backend: Option<Spanned<String>>,
+    triton_arch: Option<Spanned<String>>,
 }
 
 impl GxuConfig {
@@ -148,6 +165,28 @@ impl GxuConfig {
                     ),
                 ));
             }
+        }
+        if let Some(v) = raw.triton_backend {
+            if !kiln_plugin_api::is_valid_device_name(v.get_ref()) {
+                return Err(at(
+                    v.span().start,
+                    &format!(
+                        "`triton_backend` must match ^[a-z][a-z0-9_]{{0,31}}$ (a Triton backend such as \"cuda\" or \"gxu\"), found {:?}",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            config.triton_backend = v.into_inner();
+        }
+        if let Some(v) = raw.triton_arch {
+            let arch = v.get_ref();
+            if arch.trim().is_empty() || arch.chars().any(char::is_control) {
+                return Err(at(
+                    v.span().start,
+                    &format!("`triton_arch` must be one non-empty line, found {arch:?}"),
+                ));
+            }
+            config.triton_arch = v.into_inner();
         }
         Ok(config)
     }
@@ -244,6 +283,36 @@ mod tests {
         assert!(parse("warp_sise = 16")
             .expect_err("unknown")
             .contains("warp_sise"));
+    }
+
+    #[test]
+    fn the_triton_target_is_configurable() {
+        let default = parse("").expect("empty is fine");
+        assert_eq!(
+            (
+                default.triton_backend.as_str(),
+                default.triton_arch.as_str()
+            ),
+            ("cuda", "90")
+        );
+        let own = parse("triton_backend = \"gxu\"\ntriton_arch = \"gxu2\"\n").expect("valid");
+        assert_eq!(
+            (own.triton_backend.as_str(), own.triton_arch.as_str()),
+            ("gxu", "gxu2")
+        );
+        for (text, prefix) in [
+            (
+                "triton_backend = \"Gxu\"\n",
+                "/opt/gxu/gxu.toml: line 1, column 18: `triton_backend` must match",
+            ),
+            (
+                "triton_arch = \"\"\n",
+                "/opt/gxu/gxu.toml: line 1, column 15: `triton_arch` must be one non-empty line",
+            ),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(err.starts_with(prefix), "{text:?} gave {err:?}");
+        }
     }
 
     #[test]

@@ -27,6 +27,12 @@
 //! grid_multiple = 48
 //! # Threads in one program: a positive multiple of warp_size. Default 1024.
 //! max_threads_per_block = 1024
+//! # The Triton target the kernels compile for: Triton's GPUTarget(backend,
+//! # arch, warp_size). Defaults "cuda" and "90": the bundled plugin stands in
+//! # for GXU hardware and is checked with upstream Triton's CUDA backend; set
+//! # "gxu" and your architecture when Triton GXU is installed.
+//! triton_backend = "cuda"
+//! triton_arch = "90"
 //! ```
 //!
 //! Any other key, a value of the wrong type or range, or malformed TOML makes
@@ -34,15 +40,14 @@
 
 use abi_stable::std_types::ROption;
 use kiln_plugin_api::{
-    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
-    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, ScratchWorkspace,
-    Wrappers,
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
+    LaunchConfig, LoadContext, Manifest, PointwiseQuery, PropertiesSource, ReductionQuery,
+    SchedulingKind, ScratchWorkspace, TritonTarget, Wrappers,
 };
 
 pub mod config;
 pub mod overrides;
-#[path = "../../shared/triton_heuristics.rs"]
-mod triton_heuristics;
+use kiln_plugin_shared::triton_heuristics;
 
 pub use config::GxuConfig;
 use triton_heuristics::TritonLimits;
@@ -65,6 +70,7 @@ pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 4 * PERSISTENT_ROW_LIMIT;
 pub struct Gxu {
     config: GxuConfig,
     max_grid: [u64; 3],
+    overrides: FixedOverrides,
 }
 
 impl Gxu {
@@ -80,7 +86,12 @@ impl Gxu {
                 limit / multiple * multiple
             }
         });
-        Gxu { config, max_grid }
+        let overrides = overrides::fixed(config.warp_size);
+        Gxu {
+            config,
+            max_grid,
+            overrides,
+        }
     }
 
     /// The configuration in force.
@@ -154,44 +165,11 @@ impl DevicePlugin for Gxu {
     fn set_device(&self, idx: u32) -> Option<String> {
         Some(overrides::set_device(idx))
     }
-    fn synchronize(&self) -> Option<String> {
-        Some(overrides::SYNCHRONIZE.into())
-    }
     fn device_guard(&self, idx: u32) -> Option<String> {
         Some(overrides::device_guard(idx))
     }
-    fn cpp_device_guard(&self) -> Option<String> {
-        Some(overrides::CPP_DEVICE_GUARD.into())
-    }
-    fn cpp_aoti_device_guard(&self) -> Option<String> {
-        Some(overrides::CPP_AOTI_DEVICE_GUARD.into())
-    }
-    fn cpp_stream_guard(&self) -> Option<String> {
-        Some(overrides::CPP_STREAM_GUARD.into())
-    }
-    fn cpp_aoti_stream_guard(&self) -> Option<String> {
-        Some(overrides::CPP_AOTI_STREAM_GUARD.into())
-    }
-    fn cpp_get_stream_from_external(&self) -> Option<String> {
-        Some(overrides::CPP_GET_STREAM_FROM_EXTERNAL.into())
-    }
-    fn kernel_header(&self) -> Option<String> {
-        Some(overrides::KERNEL_HEADER.into())
-    }
-    fn kernel_driver(&self) -> Option<String> {
-        Some(overrides::kernel_driver(self.config.warp_size))
-    }
-    fn cpp_stream_type(&self) -> Option<String> {
-        Some(overrides::CPP_STREAM_TYPE.into())
-    }
-    fn aoti_get_stream(&self) -> Option<String> {
-        Some(overrides::AOTI_GET_STREAM.into())
-    }
-    fn cpp_kernel_type(&self) -> Option<String> {
-        Some(overrides::CPP_KERNEL_TYPE.into())
-    }
-    fn cpp_device_ptr(&self) -> Option<String> {
-        Some(overrides::CPP_DEVICE_PTR.into())
+    fn overrides(&self) -> &FixedOverrides {
+        &self.overrides
     }
     fn cpp_scratch(
         &self,
@@ -241,6 +219,14 @@ impl DevicePlugin for Gxu {
         // keeps the granularity.
         let rounded = grid.to_array().map(|dim| self.round_dim(dim));
         Grid::from_array(triton_heuristics::cap_grid(rounded, self.max_grid))
+    }
+
+    fn triton_target(&self) -> Option<TritonTarget> {
+        Some(TritonTarget::new(
+            &self.config.triton_backend,
+            &self.config.triton_arch,
+            self.config.warp_size,
+        ))
     }
 }
 

@@ -6,7 +6,7 @@
 //! the configured one instead of a literal 32. This module only produces
 //! text; it never touches a device.
 
-use kiln_plugin_api::ScratchWorkspace;
+use kiln_plugin_api::{FixedOverrides, ScratchWorkspace};
 
 /// `import_get_raw_stream_as(name)`.
 pub fn import_get_raw_stream_as(name: &str) -> String {
@@ -147,4 +147,24 @@ pub fn cpp_scratch(
         format!("gxuDevicePtr {var} = reinterpret_cast<gxuDevicePtr>({var}_tensor.data_ptr());"),
     ];
     (lines, var)
+}
+
+/// Every override that takes no arguments, as the one value the plugin
+/// returns from `DevicePlugin::overrides`.
+pub fn fixed(warp_size: u32) -> FixedOverrides {
+    FixedOverrides {
+        synchronize: Some(SYNCHRONIZE.into()),
+        cpp_device_guard: Some(CPP_DEVICE_GUARD.into()),
+        cpp_aoti_device_guard: Some(CPP_AOTI_DEVICE_GUARD.into()),
+        cpp_stream_guard: Some(CPP_STREAM_GUARD.into()),
+        cpp_aoti_stream_guard: Some(CPP_AOTI_STREAM_GUARD.into()),
+        cpp_get_stream_from_external: Some(CPP_GET_STREAM_FROM_EXTERNAL.into()),
+        kernel_header: Some(KERNEL_HEADER.into()),
+        kernel_driver: Some(kernel_driver(warp_size)),
+        cpp_stream_type: Some(CPP_STREAM_TYPE.into()),
+        aoti_get_stream: Some(AOTI_GET_STREAM.into()),
+        cpp_kernel_type: Some(CPP_KERNEL_TYPE.into()),
+        cpp_device_ptr: Some(CPP_DEVICE_PTR.into()),
+        tma_descriptor_helpers: None,
+    }
 }

@@ -8,19 +8,19 @@
 //!   devices from here without linking `libze_loader` and a SYCL runtime, so
 //!   the plugin reports no devices (`is_available` false, `device_count` 0)
 //!   and static properties of a Max 1550 stack ([`properties`]).
-//! - **Heuristics**: Inductor's rules (see `shared/triton_heuristics.rs`) for
+//! - **Heuristics**: Inductor's rules (see `kiln_plugin_shared::triton_heuristics`) for
 //!   a sub-group of 32 work-items and work-groups of up to 1024, so at most
 //!   32 sub-groups (`num_warps`) per program.
 
 use abi_stable::std_types::ROption;
 use kiln_plugin_api::{
-    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, Grid, LaunchConfig, LoadContext,
-    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, Wrappers,
+    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
+    LaunchConfig, LoadContext, Manifest, PointwiseQuery, PropertiesSource, ReductionQuery,
+    SchedulingKind, TritonTarget, Wrappers,
 };
 
 pub mod overrides;
-#[path = "../../shared/triton_heuristics.rs"]
-mod triton_heuristics;
+use kiln_plugin_shared::triton_heuristics;
 
 use triton_heuristics::TritonLimits;
 
@@ -73,8 +73,10 @@ pub fn properties(index: u32) -> DeviceProperties {
 }
 
 /// The `xpu` plugin.
-#[derive(Debug, Default)]
-pub struct Xpu;
+#[derive(Debug)]
+pub struct Xpu {
+    overrides: FixedOverrides,
+}
 
 impl Xpu {
     fn limits(&self) -> TritonLimits {
@@ -101,7 +103,9 @@ impl DevicePlugin for Xpu {
     }
 
     fn load(_ctx: &LoadContext) -> Result<Self, String> {
-        Ok(Xpu)
+        Ok(Xpu {
+            overrides: overrides::fixed(MAX_1550_SUB_GROUP_SIZE),
+        })
     }
 
     fn import_get_raw_stream_as(&self, name: &str) -> Option<String> {
@@ -110,44 +114,11 @@ impl DevicePlugin for Xpu {
     fn set_device(&self, idx: u32) -> Option<String> {
         Some(overrides::set_device(idx))
     }
-    fn synchronize(&self) -> Option<String> {
-        Some(overrides::SYNCHRONIZE.into())
-    }
     fn device_guard(&self, idx: u32) -> Option<String> {
         Some(overrides::device_guard(idx))
     }
-    fn cpp_device_guard(&self) -> Option<String> {
-        Some(overrides::CPP_DEVICE_GUARD.into())
-    }
-    fn cpp_aoti_device_guard(&self) -> Option<String> {
-        Some(overrides::CPP_AOTI_DEVICE_GUARD.into())
-    }
-    fn cpp_stream_guard(&self) -> Option<String> {
-        Some(overrides::CPP_STREAM_GUARD.into())
-    }
-    fn cpp_aoti_stream_guard(&self) -> Option<String> {
-        Some(overrides::CPP_AOTI_STREAM_GUARD.into())
-    }
-    fn cpp_get_stream_from_external(&self) -> Option<String> {
-        Some(overrides::CPP_GET_STREAM_FROM_EXTERNAL.into())
-    }
-    fn kernel_header(&self) -> Option<String> {
-        Some(overrides::KERNEL_HEADER.into())
-    }
-    fn kernel_driver(&self) -> Option<String> {
-        Some(overrides::kernel_driver(MAX_1550_SUB_GROUP_SIZE))
-    }
-    fn cpp_stream_type(&self) -> Option<String> {
-        Some(overrides::CPP_STREAM_TYPE.into())
-    }
-    fn aoti_get_stream(&self) -> Option<String> {
-        Some(overrides::AOTI_GET_STREAM.into())
-    }
-    fn cpp_kernel_type(&self) -> Option<String> {
-        Some(overrides::CPP_KERNEL_TYPE.into())
-    }
-    fn cpp_device_ptr(&self) -> Option<String> {
-        Some(overrides::CPP_DEVICE_PTR.into())
+    fn overrides(&self) -> &FixedOverrides {
+        &self.overrides
     }
 
     fn is_available(&self) -> bool {
@@ -192,6 +163,26 @@ impl DevicePlugin for Xpu {
             MAX_1550_MAX_GRID,
         ))
     }
+
+    fn triton_target(&self) -> Option<TritonTarget> {
+        Some(TritonTarget::new(
+            "xpu",
+            &triton_arch(),
+            MAX_1550_SUB_GROUP_SIZE,
+        ))
+    }
+}
+
+/// Triton's Intel backend takes `GPUTarget.arch` as a dict of device
+/// properties (its `parse_target` reads these keys); these are one Max 1550
+/// stack's, as [`properties`] reports them.
+pub fn triton_arch() -> String {
+    format!(
+        "{{\"name\": \"Intel(R) Data Center GPU Max 1550\", \"gpu_subslice_count\": {MAX_1550_XE_CORES}, \
+         \"max_work_group_size\": {MAX_1550_WORK_GROUP_SIZE}, \"max_num_sub_groups\": {}, \
+         \"sub_group_sizes\": [16, {MAX_1550_SUB_GROUP_SIZE}], \"has_fp64\": true}}",
+        MAX_1550_WORK_GROUP_SIZE / 16
+    )
 }
 
 kiln_plugin_api::export_plugin!(Xpu);

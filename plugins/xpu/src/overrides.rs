@@ -8,6 +8,8 @@
 //! Level Zero interoperability API. This module only produces text; it never
 //! touches a device.
 
+use kiln_plugin_api::FixedOverrides;
+
 /// `import_get_raw_stream_as(name)`.
 pub fn import_get_raw_stream_as(name: &str) -> String {
     format!("from torch._C import _xpu_getCurrentRawStream as {name}")
@@ -179,4 +181,24 @@ static inline void launchKernel(
 /// kernels that do not record theirs.
 pub fn kernel_driver(sub_group_size: u32) -> String {
     KERNEL_DRIVER_TEMPLATE.replace(SUB_GROUP_SLOT, &sub_group_size.to_string())
+}
+
+/// Every override that takes no arguments, as the one value the plugin
+/// returns from `DevicePlugin::overrides`.
+pub fn fixed(sub_group_size: u32) -> FixedOverrides {
+    FixedOverrides {
+        synchronize: Some(SYNCHRONIZE.into()),
+        cpp_device_guard: Some(CPP_DEVICE_GUARD.into()),
+        cpp_aoti_device_guard: Some(CPP_AOTI_DEVICE_GUARD.into()),
+        cpp_stream_guard: Some(CPP_STREAM_GUARD.into()),
+        cpp_aoti_stream_guard: Some(CPP_AOTI_STREAM_GUARD.into()),
+        cpp_get_stream_from_external: Some(CPP_GET_STREAM_FROM_EXTERNAL.into()),
+        kernel_header: Some(KERNEL_HEADER.into()),
+        kernel_driver: Some(kernel_driver(sub_group_size)),
+        cpp_stream_type: Some(CPP_STREAM_TYPE.into()),
+        aoti_get_stream: Some(AOTI_GET_STREAM.into()),
+        cpp_kernel_type: Some(CPP_KERNEL_TYPE.into()),
+        cpp_device_ptr: Some(CPP_DEVICE_PTR.into()),
+        tma_descriptor_helpers: None,
+    }
 }

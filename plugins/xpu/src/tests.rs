@@ -7,8 +7,7 @@ use kiln_plugin_api::{
 
 use super::*;
 
-#[path = "../../shared/test_support.rs"]
-mod test_support;
+use kiln_plugin_shared::test_support;
 
 fn plugin() -> Xpu {
     Xpu::load(&LoadContext {

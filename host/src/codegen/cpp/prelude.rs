@@ -181,32 +181,15 @@ struct KilnArena {
 ///   registers; its inner loop runs over `NR` contiguous columns, which the
 ///   compiler vectorises for the target's SIMD width.
 ///
-/// The tile sizes are the device's numbers: the plugin's `kernel_header`
-/// defines them for its SIMD width and caches; the defaults below suit a
-/// 256-bit vector unit with 16 registers and a 32 KiB L1 cache. Rows of the
+/// The tile sizes are the device's numbers, and only the device's: the
+/// plugin's `kernel_header` defines every `KILN_MM_*` macro for its SIMD width
+/// and caches, and the prelude refuses to build without them. Rows of the
 /// result are accumulated in a scratch buffer `KILN_MM_MB` blocks of `MC` rows
 /// per thread at a time, so that each packed `b` serves many rows.
 pub const MATMUL: &str = r#"
-#ifndef KILN_MM_MR
-#define KILN_MM_MR 6
-#endif
-#ifndef KILN_MM_NR
-#define KILN_MM_NR 16
-#endif
-#ifndef KILN_MM_MC
-#define KILN_MM_MC 96
-#endif
-#ifndef KILN_MM_KC
-#define KILN_MM_KC 256
-#endif
-#ifndef KILN_MM_NC
-#define KILN_MM_NC 1024
-#endif
-#ifndef KILN_MM_MB
-#define KILN_MM_MB 4
-#endif
-#ifndef KILN_MM_VBYTES
-#define KILN_MM_VBYTES 0
+#if !defined(KILN_MM_MR) || !defined(KILN_MM_NR) || !defined(KILN_MM_MC) || !defined(KILN_MM_KC) \
+    || !defined(KILN_MM_NC) || !defined(KILN_MM_MB) || !defined(KILN_MM_VBYTES)
+#error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC, KILN_MM_MB and KILN_MM_VBYTES"
 #endif
 
 // One MR x NR block: acc = ap (an MR-row sliver, k-major) * bp (an NR-column

@@ -12,7 +12,7 @@
 use kiln_plugin_api::abi_stable::std_types::ROption::{RNone, RSome};
 use kiln_plugin_api::{
     BackendFeatures, BackendSpec, DeviceProperties, Grid, LaunchConfig, Manifest, PointwiseQuery,
-    PropertiesSource, ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
+    PropertiesSource, ReductionQuery, SchedulingKind, ScratchWorkspace, TritonTarget, Wrappers,
 };
 
 /// Warp size of the baseline device.
@@ -255,6 +255,11 @@ pub trait Device: Default + Send + Sync + 'static {
     fn adjust_grid(&self, grid: Grid) -> Grid {
         adjust_grid(grid)
     }
+    /// The Triton target: a test device has no Triton backend of its own,
+    /// so its kernels are checked with Triton's CUDA backend for sm_90.
+    fn triton_target(&self) -> Option<TritonTarget> {
+        Some(TritonTarget::new("cuda", "90", WARP_SIZE))
+    }
 }
 
 /// Implements `kiln_plugin_api::DevicePlugin` for a [`Device`] by delegating
@@ -355,6 +360,9 @@ macro_rules! export_device {
             }
             fn adjust_grid(&self, grid: ::kiln_plugin_api::Grid) -> ::kiln_plugin_api::Grid {
                 $crate::Device::adjust_grid(self, grid)
+            }
+            fn triton_target(&self) -> Option<::kiln_plugin_api::TritonTarget> {
+                $crate::Device::triton_target(self)
             }
         }
 

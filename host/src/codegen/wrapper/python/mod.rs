@@ -17,6 +17,7 @@ use super::super::triton::expr::float_text;
 use super::super::triton::{self, KernelInfo};
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
+use crate::plugins::TritonTargetOwned;
 use crate::schedule::ir::{BufferId, BufferKind, Program, Step};
 use crate::schedule::Scheduled;
 
@@ -36,6 +37,9 @@ pub struct DeviceStrings {
     pub device_guard: String,
     /// Who generated it, for the header comment (`gxu 0.1.0`).
     pub origin: String,
+    /// The Triton target the kernels are generated for, written as
+    /// `TRITON_TARGET` so that tools compile them for it.
+    pub triton_target: Option<TritonTargetOwned>,
 }
 
 impl DeviceStrings {
@@ -88,6 +92,7 @@ pub const RESERVED: &[&str] = &[
     "DEVICE",
     "assert_size_stride",
     "KERNEL_META",
+    "TRITON_TARGET",
     "_CONSTANTS",
     "_constants",
     "call",
@@ -172,6 +177,7 @@ pub fn write(
     out.push_str(&kernels.source);
     writeln!(out)?;
     writeln!(out)?;
+    write_target(&mut out, strings.triton_target.as_ref())?;
     write_meta(&mut out, &kernels.info)?;
     write_constants(&mut out, p, &names)?;
     let writer = call::CallWriter {
@@ -313,6 +319,41 @@ fn write_constants(
     Ok(())
 }
 
+/// A Python string literal of `text`, escaped (and ASCII-only), so that no
+/// text from outside Kiln can end the literal or the line.
+fn py_str(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+            c if u32::from(c) > 0xFFFF => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+            c => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `TRITON_TARGET`: Triton's `GPUTarget` fields the kernels are generated for.
+fn write_target(out: &mut String, target: Option<&TritonTargetOwned>) -> std::fmt::Result {
+    writeln!(
+        out,
+        "# The Triton target (GPUTarget) the kernels are generated for, from the device plugin."
+    )?;
+    match target {
+        Some(t) => writeln!(
+            out,
+            "TRITON_TARGET = {{\"backend\": {}, \"arch\": {}, \"warp_size\": {}}}",
+            py_str(&t.backend),
+            py_str(&t.arch),
+            t.warp_size
+        ),
+        None => writeln!(out, "TRITON_TARGET = None"),
+    }
+}
+
 /// `KERNEL_META`: every kernel's signature and launch, as literals, so that
 /// the kernels can be compiled ahead of time without running the wrapper.
 fn write_meta(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
@@ -409,3 +450,15 @@ const BENCHMARK: &str = r#"def benchmark_compiled_module(times=10, repeat=10):
 if __name__ == "__main__":
     benchmark_compiled_module()
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::py_str;
+
+    #[test]
+    fn string_literals_are_escaped_and_ascii() {
+        assert_eq!(py_str("90"), "\"90\"");
+        assert_eq!(py_str(r#"{"a": "b\c"}"#), r#""{\"a\": \"b\\c\"}""#);
+        assert_eq!(py_str("é\n😀"), r#""\u00e9\u000a\U0001f600""#);
+    }
+}

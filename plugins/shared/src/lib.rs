@@ -1,0 +1,16 @@
+//! What Kiln's bundled plugins share, as a small static library: each plugin
+//! links it into its own `cdylib`, so every plugin stays one self-contained
+//! `.so` that depends on nothing at run time but what the host loads it with.
+//!
+//! - [`triton_heuristics`]: Inductor-style launch rules for the Triton plugins
+//!   (`cuda`, `xpu`, `gxu`), parameterised by each device's limits.
+//! - `test_support` (feature `test-support`): assertions every plugin's unit
+//!   tests share.
+//!
+//! This crate must never name a device or hold a device's number: everything
+//! device-specific comes in through its parameters.
+
+pub mod triton_heuristics;
+
+#[cfg(feature = "test-support")]
+pub mod test_support;

@@ -1,0 +1,393 @@
+//! Launch heuristics for the Triton plugins (`cuda`, `xpu`, `gxu`), in the
+//! spirit of Inductor's `torch/_inductor/runtime/triton_heuristics.py`.
+//!
+//! The rules are written once here and linked into each Triton plugin.
+//! Everything device-specific comes in through [`TritonLimits`], which each
+//! plugin builds from its own `DeviceProperties`; this module must never name
+//! a device or hard-code a device's number.
+//!
+//! Guarantees, for every query (numel 0 and 1 included, up to `u64::MAX`):
+//! at least one config; block sizes powers of two; `num_warps` a power of two
+//! with `num_warps × warp_size ≤ max_threads_per_block`; the same answer for
+//! the same query.
+
+use kiln_plugin_api::{LaunchConfig, PointwiseQuery, ReductionQuery};
+
+/// Inductor's `num_elements_per_warp` default is 256 at a warp of 32: eight
+/// elements per thread. Scaling by the warp size keeps eight per thread on
+/// devices with wider warps.
+const ELEMENTS_PER_THREAD: u64 = 8;
+
+/// Inductor's default pointwise block for a large 1-D kernel
+/// (`bs = max(256, min(numel // 128, 1024))`).
+const DEFAULT_MAX_XBLOCK: u64 = 1024;
+/// The smallest default pointwise block Inductor picks for a large kernel.
+const DEFAULT_MIN_XBLOCK: u64 = 256;
+/// Inductor divides `numel` by this to size the default pointwise block.
+const NUMEL_PER_XBLOCK: u64 = 128;
+/// Triton's largest `XBLOCK` (Inductor's `TRITON_MAX_BLOCK["X"]`).
+const TRITON_MAX_XBLOCK: u64 = 4096;
+
+/// Inductor keeps `xblock × rnumel ≤ 4096` for persistent reductions with
+/// more than one row per program, so a program's row tile fits in registers.
+const PERSISTENT_TILE_ELEMENTS: u64 = 4096;
+/// The rows-per-program candidates of Inductor's `persistent_reduction`.
+const PERSISTENT_X_BLOCKS: [u64; 4] = [1, 8, 32, 128];
+/// Inductor's contiguous looped reduction reads up to 2048 elements per step.
+const LOOPED_MAX_RBLOCK: u64 = 2048;
+/// Inductor caps reduction warps at 8; a very long persistent row gets 16.
+const MAX_REDUCTION_WARPS: u32 = 8;
+/// The warp cap for the persistent fallback offered for long rows.
+const MAX_LONG_ROW_WARPS: u32 = 16;
+/// Inductor caps pointwise warps at 8.
+const MAX_POINTWISE_WARPS: u32 = 8;
+
+/// What the heuristics need to know about a device. Each plugin derives this
+/// from its `DeviceProperties` (and, for `gxu`, from `gxu.toml`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TritonLimits {
+    /// Threads in one warp (sub-group).
+    pub warp_size: u32,
+    /// Threads in one program (block, work-group).
+    pub max_threads_per_block: u32,
+    /// A device rule on top of `max_threads_per_block / warp_size` (the `gxu`
+    /// wants exactly one warp per program).
+    pub max_num_warps: u32,
+    /// Units that run programs in parallel; used to keep every one busy.
+    pub multi_processor_count: u32,
+    /// Rows up to this length get a persistent (single-pass) reduction first.
+    pub persistent_row_limit: u64,
+    /// Rows longer than `persistent_row_limit` but up to this length still get
+    /// a persistent candidate after the looped ones, for the autotuner.
+    pub persistent_fallback_row_limit: u64,
+}
+
+impl TritonLimits {
+    /// The most warps one program may have: a power of two, at least 1.
+    fn warp_cap(&self) -> u32 {
+        let by_threads = self.max_threads_per_block / self.warp_size.max(1);
+        floor_pow2_u32(by_threads.max(1)).min(floor_pow2_u32(self.max_num_warps.max(1)))
+    }
+
+    /// Warps for `elements` handled by one program: eight elements per
+    /// thread, rounded to a power of two, between 1 and `cap`.
+    fn warps_for(&self, elements: u64, cap: u32) -> u32 {
+        let per_warp = u64::from(self.warp_size.max(1)) * ELEMENTS_PER_THREAD;
+        let wanted = (elements / per_warp).clamp(1, u64::from(cap.max(1)));
+        let warps = floor_pow2_u64(wanted).min(u64::from(self.warp_cap()));
+        // `wanted` is at most `cap`, a u32, so this conversion cannot fail.
+        u32::try_from(warps).unwrap_or(1).max(1)
+    }
+}
+
+/// Ordered pointwise candidates: the first is the default, the rest are for
+/// the autotuner.
+pub fn pointwise_configs(limits: &TritonLimits, query: &PointwiseQuery) -> Vec<LaunchConfig> {
+    let numel = query.numel.max(1);
+    let numel_p2 = next_pow2(numel);
+    let default_block = floor_pow2_u64(numel / NUMEL_PER_XBLOCK)
+        .clamp(DEFAULT_MIN_XBLOCK, DEFAULT_MAX_XBLOCK)
+        .min(numel_p2);
+    let pointwise = |block: u64| LaunchConfig {
+        x_block: block_u32(block),
+        r_block: 1,
+        num_warps: limits.warps_for(block, MAX_POINTWISE_WARPS),
+        num_stages: 1,
+    };
+
+    let mut configs = vec![pointwise(default_block)];
+    // A bigger block: fewer programs, more work per thread.
+    let bigger = default_block * 2;
+    if bigger <= TRITON_MAX_XBLOCK && bigger <= numel_p2 {
+        configs.push(pointwise(bigger));
+    }
+    // A smaller block: more programs for a device that is not yet full.
+    if default_block >= 2 {
+        configs.push(pointwise(default_block / 2));
+    }
+    // The default block with twice the warps, as long as every thread keeps
+    // at least one element (Inductor's `num_elements_per_warp=16` variant).
+    let base = pointwise(default_block);
+    let more_warps = (base.num_warps * 2).min(limits.warp_cap());
+    if u64::from(more_warps) * u64::from(limits.warp_size) <= default_block {
+        configs.push(LaunchConfig {
+            num_warps: more_warps,
+            ..base
+        });
+    }
+    dedup(configs)
+}
+
+/// Ordered reduction candidates: persistent first for short rows, looped first
+/// for long ones (with a persistent candidate after them up to
+/// `persistent_fallback_row_limit`).
+pub fn reduction_configs(limits: &TritonLimits, query: &ReductionQuery) -> Vec<LaunchConfig> {
+    let rows = query.rows.max(1);
+    let row_len = query.row_len.max(1);
+    let rows_p2 = next_pow2(rows);
+    let row_p2 = next_pow2(row_len);
+
+    let config = |x_block: u64, r_block: u64, cap: u32| LaunchConfig {
+        x_block: block_u32(x_block),
+        r_block: block_u32(r_block),
+        num_warps: limits.warps_for(x_block.saturating_mul(r_block), cap),
+        num_stages: 1,
+    };
+
+    let mut configs = Vec::new();
+    if row_len <= limits.persistent_row_limit {
+        let fits: Vec<u64> = PERSISTENT_X_BLOCKS
+            .iter()
+            .copied()
+            .filter(|&x| x == 1 || (x * row_p2 <= PERSISTENT_TILE_ELEMENTS && x <= rows_p2))
+            .collect();
+        // The default is the largest tile that still leaves one program per
+        // multiprocessor, so that short rows do not starve the device.
+        let sms = u64::from(limits.multi_processor_count.max(1));
+        let default_x = fits
+            .iter()
+            .copied()
+            .filter(|&x| rows.div_ceil(x) >= sms)
+            .max()
+            .unwrap_or(1);
+        configs.push(config(default_x, row_p2, MAX_REDUCTION_WARPS));
+        configs.extend(fits.iter().map(|&x| config(x, row_p2, MAX_REDUCTION_WARPS)));
+    } else {
+        let r_block = LOOPED_MAX_RBLOCK.min(row_p2);
+        // Contiguous rows: one row per program, a long step along the row.
+        configs.push(config(1, r_block, MAX_REDUCTION_WARPS));
+        configs.push(config(1, r_block / 2, MAX_REDUCTION_WARPS));
+        // A few rows per program with a shorter step.
+        configs.push(config(8.min(rows_p2), 512.min(row_p2), MAX_REDUCTION_WARPS));
+        // Inductor's "outer" shape: many rows, a short step.
+        configs.push(config(64.min(rows_p2), 8, MAX_REDUCTION_WARPS));
+        if row_len <= limits.persistent_fallback_row_limit {
+            configs.push(config(1, row_p2, MAX_LONG_ROW_WARPS));
+        }
+    }
+    dedup(configs)
+}
+
+/// Caps each dimension at the device's grid limit; kernels loop over the rest.
+pub fn cap_grid(dims: [u64; 3], max_grid: [u64; 3]) -> [u64; 3] {
+    [
+        dims[0].min(max_grid[0]),
+        dims[1].min(max_grid[1]),
+        dims[2].min(max_grid[2]),
+    ]
+}
+
+/// The smallest power of two at or above `n` (1 for 0), saturating at 2^63.
+pub fn next_pow2(n: u64) -> u64 {
+    n.max(1).checked_next_power_of_two().unwrap_or(1 << 63)
+}
+
+/// The largest power of two at or below `n` (1 for 0).
+fn floor_pow2_u64(n: u64) -> u64 {
+    if n <= 1 {
+        1
+    } else {
+        1 << (63 - n.leading_zeros())
+    }
+}
+
+fn floor_pow2_u32(n: u32) -> u32 {
+    if n <= 1 {
+        1
+    } else {
+        1 << (31 - n.leading_zeros())
+    }
+}
+
+/// Blocks are at most `TRITON_MAX_XBLOCK` or a persistent row of a few
+/// thousand elements, far below `u32::MAX`; the clamp only guards the type.
+fn block_u32(block: u64) -> u32 {
+    u32::try_from(block).unwrap_or(1 << 31).max(1)
+}
+
+/// Drops repeated configs, keeping the first of each (the order is the
+/// preference order).
+fn dedup(configs: Vec<LaunchConfig>) -> Vec<LaunchConfig> {
+    let mut out: Vec<LaunchConfig> = Vec::with_capacity(configs.len());
+    for config in configs {
+        if !out.contains(&config) {
+            out.push(config);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WIDE: TritonLimits = TritonLimits {
+        warp_size: 32,
+        max_threads_per_block: 1024,
+        max_num_warps: 32,
+        multi_processor_count: 132,
+        persistent_row_limit: 1024,
+        persistent_fallback_row_limit: 16384,
+    };
+
+    const ONE_WARP: TritonLimits = TritonLimits {
+        max_num_warps: 1,
+        multi_processor_count: 48,
+        persistent_fallback_row_limit: 4096,
+        ..WIDE
+    };
+
+    const NARROW: TritonLimits = TritonLimits {
+        warp_size: 64,
+        max_threads_per_block: 128,
+        max_num_warps: 64,
+        multi_processor_count: 1,
+        persistent_row_limit: 4096,
+        persistent_fallback_row_limit: 4096,
+    };
+
+    fn pw(numel: u64) -> PointwiseQuery {
+        PointwiseQuery {
+            numel,
+            element_bytes: 4,
+        }
+    }
+
+    fn red(rows: u64, row_len: u64) -> ReductionQuery {
+        ReductionQuery {
+            rows,
+            row_len,
+            element_bytes: 4,
+        }
+    }
+
+    fn check_all(limits: &TritonLimits, configs: &[LaunchConfig]) {
+        assert!(!configs.is_empty());
+        for c in configs {
+            assert!(c.x_block.is_power_of_two(), "{c:?}");
+            assert!(c.r_block.is_power_of_two(), "{c:?}");
+            assert!(c.num_warps.is_power_of_two(), "{c:?}");
+            assert!(c.num_warps <= limits.max_num_warps, "{c:?}");
+            assert!(
+                u64::from(c.num_warps) * u64::from(limits.warp_size)
+                    <= u64::from(limits.max_threads_per_block),
+                "{c:?}"
+            );
+            assert_eq!(c.num_stages, 1);
+        }
+    }
+
+    #[test]
+    fn sweep_is_total_and_within_limits() {
+        for limits in [WIDE, ONE_WARP, NARROW] {
+            for shift in 0..=40 {
+                for numel in [
+                    (1u64 << shift).saturating_sub(1),
+                    1 << shift,
+                    (1 << shift) + 1,
+                ] {
+                    let configs = pointwise_configs(&limits, &pw(numel));
+                    check_all(&limits, &configs);
+                    assert_eq!(configs, pointwise_configs(&limits, &pw(numel)));
+                }
+            }
+            check_all(&limits, &pointwise_configs(&limits, &pw(u64::MAX)));
+            for rows_shift in (0..=31).step_by(3) {
+                for len_shift in 0..=20 {
+                    for row_len in [1u64 << len_shift, (1 << len_shift) + 3] {
+                        let q = red(1 << rows_shift, row_len);
+                        let configs = reduction_configs(&limits, &q);
+                        check_all(&limits, &configs);
+                        assert_eq!(configs, reduction_configs(&limits, &q));
+                    }
+                }
+            }
+            check_all(&limits, &reduction_configs(&limits, &red(0, 0)));
+            check_all(
+                &limits,
+                &reduction_configs(&limits, &red(u64::MAX, u64::MAX)),
+            );
+        }
+    }
+
+    #[test]
+    fn large_pointwise_defaults_to_inductor_block() {
+        let configs = pointwise_configs(&WIDE, &pw(1 << 20));
+        assert_eq!((configs[0].x_block, configs[0].num_warps), (1024, 4));
+        assert!(configs.len() > 1);
+        let configs = pointwise_configs(&WIDE, &pw(1 << 31));
+        assert_eq!((configs[0].x_block, configs[0].num_warps), (1024, 4));
+    }
+
+    #[test]
+    fn tiny_pointwise_shrinks_block_and_warps() {
+        let configs = pointwise_configs(&WIDE, &pw(1));
+        assert_eq!(
+            configs[0],
+            LaunchConfig {
+                x_block: 1,
+                r_block: 1,
+                num_warps: 1,
+                num_stages: 1
+            }
+        );
+        let configs = pointwise_configs(&WIDE, &pw(100));
+        assert_eq!((configs[0].x_block, configs[0].num_warps), (128, 1));
+    }
+
+    #[test]
+    fn long_rows_loop_then_offer_persistent() {
+        let configs = reduction_configs(&WIDE, &red(8192, 8192));
+        assert_eq!(
+            configs[0],
+            LaunchConfig {
+                x_block: 1,
+                r_block: 2048,
+                num_warps: 8,
+                num_stages: 1
+            }
+        );
+        assert!(configs.iter().any(|c| c.r_block == 8192 && c.x_block == 1));
+        // Past the fallback limit no persistent candidate is offered.
+        let configs = reduction_configs(&WIDE, &red(8, 1 << 20));
+        assert!(configs.iter().all(|c| c.r_block <= 2048));
+    }
+
+    #[test]
+    fn short_rows_are_persistent() {
+        let configs = reduction_configs(&WIDE, &red(8192, 1000));
+        assert_eq!(configs[0].r_block, 1024);
+        assert!(configs.iter().all(|c| c.r_block == 1024));
+        assert!(configs.iter().all(|c| u64::from(c.x_block) * 1024 <= 4096));
+        // Many short rows: several rows per program, still one program per SM.
+        let configs = reduction_configs(&WIDE, &red(1 << 20, 16));
+        assert_eq!((configs[0].x_block, configs[0].r_block), (128, 16));
+        // Few rows: one row per program.
+        let configs = reduction_configs(&WIDE, &red(4, 16));
+        assert_eq!(configs[0].x_block, 1);
+    }
+
+    #[test]
+    fn one_warp_devices_get_one_warp() {
+        for numel in [1, 1 << 10, 1 << 20, 1 << 31] {
+            assert!(pointwise_configs(&ONE_WARP, &pw(numel))
+                .iter()
+                .all(|c| c.num_warps == 1));
+        }
+        for (rows, len) in [(1, 1), (8192, 8192), (3, 1 << 20)] {
+            assert!(reduction_configs(&ONE_WARP, &red(rows, len))
+                .iter()
+                .all(|c| c.num_warps == 1));
+        }
+    }
+
+    #[test]
+    fn grid_is_capped_never_shrunk() {
+        let max = [2_147_483_647, 65_535, 65_535];
+        assert_eq!(cap_grid([1, 1, 1], max), [1, 1, 1]);
+        assert_eq!(
+            cap_grid([u64::MAX, 70_000, 3], max),
+            [2_147_483_647, 65_535, 3]
+        );
+    }
+}

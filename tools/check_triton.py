@@ -11,9 +11,10 @@ launch's ``num_warps`` and ``num_stages``. This script reads them through
 Python's ``ast`` module (it never runs the wrapper, which needs torch and a
 device), and for each file:
 
-- checks the wrapper's scope: ``call`` binds every local once, and no local
-  shadows a module-level name of the file or a Python builtin (so no name from
-  a graph can take a name the generated code uses);
+- checks the wrapper's scope: ``call`` binds every local once, reads none
+  before it is bound or after it is deleted, and no local shadows a
+  module-level name of the file or a Python builtin (so no name from a graph
+  can take a name the generated code uses);
 - compiles every kernel with ``triton.compile(ASTSource(...),
   target=GPUTarget(backend, arch, warp_size))``, when the installed Triton has
   a backend for that target. A file for a backend that is not installed is
@@ -97,7 +98,7 @@ def scope_problems(tree: ast.Module) -> list[str]:
     for node in ast.walk(call):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound[node.id] = bound.get(node.id, 0) + 1
-    problems = []
+    problems = order_problems(call, set(bound))
     for name, count in sorted(bound.items()):
         if count > 1:
             problems.append(f"call() binds `{name}` {count} times")
@@ -105,6 +106,42 @@ def scope_problems(tree: ast.Module) -> list[str]:
             problems.append(f"call() binds `{name}`, shadowing the module-level `{name}`")
         if name in builtin:
             problems.append(f"call() binds `{name}`, shadowing the builtin `{name}`")
+    return problems
+
+
+def order_problems(call: ast.FunctionDef, local: set[str]) -> list[str]:
+    """Locals of `call` read before they are bound, or after they are deleted,
+    in statement order (`with` blocks followed into)."""
+    problems = []
+    alive = {arg.arg for arg in call.args.args}
+
+    def visit(statements):
+        for statement in statements:
+            if isinstance(statement, ast.With):
+                for item in statement.items:
+                    check(item.context_expr)
+                visit(statement.body)
+                continue
+            if isinstance(statement, ast.Delete):
+                for target in statement.targets:
+                    for n in ast.walk(target):
+                        if isinstance(n, ast.Name):
+                            if n.id not in alive:
+                                problems.append(f"call() deletes `{n.id}`, which is not bound there")
+                            alive.discard(n.id)
+                continue
+            check(statement)
+            for n in ast.walk(statement):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    alive.add(n.id)
+
+    def check(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                if n.id in local and n.id not in alive:
+                    problems.append(f"call() reads `{n.id}` where it is not bound")
+
+    visit(call.body)
     return problems
 
 

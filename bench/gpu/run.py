@@ -3,7 +3,8 @@
 torch.compile (TorchInductor), and print one table.
 
 For every case folder CASES/<device>/<graph>/output_code.py (as written by
-`bench/gpu/prepare.sh`), the graph's TOML file is read again here and executed
+`bench/gpu/prepare.sh`), the graph's TOML file (the case's own graph.toml, else
+EXAMPLES/<graph>.toml) is read again here and executed
 op by op with PyTorch's own ATen ops, an implementation independent of Kiln's:
 that is the eager reference. Kiln's `call` must match it (relative error at
 most 1e-5 in float32, TF32 off); then Kiln, eager and torch.compile are timed
@@ -185,6 +186,8 @@ def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw
     device_name, graph_name = case.parent.parent.name, case.parent.name
     if (case.parent / "model.pt2").exists():
         graph = ExportedModel(case.parent, torch.device("cuda", 0))
+    elif (case.parent / "graph.toml").exists():
+        graph = EagerGraph(case.parent / "graph.toml", torch.device("cuda", 0))
     else:
         graph = EagerGraph(examples / f"{graph_name}.toml", torch.device("cuda", 0))
     module = load_module(case, device_name)

@@ -103,6 +103,75 @@ fn every_example_compiles_for_every_triton_device_and_every_kernel_compiles_with
     );
 }
 
+/// The one C++ source `host run` left in its compile cache.
+fn cached_source(cache: &Path) -> String {
+    let sources: Vec<PathBuf> = std::fs::read_dir(cache)
+        .expect("the cache folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cpp"))
+        .collect();
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    std::fs::read_to_string(&sources[0]).expect("the cached source")
+}
+
+#[test]
+fn host_run_and_the_library_driver_compile_exactly_what_host_compile_writes() {
+    let tmp = TempDir::new("same-code");
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    for graph in examples() {
+        let stem = graph.file_stem().unwrap().to_string_lossy().to_string();
+        for device in ["cuda", "gxu", "xpu", "cpu"] {
+            let out = tmp.path().join(device).join(&stem);
+            let (ok, stderr) = compile(&graph, device, &out, &[]);
+            assert!(ok, "{stem} for {device}: {stderr}");
+            let file = if device == "cpu" {
+                "wrapper.cpp"
+            } else {
+                "output_code.py"
+            };
+            let written = std::fs::read_to_string(out.join(file)).expect("the generated file");
+            // What conformance, the benches and the tests compile.
+            let plugin = registry.get(device).expect("a bundled plugin");
+            let loaded = kiln::graph::load(&graph).expect("the example loads");
+            let artifacts = kiln::driver::compile(loaded, plugin, &Default::default())
+                .unwrap_or_else(|e| panic!("{stem} for {device}: {}", kiln::diag::report(&e)));
+            assert!(
+                artifacts.code == written,
+                "{stem} for {device}: the driver's code differs"
+            );
+            // What `host run` builds and runs: the same driver call, checked
+            // end to end where running the workload through a debug `host`
+            // takes seconds (its random inputs and outputs are float64 tensors,
+            // and the DESIGN workloads have hundreds of millions of elements).
+            let input_elements: i64 = artifacts
+                .scheduled
+                .program
+                .inputs
+                .iter()
+                .map(|b| artifacts.scheduled.program.buffer(*b).numel())
+                .sum();
+            if device == "cpu" && input_elements <= 1 << 20 {
+                let cache = tmp.subdir(&format!("cache-{stem}"));
+                let (output, stdout, stderr) = run(host(&host_bin())
+                    .arg("run")
+                    .arg(&graph)
+                    .args(["--device", "cpu"])
+                    .env("KILN_CACHE_DIR", &cache)
+                    .env("KILN_CXXFLAGS", "-O1 -fopenmp"));
+                assert!(output.status.success(), "{stem}: {stdout}\n{stderr}");
+                assert!(
+                    cached_source(&cache) == written,
+                    "{stem}: host run built other code than host compile wrote"
+                );
+            }
+        }
+    }
+}
+
 /// Generated kernels (not the `kiln_max_combine`-style helpers).
 fn kernel_count(code: &str) -> usize {
     code.lines()

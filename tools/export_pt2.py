@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Exports a PyTorch module for Kiln: a torch.export archive, its example inputs and
-PyTorch's outputs on them, in the layout of Kiln's fixtures (../shared/fixtures/pt2).
+PyTorch's outputs on them, in the layout of Kiln's fixtures (tests/fixtures/pt2).
 
 Usage:
     python3 tools/export_pt2.py MODULE:FACTORY NAME --input 8x64 [--input 8x64 ...]

@@ -6,7 +6,7 @@
 # - every graph of tests/graphs/ (graphs that once went wrong) and the two
 #   graphs whose names are every name generated code binds, each with its
 #   graph.toml beside the code;
-# - the torch.export archives of ../shared/fixtures/pt2, each with its input
+# - the torch.export archives of tests/fixtures/pt2, each with its input
 #   and PyTorch's expected output beside the generated code.
 # Extra arguments go to every `host compile` (e.g. --autotune).
 set -euo pipefail
@@ -32,7 +32,7 @@ for device in cuda gxu; do
     cp "$folder/graph.toml" "$out/graph.toml"
   done
 done
-fixtures=../shared/fixtures/pt2
+fixtures=tests/fixtures/pt2
 if [ -d "$fixtures" ]; then
   for device in cuda gxu; do
     for archive in "$fixtures"/*.pt2; do

@@ -2,12 +2,12 @@
 //! (`tools/pt2_to_toml.py` reads their weights), before and after the passes.
 
 mod common;
-use common::{max_rel_err, read_f32, shared_dir};
+use common::{max_rel_err, pt2_fixtures, read_f32};
 use kiln::graph::load_toml;
 use kiln::tensor_io::read_inputs;
 
 fn check(name: &str) {
-    let fx = shared_dir().join("fixtures/pt2");
+    let fx = pt2_fixtures();
     let mut g = load_toml(
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join(format!("tests/fixtures/{name}.toml")),

@@ -1,4 +1,4 @@
-//! Real torch.export archives (`../shared/fixtures/pt2/`, both forms) import, match
+//! Real torch.export archives (`tests/fixtures/pt2/`, both forms) import, match
 //! PyTorch's outputs before and after the passes and through the scheduled loop IR, and
 //! compile for every GPU plugin through the real binary; broken archives fail with a
 //! message that says what is wrong.
@@ -19,7 +19,7 @@ const MODELS: [&str; 4] = ["mlp", "ln_softmax", "gelu_residual", "attention"];
 fn fixtures() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/pt2"
+        "/../tests/fixtures/pt2"
     ))
 }
 

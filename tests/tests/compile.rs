@@ -45,9 +45,9 @@ fn every_example_compiles_for_every_triton_device_and_every_kernel_compiles_with
         }
     }
     // The torch.export fixture archives too (both forms), for cuda.
-    let fixtures = repo_root().join("../shared/fixtures/pt2");
+    let fixtures = repo_root().join("tests/fixtures/pt2");
     let mut archives: Vec<PathBuf> = std::fs::read_dir(&fixtures)
-        .expect("../shared/fixtures/pt2")
+        .expect("tests/fixtures/pt2")
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "pt2"))

@@ -9,9 +9,10 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `../shared` beside the repository.
-pub fn shared_dir() -> PathBuf {
-    repo_root().join("..").join("shared")
+/// The torch.export fixture archives kept in the repository (copies of the
+/// project's reference set), with their inputs and PyTorch's outputs.
+pub fn pt2_fixtures() -> PathBuf {
+    repo_root().join("tests/fixtures/pt2")
 }
 
 /// Reads a raw little-endian float32 file.

@@ -23,6 +23,25 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The TOML graphs in `folder` (relative to the repository), sorted by name.
+pub fn graphs_in(folder: &str) -> Vec<PathBuf> {
+    let dir = repo_root().join(folder);
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    all.sort();
+    assert!(!all.is_empty(), "no graphs in {}", dir.display());
+    all
+}
+
+/// The bundled example graphs (`examples/*.toml`).
+pub fn examples() -> Vec<PathBuf> {
+    graphs_in("examples")
+}
+
 /// The profile folder the test binary was built into (`target/debug`).
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");

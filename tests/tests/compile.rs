@@ -7,17 +7,6 @@ use std::process::Command;
 
 use kiln_tests::*;
 
-fn examples() -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = std::fs::read_dir(repo_root().join("examples"))
-        .expect("examples/")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    all.sort();
-    all
-}
-
 fn compile(graph: &Path, device: &str, out: &Path, extra: &[&str]) -> (bool, String) {
     let (output, _, stderr) = run(host(&host_bin())
         .arg("compile")

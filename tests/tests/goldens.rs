@@ -6,7 +6,7 @@
 //! `UPDATE_SNAPSHOTS=1` re-blesses; `SNAPSHOT_FILTER=small_mlp/cpu` runs one
 //! case (see `kiln_tests::Goldens`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kiln_tests::*;
 
@@ -24,17 +24,6 @@ const DETERMINISTIC_ENV: [(&str, &str); 5] = [
     ("KILN_CPU_L1D_BYTES", "32768"),
     ("KILN_CPU_L2_BYTES", "1048576"),
 ];
-
-fn examples() -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = std::fs::read_dir(repo_root().join("examples"))
-        .expect("examples/")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    all.sort();
-    all
-}
 
 fn stem(path: &Path) -> String {
     path.file_stem()

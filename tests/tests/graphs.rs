@@ -3,27 +3,14 @@
 //! reference interpreter, the cpu's C++ builds, runs and matches it, and every
 //! Triton kernel compiles with the real Triton compiler.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use kiln_tests::*;
 
-fn graphs() -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = std::fs::read_dir(repo_root().join("tests/graphs"))
-        .expect("tests/graphs")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    all.sort();
-    assert!(!all.is_empty(), "no graphs in tests/graphs");
-    all
-}
-
 #[test]
 fn every_test_graph_is_right_on_every_device() {
     let tmp = TempDir::new("graphs");
-    for graph in graphs() {
+    for graph in graphs_in("tests/graphs") {
         let stem = graph
             .file_stem()
             .expect("a name")

@@ -4,6 +4,8 @@
 
 use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 
+use crate::schedule::ir::{Kernel, Program};
+
 use crate::plugins::{CallError, Plugin};
 
 /// Why the heuristics gave no usable answer.
@@ -83,4 +85,41 @@ impl LaunchHeuristics for Plugin {
     fn adjust_grid(&self, grid: Grid) -> Result<Grid, HeuristicsError> {
         provided(self, "adjust_grid", Plugin::adjust_grid(self, grid))
     }
+}
+
+/// The configs the heuristics propose for kernel `k` of `program`, best
+/// first: a reduction query for a kernel that reduces, else a pointwise one,
+/// sized by the widest element the kernel touches. Never empty.
+pub fn kernel_configs(
+    program: &Program,
+    k: &Kernel,
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<Vec<LaunchConfig>, HeuristicsError> {
+    let element_bytes = k
+        .params
+        .iter()
+        .map(|p| program.buffer(p.buf).dtype.size_bytes() as u32)
+        .max()
+        .unwrap_or(4);
+    let (configs, method) = if k.is_reduction() {
+        let query = ReductionQuery {
+            rows: k.space.x.max(0) as u64,
+            row_len: k.space.r.max(0) as u64,
+            element_bytes,
+        };
+        (heuristics.reduction_configs(query)?, "reduction_configs")
+    } else {
+        let query = PointwiseQuery {
+            numel: k.space.x.max(0) as u64,
+            element_bytes,
+        };
+        (heuristics.pointwise_configs(query)?, "pointwise_configs")
+    };
+    if configs.is_empty() {
+        return Err(HeuristicsError::Unusable {
+            method,
+            what: "returned no launch config".into(),
+        });
+    }
+    Ok(configs)
 }

@@ -67,7 +67,7 @@ pub(crate) struct NamedKernel<'p> {
 
 /// Every kernel of `program` in order, named `{prefix}_{poi|red}_fused_{ops}_{n}`
 /// like Inductor's kernels, through `namer`.
-pub(crate) fn named_kernels<'p>(
+fn named_kernels<'p>(
     program: &'p Program,
     prefix: &str,
     namer: &mut namer::Namer,
@@ -80,6 +80,24 @@ pub(crate) fn named_kernels<'p>(
         }
     }
     out
+}
+
+/// Writes every kernel of `program` with `write_one`, named with `prefix`
+/// through `namer`: each kernel's text and info, in program order.
+pub(crate) fn write_kernels<I>(
+    program: &Program,
+    prefix: &str,
+    namer: &mut namer::Namer,
+    mut write_one: impl FnMut(&NamedKernel) -> Result<(String, I), KernelError>,
+) -> Result<(Vec<String>, Vec<I>), KernelError> {
+    let mut texts = Vec::new();
+    let mut infos = Vec::new();
+    for named in named_kernels(program, prefix, namer) {
+        let (text, info) = write_one(&named)?;
+        texts.push(text);
+        infos.push(info);
+    }
+    Ok((texts, infos))
 }
 
 /// `kiln_poi_fused_add_relu_0`-style names: a pointwise or reduction kernel,

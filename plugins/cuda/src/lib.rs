@@ -27,7 +27,7 @@ use kiln_plugin_api::{
 pub mod driver;
 pub mod overrides;
 pub mod properties;
-use kiln_plugin_shared::triton_heuristics;
+use kiln_plugin_shared::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 use properties::Inventory;
 use triton_heuristics::TritonLimits;
@@ -149,15 +149,7 @@ impl DevicePlugin for Cuda {
             // `TritonScheduling.backend_features`, plus REDUCE_TO_SINGLE_ELEMENT,
             // which Inductor adds when cooperative reductions are enabled:
             // CUDA supports the grid-wide sync they need.
-            features: BackendFeatures::FOREACH
-                | BackendFeatures::BUCKETIZE
-                | BackendFeatures::INPLACE_BUFFERS
-                | BackendFeatures::MASKED_SCATTER_WITH_INDEX
-                | BackendFeatures::SCAN
-                | BackendFeatures::SORT
-                | BackendFeatures::TRITON_TEMPLATES
-                | BackendFeatures::TUPLE_REDUCTION
-                | BackendFeatures::REDUCE_TO_SINGLE_ELEMENT,
+            features: TRITON_SCHEDULING_FEATURES | BackendFeatures::REDUCE_TO_SINGLE_ELEMENT,
         }
     }
 

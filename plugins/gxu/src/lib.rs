@@ -40,14 +40,14 @@
 
 use abi_stable::std_types::ROption;
 use kiln_plugin_api::{
-    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
-    LaunchConfig, LoadContext, Manifest, PointwiseQuery, PropertiesSource, ReductionQuery,
-    SchedulingKind, ScratchWorkspace, TritonTarget, Wrappers,
+    BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid, LaunchConfig, LoadContext,
+    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, ScratchWorkspace,
+    TritonTarget, Wrappers,
 };
 
 pub mod config;
 pub mod overrides;
-use kiln_plugin_shared::triton_heuristics;
+use kiln_plugin_shared::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 pub use config::GxuConfig;
 use triton_heuristics::TritonLimits;
@@ -194,15 +194,9 @@ impl DevicePlugin for Gxu {
         BackendSpec {
             scheduling: SchedulingKind::Triton,
             wrappers: Wrappers::PYTHON | Wrappers::CPP,
-            // The seed's `GXUTritonScheduling.backend_features` (section 4.6).
-            features: BackendFeatures::FOREACH
-                | BackendFeatures::BUCKETIZE
-                | BackendFeatures::INPLACE_BUFFERS
-                | BackendFeatures::MASKED_SCATTER_WITH_INDEX
-                | BackendFeatures::SCAN
-                | BackendFeatures::SORT
-                | BackendFeatures::TRITON_TEMPLATES
-                | BackendFeatures::TUPLE_REDUCTION,
+            // The seed's `GXUTritonScheduling.backend_features` (section 4.6):
+            // Inductor's Triton set.
+            features: TRITON_SCHEDULING_FEATURES,
         }
     }
 

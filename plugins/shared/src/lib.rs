@@ -12,5 +12,19 @@
 
 pub mod triton_heuristics;
 
+use kiln_plugin_api::BackendFeatures;
+
+/// Inductor's `TritonScheduling.backend_features`: what the host may do with
+/// any Triton device's kernels. A device adds what its hardware supports on
+/// top (CUDA's grid-wide sync: `REDUCE_TO_SINGLE_ELEMENT`).
+pub const TRITON_SCHEDULING_FEATURES: BackendFeatures = BackendFeatures::FOREACH
+    .union(BackendFeatures::BUCKETIZE)
+    .union(BackendFeatures::INPLACE_BUFFERS)
+    .union(BackendFeatures::MASKED_SCATTER_WITH_INDEX)
+    .union(BackendFeatures::SCAN)
+    .union(BackendFeatures::SORT)
+    .union(BackendFeatures::TRITON_TEMPLATES)
+    .union(BackendFeatures::TUPLE_REDUCTION);
+
 #[cfg(feature = "test-support")]
 pub mod test_support;

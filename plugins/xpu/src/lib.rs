@@ -14,13 +14,13 @@
 
 use abi_stable::std_types::ROption;
 use kiln_plugin_api::{
-    BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
-    LaunchConfig, LoadContext, Manifest, PointwiseQuery, PropertiesSource, ReductionQuery,
-    SchedulingKind, TritonTarget, Wrappers,
+    BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid, LaunchConfig, LoadContext,
+    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, TritonTarget,
+    Wrappers,
 };
 
 pub mod overrides;
-use kiln_plugin_shared::triton_heuristics;
+use kiln_plugin_shared::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 use triton_heuristics::TritonLimits;
 
@@ -138,14 +138,7 @@ impl DevicePlugin for Xpu {
             // `TritonScheduling.backend_features`. REDUCE_TO_SINGLE_ELEMENT is
             // left out: Inductor adds it only for cooperative reductions,
             // whose grid-wide barrier it exercises on CUDA only.
-            features: BackendFeatures::FOREACH
-                | BackendFeatures::BUCKETIZE
-                | BackendFeatures::INPLACE_BUFFERS
-                | BackendFeatures::MASKED_SCATTER_WITH_INDEX
-                | BackendFeatures::SCAN
-                | BackendFeatures::SORT
-                | BackendFeatures::TRITON_TEMPLATES
-                | BackendFeatures::TUPLE_REDUCTION,
+            features: TRITON_SCHEDULING_FEATURES,
         }
     }
 

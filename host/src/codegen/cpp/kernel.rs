@@ -12,14 +12,12 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use kiln_plugin_api::{PointwiseQuery, ReductionQuery};
-
 use super::expr::{
     compute_type, cond_text, fits_i32, index_text, load_conversion, neutral, storage_type,
     store_conversion, IndexStyle, Renderer,
 };
 use super::{Error, KernelInfo};
-use crate::codegen::heuristics::{HeuristicsError, LaunchHeuristics};
+use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
 use crate::schedule::index::Var;
@@ -45,10 +43,13 @@ pub(super) fn write_kernel(
         });
     }
     let pointwise = !k.is_reduction();
-    let chunk = chunk(program, k, heuristics).map_err(|source| Error::Heuristics {
-        kernel: name.to_string(),
-        source,
-    })?;
+    // The parallel chunk is the first config's block.
+    let chunk = kernel_configs(program, k, heuristics)
+        .map(|configs| configs[0].x_block.max(1))
+        .map_err(|source| Error::Heuristics {
+            kernel: name.to_string(),
+            source,
+        })?;
 
     // Every index of the kernel, guards and selects included, decides together.
     let (xe, re) = (k.space.x, k.space.r.max(1));
@@ -99,41 +100,6 @@ pub(super) fn write_kernel(
         chunk,
     };
     Ok((w.out, info))
-}
-
-/// The parallel chunk the plugin's first config gives `k`.
-fn chunk(
-    program: &Program,
-    k: &Kernel,
-    heuristics: &dyn LaunchHeuristics,
-) -> Result<u32, HeuristicsError> {
-    let element_bytes = k
-        .params
-        .iter()
-        .map(|p| program.buffer(p.buf).dtype.size_bytes() as u32)
-        .max()
-        .unwrap_or(4);
-    let (configs, method) = if k.is_reduction() {
-        let query = ReductionQuery {
-            rows: k.space.x.max(0) as u64,
-            row_len: k.space.r.max(0) as u64,
-            element_bytes,
-        };
-        (heuristics.reduction_configs(query)?, "reduction_configs")
-    } else {
-        let query = PointwiseQuery {
-            numel: k.space.x.max(0) as u64,
-            element_bytes,
-        };
-        (heuristics.pointwise_configs(query)?, "pointwise_configs")
-    };
-    configs
-        .first()
-        .map(|c| c.x_block.max(1))
-        .ok_or_else(|| HeuristicsError::Unusable {
-            method,
-            what: "returned no launch config".into(),
-        })
 }
 
 struct Writer<'a> {

@@ -74,13 +74,9 @@ pub fn write(
     options: &Options,
     namer: &mut Namer,
 ) -> Result<Kernels, Error> {
-    let mut source = String::new();
-    let mut info = Vec::new();
-    for named in super::named_kernels(program, "cpp", namer) {
-        let (text, kernel_info) = kernel::write_kernel(program, &named, heuristics, options)?;
-        source.push_str(&text);
-        source.push('\n');
-        info.push(kernel_info);
-    }
+    let (texts, info) = super::write_kernels(program, "cpp", namer, |named| {
+        kernel::write_kernel(program, named, heuristics, options)
+    })?;
+    let source = texts.iter().map(|text| format!("{text}\n")).collect();
     Ok(Kernels { source, info })
 }

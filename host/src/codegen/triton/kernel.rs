@@ -11,11 +11,11 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+use kiln_plugin_api::{Grid, LaunchConfig};
 
 use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Renderer};
 use super::{Error, KernelInfo, Launch, Options};
-use crate::codegen::heuristics::{HeuristicsError, LaunchHeuristics};
+use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::schedule::index::Var;
 use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
@@ -52,41 +52,6 @@ fn launches(
         .collect()
 }
 
-/// The configs the heuristics propose for `k`, best first (never empty).
-fn configs(
-    program: &Program,
-    k: &Kernel,
-    heuristics: &dyn LaunchHeuristics,
-) -> Result<Vec<LaunchConfig>, HeuristicsError> {
-    let element_bytes = k
-        .params
-        .iter()
-        .map(|p| program.buffer(p.buf).dtype.size_bytes() as u32)
-        .max()
-        .unwrap_or(4);
-    let (configs, method) = if k.is_reduction() {
-        let query = ReductionQuery {
-            rows: k.space.x as u64,
-            row_len: k.space.r as u64,
-            element_bytes,
-        };
-        (heuristics.reduction_configs(query)?, "reduction_configs")
-    } else {
-        let query = PointwiseQuery {
-            numel: k.space.x as u64,
-            element_bytes,
-        };
-        (heuristics.pointwise_configs(query)?, "pointwise_configs")
-    };
-    if configs.is_empty() {
-        return Err(HeuristicsError::Unusable {
-            method,
-            what: "returned no launch config".into(),
-        });
-    }
-    Ok(configs)
-}
-
 /// Writes one kernel of `program` as a Triton function, with its launch.
 pub(super) fn write_kernel(
     program: &Program,
@@ -107,7 +72,7 @@ pub(super) fn write_kernel(
         .map(|(p, n)| (p.buf, n.clone()))
         .collect();
     let reduction = k.is_reduction();
-    let configs = configs(program, k, heuristics).map_err(heuristics_failed)?;
+    let configs = kernel_configs(program, k, heuristics).map_err(heuristics_failed)?;
     let first = configs[0];
     let persistent = reduction && i64::from(first.r_block) >= k.space.r;
     let offered: Vec<LaunchConfig> = if options.autotune {

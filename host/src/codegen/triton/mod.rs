@@ -92,13 +92,13 @@ pub fn write(
     options: &Options,
     namer: &mut Namer,
 ) -> Result<Kernels, Error> {
+    let (texts, info) = super::write_kernels(program, "kiln", namer, |named| {
+        kernel::write_kernel(program, named, heuristics, options)
+    })?;
     let mut source = String::from(kernel::HELPERS);
-    let mut info = Vec::new();
-    for named in super::named_kernels(program, "kiln", namer) {
-        let (text, kernel_info) = kernel::write_kernel(program, &named, heuristics, options)?;
+    for text in texts {
         source.push_str("\n\n");
         source.push_str(&text);
-        info.push(kernel_info);
     }
     Ok(Kernels { source, info })
 }

@@ -4,8 +4,40 @@
 //! the namer. Nothing from an input file may reach generated code any other way.
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
 use super::keywords;
+
+/// A set of names fixed for the life of the process (a language's words, a
+/// writer's own names and the identifiers of text it always pastes): built
+/// once, shared by every [`Namer`] that reserves it.
+pub type WordSet = HashSet<&'static str>;
+
+/// Builds a [`WordSet`] once per process, from lists of names and from the
+/// identifiers of fixed texts.
+pub fn word_set(
+    cell: &'static OnceLock<WordSet>,
+    lists: &[&[&'static str]],
+    texts: &[&'static str],
+) -> &'static WordSet {
+    cell.get_or_init(|| {
+        let mut set: WordSet = lists.iter().flat_map(|l| l.iter().copied()).collect();
+        for text in texts {
+            set.extend(identifiers(text));
+        }
+        set
+    })
+}
+
+/// The reserved words of Python, Triton and C++.
+fn language_words() -> &'static WordSet {
+    static WORDS: OnceLock<WordSet> = OnceLock::new();
+    word_set(
+        &WORDS,
+        &[keywords::PYTHON, keywords::PYTHON_BUILTINS, keywords::CPP],
+        &[],
+    )
+}
 
 /// Hands out legal, unique identifiers for one generated file.
 ///
@@ -15,8 +47,10 @@ use super::keywords;
 /// (a kernel's) it asks for with [`Namer::name`] before any user name, too.
 #[derive(Debug, Clone)]
 pub struct Namer {
-    /// The languages' words and the writers' own names: a user name equal
-    /// to one gets `_v` appended.
+    /// Sets of reserved names fixed for the process: the languages' words,
+    /// the writers' own names.
+    fixed: Vec<&'static WordSet>,
+    /// Reserved names known only now (in a plugin's strings, say).
     reserved: HashSet<String>,
     /// Names handed out.
     used: HashSet<String>,
@@ -61,19 +95,23 @@ pub fn identifiers(text: &str) -> impl Iterator<Item = &str> {
 impl Namer {
     /// A namer with the reserved words of Python, Triton and C++ taken.
     pub fn new() -> Namer {
-        let mut reserved = HashSet::new();
-        for list in [keywords::PYTHON, keywords::PYTHON_BUILTINS, keywords::CPP] {
-            reserved.extend(list.iter().map(|s| s.to_string()));
-        }
         Namer {
-            reserved,
+            fixed: vec![language_words()],
+            reserved: HashSet::new(),
             used: HashSet::new(),
         }
     }
 
+    /// Takes every name of a set fixed for the process (see [`word_set`]).
+    pub fn reserve_set(&mut self, set: &'static WordSet) {
+        self.fixed.push(set);
+    }
+
     /// Takes a name the generator itself binds, so no user name collides with it.
     pub fn reserve(&mut self, name: &str) {
-        self.reserved.insert(name.to_string());
+        if !self.is_reserved(name) {
+            self.reserved.insert(name.to_string());
+        }
     }
 
     /// Takes every name of a writer's list.
@@ -88,21 +126,23 @@ impl Namer {
     /// them, so none may become a user's name.
     pub fn reserve_identifiers_in(&mut self, text: &str) {
         for word in identifiers(text) {
-            if !self.reserved.contains(word) {
-                self.reserved.insert(word.to_string());
-            }
+            self.reserve(word);
         }
+    }
+
+    fn is_reserved(&self, name: &str) -> bool {
+        self.fixed.iter().any(|set| set.contains(name)) || self.reserved.contains(name)
     }
 
     /// Whether `name` is reserved or already handed out.
     pub fn is_taken(&self, name: &str) -> bool {
-        self.reserved.contains(name) || self.used.contains(name)
+        self.is_reserved(name) || self.used.contains(name)
     }
 
     /// A fresh identifier for `raw`: sanitised, not reserved, not used before.
     pub fn name(&mut self, raw: &str) -> String {
         let base = sanitize(raw);
-        let base = if self.reserved.contains(&base) {
+        let base = if self.is_reserved(&base) {
             format!("{base}_v")
         } else {
             base

@@ -23,11 +23,12 @@ mod layout;
 
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::OnceLock;
 
 use super::super::cpp::expr::{compute_type, float_text, int_text, storage_type};
 use super::super::cpp::prelude::{HELPERS, MATMUL};
 use super::super::cpp::{self, KernelInfo};
-use super::super::namer::{sanitize, Namer};
+use super::super::namer::{sanitize, word_set, Namer, WordSet};
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
 use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step, View};
@@ -102,11 +103,13 @@ pub const RESERVED: &[&str] = &[
 /// `kernel_header` and of the prelude it pastes, before any name from the
 /// graph is given out.
 pub fn reserve(namer: &mut Namer, header: &str) {
-    namer.reserve_all(cpp::RESERVED);
-    namer.reserve_all(RESERVED);
-    for text in [header, HELPERS, MATMUL, COPY_OUT] {
-        namer.reserve_identifiers_in(text);
-    }
+    static WORDS: OnceLock<WordSet> = OnceLock::new();
+    namer.reserve_set(word_set(
+        &WORDS,
+        &[cpp::RESERVED, RESERVED],
+        &[HELPERS, MATMUL, COPY_OUT],
+    ));
+    namer.reserve_identifiers_in(header);
 }
 
 /// One element of a constant as C++ storage text.

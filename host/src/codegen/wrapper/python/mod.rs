@@ -11,8 +11,9 @@ mod call;
 
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::OnceLock;
 
-use super::super::namer::{sanitize, Namer};
+use super::super::namer::{sanitize, word_set, Namer, WordSet};
 use super::super::triton::expr::float_text;
 use super::super::triton::{self, KernelInfo};
 use crate::graph::dtype::DType;
@@ -117,8 +118,8 @@ pub const RESERVED: &[&str] = &[
 /// Takes every name the file binds, and every identifier of the plugin's
 /// strings, before any name from the graph is given out.
 pub fn reserve(namer: &mut Namer, strings: &DeviceStrings) {
-    namer.reserve_all(triton::RESERVED);
-    namer.reserve_all(RESERVED);
+    static WORDS: OnceLock<WordSet> = OnceLock::new();
+    namer.reserve_set(word_set(&WORDS, &[triton::RESERVED, RESERVED], &[]));
     for code in strings.code() {
         namer.reserve_identifiers_in(code);
     }

@@ -55,18 +55,32 @@ pub const TRITON_TIMEOUT_FACTOR: u32 = 12;
 /// The check that builds and runs a C++ device's examples.
 pub const CPP_RUN: &str = "e2e.cpp_run";
 
+/// One bundled example compiled for the device.
+struct Compiled {
+    /// The example's name.
+    name: &'static str,
+    /// The example as written (the reference interpreter's input).
+    graph: crate::graph::Graph,
+    /// What the driver made of it.
+    artifacts: driver::Artifacts,
+}
+
 /// Every example's generated file (`output_code.py` or `wrapper.cpp`), or
 /// the first failure, through the same driver as `host compile`.
-fn compile_all(plugin: &Plugin) -> Result<Vec<(&'static str, driver::Artifacts)>, String> {
+fn compile_all(plugin: &Plugin) -> Result<Vec<Compiled>, String> {
     let options = driver::Options::default();
     let target = driver::Target::query(plugin, &options).map_err(|e| report(&e))?;
     EXAMPLES
         .iter()
         .map(|&(name, text)| {
             let graph = crate::graph::parse_toml(text).map_err(|e| format!("{name}: {e}"))?;
-            driver::compile_for(graph, plugin, target.clone(), &options)
-                .map(|artifacts| (name, artifacts))
-                .map_err(|e| format!("{name}: {}", report(&e)))
+            let artifacts = driver::compile_for(graph.clone(), plugin, target.clone(), &options)
+                .map_err(|e| format!("{name}: {}", report(&e)))?;
+            Ok(Compiled {
+                name,
+                graph,
+                artifacts,
+            })
         })
         .collect()
 }
@@ -83,7 +97,7 @@ fn scheduling(plugin: &Plugin) -> Result<SchedulingKind, String> {
 pub fn compile_examples(plugin: &Plugin) -> Outcome {
     match compile_all(plugin) {
         Ok(all) => {
-            let file = all.first().map_or("code", |(_, a)| a.file_name);
+            let file = all.first().map_or("code", |c| c.artifacts.file_name);
             Outcome::pass(format!("{} example graphs compiled to {file}", all.len()))
         }
         Err(e) => Outcome::fail(e),
@@ -106,12 +120,10 @@ pub fn cpp_run(plugin: &Plugin) -> Outcome {
         Ok(all) => all,
         Err(e) => return Outcome::fail(format!("an example did not compile: {e}")),
     };
-    let mut problems = Vec::new();
-    for (name, artifacts) in &all {
-        if let Err(e) = run_against_reference(name, artifacts) {
-            problems.push(e);
-        }
-    }
+    let problems = all
+        .iter()
+        .filter_map(|c| run_against_reference(c).err())
+        .collect();
     Outcome::from_problems(
         problems,
         format!(
@@ -121,23 +133,21 @@ pub fn cpp_run(plugin: &Plugin) -> Outcome {
     )
 }
 
-fn run_against_reference(name: &str, artifacts: &driver::Artifacts) -> Result<(), String> {
+fn run_against_reference(compiled: &Compiled) -> Result<(), String> {
+    let Compiled {
+        name,
+        graph,
+        artifacts,
+    } = compiled;
     let (module, _) = crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled)
         .map_err(|e| format!("{name}: {}", report(&e)))?;
-    let graph = crate::graph::parse_toml(
-        EXAMPLES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or("", |(_, text)| text),
-    )
-    .map_err(|e| format!("{name}: {e}"))?;
     let metas: Vec<_> = graph
         .inputs()
         .iter()
         .filter_map(|&id| graph.node(id)?.outputs.first().cloned())
         .collect();
     let inputs = crate::tensor_io::random_inputs(&metas, 0);
-    let want = crate::interp::evaluate(&graph, &inputs).map_err(|e| format!("{name}: {e}"))?;
+    let want = crate::interp::evaluate(graph, &inputs).map_err(|e| format!("{name}: {e}"))?;
     let got = module
         .run(&inputs)
         .map_err(|e| format!("{name}: {}", report(&e)))?;
@@ -217,8 +227,9 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
     let script = dir.0.join("check_triton.py");
     let files = all
         .iter()
-        .try_for_each(|(name, artifacts)| {
-            write(&dir.0.join(name).join(artifacts.file_name), &artifacts.code)
+        .try_for_each(|c| {
+            let file = dir.0.join(c.name).join(c.artifacts.file_name);
+            write(&file, &c.artifacts.code)
         })
         .and_then(|()| write(&script, CHECK_TRITON));
     if let Err(e) = files {

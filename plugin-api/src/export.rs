@@ -266,15 +266,46 @@ macro_rules! export_plugin {
     };
 }
 
-/// Runs `f`, turning a panic into a [`PluginError`].
+thread_local! {
+    /// Where the last panic on this thread happened, kept by the quiet hook.
+    static PANIC_LOCATION: std::cell::RefCell<Option<String>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Replaces this plugin's panic hook (the plugin's own copy of `std`, not the
+/// host's) with one that prints nothing and keeps the panic's location: a
+/// panic inside a call then reaches the host once, as the call's error with
+/// its message and location, instead of as a message and backtrace on the
+/// host's stderr followed by the same error.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let location = info
+                .location()
+                .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+            PANIC_LOCATION.with(|p| *p.borrow_mut() = location);
+        }));
+    });
+}
+
+/// Runs `f`, turning a panic into a [`PluginError`] naming `what`, the panic's
+/// message and where it happened; nothing is printed.
 pub fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> PResult<T> {
+    quiet_panics();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(value)) => RResult::ROk(value),
         Ok(Err(message)) => RResult::RErr(PluginError::new(message)),
-        Err(payload) => RResult::RErr(PluginError::new(format!(
-            "plugin panicked in `{what}`: {}",
-            panic_message(payload.as_ref())
-        ))),
+        Err(payload) => {
+            let location = PANIC_LOCATION
+                .with(|p| p.borrow_mut().take())
+                .map(|l| format!(" (at {l})"))
+                .unwrap_or_default();
+            RResult::RErr(PluginError::new(format!(
+                "plugin panicked in `{what}`: {}{location}",
+                panic_message(payload.as_ref())
+            )))
+        }
     }
 }
 

@@ -211,7 +211,7 @@ fn non_plugin_libraries_are_skipped_quietly_and_junk_is_rejected_without_stoppin
         rejected[0]["reason"]
             .as_str()
             .unwrap()
-            .starts_with("cannot be opened as a shared library"),
+            .starts_with("not opened: not a shared library"),
         "{list:#}"
     );
 }
@@ -402,5 +402,132 @@ fn empty_and_multi_line_one_line_strings_are_refused_at_load() {
     assert!(
         newline.contains("`set_device` must be one line") && newline.contains("U+000A"),
         "{newline}"
+    );
+}
+
+/// Where the last loadable segment of a 64-bit little-endian ELF library ends:
+/// cutting the file anywhere before it leaves a library the loader would
+/// fault on.
+fn loadable_end(bytes: &[u8]) -> usize {
+    let u16_at = |at: usize| usize::from(u16::from_le_bytes([bytes[at], bytes[at + 1]]));
+    let u64_at = |at: usize| {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(v) as usize
+    };
+    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
+    (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .filter(|&h| bytes[h..h + 4] == [1, 0, 0, 0])
+        .map(|h| u64_at(h + 8) + u64_at(h + 32))
+        .max()
+        .expect("a loadable segment")
+}
+
+#[test]
+fn broken_library_files_never_bring_a_command_down_and_are_each_listed_once() {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return;
+    }
+    let tmp = TempDir::new("broken-files");
+    let dir = tmp.subdir("plugins");
+    let good = std::fs::read(bundled_plugin("gxu")).expect("the gxu plugin");
+    let end = loadable_end(&good);
+    let mut expected: Vec<(String, &str)> = Vec::new();
+    for cut in [16, 63, 64, 1000, 4096, 65_536, end / 4, end / 2, end - 1] {
+        let name = dll_name(&format!("cut_{cut}"));
+        std::fs::write(dir.join(&name), &good[..cut]).expect("write a prefix");
+        expected.push((name, if cut < 64 { "too short" } else { "truncated" }));
+    }
+    let name = dll_name("zeros");
+    std::fs::write(dir.join(&name), vec![0u8; good.len()]).expect("write zeros");
+    expected.push((name, "no ELF header"));
+    let mut foreign = good.clone();
+    foreign[18..20].copy_from_slice(&183u16.to_le_bytes()); // e_machine: AArch64
+    let name = dll_name("aarch64");
+    std::fs::write(dir.join(&name), &foreign).expect("write a foreign library");
+    expected.push((name, "built for another machine"));
+    let name = dll_name("text");
+    std::fs::write(dir.join(&name), "this is not a library\n").expect("write text");
+    expected.push((name, "no ELF header"));
+
+    for cmd in [
+        host(&host_bin()).arg("--plugins").arg(&dir),
+        host(&host_bin()).env("KILN_PLUGIN_PATH", &dir),
+    ] {
+        let list = list_json(cmd);
+        assert_eq!(
+            device_names(&list),
+            ["cpu", "cuda", "gxu", "xpu"],
+            "{list:#}"
+        );
+        let rejected = list["rejected"].as_array().expect("rejected");
+        assert_eq!(rejected.len(), expected.len(), "{list:#}");
+        for (name, why) in &expected {
+            let entries: Vec<&serde_json::Value> = rejected
+                .iter()
+                .filter(|r| {
+                    r["path"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with(name.as_str()))
+                })
+                .collect();
+            assert_eq!(entries.len(), 1, "{name} is listed once: {list:#}");
+            let reason = entries[0]["reason"].as_str().unwrap_or("");
+            assert!(reason.contains(why), "{name}: {reason}");
+        }
+    }
+    // Every other command works beside them too.
+    let (output, stdout, stderr) = run(host(&host_bin())
+        .arg("--plugins")
+        .arg(&dir)
+        .arg("run")
+        .arg(repo_root().join("examples/small_layernorm.toml"))
+        .args(["--device", "cpu", "--check"])
+        .env("KILN_CACHE_DIR", tmp.subdir("cache")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("--plugins")
+        .arg(&dir)
+        .args(["inspect", "gxu"]));
+    assert!(output.status.success(), "{stderr}");
+}
+
+#[test]
+fn a_plugin_that_panics_is_reported_once_quietly_with_where_it_panicked() {
+    let tmp = TempDir::new("panics");
+    let dir = tmp.subdir("plugins");
+    copy_into(
+        &dir,
+        &kiln_tests::broken::fixture("panic_kernel_driver"),
+        &dll_name("panic_kernel_driver"),
+    );
+    let (output, stdout, stderr) = run(host(&host_bin())
+        .env("RUST_BACKTRACE", "1")
+        .arg("--plugins")
+        .arg(&dir)
+        .arg("list"));
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stderr, "", "nothing but the report: {stderr}");
+    let reported: Vec<&str> = stdout.lines().filter(|l| l.contains("panicked")).collect();
+    assert_eq!(reported.len(), 1, "{stdout}");
+    assert!(
+        reported[0].contains("panicked in `kernel_driver`")
+            && reported[0].contains("(at panic_kernel_driver/src/lib.rs:"),
+        "{stdout}"
+    );
+    // A command that does not need the broken device says nothing about it.
+    let (output, _, stderr) = run(host(&host_bin())
+        .env("RUST_BACKTRACE", "1")
+        .arg("--plugins")
+        .arg(&dir)
+        .arg("compile")
+        .arg(repo_root().join("examples/add.toml"))
+        .args(["--device", "gxu", "-o"])
+        .arg(tmp.path().join("out")));
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("stack backtrace"),
+        "{stderr}"
     );
 }

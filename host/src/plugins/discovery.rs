@@ -43,7 +43,9 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
                     registry.skipped.push(canonical);
                 }
                 LoadOutcome::Failed(error) => {
-                    tracing::warn!("rejected {}: {error}", canonical.display());
+                    // Recorded, not printed: `host list` reports it, and a
+                    // command that needs the device says it was rejected.
+                    tracing::debug!("rejected {}: {error}", canonical.display());
                     registry.rejected.push(Rejected {
                         path: canonical,
                         reason: error.to_string(),

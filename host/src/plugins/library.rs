@@ -12,14 +12,16 @@ use kiln_plugin_api::{
 
 /// A call into a plugin that returned an error (or panicked inside the plugin).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("plugin `{plugin}` failed in `{method}`: {message}")]
+#[error("plugin `{plugin}` {} in `{method}`: {message}", if *.panicked { "panicked" } else { "failed" })]
 pub struct CallError {
     /// The device name of the plugin.
     pub plugin: String,
     /// The ABI method that failed.
     pub method: &'static str,
-    /// The plugin's message.
+    /// The plugin's message (for a panic: the panic's message and location).
     pub message: String,
+    /// Whether the plugin panicked (the export shims caught it).
+    pub panicked: bool,
 }
 
 /// One of the 17 `DeviceOpOverrides` methods of PyTorch 2.11.
@@ -178,10 +180,24 @@ fn flatten<T>(
     method: &'static str,
     result: RResult<T, PluginError>,
 ) -> Result<T, CallError> {
-    result.into_result().map_err(|e| CallError {
-        plugin: plugin.to_string(),
-        method,
-        message: e.message.into_string(),
+    result.into_result().map_err(|e| {
+        let message = e.message.into_string();
+        // The export shims word a caught panic `plugin panicked in `METHOD`: ...`.
+        let panic_prefix = format!("plugin panicked in `{method}`: ");
+        match message.strip_prefix(&panic_prefix) {
+            Some(rest) => CallError {
+                plugin: plugin.to_string(),
+                method,
+                message: rest.to_string(),
+                panicked: true,
+            },
+            None => CallError {
+                plugin: plugin.to_string(),
+                method,
+                message,
+                panicked: false,
+            },
+        }
     })
 }
 

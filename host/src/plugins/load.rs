@@ -18,6 +18,10 @@ pub enum LoadError {
     /// The dynamic loader refused the file (not a shared library, missing dependencies, ...).
     #[error("cannot be opened as a shared library: {0}")]
     Open(String),
+    /// The file was not opened: it is not a whole shared library for this
+    /// machine (see `preflight`).
+    #[error("not opened: {0}")]
+    Unfit(String),
     /// `abi_stable`'s own version check failed: the plugin-api majors differ.
     #[error(
         "built against kiln-plugin-api {plugin}, but this host speaks kiln-plugin-api {host}: \
@@ -112,11 +116,16 @@ pub fn open_root(path: &Path) -> Result<KilnPluginRef, LoadOutcome> {
     root_from_header(open_header(path)?)
 }
 
-/// The first half of [`open_root`]: opens the library and finds `abi_stable`'s
-/// root-module header, without checking its layout. A library without the
-/// symbol is [`LoadOutcome::NotAPlugin`].
+/// The first half of [`open_root`]: checks the file is a whole shared library
+/// for this machine (`preflight`: a truncated library would crash the
+/// loader), opens it and finds `abi_stable`'s root-module header, without
+/// checking its layout. A library without the symbol is
+/// [`LoadOutcome::NotAPlugin`].
 #[allow(clippy::result_large_err)]
 pub fn open_header(path: &Path) -> Result<&'static LibHeader, LoadOutcome> {
+    if let Some(problem) = super::preflight::problem(path) {
+        return Err(LoadOutcome::Failed(LoadError::Unfit(problem)));
+    }
     lib_header_from_path(path).map_err(classify)
 }
 

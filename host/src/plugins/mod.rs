@@ -8,6 +8,7 @@
 pub mod discovery;
 pub mod library;
 pub mod load;
+pub mod preflight;
 pub mod registry;
 pub mod requirements;
 pub mod search;

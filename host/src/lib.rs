@@ -16,6 +16,7 @@ pub mod diag;
 pub mod driver;
 pub mod graph;
 pub mod interp;
+pub mod memory;
 pub mod passes;
 pub mod plugins;
 pub mod runtime;

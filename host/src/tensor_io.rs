@@ -102,7 +102,7 @@ pub fn write_outputs(dir: &Path, outputs: &[Tensor]) -> Result<Vec<PathBuf>, Err
     let mut paths = vec![];
     for (i, t) in outputs.iter().enumerate() {
         let path = dir.join(format!("output{i}.bin"));
-        std::fs::write(&path, t.dtype.encode_le(&t.to_vec())).map_err(|source| Error::Io {
+        std::fs::write(&path, t.dtype.encode_le(&t.values())).map_err(|source| Error::Io {
             path: path.clone(),
             source,
         })?;

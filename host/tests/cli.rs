@@ -91,3 +91,82 @@ fn eval_writes_outputs_and_reads_inputs() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A one-op graph over one input of `shape` (TOML), in the test's own folder.
+fn relu_graph(tag: &str, shape: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{tag}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "format = \"kiln-graph/1\"\nname = \"{tag}\"\noutputs = [\"y\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = {shape}\ndtype = \"float32\"\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"x\"]\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn work_beyond_the_memory_limit_is_refused_with_the_figures_before_allocating() {
+    // 800 million float32 elements: 6.0 GiB of inputs as float64.
+    let big = relu_graph("big", "[8, 100000000]");
+    let big = big.to_str().unwrap();
+    let (c, out, err) = host(&["eval", big, "--max-memory", "1G"]);
+    assert_eq!(c, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    for part in [
+        "evaluating",
+        "big.toml needs 11.9 GiB",
+        "inputs 6.0 GiB",
+        "the reference interpreter 6.0 GiB",
+        "more than the 1.0 GiB that --max-memory allows",
+        "raise the limit with --max-memory SIZE",
+    ] {
+        assert!(err.contains(part), "missing {part:?} in {err}");
+    }
+    // The same limit from the environment, named as such.
+    let o = Command::new(env!("CARGO_BIN_EXE_host"))
+        .args(["eval", big])
+        .env("KILN_MAX_MEMORY", "512M")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("512.0 MiB that KILN_MAX_MEMORY allows"),
+        "{err}"
+    );
+    // `run` counts the compiled program's buffers and, with --check, the reference.
+    let (c, _, err) = host(&["run", big, "--check", "--max-memory", "1G"]);
+    assert_eq!(c, 1, "{err}");
+    for part in [
+        "running",
+        "the compiled program",
+        "the reference interpreter",
+    ] {
+        assert!(err.contains(part), "missing {part:?} in {err}");
+    }
+    // A malformed limit is a usage error naming the unit.
+    let (c, _, err) = host(&["eval", big, "--max-memory", "lots"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("K, M, G or T"), "{err}");
+}
+
+#[test]
+fn a_shape_no_machine_can_hold_is_refused_by_every_command_that_allocates() {
+    let huge = relu_graph("huge", "[9223372036854775807]");
+    let huge = huge.to_str().unwrap();
+    // Describing and compiling the graph allocate nothing of its size.
+    assert_eq!(host(&["graph", huge]).0, 0);
+    for args in [vec!["eval", huge], vec!["run", huge, "--check"]] {
+        let (c, _, err) = host(&args);
+        assert_eq!(c, 1, "{args:?}: {err}");
+        assert!(err.contains("more than 2^64 bytes"), "{args:?}: {err}");
+        assert!(err.contains("no machine can hold it"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -18,18 +18,22 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     ("diag", &[]),
     ("graph", &[]),
+    ("memory", &[]),
     ("plugins", &[]),
     ("tensor", &["graph"]),
     ("tensor_io", &["graph", "tensor"]),
-    ("interp", &["graph", "tensor"]),
+    ("interp", &["graph", "memory", "tensor"]),
     ("passes", &["graph", "interp"]),
-    ("schedule", &["graph", "interp", "tensor"]),
+    ("schedule", &["graph", "interp", "memory", "tensor"]),
     ("codegen", &["graph", "plugins", "schedule"]),
     (
         "driver",
         &["codegen", "graph", "passes", "plugins", "schedule"],
     ),
-    ("runtime", &["codegen", "graph", "schedule", "tensor"]),
+    (
+        "runtime",
+        &["codegen", "graph", "memory", "schedule", "tensor"],
+    ),
     (
         "conformance",
         &[

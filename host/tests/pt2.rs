@@ -190,6 +190,7 @@ fn params_as_inputs_come_after_the_user_inputs() {
             &path,
             &LoadOptions {
                 params_as_inputs: true,
+                ..LoadOptions::default()
             },
         )
         .expect("params as inputs");
@@ -564,4 +565,46 @@ fn the_cli_reports_a_bad_archive() {
         assert_says(&err, &["error: in ", "bad.pt2", "not a .pt2 archive"]);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A zip of one deflated member whose headers claim `claimed` bytes
+/// uncompressed, where the member really holds a few.
+fn lying_zip(member: &str, content: &[u8], claimed: u32) -> Vec<u8> {
+    let mut zip = write_zip(&[(member.to_string(), content.to_vec())], true);
+    // The uncompressed size sits 22 bytes into the local header and 24 into
+    // the central directory's entry.
+    for (signature, at) in [(b"PK\x03\x04", 22), (b"PK\x01\x02", 24)] {
+        let start = zip.windows(4).position(|w| w == signature).expect("header");
+        zip[start + at..start + at + 4].copy_from_slice(&claimed.to_le_bytes());
+    }
+    zip
+}
+
+#[test]
+fn a_member_size_read_from_the_archive_is_never_trusted_for_an_allocation() {
+    let zip = lying_zip("archive/models/model.json", b"{}", 3 << 30);
+    assert!(zip.len() < 300, "{} bytes", zip.len());
+    let dir = temp_dir("lying");
+    let path = dir.join("lying.pt2");
+    std::fs::write(&path, &zip).expect("write");
+    // Under a 2 GiB address-space limit, allocating the claimed 3 GiB would
+    // abort the process; reading what is really there fails cleanly.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2097152 && exec \"$0\" graph \"$1\" --max-memory 8G")
+        .arg(env!("CARGO_BIN_EXE_host"))
+        .arg(&path)
+        .output()
+        .expect("sh runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("archive/models/model.json"), "{err}");
+    // Under a limit below the claim, the claim alone is refused.
+    let (ok, _, err) = host(&["graph", path.to_str().unwrap(), "--max-memory", "1G"]);
+    assert!(!ok);
+    assert!(
+        err.contains("decompressed size limit of 1073741824 bytes"),
+        "{err}"
+    );
+    assert!(err.contains("--max-memory"), "{err}");
 }

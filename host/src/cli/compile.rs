@@ -66,7 +66,7 @@ pub struct CompileArgs {
 pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     let plugin = super::device_plugin(cli, &args.device)?;
     let start = Instant::now();
-    let graph = args.graph.load()?;
+    let graph = args.graph.load(&cli.budget()?)?;
     let mut options = driver::Options {
         wrapper: args.wrapper.map(WrapperKind::from),
         device_index: args.device.index,

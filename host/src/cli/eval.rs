@@ -35,10 +35,26 @@ pub struct EvalArgs {
 
 /// Runs `host eval`.
 pub fn run(cli: &Cli, a: &EvalArgs) -> Result<ExitCode, CliError> {
-    let graph = a.graph.load()?;
-    let inputs = a.inputs.read(&graph)?;
-    let outs = match &a.device {
-        None => crate::interp::evaluate(&graph, &inputs)?,
+    let budget = cli.budget()?;
+    let graph = a.graph.load(&budget)?;
+    let what = format!("evaluating {}", a.graph.file.display());
+    let inputs_bytes = a.inputs.memory_needed(&graph);
+    let (outs, inputs) = match &a.device {
+        None => {
+            budget.allow_parts(
+                &what,
+                &[
+                    ("inputs", inputs_bytes),
+                    (
+                        "the reference interpreter",
+                        crate::interp::memory_needed(&graph),
+                    ),
+                ],
+            )?;
+            let inputs = a.inputs.read(&graph)?;
+            let outs = super::progress::evaluate(&what, &graph, &inputs)?;
+            (outs, inputs)
+        }
         Some(device) => {
             let plugin = super::device_plugin(cli, device)?;
             let options = driver::Options {
@@ -46,7 +62,28 @@ pub fn run(cli: &Cli, a: &EvalArgs) -> Result<ExitCode, CliError> {
                 ..driver::Options::default()
             };
             let artifacts = driver::compile(graph.clone(), &plugin, &options)?;
-            crate::schedule::eval::run(&artifacts.scheduled, &inputs)?
+            let reference = if a.check {
+                crate::interp::memory_needed(&graph)
+            } else {
+                Some(0)
+            };
+            budget.allow_parts(
+                &what,
+                &[
+                    ("inputs", inputs_bytes),
+                    (
+                        "the scheduled program",
+                        crate::schedule::eval::memory_needed(&artifacts.scheduled),
+                    ),
+                    ("the reference interpreter", reference),
+                ],
+            )?;
+            let inputs = a.inputs.read(&graph)?;
+            let activity = super::progress::Activity::start(&what, None);
+            activity.update(0, 0, &format!("the program scheduled for {device}"));
+            let outs = crate::schedule::eval::run(&artifacts.scheduled, &inputs)?;
+            activity.finish();
+            (outs, inputs)
         }
     };
     super::outputs::emit(&outs, a.out.as_deref(), !a.check)?;

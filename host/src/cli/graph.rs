@@ -1,6 +1,5 @@
 //! `host graph FILE [--params-as-inputs] [--after-passes] [--format text|dot|json]`: prints a graph.
 
-use super::Error;
 use crate::graph::print;
 use clap::{Args, ValueEnum};
 
@@ -30,8 +29,8 @@ pub struct GraphArgs {
 }
 
 /// Runs `host graph`.
-pub fn run(a: &GraphArgs) -> Result<(), Error> {
-    let mut g = a.graph.load()?;
+pub fn run(cli: &super::Cli, a: &GraphArgs) -> Result<(), super::CliError> {
+    let mut g = a.graph.load(&cli.budget()?)?;
     if a.after_passes {
         let report = crate::passes::run_pipeline(&mut g)?;
         tracing::info!("{report}");

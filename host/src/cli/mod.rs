@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::memory::Budget;
 use crate::tensor::Tensor;
 
 mod compile;
@@ -16,6 +17,7 @@ mod graph;
 mod inspect;
 mod list;
 mod outputs;
+mod progress;
 mod run;
 
 /// Kiln: a graph compiler whose device backends are drop-in plugins.
@@ -37,6 +39,13 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+
+    /// The most memory the host's own tensor work may take (e.g. 8G, 512M): what reading a
+    /// .pt2 archive decompresses, and the inputs, reference interpreter and buffers of eval and
+    /// run. Work that needs more is refused, with the figures, before anything is allocated.
+    /// Default: KILN_MAX_MEMORY, else the memory the machine has available.
+    #[arg(long, value_name = "SIZE", global = true, value_parser = crate::memory::parse_size)]
+    pub max_memory: Option<u64>,
 
     /// What to do.
     #[command(subcommand)]
@@ -92,14 +101,27 @@ pub struct GraphFile {
 }
 
 impl GraphFile {
-    /// Reads and validates the graph.
-    pub fn load(&self) -> Result<crate::graph::Graph, crate::graph::Error> {
+    /// Reads and validates the graph; a `.pt2` archive may decompress to at
+    /// most `budget`.
+    pub fn load(&self, budget: &Budget) -> Result<crate::graph::Graph, crate::graph::Error> {
         crate::graph::load_with(
             &self.file,
             &crate::graph::LoadOptions {
                 params_as_inputs: self.params_as_inputs,
+                archive: crate::graph::front::pt2::Limits {
+                    max_total_bytes: budget.bytes,
+                    ..Default::default()
+                },
             },
         )
+    }
+}
+
+impl Cli {
+    /// The memory budget of this run: `--max-memory`, else `KILN_MAX_MEMORY`,
+    /// else what the machine has available.
+    pub(crate) fn budget(&self) -> Result<Budget, CliError> {
+        Ok(Budget::new(self.max_memory)?)
     }
 }
 
@@ -115,6 +137,26 @@ pub struct InputArgs {
 }
 
 impl InputArgs {
+    /// The bytes [`InputArgs::read`] holds for `graph`'s inputs: each as
+    /// float64, plus the largest file's raw bytes while it is decoded.
+    pub fn memory_needed(&self, graph: &crate::graph::Graph) -> Option<u64> {
+        let metas: Vec<&crate::graph::TensorMeta> = graph
+            .inputs()
+            .iter()
+            .filter_map(|&id| graph.node(id)?.outputs.first())
+            .collect();
+        let tensors =
+            crate::memory::total(metas.iter().map(|m| crate::memory::elements(m.numel(), 8)));
+        let raw = match self.inputs {
+            Some(_) => metas
+                .iter()
+                .map(|m| crate::memory::elements(m.numel(), m.dtype.size_bytes() as u64))
+                .try_fold(0u64, |most, b| Some(most.max(b?))),
+            None => Some(0),
+        };
+        crate::memory::total([tensors, raw])
+    }
+
     /// The graph's inputs: read from the folder, or random from the seed.
     pub fn read(&self, graph: &crate::graph::Graph) -> Result<Vec<Tensor>, Error> {
         let decls: Vec<(String, crate::graph::TensorMeta)> = graph
@@ -201,9 +243,7 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::List(args) => list::run(&cli, args),
         Command::Inspect(args) => inspect::run(&cli, args),
-        Command::Graph(args) => graph::run(args)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(Into::into),
+        Command::Graph(args) => graph::run(&cli, args).map(|()| ExitCode::SUCCESS),
         Command::Eval(args) => eval::run(&cli, args),
         Command::Conformance(args) => conformance::run(&cli, args),
         Command::Compile(args) => compile::run(&cli, args),

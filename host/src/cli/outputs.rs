@@ -30,7 +30,8 @@ pub fn emit(outs: &[Tensor], dir: Option<&Path>, print: bool) -> Result<(), CliE
 /// Compares `outs` with the reference interpreter's outputs of `graph` on
 /// `inputs`, printing a line per output; whether all match.
 pub fn check(outs: &[Tensor], graph: &Graph, inputs: &[Tensor]) -> Result<bool, CliError> {
-    let want = crate::interp::evaluate(graph, inputs)?;
+    let want =
+        super::progress::evaluate("checking against the reference interpreter", graph, inputs)?;
     if outs.len() != want.len() {
         return Err(format!(
             "{} outputs, the reference interpreter gives {}",
@@ -62,10 +63,10 @@ pub fn check(outs: &[Tensor], graph: &Graph, inputs: &[Tensor]) -> Result<bool, 
 
 /// One line: dtype, shape, the first values, min/max/mean.
 pub fn summary(t: &Tensor) -> String {
-    let v = t.to_vec();
+    let v = t.values();
     let first: Vec<String> = v.iter().take(6).map(|x| format!("{x:.6}")).collect();
     let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0.0);
-    for &x in &v {
+    for &x in v.iter() {
         lo = lo.min(x);
         hi = hi.max(x);
         sum += x;

@@ -54,23 +54,46 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
         )
         .into());
     }
-    let graph = args.graph.load()?;
-    let inputs = args.inputs.read(&graph)?;
+    let budget = cli.budget()?;
+    let graph = args.graph.load(&budget)?;
     let start = Instant::now();
     let artifacts = driver::compile_for(graph.clone(), &plugin, target, &options)?;
     let generated = start.elapsed();
+    budget.allow_parts(
+        &format!("running {}", args.graph.file.display()),
+        &[
+            ("inputs", args.inputs.memory_needed(&graph)),
+            (
+                "the compiled program",
+                crate::runtime::memory_needed(&artifacts.scheduled),
+            ),
+            (
+                "the reference interpreter",
+                if args.check {
+                    crate::interp::memory_needed(&graph)
+                } else {
+                    Some(0)
+                },
+            ),
+        ],
+    )?;
+    let inputs = args.inputs.read(&graph)?;
+    let building = super::progress::Activity::start("building the C++ library", None);
+    let start = Instant::now();
     let (module, built) = crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled)?;
+    let build_time = start.elapsed();
+    building.finish();
     eprintln!(
-        "compiled {} for {} in {:.1} ms ({} kernel(s); library {} {})",
+        "compiled {} for {} in {:.1} ms ({} kernel(s)); library {} {}",
         args.graph.file.display(),
         args.device,
         generated.as_secs_f64() * 1e3,
         artifacts.kernel_count(),
         built.library.display(),
         if built.cached {
-            "from the cache"
+            "found in the cache".to_string()
         } else {
-            "built"
+            format!("built in {:.2} s", build_time.as_secs_f64())
         }
     );
     let mut prepared = module.prepare(&inputs)?;

@@ -5,7 +5,7 @@
 use super::reduce::{matmul, matmul_raw, norm, reduce, softmax, var};
 use super::{map_n, Val};
 use crate::graph::dtype::{result_type, OperandKind};
-use crate::graph::{BinaryOp, DType, GeluApprox, Op, ReduceOp, Scalar, TensorMeta, UnaryOp};
+use crate::graph::{BinaryOp, DType, GeluApprox, Op, Scalar, TensorMeta, UnaryOp};
 use crate::tensor::Tensor;
 
 fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
@@ -133,18 +133,18 @@ pub(crate) fn eval(
             .collect()
     };
     let t = match op {
-        Op::Unary(u) => map_n(args, out, |x| unary(*u, x[0])),
-        Op::Gelu { approximate } => map_n(args, out, |x| gelu(*approximate, x[0])),
+        Op::Unary(u) => map_n(args, out, |x| unary(*u, x[0]))?,
+        Op::Gelu { approximate } => map_n(args, out, |x| gelu(*approximate, x[0]))?,
         Op::Binary { op, alpha } => {
             let compute = compute_dtype(args)?;
             let alpha = alpha.map_or(1.0, |a| a.to_f64());
             let int = !compute.is_float();
             let ca = cast_args(compute);
-            map_n(&ca, out, |x| binary(*op, x[0], x[1], alpha, int))
+            map_n(&ca, out, |x| binary(*op, x[0], x[1], alpha, int))?
         }
         Op::Where => {
             let ca = cast_args(out.dtype);
-            map_n(&ca, out, |x| if x[0] != 0.0 { x[1] } else { x[2] })
+            map_n(&ca, out, |x| if x[0] != 0.0 { x[1] } else { x[2] })?
         }
         Op::Clamp { min, max } => {
             let (lo, hi) = (
@@ -160,26 +160,15 @@ pub(crate) fn eval(
                     v = nan_min(v, h);
                 }
                 v
-            })
+            })?
         }
-        Op::Cast { .. } => map_n(args, out, |x| x[0]),
+        Op::Cast { .. } => map_n(args, out, |x| x[0])?,
         Op::Reduce {
             op, dims, dtype, ..
-        } => {
-            let x = tensor(args, 0)?;
-            let x = match dtype {
-                Some(d) => map_n(args, &TensorMeta::contiguous(x.shape.clone(), *d), |v| v[0]),
-                None => x.clone(),
-            };
-            reduce(&x, dims.as_deref(), out, *op, 0.0)?
-        }
+        } => reduce(tensor(args, 0)?, dims.as_deref(), out, *op, *dtype)?,
         Op::Var {
             dims, correction, ..
-        } => {
-            let x = tensor(args, 0)?;
-            let mean = reduce(x, dims.as_deref(), out, ReduceOp::Mean, 0.0).map(|m| m.data)?;
-            var(x, dims.as_deref(), out, &mean, *correction)?
-        }
+        } => var(tensor(args, 0)?, dims.as_deref(), out, *correction)?,
         Op::Softmax { dim, log, .. } => softmax(tensor(args, 0)?, *dim, *log, out)?,
         Op::LayerNorm {
             normalized_shape,
@@ -242,7 +231,7 @@ pub(crate) fn eval(
             let p = matmul_raw(tensor(args, 0)?, tensor(args, 1)?, &out.shape, true)?;
             if *bias {
                 let b = tensor(args, 2)?;
-                map_n(&[Val::Tensor(&p), Val::Tensor(b)], out, |x| x[0] + x[1])
+                map_n(&[Val::Tensor(&p), Val::Tensor(b)], out, |x| x[0] + x[1])?
             } else {
                 p
             }
@@ -262,7 +251,7 @@ pub(crate) fn eval(
                     let c = if beta == 0.0 { 0.0 } else { beta * x[0] };
                     c + alpha * x[1]
                 },
-            )
+            )?
         }
         other => {
             return Err(format!(

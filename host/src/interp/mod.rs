@@ -8,11 +8,13 @@
 
 pub(crate) mod kernels;
 mod reduce;
+pub(crate) use reduce::matmul_raw;
 mod views;
 
-use crate::graph::shape::for_each_index;
 use crate::graph::{Arg, ConstData, Graph, NodeId, Op, TensorMeta};
+use crate::tensor::walk::{Walk, CHUNK};
 use crate::tensor::Tensor;
+use rayon::prelude::*;
 
 /// Interpreter errors.
 #[derive(Debug, thiserror::Error)]
@@ -52,8 +54,33 @@ pub enum Error {
     },
 }
 
+/// Where an evaluation stands, for a progress display: called before each
+/// node that computes something (inputs, constants and views are free).
+#[derive(Clone, Copy, Debug)]
+pub struct Progress<'a> {
+    /// Nodes evaluated so far.
+    pub done: usize,
+    /// Nodes in all.
+    pub total: usize,
+    /// The node about to be evaluated.
+    pub node: &'a str,
+    /// Its op's name.
+    pub op: &'a str,
+}
+
 /// Evaluates `g` on `inputs` (in the graph's input order) and returns its outputs.
 pub fn evaluate(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+    evaluate_with(g, inputs, &mut |_| {})
+}
+
+/// [`evaluate`], telling `progress` about each node before evaluating it.
+/// Each value is dropped after its last use, so memory holds only what later
+/// nodes still read (see [`memory_needed`]).
+pub fn evaluate_with(
+    g: &Graph,
+    inputs: &[Tensor],
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<Tensor>, Error> {
     if inputs.len() != g.inputs().len() {
         return Err(Error::InputCount {
             expected: g.inputs().len(),
@@ -63,9 +90,10 @@ pub fn evaluate(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
     let order = g
         .topo_order()
         .map_err(|n| crate::graph::Error::Cycle(at(g, n)))?;
+    let last_use = last_uses(g, &order);
     let mut env: Vec<Option<Vec<Tensor>>> =
         vec![None; order.iter().map(|n| n.index() + 1).max().unwrap_or(0)];
-    for id in order {
+    for (step, &id) in order.iter().enumerate() {
         let Some(node) = g.node(id) else { continue };
         let fail = |message: String| Error::Node {
             node: node.name.clone(),
@@ -99,6 +127,14 @@ pub fn evaluate(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
                 vec![constant(m, data)]
             }
             op => {
+                if !crate::graph::views::describes(op) {
+                    progress(Progress {
+                        done: step,
+                        total: order.len(),
+                        node: &node.name,
+                        op: op.name(),
+                    });
+                }
                 let mut args = Vec::with_capacity(node.args.len());
                 for a in &node.args {
                     args.push(match a {
@@ -115,6 +151,15 @@ pub fn evaluate(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
             }
         };
         env[id.index()] = Some(outs);
+        let operands = node.args.iter().filter_map(|a| match a {
+            Arg::Value(v) => Some(v.node),
+            Arg::Scalar(_) => None,
+        });
+        for done in operands.chain([id]) {
+            if last_use.get(done.index()) == Some(&Some(step)) {
+                env[done.index()] = None;
+            }
+        }
     }
     g.outputs()
         .iter()
@@ -129,6 +174,136 @@ pub fn evaluate(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
                 })
         })
         .collect()
+}
+
+/// For each node (by index), the step of `order` after which nothing reads
+/// its values any more (its own step when nothing does), or `None` for the
+/// graph's outputs, which live to the end.
+fn last_uses(g: &Graph, order: &[NodeId]) -> Vec<Option<usize>> {
+    let mut last = vec![None; order.iter().map(|n| n.index() + 1).max().unwrap_or(0)];
+    for (step, &id) in order.iter().enumerate() {
+        last[id.index()] = Some(step);
+        for a in g.node(id).map_or(&[][..], |n| &n.args) {
+            if let Arg::Value(v) = a {
+                if let Some(l) = last.get_mut(v.node.index()) {
+                    *l = Some(step);
+                }
+            }
+        }
+    }
+    for v in g.outputs() {
+        if let Some(l) = last.get_mut(v.node.index()) {
+            *l = None;
+        }
+    }
+    last
+}
+
+/// Bytes of float64 storage for `count` elements; `None` past 64 bits.
+fn f64_bytes(count: i64) -> Option<u64> {
+    crate::memory::elements(count, std::mem::size_of::<f64>() as u64)
+}
+
+/// The most memory [`evaluate`] of `g` holds at once, in bytes, beyond the
+/// inputs the caller holds: the values still to be read at each node, the
+/// node's results and its scratch, the largest over the graph, plus the
+/// copies of the outputs it returns. `None` when the figure does not fit in
+/// 64 bits (or the graph is not valid). An upper bound: a reshape is counted
+/// as a copy although it often is a view.
+pub fn memory_needed(g: &Graph) -> Option<u64> {
+    let order = g.topo_order().ok()?;
+    let last_use = last_uses(g, &order);
+    let size = |id: NodeId| -> Option<u64> {
+        let node = g.node(id)?;
+        crate::memory::total(node.outputs.iter().map(|m| f64_bytes(m.numel())))
+    };
+    // What a node allocates: its results (nothing for a view), and the
+    // scratch its kernel needs while it runs.
+    let cost = |id: NodeId| -> Option<(u64, u64)> {
+        let node = g.node(id)?;
+        let reads = || {
+            crate::memory::total(node.args.iter().map(|a| {
+                match a {
+                    Arg::Value(v) => crate::memory::total(
+                        g.node(v.node)
+                            .and_then(|n| n.outputs.get(v.output as usize))
+                            .map(|m| f64_bytes(m.numel())),
+                    ),
+                    Arg::Scalar(_) => Some(0),
+                }
+            }))
+        };
+        Some(match &node.op {
+            Op::Input { .. } => (0, 0),
+            Op::Constant {
+                data: ConstData::Fill(_),
+            } => (8, 0),
+            op if crate::graph::views::copies(op) || matches!(op, Op::Reshape { .. }) => {
+                (size(id)?, 0)
+            }
+            op if crate::graph::views::describes(op) => (0, 0),
+            // Contiguous copies of the operands.
+            Op::Cat { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => (size(id)?, reads()?),
+            // The unrounded product beside the result.
+            Op::Linear { bias: true } | Op::Addmm { .. } => (size(id)?, size(id)?),
+            // The means beside the result.
+            Op::Var { .. } => (size(id)?, size(id)?),
+            _ => (size(id)?, 0),
+        })
+    };
+    // A view shares its operand's storage: bytes belong to the node that
+    // made the storage and are freed when it and every view of it are dead.
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut owner: Vec<usize> = (0..last_use.len()).collect();
+    let mut bytes = vec![0u64; last_use.len()];
+    let mut refs = vec![0usize; last_use.len()];
+    for (step, &id) in order.iter().enumerate() {
+        let node = g.node(id)?;
+        let operands: Vec<usize> = node
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Value(v) => Some(v.node.index()),
+                Arg::Scalar(_) => None,
+            })
+            .collect();
+        let (made, scratch) = cost(id)?;
+        peak = peak.max(live.checked_add(made)?.checked_add(scratch)?);
+        live = live.checked_add(made)?;
+        let shares = made == 0
+            && crate::graph::views::describes(&node.op)
+            && !matches!(node.op, Op::Input { .. } | Op::Constant { .. });
+        let own = match operands.first() {
+            Some(&base) if shares => owner[base],
+            _ => id.index(),
+        };
+        owner[id.index()] = own;
+        bytes[own] = bytes[own].max(made);
+        refs[own] += 1;
+        let mut operands = operands;
+        operands.sort_unstable();
+        operands.dedup();
+        for done in operands.into_iter().chain([id.index()]) {
+            if last_use.get(done) == Some(&Some(step)) {
+                let o = owner[done];
+                refs[o] = refs[o].saturating_sub(1);
+                if refs[o] == 0 {
+                    live -= std::mem::take(&mut bytes[o]);
+                }
+            }
+        }
+    }
+    // An output that is a view is returned as a contiguous copy.
+    let outputs = crate::memory::total(g.outputs().iter().map(|v| {
+        let node = g.node(v.node)?;
+        let is_view =
+            crate::graph::views::describes(&node.op) && !crate::graph::views::copies(&node.op);
+        match node.outputs.get(v.output as usize) {
+            Some(m) if is_view => f64_bytes(m.numel()),
+            _ => Some(0),
+        }
+    }))?;
+    Some(peak.max(live.checked_add(outputs)?))
 }
 
 fn at(g: &Graph, n: NodeId) -> crate::graph::At {
@@ -176,32 +351,178 @@ pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>
     kernels::eval(op, args, out, outs)
 }
 
-/// Applies `f` elementwise over the broadcast of `args` into `out`'s shape.
-pub(crate) fn map_n(args: &[Val], out: &TensorMeta, f: impl Fn(&[f64]) -> f64) -> Tensor {
-    let strides: Vec<Option<Vec<i64>>> = args
+/// Applies `f` elementwise over the broadcast of `args` into `out`'s shape,
+/// rounding each result to `out`'s dtype. At most four operands are tensors
+/// (no op of the IR maps more).
+pub(crate) fn map_n(
+    args: &[Val],
+    out: &TensorMeta,
+    f: impl Fn(&[f64]) -> f64 + Sync,
+) -> Result<Tensor, String> {
+    let tensors: Vec<(usize, &Tensor)> = args
         .iter()
-        .map(|a| match a {
-            Val::Tensor(t) => Some(t.broadcast_strides(&out.shape)),
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            Val::Tensor(t) => Some((i, *t)),
             Val::Scalar(_) => None,
         })
         .collect();
-    let mut vals = Vec::with_capacity(out.numel() as usize);
-    let mut xs = vec![0.0; args.len()];
-    for_each_index(&out.shape, |idx| {
-        for (k, a) in args.iter().enumerate() {
-            xs[k] = match (a, &strides[k]) {
-                (Val::Tensor(t), Some(st)) => {
-                    let p = t.offset + idx.iter().zip(st).map(|(i, s)| i * s).sum::<i64>();
-                    t.data.get(p as usize).copied().unwrap_or(f64::NAN)
+    let too_many = || {
+        format!(
+            "{} tensor operands, at most 4 are mapped together",
+            tensors.len()
+        )
+    };
+    Ok(match tensors.len() {
+        0 => map_k::<0>(args, [], out, &f),
+        1 => map_k::<1>(
+            args,
+            tensors.clone().try_into().map_err(|_| too_many())?,
+            out,
+            &f,
+        ),
+        2 => map_k::<2>(
+            args,
+            tensors.clone().try_into().map_err(|_| too_many())?,
+            out,
+            &f,
+        ),
+        3 => map_k::<3>(
+            args,
+            tensors.clone().try_into().map_err(|_| too_many())?,
+            out,
+            &f,
+        ),
+        4 => map_k::<4>(
+            args,
+            tensors.clone().try_into().map_err(|_| too_many())?,
+            out,
+            &f,
+        ),
+        _ => return Err(too_many()),
+    })
+}
+
+/// [`map_n`] over exactly `K` tensor operands, `(argument slot, tensor)`.
+fn map_k<const K: usize>(
+    args: &[Val],
+    tensors: [(usize, &Tensor); K],
+    out: &TensorMeta,
+    f: &(impl Fn(&[f64]) -> f64 + Sync),
+) -> Tensor {
+    let strides = tensors.map(|(_, t)| t.broadcast_strides(&out.shape));
+    let operands = std::array::from_fn(|k| (strides[k].as_slice(), tensors[k].1.offset));
+    let walk = Walk::<K>::new(&out.shape, operands);
+    // The arguments with scalars in place; each chunk fills in the tensors'.
+    let template: Vec<f64> = args
+        .iter()
+        .map(|a| match a {
+            Val::Scalar(s) => s.to_f64(),
+            Val::Tensor(_) => f64::NAN,
+        })
+        .collect();
+    let data = tensors.map(|(_, t)| t.data.as_slice());
+    let slots = tensors.map(|(slot, _)| slot);
+    let dtype = out.dtype;
+    let mut vals = vec![0.0; walk.len()];
+    vals.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let mut xs = template.clone();
+            let first = c * CHUNK;
+            walk.run(first..first + chunk.len(), |j, pos| {
+                for k in 0..K {
+                    xs[slots[k]] = data[k].get(pos[k] as usize).copied().unwrap_or(f64::NAN);
                 }
-                (Val::Scalar(s), _) => s.to_f64(),
-                _ => f64::NAN,
-            };
-        }
-        vals.push(f(&xs));
-    });
-    if out.shape.is_empty() && vals.is_empty() {
-        vals.push(f(&xs));
+                chunk[j - first] = dtype.round(f(&xs));
+            });
+        });
+    Tensor::from_rounded(out.shape.clone(), dtype, vals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(nodes: &str, outputs: &str) -> Graph {
+        let text = format!(
+            "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [{outputs}]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [10, 100]\ndtype = \"float32\"\n\n{nodes}"
+        );
+        crate::graph::parse_toml(&text).expect("graph")
     }
-    Tensor::new(out.shape.clone(), out.dtype, vals)
+
+    fn node(name: &str, op: &str, args: &str) -> String {
+        format!("[[nodes]]\nname = \"{name}\"\nop = \"{op}\"\nargs = [{args}]\n\n")
+    }
+
+    /// One [10, 100] value in float64.
+    const VALUE: u64 = 8000;
+
+    #[test]
+    fn memory_needed_counts_only_the_values_still_to_be_read() {
+        // A chain holds two values at a time, however long it is.
+        let chain = [
+            node("a", "relu", "\"x\""),
+            node("b", "relu", "\"a\""),
+            node("c", "relu", "\"b\""),
+            node("d", "relu", "\"c\""),
+        ]
+        .concat();
+        assert_eq!(memory_needed(&graph(&chain, "\"d\"")), Some(2 * VALUE));
+        // A value read again at the end stays alive all along.
+        let kept = [
+            node("a", "relu", "\"x\""),
+            node("b", "relu", "\"a\""),
+            node("c", "relu", "\"b\""),
+            node("d", "add", "\"c\", \"a\""),
+        ]
+        .concat();
+        assert_eq!(memory_needed(&graph(&kept, "\"d\"")), Some(3 * VALUE));
+    }
+
+    #[test]
+    fn memory_needed_keeps_storage_alive_while_a_view_of_it_is() {
+        // `a` is last read by the view, but the view reads a's storage.
+        let viewed = [
+            node("a", "relu", "\"x\""),
+            node("v", "transpose", "\"a\", 0, 1"),
+            node("b", "relu", "\"v\""),
+            node("c", "relu", "\"b\""),
+        ]
+        .concat();
+        assert_eq!(memory_needed(&graph(&viewed, "\"c\"")), Some(2 * VALUE));
+        // An output that is a view is returned as a contiguous copy.
+        let out_view = [
+            node("a", "relu", "\"x\""),
+            node("v", "transpose", "\"a\", 0, 1"),
+        ]
+        .concat();
+        assert_eq!(memory_needed(&graph(&out_view, "\"v\"")), Some(2 * VALUE));
+    }
+
+    #[test]
+    fn evaluation_drops_values_after_their_last_read_and_still_returns_every_output() {
+        let g = graph(
+            &[
+                node("a", "relu", "\"x\""),
+                node("v", "transpose", "\"a\", 0, 1"),
+                node("b", "neg", "\"v\""),
+                node("c", "add", "\"b\", 1.0"),
+            ]
+            .concat(),
+            "\"c\", \"v\"",
+        );
+        let values = (0..1000).map(|i| (i % 37) as f64 - 18.0).collect();
+        let x = vec![Tensor::new(
+            vec![10, 100],
+            crate::graph::DType::Float32,
+            values,
+        )];
+        let outs = evaluate(&g, &x).expect("evaluate");
+        assert_eq!(outs[0].shape, vec![100, 10]);
+        assert_eq!(outs[1].shape, vec![100, 10]);
+        assert_eq!(outs[0].at(&[3, 2]), 1.0 - x[0].at(&[2, 3]).max(0.0));
+        assert_eq!(outs[1].at(&[3, 2]), x[0].at(&[2, 3]).max(0.0));
+    }
 }

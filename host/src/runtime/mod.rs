@@ -197,22 +197,15 @@ impl Module {
             let bytes = bytes_of(&mut words);
             let values = t.to_vec();
             let encoded = slot.dtype.encode_le(&values);
-            let mut n = 0usize;
-            crate::graph::shape::for_each_index(&slot.shape, |idx| {
-                let off: i64 = idx.iter().zip(&slot.strides).map(|(a, s)| a * s).sum();
+            let walk = crate::tensor::walk::Walk::<1>::new(&slot.shape, [(&slot.strides, 0)]);
+            walk.run(0..walk.len(), |n, [off]| {
                 let (dst, src) = (off as usize * size, n * size);
                 if let (Some(d), Some(s)) =
                     (bytes.get_mut(dst..dst + size), encoded.get(src..src + size))
                 {
                     d.copy_from_slice(s);
                 }
-                n += 1;
             });
-            if slot.shape.is_empty() {
-                if let (Some(d), Some(s)) = (bytes.get_mut(..size), encoded.get(..size)) {
-                    d.copy_from_slice(s);
-                }
-            }
             staged.push(words);
         }
         let outputs = self.outputs.iter().map(|s| vec![0u64; s.words()]).collect();
@@ -266,6 +259,41 @@ impl Module {
         self.call(&mut prepared)?;
         Ok(self.outputs(&mut prepared))
     }
+}
+
+/// At most how many bytes running `scheduled` in-process takes: the inputs
+/// laid out in their dtypes (and one input's float64 staging), the program's
+/// own buffers and constants, and the outputs in their dtypes and as float64
+/// tensors. `None` past 64 bits.
+pub fn memory_needed(scheduled: &Scheduled) -> Option<u64> {
+    let p = &scheduled.program;
+    let dtype_bytes = |b: &crate::schedule::Buffer| b.dtype.size_bytes() as u64;
+    let f64_bytes = |n: i64| crate::memory::elements(n, std::mem::size_of::<f64>() as u64);
+    let inputs = p.inputs.iter().map(|b| {
+        let buf = p.buffer(*b);
+        crate::memory::elements(buf.numel(), dtype_bytes(buf))
+    });
+    let staging = p
+        .inputs
+        .iter()
+        .map(|b| p.buffer(*b).numel())
+        .max()
+        .map(|n| crate::memory::total([f64_bytes(n), f64_bytes(n)]));
+    let outputs = p.outputs.iter().map(|v| {
+        let n = v
+            .shape
+            .iter()
+            .fold(1i64, |n, &d| n.saturating_mul(d.max(0)));
+        let buf = p.buffer(v.buf);
+        crate::memory::total([crate::memory::elements(n, dtype_bytes(buf)), f64_bytes(n)])
+    });
+    let own = scheduled.memory.storage_bytes(p, dtype_bytes);
+    crate::memory::total(
+        inputs
+            .chain([staging.unwrap_or(Some(0))])
+            .chain(outputs)
+            .chain([own]),
+    )
 }
 
 /// Compiles (or finds in the cache) `source` and loads it for `scheduled`.

@@ -5,7 +5,9 @@
 //! index expressions, reductions in phases, extern products over strided
 //! views, the memory plan's buffers), so comparing it with the graph's
 //! reference interpreter checks lowering, fusion and planning without a device.
-//! Slow by design; for tests.
+//! Kernels run their rows on all cores, as a device runs its programs (so a
+//! kernel that read another row's result would be caught as a race, not
+//! hidden by a sequential order); products use a blocked matrix product.
 
 use super::index::Var;
 use super::ir::{
@@ -16,6 +18,8 @@ use super::Scheduled;
 use crate::graph::dtype::DType;
 use crate::interp::kernels::{binary, unary};
 use crate::tensor::Tensor;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why evaluation stopped: always a Kiln bug or a wrong input count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,6 +28,23 @@ pub struct Error(pub String);
 
 fn contiguous_values(t: &Tensor) -> Vec<f64> {
     t.contiguous().to_vec()
+}
+
+/// The most memory [`run`] holds, in bytes: every buffer of the program in
+/// float64 (freed buffers are kept, poisoned, to catch reads after a free),
+/// and the outputs it gathers. `None` past 64 bits.
+pub fn memory_needed(s: &Scheduled) -> Option<u64> {
+    let p = &s.program;
+    let f64_bytes = |n: i64| crate::memory::elements(n, std::mem::size_of::<f64>() as u64);
+    let buffers = p.buffers.iter().map(|b| f64_bytes(b.numel()));
+    let outputs = p.outputs.iter().map(|v| {
+        f64_bytes(
+            v.shape
+                .iter()
+                .fold(1i64, |n, &d| n.saturating_mul(d.max(0))),
+        )
+    });
+    crate::memory::total(buffers.chain(outputs))
 }
 
 /// Runs the program on `inputs` (one per graph input) and returns its outputs.
@@ -75,35 +96,63 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
     p.outputs.iter().map(|v| gather(p, v, &storage)).collect()
 }
 
-fn element(storage: &[Vec<f64>], buf: BufferId, offset: i64) -> Result<f64, Error> {
+fn out_of_bounds(buf: BufferId, offset: i64) -> Error {
+    Error(format!(
+        "read of buffer {} at {offset}, out of bounds",
+        buf.0
+    ))
+}
+
+/// The program's storage while one kernel runs: each buffer's elements as
+/// cells that the kernel's rows, running on several threads as on a device,
+/// read and write without data races.
+type Cells<'a> = Vec<&'a [AtomicU64]>;
+
+fn cells(storage: &mut [Vec<f64>]) -> Cells<'_> {
+    storage
+        .iter_mut()
+        .map(|v| {
+            // SAFETY: AtomicU64 has the size, alignment and bit validity of
+            // u64, and so of f64; the exclusive borrow of `storage` lasts as
+            // long as the cells, so nothing else touches the memory meanwhile.
+            unsafe { std::slice::from_raw_parts(v.as_mut_ptr().cast::<AtomicU64>(), v.len()) }
+        })
+        .collect()
+}
+
+fn element(cells: &Cells, buf: BufferId, offset: i64) -> Result<f64, Error> {
     usize::try_from(offset)
         .ok()
-        .and_then(|o| storage[buf.0 as usize].get(o).copied())
-        .ok_or_else(|| {
-            Error(format!(
-                "read of buffer {} at {offset}, out of bounds",
-                buf.0
-            ))
-        })
+        .and_then(|o| cells[buf.0 as usize].get(o))
+        .map(|c| f64::from_bits(c.load(Ordering::Relaxed)))
+        .ok_or_else(|| out_of_bounds(buf, offset))
+}
+
+/// The storage a view reads, as a tensor of its own (a copy of the buffer).
+fn view_tensor(p: &Program, v: &View, storage: &[Vec<f64>]) -> Tensor {
+    Tensor {
+        dtype: p.buffer(v.buf).dtype,
+        shape: v.shape.clone(),
+        strides: v.strides.clone(),
+        offset: v.offset,
+        data: std::sync::Arc::new(storage[v.buf.0 as usize].clone()),
+    }
 }
 
 fn gather(p: &Program, v: &View, storage: &[Vec<f64>]) -> Result<Tensor, Error> {
-    let mut values = Vec::new();
-    let mut err = None;
-    crate::graph::shape::for_each_index(&v.shape, |idx| {
-        let off = v.offset + idx.iter().zip(&v.strides).map(|(i, s)| i * s).sum::<i64>();
-        match element(storage, v.buf, off) {
-            Ok(x) => values.push(x),
-            Err(e) => err = Some(e),
+    let t = view_tensor(p, v, storage);
+    let walk = t.walk();
+    let len = storage[v.buf.0 as usize].len();
+    let mut bad = None;
+    walk.run(0..walk.len(), |_, [pos]| {
+        if bad.is_none() && usize::try_from(pos).map_or(true, |p| p >= len) {
+            bad = Some(out_of_bounds(v.buf, pos as i64));
         }
     });
-    if let Some(e) = err {
-        return Err(e);
+    match bad {
+        Some(e) => Err(e),
+        None => Ok(t.contiguous()),
     }
-    if v.shape.is_empty() && values.is_empty() {
-        values.push(element(storage, v.buf, v.offset)?);
-    }
-    Ok(Tensor::new(v.shape.clone(), p.buffer(v.buf).dtype, values))
 }
 
 fn neutral(kind: ReduceKind) -> f64 {
@@ -130,7 +179,7 @@ fn eval_all(
     x: i64,
     r: i64,
     red: &[f64],
-    storage: &[Vec<f64>],
+    cells: &Cells,
     vals: &mut [f64],
 ) -> Result<(), Error> {
     for (id, e, d) in k.exprs.iter() {
@@ -141,7 +190,7 @@ fn eval_all(
                     let i = g.index.eval(x, r);
                     g.lo <= i && i < g.hi
                 }) {
-                    element(storage, *buf, index.eval(x, r))?
+                    element(cells, *buf, index.eval(x, r))?
                 } else {
                     0.0
                 }
@@ -180,50 +229,69 @@ fn round(d: DType, v: f64) -> f64 {
     d.round(v)
 }
 
+/// Rows of a kernel one task runs: enough that a task costs far more than
+/// handing it to a thread.
+const ROWS_PER_TASK: usize = 256;
+
 fn run_kernel(p: &Program, k: &Kernel, storage: &mut [Vec<f64>]) -> Result<(), Error> {
-    let mut vals = vec![0.0; k.exprs.len()];
-    let mut red = vec![f64::NAN; k.reductions.len()];
     let (varies, _) = k.phases();
     let uses_r: Vec<bool> = k
         .stores
         .iter()
         .map(|s| varies[s.value.0 as usize] || s.index.uses(Var::R))
         .collect();
-    for x in 0..k.space.x {
-        for (n, reduction) in k.reductions.iter().enumerate() {
-            let mut acc = neutral(reduction.kind);
-            for r in 0..k.space.r {
-                eval_all(k, x, r, &red, storage, &mut vals)?;
-                acc = round(
-                    reduction.acc_dtype,
-                    combine(reduction.kind, acc, vals[reduction.value.0 as usize]),
-                );
-            }
-            red[n] = acc;
+    let cells = cells(storage);
+    let rows = usize::try_from(k.space.x).unwrap_or(0);
+    (0..rows)
+        .into_par_iter()
+        .with_min_len(ROWS_PER_TASK)
+        .try_for_each_init(
+            || (vec![0.0; k.exprs.len()], vec![f64::NAN; k.reductions.len()]),
+            |(vals, red), x| run_row(p, k, x as i64, &uses_r, &cells, vals, red),
+        )
+}
+
+/// Row `x` of kernel `k`: its reductions, then its stores.
+fn run_row(
+    p: &Program,
+    k: &Kernel,
+    x: i64,
+    uses_r: &[bool],
+    cells: &Cells,
+    vals: &mut [f64],
+    red: &mut [f64],
+) -> Result<(), Error> {
+    for (n, reduction) in k.reductions.iter().enumerate() {
+        let mut acc = neutral(reduction.kind);
+        for r in 0..k.space.r {
+            eval_all(k, x, r, red, cells, vals)?;
+            acc = round(
+                reduction.acc_dtype,
+                combine(reduction.kind, acc, vals[reduction.value.0 as usize]),
+            );
         }
-        for (s, varies) in k.stores.iter().zip(&uses_r) {
-            let rs = if *varies { k.space.r } else { 1 };
-            let dtype = p.buffer(s.buf).dtype;
-            for r in 0..rs {
-                eval_all(k, x, r, &red, storage, &mut vals)?;
-                let off = usize::try_from(s.index.eval(x, r))
-                    .map_err(|_| Error(format!("negative store offset in buffer {}", s.buf.0)))?;
-                let slot = storage[s.buf.0 as usize].get_mut(off).ok_or_else(|| {
-                    Error(format!(
-                        "store to buffer {} at {off}, out of bounds",
-                        s.buf.0
-                    ))
-                })?;
-                *slot = round(dtype, vals[s.value.0 as usize]);
-            }
+        red[n] = acc;
+    }
+    for (s, varies) in k.stores.iter().zip(uses_r) {
+        let rs = if *varies { k.space.r } else { 1 };
+        let dtype = p.buffer(s.buf).dtype;
+        for r in 0..rs {
+            eval_all(k, x, r, red, cells, vals)?;
+            let off = usize::try_from(s.index.eval(x, r))
+                .map_err(|_| Error(format!("negative store offset in buffer {}", s.buf.0)))?;
+            let slot = cells[s.buf.0 as usize].get(off).ok_or_else(|| {
+                Error(format!(
+                    "store to buffer {} at {off}, out of bounds",
+                    s.buf.0
+                ))
+            })?;
+            slot.store(
+                round(dtype, vals[s.value.0 as usize]).to_bits(),
+                Ordering::Relaxed,
+            );
         }
     }
     Ok(())
-}
-
-fn at(storage: &[Vec<f64>], v: &View, idx: &[i64]) -> Result<f64, Error> {
-    let off = v.offset + idx.iter().zip(&v.strides).map(|(i, s)| i * s).sum::<i64>();
-    element(storage, v.buf, off)
 }
 
 fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(), Error> {
@@ -231,29 +299,26 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(
         [a, b] => (a, b),
         _ => return Err(Error("an extern product needs two operands".into())),
     };
-    let (batch, m, k, n) = match e.op {
-        ExternOp::Mm => (1, a.shape[0], a.shape[1], b.shape[1]),
-        ExternOp::Bmm => (a.shape[0], a.shape[1], a.shape[2], b.shape[2]),
+    let shape_ok = match e.op {
+        ExternOp::Mm => a.shape.len() == 2 && b.shape.len() == 2,
+        ExternOp::Bmm => a.shape.len() == 3 && b.shape.len() == 3,
     };
-    let dtype = p.buffer(e.out).dtype;
-    let mut out = vec![0.0; (batch * m * n).max(0) as usize];
-    for bi in 0..batch {
-        for i in 0..m {
-            for j in 0..n {
-                let mut acc = 0.0;
-                for kk in 0..k {
-                    let (x, y) = match e.op {
-                        ExternOp::Mm => (at(storage, a, &[i, kk])?, at(storage, b, &[kk, j])?),
-                        ExternOp::Bmm => {
-                            (at(storage, a, &[bi, i, kk])?, at(storage, b, &[bi, kk, j])?)
-                        }
-                    };
-                    acc += x * y;
-                }
-                out[((bi * m + i) * n + j) as usize] = round(dtype, acc);
-            }
-        }
+    if !shape_ok {
+        return Err(Error(format!(
+            "{:?} of operands {:?} and {:?}",
+            e.op, a.shape, b.shape
+        )));
     }
-    storage[e.out.0 as usize] = out;
+    let out_shape = crate::graph::infer::matmul_shape(&a.shape, &b.shape)
+        .map_err(|err| Error(format!("extern product: {err}")))?;
+    let product = crate::interp::matmul_raw(
+        &view_tensor(p, a, storage),
+        &view_tensor(p, b, storage),
+        &out_shape,
+        false,
+    )
+    .map_err(|err| Error(format!("extern product: {err}")))?;
+    let dtype = p.buffer(e.out).dtype;
+    storage[e.out.0 as usize] = product.data.iter().map(|&v| round(dtype, v)).collect();
     Ok(())
 }

@@ -52,12 +52,14 @@ pub struct Buffer {
 impl Buffer {
     /// Elements.
     pub fn numel(&self) -> i64 {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .fold(1i64, |n, &d| n.saturating_mul(d.max(0)))
     }
 
     /// Bytes of storage.
     pub fn bytes(&self) -> i64 {
-        self.numel() * self.dtype.size_bytes() as i64
+        self.numel().saturating_mul(self.dtype.size_bytes() as i64)
     }
 }
 

@@ -58,6 +58,32 @@ pub struct MemoryPlan {
     pub frees: Vec<Vec<BufferId>>,
 }
 
+impl MemoryPlan {
+    /// At most how many bytes the program's own storage takes when it runs
+    /// with elements of `element_bytes(buffer)` each: every constant, and a
+    /// new block for every buffer the plan does not place in a dead one's
+    /// storage. `None` past 64 bits.
+    pub fn storage_bytes(
+        &self,
+        program: &Program,
+        element_bytes: impl Fn(&Buffer) -> u64,
+    ) -> Option<u64> {
+        let bytes = |b: &Buffer| crate::memory::elements(b.numel(), element_bytes(b));
+        let constants = program
+            .buffers
+            .iter()
+            .filter(|b| matches!(b.kind, BufferKind::Constant { .. }))
+            .map(bytes);
+        let fresh = self
+            .allocs
+            .iter()
+            .flatten()
+            .filter(|a| a.reuse.is_none())
+            .map(|a| bytes(program.buffer(a.buf)));
+        crate::memory::total(constants.chain(fresh))
+    }
+}
+
 /// A scheduled graph: the program and its memory plan.
 #[derive(Clone, Debug)]
 pub struct Scheduled {

@@ -22,6 +22,9 @@ pub struct LoadOptions {
     /// the user inputs instead of constants baked in from the archive. TOML graphs have
     /// no parameters, so it changes nothing for them.
     pub params_as_inputs: bool,
+    /// Caps on what reading a `.pt2` archive may cost: its member count and
+    /// the bytes its members decompress to (the host's memory budget).
+    pub archive: pt2::Limits,
 }
 
 /// Whether `path` is a `.pt2` archive rather than a TOML graph: a zip's magic bytes
@@ -48,7 +51,7 @@ pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Graph,
     if is_pt2(path) {
         let pt2_options = pt2::Pt2Options {
             params_as_inputs: options.params_as_inputs,
-            ..pt2::Pt2Options::default()
+            limits: options.archive,
         };
         pt2::load_pt2(path, &pt2_options)
     } else {

@@ -10,6 +10,9 @@ use super::Pt2Error;
 use std::io::{Read, Seek};
 use zip::ZipArchive;
 
+/// The most a member's read reserves before any of its bytes arrive.
+const INITIAL_READ_BYTES: usize = 1 << 20;
+
 /// Limits on what reading one archive may cost.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -113,7 +116,11 @@ impl<R: Read + Seek> Archive<R> {
         if file.size() > budget {
             return Err(too_large());
         }
-        let mut out = Vec::with_capacity(usize::try_from(file.size()).unwrap_or(0));
+        // The declared size only bounds the reservation: a header may claim
+        // gigabytes for a member of a few bytes, so memory grows with the
+        // bytes that actually arrive.
+        let declared = usize::try_from(file.size()).unwrap_or(usize::MAX);
+        let mut out = Vec::with_capacity(declared.min(INITIAL_READ_BYTES));
         file.take(budget.saturating_add(1))
             .read_to_end(&mut out)
             .map_err(|e| Pt2Error::Member {

@@ -68,7 +68,7 @@ pub enum Pt2Error {
     },
     /// Decompressing would exceed [`Limits::max_total_bytes`].
     #[error(
-        "member `{member}` would take the archive past the decompressed size limit of {max} bytes"
+        "member `{member}` would take the archive past the decompressed size limit of {max} bytes (the host's memory limit: --max-memory SIZE raises it)"
     )]
     TooLarge {
         /// the member

@@ -4,9 +4,13 @@
 //! Used by the interpreter and by tensor files. Values are always already rounded to the
 //! tensor's dtype. This module must never know about graphs.
 
-use crate::graph::shape::{contiguous_strides, for_each_index};
+pub mod walk;
+
+use crate::graph::shape::contiguous_strides;
 use crate::graph::DType;
+use rayon::prelude::*;
 use std::sync::Arc;
+use walk::{Walk, CHUNK};
 
 /// A strided float64 tensor that stands for a tensor of `dtype`.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,8 +30,17 @@ pub struct Tensor {
 impl Tensor {
     /// A contiguous tensor; values are rounded to `dtype`. The caller guarantees
     /// `values.len()` is the element count of `shape`.
-    pub fn new(shape: Vec<i64>, dtype: DType, values: Vec<f64>) -> Tensor {
-        let values = values.into_iter().map(|v| dtype.round(v)).collect();
+    pub fn new(shape: Vec<i64>, dtype: DType, mut values: Vec<f64>) -> Tensor {
+        if dtype != DType::Float64 {
+            values
+                .par_chunks_mut(CHUNK)
+                .for_each(|c| c.iter_mut().for_each(|v| *v = dtype.round(*v)));
+        }
+        Tensor::from_rounded(shape, dtype, values)
+    }
+
+    /// A contiguous tensor of values already rounded to `dtype`.
+    pub fn from_rounded(shape: Vec<i64>, dtype: DType, values: Vec<f64>) -> Tensor {
         Tensor {
             dtype,
             strides: contiguous_strides(&shape),
@@ -39,7 +52,9 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.shape.iter().map(|&d| d.max(0) as usize).product()
+        self.shape
+            .iter()
+            .fold(1usize, |n, &d| n.saturating_mul(d.max(0) as usize))
     }
 
     /// Storage position of a multi-index.
@@ -59,10 +74,38 @@ impl Tensor {
             .unwrap_or(f64::NAN)
     }
 
+    /// The walk over this tensor's elements in row-major order.
+    pub fn walk(&self) -> Walk<1> {
+        Walk::new(&self.shape, [(&self.strides, self.offset)])
+    }
+
+    /// The elements in row-major order, borrowed when the storage already
+    /// holds them that way.
+    pub fn values(&self) -> std::borrow::Cow<'_, [f64]> {
+        let walk = self.walk();
+        let start = self.offset.max(0) as usize;
+        if walk.is_dense(0) && start + walk.len() <= self.data.len() {
+            return std::borrow::Cow::Borrowed(&self.data[start..start + walk.len()]);
+        }
+        std::borrow::Cow::Owned(self.to_vec())
+    }
+
     /// The elements in row-major order.
     pub fn to_vec(&self) -> Vec<f64> {
-        let mut out = Vec::with_capacity(self.numel());
-        for_each_index(&self.shape, |idx| out.push(self.at(idx)));
+        let walk = self.walk();
+        let start = self.offset.max(0) as usize;
+        if walk.is_dense(0) && start + walk.len() <= self.data.len() {
+            return self.data[start..start + walk.len()].to_vec();
+        }
+        let mut out = vec![0.0; walk.len()];
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                let first = c * CHUNK;
+                walk.run(first..first + chunk.len(), |j, [p]| {
+                    chunk[j - first] = self.data.get(p as usize).copied().unwrap_or(f64::NAN);
+                });
+            });
         out
     }
 
@@ -127,7 +170,7 @@ pub fn tolerance(d: DType) -> f64 {
 /// `(max absolute error, max error relative to the reference's largest magnitude)`.
 /// NaN where the reference has NaN is a match; NaN anywhere else is infinitely wrong.
 pub fn errors(got: &Tensor, want: &Tensor) -> (f64, f64) {
-    let (g, w) = (got.to_vec(), want.to_vec());
+    let (g, w) = (got.values(), want.values());
     if g.len() != w.len() {
         return (f64::INFINITY, f64::INFINITY);
     }
@@ -136,7 +179,7 @@ pub fn errors(got: &Tensor, want: &Tensor) -> (f64, f64) {
         .filter(|v| v.is_finite())
         .fold(0.0f64, |m, v| m.max(v.abs()));
     let mut abs = 0.0f64;
-    for (a, b) in g.iter().zip(&w) {
+    for (a, b) in g.iter().zip(w.iter()) {
         let e = if a.is_nan() && b.is_nan() || a == b {
             0.0
         } else if a.is_nan() || b.is_nan() {

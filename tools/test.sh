@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 if [ -z "${KILN_PYTHON:-}" ]; then
   venv=target/test-python
-  python="$venv/bin/python3"
+  python="$PWD/$venv/bin/python3"
   if ! "$python" -c "import triton" >/dev/null 2>&1; then
     echo "== installing Triton into $venv (once; later runs reuse it)"
     if ! python3 -m venv "$venv"; then

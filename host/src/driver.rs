@@ -52,7 +52,11 @@ pub enum Error {
     /// The plugin lacks an override the chosen wrapper needs.
     #[error(
         "plugin `{plugin}` ({path}) does not provide `{method}`, which the {wrapper} wrapper needs; \
-         implement it in the plugin or choose another wrapper"
+         the plugin must implement `DeviceOpOverrides::{method}` (docs/writing-a-plugin.md){}",
+        match alternative {
+            Some(flag) => format!(", or compile with {flag}, which this plugin supports"),
+            None => String::new(),
+        }
     )]
     MissingOverride {
         /// The device.
@@ -63,6 +67,8 @@ pub enum Error {
         method: &'static str,
         /// Which wrapper.
         wrapper: &'static str,
+        /// The `--wrapper` choice that would compile with this plugin, if one would.
+        alternative: Option<&'static str>,
     },
     /// The plugin returned a string that cannot be pasted into generated code.
     #[error("plugin `{plugin}` ({path}) returned a malformed override: {problem}")]
@@ -141,10 +147,64 @@ fn wrapper_label(kind: WrapperKind) -> &'static str {
     }
 }
 
+/// Every wrapper kind, in the order a device's default is preferred.
+const WRAPPERS: [WrapperKind; 2] = [WrapperKind::Python, WrapperKind::Cpp];
+
+/// The `--wrapper` value that picks `kind`.
+fn wrapper_flag(kind: WrapperKind) -> &'static str {
+    match kind {
+        WrapperKind::Python => "--wrapper python",
+        WrapperKind::Cpp => "--wrapper cpp",
+    }
+}
+
+/// What `plugin` can compile: each wrapper this host writes, with whether a
+/// compile with it gets everything it needs from the plugin (exactly the
+/// questions [`Target::query`] asks) or why not.
+pub fn capabilities(plugin: &Plugin) -> Vec<(WrapperKind, Result<(), Error>)> {
+    WRAPPERS
+        .iter()
+        .map(|&kind| {
+            let options = Options {
+                wrapper: Some(kind),
+                ..Options::default()
+            };
+            (kind, Target::query_one(plugin, &options).map(|_| ()))
+        })
+        .collect()
+}
+
 impl Target {
     /// Asks `plugin` for everything a compile with `options` needs, and
-    /// refuses a device that cannot give it, naming what is missing.
+    /// refuses a device that cannot give it, naming what is missing (and the
+    /// other wrapper, when the plugin supports that one).
     pub fn query(plugin: &Plugin, options: &Options) -> Result<Target, Error> {
+        match Target::query_one(plugin, options) {
+            Err(Error::MissingOverride {
+                plugin: name,
+                path,
+                method,
+                wrapper,
+                alternative: None,
+            }) => {
+                let alternative = capabilities(plugin)
+                    .into_iter()
+                    .find(|(kind, ok)| wrapper_label(*kind) != wrapper && ok.is_ok())
+                    .map(|(kind, _)| wrapper_flag(kind));
+                Err(Error::MissingOverride {
+                    plugin: name,
+                    path,
+                    method,
+                    wrapper,
+                    alternative,
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// [`Target::query`] without looking for another wrapper.
+    fn query_one(plugin: &Plugin, options: &Options) -> Result<Target, Error> {
         let unsupported = |what: String| Error::Unsupported {
             plugin: plugin.name().to_string(),
             path: plugin.path().display().to_string(),
@@ -199,6 +259,7 @@ impl Target {
                         path: plugin.path().display().to_string(),
                         method: which.name(),
                         wrapper: wrapper_label(wrapper),
+                        alternative: None,
                     })?;
             if let Some(problem) = override_text_problem(which, &text) {
                 return Err(Error::BadOverride {
@@ -293,6 +354,16 @@ pub enum CodeInfo {
         /// Every kernel's call.
         kernels: Vec<cpp::KernelInfo>,
     },
+}
+
+impl CodeInfo {
+    /// The generated kernels' function names, in program order.
+    pub fn kernel_names(&self) -> Vec<String> {
+        match self {
+            CodeInfo::Python { kernels, .. } => kernels.iter().map(|k| k.name.clone()).collect(),
+            CodeInfo::Cpp { kernels, .. } => kernels.iter().map(|k| k.name.clone()).collect(),
+        }
+    }
 }
 
 /// Time spent in each stage of a compile.
@@ -414,8 +485,8 @@ pub fn compile_for(
             graph_pre_passes,
             graph_post_passes: crate::graph::print::to_text(&graph),
             ir_pre_fusion: crate::schedule::pre_fusion_text(&graph)?,
-            ir_post_fusion: crate::schedule::print::program_text(&scheduled),
-            graph_dot: crate::schedule::print::kernel_dot(&graph, &scheduled),
+            ir_post_fusion: crate::schedule::print::program_text(&scheduled, &info.kernel_names()),
+            graph_dot: crate::schedule::print::kernel_dot(&graph, &scheduled, &info.kernel_names()),
         }),
         None => None,
     };

@@ -1,5 +1,6 @@
 //! Tensor files as DESIGN.md defines them: raw little-endian, row-major elements of the
-//! graph's dtype, one file per tensor (`NAME.bin` or `inputN.bin` in, `outputN.bin` out).
+//! graph's dtype, one file per tensor (`NAME.bin` or `inputN.bin` in; `NAME.bin` and
+//! `outputN.bin` out).
 //!
 //! Shared by `host eval` and `host run`. It never guesses a shape or dtype: they always
 //! come from the graph, and a file of the wrong size is an error.
@@ -93,22 +94,76 @@ pub fn read_inputs(dir: &Path, inputs: &[(String, TensorMeta)]) -> Result<Vec<Te
         .collect()
 }
 
-/// Writes `outputN.bin` for each tensor into `dir` (created if needed).
-pub fn write_outputs(dir: &Path, outputs: &[Tensor]) -> Result<Vec<PathBuf>, Error> {
+/// The files one output was written to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// `NAME.bin`, by the output's name in the graph, when that name makes a
+    /// safe, unambiguous file name.
+    pub named: Option<PathBuf>,
+    /// `outputN.bin`, by position (a link to the named file when there is one).
+    pub positional: PathBuf,
+}
+
+/// Whether `name` can be a file name of its own: letters, digits, `_`, `-`
+/// and `.`, not starting with a dot, of reasonable length. Anything else (a
+/// `/`, a `..`, a character the shell or another system treats specially)
+/// is never written as a path.
+fn safe_file_stem(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Writes each output into `dir` (created if needed) as `NAME.bin`, named as
+/// the graph names it, with `outputN.bin` by position beside it (a symbolic
+/// link to the named file where the platform has them), as inputs are read
+/// by name or by position. An output whose name is not a safe file name, is
+/// shared with another output, or is another position's `outputK` gets only
+/// its positional file.
+pub fn write_outputs(dir: &Path, outputs: &[(String, Tensor)]) -> Result<Vec<Written>, Error> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io {
         path: dir.into(),
         source,
     })?;
-    let mut paths = vec![];
-    for (i, t) in outputs.iter().enumerate() {
-        let path = dir.join(format!("output{i}.bin"));
-        std::fs::write(&path, t.dtype.encode_le(&t.values())).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
-        paths.push(path);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let positional_names: Vec<String> = (0..outputs.len()).map(|i| format!("output{i}")).collect();
+    let mut written = vec![];
+    for (i, (name, t)) in outputs.iter().enumerate() {
+        let positional = dir.join(format!("output{i}.bin"));
+        let unique = outputs.iter().filter(|(n, _)| n == name).count() == 1;
+        let clashes = positional_names
+            .iter()
+            .enumerate()
+            .any(|(k, p)| k != i && p == name);
+        let named = (safe_file_stem(name) && unique && !clashes && *name != positional_names[i])
+            .then(|| dir.join(format!("{name}.bin")));
+        let bytes = t.dtype.encode_le(&t.values());
+        // A file already there (a link from an earlier run, say) is replaced,
+        // never written through.
+        let replace = |path: &Path| match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(path)(e)),
+            _ => Ok(()),
+        };
+        let data_file = named.as_ref().unwrap_or(&positional);
+        replace(data_file)?;
+        std::fs::write(data_file, &bytes).map_err(io(data_file))?;
+        if named.is_some() {
+            replace(&positional)?;
+            #[cfg(unix)]
+            let linked = std::os::unix::fs::symlink(format!("{name}.bin"), &positional);
+            #[cfg(not(unix))]
+            let linked = std::fs::write(&positional, &bytes);
+            linked.map_err(io(&positional))?;
+        }
+        written.push(Written { named, positional });
     }
-    Ok(paths)
+    Ok(written)
 }
 
 /// Deterministic pseudo-random inputs (SplitMix64): floats uniform in [-1, 1), integers in
@@ -138,4 +193,76 @@ pub fn random_inputs(metas: &[TensorMeta], seed: u64) -> Vec<Tensor> {
             Tensor::new(m.shape.clone(), m.dtype, vals)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scalar(v: f64) -> Tensor {
+        Tensor::new(vec![], DType::Float32, vec![v])
+    }
+
+    #[test]
+    fn outputs_are_named_by_the_graph_unless_the_name_is_unsafe_or_ambiguous() {
+        let dir = std::env::temp_dir().join(format!("kiln-tensor-io-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let outs: Vec<(String, Tensor)> = [
+            ("logits", 1.0),
+            ("../escape", 2.0),
+            ("twice", 3.0),
+            ("twice", 4.0),
+            ("output0", 5.0),
+            (".hidden", 6.0),
+            ("output6", 7.0),
+        ]
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), scalar(v)))
+        .collect();
+        let written = write_outputs(&dir, &outs).expect("write");
+        let named: Vec<Option<String>> = written
+            .iter()
+            .map(|w| {
+                w.named
+                    .as_ref()
+                    .map(|p| p.file_name().unwrap().to_string_lossy().into())
+            })
+            .collect();
+        assert_eq!(
+            named,
+            [
+                Some("logits.bin".to_string()),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None
+            ]
+        );
+        // Every output is readable by position, with its own value.
+        for (i, (_, t)) in outs.iter().enumerate() {
+            let bytes = std::fs::read(dir.join(format!("output{i}.bin"))).expect("positional");
+            assert_eq!(bytes, t.dtype.encode_le(&t.to_vec()), "output{i}");
+        }
+        assert_eq!(
+            std::fs::read(dir.join("logits.bin")).unwrap(),
+            1f32.to_le_bytes()
+        );
+        // Nothing was written outside the folder.
+        assert!(!dir.parent().unwrap().join("escape.bin").exists());
+        // Writing again where links now stand replaces them, never writes
+        // through them: `logits` becomes positional only.
+        let again = vec![("a/b".to_string(), scalar(8.0))];
+        write_outputs(&dir, &again).expect("again");
+        assert_eq!(
+            std::fs::read(dir.join("output0.bin")).unwrap(),
+            8f32.to_le_bytes()
+        );
+        assert_eq!(
+            std::fs::read(dir.join("logits.bin")).unwrap(),
+            1f32.to_le_bytes()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

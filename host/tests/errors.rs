@@ -82,6 +82,16 @@ fn unknown_ops_listed_once_with_all_nodes() {
     for w in ["`a` (line 10)", "`b` (line 15)", "`zap`", "`y` (line 20)"] {
         assert!(e.contains(w), "{e} should mention {w}");
     }
+    assert!(
+        !e.contains("did you mean"),
+        "nonsense has no near miss: {e}"
+    );
+}
+
+#[test]
+fn a_misspelt_op_suggests_the_op_meant() {
+    let e = err(&format!("{HEAD}{}", node("y", "sigmiod", "[\"x\"]")));
+    assert!(e.contains("`sigmiod` (did you mean `sigmoid`?)"), "{e}");
 }
 
 #[test]

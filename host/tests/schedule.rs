@@ -50,7 +50,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
             err <= tolerance,
             "{} ({options:?}): relative error {err:e}\n{}",
             graph.name,
-            kiln::schedule::print::program_text(&scheduled)
+            kiln::schedule::print::program_text(&scheduled, &[])
         );
         last = Some(scheduled);
     }

@@ -89,7 +89,15 @@ pub fn host(bin: &Path) -> Command {
 
 /// Runs a command and returns its output, with stdout and stderr as text.
 pub fn run(cmd: &mut Command) -> (Output, String, String) {
-    let output = cmd.output().expect("the command starts");
+    let output = cmd.output().unwrap_or_else(|e| {
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let hint = if program.contains("python") {
+            " (KILN_PYTHON must be an absolute path, or a program on PATH; tools/test.sh sets it)"
+        } else {
+            ""
+        };
+        panic!("cannot start `{program}`: {e}{hint}")
+    });
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     (output, stdout, stderr)

@@ -249,15 +249,29 @@ fn debug_writes_inductors_debug_layout_and_autotune_offers_every_config() {
         assert!(!text.is_empty(), "{file} is empty");
     }
     let dot = std::fs::read_to_string(out.join("graph.dot")).unwrap();
-    assert!(
-        dot.starts_with("digraph") && dot.contains("fillcolor") && dot.contains("step 0"),
-        "{dot}"
-    );
     let pre = std::fs::read_to_string(out.join("ir_pre_fusion.txt")).unwrap();
     let post = std::fs::read_to_string(out.join("ir_post_fusion.txt")).unwrap();
     assert!(pre.contains("3 scheduler node(s) before fusion"), "{pre}");
     assert!(post.contains("1 kernel(s)"), "{post}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    // The debug files call the kernel what the code calls it.
+    let name = code
+        .lines()
+        .filter_map(|l| l.strip_prefix("def kiln_"))
+        .filter(|rest| rest.starts_with("poi_") || rest.starts_with("red_"))
+        .find_map(|rest| rest.split('(').next())
+        .map(|rest| format!("kiln_{rest}"))
+        .expect("a kernel in output_code.py");
+    assert!(name.ends_with("_0"), "{name}");
+    assert!(
+        dot.starts_with("digraph") && dot.contains("fillcolor"),
+        "{dot}"
+    );
+    assert!(dot.contains(&format!("kernel 0 {name}")), "{name}: {dot}");
+    assert!(
+        post.contains(&format!("  kernel 0 {name} over")),
+        "{name}: {post}"
+    );
     assert!(code.contains("@triton.autotune("), "{code}");
     assert!(code.contains("key=['xnumel', 'rnumel']"), "{code}");
 }

@@ -166,7 +166,7 @@ fn good_baseline_passes_every_check() {
 }
 
 /// Each broken fixture: the one check that must fail and a part of its reason.
-const BROKEN: [(&str, &str, &str); 10] = [
+const BROKEN: [(&str, &str, &str); 11] = [
     ("segv_set_device", "overrides.set_device", "SIGSEGV"),
     ("panic_kernel_driver", "overrides.kernel_driver", "panicked"),
     (
@@ -180,6 +180,7 @@ const BROKEN: [(&str, &str, &str); 10] = [
         "empty",
     ),
     ("newline_set_device", "overrides.set_device", "U+000A"),
+    ("no_device_guard", "backend.python_wrapper", "device_guard"),
     ("zero_warp_size", "properties.warp_size", "warp_size 0"),
     ("configs_over_limit", "heuristics.thread_limit", "threads"),
     ("shrinking_adjust_grid", "heuristics.grid", "shrank"),

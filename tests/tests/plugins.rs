@@ -356,7 +356,13 @@ fn a_plugin_built_against_an_older_shorter_root_module_loads_with_missing_parts_
         .find(|d| d["name"] == "oldapi")
         .expect("oldapi listed")
         .clone();
-    assert_eq!(old["status"], "ok, no device module");
+    // It loads, but a compile needs the backend spec its older API lacks.
+    assert_eq!(
+        old["status"],
+        "cannot compile (see below), no device module"
+    );
+    let why = old["cannot_compile"].as_str().unwrap_or_default();
+    assert!(why.contains("no backend spec"), "{why}");
 }
 
 /// Discovers one deliberately broken plugin (from `tests/broken`) alone in a folder.
@@ -530,4 +536,57 @@ fn a_plugin_that_panics_is_reported_once_quietly_with_where_it_panicked() {
         !stderr.contains("panicked") && !stderr.contains("stack backtrace"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_plugin_that_cannot_compile_is_listed_as_such_with_the_reason_and_a_true_hint() {
+    let tmp = TempDir::new("noguard");
+    let bin = isolated_host(&tmp);
+    let dir = tmp.subdir("plugins");
+    copy_into(
+        &dir,
+        &kiln_tests::broken::fixture("no_device_guard"),
+        &dll_name("no_device_guard"),
+    );
+    // It loads and is listed, but not as "ok": no wrapper works.
+    let list = list_json(host(&bin).arg("--plugins").arg(&dir));
+    let device = &list["devices"][0];
+    assert_eq!(device["name"], "noguard", "{list:#}");
+    assert_eq!(device["wrappers"], serde_json::json!([]), "{list:#}");
+    let status = device["status"].as_str().unwrap_or_default();
+    assert!(status.starts_with("cannot compile"), "{status}");
+    let reason = device["cannot_compile"].as_str().unwrap_or_default();
+    assert!(reason.contains("`device_guard`"), "{reason}");
+    let (out, table, _) = run(host(&bin).arg("--plugins").arg(&dir).arg("list"));
+    assert!(out.status.success());
+    assert!(table.contains("Cannot compile"), "{table}");
+    assert!(table.contains("noguard: "), "{table}");
+    // The compile error says what the plugin must implement, and offers no
+    // other wrapper: this plugin has none that works.
+    let graph = repo_root().join("examples/small_mlp.toml");
+    let out_dir = tmp.subdir("out");
+    let (out, _, err) = run(host(&bin)
+        .arg("--plugins")
+        .arg(&dir)
+        .args([
+            "compile",
+            &graph.to_string_lossy(),
+            "--device",
+            "noguard",
+            "-o",
+        ])
+        .arg(&out_dir));
+    assert!(!out.status.success());
+    assert!(err.contains("DeviceOpOverrides::device_guard"), "{err}");
+    assert!(
+        !err.contains("wrapper python") && !err.contains("another wrapper"),
+        "{err}"
+    );
+    // The bundled plugins each compile with their own wrapper.
+    let list = list_json(&mut host(&host_bin()));
+    for d in list["devices"].as_array().unwrap() {
+        let want = if d["name"] == "cpu" { "cpp" } else { "python" };
+        assert_eq!(d["wrappers"], serde_json::json!([want]), "{d:#}");
+        assert!(d["cannot_compile"].is_null(), "{d:#}");
+    }
 }

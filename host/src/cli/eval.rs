@@ -86,7 +86,7 @@ pub fn run(cli: &Cli, a: &EvalArgs) -> Result<ExitCode, CliError> {
             (outs, inputs)
         }
     };
-    super::outputs::emit(&outs, a.out.as_deref(), !a.check)?;
+    super::outputs::emit(&outs, &graph.output_names(), a.out.as_deref(), !a.check)?;
     if a.check && !super::outputs::check(&outs, &graph, &inputs)? {
         return Ok(ExitCode::FAILURE);
     }

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Cli, CliError};
-use crate::plugins::Registry;
+use crate::plugins::{Registry, WrapperKind};
 
 /// Arguments of `host list`.
 #[derive(Debug, Args)]
@@ -27,13 +27,61 @@ pub fn run(cli: &Cli, args: &ListArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn status(plugin: &crate::plugins::Plugin) -> String {
+/// What a plugin can compile: the wrappers that work, and for a plugin
+/// with none, why its own wrapper does not.
+struct Compiles {
+    wrappers: Vec<&'static str>,
+    problem: Option<String>,
+}
+
+fn compiles(plugin: &crate::plugins::Plugin) -> Compiles {
+    let caps = crate::driver::capabilities(plugin);
+    let wrappers = caps
+        .iter()
+        .filter(|(_, ok)| ok.is_ok())
+        .map(|(kind, _)| wrapper_name(*kind))
+        .collect::<Vec<_>>();
+    // The reason given is the device's own wrapper's (the one its kernels
+    // call for), not the other's "not supported".
+    let own = match plugin.backend_spec() {
+        Ok(Some(spec)) if spec.scheduling == kiln_plugin_api::SchedulingKind::Cpp => {
+            WrapperKind::Cpp
+        }
+        _ => WrapperKind::Python,
+    };
+    let problem = if wrappers.is_empty() {
+        caps.into_iter()
+            .find(|(kind, _)| *kind == own)
+            .and_then(|(_, r)| r.err())
+            .map(|e| crate::diag::report(&e))
+    } else {
+        None
+    };
+    Compiles { wrappers, problem }
+}
+
+fn wrapper_name(kind: WrapperKind) -> &'static str {
+    match kind {
+        WrapperKind::Python => "python",
+        WrapperKind::Cpp => "cpp",
+    }
+}
+
+fn status(plugin: &crate::plugins::Plugin, compiles: &Compiles) -> String {
+    let verdict = if compiles.wrappers.is_empty() {
+        "cannot compile (see below)"
+    } else {
+        "ok"
+    };
     match (plugin.is_available(), plugin.device_count()) {
         (Ok(Some(true)), Ok(Some(n))) if n > 0 => {
-            format!("ok, {n} device{} present", if n == 1 { "" } else { "s" })
+            format!(
+                "{verdict}, {n} device{} present",
+                if n == 1 { "" } else { "s" }
+            )
         }
-        (Ok(Some(_)), Ok(Some(_))) => "ok, no device present".to_string(),
-        (Ok(None), _) | (_, Ok(None)) => "ok, no device module".to_string(),
+        (Ok(Some(_)), Ok(Some(_))) => format!("{verdict}, no device present"),
+        (Ok(None), _) | (_, Ok(None)) => format!("{verdict}, no device module"),
         (Err(e), _) | (_, Err(e)) => format!("error: {e}"),
     }
 }
@@ -51,6 +99,7 @@ pub fn to_json(registry: &Registry) -> serde_json::Value {
     let devices: Vec<_> = registry
         .devices()
         .map(|p| {
+            let c = compiles(p);
             json!({
                 "name": p.name(),
                 "version": p.version().to_string(),
@@ -59,7 +108,9 @@ pub fn to_json(registry: &Registry) -> serde_json::Value {
                 "description": p.manifest().description.as_str(),
                 "scheduling": scheduling(p),
                 "path": p.path(),
-                "status": status(p),
+                "status": status(p, &c),
+                "wrappers": c.wrappers,
+                "cannot_compile": c.problem,
             })
         })
         .collect();
@@ -75,29 +126,40 @@ pub fn to_json(registry: &Registry) -> serde_json::Value {
 }
 
 fn to_table(registry: &Registry) -> String {
-    let mut rows = vec![[
+    let mut rows: Vec<[String; 7]> = vec![[
         "DEVICE".to_string(),
         "VERSION".to_string(),
         "API".to_string(),
         "KERNELS".to_string(),
+        "WRAPPERS".to_string(),
         "STATUS".to_string(),
         "PATH".to_string(),
     ]];
+    let mut cannot = vec![];
     for p in registry.devices() {
+        let c = compiles(p);
         rows.push([
             p.name().to_string(),
             p.version().to_string(),
             p.manifest().api_version.to_string(),
             scheduling(p),
-            status(p),
+            if c.wrappers.is_empty() {
+                "none".to_string()
+            } else {
+                c.wrappers.join(",")
+            },
+            status(p, &c),
             p.path().display().to_string(),
         ]);
+        if let Some(problem) = c.problem {
+            cannot.push((p.name().to_string(), problem));
+        }
     }
     let mut out = String::new();
     if rows.len() == 1 {
         out.push_str("No device plugins found.\n");
     } else {
-        let widths: Vec<usize> = (0..6)
+        let widths: Vec<usize> = (0..7)
             .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
             .collect();
         for row in &rows {
@@ -108,6 +170,12 @@ fn to_table(registry: &Registry) -> String {
                 .collect();
             out.push_str(cells.join("  ").trim_end());
             out.push('\n');
+        }
+    }
+    if !cannot.is_empty() {
+        out.push_str("\nCannot compile (found, but a compile would stop at this):\n");
+        for (name, problem) in &cannot {
+            out.push_str(&format!("  {name}: {problem}\n"));
         }
     }
     if !registry.shadowed.is_empty() {

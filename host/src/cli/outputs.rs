@@ -8,18 +8,29 @@ use super::CliError;
 use crate::graph::Graph;
 use crate::tensor::Tensor;
 
-/// Writes `outputN.bin` files into `dir`, or prints one summary line per
-/// output when there is no folder and `print` is set.
-pub fn emit(outs: &[Tensor], dir: Option<&Path>, print: bool) -> Result<(), CliError> {
+/// Writes each output into `dir` as `NAME.bin` (with `outputN.bin` beside
+/// it), or prints one summary line per output when there is no folder and
+/// `print` is set. `names` are the graph's output names.
+pub fn emit(
+    outs: &[Tensor],
+    names: &[String],
+    dir: Option<&Path>,
+    print: bool,
+) -> Result<(), CliError> {
     match dir {
         Some(dir) => {
-            for p in crate::tensor_io::write_outputs(dir, outs)? {
-                println!("wrote {}", p.display());
+            let named: Vec<(String, Tensor)> =
+                names.iter().cloned().zip(outs.iter().cloned()).collect();
+            for w in crate::tensor_io::write_outputs(dir, &named)? {
+                match &w.named {
+                    Some(file) => println!("wrote {} ({})", file.display(), w.positional.display()),
+                    None => println!("wrote {}", w.positional.display()),
+                }
             }
         }
         None if print => {
-            for (i, t) in outs.iter().enumerate() {
-                println!("output{i}: {}", summary(t));
+            for (name, t) in names.iter().zip(outs) {
+                println!("{name}: {}", summary(t));
             }
         }
         None => {}
@@ -28,7 +39,8 @@ pub fn emit(outs: &[Tensor], dir: Option<&Path>, print: bool) -> Result<(), CliE
 }
 
 /// Compares `outs` with the reference interpreter's outputs of `graph` on
-/// `inputs`, printing a line per output; whether all match.
+/// `inputs`, printing a line per output that names it, gives its errors and
+/// the tolerance it was held to; whether all match.
 pub fn check(outs: &[Tensor], graph: &Graph, inputs: &[Tensor]) -> Result<bool, CliError> {
     let want =
         super::progress::evaluate("checking against the reference interpreter", graph, inputs)?;
@@ -40,18 +52,12 @@ pub fn check(outs: &[Tensor], graph: &Graph, inputs: &[Tensor]) -> Result<bool, 
         )
         .into());
     }
+    let names = graph.output_names();
     let mut failed = 0usize;
-    for (i, (g, w)) in outs.iter().zip(&want).enumerate() {
-        let (abs, rel) = crate::tensor::errors(g, w);
-        let tol = crate::tensor::tolerance(w.dtype);
-        let ok = g.shape == w.shape && rel <= tol;
-        failed += usize::from(!ok);
-        println!(
-            "output{i} {}{:?}: max abs err {abs:.3e}, max rel err {rel:.3e} (tolerance {tol:.0e}) {}",
-            w.dtype,
-            w.shape,
-            if ok { "ok" } else { "MISMATCH" }
-        );
+    for ((name, g), w) in names.iter().zip(outs).zip(&want) {
+        let line = compare(g, w);
+        failed += usize::from(!line.ok);
+        println!("{name} {}{:?}: {}", w.dtype, w.shape, line.text);
     }
     if failed > 0 {
         eprintln!("error: {failed} output(s) differ from the reference interpreter");
@@ -59,6 +65,43 @@ pub fn check(outs: &[Tensor], graph: &Graph, inputs: &[Tensor]) -> Result<bool, 
     }
     println!("check: all {} output(s) match the reference", outs.len());
     Ok(true)
+}
+
+/// One output's verdict.
+struct Verdict {
+    ok: bool,
+    text: String,
+}
+
+/// How `got` compares with the reference `want`: the errors, the tolerance
+/// of the dtype and what it bounds.
+fn compare(got: &Tensor, want: &Tensor) -> Verdict {
+    if got.shape != want.shape {
+        return Verdict {
+            ok: false,
+            text: format!(
+                "shape {:?} differs from the reference's: MISMATCH",
+                got.shape
+            ),
+        };
+    }
+    let (abs, rel) = crate::tensor::errors(got, want);
+    let tol = crate::tensor::tolerance(want.dtype);
+    let ok = rel <= tol;
+    let verdict = if ok { "ok" } else { "MISMATCH" };
+    let text = if tol == 0.0 {
+        format!(
+            "{verdict}: max abs err {abs:.3e} ({} must match exactly)",
+            want.dtype
+        )
+    } else {
+        format!(
+            "{verdict}: max |got - want| / max |want| = {rel:.3e} {} {tol:.0e} ({} tolerance); max abs err {abs:.3e}",
+            if ok { "<=" } else { ">" },
+            want.dtype
+        )
+    };
+    Verdict { ok, text }
 }
 
 /// One line: dtype, shape, the first values, min/max/mean.

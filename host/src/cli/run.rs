@@ -114,7 +114,12 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
             println!("bench: median of {n} runs {:.3} ms", median * 1e3);
         }
     }
-    super::outputs::emit(&outs, args.out.as_deref(), !args.check)?;
+    super::outputs::emit(
+        &outs,
+        &graph.output_names(),
+        args.out.as_deref(),
+        !args.check,
+    )?;
     if args.check && !super::outputs::check(&outs, &graph, &inputs)? {
         return Ok(ExitCode::FAILURE);
     }

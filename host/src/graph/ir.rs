@@ -262,6 +262,23 @@ impl Graph {
         &self.outputs
     }
 
+    /// A value's name: its node's, with `.N` for output `N` of a node that
+    /// has several.
+    pub fn value_name(&self, v: ValueId) -> String {
+        let node = self.node(v.node);
+        let name = node.map_or("?", |n| n.name.as_str());
+        if node.is_some_and(|n| n.outputs.len() > 1) {
+            format!("{name}.{}", v.output)
+        } else {
+            name.to_string()
+        }
+    }
+
+    /// The names of the graph's outputs, in order.
+    pub fn output_names(&self) -> Vec<String> {
+        self.outputs.iter().map(|&v| self.value_name(v)).collect()
+    }
+
     /// Sets the graph outputs.
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {
         self.outputs = outputs;

@@ -50,6 +50,8 @@ pub struct UnknownOp {
     pub op: String,
     /// every node using it
     pub nodes: Vec<At>,
+    /// known ops with similar names, best first (a typo's likely fixes)
+    pub similar: Vec<&'static str>,
 }
 
 fn list_unknown(ops: &[UnknownOp]) -> String {
@@ -60,7 +62,14 @@ fn list_unknown(ops: &[UnknownOp]) -> String {
                 1 => "1 node".to_string(),
                 n => format!("{n} nodes"),
             };
-            format!("\n  `{}` used by {count}: {}", u.op, nodes.join(", "))
+            let hint = match u.similar.as_slice() {
+                [] => String::new(),
+                names => {
+                    let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                    format!(" (did you mean {}?)", names.join(" or "))
+                }
+            };
+            format!("\n  `{}`{hint} used by {count}: {}", u.op, nodes.join(", "))
         })
         .collect()
 }

@@ -55,7 +55,8 @@ impl fmt::Display for Scalar {
 }
 
 /// Elementwise functions of one operand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum UnaryOp {
     /// `abs`
     Abs,
@@ -117,7 +118,8 @@ impl UnaryOp {
 }
 
 /// Elementwise functions of two operands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BinaryOp {
     /// `add` (with `alpha`)
     Add,
@@ -180,7 +182,8 @@ impl BinaryOp {
 }
 
 /// Reductions that keep the input's value domain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
     /// `sum`
     Sum,
@@ -193,7 +196,8 @@ pub enum ReduceOp {
 }
 
 /// `gelu`'s `approximate` attribute.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GeluApprox {
     /// exact, via `erf`
     None,
@@ -221,7 +225,8 @@ impl ConstData {
 }
 
 /// Inference no-ops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NoOpKind {
     /// `dropout(x, p, train)`: identity in inference
     Dropout,
@@ -232,7 +237,7 @@ pub enum NoOpKind {
 }
 
 /// An operation with its attributes.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub enum Op {
     /// graph input number `index`
     Input {
@@ -242,6 +247,7 @@ pub enum Op {
     /// a literal tensor
     Constant {
         /// the elements
+        #[serde(skip)]
         data: ConstData,
     },
     /// an elementwise function of one operand

@@ -11,13 +11,7 @@ fn ty(m: &TensorMeta) -> String {
 }
 
 fn value_name(g: &Graph, v: ValueId) -> String {
-    let name = g.node(v.node).map_or("?", |n| n.name.as_str());
-    let multi = g.node(v.node).is_some_and(|n| n.outputs.len() > 1);
-    if multi {
-        format!("{name}.{}", v.output)
-    } else {
-        name.to_string()
-    }
+    g.value_name(v)
 }
 
 fn arg_text(g: &Graph, a: &Arg) -> String {
@@ -121,7 +115,7 @@ struct JsonNode<'a> {
     name: &'a str,
     op: &'static str,
     args: Vec<String>,
-    attrs: String,
+    attrs: serde_json::Value,
     outputs: &'a [TensorMeta],
 }
 
@@ -132,7 +126,38 @@ struct JsonGraph<'a> {
     outputs: Vec<String>,
 }
 
-/// JSON: `{name, nodes: [{name, op, args, attrs, outputs: [{shape, strides, dtype}]}], outputs}`.
+/// An op's attributes as a JSON object: `{"dims": [1], "keepdim": true}`;
+/// unset optional attributes are left out, and a constant gives its fill
+/// value, its values (up to eight) or their count.
+fn json_attrs(op: &Op) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    if let Op::Constant { data } = op {
+        return match data {
+            ConstData::Fill(x) => json!({ "fill": x }),
+            ConstData::Values(v) if v.len() <= 8 => json!({ "values": v.to_vec() }),
+            ConstData::Values(v) => json!({ "value_count": v.len() }),
+        };
+    }
+    // Serde writes a variant with fields as `{"Variant": {fields}}`; the op's
+    // name is printed beside, so only the fields are kept (and not `op`,
+    // which the name already says, as in `add`).
+    let fields = match serde_json::to_value(op) {
+        Ok(Value::Object(outer)) => outer.into_iter().next().map(|(_, v)| v),
+        _ => None,
+    };
+    let mut attrs = Map::new();
+    if let Some(Value::Object(fields)) = fields {
+        for (k, v) in fields {
+            if !v.is_null() && k != "op" {
+                attrs.insert(k, v);
+            }
+        }
+    }
+    Value::Object(attrs)
+}
+
+/// JSON: `{name, nodes: [{name, op, args, attrs, outputs: [{shape, strides, dtype}]}], outputs}`,
+/// with `attrs` an object of the op's attributes.
 pub fn to_json(g: &Graph) -> String {
     let order = g.topo_order().unwrap_or_else(|_| g.node_ids().collect());
     let nodes = order
@@ -142,10 +167,7 @@ pub fn to_json(g: &Graph) -> String {
             name: &n.name,
             op: n.op.name(),
             args: n.args.iter().map(|a| arg_text(g, a)).collect(),
-            attrs: match &n.op {
-                Op::Constant { data } => const_text(data),
-                op => op.attr_text(),
-            },
+            attrs: json_attrs(&n.op),
             outputs: &n.outputs,
         })
         .collect();

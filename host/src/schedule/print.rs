@@ -59,8 +59,31 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
     out
 }
 
-/// The whole program, step by step, with the memory plan.
-pub fn program_text(s: &Scheduled) -> String {
+/// What each step is called in the generated code and the other debug
+/// files: a kernel by its number among the kernels and its function name (as
+/// `kernel_names` gives them, in program order; `kernel{n}` when absent), an
+/// extern call by its product.
+pub fn step_labels(p: &Program, kernel_names: &[String]) -> Vec<String> {
+    let mut n = 0;
+    p.steps
+        .iter()
+        .map(|step| match step {
+            Step::Kernel(_) => {
+                let label = match kernel_names.get(n) {
+                    Some(name) => format!("kernel {n} {name}"),
+                    None => format!("kernel {n}"),
+                };
+                n += 1;
+                label
+            }
+            Step::Extern(e) => format!("extern {}", e.op.name()),
+        })
+        .collect()
+}
+
+/// The whole program, step by step, with the memory plan; kernels carry the
+/// numbers and names the generated code gives them (see [`step_labels`]).
+pub fn program_text(s: &Scheduled, kernel_names: &[String]) -> String {
     let (p, plan): (&Program, &MemoryPlan) = (&s.program, &s.memory);
     let mut out = format!(
         "program {}: {} step(s), {} kernel(s)\n",
@@ -68,6 +91,7 @@ pub fn program_text(s: &Scheduled) -> String {
         p.steps.len(),
         p.kernel_count()
     );
+    let labels = step_labels(p, kernel_names);
     for (i, step) in p.steps.iter().enumerate() {
         for a in &plan.allocs[i] {
             let b = p.buffer(a.buf);
@@ -81,11 +105,11 @@ pub fn program_text(s: &Scheduled) -> String {
             Step::Kernel(k) => {
                 let _ = writeln!(
                     out,
-                    "  kernel {} fused_{} over x={} r={}",
-                    i,
-                    k.ops.join("_"),
+                    "  {} over x={} r={} (step {i}; fuses {})",
+                    labels[i],
                     k.space.x,
-                    k.space.r
+                    k.space.r,
+                    k.ops.join(" ")
                 );
                 out.push_str(&kernel_text(p, k));
             }
@@ -142,8 +166,14 @@ const COLOURS: [&str; 8] = [
 ];
 
 /// The graph in Graphviz DOT with each node filled in the colour of the step
-/// computing it (`graph.dot`); names are escaped for DOT.
-pub fn kernel_dot(graph: &crate::graph::ir::Graph, scheduled: &Scheduled) -> String {
+/// computing it and labelled with that step as the generated code names it
+/// (see [`step_labels`]) (`graph.dot`); names are escaped for DOT.
+pub fn kernel_dot(
+    graph: &crate::graph::ir::Graph,
+    scheduled: &Scheduled,
+    kernel_names: &[String],
+) -> String {
+    let labels = step_labels(&scheduled.program, kernel_names);
     let mut step_of = std::collections::HashMap::new();
     for (i, nodes) in scheduled.covers.iter().enumerate() {
         for n in nodes {
@@ -159,7 +189,10 @@ pub fn kernel_dot(graph: &crate::graph::ir::Graph, scheduled: &Scheduled) -> Str
     };
     for id in graph.node_ids() {
         let (colour, step) = match step_of.get(&id) {
-            Some(s) => (COLOURS[s % COLOURS.len()], format!("\\nstep {s}")),
+            Some(&s) => (
+                COLOURS[s % COLOURS.len()],
+                format!("\\n{}", labels.get(s).map_or("?", String::as_str)),
+            ),
             None => ("#eeeeee", String::new()),
         };
         let _ = writeln!(

@@ -119,195 +119,265 @@ const ADD: Sig = &[
     ("alpha", K::N, false),
 ];
 
-/// Every op name the format accepts.
-pub const OP_NAMES: &[&str] = &[
-    "abs",
-    "neg",
-    "exp",
-    "log",
-    "log1p",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "gelu",
-    "silu",
-    "erf",
-    "reciprocal",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "pow",
-    "maximum",
-    "minimum",
-    "where",
-    "clamp",
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "to",
-    "_to_copy",
-    "sum",
-    "mean",
-    "amax",
-    "amin",
-    "var",
-    "softmax",
-    "_softmax",
-    "log_softmax",
-    "_log_softmax",
-    "layer_norm",
-    "native_layer_norm",
-    "rms_norm",
-    "linear",
-    "addmm",
-    "mm",
-    "bmm",
-    "matmul",
-    "reshape",
-    "view",
-    "permute",
-    "transpose",
-    "unsqueeze",
-    "squeeze",
-    "expand",
-    "select",
-    "slice",
-    "split",
-    "split_with_sizes",
-    "getitem",
-    "contiguous",
-    "clone",
-    "cat",
-    "dropout",
-    "alias",
-    "_assert_tensor_metadata",
-];
+/// Every op of the op set that is not a unary function ([`UnaryOp::ALL`]),
+/// with its signature: the one list that both binds a node and names the op
+/// set (for "did you mean").
+const SIGNATURES: &[(&str, Sig)] = {
+    use K::*;
+    &[
+        ("add", ADD),
+        ("sub", ADD),
+        ("mul", BIN),
+        ("pow", BIN),
+        ("maximum", BIN),
+        ("minimum", BIN),
+        ("eq", BIN),
+        ("ne", BIN),
+        ("lt", BIN),
+        ("le", BIN),
+        ("gt", BIN),
+        ("ge", BIN),
+        (
+            "div",
+            &[
+                ("self", Ts, true),
+                ("other", Ts, true),
+                ("rounding_mode", S, false),
+            ],
+        ),
+        ("gelu", &[("self", T, true), ("approximate", S, false)]),
+        (
+            "where",
+            &[
+                ("condition", T, true),
+                ("self", Ts, true),
+                ("other", Ts, true),
+            ],
+        ),
+        (
+            "clamp",
+            &[("self", T, true), ("min", N, false), ("max", N, false)],
+        ),
+        (
+            "to",
+            &[
+                ("self", T, true),
+                ("dtype", D, true),
+                ("non_blocking", B, false),
+                ("copy", B, false),
+            ],
+        ),
+        ("_to_copy", &[("self", T, true), ("dtype", D, true)]),
+        (
+            "sum",
+            &[
+                ("self", T, true),
+                ("dim", Il, false),
+                ("keepdim", B, false),
+                ("dtype", D, false),
+            ],
+        ),
+        (
+            "mean",
+            &[
+                ("self", T, true),
+                ("dim", Il, false),
+                ("keepdim", B, false),
+                ("dtype", D, false),
+            ],
+        ),
+        (
+            "amax",
+            &[("self", T, true), ("dim", Il, false), ("keepdim", B, false)],
+        ),
+        (
+            "amin",
+            &[("self", T, true), ("dim", Il, false), ("keepdim", B, false)],
+        ),
+        (
+            "var",
+            &[
+                ("self", T, true),
+                ("dim", Il, false),
+                ("correction", F, false),
+                ("keepdim", B, false),
+                ("unbiased", B, false),
+            ],
+        ),
+        (
+            "softmax",
+            &[("self", T, true), ("dim", I, true), ("dtype", D, false)],
+        ),
+        (
+            "log_softmax",
+            &[("self", T, true), ("dim", I, true), ("dtype", D, false)],
+        ),
+        (
+            "_softmax",
+            &[
+                ("self", T, true),
+                ("dim", I, true),
+                ("half_to_float", B, false),
+            ],
+        ),
+        (
+            "_log_softmax",
+            &[
+                ("self", T, true),
+                ("dim", I, true),
+                ("half_to_float", B, false),
+            ],
+        ),
+        (
+            "layer_norm",
+            &[
+                ("input", T, true),
+                ("normalized_shape", Il, true),
+                ("weight", Ot, false),
+                ("bias", Ot, false),
+                ("eps", F, false),
+                ("cudnn_enable", B, false),
+            ],
+        ),
+        (
+            "native_layer_norm",
+            &[
+                ("input", T, true),
+                ("normalized_shape", Il, true),
+                ("weight", Ot, false),
+                ("bias", Ot, false),
+                ("eps", F, false),
+            ],
+        ),
+        (
+            "rms_norm",
+            &[
+                ("input", T, true),
+                ("normalized_shape", Il, true),
+                ("weight", Ot, false),
+                ("eps", F, false),
+            ],
+        ),
+        (
+            "linear",
+            &[("input", T, true), ("weight", T, true), ("bias", Ot, false)],
+        ),
+        (
+            "addmm",
+            &[
+                ("self", T, true),
+                ("mat1", T, true),
+                ("mat2", T, true),
+                ("beta", N, false),
+                ("alpha", N, false),
+            ],
+        ),
+        ("mm", &[("self", T, true), ("mat2", T, true)]),
+        ("bmm", &[("self", T, true), ("mat2", T, true)]),
+        ("matmul", &[("self", T, true), ("other", T, true)]),
+        ("reshape", &[("self", T, true), ("shape", Il, true)]),
+        ("view", &[("self", T, true), ("size", Il, true)]),
+        ("permute", &[("self", T, true), ("dims", Il, true)]),
+        (
+            "transpose",
+            &[("self", T, true), ("dim0", I, true), ("dim1", I, true)],
+        ),
+        ("unsqueeze", &[("self", T, true), ("dim", I, true)]),
+        ("squeeze", &[("self", T, true), ("dim", Il, false)]),
+        (
+            "expand",
+            &[
+                ("self", T, true),
+                ("size", Il, true),
+                ("implicit", B, false),
+            ],
+        ),
+        (
+            "select",
+            &[("self", T, true), ("dim", I, true), ("index", I, true)],
+        ),
+        (
+            "slice",
+            &[
+                ("self", T, true),
+                ("dim", I, false),
+                ("start", I, false),
+                ("end", I, false),
+                ("step", I, false),
+            ],
+        ),
+        (
+            "split",
+            &[
+                ("self", T, true),
+                ("split_size", I, true),
+                ("dim", I, false),
+            ],
+        ),
+        (
+            "split_with_sizes",
+            &[
+                ("self", T, true),
+                ("split_sizes", Il, true),
+                ("dim", I, false),
+            ],
+        ),
+        ("getitem", &[("self", T, true), ("index", I, true)]),
+        ("contiguous", UNARY),
+        ("clone", UNARY),
+        ("alias", UNARY),
+        ("cat", &[("tensors", Tl, true), ("dim", I, false)]),
+        (
+            "dropout",
+            &[("input", T, true), ("p", F, false), ("train", B, false)],
+        ),
+        (
+            "_assert_tensor_metadata",
+            &[
+                ("a", T, true),
+                ("size", Il, false),
+                ("stride", Il, false),
+                ("dtype", D, false),
+            ],
+        ),
+    ]
+};
 
 fn signature(op: &str) -> Option<Sig> {
-    use K::*;
-    Some(match op {
-        "add" | "sub" => ADD,
-        "mul" | "pow" | "maximum" | "minimum" | "eq" | "ne" | "lt" | "le" | "gt" | "ge" => BIN,
-        "div" => &[
-            ("self", Ts, true),
-            ("other", Ts, true),
-            ("rounding_mode", S, false),
-        ],
-        "gelu" => &[("self", T, true), ("approximate", S, false)],
-        "where" => &[
-            ("condition", T, true),
-            ("self", Ts, true),
-            ("other", Ts, true),
-        ],
-        "clamp" => &[("self", T, true), ("min", N, false), ("max", N, false)],
-        "to" => &[
-            ("self", T, true),
-            ("dtype", D, true),
-            ("non_blocking", B, false),
-            ("copy", B, false),
-        ],
-        "_to_copy" => &[("self", T, true), ("dtype", D, true)],
-        "sum" | "mean" => &[
-            ("self", T, true),
-            ("dim", Il, false),
-            ("keepdim", B, false),
-            ("dtype", D, false),
-        ],
-        "amax" | "amin" => &[("self", T, true), ("dim", Il, false), ("keepdim", B, false)],
-        "var" => &[
-            ("self", T, true),
-            ("dim", Il, false),
-            ("correction", F, false),
-            ("keepdim", B, false),
-            ("unbiased", B, false),
-        ],
-        "softmax" | "log_softmax" => &[("self", T, true), ("dim", I, true), ("dtype", D, false)],
-        "_softmax" | "_log_softmax" => &[
-            ("self", T, true),
-            ("dim", I, true),
-            ("half_to_float", B, false),
-        ],
-        "layer_norm" => &[
-            ("input", T, true),
-            ("normalized_shape", Il, true),
-            ("weight", Ot, false),
-            ("bias", Ot, false),
-            ("eps", F, false),
-            ("cudnn_enable", B, false),
-        ],
-        "native_layer_norm" => &[
-            ("input", T, true),
-            ("normalized_shape", Il, true),
-            ("weight", Ot, false),
-            ("bias", Ot, false),
-            ("eps", F, false),
-        ],
-        "rms_norm" => &[
-            ("input", T, true),
-            ("normalized_shape", Il, true),
-            ("weight", Ot, false),
-            ("eps", F, false),
-        ],
-        "linear" => &[("input", T, true), ("weight", T, true), ("bias", Ot, false)],
-        "addmm" => &[
-            ("self", T, true),
-            ("mat1", T, true),
-            ("mat2", T, true),
-            ("beta", N, false),
-            ("alpha", N, false),
-        ],
-        "mm" | "bmm" => &[("self", T, true), ("mat2", T, true)],
-        "matmul" => &[("self", T, true), ("other", T, true)],
-        "reshape" => &[("self", T, true), ("shape", Il, true)],
-        "view" => &[("self", T, true), ("size", Il, true)],
-        "permute" => &[("self", T, true), ("dims", Il, true)],
-        "transpose" => &[("self", T, true), ("dim0", I, true), ("dim1", I, true)],
-        "unsqueeze" => &[("self", T, true), ("dim", I, true)],
-        "squeeze" => &[("self", T, true), ("dim", Il, false)],
-        "expand" => &[
-            ("self", T, true),
-            ("size", Il, true),
-            ("implicit", B, false),
-        ],
-        "select" => &[("self", T, true), ("dim", I, true), ("index", I, true)],
-        "slice" => &[
-            ("self", T, true),
-            ("dim", I, false),
-            ("start", I, false),
-            ("end", I, false),
-            ("step", I, false),
-        ],
-        "split" => &[
-            ("self", T, true),
-            ("split_size", I, true),
-            ("dim", I, false),
-        ],
-        "split_with_sizes" => &[
-            ("self", T, true),
-            ("split_sizes", Il, true),
-            ("dim", I, false),
-        ],
-        "getitem" => &[("self", T, true), ("index", I, true)],
-        "contiguous" | "clone" | "alias" => UNARY,
-        "cat" => &[("tensors", Tl, true), ("dim", I, false)],
-        "dropout" => &[("input", T, true), ("p", F, false), ("train", B, false)],
-        "_assert_tensor_metadata" => &[
-            ("a", T, true),
-            ("size", Il, false),
-            ("stride", Il, false),
-            ("dtype", D, false),
-        ],
-        _ if UnaryOp::ALL.iter().any(|(_, n)| *n == op) => UNARY,
-        _ => return None,
-    })
+    if UnaryOp::ALL.iter().any(|(_, n)| *n == op) {
+        return Some(UNARY);
+    }
+    SIGNATURES
+        .iter()
+        .find(|(name, _)| *name == op)
+        .map(|(_, sig)| *sig)
+}
+
+/// Every op name of the op set.
+pub fn op_names() -> impl Iterator<Item = &'static str> {
+    SIGNATURES
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(UnaryOp::ALL.iter().map(|(_, name)| *name))
+}
+
+/// The known op names closest to an unknown `name` (a typo's likely fixes),
+/// best first: at most three, each within about a third of its length in
+/// edits and close to the best.
+pub fn similar_ops(name: &str) -> Vec<&'static str> {
+    let mut scored: Vec<(f64, &'static str)> = op_names()
+        .map(|known| (strsim::normalized_damerau_levenshtein(name, known), known))
+        .filter(|(score, _)| *score >= 0.6)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.dedup_by(|a, b| a.1 == b.1);
+    let best = scored.first().map_or(0.0, |s| s.0);
+    scored
+        .into_iter()
+        .take_while(|(score, _)| *score >= best - 0.1)
+        .take(3)
+        .map(|(_, n)| n)
+        .collect()
 }
 
 /// Arguments bound to parameter names.
@@ -692,4 +762,29 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
         "_assert_tensor_metadata" => Op::NoOp(NoOpKind::AssertTensorMetadata),
         other => return Err(SigError::UnknownOp(other.into())),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_op_set_names_each_op_once_and_every_name_binds() {
+        let mut names: Vec<&str> = op_names().collect();
+        assert!(names.iter().all(|n| is_known(n)));
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "an op is listed twice");
+    }
+
+    #[test]
+    fn typos_suggest_the_op_meant_and_nonsense_suggests_nothing() {
+        assert_eq!(similar_ops("sofmax"), ["softmax"]);
+        assert_eq!(similar_ops("layernorm"), ["layer_norm"]);
+        assert_eq!(similar_ops("rleu"), ["relu"]);
+        assert_eq!(similar_ops("matmull"), ["matmul"]);
+        assert!(similar_ops("zzz").is_empty());
+        assert!(similar_ops("convolution").is_empty());
+    }
 }

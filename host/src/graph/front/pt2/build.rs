@@ -393,6 +393,8 @@ pub(super) fn build<R: Read + Seek>(
                 None => unknown.push(UnknownOp {
                     op: n.target.clone(),
                     nodes: vec![at],
+                    // An ATen op outside the op set is a missing feature, not a typo.
+                    similar: vec![],
                 }),
             }
         }

@@ -181,6 +181,7 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
                 None => unknown.push(UnknownOp {
                     op: r.op.into(),
                     nodes: vec![at],
+                    similar: super::signature::similar_ops(r.op),
                 }),
             }
         }

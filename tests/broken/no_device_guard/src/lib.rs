@@ -1,0 +1,18 @@
+//! Provides no `device_guard`, which the Python wrapper it claims needs.
+//!
+//! Device `noguard`: the baseline device of `tests/broken/baseline` with
+//! exactly one fault, below. It loads and lists, but cannot compile.
+
+#[derive(Default)]
+struct NoGuard;
+
+impl baseline::Device for NoGuard {
+    const NAME: &'static str = "noguard";
+
+    // Deliberate fault: a Triton device without a Python device guard.
+    fn device_guard(&self, _idx: u32) -> Option<String> {
+        None
+    }
+}
+
+baseline::export_device!(NoGuard);

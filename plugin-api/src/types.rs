@@ -96,6 +96,9 @@ pub struct LoadContext {
     pub library_path: RString,
     /// The host's own version (semver text), for diagnostics.
     pub host_version: RString,
+    /// Only in the test build that changes this type's layout.
+    #[cfg(feature = "__changed_layout_for_compat_test")]
+    pub changed_for_test: u32,
 }
 
 /// Where a device's properties came from.

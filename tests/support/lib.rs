@@ -146,13 +146,21 @@ pub fn isolated_host(dir: &TempDir) -> PathBuf {
 }
 
 /// Builds a test-only plugin workspace (its own target dir) once per process.
-fn build_workspace(manifest: &Path, done: &'static OnceLock<Result<(), String>>) {
+fn build_workspace(
+    manifest: &Path,
+    package: Option<&str>,
+    done: &'static OnceLock<Result<(), String>>,
+) {
     let result = done.get_or_init(|| {
-        let output = Command::new(env!("CARGO"))
-            .arg("build")
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.arg("build")
             .arg("--quiet")
             .arg("--manifest-path")
-            .arg(manifest)
+            .arg(manifest);
+        if let Some(package) = package {
+            cmd.args(["-p", package]);
+        }
+        let output = cmd
             .env_remove("CARGO_TARGET_DIR")
             .output()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -170,12 +178,25 @@ fn build_workspace(manifest: &Path, done: &'static OnceLock<Result<(), String>>)
 /// The plugin built against a shorter, older root module (`tests/compat`).
 pub fn compat_plugin() -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    compat_member("old_api_plugin", &BUILT)
+}
+
+/// The plugin built against a modified kiln-plugin-api whose `LoadContext`
+/// has another layout at the same version (`tests/compat`).
+pub fn changed_layout_plugin() -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    compat_member("changed_layout_plugin", &BUILT)
+}
+
+/// One member of `tests/compat`, built on its own so that the test features
+/// of plugin-api that the members enable never unify.
+fn compat_member(name: &str, built_once: &'static OnceLock<Result<(), String>>) -> PathBuf {
     let manifest = repo_root().join("tests/compat/Cargo.toml");
-    build_workspace(&manifest, &BUILT);
+    build_workspace(&manifest, Some(name), built_once);
     built(
         repo_root()
             .join("tests/compat/target/debug")
-            .join(dll_name("old_api_plugin")),
+            .join(dll_name(name)),
     )
 }
 

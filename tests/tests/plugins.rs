@@ -590,3 +590,45 @@ fn a_plugin_that_cannot_compile_is_listed_as_such_with_the_reason_and_a_true_hin
         assert!(d["cannot_compile"].is_null(), "{d:#}");
     }
 }
+
+#[test]
+fn a_plugin_built_against_a_modified_api_is_refused_naming_the_type_that_differs() {
+    let tmp = TempDir::new("changed-layout");
+    let bin = isolated_host(&tmp);
+    let dir = tmp.subdir("plugins");
+    copy_into(
+        &dir,
+        &changed_layout_plugin(),
+        &dll_name("changed_layout_plugin"),
+    );
+    let list = list_json(host(&bin).arg("--plugins").arg(&dir));
+    assert_eq!(device_names(&list), Vec::<String>::new(), "{list:#}");
+    let reason = list["rejected"][0]["reason"].as_str().unwrap_or_default();
+    let host_version = kiln::plugins::host_api_version().to_string();
+    for part in [
+        "`LoadContext` (reached through `init`) has 72 bytes, the host's 64, 3 fields, the host's 2",
+        &format!("says it is {host_version}, the host's version"),
+        "modified or unreleased copy",
+    ] {
+        assert!(reason.contains(part), "missing {part:?} in {reason}");
+    }
+    // Conformance says the same, under the check that found it.
+    let out = run(host(&bin)
+        .arg("conformance")
+        .arg(dir.join(dll_name("changed_layout_plugin")))
+        .arg("--json"));
+    let report = json(&out.1);
+    let case = report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "load.abi_layout"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(case["status"], "fail", "{report:#}");
+    assert!(
+        case["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`LoadContext`"),
+        "{case:#}"
+    );
+}

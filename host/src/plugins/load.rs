@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use abi_stable::abi_stability::abi_checking::check_layout_compatibility;
+use abi_stable::abi_stability::abi_checking::{check_layout_compatibility, AbiInstabilityErrors};
 use abi_stable::library::{lib_header_from_path, LibHeader, LibraryError};
 use kiln_plugin_api::{is_valid_device_name, ApiVersion, KilnPluginRef, LoadContext, Manifest};
 
@@ -36,10 +36,7 @@ pub enum LoadError {
         host_major: u32,
     },
     /// `abi_stable`'s layout check failed: the types crossing the boundary differ.
-    #[error(
-        "its ABI layout does not match this host's kiln-plugin-api {host}: rebuild the plugin \
-         against kiln-plugin-api {host} ({detail})"
-    )]
+    #[error("its ABI layout does not match this host's kiln-plugin-api {host}: {detail}")]
     Layout {
         /// The host's plugin-api version.
         host: String,
@@ -144,26 +141,110 @@ pub fn root_from_header(header: &'static LibHeader) -> Result<KilnPluginRef, Loa
     };
     let host_layout = <KilnPluginRef as abi_stable::StableAbi>::LAYOUT;
     if let Err(errors) = check_layout_compatibility(plugin_layout, host_layout) {
-        let text = errors.to_string();
-        let detail = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with("Error:"))
-            .collect::<Vec<_>>()
-            .join(", ");
         return Err(LoadOutcome::Failed(LoadError::Layout {
             host,
-            detail: if detail.is_empty() {
-                "abi_stable's layout check failed".to_string()
-            } else {
-                detail
-            },
+            detail: layout_mismatch(&errors),
         }));
     }
     // SAFETY: the layout was checked just above, in the direction that makes
     // every field the plugin has identical to the host's; fields past the
     // plugin's prefix are only read through accessors that return `None`.
     unsafe { header.init_root_module_with_unchecked_layout::<KilnPluginRef>() }.map_err(classify)
+}
+
+/// What differs between the plugin's types and the host's, from
+/// `abi_stable`'s structured report: each type whose layout differs, where it
+/// is reached from, what differs, and what to rebuild against.
+fn layout_mismatch(errors: &AbiInstabilityErrors) -> String {
+    use abi_stable::abi_stability::abi_checking::AbiInstability as Ai;
+    use abi_stable::type_layout::TLFieldOrFunction;
+    let mut types: Vec<String> = vec![];
+    // The plugin's kiln-plugin-api version, as its types record it.
+    let mut plugin_version = None;
+    // `abi_stable` also reports each enclosing type of a difference (with no
+    // difference of its own): only the types that differ are named.
+    for error in errors.errors.iter().filter(|e| !e.errs.is_empty()) {
+        // The path from the root module to the type where the layouts part
+        // (the plugin's side is `expected`: its layout is the interface).
+        let fields: Vec<_> = error
+            .stack_trace
+            .iter()
+            .filter_map(|step| match &step.expected {
+                TLFieldOrFunction::Field(f) => Some(f),
+                TLFieldOrFunction::Function(_) => None,
+            })
+            .collect();
+        let path: Vec<&str> = fields
+            .iter()
+            .map(|f| f.name())
+            // Unnamed steps: a reference's pointee, a function's parameter.
+            .filter(|name| !name.is_empty() && *name != "0" && *name != ",")
+            .collect();
+        let layout = fields.last().map(|f| f.layout());
+        if let Some(l) = layout.filter(|l| l.package().as_str() == "kiln-plugin-api") {
+            plugin_version = Some(l.package_version().to_string());
+        }
+        let ty = layout.map_or("the root module", |l| l.name());
+        let what: Vec<String> = error
+            .errs
+            .iter()
+            .map(|e| match e {
+                Ai::Size(ef) => format!("{} bytes, the host's {}", ef.expected, ef.found),
+                Ai::Alignment(ef) => {
+                    format!("alignment {}, the host's {}", ef.expected, ef.found)
+                }
+                Ai::FieldCountMismatch(ef) => {
+                    format!("{} fields, the host's {}", ef.expected, ef.found)
+                }
+                Ai::UnexpectedField(ef) => format!(
+                    "field `{}` where the host has `{}`",
+                    ef.expected.name(),
+                    ef.found.name()
+                ),
+                Ai::Name(ef) => format!("type {} where the host has {}", ef.expected, ef.found),
+                Ai::TooManyVariants(ef) => {
+                    format!("{} variants, the host's {}", ef.expected, ef.found)
+                }
+                Ai::UnexpectedVariant(ef) => format!(
+                    "variant `{}` where the host has `{}`",
+                    ef.expected, ef.found
+                ),
+                other => format!("{other:?}")
+                    .split(['(', ' ', '{'])
+                    .next()
+                    .unwrap_or("a difference")
+                    .to_string(),
+            })
+            .collect();
+        let via = if path.is_empty() {
+            String::new()
+        } else {
+            format!(" (reached through `{}`)", path.join("."))
+        };
+        let line = format!("`{ty}`{via} has {}", what.join(", "));
+        if !types.contains(&line) {
+            types.push(line);
+        }
+    }
+    let host_version = host_api_version().to_string();
+    let advice = match plugin_version {
+        Some(v) if v == host_version => format!(
+            "the plugin's kiln-plugin-api says it is {v}, the host's version, yet lays these \
+             types out differently: it was built from a modified or unreleased copy; rebuild it \
+             against the kiln-plugin-api {host_version} release this host was built with"
+        ),
+        Some(v) => format!(
+            "the plugin was built against kiln-plugin-api {v}; rebuild it against \
+             {host_version}, the version this host was built with"
+        ),
+        None => format!(
+            "rebuild the plugin against kiln-plugin-api {host_version}, the version this host was built with"
+        ),
+    };
+    if types.is_empty() {
+        return format!("abi_stable's layout check failed; {advice}");
+    }
+    format!("{}; {advice}", types.join("; "))
 }
 
 fn classify(error: LibraryError) -> LoadOutcome {

@@ -198,13 +198,23 @@ pub fn grid_problem(wanted: Grid, got: Grid, max_grid: [u64; 3]) -> Option<Strin
     ) {
         if g > max {
             return Some(format!(
-                "adjust_grid({:?}) gave {axis} = {g}, over max_grid {max}",
+                "adjust_grid({:?}) gave {axis} = {g}, over the max_grid {max} the plugin reports: \
+                 a grid may never exceed max_grid",
+                wanted.to_array()
+            ));
+        }
+        if w > max && g < max {
+            return Some(format!(
+                "adjust_grid({:?}) gave {axis} = {g} for a request above max_grid: a grid beyond \
+                 the limit must be capped at exactly the max_grid the plugin reports ({max}), \
+                 where the kernel loops over the rest, never below it",
                 wanted.to_array()
             ));
         }
         if g < w.min(max) || (g == 0 && w > 0) {
             return Some(format!(
-                "adjust_grid({:?}) shrank {axis} from {w} to {g}",
+                "adjust_grid({:?}) shrank {axis} from {w} to {g}: a grid may be rounded up, \
+                 never down (the programs it drops would be work left undone)",
                 wanted.to_array()
             ));
         }
@@ -412,7 +422,19 @@ mod tests {
         assert!(
             grid_problem(Grid::new(1, 1, 1), Grid::new(1, 70000, 1), max)
                 .unwrap()
-                .contains("over max_grid")
+                .contains("over the max_grid 65535")
+        );
+        // Above the limit, the rule broken is the cap: exactly max_grid.
+        let capped_low = grid_problem(
+            Grid::new(1 << 31 | 1, 1, 1),
+            Grid::new((1 << 31) - 64, 1, 1),
+            max,
+        )
+        .unwrap();
+        assert!(
+            capped_low
+                .contains("must be capped at exactly the max_grid the plugin reports (2147483648)"),
+            "{capped_low}"
         );
     }
 }

@@ -3,8 +3,8 @@
 //! device module, backend spec and heuristics as "not provided".
 
 use kiln_plugin_api::{
-    BackendSpec, DevicePlugin, DeviceProperties, LaunchConfig, LoadContext, Manifest, PointwiseQuery,
-    ReductionQuery,
+    BackendSpec, DevicePlugin, DeviceProperties, LaunchConfig, LoadContext, Manifest,
+    PointwiseQuery, ReductionQuery,
 };
 
 /// The old plugin: a device called `oldapi` with the Python-wrapper overrides only.
@@ -12,7 +12,12 @@ pub struct OldApi;
 
 impl DevicePlugin for OldApi {
     fn manifest() -> Manifest {
-        Manifest::new("oldapi", "0.1.0", "Kiln tests", "A plugin built against a shorter root module")
+        Manifest::new(
+            "oldapi",
+            "0.1.0",
+            "Kiln tests",
+            "A plugin built against a shorter root module",
+        )
     }
 
     fn load(_ctx: &LoadContext) -> Result<Self, String> {

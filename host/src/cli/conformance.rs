@@ -16,7 +16,7 @@ use crate::conformance::{self, isolate::CHILD_FLAG, Options};
 /// Arguments of `host conformance`.
 #[derive(Debug, Args)]
 pub struct ConformanceArgs {
-    /// The plugin's shared library (e.g. target/debug/libgxu.so).
+    /// The plugin's shared library (e.g. target/debug/libkiln_gxu.so).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
 

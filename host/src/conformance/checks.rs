@@ -80,7 +80,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("heuristics.pointwise_sweep", "pointwise_configs for 1 to 2^31 elements (powers of two and odd sizes) gives at least one config, block sizes powers of two, num_warps and num_stages at least 1"),
         Check::new("heuristics.reduction_sweep", "reduction_configs for 1 to 2^20 rows of 1 to 2^20 elements gives at least one config, block sizes powers of two, num_warps and num_stages at least 1"),
         Check::new("heuristics.thread_limit", "no config of either sweep needs more than max_threads_per_block threads (num_warps x warp_size)"),
-        Check::new("heuristics.grid", "adjust_grid never shrinks a grid along any axis and never exceeds max_grid"),
+        Check::new("heuristics.grid", "adjust_grid never shrinks a grid along any axis, never exceeds max_grid, and caps an axis above max_grid at exactly max_grid"),
         Check::new("heuristics.deterministic", "the same query always gives the same configs and the same grid"),
         Check::new("heuristics.triton_target", "the Triton target, when given, names a backend (^[a-z][a-z0-9_]{0,31}$), an arch on one line and a power-of-two warp size"),
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),

@@ -200,7 +200,7 @@ impl Report {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConformanceError {
     /// The plugin path does not name a file.
-    #[error("{path}: {problem}; give the path of the plugin's shared library (e.g. target/debug/libgxu.so)")]
+    #[error("{path}: {problem}; give the path of the plugin's shared library (e.g. target/debug/libkiln_gxu.so)")]
     BadPath {
         /// The path given.
         path: String,

@@ -7,7 +7,7 @@ use kiln_plugin_api::{
 
 use super::*;
 
-use kiln_plugin_shared::test_support;
+use kiln_plugin_kit::checks;
 
 fn plugin() -> Cpu {
     Cpu::load(&LoadContext {
@@ -21,8 +21,8 @@ fn plugin() -> Cpu {
 fn manifest_names_the_device() {
     let m = Cpu::manifest();
     assert_eq!(m.name.as_str(), "cpu");
-    test_support::assert_one_line("vendor", &m.vendor);
-    test_support::assert_one_line("description", &m.description);
+    checks::assert_one_line("vendor", &m.vendor);
+    checks::assert_one_line("description", &m.description);
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn overrides_mirror_pytorchs_cpu() {
         assert_eq!(value, None, "{what}");
     }
     assert_eq!(p.cpp_scratch(0, &ws, None), None);
-    test_support::assert_one_line_overrides(&p);
+    checks::assert_one_line_overrides(&p);
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn kernel_header_has_the_kernel_includes() {
             .expect("a number");
         assert!(value > 0, "{line}");
     }
-    test_support::assert_balanced("kernel_header", &header);
+    checks::assert_balanced("kernel_header", &header);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn heuristics_are_chunks_and_lanes() {
     assert!(configs
         .iter()
         .all(|c| c.num_warps == 1 && c.num_stages == 1));
-    test_support::assert_heuristics_sweep(&p);
+    checks::assert_heuristics_sweep(&p);
 }
 
 #[test]
@@ -138,5 +138,5 @@ fn grid_is_identity_within_int64() {
         p.adjust_grid(Grid::new(u64::MAX, 2, 3)),
         Grid::new(i64::MAX as u64, 2, 3)
     );
-    test_support::assert_grid_never_shrinks(&p);
+    checks::assert_grid_never_shrinks(&p);
 }

@@ -11,7 +11,7 @@
 //! - **Backend**: Triton kernels, Python and C++ wrappers, the features
 //!   Inductor's `TritonScheduling` reports for CUDA.
 //! - **Heuristics**: Inductor's pointwise and reduction rules, fed with the
-//!   properties of device 0 (see `kiln_plugin_shared::triton_heuristics`). Rows of up to
+//!   properties of device 0 (see `kiln_plugin_kit::triton_heuristics`). Rows of up to
 //!   [`PERSISTENT_ROW_LIMIT`] elements get a persistent reduction first; longer
 //!   rows loop, with a persistent candidate for the autotuner up to
 //!   [`PERSISTENT_FALLBACK_ROW_LIMIT`].
@@ -27,7 +27,7 @@ use kiln_plugin_api::{
 pub mod driver;
 pub mod overrides;
 pub mod properties;
-use kiln_plugin_shared::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
+use kiln_plugin_kit::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 use properties::Inventory;
 use triton_heuristics::TritonLimits;

@@ -7,6 +7,7 @@
 //! wrapper calls. This module only produces text; it never touches a device.
 
 use kiln_plugin_api::{FixedOverrides, ScratchWorkspace};
+use kiln_plugin_kit::driver::{self, DriverApi, ScratchScope};
 
 /// `import_get_raw_stream_as(name)`.
 pub fn import_get_raw_stream_as(name: &str) -> String {
@@ -204,8 +205,25 @@ pub const TMA_DESCRIPTOR_HELPERS: &str = r#"#if defined(CUDA_VERSION) && CUDA_VE
 #endif
 "#;
 
+/// The CUDA driver API's names, for the plugin kit's C++ helpers. (Its
+/// `kernel_driver` is this module's own: CUDA's constants do not share one
+/// prefix, `CUDA_SUCCESS` beside `CU_FUNC_ATTRIBUTE_*`.)
+pub fn driver_api(warp_size: u32) -> DriverApi {
+    DriverApi {
+        constant_prefix: "CU".into(),
+        function_prefix: "cu".into(),
+        error_type: "CUresult".into(),
+        module_type: "CUmodule".into(),
+        function_type: "CUfunction".into(),
+        stream_type: CPP_STREAM_TYPE.into(),
+        device_ptr_type: CPP_DEVICE_PTR.into(),
+        torch_device_type: "cuda".into(),
+        warp_size,
+    }
+}
+
 /// `cpp_scratch(idx, workspace, prefix)`: Triton's per-program scratch space,
-/// allocated as a `uint8` tensor sized for the whole launch grid (the wrapper
+/// allocated as a tensor sized for the whole launch grid (the wrapper
 /// defines `grid_0`, `grid_1`, `grid_2` before the launch), or a null pointer
 /// when the kernel needs none.
 pub fn cpp_scratch(
@@ -213,30 +231,14 @@ pub fn cpp_scratch(
     workspace: &ScratchWorkspace,
     prefix: Option<&str>,
 ) -> (Vec<String>, String) {
-    let prefix = match prefix {
-        Some(p) if !p.is_empty() => format!("{p}_"),
-        _ => String::new(),
-    };
-    let var = format!("{prefix}scratch_{idx}");
-    if workspace.size == 0 {
-        return (vec![format!("CUdeviceptr {var} = 0;")], var);
-    }
-    let size = workspace.size;
-    let dtype = workspace.dtype.as_str();
-    let lines = vec![
-        format!(
-            "int64_t {var}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};"
-        ),
-        format!("int64_t {var}_stride[] = {{1}};"),
-        format!("AtenTensorHandle {var}_handle;"),
-        format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {var}_size, {var}_stride, \
-             {dtype}, cached_torch_device_type_cuda, device_idx_, &{var}_handle));"
-        ),
-        format!("RAIIAtenTensorHandle {var}_tensor({var}_handle);"),
-        format!("CUdeviceptr {var} = reinterpret_cast<CUdeviceptr>({var}_tensor.data_ptr());"),
-    ];
-    (lines, var)
+    // The scratch pointer's type does not depend on the warp size.
+    driver::cpp_scratch(
+        &driver_api(32),
+        ScratchScope::PerProgram,
+        idx,
+        workspace,
+        prefix,
+    )
 }
 
 /// Every override that takes no arguments, as the one value the plugin

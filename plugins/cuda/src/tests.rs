@@ -7,7 +7,7 @@ use kiln_plugin_api::{
 
 use super::*;
 
-use kiln_plugin_shared::test_support;
+use kiln_plugin_kit::checks;
 
 fn plugin() -> Cuda {
     Cuda::load(&LoadContext {
@@ -22,8 +22,8 @@ fn manifest_names_the_device() {
     let m = Cuda::manifest();
     assert_eq!(m.name.as_str(), "cuda");
     assert_eq!(m.version.as_str(), env!("CARGO_PKG_VERSION"));
-    test_support::assert_one_line("vendor", &m.vendor);
-    test_support::assert_one_line("description", &m.description);
+    checks::assert_one_line("vendor", &m.vendor);
+    checks::assert_one_line("description", &m.description);
 }
 
 #[test]
@@ -53,7 +53,7 @@ fn one_line_overrides_are_pytorchs() {
     for (got, want) in cases {
         assert_eq!(got.as_deref(), Some(want));
     }
-    test_support::assert_one_line_overrides(&p);
+    checks::assert_one_line_overrides(&p);
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn kernel_driver_uses_the_driver_api() {
     // The macro must not swallow the caller's semicolon.
     assert!(driver.contains("} while (0)\n"));
     assert!(!driver.contains("while (0);"));
-    test_support::assert_balanced("kernel_driver", &driver);
+    checks::assert_balanced("kernel_driver", &driver);
 }
 
 #[test]
@@ -104,8 +104,8 @@ fn tma_helpers_encode_tiled_maps() {
     ] {
         assert!(tma.contains(needle), "missing {needle}");
     }
-    test_support::assert_balanced("tma_descriptor_helpers", &tma);
-    test_support::assert_balanced(
+    checks::assert_balanced("tma_descriptor_helpers", &tma);
+    checks::assert_balanced(
         "kernel_header",
         &plugin().kernel_header().unwrap_or_default(),
     );
@@ -131,7 +131,7 @@ fn scratch_allocates_or_is_null() {
         "CUdeviceptr kernel0_scratch_2 = reinterpret_cast<CUdeviceptr>(kernel0_scratch_2_tensor.data_ptr());"
     );
     for line in &lines {
-        test_support::assert_balanced("cpp_scratch", line);
+        checks::assert_balanced("cpp_scratch", line);
     }
     let empty = ScratchWorkspace {
         size: 0,
@@ -213,7 +213,7 @@ fn heuristics_follow_inductor() {
     });
     assert_eq!((long[0].x_block, long[0].r_block), (1, 2048));
     assert!(long.iter().any(|c| c.r_block == 16384));
-    test_support::assert_heuristics_sweep(&p);
+    checks::assert_heuristics_sweep(&p);
 }
 
 #[test]
@@ -224,5 +224,5 @@ fn grid_is_capped_at_the_device_limit() {
         p.adjust_grid(Grid::new(u64::MAX, 70_000, 65_535)),
         Grid::new(2_147_483_647, 65_535, 65_535)
     );
-    test_support::assert_grid_never_shrinks(&p);
+    checks::assert_grid_never_shrinks(&p);
 }

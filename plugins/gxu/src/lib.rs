@@ -15,7 +15,7 @@
 //!
 //! # `gxu.toml`
 //! A vendor tunes the plugin without rebuilding it by putting a `gxu.toml`
-//! in the folder of the plugin's shared library (`libgxu.so`). The file is
+//! in the folder of the plugin's shared library (`libkiln_gxu.so`). The file is
 //! optional and so is every key:
 //!
 //! ```toml
@@ -47,7 +47,7 @@ use kiln_plugin_api::{
 
 pub mod config;
 pub mod overrides;
-use kiln_plugin_shared::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
+use kiln_plugin_kit::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 pub use config::GxuConfig;
 use triton_heuristics::TritonLimits;
@@ -76,16 +76,12 @@ pub struct Gxu {
 impl Gxu {
     /// A plugin running with `config`.
     pub fn with_config(config: GxuConfig) -> Gxu {
-        let multiple = u64::from(config.grid_multiple.max(1));
         // The largest multiple of the granularity within Triton's limit; a
         // granularity above the limit leaves the limit itself.
-        let max_grid = TRITON_MAX_GRID.map(|limit| {
-            if multiple > limit {
-                limit
-            } else {
-                limit / multiple * multiple
-            }
-        });
+        let max_grid = triton_heuristics::max_grid_in_multiples(
+            TRITON_MAX_GRID,
+            u64::from(config.grid_multiple),
+        );
         let overrides = overrides::fixed(config.warp_size);
         Gxu {
             config,
@@ -130,17 +126,6 @@ impl Gxu {
             multi_processor_count: self.config.grid_multiple,
             persistent_row_limit: PERSISTENT_ROW_LIMIT,
             persistent_fallback_row_limit: PERSISTENT_FALLBACK_ROW_LIMIT,
-        }
-    }
-
-    /// The seed's `adjust_grid` rule for one dimension, before the cap.
-    fn round_dim(&self, dim: u64) -> u64 {
-        let multiple = u64::from(self.config.grid_multiple.max(1));
-        if dim <= multiple || dim.is_multiple_of(multiple) {
-            dim
-        } else {
-            // Round up; past u64 the grid cap applies anyway.
-            dim.div_ceil(multiple).saturating_mul(multiple)
         }
     }
 }
@@ -209,10 +194,13 @@ impl DevicePlugin for Gxu {
     }
 
     fn adjust_grid(&self, grid: Grid) -> Grid {
-        // `max_grid` is itself a multiple of `grid_multiple`, so capping
-        // keeps the granularity.
-        let rounded = grid.to_array().map(|dim| self.round_dim(dim));
-        Grid::from_array(triton_heuristics::cap_grid(rounded, self.max_grid))
+        // The seed's rule: at most `grid_multiple` programs, or a multiple of
+        // it; `max_grid` is itself a multiple, so capping keeps the granularity.
+        Grid::from_array(triton_heuristics::round_grid_to_multiple(
+            grid.to_array(),
+            u64::from(self.config.grid_multiple),
+            self.max_grid,
+        ))
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

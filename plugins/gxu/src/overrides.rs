@@ -3,10 +3,12 @@
 //! fixed: its `GXU_DRIVER_CHECK` macro ended in `while (0);`, so that every
 //! use produced an empty statement (which breaks `if (...) CHECK(...); else`),
 //! and the `gxuFuncSetAttribute` check lacked its semicolon. The warp size is
-//! the configured one instead of a literal 32. This module only produces
-//! text; it never touches a device.
+//! the configured one instead of a literal 32. The driver text is the plugin
+//! kit's for a CUDA-like API (`kiln_plugin_kit::driver`), which is the seed's
+//! shape. This module only produces text; it never touches a device.
 
 use kiln_plugin_api::{FixedOverrides, ScratchWorkspace};
+use kiln_plugin_kit::driver::{self, DriverApi, ScratchScope};
 
 /// `import_get_raw_stream_as(name)`.
 pub fn import_get_raw_stream_as(name: &str) -> String {
@@ -52,68 +54,16 @@ pub const KERNEL_HEADER: &str = "\
 #include <ATen/gxu/EmptyTensor.h>
 ";
 
-/// The warp-size slot in [`KERNEL_DRIVER_TEMPLATE`].
-const WARP_SIZE_SLOT: &str = "@GXU_WARP_SIZE@";
-
-/// `kernel_driver()` before the warp size is written in.
-const KERNEL_DRIVER_TEMPLATE: &str = r#"#define GXU_DRIVER_CHECK(EXPR)                     \
-    do {                                           \
-        gxuError_t code = EXPR;                    \
-        if (code != GXU_SUCCESS) {                 \
-            const char *msg = gxuGetErrorString(code); \
-            throw std::runtime_error(              \
-                std::string("GXU driver error: ") + \
-                std::string(msg));                 \
-        }                                          \
-    } while (0)
-
-static inline gxuFunction loadKernel(
-        std::string filePath,
-        const std::string &funcName,
-        uint32_t sharedMemBytes,
-        const std::optional<std::string> &cubinDir = std::nullopt) {
-    if (cubinDir) {
-        std::filesystem::path p1{*cubinDir};
-        std::filesystem::path p2{filePath};
-        filePath = (p1 / p2.filename()).string();
-    }
-
-    gxuModule mod;
-    gxuFunction func;
-    GXU_DRIVER_CHECK(gxuModuleLoad(&mod, filePath.c_str()));
-    GXU_DRIVER_CHECK(gxuModuleGetFunction(&func, mod, funcName.c_str()));
-    if (sharedMemBytes > 0) {
-        GXU_DRIVER_CHECK(gxuFuncSetAttribute(
-            func,
-            GXU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            sharedMemBytes
-        ));
-    }
-    return func;
+/// The gxu driver API, spelt the usual way (`gxuModuleLoad`, `gxuError_t`,
+/// `GXU_SUCCESS`, ...), with the configured warp size.
+pub fn driver_api(warp_size: u32) -> DriverApi {
+    DriverApi::named("gxu", warp_size)
 }
 
-static inline void launchKernel(
-        gxuFunction func,
-        uint32_t gridX,
-        uint32_t gridY,
-        uint32_t gridZ,
-        uint32_t numWarps,
-        uint32_t sharedMemBytes,
-        void* args[],
-        gxuStream_t stream) {
-    // The GXU warp size, as configured for this plugin (gxu.toml).
-    const uint32_t GXU_WARP_SIZE = @GXU_WARP_SIZE@;
-    GXU_DRIVER_CHECK(gxuLaunchKernel(
-        func, gridX, gridY, gridZ,
-        GXU_WARP_SIZE * numWarps, 1, 1,
-        sharedMemBytes, stream, args, nullptr
-    ));
-}
-"#;
-
-/// `kernel_driver()`, with the configured warp size as `GXU_WARP_SIZE`.
+/// `kernel_driver()`: the seed's, written by the plugin kit for the gxu
+/// driver API, with the configured warp size as `GXU_WARP_SIZE`.
 pub fn kernel_driver(warp_size: u32) -> String {
-    KERNEL_DRIVER_TEMPLATE.replace(WARP_SIZE_SLOT, &warp_size.to_string())
+    driver::kernel_driver(&driver_api(warp_size))
 }
 
 /// `cpp_scratch(idx, workspace, prefix)`, as the seed writes it: a buffer of
@@ -124,29 +74,14 @@ pub fn cpp_scratch(
     workspace: &ScratchWorkspace,
     prefix: Option<&str>,
 ) -> (Vec<String>, String) {
-    // Python's `f"{prefix}_" if prefix else ""`: an empty prefix adds nothing.
-    let prefix = match prefix {
-        Some(p) if !p.is_empty() => format!("{p}_"),
-        _ => String::new(),
-    };
-    let var = format!("{prefix}scratch_{idx}");
-    if workspace.size == 0 {
-        return (vec![format!("gxuDevicePtr {var} = 0;")], var);
-    }
-    let size = workspace.size;
-    let dtype = workspace.dtype.as_str();
-    let lines = vec![
-        format!("int64_t {var}_size[] = {{{size}}};"),
-        format!("int64_t {var}_stride[] = {{1}};"),
-        format!("AtenTensorHandle {var}_handle;"),
-        format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {var}_size, {var}_stride, \
-             {dtype}, cached_torch_device_type_gxu, device_idx_, &{var}_handle));"
-        ),
-        format!("RAIIAtenTensorHandle {var}_tensor({var}_handle);"),
-        format!("gxuDevicePtr {var} = reinterpret_cast<gxuDevicePtr>({var}_tensor.data_ptr());"),
-    ];
-    (lines, var)
+    // The scratch pointer's type does not depend on the warp size.
+    driver::cpp_scratch(
+        &driver_api(1),
+        ScratchScope::PerLaunch,
+        idx,
+        workspace,
+        prefix,
+    )
 }
 
 /// Every override that takes no arguments, as the one value the plugin

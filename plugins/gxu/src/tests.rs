@@ -10,7 +10,7 @@ use kiln_plugin_api::{
 
 use super::*;
 
-use kiln_plugin_shared::test_support;
+use kiln_plugin_kit::checks;
 
 fn plugin() -> Gxu {
     Gxu::with_config(GxuConfig::default())
@@ -39,7 +39,7 @@ impl TempDir {
         Gxu::load(&LoadContext {
             library_path: self
                 .0
-                .join("libgxu.so")
+                .join("libkiln_gxu.so")
                 .display()
                 .to_string()
                 .as_str()
@@ -59,8 +59,8 @@ impl Drop for TempDir {
 fn manifest_names_the_device() {
     let m = Gxu::manifest();
     assert_eq!(m.name.as_str(), "gxu");
-    test_support::assert_one_line("vendor", &m.vendor);
-    test_support::assert_one_line("description", &m.description);
+    checks::assert_one_line("vendor", &m.vendor);
+    checks::assert_one_line("description", &m.description);
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn one_line_overrides_are_the_seeds() {
         assert_eq!(got.as_deref(), Some(want));
     }
     assert_eq!(p.tma_descriptor_helpers(), None);
-    test_support::assert_one_line_overrides(&p);
+    checks::assert_one_line_overrides(&p);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn kernel_driver_is_the_seeds_with_its_bugs_fixed() {
     assert!(!driver.contains("while (0);"));
     // The seed forgot this semicolon.
     assert!(driver.contains("sharedMemBytes\n        ));"));
-    test_support::assert_balanced("kernel_driver", &driver);
+    checks::assert_balanced("kernel_driver", &driver);
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn adjust_grid_follows_the_seed() {
     let max = p.adjust_grid(Grid::new(u64::MAX, 70_000, 65_535));
     assert_eq!(max, Grid::new(2_147_483_616, 65_520, 65_520));
     assert_eq!(max.x % 48, 0);
-    test_support::assert_grid_never_shrinks(&p);
+    checks::assert_grid_never_shrinks(&p);
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn every_config_has_one_warp() {
         });
         assert!(configs.iter().all(|c| c.num_warps == 1), "{configs:?}");
     }
-    test_support::assert_heuristics_sweep(&p);
+    checks::assert_heuristics_sweep(&p);
 }
 
 #[test]
@@ -252,8 +252,8 @@ fn gxu_toml_beside_the_library_tunes_the_plugin() {
     let props = p.device_properties(0).expect("static");
     assert_eq!(props.warp_size, ROption::RSome(64));
     assert_eq!(props.max_grid[1] % 40, 0);
-    test_support::assert_heuristics_sweep(&p);
-    test_support::assert_grid_never_shrinks(&p);
+    checks::assert_heuristics_sweep(&p);
+    checks::assert_grid_never_shrinks(&p);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //!   devices from here without linking `libze_loader` and a SYCL runtime, so
 //!   the plugin reports no devices (`is_available` false, `device_count` 0)
 //!   and static properties of a Max 1550 stack ([`properties`]).
-//! - **Heuristics**: Inductor's rules (see `kiln_plugin_shared::triton_heuristics`) for
+//! - **Heuristics**: Inductor's rules (see `kiln_plugin_kit::triton_heuristics`) for
 //!   a sub-group of 32 work-items and work-groups of up to 1024, so at most
 //!   32 sub-groups (`num_warps`) per program.
 
@@ -20,7 +20,7 @@ use kiln_plugin_api::{
 };
 
 pub mod overrides;
-use kiln_plugin_shared::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
+use kiln_plugin_kit::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 use triton_heuristics::TritonLimits;
 

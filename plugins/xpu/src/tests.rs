@@ -7,7 +7,7 @@ use kiln_plugin_api::{
 
 use super::*;
 
-use kiln_plugin_shared::test_support;
+use kiln_plugin_kit::checks;
 
 fn plugin() -> Xpu {
     Xpu::load(&LoadContext {
@@ -21,8 +21,8 @@ fn plugin() -> Xpu {
 fn manifest_names_the_device() {
     let m = Xpu::manifest();
     assert_eq!(m.name.as_str(), "xpu");
-    test_support::assert_one_line("vendor", &m.vendor);
-    test_support::assert_one_line("description", &m.description);
+    checks::assert_one_line("vendor", &m.vendor);
+    checks::assert_one_line("description", &m.description);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn one_line_overrides_are_pytorchs() {
     };
     assert_eq!(p.cpp_scratch(0, &ws, None), None);
     assert_eq!(p.tma_descriptor_helpers(), None);
-    test_support::assert_one_line_overrides(&p);
+    checks::assert_one_line_overrides(&p);
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn kernel_driver_loads_spirv_and_launches_through_sycl() {
     }
     assert!(!driver.contains('@'), "unfilled template slot");
     assert!(!driver.contains("while (0);"));
-    test_support::assert_balanced("kernel_driver", &driver);
+    checks::assert_balanced("kernel_driver", &driver);
 }
 
 #[test]
@@ -130,7 +130,7 @@ fn heuristics_fit_sub_groups() {
         (red[0].x_block, red[0].r_block, red[0].num_warps),
         (1, 2048, 8)
     );
-    test_support::assert_heuristics_sweep(&p);
+    checks::assert_heuristics_sweep(&p);
 }
 
 #[test]
@@ -141,5 +141,5 @@ fn grid_is_capped() {
         p.adjust_grid(Grid::new(1 << 40, 1 << 20, 1)),
         Grid::new(2_147_483_647, 65_535, 1)
     );
-    test_support::assert_grid_never_shrinks(&p);
+    checks::assert_grid_never_shrinks(&p);
 }

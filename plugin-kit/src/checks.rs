@@ -1,5 +1,6 @@
-//! Checks every plugin's unit tests share (feature `test-support`, enabled
-//! by the plugins' dev-dependency on this crate).
+//! Assertions for a plugin's own unit tests (feature `testing`): the rules
+//! `host conformance` enforces, checked directly on the plugin's Rust value,
+//! so a unit test fails at the line that broke one.
 
 use kiln_plugin_api::{DevicePlugin, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
 

@@ -169,12 +169,48 @@ pub fn reduction_configs(limits: &TritonLimits, query: &ReductionQuery) -> Vec<L
 }
 
 /// Caps each dimension at the device's grid limit; kernels loop over the rest.
+///
+/// This is the one thing `adjust_grid` may do to a grid besides rounding it
+/// up: a dimension above the limit becomes exactly the `max_grid` the plugin
+/// reports in its properties, never less (conformance's `heuristics.grid`).
 pub fn cap_grid(dims: [u64; 3], max_grid: [u64; 3]) -> [u64; 3] {
     [
         dims[0].min(max_grid[0]),
         dims[1].min(max_grid[1]),
         dims[2].min(max_grid[2]),
     ]
+}
+
+/// A grid granularity rule (the GXU's): a dimension of at most `multiple`
+/// programs, or already a multiple of it, runs as asked; any other is
+/// rounded up to the next multiple (50 → 96 for 48); then [`cap_grid`].
+/// Give it a `max_grid` from [`max_grid_in_multiples`] so that capping keeps
+/// the granularity.
+pub fn round_grid_to_multiple(dims: [u64; 3], multiple: u64, max_grid: [u64; 3]) -> [u64; 3] {
+    let multiple = multiple.max(1);
+    let rounded = dims.map(|dim| {
+        if dim <= multiple || dim.is_multiple_of(multiple) {
+            dim
+        } else {
+            // Past u64 the cap applies anyway.
+            dim.div_ceil(multiple).saturating_mul(multiple)
+        }
+    });
+    cap_grid(rounded, max_grid)
+}
+
+/// The largest multiple of `multiple` at or below each of `limits` (a limit
+/// smaller than `multiple` stays as it is): the `max_grid` to report, and to
+/// cap at, for a device with a grid granularity.
+pub fn max_grid_in_multiples(limits: [u64; 3], multiple: u64) -> [u64; 3] {
+    let multiple = multiple.max(1);
+    limits.map(|limit| {
+        if multiple > limit {
+            limit
+        } else {
+            limit / multiple * multiple
+        }
+    })
 }
 
 /// The smallest power of two at or above `n` (1 for 0), saturating at 2^63.
@@ -389,5 +425,25 @@ mod tests {
             cap_grid([u64::MAX, 70_000, 3], max),
             [2_147_483_647, 65_535, 3]
         );
+    }
+
+    #[test]
+    fn grids_round_up_to_the_granularity_and_cap_at_a_limit_that_keeps_it() {
+        let max = max_grid_in_multiples([2_147_483_647, 65_535, 65_535], 48);
+        assert_eq!(max, [2_147_483_616, 65_520, 65_520]);
+        assert!(max.iter().all(|m| m % 48 == 0));
+        // At most 48, or a multiple of 48, runs as asked; anything else rounds up.
+        assert_eq!(round_grid_to_multiple([1, 48, 96], 48, max), [1, 48, 96]);
+        assert_eq!(
+            round_grid_to_multiple([50, 1000, 1], 48, max),
+            [96, 1008, 1]
+        );
+        // Beyond the limit: exactly the (granular) limit.
+        assert_eq!(
+            round_grid_to_multiple([u64::MAX, 70_000, 1], 48, max),
+            [max[0], max[1], 1]
+        );
+        // A granularity above the limit leaves the limit itself.
+        assert_eq!(max_grid_in_multiples([10, 100, 1000], 64), [10, 64, 960]);
     }
 }

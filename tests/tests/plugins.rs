@@ -561,6 +561,15 @@ fn a_plugin_that_cannot_compile_is_listed_as_such_with_the_reason_and_a_true_hin
     assert!(out.status.success());
     assert!(table.contains("Cannot compile"), "{table}");
     assert!(table.contains("noguard: "), "{table}");
+    // `inspect` gives the verdict per wrapper.
+    let (out, report, _) = run(host(&bin)
+        .arg("--plugins")
+        .arg(&dir)
+        .args(["inspect", "noguard", "--json"]));
+    assert!(out.status.success());
+    let report = json(&report);
+    let python = report["compiles"]["python"].as_str().unwrap_or_default();
+    assert!(python.contains("`device_guard`"), "{report:#}");
     // The compile error says what the plugin must implement, and offers no
     // other wrapper: this plugin has none that works.
     let graph = repo_root().join("examples/small_mlp.toml");

@@ -198,6 +198,21 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             "properties": or_error(plugin.device_properties(0), errors, |p| properties_json(&p)),
         },
         "backend": backend,
+        // What a compile with each wrapper would get: "ok", or why not.
+        "compiles": crate::driver::capabilities(plugin)
+            .into_iter()
+            .map(|(kind, result)| {
+                let name = match kind {
+                    crate::plugins::WrapperKind::Python => "python",
+                    crate::plugins::WrapperKind::Cpp => "cpp",
+                };
+                let verdict = match result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => crate::diag::report(&e),
+                };
+                (name.to_string(), Value::String(verdict))
+            })
+            .collect::<serde_json::Map<String, Value>>(),
         "heuristics": {
             "pointwise": {
                 "query": { "numel": POINTWISE_QUERY.numel, "element_bytes": POINTWISE_QUERY.element_bytes },
@@ -275,6 +290,14 @@ fn render_text(report: &Value) -> String {
         text_of(&backend["wrappers"]),
         text_of(&backend["features"])
     ));
+    if let Some(compiles) = report["compiles"].as_object() {
+        for (wrapper, verdict) in compiles {
+            out.push_str(&format!(
+                "  compiles with the {wrapper} wrapper: {}\n",
+                text_of(verdict)
+            ));
+        }
+    }
     let h = &report["heuristics"];
     out.push_str(&format!(
         "\nHeuristics:\n  pointwise numel {}: {}\n  reduction {}x{}: {}\n",

@@ -189,29 +189,8 @@ pub fn cpp_scratch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::assert_balanced;
     use kiln_plugin_api::abi_stable::std_types::RString;
-
-    /// Whether braces, brackets and parentheses balance (no literals here hold any).
-    fn balanced(text: &str) -> bool {
-        let mut stack = vec![];
-        for c in text.chars() {
-            match c {
-                '{' | '(' | '[' => stack.push(c),
-                '}' | ')' | ']' => {
-                    let open = match c {
-                        '}' => '{',
-                        ')' => '(',
-                        _ => '[',
-                    };
-                    if stack.pop() != Some(open) {
-                        return false;
-                    }
-                }
-                _ => {}
-            }
-        }
-        stack.is_empty()
-    }
 
     #[test]
     fn the_driver_text_uses_the_apis_names_and_the_warp_size() {
@@ -232,7 +211,7 @@ mod tests {
         ] {
             assert!(text.contains(part), "missing {part:?} in\n{text}");
         }
-        assert!(balanced(&text), "{text}");
+        assert_balanced("kernel_driver", &text);
         // The check macro is one statement: no `while (0);` that would leave
         // an empty statement after each use.
         assert!(text.contains("} while (0)\n"), "{text}");
@@ -252,7 +231,9 @@ mod tests {
         let (lines, var) = cpp_scratch(&api, ScratchScope::PerLaunch, 2, &some, Some(""));
         assert_eq!(var, "scratch_2");
         assert_eq!(lines[0], "int64_t scratch_2_size[] = {128};");
-        assert!(lines.iter().all(|l| balanced(l)), "{lines:?}");
+        for line in &lines {
+            assert_balanced("cpp_scratch", line);
+        }
         assert!(
             lines[3].contains("cached_torch_device_type_npu"),
             "{lines:?}"

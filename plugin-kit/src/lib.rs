@@ -35,7 +35,7 @@ pub const TRITON_SCHEDULING_FEATURES: BackendFeatures = BackendFeatures::FOREACH
     .union(BackendFeatures::TRITON_TEMPLATES)
     .union(BackendFeatures::TUPLE_REDUCTION);
 
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod checks;
 #[cfg(feature = "testing")]
 pub mod conformance;

@@ -5,6 +5,7 @@
 //! contract that lets later stages assume well-formed graphs.
 
 use super::dtype::{promote, result_type, DType, OperandKind};
+use super::infer_model;
 use super::ir::{Scalar, TensorMeta};
 use super::ops::{BinaryOp, Op, ReduceOp};
 use super::shape::{broadcast, contiguous_strides, numel, wrap_dim, wrap_dims, Shape, ShapeError};
@@ -102,6 +103,13 @@ fn count(args: &[ArgMeta], n: usize) -> Result<(), InferError> {
     Ok(())
 }
 
+fn op_name(op: BinaryOp) -> &'static str {
+    BinaryOp::ALL
+        .iter()
+        .find(|(o, _)| *o == op)
+        .map_or("this op", |(_, n)| n)
+}
+
 /// The output metadata of `op` applied to `args`.
 pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
     match op {
@@ -140,6 +148,11 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             let (shape, d) = elementwise(args)?;
             let d = if op.is_comparison() {
                 DType::Bool
+            } else if op.is_bitwise() && d.is_float() {
+                return invalid(format!(
+                    "{} is defined for integer and bool tensors, found {d}",
+                    op_name(*op)
+                ));
             } else if *op == BinaryOp::Div {
                 float_of(d)
             } else if d == DType::Bool && matches!(op, BinaryOp::Sub) {
@@ -192,6 +205,7 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             let t = tensor(args, 0)?;
             let shape = reduced_shape(&t.shape, dims.as_deref(), *keepdim)?;
             let d = match (op, dtype) {
+                (ReduceOp::Any | ReduceOp::All, _) => DType::Bool,
                 (_, Some(d)) => *d,
                 (ReduceOp::Sum, None) if !t.dtype.is_float() => DType::Int64,
                 (ReduceOp::Mean, None) if !t.dtype.is_float() => {
@@ -344,6 +358,48 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             out(matmul_shape(&a.shape, &b.shape)?, a.dtype)
         }
         Op::Cat { dim } => cat(args, *dim),
+        Op::Arange {
+            start,
+            end,
+            step,
+            dtype,
+        } => infer_model::arange(*start, *end, *step, *dtype, args),
+        Op::Full { size, value, dtype } => infer_model::full(size.as_deref(), *value, *dtype, args),
+        Op::Index { indexed } => infer_model::index(indexed, args),
+        Op::Gather { dim } => infer_model::gather(*dim, args),
+        Op::Cumsum { dim, dtype } => infer_model::cumsum(*dim, *dtype, args),
+        Op::Diff { n, dim, .. } => infer_model::diff(*n, *dim, args),
+        Op::Attention { mask, gqa, .. } => infer_model::attention(*mask, *gqa, args),
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+        } => infer_model::conv(stride, padding, dilation, *groups, *bias, args),
+        Op::BatchNorm {
+            weight,
+            bias,
+            native,
+            ..
+        } => infer_model::batch_norm(*weight, *bias, *native, args),
+        Op::MaxPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            with_indices,
+        } => infer_model::max_pool(
+            kernel,
+            stride,
+            padding,
+            dilation,
+            *ceil_mode,
+            *with_indices,
+            args,
+        ),
+        Op::AdaptiveAvgPool { output_size } => infer_model::adaptive_avg_pool(output_size, args),
         op if views::describes(op) => view(op, args),
         other => invalid(format!("no inference rule for `{}`", other.name())),
     }

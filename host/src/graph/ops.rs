@@ -151,12 +151,18 @@ pub enum BinaryOp {
     Gt,
     /// `ge`
     Ge,
+    /// `bitwise_and` (`__and__`, `logical_and` on bools)
+    BitAnd,
+    /// `bitwise_or` (`__or__`, `logical_or` on bools)
+    BitOr,
+    /// `bitwise_xor` (`__xor__`)
+    BitXor,
 }
 
 impl BinaryOp {
     /// Every binary op with its ATen name (the rounding variants of `div` print as
     /// `div` with a `rounding_mode`).
-    pub const ALL: [(BinaryOp, &'static str); 13] = [
+    pub const ALL: [(BinaryOp, &'static str); 16] = [
         (BinaryOp::Add, "add"),
         (BinaryOp::Sub, "sub"),
         (BinaryOp::Mul, "mul"),
@@ -170,7 +176,15 @@ impl BinaryOp {
         (BinaryOp::Le, "le"),
         (BinaryOp::Gt, "gt"),
         (BinaryOp::Ge, "ge"),
+        (BinaryOp::BitAnd, "bitwise_and"),
+        (BinaryOp::BitOr, "bitwise_or"),
+        (BinaryOp::BitXor, "bitwise_xor"),
     ];
+
+    /// The bitwise ops, defined on integers and bools only.
+    pub fn is_bitwise(self) -> bool {
+        matches!(self, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor)
+    }
 
     /// Comparisons produce `bool`.
     pub fn is_comparison(self) -> bool {
@@ -193,6 +207,10 @@ pub enum ReduceOp {
     Amax,
     /// `amin`
     Amin,
+    /// `any`: whether some element is non-zero (bool result)
+    Any,
+    /// `all`: whether every element is non-zero (bool result)
+    All,
 }
 
 /// `gelu`'s `approximate` attribute.
@@ -429,6 +447,121 @@ pub enum Op {
     },
     /// an inference no-op
     NoOp(NoOpKind),
+    /// `arange(start, end, step)`: no operands
+    Arange {
+        /// first value
+        start: Scalar,
+        /// bound (exclusive)
+        end: Scalar,
+        /// increment, non-zero
+        step: Scalar,
+        /// the dtype; `None` is PyTorch's default (int64 for integer arguments)
+        dtype: Option<DType>,
+    },
+    /// `full`, `scalar_tensor`, `zeros`/`ones`, `new_*`, `*_like`: every element `value`.
+    /// With an operand (`full_like`, `new_ones`), its shape (unless `size` is given) and
+    /// its dtype (unless `dtype` is given) are the defaults.
+    Full {
+        /// the shape; `None` takes the operand's
+        size: Option<Vec<i64>>,
+        /// the element
+        value: Scalar,
+        /// the dtype; `None` takes the operand's, or PyTorch's default for `value`
+        dtype: Option<DType>,
+    },
+    /// `index.Tensor(self, indices)` and `embedding(weight, indices)`: advanced indexing.
+    /// Operands: `self`, then one integer (or bool-free) index tensor per `true` entry of
+    /// `indexed`, which has one entry per leading dim of `self` that the indices cover.
+    Index {
+        /// whether dim `d` of `self` is indexed (`None` in PyTorch's list is `false`)
+        indexed: Vec<bool>,
+    },
+    /// `gather(self, dim, index)`
+    Gather {
+        /// the dim gathered along
+        dim: i64,
+    },
+    /// `cumsum(self, dim, dtype)`
+    Cumsum {
+        /// the dim
+        dim: i64,
+        /// the result dtype
+        dtype: Option<DType>,
+    },
+    /// `diff(self, n, dim, prepend, append)`
+    Diff {
+        /// how many times
+        n: i64,
+        /// the dim
+        dim: i64,
+        /// a `prepend` operand follows `self`
+        prepend: bool,
+        /// an `append` operand follows
+        append: bool,
+    },
+    /// `scaled_dot_product_attention(q, k, v, attn_mask?)`
+    Attention {
+        /// a mask operand follows `v` (bool: keep where true; float: added)
+        mask: bool,
+        /// `is_causal`: the upper triangle is masked out
+        causal: bool,
+        /// the score scale; `None` is `1/sqrt(E)`
+        scale: Option<f64>,
+        /// `enable_gqa`: `k`/`v` heads are shared by groups of query heads
+        gqa: bool,
+    },
+    /// `convolution` / `conv1d` / `conv2d` / `conv3d` (not transposed)
+    Conv {
+        /// per spatial dim
+        stride: Vec<i64>,
+        /// per spatial dim (zero padding on both sides)
+        padding: Vec<i64>,
+        /// per spatial dim
+        dilation: Vec<i64>,
+        /// channel groups
+        groups: i64,
+        /// a bias operand follows the weight
+        bias: bool,
+    },
+    /// `batch_norm` in inference / `_native_batch_norm_legit_no_training`: operands
+    /// `input`, `weight`?, `bias`?, `running_mean`, `running_var`.
+    BatchNorm {
+        /// epsilon
+        eps: f64,
+        /// a weight operand is given
+        weight: bool,
+        /// a bias operand is given
+        bias: bool,
+        /// three outputs (the legit form: out, and two empty saved statistics)
+        native: bool,
+    },
+    /// `max_pool2d` / `max_pool2d_with_indices` (the indices output is refused if read)
+    MaxPool {
+        /// window per spatial dim
+        kernel: Vec<i64>,
+        /// step per spatial dim
+        stride: Vec<i64>,
+        /// implicit -inf padding per spatial dim
+        padding: Vec<i64>,
+        /// per spatial dim
+        dilation: Vec<i64>,
+        /// round the output size up
+        ceil_mode: bool,
+        /// two outputs
+        with_indices: bool,
+    },
+    /// `adaptive_avg_pool2d(self, output_size)`
+    AdaptiveAvgPool {
+        /// output size per spatial dim
+        output_size: Vec<i64>,
+    },
+    /// `flatten(self, start_dim, end_dim)`: a view
+    Flatten {
+        /// first dim merged
+        start: i64,
+        /// last dim merged (inclusive)
+        end: i64,
+    },
 }
 
 impl Op {
@@ -457,6 +590,8 @@ impl Op {
                 ReduceOp::Mean => "mean",
                 ReduceOp::Amax => "amax",
                 ReduceOp::Amin => "amin",
+                ReduceOp::Any => "any",
+                ReduceOp::All => "all",
             },
             Op::Var { .. } => "var",
             Op::Softmax { log: true, .. } => "log_softmax",
@@ -487,6 +622,19 @@ impl Op {
             Op::NoOp(NoOpKind::Dropout) => "dropout",
             Op::NoOp(NoOpKind::Alias) => "alias",
             Op::NoOp(NoOpKind::AssertTensorMetadata) => "_assert_tensor_metadata",
+            Op::Arange { .. } => "arange",
+            Op::Full { .. } => "full",
+            Op::Index { .. } => "index",
+            Op::Gather { .. } => "gather",
+            Op::Cumsum { .. } => "cumsum",
+            Op::Diff { .. } => "diff",
+            Op::Attention { .. } => "scaled_dot_product_attention",
+            Op::Conv { .. } => "convolution",
+            Op::BatchNorm { native: true, .. } => "_native_batch_norm_legit_no_training",
+            Op::BatchNorm { .. } => "batch_norm",
+            Op::MaxPool { .. } => "max_pool2d",
+            Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool2d",
+            Op::Flatten { .. } => "flatten",
         }
     }
 
@@ -502,6 +650,7 @@ impl Op {
                 | Op::Expand { .. }
                 | Op::Select { .. }
                 | Op::Slice { .. }
+                | Op::Flatten { .. }
         )
     }
 

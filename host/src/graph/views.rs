@@ -122,6 +122,23 @@ pub fn view_map(op: &Op, in_shape: &[i64], output: u32) -> Result<ViewMap, ViewE
     let rank = in_shape.len();
     let (out_shape, map) = match op {
         Op::Reshape { shape, .. } => (resolve_reshape(in_shape, shape)?, IndexMap::RowMajor),
+        Op::Flatten { start, end } => {
+            // A 0-d tensor flattens to one element; otherwise dims start..=end merge.
+            if rank == 0 {
+                (vec![1], IndexMap::RowMajor)
+            } else {
+                let (a, b) = (wrap_dim(*start, rank)?, wrap_dim(*end, rank)?);
+                if a > b {
+                    return invalid(format!(
+                        "flatten: start_dim {start} comes after end_dim {end}"
+                    ));
+                }
+                let mut shape = in_shape[..a].to_vec();
+                shape.push(in_shape[a..=b].iter().product());
+                shape.extend_from_slice(&in_shape[b + 1..]);
+                (shape, IndexMap::RowMajor)
+            }
+        }
         Op::Permute { dims } => {
             let ds = wrap_dims(Some(dims), rank)?;
             if dims.len() != rank || ds.len() != rank {

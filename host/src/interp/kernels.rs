@@ -112,6 +112,11 @@ pub(crate) fn binary(op: BinaryOp, a: f64, b: f64, alpha: f64, int: bool) -> f64
         BinaryOp::Le => (a <= b) as i64 as f64,
         BinaryOp::Gt => (a > b) as i64 as f64,
         BinaryOp::Ge => (a >= b) as i64 as f64,
+        // Integers and bools only (inference refuses floats); exact in float64 for the
+        // int64 values a float64 holds exactly.
+        BinaryOp::BitAnd => ((a as i64) & (b as i64)) as f64,
+        BinaryOp::BitOr => ((a as i64) | (b as i64)) as f64,
+        BinaryOp::BitXor => ((a as i64) ^ (b as i64)) as f64,
     }
 }
 

@@ -7,6 +7,7 @@
 //! composites directly, which is what lets tests check the decompositions against it.
 
 pub(crate) mod kernels;
+pub(crate) mod model;
 mod reduce;
 pub(crate) use reduce::matmul_raw;
 mod views;
@@ -347,6 +348,9 @@ pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>
     let out = outs.first().ok_or("node has no output metadata")?;
     if let Some(r) = views::eval_view(op, args, outs)? {
         return Ok(r);
+    }
+    if let Some(r) = model::eval(op, args, outs) {
+        return r;
     }
     kernels::eval(op, args, out, outs)
 }

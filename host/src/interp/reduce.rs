@@ -125,6 +125,8 @@ fn reduce_raw(
             nan_or(a, cast.round(v), f64::max)
         }),
         ReduceOp::Amin => folding.fold(f64::INFINITY, |a, v, _| nan_or(a, cast.round(v), f64::min)),
+        ReduceOp::Any => folding.fold(0.0, |a, v, _| f64::max(a, f64::from(u8::from(v != 0.0)))),
+        ReduceOp::All => folding.fold(1.0, |a, v, _| f64::min(a, f64::from(u8::from(v != 0.0)))),
     };
     if op == ReduceOp::Mean {
         let n = folding.count() as f64;
@@ -503,6 +505,8 @@ mod tests {
                     ReduceOp::Mean,
                     ReduceOp::Amax,
                     ReduceOp::Amin,
+                    ReduceOp::Any,
+                    ReduceOp::All,
                 ] {
                     let got = reduce(&x, Some(&dims), &meta(out_shape.clone()), op, None)
                         .expect("reduce")
@@ -520,6 +524,8 @@ mod tests {
                             ReduceOp::Mean => acc.iter().sum::<f64>() / acc.len() as f64,
                             ReduceOp::Amax => acc.iter().copied().fold(f64::MIN, f64::max),
                             ReduceOp::Amin => acc.iter().copied().fold(f64::MAX, f64::min),
+                            ReduceOp::Any => f64::from(u8::from(acc.iter().any(|&v| v != 0.0))),
+                            ReduceOp::All => f64::from(u8::from(acc.iter().all(|&v| v != 0.0))),
                         });
                     });
                     close(&got, &want, &format!("{name} {op:?} over {dims:?}"));

@@ -190,6 +190,24 @@ fn key(op: &Op, args: &[Arg]) -> Option<Key> {
         Op::Cat { dim } => w.int(*dim),
         Op::NoOp(kind) => w.0.push(*kind as u64),
         Op::Where | Op::Mm | Op::Bmm | Op::Matmul | Op::Contiguous | Op::Clone => {}
+        // The attributes of these are plain data whose debug text is exact (floats print
+        // round-trip, lists with their lengths): the text is the key.
+        Op::Arange { .. }
+        | Op::Full { .. }
+        | Op::Index { .. }
+        | Op::Gather { .. }
+        | Op::Cumsum { .. }
+        | Op::Diff { .. }
+        | Op::Attention { .. }
+        | Op::Conv { .. }
+        | Op::BatchNorm { .. }
+        | Op::MaxPool { .. }
+        | Op::AdaptiveAvgPool { .. }
+        | Op::Flatten { .. } => {
+            let text = format!("{op:?}");
+            w.0.push(text.len() as u64);
+            w.0.extend(text.bytes().map(u64::from));
+        }
     }
     // The operand count is implied by the op for most ops but not for `cat`.
     w.0.push(args.len() as u64);

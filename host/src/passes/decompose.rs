@@ -5,6 +5,8 @@
 //! computed in float32 and cast back, as PyTorch's decompositions do. Each decomposition
 //! must agree with the interpreter's direct evaluation of the composite.
 
+mod model;
+
 use super::{emit, replace_node, Error, Stats};
 use crate::graph::{
     Arg, BinaryOp, DType, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, UnaryOp, ValueId,
@@ -98,6 +100,16 @@ fn is_composite(op: &Op) -> bool {
             | Op::Unary(UnaryOp::Silu)
             | Op::Linear { .. }
             | Op::Addmm { .. }
+            | Op::Reduce {
+                op: ReduceOp::Any | ReduceOp::All,
+                ..
+            }
+            | Op::Cumsum { .. }
+            | Op::Diff { .. }
+            | Op::Attention { .. }
+            | Op::BatchNorm { .. }
+            | Op::MaxPool { .. }
+            | Op::AdaptiveAvgPool { .. }
     )
 }
 
@@ -305,6 +317,126 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
                 vec![b.vv(BinaryOp::Add, c, p)?]
             }
         }
+        Op::Reduce {
+            op: op @ (ReduceOp::Any | ReduceOp::All),
+            dims,
+            keepdim,
+            ..
+        } => {
+            // any: some element is non-zero; all: no element is zero. Counted in int64.
+            let (test, want) = match op {
+                ReduceOp::Any => (BinaryOp::Ne, BinaryOp::Gt),
+                _ => (BinaryOp::Eq, BinaryOp::Eq),
+            };
+            let t = b.bin(test, Arg::Value(x), Arg::Scalar(Scalar::Int(0)))?;
+            let n = b.op(
+                Op::Reduce {
+                    op: ReduceOp::Sum,
+                    dims,
+                    keepdim,
+                    dtype: Some(DType::Int64),
+                },
+                vec![Arg::Value(t)],
+            )?;
+            vec![b.bin(want, Arg::Value(n), Arg::Scalar(Scalar::Int(0)))?]
+        }
+        Op::Cumsum { dim, .. } => vec![model::cumsum(&mut b, x, dim, &out)?],
+        Op::Diff {
+            n,
+            dim,
+            prepend,
+            append,
+        } => {
+            let pre = if prepend { value(args.get(1)) } else { None };
+            let app = if append {
+                value(args.get(1 + prepend as usize))
+            } else {
+                None
+            };
+            vec![model::diff(&mut b, x, pre, app, n, dim, &out)?]
+        }
+        Op::Attention {
+            mask,
+            causal,
+            scale,
+            gqa,
+        } => {
+            let (Some(k), Some(v)) = (value(args.get(1)), value(args.get(2))) else {
+                return Ok(false);
+            };
+            let m = if mask { value(args.get(3)) } else { None };
+            vec![model::attention(
+                &mut b, x, k, v, m, causal, scale, gqa, &out,
+            )?]
+        }
+        Op::BatchNorm {
+            eps,
+            weight,
+            bias,
+            native,
+        } => {
+            let mut k = 1;
+            let mut next = || {
+                k += 1;
+                value(args.get(k - 1))
+            };
+            let w = if weight { next() } else { None };
+            let bb = if bias { next() } else { None };
+            let (Some(mean), Some(var)) = (next(), next()) else {
+                return Ok(false);
+            };
+            let y = model::batch_norm(&mut b, x, w, bb, mean, var, eps, &out)?;
+            let mut r = vec![y];
+            if native {
+                for m in &outs[1..] {
+                    r.push(b.op(
+                        Op::Full {
+                            size: Some(m.shape.clone()),
+                            value: Scalar::Int(0),
+                            dtype: Some(m.dtype),
+                        },
+                        vec![],
+                    )?);
+                }
+            }
+            r
+        }
+        Op::MaxPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            with_indices,
+            ..
+        } => {
+            let indices = ValueId {
+                node: id,
+                output: 1,
+            };
+            let read =
+                b.g.users(id).any(|(_, u)| u.output == 1) || b.g.outputs().contains(&indices);
+            if with_indices && read {
+                return Err(Error::Unsupported {
+                    node: b.base.clone(),
+                    what: "max_pool2d_with_indices: its indices output is read, and Kiln computes the values only".into(),
+                });
+            }
+            let y = model::max_pool(&mut b, x, &kernel, &stride, &padding, &dilation, &out)?;
+            let mut r = vec![y];
+            if with_indices {
+                // Unread (checked above): a placeholder of the right metadata.
+                r.push(b.op(
+                    Op::Full {
+                        size: Some(out.shape.clone()),
+                        value: Scalar::Int(0),
+                        dtype: Some(DType::Int64),
+                    },
+                    vec![],
+                )?);
+            }
+            r
+        }
+        Op::AdaptiveAvgPool { .. } => vec![model::adaptive_avg_pool(&mut b, x, &out)?],
         _ => return Ok(false),
     };
     replace_node(b.g, id, &new);

@@ -33,6 +33,14 @@ pub enum Error {
     /// The graph was invalid before any pass ran.
     #[error("invalid input graph")]
     Graph(#[from] graph::Error),
+    /// A node uses a feature of its op that Kiln does not implement.
+    #[error("node `{node}`: {what}")]
+    Unsupported {
+        /// the node
+        node: String,
+        /// what it needs
+        what: String,
+    },
 }
 
 /// What a pass did.

@@ -295,12 +295,21 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                     ),
                     ReduceOp::Amax => (ReduceKind::Max, None),
                     ReduceOp::Amin => (ReduceKind::Min, None),
+                    // `decompose` rewrites these as counts.
+                    ReduceOp::Any | ReduceOp::All => {
+                        return Err(Error::Unsupported {
+                            node: node.name.clone(),
+                            what: "any/all reach lowering only undecomposed".into(),
+                        })
+                    }
                 };
                 let name = match op {
                     ReduceOp::Sum => "sum",
                     ReduceOp::Mean => "mean",
                     ReduceOp::Amax => "amax",
                     ReduceOp::Amin => "amin",
+                    ReduceOp::Any => "any",
+                    ReduceOp::All => "all",
                 };
                 low.add_snode(
                     graph,

@@ -330,6 +330,9 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType, ty: &str) -> Result<St
         BinaryOp::Le => format!("({a} <= {b})"),
         BinaryOp::Gt => format!("({a} > {b})"),
         BinaryOp::Ge => format!("({a} >= {b})"),
+        BinaryOp::BitAnd => format!("static_cast<{ty}>({a} & {b})"),
+        BinaryOp::BitOr => format!("static_cast<{ty}>({a} | {b})"),
+        BinaryOp::BitXor => format!("static_cast<{ty}>({a} ^ {b})"),
     })
 }
 

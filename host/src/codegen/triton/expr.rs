@@ -231,5 +231,8 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, Stri
         BinaryOp::Le => format!("({a} <= {b})"),
         BinaryOp::Gt => format!("({a} > {b})"),
         BinaryOp::Ge => format!("({a} >= {b})"),
+        BinaryOp::BitAnd => format!("({a} & {b})"),
+        BinaryOp::BitOr => format!("({a} | {b})"),
+        BinaryOp::BitXor => format!("({a} ^ {b})"),
     })
 }

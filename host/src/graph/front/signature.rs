@@ -21,6 +21,9 @@ pub enum Raw {
     Bool(bool),
     /// a list
     List(Vec<Raw>),
+    /// `None` inside a list (`index.Tensor`'s optional indices); a missing argument is
+    /// simply absent
+    None,
 }
 
 impl Raw {
@@ -31,6 +34,7 @@ impl Raw {
             Raw::Float(_) => "a float",
             Raw::Bool(_) => "a bool",
             Raw::List(_) => "a list",
+            Raw::None => "None",
         }
     }
 }
@@ -100,6 +104,8 @@ enum K {
     Ts,
     Ot,
     Tl,
+    /// a list of tensors in which entries may be `None`
+    Otl,
     I,
     Il,
     F,
@@ -117,6 +123,24 @@ const ADD: Sig = &[
     ("self", K::Ts, true),
     ("other", K::Ts, true),
     ("alpha", K::N, false),
+];
+
+const CONV: Sig = &[
+    ("input", K::T, true),
+    ("weight", K::T, true),
+    ("bias", K::Ot, false),
+    ("stride", K::Il, false),
+    ("padding", K::Il, false),
+    ("dilation", K::Il, false),
+    ("groups", K::I, false),
+];
+const POOL: Sig = &[
+    ("self", K::T, true),
+    ("kernel_size", K::Il, true),
+    ("stride", K::Il, false),
+    ("padding", K::Il, false),
+    ("dilation", K::Il, false),
+    ("ceil_mode", K::B, false),
 ];
 
 /// Every op of the op set that is not a unary function ([`UnaryOp::ALL`]),
@@ -162,12 +186,12 @@ const SIGNATURES: &[(&str, Sig)] = {
             "to",
             &[
                 ("self", T, true),
-                ("dtype", D, true),
+                ("dtype", D, false),
                 ("non_blocking", B, false),
                 ("copy", B, false),
             ],
         ),
-        ("_to_copy", &[("self", T, true), ("dtype", D, true)]),
+        ("_to_copy", &[("self", T, true), ("dtype", D, false)]),
         (
             "sum",
             &[
@@ -331,6 +355,188 @@ const SIGNATURES: &[(&str, Sig)] = {
             "dropout",
             &[("input", T, true), ("p", F, false), ("train", B, false)],
         ),
+        (
+            "any",
+            &[("self", T, true), ("dim", Il, false), ("keepdim", B, false)],
+        ),
+        (
+            "all",
+            &[("self", T, true), ("dim", Il, false), ("keepdim", B, false)],
+        ),
+        ("bitwise_and", BIN),
+        ("bitwise_or", BIN),
+        ("bitwise_xor", BIN),
+        ("logical_not", UNARY),
+        (
+            "min",
+            &[("self", T, true), ("other", T, false), ("dim", I, false)],
+        ),
+        (
+            "max",
+            &[("self", T, true), ("other", T, false), ("dim", I, false)],
+        ),
+        (
+            "hardtanh",
+            &[
+                ("self", T, true),
+                ("min_val", N, false),
+                ("max_val", N, false),
+            ],
+        ),
+        ("relu6", UNARY),
+        (
+            "arange",
+            &[
+                ("start", N, false),
+                ("end", N, false),
+                ("step", N, false),
+                ("dtype", D, false),
+            ],
+        ),
+        (
+            "full",
+            &[
+                ("size", Il, true),
+                ("fill_value", N, true),
+                ("dtype", D, false),
+            ],
+        ),
+        ("zeros", &[("size", Il, true), ("dtype", D, false)]),
+        ("ones", &[("size", Il, true), ("dtype", D, false)]),
+        ("scalar_tensor", &[("s", N, true), ("dtype", D, false)]),
+        (
+            "full_like",
+            &[
+                ("self", T, true),
+                ("fill_value", N, true),
+                ("dtype", D, false),
+            ],
+        ),
+        ("zeros_like", &[("self", T, true), ("dtype", D, false)]),
+        ("ones_like", &[("self", T, true), ("dtype", D, false)]),
+        (
+            "new_full",
+            &[
+                ("self", T, true),
+                ("size", Il, true),
+                ("fill_value", N, true),
+                ("dtype", D, false),
+            ],
+        ),
+        (
+            "new_ones",
+            &[("self", T, true), ("size", Il, true), ("dtype", D, false)],
+        ),
+        (
+            "new_zeros",
+            &[("self", T, true), ("size", Il, true), ("dtype", D, false)],
+        ),
+        (
+            "embedding",
+            &[
+                ("weight", T, true),
+                ("indices", T, true),
+                ("padding_idx", I, false),
+                ("scale_grad_by_freq", B, false),
+                ("sparse", B, false),
+            ],
+        ),
+        ("index", &[("self", T, true), ("indices", Otl, true)]),
+        (
+            "gather",
+            &[
+                ("self", T, true),
+                ("dim", I, true),
+                ("index", T, true),
+                ("sparse_grad", B, false),
+            ],
+        ),
+        (
+            "cumsum",
+            &[("self", T, true), ("dim", I, true), ("dtype", D, false)],
+        ),
+        (
+            "diff",
+            &[
+                ("self", T, true),
+                ("n", I, false),
+                ("dim", I, false),
+                ("prepend", Ot, false),
+                ("append", Ot, false),
+            ],
+        ),
+        (
+            "scaled_dot_product_attention",
+            &[
+                ("query", T, true),
+                ("key", T, true),
+                ("value", T, true),
+                ("attn_mask", Ot, false),
+                ("dropout_p", F, false),
+                ("is_causal", B, false),
+                ("scale", F, false),
+                ("enable_gqa", B, false),
+            ],
+        ),
+        (
+            "convolution",
+            &[
+                ("input", T, true),
+                ("weight", T, true),
+                ("bias", Ot, false),
+                ("stride", Il, false),
+                ("padding", Il, false),
+                ("dilation", Il, false),
+                ("transposed", B, false),
+                ("output_padding", Il, false),
+                ("groups", I, false),
+            ],
+        ),
+        ("conv1d", CONV),
+        ("conv2d", CONV),
+        ("conv3d", CONV),
+        (
+            "batch_norm",
+            &[
+                ("input", T, true),
+                ("weight", Ot, false),
+                ("bias", Ot, false),
+                ("running_mean", T, true),
+                ("running_var", T, true),
+                ("training", B, false),
+                ("momentum", F, false),
+                ("eps", F, false),
+                ("cudnn_enabled", B, false),
+            ],
+        ),
+        (
+            "_native_batch_norm_legit_no_training",
+            &[
+                ("input", T, true),
+                ("weight", Ot, false),
+                ("bias", Ot, false),
+                ("running_mean", T, true),
+                ("running_var", T, true),
+                ("momentum", F, false),
+                ("eps", F, false),
+            ],
+        ),
+        ("max_pool2d", POOL),
+        ("max_pool2d_with_indices", POOL),
+        (
+            "adaptive_avg_pool2d",
+            &[("self", T, true), ("output_size", Il, true)],
+        ),
+        (
+            "flatten",
+            &[
+                ("self", T, true),
+                ("start_dim", I, false),
+                ("end_dim", I, false),
+            ],
+        ),
+        ("detach", UNARY),
+        ("lift_fresh_copy", UNARY),
         (
             "_assert_tensor_metadata",
             &[
@@ -539,6 +745,18 @@ pub fn bind(
                     (_, Some(s)) => operands.push(Operand::Scalar(s)),
                     _ => return Err(bad(name, "a tensor name or a number", r)),
                 },
+                K::Otl => match r {
+                    Raw::List(l) if l.iter().any(|x| matches!(x, Raw::Str(_))) => {
+                        for x in l {
+                            match x {
+                                Raw::Str(s) => operands.push(Operand::Name(s.clone())),
+                                Raw::None => {}
+                                _ => return Err(bad(name, "a list of tensor names or None", r)),
+                            }
+                        }
+                    }
+                    _ => return Err(bad(name, "a list with at least one tensor name", r)),
+                },
                 K::Tl => match r {
                     Raw::List(l) if !l.is_empty() => {
                         for x in l {
@@ -556,6 +774,10 @@ pub fn bind(
     }
     let b = Bound { sig, vals };
     let op = build(op_name, &b)?;
+    if op_name == "logical_not" {
+        // `x == false`: true exactly where x is zero, for every dtype.
+        operands.push(Operand::Scalar(Scalar::Bool(false)));
+    }
     Ok((op, operands))
 }
 
@@ -638,13 +860,235 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
             min: b.scalar("min")?,
             max: b.scalar("max")?,
         },
-        "to" | "_to_copy" => Op::Cast {
-            dtype: b.dtype("dtype")?.unwrap_or(DType::Float32),
+        "to" | "_to_copy" => match b.dtype("dtype")? {
+            Some(dtype) => Op::Cast { dtype },
+            // `to(device)` and `_to_copy` without a dtype keep the values as they are.
+            None => Op::NoOp(NoOpKind::Alias),
         },
+        "logical_not" => Op::Binary {
+            op: BinaryOp::Eq,
+            alpha: None,
+        },
+        "min" | "max" => {
+            if b.present("dim") {
+                return Err(bad(
+                    "dim",
+                    "no dim: `min`/`max` over a dim give values and indices, which Kiln does not compute (amin/amax give the values)",
+                    b.get("dim").unwrap_or(&Raw::None),
+                ));
+            }
+            match (name, b.present("other")) {
+                ("min", true) => Op::Binary {
+                    op: BinaryOp::Minimum,
+                    alpha: None,
+                },
+                ("max", true) => Op::Binary {
+                    op: BinaryOp::Maximum,
+                    alpha: None,
+                },
+                ("min", false) => Op::Reduce {
+                    op: ReduceOp::Amin,
+                    dims: None,
+                    keepdim: false,
+                    dtype: None,
+                },
+                _ => Op::Reduce {
+                    op: ReduceOp::Amax,
+                    dims: None,
+                    keepdim: false,
+                    dtype: None,
+                },
+            }
+        }
+        "hardtanh" => Op::Clamp {
+            min: Some(b.scalar("min_val")?.unwrap_or(Scalar::Float(-1.0))),
+            max: Some(b.scalar("max_val")?.unwrap_or(Scalar::Float(1.0))),
+        },
+        "relu6" => Op::Clamp {
+            min: Some(Scalar::Int(0)),
+            max: Some(Scalar::Int(6)),
+        },
+        "arange" => {
+            let (start, end) = match (b.scalar("start")?, b.scalar("end")?) {
+                (Some(s), Some(e)) => (s, e),
+                (Some(e), None) | (None, Some(e)) => (Scalar::Int(0), e),
+                (None, None) => {
+                    return Err(SigError::Missing {
+                        op: name.into(),
+                        name: "end".into(),
+                    })
+                }
+            };
+            let step = b.scalar("step")?.unwrap_or(Scalar::Int(1));
+            if step.to_f64() == 0.0 || !step.to_f64().is_finite() {
+                return Err(bad(
+                    "step",
+                    "a finite non-zero number",
+                    &Raw::Float(step.to_f64()),
+                ));
+            }
+            Op::Arange {
+                start,
+                end,
+                step,
+                dtype: b.dtype("dtype")?,
+            }
+        }
+        "full" | "zeros" | "ones" | "scalar_tensor" | "full_like" | "zeros_like" | "ones_like"
+        | "new_full" | "new_ones" | "new_zeros" => {
+            let value = match name {
+                "zeros" | "zeros_like" | "new_zeros" => Scalar::Int(0),
+                "ones" | "ones_like" | "new_ones" => Scalar::Int(1),
+                "scalar_tensor" => b.scalar("s")?.unwrap_or(Scalar::Int(0)),
+                _ => b.scalar("fill_value")?.unwrap_or(Scalar::Int(0)),
+            };
+            let size = match name {
+                "scalar_tensor" => Some(vec![]),
+                "full_like" | "zeros_like" | "ones_like" => None,
+                _ => Some(need_ints("size")?),
+            };
+            // `scalar_tensor` defaults to float32 whatever its value's kind.
+            let dtype = match (b.dtype("dtype")?, name) {
+                (None, "scalar_tensor") => Some(DType::Float32),
+                (d, _) => d,
+            };
+            Op::Full { size, value, dtype }
+        }
+        "embedding" => Op::Index {
+            indexed: vec![true],
+        },
+        "index" => match b.get("indices") {
+            Some(Raw::List(l)) => Op::Index {
+                indexed: l.iter().map(|x| matches!(x, Raw::Str(_))).collect(),
+            },
+            _ => {
+                return Err(SigError::Missing {
+                    op: name.into(),
+                    name: "indices".into(),
+                })
+            }
+        },
+        "gather" => Op::Gather {
+            dim: b.int_or("dim", 0)?,
+        },
+        "cumsum" => Op::Cumsum {
+            dim: b.int_or("dim", 0)?,
+            dtype: b.dtype("dtype")?,
+        },
+        "diff" => {
+            let n = b.int_or("n", 1)?;
+            if n < 0 {
+                return Err(bad("n", "a non-negative integer", &Raw::Int(n)));
+            }
+            Op::Diff {
+                n,
+                dim: b.int_or("dim", -1)?,
+                prepend: b.present("prepend"),
+                append: b.present("append"),
+            }
+        }
+        "scaled_dot_product_attention" => {
+            if b.float("dropout_p")?.unwrap_or(0.0) != 0.0 {
+                return Err(bad(
+                    "dropout_p",
+                    "0 (dropout is a training feature; export the model in eval mode)",
+                    b.get("dropout_p").unwrap_or(&Raw::None),
+                ));
+            }
+            Op::Attention {
+                mask: b.present("attn_mask"),
+                causal: b.boolean("is_causal")?,
+                scale: b.float("scale")?,
+                gqa: b.boolean("enable_gqa")?,
+            }
+        }
+        "convolution" | "conv1d" | "conv2d" | "conv3d" => {
+            if b.boolean("transposed")? {
+                return Err(bad(
+                    "transposed",
+                    "false (transposed convolution is not supported)",
+                    &Raw::Bool(true),
+                ));
+            }
+            let spatial = match name {
+                "conv1d" => 1,
+                "conv3d" => 3,
+                _ => 2,
+            };
+            // PyTorch lets one number stand for every spatial dim.
+            let per_dim = |n: &str, default: i64| -> Result<Vec<i64>, SigError> {
+                Ok(match b.ints(n)? {
+                    None => vec![default; spatial],
+                    Some(v) if v.len() == 1 => vec![v[0]; spatial],
+                    Some(v) => v,
+                })
+            };
+            let groups = b.int_or("groups", 1)?;
+            if groups < 1 {
+                return Err(bad("groups", "a positive integer", &Raw::Int(groups)));
+            }
+            Op::Conv {
+                stride: per_dim("stride", 1)?,
+                padding: per_dim("padding", 0)?,
+                dilation: per_dim("dilation", 1)?,
+                groups,
+                bias: b.present("bias"),
+            }
+        }
+        "batch_norm" | "_native_batch_norm_legit_no_training" => {
+            if b.boolean("training")? {
+                return Err(bad(
+                    "training",
+                    "false (batch statistics are a training feature; export in eval mode)",
+                    &Raw::Bool(true),
+                ));
+            }
+            Op::BatchNorm {
+                eps: b.float("eps")?.unwrap_or(1e-5),
+                weight: b.present("weight"),
+                bias: b.present("bias"),
+                native: name.starts_with('_'),
+            }
+        }
+        "max_pool2d" | "max_pool2d_with_indices" => {
+            let kernel = need_ints("kernel_size")?;
+            let two = |v: Vec<i64>| if v.len() == 1 { vec![v[0]; 2] } else { v };
+            let kernel = two(kernel);
+            let stride = match b.ints("stride")? {
+                None => kernel.clone(),
+                Some(v) if v.is_empty() => kernel.clone(),
+                Some(v) => two(v),
+            };
+            Op::MaxPool {
+                stride,
+                padding: two(b.ints("padding")?.unwrap_or_else(|| vec![0])),
+                dilation: two(b.ints("dilation")?.unwrap_or_else(|| vec![1])),
+                kernel,
+                ceil_mode: b.boolean("ceil_mode")?,
+                with_indices: name.ends_with("indices"),
+            }
+        }
+        "adaptive_avg_pool2d" => {
+            let size = need_ints("output_size")?;
+            Op::AdaptiveAvgPool {
+                output_size: if size.len() == 1 {
+                    vec![size[0]; 2]
+                } else {
+                    size
+                },
+            }
+        }
+        "flatten" => Op::Flatten {
+            start: b.int_or("start_dim", 0)?,
+            end: b.int_or("end_dim", -1)?,
+        },
+        "detach" | "lift_fresh_copy" => Op::NoOp(NoOpKind::Alias),
         "sum" => reduce(ReduceOp::Sum)?,
         "mean" => reduce(ReduceOp::Mean)?,
         "amax" => reduce(ReduceOp::Amax)?,
         "amin" => reduce(ReduceOp::Amin)?,
+        "any" => reduce(ReduceOp::Any)?,
+        "all" => reduce(ReduceOp::All)?,
         "var" => {
             let unbiased = match b.get("unbiased") {
                 Some(Raw::Bool(u)) => Some(*u),
@@ -785,6 +1229,7 @@ mod tests {
         assert_eq!(similar_ops("rleu"), ["relu"]);
         assert_eq!(similar_ops("matmull"), ["matmul"]);
         assert!(similar_ops("zzz").is_empty());
-        assert!(similar_ops("convolution").is_empty());
+        assert!(similar_ops("fft_rfft2").is_empty());
+        assert_eq!(similar_ops("convolutoin"), ["convolution"]);
     }
 }

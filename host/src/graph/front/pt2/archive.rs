@@ -61,7 +61,15 @@ fn unsafe_name(name: &str) -> Option<&'static str> {
 impl<R: Read + Seek> Archive<R> {
     /// Opens a zip and checks the member count and every member name.
     pub(super) fn open(reader: R, limits: Limits) -> Result<Archive<R>, Pt2Error> {
-        let zip = ZipArchive::new(reader).map_err(|e| Pt2Error::NotZip(e.to_string()))?;
+        // `torch.export.save` writes the archive from byte 0. The zip crate's default
+        // (detecting a prefix before the archive) is fooled by a zip stored inside the
+        // archive, such as `data/sample_inputs/model.pt`, whose end record lies close to
+        // the outer one, and then reports a broken central directory.
+        let config = zip::read::Config {
+            archive_offset: zip::read::ArchiveOffset::Known(0),
+        };
+        let zip =
+            ZipArchive::with_config(config, reader).map_err(|e| Pt2Error::NotZip(e.to_string()))?;
         if zip.len() > limits.max_members {
             return Err(Pt2Error::TooManyMembers {
                 found: zip.len(),

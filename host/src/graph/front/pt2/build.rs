@@ -8,7 +8,7 @@ use super::schema::{self, Model, PayloadConfig};
 use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
 use crate::graph::front::signature::{bind, is_known, Operand, Raw};
 use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
-use crate::graph::ops::{ConstData, Op};
+use crate::graph::ops::{ConstData, NoOpKind, Op};
 use crate::graph::{verify, At, Error, UnknownOp};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -26,6 +26,8 @@ const CONSTANTS_CONFIG: &str = "data/constants/model_constants_config.json";
 enum Target<'a> {
     /// an ATen op in the op set, namespace and overload dropped
     Aten(&'a str),
+    /// the in-place form of an op of the op set (`relu_`): the functional op's name
+    InPlace(&'a str),
     /// Python's `operator.getitem` on a multi-output node
     GetItem,
     /// anything else
@@ -41,9 +43,33 @@ fn target(t: &str) -> Target<'_> {
     }
     let rest = t.strip_prefix("torch.ops.").unwrap_or(t);
     let mut parts = rest.split('.');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("aten"), Some(op), _, None) if op != "getitem" && is_known(op) => Target::Aten(op),
+    let (Some("aten"), Some(op), _, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Target::Unsupported;
+    };
+    let op = aten_alias(op);
+    if op != "getitem" && is_known(op) {
+        return Target::Aten(op);
+    }
+    // An in-place op (`relu_`, `add_`, `hardtanh_`) in an inference graph computes what
+    // its functional form does; the importer makes later readers of `self` read the
+    // result.
+    match op.strip_suffix('_') {
+        Some(base) if !base.ends_with('_') && is_known(aten_alias(base)) => {
+            Target::InPlace(aten_alias(base))
+        }
         _ => Target::Unsupported,
+    }
+}
+
+/// ATen names that are another spelling of an op of the op set.
+fn aten_alias(op: &str) -> &str {
+    match op {
+        "__and__" => "bitwise_and",
+        "__or__" => "bitwise_or",
+        "__xor__" => "bitwise_xor",
+        other => other,
     }
 }
 
@@ -517,7 +543,7 @@ pub(super) fn build<R: Read + Seek>(
                 };
                 (Op::GetItem { index }, vec![Arg::Value(arg)])
             }
-            Target::Aten(op_name) => {
+            Target::Aten(op_name) | Target::InPlace(op_name) => {
                 let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(n.inputs.len());
                 for a in &n.inputs {
                     if a.name.is_empty() {
@@ -552,9 +578,19 @@ pub(super) fn build<R: Read + Seek>(
         };
         if !multi {
             let Some(Some(out)) = outs.first() else {
+                // `_assert_tensor_metadata` as real models export it checks and returns
+                // nothing: Kiln's inference already fixes every dtype it could assert.
+                if matches!(op, Op::NoOp(NoOpKind::AssertTensorMetadata)) {
+                    continue;
+                }
                 return Err(
                     Pt2Error::Schema(format!("node `{node_name}` has no tensor output")).into(),
                 );
+            };
+            // Later readers of the tensor an in-place op mutated read its result.
+            let mutated = match target(&n.target) {
+                Target::InPlace(_) => in_place_self(n),
+                _ => None,
             };
             let name = unique(&g, out);
             let id = g.add_node(Node {
@@ -565,6 +601,9 @@ pub(super) fn build<R: Read + Seek>(
                 line: None,
             });
             values.insert(out.clone(), ValueId::first(id));
+            if let Some(mutated) = mutated {
+                values.insert(mutated, ValueId::first(id));
+            }
             produced.push((out.clone(), node_name.clone(), ValueId::first(id)));
             continue;
         }
@@ -641,6 +680,18 @@ pub(super) fn build<R: Read + Seek>(
     Ok(g)
 }
 
+/// The tensor an in-place node mutates: its `self` argument.
+fn in_place_self(n: &schema::Node) -> Option<String> {
+    let a = n
+        .inputs
+        .iter()
+        .find(|a| a.name == "self" || a.name == "input")?;
+    match schema::variant(&a.arg) {
+        Some(("as_tensor", t)) => schema::tensor_name(t).map(str::to_string),
+        _ => None,
+    }
+}
+
 /// `name`, or a fresh variant of it if a node already has it.
 fn unique(g: &Graph, name: &str) -> String {
     if !g.has_name(name) {
@@ -680,6 +731,7 @@ mod tests {
     fn targets_drop_namespace_and_overload() {
         let op = |t| match target(t) {
             Target::Aten(op) => op.to_string(),
+            Target::InPlace(op) => format!("{op} in place"),
             Target::GetItem => "getitem".into(),
             Target::Unsupported => "-".into(),
         };
@@ -692,5 +744,9 @@ mod tests {
         assert_eq!(op("torch.ops.prims.add.default"), "-");
         assert_eq!(op("torch.ops.aten.frobnicate.default"), "-");
         assert_eq!(op("torch.ops.aten.add.Tensor.extra"), "-");
+        assert_eq!(op("torch.ops.aten.relu_.default"), "relu in place");
+        assert_eq!(op("torch.ops.aten.__and__.Tensor"), "bitwise_and");
+        assert_eq!(op("torch.ops.aten.add__.Tensor"), "-");
+        assert_eq!(op("torch.ops.aten.frobnicate_.default"), "-");
     }
 }

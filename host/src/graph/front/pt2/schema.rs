@@ -197,9 +197,14 @@ pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Ra
         x.as_i64()
             .ok_or_else(|| bad(format!("`{kind}`: {x} is not a 64-bit integer")))
     };
-    let float = |x: &Value| {
-        x.as_f64()
-            .ok_or_else(|| bad(format!("`{kind}`: {x} is not a number")))
+    // Non-finite floats are written as the strings Python's json module writes.
+    let float = |x: &Value| match x.as_str() {
+        Some("Infinity") => Ok(f64::INFINITY),
+        Some("-Infinity") => Ok(f64::NEG_INFINITY),
+        Some("NaN") => Ok(f64::NAN),
+        _ => x
+            .as_f64()
+            .ok_or_else(|| bad(format!("`{kind}`: {x} is not a number"))),
     };
     let list = |x: &Value| {
         x.as_array()
@@ -220,6 +225,18 @@ pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Ra
                     tensor_name(t)
                         .map(|n| Raw::Str(n.into()))
                         .ok_or_else(|| bad(format!("a tensor without a name: {t}")))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        "as_optional_tensors" => Raw::List(
+            list(v)?
+                .iter()
+                .map(|t| match variant(t) {
+                    Some(("as_none", _)) => Ok(Raw::None),
+                    Some(("as_tensor", t)) => tensor_name(t)
+                        .map(|n| Raw::Str(n.into()))
+                        .ok_or_else(|| bad(format!("a tensor without a name: {t}"))),
+                    _ => Err(bad(format!("unexpected optional tensor {t}"))),
                 })
                 .collect::<Result<_, _>>()?,
         ),

@@ -1,0 +1,562 @@
+//! The interpreter's rules for the ops whole models bring: factories, advanced indexing,
+//! scans, attention, convolution, batch norm and pooling. Each is written the plainest
+//! way (contiguous float64 copies of the operands, index arithmetic per element), as the
+//! reference the decompositions and generated code are checked against; out-of-range
+//! indices are errors naming the offending value, never a read outside a tensor.
+
+use super::Val;
+use crate::graph::infer_model::{arange_dtype, index_plan, pool_out};
+use crate::graph::shape::{contiguous_strides, wrap_dim};
+use crate::graph::{DType, Op, Scalar, TensorMeta};
+use crate::tensor::Tensor;
+
+fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
+    match args.get(i) {
+        Some(Val::Tensor(t)) => Ok(t),
+        _ => Err(format!("operand {i} must be a tensor")),
+    }
+}
+
+/// The row-major multi-index of flat position `i` in `shape`.
+fn unravel(mut i: i64, shape: &[i64], idx: &mut [i64]) {
+    for d in (0..shape.len()).rev() {
+        let s = shape[d].max(1);
+        idx[d] = i % s;
+        i /= s;
+    }
+}
+
+/// The flat position in a contiguous tensor of `shape` read at `idx` broadcast from a
+/// (right-aligned) output index.
+fn broadcast_at(shape: &[i64], out_idx: &[i64]) -> usize {
+    let lead = out_idx.len() - shape.len();
+    let mut p = 0i64;
+    for (d, &s) in shape.iter().enumerate() {
+        let i = if s == 1 { 0 } else { out_idx[lead + d] };
+        p = p * s + i;
+    }
+    p as usize
+}
+
+/// An index value checked against a dim of `size` (negative counts from the end).
+pub fn checked_index(value: f64, size: i64, what: &str) -> Result<i64, String> {
+    let i = value as i64;
+    let w = if i < 0 { i + size } else { i };
+    if value.fract() != 0.0 || w < 0 || w >= size {
+        return Err(format!(
+            "{what}: index {value} is out of range for a dim of size {size}"
+        ));
+    }
+    Ok(w)
+}
+
+/// Evaluates one of the model ops; `None` when `op` is not one of them.
+pub(crate) fn eval(
+    op: &Op,
+    args: &[Val],
+    outs: &[TensorMeta],
+) -> Option<Result<Vec<Tensor>, String>> {
+    let out = outs.first()?;
+    let r = match op {
+        Op::Arange {
+            start,
+            end,
+            step,
+            dtype,
+        } => Ok(vec![arange(*start, *end, *step, *dtype, out)]),
+        Op::Full { value, .. } => {
+            let n = out.numel() as usize;
+            Ok(vec![Tensor::new(
+                out.shape.clone(),
+                out.dtype,
+                vec![value.to_f64(); n],
+            )])
+        }
+        Op::Index { indexed } => index(indexed, args, out).map(|t| vec![t]),
+        Op::Gather { dim } => gather(*dim, args, out).map(|t| vec![t]),
+        Op::Cumsum { dim, .. } => cumsum(*dim, args, out).map(|t| vec![t]),
+        Op::Diff {
+            n,
+            dim,
+            prepend,
+            append,
+        } => diff(*n, *dim, *prepend, *append, args, out).map(|t| vec![t]),
+        Op::Attention {
+            mask,
+            causal,
+            scale,
+            gqa,
+        } => attention(*mask, *causal, *scale, *gqa, args, out).map(|t| vec![t]),
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+        } => conv(stride, padding, dilation, *groups, *bias, args, out).map(|t| vec![t]),
+        Op::BatchNorm {
+            eps,
+            weight,
+            bias,
+            native,
+        } => batch_norm(*eps, *weight, *bias, args, out).map(|t| {
+            let mut r = vec![t];
+            if *native {
+                for m in &outs[1..] {
+                    r.push(Tensor::new(m.shape.clone(), m.dtype, vec![]));
+                }
+            }
+            r
+        }),
+        Op::MaxPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            with_indices,
+        } => max_pool(kernel, stride, padding, dilation, *ceil_mode, args, out).map(
+            |(values, indices)| {
+                let mut r = vec![values];
+                if *with_indices {
+                    r.push(indices);
+                }
+                r
+            },
+        ),
+        Op::AdaptiveAvgPool { .. } => adaptive_avg_pool(args, out).map(|t| vec![t]),
+        _ => return None,
+    };
+    Some(r)
+}
+
+fn arange(
+    start: Scalar,
+    end: Scalar,
+    step: Scalar,
+    dtype: Option<DType>,
+    out: &TensorMeta,
+) -> Tensor {
+    let n = out.numel() as usize;
+    let d = arange_dtype(start, end, step, dtype);
+    let (a, s) = (start.to_f64(), step.to_f64());
+    // PyTorch computes integer aranges exactly and float ones as start + i * step.
+    let values = (0..n).map(|i| a + i as f64 * s).collect();
+    Tensor::new(out.shape.clone(), d, values)
+}
+
+fn index(indexed: &[bool], args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let ixs: Vec<&Tensor> = (1..args.len())
+        .map(|i| tensor(args, i))
+        .collect::<Result<_, _>>()?;
+    let shapes: Vec<&[i64]> = ixs.iter().map(|t| t.shape.as_slice()).collect();
+    let plan = index_plan(&x.shape, indexed, &shapes).map_err(|e| e.to_string())?;
+    let xv = x.to_vec();
+    let ivs: Vec<Vec<f64>> = ixs.iter().map(|t| t.to_vec()).collect();
+    let xs = contiguous_strides(&x.shape);
+    let n = out.numel() as usize;
+    let mut vals = Vec::with_capacity(n);
+    let mut oi = vec![0i64; out.shape.len()];
+    let k = plan.index_shape.len();
+    for p in 0..n {
+        unravel(p as i64, &out.shape, &mut oi);
+        let bidx = &oi[plan.index_at..plan.index_at + k];
+        let mut pos = 0i64;
+        for (o, dim) in plan.out_dims.iter().enumerate() {
+            if let Some(d) = dim {
+                pos += oi[o] * xs[*d];
+            }
+        }
+        for (j, &d) in plan.indexed_dims.iter().enumerate() {
+            let v = ivs[j][broadcast_at(&ixs[j].shape, bidx)];
+            pos += checked_index(v, x.shape[d], &format!("index of dim {d}"))? * xs[d];
+        }
+        vals.push(xv[pos as usize]);
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+fn gather(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+    let (x, ix) = (tensor(args, 0)?, tensor(args, 1)?);
+    let rank = x.shape.len();
+    let d = wrap_dim(dim, rank.max(1)).map_err(|e| e.to_string())?;
+    let xv = x.to_vec();
+    let iv = ix.to_vec();
+    let xs = contiguous_strides(&x.shape);
+    let mut oi = vec![0i64; out.shape.len()];
+    let mut vals = Vec::with_capacity(iv.len());
+    for (p, &v) in iv.iter().enumerate() {
+        unravel(p as i64, &out.shape, &mut oi);
+        if rank == 0 {
+            checked_index(v, 1, "gather")?;
+            vals.push(xv[0]);
+            continue;
+        }
+        let mut pos = 0i64;
+        for k in 0..rank {
+            let i = if k == d {
+                checked_index(v, x.shape[d], "gather")?
+            } else {
+                oi[k]
+            };
+            pos += i * xs[k];
+        }
+        vals.push(xv[pos as usize]);
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+/// (outer, size, inner) around dim `d`.
+fn around(shape: &[i64], d: usize) -> (usize, usize, usize) {
+    let outer: i64 = shape[..d].iter().product();
+    let inner: i64 = shape[d + 1..].iter().product();
+    (outer as usize, shape[d] as usize, inner as usize)
+}
+
+fn cumsum(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let mut vals: Vec<f64> = x.to_vec().into_iter().map(|v| out.dtype.round(v)).collect();
+    if !x.shape.is_empty() {
+        let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
+        let (outer, n, inner) = around(&x.shape, d);
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = 0.0;
+                for k in 0..n {
+                    let p = (o * n + k) * inner + i;
+                    acc += vals[p];
+                    vals[p] = out.dtype.round(acc);
+                }
+            }
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+fn diff(
+    n: i64,
+    dim: i64,
+    prepend: bool,
+    append: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
+    let mut parts = vec![];
+    let mut k = 1;
+    if prepend {
+        parts.push(tensor(args, k)?);
+        k += 1;
+    }
+    parts.push(x);
+    if append {
+        parts.push(tensor(args, k)?);
+    }
+    // Concatenate along d.
+    let mut shape = x.shape.clone();
+    shape[d] = parts.iter().map(|t| t.shape[d]).sum();
+    let (outer, _, inner) = around(&shape, d);
+    let mut vals = vec![];
+    for o in 0..outer {
+        for t in &parts {
+            let v = t.to_vec();
+            let len = t.shape[d] as usize * inner;
+            vals.extend_from_slice(&v[o * len..(o + 1) * len]);
+        }
+    }
+    let bool_diff = out.dtype == DType::Bool;
+    for _ in 0..n {
+        if shape[d] == 0 {
+            break;
+        }
+        let (outer, size, inner) = around(&shape, d);
+        let mut next = Vec::with_capacity(outer * (size - 1) * inner);
+        for o in 0..outer {
+            for s in 1..size {
+                for i in 0..inner {
+                    let (a, b) = (
+                        vals[(o * size + s) * inner + i],
+                        vals[(o * size + s - 1) * inner + i],
+                    );
+                    next.push(if bool_diff {
+                        f64::from(u8::from(a != b))
+                    } else {
+                        a - b
+                    });
+                }
+            }
+        }
+        vals = next;
+        shape[d] -= 1;
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+fn attention(
+    mask: bool,
+    causal: bool,
+    scale: Option<f64>,
+    gqa: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let (q, k, v) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
+    let m = if mask { Some(tensor(args, 3)?) } else { None };
+    let (qr, kr) = (q.shape.len(), k.shape.len());
+    let (l, e) = (q.shape[qr - 2], q.shape[qr - 1]);
+    let s = k.shape[kr - 2];
+    let ev = v.shape[v.shape.len() - 1];
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let batch: Vec<i64> = out.shape[..out.shape.len() - 2].to_vec();
+    let (qv, kv, vv) = (q.to_vec(), k.to_vec(), v.to_vec());
+    let mv = m.map(|t| t.to_vec());
+    // With GQA, key/value head h serves query heads h*G .. (h+1)*G.
+    let heads_dim = batch.len().checked_sub(1);
+    let group = match (gqa, heads_dim) {
+        (true, Some(h)) if kr - 2 == batch.len() => batch[h] / k.shape[h].max(1),
+        _ => 1,
+    };
+    let nb: i64 = batch.iter().product();
+    let mut vals = vec![0.0; out.numel() as usize];
+    let mut bi = vec![0i64; batch.len()];
+    let mut scores = vec![0.0f64; s as usize];
+    for b in 0..nb {
+        unravel(b, &batch, &mut bi);
+        let qb = broadcast_at(&q.shape[..qr - 2], &bi);
+        let mut kidx = bi.clone();
+        if let (true, Some(h)) = (group > 1, heads_dim) {
+            kidx[h] /= group;
+        }
+        let kb = broadcast_at(&k.shape[..kr - 2], &kidx);
+        for i in 0..l {
+            let qrow = &qv[((qb as i64 * l + i) * e) as usize..][..e as usize];
+            for j in 0..s {
+                let krow = &kv[((kb as i64 * s + j) * e) as usize..][..e as usize];
+                let mut dot: f64 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum();
+                dot *= scale;
+                if causal && j > i {
+                    dot = f64::NEG_INFINITY;
+                }
+                if let (Some(mt), Some(mv)) = (m, &mv) {
+                    let mut full = bi.clone();
+                    full.extend([i, j]);
+                    let x = mv[broadcast_at(&mt.shape, &full)];
+                    if mt.dtype == DType::Bool {
+                        if x == 0.0 {
+                            dot = f64::NEG_INFINITY;
+                        }
+                    } else {
+                        dot += x;
+                    }
+                }
+                scores[j as usize] = dot;
+            }
+            let mx = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mut z = 0.0;
+            for x in scores.iter_mut() {
+                *x = (*x - mx).exp();
+                z += *x;
+            }
+            let orow = &mut vals[((b * l + i) * ev) as usize..][..ev as usize];
+            for j in 0..s {
+                let p = scores[j as usize] / z;
+                let vrow = &vv[((kb as i64 * s + j) * ev) as usize..][..ev as usize];
+                for (o, x) in orow.iter_mut().zip(vrow) {
+                    *o += p * x;
+                }
+            }
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    groups: i64,
+    bias: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let (x, w) = (tensor(args, 0)?, tensor(args, 1)?);
+    let bv = if bias {
+        Some(tensor(args, 2)?.to_vec())
+    } else {
+        None
+    };
+    let sp = w.shape.len() - 2;
+    let (xv, wv) = (x.to_vec(), w.to_vec());
+    let (n, c, o) = (x.shape[0], x.shape[1], w.shape[0]);
+    let cg = c / groups;
+    let og = o / groups;
+    let in_sp = &x.shape[2..];
+    let k_sp = &w.shape[2..];
+    let out_sp = &out.shape[2..];
+    let in_n: i64 = in_sp.iter().product();
+    let k_n: i64 = k_sp.iter().product();
+    let out_n: i64 = out_sp.iter().product();
+    let mut vals = vec![0.0; out.numel() as usize];
+    let (mut oi, mut ki, mut ii) = (vec![0i64; sp], vec![0i64; sp], vec![0i64; sp]);
+    for b in 0..n {
+        for oc in 0..o {
+            let g = oc / og;
+            for p in 0..out_n {
+                unravel(p, out_sp, &mut oi);
+                let mut acc = bv.as_ref().map_or(0.0, |b| b[oc as usize]);
+                for cc in 0..cg {
+                    let ic = g * cg + cc;
+                    for kp in 0..k_n {
+                        unravel(kp, k_sp, &mut ki);
+                        let mut inside = true;
+                        for d in 0..sp {
+                            ii[d] = oi[d] * stride[d] - padding[d] + ki[d] * dilation[d];
+                            inside &= ii[d] >= 0 && ii[d] < in_sp[d];
+                        }
+                        if !inside {
+                            continue;
+                        }
+                        let mut pos = 0i64;
+                        for d in 0..sp {
+                            pos = pos * in_sp[d] + ii[d];
+                        }
+                        let xval = xv[((b * c + ic) * in_n + pos) as usize];
+                        let wval = wv[((oc * cg + cc) * k_n + kp) as usize];
+                        acc += xval * wval;
+                    }
+                }
+                vals[((b * o + oc) * out_n + p) as usize] = acc;
+            }
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+fn batch_norm(
+    eps: f64,
+    weight: bool,
+    bias: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let mut k = 1;
+    let w = if weight {
+        k += 1;
+        Some(tensor(args, k - 1)?.to_vec())
+    } else {
+        None
+    };
+    let b = if bias {
+        k += 1;
+        Some(tensor(args, k - 1)?.to_vec())
+    } else {
+        None
+    };
+    let (mean, var) = (tensor(args, k)?.to_vec(), tensor(args, k + 1)?.to_vec());
+    let c = x.shape[1] as usize;
+    let inner: i64 = x.shape[2..].iter().product();
+    let mut vals = x.to_vec();
+    for (p, v) in vals.iter_mut().enumerate() {
+        let ch = (p / inner.max(1) as usize) % c;
+        let mut y = (*v - mean[ch]) / (var[ch] + eps).sqrt();
+        if let Some(w) = &w {
+            y *= w[ch];
+        }
+        if let Some(b) = &b {
+            y += b[ch];
+        }
+        *v = y;
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn max_pool(
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    ceil: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<(Tensor, Tensor), String> {
+    let x = tensor(args, 0)?;
+    let r = x.shape.len();
+    let (h, w) = (x.shape[r - 2], x.shape[r - 1]);
+    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
+    debug_assert_eq!(
+        oh,
+        pool_out(h, kernel[0], stride[0], padding[0], dilation[0], ceil)
+    );
+    let planes: i64 = x.shape[..r - 2].iter().product();
+    let xv = x.to_vec();
+    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let mut idxs = Vec::with_capacity(out.numel() as usize);
+    for pl in 0..planes {
+        for i in 0..oh {
+            for j in 0..ow {
+                let (mut best, mut at) = (f64::NEG_INFINITY, -1i64);
+                for a in 0..kernel[0] {
+                    let y = i * stride[0] - padding[0] + a * dilation[0];
+                    if y < 0 || y >= h {
+                        continue;
+                    }
+                    for b in 0..kernel[1] {
+                        let z = j * stride[1] - padding[1] + b * dilation[1];
+                        if z < 0 || z >= w {
+                            continue;
+                        }
+                        let v = xv[((pl * h + y) * w + z) as usize];
+                        if v > best || v.is_nan() && !best.is_nan() || at < 0 {
+                            best = v;
+                            at = y * w + z;
+                        }
+                    }
+                }
+                vals.push(best);
+                idxs.push(at as f64);
+            }
+        }
+    }
+    Ok((
+        Tensor::new(out.shape.clone(), out.dtype, vals),
+        Tensor::new(out.shape.clone(), DType::Int64, idxs),
+    ))
+}
+
+/// PyTorch's adaptive pooling window of output `i` of `n` over an input of `size`.
+pub fn adaptive_window(i: i64, n: i64, size: i64) -> (i64, i64) {
+    let start = (i * size) / n;
+    let end = ((i + 1) * size + n - 1) / n;
+    (start, end)
+}
+
+fn adaptive_avg_pool(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let r = x.shape.len();
+    let (h, w) = (x.shape[r - 2], x.shape[r - 1]);
+    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
+    let planes: i64 = x.shape[..r - 2].iter().product();
+    let xv = x.to_vec();
+    let mut vals = Vec::with_capacity(out.numel() as usize);
+    for pl in 0..planes {
+        for i in 0..oh {
+            let (y0, y1) = adaptive_window(i, oh, h);
+            for j in 0..ow {
+                let (z0, z1) = adaptive_window(j, ow, w);
+                let mut acc = 0.0;
+                for y in y0..y1 {
+                    for z in z0..z1 {
+                        acc += xv[((pl * h + y) * w + z) as usize];
+                    }
+                }
+                vals.push(acc / ((y1 - y0) * (z1 - z0)) as f64);
+            }
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}

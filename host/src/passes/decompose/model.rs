@@ -1,0 +1,397 @@
+//! Decompositions of the model ops into the primitives every device has: `cumsum` as a
+//! masked sum, `diff` as slices, attention as matrix products around a softmax, batch
+//! norm as a per-channel scale and shift (which `fold_conv` moves into a preceding
+//! convolution), max pooling as a maximum over strided slices of the padded input, and
+//! adaptive average pooling as products with constant averaging matrices. Each agrees
+//! with the interpreter's direct rule for the op (`interp::model`).
+
+use super::B;
+use crate::graph::{
+    Arg, BinaryOp, ConstData, DType, Node, Op, ReduceOp, Scalar, TensorMeta, UnaryOp, ValueId,
+};
+use crate::interp::model::adaptive_window;
+use crate::passes::Error;
+use std::sync::Arc;
+
+impl B<'_> {
+    /// A constant of `shape` and `dtype` with row-major `values`.
+    pub(super) fn constant(&mut self, shape: Vec<i64>, dtype: DType, values: Vec<f64>) -> ValueId {
+        let name = self.g.fresh_name(&self.base);
+        let values: Vec<f64> = values.into_iter().map(|v| dtype.round(v)).collect();
+        let id = self.g.add_node(Node {
+            name,
+            op: Op::Constant {
+                data: ConstData::Values(Arc::from(values)),
+            },
+            args: vec![],
+            outputs: vec![TensorMeta::contiguous(shape, dtype)],
+            line: self.line,
+        });
+        ValueId::first(id)
+    }
+
+    fn shape(&self, v: ValueId) -> Vec<i64> {
+        self.g.meta(v).map(|m| m.shape.clone()).unwrap_or_default()
+    }
+
+    fn full(&mut self, shape: Vec<i64>, value: f64, dtype: DType) -> Result<ValueId, Error> {
+        self.op(
+            Op::Full {
+                size: Some(shape),
+                value: Scalar::Float(value),
+                dtype: Some(dtype),
+            },
+            vec![],
+        )
+    }
+
+    fn slice(
+        &mut self,
+        x: ValueId,
+        dim: i64,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<ValueId, Error> {
+        self.op(
+            Op::Slice {
+                dim,
+                start: Some(start),
+                end: Some(end),
+                step,
+            },
+            vec![Arg::Value(x)],
+        )
+    }
+
+    fn reshape(&mut self, x: ValueId, shape: Vec<i64>) -> Result<ValueId, Error> {
+        self.op(Op::Reshape { shape, view: false }, vec![Arg::Value(x)])
+    }
+}
+
+/// `cumsum(x, dim)`: `y[.., i, ..] = sum_j x[.., j, ..] * (j <= i)`, a reduction over a
+/// broadcast of `x` against a constant lower-triangular mask. Exact for integers (the
+/// sum is in int64); for floats it adds in another order than a sequential scan.
+pub(super) fn cumsum(b: &mut B, x: ValueId, dim: i64, out: &TensorMeta) -> Result<ValueId, Error> {
+    let xc = b.cast(x, out.dtype)?;
+    let shape = b.shape(x);
+    if shape.is_empty() {
+        return Ok(xc);
+    }
+    let rank = shape.len() as i64;
+    let d = dim.rem_euclid(rank);
+    let n = shape[d as usize];
+    // tri[i, j] = j <= i, shaped [n, n, 1, ...] to broadcast over the dims after d.
+    let mut tri = Vec::with_capacity((n * n) as usize);
+    for i in 0..n {
+        for j in 0..n {
+            tri.push(f64::from(u8::from(j <= i)));
+        }
+    }
+    let mut tri_shape = vec![n, n];
+    tri_shape.extend(std::iter::repeat_n(1, (rank - 1 - d) as usize));
+    let tri = b.constant(tri_shape, DType::Bool, tri);
+    let xu = b.op(Op::Unsqueeze { dim: d }, vec![Arg::Value(xc)])?;
+    let masked = b.op(
+        Op::Where,
+        vec![Arg::Value(tri), Arg::Value(xu), Arg::Scalar(Scalar::Int(0))],
+    )?;
+    b.op(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: Some(vec![d + 1]),
+            keepdim: false,
+            dtype: Some(out.dtype),
+        },
+        vec![Arg::Value(masked)],
+    )
+}
+
+/// `diff`: the parts concatenated along `dim`, then `n` times `x[1:] - x[:-1]` (`!=` for
+/// bools).
+pub(super) fn diff(
+    b: &mut B,
+    x: ValueId,
+    prepend: Option<ValueId>,
+    append: Option<ValueId>,
+    n: i64,
+    dim: i64,
+    out: &TensorMeta,
+) -> Result<ValueId, Error> {
+    let parts: Vec<Arg> = prepend
+        .into_iter()
+        .chain([x])
+        .chain(append)
+        .map(Arg::Value)
+        .collect();
+    let mut c = if parts.len() > 1 {
+        b.op(Op::Cat { dim }, parts)?
+    } else {
+        x
+    };
+    let op = if out.dtype == DType::Bool {
+        BinaryOp::Ne
+    } else {
+        BinaryOp::Sub
+    };
+    for _ in 0..n {
+        let shape = b.shape(c);
+        let d = dim.rem_euclid(shape.len() as i64) as usize;
+        if shape[d] == 0 {
+            break;
+        }
+        let len = shape[d];
+        let hi = b.slice(c, d as i64, 1, len, 1)?;
+        let lo = b.slice(c, d as i64, 0, len - 1, 1)?;
+        c = b.vv(op, hi, lo)?;
+    }
+    b.cast(c, out.dtype)
+}
+
+/// `scaled_dot_product_attention`: `softmax(q kᵀ · scale + mask) v`, in float32 at
+/// least; masked-out scores are `-inf` (a row with every score masked gives NaN, as
+/// PyTorch's math path does). With GQA each key/value head is repeated for its group.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention(
+    b: &mut B,
+    q: ValueId,
+    k: ValueId,
+    v: ValueId,
+    mask: Option<ValueId>,
+    causal: bool,
+    scale: Option<f64>,
+    gqa: bool,
+    out: &TensorMeta,
+) -> Result<ValueId, Error> {
+    let qs = b.shape(q);
+    let (l, e) = (qs[qs.len() - 2], qs[qs.len() - 1]);
+    let ks = b.shape(k);
+    let s = ks[ks.len() - 2];
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let (mut k, mut v) = (b.upcast(k)?, b.upcast(v)?);
+    let q = b.upcast(q)?;
+    if gqa && qs.len() >= 3 && ks.len() == qs.len() {
+        let h = qs.len() - 3;
+        let (hq, hk) = (qs[h], ks[h]);
+        if hk != hq && hk > 0 {
+            let group = hq / hk;
+            let repeat = |b: &mut B, t: ValueId| -> Result<ValueId, Error> {
+                let mut shape = b.shape(t);
+                let u = b.op(Op::Unsqueeze { dim: h as i64 + 1 }, vec![Arg::Value(t)])?;
+                let mut wide = shape.clone();
+                wide.insert(h + 1, group);
+                let ex = b.op(Op::Expand { sizes: wide }, vec![Arg::Value(u)])?;
+                shape[h] = hq;
+                b.reshape(ex, shape)
+            };
+            k = repeat(b, k)?;
+            v = repeat(b, v)?;
+        }
+    }
+    let kt = b.op(Op::Transpose { dim0: -2, dim1: -1 }, vec![Arg::Value(k)])?;
+    let scores = b.op(Op::Matmul, vec![Arg::Value(q), Arg::Value(kt)])?;
+    let mut scores = b.vs(BinaryOp::Mul, scores, scale)?;
+    if causal {
+        let tril: Vec<f64> = (0..l)
+            .flat_map(|i| (0..s).map(move |j| f64::from(u8::from(j <= i))))
+            .collect();
+        let keep = b.constant(vec![l, s], DType::Bool, tril);
+        scores = b.op(
+            Op::Where,
+            vec![
+                Arg::Value(keep),
+                Arg::Value(scores),
+                Arg::Scalar(Scalar::Float(f64::NEG_INFINITY)),
+            ],
+        )?;
+    }
+    if let Some(m) = mask {
+        if b.dtype(m) == DType::Bool {
+            scores = b.op(
+                Op::Where,
+                vec![
+                    Arg::Value(m),
+                    Arg::Value(scores),
+                    Arg::Scalar(Scalar::Float(f64::NEG_INFINITY)),
+                ],
+            )?;
+        } else {
+            let mc = b.upcast(m)?;
+            scores = b.vv(BinaryOp::Add, scores, mc)?;
+        }
+    }
+    let mx = b.reduce(ReduceOp::Amax, scores, &[-1])?;
+    let sh = b.vv(BinaryOp::Sub, scores, mx)?;
+    let ex = b.un(UnaryOp::Exp, sh)?;
+    let z = b.reduce(ReduceOp::Sum, ex, &[-1])?;
+    let p = b.vv(BinaryOp::Div, ex, z)?;
+    let y = b.op(Op::Matmul, vec![Arg::Value(p), Arg::Value(v)])?;
+    let y = if b.shape(y) != out.shape {
+        b.op(
+            Op::Expand {
+                sizes: out.shape.clone(),
+            },
+            vec![Arg::Value(y)],
+        )?
+    } else {
+        y
+    };
+    b.cast(y, out.dtype)
+}
+
+/// Batch norm in inference: `x * scale[c] + shift[c]` with `scale = w / sqrt(var + eps)`
+/// and `shift = b - mean * scale`, the per-channel vectors shaped `[C, 1, ...]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn batch_norm(
+    b: &mut B,
+    x: ValueId,
+    w: Option<ValueId>,
+    bias: Option<ValueId>,
+    mean: ValueId,
+    var: ValueId,
+    eps: f64,
+    out: &TensorMeta,
+) -> Result<ValueId, Error> {
+    let shape = b.shape(x);
+    let c = shape[1];
+    let mut per_channel = vec![c];
+    per_channel.extend(std::iter::repeat_n(1, shape.len() - 2));
+    let var = b.upcast(var)?;
+    let mean = b.upcast(mean)?;
+    let ve = b.vs(BinaryOp::Add, var, eps)?;
+    let mut scale = b.un(UnaryOp::Rsqrt, ve)?;
+    if let Some(w) = w {
+        let w = b.upcast(w)?;
+        scale = b.vv(BinaryOp::Mul, scale, w)?;
+    }
+    let ms = b.vv(BinaryOp::Mul, mean, scale)?;
+    let shift = match bias {
+        Some(bb) => {
+            let bb = b.upcast(bb)?;
+            b.vv(BinaryOp::Sub, bb, ms)?
+        }
+        None => b.op(Op::Unary(UnaryOp::Neg), vec![Arg::Value(ms)])?,
+    };
+    let scale = b.reshape(scale, per_channel.clone())?;
+    let shift = b.reshape(shift, per_channel)?;
+    let xc = b.upcast(x)?;
+    let y = b.vv(BinaryOp::Mul, xc, scale)?;
+    let y = b.vv(BinaryOp::Add, y, shift)?;
+    b.cast(y, out.dtype)
+}
+
+/// Max pooling: the input padded with `-inf` to exactly the extent the windows cover,
+/// then the maximum (NaN-propagating, as PyTorch's) over one strided slice per window
+/// position: `kh * kw` slices of the output's shape.
+pub(super) fn max_pool(
+    b: &mut B,
+    x: ValueId,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    out: &TensorMeta,
+) -> Result<ValueId, Error> {
+    let shape = b.shape(x);
+    let r = shape.len();
+    let dtype = b.dtype(x);
+    let mut xp = x;
+    for i in 0..2 {
+        let d = r - 2 + i;
+        let size = b.shape(xp)[d];
+        let o = out.shape[d];
+        // The windows span [-pad, (o - 1) * stride + dilation * (k - 1) - pad].
+        let need = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1;
+        let after = need - size - padding[i];
+        let mut parts = vec![];
+        let cur = b.shape(xp);
+        if padding[i] > 0 {
+            let mut ps = cur.clone();
+            ps[d] = padding[i];
+            parts.push(b.full(ps, f64::NEG_INFINITY, dtype)?);
+        }
+        let body = if after < 0 {
+            b.slice(xp, d as i64, 0, size + after, 1)?
+        } else {
+            xp
+        };
+        parts.push(body);
+        if after > 0 {
+            let mut ps = cur;
+            ps[d] = after;
+            parts.push(b.full(ps, f64::NEG_INFINITY, dtype)?);
+        }
+        xp = if parts.len() > 1 {
+            b.op(
+                Op::Cat { dim: d as i64 },
+                parts.into_iter().map(Arg::Value).collect(),
+            )?
+        } else {
+            parts[0]
+        };
+    }
+    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
+    let mut best: Option<ValueId> = None;
+    for a in 0..kernel[0] {
+        let y0 = a * dilation[0];
+        let rows = b.slice(
+            xp,
+            r as i64 - 2,
+            y0,
+            y0 + (oh - 1) * stride[0] + 1,
+            stride[0],
+        )?;
+        for c in 0..kernel[1] {
+            let z0 = c * dilation[1];
+            let win = b.slice(
+                rows,
+                r as i64 - 1,
+                z0,
+                z0 + (ow - 1) * stride[1] + 1,
+                stride[1],
+            )?;
+            best = Some(match best {
+                None => win,
+                Some(m) => b.vv(BinaryOp::Maximum, m, win)?,
+            });
+        }
+    }
+    let y = best.unwrap_or(x);
+    // A lone window (1x1 kernel) is a view: copy it so the result is fresh.
+    if b.g.node(y.node).is_some_and(|n| n.op.is_view()) {
+        return b.op(Op::Clone, vec![Arg::Value(y)]);
+    }
+    Ok(y)
+}
+
+/// Adaptive average pooling: a mean over the last two dims for a 1x1 output, otherwise
+/// `A x Bᵀ` with constant averaging matrices `A [oh, h]` and `B [ow, w]` whose rows hold
+/// `1/len` over PyTorch's windows (exact for any sizes, divisible or not).
+pub(super) fn adaptive_avg_pool(b: &mut B, x: ValueId, out: &TensorMeta) -> Result<ValueId, Error> {
+    let shape = b.shape(x);
+    let r = shape.len();
+    let (h, w) = (shape[r - 2], shape[r - 1]);
+    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
+    let xc = b.upcast(x)?;
+    if oh == 1 && ow == 1 {
+        let m = b.reduce(ReduceOp::Mean, xc, &[r as i64 - 2, r as i64 - 1])?;
+        return b.cast(m, out.dtype);
+    }
+    let cd = b.dtype(xc);
+    let averaging = |n: i64, size: i64| -> Vec<f64> {
+        let mut m = vec![0.0; (n * size) as usize];
+        for i in 0..n {
+            let (s, e) = adaptive_window(i, n, size);
+            for j in s..e {
+                m[(i * size + j) as usize] = 1.0 / (e - s) as f64;
+            }
+        }
+        m
+    };
+    let a = b.constant(vec![oh, h], cd, averaging(oh, h));
+    let bt = b.constant(vec![ow, w], cd, averaging(ow, w));
+    let bt = b.op(Op::Permute { dims: vec![1, 0] }, vec![Arg::Value(bt)])?;
+    let ax = b.op(Op::Matmul, vec![Arg::Value(a), Arg::Value(xc)])?;
+    let y = b.op(Op::Matmul, vec![Arg::Value(ax), Arg::Value(bt)])?;
+    b.cast(y, out.dtype)
+}

@@ -20,6 +20,20 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let mut changed = 0;
     for id in order {
         let Some(node) = g.node(id) else { continue };
+        // `full` of any size is one number.
+        if let (Op::Full { value, .. }, [meta]) = (&node.op, node.outputs.as_slice()) {
+            let meta = meta.clone();
+            let x = meta.dtype.round(value.to_f64());
+            if let Some(n) = g.node_mut(id) {
+                n.op = Op::Constant {
+                    data: ConstData::Fill(x),
+                };
+                n.outputs = vec![meta];
+            }
+            g.set_args(id, vec![]);
+            changed += 1;
+            continue;
+        }
         if matches!(node.op, Op::Input { .. } | Op::Constant { .. })
             || node.outputs.len() != 1
             || node.outputs.iter().any(|m| m.numel() > MAX_FOLD_ELEMENTS)
@@ -41,7 +55,9 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
                 }
             }
         }
-        if !all_const || tensors.is_empty() {
+        // Factories (`full`, `arange`) have no operands and fold too.
+        let factory = matches!(node.op, Op::Full { .. } | Op::Arange { .. });
+        if !all_const || (tensors.is_empty() && !factory) {
             continue;
         }
         let mut it = tensors.iter();

@@ -67,19 +67,26 @@ impl Words {
     }
 }
 
-/// The key of a node, or `None` for nodes CSE leaves alone.
-fn key(op: &Op, args: &[Arg]) -> Option<Key> {
+/// The key of a node, or `None` for nodes CSE leaves alone. A constant's key holds its
+/// shape and dtype besides its values (every other node's metadata follows from its op
+/// and operands).
+fn key(op: &Op, args: &[Arg], outputs: &[crate::graph::TensorMeta]) -> Option<Key> {
     let mut w = Words(Vec::with_capacity(8));
     match op {
         Op::Input { .. } => return None,
         Op::Constant { data } => match data {
+            _ if outputs.len() != 1 => return None,
             ConstData::Values(v) if v.len() > MAX_KEYED_VALUES => return None,
             ConstData::Values(v) => {
+                w.ints(&outputs[0].shape);
+                w.0.push(outputs[0].dtype as u64);
                 w.flag(true);
                 w.0.push(v.len() as u64);
                 v.iter().for_each(|&x| w.float(x));
             }
             ConstData::Fill(x) => {
+                w.ints(&outputs[0].shape);
+                w.0.push(outputs[0].dtype as u64);
                 w.flag(false);
                 w.float(*x);
             }
@@ -240,7 +247,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let mut changed = 0;
     for id in order {
         let Some(node) = g.node(id) else { continue };
-        let Some(key) = key(&node.op, &node.args) else {
+        let Some(key) = key(&node.op, &node.args, &node.outputs) else {
             continue;
         };
         match seen.get(&key) {

@@ -46,6 +46,9 @@ pub enum Error {
         /// What was given.
         found: String,
     },
+    /// `kiln_call` reported that an index tensor held a value out of range.
+    #[error("the compiled program read an index out of range: a value of an index tensor (embedding, index or gather) lies outside the dim it indexes; check the inputs (token ids below the vocabulary size, say)")]
+    IndexOutOfRange,
     /// `kiln_call` reported a failure.
     #[error("the compiled program failed with status {0} (out of memory)")]
     Call(i32),
@@ -230,8 +233,10 @@ impl Module {
         // SAFETY: every pointer spans the storage its tensor's layout needs
         // (checked in `prepare`), and the library was checked at load.
         let status = unsafe { (self.call)(ins.as_ptr(), outs.as_ptr()) };
-        if status != 0 {
-            return Err(Error::Call(status));
+        match status {
+            0 => {}
+            2 => return Err(Error::IndexOutOfRange),
+            s => return Err(Error::Call(s)),
         }
         Ok(())
     }

@@ -11,9 +11,12 @@
 use std::collections::HashMap;
 
 use super::index::{linear, unflatten, Index, Var};
-use super::ir::{Cond, Expr, ExprArena, ExprId, Literal, ReduceKind, Reduction, Space, Store};
+use super::ir::{
+    Cond, Expr, ExprArena, ExprId, Indirect, Literal, ReduceKind, Reduction, Space, Store,
+};
 use super::lower::{compute_dtype, Def, Lowered, SKind, SNodeId};
 use crate::graph::dtype::{promote, DType};
+use crate::graph::infer_model::index_plan;
 use crate::graph::ir::{Arg, Graph, Scalar, ValueId};
 use crate::graph::ops::{BinaryOp, GeluApprox, Op, UnaryOp};
 use crate::graph::shape::{contiguous_strides, wrap_dim};
@@ -267,6 +270,7 @@ impl<'a> KernelBuilder<'a> {
                         buf: view.buf,
                         index,
                         guards: self.guards.clone(),
+                        indirect: vec![],
                     },
                     dtype,
                 );
@@ -306,6 +310,7 @@ impl<'a> KernelBuilder<'a> {
                             buf: s.buf,
                             index,
                             guards: self.guards.clone(),
+                            indirect: vec![],
                         },
                         s.meta.dtype,
                     );
@@ -348,6 +353,111 @@ impl<'a> KernelBuilder<'a> {
                 Ok(self.cast(e, dtype))
             }
         }
+    }
+
+    /// The buffer view an indexing node reads (lowering put its operand in memory).
+    fn source(&self, v: ValueId) -> Built<super::ir::View> {
+        self.low
+            .sources
+            .get(&v.node)
+            .cloned()
+            .ok_or_else(|| Illegal("an indexing node without its source view".into()))
+    }
+
+    /// A load of `view` at `static_index` plus data-dependent parts.
+    fn indirect_load(
+        &mut self,
+        view: &super::ir::View,
+        static_index: Index,
+        indirect: Vec<Indirect>,
+    ) -> ExprId {
+        let dtype = self.low.buffers[view.buf.0 as usize].dtype;
+        let e = self.exprs.intern(
+            Expr::Load {
+                buf: view.buf,
+                index: static_index,
+                guards: self.guards.clone(),
+                indirect,
+            },
+            dtype,
+        );
+        if let Some(owner) = self.low.snodes.iter().position(|s| s.buf == view.buf) {
+            let owner = SNodeId(owner as u32);
+            if !self.external.contains(&owner) {
+                self.external.push(owner);
+            }
+        }
+        self.cast(e, compute_dtype(dtype))
+    }
+
+    /// `self[indices]` at output index `idx`.
+    fn index(
+        &mut self,
+        v: ValueId,
+        args: &[Arg],
+        indexed: &[bool],
+        idx: &[Index],
+    ) -> Built<ExprId> {
+        let view = self.source(v)?;
+        let mut shapes = vec![];
+        for a in &args[1..] {
+            let t = a
+                .value()
+                .ok_or_else(|| Illegal("an index that is no tensor".into()))?;
+            shapes.push(self.meta(t)?.shape.clone());
+        }
+        let refs: Vec<&[i64]> = shapes.iter().map(Vec::as_slice).collect();
+        let plan = index_plan(&view.shape, indexed, &refs).map_err(|e| Illegal(e.to_string()))?;
+        let mut at = Index::Const(view.offset);
+        for (o, dim) in plan.out_dims.iter().enumerate() {
+            if let Some(d) = dim {
+                at = at.plus(idx[o].clone().times(view.strides[*d]));
+            }
+        }
+        let k = plan.index_shape.len();
+        let bidx = idx[plan.index_at..plan.index_at + k].to_vec();
+        let mut indirect = vec![];
+        for (j, &d) in plan.indexed_dims.iter().enumerate() {
+            let value = self.operand(&args[1 + j], &plan.index_shape, &bidx, DType::Int64)?;
+            indirect.push(Indirect {
+                value,
+                size: view.shape[d],
+                stride: view.strides[d],
+            });
+        }
+        Ok(self.indirect_load(&view, at, indirect))
+    }
+
+    /// `gather(self, dim, index)` at output index `idx`.
+    fn gather(&mut self, v: ValueId, args: &[Arg], dim: i64, idx: &[Index]) -> Built<ExprId> {
+        let view = self.source(v)?;
+        let ix = args
+            .get(1)
+            .and_then(Arg::value)
+            .ok_or_else(|| Illegal("gather without an index".into()))?;
+        let ix_shape = self.meta(ix)?.shape.clone();
+        let value = self.operand(&args[1], &ix_shape, idx, DType::Int64)?;
+        if view.shape.is_empty() {
+            let indirect = vec![Indirect {
+                value,
+                size: 1,
+                stride: 0,
+            }];
+            return Ok(self.indirect_load(&view, Index::Const(view.offset), indirect));
+        }
+        let d = wrap_dim(dim, view.shape.len()).map_err(|e| Illegal(e.to_string()))?;
+        let mut at = Index::Const(view.offset);
+        for (k, i) in idx.iter().enumerate() {
+            if k != d {
+                at = at.plus(i.clone().times(view.strides[k]));
+            }
+        }
+        let indirect = vec![Indirect {
+            value,
+            size: view.shape[d],
+            stride: view.strides[d],
+        }];
+        Ok(self.indirect_load(&view, at, indirect))
     }
 
     fn operand_dtype(&self, arg: &Arg) -> Built<DType> {
@@ -434,6 +544,14 @@ impl<'a> KernelBuilder<'a> {
                 self.cast(a, compute_dtype(*dtype))
             }
             Op::Cat { dim } => self.cat(&args, *dim, &out_shape, idx, cd)?,
+            Op::Index { indexed } => {
+                let e = self.index(v, &args, indexed, idx)?;
+                self.cast(e, cd)
+            }
+            Op::Gather { dim } => {
+                let e = self.gather(v, &args, *dim, idx)?;
+                self.cast(e, cd)
+            }
             op if views::describes(op) => {
                 let src = arg0()?;
                 let in_shape = self.meta(src)?.shape.clone();

@@ -185,12 +185,25 @@ fn eval_all(
     for (id, e, d) in k.exprs.iter() {
         let v = |e: super::ir::ExprId| vals[e.0 as usize];
         let value = match e {
-            Expr::Load { buf, index, guards } => {
+            Expr::Load {
+                buf,
+                index,
+                guards,
+                indirect,
+            } => {
                 if guards.iter().all(|g| {
                     let i = g.index.eval(x, r);
                     g.lo <= i && i < g.hi
                 }) {
-                    element(cells, *buf, index.eval(x, r))?
+                    let mut at = index.eval(x, r);
+                    for i in indirect {
+                        let value = vals[i.value.0 as usize];
+                        let w =
+                            crate::interp::model::checked_index(value, i.size, "an index tensor")
+                                .map_err(Error)?;
+                        at += w * i.stride;
+                    }
+                    element(cells, *buf, at)?
                 } else {
                     0.0
                 }

@@ -142,10 +142,25 @@ pub enum ReduceKind {
     Min,
 }
 
+/// A data-dependent part of a load's offset: `stride * i`, where `i` is the integer
+/// value of `value` wrapped once if negative (`i + size`), and must then lie in
+/// `0..size`. A value outside is a run-time error where the device can report one; a
+/// load never reads outside its buffer for it (`embedding`, `index`, `gather`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Indirect {
+    /// The index value (an integer expression of the kernel).
+    pub value: ExprId,
+    /// The size of the dim it indexes.
+    pub size: i64,
+    /// Elements per step along that dim.
+    pub stride: i64,
+}
+
 /// An expression node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Expr {
-    /// Reads `buf[index]`, where every condition in `guards` holds (else 0).
+    /// Reads `buf[index + sum of indirect parts]`, where every condition in `guards`
+    /// holds (else 0).
     Load {
         /// The buffer.
         buf: BufferId,
@@ -153,6 +168,8 @@ pub enum Expr {
         index: Index,
         /// Extra validity conditions (a `cat` piece).
         guards: Vec<Cond>,
+        /// Offsets read from index tensors; empty for a plain load.
+        indirect: Vec<Indirect>,
     },
     /// A literal.
     Literal(Literal),
@@ -224,7 +241,8 @@ impl ExprArena {
     /// The operands of `id`.
     pub fn operands(&self, id: ExprId) -> Vec<ExprId> {
         match self.get(id) {
-            Expr::Load { .. } | Expr::Literal(_) | Expr::Reduced(_) => vec![],
+            Expr::Load { indirect, .. } => indirect.iter().map(|i| i.value).collect(),
+            Expr::Literal(_) | Expr::Reduced(_) => vec![],
             Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
             Expr::Binary(_, a, b) | Expr::Select(_, a, b) => vec![*a, *b],
             Expr::Where(c, a, b) => vec![*c, *a, *b],
@@ -374,7 +392,9 @@ impl Kernel {
             let ops = self.exprs.operands(id);
             uses_r[i] = match e {
                 Expr::Load { index, guards, .. } => {
-                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
+                    index.uses(Var::R)
+                        || guards.iter().any(|g| g.index.uses(Var::R))
+                        || ops.iter().any(|o| uses_r[o.0 as usize])
                 }
                 Expr::Select(c, ..) => {
                     c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])

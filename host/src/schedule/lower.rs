@@ -109,6 +109,9 @@ pub struct Lowered {
     pub inputs: Vec<BufferId>,
     /// The graph's outputs.
     pub outputs: Vec<View>,
+    /// The view of its indexed operand that each indexing node (`index`, `gather`)
+    /// reads through its index values: always in memory.
+    pub sources: HashMap<NodeId, View>,
 }
 
 fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
@@ -324,7 +327,34 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 )?;
             }
             Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, &mut low, id)?,
+            Op::Full { value, .. } => {
+                let meta = meta_of(graph, v0)?;
+                let value = meta.dtype.round(value.to_f64());
+                low.defs.insert(v0, Def::Literal { value });
+            }
+            Op::Arange { .. } => {
+                // A constant of the program (const_fold folds the small ones earlier).
+                let meta = meta_of(graph, v0)?.clone();
+                let t = crate::interp::eval_op(&node.op, &[], std::slice::from_ref(&meta))
+                    .map_err(|what| Error::Unsupported {
+                        node: node.name.clone(),
+                        what,
+                    })?;
+                let values = t.first().map(|t| t.to_vec()).unwrap_or_default();
+                let data = ConstData::Values(values.into());
+                let kind = super::ir::BufferKind::Constant { data };
+                let buf = low.add_buffer(&node.name, &meta, kind);
+                low.defs
+                    .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+            }
             op if is_inline(op) => {
+                if matches!(op, Op::Index { .. } | Op::Gather { .. }) {
+                    // The indexed operand is read at data-dependent positions: it must
+                    // be in memory. The node itself is inline, like any pointwise op.
+                    let src = first_value(graph, id, 0)?;
+                    let view = low.realize_view(graph, src)?;
+                    low.sources.insert(id, view);
+                }
                 for (output, _) in node.outputs.iter().enumerate() {
                     let value = ValueId {
                         node: id,
@@ -402,6 +432,8 @@ fn is_inline(op: &Op) -> bool {
             | Op::Contiguous
             | Op::Clone
             | Op::NoOp(_)
+            | Op::Index { .. }
+            | Op::Gather { .. }
     ) || op.is_view()
 }
 
@@ -431,51 +463,75 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         )?;
         return Ok(());
     }
-    // General matmul: vectors become matrices, batch dims broadcast and flatten.
-    let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
-    let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
-    if a_shape.len() == 1 {
-        a_shape.insert(0, 1);
-        a_strides.insert(0, 0);
-    }
-    if b_shape.len() == 1 {
-        b_shape.push(1);
-        b_strides.push(0);
-    }
-    let (m, k) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
-    let n = b_shape[b_shape.len() - 1];
-    let a_batch = &a_shape[..a_shape.len() - 2];
-    let b_batch = &b_shape[..b_shape.len() - 2];
-    let batch = crate::graph::shape::broadcast(a_batch, b_batch)
-        .map_err(|e| unsupported(&e.to_string()))?;
-    let bsize: i64 = batch.iter().product();
-    let expand = |shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> (Vec<i64>, Vec<i64>) {
-        let lead = batch.len() + 2 - shape.len();
-        let mut st = vec![0i64; lead];
-        for (d, &s) in shape[..shape.len() - 2].iter().enumerate() {
-            st.push(if s == 1 { 0 } else { strides[d] });
+    // General matmul: vectors become matrices, batch dims broadcast and flatten. An
+    // operand whose batch dims cannot be flattened as strided (a transposed head dim,
+    // say) is copied to contiguous memory first.
+    let flattened = |va: &View,
+                     vb: &View|
+     -> Result<(Option<View>, Option<View>, i64, i64, i64, i64), Error> {
+        let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
+        let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
+        if a_shape.len() == 1 {
+            a_shape.insert(0, 1);
+            a_strides.insert(0, 0);
         }
-        st.extend_from_slice(&strides[strides.len() - 2..]);
-        let mut sh = batch.clone();
-        sh.extend([rows, cols]);
-        (sh, st)
+        if b_shape.len() == 1 {
+            b_shape.push(1);
+            b_strides.push(0);
+        }
+        let (m, k) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
+        let n = b_shape[b_shape.len() - 1];
+        let a_batch = &a_shape[..a_shape.len() - 2];
+        let b_batch = &b_shape[..b_shape.len() - 2];
+        let batch = crate::graph::shape::broadcast(a_batch, b_batch)
+            .map_err(|e| unsupported(&e.to_string()))?;
+        let bsize: i64 = batch.iter().product();
+        let expand =
+            |shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> (Vec<i64>, Vec<i64>) {
+                let lead = batch.len() + 2 - shape.len();
+                let mut st = vec![0i64; lead];
+                for (d, &s) in shape[..shape.len() - 2].iter().enumerate() {
+                    st.push(if s == 1 { 0 } else { strides[d] });
+                }
+                st.extend_from_slice(&strides[strides.len() - 2..]);
+                let mut sh = batch.clone();
+                sh.extend([rows, cols]);
+                (sh, st)
+            };
+        let (ea_shape, ea_strides) = expand(&a_shape, &a_strides, m, k);
+        let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
+        let flat =
+            |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
+                let st = view_strides(shape, strides, &[bsize, rows, cols])?;
+                Some(View {
+                    buf: view.buf,
+                    shape: vec![bsize, rows, cols],
+                    strides: st,
+                    offset: view.offset,
+                })
+            };
+        Ok((
+            flat(va, &ea_shape, &ea_strides, m, k),
+            flat(vb, &eb_shape, &eb_strides, k, n),
+            bsize,
+            m,
+            k,
+            n,
+        ))
     };
-    let (ea_shape, ea_strides) = expand(&a_shape, &a_strides, m, k);
-    let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
-    let flat =
-        |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
-            let st = view_strides(shape, strides, &[bsize, rows, cols])?;
-            Some(View {
-                buf: view.buf,
-                shape: vec![bsize, rows, cols],
-                strides: st,
-                offset: view.offset,
-            })
-        };
-    let (Some(fa), Some(fb)) = (
-        flat(&va, &ea_shape, &ea_strides, m, k),
-        flat(&vb, &eb_shape, &eb_strides, k, n),
-    ) else {
+    let (mut va, mut vb) = (va, vb);
+    let (mut fa, mut fb, bsize, m, _, n) = flattened(&va, &vb)?;
+    if fa.is_none() || fb.is_none() {
+        for (f, v, value) in [(&fa, &mut va, a), (&fb, &mut vb, b)] {
+            if f.is_none() {
+                let id = low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
+                let s = &low.snodes[id.0 as usize];
+                *v = contiguous_view(s.buf, &s.meta.shape);
+            }
+        }
+        (fa, fb, ..) = flattened(&va, &vb)?;
+    }
+    let (Some(fa), Some(fb)) = (fa, fb) else {
         return Err(unsupported(
             "matmul whose broadcast batch dims cannot be flattened without a copy",
         ));

@@ -282,9 +282,12 @@ fn inplace_ok(program: &Program, step: &Step, old: BufferId, out: BufferId) -> b
     let store = &k.stores[0];
     store.buf == out
         && k.exprs.iter().all(|(_, e, _)| match e {
-            ir::Expr::Load { buf, index, guards } if *buf == old => {
-                *index == store.index && guards.is_empty()
-            }
+            ir::Expr::Load {
+                buf,
+                index,
+                guards,
+                indirect,
+            } if *buf == old => *index == store.index && guards.is_empty() && indirect.is_empty(),
             _ => true,
         })
 }

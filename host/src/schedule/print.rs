@@ -18,8 +18,17 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
     let mut out = String::new();
     for (id, e, dtype) in k.exprs.iter() {
         let text = match e {
-            Expr::Load { buf, index, guards } => {
-                let mut t = format!("load {}[{index}]", program.buffer(*buf).name);
+            Expr::Load {
+                buf,
+                index,
+                guards,
+                indirect,
+            } => {
+                let mut t = format!("load {}[{index}", program.buffer(*buf).name);
+                for i in indirect {
+                    let _ = write!(t, " + {} * index(t{} of {})", i.stride, i.value.0, i.size);
+                }
+                t.push(']');
                 for g in guards {
                     let _ = write!(t, " if {} <= {} < {}", g.lo, g.index, g.hi);
                 }

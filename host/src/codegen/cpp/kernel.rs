@@ -157,13 +157,26 @@ impl Writer<'_> {
         let ty = compute_type(d);
         let rhs = match self.k.exprs.get(id) {
             Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
-            Expr::Load { buf, index, guards } => {
+            Expr::Load {
+                buf,
+                index,
+                guards,
+                indirect,
+            } => {
                 let stored = self.program.buffer(*buf).dtype;
                 let ptr = self.ptr(*buf)?;
-                let value = load_conversion(
-                    stored,
-                    &format!("{ptr}[{}]", index_text(index, self.style(r_zero))),
-                );
+                let mut offset = index_text(index, self.style(r_zero));
+                // An index read from a tensor goes through `kiln_index`, which wraps a
+                // negative one once and turns one out of range into 0 and a fault
+                // that `kiln_call` reports: never a read outside the buffer.
+                for i in indirect {
+                    let v = self.renderer.operand(i.value);
+                    offset = format!(
+                        "{offset} + kiln_index(static_cast<int64_t>({v}), {}) * {}",
+                        i.size, i.stride
+                    );
+                }
+                let value = load_conversion(stored, &format!("{ptr}[{offset}]"));
                 let value = if compute_type(stored) == ty {
                     value
                 } else {

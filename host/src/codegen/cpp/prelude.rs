@@ -9,6 +9,7 @@
 pub const HELPERS: &str = r#"
 // What the prelude itself uses, whatever the plugin's header includes.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -136,6 +137,17 @@ static inline double kiln_sigmoid(double a) {
     const double e = std::exp(-std::fabs(a));
     const double s = 1.0 / (1.0 + e);
     return a >= 0.0 ? s : e * s;
+}
+// An index read from a tensor (embedding, index, gather): wrapped once if negative; one
+// still out of range reads element 0 instead and raises the fault kiln_call reports.
+static std::atomic<int> kiln_fault{0};
+static inline int64_t kiln_index(int64_t i, int64_t size) {
+    const int64_t w = i < 0 ? i + size : i;
+    if (w < 0 || w >= size) {
+        kiln_fault.store(1, std::memory_order_relaxed);
+        return 0;
+    }
+    return w;
 }
 template <typename T> static inline T kiln_divtrunc(T a, T b) { return b == 0 ? T(0) : T(a / b); }
 template <typename T> static inline T kiln_divfloor(T a, T b) {

@@ -234,16 +234,47 @@ impl KernelWriter<'_> {
     fn emit_expr(&mut self, depth: usize, id: ExprId) -> Result<(), Error> {
         let rhs = match self.k.exprs.get(id) {
             Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
-            Expr::Load { buf, index, guards } => {
-                let uses_r = index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R));
+            Expr::Load {
+                buf,
+                index,
+                guards,
+                indirect,
+            } => {
+                let uses_r = if indirect.is_empty() {
+                    index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
+                } else {
+                    self.k.phases().0[id.0 as usize]
+                };
                 let ptr = self
                     .arg_names
                     .get(buf)
-                    .ok_or_else(|| self.unsupported("a load of an unlisted buffer".into()))?;
-                format!(
-                    "tl.load({ptr} + ({index}), {}, other=0)",
-                    self.load_mask(uses_r, guards)
-                )
+                    .ok_or_else(|| self.unsupported("a load of an unlisted buffer".into()))?
+                    .clone();
+                let mut mask = self.load_mask(uses_r, guards);
+                let mut offset = format!("{index}");
+                // An index read from a tensor: wrapped once if negative, asserted in
+                // range (in Triton's debug mode), and masked so that a value out of
+                // range never reads outside the buffer.
+                for (n, i) in indirect.iter().enumerate() {
+                    let w = format!("{}_i{n}", Renderer::var(id));
+                    let v = self.renderer.operand(i.value, false);
+                    self.line(depth, &format!("{w} = ({v}).to(tl.int64)"));
+                    self.line(
+                        depth,
+                        &format!("{w} = tl.where({w} < 0, {w} + {}, {w})", i.size),
+                    );
+                    let ok = format!("(0 <= {w}) & ({w} < {})", i.size);
+                    self.line(
+                        depth,
+                        &format!(
+                            "tl.device_assert(({ok}) | ~({mask}), \"index out of bounds: 0 <= {w} < {}\")",
+                            i.size
+                        ),
+                    );
+                    let _ = write!(mask, " & {ok}");
+                    let _ = write!(offset, " + {w} * {}", i.stride);
+                }
+                format!("tl.load({ptr} + ({offset}), {mask}, other=0)")
             }
             _ => self.renderer.rhs(id).map_err(|e| self.unsupported(e))?,
         };

@@ -352,6 +352,11 @@ fn body(
             copy_out(out, p, i, v, name)?;
         }
     }
+    // Status 2: an index tensor held a value outside the dim it indexes.
+    writeln!(
+        out,
+        "    if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;"
+    )?;
     writeln!(out, "    return 0;")?;
     Ok(arena_bytes)
 }

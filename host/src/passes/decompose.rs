@@ -110,6 +110,7 @@ fn is_composite(op: &Op) -> bool {
             | Op::BatchNorm { .. }
             | Op::MaxPool { .. }
             | Op::AdaptiveAvgPool { .. }
+            | Op::Conv { bias: true, .. }
     )
 }
 
@@ -413,8 +414,17 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
                 node: id,
                 output: 1,
             };
+            // A `getitem` of the indices that nothing reads does not count.
+            let dead_item = |g: &Graph, user: NodeId| {
+                g.node(user)
+                    .is_some_and(|n| matches!(n.op, Op::GetItem { .. }))
+                    && g.users(user).next().is_none()
+                    && !g.outputs().iter().any(|o| o.node == user)
+            };
             let read =
-                b.g.users(id).any(|(_, u)| u.output == 1) || b.g.outputs().contains(&indices);
+                b.g.users(id)
+                    .any(|(user, u)| u.output == 1 && !dead_item(b.g, user))
+                    || b.g.outputs().contains(&indices);
             if with_indices && read {
                 return Err(Error::Unsupported {
                     node: b.base.clone(),
@@ -437,6 +447,39 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             r
         }
         Op::AdaptiveAvgPool { .. } => vec![model::adaptive_avg_pool(&mut b, x, &out)?],
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias: true,
+        } => {
+            // The convolution without its bias (a library call), and the bias added by the
+            // kernel that follows, where batch norm and activations fuse too.
+            let (Some(w), Some(bias)) = (value(args.get(1)), value(args.get(2))) else {
+                return Ok(false);
+            };
+            let y = b.op(
+                Op::Conv {
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                    bias: false,
+                },
+                vec![Arg::Value(x), Arg::Value(w)],
+            )?;
+            let mut per_channel = vec![out.shape.get(1).copied().unwrap_or(1)];
+            per_channel.extend(std::iter::repeat_n(1, out.shape.len().saturating_sub(2)));
+            let bias = b.op(
+                Op::Reshape {
+                    shape: per_channel,
+                    view: false,
+                },
+                vec![Arg::Value(bias)],
+            )?;
+            vec![b.vv(BinaryOp::Add, y, bias)?]
+        }
         _ => return Ok(false),
     };
     replace_node(b.g, id, &new);

@@ -456,21 +456,34 @@ impl Kernel {
     }
 }
 
-/// A matrix product run by the device's library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A call into the device's library (or, on the cpu device, into Kiln's own C++).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ExternOp {
     /// `mm(a, b)`: `[M, K] x [K, N]`.
     Mm,
     /// `bmm(a, b)`: `[B, M, K] x [B, K, N]`.
     Bmm,
+    /// `convolution(x, w)` without bias, on contiguous `[N, C, spatial...]` and
+    /// `[O, C/groups, kernel...]` operands (the bias is added by the kernel after it).
+    Conv {
+        /// per spatial dim
+        stride: Vec<i64>,
+        /// per spatial dim
+        padding: Vec<i64>,
+        /// per spatial dim
+        dilation: Vec<i64>,
+        /// channel groups
+        groups: i64,
+    },
 }
 
 impl ExternOp {
     /// The ATen name.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             ExternOp::Mm => "mm",
             ExternOp::Bmm => "bmm",
+            ExternOp::Conv { .. } => "convolution",
         }
     }
 }

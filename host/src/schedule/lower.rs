@@ -327,6 +327,36 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 )?;
             }
             Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, &mut low, id)?,
+            Op::Conv {
+                stride,
+                padding,
+                dilation,
+                groups,
+                bias: false,
+            } => {
+                // Both operands contiguous: what every library's convolution takes.
+                let mut args = vec![];
+                for i in 0..2 {
+                    let value = first_value(graph, id, i)?;
+                    let view = low.realize_view(graph, value)?;
+                    let dense = view.strides == contiguous_strides(&view.shape);
+                    args.push(if dense {
+                        view
+                    } else {
+                        let sid =
+                            low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
+                        let s = &low.snodes[sid.0 as usize];
+                        contiguous_view(s.buf, &s.meta.shape)
+                    });
+                }
+                let op = ExternOp::Conv {
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                    groups: *groups,
+                };
+                low.add_snode(graph, v0, SKind::Extern { op, args }, "convolution")?;
+            }
             Op::Full { value, .. } => {
                 let meta = meta_of(graph, v0)?;
                 let value = meta.dtype.round(value.to_f64());

@@ -165,7 +165,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                 steps.push((
                     vec![s.value.node],
                     Pending::Extern(ir::ExternCall {
-                        op: *op,
+                        op: op.clone(),
                         args: args.clone(),
                         out: s.buf,
                     }),

@@ -361,6 +361,67 @@ fn body(
     Ok(arena_bytes)
 }
 
+/// A 2-D convolution through the prelude's `kiln_conv2d` (contiguous operands).
+fn conv_call(
+    out: &mut String,
+    p: &Program,
+    e: &crate::schedule::ir::ExternCall,
+    (stride, padding, dilation, groups): (&[i64], &[i64], &[i64], i64),
+    name: &dyn Fn(BufferId) -> String,
+) -> Result<(), Error> {
+    let [x, w] = e.args.as_slice() else {
+        return Err(Error::Unsupported(
+            "a convolution needs two operands".into(),
+        ));
+    };
+    if x.shape.len() != 4 || w.shape.len() != 4 || stride.len() != 2 {
+        return Err(Error::Unsupported(format!(
+            "a convolution of input {:?} on the cpu device: Kiln's C++ convolution is 2-D",
+            x.shape
+        )));
+    }
+    let d = p.buffer(e.out).dtype;
+    if !d.is_float() || p.buffer(x.buf).dtype != d || p.buffer(w.buf).dtype != d {
+        return Err(Error::Unsupported(
+            "a convolution whose operands and result differ in dtype or are not floats".into(),
+        ));
+    }
+    let y = p.buffer(e.out);
+    if !matches!(d, DType::Float32 | DType::Float64) {
+        return Err(Error::Unsupported(format!(
+            "a {d} convolution on the cpu device (Kiln's C++ convolution takes float32 and float64)"
+        )));
+    }
+    let acc = compute_type(d);
+    writeln!(
+        out,
+        "    kiln_conv2d<{acc}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {});",
+        name(x.buf),
+        x.offset,
+        name(w.buf),
+        w.offset,
+        name(e.out),
+        x.shape[0],
+        x.shape[1],
+        x.shape[2],
+        x.shape[3],
+        w.shape[0],
+        w.shape[2],
+        w.shape[3],
+        y.shape[2],
+        y.shape[3],
+        stride[0],
+        stride[1],
+        padding[0],
+        padding[1],
+        dilation[0],
+        dilation[1],
+        groups,
+        w.shape[1],
+    )?;
+    Ok(())
+}
+
 fn extern_call(
     out: &mut String,
     p: &Program,
@@ -372,9 +433,15 @@ fn extern_call(
             "an extern product needs two operands".into(),
         ));
     };
-    let rank = match e.op {
+    let rank = match &e.op {
         ExternOp::Mm => 2,
         ExternOp::Bmm => 3,
+        ExternOp::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => return conv_call(out, p, e, (stride, padding, dilation, *groups), name),
     };
     if a.shape.len() != rank
         || b.shape.len() != rank

@@ -222,6 +222,23 @@ impl CallWriter<'_> {
     /// A matrix product through `torch.mm`/`torch.bmm` into its buffer.
     fn extern_call(&self, out: &mut String, e: &ExternCall) -> std::fmt::Result {
         let args: Vec<String> = e.args.iter().map(|a| self.view(a)).collect();
+        if let crate::schedule::ir::ExternOp::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } = &e.op
+        {
+            // ATen's convolution (cuDNN on CUDA, as Inductor calls it by default), its
+            // result copied into the planned buffer; the bias comes in the next kernel.
+            let zeros = vec![0; stride.len()];
+            return writeln!(
+                out,
+                "        {}.copy_(torch.ops.aten.convolution({}, None, {stride:?}, {padding:?}, {dilation:?}, False, {zeros:?}, {groups}))",
+                self.name(e.out),
+                args.join(", "),
+            );
+        }
         writeln!(
             out,
             "        torch.{}({}, out={})",

@@ -32,18 +32,23 @@ for device in cuda gxu; do
     cp "$folder/graph.toml" "$out/graph.toml"
   done
 done
-fixtures=tests/fixtures/pt2
-if [ -d "$fixtures" ]; then
+# The torch.export archives of tests/fixtures/pt2 and the model zoo of
+# tests/fixtures/models, each with its inputs and PyTorch's expected outputs.
+for fixtures in tests/fixtures/pt2 tests/fixtures/models; do
+  [ -d "$fixtures" ] || continue
   for device in cuda gxu; do
     for archive in "$fixtures"/*.pt2; do
       name=$(basename "$archive" .pt2)
+      case "$name" in *skeleton*) continue ;; esac
       model=${name%_core}
       out="bench/gpu/cases/$device/pt2_$name"
       target/release/host compile "$archive" --device "$device" -o "$out" "$@"
       cp "$archive" "$out/model.pt2"
-      cp "$fixtures/$model.input0.bin" "$out/input0.bin"
-      cp "$fixtures/$model.expected0.bin" "$out/expected0.bin"
+      cp "$fixtures/$model".input*.bin "$fixtures/$model".expected*.bin "$out/"
+      for f in "$out/$model".input*.bin "$out/$model".expected*.bin; do
+        mv "$f" "$out/${f##*/$model.}"
+      done
       cp "$fixtures/$model.json" "$out/model.json"
     done
   done
-fi
+done

@@ -5,11 +5,12 @@
 //! contract that lets later stages assume well-formed graphs.
 
 use super::dtype::{promote, result_type, DType, OperandKind};
-use super::infer_model;
+pub mod model;
 use super::ir::{Scalar, TensorMeta};
 use super::ops::{BinaryOp, Op, ReduceOp};
 use super::shape::{broadcast, contiguous_strides, numel, wrap_dim, wrap_dims, Shape, ShapeError};
 use super::views;
+use model as infer_model;
 
 /// An operand as inference sees it.
 #[derive(Clone, Copy, Debug)]

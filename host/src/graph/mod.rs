@@ -10,7 +10,6 @@
 pub mod dtype;
 pub mod front;
 pub mod infer;
-pub mod infer_model;
 pub mod ir;
 pub mod ops;
 pub mod print;

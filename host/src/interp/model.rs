@@ -5,7 +5,7 @@
 //! indices are errors naming the offending value, never a read outside a tensor.
 
 use super::Val;
-use crate::graph::infer_model::{arange_dtype, index_plan, pool_out};
+use crate::graph::infer::model::{arange_dtype, index_plan, pool_out};
 use crate::graph::shape::{contiguous_strides, wrap_dim};
 use crate::graph::{DType, Op, Scalar, TensorMeta};
 use crate::tensor::Tensor;

@@ -16,7 +16,7 @@ use super::ir::{
 };
 use super::lower::{compute_dtype, Def, Lowered, SKind, SNodeId};
 use crate::graph::dtype::{promote, DType};
-use crate::graph::infer_model::index_plan;
+use crate::graph::infer::model::index_plan;
 use crate::graph::ir::{Arg, Graph, Scalar, ValueId};
 use crate::graph::ops::{BinaryOp, GeluApprox, Op, UnaryOp};
 use crate::graph::shape::{contiguous_strides, wrap_dim};

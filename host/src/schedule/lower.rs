@@ -469,6 +469,10 @@ fn is_inline(op: &Op) -> bool {
 
 /// `mm`, `bmm` and `matmul` as extern calls on strided views; `matmul`'s
 /// broadcasting becomes views onto a `bmm` (or a `mm` when there is no batch).
+/// A matmul's operands flattened to `[B, M, K]` and `[B, K, N]` (each `None` when its
+/// strides cannot express that), with `B`, `M`, `K` and `N`.
+type Flattened = (Option<View>, Option<View>, i64, i64, i64, i64);
+
 fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
     let node = node_of(graph, id)?;
     let v0 = ValueId::first(id);
@@ -496,9 +500,7 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
     // General matmul: vectors become matrices, batch dims broadcast and flatten. An
     // operand whose batch dims cannot be flattened as strided (a transposed head dim,
     // say) is copied to contiguous memory first.
-    let flattened = |va: &View,
-                     vb: &View|
-     -> Result<(Option<View>, Option<View>, i64, i64, i64, i64), Error> {
+    let flattened = |va: &View, vb: &View| -> Result<Flattened, Error> {
         let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
         let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
         if a_shape.len() == 1 {

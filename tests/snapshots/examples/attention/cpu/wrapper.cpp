@@ -38,6 +38,7 @@
 
 // What the prelude itself uses, whatever the plugin's header includes.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -165,6 +166,17 @@ static inline double kiln_sigmoid(double a) {
     const double e = std::exp(-std::fabs(a));
     const double s = 1.0 / (1.0 + e);
     return a >= 0.0 ? s : e * s;
+}
+// An index read from a tensor (embedding, index, gather): wrapped once if negative; one
+// still out of range reads element 0 instead and raises the fault kiln_call reports.
+static std::atomic<int> kiln_fault{0};
+static inline int64_t kiln_index(int64_t i, int64_t size) {
+    const int64_t w = i < 0 ? i + size : i;
+    if (w < 0 || w >= size) {
+        kiln_fault.store(1, std::memory_order_relaxed);
+        return 0;
+    }
+    return w;
 }
 template <typename T> static inline T kiln_divtrunc(T a, T b) { return b == 0 ? T(0) : T(a / b); }
 template <typename T> static inline T kiln_divfloor(T a, T b) {
@@ -393,6 +405,49 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     return failed;
 }
 
+// A 2-D convolution (no bias) of contiguous x [n, c, h, wd] with w [o, cg, kh, kw]
+// into y [n, o, oh, ow]: each output plane accumulates, per input channel and kernel tap,
+// a strided row of the input (an `omp simd` loop over the output columns that tap sees).
+template <typename T>
+static void kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict__ w, int64_t wo,
+                        T* __restrict__ y, int64_t n, int64_t c, int64_t h, int64_t wd, int64_t o,
+                        int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
+                        int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,
+                        int64_t cg) {
+    x += xo;
+    w += wo;
+    const int64_t og = o / groups;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < n; ++b) {
+        for (int64_t oc = 0; oc < o; ++oc) {
+            const int64_t g = oc / og;
+            T* out = y + (b * o + oc) * oh * ow;
+            for (int64_t i = 0; i < oh * ow; ++i) out[i] = T(0);
+            for (int64_t cc = 0; cc < cg; ++cc) {
+                const T* in = x + (b * c + g * cg + cc) * h * wd;
+                const T* wk = w + (oc * cg + cc) * kh * kw;
+                for (int64_t a = 0; a < kh; ++a) {
+                    for (int64_t e = 0; e < kw; ++e) {
+                        const T wv = wk[a * kw + e];
+                        const int64_t lo = pw - e * dw;
+                        const int64_t hi = wd - 1 + pw - e * dw;
+                        const int64_t j0 = lo <= 0 ? 0 : (lo + sw - 1) / sw;
+                        const int64_t j1 = hi < 0 ? 0 : std::min(ow, hi / sw + 1);
+                        for (int64_t i = 0; i < oh; ++i) {
+                            const int64_t yy = i * sh - ph + a * dh;
+                            if (yy < 0 || yy >= h) continue;
+                            const T* row = in + yy * wd;
+                            T* orow = out + i * ow;
+#pragma omp simd
+                            for (int64_t j = j0; j < j1; ++j) orow[j] += wv * row[j * sw - lo];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 
 [[maybe_unused]] static void kiln_copy_out(void* dst, const void* src, int64_t elem, int ndim,
                           const int64_t* shape, const int64_t* strides, int64_t offset) {
@@ -468,5 +523,6 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     cpp_red_fused_amax_div_sum_exp_sub_0(b_s, b_p_5);
     [[maybe_unused]] float* b_o = static_cast<float*>(static_cast<void*>(outputs[0]));
     if (kiln_mm<float>(128, 1024, 64, 1024, b_p_5, 0, 1048576, 1024, 1, b_v, 0, 65536, 64, 1, b_o, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

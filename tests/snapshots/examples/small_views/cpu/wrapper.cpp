@@ -38,6 +38,7 @@
 
 // What the prelude itself uses, whatever the plugin's header includes.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -166,6 +167,17 @@ static inline double kiln_sigmoid(double a) {
     const double s = 1.0 / (1.0 + e);
     return a >= 0.0 ? s : e * s;
 }
+// An index read from a tensor (embedding, index, gather): wrapped once if negative; one
+// still out of range reads element 0 instead and raises the fault kiln_call reports.
+static std::atomic<int> kiln_fault{0};
+static inline int64_t kiln_index(int64_t i, int64_t size) {
+    const int64_t w = i < 0 ? i + size : i;
+    if (w < 0 || w >= size) {
+        kiln_fault.store(1, std::memory_order_relaxed);
+        return 0;
+    }
+    return w;
+}
 template <typename T> static inline T kiln_divtrunc(T a, T b) { return b == 0 ? T(0) : T(a / b); }
 template <typename T> static inline T kiln_divfloor(T a, T b) {
     if (b == 0) return T(0);
@@ -239,5 +251,6 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     [[maybe_unused]] const float* b_x = static_cast<const float*>(inputs[0]);
     [[maybe_unused]] float* b_s = static_cast<float*>(static_cast<void*>(outputs[0]));
     cpp_poi_fused_slice_cat_0(b_x, b_s);
+    if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

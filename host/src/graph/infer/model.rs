@@ -3,10 +3,10 @@
 //! batch norm and pooling. Same contract as `infer.rs`: PyTorch's shapes, dtypes and
 //! error checks, and never a panic.
 
-use super::dtype::{promote, DType};
-use super::infer::{ArgMeta, InferError};
-use super::ir::{Scalar, TensorMeta};
-use super::shape::{broadcast, numel, wrap_dim, Shape};
+use super::{ArgMeta, InferError};
+use crate::graph::dtype::{promote, DType};
+use crate::graph::ir::{Scalar, TensorMeta};
+use crate::graph::shape::{broadcast, numel, wrap_dim, Shape};
 
 fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
     Err(InferError::Invalid(msg.into()))
@@ -351,7 +351,7 @@ pub(super) fn attention(
             b: v.shape.clone(),
         });
     }
-    if gqa && qb.len() >= 1 && kb.len() == qb.len() {
+    if gqa && !qb.is_empty() && kb.len() == qb.len() {
         let h = qb.len() - 1;
         if kb[h] == 0 || qb[h] % kb[h] != 0 {
             return invalid(format!(

@@ -469,15 +469,7 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
                 },
                 vec![Arg::Value(x), Arg::Value(w)],
             )?;
-            let mut per_channel = vec![out.shape.get(1).copied().unwrap_or(1)];
-            per_channel.extend(std::iter::repeat_n(1, out.shape.len().saturating_sub(2)));
-            let bias = b.op(
-                Op::Reshape {
-                    shape: per_channel,
-                    view: false,
-                },
-                vec![Arg::Value(bias)],
-            )?;
+            let bias = model::per_channel(&mut b, bias, out.shape.len())?;
             vec![b.vv(BinaryOp::Add, y, bias)?]
         }
         _ => return Ok(false),

@@ -396,7 +396,16 @@ pub(super) fn attention(
 
 /// A convolution's output size along one spatial dim.
 pub fn conv_out(input: i64, kernel: i64, stride: i64, pad: i64, dilation: i64) -> i64 {
-    (input + 2 * pad - dilation * (kernel - 1) - 1).div_euclid(stride) + 1
+    window_span(input, kernel, pad, dilation).div_euclid(stride.max(1)) + 1
+}
+
+/// `input + 2 pad - dilation (kernel - 1) - 1`, the room a window has to slide in,
+/// saturating so that sizes read from a file can never overflow.
+fn window_span(input: i64, kernel: i64, pad: i64, dilation: i64) -> i64 {
+    input
+        .saturating_add(pad.saturating_mul(2))
+        .saturating_sub(dilation.saturating_mul(kernel.saturating_sub(1)))
+        .saturating_sub(1)
 }
 
 pub(super) fn conv(
@@ -440,7 +449,7 @@ pub(super) fn conv(
         ));
     }
     let (c, o) = (x.shape[1], w.shape[0]);
-    if w.shape[1] * groups != c || o % groups != 0 {
+    if w.shape[1].checked_mul(groups) != Some(c) || o % groups != 0 {
         return Err(InferError::Mismatch {
             what: format!(
                 "convolution with groups={groups}: weight [O, C/groups, ...] must have O divisible by groups and C/groups = input channels / groups"
@@ -517,13 +526,14 @@ pub(super) fn batch_norm(
 /// A pooling window's output size along one dim, with `ceil_mode` as PyTorch rounds it
 /// (the last window must start inside the input or its left padding).
 pub fn pool_out(input: i64, kernel: i64, stride: i64, pad: i64, dilation: i64, ceil: bool) -> i64 {
-    let span = input + 2 * pad - dilation * (kernel - 1) - 1;
+    let stride = stride.max(1);
+    let span = window_span(input, kernel, pad, dilation);
     let mut n = if ceil {
         span.div_euclid(stride) + 1 + i64::from(span.rem_euclid(stride) != 0)
     } else {
         span.div_euclid(stride) + 1
     };
-    if ceil && (n - 1) * stride >= input + pad {
+    if ceil && (n - 1).saturating_mul(stride) >= input.saturating_add(pad) {
         n -= 1;
     }
     n
@@ -614,4 +624,34 @@ pub(super) fn adaptive_avg_pool(
     shape[r - 2] = output_size[0];
     shape[r - 1] = output_size[1];
     one(shape, x.dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_sizes_follow_pytorch_and_never_overflow() {
+        // conv2d 7x7 stride 2 pad 3 on 224: 112; max_pool 3x3 stride 2 pad 1 on 112: 56.
+        assert_eq!(conv_out(224, 7, 2, 3, 1), 112);
+        assert_eq!(pool_out(112, 3, 2, 1, 1, false), 56);
+        // ceil_mode rounds up, but the last window must start inside the input.
+        assert_eq!(pool_out(5, 2, 2, 0, 1, true), 3);
+        assert_eq!(pool_out(4, 2, 2, 0, 1, true), 2);
+        // Sizes from a file that would overflow give a nonsense size, never a panic.
+        let _ = conv_out(i64::MAX, i64::MAX, 1, i64::MAX, i64::MAX);
+        let _ = pool_out(i64::MAX, 2, i64::MAX, i64::MAX, 1, true);
+    }
+
+    #[test]
+    fn advanced_indexing_places_the_index_shape_like_numpy() {
+        // Adjacent indexed dims: the index shape replaces them in place.
+        let p = index_plan(&[5, 6, 7], &[false, true], &[&[2, 3]]).unwrap();
+        assert_eq!(p.out_shape, [5, 2, 3, 7]);
+        // Separated indexed dims: the index shape comes first.
+        let p = index_plan(&[5, 6, 7], &[true, false, true], &[&[4], &[1]]).unwrap();
+        assert_eq!(p.out_shape, [4, 6]);
+        assert!(index_plan(&[5], &[true, true], &[&[1], &[1]]).is_err());
+        assert!(index_plan(&[5, 6], &[true, true], &[&[2], &[3]]).is_err());
+    }
 }

@@ -13,6 +13,29 @@ use crate::interp::model::adaptive_window;
 use crate::passes::Error;
 use std::sync::Arc;
 
+/// The most elements of a constant mask a decomposition builds (`cumsum`'s triangle,
+/// the causal mask): 16 M, 128 MiB of float64 at compile time.
+const MAX_MASK_ELEMENTS: i64 = 1 << 24;
+
+fn mask_size(b: &B, rows: i64, cols: i64, what: &str) -> Result<(), Error> {
+    match rows.checked_mul(cols) {
+        Some(n) if n <= MAX_MASK_ELEMENTS => Ok(()),
+        _ => Err(Error::Unsupported {
+            node: b.base.clone(),
+            what: format!(
+                "{what} over {rows} x {cols} positions needs a mask larger than Kiln builds ({MAX_MASK_ELEMENTS} elements)"
+            ),
+        }),
+    }
+}
+
+/// `[C, 1, ...]`: a per-channel vector shaped to broadcast over `[N, C, spatial...]`.
+pub(super) fn per_channel(b: &mut B, v: ValueId, out_rank: usize) -> Result<ValueId, Error> {
+    let mut shape = vec![b.shape(v).first().copied().unwrap_or(1)];
+    shape.extend(std::iter::repeat_n(1, out_rank.saturating_sub(2)));
+    b.reshape(v, shape)
+}
+
 impl B<'_> {
     /// A constant of `shape` and `dtype` with row-major `values`.
     pub(super) fn constant(&mut self, shape: Vec<i64>, dtype: DType, values: Vec<f64>) -> ValueId {
@@ -81,6 +104,7 @@ pub(super) fn cumsum(b: &mut B, x: ValueId, dim: i64, out: &TensorMeta) -> Resul
     let rank = shape.len() as i64;
     let d = dim.rem_euclid(rank);
     let n = shape[d as usize];
+    mask_size(b, n, n, "cumsum")?;
     // tri[i, j] = j <= i, shaped [n, n, 1, ...] to broadcast over the dims after d.
     let mut tri = Vec::with_capacity((n * n) as usize);
     for i in 0..n {
@@ -192,6 +216,7 @@ pub(super) fn attention(
     let scores = b.op(Op::Matmul, vec![Arg::Value(q), Arg::Value(kt)])?;
     let mut scores = b.vs(BinaryOp::Mul, scores, scale)?;
     if causal {
+        mask_size(b, l, s, "causal attention")?;
         let tril: Vec<f64> = (0..l)
             .flat_map(|i| (0..s).map(move |j| f64::from(u8::from(j <= i))))
             .collect();
@@ -252,10 +277,7 @@ pub(super) fn batch_norm(
     eps: f64,
     out: &TensorMeta,
 ) -> Result<ValueId, Error> {
-    let shape = b.shape(x);
-    let c = shape[1];
-    let mut per_channel = vec![c];
-    per_channel.extend(std::iter::repeat_n(1, shape.len() - 2));
+    let rank = b.shape(x).len();
     let var = b.upcast(var)?;
     let mean = b.upcast(mean)?;
     let ve = b.vs(BinaryOp::Add, var, eps)?;
@@ -272,8 +294,8 @@ pub(super) fn batch_norm(
         }
         None => b.op(Op::Unary(UnaryOp::Neg), vec![Arg::Value(ms)])?,
     };
-    let scale = b.reshape(scale, per_channel.clone())?;
-    let shift = b.reshape(shift, per_channel)?;
+    let scale = per_channel(b, scale, rank)?;
+    let shift = per_channel(b, shift, rank)?;
     let xc = b.upcast(x)?;
     let y = b.vv(BinaryOp::Mul, xc, scale)?;
     let y = b.vv(BinaryOp::Add, y, shift)?;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use kiln_plugin_api::{BackendSpec, SchedulingKind, Wrappers};
 
 use crate::codegen::namer::Namer;
+use crate::codegen::weights::{self, Weights};
 use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;
@@ -101,6 +102,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The weights file could not be written.
+    #[error(transparent)]
+    Weights(#[from] crate::codegen::weights::Error),
 }
 
 /// The choices of one compile.
@@ -401,6 +405,9 @@ pub struct Artifacts {
     pub scheduled: Scheduled,
     /// The debug texts, when asked for.
     pub debug: Option<DebugFiles>,
+    /// The large constants, written to `weights.safetensors` beside the code
+    /// (none: no file).
+    pub weights: Weights,
     /// Time per stage.
     pub timings: Timings,
 }
@@ -431,13 +438,15 @@ impl Artifacts {
         files
     }
 
-    /// Writes every file into `dir` (created if needed); returns their paths.
+    /// Writes every file into `dir` (created if needed), the weights file
+    /// last; returns their paths.
     pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
         std::fs::create_dir_all(dir).map_err(|source| Error::Write {
             path: dir.to_path_buf(),
             source,
         })?;
-        self.files()
+        let mut paths = self
+            .files()
             .into_iter()
             .map(|(name, text)| {
                 let path = dir.join(name);
@@ -447,7 +456,21 @@ impl Artifacts {
                 })?;
                 Ok(path)
             })
-            .collect()
+            .collect::<Result<Vec<_>, Error>>()?;
+        let weights_path = dir.join(weights::FILE_NAME);
+        if self.weights.is_empty() {
+            // A file left by an earlier compile into the same folder is not ours.
+            if weights_path.exists() {
+                std::fs::remove_file(&weights_path).map_err(|source| Error::Write {
+                    path: weights_path.clone(),
+                    source,
+                })?;
+            }
+        } else {
+            self.weights.write(&weights_path)?;
+            paths.push(weights_path);
+        }
+        Ok(paths)
     }
 }
 
@@ -479,6 +502,11 @@ pub fn compile_for(
     let schedule = start.elapsed();
     let start = Instant::now();
     let (file_name, code, info) = generate(&scheduled, plugin, &target, options)?;
+    let keys = match &info {
+        CodeInfo::Python { wrapper, .. } => &wrapper.weights,
+        CodeInfo::Cpp { wrapper, .. } => &wrapper.weights,
+    };
+    let weights = Weights::from_keys(&scheduled.program, keys);
     let codegen = start.elapsed();
     let debug = match pre_passes {
         Some(graph_pre_passes) => Some(DebugFiles {
@@ -498,6 +526,7 @@ pub fn compile_for(
         graph,
         scheduled,
         debug,
+        weights,
         timings: Timings {
             passes,
             schedule,

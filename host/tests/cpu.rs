@@ -274,7 +274,9 @@ fn run_default_flags(text: &str, inputs: &[kiln::tensor::Tensor]) -> Vec<kiln::t
     let built =
         kiln::runtime::compile::build(&artifacts.code, &compiler, &scratch("default_flags"))
             .expect("builds");
-    let module = kiln::runtime::Module::load(&built.library, &artifacts.scheduled).expect("loads");
+    let module =
+        kiln::runtime::Module::load(&built.library, &artifacts.scheduled, &artifacts.weights)
+            .expect("loads");
     module.run(inputs).expect("runs")
 }
 
@@ -607,8 +609,9 @@ fn compile_and_compare_with(
         .to_vec();
     let built = kiln::runtime::compile::build(output_source, &compiler, &scratch("prop"))
         .map_err(|e| e.to_string())?;
-    let module = kiln::runtime::Module::load(&built.library, &artifacts.scheduled)
-        .map_err(|e| e.to_string())?;
+    let module =
+        kiln::runtime::Module::load(&built.library, &artifacts.scheduled, &artifacts.weights)
+            .map_err(|e| e.to_string())?;
     let got = module.run(&inputs).map_err(|e| e.to_string())?;
     for (g, w) in got.iter().zip(&want) {
         let (v, r) = (g.to_vec(), w.to_vec());

@@ -43,7 +43,9 @@ pub struct CompileArgs {
     #[arg(long, value_name = "DEVICE[:INDEX]")]
     pub device: DeviceSpec,
 
-    /// The output folder, created if needed: output_code.py (or wrapper.cpp) goes there.
+    /// The output folder, created if needed: output_code.py (or wrapper.cpp) goes there, and
+    /// weights.safetensors beside it when the graph has constants of more than 64 elements (a
+    /// model's weights); the code reads that file, so keep the two together.
     #[arg(short = 'o', long = "out", value_name = "DIR", default_value = "out")]
     pub out: PathBuf,
 
@@ -75,8 +77,8 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     };
     options.triton.autotune = args.autotune;
     let artifacts = driver::compile(graph, &plugin, &options)?;
-    let elapsed = start.elapsed();
     let paths = artifacts.write_to(&args.out)?;
+    let elapsed = start.elapsed();
     eprintln!(
         "compiled {} for {} in {:.2} ms: {} kernel(s), {} extern call(s) -> {}",
         args.graph.file.display(),
@@ -88,5 +90,13 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
             .first()
             .map_or_else(String::new, |p| p.display().to_string())
     );
+    if !artifacts.weights.is_empty() {
+        eprintln!(
+            "weights: {} tensor(s), {:.1} MB -> {}",
+            artifacts.weights.entries.len(),
+            artifacts.weights.data_bytes() as f64 / 1e6,
+            args.out.join(crate::codegen::weights::FILE_NAME).display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

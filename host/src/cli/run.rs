@@ -80,7 +80,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
     let inputs = args.inputs.read(&graph)?;
     let building = super::progress::Activity::start("building the C++ library", None);
     let start = Instant::now();
-    let (module, built) = crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled)?;
+    let (module, built) =
+        crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled, &artifacts.weights)?;
     let build_time = start.elapsed();
     building.finish();
     eprintln!(

@@ -26,6 +26,7 @@ pub mod heuristics;
 pub mod keywords;
 pub mod namer;
 pub mod triton;
+pub mod weights;
 pub mod wrapper;
 
 use crate::schedule::ir::{Access, Kernel, Param, Program, Step};

@@ -139,8 +139,9 @@ fn run_against_reference(compiled: &Compiled) -> Result<(), String> {
         graph,
         artifacts,
     } = compiled;
-    let (module, _) = crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled)
-        .map_err(|e| format!("{name}: {}", report(&e)))?;
+    let (module, _) =
+        crate::runtime::build_and_load(&artifacts.code, &artifacts.scheduled, &artifacts.weights)
+            .map_err(|e| format!("{name}: {}", report(&e)))?;
     let metas: Vec<_> = graph
         .inputs()
         .iter()

@@ -230,14 +230,70 @@ pub enum ConstData {
     Values(Arc<[f64]>),
     /// every element the same (cheap for large constants)
     Fill(f64),
+    /// dense row-major little-endian elements of `dtype`, as a weights file
+    /// stores them (a model's weights keep their size: 4 bytes per float32,
+    /// not 8 per decoded value)
+    Bytes {
+        /// the dtype of the elements (the constant's own dtype)
+        dtype: DType,
+        /// `numel * dtype.size_bytes()` bytes
+        bytes: Arc<[u8]>,
+    },
 }
 
 impl ConstData {
-    /// The element at row-major position `i`.
+    /// The element at row-major position `i` (0 past the end).
     pub fn get(&self, i: usize) -> f64 {
         match self {
             ConstData::Values(v) => v.get(i).copied().unwrap_or(0.0),
             ConstData::Fill(x) => *x,
+            ConstData::Bytes { dtype, bytes } => {
+                let size = dtype.size_bytes();
+                i.checked_mul(size)
+                    .and_then(|at| bytes.get(at..at + size))
+                    .and_then(|b| dtype.decode_le(b).first().copied())
+                    .unwrap_or(0.0)
+            }
+        }
+    }
+
+    /// Elements stored (1 for a fill).
+    pub fn len(&self) -> usize {
+        match self {
+            ConstData::Values(v) => v.len(),
+            ConstData::Fill(_) => 1,
+            ConstData::Bytes { dtype, bytes } => bytes.len() / dtype.size_bytes(),
+        }
+    }
+
+    /// Whether nothing is stored (a constant with no elements).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The single value of a fill or of a one-element constant.
+    pub fn single(&self) -> Option<f64> {
+        match self {
+            ConstData::Fill(x) => Some(*x),
+            _ if self.len() == 1 => Some(self.get(0)),
+            _ => None,
+        }
+    }
+
+    /// The first `n` elements as dense little-endian storage of `dtype`
+    /// (a fill repeated; stored bytes of the same dtype borrowed as they are).
+    pub fn storage(&self, dtype: DType, n: usize) -> std::borrow::Cow<'_, [u8]> {
+        match self {
+            ConstData::Bytes { dtype: d, bytes }
+                if *d == dtype && bytes.len() == n * dtype.size_bytes() =>
+            {
+                std::borrow::Cow::Borrowed(&bytes[..])
+            }
+            ConstData::Values(v) if v.len() == n => std::borrow::Cow::Owned(dtype.encode_le(v)),
+            _ => {
+                let values: Vec<f64> = (0..n).map(|i| dtype.round(self.get(i))).collect();
+                std::borrow::Cow::Owned(dtype.encode_le(&values))
+            }
         }
     }
 }

@@ -24,11 +24,11 @@ fn arg_text(g: &Graph, a: &Arg) -> String {
 fn const_text(d: &ConstData) -> String {
     match d {
         ConstData::Fill(x) => format!("fill={x}"),
-        ConstData::Values(v) if v.len() <= 8 => {
-            let vs: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+        d if d.len() <= 8 => {
+            let vs: Vec<String> = (0..d.len()).map(|i| d.get(i).to_string()).collect();
             format!("[{}]", vs.join(", "))
         }
-        ConstData::Values(v) => format!("<{} values>", v.len()),
+        d => format!("<{} values>", d.len()),
     }
 }
 
@@ -134,8 +134,10 @@ fn json_attrs(op: &Op) -> serde_json::Value {
     if let Op::Constant { data } = op {
         return match data {
             ConstData::Fill(x) => json!({ "fill": x }),
-            ConstData::Values(v) if v.len() <= 8 => json!({ "values": v.to_vec() }),
-            ConstData::Values(v) => json!({ "value_count": v.len() }),
+            d if d.len() <= 8 => {
+                json!({ "values": (0..d.len()).map(|i| d.get(i)).collect::<Vec<_>>() })
+            }
+            d => json!({ "value_count": d.len() }),
         };
     }
     // Serde writes a variant with fields as `{"Variant": {fields}}`; the op's

@@ -326,6 +326,11 @@ pub fn constant(m: &TensorMeta, data: &ConstData) -> Tensor {
             offset: 0,
             data: std::sync::Arc::new(vec![m.dtype.round(*x)]),
         },
+        ConstData::Bytes { dtype, bytes } => {
+            let mut values = dtype.decode_le(bytes);
+            values.resize(n, 0.0);
+            Tensor::new(m.shape.clone(), m.dtype, values)
+        }
         ConstData::Values(_) => Tensor::new(
             m.shape.clone(),
             m.dtype,

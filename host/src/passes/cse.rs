@@ -76,13 +76,13 @@ fn key(op: &Op, args: &[Arg], outputs: &[crate::graph::TensorMeta]) -> Option<Ke
         Op::Input { .. } => return None,
         Op::Constant { data } => match data {
             _ if outputs.len() != 1 => return None,
-            ConstData::Values(v) if v.len() > MAX_KEYED_VALUES => return None,
-            ConstData::Values(v) => {
+            d if d.len() > MAX_KEYED_VALUES => return None,
+            ConstData::Values(_) | ConstData::Bytes { .. } => {
                 w.ints(&outputs[0].shape);
                 w.0.push(outputs[0].dtype as u64);
                 w.flag(true);
-                w.0.push(v.len() as u64);
-                v.iter().for_each(|&x| w.float(x));
+                w.0.push(data.len() as u64);
+                (0..data.len()).for_each(|i| w.float(data.get(i)));
             }
             ConstData::Fill(x) => {
                 w.ints(&outputs[0].shape);

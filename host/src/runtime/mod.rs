@@ -9,7 +9,9 @@ pub mod compile;
 
 use std::path::{Path, PathBuf};
 
+use crate::codegen::weights::Weights;
 use crate::graph::dtype::DType;
+use crate::graph::ops::ConstData;
 use crate::schedule::Scheduled;
 use crate::tensor::Tensor;
 
@@ -49,6 +51,12 @@ pub enum Error {
     /// `kiln_call` reported that an index tensor held a value out of range.
     #[error("the compiled program read an index out of range: a value of an index tensor (embedding, index or gather) lies outside the dim it indexes; check the inputs (token ids below the vocabulary size, say)")]
     IndexOutOfRange,
+    /// The weights could not be loaded.
+    #[error("{0}")]
+    Weights(String),
+    /// `kiln_call` reported that no weights were loaded.
+    #[error("the compiled program was called before its weights were loaded (kiln_load_weights or kiln_set_weights)")]
+    NoWeights,
     /// `kiln_call` reported a failure.
     #[error("the compiled program failed with status {0} (out of memory)")]
     Call(i32),
@@ -56,6 +64,10 @@ pub enum Error {
 
 type CallFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> i32;
 type CountFn = unsafe extern "C" fn() -> i32;
+type SetWeightsFn = unsafe extern "C" fn(*const *const u8) -> i32;
+type LoadWeightsFn = unsafe extern "C" fn(*const std::ffi::c_char) -> i32;
+type ErrorFn = unsafe extern "C" fn() -> *const std::ffi::c_char;
+type NameFn = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
 
 /// A tensor layout of the program's boundary.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,9 +103,31 @@ pub struct Module {
     // library) outlive a call, and unloading under them crashes the process.
     _lib: std::mem::ManuallyDrop<libloading::Library>,
     call: CallFn,
+    set_weights: SetWeightsFn,
+    load_weights: LoadWeightsFn,
+    last_error: ErrorFn,
+    // The weights handed to the library, kept alive while it may read them.
+    weights: Vec<Held>,
     path: PathBuf,
     inputs: Vec<Slot>,
     outputs: Vec<Slot>,
+}
+
+/// A weight's storage handed to the library.
+enum Held {
+    /// The compile's own bytes (aligned, in the dtype).
+    Shared(std::sync::Arc<[u8]>),
+    /// A dense copy, 8-byte aligned.
+    Words(Vec<u64>),
+}
+
+impl Held {
+    fn as_ptr(&self) -> *const u8 {
+        match self {
+            Held::Shared(b) => b.as_ptr(),
+            Held::Words(w) => w.as_ptr().cast::<u8>(),
+        }
+    }
 }
 
 /// Inputs laid out for `kiln_call`, reusable across calls (benchmarks).
@@ -109,8 +143,10 @@ fn bytes_of(words: &mut [u64]) -> &mut [u8] {
 }
 
 impl Module {
-    /// Opens the library at `path`, built from `scheduled`.
-    pub fn load(path: &Path, scheduled: &Scheduled) -> Result<Module, Error> {
+    /// Opens the library at `path`, built from `scheduled`, and hands it
+    /// `weights` (the compile's, in memory). A library with weights whose
+    /// `weights` are empty waits for [`Module::load_weights_file`].
+    pub fn load(path: &Path, scheduled: &Scheduled, weights: &Weights) -> Result<Module, Error> {
         let p = &scheduled.program;
         let load = |source| Error::Load {
             path: path.to_path_buf(),
@@ -128,6 +164,42 @@ impl Module {
                 lib.get(b"kiln_num_outputs\0").map_err(load)?;
             (*call, abi(), n_in(), n_out())
         };
+        let expected_abi = crate::codegen::wrapper::cpp::ABI_VERSION;
+        if abi != expected_abi {
+            return Err(Error::Mismatch {
+                path: path.to_path_buf(),
+                what: format!("ABI {abi}, expected ABI {expected_abi}"),
+            });
+        }
+        // SAFETY: as above; these exist from ABI 2 on, checked just now.
+        let (set_weights, load_weights, last_error, names) = unsafe {
+            let set: libloading::Symbol<SetWeightsFn> =
+                lib.get(b"kiln_set_weights\0").map_err(load)?;
+            let file: libloading::Symbol<LoadWeightsFn> =
+                lib.get(b"kiln_load_weights\0").map_err(load)?;
+            let err: libloading::Symbol<ErrorFn> = lib.get(b"kiln_last_error\0").map_err(load)?;
+            let count: libloading::Symbol<CountFn> =
+                lib.get(b"kiln_num_weights\0").map_err(load)?;
+            let name: libloading::Symbol<NameFn> = lib.get(b"kiln_weight_name\0").map_err(load)?;
+            let names: Vec<String> = (0..count())
+                .map(|i| {
+                    let p = name(i);
+                    if p.is_null() {
+                        String::new()
+                    } else {
+                        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+                    }
+                })
+                .collect();
+            (*set, *file, *err, names)
+        };
+        let keys: Vec<&str> = weights.entries.iter().map(|e| e.key.as_str()).collect();
+        if !weights.is_empty() && names != keys {
+            return Err(Error::Mismatch {
+                path: path.to_path_buf(),
+                what: format!("its weights are {names:?}, the compile's are {keys:?}"),
+            });
+        }
         let inputs: Vec<Slot> = p
             .inputs
             .iter()
@@ -163,13 +235,70 @@ impl Module {
                 ),
             });
         }
-        Ok(Module {
+        let mut module = Module {
             _lib: std::mem::ManuallyDrop::new(lib),
             call,
+            set_weights,
+            load_weights,
+            last_error,
+            weights: vec![],
             path: path.to_path_buf(),
             inputs,
             outputs,
-        })
+        };
+        if !weights.is_empty() {
+            module.set_weights(weights);
+        }
+        Ok(module)
+    }
+
+    /// Hands the library the compile's weights (kept by the module).
+    fn set_weights(&mut self, weights: &Weights) {
+        self.weights = weights
+            .entries
+            .iter()
+            .map(|e| {
+                let n = e.shape.iter().product();
+                match &e.data {
+                    ConstData::Bytes { dtype, bytes }
+                        if *dtype == e.dtype
+                            && bytes.len() as u64 == e.bytes()
+                            && (bytes.as_ptr() as usize).is_multiple_of(8) =>
+                    {
+                        Held::Shared(bytes.clone())
+                    }
+                    data => {
+                        // Dense storage in u64 words (8-byte aligned).
+                        let storage = data.storage(e.dtype, n);
+                        let mut words = vec![0u64; storage.len().div_ceil(8).max(1)];
+                        bytes_of(&mut words)[..storage.len()].copy_from_slice(&storage);
+                        Held::Words(words)
+                    }
+                }
+            })
+            .collect();
+        let pointers: Vec<*const u8> = self.weights.iter().map(Held::as_ptr).collect();
+        // SAFETY: one pointer per weight the library names (checked at load),
+        // each to dense storage of its size, kept alive in `self.weights`.
+        unsafe { (self.set_weights)(pointers.as_ptr()) };
+    }
+
+    /// Makes the library read its weights from the file at `path` (as a
+    /// deployment would), replacing any it had.
+    pub fn load_weights_file(&mut self, path: &Path) -> Result<(), Error> {
+        let text = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::Weights(format!("{}: a path with a NUL byte", path.display())))?;
+        // SAFETY: a NUL-terminated path; the library copies what it reads.
+        let status = unsafe { (self.load_weights)(text.as_ptr()) };
+        if status != 0 {
+            // SAFETY: the library returns a NUL-terminated static buffer.
+            let why = unsafe { std::ffi::CStr::from_ptr((self.last_error)()) }
+                .to_string_lossy()
+                .into_owned();
+            return Err(Error::Weights(why));
+        }
+        self.weights.clear();
+        Ok(())
     }
 
     /// The library's path.
@@ -236,6 +365,7 @@ impl Module {
         match status {
             0 => {}
             2 => return Err(Error::IndexOutOfRange),
+            3 => return Err(Error::NoWeights),
             s => return Err(Error::Call(s)),
         }
         Ok(())
@@ -305,9 +435,10 @@ pub fn memory_needed(scheduled: &Scheduled) -> Option<u64> {
 pub fn build_and_load(
     source: &str,
     scheduled: &Scheduled,
+    weights: &Weights,
 ) -> Result<(Module, compile::Built), Error> {
     let compiler = compile::Compiler::from_env()?;
     let built = compile::build(source, &compiler, &compile::cache_dir())?;
-    let module = Module::load(&built.library, scheduled)?;
+    let module = Module::load(&built.library, scheduled, weights)?;
     Ok((module, built))
 }

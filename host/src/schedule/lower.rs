@@ -265,12 +265,7 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
             }
             Op::Constant { data } => {
                 let meta = meta_of(graph, v0)?.clone();
-                let single = match data {
-                    ConstData::Fill(x) => Some(*x),
-                    ConstData::Values(v) if v.len() == 1 => Some(v[0]),
-                    ConstData::Values(_) => None,
-                };
-                match single {
+                match data.single() {
                     Some(value) => {
                         low.defs.insert(v0, Def::Literal { value });
                     }

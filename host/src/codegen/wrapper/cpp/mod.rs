@@ -7,9 +7,20 @@
 //!
 //! `inputs[i]` points to graph input `i`, dense row-major in its dtype
 //! (float16/bfloat16 as their raw 16 bits); `outputs[i]` to room for graph
-//! output `i`, written dense row-major. It returns 0, or 1 when memory ran out
-//! (nothing is leaked). `kiln_abi_version()`, `kiln_num_inputs()` and
-//! `kiln_num_outputs()` let a loader check what it opened. Intermediates
+//! output `i`, written dense row-major. It returns 0, 1 when memory ran out
+//! (nothing is leaked), 2 when an index tensor held a value out of range, or
+//! 3 when the weights were not loaded. `kiln_abi_version()`,
+//! `kiln_num_inputs()` and `kiln_num_outputs()` let a loader check what it
+//! opened.
+//!
+//! Large constants (a model's weights) are not in the library: they live in
+//! `weights.safetensors` beside it ([`crate::codegen::weights`]). Before the
+//! first call, a loader either calls `kiln_load_weights(path)`, which reads
+//! the file and checks every tensor's dtype and size (0, or 3 with the reason
+//! in `kiln_last_error()`), or hands over its own copies with
+//! `kiln_set_weights(pointers)`, one dense tensor per `kiln_weight_name(i)`,
+//! `i < kiln_num_weights()`, kept alive while the library is used. Neither
+//! may run concurrently with a call. Intermediates
 //! live in one arena laid out from the memory plan ([`layout`]): a buffer
 //! that reuses a dead one takes its storage, and storage whose last user has
 //! run is free for later buffers. By default the arena is kept per calling
@@ -29,6 +40,7 @@ use super::super::cpp::expr::{compute_type, float_text, int_text, storage_type};
 use super::super::cpp::prelude::{HELPERS, MATMUL};
 use super::super::cpp::{self, KernelInfo};
 use super::super::namer::{sanitize, word_set, Namer, WordSet};
+use super::super::weights;
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
 use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step, View};
@@ -36,7 +48,7 @@ use crate::schedule::Scheduled;
 use layout::Layout;
 
 /// Bumped when the entry points change.
-pub const ABI_VERSION: i32 = 1;
+pub const ABI_VERSION: i32 = 2;
 
 /// Why the wrapper could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +92,9 @@ pub struct Info {
     pub arena_bytes: u64,
     /// Kernels called per call.
     pub kernels: usize,
+    /// The constants read from the weights file, by key, in the order of
+    /// `kiln_set_weights`.
+    pub weights: Vec<(String, BufferId)>,
 }
 
 /// The names `wrapper.cpp` binds or uses besides the kernels' and the
@@ -90,6 +105,15 @@ pub const RESERVED: &[&str] = &[
     "kiln_num_outputs",
     "kiln_call",
     "kiln_copy_out",
+    "kiln_num_weights",
+    "kiln_weight_name",
+    "kiln_set_weights",
+    "kiln_load_weights",
+    "kiln_last_error",
+    "kiln_weight_specs",
+    "kiln_weights_ready",
+    "weights",
+    "found",
     "inputs",
     "outputs",
     "arena",
@@ -107,7 +131,7 @@ pub fn reserve(namer: &mut Namer, header: &str) {
     namer.reserve_set(word_set(
         &WORDS,
         &[cpp::RESERVED, RESERVED],
-        &[HELPERS, MATMUL, COPY_OUT],
+        &[HELPERS, MATMUL, COPY_OUT, WEIGHTS],
     ));
     namer.reserve_identifiers_in(header);
 }
@@ -179,7 +203,8 @@ pub fn write(
     writeln!(
         out,
         "// Entry point: extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs);\n\
-         // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, or 1 when out of memory."
+         // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,\n\
+         // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights)."
     )?;
     out.push_str(header);
     if !header.ends_with('\n') {
@@ -190,9 +215,14 @@ pub fn write(
         out.push_str(MATMUL);
     }
     out.push_str(COPY_OUT);
+    let weights = weight_keys(p, &name);
+    if !weights.is_empty() {
+        out.push_str(WEIGHTS);
+    }
     out.push('\n');
     out.push_str(&kernels.source);
     write_constants(&mut out, p, &name)?;
+    write_weights(&mut out, p, &weights)?;
     writeln!(
         out,
         "\nextern \"C\" int kiln_abi_version(void) {{ return {ABI_VERSION}; }}"
@@ -211,34 +241,49 @@ pub fn write(
         out,
         "extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs) {{"
     )?;
+    if !weights.is_empty() {
+        writeln!(out, "    if (!kiln_weights_ready) return 3;")?;
+    }
     let arena_bytes = body(&mut out, scheduled, &by_step, options, &name)?;
     out.push_str("}\n");
     let info = Info {
         abi_version: ABI_VERSION,
         arena_bytes,
         kernels: kernels.info.len(),
+        weights,
     };
     Ok((out, info))
 }
 
-/// Constants with values, as static arrays in the library.
+/// The constants read from the weights file, with their keys.
+fn weight_keys(p: &Program, name: &dyn Fn(BufferId) -> String) -> Vec<(String, BufferId)> {
+    (0..p.buffers.len())
+        .map(|i| BufferId(i as u32))
+        .filter(|&b| weights::in_file(p, b))
+        .filter(|&b| {
+            p.steps.iter().any(|s| s.reads().contains(&b)) || p.outputs.iter().any(|o| o.buf == b)
+        })
+        .map(|b| (name(b), b))
+        .collect()
+}
+
+/// Small constants with values, as static arrays in the library.
 fn write_constants(
     out: &mut String,
     p: &Program,
     name: &dyn Fn(BufferId) -> String,
 ) -> std::fmt::Result {
     for (i, b) in p.buffers.iter().enumerate() {
-        if let BufferKind::Constant {
-            data: ConstData::Values(values),
-        } = &b.kind
-        {
+        let id = BufferId(i as u32);
+        if let BufferKind::Constant { data } = &b.kind {
+            if matches!(data, ConstData::Fill(_)) || weights::in_file(p, id) {
+                continue;
+            }
             let n = b.numel().max(0) as usize;
             if n == 0 {
                 continue;
             }
-            let items: Vec<String> = (0..n)
-                .map(|j| element_text(values.get(j).copied().unwrap_or(0.0), b.dtype))
-                .collect();
+            let items: Vec<String> = (0..n).map(|j| element_text(data.get(j), b.dtype)).collect();
             writeln!(
                 out,
                 "static const {} {}[{n}] = {{{}}};",
@@ -247,6 +292,94 @@ fn write_constants(
                 items.join(", ")
             )?;
         }
+    }
+    Ok(())
+}
+
+/// The weights' pointers and the entry points that set them. Every
+/// program has the entry points (a loader needs no special case); one without
+/// weights sets nothing.
+fn write_weights(
+    out: &mut String,
+    p: &Program,
+    weights: &[(String, BufferId)],
+) -> std::fmt::Result {
+    let n = weights.len();
+    writeln!(out)?;
+    if n > 0 {
+        writeln!(
+            out,
+            "// Weights: read from {} by kiln_load_weights(path), or handed over by kiln_set_weights.",
+            weights::FILE_NAME
+        )?;
+        for (key, b) in weights {
+            writeln!(
+                out,
+                "static const {}* {key} = nullptr;",
+                storage_type(p.buffer(*b).dtype)
+            )?;
+        }
+        writeln!(out, "static bool kiln_weights_ready = false;")?;
+        writeln!(
+            out,
+            "static const KilnWeightSpec kiln_weight_specs[{n}] = {{"
+        )?;
+        for (key, b) in weights {
+            let buf = p.buffer(*b);
+            let bytes = buf.numel().max(0) as u64 * buf.dtype.size_bytes() as u64;
+            writeln!(
+                out,
+                "    {{\"{key}\", \"{}\", {bytes}ull}},",
+                weights::header_name(buf.dtype)
+            )?;
+        }
+        writeln!(out, "}};")?;
+    }
+    writeln!(
+        out,
+        "extern \"C\" int kiln_num_weights(void) {{ return {n}; }}"
+    )?;
+    if n > 0 {
+        writeln!(
+            out,
+            "extern \"C\" const char* kiln_weight_name(int i) {{ return i >= 0 && i < {n} ? kiln_weight_specs[i].key : nullptr; }}"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "extern \"C\" const char* kiln_weight_name(int) {{ return nullptr; }}"
+        )?;
+    }
+    writeln!(
+        out,
+        "extern \"C\" int kiln_set_weights([[maybe_unused]] const void* const* weights) {{"
+    )?;
+    for (i, (key, b)) in weights.iter().enumerate() {
+        writeln!(
+            out,
+            "    {key} = static_cast<const {}*>(weights[{i}]);",
+            storage_type(p.buffer(*b).dtype)
+        )?;
+    }
+    if n > 0 {
+        writeln!(out, "    kiln_weights_ready = true;")?;
+    }
+    writeln!(out, "    return 0;\n}}")?;
+    if n > 0 {
+        writeln!(
+            out,
+            "extern \"C\" int kiln_load_weights(const char* path) {{\n    \
+             const void* found[{n}];\n    \
+             if (kiln_read_weights(path, kiln_weight_specs, {n}, found) != 0) return 3;\n    \
+             return kiln_set_weights(found);\n}}\n\
+             extern \"C\" const char* kiln_last_error(void) {{ return kiln_error_text; }}"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "extern \"C\" int kiln_load_weights(const char*) {{ return 0; }}\n\
+             extern \"C\" const char* kiln_last_error(void) {{ return \"\"; }}"
+        )?;
     }
     Ok(())
 }
@@ -544,6 +677,134 @@ fn copy_out(
     }
     Ok(())
 }
+
+/// Reads a weights file (safetensors, as [`weights::Weights::write`]
+/// writes it) into memory and finds every tensor the program needs by its
+/// key, checking its dtype and byte size; the reason of a failure is left in
+/// `kiln_error_text`. The header is searched, not fully parsed: each tensor's
+/// entry is an object without nested objects, and Kiln's keys are plain
+/// identifiers.
+const WEIGHTS: &str = r#"
+
+#include <cerrno>
+#include <cstdio>
+
+struct KilnWeightSpec {
+    const char* key;
+    const char* dtype;
+    uint64_t bytes;
+};
+static char kiln_error_text[768] = "";
+static unsigned char* kiln_weights_file = nullptr;
+
+static int kiln_weights_fail(const char* path, const char* what, const char* key) {
+    std::snprintf(kiln_error_text, sizeof kiln_error_text,
+                  "weights file %s: %s%s%s; keep the files `host compile` wrote together, or compile again",
+                  path, what, key != nullptr ? " " : "", key != nullptr ? key : "");
+    return 1;
+}
+
+static const char* kiln_json_blank(const char* p, const char* end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+    return p;
+}
+
+// The value after `"name":` at or after `from`, or nullptr.
+static const char* kiln_json_field(const char* from, const char* end, const char* name) {
+    const size_t n = std::strlen(name);
+    for (const char* p = from; p + n + 2 <= end; ++p) {
+        if (*p != '"' || std::memcmp(p + 1, name, n) != 0 || p[n + 1] != '"') continue;
+        const char* q = kiln_json_blank(p + n + 2, end);
+        if (q < end && *q == ':') return kiln_json_blank(q + 1, end);
+    }
+    return nullptr;
+}
+
+static bool kiln_json_uint(const char** at, const char* end, uint64_t* out) {
+    const char* p = kiln_json_blank(*at, end);
+    uint64_t v = 0;
+    bool any = false;
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (v > (UINT64_MAX - 9) / 10) return false;
+        v = v * 10 + static_cast<uint64_t>(*p - '0');
+        ++p;
+        any = true;
+    }
+    *at = kiln_json_blank(p, end);
+    *out = v;
+    return any;
+}
+
+static int kiln_read_weights(const char* path, const KilnWeightSpec* specs, int n, const void** found) {
+    std::FILE* f = std::fopen(path, "rb");
+    if (f == nullptr) return kiln_weights_fail(path, std::strerror(errno), nullptr);
+    long size = -1;
+    if (std::fseek(f, 0, SEEK_END) == 0) size = std::ftell(f);
+    if (size < 0 || std::fseek(f, 0, SEEK_SET) != 0) {
+        std::fclose(f);
+        return kiln_weights_fail(path, "cannot be read", nullptr);
+    }
+    unsigned char* bytes = static_cast<unsigned char*>(std::malloc(size > 0 ? static_cast<size_t>(size) : 1));
+    if (bytes == nullptr) {
+        std::fclose(f);
+        return kiln_weights_fail(path, "out of memory reading it", nullptr);
+    }
+    const size_t got = std::fread(bytes, 1, static_cast<size_t>(size), f);
+    std::fclose(f);
+    const uint64_t total = got;
+    uint64_t header = 0;
+    if (total >= 8) {
+        for (int i = 7; i >= 0; --i) header = (header << 8) | bytes[i];
+    }
+    if (got != static_cast<size_t>(size) || total < 8 || header > total - 8) {
+        std::free(bytes);
+        return kiln_weights_fail(path, "is truncated or not a safetensors file", nullptr);
+    }
+    const char* h = reinterpret_cast<const char*>(bytes + 8);
+    const char* hend = h + header;
+    const unsigned char* data = bytes + 8 + header;
+    const uint64_t data_size = total - 8 - header;
+    for (int i = 0; i < n; ++i) {
+        const char* entry = kiln_json_field(h, hend, specs[i].key);
+        if (entry == nullptr || *entry != '{') {
+            std::free(bytes);
+            return kiln_weights_fail(path, "has no tensor", specs[i].key);
+        }
+        const char* close = entry;
+        while (close < hend && *close != '}') ++close;
+        const char* dtype = kiln_json_field(entry, close, "dtype");
+        const size_t dlen = std::strlen(specs[i].dtype);
+        if (dtype == nullptr || dtype + dlen + 2 > close || *dtype != '"' ||
+            std::memcmp(dtype + 1, specs[i].dtype, dlen) != 0 || dtype[dlen + 1] != '"') {
+            std::free(bytes);
+            return kiln_weights_fail(path, "holds another dtype than the code expects for", specs[i].key);
+        }
+        const char* at = kiln_json_field(entry, close, "data_offsets");
+        uint64_t begin = 0, stop = 0;
+        bool ok = at != nullptr && *at == '[';
+        if (ok) {
+            ++at;
+            ok = kiln_json_uint(&at, close, &begin) && at < close && *at == ',';
+        }
+        if (ok) {
+            ++at;
+            ok = kiln_json_uint(&at, close, &stop) && at < close && *at == ']';
+        }
+        if (!ok || stop < begin || stop - begin != specs[i].bytes) {
+            std::free(bytes);
+            return kiln_weights_fail(path, "holds another size than the code expects for", specs[i].key);
+        }
+        if (stop > data_size) {
+            std::free(bytes);
+            return kiln_weights_fail(path, "is truncated: its end cuts off", specs[i].key);
+        }
+        found[i] = data + begin;
+    }
+    std::free(kiln_weights_file);
+    kiln_weights_file = bytes;
+    return 0;
+}
+"#;
 
 /// Gathers a strided view into dense row-major memory.
 const COPY_OUT: &str = r#"

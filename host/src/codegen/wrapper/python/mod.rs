@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use super::super::namer::{sanitize, word_set, Namer, WordSet};
 use super::super::triton::expr::float_text;
 use super::super::triton::{self, KernelInfo};
+use super::super::weights;
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
 use crate::plugins::TritonTargetOwned;
@@ -84,6 +85,8 @@ pub struct Info {
     pub inputs: Vec<String>,
     /// Kernels launched per call.
     pub kernels: usize,
+    /// The constants read from the weights file, by key.
+    pub weights: Vec<(String, BufferId)>,
 }
 
 /// The names `output_code.py` binds or uses besides the kernels': imports,
@@ -96,6 +99,8 @@ pub const RESERVED: &[&str] = &[
     "TRITON_TARGET",
     "_CONSTANTS",
     "_constants",
+    "_load_weights",
+    "WEIGHTS_FILE",
     "call",
     "args",
     "stream0",
@@ -180,7 +185,7 @@ pub fn write(
     writeln!(out)?;
     write_target(&mut out, strings.triton_target.as_ref())?;
     write_meta(&mut out, &kernels.info)?;
-    write_constants(&mut out, p, &names)?;
+    let weights = write_constants(&mut out, p, &names)?;
     let writer = call::CallWriter {
         scheduled,
         names: &names,
@@ -192,6 +197,7 @@ pub fn write(
     let info = Info {
         inputs: p.inputs.iter().map(|b| names[b].clone()).collect(),
         kernels: kernels.info.len(),
+        weights,
     };
     Ok((out, info))
 }
@@ -272,15 +278,29 @@ fn constant_buffers(p: &Program) -> Vec<BufferId> {
         .collect()
 }
 
-/// `_constants()`: the program's constants, created on the device once.
+/// `_constants()`: the program's constants, created on the device once,
+/// the large ones read from the weights file. Returns the keys of those.
 fn write_constants(
     out: &mut String,
     p: &Program,
     names: &HashMap<BufferId, String>,
-) -> std::fmt::Result {
+) -> Result<Vec<(String, BufferId)>, std::fmt::Error> {
     let constants = constant_buffers(p);
     if constants.is_empty() {
-        return Ok(());
+        return Ok(vec![]);
+    }
+    let weights: Vec<(String, BufferId)> = constants
+        .iter()
+        .filter(|&&b| weights::in_file(p, b))
+        .map(|&b| (names[&b].clone(), b))
+        .collect();
+    if !weights.is_empty() {
+        writeln!(out)?;
+        writeln!(out)?;
+        writeln!(out, "WEIGHTS_FILE = {}", py_str(weights::FILE_NAME))?;
+        writeln!(out)?;
+        writeln!(out)?;
+        out.push_str(LOAD_WEIGHTS);
     }
     writeln!(out)?;
     writeln!(out)?;
@@ -291,6 +311,21 @@ fn write_constants(
     writeln!(out, "    # Created once, on the device, on first use.")?;
     writeln!(out, "    global _CONSTANTS")?;
     writeln!(out, "    if _CONSTANTS is None:")?;
+    if !weights.is_empty() {
+        writeln!(out, "        weights = _load_weights({{")?;
+        for (key, b) in &weights {
+            let buf = p.buffer(*b);
+            writeln!(
+                out,
+                "            {}: ({}, {}, {}),",
+                py_str(key),
+                py_str(&weights::header_name(buf.dtype)),
+                torch_dtype(buf.dtype),
+                tuple(&buf.shape)
+            )?;
+        }
+        writeln!(out, "        }})")?;
+    }
     writeln!(out, "        _CONSTANTS = (")?;
     for b in constants {
         let buf = p.buffer(b);
@@ -299,13 +334,15 @@ fn write_constants(
         };
         let dtype = torch_dtype(buf.dtype);
         let text = match data {
+            _ if weights::in_file(p, b) => format!("weights[{}]", py_str(&names[&b])),
             ConstData::Fill(v) => format!(
                 "torch.full({}, {}, dtype={dtype}, device=DEVICE)",
                 tuple(&buf.shape),
                 float_text(*v)
             ),
-            ConstData::Values(values) => {
-                let list: Vec<String> = values.iter().map(|v| float_text(*v)).collect();
+            data => {
+                let n = buf.numel().max(0) as usize;
+                let list: Vec<String> = (0..n).map(|i| float_text(data.get(i))).collect();
                 format!(
                     "torch.tensor([{}], dtype={dtype}).reshape({}).to(DEVICE)",
                     list.join(", "),
@@ -317,8 +354,56 @@ fn write_constants(
     }
     writeln!(out, "        )")?;
     writeln!(out, "    return _CONSTANTS")?;
-    Ok(())
+    Ok(weights)
 }
+
+/// `_load_weights(expected)`: the tensors of the weights file beside this
+/// file, memory-mapped and copied to the device, each checked against the
+/// dtype and shape the code expects.
+const LOAD_WEIGHTS: &str = r#"def _load_weights(expected):
+    # The weights file `host compile` wrote beside this file (safetensors:
+    # an 8-byte header length, a JSON header, the data), memory-mapped.
+    import json
+    import mmap
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), WEIGHTS_FILE)
+    again = "keep the files `host compile` wrote together, or compile again"
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise RuntimeError(f"Kiln: cannot open the weights file {path}: {e.strerror}; {again}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 0 or 8 + n > size:
+            raise RuntimeError(f"Kiln: {path} is truncated or not a safetensors file ({size} bytes); {again}")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise RuntimeError(f"Kiln: {path} has an unreadable header ({e}); {again}") from None
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    tensors = {}
+    for key, (st_dtype, dtype, shape) in expected.items():
+        meta = header.get(key)
+        if not isinstance(meta, dict):
+            raise RuntimeError(f"Kiln: {path} has no tensor `{key}`; {again}")
+        if meta.get("dtype") != st_dtype or tuple(meta.get("shape", ())) != shape:
+            raise RuntimeError(
+                f"Kiln: {path}: tensor `{key}` is {meta.get('dtype')}{list(meta.get('shape', ()))}, "
+                f"the code expects {st_dtype}{list(shape)}; {again}"
+            )
+        start, end = meta["data_offsets"]
+        numel = 1
+        for d in shape:
+            numel *= d
+        if end - start != numel * dtype.itemsize or 8 + n + end > size:
+            raise RuntimeError(f"Kiln: {path} is truncated: tensor `{key}` lies past its end ({size} bytes); {again}")
+        t = torch.frombuffer(data, dtype=dtype, count=numel, offset=8 + n + start)
+        tensors[key] = t.reshape(shape).to(DEVICE)
+    return tensors
+"#;
 
 /// A Python string literal of `text`, escaped (and ASCII-only), so that no
 /// text from outside Kiln can end the literal or the line.

@@ -8,6 +8,7 @@
 
 use super::Pt2Error;
 use std::io::{Read, Seek};
+use std::sync::Arc;
 use zip::ZipArchive;
 
 /// The most a member's read reserves before any of its bytes arrive.
@@ -141,6 +142,51 @@ impl<R: Read + Seek> Archive<R> {
         }
         self.read_so_far += n;
         Ok(out)
+    }
+
+    /// Reads the first `need` bytes of a member into one shared buffer of
+    /// exactly that size (a weight: nothing is copied after the read, and no
+    /// reservation grows past it). `need` counts against the cap; a member
+    /// shorter than `need` is an error naming both sizes.
+    pub(super) fn read_prefix(&mut self, name: &str, need: u64) -> Result<Arc<[u8]>, Pt2Error> {
+        if !self.has(name) {
+            return Err(Pt2Error::MissingMember(name.into()));
+        }
+        let budget = self.limits.max_total_bytes.saturating_sub(self.read_so_far);
+        let file = self.zip.by_name(name).map_err(|e| Pt2Error::Member {
+            member: name.into(),
+            message: e.to_string(),
+        })?;
+        if need > budget {
+            return Err(Pt2Error::TooLarge {
+                member: name.into(),
+                max: self.limits.max_total_bytes,
+            });
+        }
+        let short = |have: u64| Pt2Error::Member {
+            member: name.into(),
+            message: format!("holds {have} bytes, its tensor needs {need}"),
+        };
+        if file.size() < need {
+            return Err(short(file.size()));
+        }
+        let n = usize::try_from(need).map_err(|_| short(file.size()))?;
+        let mut buffer = Arc::<[u8]>::new_uninit_slice(n);
+        for slot in Arc::get_mut(&mut buffer).into_iter().flatten() {
+            slot.write(0);
+        }
+        // SAFETY: a new Arc has one owner, so `get_mut` gave every element,
+        // and each was written just above.
+        let mut buffer = unsafe { buffer.assume_init() };
+        let bytes = Arc::get_mut(&mut buffer).ok_or_else(|| short(0))?;
+        file.take(need)
+            .read_exact(bytes)
+            .map_err(|e| Pt2Error::Member {
+                member: name.into(),
+                message: format!("reading {need} bytes: {e}"),
+            })?;
+        self.read_so_far += need;
+        Ok(buffer)
     }
 }
 

@@ -243,8 +243,10 @@ impl<R: Read + Seek> Payloads<'_, R> {
                     max: self.max_bytes,
                 });
             }
-            let bytes = self.archive.read(&member)?;
-            return gather(&bytes, key, dtype, &shape, &strides, offset).map(ConstData::Values);
+            let need = extent_bytes(key, dtype, &shape, &strides, offset)?;
+            let stored = self.archive.read_prefix(&member, need)?;
+            let bytes = gather(stored, key, dtype, &shape, &strides, offset)?;
+            return Ok(ConstData::Bytes { dtype, bytes });
         }
         Err(Pt2Error::Weight {
             name: key.into(),
@@ -285,22 +287,20 @@ fn layout(m: &schema::TensorMeta, key: &str) -> Result<Layout, Pt2Error> {
     Ok((dtype, shape, strides, offset))
 }
 
-/// The row-major elements of a strided tensor stored in `bytes`.
-fn gather(
-    bytes: &[u8],
+/// The bytes of storage a strided tensor's layout reaches (0 for no elements).
+fn extent_bytes(
     key: &str,
     dtype: crate::graph::DType,
     shape: &[i64],
     strides: &[i64],
     offset: i64,
-) -> Result<Arc<[f64]>, Pt2Error> {
+) -> Result<u64, Pt2Error> {
     let overflow = || Pt2Error::Overflow {
         tensor: key.into(),
         message: "the storage extent does not fit in 64 bits".into(),
     };
-    let numel: i64 = shape.iter().product();
-    if numel == 0 {
-        return Ok(Arc::from(Vec::new()));
+    if shape.iter().product::<i64>() == 0 {
+        return Ok(0);
     }
     // One past the last element read, in elements.
     let mut end = offset.checked_add(1).ok_or_else(overflow)?;
@@ -310,23 +310,52 @@ fn gather(
             .and_then(|x| end.checked_add(x))
             .ok_or_else(overflow)?;
     }
-    let elem = dtype.size_bytes() as i64;
-    let need = end.checked_mul(elem).ok_or_else(overflow)?;
-    if (bytes.len() as u64) < need as u64 {
+    let need = end
+        .checked_mul(dtype.size_bytes() as i64)
+        .ok_or_else(overflow)?;
+    Ok(need.max(0) as u64)
+}
+
+/// The row-major elements of a strided tensor whose storage is `stored` (as
+/// much as its layout reaches), as dense little-endian storage of `dtype`:
+/// `stored` itself when the layout is already dense, so that weights are
+/// never copied nor decoded.
+fn gather(
+    stored: Arc<[u8]>,
+    key: &str,
+    dtype: crate::graph::DType,
+    shape: &[i64],
+    strides: &[i64],
+    offset: i64,
+) -> Result<Arc<[u8]>, Pt2Error> {
+    let numel: i64 = shape.iter().product();
+    if numel == 0 {
+        return Ok(Arc::from(Vec::new()));
+    }
+    let elem = dtype.size_bytes();
+    let need = extent_bytes(key, dtype, shape, strides, offset)?;
+    if (stored.len() as u64) < need {
         return Err(Pt2Error::Weight {
             name: key.into(),
             message: format!(
                 "the stored file has {} bytes, its layout needs {need}",
-                bytes.len()
+                stored.len()
             ),
         });
     }
-    let stored = dtype.decode_le(&bytes[..need as usize]);
-    let mut out = Vec::with_capacity(numel as usize);
+    let dense = offset == 0
+        && crate::graph::shape::contiguous_strides(shape)
+            .iter()
+            .zip(strides.iter().zip(shape))
+            .all(|(c, (s, d))| *d == 1 || c == s);
+    if dense && stored.len() == numel as usize * elem {
+        return Ok(stored);
+    }
+    let mut out = Vec::with_capacity(numel as usize * elem);
     let mut index = vec![0i64; shape.len()];
     for _ in 0..numel {
-        let at: i64 = offset + index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>();
-        out.push(stored.get(at as usize).copied().unwrap_or(0.0));
+        let at = (offset + index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>()) as usize;
+        out.extend_from_slice(&stored[at * elem..(at + 1) * elem]);
         for d in (0..shape.len()).rev() {
             index[d] += 1;
             if index[d] < shape[d] {

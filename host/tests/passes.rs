@@ -50,3 +50,134 @@ fn json_renders_every_node() {
     let j: serde_json::Value = serde_json::from_str(&print::to_json(&g)).unwrap();
     assert_eq!(j["nodes"].as_array().unwrap().len(), 6);
 }
+
+/// A convolution followed by a batch norm, written in the TOML format: every operand of
+/// the batch norm a constant (`gamma`/`beta` left out where `affine` is false).
+fn conv_bn_toml(conv_bias: bool, affine: bool, groups: i64, extra_reader: bool) -> String {
+    let (cin, cout) = (4, 4);
+    let vals = |n: usize, seed: f64, lo: f64| -> String {
+        let v: Vec<String> = (0..n)
+            .map(|i| format!("{:.4}", lo + ((i as f64 * 0.61 + seed).sin() + 1.0) * 0.5))
+            .collect();
+        format!("[{}]", v.join(", "))
+    };
+    let wn = (cout * (cin / groups) * 9) as usize;
+    let mut t = format!(
+        r#"format = "kiln-graph/1"
+name = "conv_bn"
+outputs = ["y"]
+
+[[inputs]]
+name = "x"
+shape = [2, {cin}, 6, 6]
+dtype = "float32"
+
+[[constants]]
+name = "w"
+shape = [{cout}, {}, 3, 3]
+dtype = "float32"
+values = {}
+
+[[constants]]
+name = "mean"
+shape = [{cout}]
+dtype = "float32"
+values = {}
+
+[[constants]]
+name = "var"
+shape = [{cout}]
+dtype = "float32"
+values = {}
+"#,
+        cin / groups,
+        vals(wn, 0.3, -1.0),
+        vals(cout as usize, 1.1, -0.5),
+        vals(cout as usize, 2.3, 0.2),
+    );
+    for (name, seed) in [("b", 0.7), ("gamma", 3.1), ("beta", 4.2)] {
+        t += &format!(
+            "\n[[constants]]\nname = \"{name}\"\nshape = [{cout}]\ndtype = \"float32\"\nvalues = {}\n",
+            vals(cout as usize, seed, -0.5)
+        );
+    }
+    let conv_args = if conv_bias {
+        r#"["x", "w", "b"]"#
+    } else {
+        r#"["x", "w"]"#
+    };
+    // Without the affine parameters, the statistics are given by name.
+    let (bn_args, stats) = if affine {
+        (r#"["c", "gamma", "beta", "mean", "var"]"#, "")
+    } else {
+        (
+            r#"["c"]"#,
+            r#"running_mean = "mean", running_var = "var", "#,
+        )
+    };
+    t += &format!(
+        r#"
+[[nodes]]
+name = "c"
+op = "conv2d"
+args = {conv_args}
+attrs = {{ padding = [1, 1], groups = {groups} }}
+
+[[nodes]]
+name = "n"
+op = "batch_norm"
+args = {bn_args}
+attrs = {{ {stats}training = false, momentum = 0.1, eps = 0.001, cudnn_enabled = false }}
+"#
+    );
+    let last = if extra_reader {
+        t += "\n[[nodes]]\nname = \"both\"\nop = \"add\"\nargs = [\"n\", \"c\"]\n";
+        "both"
+    } else {
+        "n"
+    };
+    t += &format!("\n[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"{last}\"]\n");
+    t
+}
+
+#[test]
+fn batch_norm_folds_into_the_convolution_before_it() {
+    use kiln::graph::{parse_toml, Op};
+    let has_bn = |g: &kiln::graph::Graph| {
+        g.node_ids()
+            .any(|n| matches!(g.node(n).unwrap().op, Op::BatchNorm { .. }))
+    };
+    for conv_bias in [false, true] {
+        for affine in [false, true] {
+            for groups in [1, 2, 4] {
+                for extra_reader in [false, true] {
+                    let what = format!(
+                        "conv bias {conv_bias}, affine {affine}, groups {groups}, conv read twice {extra_reader}"
+                    );
+                    let g = parse_toml(&conv_bn_toml(conv_bias, affine, groups, extra_reader))
+                        .unwrap_or_else(|e| panic!("{what}: {}", kiln::diag::report(&e)));
+                    assert!(has_bn(&g));
+                    let metas = vec![g.node(g.inputs()[0]).unwrap().outputs[0].clone()];
+                    let inputs = kiln::tensor_io::random_inputs(&metas, 3);
+                    let before = kiln::interp::evaluate(&g, &inputs).unwrap();
+                    let mut folded = g.clone();
+                    let stats = kiln::passes::fold_bn::run(&mut folded).unwrap();
+                    kiln::graph::revalidate(&mut folded).unwrap();
+                    // A convolution whose output something else reads too keeps its
+                    // batch norm.
+                    assert_eq!(stats.changed, usize::from(!extra_reader), "{what}");
+                    assert_eq!(has_bn(&folded), extra_reader, "{what}");
+                    let mut piped = g.clone();
+                    kiln::passes::run_pipeline(&mut piped).unwrap();
+                    for h in [&folded, &piped] {
+                        let after = kiln::interp::evaluate(h, &inputs).unwrap();
+                        let want = before[0].to_vec();
+                        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
+                        let e = max_rel_err(&after[0].to_vec(), &want, scale);
+                        assert!(e < 1e-5, "{what}: {e}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@ use kiln::graph::front::pt2::{read_pt2, Limits, Pt2Options};
 use kiln::graph::ir::{Graph, TensorMeta};
 use kiln::graph::{load, load_with, LoadOptions, Op};
 use kiln::tensor::Tensor;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -607,4 +607,410 @@ fn a_member_size_read_from_the_archive_is_never_trusted_for_an_allocation() {
         "{err}"
     );
     assert!(err.contains("--max-memory"), "{err}");
+}
+
+// ---- higher-order ops: wrap_with_set_grad_enabled ----
+
+const WRAP: &str = "torch.ops.higher_order.wrap_with_set_grad_enabled";
+
+/// The export schema's `TensorMeta` of a contiguous float32 tensor.
+fn f32_meta(shape: &[i64]) -> Value {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let ints = |v: &[i64]| v.iter().map(|d| json!({ "as_int": d })).collect::<Vec<_>>();
+    json!({
+        "dtype": 7,
+        "sizes": ints(shape),
+        "strides": ints(&strides),
+        "storage_offset": {"as_int": 0},
+        "requires_grad": false,
+        "device": {"type": "cpu"},
+        "layout": 7
+    })
+}
+
+fn tensor_arg(name: &str) -> Value {
+    json!({ "as_tensor": { "name": name } })
+}
+
+/// An ATen node of two tensor operands (`self`, `other`) and one output.
+fn binary(target: &str, a: &str, b: &str, out: &str) -> Value {
+    json!({
+        "target": target,
+        "inputs": [
+            {"name": "self", "arg": tensor_arg(a), "kind": 1},
+            {"name": "other", "arg": tensor_arg(b), "kind": 1}
+        ],
+        "outputs": [tensor_arg(out)],
+        "name": out
+    })
+}
+
+fn relu(a: &str, out: &str) -> Value {
+    json!({
+        "target": "torch.ops.aten.relu.default",
+        "inputs": [{"name": "self", "arg": tensor_arg(a), "kind": 1}],
+        "outputs": [tensor_arg(out)],
+        "name": out
+    })
+}
+
+/// A graph (the program's or a subgraph) whose tensors are all float32 `[2, 3]`.
+fn fx_graph(inputs: &[&str], nodes: Vec<Value>, outputs: &[&str], tensors: &[&str]) -> Value {
+    let values: serde_json::Map<String, Value> = tensors
+        .iter()
+        .map(|t| (t.to_string(), f32_meta(&[2, 3])))
+        .collect();
+    json!({
+        "inputs": inputs.iter().map(|t| tensor_arg(t)).collect::<Vec<_>>(),
+        "outputs": outputs.iter().map(|t| tensor_arg(t)).collect::<Vec<_>>(),
+        "nodes": nodes,
+        "tensor_values": values,
+        "sym_int_values": {},
+        "sym_bool_values": {},
+        "is_single_tensor_return": outputs.len() == 1
+    })
+}
+
+/// A `wrap_with_set_grad_enabled(False, submodule, *operands)` node, as
+/// `serialize_hoo_inputs` writes it: positional arguments with empty names.
+fn wrap_node(name: &str, submodule: &str, sub: Value, operands: &[&str], outs: &[&str]) -> Value {
+    let mut inputs = vec![
+        json!({"name": "", "arg": {"as_bool": false}, "kind": 1}),
+        json!({"name": "", "arg": {"as_graph": {"name": submodule, "graph": sub}}, "kind": 1}),
+    ];
+    inputs.extend(
+        operands
+            .iter()
+            .map(|t| json!({"name": "", "arg": tensor_arg(t), "kind": 1})),
+    );
+    json!({
+        "target": WRAP,
+        "inputs": inputs,
+        "outputs": outs.iter().map(|t| tensor_arg(t)).collect::<Vec<_>>(),
+        "metadata": {},
+        "name": name
+    })
+}
+
+/// A `.pt2` archive of `graph` with user inputs `inputs` and user outputs `outputs`
+/// (no weights).
+fn program(graph: Value, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+    let model = json!({
+        "graph_module": {
+            "graph": graph,
+            "signature": {
+                "input_specs": inputs.iter()
+                    .map(|t| json!({"user_input": {"arg": tensor_arg(t)}}))
+                    .collect::<Vec<_>>(),
+                "output_specs": outputs.iter()
+                    .map(|t| json!({"user_output": {"arg": tensor_arg(t)}}))
+                    .collect::<Vec<_>>()
+            },
+            "module_call_graph": []
+        },
+        "opset_version": {"aten": 0},
+        "range_constraints": {},
+        "schema_version": {"major": 8, "minor": 17},
+        "verifiers": [],
+        "torch_version": "2.11"
+    });
+    write_zip(
+        &[
+            ("archive/byteorder".into(), b"little".to_vec()),
+            (
+                "archive/models/model.json".into(),
+                serde_json::to_vec(&model).expect("json"),
+            ),
+        ],
+        false,
+    )
+}
+
+fn import(zip: Vec<u8>) -> Result<Graph, String> {
+    read_pt2(std::io::Cursor::new(zip), "wrap", &Pt2Options::default())
+        .map_err(|e| kiln::diag::report(&e))
+}
+
+/// Two float32 `[2, 3]` inputs with positive and negative elements.
+fn two_inputs() -> Vec<Tensor> {
+    let x = vec![-1.5, 0.25, 2.0, -0.5, 3.0, -2.25];
+    let y = vec![0.5, -1.0, 1.0, 1.25, -4.0, 0.75];
+    vec![
+        Tensor::new(vec![2, 3], kiln::graph::DType::Float32, x),
+        Tensor::new(vec![2, 3], kiln::graph::DType::Float32, y),
+    ]
+}
+
+/// `g` gives `want(x, y)` elementwise, on the interpreter, before and after the passes.
+fn evaluates_to(g: &Graph, want: impl Fn(f64, f64) -> f64) {
+    let inputs = two_inputs();
+    let (x, y) = (inputs[0].to_vec(), inputs[1].to_vec());
+    let want: Vec<f64> = x.iter().zip(&y).map(|(a, b)| want(*a, *b)).collect();
+    let mut after = g.clone();
+    kiln::passes::run_pipeline(&mut after).expect("passes");
+    for (what, g) in [("imported", g), ("after the passes", &after)] {
+        let out = kiln::interp::evaluate(g, &inputs).expect("eval");
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].shape, vec![2, 3]);
+        let got = out[0].to_vec();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-6, "{what}: got {got:?}, want {want:?}");
+        }
+    }
+}
+
+#[test]
+fn wrap_with_set_grad_enabled_is_inlined() {
+    // relu(x + y) computed in a no-grad region, then `* x + y` after it. The subgraph's
+    // names shadow the program's (`x`, `y`, `add`): it is a namespace of its own.
+    let sub = fx_graph(
+        &["x", "y"],
+        vec![
+            binary("torch.ops.aten.add.Tensor", "x", "y", "add"),
+            relu("add", "relu"),
+        ],
+        &["relu"],
+        &["x", "y", "add", "relu"],
+    );
+    let graph = fx_graph(
+        &["x", "y"],
+        vec![
+            wrap_node(
+                "wrap_with_set_grad_enabled",
+                "submod_1",
+                sub,
+                &["x", "y"],
+                &["getitem"],
+            ),
+            binary("torch.ops.aten.mul.Tensor", "getitem", "x", "mul"),
+            binary("torch.ops.aten.add.Tensor", "mul", "y", "add"),
+        ],
+        &["add"],
+        &["x", "y", "getitem", "mul", "add"],
+    );
+    let g = import(program(graph, &["x", "y"], &["add"])).unwrap_or_else(|e| panic!("{e}"));
+    // The subgraph's nodes are named after it, the program's keep their names.
+    let names: Vec<String> = g
+        .node_ids()
+        .map(|n| g.node(n).expect("node").name.clone())
+        .collect();
+    for name in ["submod_1_add", "submod_1_relu", "mul", "add"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(!g.node_ids().any(|n| g
+        .node(n)
+        .is_some_and(|n| n.name.contains("wrap_with_set_grad_enabled"))));
+    evaluates_to(&g, |x, y| (x + y).max(0.0) * x + y);
+}
+
+#[test]
+fn nested_wraps_with_several_outputs_are_inlined() {
+    // submod_0: relu(p + q), a single-tensor return;
+    // submod_1: (r, r - p) with r = submod_0(p, q), wrapped again inside;
+    // the program: a + b of submod_1's two outputs, one of them selected by an explicit
+    // getitem on the wrap node's name.
+    let inner = fx_graph(
+        &["p", "q"],
+        vec![
+            binary("torch.ops.aten.add.Tensor", "p", "q", "add"),
+            relu("add", "relu"),
+        ],
+        &["relu"],
+        &["p", "q", "add", "relu"],
+    );
+    let middle = fx_graph(
+        &["p", "q"],
+        vec![
+            wrap_node(
+                "wrap_with_set_grad_enabled",
+                "submod_0",
+                inner,
+                &["p", "q"],
+                &["r"],
+            ),
+            binary("torch.ops.aten.sub.Tensor", "r", "p", "sub"),
+        ],
+        &["r", "sub"],
+        &["p", "q", "r", "sub"],
+    );
+    let mut graph = fx_graph(
+        &["x", "y"],
+        vec![
+            wrap_node(
+                "wrap_with_set_grad_enabled",
+                "submod_1",
+                middle,
+                &["x", "y"],
+                &["getitem", "wrap_with_set_grad_enabled_unused_1"],
+            ),
+            json!({
+                "target": "_operator.getitem",
+                "inputs": [
+                    {"name": "", "arg": tensor_arg("wrap_with_set_grad_enabled"), "kind": 1},
+                    {"name": "", "arg": {"as_int": 1}, "kind": 1}
+                ],
+                "outputs": [tensor_arg("second")],
+                "name": "second"
+            }),
+            binary("torch.ops.aten.add.Tensor", "getitem", "second", "out"),
+        ],
+        &["out"],
+        &["x", "y", "getitem", "second", "out"],
+    );
+    graph["tensor_values"]["wrap_with_set_grad_enabled_unused_1"] = f32_meta(&[2, 3]);
+    let g = import(program(graph, &["x", "y"], &["out"])).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<String> = g
+        .node_ids()
+        .map(|n| g.node(n).expect("node").name.clone())
+        .collect();
+    assert!(
+        names.iter().any(|n| n == "submod_1_submod_0_relu"),
+        "{names:?}"
+    );
+    evaluates_to(&g, |x, y| 2.0 * (x + y).max(0.0) - x);
+}
+
+/// The program of [`wrap_with_set_grad_enabled_is_inlined`] with its wrap node changed
+/// by `edit`.
+fn broken_wrap(edit: impl Fn(&mut Value)) -> String {
+    let sub = fx_graph(
+        &["a", "b"],
+        vec![
+            binary("torch.ops.aten.add.Tensor", "a", "b", "add"),
+            relu("add", "relu"),
+        ],
+        &["relu"],
+        &["a", "b", "add", "relu"],
+    );
+    let mut wrap = wrap_node(
+        "wrap_with_set_grad_enabled",
+        "submod_1",
+        sub,
+        &["x", "y"],
+        &["w"],
+    );
+    edit(&mut wrap);
+    let graph = fx_graph(
+        &["x", "y"],
+        vec![wrap, binary("torch.ops.aten.mul.Tensor", "w", "x", "mul")],
+        &["mul"],
+        &["x", "y", "w", "mul"],
+    );
+    match import(program(graph, &["x", "y"], &["mul"])) {
+        Ok(_) => panic!("a broken subgraph imported"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn broken_subgraphs_are_errors_that_say_what_is_wrong() {
+    // The subgraph named but not given (a reference, not the inline graph).
+    let e = broken_wrap(|w| {
+        w["inputs"][1]["arg"]["as_graph"]
+            .as_object_mut()
+            .expect("as_graph")
+            .remove("graph");
+    });
+    assert_says(
+        &e,
+        &[
+            "wrap_with_set_grad_enabled",
+            "subgraph `submod_1` has no `graph`",
+        ],
+    );
+    // A module name where the subgraph should be.
+    let e = broken_wrap(|w| w["inputs"][1]["arg"] = json!({"as_string": "submod_1"}));
+    assert_says(&e, &["must be a subgraph (`as_graph`)", "submod_1"]);
+    // The subgraph returns a tensor it never defines.
+    let e = broken_wrap(|w| {
+        w["inputs"][1]["arg"]["as_graph"]["graph"]["outputs"] = json!([tensor_arg("nope")]);
+    });
+    assert_says(
+        &e,
+        &["subgraph `submod_1` returns `nope`, a tensor it does not define"],
+    );
+    // A subgraph node reads a tensor of the enclosing graph, which it cannot see.
+    let e = broken_wrap(|w| {
+        w["inputs"][1]["arg"]["as_graph"]["graph"]["nodes"][0] =
+            binary("torch.ops.aten.add.Tensor", "a", "x", "add");
+    });
+    assert_says(&e, &["node `submod_1/add`: unknown tensor `x`"]);
+    // Operands and placeholders do not match.
+    let e = broken_wrap(|w| {
+        w["inputs"].as_array_mut().expect("inputs").pop();
+    });
+    assert_says(
+        &e,
+        &["subgraph `submod_1` takes 2 tensor(s), the node passes 1"],
+    );
+    // A malformed subgraph.
+    let e = broken_wrap(|w| w["inputs"][1]["arg"]["as_graph"]["graph"]["nodes"] = json!(7));
+    assert_says(&e, &["subgraph `submod_1` is malformed"]);
+    // No grad flag, no subgraph.
+    let e = broken_wrap(|w| w["inputs"] = json!([]));
+    assert_says(&e, &["expected the grad mode, a subgraph"]);
+    // The node has more outputs than the subgraph returns.
+    let e = broken_wrap(|w| w["outputs"] = json!([tensor_arg("w"), tensor_arg("w2")]));
+    assert_says(
+        &e,
+        &["the node has 2 output(s), subgraph `submod_1` returns 1"],
+    );
+    // An op Kiln lacks inside the subgraph is listed like one outside.
+    let e = broken_wrap(|w| {
+        w["inputs"][1]["arg"]["as_graph"]["graph"]["nodes"][1]["target"] =
+            "torch.ops.aten.frobnicate.default".into();
+    });
+    assert_says(
+        &e,
+        &["`torch.ops.aten.frobnicate.default` used by 1 node: node `submod_1/relu`"],
+    );
+}
+
+/// `relu(x)` inside `levels + 1` nested wraps.
+fn nested_relu(levels: usize) -> Vec<u8> {
+    let mut sub = fx_graph(&["a"], vec![relu("a", "r")], &["r"], &["a", "r"]);
+    for i in 0..levels {
+        sub = fx_graph(
+            &["a"],
+            vec![wrap_node(
+                &format!("w{i}"),
+                &format!("s{i}"),
+                sub,
+                &["a"],
+                &["r"],
+            )],
+            &["r"],
+            &["a", "r"],
+        );
+    }
+    let graph = fx_graph(
+        &["x"],
+        vec![wrap_node("w", "top", sub, &["x"], &["out"])],
+        &["out"],
+        &["x", "out"],
+    );
+    program(graph, &["x"], &["out"])
+}
+
+#[test]
+fn nesting_is_followed_to_a_limit_then_refused() {
+    let g = import(nested_relu(7)).unwrap_or_else(|e| panic!("{e}"));
+    let x = two_inputs().swap_remove(0);
+    let out = kiln::interp::evaluate(&g, std::slice::from_ref(&x)).expect("eval");
+    let want: Vec<f64> = x.to_vec().iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(out[0].to_vec(), want);
+    let e = import(nested_relu(8)).expect_err("too deep");
+    assert_says(
+        &e,
+        &[
+            "node `top/s7/s6/s5/s4/s3/s2/s1/w0`",
+            "nested more than 8 subgraphs deep",
+        ],
+    );
+    // Deeper still, the JSON parser's recursion limit stops the archive first.
+    let e = import(nested_relu(40)).expect_err("far too deep");
+    assert_says(&e, &["recursion limit"]);
 }

@@ -78,7 +78,7 @@ fn every_example_after_each_pass() {
         let mut g = load_toml(&path).expect("the example loads");
         let mut text = format!("== import\n{}", print::to_text(&g));
         for (pass, run) in kiln::passes::PIPELINE {
-            run(&mut g).expect("the pass runs");
+            run(&mut g, &kiln::passes::Options::default()).expect("the pass runs");
             validate(&mut g).expect("the graph still validates");
             kiln::graph::verify(&g).expect("the graph still verifies");
             text += &format!("== {pass}\n{}", print::to_text(&g));

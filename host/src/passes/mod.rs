@@ -1,5 +1,6 @@
-//! The pass pipeline: decompositions, no-op removal, view canonicalisation, constant
-//! folding, CSE and DCE, one file each, written out in order in [`run_pipeline`].
+//! The pass pipeline: batch-norm folding, decompositions, no-op removal, view
+//! canonicalisation, constant folding, CSE and DCE, one file each, written out in order
+//! in [`run_pipeline`].
 //!
 //! Every pass is a free function `run(&mut Graph) -> Result<Stats, Error>` with a
 //! `tracing` span. After each pass the pipeline re-infers metadata and, in debug builds,
@@ -11,6 +12,7 @@ pub mod const_fold;
 pub mod cse;
 pub mod dce;
 pub mod decompose;
+pub mod fold_bn;
 pub mod noop;
 pub mod views;
 
@@ -71,27 +73,47 @@ impl fmt::Display for PipelineReport {
     }
 }
 
+/// What the target computes whole, so that the pipeline keeps it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `scaled_dot_product_attention` stays one node where the fused kernel of
+    /// a Triton target takes it ([`decompose::run_with`]); the default
+    /// decomposes it into matrix products and a softmax.
+    pub fused_attention: bool,
+}
+
 /// A pass's entry function.
 pub type PassFn = fn(&mut Graph) -> Result<Stats, Error>;
 
+/// A pass's entry in the pipeline, given the pipeline's options.
+pub type PipelineFn = fn(&mut Graph, &Options) -> Result<Stats, Error>;
+
 /// The pipeline's passes in order, each with its name.
-pub const PIPELINE: &[(&str, PassFn)] = &[
-    ("decompose", decompose::run),
-    ("noop", noop::run),
-    ("views", views::run),
-    ("noop", noop::run),
-    ("const_fold", const_fold::run),
-    ("cse", cse::run),
-    ("dce", dce::run),
+pub const PIPELINE: &[(&str, PipelineFn)] = &[
+    // Before `decompose`, which lowers the batch norms left.
+    ("fold_bn", |g, _| fold_bn::run(g)),
+    ("decompose", decompose::run_with),
+    ("noop", |g, _| noop::run(g)),
+    ("views", |g, _| views::run(g)),
+    ("noop", |g, _| noop::run(g)),
+    ("const_fold", |g, _| const_fold::run(g)),
+    ("cse", |g, _| cse::run(g)),
+    ("dce", |g, _| dce::run(g)),
 ];
 
-/// Runs every pass of [`PIPELINE`] in order. The graph's metadata must be exact on entry
-/// (as [`graph::parse_toml`] or [`graph::validate`] leave it).
+/// Runs every pass of [`PIPELINE`] in order with default [`Options`]. The graph's
+/// metadata must be exact on entry (as [`graph::parse_toml`] or [`graph::validate`]
+/// leave it).
 pub fn run_pipeline(g: &mut Graph) -> Result<PipelineReport, Error> {
+    run_pipeline_with(g, &Options::default())
+}
+
+/// [`run_pipeline`] with `options`.
+pub fn run_pipeline_with(g: &mut Graph, options: &Options) -> Result<PipelineReport, Error> {
     let mut report = PipelineReport::default();
     for (name, pass) in PIPELINE {
         let t = Instant::now();
-        let stats = pass(g)?;
+        let stats = pass(g, options)?;
         // Passes may replace a value by one with other strides (a dropped `contiguous`);
         // re-inference keeps every stored metadata exact for the next pass. Only what the
         // pass touched, and what depends on it, is inferred again.

@@ -11,6 +11,7 @@ use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, NoOpKind, Op};
 use crate::graph::{verify, At, Error, UnknownOp};
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Seek};
@@ -30,6 +31,9 @@ enum Target<'a> {
     InPlace(&'a str),
     /// Python's `operator.getitem` on a multi-output node
     GetItem,
+    /// `torch.ops.higher_order.wrap_with_set_grad_enabled`: a subgraph run under a grad
+    /// mode, which inference ignores; the importer inlines the subgraph
+    WrapSetGradEnabled,
     /// anything else
     Unsupported,
 }
@@ -42,6 +46,9 @@ fn target(t: &str) -> Target<'_> {
         return Target::GetItem;
     }
     let rest = t.strip_prefix("torch.ops.").unwrap_or(t);
+    if rest == "higher_order.wrap_with_set_grad_enabled" {
+        return Target::WrapSetGradEnabled;
+    }
     let mut parts = rest.split('.');
     let (Some("aten"), Some(op), _, None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -422,12 +429,7 @@ pub(super) fn build<R: Read + Seek>(
     let gm = &model.graph_module;
 
     // Symbolic sizes first: every later message would be about their consequences.
-    let mut metas: HashMap<&str, TensorMeta> = HashMap::with_capacity(gm.graph.tensor_values.len());
-    for (t, m) in &gm.graph.tensor_values {
-        let shape = schema::sizes(m, t)?;
-        let dtype = schema::dtype(m.dtype, t)?;
-        metas.insert(t, TensorMeta::contiguous(shape, dtype));
-    }
+    let metas = tensor_metas(&gm.graph.tensor_values)?;
     let meta_of = |t: &str| {
         metas
             .get(t)
@@ -435,25 +437,9 @@ pub(super) fn build<R: Read + Seek>(
             .ok_or_else(|| Pt2Error::Schema(format!("tensor `{t}` has no entry in tensor_values")))
     };
 
-    // Unsupported ops, each listed once with every node using it.
+    // Unsupported ops, each listed once with every node using it (in subgraphs too).
     let mut unknown: Vec<UnknownOp> = vec![];
-    for n in &gm.graph.nodes {
-        if matches!(target(&n.target), Target::Unsupported) {
-            let at = At {
-                node: n.name.clone(),
-                line: None,
-            };
-            match unknown.iter_mut().find(|u| u.op == n.target) {
-                Some(u) => u.nodes.push(at),
-                None => unknown.push(UnknownOp {
-                    op: n.target.clone(),
-                    nodes: vec![at],
-                    // An ATen op outside the op set is a missing feature, not a typo.
-                    similar: vec![],
-                }),
-            }
-        }
-    }
+    unsupported_ops(&gm.graph.nodes, &mut unknown, 0, "");
     if !unknown.is_empty() {
         return Err(Error::UnknownOps(unknown));
     }
@@ -523,145 +509,17 @@ pub(super) fn build<R: Read + Seek>(
         values.insert(placeholder.clone(), ValueId::first(id));
     }
 
-    // (tensor, node, value) for the shape check after validation
-    let mut produced: Vec<(String, String, ValueId)> = vec![];
-    let mut multi_nodes: HashMap<String, NodeId> = HashMap::new();
-    for n in &gm.graph.nodes {
-        let (outs, multi) = output_names(n);
-        let node_name = if n.name.is_empty() {
-            outs.iter()
-                .flatten()
-                .next()
-                .cloned()
-                .unwrap_or_else(|| "node".into())
-        } else {
-            n.name.clone()
-        };
-        let at = || At {
-            node: node_name.clone(),
-            line: None,
-        };
-        let unknown_tensor = |t: &str| Error::UnknownTensor {
-            at: at(),
-            name: t.into(),
-        };
-        let (op, args) = match target(&n.target) {
-            Target::Unsupported => continue, // reported above
-            Target::GetItem => {
-                let (source, index) = getitem_args(n, &node_name)?;
-                let arg = match source {
-                    Raw::Str(t) => match multi_nodes.get(&t) {
-                        Some(&node) => ValueId {
-                            node,
-                            output: u32::try_from(index).unwrap_or(u32::MAX),
-                        },
-                        None => return Err(unknown_tensor(&t)),
-                    },
-                    Raw::List(ts) => match usize::try_from(index).ok().and_then(|i| ts.get(i)) {
-                        Some(Raw::Str(t)) => *values.get(t).ok_or_else(|| unknown_tensor(t))?,
-                        _ => {
-                            return Err(Pt2Error::Argument {
-                                node: node_name.clone(),
-                                param: "index".into(),
-                                message: format!("index {index} is out of range"),
-                            }
-                            .into())
-                        }
-                    },
-                    _ => return Err(unknown_tensor("?")),
-                };
-                (Op::GetItem { index }, vec![Arg::Value(arg)])
-            }
-            Target::Aten(op_name) | Target::InPlace(op_name) => {
-                let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(n.inputs.len());
-                for a in &n.inputs {
-                    if a.name.is_empty() {
-                        return Err(Pt2Error::Argument {
-                            node: node_name.clone(),
-                            param: "?".into(),
-                            message: "an argument without a parameter name".into(),
-                        }
-                        .into());
-                    }
-                    if let Some(raw) = schema::argument(&node_name, &a.name, &a.arg)? {
-                        attrs.push((param_name(op_name, &a.name).to_string(), raw));
-                    }
-                }
-                let (op, operands) =
-                    bind(op_name, &[], &attrs).map_err(|source| Error::Signature {
-                        at: at(),
-                        op: op_name.into(),
-                        source: Box::new(source),
-                    })?;
-                let mut args = Vec::with_capacity(operands.len());
-                for o in operands {
-                    args.push(match o {
-                        Operand::Scalar(s) => Arg::Scalar(s),
-                        Operand::Name(t) => {
-                            Arg::Value(*values.get(&t).ok_or_else(|| unknown_tensor(&t))?)
-                        }
-                    });
-                }
-                (op, args)
-            }
-        };
-        if !multi {
-            let Some(Some(out)) = outs.first() else {
-                // `_assert_tensor_metadata` as real models export it checks and returns
-                // nothing: Kiln's inference already fixes every dtype it could assert.
-                if matches!(op, Op::NoOp(NoOpKind::AssertTensorMetadata)) {
-                    continue;
-                }
-                return Err(
-                    Pt2Error::Schema(format!("node `{node_name}` has no tensor output")).into(),
-                );
-            };
-            // Later readers of the tensor an in-place op mutated read its result.
-            let mutated = match target(&n.target) {
-                Target::InPlace(_) => in_place_self(n),
-                _ => None,
-            };
-            let name = unique(&g, out);
-            let id = g.add_node(Node {
-                name,
-                op,
-                args,
-                outputs: vec![],
-                line: None,
-            });
-            values.insert(out.clone(), ValueId::first(id));
-            if let Some(mutated) = mutated {
-                values.insert(mutated, ValueId::first(id));
-            }
-            produced.push((out.clone(), node_name.clone(), ValueId::first(id)));
-            continue;
-        }
-        let name = unique(&g, &node_name);
-        let id = g.add_node(Node {
-            name,
-            op,
-            args,
-            outputs: vec![],
-            line: None,
-        });
-        multi_nodes.insert(node_name.clone(), id);
-        for (i, out) in outs.iter().enumerate() {
-            let Some(out) = out else { continue };
-            let source = ValueId {
-                node: id,
-                output: i as u32,
-            };
-            let item = g.add_node(Node {
-                name: unique(&g, out),
-                op: Op::GetItem { index: i as i64 },
-                args: vec![Arg::Value(source)],
-                outputs: vec![],
-                line: None,
-            });
-            values.insert(out.clone(), ValueId::first(item));
-            produced.push((out.clone(), node_name.clone(), ValueId::first(item)));
-        }
-    }
+    let mut produced: Vec<Produced> = vec![];
+    let mut scope = Scope {
+        values,
+        multi: HashMap::new(),
+        metas,
+        prefix: String::new(),
+        depth: 0,
+        path: String::new(),
+    };
+    import_nodes(&mut g, &gm.graph.nodes, &mut scope, &mut produced)?;
+    let values = scope.values;
 
     let mut outputs = vec![];
     for spec in &gm.signature.output_specs {
@@ -692,14 +550,14 @@ pub(super) fn build<R: Read + Seek>(
     g.set_outputs(outputs);
     verify::validate(&mut g)?;
 
-    for (t, node, v) in &produced {
-        let (Some(want), Some(got)) = (metas.get(t.as_str()), g.meta(*v)) else {
+    for p in &produced {
+        let (Some(want), Some(got)) = (&p.want, g.meta(p.value)) else {
             continue;
         };
         if want.shape != got.shape || want.dtype != got.dtype {
             return Err(Pt2Error::ShapeMismatch {
-                node: node.clone(),
-                tensor: t.clone(),
+                node: p.node.clone(),
+                tensor: p.tensor.clone(),
                 expected: format!("{}{:?}", want.dtype, want.shape),
                 found: format!("{}{:?}", got.dtype, got.shape),
             }
@@ -707,6 +565,444 @@ pub(super) fn build<R: Read + Seek>(
         }
     }
     Ok(g)
+}
+
+/// The deepest nesting of subgraphs the importer follows (the JSON parser's own
+/// recursion limit stops an archive at about 17).
+const MAX_SUBGRAPH_DEPTH: usize = 8;
+
+/// Where the outputs of a multi-output FX node are, for explicit `getitem` nodes.
+enum Multi {
+    /// the outputs of one Kiln node
+    Node(NodeId),
+    /// the values an inlined subgraph returns, in order (`None` for a returned `None`)
+    Values(Vec<Option<ValueId>>),
+}
+
+/// The tensor names of one FX graph: the program's, or the subgraph of a higher-order
+/// op, which is a namespace of its own that the enclosing graph reaches only through
+/// its placeholders and outputs.
+struct Scope<'a> {
+    /// tensor name → value
+    values: HashMap<String, ValueId>,
+    /// multi-output node name → its outputs
+    multi: HashMap<String, Multi>,
+    /// the shapes and dtypes PyTorch recorded (the graph's `tensor_values`)
+    metas: HashMap<&'a str, TensorMeta>,
+    /// what the names of the Kiln nodes made here start with ("" in the program's graph)
+    prefix: String,
+    /// how many subgraphs enclose this one
+    depth: usize,
+    /// where this graph is, for messages: "" in the program's graph, else the
+    /// enclosing subgraphs' names, outermost first, each followed by `/`
+    path: String,
+}
+
+/// A tensor an FX node produced, for the shape check after validation.
+struct Produced {
+    /// the tensor's name in the archive
+    tensor: String,
+    /// the FX node
+    node: String,
+    /// the Kiln value
+    value: ValueId,
+    /// the shape and dtype PyTorch recorded, if it did
+    want: Option<TensorMeta>,
+}
+
+/// A graph's `tensor_values` as Kiln metadata (static sizes only).
+fn tensor_metas(
+    values: &std::collections::BTreeMap<String, schema::TensorMeta>,
+) -> Result<HashMap<&str, TensorMeta>, Pt2Error> {
+    let mut metas = HashMap::with_capacity(values.len());
+    for (t, m) in values {
+        let shape = schema::sizes(m, t)?;
+        let dtype = schema::dtype(m.dtype, t)?;
+        metas.insert(t.as_str(), TensorMeta::contiguous(shape, dtype));
+    }
+    Ok(metas)
+}
+
+/// Lists the nodes of `nodes` whose op Kiln does not have, in the subgraphs of
+/// higher-order ops too (a subgraph that does not parse is reported by the import).
+fn unsupported_ops(nodes: &[schema::Node], unknown: &mut Vec<UnknownOp>, depth: usize, path: &str) {
+    for n in nodes {
+        match target(&n.target) {
+            Target::Unsupported => {
+                let at = At {
+                    node: format!("{path}{}", n.name),
+                    line: None,
+                };
+                match unknown.iter_mut().find(|u| u.op == n.target) {
+                    Some(u) => u.nodes.push(at),
+                    None => unknown.push(UnknownOp {
+                        op: n.target.clone(),
+                        nodes: vec![at],
+                        // An ATen op outside the op set is a missing feature, not a typo.
+                        similar: vec![],
+                    }),
+                }
+            }
+            Target::WrapSetGradEnabled if depth < MAX_SUBGRAPH_DEPTH => {
+                let Some(("as_graph", sub)) = n.inputs.get(1).and_then(|a| schema::variant(&a.arg))
+                else {
+                    continue;
+                };
+                let name = match sub.get("name").and_then(Value::as_str) {
+                    Some(s) if !s.is_empty() => s,
+                    _ => &n.name,
+                };
+                if let Some(graph) = sub
+                    .get("graph")
+                    .and_then(|g| schema::Graph::deserialize(g).ok())
+                {
+                    unsupported_ops(&graph.nodes, unknown, depth + 1, &format!("{path}{name}/"));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Imports the FX nodes of one graph, in order, into `g`.
+fn import_nodes(
+    g: &mut Graph,
+    nodes: &[schema::Node],
+    scope: &mut Scope<'_>,
+    produced: &mut Vec<Produced>,
+) -> Result<(), Error> {
+    for n in nodes {
+        let (outs, multi) = output_names(n);
+        let node_name = if n.name.is_empty() {
+            outs.iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| "node".into())
+        } else {
+            n.name.clone()
+        };
+        // The node as messages name it: with the subgraphs it is in.
+        let shown = format!("{}{node_name}", scope.path);
+        let at = || At {
+            node: shown.clone(),
+            line: None,
+        };
+        let unknown_tensor = |t: &str| Error::UnknownTensor {
+            at: at(),
+            name: t.into(),
+        };
+        let (op, args) = match target(&n.target) {
+            Target::Unsupported => continue, // reported before the import
+            Target::WrapSetGradEnabled => {
+                inline_wrap(g, n, &node_name, scope, produced)?;
+                continue;
+            }
+            Target::GetItem => {
+                let (source, index) = getitem_args(n, &shown)?;
+                let out_of_range = || Pt2Error::Argument {
+                    node: shown.clone(),
+                    param: "index".into(),
+                    message: format!("index {index} is out of range"),
+                };
+                let arg = match source {
+                    Raw::Str(t) => match scope.multi.get(&t) {
+                        Some(&Multi::Node(node)) => ValueId {
+                            node,
+                            output: u32::try_from(index).unwrap_or(u32::MAX),
+                        },
+                        Some(Multi::Values(vs)) => usize::try_from(index)
+                            .ok()
+                            .and_then(|i| vs.get(i).copied().flatten())
+                            .ok_or_else(out_of_range)?,
+                        None => return Err(unknown_tensor(&t)),
+                    },
+                    Raw::List(ts) => match usize::try_from(index).ok().and_then(|i| ts.get(i)) {
+                        Some(Raw::Str(t)) => {
+                            *scope.values.get(t).ok_or_else(|| unknown_tensor(t))?
+                        }
+                        _ => return Err(out_of_range().into()),
+                    },
+                    _ => return Err(unknown_tensor("?")),
+                };
+                (Op::GetItem { index }, vec![Arg::Value(arg)])
+            }
+            Target::Aten(op_name) | Target::InPlace(op_name) => {
+                let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(n.inputs.len());
+                for a in &n.inputs {
+                    if a.name.is_empty() {
+                        return Err(Pt2Error::Argument {
+                            node: shown.clone(),
+                            param: "?".into(),
+                            message: "an argument without a parameter name".into(),
+                        }
+                        .into());
+                    }
+                    if let Some(raw) = schema::argument(&shown, &a.name, &a.arg)? {
+                        attrs.push((param_name(op_name, &a.name).to_string(), raw));
+                    }
+                }
+                let (op, operands) =
+                    bind(op_name, &[], &attrs).map_err(|source| Error::Signature {
+                        at: at(),
+                        op: op_name.into(),
+                        source: Box::new(source),
+                    })?;
+                let mut args = Vec::with_capacity(operands.len());
+                for o in operands {
+                    args.push(match o {
+                        Operand::Scalar(s) => Arg::Scalar(s),
+                        Operand::Name(t) => {
+                            Arg::Value(*scope.values.get(&t).ok_or_else(|| unknown_tensor(&t))?)
+                        }
+                    });
+                }
+                (op, args)
+            }
+        };
+        if !multi {
+            let Some(Some(out)) = outs.first() else {
+                // `_assert_tensor_metadata` as real models export it checks and returns
+                // nothing: Kiln's inference already fixes every dtype it could assert.
+                if matches!(op, Op::NoOp(NoOpKind::AssertTensorMetadata)) {
+                    continue;
+                }
+                return Err(
+                    Pt2Error::Schema(format!("node `{node_name}` has no tensor output")).into(),
+                );
+            };
+            // Later readers of the tensor an in-place op mutated read its result.
+            let mutated = match target(&n.target) {
+                Target::InPlace(_) => in_place_self(n),
+                _ => None,
+            };
+            let name = unique(g, &format!("{}{out}", scope.prefix));
+            let id = g.add_node(Node {
+                name,
+                op,
+                args,
+                outputs: vec![],
+                line: None,
+            });
+            scope.values.insert(out.clone(), ValueId::first(id));
+            if let Some(mutated) = mutated {
+                scope.values.insert(mutated, ValueId::first(id));
+            }
+            produced.push(Produced {
+                tensor: out.clone(),
+                node: shown.clone(),
+                value: ValueId::first(id),
+                want: scope.metas.get(out.as_str()).cloned(),
+            });
+            continue;
+        }
+        let name = unique(g, &format!("{}{node_name}", scope.prefix));
+        let id = g.add_node(Node {
+            name,
+            op,
+            args,
+            outputs: vec![],
+            line: None,
+        });
+        scope.multi.insert(node_name.clone(), Multi::Node(id));
+        for (i, out) in outs.iter().enumerate() {
+            let Some(out) = out else { continue };
+            let source = ValueId {
+                node: id,
+                output: i as u32,
+            };
+            let item = g.add_node(Node {
+                name: unique(g, &format!("{}{out}", scope.prefix)),
+                op: Op::GetItem { index: i as i64 },
+                args: vec![Arg::Value(source)],
+                outputs: vec![],
+                line: None,
+            });
+            scope.values.insert(out.clone(), ValueId::first(item));
+            produced.push(Produced {
+                tensor: out.clone(),
+                node: shown.clone(),
+                value: ValueId::first(item),
+                want: scope.metas.get(out.as_str()).cloned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The single tensor name of an `as_tensor` argument.
+fn as_tensor(arg: &Value) -> Option<&str> {
+    match schema::variant(arg) {
+        Some(("as_tensor", t)) => schema::tensor_name(t),
+        _ => None,
+    }
+}
+
+/// An argument for a message: its JSON, cut short.
+fn brief(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(120) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
+    }
+}
+
+/// `wrap_with_set_grad_enabled(enable_grad, subgraph, *operands)`: in inference the grad
+/// mode changes nothing, so the subgraph is imported in place. Its placeholders are
+/// bound to the operands, its nodes imported (named after the subgraph, so that names
+/// stay unique), and the node's outputs bound to what the subgraph returns.
+fn inline_wrap(
+    g: &mut Graph,
+    n: &schema::Node,
+    node: &str,
+    outer: &mut Scope<'_>,
+    produced: &mut Vec<Produced>,
+) -> Result<(), Error> {
+    let bad = |message: String| -> Error {
+        Pt2Error::Schema(format!(
+            "node `{}{node}` (wrap_with_set_grad_enabled): {message}",
+            outer.path
+        ))
+        .into()
+    };
+    let [grad, body, operands @ ..] = n.inputs.as_slice() else {
+        return Err(bad(
+            "expected the grad mode, a subgraph (`as_graph`) and the subgraph's operands".into(),
+        ));
+    };
+    if !matches!(
+        schema::variant(&grad.arg),
+        Some(("as_bool", Value::Bool(_)))
+    ) {
+        return Err(bad(format!(
+            "the first argument must be the grad mode (`as_bool`), found {}",
+            brief(&grad.arg)
+        )));
+    }
+    let Some(("as_graph", sub)) = schema::variant(&body.arg) else {
+        return Err(bad(format!(
+            "the second argument must be a subgraph (`as_graph`), found {}",
+            brief(&body.arg)
+        )));
+    };
+    let sub_name = sub.get("name").and_then(Value::as_str).unwrap_or("");
+    let what = if sub_name.is_empty() {
+        "the subgraph".to_string()
+    } else {
+        format!("subgraph `{sub_name}`")
+    };
+    let Some(graph) = sub.get("graph") else {
+        return Err(bad(format!(
+            "{what} has no `graph`: the export schema stores a subgraph inline"
+        )));
+    };
+    let graph =
+        schema::Graph::deserialize(graph).map_err(|e| bad(format!("{what} is malformed: {e}")))?;
+    if outer.depth >= MAX_SUBGRAPH_DEPTH {
+        return Err(bad(format!(
+            "{what} is nested more than {MAX_SUBGRAPH_DEPTH} subgraphs deep"
+        )));
+    }
+    let placeholders = graph
+        .inputs
+        .iter()
+        .map(|i| {
+            as_tensor(i).ok_or_else(|| {
+                bad(format!(
+                    "{what} has a placeholder that is not a tensor: {}",
+                    brief(i)
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if placeholders.len() != operands.len() {
+        return Err(bad(format!(
+            "{what} takes {} tensor(s), the node passes {}",
+            placeholders.len(),
+            operands.len()
+        )));
+    }
+    let prefix = if sub_name.is_empty() { node } else { sub_name };
+    let mut inner = Scope {
+        values: HashMap::with_capacity(placeholders.len() + graph.nodes.len()),
+        multi: HashMap::new(),
+        metas: tensor_metas(&graph.tensor_values)?,
+        prefix: format!("{}{prefix}_", outer.prefix),
+        depth: outer.depth + 1,
+        path: format!(
+            "{}{}/",
+            outer.path,
+            if sub_name.is_empty() { node } else { sub_name }
+        ),
+    };
+    let at = |name: &str| At {
+        node: format!("{}{name}", outer.path),
+        line: None,
+    };
+    for (p, o) in placeholders.iter().zip(operands) {
+        let t = as_tensor(&o.arg)
+            .ok_or_else(|| bad(format!("operand {} is not a tensor", brief(&o.arg))))?;
+        let v = *outer.values.get(t).ok_or_else(|| Error::UnknownTensor {
+            at: at(node),
+            name: t.into(),
+        })?;
+        if inner.values.insert(p.to_string(), v).is_some() {
+            return Err(bad(format!("{what} has placeholder `{p}` twice")));
+        }
+    }
+    import_nodes(g, &graph.nodes, &mut inner, produced)?;
+
+    // What the subgraph returns, flattened as the node's outputs are.
+    let mut returned: Vec<Option<ValueId>> = vec![];
+    for o in &graph.outputs {
+        let mut lookup = |t: &Value| -> Result<(), Error> {
+            let name = schema::tensor_name(t)
+                .ok_or_else(|| bad(format!("{what} returns a tensor without a name: {t}")))?;
+            let v = inner.values.get(name).ok_or_else(|| {
+                bad(format!(
+                    "{what} returns `{name}`, a tensor it does not define"
+                ))
+            })?;
+            returned.push(Some(*v));
+            Ok(())
+        };
+        match schema::variant(o) {
+            Some(("as_tensor", t)) => lookup(t)?,
+            Some(("as_tensors", Value::Array(ts))) => {
+                for t in ts {
+                    lookup(t)?;
+                }
+            }
+            Some(("as_none", _)) => returned.push(None),
+            _ => {
+                return Err(bad(format!(
+                    "{what} returns {}: Kiln takes tensor outputs only",
+                    brief(o)
+                )))
+            }
+        }
+    }
+    let (outs, _) = output_names(n);
+    if outs.len() != returned.len() {
+        return Err(bad(format!(
+            "the node has {} output(s), {what} returns {}",
+            outs.len(),
+            returned.len()
+        )));
+    }
+    for (o, r) in outs.iter().zip(&returned) {
+        let Some(o) = o else { continue };
+        let v = r.ok_or_else(|| bad(format!("output `{o}` is a `None` {what} returns")))?;
+        outer.values.insert(o.clone(), v);
+        produced.push(Produced {
+            tensor: o.clone(),
+            node: node.into(),
+            value: v,
+            want: outer.metas.get(o.as_str()).cloned(),
+        });
+    }
+    outer.multi.insert(node.into(), Multi::Values(returned));
+    Ok(())
 }
 
 /// The tensor an in-place node mutates: its `self` argument.
@@ -762,6 +1058,7 @@ mod tests {
             Target::Aten(op) => op.to_string(),
             Target::InPlace(op) => format!("{op} in place"),
             Target::GetItem => "getitem".into(),
+            Target::WrapSetGradEnabled => "wrap".into(),
             Target::Unsupported => "-".into(),
         };
         assert_eq!(op("torch.ops.aten.linear.default"), "linear");
@@ -777,5 +1074,10 @@ mod tests {
         assert_eq!(op("torch.ops.aten.__and__.Tensor"), "bitwise_and");
         assert_eq!(op("torch.ops.aten.add__.Tensor"), "-");
         assert_eq!(op("torch.ops.aten.frobnicate_.default"), "-");
+        assert_eq!(
+            op("torch.ops.higher_order.wrap_with_set_grad_enabled"),
+            "wrap"
+        );
+        assert_eq!(op("torch.ops.higher_order.wrap_with_autocast"), "-");
     }
 }

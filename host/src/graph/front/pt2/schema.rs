@@ -36,9 +36,15 @@ pub(super) struct GraphModule {
     pub signature: Signature,
 }
 
-/// `graph_module.graph`.
+/// `graph_module.graph`, or the subgraph of a higher-order op (`GraphArgument.graph`).
 #[derive(Debug, Deserialize)]
 pub(super) struct Graph {
+    /// the placeholders (`Argument`s, `as_tensor` for tensors)
+    #[serde(default)]
+    pub inputs: Vec<Value>,
+    /// what the graph returns (`Argument`s)
+    #[serde(default)]
+    pub outputs: Vec<Value>,
     #[serde(default)]
     pub nodes: Vec<Node>,
     #[serde(default)]

@@ -15,6 +15,12 @@ Writes, for each model NAME of the zoo, into OUT_DIR:
 
 With --census, prints every op target of each form, and how often it appears.
 
+With --realistic, exports instead each family at a realistic input size for speed
+measurements (batch 8 x 512 tokens, 8 x 3 x 224 x 224 images; narrow, shallow configs so
+the archives stay a few MB), traced on CUDA so that the exported module runs there, the
+exported form only, and no inputs or outputs: NAME.json describes each input (shape,
+dtype, and for token ids the range) so that `bench/gpu/run.py` draws them itself.
+
 With --skeleton, also exports GPT-2 small (124 M parameters, the default GPT2Config; input
 ids 1 x 128) and writes it without its weights, for machines that cannot receive 500 MB:
     gpt2_small.skeleton.pt2   the archive with every data/weights/ member emptied
@@ -129,19 +135,20 @@ def vit(gen):
 class TinyResNet(torch.nn.Module):
     """torchvision's ResNet with its own BasicBlock and Bottleneck, at small widths."""
 
-    def __init__(self):
+    def __init__(self, width=1):
         super().__init__()
         from torchvision.models.resnet import ResNet, BasicBlock
         self.net = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
-        # Narrow every layer: rebuild with the same structure and 1/8 of the width.
-        self.net.inplanes = 8
-        self.net.conv1 = torch.nn.Conv2d(3, 8, kernel_size=7, stride=2, padding=3, bias=False)
-        self.net.bn1 = torch.nn.BatchNorm2d(8)
-        self.net.layer1 = self.net._make_layer(BasicBlock, 8, 1)
-        self.net.layer2 = self.net._make_layer(BasicBlock, 16, 1, stride=2)
-        self.net.layer3 = self.net._make_layer(BasicBlock, 32, 1, stride=2)
-        self.net.layer4 = self.net._make_layer(BasicBlock, 64, 1, stride=2)
-        self.net.fc = torch.nn.Linear(64, 10)
+        # Narrow every layer: rebuild with the same structure and width/8 of the width.
+        w = 8 * width
+        self.net.inplanes = w
+        self.net.conv1 = torch.nn.Conv2d(3, w, kernel_size=7, stride=2, padding=3, bias=False)
+        self.net.bn1 = torch.nn.BatchNorm2d(w)
+        self.net.layer1 = self.net._make_layer(BasicBlock, w, 1)
+        self.net.layer2 = self.net._make_layer(BasicBlock, 2 * w, 1, stride=2)
+        self.net.layer3 = self.net._make_layer(BasicBlock, 4 * w, 1, stride=2)
+        self.net.layer4 = self.net._make_layer(BasicBlock, 8 * w, 1, stride=2)
+        self.net.fc = torch.nn.Linear(8 * w, 10)
         # Random running statistics, so batch norm is not the identity.
         for m in self.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -175,6 +182,81 @@ class MobileNet(torch.nn.Module):
 
 def mobilenet(gen):
     return MobileNet(), (torch.randn(2, 3, 32, 32, generator=gen),), {"width_mult": 0.25}
+
+
+def realistic_models():
+    """Realistic input sizes, narrow configs: (module, inputs, config, id ranges)."""
+    from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                              LlamaForCausalLM, T5Config, T5EncoderModel, ViTConfig,
+                              ViTForImageClassification)
+    gen = torch.Generator().manual_seed(0)
+    b, n, vocab = 8, 512, 1024
+    tokens = ids(gen, vocab, b, n)
+    ones = torch.ones(b, n, dtype=torch.int64)
+    image = torch.randn(b, 3, 224, 224, generator=gen)
+    gpt = GPT2Config(n_layer=4, n_embd=128, n_head=2, vocab_size=vocab, n_positions=n,
+                     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
+    bert_cfg = BertConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
+                          intermediate_size=512, vocab_size=vocab, max_position_embeddings=n,
+                          type_vocab_size=2, attn_implementation="sdpa")
+    llama_cfg = LlamaConfig(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                            max_position_embeddings=n, attn_implementation="sdpa")
+    t5_cfg = T5Config(d_model=128, d_kv=32, d_ff=512, num_layers=4, num_heads=4, vocab_size=vocab,
+                      feed_forward_proj="relu")
+    vit_cfg = ViTConfig(image_size=224, patch_size=16, hidden_size=192, num_hidden_layers=2,
+                        num_attention_heads=3, intermediate_size=768, num_labels=10,
+                        attn_implementation="sdpa")
+    from torchvision.models import mobilenet_v2
+    mobile = mobilenet_v2(width_mult=0.5, num_classes=10)
+    return {
+        "gpt2": (Outputs(GPT2LMHeadModel(gpt), ["input_ids"], ["logits"], use_cache=False),
+                 (tokens,), gpt, [vocab]),
+        "bert": (Outputs(BertModel(bert_cfg), ["input_ids", "attention_mask"], ["last_hidden_state"]),
+                 (tokens, ones), bert_cfg, [vocab, 2]),
+        "llama": (Outputs(LlamaForCausalLM(llama_cfg), ["input_ids"], ["logits"], use_cache=False),
+                  (tokens,), llama_cfg, [vocab]),
+        "t5_encoder": (Outputs(T5EncoderModel(t5_cfg), ["input_ids", "attention_mask"],
+                               ["last_hidden_state"]), (tokens, ones), t5_cfg, [vocab, 2]),
+        "vit": (Outputs(ViTForImageClassification(vit_cfg), ["pixel_values"], ["logits"]),
+                (image,), vit_cfg, [None]),
+        "resnet": (TinyResNet(width=2), (image,), {"widths": [16, 32, 64, 128]}, [None]),
+        "mobilenet_v2": (Tuple(mobile), (image,), {"width_mult": 0.5}, [None]),
+    }
+
+
+class Tuple(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return (self.net(x),)
+
+
+def export_realistic(out, only):
+    for name, (module, inputs, cfg, ranges) in realistic_models().items():
+        if only and name not in only:
+            continue
+        module = module.eval().to("cuda")
+        inputs = tuple(x.to("cuda") for x in inputs)
+        with torch.no_grad():
+            exported = torch.export.export(module, inputs)
+        base = os.path.join(out, name)
+        torch.export.save(exported, base + ".pt2")
+        meta = {
+            "torch_version": torch.__version__,
+            "config": cfg.to_dict() if hasattr(cfg, "to_dict") else cfg,
+            "parameters": sum(p.numel() for p in module.parameters()),
+            "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
+                        **({"high": r} if r is not None else {})}
+                       for x, r in zip(inputs, ranges)],
+            "outputs": [],
+        }
+        with open(base + ".json", "w") as f:
+            json.dump(meta, f, indent=1, default=str)
+            f.write("\n")
+        print(f"wrote {base}.pt2 ({meta['parameters']} parameters)")
 
 
 ZOO = {
@@ -276,8 +358,12 @@ def main():
     p.add_argument("--only", action="append", choices=sorted(ZOO))
     p.add_argument("--census", action="store_true")
     p.add_argument("--skeleton", action="store_true")
+    p.add_argument("--realistic", action="store_true")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.realistic:
+        export_realistic(a.out, a.only)
+        return
     failed = []
     if a.skeleton:
         skeleton(a.out)

@@ -492,7 +492,12 @@ pub fn compile_for(
         tracing::info_span!("compile", graph = %graph.name, device = %target.device).entered();
     let pre_passes = options.debug.then(|| crate::graph::print::to_text(&graph));
     let start = Instant::now();
-    crate::passes::run_pipeline(&mut graph)?;
+    // Triton targets compute attention in one fused kernel; a C++ target
+    // gets its decomposition.
+    let pass_options = crate::passes::Options {
+        fused_attention: target.wrapper == WrapperKind::Python,
+    };
+    crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     let passes = start.elapsed();
     let start = Instant::now();
     let schedule_options = crate::schedule::Options {

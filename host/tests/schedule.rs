@@ -52,9 +52,80 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
             graph.name,
             kiln::schedule::print::program_text(&scheduled, &[])
         );
+        assert_no_kernel_reads_indirectly_what_it_writes(&scheduled);
         last = Some(scheduled);
     }
     last.expect("scheduled twice")
+}
+
+/// Programs of one kernel do not wait for each other's stores: a buffer read at
+/// data-dependent positions (an index's operand) must come from an earlier step.
+fn assert_no_kernel_reads_indirectly_what_it_writes(s: &kiln::schedule::Scheduled) {
+    use kiln::schedule::ir::{Expr, Step};
+    for (i, step) in s.program.steps.iter().enumerate() {
+        let Step::Kernel(k) = step else { continue };
+        let written: Vec<_> = k.stores.iter().map(|st| st.buf).collect();
+        for (_, e, _) in k.exprs.iter() {
+            if let Expr::Load { buf, indirect, .. } = e {
+                assert!(
+                    indirect.is_empty() || !written.contains(buf),
+                    "step {i} reads buffer {buf:?} at data-dependent positions while writing it\n{}",
+                    kiln::schedule::print::program_text(s, &[])
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_index_into_a_reduction_reads_it_from_an_earlier_kernel() {
+    // Regression (a realistic Llama's packed-sequence mask): `t[idx] + x` lives in the
+    // iteration space of the reduction producing `t`, and was fused into its kernel,
+    // where a program read rows of `t` that other programs had not stored yet.
+    let idx: Vec<String> = (0..8 * 16)
+        .map(|n| ((n * 3 + n / 16) % 8).to_string())
+        .collect();
+    let text = format!(
+        r#"
+format = "kiln-graph/1"
+name = "index_after_reduction"
+outputs = ["z"]
+
+[[inputs]]
+name = "x"
+shape = [8, 16]
+dtype = "float32"
+
+[[constants]]
+name = "idx"
+shape = [8, 16]
+dtype = "int64"
+values = [{}]
+
+[[nodes]]
+name = "t"
+op = "amax"
+args = ["x", [1]]
+
+[[nodes]]
+name = "y"
+op = "index"
+args = ["t", ["idx"]]
+
+[[nodes]]
+name = "z"
+op = "add"
+args = ["y", "x"]
+"#,
+        idx.join(", ")
+    );
+    let graph = kiln::graph::parse_toml(&text).expect("parses");
+    let s = check(graph, 1e-6);
+    assert_eq!(
+        s.program.kernel_count(),
+        2,
+        "the index waits for the reduction"
+    );
 }
 
 #[test]

@@ -75,12 +75,22 @@ fn value(a: Option<&Arg>) -> Option<ValueId> {
 
 /// Runs the decompositions over every composite node.
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
+    run_with(g, &super::Options::default())
+}
+
+/// [`run`], keeping the nodes the target computes whole (`options`):
+/// attention that [`model::fusable_attention`] accepts, for a target with a
+/// fused attention kernel.
+pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error> {
     let _span = tracing::info_span!("decompose").entered();
     let order = g
         .topo_order()
         .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
     let mut changed = 0;
     for id in order {
+        if options.fused_attention && model::fusable_attention(g, id) {
+            continue;
+        }
         if decompose(g, id)? {
             changed += 1;
         }

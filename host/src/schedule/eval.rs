@@ -332,6 +332,28 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(
         storage[e.out.0 as usize] = y.first().map(|t| t.to_vec()).unwrap_or_default();
         return Ok(());
     }
+    if let ExternOp::Attention {
+        causal,
+        scale_bits,
+        mask,
+    } = &e.op
+    {
+        let out = p.buffer(e.out);
+        let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
+        let tensors: Vec<Tensor> = e.args.iter().map(|a| view_tensor(p, a, storage)).collect();
+        let vals: Vec<crate::interp::Val> =
+            tensors.iter().map(crate::interp::Val::Tensor).collect();
+        let op = crate::graph::Op::Attention {
+            mask: *mask,
+            causal: *causal,
+            scale: Some(f64::from_bits(*scale_bits)),
+            gqa: true,
+        };
+        let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
+            .map_err(|err| Error(format!("extern attention: {err}")))?;
+        storage[e.out.0 as usize] = y.first().map(|t| t.to_vec()).unwrap_or_default();
+        return Ok(());
+    }
     let (a, b) = match e.args.as_slice() {
         [a, b] => (a, b),
         _ => return Err(Error("an extern product needs two operands".into())),
@@ -339,7 +361,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(
     let shape_ok = match e.op {
         ExternOp::Mm => a.shape.len() == 2 && b.shape.len() == 2,
         ExternOp::Bmm => a.shape.len() == 3 && b.shape.len() == 3,
-        ExternOp::Conv { .. } => false,
+        ExternOp::Conv { .. } | ExternOp::Attention { .. } => false,
     };
     if !shape_ok {
         return Err(Error(format!(

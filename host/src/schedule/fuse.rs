@@ -42,6 +42,10 @@ pub struct Reads {
     pub deps: Vec<SNodeId>,
     /// Input and constant buffers (and producer buffers) it loads.
     pub buffers: Vec<BufferId>,
+    /// Producers it reads at data-dependent positions (the operand an `index`,
+    /// `embedding` or `gather` takes rows from): any element may be read, so
+    /// the producer must have finished, in an earlier kernel.
+    pub barriers: Vec<SNodeId>,
 }
 
 /// The reads of node `id`, found by walking its inline definitions.
@@ -75,7 +79,17 @@ pub fn reads_of(graph: &Graph, low: &Lowered, id: SNodeId) -> Reads {
                     reads.buffers.push(b);
                 }
             }
-            Some(Def::Inline { .. }) => roots.extend(inline_operands(graph, v)),
+            Some(Def::Inline { node, .. }) => {
+                if let Some(source) = low.sources.get(node) {
+                    if let Some(owner) = low.snodes.iter().position(|s| s.buf == source.buf) {
+                        let owner = SNodeId(owner as u32);
+                        if owner != id && !reads.barriers.contains(&owner) {
+                            reads.barriers.push(owner);
+                        }
+                    }
+                }
+                roots.extend(inline_operands(graph, v));
+            }
             _ => {}
         }
     }
@@ -120,6 +134,19 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
             .map(|d| group_of[d.0 as usize])
             .filter(|g| *g != usize::MAX)
             .max();
+        // A producer read at data-dependent positions finishes in an earlier kernel:
+        // programs of one kernel do not wait for each other's stores.
+        let after_barriers = reads
+            .barriers
+            .iter()
+            .map(|d| group_of[d.0 as usize])
+            .filter(|g| *g != usize::MAX)
+            .max()
+            .map(|g| g + 1);
+        let earliest = match (earliest, after_barriers) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         let Some(space) = natural_space(low, graph, id) else {
             group_of[i] = groups.len();
             groups.push(Group::Extern(id));

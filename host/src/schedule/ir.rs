@@ -475,6 +475,19 @@ pub enum ExternOp {
         /// channel groups
         groups: i64,
     },
+    /// `scaled_dot_product_attention(q, k, v, mask?)` in one fused kernel (a
+    /// Triton target's flash attention), on strided views: `q` `[B, H, L, E]`
+    /// or `[N, L, E]`, `k`/`v` with batch and head dims equal to the query's,
+    /// 1, or (heads) a divisor of them, the optional mask broadcasting to the
+    /// scores `[B, H, L, S]` (bool: keep where true; floating: added).
+    Attention {
+        /// the upper triangle (`j > i`) is masked out
+        causal: bool,
+        /// the score scale's bits (`f64::to_bits`: the op stays `Eq` and `Hash`)
+        scale_bits: u64,
+        /// a mask operand follows `v`
+        mask: bool,
+    },
 }
 
 impl ExternOp {
@@ -484,6 +497,7 @@ impl ExternOp {
             ExternOp::Mm => "mm",
             ExternOp::Bmm => "bmm",
             ExternOp::Conv { .. } => "convolution",
+            ExternOp::Attention { .. } => "scaled_dot_product_attention",
         }
     }
 }

@@ -352,6 +352,33 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 };
                 low.add_snode(graph, v0, SKind::Extern { op, args }, "convolution")?;
             }
+            Op::Attention {
+                mask,
+                causal,
+                scale,
+                ..
+            } => {
+                // Left whole by the passes for a fused kernel: its operands as
+                // they lie in memory (the kernel takes any strides).
+                let count = 3 + usize::from(*mask);
+                let mut args = vec![];
+                for i in 0..count {
+                    let value = first_value(graph, id, i)?;
+                    args.push(low.realize_view(graph, value)?);
+                }
+                let e = meta_of(graph, first_value(graph, id, 0)?)?
+                    .shape
+                    .last()
+                    .copied()
+                    .unwrap_or(1);
+                let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
+                let op = ExternOp::Attention {
+                    causal: *causal,
+                    scale_bits: scale.to_bits(),
+                    mask: *mask,
+                };
+                low.add_snode(graph, v0, SKind::Extern { op, args }, "attention")?;
+            }
             Op::Full { value, .. } => {
                 let meta = meta_of(graph, v0)?;
                 let value = meta.dtype.round(value.to_f64());

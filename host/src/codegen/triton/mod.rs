@@ -7,6 +7,7 @@
 //! offered to `triton.autotune`. float16 and bfloat16 are loaded and computed
 //! in float32.
 
+pub mod attention;
 pub mod expr;
 mod kernel;
 
@@ -82,6 +83,8 @@ pub struct Kernels {
     pub source: String,
     /// How to launch each kernel, in program order.
     pub info: Vec<KernelInfo>,
+    /// The fused attention kernels and their launches (extern steps).
+    pub attention: attention::Attention,
 }
 
 /// Generates every kernel of `program`; `namer` names the kernels (call it
@@ -95,10 +98,16 @@ pub fn write(
     let (texts, info) = super::write_kernels(program, "kiln", namer, |named| {
         kernel::write_kernel(program, named, heuristics, options)
     })?;
+    let attention = attention::write(program, heuristics, namer)?;
     let mut source = String::from(kernel::HELPERS);
     for text in texts {
         source.push_str("\n\n");
         source.push_str(&text);
     }
-    Ok(Kernels { source, info })
+    source.push_str(&attention.source);
+    Ok(Kernels {
+        source,
+        info,
+        attention,
+    })
 }

@@ -1,6 +1,6 @@
 //! Decompositions of the model ops into the primitives every device has: `cumsum` as a
 //! masked sum, `diff` as slices, attention as matrix products around a softmax, batch
-//! norm as a per-channel scale and shift (which `fold_conv` moves into a preceding
+//! norm as a per-channel scale and shift (which `fold_bn` moves into a preceding
 //! convolution), max pooling as a maximum over strided slices of the padded input, and
 //! adaptive average pooling as products with constant averaging matrices. Each agrees
 //! with the interpreter's direct rule for the op (`interp::model`).
@@ -262,6 +262,93 @@ pub(super) fn attention(
         y
     };
     b.cast(y, out.dtype)
+}
+
+/// Whether node `id` is an attention the fused kernel of a Triton target
+/// computes as it stands (`ExternOp::Attention`): query, key and value of rank
+/// 3 (`[N, L, E]`) or 4 (`[B, H, L, E]`) in one floating dtype of 16 or 32
+/// bits, head sizes up to 256, key/value batch and head dims equal to the
+/// query's or 1 (or, with `enable_gqa`, heads dividing the query's), a mask (bool
+/// or floating) that broadcasts to `[B, H, L, S]`, and a result of the query's
+/// dtype and shape `[..., L, Ev]`. Anything else is decomposed.
+pub fn fusable_attention(g: &crate::graph::Graph, id: crate::graph::NodeId) -> bool {
+    let Some(node) = g.node(id) else {
+        return false;
+    };
+    let Op::Attention { mask, gqa, .. } = node.op else {
+        return false;
+    };
+    let meta = |i: usize| {
+        node.args
+            .get(i)
+            .and_then(Arg::value)
+            .and_then(|v| g.node(v.node)?.outputs.get(v.output as usize))
+    };
+    let (Some(q), Some(k), Some(v), Some(out)) = (meta(0), meta(1), meta(2), node.outputs.first())
+    else {
+        return false;
+    };
+    let rank = q.shape.len();
+    let float = |d: DType| matches!(d, DType::Float16 | DType::BFloat16 | DType::Float32);
+    if !(rank == 3 || rank == 4)
+        || k.shape.len() != rank
+        || v.shape.len() != rank
+        || !float(q.dtype)
+        || k.dtype != q.dtype
+        || v.dtype != q.dtype
+        || out.dtype != q.dtype
+    {
+        return false;
+    }
+    let (l, e) = (q.shape[rank - 2], q.shape[rank - 1]);
+    let (s, ev) = (k.shape[rank - 2], v.shape[rank - 1]);
+    if k.shape[rank - 1] != e
+        || v.shape[rank - 2] != s
+        || !(1..=256).contains(&e)
+        || !(1..=256).contains(&ev)
+        || l < 1
+        || s < 1
+    {
+        return false;
+    }
+    // Batch dims: equal or broadcast from 1; heads may also be shared by groups.
+    for t in [k, v] {
+        for d in 0..rank - 2 {
+            let (want, have) = (q.shape[d], t.shape[d]);
+            let heads = rank == 4 && d == 1;
+            let grouped = heads && gqa && have > 0 && want % have == 0;
+            if have != want && have != 1 && !grouped {
+                return false;
+            }
+        }
+    }
+    if rank == 4 && k.shape[1] != v.shape[1] {
+        return false;
+    }
+    let mut expected = q.shape.clone();
+    expected[rank - 1] = ev;
+    if out.shape != expected {
+        return false;
+    }
+    if mask {
+        let Some(m) = meta(3) else {
+            return false;
+        };
+        if m.shape.len() > rank || !(m.dtype == DType::Bool || m.dtype.is_float()) {
+            return false;
+        }
+        let mut full = q.shape.clone();
+        full[rank - 1] = s;
+        let skip = rank - m.shape.len();
+        if m.shape
+            .iter()
+            .zip(&full[skip..])
+            .any(|(&have, &want)| have != want && have != 1)
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// Batch norm in inference: `x * scale[c] + shift[c]` with `scale = w / sqrt(var + eps)`

@@ -575,6 +575,13 @@ fn extern_call(
             dilation,
             groups,
         } => return conv_call(out, p, e, (stride, padding, dilation, *groups), name),
+        ExternOp::Attention { .. } => {
+            return Err(Error::Unsupported(
+                "a fused attention call: the C++ wrapper takes attention decomposed \
+                 (the pass pipeline decomposes it for C++ targets)"
+                    .into(),
+            ))
+        }
     };
     if a.shape.len() != rank
         || b.shape.len() != rank

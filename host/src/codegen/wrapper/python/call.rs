@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::{torch_dtype, tuple, DeviceStrings};
+use crate::codegen::triton::attention::AttentionLaunch;
 use crate::codegen::triton::{KernelInfo, Launch};
 use crate::schedule::ir::{BufferId, ExternCall, Program, Step, View};
 use crate::schedule::Scheduled;
@@ -18,12 +19,18 @@ pub(super) struct CallWriter<'a> {
     pub names: &'a HashMap<BufferId, String>,
     /// The kernel computing each kernel step.
     pub kernels: &'a HashMap<usize, &'a KernelInfo>,
+    /// The fused attention launch of each attention step.
+    pub attention: &'a HashMap<usize, AttentionLaunch>,
     /// The plugin's strings.
     pub strings: &'a DeviceStrings,
 }
 
 fn grid_text(l: &Launch) -> String {
-    format!("({}, {}, {})", l.grid.x, l.grid.y, l.grid.z)
+    grid_text_of(&l.grid)
+}
+
+fn grid_text_of(g: &kiln_plugin_api::Grid) -> String {
+    format!("({}, {}, {})", g.x, g.y, g.z)
 }
 
 impl CallWriter<'_> {
@@ -164,7 +171,10 @@ impl CallWriter<'_> {
                     self.launch(out, info)?;
                 }
             }
-            Step::Extern(e) => self.extern_call(out, e)?,
+            Step::Extern(e) => match self.attention.get(&i) {
+                Some(launch) => self.attention_launch(out, launch)?,
+                None => self.extern_call(out, e)?,
+            },
         }
         let mut dead: Vec<&str> = memory.frees[i]
             .iter()
@@ -217,6 +227,45 @@ impl CallWriter<'_> {
             grid_text(l),
             args.join(", ")
         )
+    }
+
+    /// A fused attention kernel's launch.
+    fn attention_launch(&self, out: &mut String, l: &AttentionLaunch) -> std::fmt::Result {
+        let mut args: Vec<String> = l.pointers.iter().map(|v| self.pointer(v)).collect();
+        args.extend(l.scalars.iter().cloned());
+        args.extend(l.constants.iter().map(|(n, v)| format!("{n}={v}")));
+        args.push(format!("num_warps={}", l.num_warps));
+        args.push(format!("num_stages={}", l.num_stages));
+        writeln!(
+            out,
+            "        {}[{}]({})",
+            l.kernel,
+            grid_text_of(&l.grid),
+            args.join(", ")
+        )
+    }
+
+    /// A view as a kernel's pointer argument: the buffer, or the buffer from
+    /// the view's offset on (the kernel takes the strides separately).
+    fn pointer(&self, v: &View) -> String {
+        if v.offset == 0 {
+            self.name(v.buf).to_string()
+        } else {
+            format!("{}[{}:]", self.flat(v.buf), v.offset)
+        }
+    }
+
+    /// A buffer as one flat dim over its storage.
+    fn flat(&self, b: BufferId) -> String {
+        let buf = self.program().buffer(b);
+        let extent: i64 = buf
+            .shape
+            .iter()
+            .zip(&buf.strides)
+            .map(|(&d, &s)| (d - 1).max(0) * s)
+            .sum::<i64>()
+            + 1;
+        format!("torch.as_strided({}, ({extent},), (1,), 0)", self.name(b))
     }
 
     /// A matrix product through `torch.mm`/`torch.bmm` into its buffer.

@@ -184,12 +184,13 @@ pub fn write(
     writeln!(out)?;
     writeln!(out)?;
     write_target(&mut out, strings.triton_target.as_ref())?;
-    write_meta(&mut out, &kernels.info)?;
+    write_meta(&mut out, &kernels.info, &kernels.attention.kernels)?;
     let weights = write_constants(&mut out, p, &names)?;
     let writer = call::CallWriter {
         scheduled,
         names: &names,
         kernels: &by_step,
+        attention: &kernels.attention.launches,
         strings,
     };
     writer.write(&mut out)?;
@@ -442,7 +443,11 @@ fn write_target(out: &mut String, target: Option<&TritonTargetOwned>) -> std::fm
 
 /// `KERNEL_META`: every kernel's signature and launch, as literals, so that
 /// the kernels can be compiled ahead of time without running the wrapper.
-fn write_meta(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
+fn write_meta(
+    out: &mut String,
+    kernels: &[KernelInfo],
+    attention: &[triton::attention::AttentionKernel],
+) -> std::fmt::Result {
     writeln!(
         out,
         "# Signatures and launch configs, for compiling the kernels ahead of time"
@@ -478,6 +483,27 @@ fn write_meta(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
             l.num_warps,
             l.num_stages,
             if info.candidates.len() > 1 { "True" } else { "False" }
+        )?;
+    }
+    for k in attention {
+        let sig: Vec<String> = k
+            .signature
+            .iter()
+            .map(|(n, t)| format!("\"{n}\": \"{t}\""))
+            .collect();
+        let constants: Vec<String> = k
+            .constants
+            .iter()
+            .map(|(n, v)| format!("\"{n}\": {v}"))
+            .collect();
+        writeln!(
+            out,
+            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": False}},",
+            k.name,
+            sig.join(", "),
+            constants.join(", "),
+            k.num_warps,
+            k.num_stages,
         )?;
     }
     writeln!(out, "}}")?;

@@ -574,6 +574,18 @@ impl Program {
         &self.buffers[id.0 as usize]
     }
 
+    /// The constant buffers some step or output reads, in buffer order.
+    pub fn constants_read(&self) -> Vec<BufferId> {
+        (0..self.buffers.len())
+            .map(|i| BufferId(i as u32))
+            .filter(|b| matches!(self.buffer(*b).kind, BufferKind::Constant { .. }))
+            .filter(|b| {
+                self.steps.iter().any(|s| s.reads().contains(b))
+                    || self.outputs.iter().any(|o| o.buf == *b)
+            })
+            .collect()
+    }
+
     /// The number of generated kernels.
     pub fn kernel_count(&self) -> usize {
         self.steps

@@ -132,7 +132,11 @@ pub fn write(
         )?;
         let (q, o) = (&e.args[0], &e.out);
         let dtype = program.buffer(q.buf).dtype;
-        let mask_dtype = mask.then(|| program.buffer(e.args[3].buf).dtype);
+        let mask_dtype = e
+            .args
+            .get(3)
+            .filter(|_| *mask)
+            .map(|m| program.buffer(m.buf).dtype);
         let types: Vec<(String, String)> = signature(
             dtype,
             mask_dtype,

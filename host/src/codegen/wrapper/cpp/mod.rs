@@ -257,12 +257,9 @@ pub fn write(
 
 /// The constants read from the weights file, with their keys.
 fn weight_keys(p: &Program, name: &dyn Fn(BufferId) -> String) -> Vec<(String, BufferId)> {
-    (0..p.buffers.len())
-        .map(|i| BufferId(i as u32))
+    p.constants_read()
+        .into_iter()
         .filter(|&b| weights::in_file(p, b))
-        .filter(|&b| {
-            p.steps.iter().any(|s| s.reads().contains(&b)) || p.outputs.iter().any(|o| o.buf == b)
-        })
         .map(|b| (name(b), b))
         .collect()
 }

@@ -270,13 +270,7 @@ const ASSERT_SIZE_STRIDE: &str = r#"def assert_size_stride(tensor, size, stride,
 
 /// The constants some step or output reads, in buffer order.
 fn constant_buffers(p: &Program) -> Vec<BufferId> {
-    (0..p.buffers.len())
-        .map(|i| BufferId(i as u32))
-        .filter(|b| matches!(p.buffer(*b).kind, BufferKind::Constant { .. }))
-        .filter(|b| {
-            p.steps.iter().any(|s| s.reads().contains(b)) || p.outputs.iter().any(|o| o.buf == *b)
-        })
-        .collect()
+    p.constants_read()
 }
 
 /// `_constants()`: the program's constants, created on the device once,

@@ -8,7 +8,9 @@ use super::dtype::{promote, result_type, DType, OperandKind};
 pub mod model;
 use super::ir::{Scalar, TensorMeta};
 use super::ops::{BinaryOp, Op, ReduceOp};
-use super::shape::{broadcast, contiguous_strides, numel, wrap_dim, wrap_dims, Shape, ShapeError};
+use super::shape::{
+    broadcast, contiguous_strides, numel, wrap_dim, wrap_dim_set, Shape, ShapeError,
+};
 use super::views;
 use model as infer_model;
 
@@ -217,8 +219,14 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
                 }
                 _ => t.dtype,
             };
-            if matches!(op, ReduceOp::Amax | ReduceOp::Amin) && t.numel() == 0 {
-                return invalid("amax/amin of an empty tensor");
+            // PyTorch refuses a max or min over a dim of size 0 (there is no identity);
+            // an empty tensor reduced over non-empty dims gives an empty result.
+            if matches!(op, ReduceOp::Amax | ReduceOp::Amin)
+                && wrap_dim_set(dims.as_deref(), t.rank())?
+                    .iter()
+                    .any(|&d| t.shape[d] == 0)
+            {
+                return invalid("amax/amin over a dim of size 0");
             }
             out(shape, d)
         }
@@ -499,7 +507,7 @@ pub fn reduced_shape(
     dims: Option<&[i64]>,
     keepdim: bool,
 ) -> Result<Shape, InferError> {
-    let ds = wrap_dims(dims, shape.len())?;
+    let ds = wrap_dim_set(dims, shape.len())?;
     let mut s = Vec::with_capacity(shape.len());
     for (i, &d) in shape.iter().enumerate() {
         if ds.contains(&i) {

@@ -26,6 +26,12 @@ pub enum ShapeError {
         /// the rank it applies to
         rank: usize,
     },
+    /// A dim is named twice in a set of dims.
+    #[error("dim {dim} appears more than once in the list of dims")]
+    DimTwice {
+        /// the dim as given
+        dim: i64,
+    },
     /// A size is negative or the element count does not fit in `i64`.
     #[error("shape {0:?} has a negative size or more than i64::MAX elements")]
     Size(Shape),
@@ -125,6 +131,29 @@ pub fn wrap_dims(dims: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, ShapeE
             Ok(out)
         }
     }
+}
+
+/// The dims a reduction (or squeeze) works on, as a set: wrapped, ascending, whatever
+/// order the graph lists them in (`dim=[1, -1, 0]`); a dim named twice is an error, as
+/// in PyTorch. `None` or an empty list means every dim.
+pub fn wrap_dim_set(dims: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, ShapeError> {
+    let Some(ds) = dims.filter(|d| !d.is_empty()) else {
+        return Ok((0..rank).collect());
+    };
+    let mut out = Vec::with_capacity(ds.len());
+    for &d in ds {
+        let w = wrap_dim(d, rank)?;
+        if out.contains(&w) {
+            return Err(ShapeError::DimTwice { dim: d });
+        }
+        out.push(w);
+    }
+    if rank == 0 {
+        // A 0-d tensor accepts dim 0 or -1 and has no dim to reduce.
+        out.clear();
+    }
+    out.sort_unstable();
+    Ok(out)
 }
 
 /// The start, length and step a PyTorch `slice(dim, start, end, step)` selects on a dim of

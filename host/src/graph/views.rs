@@ -11,7 +11,9 @@
 //! else. This module must never panic on any operand shape: a bad op is an error.
 
 use super::ops::Op;
-use super::shape::{contiguous_strides, numel, slice_bounds, wrap_dim, wrap_dims, ShapeError};
+use super::shape::{
+    contiguous_strides, numel, slice_bounds, wrap_dim, wrap_dim_set, wrap_dims, ShapeError,
+};
 
 /// Why a view op does not apply to its operand.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -181,7 +183,7 @@ pub fn view_map(op: &Op, in_shape: &[i64], output: u32) -> Result<ViewMap, ViewE
             (shape, IndexMap::Affine(map))
         }
         Op::Squeeze { dims } => {
-            let ds = wrap_dims(dims.as_deref(), rank)?;
+            let ds = wrap_dim_set(dims.as_deref(), rank)?;
             let (mut shape, mut map) = (Vec::new(), Vec::new());
             for (i, &size) in in_shape.iter().enumerate() {
                 if ds.contains(&i) && size == 1 {

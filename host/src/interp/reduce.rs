@@ -6,7 +6,7 @@
 //! same on every machine.
 
 use crate::graph::infer::matmul_shape;
-use crate::graph::shape::{contiguous_strides, wrap_dim, wrap_dims};
+use crate::graph::shape::{contiguous_strides, wrap_dim, wrap_dim_set};
 use crate::graph::{DType, ReduceOp, TensorMeta};
 use crate::tensor::walk::{Walk, CHUNK};
 use crate::tensor::Tensor;
@@ -116,7 +116,7 @@ fn reduce_raw(
     op: ReduceOp,
     cast: Option<DType>,
 ) -> Result<Vec<f64>, String> {
-    let ds = wrap_dims(dims, x.shape.len()).map_err(|e| e.to_string())?;
+    let ds = wrap_dim_set(dims, x.shape.len()).map_err(|e| e.to_string())?;
     let folding = Folding::new(x, &ds);
     let cast = cast.unwrap_or(DType::Float64);
     let mut acc = match op {
@@ -156,7 +156,7 @@ pub(crate) fn var(
     correction: f64,
 ) -> Result<Tensor, String> {
     let mean = reduce_raw(x, dims, ReduceOp::Mean, None)?;
-    let ds = wrap_dims(dims, x.shape.len()).map_err(|e| e.to_string())?;
+    let ds = wrap_dim_set(dims, x.shape.len()).map_err(|e| e.to_string())?;
     let folding = Folding::new(x, &ds);
     let divisor = (folding.count() as f64 - correction).max(0.0);
     let mut acc = folding.fold(0.0, |a, v, j| {

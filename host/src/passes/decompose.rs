@@ -228,7 +228,7 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             let ds = dims.clone().unwrap_or(all);
             let shape = b.g.meta(x).map(|m| m.shape.clone()).unwrap_or_default();
             let wrapped =
-                crate::graph::shape::wrap_dims(Some(&ds), shape.len()).unwrap_or_default();
+                crate::graph::shape::wrap_dim_set(Some(&ds), shape.len()).unwrap_or_default();
             let n: f64 = wrapped
                 .iter()
                 .map(|&d| shape.get(d).copied().unwrap_or(1) as f64)

@@ -12,6 +12,7 @@ pub mod const_fold;
 pub mod cse;
 pub mod dce;
 pub mod decompose;
+pub mod empty;
 pub mod fold_bn;
 pub mod noop;
 pub mod views;
@@ -90,6 +91,8 @@ pub type PipelineFn = fn(&mut Graph, &Options) -> Result<Stats, Error>;
 
 /// The pipeline's passes in order, each with its name.
 pub const PIPELINE: &[(&str, PipelineFn)] = &[
+    // First: a value with no elements needs no op at all.
+    ("empty", |g, _| empty::run(g)),
     // Before `decompose`, which lowers the batch norms left.
     ("fold_bn", |g, _| fold_bn::run(g)),
     ("decompose", decompose::run_with),

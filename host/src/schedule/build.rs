@@ -490,6 +490,16 @@ impl<'a> KernelBuilder<'a> {
                 .ok_or_else(|| Illegal("missing operand".into()))
         };
         Ok(match &node.op {
+            // A one-element constant read as a value (a graph output, say).
+            Op::Constant { data } => match data.single() {
+                Some(value) => self.lit(value, cd),
+                None => {
+                    return Err(Illegal(
+                        "a constant with several elements is a buffer".into(),
+                    ))
+                }
+            },
+            Op::Full { value, .. } => self.lit(out_dtype.round(value.to_f64()), cd),
             Op::Unary(op) => {
                 let a = self.operand(&args[0], &out_shape, idx, cd)?;
                 self.exprs.intern(Expr::Unary(*op, a), cd)

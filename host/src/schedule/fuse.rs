@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use super::build::{natural_space, space_index, KernelBuilder};
 use super::ir::{BufferId, Space};
 use super::lower::{Def, Lowered, SKind, SNodeId};
-use crate::graph::ir::{Arg, Graph, ValueId};
+use crate::graph::ir::{Arg, Graph, NodeId, ValueId};
 
 /// Nodes one kernel may hold: bounds the cost of re-building a kernel on
 /// every fusion attempt.
@@ -57,6 +57,12 @@ pub fn reads_of(graph: &Graph, low: &Lowered, id: SNodeId) -> Reads {
         SKind::Extern { .. } => vec![],
     };
     let mut reads = Reads::default();
+    // The node's own value may be an index of a producer (an output `index` of a
+    // node that is itself computed here): it reads that producer at data-dependent
+    // positions too.
+    if let SKind::Pointwise { value } = &s.kind {
+        barrier_on_source(low, &mut reads, value.node, id);
+    }
     if let SKind::Extern { args, .. } = &s.kind {
         for a in args {
             push_buffer(low, &mut reads, a.buf);
@@ -80,20 +86,26 @@ pub fn reads_of(graph: &Graph, low: &Lowered, id: SNodeId) -> Reads {
                 }
             }
             Some(Def::Inline { node, .. }) => {
-                if let Some(source) = low.sources.get(node) {
-                    if let Some(owner) = low.snodes.iter().position(|s| s.buf == source.buf) {
-                        let owner = SNodeId(owner as u32);
-                        if owner != id && !reads.barriers.contains(&owner) {
-                            reads.barriers.push(owner);
-                        }
-                    }
-                }
+                barrier_on_source(low, &mut reads, *node, id);
                 roots.extend(inline_operands(graph, v));
             }
             _ => {}
         }
     }
     reads
+}
+
+/// Records the producer of the tensor an `index`/`gather` node takes values from.
+fn barrier_on_source(low: &Lowered, reads: &mut Reads, node: NodeId, id: SNodeId) {
+    let Some(source) = low.sources.get(&node) else {
+        return;
+    };
+    if let Some(owner) = low.snodes.iter().position(|s| s.buf == source.buf) {
+        let owner = SNodeId(owner as u32);
+        if owner != id && !reads.barriers.contains(&owner) {
+            reads.barriers.push(owner);
+        }
+    }
 }
 
 fn push_buffer(low: &Lowered, reads: &mut Reads, buf: BufferId) {
@@ -120,14 +132,62 @@ fn buildable(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space) ->
     members.iter().all(|m| b.add(*m).is_ok())
 }
 
+/// The scheduler nodes in an order where every producer comes before its readers
+/// (lowering may make a producer's node after a reader's, when a later `index` needs
+/// the producer in memory), otherwise in creation order.
+fn dependency_order(reads: &[Reads]) -> Vec<usize> {
+    let n = reads.len();
+    let mut waiting: Vec<usize> = reads
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.deps
+                .iter()
+                .chain(&r.barriers)
+                .filter(|d| d.0 as usize != i)
+                .collect::<HashSet<_>>()
+                .len()
+        })
+        .collect();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, r) in reads.iter().enumerate() {
+        for d in r.deps.iter().chain(&r.barriers).collect::<HashSet<_>>() {
+            if d.0 as usize != i {
+                readers[d.0 as usize].push(i);
+            }
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..n).filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &r in &readers[i] {
+            waiting[r] -= 1;
+            if waiting[r] == 0 {
+                ready.insert(r);
+            }
+        }
+    }
+    // A cycle cannot happen (the graph is acyclic); keep every node regardless.
+    if order.len() < n {
+        let placed: HashSet<usize> = order.iter().copied().collect();
+        order.extend((0..n).filter(|i| !placed.contains(i)));
+    }
+    order
+}
+
 /// Groups the scheduler nodes into kernels and extern calls, in execution order.
 pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: Vec<usize> = vec![usize::MAX; low.snodes.len()];
     let mut group_reads: Vec<HashSet<BufferId>> = Vec::new();
-    for i in 0..low.snodes.len() {
+    let all_reads: Vec<Reads> = (0..low.snodes.len())
+        .map(|i| reads_of(graph, low, SNodeId(i as u32)))
+        .collect();
+    for i in dependency_order(&all_reads) {
         let id = SNodeId(i as u32);
-        let reads = reads_of(graph, low, id);
+        let reads = all_reads[i].clone();
         let earliest = reads
             .deps
             .iter()

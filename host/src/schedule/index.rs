@@ -330,7 +330,9 @@ pub fn unflatten(flat: Index, shape: &[i64], ranges: Ranges) -> Vec<Index> {
     let mut stride = 1i64;
     for d in (0..shape.len()).rev() {
         let size = shape[d];
-        out[d] = if size == 1 {
+        // A size-1 dim has only index 0; a size-0 dim has none (nothing iterates over
+        // an empty space, so any index will do).
+        out[d] = if size <= 1 {
             Index::Const(0)
         } else {
             let q = flat.clone().div(stride, ranges);

@@ -18,7 +18,7 @@ use super::Error;
 use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, Op, ReduceOp};
-use crate::graph::shape::{contiguous_strides, wrap_dims};
+use crate::graph::shape::{contiguous_strides, wrap_dim_set};
 use crate::graph::views::{self, view_strides};
 
 /// The deepest inline chain before a value is computed into memory instead:
@@ -268,6 +268,7 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 match data.single() {
                     Some(value) => {
                         low.defs.insert(v0, Def::Literal { value });
+                        literal_output(graph, &mut low, &outputs, v0)?;
                     }
                     None => {
                         let kind = super::ir::BufferKind::Constant { data: data.clone() };
@@ -280,11 +281,12 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
             Op::Reduce { op, dims, .. } => {
                 let input = first_value(graph, id, 0)?;
                 let in_meta = meta_of(graph, input)?;
-                let dims =
-                    wrap_dims(dims.as_deref(), in_meta.rank()).map_err(|e| Error::Unsupported {
+                let dims = wrap_dim_set(dims.as_deref(), in_meta.rank()).map_err(|e| {
+                    Error::Unsupported {
                         node: node.name.clone(),
                         what: e.to_string(),
-                    })?;
+                    }
+                })?;
                 let (kind, divisor) = match op {
                     ReduceOp::Sum => (ReduceKind::Sum, None),
                     ReduceOp::Mean => (
@@ -383,6 +385,7 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 let meta = meta_of(graph, v0)?;
                 let value = meta.dtype.round(value.to_f64());
                 low.defs.insert(v0, Def::Literal { value });
+                literal_output(graph, &mut low, &outputs, v0)?;
             }
             Op::Arange { .. } => {
                 // A constant of the program (const_fold folds the small ones earlier).
@@ -465,6 +468,20 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
         low.outputs.push(view);
     }
     Ok(low)
+}
+
+/// A number the graph returns is written to memory where it is defined, so that every
+/// reader after it (an index, a reduction) comes after the kernel that stores it.
+fn literal_output(
+    graph: &Graph,
+    low: &mut Lowered,
+    outputs: &std::collections::HashSet<ValueId>,
+    value: ValueId,
+) -> Result<(), Error> {
+    if outputs.contains(&value) {
+        low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
+    }
+    Ok(())
 }
 
 /// Whether an op is read inline (pointwise, or a view that may not stay strided).

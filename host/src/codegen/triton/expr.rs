@@ -220,7 +220,11 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, Stri
             "tl.where(({a} < 0) != ({b} < 0), -((tl.abs({a}) + tl.abs({b}) - 1) // tl.abs({b})), tl.abs({a}) // tl.abs({b}))"
         ),
         BinaryOp::Pow if float => format!("libdevice.pow({a}, {b})"),
-        BinaryOp::Pow => return Err(format!("integer `pow` of {}", operand.name())),
+        // Integers: exact through float64 while the result fits in 53 bits.
+        BinaryOp::Pow => format!(
+            "tl.cast(libdevice.rint(libdevice.pow(tl.cast({a}, tl.float64), tl.cast({b}, tl.float64))), {})",
+            tl_dtype(operand)
+        ),
         BinaryOp::Maximum if float => format!("tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"),
         BinaryOp::Minimum if float => format!("tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"),
         BinaryOp::Maximum => format!("tl.maximum({a}, {b})"),

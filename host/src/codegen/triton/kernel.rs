@@ -17,7 +17,7 @@ use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Rend
 use super::{Error, KernelInfo, Launch, Options};
 use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
-use crate::schedule::index::Var;
+use crate::schedule::index::{Index, Var};
 use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
 fn ceil_div(a: i64, b: i64) -> i64 {
@@ -251,14 +251,15 @@ impl KernelWriter<'_> {
                     .ok_or_else(|| self.unsupported("a load of an unlisted buffer".into()))?
                     .clone();
                 let mut mask = self.load_mask(uses_r, guards);
-                let mut offset = format!("{index}");
+                let mut offset = block_offset(index);
                 // An index read from a tensor: wrapped once if negative, asserted in
                 // range (in Triton's debug mode), and masked so that a value out of
                 // range never reads outside the buffer.
                 for (n, i) in indirect.iter().enumerate() {
                     let w = format!("{}_i{n}", Renderer::var(id));
                     let v = self.renderer.operand(i.value, false);
-                    self.line(depth, &format!("{w} = ({v}).to(tl.int64)"));
+                    // `tl.cast`, not `.to`: the index may be a literal (a one-element constant).
+                    self.line(depth, &format!("{w} = tl.cast({v}, tl.int64)"));
                     self.line(
                         depth,
                         &format!("{w} = tl.where({w} < 0, {w} + {}, {w})", i.size),
@@ -304,7 +305,10 @@ impl KernelWriter<'_> {
         let mask = if uses_r { "xmask & rmask" } else { "xmask" };
         self.line(
             depth,
-            &format!("tl.store({ptr} + ({}), {value}, {mask})", s.index),
+            &format!(
+                "tl.store({ptr} + ({}), {value}, {mask})",
+                block_offset(&s.index)
+            ),
         );
         Ok(())
     }
@@ -474,3 +478,15 @@ def kiln_max_combine(a, b):
 def kiln_min_combine(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ";
+
+/// An index as a pointer offset that is always a block. A constant index (a 0-d
+/// tensor, a broadcast single element) would otherwise make a scalar pointer, and
+/// Triton rejects a block mask or value with a scalar pointer; adding a zero tile of
+/// the row index's shape keeps the pointer a block that broadcasts with the mask.
+fn block_offset(index: &Index) -> String {
+    if index.uses(Var::X) || index.uses(Var::R) {
+        format!("{index}")
+    } else {
+        format!("{index} + tl.zeros_like(xindex)")
+    }
+}

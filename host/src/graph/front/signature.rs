@@ -750,8 +750,16 @@ pub fn bind(
                         for x in l {
                             match x {
                                 Raw::Str(s) => operands.push(Operand::Name(s.clone())),
+                                // TOML has no null: an empty list stands for None.
                                 Raw::None => {}
-                                _ => return Err(bad(name, "a list of tensor names or None", r)),
+                                Raw::List(l) if l.is_empty() => {}
+                                _ => {
+                                    return Err(bad(
+                                        name,
+                                        "a list of tensor names or None ([] in a graph file)",
+                                        r,
+                                    ))
+                                }
                             }
                         }
                     }

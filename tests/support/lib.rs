@@ -7,6 +7,7 @@
 
 pub mod broken;
 mod goldens;
+pub mod graphgen;
 pub mod names;
 
 pub use goldens::Goldens;

@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).
 static inline float kiln_bits_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint32_t kiln_f_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -187,6 +188,19 @@ template <typename T> static inline T kiln_divfloor(T a, T b) {
     return q;
 }
 template <typename T> static inline bool kiln_isnan(T v) { return v != v; }
+// Integer power by squaring (wrapping like PyTorch's); a negative exponent, which
+// PyTorch refuses for integers, gives 1/base truncated: 1, -1 or 0.
+template <typename T> static inline T kiln_ipow(T base, T exp) {
+    if (exp < 0) return base == 1 ? T(1) : base == -1 ? T((exp & 1) ? -1 : 1) : T(0);
+    using U = typename std::make_unsigned<T>::type;
+    U result = 1, b = U(base);
+    while (exp > 0) {
+        if (exp & 1) result = U(result * b);
+        b = U(b * b);
+        exp >>= 1;
+    }
+    return T(result);
+}
 
 // Scratch memory grown on demand, 64-byte aligned, kept between calls and
 // freed with its owner (`static thread_local` ones: when the thread exits).

@@ -209,3 +209,54 @@ fn bad_constants_and_dtypes() {
         &["mean"],
     );
 }
+
+/// Graphs PyTorch refuses are refused too, naming why (each was once accepted and
+/// given a result of Kiln's own; found by bench/gpu/differential.py).
+#[test]
+fn what_pytorch_refuses_is_refused() {
+    // A list-returning op read as a tensor, even a split into one piece.
+    check(
+        &format!(
+            "{HEAD}{}{}",
+            node("s", "split", "[\"x\", 3, 1]"),
+            node("y", "relu", "[\"s\"]")
+        ),
+        &["`s` is `split`", "getitem"],
+    );
+    // Subtraction with a bool operand.
+    check(
+        &format!(
+            "{HEAD}{}{}",
+            node("b", "gt", "[\"x\", 0.0]"),
+            node("y", "sub", "[\"x\", \"b\"]")
+        ),
+        &["sub is not defined for bool"],
+    );
+    // half_to_float on anything but float16.
+    check(
+        &format!("{HEAD}{}", node("y", "_softmax", "[\"x\", 1, true]")),
+        &["half_to_float", "float32"],
+    );
+    // addmm's self with dims of its own.
+    check(
+        &format!(
+            "{HEAD}[[inputs]]\nname = \"c\"\nshape = [4, 2, 2]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"m\"\nshape = [3, 2]\ndtype = \"float32\"\n\n{}",
+            node("y", "addmm", "[\"c\", \"x\", \"m\"]")
+        ),
+        &["addmm", "expand"],
+    );
+    // An attention mask of fewer than 2 dims.
+    check(
+        &format!(
+            "{HEAD}[[inputs]]\nname = \"q\"\nshape = [1, 2, 4, 8]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"m\"\nshape = [4]\ndtype = \"float32\"\n\n{}",
+            node(
+                "y",
+                "scaled_dot_product_attention",
+                "[\"q\", \"q\", \"q\", \"m\"]"
+            )
+        ),
+        &["attn_mask", "2 dims"],
+    );
+}

@@ -158,8 +158,15 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
                 ));
             } else if *op == BinaryOp::Div {
                 float_of(d)
-            } else if d == DType::Bool && matches!(op, BinaryOp::Sub) {
-                return invalid("sub is not defined for bool tensors");
+            } else if matches!(op, BinaryOp::Sub)
+                && args.iter().any(|a| match a {
+                    ArgMeta::Tensor(t) => t.dtype == DType::Bool,
+                    ArgMeta::Scalar(s) => matches!(s, Scalar::Bool(_)),
+                })
+            {
+                // As in PyTorch, whatever the other operand: `~` or logical_not
+                // inverts a mask.
+                return invalid("sub is not defined for bool operands");
             } else {
                 d
             };
@@ -247,7 +254,13 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             count(args, 1)?;
             let t = tensor(args, 0)?;
             wrap_dim(*dim, t.rank())?;
-            let d = if *half_to_float && t.dtype.is_low_precision() {
+            if *half_to_float && t.dtype != DType::Float16 {
+                return invalid(format!(
+                    "half_to_float is a conversion of float16 input (PyTorch refuses it for {})",
+                    t.dtype
+                ));
+            }
+            let d = if *half_to_float {
                 DType::Float32
             } else {
                 float_of(t.dtype)
@@ -276,7 +289,13 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
                 let k = t.rank() - normalized_shape.len();
                 let mut s = t.shape[..k].to_vec();
                 s.extend(std::iter::repeat_n(1, normalized_shape.len()));
-                let stat = TensorMeta::contiguous(s, t.dtype);
+                // The statistics are in the accumulation dtype, as PyTorch's CUDA
+                // kernel (and Inductor) give them: float32 for 16-bit inputs.
+                let acc = match t.dtype {
+                    DType::Float16 | DType::BFloat16 => DType::Float32,
+                    d => d,
+                };
+                let stat = TensorMeta::contiguous(s, acc);
                 outs.push(stat.clone());
                 outs.push(stat);
             }
@@ -329,11 +348,15 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             count(args, 3)?;
             let (c, a, b) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
             let s = mm_shape(a, b)?;
-            broadcast(&s, &c.shape).map_err(|_| InferError::Mismatch {
-                what: "addmm: self does not broadcast to the product".into(),
-                a: c.shape.clone(),
-                b: s.clone(),
-            })?;
+            // `self` is expanded to the product's shape: it may not add dims or
+            // sizes of its own (broadcasting both ways would be another shape).
+            if broadcast(&s, &c.shape).ok().as_ref() != Some(&s) {
+                return Err(InferError::Mismatch {
+                    what: "addmm: self does not expand to the product's shape".into(),
+                    a: c.shape.clone(),
+                    b: s.clone(),
+                });
+            }
             same_dtype(&[a, b, c])?;
             out(s, a.dtype)
         }

@@ -621,6 +621,22 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether PyTorch returns a list or tuple from this op (even of one tensor, as
+    /// `split` of a dim into one piece does): its outputs are read through `getitem`.
+    pub fn returns_sequence(&self) -> bool {
+        matches!(
+            self,
+            Op::Split { .. }
+                | Op::SplitWithSizes { .. }
+                | Op::LayerNorm { native: true, .. }
+                | Op::BatchNorm { native: true, .. }
+                | Op::MaxPool {
+                    with_indices: true,
+                    ..
+                }
+        )
+    }
+
     /// The ATen name this op prints as.
     pub fn name(&self) -> &'static str {
         match self {

@@ -83,6 +83,8 @@ pub(crate) fn binary(op: BinaryOp, a: f64, b: f64, alpha: f64, int: bool) -> f64
         BinaryOp::DivFloor => {
             if int {
                 (a / b).floor()
+            } else if b == 0.0 {
+                a / b
             } else {
                 // PyTorch's float floor division: floor of the true quotient, computed
                 // with fmod so that it agrees with Python's `//`.

@@ -246,6 +246,8 @@ fn diff(
     let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
     let mut parts = vec![];
     let mut k = 1;
+    // n = 0 is a copy of self: prepend and append are only checked.
+    let (prepend, append) = (prepend && n > 0, append && n > 0);
     if prepend {
         parts.push(tensor(args, k)?);
         k += 1;

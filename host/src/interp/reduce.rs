@@ -252,15 +252,17 @@ pub(crate) fn norm(
     let (rows, m) = (size(&x.shape[..split]), size(&x.shape[split..]));
     // PyTorch's rms_norm default eps is the input dtype's machine epsilon.
     let eps = eps.unwrap_or(match x.dtype {
+        // PyTorch's default is the epsilon of the type it computes in: float32
+        // for 16-bit inputs too.
         DType::Float64 => f64::EPSILON,
-        DType::Float16 => 0.0009765625,
-        DType::BFloat16 => 0.0078125,
         _ => f32::EPSILON as f64,
     });
     let wv = w.map(|t| t.to_vec());
     let bv = b.map(|t| t.to_vec());
     let mut o = vec![0.0; rows * m];
-    let (mut means, mut rstds) = (vec![f64::NAN; rows], vec![f64::NAN; rows]);
+    // Rows of nothing (m = 0): mean 0 and rstd NaN, as PyTorch's CUDA kernel gives
+    // (its moments start from 0, and the variance is 0 / 0).
+    let (mut means, mut rstds) = (vec![0.0; rows], vec![f64::NAN; rows]);
     if m > 0 {
         o.par_chunks_mut(m)
             .zip(v.par_chunks(m))

@@ -121,6 +121,7 @@ fn is_composite(op: &Op) -> bool {
             | Op::MaxPool { .. }
             | Op::AdaptiveAvgPool { .. }
             | Op::Conv { bias: true, .. }
+            | Op::Matmul
     )
 }
 
@@ -148,6 +149,40 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     let rank = b.g.meta(x).map_or(0, |m| m.rank()) as i64;
     let trailing = |k: usize| -> Vec<i64> { (rank - k as i64..rank).collect() };
     let new: Vec<ValueId> = match op {
+        Op::Matmul => {
+            // Batch dims that broadcast in part ([3, 1, M, K] @ [4, K, N]) cannot be
+            // flattened into one strided batch dim: such an operand is expanded to the
+            // full batch shape (and copied by lowering). An operand whose batch dims are
+            // all 1 or all present flattens as it is, and is left alone.
+            let Some(y) = value(args.get(1)) else {
+                return Ok(false);
+            };
+            let (Some(ma), Some(mb)) = (b.g.meta(x).cloned(), b.g.meta(y).cloned()) else {
+                return Ok(false);
+            };
+            if ma.rank() < 2 || mb.rank() < 2 || out.rank() < 3 {
+                return Ok(false);
+            }
+            let batch = out.shape[..out.rank() - 2].to_vec();
+            let whole = |m: &crate::graph::TensorMeta| {
+                let own = &m.shape[..m.rank() - 2];
+                own == batch.as_slice() || own.iter().product::<i64>() == 1
+            };
+            if whole(&ma) && whole(&mb) {
+                return Ok(false);
+            }
+            let mut operands = vec![];
+            for (v, m) in [(x, &ma), (y, &mb)] {
+                operands.push(Arg::Value(if whole(m) {
+                    v
+                } else {
+                    let mut sizes = batch.clone();
+                    sizes.extend_from_slice(&m.shape[m.rank() - 2..]);
+                    b.op(Op::Expand { sizes }, vec![Arg::Value(v)])?
+                }));
+            }
+            vec![b.op(Op::Matmul, operands)?]
+        }
         Op::Softmax { dim, log, .. } => {
             let xc = b.upcast(x)?;
             let m = b.reduce(ReduceOp::Amax, xc, &[dim])?;
@@ -190,8 +225,25 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             }
             let mut r = vec![b.cast(y, out.dtype)?];
             if native {
-                r.push(b.cast(mean, out.dtype)?);
-                r.push(b.cast(rstd, out.dtype)?);
+                let stat = outs.get(1).map_or(out.dtype, |m| m.dtype);
+                let k = out.shape.len().saturating_sub(normalized_shape.len());
+                if out.shape[k..].contains(&0) {
+                    // Rows of nothing: mean 0 and rstd NaN, as PyTorch's CUDA kernel
+                    // gives (its moments start from 0; the variance is 0 / 0).
+                    for v in [0.0, f64::NAN] {
+                        r.push(b.op(
+                            Op::Full {
+                                size: Some(outs[1].shape.clone()),
+                                value: Scalar::Float(v),
+                                dtype: Some(stat),
+                            },
+                            vec![],
+                        )?);
+                    }
+                } else {
+                    r.push(b.cast(mean, stat)?);
+                    r.push(b.cast(rstd, stat)?);
+                }
             }
             r
         }
@@ -202,9 +254,9 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
         } => {
             let dims = trailing(normalized_shape.len());
             let eps = eps.unwrap_or(match b.dtype(x) {
+                // PyTorch's default is the epsilon of the type it computes in: float32
+                // for 16-bit inputs too.
                 DType::Float64 => f64::EPSILON,
-                DType::Float16 => 0.0009765625,
-                DType::BFloat16 => 0.0078125,
                 _ => f32::EPSILON as f64,
             });
             let xc = b.upcast(x)?;
@@ -233,20 +285,39 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
                 .iter()
                 .map(|&d| shape.get(d).copied().unwrap_or(1) as f64)
                 .product();
-            let mean = b.reduce(ReduceOp::Mean, xc, &ds)?;
-            let d = b.vv(BinaryOp::Sub, xc, mean)?;
-            let sq = b.vv(BinaryOp::Mul, d, d)?;
-            let s = b.op(
-                Op::Reduce {
-                    op: ReduceOp::Sum,
-                    dims: Some(ds),
-                    keepdim,
-                    dtype: None,
-                },
-                vec![Arg::Value(sq)],
-            )?;
-            let y = b.vs(BinaryOp::Div, s, (n - correction).max(0.0))?;
-            vec![b.cast(y, out.dtype)?]
+            if n == 1.0 {
+                // One element: its deviation is exactly 0 (computed, a fused
+                // multiply-add can leave a rounding residue that 0 / 0 turns into inf).
+                let v = if 1.0 - correction > 0.0 {
+                    0.0
+                } else {
+                    f64::NAN
+                };
+                let fill = b.op(
+                    Op::Full {
+                        size: Some(out.shape.clone()),
+                        value: Scalar::Float(v),
+                        dtype: Some(out.dtype),
+                    },
+                    vec![],
+                )?;
+                vec![fill]
+            } else {
+                let mean = b.reduce(ReduceOp::Mean, xc, &ds)?;
+                let d = b.vv(BinaryOp::Sub, xc, mean)?;
+                let sq = b.vv(BinaryOp::Mul, d, d)?;
+                let s = b.op(
+                    Op::Reduce {
+                        op: ReduceOp::Sum,
+                        dims: Some(ds),
+                        keepdim,
+                        dtype: None,
+                    },
+                    vec![Arg::Value(sq)],
+                )?;
+                let y = b.vs(BinaryOp::Div, s, (n - correction).max(0.0))?;
+                vec![b.cast(y, out.dtype)?]
+            }
         }
         Op::Gelu { approximate } => {
             let xc = b.upcast(x)?;

@@ -553,6 +553,18 @@ impl Gen {
         if matches!(op, "max" | "min") && !matches!(b, Arg::T(_)) {
             return None;
         }
+        let b_is_bool = match &b {
+            Arg::T(n) => self
+                .vals
+                .iter()
+                .any(|v| &v.name == n && v.dtype == DType::Bool),
+            Arg::B(_) => true,
+            _ => false,
+        };
+        if op == "sub" && b_is_bool {
+            // PyTorch refuses `-` with any bool operand.
+            return None;
+        }
         let mut attrs = vec![];
         match op {
             "add" | "sub" if self.chance(0.3) => {
@@ -731,7 +743,7 @@ impl Gen {
             0 => ("softmax", vec![Arg::T(a.name), Arg::I(dim)]),
             1 => ("log_softmax", vec![Arg::T(a.name), Arg::I(dim)]),
             2 => {
-                let h2f = a.dtype.is_low_precision() && self.chance(0.5);
+                let h2f = a.dtype == DType::Float16 && self.chance(0.5);
                 ("_softmax", vec![Arg::T(a.name), Arg::I(dim), Arg::B(h2f)])
             }
             _ => (
@@ -1039,7 +1051,9 @@ impl Gen {
                 self.node("bmm", vec![Arg::T(a.name), Arg::T(b)], vec![])
             }
             2 if rank == 2 => {
-                let bias = self.broadcastable(&[a.shape[0], n]);
+                let mut bias = self.broadcastable(&[a.shape[0], n]);
+                // addmm expands its bias to the product: no dims of its own.
+                bias.drain(..bias.len().saturating_sub(2));
                 let c = self.input(bias, dt);
                 let b = self.input(vec![k, n], dt);
                 let attrs = if self.chance(0.5) {
@@ -1367,7 +1381,11 @@ impl Gen {
     }
 
     fn batch_norm(&mut self) -> Option<Vec<Node>> {
-        let a = self.pick(|v| v.is_float() && v.rank() >= 2 && v.rank() <= 4)?;
+        // (PyTorch's CUDA batch norm fails on an empty input: zero channels, or a
+        // batch of nothing.)
+        let a = self.pick(|v| {
+            v.is_float() && v.rank() >= 2 && v.rank() <= 4 && v.shape.iter().all(|&d| d > 0)
+        })?;
         let c = a.shape[1];
         let dt = dtype_name(a.dtype);
         let mean = self.input(vec![c], dt);
@@ -1507,6 +1525,10 @@ impl Gen {
                 let mut shape = self.broadcastable(&[l, s]);
                 // Leading dims of a mask broadcast against batch and heads.
                 shape.drain(..shape.len().saturating_sub(2));
+                // PyTorch needs the mask's two dims, even when of size 1.
+                while shape.len() < 2 {
+                    shape.insert(0, 1);
+                }
                 let m = self.input(shape, dt);
                 args.push(Arg::T(m));
             }
@@ -1568,7 +1590,7 @@ fn values(graph: &Graph, spec: &GraphSpec) -> Vec<Val> {
     let mut by_name: HashMap<&str, (&kiln::graph::TensorMeta, usize)> = HashMap::new();
     for id in graph.node_ids() {
         let Some(node) = graph.node(id) else { continue };
-        if node.outputs.len() == 1 {
+        if node.outputs.len() == 1 && !node.op.returns_sequence() {
             by_name.insert(node.name.as_str(), (&node.outputs[0], node.outputs.len()));
         }
     }

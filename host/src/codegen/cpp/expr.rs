@@ -316,7 +316,7 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType, ty: &str) -> Result<St
         BinaryOp::Div if float => format!("({a} / {b})"),
         BinaryOp::Div => format!("(static_cast<{ty}>({a}) / static_cast<{ty}>({b}))"),
         BinaryOp::DivTrunc if float => format!("std::trunc({a} / {b})"),
-        BinaryOp::DivFloor if float => format!("std::floor({a} / {b})"),
+        BinaryOp::DivFloor if float => format!("kiln_divfloor_float({a}, {b})"),
         // Integer division by zero would trap; PyTorch raises, Kiln gives 0.
         BinaryOp::DivTrunc => format!("static_cast<{ty}>(kiln_divtrunc({a}, {b}))"),
         BinaryOp::DivFloor => format!("static_cast<{ty}>(kiln_divfloor({a}, {b}))"),

@@ -157,6 +157,18 @@ template <typename T> static inline T kiln_divfloor(T a, T b) {
     if ((a % b != 0) && ((a < 0) != (b < 0))) q = T(q - 1);
     return q;
 }
+// Floating floor division as PyTorch computes it: the quotient of a minus its exact
+// remainder, so that 1 // 0.1 is 9 (plain floor(1 / 0.1) gives 10).
+template <typename T> static inline T kiln_divfloor_float(T a, T b) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if ((mod != 0) && ((b < 0) != (mod < 0))) div -= T(1);
+    if (div == 0) return std::copysign(T(0), a / b);
+    T floordiv = std::floor(div);
+    if (div - floordiv > T(0.5)) floordiv += T(1);
+    return floordiv;
+}
 template <typename T> static inline bool kiln_isnan(T v) { return v != v; }
 // Integer power by squaring (wrapping like PyTorch's); a negative exponent, which
 // PyTorch refuses for integers, gives 1/base truncated: 1, -1 or 0.

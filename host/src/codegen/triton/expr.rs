@@ -129,6 +129,14 @@ impl Renderer<'_> {
         }
     }
 
+    /// `id` as an operand, a literal as a one-element tensor of dtype `d`.
+    fn typed(&self, id: ExprId, d: DType) -> String {
+        match self.exprs.get(id) {
+            Expr::Literal(l) => format!("tl.full([1], {}, {})", literal_text(*l), tl_dtype(d)),
+            _ => self.operand(id, false),
+        }
+    }
+
     fn is_literal(&self, id: ExprId) -> bool {
         matches!(self.exprs.get(id), Expr::Literal(_))
     }
@@ -140,13 +148,18 @@ impl Renderer<'_> {
         Ok(match self.exprs.get(id) {
             Expr::Unary(op, a) => unary(*op, &self.operand(*a, true), d)?,
             Expr::Binary(op, a, b) => {
-                let wrap_a = self.is_literal(*a) && self.is_literal(*b);
-                binary(
-                    *op,
-                    &self.operand(*a, wrap_a),
-                    &self.operand(*b, false),
-                    self.exprs.dtype(*a),
-                )?
+                let operand = self.exprs.dtype(*a);
+                // libdevice's two-operand functions take one dtype: a literal operand
+                // is a tensor of the other's dtype (a bare 0.5 is float32 in Triton).
+                let typed = operand.is_float()
+                    && matches!(op, BinaryOp::Pow | BinaryOp::DivFloor | BinaryOp::DivTrunc);
+                let (ta, tb) = if typed {
+                    (self.typed(*a, operand), self.typed(*b, operand))
+                } else {
+                    let wrap_a = self.is_literal(*a) && self.is_literal(*b);
+                    (self.operand(*a, wrap_a), self.operand(*b, false))
+                };
+                binary(*op, &ta, &tb, operand)?
             }
             Expr::Where(c, a, b) => format!(
                 "tl.where({}, {}, {})",
@@ -187,8 +200,10 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Abs => Ok(format!("tl.abs({a})")),
         UnaryOp::Neg => Ok(format!("-{a}")),
         UnaryOp::Relu => Ok(format!("tl.where({a} < 0, 0, {a})")),
-        UnaryOp::Exp => float_only("tl.exp"),
-        UnaryOp::Log => float_only("tl.log"),
+        // libdevice's exp and log are as accurate as PyTorch's (tl.exp goes through
+        // exp2 of x * log2(e), whose rounding grows with |x|).
+        UnaryOp::Exp => float_only("libdevice.exp"),
+        UnaryOp::Log => float_only("libdevice.log"),
         UnaryOp::Log1p => float_only("libdevice.log1p"),
         UnaryOp::Sqrt => float_only("libdevice.sqrt"),
         UnaryOp::Rsqrt => float_only("libdevice.rsqrt"),
@@ -209,8 +224,13 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, Stri
         BinaryOp::Sub => format!("({a} - {b})"),
         BinaryOp::Mul => format!("({a} * {b})"),
         BinaryOp::Div => format!("({a} / {b})"),
-        BinaryOp::DivTrunc if float => format!("libdevice.trunc({a} / {b})"),
-        BinaryOp::DivFloor if float => format!("libdevice.floor({a} / {b})"),
+        // Correctly rounded division (Triton's `/` is approximate for float32): a
+        // quotient of exactly 1 must not truncate to 0.
+        // (`tl.div_rn` is float32-only; float64's `/` is already correctly rounded.)
+        BinaryOp::DivTrunc if operand == DType::Float64 => format!("libdevice.trunc({a} / {b})"),
+        BinaryOp::DivTrunc if float => format!("libdevice.trunc(tl.div_rn({a}, {b}))"),
+        BinaryOp::DivFloor if operand == DType::Float64 => format!("kiln_div_floor64({a}, {b})"),
+        BinaryOp::DivFloor if float => format!("kiln_div_floor({a}, {b})"),
         // Integer division on magnitudes only, so the result never depends on
         // how the target rounds negative quotients.
         BinaryOp::DivTrunc => format!(

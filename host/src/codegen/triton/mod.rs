@@ -26,6 +26,9 @@ pub const RESERVED: &[&str] = &[
     "libdevice",
     "kiln_max_combine",
     "kiln_min_combine",
+    "kiln_div_floor",
+    "kiln_div_floor64",
+    "kiln_floor_quotient",
 ];
 
 /// Options of the Triton generator.

@@ -955,9 +955,10 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
                 "full_like" | "zeros_like" | "ones_like" => None,
                 _ => Some(need_ints("size")?),
             };
-            // `scalar_tensor` defaults to float32 whatever its value's kind.
+            // `scalar_tensor`, `zeros` and `ones` default to float32 (the default
+            // dtype) whatever their value's kind; `full` takes its value's kind.
             let dtype = match (b.dtype("dtype")?, name) {
-                (None, "scalar_tensor") => Some(DType::Float32),
+                (None, "scalar_tensor" | "zeros" | "ones") => Some(DType::Float32),
                 (d, _) => d,
             };
             Op::Full { size, value, dtype }

@@ -311,6 +311,10 @@ pub(super) fn diff(n: i64, dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>
         }
         dtype = promote(dtype, p.dtype);
     }
+    if n == 0 {
+        // PyTorch checks prepend/append, then returns a copy of self without them.
+        return one(t.shape.clone(), t.dtype);
+    }
     shape[d] = (shape[d] - n).max(0);
     one(shape, dtype)
 }
@@ -370,6 +374,13 @@ pub(super) fn attention(
     out.extend([l, ev]);
     if mask {
         let m = tensor(args, 3)?;
+        if m.rank() < 2 {
+            // PyTorch reads the mask's last two dims (it fails on a 0-d or 1-d mask).
+            return invalid(format!(
+                "attn_mask needs at least 2 dims ([..., L, S]), found {}-d",
+                m.rank()
+            ));
+        }
         if m.dtype != DType::Bool && m.dtype != q.dtype {
             return invalid(format!(
                 "attn_mask must be bool or q's dtype {}, found {}",

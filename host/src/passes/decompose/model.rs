@@ -142,6 +142,12 @@ pub(super) fn diff(
     dim: i64,
     out: &TensorMeta,
 ) -> Result<ValueId, Error> {
+    // n = 0 is a copy of self: prepend and append are only checked.
+    let (prepend, append) = if n == 0 {
+        (None, None)
+    } else {
+        (prepend, append)
+    };
     let parts: Vec<Arg> = prepend
         .into_iter()
         .chain([x])
@@ -473,34 +479,90 @@ pub(super) fn max_pool(
     Ok(y)
 }
 
-/// Adaptive average pooling: a mean over the last two dims for a 1x1 output, otherwise
-/// `A x Bᵀ` with constant averaging matrices `A [oh, h]` and `B [ow, w]` whose rows hold
-/// `1/len` over PyTorch's windows (exact for any sizes, divisible or not).
+/// Adaptive average pooling, one of the last two dims at a time, with PyTorch's
+/// windows: a dim that divides evenly is reshaped and averaged; otherwise its windows
+/// are gathered into a padded `[n_out, K]` block and summed where a mask keeps the
+/// window (a `where`, never a product with 0, so an inf input stays inf rather than
+/// becoming NaN as an averaging matrix would make it).
 pub(super) fn adaptive_avg_pool(b: &mut B, x: ValueId, out: &TensorMeta) -> Result<ValueId, Error> {
-    let shape = b.shape(x);
-    let r = shape.len();
-    let (h, w) = (shape[r - 2], shape[r - 1]);
-    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
+    let r = b.shape(x).len();
     let xc = b.upcast(x)?;
-    if oh == 1 && ow == 1 {
-        let m = b.reduce(ReduceOp::Mean, xc, &[r as i64 - 2, r as i64 - 1])?;
-        return b.cast(m, out.dtype);
+    let mut y = xc;
+    for axis in [r - 2, r - 1] {
+        y = pool_axis(b, y, axis, out.shape[axis])?;
     }
-    let cd = b.dtype(xc);
-    let averaging = |n: i64, size: i64| -> Vec<f64> {
-        let mut m = vec![0.0; (n * size) as usize];
-        for i in 0..n {
-            let (s, e) = adaptive_window(i, n, size);
-            for j in s..e {
-                m[(i * size + j) as usize] = 1.0 / (e - s) as f64;
-            }
-        }
-        m
-    };
-    let a = b.constant(vec![oh, h], cd, averaging(oh, h));
-    let bt = b.constant(vec![ow, w], cd, averaging(ow, w));
-    let bt = b.op(Op::Permute { dims: vec![1, 0] }, vec![Arg::Value(bt)])?;
-    let ax = b.op(Op::Matmul, vec![Arg::Value(a), Arg::Value(xc)])?;
-    let y = b.op(Op::Matmul, vec![Arg::Value(ax), Arg::Value(bt)])?;
     b.cast(y, out.dtype)
+}
+
+/// Adaptive average pooling of dim `axis` of `x` down to `n` windows.
+fn pool_axis(b: &mut B, x: ValueId, axis: usize, n: i64) -> Result<ValueId, Error> {
+    let shape = b.shape(x);
+    let size = shape[axis];
+    if n == size {
+        return Ok(x);
+    }
+    let reduce = |b: &mut B, v: ValueId, op: ReduceOp, dim: usize| {
+        b.op(
+            Op::Reduce {
+                op,
+                dims: Some(vec![dim as i64]),
+                keepdim: false,
+                dtype: None,
+            },
+            vec![Arg::Value(v)],
+        )
+    };
+    if size % n == 0 {
+        let mut split = shape.clone();
+        split.splice(axis..=axis, [n, size / n]);
+        let v = b.op(
+            Op::Reshape {
+                shape: split,
+                view: false,
+            },
+            vec![Arg::Value(x)],
+        )?;
+        return reduce(b, v, ReduceOp::Mean, axis + 1);
+    }
+    let windows: Vec<(i64, i64)> = (0..n).map(|i| adaptive_window(i, n, size)).collect();
+    let k = windows.iter().map(|(s, e)| e - s).max().unwrap_or(1).max(1);
+    let (mut idx, mut keep, mut lens) = (vec![], vec![], vec![]);
+    for &(s, e) in &windows {
+        for j in 0..k {
+            idx.push((s + j.min(e - s - 1)) as f64);
+            keep.push(f64::from(u8::from(j < e - s)));
+        }
+        lens.push((e - s) as f64);
+    }
+    let cd = b.dtype(x);
+    let idx = b.constant(vec![n, k], DType::Int64, idx);
+    // The mask and lengths broadcast over the dims after `axis`.
+    let trailing = shape.len() - axis - 1;
+    let mut mshape = vec![n, k];
+    mshape.extend(std::iter::repeat_n(1, trailing));
+    let keep = b.constant(mshape, DType::Bool, keep);
+    let mut lshape = vec![n];
+    lshape.extend(std::iter::repeat_n(1, trailing));
+    let lens = b.constant(lshape, cd, lens);
+    let mut indexed = vec![false; axis];
+    indexed.push(true);
+    let mut args = vec![Arg::Value(x)];
+    args.push(Arg::Value(idx));
+    let gathered = b.op(Op::Index { indexed }, args)?;
+    let kept = b.op(
+        Op::Where,
+        vec![
+            Arg::Value(keep),
+            Arg::Value(gathered),
+            Arg::Scalar(Scalar::Float(0.0)),
+        ],
+    )?;
+    let sum = reduce(b, kept, ReduceOp::Sum, axis + 1)?;
+    b.op(
+        Op::Binary {
+            op: BinaryOp::Div,
+            alpha: None,
+        },
+        vec![Arg::Value(sum), Arg::Value(lens)],
+    )
 }

@@ -289,7 +289,9 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     // Every node was just inferred: nothing is left for incremental re-inference.
     g.take_modified();
     for o in outputs {
-        if g.node(o.node).is_some_and(|n| n.outputs.len() != 1) {
+        if g.node(o.node)
+            .is_some_and(|n| n.outputs.len() != 1 || n.op.returns_sequence())
+        {
             let n = g.node(o.node).map_or(String::new(), |n| n.name.clone());
             return Err(Error::UnknownOutput(format!(
                 "{n} (a multi-output node: select an output with getitem)"
@@ -308,7 +310,7 @@ fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
     }
     for v in node.args.iter().filter_map(|a| a.value()) {
         if let Some(p) = g.node(v.node) {
-            if p.outputs.len() != 1 {
+            if p.outputs.len() != 1 || p.op.returns_sequence() {
                 return Err(Error::Infer {
                     at: At {
                         node: node.name.clone(),
@@ -316,8 +318,9 @@ fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
                     },
                     op: node.op.name().into(),
                     source: Box::new(crate::graph::infer::InferError::Invalid(format!(
-                        "operand `{}` has {} outputs: select one with getitem",
+                        "operand `{}` is `{}`, which returns a list of {} tensor(s): select one with getitem",
                         p.name,
+                        p.op.name(),
                         p.outputs.len()
                     ))),
                 });

@@ -46,6 +46,9 @@ DTYPES = {
 # Parameters whose value is a dtype name in the graph file.
 DTYPE_ATTRS = {"dtype"}
 
+# Ops that make a tensor from nothing: eager needs to be told the device.
+FACTORIES = {"arange", "full", "zeros", "ones", "empty", "scalar_tensor"}
+
 
 def convert(value):
     if isinstance(value, str) and value in DTYPES:
@@ -56,9 +59,15 @@ def convert(value):
 class EagerGraph:
     """A kiln-graph/1 file executed with torch.ops.aten, node by node."""
 
-    def __init__(self, path: Path, device: torch.device):
-        self.doc = tomllib.loads(path.read_text())
+    def __init__(self, path: Path, device: torch.device, doc: dict | None = None):
+        self.doc = doc if doc is not None else tomllib.loads(path.read_text())
         self.device = device
+        # Every value of the last call, by name (kept only when `keep` is set).
+        self.keep = False
+        self.values: dict = {}
+        # Compute every float in float64 (casts and dtype arguments to a float dtype
+        # become float64): the graph's exact result, to judge rounding against.
+        self.exact = False
 
     def inputs(self, seed: int = 0) -> list[torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)
@@ -80,6 +89,8 @@ class EagerGraph:
             env[spec["name"]] = t
         for c in self.doc.get("constants", []):
             dtype = DTYPES[c["dtype"]]
+            if self.exact and dtype.is_floating_point:
+                dtype = torch.float64
             shape = tuple(c["shape"])
             if "fill" in c:
                 env[c["name"]] = torch.full(shape, c["fill"], dtype=dtype, device=self.device)
@@ -90,6 +101,14 @@ class EagerGraph:
             op = node["op"]
             args = [resolve(env, a) for a in node.get("args", [])]
             attrs = {k: convert(v) for k, v in node.get("attrs", {}).items()}
+            if self.exact:
+                attrs = {k: torch.float64 if isinstance(v, torch.dtype) and v.is_floating_point else v
+                         for k, v in attrs.items()}
+            if op in FACTORIES:
+                attrs.setdefault("device", self.device)
+            if op == "index":
+                # `[]` in an index list spells None (a dim taken whole).
+                args[1] = [None if isinstance(i, list) and not i else i for i in args[1]]
             if op == "getitem":
                 value = args[0][args[1]]
             elif op in ("_assert_tensor_metadata", "alias", "contiguous", "clone"):
@@ -97,11 +116,50 @@ class EagerGraph:
             elif op == "to":
                 value = args[0].to(*args[1:], **attrs)
             else:
-                value = getattr(torch.ops.aten, op)(*args, **attrs)
+                value = call_aten(op, args, attrs, self.device)
             env[node["name"]] = value
         outputs = tuple(env[name] for name in self.doc["outputs"])
+        self.values = dict(env) if self.keep else {}
         env.clear()
         return outputs
+
+
+def call_aten(op: str, args: list, attrs: dict, device: torch.device):
+    """torch.ops.aten.OP(*args, **attrs). Kiln's graph format lets a number stand
+    for any tensor operand (`maximum(x, 0.5)`), where some ATen schemas take only
+    a Tensor: those get the number as a 0-d tensor, which promotes as a number does."""
+    fn = getattr(torch.ops.aten, op)
+    if op == "view":
+        # Kiln's `view` is PyTorch's where PyTorch allows it; where the input's layout
+        # (which PyTorch carries through elementwise ops) does not, Kiln reshapes.
+        try:
+            return fn(*args, **attrs)
+        except RuntimeError as e:
+            if "view size is not compatible" not in str(e):
+                raise
+            return torch.ops.aten.reshape(*args, **attrs)
+    if op == "scaled_dot_product_attention" and len(args) > 3 and isinstance(args[3], torch.Tensor):
+        # PyTorch's fused CUDA kernels refuse a mask broadcast along the keys ("last
+        # dimension must be contiguous"): the same mask, materialised.
+        q, k, mask = args[0], args[1], args[3]
+        scores = torch.broadcast_shapes(tuple(q.shape[:-1]) + (k.shape[-2],), tuple(mask.shape))
+        args = list(args)
+        args[3] = mask.expand(scores).contiguous()
+    try:
+        return fn(*args, **attrs)
+    except RuntimeError as e:
+        if "failed to match any schema" not in str(e) or not any(is_number(a) for a in args[1:]):
+            raise
+    # The number as a 0-d tensor of the dtype it promotes to with the tensor operand
+    # (a 0-d tensor of its own default dtype would promote further).
+    first = args[0]
+    wrapped = [a if i == 0 or not is_number(a) else
+               torch.tensor(a, device=device, dtype=torch.result_type(first, a)) for i, a in enumerate(args)]
+    return fn(*wrapped, **attrs)
+
+
+def is_number(a) -> bool:
+    return isinstance(a, (bool, int, float))
 
 
 def resolve(env: dict, a):
@@ -171,7 +229,7 @@ class ExportedModel:
 
 
 def load_module(path: Path, device_name: str):
-    if device_name == "gxu":
+    if device_name == "gxu" and getattr(torch, "gxu", None) is not torch.cuda:
         # CUDA stands in for GXU: the generated code runs unmodified. GXU is a
         # PrivateUse1 device, so `torch.device("gxu", 0)` parses once renamed.
         torch.utils.rename_privateuse1_backend("gxu")

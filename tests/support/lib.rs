@@ -8,6 +8,7 @@
 pub mod broken;
 mod goldens;
 pub mod graphgen;
+pub mod importers;
 pub mod names;
 
 pub use goldens::Goldens;

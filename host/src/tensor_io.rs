@@ -169,6 +169,17 @@ pub fn write_outputs(dir: &Path, outputs: &[(String, Tensor)]) -> Result<Vec<Wri
 /// Deterministic pseudo-random inputs (SplitMix64): floats uniform in [-1, 1), integers in
 /// [-8, 8), bools fair; the same seed always gives the same tensors.
 pub fn random_inputs(metas: &[TensorMeta], seed: u64) -> Vec<Tensor> {
+    random_inputs_bounded(metas, &[], seed)
+}
+
+/// [`random_inputs`], except that an integer input with a bound in `bounds` (by
+/// position; see [`crate::graph::Graph::index_bound`]) is drawn in `[0, bound)`: valid
+/// indices, such as a model's token ids.
+pub fn random_inputs_bounded(
+    metas: &[TensorMeta],
+    bounds: &[Option<i64>],
+    seed: u64,
+) -> Vec<Tensor> {
     let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -179,13 +190,16 @@ pub fn random_inputs(metas: &[TensorMeta], seed: u64) -> Vec<Tensor> {
     };
     metas
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
+            let bound = bounds.get(i).copied().flatten().filter(|&b| b > 0);
             let vals = (0..m.numel())
                 .map(|_| {
                     let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
-                    match m.dtype {
-                        DType::Bool => (u < 0.5) as i64 as f64,
-                        DType::Int32 | DType::Int64 => (u * 16.0).floor() - 8.0,
+                    match (m.dtype, bound) {
+                        (DType::Int32 | DType::Int64, Some(b)) => (u * b as f64).floor(),
+                        (DType::Bool, _) => (u < 0.5) as i64 as f64,
+                        (DType::Int32 | DType::Int64, None) => (u * 16.0).floor() - 8.0,
                         _ => u * 2.0 - 1.0,
                     }
                 })
@@ -198,6 +212,65 @@ pub fn random_inputs(metas: &[TensorMeta], seed: u64) -> Vec<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inputs_read_as_indices_are_drawn_as_valid_indices() {
+        // Token ids reshaped and cast before an embedding of 50 rows, and a second
+        // integer input that is only added: only the first is an index.
+        let g = crate::graph::parse_toml(
+            r#"format = "kiln-graph/1"
+name = "ids"
+outputs = ["y", "s"]
+[[inputs]]
+name = "ids"
+shape = [2, 5]
+dtype = "int32"
+[[inputs]]
+name = "w"
+shape = [50, 4]
+dtype = "float32"
+[[inputs]]
+name = "k"
+shape = [3]
+dtype = "int64"
+[[nodes]]
+name = "flat"
+op = "reshape"
+args = ["ids", [10]]
+[[nodes]]
+name = "long"
+op = "to"
+args = ["flat"]
+attrs = { dtype = "int64" }
+[[nodes]]
+name = "y"
+op = "embedding"
+args = ["w", "long"]
+[[nodes]]
+name = "s"
+op = "add"
+args = ["k", 1]
+"#,
+        )
+        .expect("a valid graph");
+        let bounds: Vec<_> = g.inputs().iter().map(|&i| g.index_bound(i)).collect();
+        assert_eq!(bounds, [Some(50), None, None]);
+        let metas: Vec<_> = g
+            .inputs()
+            .iter()
+            .map(|&i| g.node(i).expect("an input").outputs[0].clone())
+            .collect();
+        let inputs = random_inputs_bounded(&metas, &bounds, 7);
+        let ids = inputs[0].values();
+        assert!(ids
+            .iter()
+            .all(|&v| (0.0..50.0).contains(&v) && v.fract() == 0.0));
+        assert!(
+            ids.iter().any(|&v| v >= 16.0),
+            "ids span the vocabulary: {ids:?}"
+        );
+        assert!(inputs[2].values().iter().all(|&v| (-8.0..8.0).contains(&v)));
+    }
 
     fn scalar(v: f64) -> Tensor {
         Tensor::new(vec![], DType::Float32, vec![v])

@@ -169,7 +169,12 @@ impl InputArgs {
             Some(dir) => crate::tensor_io::read_inputs(dir, &decls)?,
             None => {
                 let metas: Vec<_> = decls.into_iter().map(|(_, m)| m).collect();
-                crate::tensor_io::random_inputs(&metas, self.seed)
+                let bounds: Vec<Option<i64>> = graph
+                    .inputs()
+                    .iter()
+                    .map(|&id| graph.index_bound(id))
+                    .collect();
+                crate::tensor_io::random_inputs_bounded(&metas, &bounds, self.seed)
             }
         })
     }

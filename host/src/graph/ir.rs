@@ -252,6 +252,58 @@ impl Graph {
             .map(|e| (NodeId(e.target()), *e.weight()))
     }
 
+    /// When node `id`'s value is read as indices (the ids of an `embedding`, an
+    /// `index` or `gather` operand), directly or through casts and views: the size of
+    /// the smallest dim it indexes. Random inputs for it are drawn in `[0, size)`, so
+    /// that a model's token ids are valid ids.
+    pub fn index_bound(&self, id: NodeId) -> Option<i64> {
+        let mut bound: Option<i64> = None;
+        let mut stack = vec![id];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            for (user, u) in self.users(n) {
+                let Some(node) = self.node(user) else {
+                    continue;
+                };
+                let self_shape = || {
+                    node.args
+                        .first()
+                        .and_then(|a| a.value())
+                        .and_then(|v| self.meta(v))
+                        .map(|m| m.shape.clone())
+                };
+                let size = match &node.op {
+                    Op::Index { indexed } if u.operand >= 1 => {
+                        // The k-th index tensor indexes the k-th indexed dim.
+                        let k = u.operand as usize - 1;
+                        let dim = indexed.iter().enumerate().filter(|(_, &b)| b).nth(k);
+                        dim.and_then(|(d, _)| self_shape()?.get(d).copied())
+                    }
+                    Op::Gather { dim } if u.operand == 1 => self_shape().and_then(|s| {
+                        let d = super::shape::wrap_dim(*dim, s.len()).ok()?;
+                        s.get(d).copied()
+                    }),
+                    Op::Cast { .. } | Op::Contiguous | Op::Clone => {
+                        stack.push(user);
+                        None
+                    }
+                    op if super::views::describes(op) && u.operand == 0 => {
+                        stack.push(user);
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(s) = size {
+                    bound = Some(bound.map_or(s, |b| b.min(s)));
+                }
+            }
+        }
+        bound
+    }
+
     /// Graph inputs in declaration order.
     pub fn inputs(&self) -> &[NodeId] {
         &self.inputs

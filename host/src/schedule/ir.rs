@@ -24,6 +24,9 @@ pub enum BufferKind {
     Input {
         /// Position among the graph's inputs.
         index: usize,
+        /// When the input is read as indices: the size of the smallest dim it
+        /// indexes ([`crate::graph::Graph::index_bound`]), for drawing valid ones.
+        index_bound: Option<i64>,
     },
     /// A constant tensor, created once when the module loads.
     Constant {

@@ -254,7 +254,10 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 let buf = low.add_buffer(
                     &node.name,
                     &meta,
-                    super::ir::BufferKind::Input { index: *index },
+                    super::ir::BufferKind::Input {
+                        index: *index,
+                        index_bound: graph.index_bound(id),
+                    },
                 );
                 if low.inputs.len() <= *index {
                     low.inputs.resize(*index + 1, buf);

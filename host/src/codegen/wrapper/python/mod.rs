@@ -526,8 +526,16 @@ fn write_benchmark(out: &mut String, p: &Program, strings: &DeviceStrings) -> st
         let text = match buf.dtype {
             DType::Bool => format!("(torch.rand({shape}, generator=gen) < 0.5)"),
             DType::Int32 | DType::Int64 => {
+                // Indices (token ids) are drawn valid: in [0, the dim they index).
+                let (lo, hi) = match buf.kind {
+                    BufferKind::Input {
+                        index_bound: Some(b),
+                        ..
+                    } if b > 0 => (0, b),
+                    _ => (-8, 8),
+                };
                 format!(
-                    "torch.randint(-8, 8, {shape}, generator=gen, dtype={})",
+                    "torch.randint({lo}, {hi}, {shape}, generator=gen, dtype={})",
                     torch_dtype(buf.dtype)
                 )
             }

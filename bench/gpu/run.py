@@ -359,6 +359,7 @@ def main() -> int:
     )
     sys.stdout.flush()
     failures = 0
+    rows_seen = []
     for case in sorted(args.cases.glob("*/*/output_code.py")):
         if args.only and case.parent.name not in args.only:
             continue
@@ -374,9 +375,39 @@ def main() -> int:
             print(rows[-1] if rows else f"{case.parent.parent.name:6} {case.parent.name:16} FAILED: {tail}")
         else:
             print(rows[-1])
+            rows_seen.append(rows[-1])
         sys.stdout.flush()
     print(f"# {failures} failure(s)")
+    summarise(rows_seen)
     return 1 if failures else 0
+
+
+def summarise(rows: list[str]) -> None:
+    """Geometric means of Kiln/Inductor and Kiln/eager over the rows that have them,
+    the worst Kiln/Inductor case, and the median share of copy bandwidth."""
+    ind, eager, worst, pct = [], [], None, []
+    for row in rows:
+        f = row.split()
+        if len(f) < 12:
+            continue
+        try:
+            kiln_ms, eager_ms, ratio, share = float(f[5]), float(f[6]), float(f[8]), float(f[9])
+        except ValueError:
+            continue
+        if kiln_ms > 0 and eager_ms > 0:
+            eager.append(kiln_ms / eager_ms)
+        if math.isfinite(ratio) and ratio > 0:
+            ind.append(ratio)
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, f"{f[0]} {f[1]}")
+        pct.append(share)
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    if ind:
+        print(f"# kiln/inductor: geometric mean {geo(ind):.3f} over {len(ind)} case(s); worst {worst[0]:.3f} ({worst[1]})")
+    if eager:
+        print(f"# kiln/eager: geometric mean {geo(eager):.3f} over {len(eager)} case(s)")
+    if pct:
+        print(f"# median share of copy bandwidth: {sorted(pct)[len(pct) // 2]:.1f} %")
 
 
 if __name__ == "__main__":

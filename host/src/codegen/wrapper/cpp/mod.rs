@@ -491,7 +491,8 @@ fn body(
     Ok(arena_bytes)
 }
 
-/// A 2-D convolution through the prelude's `kiln_conv2d` (contiguous operands).
+/// A 1-D or 2-D convolution through the prelude's `kiln_conv2d` (contiguous operands);
+/// a 1-D one is a 2-D one of height 1.
 fn conv_call(
     out: &mut String,
     p: &Program,
@@ -504,19 +505,40 @@ fn conv_call(
             "a convolution needs two operands".into(),
         ));
     };
-    if x.shape.len() != 4 || w.shape.len() != 4 || stride.len() != 2 {
-        return Err(Error::Unsupported(format!(
-            "a convolution of input {:?} on the cpu device: Kiln's C++ convolution is 2-D",
+    let y = p.buffer(e.out);
+    // [N, C, L] with [O, C/g, K] is [N, C, 1, L] with [O, C/g, 1, K]: the same memory.
+    let (xs, ws, ys, stride, padding, dilation) = match (x.shape.len(), stride.len()) {
+        (3, 1) if w.shape.len() == 3 && y.shape.len() == 3 => {
+            let tall = |s: &[i64]| vec![s[0], s[1], 1, s[2]];
+            let pair = |v: &[i64], unit: i64| vec![unit, v.first().copied().unwrap_or(unit)];
+            (
+                tall(&x.shape),
+                tall(&w.shape),
+                tall(&y.shape),
+                pair(stride, 1),
+                pair(padding, 0),
+                pair(dilation, 1),
+            )
+        }
+        (4, 2) if w.shape.len() == 4 && y.shape.len() == 4 => (
+            x.shape.clone(),
+            w.shape.clone(),
+            y.shape.clone(),
+            stride.to_vec(),
+            padding.to_vec(),
+            dilation.to_vec(),
+        ),
+        _ => return Err(Error::Unsupported(format!(
+            "a convolution of input {:?} on the cpu device: Kiln's C++ convolution is 1-D or 2-D",
             x.shape
-        )));
-    }
-    let d = p.buffer(e.out).dtype;
+        ))),
+    };
+    let d = y.dtype;
     if !d.is_float() || p.buffer(x.buf).dtype != d || p.buffer(w.buf).dtype != d {
         return Err(Error::Unsupported(
             "a convolution whose operands and result differ in dtype or are not floats".into(),
         ));
     }
-    let y = p.buffer(e.out);
     if !matches!(d, DType::Float32 | DType::Float64) {
         return Err(Error::Unsupported(format!(
             "a {d} convolution on the cpu device (Kiln's C++ convolution takes float32 and float64)"
@@ -531,15 +553,15 @@ fn conv_call(
         name(w.buf),
         w.offset,
         name(e.out),
-        x.shape[0],
-        x.shape[1],
-        x.shape[2],
-        x.shape[3],
-        w.shape[0],
-        w.shape[2],
-        w.shape[3],
-        y.shape[2],
-        y.shape[3],
+        xs[0],
+        xs[1],
+        xs[2],
+        xs[3],
+        ws[0],
+        ws[2],
+        ws[3],
+        ys[2],
+        ys[3],
         stride[0],
         stride[1],
         padding[0],
@@ -547,7 +569,7 @@ fn conv_call(
         dilation[0],
         dilation[1],
         groups,
-        w.shape[1],
+        ws[1],
     )?;
     Ok(())
 }

@@ -36,7 +36,9 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::OnceLock;
 
-use super::super::cpp::expr::{compute_type, float_text, int_text, storage_type};
+use super::super::cpp::expr::{
+    compute_type, float_text, int_text, load_conversion, storage_type, store_conversion,
+};
 use super::super::cpp::prelude::{HELPERS, MATMUL};
 use super::super::cpp::{self, KernelInfo};
 use super::super::namer::{sanitize, word_set, Namer, WordSet};
@@ -528,10 +530,12 @@ fn conv_call(
             padding.to_vec(),
             dilation.to_vec(),
         ),
-        _ => return Err(Error::Unsupported(format!(
+        _ => {
+            return Err(Error::Unsupported(format!(
             "a convolution of input {:?} on the cpu device: Kiln's C++ convolution is 1-D or 2-D",
             x.shape
-        ))),
+        )))
+        }
     };
     let d = y.dtype;
     if !d.is_float() || p.buffer(x.buf).dtype != d || p.buffer(w.buf).dtype != d {
@@ -539,20 +543,45 @@ fn conv_call(
             "a convolution whose operands and result differ in dtype or are not floats".into(),
         ));
     }
-    if !matches!(d, DType::Float32 | DType::Float64) {
-        return Err(Error::Unsupported(format!(
-            "a {d} convolution on the cpu device (Kiln's C++ convolution takes float32 and float64)"
-        )));
-    }
     let acc = compute_type(d);
+    // 16-bit operands are widened to float for the convolution and the result rounded
+    // once, as PyTorch's CPU kernels accumulate them.
+    let half = matches!(d, DType::Float16 | DType::BFloat16);
+    let (xn, xo, wn, wo, yn) = if half {
+        let numel = |s: &[i64]| s.iter().product::<i64>();
+        writeln!(out, "    {{")?;
+        writeln!(
+            out,
+            "    std::vector<float> kiln_cx({}), kiln_cw({}), kiln_cy({});",
+            numel(&xs),
+            numel(&ws),
+            numel(&ys)
+        )?;
+        for (v, buf, off) in [("kiln_cx", x.buf, x.offset), ("kiln_cw", w.buf, w.offset)] {
+            writeln!(
+                out,
+                "    for (size_t i = 0; i < {v}.size(); ++i) {v}[i] = {};",
+                load_conversion(d, &format!("{}[{off} + i]", name(buf)))
+            )?;
+        }
+        (
+            "kiln_cx.data()".to_string(),
+            0,
+            "kiln_cw.data()".to_string(),
+            0,
+            "kiln_cy.data()".to_string(),
+        )
+    } else {
+        (name(x.buf), x.offset, name(w.buf), w.offset, name(e.out))
+    };
     writeln!(
         out,
         "    kiln_conv2d<{acc}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {});",
-        name(x.buf),
-        x.offset,
-        name(w.buf),
-        w.offset,
-        name(e.out),
+        xn,
+        xo,
+        wn,
+        wo,
+        yn,
         xs[0],
         xs[1],
         xs[2],
@@ -571,6 +600,15 @@ fn conv_call(
         groups,
         ws[1],
     )?;
+    if half {
+        writeln!(
+            out,
+            "    for (size_t i = 0; i < kiln_cy.size(); ++i) {}[i] = {};",
+            name(e.out),
+            store_conversion(DType::Float32, d, "kiln_cy[i]")
+        )?;
+        writeln!(out, "    }}")?;
+    }
     Ok(())
 }
 

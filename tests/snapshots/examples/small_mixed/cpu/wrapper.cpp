@@ -46,6 +46,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).
 static inline float kiln_bits_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint32_t kiln_f_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }

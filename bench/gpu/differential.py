@@ -35,7 +35,6 @@ import tempfile
 import threading
 import time
 import tomllib
-import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -75,21 +74,13 @@ def magnitude(t) -> float:
 
 
 def float_error(got, want, scale: float = 0.0) -> float:
-    """Largest |got - want| over the largest finite |want| (or `scale`, the size of
-    the operands it was computed from, when larger: a mean of values near 1 that
-    cancels to 1e-8 is only as exact as its operands); NaN matches NaN only, and
-    infinities match themselves only."""
-    import torch
+    """run.py's relative error, against the larger of the output's magnitude and
+    `scale` (the size of the operands it was computed from: a mean of values near 1
+    that cancels to 1e-8 is only as exact as its operands)."""
+    sys.path.insert(0, str(HERE))
+    import run
 
-    got, want = got.double(), want.double()
-    if want.numel() == 0:
-        return 0.0
-    same = (got == want) | (torch.isnan(got) & torch.isnan(want))
-    diff = torch.where(same, torch.zeros_like(got), (got - want).abs())
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
-    err = diff.max().item()
-    scale = max(magnitude(want), scale)
-    return err / scale if err > 0 and scale > 0 else err
+    return run.rel_error(got, want, scale)
 
 
 def operand_scale(graph, name: str) -> float:

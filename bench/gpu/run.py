@@ -242,8 +242,9 @@ def load_module(path: Path, device_name: str):
     return module
 
 
-def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    """Largest |got - want| over the largest finite |want|. NaN matches NaN and an
+def rel_error(got: torch.Tensor, want: torch.Tensor, scale: float = 0.0) -> float:
+    """Largest |got - want| over the largest finite |want| (or `scale`, when larger:
+    the size of the operands the output was computed from). NaN matches NaN and an
     infinity itself (graphs that make them on purpose); anywhere else they are an
     infinite error."""
     got, want = got.double(), want.double()
@@ -253,7 +254,7 @@ def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
     diff = torch.where(same, torch.zeros_like(got), (got - want).abs())
     err = torch.nan_to_num(diff, nan=math.inf).max().item()
     finite = want[torch.isfinite(want)]
-    scale = finite.abs().max().item() if finite.numel() else 0.0
+    scale = max(scale, finite.abs().max().item() if finite.numel() else 0.0)
     return err / scale if err > 0 and scale > 0 else err
 
 

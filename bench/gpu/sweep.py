@@ -21,30 +21,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from differential import to_toml  # noqa: E402  (the runner's graph-file writer)
+
 TOTAL = 1 << 26  # elements in a memory-bound case's main input
 
 
 def graph(name: str, inputs: list[tuple[str, list[int], str]], nodes: list[tuple], outputs: list[str]) -> str:
-    lines = ['format = "kiln-graph/1"', f'name = "{name}"', "outputs = [" + ", ".join(f'"{o}"' for o in outputs) + "]"]
-    for n, shape, dtype in inputs:
-        lines += ["", "[[inputs]]", f'name = "{n}"', f"shape = {shape}", f'dtype = "{dtype}"']
-    for node in nodes:
-        n, op, args = node[0], node[1], node[2]
-        attrs = node[3] if len(node) > 3 else None
-        lines += ["", "[[nodes]]", f'name = "{n}"', f'op = "{op}"', f"args = {toml(args)}"]
-        if attrs:
-            lines.append("attrs = { " + ", ".join(f"{k} = {toml(v)}" for k, v in attrs.items()) + " }")
-    return "\n".join(lines) + "\n"
-
-
-def toml(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, list):
-        return "[" + ", ".join(toml(x) for x in v) + "]"
-    return repr(v)
+    """A kiln-graph/1 file: inputs as (name, shape, dtype), nodes as (name, op, args[, attrs])."""
+    return to_toml({
+        "name": name,
+        "outputs": outputs,
+        "inputs": [{"name": n, "shape": shape, "dtype": dt} for n, shape, dt in inputs],
+        "nodes": [{"name": n[0], "op": n[1], "args": n[2], **({"attrs": n[3]} if len(n) > 3 else {})}
+                  for n in nodes],
+    })
 
 
 def cases() -> dict[str, str]:

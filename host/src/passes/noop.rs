@@ -22,7 +22,8 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
     let node = g.node(id)?;
     let candidate = match (&node.op, node.args.as_slice()) {
         (Op::NoOp(_) | Op::GetItem { .. }, [Arg::Value(v), ..]) => *v,
-        (Op::Contiguous | Op::Clone | Op::Cast { .. }, [Arg::Value(v)]) => *v,
+        (Op::Contiguous | Op::Clone, [Arg::Value(v)]) if !copy_is_needed(g, id, *v) => *v,
+        (Op::Cast { .. }, [Arg::Value(v)]) => *v,
         (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(op, &g.meta(*v)?.shape) => *v,
         (Op::Binary { op, alpha }, [a, b]) => {
             let alpha = alpha.map_or(1.0, |a| a.to_f64());
@@ -46,6 +47,48 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
     // gives users the operand's layout, and values never depend on layout).
     let (m, o) = (g.meta(candidate)?, node.outputs.first()?);
     (m.shape == o.shape && m.dtype == o.dtype && node.outputs.len() == 1).then_some(candidate)
+}
+
+/// Whether `contiguous`/`clone` node `id` of operand `v` must stay a copy: it gives a
+/// graph output, and dropping it would hand the caller a strided view (the transpose a
+/// `contiguous` was asked to lay out), an alias of a graph input (which the caller may
+/// mutate), or the same tensor as another output.
+fn copy_is_needed(g: &Graph, id: crate::graph::NodeId, v: ValueId) -> bool {
+    let outputs = g.outputs();
+    if !outputs.iter().any(|o| o.node == id) {
+        return false;
+    }
+    if outputs.contains(&v) {
+        return true;
+    }
+    let Some(meta) = g.meta(v) else {
+        return true;
+    };
+    let dense = meta
+        .shape
+        .iter()
+        .zip(&meta.strides)
+        .zip(crate::graph::shape::contiguous_strides(&meta.shape))
+        .all(|((&size, &stride), want)| size <= 1 || stride == want);
+    if !dense {
+        return true;
+    }
+    // An alias of an input: walk back through views and pass-throughs.
+    let mut at = v;
+    loop {
+        let Some(node) = g.node(at.node) else {
+            return true;
+        };
+        match (&node.op, node.args.first()) {
+            (Op::Input { .. } | Op::Constant { .. }, _) => return true,
+            (op, Some(Arg::Value(next)))
+                if op.is_view() || matches!(op, Op::NoOp(_) | Op::GetItem { .. }) =>
+            {
+                at = *next;
+            }
+            _ => return false,
+        }
+    }
 }
 
 /// Whether view `op` reads every element of an input of `shape` at its own

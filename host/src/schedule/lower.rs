@@ -436,7 +436,11 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                             depth,
                         },
                     );
-                    if let Some(v) = low.as_view(graph, value, false) {
+                    if views::copies(op) && outputs.contains(&value) {
+                        // A `contiguous`/`clone` the passes kept gives the caller a
+                        // fresh dense tensor, never a view of its operand.
+                        low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
+                    } else if let Some(v) = low.as_view(graph, value, false) {
                         low.defs.insert(value, Def::Strided(v));
                     } else if depth > MAX_INLINE_DEPTH
                         || (outputs.contains(&value) && low.as_view(graph, value, true).is_none())

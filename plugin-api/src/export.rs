@@ -130,6 +130,17 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
     fn triton_target(&self) -> Option<TritonTarget> {
         None
     }
+    /// Ordered candidate configs for a reduction, or a pointwise kernel tiled
+    /// in two dims, given how it walks memory (API 1.2). The default, `None`,
+    /// leaves the host to ask [`DevicePlugin::reduction_configs`].
+    fn hinted_reduction_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+    ) -> Option<Vec<LaunchConfig>> {
+        let _ = (query, hint);
+        None
+    }
 }
 
 /// The `DeviceOpOverrides` methods that take no arguments, as one value
@@ -434,6 +445,17 @@ extern "C" fn reduction_configs<P: DevicePlugin>(
 }
 
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn hinted_reduction_configs<P: DevicePlugin>(
+    query: HintedReductionQuery,
+) -> PResult<ROption<abi_stable::std_types::RVec<LaunchConfig>>> {
+    with_plugin::<P, _>("hinted_reduction_configs", |p| {
+        p.hinted_reduction_configs(&query.query, query.hint)
+            .map(Into::into)
+            .into()
+    })
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn adjust_grid<P: DevicePlugin>(grid: Grid) -> PResult<Grid> {
     with_plugin::<P, _>("adjust_grid", |p| p.adjust_grid(grid))
 }
@@ -488,6 +510,7 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             reduction_configs: reduction_configs::<P>,
             adjust_grid: adjust_grid::<P>,
             triton_target: triton_target::<P>,
+            hinted_reduction_configs: hinted_reduction_configs::<P>,
         }
         .leak_into_prefix(),
     };

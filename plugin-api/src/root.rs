@@ -15,7 +15,8 @@ use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi
 
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 use crate::types::{
-    BackendSpec, DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery, TritonTarget,
+    BackendSpec, DeviceProperties, Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery,
+    ReductionQuery, TritonTarget,
 };
 use crate::types::{LoadContext, Manifest, PluginError, ScratchCode, ScratchWorkspace};
 
@@ -135,4 +136,10 @@ pub struct Heuristics {
     /// or a plugin built before 1.1: the host derives it from
     /// `device_properties` as Inductor does (type, cc, warp size).
     pub triton_target: extern "C" fn() -> PResult<ROption<TritonTarget>>,
+    /// Ordered candidate configs for a reduction (or tiled pointwise) kernel
+    /// given how it walks memory (API 1.2). `RNone`, or a plugin built before
+    /// 1.2: the host asks `reduction_configs` (a `Tile` kernel then runs with
+    /// the reduction configs of its shape).
+    pub hinted_reduction_configs:
+        extern "C" fn(HintedReductionQuery) -> PResult<ROption<RVec<LaunchConfig>>>,
 }

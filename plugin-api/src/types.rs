@@ -261,6 +261,36 @@ pub struct ReductionQuery {
     pub element_bytes: u32,
 }
 
+/// How a kernel of rows and row elements walks memory (API 1.2), Inductor's
+/// `ReductionHint` with one more case for tiled pointwise kernels. The host
+/// derives it from the kernel's loads and stores, weighted by bytes.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReductionHint {
+    /// Most bytes are contiguous along the row (`x.sum(-1)`, a softmax): few
+    /// rows per program, long steps along the row.
+    Inner = 0,
+    /// Most bytes are contiguous across rows (`x.sum(0)`, the mean of a middle
+    /// dim): many rows per program so that loads coalesce across them, short
+    /// steps along the row.
+    Outer = 1,
+    /// No reduction: a pointwise kernel tiled in two dims because it reads
+    /// memory contiguous along the rows and writes memory contiguous along the
+    /// row elements, or the other way round (a transpose). A square-ish tile.
+    Tile = 2,
+}
+
+/// A reduction (or tiled pointwise) kernel with its [`ReductionHint`], for
+/// `hinted_reduction_configs` (API 1.2).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HintedReductionQuery {
+    /// The kernel's shape, as `reduction_configs` gets it.
+    pub query: ReductionQuery,
+    /// How it walks memory.
+    pub hint: ReductionHint,
+}
+
 /// One candidate launch configuration, as Inductor's `triton.Config` holds it.
 ///
 /// Pointwise configs leave `r_block` at 1; a reduction whose `r_block` covers

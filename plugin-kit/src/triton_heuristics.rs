@@ -11,7 +11,7 @@
 //! with `num_warps × warp_size ≤ max_threads_per_block`; the same answer for
 //! the same query.
 
-use kiln_plugin_api::{LaunchConfig, PointwiseQuery, ReductionQuery};
+use kiln_plugin_api::{LaunchConfig, PointwiseQuery, ReductionHint, ReductionQuery};
 
 /// Inductor's `num_elements_per_warp` default is 256 at a warp of 32: eight
 /// elements per thread. Scaling by the warp size keeps eight per thread on
@@ -153,7 +153,7 @@ pub fn reduction_configs(limits: &TritonLimits, query: &ReductionQuery) -> Vec<L
         configs.push(config(default_x, row_p2, MAX_REDUCTION_WARPS));
         configs.extend(fits.iter().map(|&x| config(x, row_p2, MAX_REDUCTION_WARPS)));
     } else {
-        let r_block = LOOPED_MAX_RBLOCK.min(row_p2);
+        let r_block = looped_step(row_len).min(row_p2);
         // Contiguous rows: one row per program, a long step along the row.
         configs.push(config(1, r_block, MAX_REDUCTION_WARPS));
         configs.push(config(1, r_block / 2, MAX_REDUCTION_WARPS));
@@ -166,6 +166,108 @@ pub fn reduction_configs(limits: &TritonLimits, query: &ReductionQuery) -> Vec<L
         }
     }
     dedup(configs)
+}
+
+/// Inductor's outer-reduction tile (`triton_config_reduction(size_hints, 64, 8)`):
+/// rows per program, and row elements per step.
+const OUTER_X_BLOCK: u64 = 64;
+const OUTER_R_BLOCK: u64 = 8;
+/// Rows up to this length get a persistent outer reduction (Inductor's
+/// `should_use_persistent_reduction` threshold for hints other than inner).
+const OUTER_PERSISTENT_ROW_LIMIT: u64 = 64;
+/// The most elements a persistent outer tile holds (rows × row elements).
+const OUTER_PERSISTENT_TILE: u64 = 4096;
+/// Elements of an outer or tiled kernel's tile per warp (four per thread).
+const TILE_ELEMENTS_PER_WARP: u64 = 128;
+/// The side of a tiled pointwise kernel's default square tile (Inductor's
+/// `triton_config_tiled` defaults reach 64 × 64 for large 2-D kernels).
+const TILE_SIDE: u64 = 64;
+
+/// Ordered candidates for a kernel of the given [`ReductionHint`]: `Inner` is
+/// [`reduction_configs`]; `Outer` tiles many rows by a short step (a
+/// persistent tile when whole rows fit); `Tile` is a square-ish tile for a
+/// pointwise kernel that reads across the dim it writes along.
+pub fn hinted_reduction_configs(
+    limits: &TritonLimits,
+    query: &ReductionQuery,
+    hint: ReductionHint,
+) -> Vec<LaunchConfig> {
+    let rows_p2 = next_pow2(query.rows.max(1));
+    let row_p2 = next_pow2(query.row_len.max(1));
+    // Inductor's `triton_config_reduction`: a warp per 128 elements of the
+    // tile (four per thread), at least two, at most eight.
+    let config = |x_block: u64, r_block: u64| {
+        let (x_block, r_block) = (x_block.min(rows_p2), r_block.min(row_p2));
+        let tile = x_block.saturating_mul(r_block);
+        let warps = floor_pow2_u64((tile / TILE_ELEMENTS_PER_WARP).clamp(2, 8))
+            .min(u64::from(limits.warp_cap()));
+        LaunchConfig {
+            x_block: block_u32(x_block),
+            r_block: block_u32(r_block),
+            num_warps: u32::try_from(warps).unwrap_or(1).max(1),
+            num_stages: 1,
+        }
+    };
+    let sms = u64::from(limits.multi_processor_count.max(1));
+    let configs = match hint {
+        ReductionHint::Inner => return reduction_configs(limits, query),
+        ReductionHint::Outer if row_p2 <= OUTER_PERSISTENT_ROW_LIMIT => {
+            // Short rows, whole in one tile (Inductor's persistent outer
+            // reduction): the most rows of 8, 32 and 128 that fit the tile.
+            let fits: Vec<u64> = PERSISTENT_X_BLOCKS
+                .iter()
+                .copied()
+                .filter(|&x| x * row_p2 <= OUTER_PERSISTENT_TILE)
+                .collect();
+            let x = fits.last().copied().unwrap_or(1);
+            let mut configs = vec![config(x, row_p2)];
+            configs.extend(fits.iter().rev().map(|&x| config(x, row_p2)));
+            configs
+        }
+        ReductionHint::Outer => {
+            // Many rows per program, a short step: every load is a run of
+            // contiguous rows. Fewer rows per program when there are few.
+            let mut x = OUTER_X_BLOCK;
+            while x > 16 && query.rows.div_ceil(x) < sms {
+                x /= 2;
+            }
+            vec![
+                config(x, OUTER_R_BLOCK),
+                config(x, OUTER_R_BLOCK * 2),
+                config(x, OUTER_R_BLOCK * 4),
+                config(x * 2, OUTER_R_BLOCK),
+                config(x * 2, OUTER_R_BLOCK * 2),
+                config(x / 2, OUTER_R_BLOCK * 2),
+                config(x / 2, OUTER_R_BLOCK * 8),
+            ]
+        }
+        ReductionHint::Tile => vec![
+            config(TILE_SIDE, TILE_SIDE),
+            config(TILE_SIDE / 2, TILE_SIDE / 2),
+            config(TILE_SIDE * 2, TILE_SIDE / 2),
+            config(TILE_SIDE / 2, TILE_SIDE * 2),
+        ],
+    };
+    dedup(configs)
+}
+
+/// The step of a looped reduction along a row of `row_len` elements: the
+/// longest of 2048, 1024 and 512 that masks off at most 2 % more lanes than
+/// the one that masks off fewest (rows of 5000 take 1024: five steps over
+/// 5120 lanes, not three over 6144).
+fn looped_step(row_len: u64) -> u64 {
+    let lanes = |step: u64| row_len.div_ceil(step).saturating_mul(step);
+    let steps = [
+        LOOPED_MAX_RBLOCK,
+        LOOPED_MAX_RBLOCK / 2,
+        LOOPED_MAX_RBLOCK / 4,
+    ];
+    let fewest = steps.iter().map(|&s| lanes(s)).min().unwrap_or(row_len);
+    // Within 2 % of the fewest lanes, the longer step wins (fewer iterations).
+    steps
+        .into_iter()
+        .find(|&s| lanes(s) <= fewest.saturating_add(fewest / 50))
+        .unwrap_or(LOOPED_MAX_RBLOCK)
 }
 
 /// Caps each dimension at the device's grid limit; kernels loop over the rest.
@@ -390,6 +492,17 @@ mod tests {
     }
 
     #[test]
+    fn looped_steps_waste_few_lanes() {
+        assert_eq!(reduction_configs(&WIDE, &red(13421, 5000))[0].r_block, 1024);
+        assert_eq!(reduction_configs(&WIDE, &red(4096, 50257))[0].r_block, 2048);
+        assert_eq!(
+            reduction_configs(&WIDE, &red(512, 1 << 17))[0].r_block,
+            2048
+        );
+        assert_eq!(reduction_configs(&WIDE, &red(64, 2500))[0].r_block, 512);
+    }
+
+    #[test]
     fn short_rows_are_persistent() {
         let configs = reduction_configs(&WIDE, &red(8192, 1000));
         assert_eq!(configs[0].r_block, 1024);
@@ -415,6 +528,63 @@ mod tests {
                 .iter()
                 .all(|c| c.num_warps == 1));
         }
+    }
+
+    #[test]
+    fn hinted_configs_are_total_and_within_limits() {
+        for limits in [WIDE, ONE_WARP, NARROW] {
+            for hint in [
+                ReductionHint::Inner,
+                ReductionHint::Outer,
+                ReductionHint::Tile,
+            ] {
+                for rows_shift in (0..=31).step_by(3) {
+                    for len_shift in 0..=20 {
+                        for row_len in [1u64 << len_shift, (1 << len_shift) + 3] {
+                            let q = red(1 << rows_shift, row_len);
+                            let configs = hinted_reduction_configs(&limits, &q, hint);
+                            check_all(&limits, &configs);
+                            assert_eq!(configs, hinted_reduction_configs(&limits, &q, hint));
+                        }
+                    }
+                }
+                check_all(
+                    &limits,
+                    &hinted_reduction_configs(&limits, &red(0, 0), hint),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn outer_reductions_tile_many_rows_by_a_short_step() {
+        // `x.sum(0)` of 16384 × 16384: 64 columns per program, 8 rows a step.
+        let c = hinted_reduction_configs(&WIDE, &red(16384, 16384), ReductionHint::Outer)[0];
+        assert_eq!((c.x_block, c.r_block), (64, 8));
+        // Few columns: fewer per program, so that every SM has one.
+        let c = hinted_reduction_configs(&WIDE, &red(2048, 8192), ReductionHint::Outer)[0];
+        assert_eq!((c.x_block, c.r_block), (16, 8));
+        // Short columns: whole, as many to a program as Inductor takes.
+        let c = hinted_reduction_configs(&WIDE, &red(1 << 20, 16), ReductionHint::Outer)[0];
+        assert_eq!((c.x_block, c.r_block), (128, 16));
+        let c = hinted_reduction_configs(&WIDE, &red(1 << 20, 64), ReductionHint::Outer)[0];
+        assert_eq!((c.x_block, c.r_block), (32, 64));
+        // Longer ones are looped over.
+        let c = hinted_reduction_configs(&WIDE, &red(1 << 20, 512), ReductionHint::Outer)[0];
+        assert_eq!((c.x_block, c.r_block), (64, 8));
+        // Inner is the unhinted answer.
+        assert_eq!(
+            hinted_reduction_configs(&WIDE, &red(8192, 8192), ReductionHint::Inner),
+            reduction_configs(&WIDE, &red(8192, 8192))
+        );
+    }
+
+    #[test]
+    fn tiled_pointwise_is_square_and_fits_small_sides() {
+        let c = hinted_reduction_configs(&WIDE, &red(8192, 8192), ReductionHint::Tile)[0];
+        assert_eq!((c.x_block, c.r_block), (64, 64));
+        let c = hinted_reduction_configs(&WIDE, &red(8192, 12), ReductionHint::Tile)[0];
+        assert_eq!((c.x_block, c.r_block), (64, 16));
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! supply their own). Code generation never holds a device's numbers; both
 //! kernel generators ask through [`LaunchHeuristics`].
 
-use kiln_plugin_api::{Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+use kiln_plugin_api::{
+    Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint, ReductionQuery,
+};
 
-use crate::schedule::ir::{Kernel, Program};
+use crate::schedule::index::Index;
+use crate::schedule::ir::{Expr, Kernel, Program};
 
 use crate::plugins::{CallError, Plugin};
 
@@ -46,6 +49,17 @@ pub trait LaunchHeuristics {
     ) -> Result<Vec<LaunchConfig>, HeuristicsError>;
     /// The grid launched for a wanted grid.
     fn adjust_grid(&self, grid: Grid) -> Result<Grid, HeuristicsError>;
+    /// Candidate configs for a reduction (or tiled pointwise) kernel that walks
+    /// memory as `hint` says, best first; `None` when the device does not
+    /// tell hints apart (the host then asks [`Self::reduction_configs`]).
+    fn hinted_reduction_configs(
+        &self,
+        query: ReductionQuery,
+        hint: ReductionHint,
+    ) -> Result<Option<Vec<LaunchConfig>>, HeuristicsError> {
+        let _ = (query, hint);
+        Ok(None)
+    }
 }
 
 fn provided<T>(
@@ -85,6 +99,65 @@ impl LaunchHeuristics for Plugin {
     fn adjust_grid(&self, grid: Grid) -> Result<Grid, HeuristicsError> {
         provided(self, "adjust_grid", Plugin::adjust_grid(self, grid))
     }
+
+    fn hinted_reduction_configs(
+        &self,
+        query: ReductionQuery,
+        hint: ReductionHint,
+    ) -> Result<Option<Vec<LaunchConfig>>, HeuristicsError> {
+        Ok(Plugin::hinted_reduction_configs(
+            self,
+            HintedReductionQuery { query, hint },
+        )?)
+    }
+}
+
+/// How kernel `k` (a reduction, or a pointwise kernel over rows and row
+/// elements) walks memory: `Tile` when it has no reduction, else `Outer` when
+/// more of the bytes it moves are contiguous across rows than along them.
+/// Strides are read off each access's index at the origin, so an access that
+/// divides or wraps its index counts by its first step.
+pub fn reduction_hint(program: &Program, k: &Kernel) -> ReductionHint {
+    if k.reductions.is_empty() {
+        return ReductionHint::Tile;
+    }
+    let (mut along_rows, mut across_rows) = (0u64, 0u64);
+    let mut count = |index: &Index, bytes: u64| {
+        let at = index.eval(0, 0);
+        if k.space.r > 1 && (index.eval(0, 1) - at).abs() == 1 {
+            along_rows += bytes;
+        } else if k.space.x > 1 && (index.eval(1, 0) - at).abs() == 1 {
+            across_rows += bytes;
+        }
+    };
+    let traffic = |index: &Index, element: u64| {
+        let x = if index.uses(crate::schedule::index::Var::X) {
+            k.space.x.max(1) as u64
+        } else {
+            1
+        };
+        let r = if index.uses(crate::schedule::index::Var::R) {
+            k.space.r.max(1) as u64
+        } else {
+            1
+        };
+        element.saturating_mul(x).saturating_mul(r)
+    };
+    for (_, e, _) in k.exprs.iter() {
+        if let Expr::Load { buf, index, .. } = e {
+            let element = program.buffer(*buf).dtype.size_bytes() as u64;
+            count(index, traffic(index, element));
+        }
+    }
+    for s in &k.stores {
+        let element = program.buffer(s.buf).dtype.size_bytes() as u64;
+        count(&s.index, traffic(&s.index, element));
+    }
+    if across_rows > along_rows {
+        ReductionHint::Outer
+    } else {
+        ReductionHint::Inner
+    }
 }
 
 /// The configs the heuristics propose for kernel `k` of `program`, best
@@ -107,7 +180,11 @@ pub fn kernel_configs(
             row_len: k.space.r.max(0) as u64,
             element_bytes,
         };
-        (heuristics.reduction_configs(query)?, "reduction_configs")
+        let hint = reduction_hint(program, k);
+        match heuristics.hinted_reduction_configs(query, hint)? {
+            Some(configs) => (configs, "hinted_reduction_configs"),
+            None => (heuristics.reduction_configs(query)?, "reduction_configs"),
+        }
     } else {
         let query = PointwiseQuery {
             numel: k.space.x.max(0) as u64,

@@ -2,7 +2,10 @@
 //! sweep of sizes. Runs in the child process only; the rules for a single
 //! answer come from `plugins::validate`.
 
-use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+use kiln_plugin_api::{
+    DeviceProperties, Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint,
+    ReductionQuery,
+};
 
 use super::{device_properties, Outcome};
 use crate::plugins::validate::{
@@ -124,6 +127,42 @@ fn reduction(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
     )
 }
 
+/// `hinted_reduction_configs` (API 1.2) over the reduction queries, for every
+/// hint; `NotProvided` when the plugin does not tell hints apart.
+fn hinted(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
+    let hints = [
+        ReductionHint::Inner,
+        ReductionHint::Outer,
+        ReductionHint::Tile,
+    ];
+    sweep(
+        reduction_queries()
+            .flat_map(move |query| hints.map(|hint| HintedReductionQuery { query, hint })),
+        |q| {
+            format!(
+                "hinted_reduction_configs(rows={}, row_len={}, hint={:?})",
+                q.query.rows, q.query.row_len, q.hint
+            )
+        },
+        |q| plugin.hinted_reduction_configs(q),
+    )
+}
+
+/// The reduction sweep, then the hinted one where the plugin provides it.
+fn reduction_and_hinted(
+    plugin: &Plugin,
+    problems_of: impl Fn(&str, &[LaunchConfig]) -> Vec<String>,
+) -> Outcome {
+    let plain = configs_check(reduction(plugin), &problems_of);
+    if plain.status != super::Status::Pass {
+        return plain;
+    }
+    match hinted(plugin) {
+        Sweep::NotProvided => plain,
+        answers => configs_check(answers, &problems_of),
+    }
+}
+
 fn adjusted(plugin: &Plugin, props: &DeviceProperties) -> Sweep<(Grid, Grid)> {
     sweep(
         grids(props).into_iter(),
@@ -142,7 +181,7 @@ pub fn check(plugin: &Plugin, what: &str) -> Outcome {
         "pointwise_sweep" => configs_check(pointwise(plugin), |label, configs| {
             config_shape_problems(label, configs)
         }),
-        "reduction_sweep" => configs_check(reduction(plugin), |label, configs| {
+        "reduction_sweep" => reduction_and_hinted(plugin, |label, configs| {
             config_shape_problems(label, configs)
         }),
         "thread_limit" => {
@@ -152,7 +191,7 @@ pub fn check(plugin: &Plugin, what: &str) -> Outcome {
             if pointwise.status != super::Status::Pass {
                 return pointwise;
             }
-            configs_check(reduction(plugin), |label, configs| {
+            reduction_and_hinted(plugin, |label, configs| {
                 config_thread_problems(label, configs, &props)
             })
         }
@@ -222,6 +261,7 @@ fn deterministic(plugin: &Plugin, props: &DeviceProperties) -> Outcome {
     let results = [
         differ(pointwise(plugin), pointwise(plugin)),
         differ(reduction(plugin), reduction(plugin)),
+        differ(hinted(plugin), hinted(plugin)),
         differ(adjusted(plugin, props), adjusted(plugin, props)),
     ];
     for result in results {

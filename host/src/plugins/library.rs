@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use abi_stable::std_types::{ROption, RResult, RStr};
 use kiln_plugin_api::{
-    BackendSpec, DeviceProperties, Grid, KilnPluginRef, LaunchConfig, Manifest, PluginError,
-    PointwiseQuery, ReductionQuery, ScratchCode, ScratchWorkspace, TritonTarget,
+    BackendSpec, DeviceProperties, Grid, HintedReductionQuery, KilnPluginRef, LaunchConfig,
+    Manifest, PluginError, PointwiseQuery, ReductionQuery, ScratchCode, ScratchWorkspace,
+    TritonTarget,
 };
 
 /// A call into a plugin that returned an error (or panicked inside the plugin).
@@ -373,6 +374,24 @@ impl Plugin {
             Some(f) => self
                 .fail("reduction_configs", f(query))
                 .map(|v| Some(v.into_vec())),
+        }
+    }
+
+    /// `hinted_reduction_configs(query)`; `None` when the plugin does not
+    /// provide it (it predates API 1.2, has no heuristics, or returns `RNone`).
+    pub fn hinted_reduction_configs(
+        &self,
+        query: HintedReductionQuery,
+    ) -> Result<Option<Vec<LaunchConfig>>, CallError> {
+        match self
+            .root
+            .heuristics()
+            .and_then(|h| h.hinted_reduction_configs())
+        {
+            None => Ok(None),
+            Some(f) => self
+                .fail("hinted_reduction_configs", f(query))
+                .map(|v| v.into_option().map(|v| v.into_vec())),
         }
     }
 

@@ -20,8 +20,8 @@ use std::sync::OnceLock;
 
 use kiln_plugin_api::{
     BackendFeatures, BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid,
-    LaunchConfig, LoadContext, Manifest, PointwiseQuery, ReductionQuery, SchedulingKind,
-    ScratchWorkspace, TritonTarget, Wrappers,
+    LaunchConfig, LoadContext, Manifest, PointwiseQuery, ReductionHint, ReductionQuery,
+    SchedulingKind, ScratchWorkspace, TritonTarget, Wrappers,
 };
 
 pub mod driver;
@@ -159,6 +159,18 @@ impl DevicePlugin for Cuda {
 
     fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig> {
         triton_heuristics::reduction_configs(&self.limits(), query)
+    }
+
+    fn hinted_reduction_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+    ) -> Option<Vec<LaunchConfig>> {
+        Some(triton_heuristics::hinted_reduction_configs(
+            &self.limits(),
+            query,
+            hint,
+        ))
     }
 
     fn adjust_grid(&self, grid: Grid) -> Grid {

@@ -41,8 +41,8 @@
 use abi_stable::std_types::ROption;
 use kiln_plugin_api::{
     BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid, LaunchConfig, LoadContext,
-    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, ScratchWorkspace,
-    TritonTarget, Wrappers,
+    Manifest, PointwiseQuery, PropertiesSource, ReductionHint, ReductionQuery, SchedulingKind,
+    ScratchWorkspace, TritonTarget, Wrappers,
 };
 
 pub mod config;
@@ -191,6 +191,18 @@ impl DevicePlugin for Gxu {
 
     fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig> {
         triton_heuristics::reduction_configs(&self.limits(), query)
+    }
+
+    fn hinted_reduction_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+    ) -> Option<Vec<LaunchConfig>> {
+        Some(triton_heuristics::hinted_reduction_configs(
+            &self.limits(),
+            query,
+            hint,
+        ))
     }
 
     fn adjust_grid(&self, grid: Grid) -> Grid {

@@ -15,8 +15,8 @@
 use abi_stable::std_types::ROption;
 use kiln_plugin_api::{
     BackendSpec, DevicePlugin, DeviceProperties, FixedOverrides, Grid, LaunchConfig, LoadContext,
-    Manifest, PointwiseQuery, PropertiesSource, ReductionQuery, SchedulingKind, TritonTarget,
-    Wrappers,
+    Manifest, PointwiseQuery, PropertiesSource, ReductionHint, ReductionQuery, SchedulingKind,
+    TritonTarget, Wrappers,
 };
 
 pub mod overrides;
@@ -148,6 +148,18 @@ impl DevicePlugin for Xpu {
 
     fn reduction_configs(&self, query: &ReductionQuery) -> Vec<LaunchConfig> {
         triton_heuristics::reduction_configs(&self.limits(), query)
+    }
+
+    fn hinted_reduction_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+    ) -> Option<Vec<LaunchConfig>> {
+        Some(triton_heuristics::hinted_reduction_configs(
+            &self.limits(),
+            query,
+            hint,
+        ))
     }
 
     fn adjust_grid(&self, grid: Grid) -> Grid {

@@ -140,6 +140,9 @@ pub struct Target {
     /// plugin's `triton_target`, or, as Inductor derives it, the device
     /// properties' type, `cc` and warp size); `None` when neither says.
     pub triton_target: Option<TritonTargetOwned>,
+    /// For Triton kernels: the device's multiprocessors, which split
+    /// reductions aim to keep busy (0: reductions are not split).
+    pub parallel_units: u32,
     /// The overrides that wrapper needs, rendered for the device index.
     strings: HashMap<Override, String>,
 }
@@ -278,6 +281,12 @@ impl Target {
             SchedulingKind::Triton => triton_target(plugin, options.device_index)?,
             SchedulingKind::Cpp => None,
         };
+        let parallel_units = match spec.scheduling {
+            SchedulingKind::Triton => plugin
+                .device_properties(options.device_index)?
+                .map_or(0, |p| p.multi_processor_count),
+            SchedulingKind::Cpp => 0,
+        };
         if let Some(problem) = triton_target.as_ref().and_then(triton_target_problem) {
             return Err(unsupported(problem));
         }
@@ -287,6 +296,7 @@ impl Target {
             spec,
             wrapper,
             triton_target,
+            parallel_units,
             strings,
         })
     }
@@ -496,12 +506,14 @@ pub fn compile_for(
     // gets its decomposition.
     let pass_options = crate::passes::Options {
         fused_attention: target.wrapper == WrapperKind::Python,
+        split_reductions_for: target.parallel_units,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     let passes = start.elapsed();
     let start = Instant::now();
     let schedule_options = crate::schedule::Options {
         features: target.spec.features,
+        tile_pointwise: target.spec.scheduling == kiln_plugin_api::SchedulingKind::Triton,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

@@ -40,9 +40,16 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     // Without optional features, and with every one (in-place buffers).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
+        tile_pointwise: false,
+    };
+    // And as a Triton device schedules it: pointwise kernels tiled where that
+    // coalesces their accesses.
+    let tiled = kiln::schedule::Options {
+        tile_pointwise: true,
+        ..all
     };
     let mut last = None;
-    for options in [kiln::schedule::Options::default(), all] {
+    for options in [kiln::schedule::Options::default(), all, tiled] {
         let scheduled = kiln::schedule::schedule_with(&lowered, &options).expect("schedule");
         let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
         let err = rel_error(&got, &want);
@@ -162,6 +169,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
     assert_eq!(reuses(&kiln::schedule::Options::default()), 0);
     let inplace = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
+        tile_pointwise: false,
     };
     assert_eq!(
         reuses(&inplace),
@@ -211,4 +219,149 @@ args = ["x", "wt"]
 "#;
     let graph = kiln::graph::parse_toml(text).expect("graph parses");
     check(graph, 1e-6);
+}
+
+/// A graph of one float32 input `x` of `shape` and these nodes, output `y`.
+fn one_input(shape: &[i64], dtype: &str, nodes: &str) -> Graph {
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = {shape:?}\ndtype = \"{dtype}\"\n\n{nodes}"
+    );
+    kiln::graph::parse_toml(&text).expect("graph parses")
+}
+
+#[test]
+fn a_contiguous_transpose_output_is_a_tiled_copy_not_a_view_of_the_input() {
+    for (shape, perm) in [
+        (vec![96i64, 80], "[1, 0]"),
+        (vec![6, 40, 72], "[0, 2, 1]"),
+        (vec![2, 32, 3, 48], "[0, 3, 1, 2]"),
+    ] {
+        let graph = one_input(
+            &shape,
+            "float32",
+            &format!(
+                "[[nodes]]\nname = \"t\"\nop = \"permute\"\nargs = [\"x\", {perm}]\n\n\
+                 [[nodes]]\nname = \"y\"\nop = \"contiguous\"\nargs = [\"t\"]\n"
+            ),
+        );
+        let scheduled = check(graph, 0.0);
+        let kernels: Vec<&kiln::schedule::ir::Kernel> = scheduled
+            .program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                kiln::schedule::ir::Step::Kernel(k) => Some(k),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kernels.len(), 1, "{shape:?}: one copy kernel");
+        assert!(kernels[0].is_tiled(), "{shape:?}: {:?}", kernels[0].space);
+        let out = &scheduled.program.outputs[0];
+        assert_eq!(
+            out.strides,
+            kiln::graph::shape::contiguous_strides(&out.shape),
+            "{shape:?}: the output is dense"
+        );
+    }
+    // Contiguous of a contiguous input stays a copy too: the caller may
+    // mutate the output, which must not be the input.
+    let graph = one_input(
+        &[4, 5],
+        "float32",
+        "[[nodes]]\nname = \"y\"\nop = \"clone\"\nargs = [\"x\"]\n",
+    );
+    let scheduled = check(graph, 0.0);
+    assert_eq!(scheduled.program.steps.len(), 1, "a copy kernel");
+}
+
+#[test]
+fn split_reductions_keep_their_values_and_make_two_reductions() {
+    for (shape, dtype, node, tolerance) in [
+        (
+            vec![1i64 << 20, 4],
+            "float32",
+            "op = \"sum\"\nargs = [\"x\", [0]]",
+            1e-5,
+        ),
+        (
+            vec![3000, 2000],
+            "float32",
+            "op = \"mean\"\nargs = [\"x\"]",
+            1e-5,
+        ),
+        (
+            vec![3, 1 << 20, 2],
+            "float32",
+            "op = \"amax\"\nargs = [\"x\", [1]]\nattrs = { keepdim = true }",
+            0.0,
+        ),
+        (
+            vec![2, 3 << 20],
+            "float16",
+            "op = \"sum\"\nargs = [\"x\", [1]]",
+            1e-3,
+        ),
+        (
+            vec![64, 4, 16384],
+            "float32",
+            "op = \"amin\"\nargs = [\"x\", [0, 2]]",
+            0.0,
+        ),
+    ] {
+        let graph = one_input(&shape, dtype, &format!("[[nodes]]\nname = \"y\"\n{node}\n"));
+        let inputs = kiln::tensor_io::random_inputs(&input_metas(&graph), 3);
+        let want = kiln::interp::evaluate(&graph, &inputs).expect("reference");
+        let mut split = graph.clone();
+        let options = kiln::passes::Options {
+            split_reductions_for: 132,
+            ..Default::default()
+        };
+        let report = kiln::passes::run_pipeline_with(&mut split, &options).expect("passes");
+        let changed = report
+            .passes
+            .iter()
+            .find(|(name, _, _)| *name == "split")
+            .map_or(0, |(_, stats, _)| stats.changed);
+        assert_eq!(changed, 1, "{shape:?} {node}: split once");
+        let got = kiln::interp::evaluate(&split, &inputs).expect("split graph");
+        assert_eq!(got[0].shape, want[0].shape);
+        let err = rel_error(&got, &want);
+        assert!(err <= tolerance, "{shape:?} {node}: relative error {err:e}");
+        let scheduled =
+            kiln::schedule::schedule_with(&split, &Default::default()).expect("schedule");
+        let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop IR");
+        let err = rel_error(&got, &want);
+        assert!(
+            err <= tolerance,
+            "{shape:?} {node}: loop IR relative error {err:e}"
+        );
+        assert_eq!(scheduled.program.steps.len(), 2, "{shape:?} {node}");
+    }
+    // Reductions with enough results for the device, short rows, and small
+    // (launch-bound) reductions stay whole.
+    for (shape, dims) in [
+        (vec![8192i64, 8192], "[1]"),
+        (vec![64, 8192], "[1]"),
+        (vec![1, 4096], "[1]"),
+        (vec![4096, 16], "[0]"),
+    ] {
+        let mut g = one_input(
+            &shape,
+            "float32",
+            &format!("[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", {dims}]\n"),
+        );
+        let options = kiln::passes::Options {
+            split_reductions_for: 132,
+            ..Default::default()
+        };
+        let report = kiln::passes::run_pipeline_with(&mut g, &options).expect("passes");
+        assert!(
+            report
+                .passes
+                .iter()
+                .all(|(name, stats, _)| *name != "split" || stats.changed == 0),
+            "{shape:?} {dims}"
+        );
+    }
 }

@@ -306,3 +306,115 @@ fn compile_errors_name_the_device_and_what_is_missing() {
     );
     assert!(!ok && stderr.contains("missing.toml"), "{stderr}");
 }
+
+/// A one-node graph over one float32 input, as TOML.
+fn one_op_graph(name: &str, shape: &[i64], nodes: &str) -> String {
+    format!(
+        "format = \"kiln-graph/1\"\nname = \"{name}\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = {shape:?}\ndtype = \"float32\"\n\n{nodes}"
+    )
+}
+
+#[test]
+fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_triton() {
+    let tmp = TempDir::new("shapes");
+    let cases = [
+        // A transpose made contiguous: a copy kernel (never a view of the
+        // input), tiled in two dims with a 2-D grid.
+        (
+            "transpose",
+            one_op_graph(
+                "transpose",
+                &[512, 384],
+                "[[nodes]]\nname = \"t\"\nop = \"transpose\"\nargs = [\"x\", 0, 1]\n\n\
+                 [[nodes]]\nname = \"y\"\nop = \"contiguous\"\nargs = [\"t\"]\n",
+            ),
+        ),
+        // Rows too long for one tile, and enough of them for the device: max
+        // and sum in one loop (online softmax).
+        (
+            "softmax",
+            one_op_graph(
+                "softmax",
+                &[512, 50000],
+                "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
+            ),
+        ),
+        // A long reduction into few results: split in two kernels.
+        (
+            "split",
+            one_op_graph(
+                "split",
+                &[65536, 8],
+                "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [0]]\n",
+            ),
+        ),
+        // An outer reduction: many columns per program, a short step down them.
+        (
+            "outer",
+            one_op_graph(
+                "outer",
+                &[4096, 16384],
+                "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [0]]\n",
+            ),
+        ),
+    ];
+    let mut codes = std::collections::HashMap::new();
+    for (name, text) in &cases {
+        let graph = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&graph, text).unwrap();
+        for device in ["cuda", "gxu"] {
+            let out = tmp.path().join("out").join(device).join(name);
+            let (ok, stderr) = compile(&graph, device, &out, &[]);
+            assert!(ok, "{name} for {device}: {stderr}");
+            let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+            codes.insert((*name, device), code);
+        }
+    }
+    let code = &codes[&("transpose", "cuda")];
+    assert_eq!(kernel_count(code), 1, "{code}");
+    let launch = code
+        .lines()
+        .find(|l| l.contains("kiln_poi_") && l.contains("[("))
+        .unwrap_or_else(|| panic!("no launch:\n{code}"));
+    assert!(launch.contains("RBLOCK="), "a tiled launch: {launch}");
+    let grid: Vec<u64> = launch
+        .split_once("[(")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(g, _)| g.split(',').filter_map(|v| v.trim().parse().ok()).collect())
+        .unwrap();
+    assert!(
+        grid[0] > 1 && grid[1] > 1,
+        "programs along both dims: {launch}"
+    );
+    assert!(!code.contains("return (torch.as_strided(x"), "{code}");
+
+    for device in ["cuda", "gxu"] {
+        let code = &codes[&("softmax", device)];
+        assert!(code.contains("= kiln_online_softmax_update("), "{code}");
+        assert_eq!(kernel_count(code), 1, "{code}");
+        let code = &codes[&("split", device)];
+        assert_eq!(
+            kernel_count(code),
+            2,
+            "{device}: partial sums, then their sum:\n{code}"
+        );
+    }
+    let code = &codes[&("outer", "cuda")];
+    let launch = code
+        .lines()
+        .find(|l| l.contains("kiln_red_") && l.contains("[("))
+        .unwrap();
+    assert!(
+        launch.contains("XBLOCK=64") && launch.contains("RBLOCK=8,"),
+        "Inductor's outer tile: {launch}"
+    );
+
+    let (output, stdout, stderr) = run(Command::new(python())
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg(tmp.path().join("out")));
+    assert!(
+        output.status.success(),
+        "Triton rejected a kernel:\n{stderr}\n{stdout}"
+    );
+}

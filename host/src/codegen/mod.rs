@@ -104,7 +104,11 @@ pub(crate) fn write_kernels<I>(
 /// `kiln_poi_fused_add_relu_0`-style names: a pointwise or reduction kernel,
 /// the first six distinct ops it fuses, and its number.
 fn kernel_stem(prefix: &str, k: &Kernel, n: usize) -> String {
-    let kind = if k.is_reduction() { "red" } else { "poi" };
+    let kind = if k.is_reduction() && !k.is_tiled() {
+        "red"
+    } else {
+        "poi"
+    };
     let mut ops: Vec<&str> = Vec::new();
     for op in &k.ops {
         if !ops.contains(op) {

@@ -15,6 +15,7 @@ pub mod decompose;
 pub mod empty;
 pub mod fold_bn;
 pub mod noop;
+pub mod split;
 pub mod views;
 
 use crate::graph::{self, Arg, Graph, Node, NodeId, Op, ValueId};
@@ -81,6 +82,9 @@ pub struct Options {
     /// a Triton target takes it ([`decompose::run_with`]); the default
     /// decomposes it into matrix products and a softmax.
     pub fused_attention: bool,
+    /// Reductions of many elements into few results are split in two for a
+    /// device of this many parallel units ([`split::run`]); 0 splits none.
+    pub split_reductions_for: u32,
 }
 
 /// A pass's entry function.
@@ -99,6 +103,7 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     ("noop", |g, _| noop::run(g)),
     ("views", |g, _| views::run(g)),
     ("noop", |g, _| noop::run(g)),
+    ("split", |g, o| split::run(g, o.split_reductions_for)),
     ("const_fold", |g, _| const_fold::run(g)),
     ("cse", |g, _| cse::run(g)),
     ("dce", |g, _| dce::run(g)),

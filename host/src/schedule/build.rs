@@ -29,15 +29,16 @@ pub struct Illegal(pub String);
 type Built<T> = Result<T, Illegal>;
 
 /// The index over `shape` of a node placed in `space`, if its shape splits
-/// into the kernel's rows and reduction elements.
+/// into the kernel's rows and reduction elements, or is one value per row.
 pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
     let ranges = space.ranges();
     let numel: i64 = shape.iter().product();
+    // One value per row (an epilogue of the kernel's reductions) or per element.
+    if numel == space.x {
+        return Some(unflatten(Index::var(Var::X), shape, ranges));
+    }
     if numel != space.x * space.r {
         return None;
-    }
-    if space.r == 1 {
-        return Some(unflatten(Index::var(Var::X), shape, ranges));
     }
     let mut prefix = 1i64;
     for k in 0..=shape.len() {

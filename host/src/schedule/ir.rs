@@ -370,6 +370,12 @@ impl Kernel {
         self.space.is_reduction() || !self.reductions.is_empty()
     }
 
+    /// Whether this is a pointwise kernel tiled over rows and row elements
+    /// (it has a row but nothing to reduce along it).
+    pub fn is_tiled(&self) -> bool {
+        self.space.is_reduction() && self.reductions.is_empty()
+    }
+
     /// The buffers the kernel reads, in first-use order.
     pub fn reads(&self) -> Vec<BufferId> {
         let mut out = Vec::new();

@@ -14,6 +14,7 @@ pub mod index;
 pub mod ir;
 pub mod lower;
 pub mod print;
+pub mod tile;
 
 use std::collections::{HashMap, HashSet};
 
@@ -101,6 +102,10 @@ pub struct Options {
     /// The device's `BackendFeature`s. `INPLACE_BUFFERS` lets a pointwise
     /// kernel write its output over a buffer that dies in that kernel.
     pub features: kiln_plugin_api::BackendFeatures,
+    /// Pointwise kernels that read across the dim they write along run on
+    /// two-dimensional tiles ([`tile::tiled_space`]): for Triton kernels,
+    /// whose launches take a tile of rows by row elements.
+    pub tile_pointwise: bool,
 }
 
 /// A step before the stores nobody reads are dropped.
@@ -131,6 +136,11 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
     for group in &groups {
         match group {
             Group::Kernel { members, space } => {
+                let space = &if options.tile_pointwise {
+                    tile::tiled_space(graph, &low, members, *space)
+                } else {
+                    *space
+                };
                 let mut b = KernelBuilder::new(graph, &low, *space);
                 for m in members {
                     b.add(*m).map_err(|e| {

@@ -34,11 +34,19 @@ fn launches(
         .map(|c| {
             let x_block = c.x_block.max(1);
             let programs = ceil_div(k.space.x, i64::from(x_block)).max(1) as u64;
-            let grid = heuristics.adjust_grid(Grid::new(programs, 1, 1))?;
-            if grid.x == 0 {
+            // A tiled pointwise kernel also spreads its row elements over programs.
+            let row_programs = if k.is_tiled() {
+                ceil_div(k.space.r, i64::from(c.r_block.max(1))).max(1) as u64
+            } else {
+                1
+            };
+            let grid = heuristics.adjust_grid(Grid::new(programs, row_programs, 1))?;
+            if grid.x == 0 || grid.y == 0 {
                 return Err(HeuristicsError::Unusable {
                     method: "adjust_grid",
-                    what: format!("returned an empty grid for {programs} programs"),
+                    what: format!(
+                        "returned an empty grid for {programs} × {row_programs} programs"
+                    ),
                 });
             }
             Ok(Launch {
@@ -100,7 +108,9 @@ pub(super) fn write_kernel(
         name,
     };
     w.header(&names, reduction, &candidates, options)?;
-    if reduction {
+    if k.is_tiled() {
+        w.tiled_body(int64_index)?;
+    } else if reduction {
         w.reduction_body(persistent, int64_index)?;
     } else {
         w.pointwise_body(int64_index)?;
@@ -207,7 +217,9 @@ impl KernelWriter<'_> {
         } else {
             self.line(1, &format!("xbase = tl.arange(0, XBLOCK){shape}"));
         }
-        if reduction {
+        if reduction && int64 {
+            self.line(1, "rbase = tl.arange(0, RBLOCK)[None, :].to(tl.int64)");
+        } else if reduction {
             self.line(1, "rbase = tl.arange(0, RBLOCK)[None, :]");
         }
         // A grid-stride loop: correct for any grid the plugin launches.
@@ -327,15 +339,54 @@ impl KernelWriter<'_> {
         Ok(())
     }
 
+    /// A pointwise kernel over tiles of rows by row elements: programs along
+    /// the grid's x take rows, along its y row elements.
+    fn tiled_body(&mut self, int64: bool) -> Result<(), Error> {
+        self.row_loop(int64, true);
+        self.line(
+            2,
+            "for roffset in range(tl.program_id(1) * RBLOCK, rnumel, tl.num_programs(1) * RBLOCK):",
+        );
+        self.line(3, "rindex = roffset + rbase");
+        self.line(3, "rmask = rindex < rnumel");
+        let (uses_r, _) = self.k.phases();
+        let needed = self.k.needed();
+        for (id, _, _) in self.k.exprs.iter() {
+            if needed.contains(&id) {
+                self.emit_expr(3, id)?;
+            }
+        }
+        for s in self.k.stores.clone() {
+            if uses_r[s.value.0 as usize] || s.index.uses(Var::R) {
+                self.store_line(3, &s, true, "[XBLOCK, RBLOCK]")?;
+            } else {
+                self.store_line(3, &s, false, "[XBLOCK, 1]")?;
+            }
+        }
+        Ok(())
+    }
+
     fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, true);
         let (uses_r, phase) = self.k.phases();
-        let red_loop: Vec<usize> = self
+        let mut red_loop: Vec<usize> = self
             .k
             .reductions
             .iter()
             .map(|r| phase[r.value.0 as usize])
             .collect();
+        // Online softmax: the sum joins its max's loop (looped kernels only;
+        // a persistent kernel reads the row once either way).
+        let online: Vec<(usize, usize)> = if persistent {
+            Vec::new()
+        } else {
+            online_softmax_pairs(self.k)
+        };
+        let online_sum_of = |a: usize| online.iter().find(|(m, _)| *m == a).map(|(_, b)| *b);
+        let is_online_sum = |b: usize| online.iter().any(|(_, s)| *s == b);
+        for &(a, b) in &online {
+            red_loop[b] = red_loop[a];
+        }
         let needed = self.k.needed();
         let last = red_loop
             .iter()
@@ -352,6 +403,16 @@ impl KernelWriter<'_> {
             // Reductions of the previous phase are complete: finish them.
             if p > 0 && !persistent {
                 for (r, _) in red_loop.iter().enumerate().filter(|(_, l)| **l == p - 1) {
+                    if is_online_sum(r) {
+                        continue;
+                    }
+                    if let Some(b) = online_sum_of(r) {
+                        self.line(
+                            2,
+                            &format!("red{r}, red{b} = kiln_online_softmax_finish(acc{r}, acc{b})"),
+                        );
+                        continue;
+                    }
                     let red = &self.k.reductions[r];
                     let text = finish(red.kind, &format!("acc{r}"), red.acc_dtype.is_float());
                     self.line(2, &format!("red{r} = {text}"));
@@ -398,7 +459,11 @@ impl KernelWriter<'_> {
                 self.line(3, "rmask = rindex < rnumel");
             }
             // What this loop needs that varies along the row, in order.
-            let mut roots: Vec<ExprId> = reds.iter().map(|r| self.k.reductions[*r].value).collect();
+            let mut roots: Vec<ExprId> = reds
+                .iter()
+                .filter(|r| !is_online_sum(**r))
+                .map(|r| self.k.reductions[*r].value)
+                .collect();
             roots.extend(stores.iter().map(|s| s.value));
             let wanted = self.k.varying_closure(&roots, &uses_r);
             let mut local: HashSet<ExprId> = HashSet::new();
@@ -416,12 +481,24 @@ impl KernelWriter<'_> {
                 }
             }
             for &r in &reds {
+                if is_online_sum(r) {
+                    continue;
+                }
                 let red = self.k.reductions[r].clone();
                 let value = self.renderer.operand(red.value, true);
                 let masked = format!(
                     "tl.where(xmask & rmask, {value}, {})",
                     neutral(red.kind, red.acc_dtype)
                 );
+                if let Some(b) = online_sum_of(r) {
+                    self.line(
+                        depth,
+                        &format!(
+                            "acc{r}, acc{b} = kiln_online_softmax_update(acc{r}, acc{b}, {masked})"
+                        ),
+                    );
+                    continue;
+                }
                 if persistent {
                     let text = finish(red.kind, &masked, red.acc_dtype.is_float());
                     self.line(depth, &format!("red{r} = {text}"));
@@ -441,6 +518,40 @@ impl KernelWriter<'_> {
         }
         Ok(())
     }
+}
+
+/// Reductions of a looped kernel computed online (Milakov and Gimelshein's
+/// online softmax, as Inductor's `online_softmax_reduce`): for a sum `b` of
+/// `exp(v - max(v))` whose max is reduction `a`, the sum is rescaled as the max
+/// grows, so that both come out of one loop over the row instead of two.
+/// Returns (a, b) pairs.
+fn online_softmax_pairs(k: &Kernel) -> Vec<(usize, usize)> {
+    use crate::graph::ops::{BinaryOp, UnaryOp};
+    let mut pairs = Vec::new();
+    for (b, red) in k.reductions.iter().enumerate() {
+        if red.kind != ReduceKind::Sum || !red.acc_dtype.is_float() {
+            continue;
+        }
+        let Expr::Unary(UnaryOp::Exp, diff) = k.exprs.get(red.value) else {
+            continue;
+        };
+        let Expr::Binary(BinaryOp::Sub, v, m) = k.exprs.get(*diff) else {
+            continue;
+        };
+        let Expr::Reduced(a) = k.exprs.get(*m) else {
+            continue;
+        };
+        let Some(max) = k.reductions.get(*a) else {
+            continue;
+        };
+        let same_dtype = k.exprs.dtype(red.value) == red.acc_dtype
+            && k.exprs.dtype(*v) == red.acc_dtype
+            && max.acc_dtype == red.acc_dtype;
+        if max.kind == ReduceKind::Max && max.value == *v && same_dtype {
+            pairs.push((*a, b));
+        }
+    }
+    pairs
 }
 
 /// The reduction of a tile along the row, kept as a column.
@@ -468,8 +579,26 @@ fn combine(kind: ReduceKind, acc: &str, value: &str, float: bool) -> String {
     }
 }
 
-/// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines).
+/// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines,
+/// PyTorch's floor division, online softmax).
 pub(super) const HELPERS: &str = "@triton.jit
+def kiln_online_softmax_update(m, s, v):
+    # One step of an online softmax: the running max m and the sum s of
+    # exp(value - m), per lane, after seeing v (-inf where masked off).
+    m_new = tl.maximum(m, v, propagate_nan=tl.PropagateNan.ALL)
+    base = tl.where(m_new == float(\"-inf\"), 0.0, m_new)
+    return m_new, s * libdevice.exp(m - base) + libdevice.exp(v - base)
+
+
+@triton.jit
+def kiln_online_softmax_finish(m, s):
+    # The row's max, and its sum of exp(value - max), from the lanes' running ones.
+    m_row = tl.reduce(m, 1, kiln_max_combine)[:, None]
+    base = tl.where(m_row == float(\"-inf\"), 0.0, m_row)
+    return m_row, tl.sum(s * libdevice.exp(m - base), 1)[:, None]
+
+
+@triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 

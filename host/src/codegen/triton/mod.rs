@@ -29,6 +29,8 @@ pub const RESERVED: &[&str] = &[
     "kiln_div_floor",
     "kiln_div_floor64",
     "kiln_floor_quotient",
+    "kiln_online_softmax_update",
+    "kiln_online_softmax_finish",
 ];
 
 /// Options of the Triton generator.

@@ -203,11 +203,18 @@ impl CallWriter<'_> {
             let grids: Vec<String> = info
                 .candidates
                 .iter()
-                .map(|c| format!("{}: {}", c.x_block, grid_text(c)))
+                .map(|c| {
+                    format!(
+                        "({}, {}): {}",
+                        c.x_block,
+                        c.r_block.unwrap_or(1),
+                        grid_text(c)
+                    )
+                })
                 .collect();
             return writeln!(
                 out,
-                "        {}[lambda meta: {{{}}}[meta[\"XBLOCK\"]]]({})",
+                "        {}[lambda meta: {{{}}}[(meta[\"XBLOCK\"], meta.get(\"RBLOCK\", 1))]]({})",
                 info.name,
                 grids.join(", "),
                 args.join(", ")

@@ -23,6 +23,23 @@ def assert_size_stride(tensor, size, stride, name):
 
 
 @triton.jit
+def kiln_online_softmax_update(m, s, v):
+    # One step of an online softmax: the running max m and the sum s of
+    # exp(value - m), per lane, after seeing v (-inf where masked off).
+    m_new = tl.maximum(m, v, propagate_nan=tl.PropagateNan.ALL)
+    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, s * libdevice.exp(m - base) + libdevice.exp(v - base)
+
+
+@triton.jit
+def kiln_online_softmax_finish(m, s):
+    # The row's max, and its sum of exp(value - max), from the lanes' running ones.
+    m_row = tl.reduce(m, 1, kiln_max_combine)[:, None]
+    base = tl.where(m_row == float("-inf"), 0.0, m_row)
+    return m_row, tl.sum(s * libdevice.exp(m - base), 1)[:, None]
+
+
+@triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 

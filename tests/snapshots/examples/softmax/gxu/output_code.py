@@ -23,6 +23,23 @@ def assert_size_stride(tensor, size, stride, name):
 
 
 @triton.jit
+def kiln_online_softmax_update(m, s, v):
+    # One step of an online softmax: the running max m and the sum s of
+    # exp(value - m), per lane, after seeing v (-inf where masked off).
+    m_new = tl.maximum(m, v, propagate_nan=tl.PropagateNan.ALL)
+    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, s * libdevice.exp(m - base) + libdevice.exp(v - base)
+
+
+@triton.jit
+def kiln_online_softmax_finish(m, s):
+    # The row's max, and its sum of exp(value - max), from the lanes' running ones.
+    m_row = tl.reduce(m, 1, kiln_max_combine)[:, None]
+    base = tl.where(m_row == float("-inf"), 0.0, m_row)
+    return m_row, tl.sum(s * libdevice.exp(m - base), 1)[:, None]
+
+
+@triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -63,21 +80,13 @@ def kiln_red_fused_amax_sum_exp_sub_div_0(in_ptr0, out_ptr0, xnumel, rnumel, XBL
         xindex = xoffset + xbase
         xmask = xindex < xnumel
         acc0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
-        for roffset in range(0, rnumel, RBLOCK):
-            rindex = roffset + rbase
-            rmask = rindex < rnumel
-            tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, other=0)
-            acc0 = tl.maximum(acc0, tl.where(xmask & rmask, tmp0, float("-inf")), propagate_nan=tl.PropagateNan.ALL)
-        red0 = tl.reduce(acc0, 1, kiln_max_combine)[:, None]
         acc1 = tl.full([XBLOCK, RBLOCK], 0.0, tl.float32)
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel
             tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, other=0)
-            tmp2 = (tmp0 - red0)
-            tmp3 = libdevice.exp(tmp2)
-            acc1 = acc1 + tl.where(xmask & rmask, tmp3, 0.0)
-        red1 = tl.sum(acc1, 1)[:, None]
+            acc0, acc1 = kiln_online_softmax_update(acc0, acc1, tl.where(xmask & rmask, tmp0, float("-inf")))
+        red0, red1 = kiln_online_softmax_finish(acc0, acc1)
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel

@@ -1,0 +1,199 @@
+//! Split reductions, Inductor's `num_splits`: a reduction of many elements into
+//! few results runs on few programs and leaves most of the device idle (the sum
+//! of a whole tensor on one program; `x.sum(0)` of a tall matrix on a program per
+//! 64 columns). Such a reduction becomes two: partial results over equal chunks
+//! of its outermost reduced dim, then the reduction of those partials.
+//!
+//! `sum` and `mean` accumulate their partials in float32 (float64 for float64
+//! results; int64 for integers) and round once at the end, as the unsplit
+//! reduction does; `amax` and `amin` are exact. The mean of equal chunks' means
+//! is the mean.
+
+use super::{emit, replace_node, Error, Stats};
+use crate::graph::shape::wrap_dim_set;
+use crate::graph::{Arg, DType, Graph, NodeId, Op, ReduceOp};
+
+/// Reductions of fewer elements in all are never split: below this a graph is
+/// bound by launches, and a second kernel costs more than idle units (a
+/// decode step's norms). Inductor's `min_elements_per_device` is of this order.
+const MIN_TOTAL: i64 = 1 << 22;
+/// Inner reductions (each result's elements contiguous) of at most this many
+/// elements per result are never split, as in Inductor's `inner_reduction_splits`.
+const MIN_INNER_REDUCED: i64 = 8192;
+/// Elements each partial reduces at least.
+const MIN_CHUNK: i64 = 256;
+/// Results one program of an outer reduction computes (the heuristics' tile).
+const OUTER_RESULTS_PER_PROGRAM: i64 = 64;
+/// Programs per parallel unit a split aims for.
+const PROGRAMS_PER_UNIT: i64 = 2;
+
+/// What to split a reduction node into.
+struct Split {
+    /// The reduced dim cut into `chunks` × `size / chunks`.
+    dim: usize,
+    chunks: i64,
+}
+
+/// How to split node `id`, if it is a reduction worth splitting for a device of
+/// `units` parallel units.
+fn plan(g: &Graph, id: NodeId, units: i64) -> Option<Split> {
+    let node = g.node(id)?;
+    let Op::Reduce { op, dims, .. } = &node.op else {
+        return None;
+    };
+    if matches!(op, ReduceOp::Any | ReduceOp::All) {
+        return None;
+    }
+    let input = node.args.first()?.value()?;
+    let shape = g.meta(input)?.shape.clone();
+    let reduced = wrap_dim_set(dims.as_deref(), shape.len()).ok()?;
+    let r: i64 = reduced.iter().map(|&d| shape[d]).product();
+    let kept: i64 = shape.iter().product::<i64>() / r.max(1);
+    if kept < 1 || r.saturating_mul(kept) < MIN_TOTAL {
+        return None;
+    }
+    // Inner: every dim after the first reduced one with more than one element
+    // is reduced, so a result's elements are contiguous; else one program takes
+    // a tile of results.
+    let first = *reduced.first()?;
+    let inner = (first..shape.len()).all(|d| shape[d] == 1 || reduced.contains(&d));
+    if inner && r <= MIN_INNER_REDUCED {
+        return None;
+    }
+    let programs = if inner {
+        kept
+    } else {
+        (kept + OUTER_RESULTS_PER_PROGRAM - 1) / OUTER_RESULTS_PER_PROGRAM
+    };
+    let wanted = PROGRAMS_PER_UNIT * units;
+    if programs >= wanted {
+        return None;
+    }
+    let chunks_wanted = (wanted + programs - 1) / programs;
+    // The outermost reduced dim with a divisor that gives chunks of enough
+    // elements:
+    // enough elements: the fewest chunks that reach the programs wanted, else
+    // the most there can be.
+    reduced.iter().find_map(|&dim| {
+        let size = shape[dim];
+        let fits = |c: &i64| size % c == 0 && r / c >= MIN_CHUNK;
+        (chunks_wanted.max(2)..=size)
+            .find(fits)
+            .or_else(|| (2..chunks_wanted.min(size + 1)).rev().find(fits))
+            .map(|chunks| Split { dim, chunks })
+    })
+}
+
+/// The dtype partials accumulate in for a result of `dtype`.
+fn partial_dtype(op: ReduceOp, dtype: DType) -> Option<DType> {
+    match op {
+        ReduceOp::Amax | ReduceOp::Amin | ReduceOp::Any | ReduceOp::All => None,
+        ReduceOp::Sum | ReduceOp::Mean if dtype == DType::Float64 => Some(DType::Float64),
+        ReduceOp::Sum | ReduceOp::Mean if dtype.is_float() => Some(DType::Float32),
+        ReduceOp::Sum | ReduceOp::Mean => Some(dtype),
+    }
+}
+
+/// Splits the reductions that would leave a device of `units` parallel units
+/// idle; `units` 0 splits none.
+pub fn run(g: &mut Graph, units: u32) -> Result<Stats, Error> {
+    let _span = tracing::info_span!("split").entered();
+    if units == 0 {
+        return Ok(Stats::default());
+    }
+    let order = g
+        .topo_order()
+        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let mut changed = 0;
+    for id in order {
+        let Some(split) = plan(g, id, i64::from(units)) else {
+            continue;
+        };
+        let Some(node) = g.node(id).cloned() else {
+            continue;
+        };
+        let Op::Reduce {
+            op, dims, keepdim, ..
+        } = node.op
+        else {
+            continue;
+        };
+        let (Some(input), Some(out)) = (
+            node.args.first().and_then(Arg::value),
+            node.outputs.first().cloned(),
+        ) else {
+            continue;
+        };
+        let Some(shape) = g.meta(input).map(|m| m.shape.clone()) else {
+            continue;
+        };
+        let Ok(reduced) = wrap_dim_set(dims.as_deref(), shape.len()) else {
+            continue;
+        };
+        let d = split.dim;
+        let mut cut = shape[..d].to_vec();
+        cut.extend([split.chunks, shape[d] / split.chunks]);
+        cut.extend(&shape[d + 1..]);
+        let line = node.line;
+        let x = emit(
+            g,
+            "split",
+            &node.name,
+            Op::Reshape {
+                shape: cut,
+                view: false,
+            },
+            vec![Arg::Value(input)],
+            line,
+        )?;
+        // The cut dim's chunks stay; its rest and every other reduced dim go.
+        let partial_dims: Vec<i64> = reduced
+            .iter()
+            .map(|&e| if e < d { e as i64 } else { e as i64 + 1 })
+            .collect();
+        let partial = emit(
+            g,
+            "split",
+            &node.name,
+            Op::Reduce {
+                op,
+                dims: Some(partial_dims),
+                keepdim,
+                dtype: partial_dtype(op, out.dtype),
+            },
+            vec![Arg::Value(x)],
+            line,
+        )?;
+        let chunks_at = if keepdim {
+            d
+        } else {
+            (0..d).filter(|e| !reduced.contains(e)).count()
+        };
+        let mut result = emit(
+            g,
+            "split",
+            &node.name,
+            Op::Reduce {
+                op,
+                dims: Some(vec![chunks_at as i64]),
+                keepdim: false,
+                dtype: None,
+            },
+            vec![Arg::Value(partial)],
+            line,
+        )?;
+        if g.meta(result).map(|m| m.dtype) != Some(out.dtype) {
+            result = emit(
+                g,
+                "split",
+                &node.name,
+                Op::Cast { dtype: out.dtype },
+                vec![Arg::Value(result)],
+                line,
+            )?;
+        }
+        replace_node(g, id, &[result]);
+        changed += 1;
+    }
+    Ok(Stats { changed })
+}

@@ -269,7 +269,8 @@ def min_traffic_bytes(inputs, outputs) -> int:
     return sum(t.numel() * t.element_size() for t in list(inputs) + list(outputs))
 
 
-def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw: float) -> tuple[str, bool]:
+def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw: float,
+             warm_only: bool = False) -> tuple[str, bool]:
     """One case, in this (child) process: check, then time. Returns a table row."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -308,6 +309,12 @@ def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw
         print(f"vs the archive's expected output: {stored:.2e}", file=sys.stderr)
         ok = ok and stored <= 1e-4
     del got
+    if warm_only:
+        # Fill Triton's and Inductor's on-disk caches; the timed pass comes later.
+        if compile_ref and device_name == "cuda":
+            torch.compile(graph.__call__)(*inputs)
+            torch.cuda.synchronize()
+        return f"{device_name} {graph_name} warm", ok
     trace = lambda what: print(f"{what}: {torch.cuda.memory_allocated() / 2**30:.2f} GiB live, "
                                f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB peak", file=sys.stderr)
     trace("checked")
@@ -324,12 +331,14 @@ def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw
         torch.cuda.synchronize()
         cold = time.perf_counter() - t0
         ind_ms = do_bench(lambda: compiled(*inputs))
-    pct = min_traffic_bytes(inputs, want) / (kiln_ms * 1e-3) / 1e12 / bw * 100
+    traffic = min_traffic_bytes(inputs, want)
+    pct = traffic / (kiln_ms * 1e-3) / 1e12 / bw * 100
+    ind_pct = traffic / (ind_ms * 1e-3) / 1e12 / bw * 100 if not math.isnan(ind_ms) else float("nan")
     ratio = kiln_ms / ind_ms if not math.isnan(ind_ms) else float("nan")
     peak = torch.cuda.max_memory_allocated() / 2**30
     row = (
         f"{device_name:6} {graph_name:16} {kernels:7d} {err:9.2e} {'yes' if ok else 'NO':>3} "
-        f"{kiln_ms:9.4f} {eager_ms:9.4f} {ind_ms:9.4f} {ratio:8.3f} {pct:6.1f} {cold:10.2f} {peak:7.2f}"
+        f"{kiln_ms:9.4f} {eager_ms:9.4f} {ind_ms:9.4f} {ratio:8.3f} {pct:6.1f} {ind_pct:6.1f} {cold:10.2f} {peak:7.2f}"
     )
     return row, ok
 
@@ -341,13 +350,20 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--tolerance", type=float, default=1e-5)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="warm the kernel caches with this many cases at once before the timed, "
+                             "one-at-a-time pass (the 'ind cold s' column then times a warm cache)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every case in this process (faster; a case that crashes ends the run)")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bandwidth", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.one is not None:
         # Child: one case, one line on stdout.
-        row, ok = run_case(args.one, args.examples, args.tolerance, not args.no_compile, args.bandwidth)
+        row, ok = run_case(args.one, args.examples, args.tolerance, not args.no_compile, args.bandwidth,
+                           args.warm)
         print(row)
         return 0 if ok else 1
 
@@ -356,13 +372,38 @@ def main() -> int:
     print(f"# copy bandwidth {bw:.3f} TB/s; every case runs in its own process")
     print(
         f"{'device':6} {'graph':16} {'kernels':>7} {'rel err':>9} {'ok':>3} {'kiln ms':>9} {'eager ms':>9} "
-        f"{'ind ms':>9} {'kiln/ind':>8} {'%copy':>6} {'ind cold s':>10} {'peak GiB':>7}"
+        f"{'ind ms':>9} {'kiln/ind':>8} {'%copy':>6} {'ind %':>6} {'ind cold s':>10} {'peak GiB':>7}"
     )
     sys.stdout.flush()
     failures = 0
     rows_seen = []
-    for case in sorted(args.cases.glob("*/*/output_code.py")):
-        if args.only and case.parent.name not in args.only:
+    cases = [c for c in sorted(args.cases.glob("*/*/output_code.py"))
+             if not args.only or c.parent.name in args.only]
+    if args.jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        def warm(case: Path) -> None:
+            cmd = [sys.executable, __file__, str(args.cases), "--examples", str(args.examples), "--one",
+                   str(case), "--warm"] + (["--no-compile"] if args.no_compile else [])
+            subprocess.run(cmd, capture_output=True, text=True)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(warm, cases))
+        print(f"# caches warmed in {time.perf_counter() - t0:.0f} s by {args.jobs} processes")
+    for case in cases:
+        if args.in_process:
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            try:
+                row, ok = run_case(case, args.examples, args.tolerance, not args.no_compile, bw)
+            except Exception as e:  # noqa: BLE001 (reported as the case's failure)
+                row, ok = f"{case.parent.parent.name:6} {case.parent.name:16} FAILED: {e!r}"[:300], False
+            print(row)
+            sys.stdout.flush()
+            if ok:
+                rows_seen.append(row)
+            else:
+                failures += 1
             continue
         cmd = [sys.executable, __file__, str(args.cases), "--examples", str(args.examples), "--one", str(case),
                "--tolerance", str(args.tolerance), "--bandwidth", str(bw)]
@@ -375,7 +416,9 @@ def main() -> int:
             tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
             print(rows[-1] if rows else f"{case.parent.parent.name:6} {case.parent.name:16} FAILED: {tail}")
         else:
-            print(rows[-1])
+            # Anything the case printed before its row (TRITON_PRINT_AUTOTUNING=1's choices).
+            for line in rows:
+                print(line if line is rows[-1] else f"#   {line}")
             rows_seen.append(rows[-1])
         sys.stdout.flush()
     print(f"# {failures} failure(s)")
@@ -386,15 +429,17 @@ def main() -> int:
 def summarise(rows: list[str]) -> None:
     """Geometric means of Kiln/Inductor and Kiln/eager over the rows that have them,
     the worst Kiln/Inductor case, and the median share of copy bandwidth."""
-    ind, eager, worst, pct = [], [], None, []
+    ind, eager, worst, pct, short = [], [], None, [], []
     for row in rows:
         f = row.split()
-        if len(f) < 12:
+        if len(f) < 13:
             continue
         try:
-            kiln_ms, eager_ms, ratio, share = float(f[5]), float(f[6]), float(f[8]), float(f[9])
+            kiln_ms, eager_ms, ratio, share, ind_share = (float(f[i]) for i in (5, 6, 8, 9, 10))
         except ValueError:
             continue
+        if ind_share >= 90 and share < 90:
+            short.append(f"{f[0]} {f[1]} ({share:.0f} % vs {ind_share:.0f} %)")
         if kiln_ms > 0 and eager_ms > 0:
             eager.append(kiln_ms / eager_ms)
         if math.isfinite(ratio) and ratio > 0:
@@ -409,6 +454,8 @@ def summarise(rows: list[str]) -> None:
         print(f"# kiln/eager: geometric mean {geo(eager):.3f} over {len(eager)} case(s)")
     if pct:
         print(f"# median share of copy bandwidth: {sorted(pct)[len(pct) // 2]:.1f} %")
+    print(f"# below 90 % of copy bandwidth where Inductor reaches it: {len(short)}"
+          + (": " + ", ".join(short) if short else ""))
 
 
 if __name__ == "__main__":

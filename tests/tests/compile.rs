@@ -345,7 +345,7 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
             "split",
             one_op_graph(
                 "split",
-                &[65536, 8],
+                &[1 << 20, 8],
                 "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [0]]\n",
             ),
         ),

@@ -106,6 +106,7 @@ pub(super) fn write_kernel(
         arg_names: &arg_names,
         out: String::new(),
         name,
+        eviction: None,
     };
     w.header(&names, reduction, &candidates, options)?;
     if k.is_tiled() {
@@ -145,6 +146,10 @@ struct KernelWriter<'a> {
     arg_names: &'a HashMap<BufferId, String>,
     out: String,
     name: &'a str,
+    /// The eviction policy of the loads being written: in a looped reduction,
+    /// `evict_last` in every loop but the last (the row is read again, from L2
+    /// where it stayed) and `evict_first` in the last, as Inductor marks them.
+    eviction: Option<&'static str>,
 }
 
 impl KernelWriter<'_> {
@@ -287,7 +292,12 @@ impl KernelWriter<'_> {
                     let _ = write!(mask, " & {ok}");
                     let _ = write!(offset, " + {w} * {}", i.stride);
                 }
-                format!("tl.load({ptr} + ({offset}), {mask}, other=0)")
+                match self.eviction {
+                    Some(policy) => format!(
+                        "tl.load({ptr} + ({offset}), {mask}, eviction_policy='{policy}', other=0)"
+                    ),
+                    None => format!("tl.load({ptr} + ({offset}), {mask}, other=0)"),
+                }
             }
             _ => self.renderer.rhs(id).map_err(|e| self.unsupported(e))?,
         };
@@ -400,6 +410,7 @@ impl KernelWriter<'_> {
             self.line(2, "rmask = rindex < rnumel");
         }
         for p in 0..=last + 1 {
+            self.eviction = None;
             // Reductions of the previous phase are complete: finish them.
             if p > 0 && !persistent {
                 for (r, _) in red_loop.iter().enumerate().filter(|(_, l)| **l == p - 1) {
@@ -443,6 +454,27 @@ impl KernelWriter<'_> {
             }
             let depth = if persistent { 2 } else { 3 };
             if !persistent {
+                // Another loop over the row comes after this one: keep the row in L2.
+                let later =
+                    (p + 1..=last).any(|q| {
+                        red_loop.iter().any(|l| *l == q)
+                            || self.k.stores.iter().any(|s| {
+                                phase[s.value.0 as usize] == q && uses_r[s.value.0 as usize]
+                            })
+                    });
+                let multi = red_loop.iter().any(|l| *l < p)
+                    || self
+                        .k
+                        .stores
+                        .iter()
+                        .any(|s| phase[s.value.0 as usize] < p && uses_r[s.value.0 as usize]);
+                self.eviction = if later {
+                    Some("evict_last")
+                } else if multi {
+                    Some("evict_first")
+                } else {
+                    None
+                };
                 for &r in &reds {
                     let red = &self.k.reductions[r];
                     let init = neutral(red.kind, red.acc_dtype);

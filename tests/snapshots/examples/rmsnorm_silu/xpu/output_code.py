@@ -83,7 +83,7 @@ def kiln_red_fused_mean_mul_rsqrt_add_sigmoid_0(in_ptr0, in_ptr1, in_ptr2, out_p
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel
-            tmp0 = tl.load(in_ptr0 + (4096*xindex + rindex), xmask & rmask, other=0)
+            tmp0 = tl.load(in_ptr0 + (4096*xindex + rindex), xmask & rmask, eviction_policy='evict_last', other=0)
             tmp1 = (tmp0 * tmp0)
             acc0 = acc0 + tl.where(xmask & rmask, tmp1, 0.0)
         red0 = tl.sum(acc0, 1)[:, None]
@@ -93,13 +93,13 @@ def kiln_red_fused_mean_mul_rsqrt_add_sigmoid_0(in_ptr0, in_ptr1, in_ptr2, out_p
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel
-            tmp0 = tl.load(in_ptr0 + (4096*xindex + rindex), xmask & rmask, other=0)
+            tmp0 = tl.load(in_ptr0 + (4096*xindex + rindex), xmask & rmask, eviction_policy='evict_first', other=0)
             tmp8 = (tmp0 * tmp7)
-            tmp9 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+            tmp9 = tl.load(in_ptr1 + (rindex), xmask & rmask, eviction_policy='evict_first', other=0)
             tmp10 = (tmp8 * tmp9)
             tmp11 = tl.sigmoid(tmp10)
             tmp12 = (tmp10 * tmp11)
-            tmp13 = tl.load(in_ptr2 + (4096*xindex + rindex), xmask & rmask, other=0)
+            tmp13 = tl.load(in_ptr2 + (4096*xindex + rindex), xmask & rmask, eviction_policy='evict_first', other=0)
             tmp14 = (tmp12 * tmp13)
             tl.store(out_ptr0 + (4096*xindex + rindex), tmp14, xmask & rmask)
 

@@ -84,13 +84,13 @@ def kiln_red_fused_amax_sum_exp_sub_div_0(in_ptr0, out_ptr0, xnumel, rnumel, XBL
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel
-            tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, other=0)
+            tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, eviction_policy='evict_last', other=0)
             acc0, acc1 = kiln_online_softmax_update(acc0, acc1, tl.where(xmask & rmask, tmp0, float("-inf")))
         red0, red1 = kiln_online_softmax_finish(acc0, acc1)
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel
-            tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, other=0)
+            tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, eviction_policy='evict_first', other=0)
             tmp2 = (tmp0 - red0)
             tmp3 = libdevice.exp(tmp2)
             tmp5 = (tmp3 / red1)

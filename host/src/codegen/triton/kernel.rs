@@ -457,7 +457,7 @@ impl KernelWriter<'_> {
                 // Another loop over the row comes after this one: keep the row in L2.
                 let later =
                     (p + 1..=last).any(|q| {
-                        red_loop.iter().any(|l| *l == q)
+                        red_loop.contains(&q)
                             || self.k.stores.iter().any(|s| {
                                 phase[s.value.0 as usize] == q && uses_r[s.value.0 as usize]
                             })

@@ -369,7 +369,8 @@ def main() -> int:
 
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}")
     bw = copy_bandwidth()
-    print(f"# copy bandwidth {bw:.3f} TB/s; every case runs in its own process")
+    where = "all cases in this process" if args.in_process else "every case runs in its own process"
+    print(f"# copy bandwidth {bw:.3f} TB/s; {where}")
     print(
         f"{'device':6} {'graph':16} {'kernels':>7} {'rel err':>9} {'ok':>3} {'kiln ms':>9} {'eager ms':>9} "
         f"{'ind ms':>9} {'kiln/ind':>8} {'%copy':>6} {'ind %':>6} {'ind cold s':>10} {'peak GiB':>7}"

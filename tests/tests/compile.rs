@@ -274,6 +274,13 @@ fn debug_writes_inductors_debug_layout_and_autotune_offers_every_config() {
     );
     assert!(code.contains("@triton.autotune("), "{code}");
     assert!(code.contains("key=['xnumel', 'rnumel']"), "{code}");
+    // The choices are kept on disk where Triton can (3.4 and later), and the
+    // module still loads on an older Triton.
+    assert!(code.contains("    **kiln_autotune_cache,\n)"), "{code}");
+    assert!(
+        code.contains("if \"cache_results\" in inspect.signature(triton.autotune).parameters"),
+        "{code}"
+    );
 }
 
 #[test]

@@ -55,6 +55,8 @@ pub struct CompileArgs {
     pub wrapper: Option<WrapperArg>,
 
     /// Offer every launch config the plugin proposes to triton.autotune instead of using the first.
+    /// Triton benchmarks them at the first call and, from Triton 3.4 on, keeps its choice in its
+    /// cache directory (TRITON_CACHE_DIR) for later processes.
     #[arg(long)]
     pub autotune: bool,
 

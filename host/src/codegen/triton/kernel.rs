@@ -188,6 +188,7 @@ impl KernelWriter<'_> {
                 "['xnumel']"
             };
             writeln!(self.out, "    key={key},")?;
+            writeln!(self.out, "    **kiln_autotune_cache,")?;
             writeln!(self.out, ")")?;
         }
         writeln!(self.out, "@triton.jit")?;
@@ -610,6 +611,21 @@ fn combine(kind: ReduceKind, acc: &str, value: &str, float: bool) -> String {
         ReduceKind::Min => format!("tl.minimum({acc}, {value}{nan})"),
     }
 }
+
+/// What `--autotune` kernels pass `triton.autotune` besides their configs:
+/// Triton 3.4 and later keep each kernel's timings in Triton's cache directory
+/// (keyed by the kernel's source, its key values and its configs), so a later
+/// process launches the choice without benchmarking again.
+pub(super) const AUTOTUNE_CACHE: &str = "import inspect
+
+# --autotune: keep the autotuner's choices on disk (Triton's cache directory) where
+# this Triton can (3.4 and later), so that later processes do not benchmark again.
+kiln_autotune_cache = (
+    {\"cache_results\": True}
+    if \"cache_results\" in inspect.signature(triton.autotune).parameters
+    else {}
+)
+";
 
 /// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines,
 /// PyTorch's floor division, online softmax).

@@ -31,6 +31,8 @@ pub const RESERVED: &[&str] = &[
     "kiln_floor_quotient",
     "kiln_online_softmax_update",
     "kiln_online_softmax_finish",
+    "kiln_autotune_cache",
+    "inspect",
 ];
 
 /// Options of the Triton generator.
@@ -105,6 +107,10 @@ pub fn write(
     })?;
     let attention = attention::write(program, heuristics, namer)?;
     let mut source = String::from(kernel::HELPERS);
+    if options.autotune && info.iter().any(|k| k.candidates.len() > 1) {
+        source.push_str("\n\n");
+        source.push_str(kernel::AUTOTUNE_CACHE);
+    }
     for text in texts {
         source.push_str("\n\n");
         source.push_str(&text);

@@ -213,13 +213,14 @@ pub fn hinted_reduction_configs(
     // tile (four per thread), at least two, at most eight.
     let config = |x_block: u64, r_block: u64| {
         let (x_block, r_block) = (x_block.min(rows_p2), r_block.min(row_p2));
-        let tile = x_block.saturating_mul(r_block);
-        let warps = floor_pow2_u64((tile / TILE_ELEMENTS_PER_WARP).clamp(2, 8))
-            .min(u64::from(limits.warp_cap()));
         LaunchConfig {
             x_block: block_u32(x_block),
             r_block: block_u32(r_block),
-            num_warps: u32::try_from(warps).unwrap_or(1).max(1),
+            num_warps: inductor_reduction_warps(
+                limits,
+                x_block.saturating_mul(r_block),
+                MAX_REDUCTION_WARPS,
+            ),
             num_stages: 1,
         }
     };

@@ -6,7 +6,6 @@ use kiln_plugin_api::{
     Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint, ReductionQuery,
 };
 
-use crate::schedule::index::Index;
 use crate::schedule::ir::{Expr, Kernel, Program};
 
 use crate::plugins::{CallError, Plugin};
@@ -115,43 +114,25 @@ impl LaunchHeuristics for Plugin {
 /// How kernel `k` (a reduction, or a pointwise kernel over rows and row
 /// elements) walks memory: `Tile` when it has no reduction, else `Outer` when
 /// more of the bytes it moves are contiguous across rows than along them.
-/// Strides are read off each access's index at the origin, so an access that
-/// divides or wraps its index counts by its first step.
 pub fn reduction_hint(program: &Program, k: &Kernel) -> ReductionHint {
     if k.reductions.is_empty() {
         return ReductionHint::Tile;
     }
-    let (mut along_rows, mut across_rows) = (0u64, 0u64);
-    let mut count = |index: &Index, bytes: u64| {
-        let at = index.eval(0, 0);
-        if k.space.r > 1 && (index.eval(0, 1) - at).abs() == 1 {
-            along_rows += bytes;
-        } else if k.space.x > 1 && (index.eval(1, 0) - at).abs() == 1 {
-            across_rows += bytes;
+    let (mut along_rows, mut across_rows) = (0i64, 0i64);
+    let loads = k.exprs.iter().filter_map(|(_, e, _)| match e {
+        Expr::Load { buf, index, .. } => Some((*buf, index)),
+        _ => None,
+    });
+    let stores = k.stores.iter().map(|s| (s.buf, &s.index));
+    for (buf, index) in loads.chain(stores) {
+        let access = k
+            .space
+            .access(index, program.buffer(buf).dtype.size_bytes() as i64);
+        if access.unit_along_row {
+            along_rows = along_rows.saturating_add(access.bytes);
+        } else if access.unit_across_rows {
+            across_rows = across_rows.saturating_add(access.bytes);
         }
-    };
-    let traffic = |index: &Index, element: u64| {
-        let x = if index.uses(crate::schedule::index::Var::X) {
-            k.space.x.max(1) as u64
-        } else {
-            1
-        };
-        let r = if index.uses(crate::schedule::index::Var::R) {
-            k.space.r.max(1) as u64
-        } else {
-            1
-        };
-        element.saturating_mul(x).saturating_mul(r)
-    };
-    for (_, e, _) in k.exprs.iter() {
-        if let Expr::Load { buf, index, .. } = e {
-            let element = program.buffer(*buf).dtype.size_bytes() as u64;
-            count(index, traffic(index, element));
-        }
-    }
-    for s in &k.stores {
-        let element = program.buffer(s.buf).dtype.size_bytes() as u64;
-        count(&s.index, traffic(&s.index, element));
     }
     if across_rows > along_rows {
         ReductionHint::Outer

@@ -81,6 +81,24 @@ impl Space {
         self.r > 1
     }
 
+    /// How an access at `index` of `element_bytes`-byte elements walks memory
+    /// in this space: the bytes it moves (every row and row element it is
+    /// indexed by), and whether it steps by one element along the row or across
+    /// rows. Steps are read off the index at the origin, so an access that
+    /// divides or wraps its index counts by its first step.
+    pub fn access(self, index: &super::index::Index, element_bytes: i64) -> MemoryWalk {
+        use super::index::Var;
+        let along = |var, extent: i64| if index.uses(var) { extent.max(1) } else { 1 };
+        let at = index.eval(0, 0);
+        MemoryWalk {
+            bytes: element_bytes
+                .saturating_mul(along(Var::X, self.x))
+                .saturating_mul(along(Var::R, self.r)),
+            unit_along_row: self.r > 1 && (index.eval(0, 1) - at).abs() == 1,
+            unit_across_rows: self.x > 1 && (index.eval(1, 0) - at).abs() == 1,
+        }
+    }
+
     /// The loop ranges, for index simplification.
     pub fn ranges(self) -> super::index::Ranges {
         super::index::Ranges {
@@ -88,6 +106,17 @@ impl Space {
             r: self.r.max(1),
         }
     }
+}
+
+/// How one load or store walks memory ([`Space::access`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryWalk {
+    /// Bytes it moves over the whole kernel.
+    pub bytes: i64,
+    /// It steps by one element along the row (coalesced under a row-major tile).
+    pub unit_along_row: bool,
+    /// It steps by one element from row to row.
+    pub unit_across_rows: bool,
 }
 
 /// An index condition `lo <= index < hi` (the pieces of `cat`).

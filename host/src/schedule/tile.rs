@@ -6,7 +6,6 @@
 //! square-ish tiles, every access steps by one element along one of the two.
 
 use super::build::KernelBuilder;
-use super::index::Index;
 use super::ir::{Expr, Space};
 use super::lower::{Lowered, SNodeId};
 use crate::graph::ir::Graph;
@@ -55,7 +54,7 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
 
 /// Bytes the kernel of `members` in `space` moves with unit steps along the
 /// rows or along the row, and all the bytes it moves; `None` when it does not
-/// build in `space`. Steps are read off each index at the origin.
+/// build in `space`.
 fn coalesced_bytes(
     graph: &Graph,
     low: &Lowered,
@@ -67,37 +66,17 @@ fn coalesced_bytes(
         b.add(*m).ok()?;
     }
     let (mut coalesced, mut total) = (0i64, 0i64);
-    let mut count = |index: &Index, element: i64| {
-        let uses = |v| index.uses(v);
-        let bytes = element
-            * if uses(super::index::Var::X) {
-                space.x
-            } else {
-                1
-            }
-            * if uses(super::index::Var::R) {
-                space.r
-            } else {
-                1
-            };
-        let at = index.eval(0, 0);
-        let unit_r = space.r > 1 && (index.eval(0, 1) - at).abs() == 1;
-        let unit_x = (index.eval(1, 0) - at).abs() == 1;
-        total += bytes;
-        if unit_r || unit_x {
-            coalesced += bytes;
+    let loads = b.exprs.iter().filter_map(|(_, e, _)| match e {
+        Expr::Load { buf, index, .. } => Some((*buf, index)),
+        _ => None,
+    });
+    let stores = b.stores.iter().map(|(_, s)| (s.buf, &s.index));
+    for (buf, index) in loads.chain(stores) {
+        let access = space.access(index, low.buffers[buf.0 as usize].dtype.size_bytes() as i64);
+        total = total.saturating_add(access.bytes);
+        if access.unit_along_row || access.unit_across_rows {
+            coalesced = coalesced.saturating_add(access.bytes);
         }
-    };
-    for (_, e, _) in b.exprs.iter() {
-        if let Expr::Load { buf, index, .. } = e {
-            count(index, low.buffers[buf.0 as usize].dtype.size_bytes() as i64);
-        }
-    }
-    for (_, s) in &b.stores {
-        count(
-            &s.index,
-            low.buffers[s.buf.0 as usize].dtype.size_bytes() as i64,
-        );
     }
     Some((coalesced, total))
 }

@@ -513,7 +513,10 @@ pub fn compile_for(
     let start = Instant::now();
     let schedule_options = crate::schedule::Options {
         features: target.spec.features,
-        tile_pointwise: target.spec.scheduling == kiln_plugin_api::SchedulingKind::Triton,
+        tiling: match target.spec.scheduling {
+            kiln_plugin_api::SchedulingKind::Triton => crate::schedule::Tiling::Tiles,
+            _ => crate::schedule::Tiling::Rows,
+        },
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

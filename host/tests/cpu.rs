@@ -660,3 +660,135 @@ fn half_precision_and_float64_graphs_match() {
         }
     }
 }
+
+/// `host compile --device cpu` of `text`: the generated wrapper.cpp.
+fn cpp_source(name: &str, text: &str) -> String {
+    let dir = scratch(name);
+    let graph = dir.join(format!("{name}.toml"));
+    std::fs::write(&graph, text).expect("graph");
+    let out = dir.join("out");
+    let (code, _, err) = host(
+        &[
+            "compile",
+            &graph.to_string_lossy(),
+            "--device",
+            "cpu",
+            "-o",
+            &out.to_string_lossy(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::read_to_string(out.join("wrapper.cpp")).expect("wrapper.cpp")
+}
+
+fn one_input_graph(shape: &str, dtype: &str, nodes: &str, extra_inputs: &str) -> String {
+    format!(
+        "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = {shape}\ndtype = \"{dtype}\"\n\n{extra_inputs}{nodes}"
+    )
+}
+
+#[test]
+fn reductions_across_rows_loop_over_blocks_of_rows_and_match() {
+    // Reductions whose loads step by one from row to row (the reduced dim is not
+    // the innermost) take blocks of rows, one accumulator per row, and a vector
+    // loop across the block: every size here leaves a partial block.
+    let cases = [
+        (
+            "sum_d0",
+            "[37, 300]",
+            "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [0]]\n",
+        ),
+        (
+            "amax_d0",
+            "[300, 1030]",
+            "[[nodes]]\nname = \"y\"\nop = \"amax\"\nargs = [\"x\", [0]]\n",
+        ),
+        (
+            "softmax_d0",
+            "[300, 37]",
+            "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", 0]\n",
+        ),
+        (
+            "center_d1",
+            "[3, 50, 70]",
+            "[[nodes]]\nname = \"m\"\nop = \"mean\"\nargs = [\"x\", [1]]\nattrs = { keepdim = true }\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"sub\"\nargs = [\"x\", \"m\"]\n",
+        ),
+    ];
+    for (name, shape, nodes) in cases {
+        for dtype in ["float32", "bfloat16"] {
+            let text = one_input_graph(shape, dtype, nodes, "");
+            let source = cpp_source(&format!("{name}_{dtype}"), &text);
+            assert!(
+                source.contains("for (int64_t xb = 0; xb <"),
+                "{name} {dtype}: no loop over blocks of rows\n{source}"
+            );
+            run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
+        }
+    }
+    // A reduction along the contiguous dim keeps one loop per row.
+    let text = one_input_graph(
+        "[37, 300]",
+        "float32",
+        "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [1]]\n",
+        "",
+    );
+    assert!(!cpp_source("sum_d1", &text).contains("xb"));
+}
+
+#[test]
+fn broadcast_operands_are_read_by_row_without_wrapping_indices() {
+    // gelu(x * w + b) with w and b broadcast along the rows: the kernel loops
+    // over rows and, inside one, reads w and b at the row element itself, so
+    // that the compiler vectorises it with plain loads (a flat loop would read
+    // them at `x % 129`, a gather).
+    let text = one_input_graph(
+        "[33, 129]",
+        "float32",
+        "[[nodes]]\nname = \"xw\"\nop = \"mul\"\nargs = [\"x\", \"w\"]\n\n\
+         [[nodes]]\nname = \"h\"\nop = \"add\"\nargs = [\"xw\", \"b\"]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"gelu\"\nargs = [\"h\"]\n",
+        "[[inputs]]\nname = \"w\"\nshape = [129]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"b\"\nshape = [129]\ndtype = \"float32\"\n\n",
+    );
+    let source = cpp_source("gelu_bias_rows", &text);
+    assert!(source.contains("in_ptr1[r]"), "{source}");
+    assert!(!source.contains("% 129"), "{source}");
+    run_checked("gelu_bias_rows", &text, &[], 1);
+    // A [64, 1, 256] scale over [64, 256, 256]: rows of 256, the scale read at
+    // the row element plus a row offset.
+    let text = one_input_graph(
+        "[64, 16, 256]",
+        "float32",
+        "[[nodes]]\nname = \"m\"\nop = \"mul\"\nargs = [\"x\", \"s\"]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"tanh\"\nargs = [\"m\"]\n",
+        "[[inputs]]\nname = \"s\"\nshape = [64, 1, 256]\ndtype = \"float32\"\n\n",
+    );
+    let source = cpp_source("bcast_3d_rows", &text);
+    assert!(!source.contains("% 256"), "{source}");
+    run_checked("bcast_3d_rows", &text, &[], 1);
+}
+
+#[test]
+fn softmax_keeps_its_exponentials_for_the_second_pass() {
+    // exp(x - max) is computed once, in the loop that sums it, and read back
+    // by the loop that divides; a row too long for the cache computes it again.
+    let softmax = |cols: usize| {
+        one_input_graph(
+            &format!("[5, {cols}]"),
+            "float32",
+            "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
+            "",
+        )
+    };
+    let source = cpp_source("softmax_cached", &softmax(1000));
+    let kernels = &source[source.find("static void cpp_").expect("a kernel")..];
+    assert_eq!(kernels.matches("kiln_exp(").count(), 1, "{source}");
+    assert!(source.contains("alignas(64) float row"), "{source}");
+    run_checked("softmax_cached", &softmax(1000), &[], 1);
+    let source = cpp_source("softmax_long", &softmax(70_000));
+    assert!(!source.contains("alignas(64) float row"), "{source}");
+    run_checked("softmax_long", &softmax(70_000), &[], 1);
+}

@@ -40,16 +40,21 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     // Without optional features, and with every one (in-place buffers).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
-        tile_pointwise: false,
+        tiling: kiln::schedule::Tiling::Flat,
     };
-    // And as a Triton device schedules it: pointwise kernels tiled where that
-    // coalesces their accesses.
+    // And as a Triton device schedules it (pointwise kernels tiled where that
+    // coalesces their accesses), and as a C++ device does (rows whose
+    // accesses step by one or not at all).
     let tiled = kiln::schedule::Options {
-        tile_pointwise: true,
+        tiling: kiln::schedule::Tiling::Tiles,
+        ..all
+    };
+    let rows = kiln::schedule::Options {
+        tiling: kiln::schedule::Tiling::Rows,
         ..all
     };
     let mut last = None;
-    for options in [kiln::schedule::Options::default(), all, tiled] {
+    for options in [kiln::schedule::Options::default(), all, rows, tiled] {
         let scheduled = kiln::schedule::schedule_with(&lowered, &options).expect("schedule");
         let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("loop-IR evaluation");
         let err = rel_error(&got, &want);
@@ -169,7 +174,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
     assert_eq!(reuses(&kiln::schedule::Options::default()), 0);
     let inplace = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
-        tile_pointwise: false,
+        tiling: kiln::schedule::Tiling::Flat,
     };
     assert_eq!(
         reuses(&inplace),
@@ -364,4 +369,64 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
             "{shape:?} {dims}"
         );
     }
+}
+
+#[test]
+fn cpp_rows_split_broadcasts_so_that_no_index_wraps_inside_a_row() {
+    let rows = kiln::schedule::Options {
+        tiling: kiln::schedule::Tiling::Rows,
+        ..Default::default()
+    };
+    let space_of = |graph: &Graph| {
+        let mut g = graph.clone();
+        kiln::passes::run_pipeline(&mut g).expect("passes");
+        let s = kiln::schedule::schedule_with(&g, &rows).expect("schedule");
+        let spaces: Vec<_> = s
+            .program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                kiln::schedule::ir::Step::Kernel(k) => Some(k.space),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(spaces.len(), 1);
+        spaces[0]
+    };
+    // A [cols] operand broadcast over [rows, cols]: rows of cols.
+    let text = "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
+        [[inputs]]\nname = \"x\"\nshape = [33, 129]\ndtype = \"float32\"\n\n\
+        [[inputs]]\nname = \"w\"\nshape = [129]\ndtype = \"float32\"\n\n\
+        [[nodes]]\nname = \"y\"\nop = \"mul\"\nargs = [\"x\", \"w\"]\n";
+    let graph = kiln::graph::parse_toml(text).expect("graph");
+    assert_eq!((space_of(&graph).x, space_of(&graph).r), (33, 129));
+    check(graph, 1e-6);
+    // A [1, 64, 1, 1] bias over [8, 64, 16, 16]: rows the bias is constant
+    // along, every access stepping by one or not at all inside a row.
+    let text = "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
+        [[inputs]]\nname = \"x\"\nshape = [8, 64, 16, 16]\ndtype = \"float32\"\n\n\
+        [[inputs]]\nname = \"b\"\nshape = [1, 64, 1, 1]\ndtype = \"float32\"\n\n\
+        [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"x\", \"b\"]\n";
+    let graph = kiln::graph::parse_toml(text).expect("graph");
+    let mut g = graph.clone();
+    kiln::passes::run_pipeline(&mut g).expect("passes");
+    let s = kiln::schedule::schedule_with(&g, &rows).expect("schedule");
+    let kiln::schedule::ir::Step::Kernel(k) = &s.program.steps[0] else {
+        panic!("a kernel")
+    };
+    assert!(k.space.r >= 16, "{:?}", k.space);
+    for (id, _, _) in k.exprs.iter() {
+        if let kiln::schedule::ir::Expr::Load { index, .. } = k.exprs.get(id) {
+            let step = index.step_along(kiln::schedule::index::Var::R);
+            assert!(matches!(step, Some(0 | 1)), "{index} in {:?}", k.space);
+        }
+    }
+    check(graph, 1e-6);
+    // Same-shape operands step by one through the flat loop: it stays flat.
+    let graph = one_input(
+        &[33, 129],
+        "float32",
+        "[[nodes]]\nname = \"y\"\nop = \"exp\"\nargs = [\"x\"]\n",
+    );
+    assert_eq!(space_of(&graph).r, 1);
 }

@@ -177,12 +177,17 @@ pub fn check(plugin: &Plugin, what: &str) -> Outcome {
         Ok(p) => p,
         Err(outcome) => return outcome,
     };
+    // A C++ device's x_block is a parallel chunk, not a Triton block.
+    let scheduling = match plugin.backend_spec() {
+        Ok(Some(spec)) => spec.scheduling,
+        _ => kiln_plugin_api::SchedulingKind::Triton,
+    };
     match what {
         "pointwise_sweep" => configs_check(pointwise(plugin), |label, configs| {
-            config_shape_problems(label, configs)
+            config_shape_problems(label, configs, scheduling)
         }),
         "reduction_sweep" => reduction_and_hinted(plugin, |label, configs| {
-            config_shape_problems(label, configs)
+            config_shape_problems(label, configs, scheduling)
         }),
         "thread_limit" => {
             let pointwise = configs_check(pointwise(plugin), |label, configs| {

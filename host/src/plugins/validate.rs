@@ -4,7 +4,9 @@
 //! The load-time pass is deliberately cheap (a handful of calls): conformance
 //! runs the exhaustive sweeps.
 
-use kiln_plugin_api::{DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery};
+use kiln_plugin_api::{
+    DeviceProperties, Grid, LaunchConfig, PointwiseQuery, ReductionQuery, SchedulingKind,
+};
 
 use super::library::{Override, OverrideArgs, Plugin, TritonTargetOwned};
 
@@ -129,21 +131,33 @@ pub fn configs_problems(
     what: &str,
     configs: &[LaunchConfig],
     props: &DeviceProperties,
+    scheduling: SchedulingKind,
 ) -> Vec<String> {
-    let mut problems = config_shape_problems(what, configs);
+    let mut problems = config_shape_problems(what, configs, scheduling);
     problems.extend(config_thread_problems(what, configs, props));
     problems
 }
 
 /// Problems with the configs themselves: at least one config, block sizes
-/// powers of two, at least one warp and one stage.
-pub fn config_shape_problems(what: &str, configs: &[LaunchConfig]) -> Vec<String> {
+/// powers of two, at least one warp and one stage. A C++ device's `x_block`
+/// is a parallel chunk (any positive size); a Triton device's is a block.
+pub fn config_shape_problems(
+    what: &str,
+    configs: &[LaunchConfig],
+    scheduling: SchedulingKind,
+) -> Vec<String> {
     if configs.is_empty() {
         return vec![format!("{what}: returned no config")];
     }
     let mut problems = Vec::new();
     for (i, c) in configs.iter().enumerate() {
+        if scheduling == SchedulingKind::Cpp && c.x_block == 0 {
+            problems.push(format!("{what}: config {i} has x_block 0"));
+        }
         for (field, value) in [("x_block", c.x_block), ("r_block", c.r_block)] {
+            if field == "x_block" && scheduling == SchedulingKind::Cpp {
+                continue;
+            }
             if value == 0 || !value.is_power_of_two() {
                 problems.push(format!(
                     "{what}: config {i} has {field} {value}, not a power of two"
@@ -290,9 +304,14 @@ pub fn validate(plugin: &Plugin) -> Vec<String> {
             None
         }
     };
-    if let Err(e) = plugin.backend_spec() {
-        problems.push(e.to_string());
-    }
+    let scheduling = match plugin.backend_spec() {
+        Ok(Some(spec)) => spec.scheduling,
+        Ok(None) => SchedulingKind::Triton,
+        Err(e) => {
+            problems.push(e.to_string());
+            SchedulingKind::Triton
+        }
+    };
     match plugin.triton_target() {
         Ok(Some(target)) => problems.extend(triton_target_problem(&target)),
         Ok(None) => {}
@@ -311,6 +330,7 @@ pub fn validate(plugin: &Plugin) -> Vec<String> {
                 &format!("pointwise_configs(numel={numel})"),
                 &configs,
                 &props,
+                scheduling,
             )),
             Ok(None) => break,
             Err(e) => problems.push(e.to_string()),
@@ -327,6 +347,7 @@ pub fn validate(plugin: &Plugin) -> Vec<String> {
                 &format!("reduction_configs(rows={rows}, row_len={row_len})"),
                 &configs,
                 &props,
+                scheduling,
             )),
             Ok(None) => break,
             Err(e) => problems.push(e.to_string()),
@@ -396,19 +417,24 @@ mod tests {
             num_warps: 32,
             num_stages: 1,
         };
-        assert!(configs_problems("q", &[ok], &props()).is_empty());
+        assert!(configs_problems("q", &[ok], &props(), SchedulingKind::Triton).is_empty());
         let too_many = LaunchConfig {
             num_warps: 64,
             ..ok
         };
-        let problems = configs_problems("q", &[too_many], &props());
+        let problems = configs_problems("q", &[too_many], &props(), SchedulingKind::Triton);
         assert!(problems[0].contains("2048 threads"), "{problems:?}");
-        assert!(configs_problems("q", &[], &props())[0].contains("no config"));
+        assert!(
+            configs_problems("q", &[], &props(), SchedulingKind::Triton)[0].contains("no config")
+        );
         let not_pow2 = LaunchConfig {
             x_block: 1000,
             ..ok
         };
-        assert!(configs_problems("q", &[not_pow2], &props())[0].contains("power of two"));
+        assert!(
+            configs_problems("q", &[not_pow2], &props(), SchedulingKind::Triton)[0]
+                .contains("power of two")
+        );
     }
 
     #[test]

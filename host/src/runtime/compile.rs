@@ -13,15 +13,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-/// The optimisation flags used unless `KILN_CXXFLAGS` is set.
-///
-/// `-fno-math-errno -fno-trapping-math` let the compiler inline `sqrt` and
-/// speculate arithmetic past selects, which is what lets loops calling
-/// `kiln_exp` vectorise; the generated code never reads `errno` or the
-/// floating-point exception flags, so no result changes.
-pub const DEFAULT_FLAGS: &str = "-O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math";
-/// Flags every library needs, whatever `KILN_CXXFLAGS` says.
-pub const REQUIRED_FLAGS: &[&str] = &["-std=c++17", "-shared", "-fPIC"];
+pub use crate::codegen::cpp::{DEFAULT_FLAGS, REQUIRED_FLAGS};
 
 /// Why a library could not be built.
 #[derive(Debug, thiserror::Error)]

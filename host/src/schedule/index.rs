@@ -178,6 +178,22 @@ impl Index {
         }
     }
 
+    /// How far the expression moves when `v` grows by one, when that is the
+    /// same everywhere: `Some(0)` when it does not use `v`, `Some(k)` when `v`
+    /// appears only in sums and products (never under a division or a
+    /// remainder), `None` otherwise.
+    pub fn step_along(&self, v: Var) -> Option<i64> {
+        match self {
+            Index::Var(w) => Some(i64::from(*w == v)),
+            Index::Const(_) => Some(0),
+            Index::Add(terms) => terms
+                .iter()
+                .try_fold(0i64, |acc, t| acc.checked_add(t.step_along(v)?)),
+            Index::Mul(e, k) => e.step_along(v)?.checked_mul(*k),
+            Index::Div(e, _) | Index::Mod(e, _) => (!e.uses(v)).then_some(0),
+        }
+    }
+
     /// Evaluates the expression for concrete loop variables (tests, the interpreter of the loop IR).
     pub fn eval(&self, x: i64, r: i64) -> i64 {
         match self {

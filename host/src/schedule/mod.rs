@@ -102,10 +102,26 @@ pub struct Options {
     /// The device's `BackendFeature`s. `INPLACE_BUFFERS` lets a pointwise
     /// kernel write its output over a buffer that dies in that kernel.
     pub features: kiln_plugin_api::BackendFeatures,
-    /// Pointwise kernels that read across the dim they write along run on
+    /// How pointwise kernels may be re-split into rows × row elements.
+    pub tiling: Tiling,
+}
+
+/// How the scheduler may re-split a pointwise kernel's flat space into rows
+/// × row elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tiling {
+    /// Every pointwise kernel stays flat.
+    #[default]
+    Flat,
+    /// Kernels that read across the dim they write along run on
     /// two-dimensional tiles ([`tile::tiled_space`]): for Triton kernels,
     /// whose launches take a tile of rows by row elements.
-    pub tile_pointwise: bool,
+    Tiles,
+    /// Kernels whose flat index wraps (a broadcast operand, `x % n`) loop over
+    /// rows and, inside a row, over elements every access steps through by one
+    /// or not at all ([`tile::row_space`]): for C++ kernels, whose inner loop
+    /// the compiler vectorises only when no index wraps inside it.
+    Rows,
 }
 
 /// A step before the stores nobody reads are dropped.
@@ -136,10 +152,10 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
     for group in &groups {
         match group {
             Group::Kernel { members, space } => {
-                let space = &if options.tile_pointwise {
-                    tile::tiled_space(graph, &low, members, *space)
-                } else {
-                    *space
+                let space = &match options.tiling {
+                    Tiling::Flat => *space,
+                    Tiling::Tiles => tile::tiled_space(graph, &low, members, *space),
+                    Tiling::Rows => tile::row_space(graph, &low, members, *space),
                 };
                 let mut b = KernelBuilder::new(graph, &low, *space);
                 for m in members {

@@ -6,6 +6,7 @@
 //! square-ish tiles, every access steps by one element along one of the two.
 
 use super::build::KernelBuilder;
+use super::index::{Index, Var};
 use super::ir::{Expr, Space};
 use super::lower::{Lowered, SNodeId};
 use crate::graph::ir::Graph;
@@ -52,6 +53,57 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
     best.1
 }
 
+/// The space a C++ pointwise group of `members` loops over best: `space`
+/// itself, or rows × row elements when more of the bytes it moves are
+/// accessed, inside the innermost loop, one element after another or from
+/// one element throughout ([`Index::step_along`]): a broadcast operand's flat
+/// index wraps (`x % n`), which compilers vectorise, if at all, with gathers;
+/// split into rows of `n`, it steps by one. Among splits that do equally
+/// well, the longest rows win (fewer, longer vector loops).
+pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space) -> Space {
+    if space.r != 1 || space.x < MIN_ROW_SPLIT {
+        return space;
+    }
+    let simd = |space: Space, index: &Index| {
+        let inner = if space.r > 1 { Var::R } else { Var::X };
+        matches!(index.step_along(inner), Some(-1..=1))
+    };
+    let Some((flat, total)) = walked_bytes(graph, low, members, space, simd) else {
+        return space;
+    };
+    if flat >= total {
+        return space;
+    }
+    let Some(first) = members.first() else {
+        return space;
+    };
+    let shape = &low.snodes[first.0 as usize].meta.shape;
+    let mut best = (flat, space);
+    let mut rows = 1i64;
+    for &size in &shape[..shape.len().saturating_sub(1)] {
+        rows *= size;
+        let row_len = space.x / rows.max(1);
+        if size == 1 || rows < 2 || row_len < MIN_ROW {
+            continue;
+        }
+        let split = Space {
+            x: rows,
+            r: row_len,
+        };
+        if let Some((bytes, _)) = walked_bytes(graph, low, members, split, simd) {
+            if bytes > best.0 {
+                best = (bytes, split);
+            }
+        }
+    }
+    best.1
+}
+
+/// Elements a C++ row loop needs at least to be worth its own vector loop.
+const MIN_ROW: i64 = 8;
+/// Elements below which a C++ pointwise kernel stays one flat loop.
+const MIN_ROW_SPLIT: i64 = 256;
+
 /// Bytes the kernel of `members` in `space` moves with unit steps along the
 /// rows or along the row, and all the bytes it moves; `None` when it does not
 /// build in `space`.
@@ -61,11 +113,27 @@ fn coalesced_bytes(
     members: &[SNodeId],
     space: Space,
 ) -> Option<(i64, i64)> {
+    walked_bytes(graph, low, members, space, |space, index| {
+        let access = space.access(index, 1);
+        access.unit_along_row || access.unit_across_rows
+    })
+}
+
+/// Bytes the kernel of `members` in `space` moves through accesses that
+/// `good` accepts, and all the bytes it moves; `None` when it does not build
+/// in `space`.
+fn walked_bytes(
+    graph: &Graph,
+    low: &Lowered,
+    members: &[SNodeId],
+    space: Space,
+    good: impl Fn(Space, &Index) -> bool,
+) -> Option<(i64, i64)> {
     let mut b = KernelBuilder::new(graph, low, space);
     for m in members {
         b.add(*m).ok()?;
     }
-    let (mut coalesced, mut total) = (0i64, 0i64);
+    let (mut accepted, mut total) = (0i64, 0i64);
     let loads = b.exprs.iter().filter_map(|(_, e, _)| match e {
         Expr::Load { buf, index, .. } => Some((*buf, index)),
         _ => None,
@@ -74,9 +142,9 @@ fn coalesced_bytes(
     for (buf, index) in loads.chain(stores) {
         let access = space.access(index, low.buffers[buf.0 as usize].dtype.size_bytes() as i64);
         total = total.saturating_add(access.bytes);
-        if access.unit_along_row || access.unit_across_rows {
-            coalesced = coalesced.saturating_add(access.bytes);
+        if good(space, index) {
+            accepted = accepted.saturating_add(access.bytes);
         }
     }
-    Some((coalesced, total))
+    Some((accepted, total))
 }

@@ -45,7 +45,13 @@ impl DevicePlugin for Cpu {
 
     fn load(_ctx: &LoadContext) -> Result<Self, String> {
         let limits = properties::target_limits(|name| std::env::var(name).ok())?;
-        let overrides = overrides::fixed(&heuristics::matmul_tiles(&limits));
+        let narrower = (cfg!(target_arch = "x86_64") && limits.simd_bytes > 32).then(|| {
+            heuristics::matmul_tiles(&heuristics::CpuLimits {
+                simd_bytes: 32,
+                ..limits
+            })
+        });
+        let overrides = overrides::fixed(&heuristics::matmul_tiles(&limits), narrower.as_ref());
         Ok(Cpu { limits, overrides })
     }
 

@@ -43,8 +43,23 @@ const INCLUDES: &str = "\
 
 /// `kernel_header()`: the includes, then this host's tiles for the blocked
 /// matrix product (the prelude's `KILN_MM_*` macros). Each is guarded, so
-/// that `-DKILN_MM_KC=...` in `KILN_CXXFLAGS` still wins.
-pub fn kernel_header(tiles: &MatmulTiles) -> String {
+/// that `-DKILN_MM_KC=...` in `KILN_CXXFLAGS` still wins. `narrower` are the
+/// tiles for 32-byte vectors, used when the host has AVX-512 but the compiler
+/// does not target it (an older compiler that does not know the CPU, or
+/// flags without `-march=native`): 64-byte tiles would then spill.
+pub fn kernel_header(tiles: &MatmulTiles, narrower: Option<&MatmulTiles>) -> String {
+    let mut text =
+        format!("{INCLUDES}// Matrix-product tiles for this host's vector width and caches.\n");
+    if let Some(narrower) = narrower {
+        text += "#if defined(__x86_64__) && !defined(__AVX512F__)\n";
+        text += "// The compiler does not target AVX-512 here: the tiles of 32-byte vectors.\n";
+        text += &tile_defines(narrower);
+        text += "#endif\n";
+    }
+    text + &tile_defines(tiles)
+}
+
+fn tile_defines(tiles: &MatmulTiles) -> String {
     let MatmulTiles {
         vbytes,
         mr,
@@ -54,8 +69,7 @@ pub fn kernel_header(tiles: &MatmulTiles) -> String {
         nc,
         mb,
     } = *tiles;
-    let mut text =
-        format!("{INCLUDES}// Matrix-product tiles for this host's vector width and caches.\n");
+    let mut text = String::new();
     for (name, value) in [
         ("VBYTES", vbytes),
         ("MR", mr),
@@ -73,10 +87,10 @@ pub fn kernel_header(tiles: &MatmulTiles) -> String {
 /// Every override that takes no arguments, as the one value the plugin
 /// returns from `DevicePlugin::overrides`: `synchronize`, `cpp_kernel_type`
 /// and the `kernel_header` with this host's tiles.
-pub fn fixed(tiles: &MatmulTiles) -> FixedOverrides {
+pub fn fixed(tiles: &MatmulTiles, narrower: Option<&MatmulTiles>) -> FixedOverrides {
     FixedOverrides {
         synchronize: Some(SYNCHRONIZE.into()),
-        kernel_header: Some(kernel_header(tiles)),
+        kernel_header: Some(kernel_header(tiles, narrower)),
         cpp_kernel_type: Some(CPP_KERNEL_TYPE.into()),
         ..FixedOverrides::NONE
     }

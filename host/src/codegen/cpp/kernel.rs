@@ -89,6 +89,11 @@ pub(super) fn write_kernel(
     writeln!(w.out, "static void {name}({}) {{", params.join(", "))?;
     if pointwise {
         w.pointwise_body(chunk)?;
+    } else if !k.reductions.is_empty()
+        && crate::codegen::heuristics::reduction_hint(program, k)
+            == kiln_plugin_api::ReductionHint::Outer
+    {
+        w.outer_body(chunk)?;
     } else {
         w.reduction_body(chunk)?;
     }
@@ -253,6 +258,188 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// A reduction whose loads step by one from row to row (`x.sum(0)`):
+    /// rows are taken [`OUTER_BLOCK`] at a time, and each loop over the row
+    /// elements runs, for every element, an `omp simd` loop across the block
+    /// of rows, with one accumulator per row of the block. Every access then
+    /// steps through memory by one, where a loop along each row would stride.
+    fn outer_body(&mut self, chunk: u32) -> Result<(), Error> {
+        let k = self.k;
+        let (uses_r, phase) = k.phases();
+        let store_varies: Vec<bool> = k
+            .stores
+            .iter()
+            .map(|s| uses_r[s.value.0 as usize] || s.index.uses(Var::R))
+            .collect();
+        let red_phase: Vec<usize> = k
+            .reductions
+            .iter()
+            .map(|r| phase[r.value.0 as usize])
+            .collect();
+        let last = red_phase
+            .iter()
+            .copied()
+            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .max()
+            .unwrap_or(0);
+        let needed = k.needed();
+        let (x, r) = (k.space.x, k.space.r);
+        // Blocks of whole vectors, no more than a chunk's worth of rows, so
+        // that every thread gets a block.
+        let block = ((i64::from(chunk) + 15) / 16)
+            .saturating_mul(16)
+            .clamp(16, OUTER_BLOCK)
+            .min(x.max(1));
+        let it = self.index_type();
+        let simd_ok = k.reductions.iter().all(|red| red.acc_dtype != DType::Bool);
+        let simd = if simd_ok { "#pragma omp simd" } else { "" };
+        self.line(1, "#pragma omp parallel for schedule(static)");
+        self.line(
+            1,
+            &format!("for (int64_t xb = 0; xb < {x}; xb += {block}) {{"),
+        );
+        self.line(
+            2,
+            &format!("const int64_t xn = std::min<int64_t>({block}, {x} - xb);"),
+        );
+        for (i, red) in k.reductions.iter().enumerate() {
+            let ty = compute_type(red.acc_dtype);
+            self.line(2, &format!("{ty} acc{i}[{block}];"));
+            self.line(2, &format!("{ty} red{i}v[{block}];"));
+            if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+                self.line(2, &format!("int nan{i}[{block}];"));
+            }
+        }
+        // Emits, inside a loop over `xi`, the row index, the finished
+        // reductions before phase `p` and the values constant along the row.
+        let prologue = |w: &mut Self, p: usize, depth: usize| -> Result<(), Error> {
+            w.line(
+                depth,
+                &format!("const {it} x = static_cast<{it}>(xb + xi);"),
+            );
+            for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l < p) {
+                let ty = compute_type(k.reductions[i].acc_dtype);
+                w.line(
+                    depth,
+                    &format!("[[maybe_unused]] const {ty} red{i} = red{i}v[xi];"),
+                );
+            }
+            for (id, _, _) in k.exprs.iter() {
+                let i = id.0 as usize;
+                if phase[i] <= p && !uses_r[i] && needed.contains(&id) {
+                    w.emit_expr(depth, id, false)?;
+                }
+            }
+            Ok(())
+        };
+        for p in 0..=last + 1 {
+            if p > 0 {
+                let done: Vec<usize> = (0..red_phase.len())
+                    .filter(|i| red_phase[*i] == p - 1)
+                    .collect();
+                if !done.is_empty() {
+                    self.line(2, simd);
+                    self.line(2, "for (int64_t xi = 0; xi < xn; ++xi) {");
+                    for i in done {
+                        let red = &k.reductions[i];
+                        let ty = compute_type(red.acc_dtype);
+                        let value = if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+                            format!(
+                                "nan{i}[xi] ? std::numeric_limits<{ty}>::quiet_NaN() : acc{i}[xi]"
+                            )
+                        } else {
+                            format!("acc{i}[xi]")
+                        };
+                        self.line(3, &format!("red{i}v[xi] = {value};"));
+                    }
+                    self.line(2, "}");
+                }
+            }
+            let fixed: Vec<Store> = k
+                .stores
+                .iter()
+                .zip(&store_varies)
+                .filter(|(s, varies)| phase[s.value.0 as usize] == p && !**varies)
+                .map(|(s, _)| s.clone())
+                .collect();
+            if !fixed.is_empty() {
+                self.line(2, simd);
+                self.line(2, "for (int64_t xi = 0; xi < xn; ++xi) {");
+                prologue(self, p, 3)?;
+                for s in &fixed {
+                    self.store_line(3, s, false)?;
+                }
+                self.line(2, "}");
+            }
+            let reds: Vec<usize> = (0..red_phase.len())
+                .filter(|i| red_phase[*i] == p)
+                .collect();
+            let stores: Vec<Store> = k
+                .stores
+                .iter()
+                .zip(&store_varies)
+                .filter(|(s, varies)| phase[s.value.0 as usize] == p && **varies)
+                .map(|(s, _)| s.clone())
+                .collect();
+            if reds.is_empty() && stores.is_empty() {
+                continue;
+            }
+            if !reds.is_empty() {
+                self.line(2, simd);
+                self.line(2, "for (int64_t xi = 0; xi < xn; ++xi) {");
+                for &i in &reds {
+                    let red = &k.reductions[i];
+                    self.line(
+                        3,
+                        &format!("acc{i}[xi] = {};", neutral(red.kind, red.acc_dtype)),
+                    );
+                    if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+                        self.line(3, &format!("nan{i}[xi] = 0;"));
+                    }
+                }
+                self.line(2, "}");
+            }
+            self.line(2, &format!("for ({it} r = 0; r < {r}; ++r) {{"));
+            self.line(3, simd);
+            self.line(3, "for (int64_t xi = 0; xi < xn; ++xi) {");
+            prologue(self, p, 4)?;
+            let mut roots: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
+            roots.extend(stores.iter().map(|s| s.value));
+            let wanted = k.varying_closure(&roots, &uses_r);
+            for (id, _, _) in k.exprs.iter() {
+                if uses_r[id.0 as usize] && wanted.contains(&id) {
+                    self.emit_expr(4, id, false)?;
+                }
+            }
+            for &i in &reds {
+                let red = &k.reductions[i];
+                let ty = compute_type(red.acc_dtype);
+                let v = format!("static_cast<{ty}>({})", self.renderer.operand(red.value));
+                match red.kind {
+                    ReduceKind::Sum => self.line(4, &format!("acc{i}[xi] += {v};")),
+                    kind => {
+                        let cmp = if kind == ReduceKind::Max { ">" } else { "<" };
+                        self.line(4, &format!("const {ty} v{i} = {v};"));
+                        self.line(
+                            4,
+                            &format!("acc{i}[xi] = v{i} {cmp} acc{i}[xi] ? v{i} : acc{i}[xi];"),
+                        );
+                        if red.acc_dtype.is_float() {
+                            self.line(4, &format!("nan{i}[xi] |= (v{i} != v{i});"));
+                        }
+                    }
+                }
+            }
+            for s in &stores {
+                self.store_line(4, s, false)?;
+            }
+            self.line(3, "}");
+            self.line(2, "}");
+        }
+        self.line(1, "}");
+        Ok(())
+    }
+
     fn reduction_body(&mut self, chunk: u32) -> Result<(), Error> {
         let k = self.k;
         let (uses_r, phase) = k.phases();
@@ -275,13 +462,37 @@ impl Writer<'_> {
             .unwrap_or(0);
         let needed = k.needed();
         let (x, r) = (k.space.x, k.space.r);
+        let loop_roots: Vec<(Vec<usize>, Vec<Store>)> = (0..=last + 1)
+            .map(|p| {
+                let reds = (0..red_phase.len())
+                    .filter(|i| red_phase[*i] == p)
+                    .collect();
+                let stores = k
+                    .stores
+                    .iter()
+                    .zip(&store_varies)
+                    .filter(|(s, varies)| phase[s.value.0 as usize] == p && **varies)
+                    .map(|(s, _)| s.clone())
+                    .collect();
+                (reds, stores)
+            })
+            .collect();
+        let cache = RowCache::plan(k, &uses_r, r, &loop_roots);
         self.line(
             1,
             &format!("#pragma omp parallel for schedule(static, {chunk}) if ({x} > {chunk})"),
         );
         let it = self.index_type();
         self.line(1, &format!("for ({it} x = 0; x < {x}; ++x) {{"));
-        for p in 0..=last + 1 {
+        for (&id, _) in cache
+            .stored_in
+            .iter()
+            .collect::<std::collections::BTreeMap<_, _>>()
+        {
+            let ty = compute_type(k.exprs.dtype(id));
+            self.line(2, &format!("alignas(64) {ty} row{}[{r}];", id.0));
+        }
+        for (p, (reds, stores)) in loop_roots.iter().enumerate() {
             if p > 0 {
                 for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l == p - 1) {
                     let red = &k.reductions[i];
@@ -307,22 +518,12 @@ impl Writer<'_> {
                     self.store_line(2, s, false)?;
                 }
             }
-            let reds: Vec<usize> = (0..red_phase.len())
-                .filter(|i| red_phase[*i] == p)
-                .collect();
-            let stores: Vec<Store> = k
-                .stores
-                .iter()
-                .zip(&store_varies)
-                .filter(|(s, varies)| phase[s.value.0 as usize] == p && **varies)
-                .map(|(s, _)| s.clone())
-                .collect();
             if reds.is_empty() && stores.is_empty() {
                 continue;
             }
             let mut clauses = Vec::new();
             let mut simd = true;
-            for &i in &reds {
+            for &i in reds {
                 let red = &k.reductions[i];
                 let ty = compute_type(red.acc_dtype);
                 self.line(
@@ -352,15 +553,21 @@ impl Writer<'_> {
             }
             let it = self.index_type();
             self.line(2, &format!("for ({it} r = 0; r < {r}; ++r) {{"));
-            let mut roots: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
-            roots.extend(stores.iter().map(|s| s.value));
-            let wanted = k.varying_closure(&roots, &uses_r);
             for (id, _, _) in k.exprs.iter() {
-                if uses_r[id.0 as usize] && wanted.contains(&id) {
+                if cache.read_in[p].contains(&id) {
+                    let ty = compute_type(k.exprs.dtype(id));
+                    self.line(
+                        3,
+                        &format!("const {ty} {} = row{}[r];", Renderer::var(id), id.0),
+                    );
+                } else if cache.computed_in[p].contains(&id) {
                     self.emit_expr(3, id, false)?;
+                    if cache.stored_in.get(&id) == Some(&p) {
+                        self.line(3, &format!("row{}[r] = {};", id.0, Renderer::var(id)));
+                    }
                 }
             }
-            for &i in &reds {
+            for &i in reds {
                 let red = &k.reductions[i];
                 let ty = compute_type(red.acc_dtype);
                 let v = format!("static_cast<{ty}>({})", self.renderer.operand(red.value));
@@ -376,7 +583,7 @@ impl Writer<'_> {
                     }
                 }
             }
-            for s in &stores {
+            for s in stores {
                 self.store_line(3, s, false)?;
             }
             self.line(2, "}");
@@ -385,3 +592,104 @@ impl Writer<'_> {
         Ok(())
     }
 }
+
+/// Bytes of row cache one C++ reduction row may keep (on the stack of the
+/// thread running it): a softmax row of up to 16 Ki float32 values.
+const ROW_CACHE_BYTES: i64 = 64 << 10;
+
+/// Which values varying along the row a C++ reduction computes once and keeps
+/// for a later loop over the same row, instead of computing them again: the
+/// expensive ones (a transcendental function or a division, [`cost`]), when
+/// the row fits [`ROW_CACHE_BYTES`]. Softmax's `exp(x - max)` is computed in
+/// the loop that sums it and read back by the loop that divides it.
+struct RowCache {
+    /// Per loop (phase): the varying expressions it computes.
+    computed_in: Vec<std::collections::HashSet<ExprId>>,
+    /// Per loop: the cached expressions it reads back.
+    read_in: Vec<std::collections::HashSet<ExprId>>,
+    /// Cached expressions, by the loop that computes and stores them.
+    stored_in: HashMap<ExprId, usize>,
+}
+
+impl RowCache {
+    fn plan(k: &Kernel, uses_r: &[bool], row: i64, loops: &[(Vec<usize>, Vec<Store>)]) -> RowCache {
+        use std::collections::HashSet;
+        let mut plan = RowCache {
+            computed_in: Vec::new(),
+            read_in: Vec::new(),
+            stored_in: HashMap::new(),
+        };
+        let mut costs = HashMap::new();
+        let mut budget = ROW_CACHE_BYTES;
+        // Where each varying expression was first computed.
+        let mut first: HashMap<ExprId, usize> = HashMap::new();
+        for (p, (reds, stores)) in loops.iter().enumerate() {
+            let mut stack: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
+            stack.extend(stores.iter().map(|s| s.value));
+            let (mut computed, mut read) = (HashSet::new(), HashSet::new());
+            while let Some(e) = stack.pop() {
+                if !uses_r[e.0 as usize] || computed.contains(&e) || read.contains(&e) {
+                    continue;
+                }
+                if plan.stored_in.contains_key(&e) {
+                    read.insert(e);
+                    continue;
+                }
+                if let Some(&at) = first.get(&e) {
+                    let bytes = row.saturating_mul(k.exprs.dtype(e).size_bytes() as i64);
+                    if cost(k, e, uses_r, &mut costs) >= EXPENSIVE && bytes <= budget {
+                        budget -= bytes;
+                        plan.stored_in.insert(e, at);
+                        read.insert(e);
+                        continue;
+                    }
+                }
+                computed.insert(e);
+                stack.extend(k.exprs.operands(e));
+            }
+            for &e in &computed {
+                first.entry(e).or_insert(p);
+            }
+            plan.computed_in.push(computed);
+            plan.read_in.push(read);
+        }
+        plan
+    }
+}
+
+/// What computing an expression again costs that reading it back does not:
+/// transcendental functions and divisions count [`EXPENSIVE`], other
+/// arithmetic 1, loads and values constant along the row nothing.
+const EXPENSIVE: u32 = 8;
+
+fn cost(k: &Kernel, e: ExprId, uses_r: &[bool], memo: &mut HashMap<ExprId, u32>) -> u32 {
+    use crate::graph::ops::{BinaryOp, UnaryOp};
+    if let Some(&c) = memo.get(&e) {
+        return c;
+    }
+    let own = match k.exprs.get(e) {
+        Expr::Load { .. } | Expr::Literal(_) | Expr::Reduced(_) => 0,
+        Expr::Unary(UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu, _) => 1,
+        Expr::Unary(..) => EXPENSIVE,
+        Expr::Binary(
+            BinaryOp::Div | BinaryOp::DivTrunc | BinaryOp::DivFloor | BinaryOp::Pow,
+            ..,
+        ) => EXPENSIVE,
+        _ => 1,
+    };
+    let total = if matches!(k.exprs.get(e), Expr::Load { .. }) {
+        0
+    } else {
+        k.exprs
+            .operands(e)
+            .into_iter()
+            .filter(|o| uses_r[o.0 as usize])
+            .fold(own, |acc, o| acc.saturating_add(cost(k, o, uses_r, memo)))
+    };
+    memo.insert(e, total);
+    total
+}
+
+/// Rows an outer reduction ([`Writer::outer_body`]) takes at a time: one
+/// accumulator each, 4 KiB of float32 per reduction.
+const OUTER_BLOCK: i64 = 1024;

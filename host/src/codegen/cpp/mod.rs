@@ -20,6 +20,18 @@ use super::namer::Namer;
 pub use super::KernelError as Error;
 use crate::schedule::ir::{BufferId, Program};
 
+/// The optimisation flags `host run` builds a `wrapper.cpp` with unless
+/// `KILN_CXXFLAGS` is set (the `// Build:` line of every `wrapper.cpp` names
+/// them).
+///
+/// `-fno-math-errno -fno-trapping-math` let the compiler inline `sqrt` and
+/// speculate arithmetic past selects, which is what lets loops calling
+/// `kiln_exp` vectorise; the generated code never reads `errno` or the
+/// floating-point exception flags, so no result changes.
+pub const DEFAULT_FLAGS: &str = "-O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math";
+/// Flags every library needs, whatever `KILN_CXXFLAGS` says.
+pub const REQUIRED_FLAGS: &[&str] = &["-std=c++17", "-shared", "-fPIC"];
+
 /// The names C++ kernels use at file scope besides the prelude's (which the
 /// wrapper reserves by reading the prelude itself): the standard library's
 /// namespace and `<cstdint>`'s integer-literal macro.

@@ -208,6 +208,13 @@ pub fn write(
          // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,\n\
          // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights)."
     )?;
+    writeln!(
+        out,
+        "// Build: c++ {} {} wrapper.cpp -o kiln.so\n\
+         // (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)",
+        crate::codegen::cpp::DEFAULT_FLAGS,
+        crate::codegen::cpp::REQUIRED_FLAGS.join(" ")
+    )?;
     out.push_str(header);
     if !header.ends_with('\n') {
         out.push('\n');

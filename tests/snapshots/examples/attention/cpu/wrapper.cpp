@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -271,8 +273,31 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
                 for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
             }
         }
+        // The partial sums and, for a plain result (T is Acc), the result
+        // itself move as whole vectors, straight from the registers.
+        if (!first) {
+            for (int i = 0; i < KILN_MM_MR; ++i)
+                for (int v = 0; v < NV; ++v) {
+                    V cv;
+                    std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
+                    vacc[i][v] += cv;
+                }
+        }
+        if (!last) {
+            for (int i = 0; i < KILN_MM_MR; ++i)
+                for (int v = 0; v < NV; ++v) std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
+            return;
+        }
+        if constexpr (std::is_same<T, Acc>::value) {
+            if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
+                for (int i = 0; i < KILN_MM_MR; ++i)
+                    for (int v = 0; v < NV; ++v) std::memcpy(out + o + i * ldo + v * L, &vacc[i][v], sizeof(V));
+                return;
+            }
+        }
         for (int i = 0; i < KILN_MM_MR; ++i)
             for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
+        first = true;  // the partial sums are in acc already
     } else
 #endif
     {
@@ -339,8 +364,63 @@ static inline void kiln_mm_pack_a(Acc* dst, const T* a, int64_t base, int64_t a_
             dst[k * KILN_MM_MR + i] = i < rows ? load(a, base + i * a_sm + k * a_sk) : Acc(0);
 }
 
+// A product with a few rows (a decode step's one token): packing b would copy
+// all of it for a few rows of work, so b is streamed once instead, its columns
+// split over the threads. Rows of b contiguous (b_sn == 1): each k adds a[i, k]
+// times a row piece of b into a block of accumulators; columns contiguous
+// (b_sk == 1, a transposed weight as in `linear`): each result is one dot
+// product down k.
+constexpr int64_t kKilnMmFewRows = 4;
+template <typename Acc, typename T, typename Load, typename Store>
+static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
+                             const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
+                             const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
+                             T* out, Load load, Store store) {
+    constexpr int64_t JB = 256;
+#ifdef _OPENMP
+    const int64_t threads = omp_get_max_threads();
+#else
+    const int64_t threads = 1;
+#endif
+    // Column blocks of at most JB, at least one per thread where N allows.
+    const int64_t jb = std::max<int64_t>(16, std::min<int64_t>(JB, ((N + threads - 1) / threads + 15) / 16 * 16));
+    const int64_t blocks = (N + jb - 1) / jb;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t bi = 0; bi < batch; ++bi) {
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+            const int64_t j0 = blk * jb;
+            const int64_t jn = std::min<int64_t>(jb, N - j0);
+            for (int64_t i = 0; i < M; ++i) {
+                const int64_t ao = a_off + bi * a_sb + i * a_sm;
+                const int64_t bo = b_off + bi * b_sb + j0 * b_sn;
+                const int64_t oo = (bi * M + i) * N + j0;
+                if (b_sn == 1) {
+                    Acc acc[JB];
+                    for (int64_t j = 0; j < jn; ++j) acc[j] = Acc(0);
+                    for (int64_t k = 0; k < K; ++k) {
+                        const Acc av = load(a, ao + k * a_sk);
+                        const int64_t row = bo + k * b_sk;
+#pragma omp simd
+                        for (int64_t j = 0; j < jn; ++j) acc[j] += av * load(b, row + j);
+                    }
+                    for (int64_t j = 0; j < jn; ++j) store(out, oo + j, acc[j]);
+                } else {
+                    for (int64_t j = 0; j < jn; ++j) {
+                        const int64_t col = bo + j * b_sn;
+                        Acc sum = Acc(0);
+#pragma omp simd reduction(+ : sum)
+                        for (int64_t k = 0; k < K; ++k) sum += load(a, ao + k * a_sk) * load(b, col + k);
+                        store(out, oo + j, sum);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Load: converts one stored element to the accumulation type; Store: writes
-// one accumulated element. Returns 0, or 1 when scratch memory ran out.
+// one accumulated element (when T is Acc, a plain write: the micro-kernel then
+// stores whole vectors itself). Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
 static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
@@ -350,6 +430,11 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     if (K <= 0) {
         // An empty sum: zeros.
         for (int64_t i = 0; i < batch * M * N; ++i) store(out, i, Acc(0));
+        return 0;
+    }
+    if (M <= kKilnMmFewRows && (b_sn == 1 || b_sk == 1)) {
+        kiln_mm_few_rows<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn,
+                              out, load, store);
         return 0;
     }
     constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
@@ -498,12 +583,15 @@ static void kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict
 static void cpp_red_fused_amax_div_sum_exp_sub_0(const float* __restrict__ in_ptr0, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 16384) if (131072 > 16384)
     for (int32_t x = 0; x < 131072; ++x) {
+        alignas(64) float row2[1024];
+        alignas(64) float row5[1024];
         float acc0 = -std::numeric_limits<float>::infinity();
         int nan0 = 0;
         #pragma omp simd reduction(max : acc0) reduction(| : nan0)
         for (int32_t r = 0; r < 1024; ++r) {
             const float tmp0 = in_ptr0[((1024 * x) + r)];
             const float tmp2 = (tmp0 / 8.0f);
+            row2[r] = tmp2;
             const float v0 = static_cast<float>(tmp2);
             acc0 = v0 > acc0 ? v0 : acc0;
             nan0 |= (v0 != v0);
@@ -512,19 +600,16 @@ static void cpp_red_fused_amax_div_sum_exp_sub_0(const float* __restrict__ in_pt
         float acc1 = static_cast<float>(0);
         #pragma omp simd reduction(+ : acc1)
         for (int32_t r = 0; r < 1024; ++r) {
-            const float tmp0 = in_ptr0[((1024 * x) + r)];
-            const float tmp2 = (tmp0 / 8.0f);
+            const float tmp2 = row2[r];
             const float tmp4 = static_cast<float>(tmp2 - red0);
             const float tmp5 = kiln_exp(tmp4);
+            row5[r] = tmp5;
             acc1 += static_cast<float>(tmp5);
         }
         [[maybe_unused]] const float red1 = acc1;
         #pragma omp simd
         for (int32_t r = 0; r < 1024; ++r) {
-            const float tmp0 = in_ptr0[((1024 * x) + r)];
-            const float tmp2 = (tmp0 / 8.0f);
-            const float tmp4 = static_cast<float>(tmp2 - red0);
-            const float tmp5 = kiln_exp(tmp4);
+            const float tmp5 = row5[r];
             const float tmp7 = (tmp5 / red1);
             out_ptr0[((1024 * x) + r)] = tmp7;
         }

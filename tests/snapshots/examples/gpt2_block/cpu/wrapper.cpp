@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -271,8 +273,31 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
                 for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
             }
         }
+        // The partial sums and, for a plain result (T is Acc), the result
+        // itself move as whole vectors, straight from the registers.
+        if (!first) {
+            for (int i = 0; i < KILN_MM_MR; ++i)
+                for (int v = 0; v < NV; ++v) {
+                    V cv;
+                    std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
+                    vacc[i][v] += cv;
+                }
+        }
+        if (!last) {
+            for (int i = 0; i < KILN_MM_MR; ++i)
+                for (int v = 0; v < NV; ++v) std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
+            return;
+        }
+        if constexpr (std::is_same<T, Acc>::value) {
+            if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
+                for (int i = 0; i < KILN_MM_MR; ++i)
+                    for (int v = 0; v < NV; ++v) std::memcpy(out + o + i * ldo + v * L, &vacc[i][v], sizeof(V));
+                return;
+            }
+        }
         for (int i = 0; i < KILN_MM_MR; ++i)
             for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
+        first = true;  // the partial sums are in acc already
     } else
 #endif
     {
@@ -339,8 +364,63 @@ static inline void kiln_mm_pack_a(Acc* dst, const T* a, int64_t base, int64_t a_
             dst[k * KILN_MM_MR + i] = i < rows ? load(a, base + i * a_sm + k * a_sk) : Acc(0);
 }
 
+// A product with a few rows (a decode step's one token): packing b would copy
+// all of it for a few rows of work, so b is streamed once instead, its columns
+// split over the threads. Rows of b contiguous (b_sn == 1): each k adds a[i, k]
+// times a row piece of b into a block of accumulators; columns contiguous
+// (b_sk == 1, a transposed weight as in `linear`): each result is one dot
+// product down k.
+constexpr int64_t kKilnMmFewRows = 4;
+template <typename Acc, typename T, typename Load, typename Store>
+static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
+                             const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
+                             const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
+                             T* out, Load load, Store store) {
+    constexpr int64_t JB = 256;
+#ifdef _OPENMP
+    const int64_t threads = omp_get_max_threads();
+#else
+    const int64_t threads = 1;
+#endif
+    // Column blocks of at most JB, at least one per thread where N allows.
+    const int64_t jb = std::max<int64_t>(16, std::min<int64_t>(JB, ((N + threads - 1) / threads + 15) / 16 * 16));
+    const int64_t blocks = (N + jb - 1) / jb;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t bi = 0; bi < batch; ++bi) {
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+            const int64_t j0 = blk * jb;
+            const int64_t jn = std::min<int64_t>(jb, N - j0);
+            for (int64_t i = 0; i < M; ++i) {
+                const int64_t ao = a_off + bi * a_sb + i * a_sm;
+                const int64_t bo = b_off + bi * b_sb + j0 * b_sn;
+                const int64_t oo = (bi * M + i) * N + j0;
+                if (b_sn == 1) {
+                    Acc acc[JB];
+                    for (int64_t j = 0; j < jn; ++j) acc[j] = Acc(0);
+                    for (int64_t k = 0; k < K; ++k) {
+                        const Acc av = load(a, ao + k * a_sk);
+                        const int64_t row = bo + k * b_sk;
+#pragma omp simd
+                        for (int64_t j = 0; j < jn; ++j) acc[j] += av * load(b, row + j);
+                    }
+                    for (int64_t j = 0; j < jn; ++j) store(out, oo + j, acc[j]);
+                } else {
+                    for (int64_t j = 0; j < jn; ++j) {
+                        const int64_t col = bo + j * b_sn;
+                        Acc sum = Acc(0);
+#pragma omp simd reduction(+ : sum)
+                        for (int64_t k = 0; k < K; ++k) sum += load(a, ao + k * a_sk) * load(b, col + k);
+                        store(out, oo + j, sum);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Load: converts one stored element to the accumulation type; Store: writes
-// one accumulated element. Returns 0, or 1 when scratch memory ran out.
+// one accumulated element (when T is Acc, a plain write: the micro-kernel then
+// stores whole vectors itself). Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
 static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
@@ -350,6 +430,11 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     if (K <= 0) {
         // An empty sum: zeros.
         for (int64_t i = 0; i < batch * M * N; ++i) store(out, i, Acc(0));
+        return 0;
+    }
+    if (M <= kKilnMmFewRows && (b_sn == 1 || b_sk == 1)) {
+        kiln_mm_few_rows<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn,
+                              out, load, store);
         return 0;
     }
     constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
@@ -532,11 +617,11 @@ static void cpp_red_fused_mean_mul_sub_reshape_add_rsqrt_0(const float* __restri
     }
 }
 
-// 3145728 x 1; parallel chunk 524288 from the plugin's heuristics.
+// 3145728 x 1; parallel chunk 393216 from the plugin's heuristics.
 static void cpp_poi_fused_permute_view_split_add_reshape_1(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0, float* __restrict__ out_ptr1, float* __restrict__ out_ptr2) {
-    #pragma omp parallel for schedule(static) if (3145728 > 524288)
-    for (int64_t x0 = 0; x0 < 3145728; x0 += 524288) {
-        const int64_t x1 = std::min<int64_t>(x0 + 524288, 3145728);
+    #pragma omp parallel for schedule(static) if (3145728 > 393216)
+    for (int64_t x0 = 0; x0 < 3145728; x0 += 393216) {
+        const int64_t x1 = std::min<int64_t>(x0 + 393216, 3145728);
         #pragma omp simd
         for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
             const float tmp0 = in_ptr0[((1179648 * (x / 393216)) + (2304 * ((x / 64) % 512)) + (64 * ((x / 32768) % 12)) + (x % 64))];
@@ -555,10 +640,11 @@ static void cpp_poi_fused_permute_view_split_add_reshape_1(const float* __restri
     }
 }
 
-// 49152 x 512; parallel chunk 8192 from the plugin's heuristics.
+// 49152 x 512; parallel chunk 6144 from the plugin's heuristics.
 static void cpp_red_fused_amax_add_mul_sum_exp_sub_2(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static, 8192) if (49152 > 8192)
+    #pragma omp parallel for schedule(static, 6144) if (49152 > 6144)
     for (int32_t x = 0; x < 49152; ++x) {
+        alignas(64) float row7[512];
         float acc0 = -std::numeric_limits<float>::infinity();
         int nan0 = 0;
         #pragma omp simd reduction(max : acc0) reduction(| : nan0)
@@ -581,28 +667,24 @@ static void cpp_red_fused_amax_add_mul_sum_exp_sub_2(const float* __restrict__ i
             const float tmp4 = static_cast<float>(tmp2 + tmp3);
             const float tmp6 = static_cast<float>(tmp4 - red0);
             const float tmp7 = kiln_exp(tmp6);
+            row7[r] = tmp7;
             acc1 += static_cast<float>(tmp7);
         }
         [[maybe_unused]] const float red1 = acc1;
         #pragma omp simd
         for (int32_t r = 0; r < 512; ++r) {
-            const float tmp0 = in_ptr0[((512 * x) + r)];
-            const float tmp2 = static_cast<float>(tmp0 * 0.125f);
-            const float tmp3 = in_ptr1[((512 * (x % 512)) + r)];
-            const float tmp4 = static_cast<float>(tmp2 + tmp3);
-            const float tmp6 = static_cast<float>(tmp4 - red0);
-            const float tmp7 = kiln_exp(tmp6);
+            const float tmp7 = row7[r];
             const float tmp9 = (tmp7 / red1);
             out_ptr0[((512 * x) + r)] = tmp9;
         }
     }
 }
 
-// 3145728 x 1; parallel chunk 524288 from the plugin's heuristics.
+// 3145728 x 1; parallel chunk 393216 from the plugin's heuristics.
 static void cpp_poi_fused_reshape_3(const float* __restrict__ in_ptr0, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static) if (3145728 > 524288)
-    for (int64_t x0 = 0; x0 < 3145728; x0 += 524288) {
-        const int64_t x1 = std::min<int64_t>(x0 + 524288, 3145728);
+    #pragma omp parallel for schedule(static) if (3145728 > 393216)
+    for (int64_t x0 = 0; x0 < 3145728; x0 += 393216) {
+        const int64_t x1 = std::min<int64_t>(x0 + 393216, 3145728);
         #pragma omp simd
         for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
             const float tmp0 = in_ptr0[((393216 * (x / 393216)) + (64 * ((x / 768) % 512)) + (32768 * ((x / 64) % 12)) + (x % 64))];
@@ -661,15 +743,14 @@ static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restri
     }
 }
 
-// 12582912 x 1; parallel chunk 2097152 from the plugin's heuristics.
+// 4096 x 3072; parallel chunk 512 from the plugin's heuristics.
 static void cpp_poi_fused_reshape_mul_add_tanh_5(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static) if (12582912 > 2097152)
-    for (int64_t x0 = 0; x0 < 12582912; x0 += 2097152) {
-        const int64_t x1 = std::min<int64_t>(x0 + 2097152, 12582912);
+    #pragma omp parallel for schedule(static, 512) if (4096 > 512)
+    for (int32_t x = 0; x < 4096; ++x) {
         #pragma omp simd
-        for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
-            const float tmp0 = in_ptr0[x];
-            const float tmp1 = in_ptr1[(x % 3072)];
+        for (int32_t r = 0; r < 3072; ++r) {
+            const float tmp0 = in_ptr0[((3072 * x) + r)];
+            const float tmp1 = in_ptr1[r];
             const float tmp2 = static_cast<float>(tmp0 + tmp1);
             const float tmp4 = static_cast<float>(tmp2 * 0.5f);
             const float tmp5 = static_cast<float>(tmp2 * tmp2);
@@ -680,28 +761,27 @@ static void cpp_poi_fused_reshape_mul_add_tanh_5(const float* __restrict__ in_pt
             const float tmp12 = kiln_tanh(tmp11);
             const float tmp14 = static_cast<float>(tmp12 + 1.0f);
             const float tmp15 = static_cast<float>(tmp4 * tmp14);
-            out_ptr0[x] = tmp15;
+            out_ptr0[((3072 * x) + r)] = tmp15;
         }
     }
 }
 
-// 3145728 x 1; parallel chunk 524288 from the plugin's heuristics.
+// 4096 x 768; parallel chunk 512 from the plugin's heuristics.
 static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static) if (3145728 > 524288)
-    for (int64_t x0 = 0; x0 < 3145728; x0 += 524288) {
-        const int64_t x1 = std::min<int64_t>(x0 + 524288, 3145728);
+    #pragma omp parallel for schedule(static, 512) if (4096 > 512)
+    for (int32_t x = 0; x < 4096; ++x) {
         #pragma omp simd
-        for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
-            const float tmp0 = in_ptr0[x];
-            const float tmp1 = in_ptr1[x];
-            const float tmp2 = in_ptr2[(x % 768)];
+        for (int32_t r = 0; r < 768; ++r) {
+            const float tmp0 = in_ptr0[((768 * x) + r)];
+            const float tmp1 = in_ptr1[((768 * x) + r)];
+            const float tmp2 = in_ptr2[r];
             const float tmp3 = static_cast<float>(tmp1 + tmp2);
             const float tmp4 = static_cast<float>(tmp0 + tmp3);
-            const float tmp5 = in_ptr3[x];
-            const float tmp6 = in_ptr4[(x % 768)];
+            const float tmp5 = in_ptr3[((768 * x) + r)];
+            const float tmp6 = in_ptr4[r];
             const float tmp7 = static_cast<float>(tmp5 + tmp6);
             const float tmp8 = static_cast<float>(tmp4 + tmp7);
-            out_ptr0[x] = tmp8;
+            out_ptr0[((768 * x) + r)] = tmp8;
         }
     }
 }
@@ -761,7 +841,7 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(b_x, b_proj_22, b_proj_b, b_ln2_w, b_ln2_b, b_fc_35);
     [[maybe_unused]] float* b_fc_36 = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(1, 4096, 3072, 768, b_fc_35, 0, 0, 768, 1, b_fc_w, 0, 0, 1, 768, b_fc_36, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
-    [[maybe_unused]] float* b_mo_49 = static_cast<float*>(static_cast<void*>(ws + 0)); // reuses the storage of b_fc_36
+    [[maybe_unused]] float* b_mo_49 = static_cast<float*>(static_cast<void*>(ws + 50331648));
     cpp_poi_fused_reshape_mul_add_tanh_5(b_fc_36, b_fc_b, b_mo_49);
     [[maybe_unused]] float* b_mo_50 = static_cast<float*>(static_cast<void*>(ws + 213909504)); // reuses the storage of b_proj_21
     if (kiln_mm<float>(1, 4096, 768, 3072, b_mo_49, 0, 0, 3072, 1, b_out_w, 0, 0, 1, 3072, b_mo_50, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;

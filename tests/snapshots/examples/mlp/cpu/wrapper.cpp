@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -271,8 +273,31 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
                 for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
             }
         }
+        // The partial sums and, for a plain result (T is Acc), the result
+        // itself move as whole vectors, straight from the registers.
+        if (!first) {
+            for (int i = 0; i < KILN_MM_MR; ++i)
+                for (int v = 0; v < NV; ++v) {
+                    V cv;
+                    std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
+                    vacc[i][v] += cv;
+                }
+        }
+        if (!last) {
+            for (int i = 0; i < KILN_MM_MR; ++i)
+                for (int v = 0; v < NV; ++v) std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
+            return;
+        }
+        if constexpr (std::is_same<T, Acc>::value) {
+            if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
+                for (int i = 0; i < KILN_MM_MR; ++i)
+                    for (int v = 0; v < NV; ++v) std::memcpy(out + o + i * ldo + v * L, &vacc[i][v], sizeof(V));
+                return;
+            }
+        }
         for (int i = 0; i < KILN_MM_MR; ++i)
             for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
+        first = true;  // the partial sums are in acc already
     } else
 #endif
     {
@@ -339,8 +364,63 @@ static inline void kiln_mm_pack_a(Acc* dst, const T* a, int64_t base, int64_t a_
             dst[k * KILN_MM_MR + i] = i < rows ? load(a, base + i * a_sm + k * a_sk) : Acc(0);
 }
 
+// A product with a few rows (a decode step's one token): packing b would copy
+// all of it for a few rows of work, so b is streamed once instead, its columns
+// split over the threads. Rows of b contiguous (b_sn == 1): each k adds a[i, k]
+// times a row piece of b into a block of accumulators; columns contiguous
+// (b_sk == 1, a transposed weight as in `linear`): each result is one dot
+// product down k.
+constexpr int64_t kKilnMmFewRows = 4;
+template <typename Acc, typename T, typename Load, typename Store>
+static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
+                             const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
+                             const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
+                             T* out, Load load, Store store) {
+    constexpr int64_t JB = 256;
+#ifdef _OPENMP
+    const int64_t threads = omp_get_max_threads();
+#else
+    const int64_t threads = 1;
+#endif
+    // Column blocks of at most JB, at least one per thread where N allows.
+    const int64_t jb = std::max<int64_t>(16, std::min<int64_t>(JB, ((N + threads - 1) / threads + 15) / 16 * 16));
+    const int64_t blocks = (N + jb - 1) / jb;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t bi = 0; bi < batch; ++bi) {
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+            const int64_t j0 = blk * jb;
+            const int64_t jn = std::min<int64_t>(jb, N - j0);
+            for (int64_t i = 0; i < M; ++i) {
+                const int64_t ao = a_off + bi * a_sb + i * a_sm;
+                const int64_t bo = b_off + bi * b_sb + j0 * b_sn;
+                const int64_t oo = (bi * M + i) * N + j0;
+                if (b_sn == 1) {
+                    Acc acc[JB];
+                    for (int64_t j = 0; j < jn; ++j) acc[j] = Acc(0);
+                    for (int64_t k = 0; k < K; ++k) {
+                        const Acc av = load(a, ao + k * a_sk);
+                        const int64_t row = bo + k * b_sk;
+#pragma omp simd
+                        for (int64_t j = 0; j < jn; ++j) acc[j] += av * load(b, row + j);
+                    }
+                    for (int64_t j = 0; j < jn; ++j) store(out, oo + j, acc[j]);
+                } else {
+                    for (int64_t j = 0; j < jn; ++j) {
+                        const int64_t col = bo + j * b_sn;
+                        Acc sum = Acc(0);
+#pragma omp simd reduction(+ : sum)
+                        for (int64_t k = 0; k < K; ++k) sum += load(a, ao + k * a_sk) * load(b, col + k);
+                        store(out, oo + j, sum);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Load: converts one stored element to the accumulation type; Store: writes
-// one accumulated element. Returns 0, or 1 when scratch memory ran out.
+// one accumulated element (when T is Acc, a plain write: the micro-kernel then
+// stores whole vectors itself). Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
 static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
@@ -350,6 +430,11 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     if (K <= 0) {
         // An empty sum: zeros.
         for (int64_t i = 0; i < batch * M * N; ++i) store(out, i, Acc(0));
+        return 0;
+    }
+    if (M <= kKilnMmFewRows && (b_sn == 1 || b_sk == 1)) {
+        kiln_mm_few_rows<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn,
+                              out, load, store);
         return 0;
     }
     constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
@@ -494,33 +579,31 @@ static void kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict
     }
 }
 
-// 16777216 x 1; parallel chunk 2097152 from the plugin's heuristics.
+// 4096 x 4096; parallel chunk 512 from the plugin's heuristics.
 static void cpp_poi_fused_relu_add_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static) if (16777216 > 2097152)
-    for (int64_t x0 = 0; x0 < 16777216; x0 += 2097152) {
-        const int64_t x1 = std::min<int64_t>(x0 + 2097152, 16777216);
+    #pragma omp parallel for schedule(static, 512) if (4096 > 512)
+    for (int32_t x = 0; x < 4096; ++x) {
         #pragma omp simd
-        for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
-            const float tmp0 = in_ptr0[x];
-            const float tmp1 = in_ptr1[(x % 4096)];
+        for (int32_t r = 0; r < 4096; ++r) {
+            const float tmp0 = in_ptr0[((4096 * x) + r)];
+            const float tmp1 = in_ptr1[r];
             const float tmp2 = static_cast<float>(tmp0 + tmp1);
             const float tmp3 = (tmp2 < static_cast<float>(0) ? static_cast<float>(0) : tmp2);
-            out_ptr0[x] = tmp3;
+            out_ptr0[((4096 * x) + r)] = tmp3;
         }
     }
 }
 
-// 4194304 x 1; parallel chunk 524288 from the plugin's heuristics.
+// 4096 x 1024; parallel chunk 512 from the plugin's heuristics.
 static void cpp_poi_fused_add_1(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static) if (4194304 > 524288)
-    for (int64_t x0 = 0; x0 < 4194304; x0 += 524288) {
-        const int64_t x1 = std::min<int64_t>(x0 + 524288, 4194304);
+    #pragma omp parallel for schedule(static, 512) if (4096 > 512)
+    for (int32_t x = 0; x < 4096; ++x) {
         #pragma omp simd
-        for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
-            const float tmp0 = in_ptr0[x];
-            const float tmp1 = in_ptr1[(x % 1024)];
+        for (int32_t r = 0; r < 1024; ++r) {
+            const float tmp0 = in_ptr0[((1024 * x) + r)];
+            const float tmp1 = in_ptr1[r];
             const float tmp2 = static_cast<float>(tmp0 + tmp1);
-            out_ptr0[x] = tmp2;
+            out_ptr0[((1024 * x) + r)] = tmp2;
         }
     }
 }
@@ -544,16 +627,16 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     [[maybe_unused]] const float* b_b1 = static_cast<const float*>(inputs[2]);
     [[maybe_unused]] const float* b_w2 = static_cast<const float*>(inputs[3]);
     [[maybe_unused]] const float* b_b2 = static_cast<const float*>(inputs[4]);
-    // Intermediates share one arena by the memory plan (83886080 bytes), kept per calling
+    // Intermediates share one arena by the memory plan (134217728 bytes), kept per calling
     // thread between calls so that repeated calls reuse the memory.
     static thread_local KilnArena arena;
-    unsigned char* const ws = arena.get(83886080);
+    unsigned char* const ws = arena.get(134217728);
     if (ws == nullptr) return 1;
     [[maybe_unused]] float* b_h_2 = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(1, 4096, 4096, 1024, b_x, 0, 0, 1024, 1, b_w1, 0, 0, 1, 1024, b_h_2, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
-    [[maybe_unused]] float* b_a = static_cast<float*>(static_cast<void*>(ws + 0)); // reuses the storage of b_h_2
+    [[maybe_unused]] float* b_a = static_cast<float*>(static_cast<void*>(ws + 67108864));
     cpp_poi_fused_relu_add_0(b_h_2, b_b1, b_a);
-    [[maybe_unused]] float* b_y_5 = static_cast<float*>(static_cast<void*>(ws + 67108864));
+    [[maybe_unused]] float* b_y_5 = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(1, 4096, 1024, 4096, b_a, 0, 0, 4096, 1, b_w2, 0, 0, 1, 4096, b_y_5, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
     [[maybe_unused]] float* b_y_6 = static_cast<float*>(static_cast<void*>(outputs[0]));
     cpp_poi_fused_add_1(b_y_5, b_b2, b_y_6);

@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>

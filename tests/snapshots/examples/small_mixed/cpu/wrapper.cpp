@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -259,6 +261,7 @@ struct KilnArena {
 static void cpp_red_fused_amax_mul_to_copy_sum_exp_sub_0(const uint16_t* __restrict__ in_ptr0, const uint16_t* __restrict__ in_ptr1, uint16_t* __restrict__ out_ptr0, uint16_t* __restrict__ out_ptr1) {
     #pragma omp parallel for schedule(static, 4) if (32 > 4)
     for (int32_t x = 0; x < 32; ++x) {
+        alignas(64) float row11[64];
         float acc0 = -std::numeric_limits<float>::infinity();
         int nan0 = 0;
         float acc1 = -std::numeric_limits<float>::infinity();
@@ -292,18 +295,13 @@ static void cpp_red_fused_amax_mul_to_copy_sum_exp_sub_0(const uint16_t* __restr
             const float tmp8 = static_cast<float>(tmp1 * tmp7);
             const float tmp10 = static_cast<float>(tmp8 - red1);
             const float tmp11 = kiln_exp(tmp10);
+            row11[r] = tmp11;
             acc2 += static_cast<float>(tmp11);
         }
         [[maybe_unused]] const float red2 = acc2;
         #pragma omp simd
         for (int32_t r = 0; r < 64; ++r) {
-            const float tmp0 = kiln_h2f(in_ptr0[((64 * x) + r)]);
-            const float tmp1 = static_cast<float>(tmp0);
-            const float tmp6 = kiln_bf2f(in_ptr1[r]);
-            const float tmp7 = static_cast<float>(tmp6);
-            const float tmp8 = static_cast<float>(tmp1 * tmp7);
-            const float tmp10 = static_cast<float>(tmp8 - red1);
-            const float tmp11 = kiln_exp(tmp10);
+            const float tmp11 = row11[r];
             const float tmp13 = (tmp11 / red2);
             const float tmp14 = static_cast<float>(tmp13);
             out_ptr1[((64 * x) + r)] = kiln_f2h(static_cast<float>(tmp14));

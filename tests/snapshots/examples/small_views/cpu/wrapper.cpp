@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -255,11 +257,11 @@ struct KilnArena {
     }
 }
 
-// 12 x 1; parallel chunk 16 from the plugin's heuristics.
+// 12 x 1; parallel chunk 12 from the plugin's heuristics.
 static void cpp_poi_fused_slice_cat_0(const float* __restrict__ in_ptr0, float* __restrict__ out_ptr0) {
-    #pragma omp parallel for schedule(static) if (12 > 16)
-    for (int64_t x0 = 0; x0 < 12; x0 += 16) {
-        const int64_t x1 = std::min<int64_t>(x0 + 16, 12);
+    #pragma omp parallel for schedule(static) if (12 > 12)
+    for (int64_t x0 = 0; x0 < 12; x0 += 12) {
+        const int64_t x1 = std::min<int64_t>(x0 + 12, 12);
         #pragma omp simd
         for (int32_t x = static_cast<int32_t>(x0); x < static_cast<int32_t>(x1); ++x) {
             const float tmp0 = ((INT64_C(2) <= ((x % 3) + 1) && ((x % 3) + 1) < INT64_C(4)) ? in_ptr0[((x / 3) + (12 * (x % 3)) + (-4))] : static_cast<float>(0));

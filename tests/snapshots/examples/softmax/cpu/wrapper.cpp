@@ -2,6 +2,8 @@
 // Entry point: extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
 // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,
 // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights).
+// Build: c++ -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC wrapper.cpp -o kiln.so
+// (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -259,6 +261,7 @@ struct KilnArena {
 static void cpp_red_fused_amax_sum_exp_sub_div_0(const float* __restrict__ in_ptr0, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 1024) if (8192 > 1024)
     for (int32_t x = 0; x < 8192; ++x) {
+        alignas(64) float row3[8192];
         float acc0 = -std::numeric_limits<float>::infinity();
         int nan0 = 0;
         #pragma omp simd reduction(max : acc0) reduction(| : nan0)
@@ -275,14 +278,13 @@ static void cpp_red_fused_amax_sum_exp_sub_div_0(const float* __restrict__ in_pt
             const float tmp0 = in_ptr0[((8192 * x) + r)];
             const float tmp2 = static_cast<float>(tmp0 - red0);
             const float tmp3 = kiln_exp(tmp2);
+            row3[r] = tmp3;
             acc1 += static_cast<float>(tmp3);
         }
         [[maybe_unused]] const float red1 = acc1;
         #pragma omp simd
         for (int32_t r = 0; r < 8192; ++r) {
-            const float tmp0 = in_ptr0[((8192 * x) + r)];
-            const float tmp2 = static_cast<float>(tmp0 - red0);
-            const float tmp3 = kiln_exp(tmp2);
+            const float tmp3 = row3[r];
             const float tmp5 = (tmp3 / red1);
             out_ptr0[((8192 * x) + r)] = tmp5;
         }

@@ -792,3 +792,53 @@ fn softmax_keeps_its_exponentials_for_the_second_pass() {
     assert!(!source.contains("alignas(64) float row"), "{source}");
     run_checked("softmax_long", &softmax(70_000), &[], 1);
 }
+
+#[test]
+fn products_of_a_few_rows_stream_b_and_match() {
+    // At most four rows take the unpacked path: b's rows contiguous (mm), its
+    // columns contiguous (linear's transposed weight), and an `a` whose row
+    // is strided (a transposed view), each against the interpreter.
+    let graph = |inputs: &[(&str, &str)], nodes: &str| {
+        let mut t = String::from("format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n");
+        for (name, shape) in inputs {
+            t +=
+                &format!("[[inputs]]\nname = \"{name}\"\nshape = {shape}\ndtype = \"float32\"\n\n");
+        }
+        t + nodes
+    };
+    let cases = [
+        (
+            "few_mm",
+            graph(
+                &[("a", "[3, 70]"), ("b", "[70, 300]")],
+                "[[nodes]]\nname = \"y\"\nop = \"mm\"\nargs = [\"a\", \"b\"]\n",
+            ),
+        ),
+        (
+            "few_linear",
+            graph(
+                &[("x", "[1, 70]"), ("w", "[300, 70]"), ("c", "[300]")],
+                "[[nodes]]\nname = \"y\"\nop = \"linear\"\nargs = [\"x\", \"w\", \"c\"]\n",
+            ),
+        ),
+        (
+            "few_strided_a",
+            graph(
+                &[("at", "[70, 2]"), ("w", "[33, 70]")],
+                "[[nodes]]\nname = \"a\"\nop = \"transpose\"\nargs = [\"at\", 0, 1]\n\n\
+                 [[nodes]]\nname = \"wt\"\nop = \"transpose\"\nargs = [\"w\", 0, 1]\n\n\
+                 [[nodes]]\nname = \"y\"\nop = \"mm\"\nargs = [\"a\", \"wt\"]\n",
+            ),
+        ),
+        (
+            "few_bmm",
+            graph(
+                &[("a", "[5, 2, 40]"), ("b", "[5, 40, 17]")],
+                "[[nodes]]\nname = \"y\"\nop = \"bmm\"\nargs = [\"a\", \"b\"]\n",
+            ),
+        ),
+    ];
+    for (name, text) in cases {
+        run_checked(name, &text, &[], 1);
+    }
+}

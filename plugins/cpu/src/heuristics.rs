@@ -45,21 +45,16 @@ pub struct MatmulTiles {
 pub const MATMUL_ROW_BLOCKS: u32 = 4;
 
 /// Tiles for `f32` on this host, in the GotoBLAS/BLIS way:
-/// - the register block is two vectors wide and 6 rows high where there are
-///   16 vector registers (12 accumulators, plus two for `b` and one broadcast
-///   of `a`), 12 rows on AVX-512, which has 32 (24 accumulators: on two
-///   pinned cores of a Sapphire Rapids Xeon, 2048² went from 219 to 264
-///   GFLOP/s, where 8 and 14 rows did worse; `bench/cpu/mm_tiles.sh`);
+/// - the register block is 6 rows by two vectors (12 accumulators, plus
+///   two for `b` and one broadcast of `a`, fit 16 vector registers). AVX-512
+///   has 32, but 12 rows measured no better on two pinned cores of a Sapphire
+///   Rapids Xeon (0.76 and 0.55 of torch.mm's speed in two runs, against
+///   0.71-0.77 with 6; `bench/cpu/mm_tiles.sh` times others);
 /// - a sliver of `b` (`kc` x `nr`) fills half the L1 data cache;
 /// - a packed block of `a` (`mc` x `kc`) fills half the L2 cache.
 pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
     let lanes = limits.lanes(4);
-    let mr = if cfg!(target_arch = "x86_64") && limits.simd_bytes >= 64 {
-        12
-    } else {
-        6
-    };
-    let nr = 2 * lanes;
+    let (mr, nr) = (6, 2 * lanes);
     let kc = (limits.l1d_bytes / 2 / (u64::from(nr) * 4)).clamp(64, 1024) / 8 * 8;
     let mc =
         (limits.l2_bytes / 2 / (kc * 4)).clamp(u64::from(mr), 1024) / u64::from(mr) * u64::from(mr);
@@ -168,8 +163,7 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&avx512);
-        let mr = if cfg!(target_arch = "x86_64") { 12 } else { 6 };
-        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, mr, 32, 192));
+        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 6, 32, 192));
         assert_eq!(t.mc % t.mr, 0);
         // Unknown or absurd caches stay within sane bounds.
         let tiny = CpuLimits {

@@ -408,8 +408,14 @@ static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
                     for (int64_t j = 0; j < jn; ++j) {
                         const int64_t col = bo + j * b_sn;
                         Acc sum = Acc(0);
+                        if (a_sk == 1) {
+                            // Both operands contiguous: plain vector loads, no gather.
 #pragma omp simd reduction(+ : sum)
-                        for (int64_t k = 0; k < K; ++k) sum += load(a, ao + k * a_sk) * load(b, col + k);
+                            for (int64_t k = 0; k < K; ++k) sum += load(a, ao + k) * load(b, col + k);
+                        } else {
+#pragma omp simd reduction(+ : sum)
+                            for (int64_t k = 0; k < K; ++k) sum += load(a, ao + k * a_sk) * load(b, col + k);
+                        }
                         store(out, oo + j, sum);
                     }
                 }

@@ -265,23 +265,13 @@ impl Writer<'_> {
     /// steps through memory by one, where a loop along each row would stride.
     fn outer_body(&mut self, chunk: u32) -> Result<(), Error> {
         let k = self.k;
-        let (uses_r, phase) = k.phases();
-        let store_varies: Vec<bool> = k
-            .stores
-            .iter()
-            .map(|s| uses_r[s.value.0 as usize] || s.index.uses(Var::R))
-            .collect();
-        let red_phase: Vec<usize> = k
-            .reductions
-            .iter()
-            .map(|r| phase[r.value.0 as usize])
-            .collect();
-        let last = red_phase
-            .iter()
-            .copied()
-            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
-            .max()
-            .unwrap_or(0);
+        let RowPhases {
+            uses_r,
+            phase,
+            red_phase,
+            loops,
+            fixed,
+        } = RowPhases::of(k);
         let needed = k.needed();
         let (x, r) = (k.space.x, k.space.r);
         // Blocks of whole vectors, no more than a chunk's worth of rows, so
@@ -332,7 +322,7 @@ impl Writer<'_> {
             }
             Ok(())
         };
-        for p in 0..=last + 1 {
+        for (p, (reds, stores)) in loops.iter().enumerate() {
             if p > 0 {
                 let done: Vec<usize> = (0..red_phase.len())
                     .filter(|i| red_phase[*i] == p - 1)
@@ -341,53 +331,28 @@ impl Writer<'_> {
                     self.line(2, simd);
                     self.line(2, "for (int64_t xi = 0; xi < xn; ++xi) {");
                     for i in done {
-                        let red = &k.reductions[i];
-                        let ty = compute_type(red.acc_dtype);
-                        let value = if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
-                            format!(
-                                "nan{i}[xi] ? std::numeric_limits<{ty}>::quiet_NaN() : acc{i}[xi]"
-                            )
-                        } else {
-                            format!("acc{i}[xi]")
-                        };
+                        let value = finished(&k.reductions[i], i, "[xi]");
                         self.line(3, &format!("red{i}v[xi] = {value};"));
                     }
                     self.line(2, "}");
                 }
             }
-            let fixed: Vec<Store> = k
-                .stores
-                .iter()
-                .zip(&store_varies)
-                .filter(|(s, varies)| phase[s.value.0 as usize] == p && !**varies)
-                .map(|(s, _)| s.clone())
-                .collect();
-            if !fixed.is_empty() {
+            if !fixed[p].is_empty() {
                 self.line(2, simd);
                 self.line(2, "for (int64_t xi = 0; xi < xn; ++xi) {");
                 prologue(self, p, 3)?;
-                for s in &fixed {
+                for s in &fixed[p] {
                     self.store_line(3, s, false)?;
                 }
                 self.line(2, "}");
             }
-            let reds: Vec<usize> = (0..red_phase.len())
-                .filter(|i| red_phase[*i] == p)
-                .collect();
-            let stores: Vec<Store> = k
-                .stores
-                .iter()
-                .zip(&store_varies)
-                .filter(|(s, varies)| phase[s.value.0 as usize] == p && **varies)
-                .map(|(s, _)| s.clone())
-                .collect();
             if reds.is_empty() && stores.is_empty() {
                 continue;
             }
             if !reds.is_empty() {
                 self.line(2, simd);
                 self.line(2, "for (int64_t xi = 0; xi < xn; ++xi) {");
-                for &i in &reds {
+                for &i in reds {
                     let red = &k.reductions[i];
                     self.line(
                         3,
@@ -411,26 +376,10 @@ impl Writer<'_> {
                     self.emit_expr(4, id, false)?;
                 }
             }
-            for &i in &reds {
-                let red = &k.reductions[i];
-                let ty = compute_type(red.acc_dtype);
-                let v = format!("static_cast<{ty}>({})", self.renderer.operand(red.value));
-                match red.kind {
-                    ReduceKind::Sum => self.line(4, &format!("acc{i}[xi] += {v};")),
-                    kind => {
-                        let cmp = if kind == ReduceKind::Max { ">" } else { "<" };
-                        self.line(4, &format!("const {ty} v{i} = {v};"));
-                        self.line(
-                            4,
-                            &format!("acc{i}[xi] = v{i} {cmp} acc{i}[xi] ? v{i} : acc{i}[xi];"),
-                        );
-                        if red.acc_dtype.is_float() {
-                            self.line(4, &format!("nan{i}[xi] |= (v{i} != v{i});"));
-                        }
-                    }
-                }
+            for &i in reds {
+                self.accumulate(4, i, "[xi]");
             }
-            for s in &stores {
+            for s in stores {
                 self.store_line(4, s, false)?;
             }
             self.line(3, "}");
@@ -442,42 +391,16 @@ impl Writer<'_> {
 
     fn reduction_body(&mut self, chunk: u32) -> Result<(), Error> {
         let k = self.k;
-        let (uses_r, phase) = k.phases();
-        // A store varies along the row when its value or its index does (as in eval.rs).
-        let store_varies: Vec<bool> = k
-            .stores
-            .iter()
-            .map(|s| uses_r[s.value.0 as usize] || s.index.uses(Var::R))
-            .collect();
-        let red_phase: Vec<usize> = k
-            .reductions
-            .iter()
-            .map(|r| phase[r.value.0 as usize])
-            .collect();
-        let last = red_phase
-            .iter()
-            .copied()
-            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
-            .max()
-            .unwrap_or(0);
+        let RowPhases {
+            uses_r,
+            phase,
+            red_phase,
+            loops,
+            fixed,
+        } = RowPhases::of(k);
         let needed = k.needed();
         let (x, r) = (k.space.x, k.space.r);
-        let loop_roots: Vec<(Vec<usize>, Vec<Store>)> = (0..=last + 1)
-            .map(|p| {
-                let reds = (0..red_phase.len())
-                    .filter(|i| red_phase[*i] == p)
-                    .collect();
-                let stores = k
-                    .stores
-                    .iter()
-                    .zip(&store_varies)
-                    .filter(|(s, varies)| phase[s.value.0 as usize] == p && **varies)
-                    .map(|(s, _)| s.clone())
-                    .collect();
-                (reds, stores)
-            })
-            .collect();
-        let cache = RowCache::plan(k, &uses_r, r, &loop_roots);
+        let cache = RowCache::plan(k, &uses_r, r, &loops);
         self.line(
             1,
             &format!("#pragma omp parallel for schedule(static, {chunk}) if ({x} > {chunk})"),
@@ -492,18 +415,12 @@ impl Writer<'_> {
             let ty = compute_type(k.exprs.dtype(id));
             self.line(2, &format!("alignas(64) {ty} row{}[{r}];", id.0));
         }
-        for (p, (reds, stores)) in loop_roots.iter().enumerate() {
+        for (p, (reds, stores)) in loops.iter().enumerate() {
             if p > 0 {
                 for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l == p - 1) {
                     let red = &k.reductions[i];
                     let ty = compute_type(red.acc_dtype);
-                    let value = match red.kind {
-                        ReduceKind::Sum => format!("acc{i}"),
-                        _ if red.acc_dtype.is_float() => {
-                            format!("(nan{i} ? std::numeric_limits<{ty}>::quiet_NaN() : acc{i})")
-                        }
-                        _ => format!("acc{i}"),
-                    };
+                    let value = finished(red, i, "");
                     self.line(2, &format!("[[maybe_unused]] const {ty} red{i} = {value};"));
                 }
             }
@@ -513,10 +430,8 @@ impl Writer<'_> {
                     self.emit_expr(2, id, false)?;
                 }
             }
-            for (s, varies) in k.stores.iter().zip(&store_varies) {
-                if phase[s.value.0 as usize] == p && !varies {
-                    self.store_line(2, s, false)?;
-                }
+            for s in &fixed[p] {
+                self.store_line(2, s, false)?;
             }
             if reds.is_empty() && stores.is_empty() {
                 continue;
@@ -568,20 +483,7 @@ impl Writer<'_> {
                 }
             }
             for &i in reds {
-                let red = &k.reductions[i];
-                let ty = compute_type(red.acc_dtype);
-                let v = format!("static_cast<{ty}>({})", self.renderer.operand(red.value));
-                match red.kind {
-                    ReduceKind::Sum => self.line(3, &format!("acc{i} += {v};")),
-                    kind => {
-                        let cmp = if kind == ReduceKind::Max { ">" } else { "<" };
-                        self.line(3, &format!("const {ty} v{i} = {v};"));
-                        self.line(3, &format!("acc{i} = v{i} {cmp} acc{i} ? v{i} : acc{i};"));
-                        if red.acc_dtype.is_float() {
-                            self.line(3, &format!("nan{i} |= (v{i} != v{i});"));
-                        }
-                    }
-                }
+                self.accumulate(3, i, "");
             }
             for s in stores {
                 self.store_line(3, s, false)?;
@@ -590,6 +492,98 @@ impl Writer<'_> {
         }
         self.line(1, "}");
         Ok(())
+    }
+
+    /// The update of reduction `i`'s accumulator `acc{i}{at}` (and, for a
+    /// float max/min, its NaN flag `nan{i}{at}`) with this element's value.
+    fn accumulate(&mut self, depth: usize, i: usize, at: &str) {
+        let red = &self.k.reductions[i];
+        let ty = compute_type(red.acc_dtype);
+        let v = format!("static_cast<{ty}>({})", self.renderer.operand(red.value));
+        match red.kind {
+            ReduceKind::Sum => self.line(depth, &format!("acc{i}{at} += {v};")),
+            kind => {
+                let cmp = if kind == ReduceKind::Max { ">" } else { "<" };
+                self.line(depth, &format!("const {ty} v{i} = {v};"));
+                self.line(
+                    depth,
+                    &format!("acc{i}{at} = v{i} {cmp} acc{i}{at} ? v{i} : acc{i}{at};"),
+                );
+                if red.acc_dtype.is_float() {
+                    self.line(depth, &format!("nan{i}{at} |= (v{i} != v{i});"));
+                }
+            }
+        }
+    }
+}
+
+/// Reduction `i`'s result from its accumulator `acc{i}{at}`: NaN where a
+/// float max/min saw one (torch.amax/amin propagate it).
+fn finished(red: &crate::schedule::ir::Reduction, i: usize, at: &str) -> String {
+    if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+        let ty = compute_type(red.acc_dtype);
+        format!("(nan{i}{at} ? std::numeric_limits<{ty}>::quiet_NaN() : acc{i}{at})")
+    } else {
+        format!("acc{i}{at}")
+    }
+}
+
+/// How a reduction kernel's values fall into phases over a row (as the
+/// loop-IR evaluator, `schedule/eval.rs`, orders them): phase 0 needs no
+/// reduction result, phase p + 1 needs one finished in phase p.
+struct RowPhases {
+    /// Per expression: whether it varies along the row.
+    uses_r: Vec<bool>,
+    /// Per expression: its phase.
+    phase: Vec<usize>,
+    /// Per reduction: the phase of the loop that accumulates it.
+    red_phase: Vec<usize>,
+    /// Per phase: the reductions accumulated and the stores varying along the
+    /// row made in its loop over the row.
+    loops: Vec<(Vec<usize>, Vec<Store>)>,
+    /// Per phase: the stores constant along the row (one per row).
+    fixed: Vec<Vec<Store>>,
+}
+
+impl RowPhases {
+    fn of(k: &Kernel) -> RowPhases {
+        let (uses_r, phase) = k.phases();
+        let red_phase: Vec<usize> = k
+            .reductions
+            .iter()
+            .map(|r| phase[r.value.0 as usize])
+            .collect();
+        let last = red_phase
+            .iter()
+            .copied()
+            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .max()
+            .unwrap_or(0);
+        // A store varies along the row when its value or its index does (as in eval.rs).
+        let varies = |s: &Store| uses_r[s.value.0 as usize] || s.index.uses(Var::R);
+        let stores_of = |p: usize, varying: bool| -> Vec<Store> {
+            k.stores
+                .iter()
+                .filter(|s| phase[s.value.0 as usize] == p && varies(s) == varying)
+                .cloned()
+                .collect()
+        };
+        let loops = (0..=last + 1)
+            .map(|p| {
+                let reds = (0..red_phase.len())
+                    .filter(|i| red_phase[*i] == p)
+                    .collect();
+                (reds, stores_of(p, true))
+            })
+            .collect();
+        let fixed = (0..=last + 1).map(|p| stores_of(p, false)).collect();
+        RowPhases {
+            uses_r,
+            phase,
+            red_phase,
+            loops,
+            fixed,
+        }
     }
 }
 

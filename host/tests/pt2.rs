@@ -1014,3 +1014,143 @@ fn nesting_is_followed_to_a_limit_then_refused() {
     let e = import(nested_relu(40)).expect_err("far too deep");
     assert_says(&e, &["recursion limit"]);
 }
+
+// ---- training-IR forms: in-place writes through views, constant inputs, rewrites ----
+
+/// mlp.pt2 with `extra` FX nodes inserted after `relu` (their outputs recorded with
+/// `relu`'s metadata) and `linear_1` reading `reader` instead of `relu`.
+fn mlp_with(extra: Vec<Value>, reader: &str) -> Vec<(String, Vec<u8>)> {
+    let reader = reader.to_string();
+    edited_model(move |v| {
+        let graph = &mut v["graph_module"]["graph"];
+        let meta = graph["tensor_values"]["relu"].clone();
+        for n in &extra {
+            for o in n["outputs"].as_array().expect("outputs") {
+                let name = o["as_tensor"]["name"].as_str().expect("name").to_string();
+                graph["tensor_values"][name] = meta.clone();
+            }
+        }
+        let nodes = graph["nodes"].as_array_mut().expect("nodes");
+        nodes.splice(2..2, extra.iter().cloned());
+        nodes.last_mut().expect("linear_1")["inputs"][0]["arg"]["as_tensor"]["name"] =
+            reader.clone().into();
+    })
+}
+
+fn fx(name: &str, target: &str, inputs: Value) -> Value {
+    serde_json::json!({
+        "target": target,
+        "inputs": inputs,
+        "outputs": [{"as_tensor": {"name": name}}],
+        "metadata": {},
+        "name": name,
+    })
+}
+
+fn named_tensor(name: &str, t: &str) -> Value {
+    serde_json::json!({"name": name, "arg": {"as_tensor": {"name": t}}, "kind": 1})
+}
+
+fn load_ok(name: &str, bytes: &[u8]) -> Graph {
+    let dir = temp_dir(name);
+    let path = dir.join(format!("{name}.pt2"));
+    std::fs::write(&path, bytes).expect("write");
+    let g = load(&path).unwrap_or_else(|e| panic!("{name}: {}", kiln::diag::report(&e)));
+    let _ = std::fs::remove_dir_all(&dir);
+    g
+}
+
+#[test]
+fn an_in_place_write_through_a_view_is_refused_where_an_alias_is_read() {
+    let view = |name: &str, of: &str| {
+        fx(
+            name,
+            "torch.ops.aten.view.default",
+            serde_json::json!([named_tensor("self", of),
+                {"name": "size", "arg": {"as_ints": [8, 128]}, "kind": 1}]),
+        )
+    };
+    let write = fx(
+        "relu_",
+        "torch.ops.aten.relu_.default",
+        serde_json::json!([named_tensor("self", "v")]),
+    );
+    // `relu` is read after its view `v` was written: PyTorch would see the write.
+    let m = mlp_with(vec![view("v", "relu"), write.clone()], "relu");
+    let e = load_error("alias", &write_zip(&m, false));
+    assert_says(
+        &e,
+        &[
+            "reads `relu` after node `relu_` changed it in place",
+            "run_decompositions()",
+        ],
+    );
+    // Reading the written view itself, or the in-place op's result, is exact.
+    for reader in ["v", "relu_"] {
+        let m = mlp_with(vec![view("v", "relu"), write.clone()], reader);
+        load_ok("alias_ok", &write_zip(&m, false));
+    }
+    // A view made before an in-place write to its base is stale too.
+    let base_write = fx(
+        "relu_",
+        "torch.ops.aten.relu_.default",
+        serde_json::json!([named_tensor("self", "relu")]),
+    );
+    let m = mlp_with(vec![view("v", "relu"), base_write], "v");
+    let e = load_error("alias_base", &write_zip(&m, false));
+    assert_says(&e, &["reads `v` after node `relu_` changed it in place"]);
+}
+
+#[test]
+fn recorded_shapes_spell_out_ops_outside_the_op_set() {
+    // `t` of the 2-d activation twice, and `unflatten` + `reshape_as` back: the
+    // identity, so the model still matches PyTorch.
+    let nodes = [
+        fx(
+            "t1",
+            "torch.ops.aten.t.default",
+            serde_json::json!([named_tensor("self", "relu")]),
+        ),
+        fx(
+            "t2",
+            "torch.ops.aten.numpy_T.default",
+            serde_json::json!([named_tensor("self", "t1")]),
+        ),
+        fx(
+            "u",
+            "torch.ops.aten.unflatten.int",
+            serde_json::json!([named_tensor("self", "t2"),
+                {"name": "dim", "arg": {"as_int": 1}, "kind": 1},
+                {"name": "sizes", "arg": {"as_ints": [-1, 32]}, "kind": 1}]),
+        ),
+        fx(
+            "r",
+            "torch.ops.aten.reshape_as.default",
+            serde_json::json!([named_tensor("self", "u"), named_tensor("other", "relu")]),
+        ),
+    ];
+    let m = edited_model(|v| {
+        let graph = &mut v["graph_module"]["graph"];
+        let meta = graph["tensor_values"]["relu"].clone();
+        let mut tmeta = meta.clone();
+        tmeta["sizes"] = serde_json::json!([{"as_int": 128}, {"as_int": 8}]);
+        tmeta["strides"] = serde_json::json!([{"as_int": 1}, {"as_int": 128}]);
+        let mut umeta = meta.clone();
+        umeta["sizes"] = serde_json::json!([{"as_int": 8}, {"as_int": 4}, {"as_int": 32}]);
+        graph["tensor_values"]["t1"] = tmeta;
+        graph["tensor_values"]["t2"] = meta.clone();
+        graph["tensor_values"]["u"] = umeta;
+        graph["tensor_values"]["r"] = meta;
+        let ns = graph["nodes"].as_array_mut().expect("nodes");
+        ns.splice(2..2, nodes.iter().cloned());
+        ns.last_mut().expect("linear_1")["inputs"][0]["arg"]["as_tensor"]["name"] = "r".into();
+        // A non-tensor argument of the call (`use_cache=False`) is a constant input.
+        v["graph_module"]["signature"]["input_specs"]
+            .as_array_mut()
+            .expect("specs")
+            .push(serde_json::json!({"constant_input": {"name": "use_cache", "value": {"as_bool": false}}}));
+    });
+    let g = load_ok("rewrites", &write_zip(&m, false));
+    let outs = kiln::interp::evaluate(&g, &[read_input("mlp", &g)]).expect("eval");
+    check("rewritten mlp", &outs, &expected("mlp"));
+}

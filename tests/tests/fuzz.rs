@@ -20,6 +20,11 @@ fn generated_graphs_match_the_interpreter_on_every_device() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1500);
+    // A longer run can go on from a seed (`KILN_FUZZ_FIRST`) past a graph already seen.
+    let first: u64 = std::env::var("KILN_FUZZ_FIRST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let devices = ["cpu", "cuda", "gxu", "xpu"];
     let shallow = Checker::new(&profile_dir(), &devices, false).expect("the bundled plugins");
     let deep = Checker::new(&profile_dir(), &devices, true).expect("the bundled plugins");
@@ -27,7 +32,7 @@ fn generated_graphs_match_the_interpreter_on_every_device() {
     let cfg = Config::default();
     let mut problems = Vec::new();
     let mut unsupported = 0;
-    for seed in 0..count {
+    for seed in first..first.max(count) {
         let g = generate(seed, &cfg);
         for (what, why) in &g.rejected {
             problems.push(format!("graph {seed}: Kiln refused a `{what}` step: {why}"));

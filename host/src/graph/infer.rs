@@ -5,6 +5,7 @@
 //! contract that lets later stages assume well-formed graphs.
 
 use super::dtype::{promote, result_type, DType, OperandKind};
+pub mod layout;
 pub mod model;
 use super::ir::{Scalar, TensorMeta};
 use super::ops::{BinaryOp, Op, ReduceOp};
@@ -130,6 +131,16 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             if t.dtype == DType::Bool && matches!(u, super::ops::UnaryOp::Neg) {
                 return invalid("neg is not defined for bool tensors");
             }
+            if matches!(
+                u,
+                super::ops::UnaryOp::Hardsigmoid | super::ops::UnaryOp::Hardswish
+            ) && !t.dtype.is_float()
+            {
+                return invalid(format!(
+                    "{u:?} needs a floating-point tensor, found {}",
+                    t.dtype
+                ));
+            }
             out(t.shape.clone(), d)
         }
         Op::Gelu { .. } => {
@@ -151,6 +162,8 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             let (shape, d) = elementwise(args)?;
             let d = if op.is_comparison() {
                 DType::Bool
+            } else if matches!(op, BinaryOp::Fmod | BinaryOp::Remainder) && d == DType::Bool {
+                return invalid(format!("{} is not defined for bool operands", op_name(*op)));
             } else if op.is_bitwise() && d.is_float() {
                 return invalid(format!(
                     "{} is defined for integer and bool tensors, found {d}",
@@ -249,7 +262,10 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             out(reduced_shape(&t.shape, dims.as_deref(), *keepdim)?, t.dtype)
         }
         Op::Softmax {
-            dim, half_to_float, ..
+            dim,
+            half_to_float,
+            dtype,
+            ..
         } => {
             count(args, 1)?;
             let t = tensor(args, 0)?;
@@ -263,7 +279,7 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             let d = if *half_to_float {
                 DType::Float32
             } else {
-                float_of(t.dtype)
+                dtype.unwrap_or_else(|| float_of(t.dtype))
             };
             out(t.shape.clone(), d)
         }
@@ -347,7 +363,12 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
         Op::Addmm { .. } => {
             count(args, 3)?;
             let (c, a, b) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
-            let s = mm_shape(a, b)?;
+            // `baddbmm` is the batched form: [b, n, k] @ [b, k, m].
+            let s = if a.rank() == 3 || b.rank() == 3 {
+                infer(&Op::Bmm, &args[1..])?.remove(0).shape
+            } else {
+                mm_shape(a, b)?
+            };
             // `self` is expanded to the product's shape: it may not add dims or
             // sizes of its own (broadcasting both ways would be another shape).
             if broadcast(&s, &c.shape).ok().as_ref() != Some(&s) {
@@ -432,6 +453,37 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             args,
         ),
         Op::AdaptiveAvgPool { output_size } => infer_model::adaptive_avg_pool(output_size, args),
+        Op::AvgPool {
+            kernel,
+            stride,
+            padding,
+            ceil_mode,
+            ..
+        } => infer_model::avg_pool(kernel, stride, padding, *ceil_mode, args),
+        Op::GroupNorm {
+            groups,
+            weight,
+            bias,
+            native,
+            ..
+        } => infer_model::group_norm(*groups, *weight, *bias, *native, args),
+        Op::Pad { pads, mode, .. } => layout::pad(pads, *mode, args),
+        Op::Roll { shifts, dims } => layout::roll(shifts, dims, args),
+        Op::SliceScatter {
+            dim,
+            start,
+            end,
+            step,
+            select,
+        } => layout::slice_scatter(*dim, *start, *end, *step, *select, args),
+        Op::Copy => layout::copy(args),
+        Op::TypeAs => layout::type_as(args),
+        Op::Repeat { repeats } => layout::repeat(repeats, args),
+        Op::AsStrided {
+            size,
+            stride,
+            offset,
+        } => layout::as_strided(size, stride, *offset, args),
         op if views::describes(op) => view(op, args),
         other => invalid(format!("no inference rule for `{}`", other.name())),
     }

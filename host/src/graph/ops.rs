@@ -88,11 +88,15 @@ pub enum UnaryOp {
     Erf,
     /// `reciprocal`
     Reciprocal,
+    /// `hardsigmoid`: `clamp(x / 6 + 1/2, 0, 1)`
+    Hardsigmoid,
+    /// `hardswish`: `x * hardsigmoid(x)`
+    Hardswish,
 }
 
 impl UnaryOp {
     /// Every unary op with its ATen name.
-    pub const ALL: [(UnaryOp, &'static str); 15] = [
+    pub const ALL: [(UnaryOp, &'static str); 17] = [
         (UnaryOp::Abs, "abs"),
         (UnaryOp::Neg, "neg"),
         (UnaryOp::Exp, "exp"),
@@ -108,13 +112,32 @@ impl UnaryOp {
         (UnaryOp::Silu, "silu"),
         (UnaryOp::Erf, "erf"),
         (UnaryOp::Reciprocal, "reciprocal"),
+        (UnaryOp::Hardsigmoid, "hardsigmoid"),
+        (UnaryOp::Hardswish, "hardswish"),
     ];
 
     /// Whether an integer or bool input gives a float32 result (PyTorch's "int to float"
     /// unary ops); the others keep the input dtype.
     pub fn promotes_int_to_float(self) -> bool {
-        !matches!(self, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu)
+        !matches!(
+            self,
+            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Hardsigmoid | UnaryOp::Hardswish
+        )
     }
+}
+
+/// How `pad` fills the elements it adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PadMode {
+    /// a constant value
+    Constant,
+    /// mirrored without repeating the edge (`reflect`)
+    Reflect,
+    /// the edge element repeated (`replicate`)
+    Replicate,
+    /// wrapped around (`circular`)
+    Circular,
 }
 
 /// Elementwise functions of two operands.
@@ -157,12 +180,16 @@ pub enum BinaryOp {
     BitOr,
     /// `bitwise_xor` (`__xor__`)
     BitXor,
+    /// `fmod`: the remainder of truncated division (the sign of `a`)
+    Fmod,
+    /// `remainder`: the remainder of floor division (the sign of `b`, Python's `%`)
+    Remainder,
 }
 
 impl BinaryOp {
     /// Every binary op with its ATen name (the rounding variants of `div` print as
     /// `div` with a `rounding_mode`).
-    pub const ALL: [(BinaryOp, &'static str); 16] = [
+    pub const ALL: [(BinaryOp, &'static str); 18] = [
         (BinaryOp::Add, "add"),
         (BinaryOp::Sub, "sub"),
         (BinaryOp::Mul, "mul"),
@@ -179,6 +206,8 @@ impl BinaryOp {
         (BinaryOp::BitAnd, "bitwise_and"),
         (BinaryOp::BitOr, "bitwise_or"),
         (BinaryOp::BitXor, "bitwise_xor"),
+        (BinaryOp::Fmod, "fmod"),
+        (BinaryOp::Remainder, "remainder"),
     ];
 
     /// The bitwise ops, defined on integers and bools only.
@@ -380,6 +409,8 @@ pub enum Op {
         log: bool,
         /// `_softmax`'s flag: a float16/bfloat16 input gives float32
         half_to_float: bool,
+        /// `softmax(x, dim, dtype)`: the input is cast to `dtype` first
+        dtype: Option<DType>,
     },
     /// `layer_norm` (one output) or `native_layer_norm` (out, mean, rstd)
     LayerNorm {
@@ -606,10 +637,94 @@ pub enum Op {
         /// two outputs
         with_indices: bool,
     },
-    /// `adaptive_avg_pool2d(self, output_size)`
+    /// `group_norm(input, num_groups, weight?, bias?, eps)` (one output) or
+    /// `native_group_norm(input, weight?, bias?, N, C, HxW, group, eps)` (out, mean,
+    /// rstd): operands `input`, `weight`?, `bias`?
+    GroupNorm {
+        /// channel groups
+        groups: i64,
+        /// epsilon
+        eps: f64,
+        /// a weight operand is given
+        weight: bool,
+        /// a bias operand is given
+        bias: bool,
+        /// three outputs
+        native: bool,
+    },
+    /// `adaptive_avg_pool1d/2d(self, output_size)`: the last `output_size.len()` dims
     AdaptiveAvgPool {
         /// output size per spatial dim
         output_size: Vec<i64>,
+    },
+    /// `avg_pool1d/2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    /// divisor_override)` over the last `kernel.len()` dims
+    AvgPool {
+        /// window per spatial dim
+        kernel: Vec<i64>,
+        /// step per spatial dim
+        stride: Vec<i64>,
+        /// implicit zero padding per spatial dim
+        padding: Vec<i64>,
+        /// round the output size up
+        ceil_mode: bool,
+        /// the padding counts in the divisor
+        count_include_pad: bool,
+        /// a fixed divisor instead of the window's size
+        divisor_override: Option<i64>,
+    },
+    /// `constant_pad_nd(self, pad, value)` / `pad(self, pad, mode, value)`: `pad` gives
+    /// (before, after) pairs from the last dim backwards; negative amounts crop
+    Pad {
+        /// PyTorch's flat pad list
+        pads: Vec<i64>,
+        /// how the new elements are filled
+        mode: PadMode,
+        /// the fill value of `PadMode::Constant`
+        value: f64,
+    },
+    /// `roll(self, shifts, dims)`: elements shifted cyclically (no dims: over the
+    /// flattened tensor)
+    Roll {
+        /// shift per dim
+        shifts: Vec<i64>,
+        /// the dims (empty: the flattened tensor)
+        dims: Vec<i64>,
+    },
+    /// `slice_scatter(self, src, dim, start, end, step)` / `select_scatter(self, src, dim,
+    /// index)`: `self` with the slice (or selected index) replaced by `src`
+    SliceScatter {
+        /// the dim
+        dim: i64,
+        /// first index (may be negative)
+        start: Option<i64>,
+        /// one past the last index (may be negative or past the end)
+        end: Option<i64>,
+        /// step
+        step: i64,
+        /// `select_scatter`: `src` lacks the dim
+        select: bool,
+    },
+    /// `copy(self, src)` / `fill(self, value)`: `src` broadcast to `self`'s shape in
+    /// `self`'s dtype
+    Copy,
+    /// `type_as(self, other)`: `self` in `other`'s dtype
+    TypeAs,
+    /// `repeat(self, repeats)`: `self` tiled `repeats[i]` times along each dim (more
+    /// repeats than dims add leading dims)
+    Repeat {
+        /// times per dim
+        repeats: Vec<i64>,
+    },
+    /// `as_strided(self, size, stride, storage_offset)` over `self`'s contiguous
+    /// elements (the importer checks that `self` is laid out contiguously)
+    AsStrided {
+        /// output sizes
+        size: Vec<i64>,
+        /// element strides into `self`'s flat elements
+        stride: Vec<i64>,
+        /// first element
+        offset: i64,
     },
     /// `flatten(self, start_dim, end_dim)`: a view
     Flatten {
@@ -630,6 +745,7 @@ impl Op {
                 | Op::SplitWithSizes { .. }
                 | Op::LayerNorm { native: true, .. }
                 | Op::BatchNorm { native: true, .. }
+                | Op::GroupNorm { native: true, .. }
                 | Op::MaxPool {
                     with_indices: true,
                     ..
@@ -706,6 +822,17 @@ impl Op {
             Op::BatchNorm { .. } => "batch_norm",
             Op::MaxPool { .. } => "max_pool2d",
             Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool2d",
+            Op::AvgPool { .. } => "avg_pool2d",
+            Op::GroupNorm { native: true, .. } => "native_group_norm",
+            Op::GroupNorm { .. } => "group_norm",
+            Op::Pad { .. } => "pad",
+            Op::Roll { .. } => "roll",
+            Op::SliceScatter { select: false, .. } => "slice_scatter",
+            Op::SliceScatter { .. } => "select_scatter",
+            Op::Copy => "copy",
+            Op::TypeAs => "type_as",
+            Op::Repeat { .. } => "repeat",
+            Op::AsStrided { .. } => "as_strided",
             Op::Flatten { .. } => "flatten",
         }
     }

@@ -43,6 +43,16 @@ pub(crate) fn unary(u: UnaryOp, x: f64) -> f64 {
         UnaryOp::Silu => x * sigmoid(x),
         UnaryOp::Erf => libm::erf(x),
         UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::Hardsigmoid => hardsigmoid(x),
+        UnaryOp::Hardswish => x * hardsigmoid(x),
+    }
+}
+
+fn hardsigmoid(x: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else {
+        (x + 3.0).clamp(0.0, 6.0) / 6.0
     }
 }
 
@@ -119,6 +129,18 @@ pub(crate) fn binary(op: BinaryOp, a: f64, b: f64, alpha: f64, int: bool) -> f64
         BinaryOp::BitAnd => ((a as i64) & (b as i64)) as f64,
         BinaryOp::BitOr => ((a as i64) | (b as i64)) as f64,
         BinaryOp::BitXor => ((a as i64) ^ (b as i64)) as f64,
+        // Integer remainders by zero give 0, as the generated code does.
+        BinaryOp::Fmod if int && b == 0.0 => 0.0,
+        BinaryOp::Fmod => a % b,
+        BinaryOp::Remainder if int && b == 0.0 => 0.0,
+        BinaryOp::Remainder => {
+            let r = a % b;
+            if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                r + b
+            } else {
+                r
+            }
+        }
     }
 }
 
@@ -176,6 +198,17 @@ pub(crate) fn eval(
         Op::Var {
             dims, correction, ..
         } => var(tensor(args, 0)?, dims.as_deref(), out, *correction)?,
+        Op::Softmax {
+            dim,
+            log,
+            dtype: Some(d),
+            ..
+        } => {
+            // The input cast to `dtype` first.
+            let x = tensor(args, 0)?;
+            let cast = Tensor::new(x.shape.clone(), *d, x.to_vec());
+            softmax(&cast, *dim, *log, out)?
+        }
         Op::Softmax { dim, log, .. } => softmax(tensor(args, 0)?, *dim, *log, out)?,
         Op::LayerNorm {
             normalized_shape,

@@ -7,6 +7,7 @@
 //! composites directly, which is what lets tests check the decompositions against it.
 
 pub(crate) mod kernels;
+pub(crate) mod layout;
 pub(crate) mod model;
 mod reduce;
 pub(crate) use reduce::matmul_raw;

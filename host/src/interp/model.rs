@@ -124,8 +124,42 @@ pub(crate) fn eval(
                 r
             },
         ),
-        Op::AdaptiveAvgPool { .. } => adaptive_avg_pool(args, out).map(|t| vec![t]),
-        _ => return None,
+        Op::AdaptiveAvgPool { output_size } => {
+            adaptive_avg_pool(args, out, output_size.len()).map(|t| vec![t])
+        }
+        Op::GroupNorm {
+            groups,
+            eps,
+            weight,
+            bias,
+            native,
+        } => group_norm(*groups, *eps, *weight, *bias, args, out).map(|(y, mean, rstd)| {
+            let mut r = vec![y];
+            if *native {
+                for (v, m) in [mean, rstd].into_iter().zip(&outs[1..]) {
+                    r.push(Tensor::new(m.shape.clone(), m.dtype, v));
+                }
+            }
+            r
+        }),
+        Op::AvgPool {
+            kernel,
+            stride,
+            padding,
+            count_include_pad,
+            divisor_override,
+            ..
+        } => avg_pool(
+            kernel,
+            stride,
+            padding,
+            *count_include_pad,
+            *divisor_override,
+            args,
+            out,
+        )
+        .map(|t| vec![t]),
+        _ => return super::layout::eval(op, args, out).map(|r| r.map(|t| vec![t])),
     };
     Some(r)
 }
@@ -537,12 +571,75 @@ pub fn adaptive_window(i: i64, n: i64, size: i64) -> (i64, i64) {
     (start, end)
 }
 
-fn adaptive_avg_pool(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+/// Group norm in float64: the result and each (sample, group)'s mean and rstd.
+fn group_norm(
+    groups: i64,
+    eps: f64,
+    weight: bool,
+    bias: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<(Tensor, Vec<f64>, Vec<f64>), String> {
     let x = tensor(args, 0)?;
-    let r = x.shape.len();
-    let (h, w) = (x.shape[r - 2], x.shape[r - 1]);
-    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
-    let planes: i64 = x.shape[..r - 2].iter().product();
+    let w = if weight {
+        Some(tensor(args, 1)?.to_vec())
+    } else {
+        None
+    };
+    let b = if bias {
+        Some(tensor(args, 1 + weight as usize)?.to_vec())
+    } else {
+        None
+    };
+    let n = x.shape[0];
+    let c = x.shape[1];
+    let inner: i64 = x.shape[2..].iter().product();
+    let per = (c / groups) * inner;
+    let mut vals = x.to_vec();
+    let (mut means, mut rstds) = (vec![], vec![]);
+    for s in 0..n {
+        for gi in 0..groups {
+            let start = ((s * groups + gi) * per) as usize;
+            let chunk = &mut vals[start..start + per as usize];
+            let mean = chunk.iter().sum::<f64>() / per as f64;
+            let var = chunk.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / per as f64;
+            let rstd = 1.0 / (var + eps).sqrt();
+            for (k, v) in chunk.iter_mut().enumerate() {
+                let ch = (gi * (c / groups) + k as i64 / inner) as usize;
+                let mut y = (*v - mean) * rstd;
+                if let Some(w) = &w {
+                    y *= w[ch];
+                }
+                if let Some(b) = &b {
+                    y += b[ch];
+                }
+                *v = y;
+            }
+            means.push(mean);
+            rstds.push(rstd);
+        }
+    }
+    Ok((
+        Tensor::new(out.shape.clone(), out.dtype, vals),
+        means,
+        rstds,
+    ))
+}
+
+/// The last two dims of `shape` as (planes, h, w), a 1-d pooling as h = 1.
+fn planes_hw(shape: &[i64], spatial: usize) -> (i64, i64, i64) {
+    let r = shape.len();
+    let planes = shape[..r - spatial].iter().product();
+    match spatial {
+        1 => (planes, 1, shape[r - 1]),
+        _ => (planes, shape[r - 2], shape[r - 1]),
+    }
+}
+
+fn adaptive_avg_pool(args: &[Val], out: &TensorMeta, spatial: usize) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let (planes, h, w) = planes_hw(&x.shape, spatial);
+    let (_, oh, ow) = planes_hw(&out.shape, spatial);
     let xv = x.to_vec();
     let mut vals = Vec::with_capacity(out.numel() as usize);
     for pl in 0..planes {
@@ -557,6 +654,71 @@ fn adaptive_avg_pool(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
                     }
                 }
                 vals.push(acc / ((y1 - y0) * (z1 - z0)) as f64);
+            }
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+/// PyTorch's average pooling: the window clipped to the padded input (`ceil_mode`
+/// windows may run past it); the divisor is the override, or the clipped window's size
+/// counting padding, or not counting it.
+pub fn avg_pool_divisor(
+    start: i64,
+    kernel: i64,
+    size: i64,
+    pad: i64,
+    count_include_pad: bool,
+) -> (i64, i64, i64) {
+    let end = (start + kernel).min(size + pad);
+    let padded = end - start;
+    let (lo, hi) = (start.max(0), end.min(size));
+    (lo, hi, if count_include_pad { padded } else { hi - lo })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn avg_pool(
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    count_include_pad: bool,
+    divisor_override: Option<i64>,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let x = tensor(args, 0)?;
+    let k = kernel.len();
+    let (planes, h, w) = planes_hw(&x.shape, k);
+    let (_, oh, ow) = planes_hw(&out.shape, k);
+    let two = |v: &[i64], fill: i64| if k == 1 { [fill, v[0]] } else { [v[0], v[1]] };
+    let (kernel, stride, padding) = (two(kernel, 1), two(stride, 1), two(padding, 0));
+    let xv = x.to_vec();
+    let mut vals = Vec::with_capacity(out.numel() as usize);
+    for pl in 0..planes {
+        for i in 0..oh {
+            let (y0, y1, dy) = avg_pool_divisor(
+                i * stride[0] - padding[0],
+                kernel[0],
+                h,
+                padding[0],
+                count_include_pad,
+            );
+            for j in 0..ow {
+                let (z0, z1, dz) = avg_pool_divisor(
+                    j * stride[1] - padding[1],
+                    kernel[1],
+                    w,
+                    padding[1],
+                    count_include_pad,
+                );
+                let mut acc = 0.0;
+                for y in y0..y1 {
+                    for z in z0..z1 {
+                        acc += xv[((pl * h + y) * w + z) as usize];
+                    }
+                }
+                let d = divisor_override.unwrap_or(dy * dz);
+                vals.push(acc / d as f64);
             }
         }
     }

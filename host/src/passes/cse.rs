@@ -126,10 +126,12 @@ fn key(op: &Op, args: &[Arg], outputs: &[crate::graph::TensorMeta]) -> Option<Ke
             dim,
             log,
             half_to_float,
+            dtype,
         } => {
             w.int(*dim);
             w.flag(*log);
             w.flag(*half_to_float);
+            w.opt_int(dtype.map(|d| d as i64));
         }
         Op::LayerNorm {
             normalized_shape,
@@ -196,7 +198,14 @@ fn key(op: &Op, args: &[Arg], outputs: &[crate::graph::TensorMeta]) -> Option<Ke
         Op::GetItem { index } => w.int(*index),
         Op::Cat { dim } => w.int(*dim),
         Op::NoOp(kind) => w.0.push(*kind as u64),
-        Op::Where | Op::Mm | Op::Bmm | Op::Matmul | Op::Contiguous | Op::Clone => {}
+        Op::Where
+        | Op::Mm
+        | Op::Bmm
+        | Op::Matmul
+        | Op::Contiguous
+        | Op::Clone
+        | Op::Copy
+        | Op::TypeAs => {}
         // The attributes of these are plain data whose debug text is exact (floats print
         // round-trip, lists with their lengths): the text is the key.
         Op::Arange { .. }
@@ -210,6 +219,13 @@ fn key(op: &Op, args: &[Arg], outputs: &[crate::graph::TensorMeta]) -> Option<Ke
         | Op::BatchNorm { .. }
         | Op::MaxPool { .. }
         | Op::AdaptiveAvgPool { .. }
+        | Op::AvgPool { .. }
+        | Op::GroupNorm { .. }
+        | Op::Pad { .. }
+        | Op::Roll { .. }
+        | Op::SliceScatter { .. }
+        | Op::AsStrided { .. }
+        | Op::Repeat { .. }
         | Op::Flatten { .. } => {
             let text = format!("{op:?}");
             w.0.push(text.len() as u64);

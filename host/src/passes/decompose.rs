@@ -5,6 +5,7 @@
 //! computed in float32 and cast back, as PyTorch's decompositions do. Each decomposition
 //! must agree with the interpreter's direct evaluation of the composite.
 
+mod layout;
 mod model;
 
 use super::{emit, replace_node, Error, Stats};
@@ -19,6 +20,49 @@ struct B<'g> {
 }
 
 impl B<'_> {
+    /// The operands of `matmul(x, y)` with any operand whose batch dims broadcast in part
+    /// (`[3, 1, M, K] @ [4, K, N]`) expanded to the full batch shape: such batch dims
+    /// cannot be flattened into one strided batch dim (lowering copies the expansion).
+    /// `None` when both operands flatten as they are.
+    fn matmul_operands(&mut self, x: ValueId, y: ValueId) -> Option<Vec<Arg>> {
+        let (ma, mb) = (self.g.meta(x).cloned()?, self.g.meta(y).cloned()?);
+        if ma.rank() < 2 || mb.rank() < 2 {
+            return None;
+        }
+        let batch =
+            crate::graph::shape::broadcast(&ma.shape[..ma.rank() - 2], &mb.shape[..mb.rank() - 2])
+                .ok()?;
+        if batch.is_empty() {
+            return None;
+        }
+        let whole = |m: &crate::graph::TensorMeta| {
+            let own = &m.shape[..m.rank() - 2];
+            own == batch.as_slice() || own.iter().product::<i64>() == 1
+        };
+        if whole(&ma) && whole(&mb) {
+            return None;
+        }
+        let mut operands = vec![];
+        for (v, m) in [(x, &ma), (y, &mb)] {
+            operands.push(Arg::Value(if whole(m) {
+                v
+            } else {
+                let mut sizes = batch.clone();
+                sizes.extend_from_slice(&m.shape[m.rank() - 2..]);
+                self.op(Op::Expand { sizes }, vec![Arg::Value(v)]).ok()?
+            }));
+        }
+        Some(operands)
+    }
+
+    /// `matmul(x, y)`, its operands expanded where lowering needs it.
+    fn matmul(&mut self, x: ValueId, y: ValueId) -> Result<ValueId, Error> {
+        let operands = self
+            .matmul_operands(x, y)
+            .unwrap_or_else(|| vec![Arg::Value(x), Arg::Value(y)]);
+        self.op(Op::Matmul, operands)
+    }
+
     fn op(&mut self, op: Op, args: Vec<Arg>) -> Result<ValueId, Error> {
         emit(self.g, "decompose", &self.base, op, args, self.line)
     }
@@ -120,6 +164,15 @@ fn is_composite(op: &Op) -> bool {
             | Op::BatchNorm { .. }
             | Op::MaxPool { .. }
             | Op::AdaptiveAvgPool { .. }
+            | Op::AvgPool { .. }
+            | Op::GroupNorm { .. }
+            | Op::Pad { .. }
+            | Op::Roll { .. }
+            | Op::SliceScatter { .. }
+            | Op::Copy
+            | Op::TypeAs
+            | Op::AsStrided { .. }
+            | Op::Repeat { .. }
             | Op::Conv { bias: true, .. }
             | Op::Matmul
     )
@@ -150,41 +203,23 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     let trailing = |k: usize| -> Vec<i64> { (rank - k as i64..rank).collect() };
     let new: Vec<ValueId> = match op {
         Op::Matmul => {
-            // Batch dims that broadcast in part ([3, 1, M, K] @ [4, K, N]) cannot be
-            // flattened into one strided batch dim: such an operand is expanded to the
-            // full batch shape (and copied by lowering). An operand whose batch dims are
-            // all 1 or all present flattens as it is, and is left alone.
             let Some(y) = value(args.get(1)) else {
                 return Ok(false);
             };
-            let (Some(ma), Some(mb)) = (b.g.meta(x).cloned(), b.g.meta(y).cloned()) else {
-                return Ok(false);
-            };
-            if ma.rank() < 2 || mb.rank() < 2 || out.rank() < 3 {
-                return Ok(false);
+            match b.matmul_operands(x, y) {
+                Some(operands) => vec![b.op(Op::Matmul, operands)?],
+                None => return Ok(false),
             }
-            let batch = out.shape[..out.rank() - 2].to_vec();
-            let whole = |m: &crate::graph::TensorMeta| {
-                let own = &m.shape[..m.rank() - 2];
-                own == batch.as_slice() || own.iter().product::<i64>() == 1
-            };
-            if whole(&ma) && whole(&mb) {
-                return Ok(false);
-            }
-            let mut operands = vec![];
-            for (v, m) in [(x, &ma), (y, &mb)] {
-                operands.push(Arg::Value(if whole(m) {
-                    v
-                } else {
-                    let mut sizes = batch.clone();
-                    sizes.extend_from_slice(&m.shape[m.rank() - 2..]);
-                    b.op(Op::Expand { sizes }, vec![Arg::Value(v)])?
-                }));
-            }
-            vec![b.op(Op::Matmul, operands)?]
         }
-        Op::Softmax { dim, log, .. } => {
-            let xc = b.upcast(x)?;
+        Op::Softmax {
+            dim, log, dtype, ..
+        } => {
+            // `dtype` casts the input first (a narrower dtype rounds it).
+            let xd = match dtype {
+                Some(d) => b.cast(x, d)?,
+                None => x,
+            };
+            let xc = b.upcast(xd)?;
             let m = b.reduce(ReduceOp::Amax, xc, &[dim])?;
             let s = b.vv(BinaryOp::Sub, xc, m)?;
             let e = b.un(UnaryOp::Exp, s)?;
@@ -384,7 +419,13 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             let (Some(m1), Some(m2)) = (value(args.get(1)), value(args.get(2))) else {
                 return Ok(false);
             };
-            let mut p = b.op(Op::Mm, vec![Arg::Value(m1), Arg::Value(m2)])?;
+            // `baddbmm` is the batched form.
+            let mm = if b.g.meta(m1).is_some_and(|m| m.rank() == 3) {
+                Op::Bmm
+            } else {
+                Op::Mm
+            };
+            let mut p = b.op(mm, vec![Arg::Value(m1), Arg::Value(m2)])?;
             if alpha.to_f64() != 1.0 {
                 p = b.bin(BinaryOp::Mul, Arg::Value(p), Arg::Scalar(alpha))?;
             }
@@ -527,7 +568,84 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             }
             r
         }
-        Op::AdaptiveAvgPool { .. } => vec![model::adaptive_avg_pool(&mut b, x, &out)?],
+        Op::AdaptiveAvgPool { output_size } => vec![model::adaptive_avg_pool(
+            &mut b,
+            x,
+            output_size.len(),
+            &out,
+        )?],
+        Op::AvgPool {
+            kernel,
+            stride,
+            padding,
+            count_include_pad,
+            divisor_override,
+            ..
+        } => vec![layout::avg_pool(
+            &mut b,
+            x,
+            &layout::Window {
+                kernel: &kernel,
+                stride: &stride,
+                padding: &padding,
+                count_include_pad,
+                divisor_override,
+            },
+            &out,
+        )?],
+        Op::GroupNorm {
+            groups,
+            eps,
+            weight,
+            bias,
+            native,
+        } => {
+            let w = if weight { value(args.get(1)) } else { None };
+            let bb = if bias {
+                value(args.get(1 + weight as usize))
+            } else {
+                None
+            };
+            let (y, mean, rstd) = model::group_norm(&mut b, x, groups, eps, w, bb, &out)?;
+            let mut r = vec![y];
+            if native {
+                for (v, m) in [mean, rstd].into_iter().zip(&outs[1..]) {
+                    let v = b.op(
+                        Op::Reshape {
+                            shape: m.shape.clone(),
+                            view: false,
+                        },
+                        vec![Arg::Value(v)],
+                    )?;
+                    r.push(b.cast(v, m.dtype)?);
+                }
+            }
+            r
+        }
+        Op::Pad { pads, mode, value } => vec![layout::pad(&mut b, x, &pads, mode, value, &out)?],
+        Op::Roll { shifts, dims } => vec![layout::roll(&mut b, x, &shifts, &dims, &out)?],
+        Op::SliceScatter {
+            dim,
+            start,
+            end,
+            step,
+            select,
+        } => {
+            let Some(src) = value(args.get(1)) else {
+                return Ok(false);
+            };
+            vec![layout::slice_scatter(
+                &mut b, x, src, dim, start, end, step, select, &out,
+            )?]
+        }
+        Op::Copy => vec![layout::copy(&mut b, args.get(1), &out)?],
+        Op::TypeAs => vec![layout::fresh(&mut b, x, out.dtype)?],
+        Op::Repeat { repeats } => vec![layout::repeat(&mut b, x, &repeats, &out)?],
+        Op::AsStrided {
+            size,
+            stride,
+            offset,
+        } => vec![layout::as_strided(&mut b, x, &size, &stride, offset, &out)?],
         Op::Conv {
             stride,
             padding,

@@ -162,6 +162,8 @@ const RECIPES: &[(u32, Recipe, &str)] = &[
     (2, Gen::pool, "pool"),
     (2, Gen::attention, "attention"),
     (1, Gen::passthrough, "passthrough"),
+    (3, Gen::layout, "layout"),
+    (1, Gen::group_norm, "group_norm"),
 ];
 
 impl Gen {
@@ -489,6 +491,8 @@ impl Gen {
             "gelu",
             "relu6",
             "hardtanh",
+            "hardsigmoid",
+            "hardswish",
         ];
         const INT_OPS: &[&str] = &["abs", "neg", "relu", "exp", "sin", "cos", "tanh", "sigmoid"];
         let op = if a.is_float() {
@@ -541,8 +545,22 @@ impl Gen {
             return Some(vec![self.node(op, vec![Arg::T(a.name), b], vec![])]);
         }
         let op = *[
-            "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "lt", "ge", "gt", "le",
-            "max", "min",
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "pow",
+            "maximum",
+            "minimum",
+            "eq",
+            "lt",
+            "ge",
+            "gt",
+            "le",
+            "max",
+            "min",
+            "fmod",
+            "remainder",
         ]
         .choose(&mut self.rng)
         .expect("an op");
@@ -554,14 +572,23 @@ impl Gen {
             return None;
         }
         let b_is_bool = match &b {
-            Arg::T(n) => self
-                .vals
-                .iter()
-                .any(|v| &v.name == n && v.dtype == DType::Bool),
+            // A value made before, or an input `second_operand` just made.
+            Arg::T(n) => {
+                self.vals
+                    .iter()
+                    .any(|v| &v.name == n && v.dtype == DType::Bool)
+                    || self
+                        .spec
+                        .inputs
+                        .iter()
+                        .any(|i| &i.name == n && i.dtype == "bool")
+            }
             Arg::B(_) => true,
             _ => false,
         };
-        if op == "sub" && b_is_bool {
+        if (op == "sub" || op == "fmod" || op == "remainder")
+            && (b_is_bool || a.dtype == DType::Bool)
+        {
             // PyTorch refuses `-` with any bool operand.
             return None;
         }
@@ -575,6 +602,14 @@ impl Gen {
                         attrs[0].1 = Arg::I(2);
                     }
                 }
+            }
+            "fmod" | "remainder" if !a.is_float() || !matches!(b, Arg::T(_)) => {
+                // An integer remainder by zero is an error in PyTorch: a non-zero number.
+                b = if a.is_float() {
+                    Arg::F(*[1.5, -0.75, 2.0].choose(&mut self.rng).expect("a divisor"))
+                } else {
+                    Arg::I(*[2, -3, 5].choose(&mut self.rng).expect("a divisor"))
+                };
             }
             "div" if self.chance(0.4) => {
                 attrs.push((
@@ -738,9 +773,18 @@ impl Gen {
         } else {
             self.any_dim(a.rank())
         };
-        let r = self.rng.random_range(0..4);
+        let r = self.rng.random_range(0..5);
         let (op, args) = match r {
             0 => ("softmax", vec![Arg::T(a.name), Arg::I(dim)]),
+            4 => {
+                // A dtype the input is cast to first.
+                let d = if a.dtype == DType::Float32 {
+                    "float64"
+                } else {
+                    "float32"
+                };
+                ("log_softmax", vec![Arg::T(a.name), Arg::I(dim), Arg::S(d)])
+            }
             1 => ("log_softmax", vec![Arg::T(a.name), Arg::I(dim)]),
             2 => {
                 let h2f = a.dtype == DType::Float16 && self.chance(0.5);
@@ -1045,6 +1089,17 @@ impl Gen {
             0 if rank == 2 => {
                 let b = self.input(vec![k, n], dt);
                 self.node("mm", vec![Arg::T(a.name), Arg::T(b)], vec![])
+            }
+            1 if rank == 3 && self.chance(0.3) => {
+                let b = self.input(vec![a.shape[0], k, n], dt);
+                let mut bias = self.broadcastable(&[a.shape[0], a.shape[1], n]);
+                bias.drain(..bias.len().saturating_sub(3));
+                let c = self.input(bias, dt);
+                self.node(
+                    "baddbmm",
+                    vec![Arg::T(c), Arg::T(a.name), Arg::T(b)],
+                    vec![("beta", Arg::F(0.5)), ("alpha", Arg::F(2.0))],
+                )
             }
             1 if rank == 3 => {
                 let b = self.input(vec![a.shape[0], k, n], dt);
@@ -1442,13 +1497,60 @@ impl Gen {
                 && v.numel() > 0
                 && v.shape[v.rank() - 2..].iter().all(|&s| s >= 2)
         })?;
-        if self.chance(0.4) {
+        if self.chance(0.3) {
             let o: Vec<i64> = (0..2).map(|_| self.rng.random_range(1..=5)).collect();
+            let op = if self.chance(0.5) {
+                "adaptive_avg_pool2d"
+            } else {
+                "_adaptive_avg_pool2d"
+            };
+            return Some(vec![self.node(op, vec![Arg::T(a.name), ints(&o)], vec![])]);
+        }
+        if a.rank() == 3 && self.chance(0.2) {
+            // Over the last dim only ([N, C, L]).
+            let l = a.shape[a.rank() - 1];
+            let o = self.rng.random_range(1..=l.min(5));
             return Some(vec![self.node(
-                "adaptive_avg_pool2d",
-                vec![Arg::T(a.name), ints(&o)],
+                "adaptive_avg_pool1d",
+                vec![Arg::T(a.name), ints(&[o])],
                 vec![],
             )]);
+        }
+        if self.chance(0.4) {
+            let k = self.rng.random_range(1..=3i64);
+            let s = self.rng.random_range(1..=2i64);
+            let p = self.rng.random_range(0..=k / 2);
+            let h = &a.shape[a.rank() - 2..];
+            if h.iter().any(|&x| x + 2 * p < k) {
+                return None;
+            }
+            let (ceil, include) = (self.chance(0.3), self.chance(0.6));
+            if a.rank() == 3 && self.chance(0.3) {
+                return Some(vec![self.node(
+                    "avg_pool1d",
+                    vec![
+                        Arg::T(a.name),
+                        ints(&[k]),
+                        ints(&[s]),
+                        ints(&[p]),
+                        Arg::B(ceil),
+                        Arg::B(include),
+                    ],
+                    vec![],
+                )]);
+            }
+            let mut args = vec![
+                Arg::T(a.name),
+                ints(&[k, k]),
+                ints(&[s, s]),
+                ints(&[p, p]),
+                Arg::B(ceil),
+                Arg::B(include),
+            ];
+            if self.chance(0.2) {
+                args.push(Arg::I(self.rng.random_range(1..=5)));
+            }
+            return Some(vec![self.node("avg_pool2d", args, vec![])]);
         }
         let k = self.rng.random_range(1..=3i64);
         let s = self.rng.random_range(1..=2i64);
@@ -1569,6 +1671,214 @@ impl Gen {
             _ => self.node("lift_fresh_copy", vec![Arg::T(a.name)], vec![]),
         };
         Some(vec![n])
+    }
+}
+
+impl Gen {
+    /// The ops whole models use to move elements: padding in every mode, roll,
+    /// slice/select scatters, copy and fill, type_as, as_strided, repeat, masked_fill.
+    fn layout(&mut self) -> Option<Vec<Node>> {
+        let a = self.pick(|v| v.rank() >= 1 && v.numel() > 0)?;
+        let rank = a.rank();
+        let dt = dtype_name(a.dtype);
+        let d = self.rng.random_range(0..rank);
+        let size = a.shape[d];
+        Some(match self.rng.random_range(0..9) {
+            0 => {
+                // Constant padding (negative amounts crop) on the last one or two dims.
+                let pairs = self.rng.random_range(1..=rank.min(2));
+                let mut pads = vec![];
+                for i in 0..pairs {
+                    let s = a.shape[rank - 1 - i];
+                    let lo = -(s / 2).min(2);
+                    pads.push(self.rng.random_range(lo..=3));
+                    pads.push(self.rng.random_range(lo..=3));
+                }
+                let value = if a.is_float() { Arg::F(0.5) } else { Arg::I(2) };
+                vec![self.node(
+                    "constant_pad_nd",
+                    vec![Arg::T(a.name), ints(&pads), value],
+                    vec![],
+                )]
+            }
+            1 => {
+                // reflect/replicate/circular need a float [N?, C, spatial] input (PyTorch's
+                // kernels), one to three trailing dims padded.
+                if !a.is_float() || rank < 2 {
+                    return None;
+                }
+                let mode = *["reflect", "replicate", "circular"]
+                    .choose(&mut self.rng)
+                    .expect("a mode");
+                let pairs = self.rng.random_range(1..=(rank - 1).min(3));
+                if !(pairs + 1..=pairs + 2).contains(&rank) {
+                    return None;
+                }
+                let mut pads = vec![];
+                for i in 0..pairs {
+                    let s = a.shape[rank - 1 - i];
+                    let most = if mode == "reflect" { s - 1 } else { s };
+                    if most < 1 && mode != "replicate" {
+                        return None;
+                    }
+                    let most = most.clamp(0, 3);
+                    pads.push(self.rng.random_range(0..=most));
+                    pads.push(self.rng.random_range(0..=most));
+                }
+                vec![self.node(
+                    "pad",
+                    vec![Arg::T(a.name), ints(&pads), Arg::S(mode)],
+                    vec![],
+                )]
+            }
+            2 => {
+                let shift = self.rng.random_range(-7..=7);
+                if self.chance(0.3) {
+                    vec![self.node("roll", vec![Arg::T(a.name), ints(&[shift])], vec![])]
+                } else {
+                    let dim = d as i64;
+                    vec![self.node(
+                        "roll",
+                        vec![Arg::T(a.name), ints(&[shift]), ints(&[dim])],
+                        vec![],
+                    )]
+                }
+            }
+            3 => {
+                let step = self.rng.random_range(1..=2);
+                let start = self.rng.random_range(0..size);
+                let end = self.rng.random_range(start..=size);
+                let len = (end - start + step - 1) / step;
+                let mut s = a.shape.clone();
+                s[d] = len;
+                let src = self.input(s, dt);
+                vec![self.node(
+                    "slice_scatter",
+                    vec![
+                        Arg::T(a.name),
+                        Arg::T(src),
+                        Arg::I(d as i64),
+                        Arg::I(start),
+                        Arg::I(end),
+                        Arg::I(step),
+                    ],
+                    vec![],
+                )]
+            }
+            4 => {
+                let mut s = a.shape.clone();
+                s.remove(d);
+                let src = self.input(s, dt);
+                let index = self.rng.random_range(-size..size);
+                vec![self.node(
+                    "select_scatter",
+                    vec![Arg::T(a.name), Arg::T(src), Arg::I(d as i64), Arg::I(index)],
+                    vec![],
+                )]
+            }
+            5 => {
+                if self.chance(0.5) {
+                    // `src` broadcasts to `self` without adding dims.
+                    let mut shape = self.broadcastable(&a.shape);
+                    shape.drain(..shape.len().saturating_sub(rank));
+                    let dtype = self.input_dtype();
+                    let src = self.input(shape, dtype);
+                    vec![self.node("copy", vec![Arg::T(a.name), Arg::T(src)], vec![])]
+                } else {
+                    let value = if a.dtype == DType::Bool {
+                        Arg::B(true)
+                    } else {
+                        Arg::I(3)
+                    };
+                    vec![self.node("fill", vec![Arg::T(a.name), value], vec![])]
+                }
+            }
+            6 => {
+                let other = self.pick(|_| true)?;
+                vec![self.node("type_as", vec![Arg::T(a.name), Arg::T(other.name)], vec![])]
+            }
+            7 => {
+                let n = a.numel();
+                if self.chance(0.5) {
+                    let reps: Vec<i64> = (0..rank + self.rng.random_range(0..=1))
+                        .map(|_| self.rng.random_range(1..=3))
+                        .collect();
+                    vec![self.node("repeat", vec![Arg::T(a.name), ints(&reps)], vec![])]
+                } else {
+                    // Overlapping windows of the flat elements: [rows, width] from an offset.
+                    let width = self.rng.random_range(1..=n.min(4));
+                    let step = self.rng.random_range(1..=width);
+                    let offset = self.rng.random_range(0..=(n - width).min(2));
+                    let rows = (n - offset - width) / step + 1;
+                    vec![self.node(
+                        "as_strided",
+                        vec![
+                            Arg::T(a.name),
+                            ints(&[rows, width]),
+                            ints(&[step, 1]),
+                            Arg::I(offset),
+                        ],
+                        vec![],
+                    )]
+                }
+            }
+            _ => {
+                let mut shape = self.broadcastable(&a.shape);
+                shape.drain(..shape.len().saturating_sub(rank));
+                let c = self.input(shape, "bool");
+                let value = if a.is_float() {
+                    Arg::F(-1.5)
+                } else if a.dtype == DType::Bool {
+                    Arg::B(false)
+                } else {
+                    Arg::I(-4)
+                };
+                vec![self.node(
+                    "masked_fill",
+                    vec![Arg::T(a.name), Arg::T(c), value],
+                    vec![],
+                )]
+            }
+        })
+    }
+
+    fn group_norm(&mut self) -> Option<Vec<Node>> {
+        let a = self.pick(|v| v.is_float() && v.rank() >= 2 && v.numel() > 0)?;
+        let c = a.shape[1];
+        let divisors: Vec<i64> = (1..=c).filter(|g| c % g == 0).collect();
+        let g = *divisors.choose(&mut self.rng)?;
+        let dt = dtype_name(a.dtype);
+        if self.chance(0.5) {
+            let mut args = vec![Arg::T(a.name), Arg::I(g)];
+            if self.chance(0.6) {
+                args.push(Arg::T(self.input(vec![c], dt)));
+                args.push(Arg::T(self.input(vec![c], dt)));
+            }
+            return Some(vec![self.node(
+                "group_norm",
+                args,
+                vec![("eps", Arg::F(1e-5))],
+            )]);
+        }
+        let (w, b) = (self.input(vec![c], dt), self.input(vec![c], dt));
+        let hw: i64 = a.shape[2..].iter().product();
+        let n = self.node(
+            "native_group_norm",
+            vec![
+                Arg::T(a.name),
+                Arg::T(w),
+                Arg::T(b),
+                Arg::I(a.shape[0]),
+                Arg::I(c),
+                Arg::I(hw),
+                Arg::I(g),
+                Arg::F(1e-5),
+            ],
+            vec![],
+        );
+        let name = n.name.clone();
+        let get = self.node("getitem", vec![Arg::T(name), Arg::I(0)], vec![]);
+        Some(vec![n, get])
     }
 }
 

@@ -304,7 +304,16 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Sigmoid => float_only("kiln_sigmoid"),
         UnaryOp::Silu => float_only("kiln_sigmoid").map(|s| format!("({a} * {s})")),
         UnaryOp::Reciprocal => float_only("").map(|_| format!("(static_cast<{ty}>(1) / {a})")),
+        // std::max/min keep a NaN in their first operand, as PyTorch's hardsigmoid does.
+        UnaryOp::Hardsigmoid => float_only("").map(|_| hardsigmoid(a, ty)),
+        UnaryOp::Hardswish => float_only("").map(|_| format!("({a} * {})", hardsigmoid(a, ty))),
     }
+}
+
+fn hardsigmoid(a: &str, ty: &str) -> String {
+    format!(
+        "(std::min(std::max({a} + static_cast<{ty}>(3), static_cast<{ty}>(0)), static_cast<{ty}>(6)) / static_cast<{ty}>(6))"
+    )
 }
 
 fn binary(op: BinaryOp, a: &str, b: &str, operand: DType, ty: &str) -> Result<String, String> {
@@ -334,6 +343,17 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType, ty: &str) -> Result<St
         BinaryOp::BitAnd => format!("static_cast<{ty}>({a} & {b})"),
         BinaryOp::BitOr => format!("static_cast<{ty}>({a} | {b})"),
         BinaryOp::BitXor => format!("static_cast<{ty}>({a} ^ {b})"),
+        BinaryOp::Fmod if float => format!("std::fmod({a}, {b})"),
+        BinaryOp::Remainder if float => {
+            let r = format!("std::fmod({a}, {b})");
+            format!("(({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {b} : {r})")
+        }
+        // Integer remainder by zero would trap; as for division, Kiln gives 0.
+        BinaryOp::Fmod => format!("static_cast<{ty}>({b} == 0 ? 0 : {a} % {b})"),
+        BinaryOp::Remainder => {
+            let r = format!("({b} == 0 ? 0 : {a} % {b})");
+            format!("static_cast<{ty}>(({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {b} : {r})")
+        }
     })
 }
 

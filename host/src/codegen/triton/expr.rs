@@ -214,7 +214,16 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Sigmoid => float_only("tl.sigmoid"),
         UnaryOp::Silu => float_only("tl.sigmoid").map(|s| format!("({a} * {s})")),
         UnaryOp::Reciprocal => float_only("").map(|_| format!("(1.0 / {a})")),
+        UnaryOp::Hardsigmoid => float_only("").map(|_| hardsigmoid(a)),
+        UnaryOp::Hardswish => float_only("").map(|_| format!("({a} * {})", hardsigmoid(a))),
     }
+}
+
+/// `clamp(x + 3, 0, 6) / 6`, NaN kept (PyTorch's hardsigmoid propagates it).
+fn hardsigmoid(a: &str) -> String {
+    format!(
+        "(tl.minimum(tl.maximum({a} + 3.0, 0.0, propagate_nan=tl.PropagateNan.ALL), 6.0, propagate_nan=tl.PropagateNan.ALL) / 6.0)"
+    )
 }
 
 fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, String> {
@@ -258,5 +267,15 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, Stri
         BinaryOp::BitAnd => format!("({a} & {b})"),
         BinaryOp::BitOr => format!("({a} | {b})"),
         BinaryOp::BitXor => format!("({a} ^ {b})"),
+        BinaryOp::Fmod if float => format!("libdevice.fmod({a}, {b})"),
+        BinaryOp::Remainder if float => {
+            let r = format!("libdevice.fmod({a}, {b})");
+            format!("tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})")
+        }
+        // Integers: `a - q * b` with the sign-safe quotients above.
+        BinaryOp::Fmod => format!("({a} - {} * {b})", binary(BinaryOp::DivTrunc, a, b, operand)?),
+        BinaryOp::Remainder => {
+            format!("({a} - {} * {b})", binary(BinaryOp::DivFloor, a, b, operand)?)
+        }
     })
 }

@@ -6,7 +6,7 @@
 
 use crate::graph::dtype::DType;
 use crate::graph::ir::Scalar;
-use crate::graph::ops::{BinaryOp, GeluApprox, NoOpKind, Op, ReduceOp, UnaryOp};
+use crate::graph::ops::{BinaryOp, GeluApprox, NoOpKind, Op, PadMode, ReduceOp, UnaryOp};
 
 /// A parsed argument value, before it is typed by a signature.
 #[derive(Clone, Debug, PartialEq)]
@@ -363,6 +363,134 @@ const SIGNATURES: &[(&str, Sig)] = {
             "all",
             &[("self", T, true), ("dim", Il, false), ("keepdim", B, false)],
         ),
+        (
+            "group_norm",
+            &[
+                ("input", T, true),
+                ("num_groups", I, true),
+                ("weight", Ot, false),
+                ("bias", Ot, false),
+                ("eps", F, false),
+                ("cudnn_enabled", B, false),
+            ],
+        ),
+        (
+            "native_group_norm",
+            &[
+                ("input", T, true),
+                ("weight", Ot, false),
+                ("bias", Ot, false),
+                ("N", I, true),
+                ("C", I, true),
+                ("HxW", I, true),
+                ("group", I, true),
+                ("eps", F, true),
+            ],
+        ),
+        ("repeat", &[("self", T, true), ("repeats", Il, true)]),
+        ("fmod", BIN),
+        ("remainder", BIN),
+        (
+            "masked_fill",
+            &[("self", T, true), ("mask", T, true), ("value", Ts, true)],
+        ),
+        ("type_as", &[("self", T, true), ("other", T, true)]),
+        (
+            "copy",
+            &[
+                ("self", T, true),
+                ("src", T, true),
+                ("non_blocking", B, false),
+            ],
+        ),
+        ("fill", &[("self", T, true), ("value", Ts, true)]),
+        (
+            "baddbmm",
+            &[
+                ("self", T, true),
+                ("batch1", T, true),
+                ("batch2", T, true),
+                ("beta", N, false),
+                ("alpha", N, false),
+            ],
+        ),
+        (
+            "avg_pool1d",
+            &[
+                ("self", T, true),
+                ("kernel_size", Il, true),
+                ("stride", Il, false),
+                ("padding", Il, false),
+                ("ceil_mode", B, false),
+                ("count_include_pad", B, false),
+            ],
+        ),
+        (
+            "avg_pool2d",
+            &[
+                ("self", T, true),
+                ("kernel_size", Il, true),
+                ("stride", Il, false),
+                ("padding", Il, false),
+                ("ceil_mode", B, false),
+                ("count_include_pad", B, false),
+                ("divisor_override", I, false),
+            ],
+        ),
+        (
+            "constant_pad_nd",
+            &[("self", T, true), ("pad", Il, true), ("value", N, false)],
+        ),
+        (
+            "pad",
+            &[
+                ("self", T, true),
+                ("pad", Il, true),
+                ("mode", S, false),
+                ("value", F, false),
+            ],
+        ),
+        (
+            "roll",
+            &[("self", T, true), ("shifts", Il, true), ("dims", Il, false)],
+        ),
+        (
+            "slice_scatter",
+            &[
+                ("self", T, true),
+                ("src", T, true),
+                ("dim", I, false),
+                ("start", I, false),
+                ("end", I, false),
+                ("step", I, false),
+            ],
+        ),
+        (
+            "select_scatter",
+            &[
+                ("self", T, true),
+                ("src", T, true),
+                ("dim", I, true),
+                ("index", I, true),
+            ],
+        ),
+        (
+            "as_strided",
+            &[
+                ("self", T, true),
+                ("size", Il, true),
+                ("stride", Il, true),
+                ("storage_offset", I, false),
+            ],
+        ),
+        (
+            "adaptive_avg_pool1d",
+            &[("self", T, true), ("output_size", Il, true)],
+        ),
+        (
+            "_adaptive_avg_pool2d",
+            &[("self", T, true), ("output_size", Il, true)],
+        ),
         ("bitwise_and", BIN),
         ("bitwise_or", BIN),
         ("bitwise_xor", BIN),
@@ -557,6 +685,11 @@ fn signature(op: &str) -> Option<Sig> {
         .iter()
         .find(|(name, _)| *name == op)
         .map(|(_, sig)| *sig)
+}
+
+/// The parameter names of `op`, in order; `None` for an op outside the op set.
+pub fn param_names(op: &str) -> Option<Vec<&'static str>> {
+    signature(op).map(|sig| sig.iter().map(|p| p.0).collect())
 }
 
 /// Every op name of the op set.
@@ -782,6 +915,10 @@ pub fn bind(
     }
     let b = Bound { sig, vals };
     let op = build(op_name, &b)?;
+    if op_name == "masked_fill" {
+        // `where(mask, value, self)`.
+        operands.rotate_left(1);
+    }
     if op_name == "logical_not" {
         // `x == false`: true exactly where x is zero, for every dtype.
         operands.push(Operand::Scalar(Scalar::Bool(false)));
@@ -830,22 +967,24 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
         })
     };
     let softmax = |log: bool| -> Result<Op, SigError> {
-        let half_to_float = if name.starts_with('_') {
-            b.boolean("half_to_float")?
+        let (half_to_float, dtype) = if name.starts_with('_') {
+            (b.boolean("half_to_float")?, None)
         } else {
-            if b.present("dtype") {
+            let dtype = b.dtype("dtype")?;
+            if dtype.is_some_and(|d| !d.is_float()) {
                 return Err(bad(
                     "dtype",
-                    "no dtype (use `to` before softmax)",
-                    &Raw::Bool(true),
+                    "a floating-point dtype",
+                    b.get("dtype").unwrap_or(&Raw::None),
                 ));
             }
-            false
+            (false, dtype)
         };
         Ok(Op::Softmax {
             dim: b.int_or("dim", 0)?,
             log,
             half_to_float,
+            dtype,
         })
     };
     let need_ints = |n: &str| -> Result<Vec<i64>, SigError> { Ok(b.ints(n)?.unwrap_or_default()) };
@@ -1077,16 +1216,136 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
                 with_indices: name.ends_with("indices"),
             }
         }
-        "adaptive_avg_pool2d" => {
+        "adaptive_avg_pool2d" | "_adaptive_avg_pool2d" | "adaptive_avg_pool1d" => {
             let size = need_ints("output_size")?;
+            let dims = if name.ends_with("1d") { 1 } else { 2 };
             Op::AdaptiveAvgPool {
                 output_size: if size.len() == 1 {
-                    vec![size[0]; 2]
+                    vec![size[0]; dims]
                 } else {
                     size
                 },
             }
         }
+        "avg_pool1d" | "avg_pool2d" => {
+            let dims = if name.ends_with("1d") { 1 } else { 2 };
+            let widen = |v: Vec<i64>| if v.len() == 1 { vec![v[0]; dims] } else { v };
+            let kernel = widen(need_ints("kernel_size")?);
+            let stride = match b.ints("stride")? {
+                None => kernel.clone(),
+                Some(v) if v.is_empty() => kernel.clone(),
+                Some(v) => widen(v),
+            };
+            let count_include_pad = match b.get("count_include_pad") {
+                None => true,
+                Some(Raw::Bool(v)) => *v,
+                Some(r) => return Err(bad("count_include_pad", "a bool", r)),
+            };
+            let divisor_override = b.int("divisor_override")?;
+            if divisor_override.is_some_and(|d| d == 0) {
+                return Err(bad("divisor_override", "a non-zero integer", &Raw::Int(0)));
+            }
+            Op::AvgPool {
+                stride,
+                padding: widen(b.ints("padding")?.unwrap_or_else(|| vec![0])),
+                kernel,
+                ceil_mode: b.boolean("ceil_mode")?,
+                count_include_pad,
+                divisor_override,
+            }
+        }
+        "constant_pad_nd" | "pad" => {
+            let pads = need_ints("pad")?;
+            let mode = match b.string("mode")? {
+                None | Some("constant") => PadMode::Constant,
+                Some("reflect") => PadMode::Reflect,
+                Some("replicate") => PadMode::Replicate,
+                Some("circular") => PadMode::Circular,
+                Some(o) => {
+                    return Err(bad(
+                        "mode",
+                        "\"constant\", \"reflect\", \"replicate\" or \"circular\"",
+                        &Raw::Str(o.into()),
+                    ))
+                }
+            };
+            if pads.len() % 2 != 0 {
+                return Err(bad(
+                    "pad",
+                    "an even number of amounts",
+                    b.get("pad").unwrap_or(&Raw::None),
+                ));
+            }
+            Op::Pad {
+                pads,
+                mode,
+                value: b.float("value")?.unwrap_or(0.0),
+            }
+        }
+        "roll" => Op::Roll {
+            shifts: need_ints("shifts")?,
+            dims: b.ints("dims")?.unwrap_or_default(),
+        },
+        "slice_scatter" => {
+            let step = b.int_or("step", 1)?;
+            if step <= 0 {
+                return Err(bad("step", "a positive integer", &Raw::Int(step)));
+            }
+            Op::SliceScatter {
+                dim: b.int_or("dim", 0)?,
+                start: b.int("start")?,
+                end: b.int("end")?,
+                step,
+                select: false,
+            }
+        }
+        "select_scatter" => {
+            let index = b.int_or("index", 0)?;
+            Op::SliceScatter {
+                dim: b.int_or("dim", 0)?,
+                start: Some(index),
+                end: Some(index.wrapping_add(1)),
+                step: 1,
+                select: true,
+            }
+        }
+        "as_strided" => {
+            let size = need_ints("size")?;
+            let stride = need_ints("stride")?;
+            if size.len() != stride.len() {
+                return Err(bad(
+                    "stride",
+                    &format!("{} strides, one per size", size.len()),
+                    b.get("stride").unwrap_or(&Raw::None),
+                ));
+            }
+            Op::AsStrided {
+                size,
+                stride,
+                offset: b.int_or("storage_offset", 0)?,
+            }
+        }
+        "group_norm" | "native_group_norm" => Op::GroupNorm {
+            groups: if name == "group_norm" {
+                b.int_or("num_groups", 1)?
+            } else {
+                b.int_or("group", 1)?
+            },
+            eps: b.float("eps")?.unwrap_or(1e-5),
+            weight: b.present("weight"),
+            bias: b.present("bias"),
+            native: name == "native_group_norm",
+        },
+        "masked_fill" => Op::Where,
+        "type_as" => Op::TypeAs,
+        "repeat" => Op::Repeat {
+            repeats: need_ints("repeats")?,
+        },
+        "copy" | "fill" => Op::Copy,
+        "baddbmm" => Op::Addmm {
+            beta: b.scalar("beta")?.unwrap_or(Scalar::Int(1)),
+            alpha: b.scalar("alpha")?.unwrap_or(Scalar::Int(1)),
+        },
         "flatten" => Op::Flatten {
             start: b.int_or("start_dim", 0)?,
             end: b.int_or("end_dim", -1)?,

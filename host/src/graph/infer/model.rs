@@ -618,22 +618,128 @@ pub(super) fn adaptive_avg_pool(
 ) -> Result<Vec<TensorMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
-    if !(3..=4).contains(&x.rank()) || output_size.len() != 2 {
+    let k = output_size.len();
+    let op = if k == 1 {
+        "adaptive_avg_pool1d"
+    } else {
+        "adaptive_avg_pool2d"
+    };
+    if !(1..=2).contains(&k) || !(k + 1..=k + 2).contains(&x.rank()) {
         return invalid(format!(
-            "adaptive_avg_pool2d needs [N, C, H, W] or [C, H, W] and two output sizes, found {:?} and {output_size:?}",
+            "{op} needs {k} spatial dims after a channel dim (and an optional batch dim), found {:?} and output size {output_size:?}",
             x.shape
         ));
     }
     if output_size.iter().any(|&s| s < 0) || !x.dtype.is_float() {
-        return invalid("adaptive_avg_pool2d needs non-negative output sizes and a float input");
+        return invalid(format!(
+            "{op} needs non-negative output sizes and a float input"
+        ));
     }
     let r = x.rank();
-    if x.shape[r - 2] == 0 || x.shape[r - 1] == 0 {
-        return invalid("adaptive_avg_pool2d of an empty input");
+    if x.shape[r - k..].contains(&0) {
+        return invalid(format!("{op} of an empty input"));
     }
     let mut shape = x.shape.clone();
-    shape[r - 2] = output_size[0];
-    shape[r - 1] = output_size[1];
+    shape[r - k..].copy_from_slice(output_size);
+    one(shape, x.dtype)
+}
+
+/// `group_norm`: `[N, C, ...]` normalised over each group of `C / groups` channels.
+pub(super) fn group_norm(
+    groups: i64,
+    weight: bool,
+    bias: bool,
+    native: bool,
+    args: &[ArgMeta],
+) -> Result<Vec<TensorMeta>, InferError> {
+    count(args, 1 + weight as usize + bias as usize)?;
+    let x = tensor(args, 0)?;
+    if x.rank() < 2 || !x.dtype.is_float() {
+        return invalid(format!(
+            "group_norm needs a floating-point input [N, C, ...], found {} {:?}",
+            x.dtype, x.shape
+        ));
+    }
+    let c = x.shape[1];
+    if groups < 1 || c % groups != 0 {
+        return invalid(format!(
+            "group_norm: {c} channels do not split into {groups} groups"
+        ));
+    }
+    for i in 1..args.len() {
+        let p = tensor(args, i)?;
+        if p.shape != [c] {
+            return invalid(format!(
+                "group_norm: weight and bias must be [{c}], found {:?}",
+                p.shape
+            ));
+        }
+    }
+    let mut outs = one(x.shape.clone(), x.dtype)?;
+    if native {
+        for _ in 0..2 {
+            outs.push(TensorMeta::contiguous(vec![x.shape[0], groups], x.dtype));
+        }
+    }
+    Ok(outs)
+}
+
+/// `avg_pool1d/2d`: windows without dilation over the last `kernel.len()` dims.
+pub(super) fn avg_pool(
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    ceil: bool,
+    args: &[ArgMeta],
+) -> Result<Vec<TensorMeta>, InferError> {
+    count(args, 1)?;
+    let x = tensor(args, 0)?;
+    let k = kernel.len();
+    let op = if k == 1 { "avg_pool1d" } else { "avg_pool2d" };
+    if !(1..=2).contains(&k) || !(k + 1..=k + 2).contains(&x.rank()) {
+        return invalid(format!(
+            "{op} needs {k} spatial dims after a channel dim (and an optional batch dim), found {:?}",
+            x.shape
+        ));
+    }
+    if stride.len() != k || padding.len() != k {
+        return invalid(format!(
+            "{op}: stride {stride:?} and padding {padding:?} must have {k} entries"
+        ));
+    }
+    if kernel.iter().chain(stride).any(|&v| v < 1) {
+        return invalid(format!("{op}: kernel_size and stride must be positive"));
+    }
+    if (0..k).any(|i| padding[i] < 0 || padding[i] * 2 > kernel[i]) {
+        return invalid(format!(
+            "{op}: padding {padding:?} must be at most half of kernel_size {kernel:?}"
+        ));
+    }
+    if !x.dtype.is_float() {
+        return invalid(format!(
+            "{op} needs a floating-point input, found {}",
+            x.dtype
+        ));
+    }
+    let r = x.rank();
+    let mut shape = x.shape.clone();
+    for i in 0..k {
+        let n = pool_out(
+            x.shape[r - k + i],
+            kernel[i],
+            stride[i],
+            padding[i],
+            1,
+            ceil,
+        );
+        if n < 1 {
+            return invalid(format!(
+                "{op}: output size {n} is too small for input {:?}",
+                x.shape
+            ));
+        }
+        shape[r - k + i] = n;
+    }
     one(shape, x.dtype)
 }
 

@@ -53,11 +53,16 @@ impl B<'_> {
         ValueId::first(id)
     }
 
-    fn shape(&self, v: ValueId) -> Vec<i64> {
+    pub(super) fn shape(&self, v: ValueId) -> Vec<i64> {
         self.g.meta(v).map(|m| m.shape.clone()).unwrap_or_default()
     }
 
-    fn full(&mut self, shape: Vec<i64>, value: f64, dtype: DType) -> Result<ValueId, Error> {
+    pub(super) fn full(
+        &mut self,
+        shape: Vec<i64>,
+        value: f64,
+        dtype: DType,
+    ) -> Result<ValueId, Error> {
         self.op(
             Op::Full {
                 size: Some(shape),
@@ -68,7 +73,7 @@ impl B<'_> {
         )
     }
 
-    fn slice(
+    pub(super) fn slice(
         &mut self,
         x: ValueId,
         dim: i64,
@@ -87,7 +92,7 @@ impl B<'_> {
         )
     }
 
-    fn reshape(&mut self, x: ValueId, shape: Vec<i64>) -> Result<ValueId, Error> {
+    pub(super) fn reshape(&mut self, x: ValueId, shape: Vec<i64>) -> Result<ValueId, Error> {
         self.op(Op::Reshape { shape, view: false }, vec![Arg::Value(x)])
     }
 }
@@ -219,7 +224,7 @@ pub(super) fn attention(
         }
     }
     let kt = b.op(Op::Transpose { dim0: -2, dim1: -1 }, vec![Arg::Value(k)])?;
-    let scores = b.op(Op::Matmul, vec![Arg::Value(q), Arg::Value(kt)])?;
+    let scores = b.matmul(q, kt)?;
     let mut scores = b.vs(BinaryOp::Mul, scores, scale)?;
     if causal {
         mask_size(b, l, s, "causal attention")?;
@@ -256,7 +261,7 @@ pub(super) fn attention(
     let ex = b.un(UnaryOp::Exp, sh)?;
     let z = b.reduce(ReduceOp::Sum, ex, &[-1])?;
     let p = b.vv(BinaryOp::Div, ex, z)?;
-    let y = b.op(Op::Matmul, vec![Arg::Value(p), Arg::Value(v)])?;
+    let y = b.matmul(p, v)?;
     let y = if b.shape(y) != out.shape {
         b.op(
             Op::Expand {
@@ -395,6 +400,44 @@ pub(super) fn batch_norm(
     b.cast(y, out.dtype)
 }
 
+/// Group norm: `[N, G, rest]` normalised over `rest` (biased variance), then the
+/// per-channel weight and bias. Returns the result and the `[N, G, 1]` mean and rstd.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn group_norm(
+    b: &mut B,
+    x: ValueId,
+    groups: i64,
+    eps: f64,
+    weight: Option<ValueId>,
+    bias: Option<ValueId>,
+    out: &TensorMeta,
+) -> Result<(ValueId, ValueId, ValueId), Error> {
+    let shape = b.shape(x);
+    let n = shape[0];
+    let rest = shape[1..].iter().product::<i64>() / groups.max(1);
+    let xc = b.upcast(x)?;
+    let grouped = b.reshape(xc, vec![n, groups, rest])?;
+    let mean = b.reduce(ReduceOp::Mean, grouped, &[2])?;
+    let d = b.vv(BinaryOp::Sub, grouped, mean)?;
+    let sq = b.vv(BinaryOp::Mul, d, d)?;
+    let var = b.reduce(ReduceOp::Mean, sq, &[2])?;
+    let ve = b.vs(BinaryOp::Add, var, eps)?;
+    let rstd = b.un(UnaryOp::Rsqrt, ve)?;
+    let y = b.vv(BinaryOp::Mul, d, rstd)?;
+    let mut y = b.reshape(y, shape.clone())?;
+    if let Some(w) = weight {
+        let w = b.upcast(w)?;
+        let w = per_channel(b, w, shape.len())?;
+        y = b.vv(BinaryOp::Mul, y, w)?;
+    }
+    if let Some(bb) = bias {
+        let bb = b.upcast(bb)?;
+        let bb = per_channel(b, bb, shape.len())?;
+        y = b.vv(BinaryOp::Add, y, bb)?;
+    }
+    Ok((b.cast(y, out.dtype)?, mean, rstd))
+}
+
 /// Max pooling: the input padded with `-inf` to exactly the extent the windows cover,
 /// then the maximum (NaN-propagating, as PyTorch's) over one strided slice per window
 /// position: `kh * kw` slices of the output's shape.
@@ -484,11 +527,16 @@ pub(super) fn max_pool(
 /// are gathered into a padded `[n_out, K]` block and summed where a mask keeps the
 /// window (a `where`, never a product with 0, so an inf input stays inf rather than
 /// becoming NaN as an averaging matrix would make it).
-pub(super) fn adaptive_avg_pool(b: &mut B, x: ValueId, out: &TensorMeta) -> Result<ValueId, Error> {
+pub(super) fn adaptive_avg_pool(
+    b: &mut B,
+    x: ValueId,
+    spatial: usize,
+    out: &TensorMeta,
+) -> Result<ValueId, Error> {
     let r = b.shape(x).len();
     let xc = b.upcast(x)?;
     let mut y = xc;
-    for axis in [r - 2, r - 1] {
+    for axis in r - spatial..r {
         y = pool_axis(b, y, axis, out.shape[axis])?;
     }
     b.cast(y, out.dtype)

@@ -4,6 +4,7 @@
 //! Kiln's inferred shapes against the ones PyTorch recorded.
 
 use super::archive::Archive;
+use super::rewrite;
 use super::schema::{self, Model, PayloadConfig};
 use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
 use crate::graph::front::signature::{bind, is_known, Operand, Raw};
@@ -56,14 +57,15 @@ fn target(t: &str) -> Target<'_> {
         return Target::Unsupported;
     };
     let op = aten_alias(op);
-    if op != "getitem" && is_known(op) {
+    let known = |op: &str| is_known(op) || rewrite::handles(op);
+    if op != "getitem" && known(op) {
         return Target::Aten(op);
     }
     // An in-place op (`relu_`, `add_`, `hardtanh_`) in an inference graph computes what
     // its functional form does; the importer makes later readers of `self` read the
     // result.
     match op.strip_suffix('_') {
-        Some(base) if !base.ends_with('_') && is_known(aten_alias(base)) => {
+        Some(base) if !base.ends_with('_') && known(aten_alias(base)) => {
             Target::InPlace(aten_alias(base))
         }
         _ => Target::Unsupported,
@@ -126,6 +128,8 @@ fn find_prefix<R: Read + Seek>(archive: &Archive<R>) -> Result<String, Pt2Error>
 /// A placeholder of the graph signature.
 enum InputSpec {
     User(String),
+    /// a non-tensor argument whose value the graph was specialised on
+    Fixed,
     /// a parameter, buffer or constant: the placeholder, its key in the payload
     /// config, and whether it is a tensor constant
     Stored {
@@ -181,6 +185,9 @@ fn input_spec(spec: &Value) -> Result<InputSpec, Pt2Error> {
             key: key("tensor_constant_name")?,
             constant: true,
         },
+        // A non-tensor argument of the call (`use_cache=False`): export specialises the
+        // graph on its value, so it is no input of Kiln's graph.
+        "constant_input" => InputSpec::Fixed,
         other => return Err(bad(format!("input kind `{other}` is not supported"))),
     })
 }
@@ -517,9 +524,11 @@ pub(super) fn build<R: Read + Seek>(
         prefix: String::new(),
         depth: 0,
         path: String::new(),
+        layouts: tensor_layouts(&gm.graph.tensor_values),
+        aliases: Aliases::default(),
     };
     import_nodes(&mut g, &gm.graph.nodes, &mut scope, &mut produced)?;
-    let values = scope.values;
+    let (values, aliases) = (scope.values, scope.aliases);
 
     let mut outputs = vec![];
     for spec in &gm.signature.output_specs {
@@ -538,6 +547,7 @@ pub(super) fn build<R: Read + Seek>(
                 _ => None,
             })
             .ok_or_else(bad)?;
+        aliases.check(t, "the graph's output")?;
         outputs.push(
             *values
                 .get(t)
@@ -596,6 +606,104 @@ struct Scope<'a> {
     /// where this graph is, for messages: "" in the program's graph, else the
     /// enclosing subgraphs' names, outermost first, each followed by `/`
     path: String,
+    /// the strides and storage offsets PyTorch recorded, where they are static
+    layouts: HashMap<&'a str, (Vec<i64>, i64)>,
+    /// which tensors share storage, and which were overwritten through another alias
+    aliases: Aliases,
+}
+
+/// ATen ops whose output may share its operand's storage (views, and ops that return
+/// their operand unchanged when there is nothing to do).
+fn aliases_operand(op: &str) -> bool {
+    matches!(
+        op,
+        "view"
+            | "reshape"
+            | "_unsafe_view"
+            | "view_as"
+            | "slice"
+            | "select"
+            | "permute"
+            | "transpose"
+            | "t"
+            | "numpy_T"
+            | "unsqueeze"
+            | "squeeze"
+            | "expand"
+            | "expand_as"
+            | "alias"
+            | "detach"
+            | "as_strided"
+            | "diagonal"
+            | "narrow"
+            | "unflatten"
+            | "flatten"
+            | "split"
+            | "split_with_sizes"
+            | "chunk"
+            | "unbind"
+            | "dropout"
+            | "contiguous"
+            | "to"
+            | "type_as"
+    )
+}
+
+/// Storage sharing between the tensors of a training-IR graph, whose in-place ops
+/// (`fill_` into a slice of a mask) change every alias of what they write. Kiln gives
+/// the in-place op's result to later readers of the tensor it names; a later read of
+/// another alias would need PyTorch's aliasing, and is refused rather than computed
+/// from the value before the write.
+#[derive(Default)]
+struct Aliases {
+    /// tensor → the tensor whose storage it shares (absent: its own)
+    root: HashMap<String, String>,
+    /// root → every tensor sharing its storage, the root first
+    members: HashMap<String, Vec<String>>,
+    /// tensor → the node that wrote into its storage through another alias
+    stale: HashMap<String, String>,
+}
+
+impl Aliases {
+    fn root_of(&self, t: &str) -> String {
+        self.root.get(t).cloned().unwrap_or_else(|| t.to_string())
+    }
+
+    /// `out` shares the storage of `of`.
+    fn share(&mut self, out: &str, of: &str) {
+        let root = self.root_of(of);
+        self.root.insert(out.to_string(), root.clone());
+        self.members
+            .entry(root.clone())
+            .or_insert_with(|| vec![root])
+            .push(out.to_string());
+    }
+
+    /// Node `node` wrote into `t`'s storage.
+    fn written(&mut self, t: &str, node: &str) {
+        let root = self.root_of(t);
+        let members = self
+            .members
+            .get(&root)
+            .cloned()
+            .unwrap_or_else(|| vec![root]);
+        for m in members {
+            if m != t {
+                self.stale.insert(m, node.to_string());
+            }
+        }
+        self.stale.remove(t);
+    }
+
+    /// An error if `t` was overwritten through another alias before `reader` reads it.
+    fn check(&self, t: &str, reader: &str) -> Result<(), Pt2Error> {
+        match self.stale.get(t) {
+            Some(writer) => Err(Pt2Error::Schema(format!(
+                "node `{reader}` reads `{t}` after node `{writer}` changed it in place through a view of the same storage: Kiln imports graphs without such aliasing. Save `exported.run_decompositions()` instead, which writes the change out as `slice_scatter`/`copy`"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A tensor an FX node produced, for the shape check after validation.
@@ -621,6 +729,27 @@ fn tensor_metas(
         metas.insert(t.as_str(), TensorMeta::contiguous(shape, dtype));
     }
     Ok(metas)
+}
+
+/// The recorded strides and storage offsets that are static.
+fn tensor_layouts(
+    values: &std::collections::BTreeMap<String, schema::TensorMeta>,
+) -> HashMap<&str, (Vec<i64>, i64)> {
+    values
+        .iter()
+        .filter_map(|(t, m)| {
+            let strides = m
+                .strides
+                .iter()
+                .map(|s| s.get("as_int").and_then(Value::as_i64))
+                .collect::<Option<Vec<_>>>()?;
+            let offset = match &m.storage_offset {
+                None => 0,
+                Some(o) => o.get("as_int").and_then(Value::as_i64)?,
+            };
+            Some((t.as_str(), (strides, offset)))
+        })
+        .collect()
 }
 
 /// Lists the nodes of `nodes` whose op Kiln does not have, in the subgraphs of
@@ -700,6 +829,14 @@ fn import_nodes(
             }
             Target::GetItem => {
                 let (source, index) = getitem_args(n, &shown)?;
+                if let Raw::Str(t) = &source {
+                    scope.aliases.check(t, &shown)?;
+                    if let Some(Some(out)) = outs.first() {
+                        if scope.aliases.root.contains_key(t) {
+                            scope.aliases.share(out, t);
+                        }
+                    }
+                }
                 let out_of_range = || Pt2Error::Argument {
                     node: shown.clone(),
                     param: "index".into(),
@@ -727,7 +864,8 @@ fn import_nodes(
                 };
                 (Op::GetItem { index }, vec![Arg::Value(arg)])
             }
-            Target::Aten(op_name) | Target::InPlace(op_name) => {
+            Target::Aten(fx_op) | Target::InPlace(fx_op) => {
+                let in_place = matches!(target(&n.target), Target::InPlace(_));
                 let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(n.inputs.len());
                 for a in &n.inputs {
                     if a.name.is_empty() {
@@ -739,8 +877,14 @@ fn import_nodes(
                         .into());
                     }
                     if let Some(raw) = schema::argument(&shown, &a.name, &a.arg)? {
-                        attrs.push((param_name(op_name, &a.name).to_string(), raw));
+                        attrs.push((param_name(fx_op, &a.name).to_string(), raw));
                     }
+                }
+                let first_out = outs.iter().flatten().next().map(String::as_str);
+                let op_name =
+                    rewrite::rewrite(&shown, fx_op, in_place, &mut attrs, first_out, &scope.metas)?;
+                if fx_op == "as_strided" {
+                    check_as_strided_input(&attrs, scope, &shown)?;
                 }
                 let (op, operands) =
                     bind(op_name, &[], &attrs).map_err(|source| Error::Signature {
@@ -753,9 +897,25 @@ fn import_nodes(
                     args.push(match o {
                         Operand::Scalar(s) => Arg::Scalar(s),
                         Operand::Name(t) => {
+                            scope.aliases.check(&t, &shown)?;
                             Arg::Value(*scope.values.get(&t).ok_or_else(|| unknown_tensor(&t))?)
                         }
                     });
+                }
+                // Storage sharing: views alias their operand, in-place ops write into
+                // theirs (and return it).
+                if let Some(src) = in_place_self(n) {
+                    if in_place {
+                        scope.aliases.written(&src, &shown);
+                    }
+                    if in_place || aliases_operand(fx_op) {
+                        for o in outs.iter().flatten() {
+                            scope.aliases.share(o, &src);
+                        }
+                        if multi {
+                            scope.aliases.share(&node_name, &src);
+                        }
+                    }
                 }
                 (op, args)
             }
@@ -928,6 +1088,8 @@ fn inline_wrap(
         multi: HashMap::new(),
         metas: tensor_metas(&graph.tensor_values)?,
         prefix: format!("{}{prefix}_", outer.prefix),
+        layouts: tensor_layouts(&graph.tensor_values),
+        aliases: Aliases::default(),
         depth: outer.depth + 1,
         path: format!(
             "{}{}/",
@@ -1006,6 +1168,30 @@ fn inline_wrap(
 }
 
 /// The tensor an in-place node mutates: its `self` argument.
+/// `as_strided` addresses its operand's storage: Kiln's reading of it over the operand's
+/// elements is PyTorch's only when the operand was laid out row-major from offset 0.
+fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) -> Result<(), Error> {
+    let Some((_, Raw::Str(t))) = attrs.iter().find(|(k, _)| k == "self") else {
+        return Ok(());
+    };
+    let (Some(meta), Some((strides, offset))) =
+        (scope.metas.get(t.as_str()), scope.layouts.get(t.as_str()))
+    else {
+        return Ok(());
+    };
+    if rewrite::is_row_major(&meta.shape, strides, *offset) {
+        return Ok(());
+    }
+    Err(Pt2Error::Argument {
+        node: node.into(),
+        param: "self".into(),
+        message: format!(
+            "as_strided over `{t}`, which PyTorch laid out with strides {strides:?} from storage offset {offset}: Kiln reads as_strided over row-major operands only"
+        ),
+    }
+    .into())
+}
+
 fn in_place_self(n: &schema::Node) -> Option<String> {
     let a = n
         .inputs

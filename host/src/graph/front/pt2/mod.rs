@@ -13,6 +13,7 @@
 
 mod archive;
 mod build;
+mod rewrite;
 mod schema;
 
 pub use archive::Limits;

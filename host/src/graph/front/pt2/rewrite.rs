@@ -1,0 +1,205 @@
+//! ATen ops that an exported graph uses and that are another op of the op set once the
+//! shapes and dtypes PyTorch recorded are known: `numpy_T`/`t` (a permute of the
+//! operand's rank), `unflatten` (a view to the recorded shape), `chunk` (a split of the
+//! recorded size), `bitwise_not` (a logical not of bools, an xor with -1 of integers),
+//! `index_select` (an index on one dim), `empty*` (zeros: their values are unspecified),
+//! `_unsafe_view`/`view_as`, and the in-place forms whose operand is named `self` where
+//! the functional op names it otherwise (`dropout_`). The TOML front end has no recorded
+//! metadata and spells these ops out itself.
+
+use super::Pt2Error;
+use crate::graph::front::signature::{param_names, Raw};
+use crate::graph::ir::TensorMeta;
+use crate::graph::DType;
+use std::collections::HashMap;
+
+/// The ops [`rewrite`] turns into ops of the op set.
+const REWRITTEN: &[&str] = &[
+    "numpy_T",
+    "t",
+    "unflatten",
+    "chunk",
+    "bitwise_not",
+    "index_select",
+    "empty",
+    "empty_like",
+    "new_empty",
+    "_unsafe_view",
+    "view_as",
+    "reshape_as",
+];
+
+/// Whether [`rewrite`] handles `op`.
+pub(super) fn handles(op: &str) -> bool {
+    REWRITTEN.contains(&op)
+}
+
+fn take(attrs: &mut Vec<(String, Raw)>, name: &str) -> Option<Raw> {
+    let i = attrs.iter().position(|(k, _)| k == name)?;
+    Some(attrs.remove(i).1)
+}
+
+fn tensor_arg<'m>(
+    attrs: &[(String, Raw)],
+    name: &str,
+    metas: &'m HashMap<&str, TensorMeta>,
+) -> Result<&'m TensorMeta, String> {
+    match attrs.iter().find(|(k, _)| k == name) {
+        Some((_, Raw::Str(t))) => metas
+            .get(t.as_str())
+            .ok_or_else(|| format!("`{name}` (`{t}`) has no recorded shape")),
+        _ => Err(format!("needs the tensor `{name}`")),
+    }
+}
+
+fn int_arg(attrs: &[(String, Raw)], name: &str, default: Option<i64>) -> Result<i64, String> {
+    match attrs.iter().find(|(k, _)| k == name) {
+        Some((_, Raw::Int(i))) => Ok(*i),
+        None => default.ok_or_else(|| format!("needs the integer `{name}`")),
+        Some((_, r)) => Err(format!("`{name}` must be an integer, found {r:?}")),
+    }
+}
+
+fn wrap(dim: i64, rank: usize) -> Result<usize, String> {
+    let r = rank.max(1) as i64;
+    let d = if dim < 0 { dim + r } else { dim };
+    if (0..r).contains(&d) {
+        Ok(d as usize)
+    } else {
+        Err(format!("dim {dim} is out of range for a {rank}-d tensor"))
+    }
+}
+
+fn ints(v: impl IntoIterator<Item = i64>) -> Raw {
+    Raw::List(v.into_iter().map(Raw::Int).collect())
+}
+
+/// The op of the op set that node `node` of ATen op `op` stands for, with `attrs`
+/// rewritten for it; `in_place` for the `op_` form. `out` is the node's (first) output.
+pub(super) fn rewrite<'a>(
+    node: &str,
+    op: &'a str,
+    in_place: bool,
+    attrs: &mut Vec<(String, Raw)>,
+    out: Option<&str>,
+    metas: &HashMap<&str, TensorMeta>,
+) -> Result<&'a str, Pt2Error> {
+    let fail = |message: String| Pt2Error::Argument {
+        node: node.into(),
+        param: op.into(),
+        message,
+    };
+    // `dropout_(self, ...)`: the functional op calls its operand `input`.
+    if in_place {
+        if let Some(params) = param_names(op) {
+            if !params.contains(&"self") && attrs.iter().any(|(k, _)| k == "self") {
+                if let Some(first) = params.first() {
+                    for (k, _) in attrs.iter_mut() {
+                        if k == "self" {
+                            *k = (*first).to_string();
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if op == "convolution" {
+        // One number may stand for every spatial dim, which only the weight's rank
+        // tells: the op becomes conv1d/2d/3d, which know their rank.
+        let transposed = attrs
+            .iter()
+            .any(|(k, v)| k == "transposed" && *v == Raw::Bool(true));
+        let spatial = tensor_arg(attrs, "weight", metas).map(|w| w.rank().saturating_sub(2));
+        if let (false, Ok(n @ 1..=3)) = (transposed, spatial) {
+            take(attrs, "transposed");
+            take(attrs, "output_padding");
+            return Ok(["conv1d", "conv2d", "conv3d"][n - 1]);
+        }
+    }
+    if !handles(op) {
+        return Ok(op);
+    }
+    let out_meta = || {
+        out.and_then(|o| metas.get(o))
+            .ok_or_else(|| fail("the output has no recorded shape".into()))
+    };
+    Ok(match op {
+        "numpy_T" | "t" => {
+            let rank = tensor_arg(attrs, "self", metas).map_err(fail)?.rank();
+            if op == "t" && rank > 2 {
+                return Err(fail(format!("t() needs at most 2 dims, found {rank}")));
+            }
+            attrs.push(("dims".into(), ints((0..rank as i64).rev())));
+            "permute"
+        }
+        "unflatten" | "_unsafe_view" | "view_as" | "reshape_as" => {
+            // The recorded shape; values are row-major either way, so a reshape.
+            let shape = out_meta()?.shape.clone();
+            take(attrs, "dim");
+            take(attrs, "sizes");
+            take(attrs, "size");
+            take(attrs, "other");
+            attrs.push(("shape".into(), ints(shape)));
+            "reshape"
+        }
+        "chunk" => {
+            let x = tensor_arg(attrs, "self", metas).map_err(fail)?;
+            let chunks = int_arg(attrs, "chunks", None).map_err(fail)?;
+            if chunks < 1 {
+                return Err(fail(format!("chunks must be positive, found {chunks}")));
+            }
+            let dim = int_arg(attrs, "dim", Some(0)).map_err(fail)?;
+            let d = wrap(dim, x.rank()).map_err(fail)?;
+            let size = x.shape.get(d).copied().unwrap_or(1);
+            // PyTorch's chunk: pieces of ceil(size / chunks), the last one shorter.
+            let piece = ((size + chunks - 1) / chunks).max(1);
+            take(attrs, "chunks");
+            attrs.push(("split_size".into(), Raw::Int(piece)));
+            "split"
+        }
+        "bitwise_not" => {
+            let x = tensor_arg(attrs, "self", metas).map_err(fail)?;
+            match x.dtype {
+                DType::Bool => "logical_not",
+                d if d.is_float() => {
+                    return Err(fail(format!(
+                        "bitwise_not is defined for integer and bool tensors, found {d}"
+                    )))
+                }
+                _ => {
+                    attrs.push(("other".into(), Raw::Int(-1)));
+                    "bitwise_xor"
+                }
+            }
+        }
+        "index_select" => {
+            let x = tensor_arg(attrs, "self", metas).map_err(fail)?;
+            let dim = int_arg(attrs, "dim", None).map_err(fail)?;
+            let d = wrap(dim, x.rank()).map_err(fail)?;
+            let index = take(attrs, "index").ok_or_else(|| fail("needs `index`".into()))?;
+            take(attrs, "dim");
+            let mut indices = vec![Raw::None; d];
+            indices.push(index);
+            attrs.push(("indices".into(), Raw::List(indices)));
+            "index"
+        }
+        "empty" => "zeros",
+        "empty_like" => "zeros_like",
+        "new_empty" => "new_zeros",
+        _ => op,
+    })
+}
+
+/// Whether a tensor recorded with `strides` and `offset` is laid out row-major from the
+/// start of its storage (size-1 dims may have any stride), so that `as_strided` over its
+/// storage reads its elements in order.
+pub(super) fn is_row_major(shape: &[i64], strides: &[i64], offset: i64) -> bool {
+    if offset != 0 || strides.len() != shape.len() {
+        return false;
+    }
+    let natural = crate::graph::shape::contiguous_strides(shape);
+    shape
+        .iter()
+        .zip(strides.iter().zip(&natural))
+        .all(|(&s, (&t, &c))| s == 1 || t == c)
+}

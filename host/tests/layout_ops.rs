@@ -1,0 +1,235 @@
+//! The ops whole models brought in with the model census (`bench/models/census.py`):
+//! the interpreter gives PyTorch's values, worked out by hand from PyTorch's
+//! definitions, and the decomposed pipeline gives the interpreter's.
+
+use kiln::graph::parse_toml;
+
+/// Evaluates `nodes` over the constant `c` (shape `shape`, float32 unless `dtype`),
+/// before and after the pass pipeline, and returns the outputs' values (checking that
+/// both agree).
+fn eval(
+    shape: &[i64],
+    dtype: &str,
+    values: &[f64],
+    outputs: &[&str],
+    nodes: &str,
+) -> Vec<Vec<f64>> {
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = {outputs:?}\n\n[[constants]]\nname = \"c\"\nshape = {shape:?}\ndtype = \"{dtype}\"\nvalues = {values:?}\n\n{nodes}"
+    );
+    let g = parse_toml(&text).unwrap_or_else(|e| panic!("{}\n{text}", kiln::diag::report(&e)));
+    let want: Vec<Vec<f64>> = kiln::interp::evaluate(&g, &[])
+        .unwrap()
+        .iter()
+        .map(|t| t.to_vec())
+        .collect();
+    let mut piped = g.clone();
+    kiln::passes::run_pipeline(&mut piped).unwrap();
+    let got = kiln::interp::evaluate(&piped, &[]).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let g = g.to_vec();
+        assert_eq!(g.len(), w.len(), "output {i}");
+        for (a, b) in g.iter().zip(w) {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "output {i}: {g:?} vs {w:?}"
+            );
+        }
+    }
+    want
+}
+
+fn node(name: &str, op: &str, args: &str) -> String {
+    format!("[[nodes]]\nname = \"{name}\"\nop = \"{op}\"\nargs = {args}\n\n")
+}
+
+#[test]
+fn padding_follows_each_mode() {
+    let nodes = [
+        node("r", "pad", r#"["c", [2, 1], "reflect"]"#),
+        node("p", "pad", r#"["c", [2, 1], "replicate"]"#),
+        node("w", "pad", r#"["c", [2, 1], "circular"]"#),
+        node("k", "constant_pad_nd", r#"["c", [-1, 2], 9.0]"#),
+    ]
+    .concat();
+    let out = eval(
+        &[1, 3],
+        "float32",
+        &[1.0, 2.0, 3.0],
+        &["r", "p", "w", "k"],
+        &nodes,
+    );
+    assert_eq!(out[0], [3.0, 2.0, 1.0, 2.0, 3.0, 2.0]);
+    assert_eq!(out[1], [1.0, 1.0, 1.0, 2.0, 3.0, 3.0]);
+    assert_eq!(out[2], [2.0, 3.0, 1.0, 2.0, 3.0, 1.0]);
+    assert_eq!(out[3], [2.0, 3.0, 9.0, 9.0]);
+}
+
+#[test]
+fn roll_shifts_cyclically_per_dim_and_flattened() {
+    let nodes = [
+        node("a", "roll", r#"["c", [1, 1], [0, 1]]"#),
+        node("f", "roll", r#"["c", [1]]"#),
+        node("n", "roll", r#"["c", [-4], [1]]"#),
+    ]
+    .concat();
+    let out = eval(
+        &[2, 3],
+        "float32",
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        &["a", "f", "n"],
+        &nodes,
+    );
+    assert_eq!(out[0], [6.0, 4.0, 5.0, 3.0, 1.0, 2.0]);
+    assert_eq!(out[1], [6.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    assert_eq!(out[2], [2.0, 3.0, 1.0, 5.0, 6.0, 4.0]);
+}
+
+#[test]
+fn scatters_replace_a_slice_or_an_index() {
+    let nodes = [
+        node("z", "zeros", "[[2, 5]]"),
+        node("s", "slice", r#"["c", 1, 0, 2]"#),
+        node("a", "slice_scatter", r#"["z", "s", 1, 1, 5, 2]"#),
+        node("r", "select", r#"["c", 0, 0]"#),
+        node("b", "select_scatter", r#"["z", "r", 0, -1]"#),
+    ]
+    .concat();
+    let out = eval(
+        &[2, 5],
+        "float32",
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0],
+        &["a", "b"],
+        &nodes,
+    );
+    assert_eq!(out[0], [0.0, 1.0, 0.0, 2.0, 0.0, 0.0, 6.0, 0.0, 7.0, 0.0]);
+    assert_eq!(out[1], [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn as_strided_reads_offsets_into_the_elements() {
+    let nodes = [
+        node("g", "as_strided", r#"["c", [2, 2], [1, 2], 1]"#),
+        node("v", "as_strided", r#"["c", [3, 1, 2], [2, 7, 1]]"#),
+    ]
+    .concat();
+    let out = eval(
+        &[6],
+        "float32",
+        &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+        &["g", "v"],
+        &nodes,
+    );
+    assert_eq!(out[0], [1.0, 3.0, 2.0, 4.0]);
+    assert_eq!(out[1], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn average_pooling_divides_as_pytorch_does() {
+    let nodes = [
+        node("i", "avg_pool2d", r#"["c", [2, 2], [2, 2], [1, 1]]"#),
+        node(
+            "e",
+            "avg_pool2d",
+            r#"["c", [2, 2], [2, 2], [1, 1], false, false]"#,
+        ),
+        node("m", "avg_pool2d", r#"["c", [2, 2], [2, 2], [0, 0], true]"#),
+        node(
+            "o",
+            "avg_pool2d",
+            r#"["c", [2, 2], [2, 2], [0, 0], false, true, 3]"#,
+        ),
+    ]
+    .concat();
+    let x: Vec<f64> = (1..=9).map(f64::from).collect();
+    let out = eval(&[1, 1, 3, 3], "float32", &x, &["i", "e", "m", "o"], &nodes);
+    assert_eq!(out[0], [0.25, 1.25, 2.75, 7.0]);
+    assert_eq!(out[1], [1.0, 2.5, 5.5, 7.0]);
+    assert_eq!(out[2], [3.0, 4.5, 7.5, 9.0]);
+    assert_eq!(out[3], [4.0]);
+}
+
+#[test]
+fn hard_activations_and_remainders() {
+    let nodes = [
+        node("s", "hardsigmoid", r#"["c"]"#),
+        node("w", "hardswish", r#"["c"]"#),
+        node("f", "fmod", r#"["c", 2.0]"#),
+        node("r", "remainder", r#"["c", 2.0]"#),
+    ]
+    .concat();
+    let out = eval(
+        &[5],
+        "float64",
+        &[-4.0, -1.0, 0.0, 1.0, 4.5],
+        &["s", "w", "f", "r"],
+        &nodes,
+    );
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+    assert!(
+        close(&out[0], &[0.0, 1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0]),
+        "{:?}",
+        out[0]
+    );
+    assert!(
+        close(&out[1], &[0.0, -1.0 / 3.0, 0.0, 2.0 / 3.0, 4.5]),
+        "{:?}",
+        out[1]
+    );
+    assert_eq!(out[2], [-0.0, -1.0, 0.0, 1.0, 0.5]);
+    assert_eq!(out[3], [0.0, 1.0, 0.0, 1.0, 0.5]);
+    let nodes = [
+        node("f", "fmod", r#"["c", 3]"#),
+        node("r", "remainder", r#"["c", 3]"#),
+        node("g", "fmod", r#"["c", -3]"#),
+        node("q", "remainder", r#"["c", -3]"#),
+    ]
+    .concat();
+    let out = eval(&[2], "int64", &[-7.0, 7.0], &["f", "r", "g", "q"], &nodes);
+    assert_eq!(
+        out,
+        [
+            vec![-1.0, 1.0],
+            vec![2.0, 1.0],
+            vec![-1.0, 1.0],
+            vec![-1.0, -2.0]
+        ]
+    );
+}
+
+#[test]
+fn baddbmm_scales_both_terms() {
+    let nodes = [
+        node("b1", "view", r#"["c", [2, 1, 2]]"#),
+        node("b2", "view", r#"["c", [2, 2, 1]]"#),
+        node("one", "ones", "[[1, 1]]"),
+        "[[nodes]]\nname = \"y\"\nop = \"baddbmm\"\nargs = [\"one\", \"b1\", \"b2\"]\nattrs = { beta = 0.5, alpha = 2.0 }\n".to_string(),
+    ]
+    .concat();
+    let out = eval(&[4], "float32", &[1.0, 2.0, 3.0, 4.0], &["y"], &nodes);
+    // [1 2]·[1 2]ᵀ = 5 and [3 4]·[3 4]ᵀ = 25, times 2, plus half of 1.
+    assert_eq!(out[0], [10.5, 50.5]);
+}
+
+#[test]
+fn group_norm_normalises_each_group_and_repeat_tiles() {
+    let nodes = [
+        "[[nodes]]\nname = \"g\"\nop = \"group_norm\"\nargs = [\"c\", 2]\nattrs = { eps = 0.0 }\n\n"
+            .to_string(),
+        node("r", "repeat", r#"["c", [2, 1, 2]]"#),
+    ]
+    .concat();
+    let out = eval(
+        &[1, 4, 1],
+        "float32",
+        &[1.0, 2.0, 3.0, 5.0],
+        &["g", "r"],
+        &nodes,
+    );
+    // Groups [1, 2] and [3, 5]: mean 1.5 and 4, standard deviation 0.5 and 1.
+    assert_eq!(out[0], [-1.0, 1.0, -1.0, 1.0]);
+    assert_eq!(
+        out[1],
+        [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0, 5.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0, 5.0]
+    );
+}

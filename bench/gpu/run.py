@@ -167,7 +167,9 @@ def resolve(env: dict, a):
     function, not a closure over `env`: a self-referencing closure would make a
     reference cycle that keeps every intermediate alive until the next GC."""
     if isinstance(a, str):
-        return env[a]
+        # A string that names no tensor is a string argument (`pad`'s mode); Kiln
+        # validated the graph, so it is not a dangling name.
+        return env.get(a, a)
     if isinstance(a, list):
         return [resolve(env, x) for x in a]
     return a

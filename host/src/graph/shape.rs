@@ -51,6 +51,17 @@ pub fn numel(shape: &[i64]) -> Result<i64, ShapeError> {
     Ok(n)
 }
 
+/// Whether `strides` from `offset` lay `shape` out row-major from the start of its
+/// storage (a size-1 dim may have any stride).
+pub fn is_row_major(shape: &[i64], strides: &[i64], offset: i64) -> bool {
+    offset == 0
+        && strides.len() == shape.len()
+        && shape
+            .iter()
+            .zip(strides.iter().zip(contiguous_strides(shape)))
+            .all(|(&s, (&t, c))| s == 1 || t == c)
+}
+
 /// Row-major strides of a contiguous tensor of this shape (sizes of 0 or 1 count as 1,
 /// as PyTorch does, so the strides never overflow for a valid shape).
 pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {

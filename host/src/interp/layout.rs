@@ -3,18 +3,12 @@
 //! per output element, the input element it comes from (the plainest reading of
 //! PyTorch's definition), as the reference the decompositions are checked against.
 
+use super::model::tensor;
 use super::Val;
 use crate::graph::infer::layout::{pad_amounts, scatter_slice};
 use crate::graph::shape::{for_each_index, wrap_dim};
 use crate::graph::{Op, PadMode, TensorMeta};
 use crate::tensor::Tensor;
-
-fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
-    match args.get(i) {
-        Some(Val::Tensor(t)) => Ok(t),
-        _ => Err(format!("operand {i} must be a tensor")),
-    }
-}
 
 /// Evaluates one of the layout ops; `None` when `op` is not one of them.
 pub(crate) fn eval(op: &Op, args: &[Val], out: &TensorMeta) -> Option<Result<Tensor, String>> {

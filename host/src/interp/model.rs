@@ -10,7 +10,7 @@ use crate::graph::shape::{contiguous_strides, wrap_dim};
 use crate::graph::{DType, Op, Scalar, TensorMeta};
 use crate::tensor::Tensor;
 
-fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
+pub(super) fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
     match args.get(i) {
         Some(Val::Tensor(t)) => Ok(t),
         _ => Err(format!("operand {i} must be a tensor")),

@@ -2,36 +2,11 @@
 //! `pad`, `roll`, `slice_scatter`/`select_scatter`, `copy`, `type_as` and `as_strided`.
 //! Same contract as `infer.rs`: PyTorch's shapes, dtypes and error checks, never a panic.
 
+use super::model::{count, invalid, one, tensor};
 use super::{ArgMeta, InferError};
 use crate::graph::ir::TensorMeta;
 use crate::graph::ops::PadMode;
 use crate::graph::shape::{broadcast, numel, slice_bounds, wrap_dim, Shape};
-
-fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
-    Err(InferError::Invalid(msg.into()))
-}
-
-fn tensor<'a>(args: &[ArgMeta<'a>], i: usize, op: &str) -> Result<&'a TensorMeta, InferError> {
-    match args.get(i) {
-        Some(ArgMeta::Tensor(t)) => Ok(t),
-        Some(ArgMeta::Scalar(s)) => invalid(format!(
-            "{op}: operand {i} must be a tensor, found the number {s}"
-        )),
-        None => invalid(format!("{op}: missing operand {i}")),
-    }
-}
-
-fn count(args: &[ArgMeta], n: usize, op: &str) -> Result<(), InferError> {
-    if args.len() != n {
-        return invalid(format!("{op}: expected {n} operands, found {}", args.len()));
-    }
-    Ok(())
-}
-
-fn one(shape: Shape, dtype: crate::graph::DType) -> Result<Vec<TensorMeta>, InferError> {
-    numel(&shape)?;
-    Ok(vec![TensorMeta::contiguous(shape, dtype)])
-}
 
 /// The (dim, before, after) amounts of a flat `pad` list: pairs from the last dim
 /// backwards, as `torch.nn.functional.pad` reads them.
@@ -54,8 +29,8 @@ pub(super) fn pad(
     mode: PadMode,
     args: &[ArgMeta],
 ) -> Result<Vec<TensorMeta>, InferError> {
-    count(args, 1, "pad")?;
-    let x = tensor(args, 0, "pad")?;
+    count(args, 1)?;
+    let x = tensor(args, 0)?;
     let mut shape = x.shape.clone();
     for (d, before, after) in pad_amounts(pads, x.rank())? {
         let size = x.shape[d];
@@ -98,8 +73,8 @@ pub(super) fn roll(
     dims: &[i64],
     args: &[ArgMeta],
 ) -> Result<Vec<TensorMeta>, InferError> {
-    count(args, 1, "roll")?;
-    let x = tensor(args, 0, "roll")?;
+    count(args, 1)?;
+    let x = tensor(args, 0)?;
     if dims.is_empty() {
         if shifts.len() != 1 {
             return invalid(format!(
@@ -174,8 +149,8 @@ pub(super) fn slice_scatter(
     } else {
         "slice_scatter"
     };
-    count(args, 2, op)?;
-    let (x, src) = (tensor(args, 0, op)?, tensor(args, 1, op)?);
+    count(args, 2)?;
+    let (x, src) = (tensor(args, 0)?, tensor(args, 1)?);
     let (_, _, _, want) = scatter_slice(&x.shape, dim, start, end, step, select)?;
     if src.shape != want {
         return invalid(format!(
@@ -187,8 +162,8 @@ pub(super) fn slice_scatter(
 }
 
 pub(super) fn copy(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
-    count(args, 2, "copy")?;
-    let x = tensor(args, 0, "copy")?;
+    count(args, 2)?;
+    let x = tensor(args, 0)?;
     if let Some(ArgMeta::Tensor(src)) = args.get(1) {
         if broadcast(&x.shape, &src.shape).ok().as_ref() != Some(&x.shape) {
             return invalid(format!(
@@ -201,8 +176,8 @@ pub(super) fn copy(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
 }
 
 pub(super) fn repeat(repeats: &[i64], args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
-    count(args, 1, "repeat")?;
-    let x = tensor(args, 0, "repeat")?;
+    count(args, 1)?;
+    let x = tensor(args, 0)?;
     if repeats.len() < x.rank() || repeats.iter().any(|&r| r < 0) {
         return invalid(format!(
             "repeat: {repeats:?} must give a non-negative count for each of the {} dims (and any leading ones)",
@@ -220,8 +195,8 @@ pub(super) fn repeat(repeats: &[i64], args: &[ArgMeta]) -> Result<Vec<TensorMeta
 }
 
 pub(super) fn type_as(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
-    count(args, 2, "type_as")?;
-    let (x, other) = (tensor(args, 0, "type_as")?, tensor(args, 1, "type_as")?);
+    count(args, 2)?;
+    let (x, other) = (tensor(args, 0)?, tensor(args, 1)?);
     one(x.shape.clone(), other.dtype)
 }
 
@@ -231,8 +206,8 @@ pub(super) fn as_strided(
     offset: i64,
     args: &[ArgMeta],
 ) -> Result<Vec<TensorMeta>, InferError> {
-    count(args, 1, "as_strided")?;
-    let x = tensor(args, 0, "as_strided")?;
+    count(args, 1)?;
+    let x = tensor(args, 0)?;
     if size.len() != stride.len() {
         return invalid(format!(
             "as_strided: {} sizes and {} strides",

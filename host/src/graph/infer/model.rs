@@ -8,11 +8,11 @@ use crate::graph::dtype::{promote, DType};
 use crate::graph::ir::{Scalar, TensorMeta};
 use crate::graph::shape::{broadcast, numel, wrap_dim, Shape};
 
-fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
+pub(super) fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
     Err(InferError::Invalid(msg.into()))
 }
 
-fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a TensorMeta, InferError> {
+pub(super) fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a TensorMeta, InferError> {
     match args.get(i) {
         Some(ArgMeta::Tensor(t)) => Ok(t),
         Some(ArgMeta::Scalar(s)) => invalid(format!(
@@ -22,14 +22,14 @@ fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a TensorMeta, InferErr
     }
 }
 
-fn count(args: &[ArgMeta], n: usize) -> Result<(), InferError> {
+pub(super) fn count(args: &[ArgMeta], n: usize) -> Result<(), InferError> {
     if args.len() != n {
         return invalid(format!("expected {n} operands, found {}", args.len()));
     }
     Ok(())
 }
 
-fn one(shape: Shape, dtype: DType) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn one(shape: Shape, dtype: DType) -> Result<Vec<TensorMeta>, InferError> {
     numel(&shape)?;
     Ok(vec![TensorMeta::contiguous(shape, dtype)])
 }

@@ -9,7 +9,7 @@
 
 use super::B;
 use crate::graph::infer::layout::{pad_amounts, scatter_slice};
-use crate::graph::shape::{contiguous_strides, numel, wrap_dim};
+use crate::graph::shape::{is_row_major, numel, wrap_dim};
 use crate::graph::{Arg, BinaryOp, DType, Op, PadMode, Scalar, TensorMeta, ValueId};
 use crate::interp::layout::pad_source;
 use crate::interp::model::avg_pool_divisor;
@@ -40,7 +40,7 @@ pub(super) fn fresh(b: &mut B, x: ValueId, dtype: DType) -> Result<ValueId, Erro
 
 /// `x` along dim `d` with `before` elements of `value` in front and `after` behind; a
 /// negative amount crops instead.
-fn pad_constant(
+pub(super) fn pad_constant(
     b: &mut B,
     x: ValueId,
     d: usize,
@@ -302,13 +302,7 @@ pub(super) fn as_strided(
 ) -> Result<ValueId, Error> {
     let n = numel(size).unwrap_or(0);
     let have = numel(&b.shape(x)).unwrap_or(0);
-    let natural = contiguous_strides(size);
-    let reshape = offset == 0
-        && n == have
-        && size
-            .iter()
-            .zip(stride.iter().zip(&natural))
-            .all(|(&s, (&t, &c))| s == 1 || t == c);
+    let reshape = n == have && is_row_major(size, stride, offset);
     let flat = b.reshape(x, vec![have])?;
     if reshape {
         let y = b.reshape(flat, size.to_vec())?;

@@ -452,7 +452,6 @@ pub(super) fn max_pool(
 ) -> Result<ValueId, Error> {
     let shape = b.shape(x);
     let r = shape.len();
-    let dtype = b.dtype(x);
     let mut xp = x;
     for i in 0..2 {
         let d = r - 2 + i;
@@ -461,32 +460,7 @@ pub(super) fn max_pool(
         // The windows span [-pad, (o - 1) * stride + dilation * (k - 1) - pad].
         let need = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1;
         let after = need - size - padding[i];
-        let mut parts = vec![];
-        let cur = b.shape(xp);
-        if padding[i] > 0 {
-            let mut ps = cur.clone();
-            ps[d] = padding[i];
-            parts.push(b.full(ps, f64::NEG_INFINITY, dtype)?);
-        }
-        let body = if after < 0 {
-            b.slice(xp, d as i64, 0, size + after, 1)?
-        } else {
-            xp
-        };
-        parts.push(body);
-        if after > 0 {
-            let mut ps = cur;
-            ps[d] = after;
-            parts.push(b.full(ps, f64::NEG_INFINITY, dtype)?);
-        }
-        xp = if parts.len() > 1 {
-            b.op(
-                Op::Cat { dim: d as i64 },
-                parts.into_iter().map(Arg::Value).collect(),
-            )?
-        } else {
-            parts[0]
-        };
+        xp = super::layout::pad_constant(b, xp, d, padding[i], after, f64::NEG_INFINITY)?;
     }
     let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
     let mut best: Option<ValueId> = None;

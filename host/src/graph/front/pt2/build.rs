@@ -1179,7 +1179,7 @@ fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) ->
     else {
         return Ok(());
     };
-    if rewrite::is_row_major(&meta.shape, strides, *offset) {
+    if crate::graph::shape::is_row_major(&meta.shape, strides, *offset) {
         return Ok(());
     }
     Err(Pt2Error::Argument {

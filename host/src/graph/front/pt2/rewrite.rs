@@ -189,17 +189,3 @@ pub(super) fn rewrite<'a>(
         _ => op,
     })
 }
-
-/// Whether a tensor recorded with `strides` and `offset` is laid out row-major from the
-/// start of its storage (size-1 dims may have any stride), so that `as_strided` over its
-/// storage reads its elements in order.
-pub(super) fn is_row_major(shape: &[i64], strides: &[i64], offset: i64) -> bool {
-    if offset != 0 || strides.len() != shape.len() {
-        return false;
-    }
-    let natural = crate::graph::shape::contiguous_strides(shape);
-    shape
-        .iter()
-        .zip(strides.iter().zip(&natural))
-        .all(|(&s, (&t, &c))| s == 1 || t == c)
-}

@@ -92,7 +92,7 @@ fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &TensorMeta) -> Result<
     let xv = x.to_vec();
     if dims.is_empty() {
         let n = xv.len() as i64;
-        let s = shifts.first().copied().unwrap_or(0);
+        let s = shifts.first().copied().unwrap_or(0).rem_euclid(n.max(1));
         let vals = (0..n)
             .map(|i| xv[(i - s).rem_euclid(n.max(1)) as usize])
             .collect();
@@ -102,7 +102,7 @@ fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &TensorMeta) -> Result<
     let mut shift = vec![0i64; rank];
     for (&d, &s) in dims.iter().zip(shifts) {
         let d = wrap_dim(d, rank).map_err(|e| e.to_string())?;
-        shift[d] += s;
+        shift[d] = (shift[d] + s.rem_euclid(x.shape[d].max(1))).rem_euclid(x.shape[d].max(1));
     }
     let mut vals = Vec::with_capacity(xv.len());
     let mut src = vec![0i64; rank];

@@ -149,7 +149,8 @@ pub(super) fn roll(
             node: b.base.clone(),
             what: e.to_string(),
         })?;
-        total[d] = total[d].wrapping_add(s);
+        let n = out.shape[d].max(1);
+        total[d] = (total[d] + s.rem_euclid(n)).rem_euclid(n);
     }
     let mut y = x;
     for (d, &s) in total.iter().enumerate() {

@@ -152,7 +152,7 @@ pub(super) fn rewrite<'a>(
             let d = wrap(dim, x.rank()).map_err(fail)?;
             let size = x.shape.get(d).copied().unwrap_or(1);
             // PyTorch's chunk: pieces of ceil(size / chunks), the last one shorter.
-            let piece = ((size + chunks - 1) / chunks).max(1);
+            let piece = if size > 0 { (size - 1) / chunks + 1 } else { 1 };
             take(attrs, "chunks");
             attrs.push(("split_size".into(), Raw::Int(piece)));
             "split"

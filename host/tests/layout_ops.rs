@@ -237,11 +237,21 @@ fn group_norm_normalises_each_group_and_repeat_tiles() {
 #[test]
 fn huge_shifts_and_chunk_counts_are_taken_modulo_without_overflow() {
     let nodes = [
-        node("a", "roll", r#"["c", [9223372036854775807, 9223372036854775807], [1, 1]]"#),
+        node(
+            "a",
+            "roll",
+            r#"["c", [9223372036854775807, 9223372036854775807], [1, 1]]"#,
+        ),
         node("f", "roll", r#"["c", [-9223372036854775807]]"#),
     ]
     .concat();
-    let out = eval(&[2, 3], "float32", &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &["a", "f"], &nodes);
+    let out = eval(
+        &[2, 3],
+        "float32",
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        &["a", "f"],
+        &nodes,
+    );
     // i64::MAX = 1 (mod 3), twice: a shift of 2; -(i64::MAX) = 5 (mod 6).
     assert_eq!(out[0], [2.0, 3.0, 1.0, 5.0, 6.0, 4.0]);
     assert_eq!(out[1], [2.0, 3.0, 4.0, 5.0, 6.0, 1.0]);

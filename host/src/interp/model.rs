@@ -159,7 +159,7 @@ pub(crate) fn eval(
             out,
         )
         .map(|t| vec![t]),
-        _ => return super::layout::eval(op, args, out).map(|r| r.map(|t| vec![t])),
+        _ => return None,
     };
     Some(r)
 }

@@ -16,7 +16,9 @@ device), and for each file:
   module-level name of the file or a Python builtin (so no name from a graph
   can take a name the generated code uses);
 - compiles every kernel with ``triton.compile(ASTSource(...),
-  target=GPUTarget(backend, arch, warp_size))``, when the installed Triton has
+  target=GPUTarget(backend, arch, warp_size))``, with the parameters
+  KERNEL_META names ``aligned`` compiled as 16-divisible (as the wrapper's
+  runtime compiles them), when the installed Triton has
   a backend for that target. A file for a backend that is not installed is
   reported as skipped (``SKIPPED``), unless ``--require-backends`` makes that
   a failure.
@@ -170,7 +172,7 @@ def gpu_target(path: Path, tree: ast.Module):
 def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
     """The file's failures, and why its kernels were not compiled, if they were not."""
     import triton
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource, make_backend
 
     text = path.read_text()
     tree = ast.parse(text, filename=str(path))
@@ -202,7 +204,17 @@ def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
         for key in constexprs:
             signature[key] = "constexpr"
         try:
-            src = ASTSource(fn=getattr(module, name), signature=signature, constexprs=constexprs)
+            fn = getattr(module, name)
+            # The parameters the wrapper passes 16-byte divisible, as the runtime
+            # compiles them (Triton's tt.divisibility).
+            backend = make_backend(target)
+            divisible = backend.parse_attr("D") if hasattr(backend, "parse_attr") else [["tt.divisibility", 16]]
+            attrs = {}
+            for arg in info.get("aligned", []):
+                if arg not in fn.arg_names or arg in constexprs:
+                    raise ValueError(f"KERNEL_META names `{arg}` aligned, which is no runtime parameter")
+                attrs[(fn.arg_names.index(arg),)] = divisible
+            src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
             binary = triton.compile(
                 src,
                 target=target,

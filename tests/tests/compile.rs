@@ -212,9 +212,12 @@ fn gxu_launches_at_most_48_programs_or_a_multiple_of_48_and_cuda_exactly_what_it
         for g in grids(&code) {
             assert!(g <= 48 || g % 48 == 0, "{stem}: gxu grid {g}");
         }
-        assert!(code.contains("num_warps=1,"), "{stem}: gxu runs one warp");
         assert!(
-            !code.contains("num_warps=2") && !code.contains("num_warps=4"),
+            code.contains("\"num_warps\": 1,"),
+            "{stem}: gxu runs one warp"
+        );
+        assert!(
+            !code.contains("\"num_warps\": 2") && !code.contains("\"num_warps\": 4"),
             "{stem}"
         );
     }
@@ -384,7 +387,11 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
         .lines()
         .find(|l| l.contains("kiln_poi_") && l.contains("[("))
         .unwrap_or_else(|| panic!("no launch:\n{code}"));
-    assert!(launch.contains("RBLOCK="), "a tiled launch: {launch}");
+    let meta = code
+        .lines()
+        .find(|l| l.starts_with("    \"kiln_poi_") && l.contains("\"signature\""))
+        .unwrap();
+    assert!(meta.contains("\"RBLOCK\""), "a tiled launch: {meta}");
     let grid: Vec<u64> = launch
         .split_once("[(")
         .and_then(|(_, rest)| rest.split_once(')'))
@@ -408,13 +415,13 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
         );
     }
     let code = &codes[&("outer", "cuda")];
-    let launch = code
+    let meta = code
         .lines()
-        .find(|l| l.contains("kiln_red_") && l.contains("[("))
+        .find(|l| l.starts_with("    \"kiln_red_") && l.contains("\"signature\""))
         .unwrap();
     assert!(
-        launch.contains("XBLOCK=64") && launch.contains("RBLOCK=8,"),
-        "Inductor's outer tile: {launch}"
+        meta.contains("\"constants\": {\"XBLOCK\": 64, \"RBLOCK\": 8}"),
+        "Inductor's outer tile: {meta}"
     );
 
     let (output, stdout, stderr) = run(Command::new(python())
@@ -424,4 +431,150 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
         output.status.success(),
         "Triton rejected a kernel:\n{stderr}\n{stdout}"
     );
+}
+
+/// Two linear+relu layers of the same shapes: the same kernel after each product.
+const TWO_LAYERS: &str = r#"
+format = "kiln-graph/1"
+name = "two_layers"
+outputs = ["y"]
+
+[[inputs]]
+name = "x"
+shape = [64, 256]
+dtype = "float32"
+
+[[inputs]]
+name = "w"
+shape = [256, 256]
+dtype = "float32"
+
+[[inputs]]
+name = "b"
+shape = [256]
+dtype = "float32"
+
+[[nodes]]
+name = "h1"
+op = "linear"
+args = ["x", "w", "b"]
+
+[[nodes]]
+name = "a1"
+op = "relu"
+args = ["h1"]
+
+[[nodes]]
+name = "h2"
+op = "linear"
+args = ["a1", "w", "b"]
+
+[[nodes]]
+name = "y"
+op = "relu"
+args = ["h2"]
+"#;
+
+#[test]
+fn identical_kernels_are_written_once_and_launched_from_each_step() {
+    let tmp = TempDir::new("shared-kernels");
+    let graph = tmp.path().join("two_layers.toml");
+    std::fs::write(&graph, TWO_LAYERS).unwrap();
+    let out = tmp.path().join("out");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert_eq!(kernel_count(&code), 1, "{code}");
+    let launches: Vec<&str> = code
+        .lines()
+        .filter(|l| l.trim_start().starts_with("KERNELS.kiln_"))
+        .collect();
+    assert_eq!(launches.len(), 2, "{code}");
+    let name = |l: &str| {
+        l.trim_start()["KERNELS.".len()..]
+            .split('[')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(name(launches[0]), name(launches[1]), "{code}");
+    let meta_entries = code
+        .lines()
+        .filter(|l| l.starts_with("    \"kiln_") && l.contains("\"signature\""))
+        .count();
+    assert_eq!(meta_entries, 1, "{code}");
+}
+
+#[test]
+fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reuses_them() {
+    let tmp = TempDir::new("precompile");
+    let python = python();
+    let out = tmp.path().join("gpt2");
+    let (output, _, stderr) = run(host(&host_bin())
+        .env("KILN_PYTHON", &python)
+        .arg("compile")
+        .arg(repo_root().join("examples/gpt2_block.toml"))
+        .args(["--device", "cuda", "--precompile", "-o"])
+        .arg(&out));
+    let ok = output.status.success();
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let names: Vec<String> = code
+        .lines()
+        .filter(|l| l.starts_with("    \"kiln_") && l.contains("\"signature\""))
+        .map(|l| l.trim_start()[1..].split('"').next().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 7, "{code}");
+    let folders: Vec<PathBuf> = std::fs::read_dir(out.join("kernels"))
+        .expect("kernels/ beside output_code.py")
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(folders.len(), names.len(), "{folders:?}");
+    for name in &names {
+        let folder = folders
+            .iter()
+            .find(|f| {
+                f.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}-"))
+            })
+            .unwrap_or_else(|| panic!("no binary for {name} in {folders:?}"));
+        assert!(folder.join(format!("{name}.json")).is_file());
+        assert!(folder.join(format!("{name}.cubin")).is_file());
+    }
+
+    // The runtime an import starts: compiled by the worker pool into the cache, then
+    // loaded from it by a second process that compiles nothing.
+    let cache = tmp.path().join("cache");
+    let script = repo_root().join("tests/support/kernel_runtime.py");
+    let plain = tmp.path().join("plain");
+    assert!(
+        compile(
+            &repo_root().join("examples/gpt2_block.toml"),
+            "cuda",
+            &plain,
+            &[]
+        )
+        .0
+    );
+    for mode in ["cold", "warm"] {
+        let (output, stdout, stderr) = run(Command::new(&python)
+            .env("KILN_CACHE_DIR", &cache)
+            .arg(&script)
+            .arg(plain.join("output_code.py"))
+            .arg(mode));
+        assert!(output.status.success(), "{mode}: {stderr}\n{stdout}");
+        assert_eq!(stdout.lines().count(), names.len(), "{mode}: {stdout}");
+    }
+
+    // A target this Triton has no backend for is refused with the reason.
+    let (output, _, stderr) = run(host(&host_bin())
+        .env("KILN_PYTHON", &python)
+        .arg("compile")
+        .arg(repo_root().join("examples/softmax.toml"))
+        .args(["--device", "xpu", "--precompile", "-o"])
+        .arg(tmp.path().join("xpu")));
+    assert!(!output.status.success());
+    assert!(stderr.contains("no backend for `xpu`"), "{stderr}");
 }

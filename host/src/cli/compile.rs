@@ -60,6 +60,13 @@ pub struct CompileArgs {
     #[arg(long)]
     pub autotune: bool,
 
+    /// Compile every Triton kernel now, in parallel, into kernels/ beside output_code.py, so
+    /// that the first call loads them instead of compiling. Runs `output_code.py --precompile`
+    /// with $KILN_PYTHON (default python3), which needs Triton but neither torch nor a GPU;
+    /// the wrapper uses the binaries where they match the running device's Triton target.
+    #[arg(long)]
+    pub precompile: bool,
+
     /// Also write graph_pre_passes.txt, graph_post_passes.txt, ir_pre_fusion.txt,
     /// ir_post_fusion.txt and graph.dot (nodes coloured by kernel).
     #[arg(long)]
@@ -100,5 +107,50 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
             args.out.join(crate::codegen::weights::FILE_NAME).display()
         );
     }
+    if args.precompile {
+        let code = paths
+            .iter()
+            .find(|p| p.file_name().is_some_and(|n| n == "output_code.py"))
+            .ok_or("--precompile compiles the Triton kernels of output_code.py; this device's wrapper has none (leave --precompile out)")?;
+        precompile(code)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `output_code.py --precompile`, passing its report on.
+fn precompile(code: &std::path::Path) -> Result<(), CliError> {
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let output = std::process::Command::new(&python)
+        .arg(code)
+        .arg("--precompile")
+        .output()
+        .map_err(|e| {
+            format!(
+                "--precompile runs `{python} {} --precompile`, but `{python}` could not be started ({e}): \
+                 install Python 3 with Triton (pip install triton) or set KILN_PYTHON",
+                code.display()
+            )
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        let failed: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("FAILED") || l.contains("Error"))
+            .collect();
+        let detail = if failed.is_empty() {
+            stderr.trim().to_string()
+        } else {
+            failed.join("\n")
+        };
+        return Err(format!(
+            "precompiling the kernels of {} failed ({}):\n{detail}\n\
+             (the wrapper still works: it compiles the kernels at their first launch)",
+            code.display(),
+            output.status
+        )
+        .into());
+    }
+    eprint!("precompiled: {stdout}");
+    Ok(())
 }

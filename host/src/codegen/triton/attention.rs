@@ -38,6 +38,9 @@ pub struct AttentionKernel {
     pub signature: Vec<(String, String)>,
     /// Its `constexpr` parameters with their values, as passed at launch.
     pub constants: Vec<(&'static str, i64)>,
+    /// The parameters its launches pass divisible by 16 (pointers by their
+    /// address), which it is compiled to assume.
+    pub aligned: Vec<String>,
     /// Warps per program.
     pub num_warps: u32,
     /// Pipelining stages.
@@ -144,8 +147,9 @@ pub fn write(
             launch.scalars.len(),
             wide(&launch),
         );
+        let aligned = aligned_params(program, &types, &launch);
         let key = format!(
-            "{types:?}{:?}{}{}",
+            "{types:?}{:?}{aligned:?}{}{}",
             launch.constants, launch.num_warps, launch.num_stages
         );
         let index = match by_key.get(&key) {
@@ -157,6 +161,7 @@ pub fn write(
                     name,
                     signature: types,
                     constants: launch.constants.clone(),
+                    aligned,
                     num_warps: launch.num_warps,
                     num_stages: launch.num_stages,
                 });
@@ -169,6 +174,30 @@ pub fn write(
         out.launches.insert(i, launch);
     }
     Ok(out)
+}
+
+/// The runtime parameters of `launch` divisible by 16: a pointer whose view
+/// starts 16-byte aligned in its buffer (buffers themselves are), an integer
+/// whose value is. `types` names the parameters: the pointers, then the scalars.
+fn aligned_params(
+    program: &Program,
+    types: &[(String, String)],
+    launch: &AttentionLaunch,
+) -> Vec<String> {
+    let pointers = launch.pointers.iter().map(|v| {
+        let bytes = program.buffer(v.buf).dtype.size_bytes() as i64;
+        v.offset.saturating_mul(bytes) % 16 == 0
+    });
+    let scalars = launch
+        .scalars
+        .iter()
+        .map(|s| s.parse::<i64>().is_ok_and(|n| n % 16 == 0));
+    types
+        .iter()
+        .zip(pointers.chain(scalars))
+        .filter(|((_, ty), aligned)| *aligned && (ty.starts_with('*') || ty.starts_with('i')))
+        .map(|((name, _), _)| name.clone())
+        .collect()
 }
 
 /// Whether index arithmetic needs 64 bits: an element offset of any operand

@@ -60,6 +60,21 @@ fn launches(
         .collect()
 }
 
+/// The parameters a launch always passes divisible by 16, which the kernel is
+/// compiled to assume (Triton's `tt.divisibility`, as its JIT specializes):
+/// every pointer, since the wrapper passes whole buffers (its own allocations,
+/// constants, and inputs it copies when misaligned), and the sizes that are.
+fn aligned_params(pointers: &[String], xnumel: i64, rnumel: Option<i64>) -> Vec<String> {
+    let mut aligned = pointers.to_vec();
+    if xnumel % 16 == 0 {
+        aligned.push("xnumel".to_string());
+    }
+    if rnumel.is_some_and(|r| r % 16 == 0) {
+        aligned.push("rnumel".to_string());
+    }
+    aligned
+}
+
 /// Writes one kernel of `program` as a Triton function, with its launch.
 pub(super) fn write_kernel(
     program: &Program,
@@ -125,6 +140,7 @@ pub(super) fn write_kernel(
             .map(|p| pointer_type(program.buffer(p.buf).dtype))
             .collect(),
         args: k.params.iter().map(|p| p.buf).collect(),
+        aligned: aligned_params(&names, k.space.x, reduction.then_some(k.space.r)),
         arg_names: names,
         xnumel: k.space.x,
         rnumel: reduction.then_some(k.space.r),

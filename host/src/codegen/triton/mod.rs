@@ -11,6 +11,8 @@ pub mod attention;
 pub mod expr;
 mod kernel;
 
+use std::collections::HashMap;
+
 use kiln_plugin_api::Grid;
 
 use super::heuristics::LaunchHeuristics;
@@ -71,6 +73,9 @@ pub struct KernelInfo {
     pub arg_names: Vec<String>,
     /// Triton signature types of those pointers (`*fp32`, ...).
     pub arg_types: Vec<&'static str>,
+    /// The parameters every launch passes divisible by 16 (pointers by their
+    /// address), which the kernel is compiled to assume.
+    pub aligned: Vec<String>,
     /// `xnumel`.
     pub xnumel: i64,
     /// `rnumel`, for reduction kernels.
@@ -105,6 +110,7 @@ pub fn write(
     let (texts, info) = super::write_kernels(program, "kiln", namer, |named| {
         kernel::write_kernel(program, named, heuristics, options)
     })?;
+    let (texts, info) = share_identical(texts, info);
     let attention = attention::write(program, heuristics, namer)?;
     let mut source = String::from(kernel::HELPERS);
     if options.autotune && info.iter().any(|k| k.candidates.len() > 1) {
@@ -121,4 +127,72 @@ pub fn write(
         info,
         attention,
     })
+}
+
+/// Keeps one kernel of each set of identical ones (the same text but for the
+/// name, the same argument types, alignment and launch constants): the later
+/// ones launch the first, so that it is written, and compiled, once. A model's
+/// repeated layers make the same kernels again and again.
+fn share_identical(
+    texts: Vec<String>,
+    mut info: Vec<KernelInfo>,
+) -> (Vec<String>, Vec<KernelInfo>) {
+    let mut first: HashMap<String, String> = HashMap::new();
+    let mut kept = Vec::new();
+    for (text, k) in texts.into_iter().zip(info.iter_mut()) {
+        let configs: Vec<_> = std::iter::once(&k.launch)
+            .chain(&k.candidates)
+            .map(|l| (l.x_block, l.r_block, l.num_warps, l.num_stages))
+            .collect();
+        let key = format!(
+            "{}\u{1}{:?}{:?}{}{:?}",
+            replace_word(&text, &k.name, "\u{0}"),
+            k.arg_types,
+            k.aligned,
+            k.int64_index,
+            configs
+        );
+        match first.get(&key) {
+            Some(name) => k.name = name.clone(),
+            None => {
+                first.insert(key, k.name.clone());
+                kept.push(text);
+            }
+        }
+    }
+    (kept, info)
+}
+
+/// `text` with every whole-word occurrence of the identifier `word` replaced.
+fn replace_word(text: &str, word: &str, with: &str) -> String {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(word) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + word.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        if before.is_some_and(is_ident) || after.is_some_and(is_ident) {
+            out.push_str(word);
+        } else {
+            out.push_str(with);
+        }
+        rest = &rest[at + word.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_word;
+
+    #[test]
+    fn only_whole_words_are_replaced() {
+        assert_eq!(
+            replace_word("def k_1(a): k_10(k_1)  # k_1", "k_1", "@"),
+            "def @(a): k_10(@)  # @"
+        );
+        assert_eq!(replace_word("xk_1 k_1x", "k_1", "@"), "xk_1 k_1x");
+    }
 }

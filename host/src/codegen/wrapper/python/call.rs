@@ -23,6 +23,33 @@ pub(super) struct CallWriter<'a> {
     pub attention: &'a HashMap<usize, AttentionLaunch>,
     /// The plugin's strings.
     pub strings: &'a DeviceStrings,
+    /// The positions of the inputs kernels read through a pointer, which
+    /// `call` copies when they are not 16-byte aligned.
+    pub aligned: &'a [usize],
+}
+
+/// The positions of the graph inputs some kernel reads through a pointer
+/// (the kernels are compiled to assume those 16-byte aligned).
+pub(super) fn aligned_inputs(
+    p: &Program,
+    kernels: &[KernelInfo],
+    attention: &HashMap<usize, AttentionLaunch>,
+) -> Vec<usize> {
+    let read: HashSet<BufferId> = kernels
+        .iter()
+        .flat_map(|k| k.args.iter().copied())
+        .chain(
+            attention
+                .values()
+                .flat_map(|l| l.pointers.iter().map(|v| v.buf)),
+        )
+        .collect();
+    p.inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| read.contains(b))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 fn grid_text(l: &Launch) -> String {
@@ -98,6 +125,10 @@ impl CallWriter<'_> {
     fn inputs(&self, out: &mut String) -> std::fmt::Result {
         let p = self.program();
         let inputs: Vec<&str> = p.inputs.iter().map(|b| self.name(*b)).collect();
+        if !self.aligned.is_empty() {
+            let indices: Vec<i64> = self.aligned.iter().map(|&i| i as i64).collect();
+            writeln!(out, "    align_inputs(args, {})", tuple(&indices))?;
+        }
         match inputs.as_slice() {
             [] => {}
             [one] => writeln!(out, "    ({one},) = args")?,
@@ -220,16 +251,15 @@ impl CallWriter<'_> {
                 args.join(", ")
             );
         }
+        // Compiled ahead (KERNELS): every parameter in order, the constexprs too.
         let l = &info.launch;
-        args.push(format!("XBLOCK={}", l.x_block));
+        args.push(l.x_block.to_string());
         if let Some(r) = l.r_block {
-            args.push(format!("RBLOCK={r}"));
+            args.push(r.to_string());
         }
-        args.push(format!("num_warps={}", l.num_warps));
-        args.push(format!("num_stages={}", l.num_stages));
         writeln!(
             out,
-            "        {}[{}]({})",
+            "        KERNELS.{}[{}]({}, stream=stream0)",
             info.name,
             grid_text(l),
             args.join(", ")
@@ -240,12 +270,10 @@ impl CallWriter<'_> {
     fn attention_launch(&self, out: &mut String, l: &AttentionLaunch) -> std::fmt::Result {
         let mut args: Vec<String> = l.pointers.iter().map(|v| self.pointer(v)).collect();
         args.extend(l.scalars.iter().cloned());
-        args.extend(l.constants.iter().map(|(n, v)| format!("{n}={v}")));
-        args.push(format!("num_warps={}", l.num_warps));
-        args.push(format!("num_stages={}", l.num_stages));
+        args.extend(l.constants.iter().map(|(_, v)| v.to_string()));
         writeln!(
             out,
-            "        {}[{}]({})",
+            "        KERNELS.{}[{}]({}, stream=stream0)",
             l.kernel,
             grid_text_of(&l.grid),
             args.join(", ")

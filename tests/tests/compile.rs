@@ -558,15 +558,43 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
         )
         .0
     );
-    for mode in ["cold", "warm"] {
+    let runtime = |code: &Path, strict: bool| {
         let (output, stdout, stderr) = run(Command::new(&python)
             .env("KILN_CACHE_DIR", &cache)
             .arg(&script)
-            .arg(plain.join("output_code.py"))
-            .arg(mode));
-        assert!(output.status.success(), "{mode}: {stderr}\n{stdout}");
-        assert_eq!(stdout.lines().count(), names.len(), "{mode}: {stdout}");
-    }
+            .arg(code)
+            .args(strict.then_some("--no-compile-here")));
+        assert!(output.status.success(), "{stderr}\n{stdout}");
+        let states: Vec<(String, String)> = stdout
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(states.len(), names.len(), "{stdout}");
+        states
+    };
+    let code = plain.join("output_code.py");
+    let states = runtime(&code, false);
+    assert!(states.iter().all(|(_, s)| s == "compiled"), "{states:?}");
+    assert!(runtime(&code, true).iter().all(|(_, s)| s == "found"));
+    // A kernel edited by hand is compiled again; the others still come from the cache.
+    let text = std::fs::read_to_string(&code).unwrap();
+    let edited = text.replacen(
+        "    xbase = tl.arange(0, XBLOCK)\n",
+        "    xbase = tl.arange(0, XBLOCK)  # edited\n",
+        1,
+    );
+    assert_ne!(edited, text);
+    let edited_code = tmp.path().join("edited").join("output_code.py");
+    std::fs::create_dir_all(edited_code.parent().unwrap()).unwrap();
+    std::fs::write(&edited_code, edited).unwrap();
+    let states = runtime(&edited_code, false);
+    let compiled: Vec<&str> = states
+        .iter()
+        .filter(|(_, s)| s == "compiled")
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(compiled.len(), 1, "{states:?}");
 
     // A target this Triton has no backend for is refused with the reason.
     let (output, _, stderr) = run(host(&host_bin())

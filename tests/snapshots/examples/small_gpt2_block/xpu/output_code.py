@@ -254,6 +254,7 @@ class KernelSet:
                 folders.insert(0, os.path.join(os.path.dirname(os.path.abspath(self._path)), "kernels"))
         self._folders = folders
         self._store = store or folders[-1]
+        self._helpers = KernelSet.helpers_digest(scope)
         for name, meta in scope["KERNEL_META"].items():
             if not meta.get("autotuned"):
                 kernel = _KilnKernel(self, name, scope[name], meta)
@@ -317,10 +318,23 @@ class KernelSet:
             arch = json.loads(arch)
         return GPUTarget(spec["backend"], arch, spec["warp_size"])
 
+    @staticmethod
+    def helpers_digest(scope):
+        """A digest of the source of every @triton.jit function that is not a kernel
+        of KERNEL_META: the helpers kernels call."""
+        import hashlib
+
+        from triton.runtime.jit import JITFunction
+
+        meta = scope["KERNEL_META"]
+        sources = sorted(v.src for k, v in scope.items() if isinstance(v, JITFunction) and k not in meta)
+        return hashlib.sha256("\0".join(sources).encode()).hexdigest()
+
     def _key(self, kernel):
         """The binary's name in the folders: the kernel's name and a digest of its
-        source (with the helpers it calls), signature, constants, alignment, launch
-        options, target, Triton's version and the environment Triton compiles by."""
+        source and the helpers' (as the file has them now), signature, constants,
+        alignment, launch options, target, Triton's version and the environment
+        Triton compiles by."""
         import hashlib
         import json
 
@@ -330,7 +344,7 @@ class KernelSet:
         environment = getattr(compiler, "get_cache_invalidating_env_vars", dict)()
         t = self._target
         text = json.dumps(
-            [kernel.jit.cache_key, kernel.meta, t.backend, t.arch, t.warp_size, triton.__version__,
+            [kernel.jit.src, self._helpers, kernel.meta, t.backend, t.arch, t.warp_size, triton.__version__,
              sorted(environment.items())],
             sort_keys=True, default=str)
         return f"{kernel.name}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
@@ -370,11 +384,14 @@ class KernelSet:
 
     @staticmethod
     def keep(binary, store, key):
-        """Copies a compiled kernel's files into `store`/`key` (atomically: a whole
-        folder or none) and returns that folder."""
+        """Copies a compiled kernel's metadata and binary (not its intermediate IR)
+        into `store`/`key`, atomically (a whole folder or none), and returns that
+        folder."""
         import os
         import shutil
         import threading
+
+        from triton.compiler import make_backend
 
         final = os.path.join(store, key)
         if os.path.isdir(final):
@@ -383,8 +400,10 @@ class KernelSet:
         partial = f"{final}.partial-{os.getpid()}-{threading.get_ident()}"
         shutil.rmtree(partial, ignore_errors=True)
         os.makedirs(partial)
+        wanted = (".json", "." + make_backend(binary.metadata.target).binary_ext)
         for name, path in binary.metadata_group.items():
-            shutil.copyfile(path, os.path.join(partial, name))
+            if name.endswith(wanted):
+                shutil.copyfile(path, os.path.join(partial, name))
         try:
             os.rename(partial, final)
         except OSError:  # another process kept the same kernel first

@@ -300,8 +300,10 @@ class KernelSet:
                     proc.stdin.flush()
                     line = proc.stdout.readline()
                     reply = json.loads(line) if line else {"error": "the worker process exited"}
-                except (OSError, ValueError) as error:
-                    reply = {"error": f"the worker process failed: {error}"}
+                except Exception as error:  # whatever happened, the kernel must finish
+                    line, reply = "", {"error": f"the worker process failed: {error}"}
+                if not isinstance(reply, dict):
+                    reply = {"error": f"the worker process replied {line!r}"}
                 kernel.finish(reply.get("folder"), reply.get("error"))
                 if not line:
                     return

@@ -842,3 +842,39 @@ fn products_of_a_few_rows_stream_b_and_match() {
         run_checked(name, &text, &[], 1);
     }
 }
+
+#[test]
+fn the_variance_of_equal_values_is_exactly_zero_and_of_offset_data_is_accurate() {
+    // Rows of 7 equal values (0.1 is inexact in binary: their float32 mean need not be
+    // 0.1), and a row of 1e4 + [0, 1, ..., 6]: squared deviations sum to 28, over 6.
+    let text = r#"
+format = "kiln-graph/1"
+name = "var_rows"
+outputs = ["v", "positive"]
+
+[[inputs]]
+name = "x"
+shape = [3, 7]
+dtype = "float32"
+
+[[nodes]]
+name = "v"
+op = "var"
+args = ["x", [1]]
+attrs = { correction = 1 }
+
+[[nodes]]
+name = "positive"
+op = "gt"
+args = ["v", 0.0]
+"#;
+    let mut values = vec![f64::from(0.1f32); 7];
+    values.extend([f64::from(-3.3f32); 7]);
+    values.extend((0..7).map(|i| 1e4 + f64::from(i)));
+    let x = kiln::tensor::Tensor::new(vec![3, 7], kiln::graph::dtype::DType::Float32, values);
+    let out = run_default_flags(text, &[x]);
+    let v = out[0].to_vec();
+    assert_eq!(&v[..2], [0.0, 0.0], "{v:?}");
+    assert!((v[2] - 28.0 / 6.0).abs() < 1e-5, "{v:?}");
+    assert_eq!(out[1].to_vec(), [0.0, 0.0, 1.0]);
+}

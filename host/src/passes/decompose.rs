@@ -338,6 +338,15 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
                 )?;
                 vec![fill]
             } else {
+                // Deviations of the data shifted by its first element along the reduced
+                // dims: a run of equal values then has variance exactly 0, as PyTorch's
+                // Welford gives (a float32 mean of equal values need not equal them, and
+                // `var > 0` must not flip), and large offsets cancel before squaring.
+                let mut first = xc;
+                for &d in &wrapped {
+                    first = b.slice(first, d as i64, 0, 1, 1)?;
+                }
+                let xc = b.vv(BinaryOp::Sub, xc, first)?;
                 let mean = b.reduce(ReduceOp::Mean, xc, &ds)?;
                 let d = b.vv(BinaryOp::Sub, xc, mean)?;
                 let sq = b.vv(BinaryOp::Mul, d, d)?;

@@ -58,6 +58,10 @@ fn generated_graphs_match_the_interpreter_on_every_device() {
         unsupported * 20 < count as usize,
         "{unsupported} compiles of {count} graphs were not supported by a device"
     );
+    if first >= DEEP {
+        // A run from a later seed (KILN_FUZZ_FIRST) writes no Triton code to check.
+        return;
+    }
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let (output, stdout, stderr) = run(Command::new(python)
         .arg(repo_root().join("tools/check_triton.py"))

@@ -148,6 +148,14 @@ class KernelSet:
             self._queue.append(kernel)
         for _ in range(workers):
             threading.Thread(target=self._serve, daemon=True).start()
+        # Binaries from a --precompile folder come without Triton's host-side launchers,
+        # which it builds with the C compiler at each kernel's first launch: build them
+        # now, side by side (the compiler runs outside the GIL).
+        ahead = collections.deque(
+            k for k in self._kernels.values()
+            if k.folder and len(self._folders) > 1 and not k.folder.startswith(self._folders[-1]))
+        for _ in range(min(len(ahead), KernelSet.cpus()) if len(ahead) > 1 else 0):
+            threading.Thread(target=self._prepare, args=(ahead,), daemon=True).start()
 
     @staticmethod
     def cpus():
@@ -319,6 +327,29 @@ class KernelSet:
             except OSError:
                 pass
 
+    def _prepare(self, ahead):
+        """Loads found binaries and builds their launchers until `ahead` is empty."""
+        import os
+
+        from triton.compiler import CompiledKernel
+
+        while True:
+            with self._lock:
+                if not ahead:
+                    return
+                kernel = ahead.popleft()
+                if kernel.state != "idle":
+                    continue
+                kernel.state = "preparing"
+            try:
+                group = {name: os.path.join(kernel.folder, name) for name in os.listdir(kernel.folder)}
+                binary = CompiledKernel(KernelSet.source(kernel.jit, kernel.meta, self._target), group, kernel.key)
+                _kiln_build_launcher(binary, self._target)
+                kernel.prepared = binary
+            except Exception:  # the launch loads it again, and reports what is wrong
+                pass
+            kernel.finish(kernel.folder, None)
+
     def _failed(self, error):
         """Ahead-of-time compilation is impossible here: every kernel launches
         through Triton's JIT, as a plain @triton.jit function does."""
@@ -353,6 +384,8 @@ class KernelSet:
             if folder is not None:
                 if not load:
                     return None
+                if kernel.prepared is not None and folder == kernel.folder:
+                    return kernel.prepared
                 from triton.compiler import CompiledKernel
 
                 group = {name: os.path.join(folder, name) for name in os.listdir(folder)}
@@ -414,7 +447,7 @@ class _KilnKernel:
         import threading
 
         self.owner, self.name, self.jit, self.meta = owner, name, jit, meta
-        self.key = self.folder = self.error = None
+        self.key = self.folder = self.error = self.prepared = None
         self.state = "idle"
         self.done = threading.Event()
 

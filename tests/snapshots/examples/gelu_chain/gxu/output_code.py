@@ -178,6 +178,16 @@ class KernelSet:
         return os.path.join(home, ".cache", "kiln") if home else os.path.join(tempfile.gettempdir(), "kiln-cache")
 
     @staticmethod
+    def running_target():
+        """The target of the device this process runs on, as Triton's JIT sees it."""
+        try:
+            from triton.runtime import driver
+
+            return driver.active.get_current_target()
+        except Exception:  # no device: the binaries' target stands
+            return None
+
+    @staticmethod
     def target(spec):
         """Triton's GPUTarget from TRITON_TARGET's fields."""
         import json
@@ -318,7 +328,7 @@ class KernelSet:
                     line, reply = "", {"error": f"the worker process failed: {error}"}
                 if not isinstance(reply, dict):
                     reply = {"error": f"the worker process replied {line!r}"}
-                kernel.finish(reply.get("folder"), reply.get("error"))
+                kernel.finish(reply.get("folder"))  # on an error, the launch compiles it
                 if not line:
                     return
         finally:
@@ -329,10 +339,6 @@ class KernelSet:
 
     def _prepare(self, ahead):
         """Loads found binaries and builds their launchers until `ahead` is empty."""
-        import os
-
-        from triton.compiler import CompiledKernel
-
         while True:
             with self._lock:
                 if not ahead:
@@ -342,13 +348,12 @@ class KernelSet:
                     continue
                 kernel.state = "preparing"
             try:
-                group = {name: os.path.join(kernel.folder, name) for name in os.listdir(kernel.folder)}
-                binary = CompiledKernel(KernelSet.source(kernel.jit, kernel.meta, self._target), group, kernel.key)
+                binary = self._load(kernel, kernel.folder)
                 _kiln_build_launcher(binary, self._target)
                 kernel.prepared = binary
             except Exception:  # the launch loads it again, and reports what is wrong
                 pass
-            kernel.finish(kernel.folder, None)
+            kernel.finish(kernel.folder)
 
     def _failed(self, error):
         """Ahead-of-time compilation is impossible here: every kernel launches
@@ -374,10 +379,10 @@ class KernelSet:
                 kernel.state = "local"
             if not self._checked:
                 self._checked = True
-                self._retarget(_KilnRunningTarget.get())
+                self._retarget(KernelSet.running_target())
         if not mine:
             kernel.done.wait()
-        folder, error = kernel.folder, None
+        folder = kernel.folder
         try:
             if folder is None or os.path.basename(folder) != kernel.key:
                 folder = self._find(kernel)
@@ -386,22 +391,25 @@ class KernelSet:
                     return None
                 if kernel.prepared is not None and folder == kernel.folder:
                     return kernel.prepared
-                from triton.compiler import CompiledKernel
-
-                group = {name: os.path.join(folder, name) for name in os.listdir(folder)}
-                return CompiledKernel(KernelSet.source(kernel.jit, kernel.meta, self._target), group, kernel.key)
+                return self._load(kernel, folder)
             binary = KernelSet.compile(kernel.jit, kernel.meta, self._target)
             try:
                 folder = KernelSet.keep(binary, self._store, kernel.key)
             except OSError:
                 pass  # a read-only cache: the binary is still good for this process
             return binary
-        except Exception as failure:
-            error = f"{type(failure).__name__}: {failure}"
-            raise
         finally:
             if mine:
-                kernel.finish(folder, error)
+                kernel.finish(folder)
+
+    def _load(self, kernel, folder):
+        """The compiled kernel kept in `folder`."""
+        import os
+
+        from triton.compiler import CompiledKernel
+
+        group = {name: os.path.join(folder, name) for name in os.listdir(folder)}
+        return CompiledKernel(KernelSet.source(kernel.jit, kernel.meta, self._target), group, kernel.key)
 
     def _retarget(self, running):
         """The device this process runs on is not the target the kernels were being
@@ -447,12 +455,12 @@ class _KilnKernel:
         import threading
 
         self.owner, self.name, self.jit, self.meta = owner, name, jit, meta
-        self.key = self.folder = self.error = self.prepared = None
+        self.key = self.folder = self.prepared = None
         self.state = "idle"
         self.done = threading.Event()
 
-    def finish(self, folder, error):
-        self.folder, self.error, self.state = folder, error, "done"
+    def finish(self, folder):
+        self.folder, self.state = folder, "done"
         self.done.set()
 
     def __getitem__(self, grid):
@@ -473,19 +481,6 @@ class _KilnJitLauncher:
             return launch(*args, num_warps=meta["num_warps"], num_stages=meta["num_stages"])
 
         return run
-
-
-class _KilnRunningTarget:
-    """The target of the device this process runs on, as Triton's JIT sees it."""
-
-    @staticmethod
-    def get():
-        try:
-            from triton.runtime import driver
-
-            return driver.active.get_current_target()
-        except Exception:  # no device: the binaries' target stands
-            return None
 
 
 def kernel_tool(scope, argv):

@@ -19,7 +19,7 @@ use kiln_plugin_api::{BackendSpec, SchedulingKind, Wrappers};
 
 use crate::codegen::namer::Namer;
 use crate::codegen::weights::{self, Weights};
-use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
+use crate::codegen::wrapper::{aot, cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;
 use crate::plugins::validate::{override_text_problem, triton_target_problem};
@@ -93,6 +93,9 @@ pub enum Error {
     /// The C++ wrapper could not be written.
     #[error("writing wrapper.cpp failed")]
     CppWrapper(#[from] cpp_wrapper::Error),
+    /// The C++ wrapper of a Triton device could not be written.
+    #[error("writing wrapper.cpp for Triton kernels failed: {0}")]
+    AotWrapper(#[from] aot::Error),
     /// A generated file could not be written.
     #[error("cannot write {path}")]
     Write {
@@ -225,15 +228,7 @@ impl Target {
             SchedulingKind::Cpp => WrapperKind::Cpp,
         });
         match (spec.scheduling, wrapper) {
-            (SchedulingKind::Triton, WrapperKind::Python)
-            | (SchedulingKind::Cpp, WrapperKind::Cpp) => {}
-            (SchedulingKind::Triton, WrapperKind::Cpp) => {
-                return Err(unsupported(
-                    "the C++ wrapper for Triton kernels is not implemented in this host yet; \
-                     use the Python wrapper (output_code.py)"
-                        .into(),
-                ))
-            }
+            (SchedulingKind::Triton, _) | (SchedulingKind::Cpp, WrapperKind::Cpp) => {}
             (SchedulingKind::Cpp, WrapperKind::Python) => {
                 return Err(unsupported(
                     "the Python wrapper for C++ kernels is not implemented in this host; \
@@ -368,6 +363,22 @@ pub enum CodeInfo {
         /// Every kernel's call.
         kernels: Vec<cpp::KernelInfo>,
     },
+    /// `kernels.py`, Triton kernels to compile ahead of time, and what
+    /// [`Artifacts::write_aot_wrapper`] builds `wrapper.cpp` from once they are.
+    Aot(Box<AotParts>),
+}
+
+/// The C++ wrapper of a Triton device before its kernels are compiled.
+#[derive(Clone, Debug)]
+pub struct AotParts {
+    /// The kernels and their launches.
+    pub kernels: triton::Kernels,
+    /// Every buffer's C++ identifier.
+    pub names: HashMap<crate::schedule::ir::BufferId, String>,
+    /// The plugin's strings.
+    pub strings: aot::Strings,
+    /// The constants read from the weights file, by key.
+    pub weights: Vec<(String, crate::schedule::ir::BufferId)>,
 }
 
 impl CodeInfo {
@@ -376,6 +387,7 @@ impl CodeInfo {
         match self {
             CodeInfo::Python { kernels, .. } => kernels.iter().map(|k| k.name.clone()).collect(),
             CodeInfo::Cpp { kernels, .. } => kernels.iter().map(|k| k.name.clone()).collect(),
+            CodeInfo::Aot(parts) => parts.kernels.info.iter().map(|k| k.name.clone()).collect(),
         }
     }
 }
@@ -423,6 +435,36 @@ pub struct Artifacts {
 }
 
 impl Artifacts {
+    /// For a Triton device's C++ wrapper: writes `wrapper.cpp` into `dir`,
+    /// where [`Artifacts::write_to`] wrote `kernels.py` and its
+    /// `--precompile` compiled the kernels into `kernels/`, from `binaries`
+    /// (by kernel name; [`aot::read_binaries`] reads them). Returns its path
+    /// and what the wrapper needs.
+    pub fn write_aot_wrapper(
+        &self,
+        dir: &Path,
+        binaries: &HashMap<String, aot::Binary>,
+    ) -> Result<(PathBuf, aot::Info), Error> {
+        let CodeInfo::Aot(parts) = &self.info else {
+            return Err(Error::AotWrapper(aot::Error::Unsupported(
+                "this compile has no Triton kernels for a C++ wrapper".into(),
+            )));
+        };
+        let (code, info) = aot::write(
+            &self.scheduled,
+            &parts.kernels,
+            binaries,
+            &parts.strings,
+            &parts.names,
+        )?;
+        let path = dir.join("wrapper.cpp");
+        std::fs::write(&path, code).map_err(|source| Error::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok((path, info))
+    }
+
     /// Kernels generated.
     pub fn kernel_count(&self) -> usize {
         self.scheduled.program.kernel_count()
@@ -505,10 +547,14 @@ pub fn compile_for(
     // Triton targets compute attention in one fused kernel; a C++ target
     // gets its decomposition.
     let pass_options = crate::passes::Options {
-        fused_attention: target.wrapper == WrapperKind::Python,
+        fused_attention: target.spec.scheduling == SchedulingKind::Triton,
         split_reductions_for: target.parallel_units,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
+    if target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Cpp {
+        // wrapper.cpp hands back dense tensors: a strided output is copied by a kernel.
+        dense_outputs(&mut graph);
+    }
     let passes = start.elapsed();
     let start = Instant::now();
     let schedule_options = crate::schedule::Options {
@@ -525,6 +571,7 @@ pub fn compile_for(
     let keys = match &info {
         CodeInfo::Python { wrapper, .. } => &wrapper.weights,
         CodeInfo::Cpp { wrapper, .. } => &wrapper.weights,
+        CodeInfo::Aot(parts) => &parts.weights,
     };
     let weights = Weights::from_keys(&scheduled.program, keys);
     let codegen = start.elapsed();
@@ -555,6 +602,106 @@ pub fn compile_for(
     })
 }
 
+/// Makes every graph output that is a strided view (a transpose, a slice)
+/// the output of a `clone` into a dense tensor instead.
+fn dense_outputs(graph: &mut Graph) {
+    use crate::graph::ir::{Arg, Node, TensorMeta};
+    let mut outputs = graph.outputs().to_vec();
+    let mut changed = false;
+    for v in outputs.iter_mut() {
+        let Some(meta) = graph
+            .node(v.node)
+            .and_then(|n| n.outputs.get(v.output as usize))
+            .cloned()
+        else {
+            continue;
+        };
+        let dense = crate::graph::shape::contiguous_strides(&meta.shape);
+        let is_dense = meta
+            .shape
+            .iter()
+            .zip(meta.strides.iter().zip(&dense))
+            .all(|(size, (s, d))| *size == 1 || s == d);
+        if is_dense {
+            continue;
+        }
+        let name = graph.fresh_name("dense_output");
+        let node = graph.add_node(Node {
+            name,
+            op: crate::graph::ops::Op::Clone,
+            args: vec![Arg::Value(*v)],
+            outputs: vec![TensorMeta::contiguous(meta.shape.clone(), meta.dtype)],
+            line: None,
+        });
+        *v = crate::graph::ir::ValueId { node, output: 0 };
+        changed = true;
+    }
+    if changed {
+        graph.set_outputs(outputs);
+    }
+}
+
+/// `kernels.py` and the parts of `wrapper.cpp` for a Triton device's C++
+/// wrapper: every name of both files reserved before any graph name.
+fn generate_aot(
+    scheduled: &Scheduled,
+    plugin: &Plugin,
+    target: &Target,
+    options: &Options,
+    mut namer: Namer,
+) -> Result<(&'static str, String, CodeInfo), Error> {
+    let strings = aot::Strings {
+        header: target.string(Override::KernelHeader),
+        driver: target.string(Override::KernelDriver),
+        stream_type: target.string(Override::CppStreamType),
+        kernel_type: target.string(Override::CppKernelType),
+        device: target.device.clone(),
+        origin: target.origin.clone(),
+    };
+    let python_strings = python::DeviceStrings {
+        device: target.device.clone(),
+        import_raw_stream: String::new(),
+        set_device: String::new(),
+        synchronize: String::new(),
+        device_guard: String::new(),
+        origin: target.origin.clone(),
+        triton_target: target.triton_target.clone(),
+    };
+    python::reserve(&mut namer, &python_strings);
+    cpp_wrapper::reserve(&mut namer, &strings.header);
+    namer.reserve_identifiers_in(&strings.driver);
+    let p = &scheduled.program;
+    let kernels =
+        triton::write(p, plugin, &options.triton, &mut namer).map_err(Error::TritonKernels)?;
+    aot::check(scheduled, &kernels, &strings)?;
+    let code = python::kernels_module(
+        p,
+        &kernels,
+        &target.device,
+        &target.origin,
+        target.triton_target.as_ref(),
+    )?;
+    let names: HashMap<_, _> = (0..p.buffers.len())
+        .map(|i| {
+            let b = crate::schedule::ir::BufferId(i as u32);
+            (b, namer.name(&format!("b_{}", p.buffer(b).name)))
+        })
+        .collect();
+    let weights = p
+        .constants_read()
+        .into_iter()
+        .filter(|&b| crate::codegen::weights::in_file(p, b))
+        .map(|b| (names[&b].clone(), b))
+        .collect();
+    let parts = AotParts {
+        kernels,
+        names,
+        strings,
+        weights,
+    };
+    Ok(("kernels.py", code, CodeInfo::Aot(Box::new(parts))))
+}
+
 /// Kernels and wrapper for the target's scheduling kind, through one
 /// [`Namer`] that has every writer's names reserved before any graph name.
 fn generate(
@@ -580,6 +727,9 @@ fn generate(
                 kernels: kernels.info,
             };
             Ok(("output_code.py", code, info))
+        }
+        WrapperKind::Cpp if target.spec.scheduling == SchedulingKind::Triton => {
+            generate_aot(scheduled, plugin, target, options, namer)
         }
         WrapperKind::Cpp => {
             let header = target.string(Override::KernelHeader);

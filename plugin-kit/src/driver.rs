@@ -60,7 +60,7 @@ impl DriverApi {
 /// `std::runtime_error` with the driver's message, `loadKernel(filePath,
 /// funcName, sharedMemBytes, cubinDir)` and `launchKernel(func, gridX, gridY,
 /// gridZ, numWarps, sharedMemBytes, args, stream)` launching `warp_size ×
-/// numWarps` threads per program.
+/// numWarps` threads per program, and the [`device_memory`] functions.
 pub fn kernel_driver(api: &DriverApi) -> String {
     let DriverApi {
         constant_prefix: up,
@@ -125,6 +125,73 @@ static inline void launchKernel(
         {up}_WARP_SIZE * numWarps, 1, 1,
         sharedMemBytes, stream, args, nullptr
     ));
+}}
+"#
+    ) + &device_memory(api, &format!("{up}_DRIVER_CHECK"))
+}
+
+/// The device-memory functions Kiln's C++ wrapper for Triton devices calls
+/// besides `loadKernel` and `launchKernel` (the wrapper owns its workspace and
+/// its constants, and `host run` moves tensors in and out):
+///
+/// ```cpp
+/// void* kilnDeviceAlloc(size_t bytes);                 // throws on failure
+/// void kilnDeviceFree(void* ptr);
+/// void kilnCopyToDevice(void* dst, const void* src, size_t bytes);   // synchronous
+/// void kilnCopyToHost(void* dst, const void* src, size_t bytes);     // synchronous
+/// void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream);
+/// void kilnSynchronize(Stream stream);
+/// ```
+///
+/// Written here for a CUDA-like API: `{f}MemAlloc`, `{f}MemFree`,
+/// `{f}MemcpyHtoD`, `{f}MemcpyDtoH`, `{f}MemcpyDtoDAsync` and
+/// `{f}StreamSynchronize`, each checked with the macro `check` (the one
+/// [`kernel_driver`] defines is `{PREFIX}_DRIVER_CHECK`). Device pointers
+/// travel as `void*`, converted to and from the API's pointer type.
+pub fn device_memory(api: &DriverApi, check: &str) -> String {
+    let DriverApi {
+        function_prefix: f,
+        stream_type,
+        device_ptr_type: ptr,
+        ..
+    } = api;
+    format!(
+        r#"
+// Device memory for Kiln's C++ wrapper: its workspace, its constants, and
+// the tensors `host run` moves in and out.
+static inline void* kilnDeviceAlloc(size_t bytes) {{
+    {ptr} ptr = 0;
+    {check}({f}MemAlloc(&ptr, bytes > 0 ? bytes : 1));
+    return (void*)(uintptr_t)ptr;
+}}
+
+static inline void kilnDeviceFree(void* ptr) {{
+    if (ptr != nullptr) {{
+        {check}({f}MemFree(({ptr})(uintptr_t)ptr));
+    }}
+}}
+
+static inline void kilnCopyToDevice(void* dst, const void* src, size_t bytes) {{
+    if (bytes > 0) {{
+        {check}({f}MemcpyHtoD(({ptr})(uintptr_t)dst, src, bytes));
+    }}
+}}
+
+static inline void kilnCopyToHost(void* dst, const void* src, size_t bytes) {{
+    if (bytes > 0) {{
+        {check}({f}MemcpyDtoH(dst, ({ptr})(uintptr_t)src, bytes));
+    }}
+}}
+
+static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, {stream_type} stream) {{
+    if (bytes > 0) {{
+        {check}({f}MemcpyDtoDAsync(
+            ({ptr})(uintptr_t)dst, ({ptr})(uintptr_t)src, bytes, stream));
+    }}
+}}
+
+static inline void kilnSynchronize({stream_type} stream) {{
+    {check}({f}StreamSynchronize(stream));
 }}
 "#
     )
@@ -208,6 +275,13 @@ mod tests {
             "npuStream_t stream) {",
             "const uint32_t NPU_WARP_SIZE = 64;",
             "NPU_WARP_SIZE * numWarps, 1, 1,",
+            "static inline void* kilnDeviceAlloc(size_t bytes) {",
+            "NPU_DRIVER_CHECK(npuMemAlloc(&ptr, bytes > 0 ? bytes : 1));",
+            "NPU_DRIVER_CHECK(npuMemFree((npuDevicePtr)(uintptr_t)ptr));",
+            "npuMemcpyHtoD((npuDevicePtr)(uintptr_t)dst, src, bytes)",
+            "npuMemcpyDtoH(dst, (npuDevicePtr)(uintptr_t)src, bytes)",
+            "static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, npuStream_t stream) {",
+            "NPU_DRIVER_CHECK(npuStreamSynchronize(stream));",
         ] {
             assert!(text.contains(part), "missing {part:?} in\n{text}");
         }

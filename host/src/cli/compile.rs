@@ -1,7 +1,9 @@
 //! `host compile FILE --device D -o DIR`: a graph to device code, in
 //! TorchInductor's debug layout: `output_code.py` for a Triton device,
-//! `wrapper.cpp` for a C++ device (`cpu`). The work is `driver::compile`'s;
-//! this file only reads the arguments and writes the files.
+//! `wrapper.cpp` for a C++ device (`cpu`), or, with `--wrapper cpp` on a
+//! Triton device, `kernels.py`, its kernels compiled into `kernels/`, and a
+//! `wrapper.cpp` that loads them. The work is `driver::compile`'s; this file
+//! only reads the arguments, writes the files, and runs Triton's compiler.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +12,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 
 use super::{Cli, CliError, DeviceSpec, GraphFile};
+use crate::codegen::wrapper::aot;
 use crate::driver;
 use crate::plugins::WrapperKind;
 
@@ -18,7 +21,9 @@ use crate::plugins::WrapperKind;
 pub enum WrapperArg {
     /// `output_code.py`: a Python wrapper (Triton devices).
     Python,
-    /// `wrapper.cpp`: a C++ wrapper (C++ devices such as cpu).
+    /// `wrapper.cpp`: a C++ wrapper. On a Triton device, the kernels are compiled now (Triton's
+    /// compiler, through $KILN_PYTHON) into kernels/, and wrapper.cpp loads and launches them
+    /// through the plugin's kernel_driver, with no Python or PyTorch at run time.
     Cpp,
 }
 
@@ -50,7 +55,10 @@ pub struct CompileArgs {
     pub out: PathBuf,
 
     /// The wrapper to write; by default the device's own (python for Triton kernels, cpp for
-    /// C++ kernels).
+    /// C++ kernels). `cpp` on a Triton device writes kernels.py, compiles its kernels into
+    /// kernels/ with $KILN_PYTHON (default python3, which needs Triton with a backend for the
+    /// device) and writes wrapper.cpp, which exports kiln_init(dir) and
+    /// kiln_call(inputs, outputs, stream).
     #[arg(long, value_enum)]
     pub wrapper: Option<WrapperArg>,
 
@@ -75,6 +83,13 @@ pub struct CompileArgs {
 
 /// Runs `host compile`.
 pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
+    if args.autotune && args.wrapper == Some(WrapperArg::Cpp) {
+        return Err(
+            "--autotune benchmarks launch configs with Triton at run time, and wrapper.cpp \
+                    launches kernels compiled ahead: leave --autotune out for --wrapper cpp"
+                .into(),
+        );
+    }
     let plugin = super::device_plugin(cli, &args.device)?;
     let start = Instant::now();
     let graph = args.graph.load(&cli.budget()?)?;
@@ -107,18 +122,35 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
             args.out.join(crate::codegen::weights::FILE_NAME).display()
         );
     }
+    if let driver::CodeInfo::Aot(parts) = &artifacts.info {
+        // The C++ wrapper loads compiled kernels: compile them now, then write it.
+        let code = args.out.join(artifacts.file_name);
+        precompile(&code, false)?;
+        let names = aot::kernel_names(&parts.kernels);
+        let binaries = aot::read_binaries(&args.out, &names)?;
+        let (path, info) = artifacts.write_aot_wrapper(&args.out, &binaries)?;
+        eprintln!(
+            "wrapper: {} ({} launch(es) per call, {:.1} MB of device workspace, {:.1} MB of constants)",
+            path.display(),
+            info.kernels,
+            info.workspace_bytes as f64 / 1e6,
+            info.constants_bytes as f64 / 1e6
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.precompile {
         let code = paths
             .iter()
             .find(|p| p.file_name().is_some_and(|n| n == "output_code.py"))
             .ok_or("--precompile compiles the Triton kernels of output_code.py; this device's wrapper has none (leave --precompile out)")?;
-        precompile(code)?;
+        precompile(code, true)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs `output_code.py --precompile`, passing its report on.
-fn precompile(code: &std::path::Path) -> Result<(), CliError> {
+/// Runs `output_code.py --precompile` (or `kernels.py`'s), passing its
+/// report on; `optional` says the wrapper would still work without it.
+fn precompile(code: &std::path::Path, optional: bool) -> Result<(), CliError> {
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let output = std::process::Command::new(&python)
         .arg(code)
@@ -143,9 +175,14 @@ fn precompile(code: &std::path::Path) -> Result<(), CliError> {
         } else {
             failed.join("\n")
         };
+        let consequence = if optional {
+            "(the wrapper still works: it compiles the kernels at their first launch)"
+        } else {
+            "(wrapper.cpp loads compiled kernels, so it was not written: compile on a machine \
+             whose Triton has a backend for this device, or use the Python wrapper)"
+        };
         return Err(format!(
-            "precompiling the kernels of {} failed ({}):\n{detail}\n\
-             (the wrapper still works: it compiles the kernels at their first launch)",
+            "precompiling the kernels of {} failed ({}):\n{detail}\n{consequence}",
             code.display(),
             output.status
         )

@@ -5,6 +5,7 @@
 //! it must never let a broken library stop the others from loading, and never
 //! hold a device's numbers of its own.
 
+pub mod cpp_text;
 pub mod discovery;
 pub mod library;
 pub mod load;

@@ -46,11 +46,14 @@ pub const CPP_KERNEL_TYPE: &str = "CUfunction";
 /// `cpp_device_ptr()`.
 pub const CPP_DEVICE_PTR: &str = "CUdeviceptr";
 
-/// `kernel_header()`: what the C++ wrapper includes for CUDA.
+/// `kernel_header()`: what the C++ wrapper includes for CUDA. Kiln's
+/// wrapper links no PyTorch (unlike Inductor's, which includes
+/// `c10/cuda/CUDAGuard.h`): the driver API, the runtime's stream type, and
+/// cuBLAS for matrix products.
 pub const KERNEL_HEADER: &str = "\
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <ATen/cuda/EmptyTensor.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <cublas_v2.h>
 ";
 
 /// The warp-size slot in [`KERNEL_DRIVER_TEMPLATE`].
@@ -118,10 +121,83 @@ static inline void launchKernel(
 }
 "#;
 
+/// Matrix products for Kiln's C++ wrapper, through cuBLAS: row-major
+/// `C = op(A) · op(B)` for `batch` matrices at fixed strides, each operand
+/// read transposed where `transA`/`transB` says (its rows then run along its
+/// leading dimension). A row-major product is the column-major product of the
+/// transposes, so cuBLAS computes `Cᵀ = op(B)ᵀ · op(A)ᵀ` on the same memory.
+/// `dtype` is 0 for float32, 1 for float16, 2 for bfloat16; every product
+/// accumulates in float32, and float32 stays IEEE (no TF32), as PyTorch's
+/// default. One cuBLAS handle per calling thread, on the caller's stream.
+const GEMM: &str = r#"
+#define KILN_CUBLAS_CHECK(EXPR)                                  \
+    do {                                                         \
+        cublasStatus_t status = EXPR;                            \
+        if (status != CUBLAS_STATUS_SUCCESS) {                   \
+            throw std::runtime_error(                            \
+                std::string("cuBLAS error: ") +                  \
+                std::string(cublasGetStatusString(status)));     \
+        }                                                        \
+    } while (0)
+
+static inline cublasHandle_t kilnBlasHandle() {
+    static thread_local cublasHandle_t handle = nullptr;
+    if (handle == nullptr) {
+        KILN_CUBLAS_CHECK(cublasCreate(&handle));
+    }
+    return handle;
+}
+
+static inline void kilnGemm(
+        int dtype,
+        bool transA,
+        bool transB,
+        int64_t m,
+        int64_t n,
+        int64_t k,
+        const void* a,
+        int64_t lda,
+        int64_t strideA,
+        const void* b,
+        int64_t ldb,
+        int64_t strideB,
+        void* c,
+        int64_t ldc,
+        int64_t strideC,
+        int64_t batch,
+        cudaStream_t stream) {
+    cublasHandle_t handle = kilnBlasHandle();
+    KILN_CUBLAS_CHECK(cublasSetStream(handle, stream));
+    const cudaDataType_t type = dtype == 1 ? CUDA_R_16F : dtype == 2 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f;
+    const float zero = 0.0f;
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle,
+        transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+        transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+        static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+        &one,
+        b, type, static_cast<int>(ldb), static_cast<long long>(strideB),
+        a, type, static_cast<int>(lda), static_cast<long long>(strideA),
+        &zero,
+        c, type, static_cast<int>(ldc), static_cast<long long>(strideC),
+        static_cast<int>(batch),
+        CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+}
+"#;
+
 /// `kernel_driver()`, with the warp size of the plugin's device written into
-/// the block size of `cuLaunchKernel`.
+/// the block size of `cuLaunchKernel`, then the device-memory functions and
+/// the cuBLAS matrix product Kiln's C++ wrapper calls.
 pub fn kernel_driver(warp_size: u32) -> String {
-    KERNEL_DRIVER_TEMPLATE.replace(WARP_SIZE_SLOT, &warp_size.to_string())
+    let mut text = KERNEL_DRIVER_TEMPLATE.replace(WARP_SIZE_SLOT, &warp_size.to_string());
+    text.push_str(&driver::device_memory(
+        &driver_api(warp_size),
+        "CUDA_DRIVER_CHECK",
+    ));
+    text.push_str(GEMM);
+    text
 }
 
 /// `tma_descriptor_helpers()`: host-side builders of Hopper TMA descriptors

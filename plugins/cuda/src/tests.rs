@@ -57,15 +57,38 @@ fn one_line_overrides_are_pytorchs() {
 }
 
 #[test]
-fn kernel_header_includes_cuda_headers() {
+fn kernel_header_includes_cuda_headers_and_no_pytorch() {
     let header = plugin().kernel_header().expect("provided");
     for include in [
-        "#include <c10/cuda/CUDAGuard.h>",
-        "#include <c10/cuda/CUDAStream.h>",
-        "#include <ATen/cuda/EmptyTensor.h>",
+        "#include <cuda.h>",
+        "#include <cuda_runtime_api.h>",
+        "#include <cublas_v2.h>",
     ] {
         assert!(header.contains(include), "{include}");
     }
+    assert!(
+        !header.contains("c10/") && !header.contains("ATen/"),
+        "{header}"
+    );
+}
+
+#[test]
+fn kernel_driver_moves_memory_and_multiplies_through_cublas() {
+    let driver = plugin().kernel_driver().expect("provided");
+    for needle in [
+        "static inline void* kilnDeviceAlloc(size_t bytes) {",
+        "CUDA_DRIVER_CHECK(cuMemAlloc(&ptr, bytes > 0 ? bytes : 1));",
+        "CUDA_DRIVER_CHECK(cuMemcpyDtoDAsync(",
+        "static inline void kilnSynchronize(cudaStream_t stream) {",
+        "static inline void kilnGemm(",
+        "cublasGemmStridedBatchedEx(",
+        "CUBLAS_COMPUTE_32F",
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B goes first.
+        "transB ? CUBLAS_OP_T : CUBLAS_OP_N,\n        transA ? CUBLAS_OP_T : CUBLAS_OP_N,",
+    ] {
+        assert!(driver.contains(needle), "missing {needle}");
+    }
+    checks::assert_balanced("kernel_driver", &driver);
 }
 
 #[test]

@@ -47,12 +47,10 @@ pub const CPP_KERNEL_TYPE: &str = "gxuFunction";
 /// `cpp_device_ptr()`.
 pub const CPP_DEVICE_PTR: &str = "gxuDevicePtr";
 
-/// `kernel_header()`.
-pub const KERNEL_HEADER: &str = "\
-#include <c10/gxu/GXUGuard.h>
-#include <c10/gxu/GXUStream.h>
-#include <ATen/gxu/EmptyTensor.h>
-";
+/// `kernel_header()`: the gxu driver API's header. (The seed's includes
+/// PyTorch's `c10/gxu` guards and `ATen/gxu/EmptyTensor.h`; Kiln's C++
+/// wrapper links no PyTorch, so the driver API is all it needs.)
+pub const KERNEL_HEADER: &str = "#include <gxu.h>\n";
 
 /// The gxu driver API, spelt the usual way (`gxuModuleLoad`, `gxuError_t`,
 /// `GXU_SUCCESS`, ...), with the configured warp size.

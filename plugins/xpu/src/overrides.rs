@@ -47,9 +47,15 @@ pub const CPP_KERNEL_TYPE: &str = "std::unique_ptr<sycl::kernel>";
 /// `cpp_device_ptr()`.
 pub const CPP_DEVICE_PTR: &str = "void *";
 
-/// `kernel_header()`.
-pub const KERNEL_HEADER: &str =
-    "#include <torch/csrc/inductor/aoti_runtime/sycl_runtime_wrappers.h>\n";
+/// `kernel_header()`: SYCL and its Level Zero interoperability. (PyTorch's
+/// includes `aoti_runtime/sycl_runtime_wrappers.h`, which defines its own
+/// `loadKernel`/`launchKernel`; here `kernel_driver` defines them, and Kiln's
+/// C++ wrapper links no PyTorch.)
+pub const KERNEL_HEADER: &str = "\
+#include <sycl/sycl.hpp>
+#include <sycl/ext/oneapi/backend/level_zero.hpp>
+#include <level_zero/ze_api.h>
+";
 
 /// The sub-group-size slot in [`KERNEL_DRIVER_TEMPLATE`].
 const SUB_GROUP_SLOT: &str = "@SUB_GROUP_SIZE@";
@@ -58,15 +64,11 @@ const SUB_GROUP_SLOT: &str = "@SUB_GROUP_SIZE@";
 ///
 /// `loadKernel` reads a SPIR-V file, builds it with Level Zero
 /// (`zeModuleCreate` with `ZE_MODULE_FORMAT_IL_SPIRV`, `zeKernelCreate`) in
-/// the SYCL context PyTorch uses for the current device, and hands both
+/// the default SYCL context of the first GPU (PyTorch's too), and hands both
 /// handles to SYCL (`make_kernel_bundle`, `make_kernel`). `launchKernel`
 /// submits it over an `nd_range` whose work-group is `numWarps` sub-groups,
 /// Triton's `num_warps`, with the arguments set one by one.
-const KERNEL_DRIVER_TEMPLATE: &str = r#"#include <c10/xpu/XPUFunctions.h>
-#include <level_zero/ze_api.h>
-#include <sycl/sycl.hpp>
-#include <sycl/ext/oneapi/backend/level_zero.hpp>
-#include <filesystem>
+const KERNEL_DRIVER_TEMPLATE: &str = r#"#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -85,6 +87,16 @@ const KERNEL_DRIVER_TEMPLATE: &str = r#"#include <c10/xpu/XPUFunctions.h>
                 std::string(" from ") + std::string(#EXPR));             \
         }                                                                \
     } while (0)
+
+// The device Kiln's wrapper runs on: the first GPU, in its platform's
+// default context, which is where PyTorch's XPU allocator allocates too, so
+// that tensors from either can be passed to the other.
+static inline sycl::queue &kilnXpuQueue() {
+    static sycl::device device{sycl::gpu_selector_v};
+    static sycl::queue queue{
+        device.get_platform().ext_oneapi_get_default_context(), device};
+    return queue;
+}
 
 static inline std::unique_ptr<sycl::kernel> loadKernel(
         std::string filePath,
@@ -106,10 +118,11 @@ static inline std::unique_ptr<sycl::kernel> loadKernel(
     std::vector<uint8_t> spirv(
         (std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
-    // Build in the context PyTorch allocates XPU tensors in, so that the
-    // kernel can use their pointers.
-    sycl::device &device = c10::xpu::get_raw_device(c10::xpu::current_device());
-    sycl::context &context = c10::xpu::get_device_context();
+    // Build in the context device memory is allocated in, so that the
+    // kernel can use its pointers.
+    sycl::queue &queue = kilnXpuQueue();
+    sycl::device device = queue.get_device();
+    sycl::context context = queue.get_context();
     auto zeDevice = sycl::get_native<sycl::backend::ext_oneapi_level_zero>(device);
     auto zeContext = sycl::get_native<sycl::backend::ext_oneapi_level_zero>(context);
 
@@ -146,6 +159,10 @@ static inline void launchKernel(
         uint32_t sharedMemBytes,
         void* args[],
         sycl::queue* queue) {
+    // A null queue is the device's default one.
+    if (queue == nullptr) {
+        queue = &kilnXpuQueue();
+    }
     // Triton compiles for a fixed sub-group size; ask the kernel, and fall
     // back to the device's when the module does not say.
     uint32_t subGroupSize = kernel->get_info<
@@ -174,6 +191,45 @@ static inline void launchKernel(
         }
         cgh.parallel_for(range, *kernel);
     });
+}
+
+// Device memory for Kiln's C++ wrapper: its workspace, its constants, and
+// the tensors `host run` moves in and out (unified shared memory).
+static inline void* kilnDeviceAlloc(size_t bytes) {
+    void* ptr = sycl::malloc_device(bytes > 0 ? bytes : 1, kilnXpuQueue());
+    if (ptr == nullptr) {
+        throw std::runtime_error(
+            "XPU out of memory allocating " + std::to_string(bytes) + " bytes");
+    }
+    return ptr;
+}
+
+static inline void kilnDeviceFree(void* ptr) {
+    if (ptr != nullptr) {
+        sycl::free(ptr, kilnXpuQueue());
+    }
+}
+
+static inline void kilnCopyToDevice(void* dst, const void* src, size_t bytes) {
+    if (bytes > 0) {
+        kilnXpuQueue().memcpy(dst, src, bytes).wait();
+    }
+}
+
+static inline void kilnCopyToHost(void* dst, const void* src, size_t bytes) {
+    if (bytes > 0) {
+        kilnXpuQueue().memcpy(dst, src, bytes).wait();
+    }
+}
+
+static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, sycl::queue* queue) {
+    if (bytes > 0) {
+        (queue != nullptr ? *queue : kilnXpuQueue()).memcpy(dst, src, bytes);
+    }
+}
+
+static inline void kilnSynchronize(sycl::queue* queue) {
+    (queue != nullptr ? *queue : kilnXpuQueue()).wait();
 }
 "#;
 

@@ -50,7 +50,7 @@ fn one_line_overrides_are_pytorchs() {
         (p.cpp_device_ptr(), "void *"),
         (
             p.kernel_header(),
-            "#include <torch/csrc/inductor/aoti_runtime/sycl_runtime_wrappers.h>\n",
+            "#include <sycl/sycl.hpp>\n#include <sycl/ext/oneapi/backend/level_zero.hpp>\n#include <level_zero/ze_api.h>\n",
         ),
     ];
     for (got, want) in cases {
@@ -85,10 +85,22 @@ fn kernel_driver_loads_spirv_and_launches_through_sycl() {
         "cgh.set_arg(",
         "cgh.parallel_for(range, *kernel)",
         "sycl::local_accessor<int8_t, 1>",
+        "ext_oneapi_get_default_context()",
+        "static inline void* kilnDeviceAlloc(size_t bytes) {",
+        "sycl::malloc_device(",
+        "static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, sycl::queue* queue) {",
     ] {
         assert!(driver.contains(needle), "missing {needle}");
     }
     assert!(!driver.contains('@'), "unfilled template slot");
+    // PyTorch's header defines loadKernel/launchKernel too: it is not included,
+    // and the driver needs nothing of PyTorch's.
+    let header = plugin().kernel_header().expect("provided");
+    assert!(!header.contains("sycl_runtime_wrappers"), "{header}");
+    assert!(
+        !driver.contains("c10::") && !driver.contains("c10/"),
+        "{driver}"
+    );
     assert!(!driver.contains("while (0);"));
     checks::assert_balanced("kernel_driver", &driver);
 }

@@ -59,10 +59,10 @@ fn place(slots: &mut [Slot]) -> u64 {
 }
 
 /// The storage plan of a program: every buffer's slot, and the arena size.
-pub(super) struct Layout {
+pub(in crate::codegen::wrapper) struct Layout {
     slots: Vec<Slot>,
     slot_of: HashMap<BufferId, usize>,
-    pub(super) arena_bytes: u64,
+    pub(in crate::codegen::wrapper) arena_bytes: u64,
 }
 
 impl Layout {
@@ -71,7 +71,7 @@ impl Layout {
     /// (outputs: to the end); an output that is a whole dense buffer is
     /// computed straight into the caller's memory (the first output naming
     /// a slot gets it; others copy from it).
-    pub(super) fn new(scheduled: &Scheduled, fills: &[BufferId]) -> Layout {
+    pub(in crate::codegen::wrapper) fn new(scheduled: &Scheduled, fills: &[BufferId]) -> Layout {
         let p = &scheduled.program;
         let mem = &scheduled.memory;
         let steps = p.steps.len();
@@ -136,7 +136,7 @@ impl Layout {
     }
 
     /// Where buffer `b` lives, as a pointer expression.
-    pub(super) fn at(&self, b: BufferId) -> String {
+    pub(in crate::codegen::wrapper) fn at(&self, b: BufferId) -> String {
         match self.slot_of.get(&b).map(|&s| self.slots[s]) {
             Some(Slot {
                 output: Some(o), ..
@@ -147,13 +147,13 @@ impl Layout {
     }
 
     /// Whether graph output `i` was computed in place (needs no copy).
-    pub(super) fn in_place(&self, i: usize, v: &View) -> bool {
+    pub(in crate::codegen::wrapper) fn in_place(&self, i: usize, v: &View) -> bool {
         self.slot_of
             .get(&v.buf)
             .is_some_and(|&s| self.slots[s].output == Some(i))
     }
 
-    pub(super) fn uses_arena(&self) -> bool {
+    pub(in crate::codegen::wrapper) fn uses_arena(&self) -> bool {
         self.slots.iter().any(|s| s.output.is_none())
     }
 }

@@ -30,7 +30,7 @@
 //!
 //! Every name from the graph goes through the [`Namer`], after [`reserve`].
 
-mod layout;
+pub(super) mod layout;
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -139,7 +139,7 @@ pub fn reserve(namer: &mut Namer, header: &str) {
 }
 
 /// One element of a constant as C++ storage text.
-fn element_text(v: f64, d: DType) -> String {
+pub(super) fn element_text(v: f64, d: DType) -> String {
     match d {
         DType::Float16 => format!("{}u", half::f16::from_f64(v).to_bits()),
         DType::BFloat16 => format!("{}u", half::bf16::from_f64(v).to_bits()),
@@ -755,7 +755,7 @@ fn copy_out(
 /// `kiln_error_text`. The header is searched, not fully parsed: each tensor's
 /// entry is an object without nested objects, and Kiln's keys are plain
 /// identifiers.
-const WEIGHTS: &str = r#"
+pub(super) const WEIGHTS: &str = r#"
 
 #include <cerrno>
 #include <cstdio>

@@ -664,6 +664,13 @@ def kernel_tool(scope, argv):
         return 1
     kernels = KernelSet(scope, target=target, folders=[args.folder], workers=args.jobs)
     failures = kernels.precompile()
+    # Which folder holds each kernel, for loaders that do not compute keys (wrapper.cpp's
+    # generator): {"name": "name-<key>"}.
+    manifest = {name: kernel.key for name, kernel in kernels._kernels.items()
+                if os.path.isdir(os.path.join(args.folder, kernel.key))}
+    os.makedirs(args.folder, exist_ok=True)
+    with open(os.path.join(args.folder, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
     for name, error in failures:
         print(f"FAILED {name}: {error}", file=sys.stderr)
     done = len(kernels._kernels) - len(failures)

@@ -1,0 +1,30 @@
+// Stub of the CUDA driver API (cuda.h): declarations only, for checking that
+// generated C++ compiles where no CUDA toolkit is installed. See README.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+typedef enum cudaError_enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 } CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUstream_st* CUstream;
+typedef enum CUfunction_attribute_enum {
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+} CUfunction_attribute;
+
+CUresult cuGetErrorString(CUresult error, const char** pStr);
+CUresult cuModuleLoad(CUmodule* module, const char* fname);
+CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name);
+CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void** kernelParams, void** extra);
+CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize);
+CUresult cuMemFree(CUdeviceptr dptr);
+CUresult cuMemcpyHtoD(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount);
+CUresult cuMemcpyDtoH(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                           CUstream hStream);
+CUresult cuStreamSynchronize(CUstream hStream);

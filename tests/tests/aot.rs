@@ -1,0 +1,279 @@
+//! `host compile --wrapper cpp` on the Triton devices: kernels compiled ahead
+//! by the real Triton compiler, `wrapper.cpp` built on each plugin's
+//! `kernel_header`/`kernel_driver` and compiled (syntax only) against the
+//! driver API stubs in `host/stubs`, and the refusals. (Running it is
+//! `bench/gpu/aot_prepare.sh` and `run.py` on a GPU machine.)
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln::codegen::wrapper::aot;
+use kiln_tests::*;
+
+fn python() -> String {
+    std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn compile_cpp(graph: &Path, device: &str, out: &Path, extra: &[&str]) -> (bool, String) {
+    let (output, _, stderr) = run(host(&host_bin())
+        .env("KILN_PYTHON", python())
+        .arg("compile")
+        .arg(graph)
+        .args(["--device", device, "--wrapper", "cpp", "-o"])
+        .arg(out)
+        .args(extra));
+    (output.status.success(), stderr)
+}
+
+/// `wrapper.cpp` through the system C++ compiler, syntax only, against the
+/// driver stubs, warnings as errors; the compiler's complaint on failure.
+fn syntax_check(wrapper: &Path) -> Result<(), String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let output = Command::new(&cxx)
+        .args([
+            "-std=c++17",
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+        ])
+        .arg(repo_root().join("host/stubs"))
+        .arg(wrapper)
+        .output()
+        .unwrap_or_else(|e| panic!("the C++ compiler `{cxx}` could not be started: {e}"));
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+fn manifest(out: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(out.join("kernels/manifest.json")).expect("the manifest");
+    serde_json::from_str(&text).expect("a JSON object")
+}
+
+#[test]
+fn cuda_compiles_every_example_and_archive_ahead_and_its_wrapper_builds_on_the_driver_text() {
+    let tmp = TempDir::new("aot-cuda");
+    let mut sources: Vec<PathBuf> = examples();
+    sources.extend(
+        std::fs::read_dir(repo_root().join("tests/fixtures/pt2"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "pt2")),
+    );
+    assert!(sources.len() >= 20, "{sources:?}");
+    for source in &sources {
+        let stem = source.file_stem().unwrap().to_string_lossy().to_string();
+        let out = tmp.path().join(&stem);
+        let (ok, stderr) = compile_cpp(source, "cuda", &out, &[]);
+        assert!(ok, "{stem}: {stderr}");
+        assert!(stderr.contains("wrapper: "), "{stem}: {stderr}");
+        let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+        let kernels = manifest(&out);
+        // Every compiled kernel is loaded from its binary, by the plugin's loadKernel.
+        for (name, key) in &kernels {
+            let file = format!("\"kernels/{key}/{name}.cubin\", \"{name}\"");
+            assert!(
+                wrapper.contains(&file),
+                "{stem}: {file} not loaded in\n{wrapper}"
+            );
+            assert!(out
+                .join("kernels")
+                .join(key)
+                .join(format!("{name}.cubin"))
+                .is_file());
+        }
+        assert_eq!(
+            wrapper.matches("= loadKernel(").count(),
+            kernels.len(),
+            "{stem}"
+        );
+        assert!(
+            wrapper.contains("CUDA_DRIVER_CHECK(cuLaunchKernel("),
+            "{stem}"
+        );
+        assert!(
+            !wrapper.contains("torch") && !wrapper.contains("c10::"),
+            "{stem}"
+        );
+        syntax_check(&out.join("wrapper.cpp")).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        // The weights stay in the file, read at kiln_init.
+        if out.join("weights.safetensors").exists() {
+            assert!(wrapper.contains("kiln_read_weights(path.c_str()"), "{stem}");
+        }
+    }
+    // A matrix product is a cuBLAS call on the caller's stream.
+    let gpt2 = std::fs::read_to_string(tmp.path().join("gpt2_block/wrapper.cpp")).unwrap();
+    assert!(
+        gpt2.contains("kilnGemm(0, false, true, 4096, 2304, 768,"),
+        "{gpt2}"
+    );
+    assert!(gpt2.contains("cublasGemmStridedBatchedEx("));
+}
+
+#[test]
+fn gxu_and_xpu_wrappers_build_on_their_own_driver_texts() {
+    let tmp = TempDir::new("aot-vendors");
+    for example in ["softmax", "layer_norm", "small_mixed"] {
+        let out = tmp.path().join("gxu").join(example);
+        let graph = repo_root().join(format!("examples/{example}.toml"));
+        let (ok, stderr) = compile_cpp(&graph, "gxu", &out, &[]);
+        assert!(ok, "{example}: {stderr}");
+        let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+        assert!(wrapper.contains("#include <gxu.h>"));
+        assert!(wrapper.contains("GXU_DRIVER_CHECK(gxuLaunchKernel("));
+        syntax_check(&out.join("wrapper.cpp")).unwrap_or_else(|e| panic!("gxu {example}: {e}"));
+    }
+
+    // This Triton has no xpu backend, so `host compile` says so ...
+    let graph = repo_root().join("examples/softmax.toml");
+    let (ok, stderr) = compile_cpp(&graph, "xpu", &tmp.path().join("xpu-cli"), &[]);
+    assert!(!ok);
+    assert!(stderr.contains("no backend for `xpu`"), "{stderr}");
+    assert!(
+        stderr.contains("wrapper.cpp loads compiled kernels"),
+        "{stderr}"
+    );
+    // ... and the wrapper it would write, with binaries standing in for the
+    // SPIR-V modules, compiles against SYCL's and Level Zero's declarations.
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    let plugin = registry.get("xpu").expect("the bundled xpu plugin");
+    let options = kiln::driver::Options {
+        wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+        ..Default::default()
+    };
+    for example in ["softmax", "small_gpt2_block"] {
+        let graph =
+            kiln::graph::load(repo_root().join(format!("examples/{example}.toml"))).unwrap();
+        let artifacts = kiln::driver::compile(graph, plugin, &options);
+        let artifacts = match (example, artifacts) {
+            ("softmax", Ok(a)) => a,
+            ("small_gpt2_block", Err(e)) => {
+                // xpu brings no kilnGemm: the matrix products are refused by name.
+                let report = kiln::diag::report(&e);
+                assert!(
+                    report.contains("kilnGemm") && report.contains("xpu"),
+                    "{report}"
+                );
+                continue;
+            }
+            (_, other) => panic!("{example}: {:?}", other.map(|a| a.file_name)),
+        };
+        let kiln::driver::CodeInfo::Aot(parts) = &artifacts.info else {
+            panic!("not a Triton C++ wrapper");
+        };
+        let binaries = aot::kernel_names(&parts.kernels)
+            .into_iter()
+            .map(|name| {
+                let binary = aot::Binary {
+                    path: format!("kernels/{name}/{name}.spv"),
+                    function: name.clone(),
+                    shared: 0,
+                };
+                (name, binary)
+            })
+            .collect();
+        let out = tmp.subdir(&format!("xpu-{example}"));
+        let (path, _) = artifacts.write_aot_wrapper(&out, &binaries).unwrap();
+        let wrapper = std::fs::read_to_string(&path).unwrap();
+        assert!(wrapper.contains("sycl::queue* stream = (sycl::queue*)stream_handle;"));
+        assert!(!wrapper.contains("sycl_runtime_wrappers"));
+        syntax_check(&path).unwrap_or_else(|e| panic!("xpu {example}: {e}"));
+    }
+}
+
+#[test]
+fn what_the_cpp_wrapper_cannot_run_is_refused_by_name_and_strided_outputs_are_copied() {
+    let tmp = TempDir::new("aot-refusals");
+    // gxu's driver text has no matrix product.
+    let mlp = repo_root().join("examples/mlp.toml");
+    let (ok, stderr) = compile_cpp(&mlp, "gxu", &tmp.path().join("mlp"), &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("gxu plugin's kernel_driver defines no `kilnGemm`"),
+        "{stderr}"
+    );
+    // Convolutions are not in the C++ wrapper yet.
+    let conv = repo_root().join("tests/graphs/conv1d_on_every_device.toml");
+    let (ok, stderr) = compile_cpp(&conv, "cuda", &tmp.path().join("conv"), &[]);
+    assert!(!ok);
+    assert!(stderr.contains("a convolution"), "{stderr}");
+    assert!(stderr.contains("use the Python wrapper"), "{stderr}");
+    // Autotuning needs Triton at run time.
+    let graph = repo_root().join("examples/softmax.toml");
+    let (ok, stderr) = compile_cpp(&graph, "cuda", &tmp.path().join("tuned"), &["--autotune"]);
+    assert!(!ok);
+    assert!(stderr.contains("leave --autotune out"), "{stderr}");
+    // A transposed output is made dense by a kernel, not refused.
+    let transposed = tmp.path().join("transposed.toml");
+    std::fs::write(
+        &transposed,
+        "format = \"kiln-graph/1\"\nname = \"transposed\"\noutputs = [\"t\", \"s\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [3, 5]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"t\"\nop = \"transpose\"\nargs = [\"x\"]\nattrs = { dim0 = 0, dim1 = 1 }\n\n\
+         [[nodes]]\nname = \"s\"\nop = \"sin\"\nargs = [\"t\"]\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("transposed");
+    let (ok, stderr) = compile_cpp(&transposed, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    assert!(
+        wrapper.contains("= outputs[0];") && wrapper.contains("= outputs[1];"),
+        "{wrapper}"
+    );
+    syntax_check(&out.join("wrapper.cpp")).unwrap();
+}
+
+#[test]
+fn a_driver_text_without_the_device_memory_functions_is_refused_naming_the_first_missing() {
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    let plugin = registry.get("cuda").expect("the bundled cuda plugin");
+    let options = kiln::driver::Options {
+        wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+        ..Default::default()
+    };
+    let graph = kiln::graph::load(repo_root().join("examples/add.toml")).unwrap();
+    let mut artifacts = kiln::driver::compile(graph, plugin, &options).unwrap();
+    let kiln::driver::CodeInfo::Aot(parts) = &mut artifacts.info else {
+        panic!("not a Triton C++ wrapper");
+    };
+    // Only the launch functions: what a driver text written before the C++
+    // wrapper existed defines.
+    let driver = &parts.strings.driver;
+    let cut = driver
+        .find("// Device memory for Kiln")
+        .expect("the memory section");
+    parts.strings.driver = driver[..cut].to_string();
+    let binaries = aot::kernel_names(&parts.kernels)
+        .into_iter()
+        .map(|name| {
+            let binary = aot::Binary {
+                path: format!("kernels/{name}.cubin"),
+                function: name.clone(),
+                shared: 0,
+            };
+            (name, binary)
+        })
+        .collect();
+    let tmp = TempDir::new("aot-old-driver");
+    let err = artifacts
+        .write_aot_wrapper(tmp.path(), &binaries)
+        .expect_err("refused");
+    let report = kiln::diag::report(&err);
+    assert!(
+        report.contains("does not define `kilnDeviceAlloc`"),
+        "{report}"
+    );
+    assert!(report.contains("device_memory"), "{report}");
+}

@@ -528,7 +528,16 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
     let folders: Vec<PathBuf> = std::fs::read_dir(out.join("kernels"))
         .expect("kernels/ beside output_code.py")
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
+    // The manifest names each kernel's folder.
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("kernels/manifest.json")).unwrap())
+            .unwrap();
+    for name in &names {
+        let key = manifest[name.as_str()].as_str().unwrap_or_default();
+        assert!(out.join("kernels").join(key).is_dir(), "{name}: {manifest}");
+    }
     assert_eq!(folders.len(), names.len(), "{folders:?}");
     for name in &names {
         let folder = folders

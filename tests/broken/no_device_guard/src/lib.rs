@@ -13,6 +13,16 @@ impl baseline::Device for NoGuard {
     fn device_guard(&self, _idx: u32) -> Option<String> {
         None
     }
+
+    // The Python wrapper only, so that no wrapper works.
+    fn backend_spec(&self) -> kiln_plugin_api::BackendSpec {
+        kiln_plugin_api::BackendSpec {
+            scheduling: kiln_plugin_api::SchedulingKind::Triton,
+            wrappers: kiln_plugin_api::Wrappers::PYTHON,
+            features: kiln_plugin_api::BackendFeatures::FOREACH
+                | kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
+        }
+    }
 }
 
 baseline::export_device!(NoGuard);

@@ -6,6 +6,15 @@
 
 typedef enum cudaError_enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 } CUresult;
 typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUstream_st* CUstream;
@@ -13,6 +22,7 @@ typedef enum CUfunction_attribute_enum {
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 } CUfunction_attribute;
 
+extern "C" {
 CUresult cuGetErrorString(CUresult error, const char** pStr);
 CUresult cuModuleLoad(CUmodule* module, const char* fname);
 CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name);
@@ -28,3 +38,15 @@ CUresult cuMemcpyDtoH(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount);
 CUresult cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
                            CUstream hStream);
 CUresult cuStreamSynchronize(CUstream hStream);
+CUresult cuInit(unsigned int Flags);
+CUresult cuDeviceGet(CUdevice* device, int ordinal);
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphDestroy(CUgraph hGraph);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+}  // extern "C"

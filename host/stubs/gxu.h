@@ -6,6 +6,8 @@
 
 typedef enum gxuError_enum { GXU_SUCCESS = 0 } gxuError_t;
 typedef unsigned long long gxuDevicePtr;
+typedef int gxuDevice;
+typedef struct gxuContext_st* gxuContext;
 typedef struct gxuModule_st* gxuModule;
 typedef struct gxuFunction_st* gxuFunction;
 typedef struct gxuStream_st* gxuStream_t;
@@ -13,6 +15,7 @@ typedef enum gxuFunction_attribute_enum {
     GXU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 } gxuFunction_attribute;
 
+extern "C" {
 const char* gxuGetErrorString(gxuError_t error);
 gxuError_t gxuModuleLoad(gxuModule* module, const char* fname);
 gxuError_t gxuModuleGetFunction(gxuFunction* hfunc, gxuModule hmod, const char* name);
@@ -28,3 +31,8 @@ gxuError_t gxuMemcpyDtoH(void* dstHost, gxuDevicePtr srcDevice, size_t ByteCount
 gxuError_t gxuMemcpyDtoDAsync(gxuDevicePtr dstDevice, gxuDevicePtr srcDevice, size_t ByteCount,
                               gxuStream_t hStream);
 gxuError_t gxuStreamSynchronize(gxuStream_t hStream);
+gxuError_t gxuInit(unsigned int flags);
+gxuError_t gxuDeviceGet(gxuDevice* device, int ordinal);
+gxuError_t gxuDevicePrimaryCtxRetain(gxuContext* pctx, gxuDevice dev);
+gxuError_t gxuCtxSetCurrent(gxuContext ctx);
+}  // extern "C"

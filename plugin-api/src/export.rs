@@ -141,6 +141,16 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
         let _ = (query, hint);
         None
     }
+    /// The compiler and linker flags a C++ program built on
+    /// [`DevicePlugin::kernel_header`] and [`DevicePlugin::kernel_driver`]
+    /// needs on this machine, found when called (API 1.3): `-I` and `-L`
+    /// folders of the device's toolkit, `-l` libraries. The host passes them
+    /// after the source file, when `host run` builds the C++ wrapper of a
+    /// Triton device. The default, `None`: nothing beyond the compiler's
+    /// defaults.
+    fn cpp_build_flags(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The `DeviceOpOverrides` methods that take no arguments, as one value
@@ -465,6 +475,16 @@ extern "C" fn triton_target<P: DevicePlugin>() -> PResult<ROption<TritonTarget>>
     with_plugin::<P, _>("triton_target", |p| p.triton_target().into())
 }
 
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn cpp_build_flags<P: DevicePlugin>(
+) -> PResult<ROption<abi_stable::std_types::RVec<RString>>> {
+    with_plugin::<P, _>("cpp_build_flags", |p| {
+        p.cpp_build_flags()
+            .map(|flags| flags.into_iter().map(RString::from).collect())
+            .into()
+    })
+}
+
 /// The overrides table of `P`, with every method routed through the shims.
 pub fn overrides_table<P: DevicePlugin>() -> OpOverridesRef {
     OpOverrides {
@@ -513,6 +533,8 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             hinted_reduction_configs: hinted_reduction_configs::<P>,
         }
         .leak_into_prefix(),
+        #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+        cpp_build_flags: cpp_build_flags::<P>,
     };
     module.leak_into_prefix()
 }

@@ -46,6 +46,12 @@ pub struct KilnPlugin {
     /// Launch heuristics.
     #[cfg(not(feature = "__shorter_root_for_compat_test"))]
     pub heuristics: HeuristicsRef,
+    /// The compiler and linker flags a C++ program built on this plugin's
+    /// `kernel_header` and `kernel_driver` needs on this machine (API 1.3):
+    /// include and library folders, the libraries to link (`-lcuda`). `RNone`,
+    /// or a plugin built before 1.3: none beyond the C++ compiler's defaults.
+    #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+    pub cpp_build_flags: extern "C" fn() -> PResult<ROption<RVec<RString>>>,
 }
 
 impl RootModule for KilnPluginRef {

@@ -3,7 +3,10 @@
 //! [`conformance_test!`] expands to a test that builds the crate's plugin
 //! library (`cargo build --lib`), runs the Kiln host's conformance harness on
 //! it, and fails with the harness's report when any check fails. The host is
-//! the one `KILN_HOST` names, else `host` on `PATH`.
+//! the one `KILN_HOST` names, else `host` on `PATH`. Where the crate has an
+//! `include/` folder (the header of its driver API, or a stub of it, which its
+//! `kernel_header` includes), it is passed as `--include` for the driver-text
+//! checks.
 //!
 //! ```ignore
 //! // tests/conformance.rs of a plugin crate
@@ -33,9 +36,13 @@ macro_rules! conformance_test {
 pub fn check(manifest_dir: &str, package: &str) {
     let library = build(Path::new(manifest_dir), package).unwrap_or_else(|e| panic!("{e}"));
     let host = host().unwrap_or_else(|e| panic!("{e}"));
-    let output = Command::new(&host)
-        .arg("conformance")
-        .arg(&library)
+    let mut command = Command::new(&host);
+    command.arg("conformance").arg(&library);
+    let include = Path::new(manifest_dir).join("include");
+    if include.is_dir() {
+        command.arg("--include").arg(include);
+    }
+    let output = command
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", host.display()));
     let report = String::from_utf8_lossy(&output.stdout);

@@ -30,6 +30,10 @@ pub struct DriverApi {
     pub stream_type: String,
     /// A device pointer (`gxuDevicePtr`).
     pub device_ptr_type: String,
+    /// A device handle, as `{f}DeviceGet` returns it (`gxuDevice`).
+    pub device_type: String,
+    /// A context, as `{f}DevicePrimaryCtxRetain` returns it (`gxuContext`).
+    pub context_type: String,
     /// PyTorch's device type name, as in `cached_torch_device_type_gxu`.
     pub torch_device_type: String,
     /// Threads per warp: a launch has `warp_size × num_warps` threads per program.
@@ -39,7 +43,8 @@ pub struct DriverApi {
 impl DriverApi {
     /// The usual spelling of an API named `name` (`gxu`): constants
     /// `GXU_*`, functions `gxu*`, types `gxuError_t`, `gxuModule`,
-    /// `gxuFunction`, `gxuStream_t` and `gxuDevicePtr`, PyTorch device type
+    /// `gxuFunction`, `gxuStream_t`, `gxuDevicePtr`, `gxuDevice` and
+    /// `gxuContext`, PyTorch device type
     /// `gxu`.
     pub fn named(name: &str, warp_size: u32) -> DriverApi {
         DriverApi {
@@ -50,6 +55,8 @@ impl DriverApi {
             function_type: format!("{name}Function"),
             stream_type: format!("{name}Stream_t"),
             device_ptr_type: format!("{name}DevicePtr"),
+            device_type: format!("{name}Device"),
+            context_type: format!("{name}Context"),
             torch_device_type: name.to_string(),
             warp_size,
         }
@@ -141,11 +148,16 @@ static inline void launchKernel(
 /// void kilnCopyToHost(void* dst, const void* src, size_t bytes);     // synchronous
 /// void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream);
 /// void kilnSynchronize(Stream stream);
+/// void kilnSetDevice(int index);   // makes device `index` current on this thread
 /// ```
 ///
 /// Written here for a CUDA-like API: `{f}MemAlloc`, `{f}MemFree`,
-/// `{f}MemcpyHtoD`, `{f}MemcpyDtoH`, `{f}MemcpyDtoDAsync` and
-/// `{f}StreamSynchronize`, each checked with the macro `check` (the one
+/// `{f}MemcpyHtoD`, `{f}MemcpyDtoH`, `{f}MemcpyDtoDAsync`,
+/// `{f}StreamSynchronize`, and for `kilnSetDevice` `{f}Init`, `{f}DeviceGet`,
+/// `{f}DevicePrimaryCtxRetain` and `{f}CtxSetCurrent` (the device's primary
+/// context, the one PyTorch uses too, so that a process sharing tensors with
+/// PyTorch and one without it behave alike), each checked with the macro
+/// `check` (the one
 /// [`kernel_driver`] defines is `{PREFIX}_DRIVER_CHECK`). Device pointers
 /// travel as `void*`, converted to and from the API's pointer type.
 pub fn device_memory(api: &DriverApi, check: &str) -> String {
@@ -153,6 +165,8 @@ pub fn device_memory(api: &DriverApi, check: &str) -> String {
         function_prefix: f,
         stream_type,
         device_ptr_type: ptr,
+        device_type,
+        context_type,
         ..
     } = api;
     format!(
@@ -193,8 +207,44 @@ static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, {s
 static inline void kilnSynchronize({stream_type} stream) {{
     {check}({f}StreamSynchronize(stream));
 }}
+
+// Makes device `index` current on the calling thread, in its primary context.
+static inline void kilnSetDevice(int index) {{
+    {check}({f}Init(0));
+    {device_type} device;
+    {check}({f}DeviceGet(&device, index));
+    {context_type} context;
+    {check}({f}DevicePrimaryCtxRetain(&context, device));
+    {check}({f}CtxSetCurrent(context));
+}}
 "#
     )
+}
+
+/// `cpp_build_flags()` for a device toolkit installed under one folder
+/// (`home`, when known): `-I{home}/include`, then for the first of
+/// `{home}/lib64`, `{home}/lib` that exists `-L` and an rpath to it (so the
+/// built library finds the toolkit's libraries without `LD_LIBRARY_PATH`),
+/// then `-l` for each of `libraries`. Without a home, only the `-l` flags:
+/// the compiler's default paths must hold the headers and libraries.
+pub fn toolkit_flags(home: Option<&std::path::Path>, libraries: &[&str]) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(home) = home {
+        let include = home.join("include");
+        if include.is_dir() {
+            flags.push(format!("-I{}", include.display()));
+        }
+        if let Some(lib) = ["lib64", "lib"]
+            .iter()
+            .map(|l| home.join(l))
+            .find(|l| l.is_dir())
+        {
+            flags.push(format!("-L{}", lib.display()));
+            flags.push(format!("-Wl,-rpath,{}", lib.display()));
+        }
+    }
+    flags.extend(libraries.iter().map(|l| format!("-l{l}")));
+    flags
 }
 
 /// How much scratch one launch allocates.
@@ -282,6 +332,13 @@ mod tests {
             "npuMemcpyDtoH(dst, (npuDevicePtr)(uintptr_t)src, bytes)",
             "static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, npuStream_t stream) {",
             "NPU_DRIVER_CHECK(npuStreamSynchronize(stream));",
+            "static inline void kilnSetDevice(int index) {",
+            "NPU_DRIVER_CHECK(npuInit(0));",
+            "npuDevice device;",
+            "NPU_DRIVER_CHECK(npuDeviceGet(&device, index));",
+            "npuContext context;",
+            "NPU_DRIVER_CHECK(npuDevicePrimaryCtxRetain(&context, device));",
+            "NPU_DRIVER_CHECK(npuCtxSetCurrent(context));",
         ] {
             assert!(text.contains(part), "missing {part:?} in\n{text}");
         }
@@ -289,6 +346,33 @@ mod tests {
         // The check macro is one statement: no `while (0);` that would leave
         // an empty statement after each use.
         assert!(text.contains("} while (0)\n"), "{text}");
+    }
+
+    #[test]
+    fn toolkit_flags_name_the_include_and_library_folders_that_exist_then_the_libraries() {
+        let home = std::env::temp_dir().join(format!("kiln-kit-toolkit-{}", std::process::id()));
+        std::fs::create_dir_all(home.join("include")).unwrap();
+        std::fs::create_dir_all(home.join("lib")).unwrap();
+        let flags = toolkit_flags(Some(&home), &["npu", "npublas"]);
+        let lib = home.join("lib").display().to_string();
+        assert_eq!(
+            flags,
+            [
+                format!("-I{}", home.join("include").display()),
+                format!("-L{lib}"),
+                format!("-Wl,-rpath,{lib}"),
+                "-lnpu".to_string(),
+                "-lnpublas".to_string(),
+            ]
+        );
+        // lib64 is preferred where both exist.
+        std::fs::create_dir_all(home.join("lib64")).unwrap();
+        let flags = toolkit_flags(Some(&home), &[]);
+        assert_eq!(flags[1], format!("-L{}", home.join("lib64").display()));
+        std::fs::remove_dir_all(&home).unwrap();
+        assert_eq!(toolkit_flags(None, &["npu"]), ["-lnpu"]);
+        // A home that does not exist adds no folders.
+        assert_eq!(toolkit_flags(Some(&home), &["npu"]), ["-lnpu"]);
     }
 
     #[test]

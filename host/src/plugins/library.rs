@@ -414,6 +414,19 @@ impl Plugin {
         }
     }
 
+    /// `cpp_build_flags()`; `None` when the plugin does not say (it predates
+    /// API 1.3, or returns `RNone`).
+    pub fn cpp_build_flags(&self) -> Result<Option<Vec<String>>, CallError> {
+        match self.root.cpp_build_flags() {
+            None => Ok(None),
+            Some(f) => self.fail("cpp_build_flags", f()).map(|flags| {
+                flags
+                    .into_option()
+                    .map(|v| v.into_iter().map(|s| s.into_string()).collect())
+            }),
+        }
+    }
+
     fn device_module(&self) -> Option<kiln_plugin_api::DeviceModuleRef> {
         self.root.device()
     }

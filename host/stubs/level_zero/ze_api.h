@@ -35,8 +35,10 @@ typedef struct _ze_kernel_desc_t {
     const char* pKernelName;
 } ze_kernel_desc_t;
 
+extern "C" {
 ze_result_t zeModuleCreate(ze_context_handle_t hContext, ze_device_handle_t hDevice,
                            const ze_module_desc_t* desc, ze_module_handle_t* phModule,
                            ze_module_build_log_handle_t* phBuildLog);
 ze_result_t zeKernelCreate(ze_module_handle_t hModule, const ze_kernel_desc_t* desc,
                            ze_kernel_handle_t* phKernel);
+}  // extern "C"

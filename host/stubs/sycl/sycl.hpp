@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace sycl {
 inline namespace _V1 {
@@ -27,15 +28,17 @@ class platform {
 public:
     context ext_oneapi_get_default_context() const;
 };
+namespace info {
+enum class device_type { cpu, gpu, accelerator, custom, automatic, host, all };
+}  // namespace info
 class device {
 public:
     template <typename Selector>
     explicit device(const Selector& selector);
     platform get_platform() const;
+    static std::vector<device> get_devices(info::device_type type = info::device_type::all);
 };
 class context {};
-struct gpu_selector_t {};
-inline constexpr gpu_selector_t gpu_selector_v{};
 
 namespace info {
 namespace kernel {

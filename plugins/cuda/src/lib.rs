@@ -27,6 +27,7 @@ use kiln_plugin_api::{
 pub mod driver;
 pub mod overrides;
 pub mod properties;
+pub mod toolkit;
 use kiln_plugin_kit::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 
 use properties::Inventory;
@@ -178,6 +179,10 @@ impl DevicePlugin for Cuda {
             grid.to_array(),
             self.primary().max_grid,
         ))
+    }
+
+    fn cpp_build_flags(&self) -> Option<Vec<String>> {
+        Some(toolkit::build_flags(toolkit::home().as_deref()))
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

@@ -140,10 +140,14 @@ const GEMM: &str = r#"
         }                                                        \
     } while (0)
 
+// The handle owns a fixed workspace, so that no product allocates while a
+// stream is being captured into a CUDA graph.
 static inline cublasHandle_t kilnBlasHandle() {
     static thread_local cublasHandle_t handle = nullptr;
     if (handle == nullptr) {
         KILN_CUBLAS_CHECK(cublasCreate(&handle));
+        const size_t bytes = size_t(32) << 20;
+        KILN_CUBLAS_CHECK(cublasSetWorkspace(handle, kilnDeviceAlloc(bytes), bytes));
     }
     return handle;
 }
@@ -187,9 +191,50 @@ static inline void kilnGemm(
 }
 "#;
 
+/// A whole call of Kiln's C++ wrapper captured into a CUDA graph
+/// (`--cuda-graph`): `kilnGraphBegin` starts capturing `stream` (thread-local
+/// mode: other threads' work is not captured), `kilnGraphEnd` ends it and
+/// returns the instantiated graph, `kilnGraphAbort` ends a capture a failure
+/// interrupted without throwing, `kilnGraphLaunch` replays a graph on a
+/// stream and `kilnGraphDestroy` frees one.
+const GRAPHS: &str = r#"
+static inline void kilnGraphBegin(cudaStream_t stream) {
+    CUDA_DRIVER_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+}
+
+static inline void* kilnGraphEnd(cudaStream_t stream) {
+    CUgraph graph = nullptr;
+    CUDA_DRIVER_CHECK(cuStreamEndCapture(stream, &graph));
+    CUgraphExec exec = nullptr;
+    // (Not named `code`: CUDA_DRIVER_CHECK declares that name itself.)
+    const CUresult instantiated = cuGraphInstantiateWithFlags(&exec, graph, 0);
+    cuGraphDestroy(graph);
+    CUDA_DRIVER_CHECK(instantiated);
+    return static_cast<void*>(exec);
+}
+
+static inline void kilnGraphAbort(cudaStream_t stream) {
+    CUgraph graph = nullptr;
+    if (cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph != nullptr) {
+        cuGraphDestroy(graph);
+    }
+}
+
+static inline void kilnGraphLaunch(void* exec, cudaStream_t stream) {
+    CUDA_DRIVER_CHECK(cuGraphLaunch(static_cast<CUgraphExec>(exec), stream));
+}
+
+static inline void kilnGraphDestroy(void* exec) {
+    if (exec != nullptr) {
+        cuGraphExecDestroy(static_cast<CUgraphExec>(exec));
+    }
+}
+"#;
+
 /// `kernel_driver()`, with the warp size of the plugin's device written into
-/// the block size of `cuLaunchKernel`, then the device-memory functions and
-/// the cuBLAS matrix product Kiln's C++ wrapper calls.
+/// the block size of `cuLaunchKernel`, then the device-memory functions, the
+/// cuBLAS matrix product and the CUDA-graph functions Kiln's C++ wrapper
+/// calls.
 pub fn kernel_driver(warp_size: u32) -> String {
     let mut text = KERNEL_DRIVER_TEMPLATE.replace(WARP_SIZE_SLOT, &warp_size.to_string());
     text.push_str(&driver::device_memory(
@@ -197,6 +242,7 @@ pub fn kernel_driver(warp_size: u32) -> String {
         "CUDA_DRIVER_CHECK",
     ));
     text.push_str(GEMM);
+    text.push_str(GRAPHS);
     text
 }
 
@@ -293,6 +339,8 @@ pub fn driver_api(warp_size: u32) -> DriverApi {
         function_type: "CUfunction".into(),
         stream_type: CPP_STREAM_TYPE.into(),
         device_ptr_type: CPP_DEVICE_PTR.into(),
+        device_type: "CUdevice".into(),
+        context_type: "CUcontext".into(),
         torch_device_type: "cuda".into(),
         warp_size,
     }

@@ -249,3 +249,47 @@ fn grid_is_capped_at_the_device_limit() {
     );
     checks::assert_grid_never_shrinks(&p);
 }
+
+#[test]
+fn build_flags_name_the_toolkit_its_driver_stub_cublas_and_the_driver() {
+    let home = std::env::temp_dir().join(format!("kiln-cuda-toolkit-{}", std::process::id()));
+    std::fs::create_dir_all(home.join("include")).unwrap();
+    std::fs::create_dir_all(home.join("lib64/stubs")).unwrap();
+    std::fs::write(home.join("include/cuda.h"), "").unwrap();
+    std::fs::write(home.join("lib64/stubs/libcuda.so"), "").unwrap();
+    let lib = home.join("lib64").display().to_string();
+    assert_eq!(
+        crate::toolkit::build_flags(Some(&home)),
+        [
+            format!("-I{}", home.join("include").display()),
+            format!("-L{lib}"),
+            format!("-Wl,-rpath,{lib}"),
+            format!("-L{lib}/stubs"),
+            "-lcublas".to_string(),
+            "-lcuda".to_string(),
+        ]
+    );
+    std::fs::remove_dir_all(&home).unwrap();
+    // No toolkit found: the libraries only, from the compiler's default paths.
+    assert_eq!(crate::toolkit::build_flags(None), ["-lcublas", "-lcuda"]);
+}
+
+#[test]
+fn kernel_driver_has_the_graph_functions_and_a_blas_workspace() {
+    let text = crate::overrides::kernel_driver(32);
+    for part in [
+        "static inline void kilnGraphBegin(cudaStream_t stream) {",
+        "cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)",
+        "static inline void* kilnGraphEnd(cudaStream_t stream) {",
+        "cuGraphInstantiateWithFlags(&exec, graph, 0)",
+        "static inline void kilnGraphAbort(cudaStream_t stream) {",
+        "static inline void kilnGraphLaunch(void* exec, cudaStream_t stream) {",
+        "static inline void kilnGraphDestroy(void* exec) {",
+        "cublasSetWorkspace(handle, kilnDeviceAlloc(bytes), bytes)",
+        "static inline void kilnSetDevice(int index) {",
+        "CUDA_DRIVER_CHECK(cuDevicePrimaryCtxRetain(&context, device));",
+    ] {
+        assert!(text.contains(part), "missing {part:?}");
+    }
+    checks::assert_balanced("kernel_driver", &text);
+}

@@ -215,6 +215,17 @@ impl DevicePlugin for Gxu {
         ))
     }
 
+    fn cpp_build_flags(&self) -> Option<Vec<String>> {
+        // The GXU runtime, under $GXU_HOME when set (include/gxu.h, lib/libgxu.so).
+        let home = std::env::var_os("GXU_HOME")
+            .filter(|h| !h.is_empty())
+            .map(std::path::PathBuf::from);
+        Some(kiln_plugin_kit::driver::toolkit_flags(
+            home.as_deref(),
+            &["gxu"],
+        ))
+    }
+
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new(
             &self.config.triton_backend,

@@ -169,6 +169,11 @@ impl DevicePlugin for Xpu {
         ))
     }
 
+    fn cpp_build_flags(&self) -> Option<Vec<String>> {
+        // SYCL needs a SYCL compiler (CXX=icpx); Level Zero is its own library.
+        Some(vec!["-fsycl".to_string(), "-lze_loader".to_string()])
+    }
+
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new(
             "xpu",

@@ -91,8 +91,23 @@ const KERNEL_DRIVER_TEMPLATE: &str = r#"#include <filesystem>
 // The device Kiln's wrapper runs on: the first GPU, in its platform's
 // default context, which is where PyTorch's XPU allocator allocates too, so
 // that tensors from either can be passed to the other.
+// kilnSetDevice picks another GPU before the first use.
+static inline int &kilnXpuDeviceIndex() {
+    static int index = 0;
+    return index;
+}
+
 static inline sycl::queue &kilnXpuQueue() {
-    static sycl::device device{sycl::gpu_selector_v};
+    static sycl::device device = [] {
+        std::vector<sycl::device> gpus = sycl::device::get_devices(sycl::info::device_type::gpu);
+        const int index = kilnXpuDeviceIndex();
+        if (index < 0 || static_cast<size_t>(index) >= gpus.size()) {
+            throw std::runtime_error(
+                "no XPU device " + std::to_string(index) + " (" +
+                std::to_string(gpus.size()) + " GPU(s) found)");
+        }
+        return gpus[static_cast<size_t>(index)];
+    }();
     static sycl::queue queue{
         device.get_platform().ext_oneapi_get_default_context(), device};
     return queue;
@@ -230,6 +245,13 @@ static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, sy
 
 static inline void kilnSynchronize(sycl::queue* queue) {
     (queue != nullptr ? *queue : kilnXpuQueue()).wait();
+}
+
+// The GPU the wrapper runs on, chosen before its first use (later calls
+// cannot move a queue that exists).
+static inline void kilnSetDevice(int index) {
+    kilnXpuDeviceIndex() = index;
+    (void)kilnXpuQueue();
 }
 "#;
 

@@ -19,7 +19,11 @@ use kiln_plugin_api::{BackendSpec, SchedulingKind, Wrappers};
 
 use crate::codegen::namer::Namer;
 use crate::codegen::weights::{self, Weights};
-use crate::codegen::wrapper::{aot, cpp as cpp_wrapper, python};
+/// The C++ wrapper of a Triton device: its options, binaries and the names of
+/// the driver functions it calls, for the commands and conformance that
+/// build it.
+pub use crate::codegen::wrapper::aot;
+use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;
 use crate::plugins::validate::{override_text_problem, triton_target_problem};
@@ -124,6 +128,9 @@ pub struct Options {
     pub cpp: cpp::Options,
     /// The C++ wrapper.
     pub cpp_wrapper: cpp_wrapper::Options,
+    /// A Triton device's C++ wrapper captures its call into a device graph
+    /// and replays it (`--cuda-graph`).
+    pub device_graphs: bool,
     /// Also produce TorchInductor's debug texts ([`DebugFiles`]).
     pub debug: bool,
 }
@@ -379,6 +386,8 @@ pub struct AotParts {
     pub strings: aot::Strings,
     /// The constants read from the weights file, by key.
     pub weights: Vec<(String, crate::schedule::ir::BufferId)>,
+    /// How the wrapper runs.
+    pub options: aot::Options,
 }
 
 impl CodeInfo {
@@ -456,6 +465,7 @@ impl Artifacts {
             binaries,
             &parts.strings,
             &parts.names,
+            &parts.options,
         )?;
         let path = dir.join("wrapper.cpp");
         std::fs::write(&path, code).map_err(|source| Error::Write {
@@ -673,7 +683,11 @@ fn generate_aot(
     let p = &scheduled.program;
     let kernels =
         triton::write(p, plugin, &options.triton, &mut namer).map_err(Error::TritonKernels)?;
-    aot::check(scheduled, &kernels, &strings)?;
+    let aot_options = aot::Options {
+        device_index: options.device_index,
+        graphs: options.device_graphs,
+    };
+    aot::check(scheduled, &kernels, &strings, &aot_options)?;
     let code = python::kernels_module(
         p,
         &kernels,
@@ -698,6 +712,7 @@ fn generate_aot(
         names,
         strings,
         weights,
+        options: aot_options,
     };
     Ok(("kernels.py", code, CodeInfo::Aot(Box::new(parts))))
 }
@@ -711,6 +726,15 @@ fn generate(
     options: &Options,
 ) -> Result<(&'static str, String, CodeInfo), Error> {
     let mut namer = Namer::new();
+    let aot =
+        target.wrapper == WrapperKind::Cpp && target.spec.scheduling == SchedulingKind::Triton;
+    if options.device_graphs && !aot {
+        return Err(Error::AotWrapper(aot::Error::Unsupported(format!(
+            "device graphs (--cuda-graph) are captured by the C++ wrapper of a Triton device;              device `{}` with the {} wrapper has none",
+            target.device,
+            wrapper_label(target.wrapper)
+        ))));
+    }
     match target.wrapper {
         WrapperKind::Python => {
             let strings = target.python_strings();

@@ -277,3 +277,148 @@ fn a_driver_text_without_the_device_memory_functions_is_refused_naming_the_first
     );
     assert!(report.contains("device_memory"), "{report}");
 }
+
+#[test]
+fn cuda_graph_wrappers_capture_with_the_drivers_graph_functions_and_are_refused_without_them() {
+    let tmp = TempDir::new("aot-graphs");
+    let mlp = repo_root().join("examples/small_mlp.toml");
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile_cpp(&mlp, "cuda", &out, &["--cuda-graph"]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    for part in [
+        "extern \"C\" int kiln_device_graphs(void) { return 1; }",
+        "static int kiln_launch(",
+        "kilnGraphBegin(stream);",
+        "kiln_graph = kilnGraphEnd(stream);",
+        "kilnGraphLaunch(kiln_graph, stream);",
+        "kilnGraphAbort(stream);",
+        // The default stream cannot be captured: it launches directly.
+        "if (stream_handle == nullptr) {\n        return kiln_launch(",
+    ] {
+        assert!(wrapper.contains(part), "missing {part:?}");
+    }
+    // The direct run comes before the capture, so that cuBLAS's handle and
+    // workspace are created outside it.
+    let direct = wrapper.find("int status = kiln_launch(").unwrap();
+    let begin = wrapper.find("kilnGraphBegin(stream);").unwrap();
+    assert!(direct < begin);
+    syntax_check(&out.join("wrapper.cpp")).unwrap();
+    // Without the flag, kiln_call launches directly.
+    let (ok, stderr) = compile_cpp(&mlp, "cuda", &tmp.path().join("plain"), &[]);
+    assert!(ok, "{stderr}");
+    let plain = std::fs::read_to_string(tmp.path().join("plain/wrapper.cpp")).unwrap();
+    assert!(plain.contains("int kiln_device_graphs(void) { return 0; }"));
+    assert!(!plain.contains("kilnGraphBegin(stream);"));
+    // gxu's driver text has no graph functions.
+    let softmax = repo_root().join("examples/small_softmax.toml");
+    let (ok, stderr) = compile_cpp(&softmax, "gxu", &tmp.path().join("gxu"), &["--cuda-graph"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("does not define `kilnGraphBegin`"),
+        "{stderr}"
+    );
+    // Only the C++ wrapper of a Triton device captures.
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg(&softmax)
+        .args(["--device", "cuda", "--cuda-graph", "-o"])
+        .arg(tmp.path().join("python")));
+    assert!(!output.status.success());
+    assert!(stderr.contains("add --wrapper cpp"), "{stderr}");
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg(&softmax)
+        .args(["--device", "cpu", "--wrapper", "cpp", "--cuda-graph", "-o"])
+        .arg(tmp.path().join("cpu")));
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("device `cpu` with the C++ wrapper has none"),
+        "{stderr}"
+    );
+}
+
+/// A CUDA toolkit whose driver and cuBLAS libraries are the stand-ins of
+/// `tests/fixtures/fake_cuda` (every call fails as with no GPU), headers from
+/// `host/stubs`: `CUDA_HOME` for `host run`.
+fn fake_toolkit(at: &Path) -> PathBuf {
+    let include = at.join("include");
+    let lib = at.join("lib64");
+    std::fs::create_dir_all(&include).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    for header in ["cuda.h", "cuda_runtime_api.h", "cublas_v2.h"] {
+        std::fs::copy(
+            repo_root().join("host/stubs").join(header),
+            include.join(header),
+        )
+        .unwrap();
+    }
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    for name in ["cuda", "cublas"] {
+        let (output, _, stderr) = run(Command::new(&cxx)
+            .args(["-std=c++17", "-shared", "-fPIC", "-I"])
+            .arg(&include)
+            .arg(repo_root().join("tests/fixtures/fake_cuda/fake_driver.cpp"))
+            .arg("-o")
+            .arg(lib.join(format!("lib{name}.so"))));
+        assert!(output.status.success(), "{stderr}");
+    }
+    at.to_path_buf()
+}
+
+#[test]
+fn host_run_builds_the_wrapper_with_the_plugins_flags_and_reports_the_drivers_failure() {
+    let tmp = TempDir::new("aot-host-run");
+    let home = fake_toolkit(&tmp.path().join("cuda"));
+    let cache = tmp.path().join("cache");
+    let run_once = |graph: &str| {
+        run(host(&host_bin())
+            .env("KILN_PYTHON", python())
+            .env("CUDA_HOME", &home)
+            .env("KILN_CACHE_DIR", &cache)
+            .env_remove("KILN_DEVICE_CXXFLAGS")
+            .arg("run")
+            .arg(repo_root().join(graph))
+            .args(["--device", "cuda", "--check"]))
+    };
+    // The kernels compile ahead (Triton), the wrapper builds against the
+    // toolkit the cuda plugin found, loads, and kiln_init reports the driver.
+    let (output, stdout, stderr) = run_once("examples/small_mlp.toml");
+    assert!(!output.status.success(), "{stdout}");
+    assert!(stderr.contains("precompiled:"), "{stderr}");
+    for part in [
+        "kiln_init(",
+        "failed with status 5",
+        "no CUDA-capable device is detected (Kiln's test driver)",
+    ] {
+        assert!(stderr.contains(part), "missing {part:?} in {stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // The run's folder is gone; the kernels and the library are cached.
+    let left: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".run-"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+    let (_, _, again) = run_once("examples/small_mlp.toml");
+    assert!(!again.contains("precompiled:"), "{again}");
+    assert!(again.contains("found in the cache"), "{again}");
+    assert!(again.contains("Kiln's test driver"), "{again}");
+    // Without headers the compiler's error comes with what to do.
+    let (output, _, stderr) = run(host(&host_bin())
+        .env("KILN_PYTHON", python())
+        .env("CUDA_HOME", tmp.path().join("nowhere"))
+        .env("PATH", "/usr/bin:/bin")
+        .env("KILN_CACHE_DIR", &cache)
+        .env("CPATH", "")
+        .arg("run")
+        .arg(repo_root().join("examples/add.toml"))
+        .args(["--device", "cuda"]));
+    assert!(!output.status.success());
+    if stderr.contains("the C++ compiler failed") {
+        assert!(stderr.contains("cuda plugin's flags"), "{stderr}");
+        assert!(stderr.contains("KILN_DEVICE_CXXFLAGS"), "{stderr}");
+    }
+}

@@ -34,7 +34,13 @@ fn host(args: &[&std::ffi::OsStr]) -> Output {
         .expect("the host binary runs")
 }
 
-/// Runs `host conformance PATH --junit FILE [extra]` and parses the JUnit file.
+/// The stub header of the broken plugins' baseline driver API (`base.h`).
+fn baseline_include() -> PathBuf {
+    repo_root().join("tests/broken/baseline/include")
+}
+
+/// Runs `host conformance PATH --junit FILE --include BASELINE [extra]` and
+/// parses the JUnit file.
 fn conformance(path: &Path, extra: &[&str]) -> Run {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let junit = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
@@ -45,11 +51,15 @@ fn conformance(path: &Path, extra: &[&str]) -> Run {
             .and_then(|s| s.to_str())
             .unwrap_or("plugin")
     ));
+    // The baseline devices' driver API header, for the driver-text checks.
+    let include = baseline_include();
     let mut args: Vec<&std::ffi::OsStr> = vec![
         "conformance".as_ref(),
         path.as_os_str(),
         "--junit".as_ref(),
         junit.as_os_str(),
+        "--include".as_ref(),
+        include.as_os_str(),
     ];
     args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
     let output = host(&args);
@@ -166,7 +176,13 @@ fn good_baseline_passes_every_check() {
 }
 
 /// Each broken fixture: the one check that must fail and a part of its reason.
-const BROKEN: [(&str, &str, &str); 11] = [
+const BROKEN: [(&str, &str, &str); 13] = [
+    ("undeclared_in_driver", "driver.compiles", "baseMemPrefetch"),
+    (
+        "wrong_launch_signature",
+        "driver.signatures",
+        "too few arguments",
+    ),
     ("segv_set_device", "overrides.set_device", "SIGSEGV"),
     ("panic_kernel_driver", "overrides.kernel_driver", "panicked"),
     (
@@ -426,4 +442,34 @@ fn every_check_is_documented_for_vendors() {
         "docs/writing-a-plugin.md's table of checks is out of date; these rows are missing:\n{}",
         missing.join("\n")
     );
+}
+
+#[test]
+fn a_driver_text_whose_header_is_nowhere_names_it_and_asks_for_include() {
+    // No --include: the baseline's <base.h> is neither a Kiln stub nor given.
+    let junit = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "kiln-conformance-noinclude-{}.xml",
+        std::process::id()
+    ));
+    let out = host(&[
+        "conformance".as_ref(),
+        fixture("good_baseline").as_os_str(),
+        "--only".as_ref(),
+        "driver.*".as_ref(),
+        "--junit".as_ref(),
+        junit.as_os_str(),
+    ]);
+    let xml = std::fs::read_to_string(&junit).expect("the JUnit report");
+    let _ = std::fs::remove_file(&junit);
+    let cases = parse_junit(&xml);
+    let compiles = &cases["driver.compiles"];
+    assert_eq!(compiles.status, "fail", "{cases:?}");
+    for part in ["<base.h>", "cuda.h", "--include DIR"] {
+        assert!(
+            compiles.message.contains(part),
+            "missing {part:?}: {compiles:?}"
+        );
+    }
+    assert_eq!(cases["driver.signatures"].status, "skip", "{cases:?}");
+    assert_eq!(out.status.code(), Some(1));
 }

@@ -10,7 +10,12 @@ use kiln_tests::*;
 
 const TEMPLATE: &str = "examples/vendor-plugin";
 /// The template's files the guide shows whole.
-const FILES: [&str; 3] = ["Cargo.toml", "src/lib.rs", "tests/conformance.rs"];
+const FILES: [&str; 4] = [
+    "Cargo.toml",
+    "src/lib.rs",
+    "include/npu.h",
+    "tests/conformance.rs",
+];
 
 /// Copies the template's sources (not its `target/`) to `to`, pointing its
 /// Kiln dependencies at this checkout by absolute path.
@@ -60,7 +65,11 @@ fn the_template_plugin_builds_out_of_tree_and_passes_conformance_from_its_own_ca
     assert!(stdout.contains("test conformance ... ok"), "{stdout}");
     // The host's own verdict on the library it built.
     let library = target.join("debug").join(dll_name("kiln_npu"));
-    let (out, report, err) = run(host(&host_bin()).arg("conformance").arg(&library));
+    let (out, report, err) = run(host(&host_bin())
+        .arg("conformance")
+        .arg(&library)
+        .arg("--include")
+        .arg(dir.join("include")));
     assert!(out.status.success(), "{report}\n{err}");
     assert!(report.contains(", 0 failed,"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);

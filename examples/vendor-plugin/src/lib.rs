@@ -91,9 +91,8 @@ impl DevicePlugin for Npu {
             cpp_stream_guard: Some("at::npu::NPUStreamGuard".into()),
             cpp_aoti_stream_guard: Some("AOTINpuStreamGuard".into()),
             cpp_get_stream_from_external: Some("at::npu::getStreamFromExternal".into()),
-            kernel_header: Some(
-                "#include <c10/npu/NPUGuard.h>\n#include <c10/npu/NPUStream.h>\n".into(),
-            ),
+            // The driver API's header; include/npu.h is a stub of it for conformance.
+            kernel_header: Some("#include <npu.h>\n".into()),
             kernel_driver: Some(driver::kernel_driver(&api)),
             cpp_stream_type: Some(api.stream_type.clone()),
             aoti_get_stream: Some("aoti_torch_get_current_npu_stream".into()),

@@ -68,6 +68,15 @@ pub struct CompileArgs {
     #[arg(long)]
     pub autotune: bool,
 
+    /// With --wrapper cpp on a Triton device: the first kiln_call with a set of input/output
+    /// pointers and a stream runs directly and captures its launches into a device graph (a CUDA
+    /// graph on cuda); later calls with the same pointers and stream replay the graph: one launch
+    /// per call instead of one per kernel. Calls on the default (null) stream, which cannot be
+    /// captured, launch directly.
+    /// Needs the plugin's kernel_driver to define the kilnGraph* functions (the cuda plugin does).
+    #[arg(long)]
+    pub cuda_graph: bool,
+
     /// Compile every Triton kernel now, in parallel, into kernels/ beside output_code.py, so
     /// that the first call loads them instead of compiling. Runs `output_code.py --precompile`
     /// with $KILN_PYTHON (default python3), which needs Triton but neither torch nor a GPU;
@@ -90,6 +99,12 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
                 .into(),
         );
     }
+    if args.cuda_graph && args.wrapper != Some(WrapperArg::Cpp) {
+        return Err(
+            "--cuda-graph captures the C++ wrapper's call of a Triton device: add --wrapper cpp              (the Python wrapper launches through Triton's launcher, which Kiln does not capture)"
+                .into(),
+        );
+    }
     let plugin = super::device_plugin(cli, &args.device)?;
     let start = Instant::now();
     let graph = args.graph.load(&cli.budget()?)?;
@@ -97,6 +112,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
         wrapper: args.wrapper.map(WrapperKind::from),
         device_index: args.device.index,
         debug: args.debug,
+        device_graphs: args.cuda_graph,
         ..driver::Options::default()
     };
     options.triton.autotune = args.autotune;
@@ -150,7 +166,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
 
 /// Runs `output_code.py --precompile` (or `kernels.py`'s), passing its
 /// report on; `optional` says the wrapper would still work without it.
-fn precompile(code: &std::path::Path, optional: bool) -> Result<(), CliError> {
+pub(super) fn precompile(code: &std::path::Path, optional: bool) -> Result<(), CliError> {
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let output = std::process::Command::new(&python)
         .arg(code)

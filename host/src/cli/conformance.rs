@@ -37,6 +37,12 @@ pub struct ConformanceArgs {
     #[arg(long, value_name = "CHECK-GLOB")]
     pub only: Option<String>,
 
+    /// A folder of C++ headers for the driver-text checks (repeatable): the header of your
+    /// driver API that kernel_header includes, or a stub declaring what kernel_driver calls.
+    /// Searched before Kiln's own stubs (CUDA, cuBLAS, GXU, SYCL, Level Zero).
+    #[arg(long = "include", value_name = "DIR")]
+    pub include: Vec<PathBuf>,
+
     /// Internal: run one check in this process and print its outcome as JSON.
     #[arg(long = &CHILD_FLAG[2..], value_name = "CHECK", hide = true)]
     pub child_check: Option<String>,
@@ -63,6 +69,11 @@ pub fn run(_cli: &Cli, args: &ConformanceArgs) -> Result<ExitCode, CliError> {
         exe,
         timeout: Duration::from_secs_f64(args.timeout),
         only: args.only.clone(),
+        include: args
+            .include
+            .iter()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()))
+            .collect(),
     };
     let report = conformance::run(&args.path, &options)?;
     if args.json {

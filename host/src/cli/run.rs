@@ -1,6 +1,10 @@
-//! `host run FILE --device cpu [--inputs DIR] [--seed N] [--out DIR] [--check] [--bench N]`:
-//! compiles a graph to C++ (cached), loads it and runs it in-process, and
-//! optionally checks every output against the reference interpreter.
+//! `host run FILE --device D [--inputs DIR] [--seed N] [--out DIR] [--check] [--bench N]`:
+//! compiles a graph (cached), loads it and runs it in-process, and optionally
+//! checks every output against the reference interpreter. A C++ device (`cpu`)
+//! runs its `wrapper.cpp`; a Triton device (`cuda`) runs the C++ wrapper of
+//! `host compile --wrapper cpp`: its kernels compiled ahead by Triton (in a
+//! child process, cached by the kernels' text), the wrapper built with the
+//! plugin's `cpp_build_flags`, and called with no Python in this process.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,8 +21,13 @@ pub struct RunArgs {
     /// The graph.
     #[command(flatten)]
     pub graph: GraphFile,
-    /// The device: one whose plugin schedules C++ kernels (`cpu`).
-    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+    /// The device, optionally with its index (`cuda:1`). A C++ device (`cpu`) runs its C++
+    /// kernels; a Triton device (`cuda`) runs the C++ wrapper of `host compile --wrapper cpp`,
+    /// built with $CXX (default c++) and the plugin's flags (for cuda: the CUDA toolkit under
+    /// $CUDA_HOME, else nvcc's, else /usr/local/cuda, with cuBLAS and the driver library), plus
+    /// $KILN_DEVICE_CXXFLAGS. Its kernels are compiled by Triton through $KILN_PYTHON (default
+    /// python3) in a child process, once per kernel text (cached in $KILN_CACHE_DIR).
+    #[arg(long, value_name = "DEVICE[:INDEX]", default_value = "cpu")]
     pub device: DeviceSpec,
     /// The inputs.
     #[command(flatten)]
@@ -44,39 +53,15 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
         ..driver::Options::default()
     };
     let target = driver::Target::query(&plugin, &options)?;
-    if target.spec.scheduling != kiln_plugin_api::SchedulingKind::Cpp {
-        return Err(format!(
-            "device `{}` does not schedule C++ kernels: host run executes on the cpu device; \
-             for cuda/gxu/xpu use output_code.py (host compile {} --device {} -o DIR)",
-            plugin.name(),
-            args.graph.file.display(),
-            args.device
-        )
-        .into());
+    if target.spec.scheduling == kiln_plugin_api::SchedulingKind::Triton {
+        return run_device(cli, args, &plugin);
     }
     let budget = cli.budget()?;
     let graph = args.graph.load(&budget)?;
     let start = Instant::now();
     let artifacts = driver::compile_for(graph.clone(), &plugin, target, &options)?;
     let generated = start.elapsed();
-    budget.allow_parts(
-        &format!("running {}", args.graph.file.display()),
-        &[
-            ("inputs", args.inputs.memory_needed(&graph)),
-            (
-                "the compiled program",
-                crate::runtime::memory_needed(&artifacts.scheduled),
-            ),
-            (
-                "the reference interpreter",
-                if args.check {
-                    crate::interp::memory_needed(&graph)
-                } else {
-                    Some(0)
-                },
-            ),
-        ],
-    )?;
+    allow(&budget, args, &graph, "the compiled program", &artifacts)?;
     let inputs = args.inputs.read(&graph)?;
     let building = super::progress::Activity::start("building the C++ library", None);
     let start = Instant::now();
@@ -97,12 +82,146 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
             format!("built in {:.2} s", build_time.as_secs_f64())
         }
     );
-    let mut prepared = module.prepare(&inputs)?;
+    call_and_report(args, &graph, &inputs, &module, "")
+}
+
+/// `host run` on a Triton device, through its C++ wrapper.
+fn run_device(
+    cli: &Cli,
+    args: &RunArgs,
+    plugin: &crate::plugins::Plugin,
+) -> Result<ExitCode, CliError> {
+    let options = driver::Options {
+        wrapper: Some(crate::plugins::WrapperKind::Cpp),
+        device_index: args.device.index,
+        ..driver::Options::default()
+    };
+    let target = driver::Target::query(plugin, &options)?;
+    let budget = cli.budget()?;
+    let graph = args.graph.load(&budget)?;
+    let start = Instant::now();
+    let artifacts = driver::compile_for(graph.clone(), plugin, target, &options)?;
+    let generated = start.elapsed();
+    let driver::CodeInfo::Aot(parts) = &artifacts.info else {
+        return Err(format!(
+            "internal: device `{}` produced no C++ wrapper (please report)",
+            args.device
+        )
+        .into());
+    };
+    allow(
+        &budget,
+        args,
+        &graph,
+        "the inputs and outputs in host memory",
+        &artifacts,
+    )?;
+    let inputs = args.inputs.read(&graph)?;
+    let cache = crate::runtime::compile::cache_dir();
+    let kernels = compiled_kernels(&cache, &artifacts.code)?;
+    // The folder kiln_init reads: the kernels (linked to the cache) and the
+    // weights, removed once the wrapper has loaded them.
+    let run_dir = unique_dir(&cache, "run")?;
+    let _cleanup = RemoveOnDrop(run_dir.clone());
+    artifacts.write_to(&run_dir)?;
+    link_dir(&kernels, &run_dir.join("kernels"))?;
+    let names = driver::aot::kernel_names(&parts.kernels);
+    let binaries = driver::aot::read_binaries(&run_dir, &names)?;
+    let (source_path, _) = artifacts.write_aot_wrapper(&run_dir, &binaries)?;
+    let source = std::fs::read_to_string(&source_path)
+        .map_err(|e| format!("cannot read {}: {e}", source_path.display()))?;
+    let flags = plugin.cpp_build_flags()?.unwrap_or_default();
+    let compiler = crate::runtime::device::compiler(&flags)?;
+    let building = super::progress::Activity::start("building the C++ wrapper", None);
+    let start = Instant::now();
+    let built = crate::runtime::compile::build(&source, &compiler, &cache).map_err(|e| {
+        let hint = match &e {
+            crate::runtime::compile::Error::Compile { .. } => format!(
+                "\nthe wrapper is built with the {} plugin's flags ({}) and $KILN_DEVICE_CXXFLAGS: \
+                 install the device's toolkit (for cuda: the CUDA toolkit with cuBLAS, found \
+                 through CUDA_HOME or nvcc on the PATH) or name its include and library folders \
+                 in KILN_DEVICE_CXXFLAGS (-I... -L...)",
+                plugin.name(),
+                if flags.is_empty() {
+                    "none".to_string()
+                } else {
+                    flags.join(" ")
+                }
+            ),
+            _ => String::new(),
+        };
+        format!("{e}{hint}")
+    })?;
+    let build_time = start.elapsed();
+    building.finish();
+    eprintln!(
+        "compiled {} for {} in {:.1} ms ({} kernel(s), compiled ahead in {}); wrapper {} {}",
+        args.graph.file.display(),
+        args.device,
+        generated.as_secs_f64() * 1e3,
+        artifacts.kernel_count(),
+        kernels.display(),
+        built.library.display(),
+        if built.cached {
+            "found in the cache".to_string()
+        } else {
+            format!("built in {:.2} s", build_time.as_secs_f64())
+        }
+    );
+    let module =
+        crate::runtime::device::DeviceModule::load(&built.library, &artifacts.scheduled, &run_dir)?;
+    call_and_report(
+        args,
+        &graph,
+        &inputs,
+        &module,
+        " (inputs copied in, outputs copied out)",
+    )
+}
+
+/// Refuses a run whose inputs, program and reference interpreter would not
+/// fit the memory budget; `program` names what the program holds.
+fn allow(
+    budget: &crate::memory::Budget,
+    args: &RunArgs,
+    graph: &crate::graph::Graph,
+    program: &str,
+    artifacts: &driver::Artifacts,
+) -> Result<(), CliError> {
+    budget.allow_parts(
+        &format!("running {}", args.graph.file.display()),
+        &[
+            ("inputs", args.inputs.memory_needed(graph)),
+            (program, crate::runtime::memory_needed(&artifacts.scheduled)),
+            (
+                "the reference interpreter",
+                if args.check {
+                    crate::interp::memory_needed(graph)
+                } else {
+                    Some(0)
+                },
+            ),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Calls `module` once (timed) and `--bench` more times, then writes the
+/// outputs or checks them against the reference interpreter; `timing` says
+/// what the times include.
+fn call_and_report(
+    args: &RunArgs,
+    graph: &crate::graph::Graph,
+    inputs: &[crate::tensor::Tensor],
+    module: &dyn crate::runtime::Loaded,
+    timing: &str,
+) -> Result<ExitCode, CliError> {
+    let mut prepared = module.prepare(inputs)?;
     let t = Instant::now();
     module.call(&mut prepared)?;
     let first = t.elapsed();
     let outs = module.outputs(&mut prepared);
-    println!("ran in {:.3} ms", first.as_secs_f64() * 1e3);
+    println!("ran in {:.3} ms{timing}", first.as_secs_f64() * 1e3);
     if let Some(n) = args.bench {
         let mut times = Vec::with_capacity(n);
         for _ in 0..n {
@@ -112,7 +231,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
         }
         times.sort_by(f64::total_cmp);
         if let Some(median) = times.get(times.len() / 2) {
-            println!("bench: median of {n} runs {:.3} ms", median * 1e3);
+            println!("bench: median of {n} runs {:.3} ms{timing}", median * 1e3);
         }
     }
     super::outputs::emit(
@@ -121,8 +240,83 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
         args.out.as_deref(),
         !args.check,
     )?;
-    if args.check && !super::outputs::check(&outs, &graph, &inputs)? {
+    if args.check && !super::outputs::check(&outs, graph, inputs)? {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The folder holding `kernels.py`'s compiled kernels (`kernels/` with its
+/// manifest) in the cache, keyed by the text's SHA-256: compiled now when
+/// absent, in a folder of its own renamed into place, so that concurrent
+/// runs never see half of it.
+fn compiled_kernels(cache: &std::path::Path, code: &str) -> Result<PathBuf, CliError> {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(code.as_bytes());
+    let key: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let folder = cache.join("kernels").join(&key);
+    if folder.join("kernels").join("manifest.json").is_file() {
+        return Ok(folder.join("kernels"));
+    }
+    let staging = unique_dir(&cache.join("kernels"), &key)?;
+    let _cleanup = RemoveOnDrop(staging.clone());
+    let source = staging.join("kernels.py");
+    std::fs::write(&source, code).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    super::compile::precompile(&source, false)?;
+    if let Err(e) = std::fs::rename(&staging, &folder) {
+        // Another run finished first: its kernels are the same.
+        if !folder.join("kernels").join("manifest.json").is_file() {
+            return Err(format!(
+                "cannot move {} to {}: {e}",
+                staging.display(),
+                folder.display()
+            )
+            .into());
+        }
+    }
+    Ok(folder.join("kernels"))
+}
+
+/// A new, empty folder `{parent}/{stem}-{pid}-{n}`.
+fn unique_dir(parent: &std::path::Path, stem: &str) -> Result<PathBuf, CliError> {
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    for n in 0..100u32 {
+        let dir = parent.join(format!(".{stem}-{}-{nanos}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot create {}: {e}", dir.display()).into()),
+        }
+    }
+    Err(format!("cannot create a fresh folder in {}", parent.display()).into())
+}
+
+/// Makes `link` name the folder `target`.
+fn link_dir(target: &std::path::Path, link: &std::path::Path) -> Result<(), CliError> {
+    #[cfg(unix)]
+    let made = std::os::unix::fs::symlink(target, link);
+    #[cfg(not(unix))]
+    let made = std::os::windows::fs::symlink_dir(target, link);
+    made.map_err(|e| {
+        format!(
+            "cannot link {} to {}: {e}",
+            link.display(),
+            target.display()
+        )
+        .into()
+    })
+}
+
+/// Removes a folder when dropped (a run's scratch), whatever happened.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use kiln_plugin_api::{is_valid_device_name, SchedulingKind, Wrappers};
 use serde_json::json;
 
-use super::{device_properties, e2e, heuristics, overrides, Outcome};
+use super::{device_properties, driver_text, e2e, heuristics, overrides, Outcome};
 use crate::plugins::load::{self, LoadOutcome};
 use crate::plugins::validate;
 use crate::plugins::{required_overrides, Override, Plugin, WrapperKind};
@@ -86,6 +86,8 @@ pub fn catalogue() -> Vec<Check> {
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
         Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
+        Check::new(driver_text::COMPILES, "for a Triton device claiming the C++ wrapper, kernel_header followed by kernel_driver compiles as C++17 against Kiln's stub headers (CUDA, cuBLAS, GXU, SYCL, Level Zero) and the --include folders (skipped without a C++ compiler)"),
+        Check::new(driver_text::SIGNATURES, "the wrapper.cpp Kiln generates around that text (for a graph with matrix products where kernel_driver defines kilnGemm) compiles: loadKernel, launchKernel, the kiln* device-memory functions and kilnGemm have the signatures the wrapper calls"),
         Check::new(e2e::COMPILE_EXAMPLES, "every bundled example graph compiles for the device: passes, fusion and code generation with the plugin's strings and heuristics"),
         Check::new(e2e::CPP_RUN, "for a C++ device, every example's wrapper.cpp builds with the system C++ compiler, runs, and matches the reference interpreter (skipped without a C++ compiler; allowed 12 times the per-check timeout)"),
         Check::new(e2e::TRITON_COMPILE, "for a Triton device, every kernel of those examples compiles with the real Triton compiler for the plugin's Triton target (skipped without Python and Triton, or without a Triton backend for that target; allowed 12 times the per-check timeout)"),
@@ -108,6 +110,8 @@ pub fn prerequisites(name: &str) -> Vec<String> {
         // [`wrapper_prerequisite`].
         e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PROPERTIES_QUERY],
         e2e::TRITON_COMPILE | e2e::CPP_RUN => &[e2e::COMPILE_EXAMPLES],
+        driver_text::COMPILES => &[INIT, BACKEND_SPEC, CPP_WRAPPER],
+        driver_text::SIGNATURES => &[driver_text::COMPILES, PROPERTIES_QUERY],
         n if n.starts_with("properties.") || n.starts_with("heuristics.") => {
             &[INIT, PROPERTIES_QUERY]
         }
@@ -186,6 +190,8 @@ fn run_loaded(plugin: &Plugin, name: &str) -> Outcome {
         e2e::COMPILE_EXAMPLES => e2e::compile_examples(plugin),
         e2e::TRITON_COMPILE => e2e::triton_compile(plugin),
         e2e::CPP_RUN => e2e::cpp_run(plugin),
+        driver_text::COMPILES => driver_text::compiles(plugin),
+        driver_text::SIGNATURES => driver_text::signatures(plugin),
         other => properties_check(plugin, other),
     }
 }

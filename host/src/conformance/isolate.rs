@@ -27,8 +27,26 @@ const STDERR_TAIL: usize = 600;
 const STDOUT_HEAD: usize = 80;
 
 /// Runs `check` on `plugin` in a child of `exe`, killing it after `timeout`.
-pub fn run_isolated(exe: &Path, plugin: &Path, check: &str, timeout: Duration) -> Outcome {
+/// `include` reaches the child as [`super::INCLUDE_ENV`] (the driver-text
+/// checks' header folders; the variable is left as it is when empty).
+pub fn run_isolated(
+    exe: &Path,
+    plugin: &Path,
+    check: &str,
+    timeout: Duration,
+    include: &[std::path::PathBuf],
+) -> Outcome {
     let mut command = Command::new(exe);
+    if !include.is_empty() {
+        match std::env::join_paths(include) {
+            Ok(joined) => {
+                command.env(super::INCLUDE_ENV, joined);
+            }
+            Err(e) => {
+                return Outcome::fail(format!("an --include folder cannot be passed on: {e}"))
+            }
+        }
+    }
     command
         .arg("conformance")
         .arg(CHILD_FLAG)

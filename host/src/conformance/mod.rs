@@ -11,6 +11,7 @@
 //! `docs/writing-a-plugin.md` has the same list for vendors.
 
 pub mod checks;
+mod driver_text;
 mod e2e;
 mod heuristics;
 pub mod isolate;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use checks::{catalogue, Check};
+pub use driver_text::{INCLUDE_ENV, STUBS};
 pub use report::{to_json, to_junit, to_table};
 
 /// The result of one check.
@@ -157,6 +159,9 @@ pub struct Options {
     /// Only report the checks whose names match this glob (`*`, `?`);
     /// their prerequisites still run, unreported.
     pub only: Option<String>,
+    /// Folders of C++ headers the driver-text checks compile with, before
+    /// Kiln's stub headers (a vendor's driver API header).
+    pub include: Vec<PathBuf>,
 }
 
 /// The whole conformance run of one plugin.
@@ -346,6 +351,7 @@ impl Runner<'_> {
                     self.path,
                     name,
                     checks::timeout_for(name, self.options.timeout),
+                    &self.options.include,
                 );
                 self.finish(name, child)
             }

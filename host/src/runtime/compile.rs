@@ -55,6 +55,9 @@ pub struct Compiler {
     pub version: String,
     /// Every flag, in order.
     pub flags: Vec<String>,
+    /// Flags after the source file: libraries and their folders (a device
+    /// plugin's `cpp_build_flags`), which linkers read in order.
+    pub link: Vec<String>,
 }
 
 impl Compiler {
@@ -78,6 +81,7 @@ impl Compiler {
                         program,
                         version: String::from_utf8_lossy(&out.stdout).into_owned(),
                         flags,
+                        link: Vec::new(),
                     });
                 }
                 Ok(out) => tried.push(format!("`{program} --version` exited with {}", out.status)),
@@ -143,6 +147,7 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
     for part in [
         source,
         &compiler.flags.join(" "),
+        &compiler.link.join(" "),
         &compiler.program,
         &compiler.version,
     ] {
@@ -166,6 +171,7 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
     let output = Command::new(&compiler.program)
         .args(&compiler.flags)
         .arg(&source_path)
+        .args(&compiler.link)
         .arg("-o")
         .arg(&tmp)
         .output()
@@ -176,7 +182,14 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
         message.push_str(&String::from_utf8_lossy(&output.stdout));
         return Err(Error::Compile {
             compiler: compiler.program.clone(),
-            flags: compiler.flags.join(" "),
+            flags: compiler
+                .flags
+                .iter()
+                .chain(std::iter::once(&source_path.display().to_string()))
+                .chain(&compiler.link)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" "),
             source_path,
             message: message.trim_end().to_string(),
         });

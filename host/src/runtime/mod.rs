@@ -6,6 +6,7 @@
 //! their dtype (float16/bfloat16 as raw bits), 8-byte aligned.
 
 pub mod compile;
+pub mod device;
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +61,16 @@ pub enum Error {
     /// `kiln_call` reported a failure.
     #[error("the compiled program failed with status {0} (out of memory)")]
     Call(i32),
+    /// A device wrapper's entry point failed (`kiln_init`, `kiln_run_host`).
+    #[error("{what} failed with status {status}: {message}")]
+    Device {
+        /// The entry point, with its arguments.
+        what: String,
+        /// Its return code.
+        status: i32,
+        /// `kiln_last_error()`.
+        message: String,
+    },
 }
 
 type CallFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> i32;
@@ -134,6 +145,23 @@ impl Held {
 pub struct Prepared {
     inputs: Vec<Vec<u64>>,
     outputs: Vec<Vec<u64>>,
+}
+
+impl Prepared {
+    /// One pointer per input and per output, in order, for a C entry point.
+    fn pointers(&mut self) -> (Vec<*const u8>, Vec<*mut u8>) {
+        let ins = self
+            .inputs
+            .iter()
+            .map(|w| w.as_ptr().cast::<u8>())
+            .collect();
+        let outs = self
+            .outputs
+            .iter_mut()
+            .map(|w| w.as_mut_ptr().cast::<u8>())
+            .collect();
+        (ins, outs)
+    }
 }
 
 fn bytes_of(words: &mut [u64]) -> &mut [u8] {
@@ -308,57 +336,12 @@ impl Module {
 
     /// Lays out `inputs` (one per graph input) for [`Module::call`].
     pub fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
-        if inputs.len() != self.inputs.len() {
-            return Err(Error::Input {
-                index: inputs.len().min(self.inputs.len()),
-                expected: format!("{} inputs", self.inputs.len()),
-                found: format!("{}", inputs.len()),
-            });
-        }
-        let mut staged = Vec::new();
-        for (i, (t, slot)) in inputs.iter().zip(&self.inputs).enumerate() {
-            if t.shape != slot.shape || t.dtype != slot.dtype {
-                return Err(Error::Input {
-                    index: i,
-                    expected: format!("{}{:?}", slot.dtype, slot.shape),
-                    found: format!("{}{:?}", t.dtype, t.shape),
-                });
-            }
-            let mut words = vec![0u64; slot.words()];
-            let size = slot.dtype.size_bytes();
-            let bytes = bytes_of(&mut words);
-            let values = t.to_vec();
-            let encoded = slot.dtype.encode_le(&values);
-            let walk = crate::tensor::walk::Walk::<1>::new(&slot.shape, [(&slot.strides, 0)]);
-            walk.run(0..walk.len(), |n, [off]| {
-                let (dst, src) = (off as usize * size, n * size);
-                if let (Some(d), Some(s)) =
-                    (bytes.get_mut(dst..dst + size), encoded.get(src..src + size))
-                {
-                    d.copy_from_slice(s);
-                }
-            });
-            staged.push(words);
-        }
-        let outputs = self.outputs.iter().map(|s| vec![0u64; s.words()]).collect();
-        Ok(Prepared {
-            inputs: staged,
-            outputs,
-        })
+        prepare(&self.inputs, &self.outputs, inputs)
     }
 
     /// Runs the program once on prepared inputs.
     pub fn call(&self, prepared: &mut Prepared) -> Result<(), Error> {
-        let ins: Vec<*const u8> = prepared
-            .inputs
-            .iter()
-            .map(|w| w.as_ptr().cast::<u8>())
-            .collect();
-        let outs: Vec<*mut u8> = prepared
-            .outputs
-            .iter_mut()
-            .map(|w| w.as_mut_ptr().cast::<u8>())
-            .collect();
+        let (ins, outs) = prepared.pointers();
         // SAFETY: every pointer spans the storage its tensor's layout needs
         // (checked in `prepare`), and the library was checked at load.
         let status = unsafe { (self.call)(ins.as_ptr(), outs.as_ptr()) };
@@ -373,19 +356,7 @@ impl Module {
 
     /// The outputs of the last call.
     pub fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
-        self.outputs
-            .iter()
-            .zip(prepared.outputs.iter_mut())
-            .map(|(slot, words)| {
-                let n = slot.extent() * slot.dtype.size_bytes();
-                let bytes = bytes_of(words);
-                let values = slot.dtype.decode_le(&bytes[..n.min(bytes.len())]);
-                let mut values = values;
-                let numel: i64 = slot.shape.iter().product();
-                values.resize(numel.max(0) as usize, 0.0);
-                Tensor::new(slot.shape.clone(), slot.dtype, values)
-            })
-            .collect()
+        outputs(&self.outputs, prepared)
     }
 
     /// Runs the program on `inputs` and returns its outputs.
@@ -394,6 +365,87 @@ impl Module {
         self.call(&mut prepared)?;
         Ok(self.outputs(&mut prepared))
     }
+}
+
+/// A loaded program that runs on prepared inputs: the cpu device's library
+/// ([`Module`]) or a Triton device's C++ wrapper ([`device::DeviceModule`]).
+pub trait Loaded {
+    /// Lays out `inputs` (one per graph input) for [`Loaded::call`].
+    fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error>;
+    /// Runs the program once on prepared inputs.
+    fn call(&self, prepared: &mut Prepared) -> Result<(), Error>;
+    /// The outputs of the last call.
+    fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor>;
+}
+
+impl Loaded for Module {
+    fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
+        Module::prepare(self, inputs)
+    }
+    fn call(&self, prepared: &mut Prepared) -> Result<(), Error> {
+        Module::call(self, prepared)
+    }
+    fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
+        Module::outputs(self, prepared)
+    }
+}
+
+/// Lays out `inputs` in the storage of `slots` (the program's inputs), with
+/// room for `outputs`.
+fn prepare(slots: &[Slot], outputs: &[Slot], inputs: &[Tensor]) -> Result<Prepared, Error> {
+    if inputs.len() != slots.len() {
+        return Err(Error::Input {
+            index: inputs.len().min(slots.len()),
+            expected: format!("{} inputs", slots.len()),
+            found: format!("{}", inputs.len()),
+        });
+    }
+    let mut staged = Vec::new();
+    for (i, (t, slot)) in inputs.iter().zip(slots).enumerate() {
+        if t.shape != slot.shape || t.dtype != slot.dtype {
+            return Err(Error::Input {
+                index: i,
+                expected: format!("{}{:?}", slot.dtype, slot.shape),
+                found: format!("{}{:?}", t.dtype, t.shape),
+            });
+        }
+        let mut words = vec![0u64; slot.words()];
+        let size = slot.dtype.size_bytes();
+        let bytes = bytes_of(&mut words);
+        let values = t.to_vec();
+        let encoded = slot.dtype.encode_le(&values);
+        let walk = crate::tensor::walk::Walk::<1>::new(&slot.shape, [(&slot.strides, 0)]);
+        walk.run(0..walk.len(), |n, [off]| {
+            let (dst, src) = (off as usize * size, n * size);
+            if let (Some(d), Some(s)) =
+                (bytes.get_mut(dst..dst + size), encoded.get(src..src + size))
+            {
+                d.copy_from_slice(s);
+            }
+        });
+        staged.push(words);
+    }
+    let outputs = outputs.iter().map(|s| vec![0u64; s.words()]).collect();
+    Ok(Prepared {
+        inputs: staged,
+        outputs,
+    })
+}
+
+/// The tensors in `prepared`'s outputs, laid out as `slots` say.
+fn outputs(slots: &[Slot], prepared: &mut Prepared) -> Vec<Tensor> {
+    slots
+        .iter()
+        .zip(prepared.outputs.iter_mut())
+        .map(|(slot, words)| {
+            let n = slot.extent() * slot.dtype.size_bytes();
+            let bytes = bytes_of(words);
+            let mut values = slot.dtype.decode_le(&bytes[..n.min(bytes.len())]);
+            let numel: i64 = slot.shape.iter().product();
+            values.resize(numel.max(0) as usize, 0.0);
+            Tensor::new(slot.shape.clone(), slot.dtype, values)
+        })
+        .collect()
 }
 
 /// At most how many bytes running `scheduled` in-process takes: the inputs

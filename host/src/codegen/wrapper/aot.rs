@@ -10,6 +10,7 @@
 //! int kiln_call(const void* const* inputs, void* const* outputs, void* stream);
 //! int kiln_run_host(const void* const* inputs, void* const* outputs);
 //! void kiln_release(void);
+//! int kiln_device_graphs(void);  // 1: kiln_call replays a captured graph (--cuda-graph)
 //! const char* kiln_last_error(void);
 //! int kiln_input_rank(int i);  long long kiln_input_size(int i, int d);
 //! const char* kiln_input_dtype(int i);  // and kiln_output_*: what to allocate
@@ -57,14 +58,37 @@ pub const ABI_VERSION: i32 = 3;
 
 /// The device-memory functions the wrapper calls, which the plugin's
 /// `kernel_driver` must define besides `loadKernel` and `launchKernel`.
-pub const MEMORY_FUNCTIONS: [&str; 6] = [
+pub const MEMORY_FUNCTIONS: [&str; 7] = [
     "kilnDeviceAlloc",
     "kilnDeviceFree",
     "kilnCopyToDevice",
     "kilnCopyToHost",
     "kilnCopyOnDevice",
     "kilnSynchronize",
+    "kilnSetDevice",
 ];
+
+/// The functions a wrapper that captures its call into a device graph
+/// (`--cuda-graph`) calls, which the plugin's `kernel_driver` must then
+/// define (the cuda plugin's does).
+pub const GRAPH_FUNCTIONS: [&str; 5] = [
+    "kilnGraphBegin",
+    "kilnGraphEnd",
+    "kilnGraphAbort",
+    "kilnGraphLaunch",
+    "kilnGraphDestroy",
+];
+
+/// How the wrapper runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The device `kiln_init` makes current (`cuda:1` is 1).
+    pub device_index: u32,
+    /// Capture the whole call into a device graph the first time it sees a
+    /// set of pointers and a stream, and replay it while they stay the same
+    /// (`--cuda-graph`).
+    pub graphs: bool,
+}
 
 /// The matrix product the wrapper calls for `mm`/`bmm`, where the plugin's
 /// `kernel_driver` defines it.
@@ -158,7 +182,19 @@ pub fn check(
     scheduled: &Scheduled,
     kernels: &triton::Kernels,
     strings: &Strings,
+    options: &Options,
 ) -> Result<(), Error> {
+    if options.graphs {
+        if let Some(function) = GRAPH_FUNCTIONS
+            .into_iter()
+            .find(|f| !defines_function(&strings.driver, f))
+        {
+            return Err(Error::Unsupported(format!(
+                "--cuda-graph captures the call with the plugin's graph functions, and the {}                  plugin's kernel_driver does not define `{function}`; leave --cuda-graph out",
+                strings.device
+            )));
+        }
+    }
     for function in ["loadKernel", "launchKernel"]
         .into_iter()
         .chain(MEMORY_FUNCTIONS)
@@ -499,8 +535,9 @@ pub fn write(
     binaries: &HashMap<String, Binary>,
     strings: &Strings,
     names: &HashMap<BufferId, String>,
+    options: &Options,
 ) -> Result<(String, Info), Error> {
-    check(scheduled, kernels, strings)?;
+    check(scheduled, kernels, strings, options)?;
     let p = &scheduled.program;
     let by_step: HashMap<usize, &KernelInfo> = kernels.info.iter().map(|k| (k.step, k)).collect();
     if let Some(step) = (0..p.steps.len())
@@ -574,6 +611,15 @@ pub fn write(
     writeln!(out, "static unsigned char* kiln_constants = nullptr;")?;
     writeln!(out, "static unsigned char* kiln_workspace = nullptr;")?;
     writeln!(out, "static bool kiln_ready = false;")?;
+    if options.graphs {
+        writeln!(
+            out,
+            "// The captured call, and the pointers and stream it was captured with.
+             static void* kiln_graph = nullptr;
+             static std::array<const void*, {}> kiln_graph_key{{}};",
+            p.inputs.len() + p.outputs.len() + 1
+        )?;
+    }
     for name in &loaded {
         writeln!(
             out,
@@ -608,9 +654,12 @@ pub fn write(
          extern \"C\" int kiln_num_inputs(void) {{ return {}; }}\n\
          extern \"C\" int kiln_num_outputs(void) {{ return {}; }}\n\
          extern \"C\" uint64_t kiln_workspace_bytes(void) {{ return {workspace_bytes}ull; }}\n\
+         // 1 when kiln_call replays a captured device graph (--cuda-graph).\n\
+         extern \"C\" int kiln_device_graphs(void) {{ return {}; }}\n\
          extern \"C\" const char* kiln_last_error(void) {{ return kiln_error_text; }}",
         p.inputs.len(),
-        p.outputs.len()
+        p.outputs.len(),
+        i32::from(options.graphs)
     )?;
     writeln!(
         out,
@@ -618,13 +667,19 @@ pub fn write(
          extern \"C\" void kiln_release(void) {{\n    \
          kiln_ready = false;\n    \
          try {{\n        \
+         {}\
          kilnDeviceFree(kiln_constants);\n        \
          kilnDeviceFree(kiln_workspace);\n    \
          }} catch (const std::exception&) {{\n    \
          }}\n    \
          kiln_constants = nullptr;\n    \
          kiln_workspace = nullptr;\n\
-         }}"
+         }}",
+        if options.graphs {
+            "kilnGraphDestroy(kiln_graph);\n        kiln_graph = nullptr;\n        "
+        } else {
+            ""
+        }
     )?;
     // kiln_init
     writeln!(
@@ -633,7 +688,9 @@ pub fn write(
          extern \"C\" int kiln_init(const char* dir) {{\n    \
          kiln_release();\n    \
          const std::string base = dir != nullptr && *dir != '\\0' ? std::string(dir) + \"/\" : std::string();\n    \
-         try {{"
+         try {{\n        \
+         kilnSetDevice({});",
+        options.device_index
     )?;
     for n in &loaded {
         let bin = &binaries[n];
@@ -721,11 +778,16 @@ pub fn write(
     writeln!(
         out,
         "\n// Runs the graph on `stream`: device pointers, one dense tensor per input and output.\n\
-         extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
+         {}(const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
          if (!kiln_ready) {{\n        \
          std::snprintf(kiln_error_text, sizeof kiln_error_text, \"%s\", \"kiln_init has not succeeded\");\n        \
          return 3;\n    \
-         }}"
+         }}",
+        if options.graphs {
+            "static int kiln_launch"
+        } else {
+            "extern \"C\" int kiln_call"
+        }
     )?;
     for (what, count) in [("inputs", p.inputs.len()), ("outputs", p.outputs.len())] {
         if count > 0 {
@@ -822,6 +884,14 @@ pub fn write(
          return 0;\n\
          }}"
     )?;
+    if options.graphs {
+        write_graph_call(
+            &mut out,
+            p.inputs.len(),
+            p.outputs.len(),
+            &strings.stream_type,
+        )?;
+    }
     write_run_host(&mut out, p, &strings.stream_type)?;
     write_signature(&mut out, p)?;
     let info = Info {
@@ -1008,6 +1078,64 @@ fn gemm_call(
     )
 }
 
+/// `kiln_call` of a wrapper built with `--cuda-graph`: the first call with a
+/// set of pointers and a stream runs the launches (`kiln_launch`) directly,
+/// so that whatever they create lazily (a BLAS handle, its workspace) exists
+/// before any capture, then captures them into a device graph without running
+/// it; later calls with the same pointers and stream replay the graph. New
+/// pointers replace the graph. The default stream (null) cannot be captured:
+/// calls on it launch directly.
+fn write_graph_call(
+    out: &mut String,
+    inputs: usize,
+    outputs: usize,
+    stream_type: &str,
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "\n// Runs the graph on `stream`: directly the first time these pointers and this stream are\n\
+         // seen (then captured into a device graph), as that graph while they stay the same.\n\
+         extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
+         if (stream_handle == nullptr) {{\n        \
+         return kiln_launch(inputs, outputs, stream_handle);\n    \
+         }}\n    \
+         std::array<const void*, {key}> key{{}};\n    \
+         for (int i = 0; i < {inputs}; ++i) key[i] = inputs[i];\n    \
+         for (int i = 0; i < {outputs}; ++i) key[{inputs} + i] = outputs[i];\n    \
+         key[{last}] = stream_handle;\n    \
+         {stream_type} stream = ({stream_type})stream_handle;\n    \
+         try {{\n        \
+         if (kiln_graph != nullptr && key == kiln_graph_key) {{\n            \
+         kilnGraphLaunch(kiln_graph, stream);\n            \
+         return 0;\n        \
+         }}\n        \
+         kilnGraphDestroy(kiln_graph);\n        \
+         kiln_graph = nullptr;\n        \
+         // New pointers: run directly, which also sets up what a launch creates lazily\n        \
+         // (a BLAS handle and its workspace) outside the capture, then capture for next time.\n        \
+         int status = kiln_launch(inputs, outputs, stream_handle);\n        \
+         if (status != 0) {{\n            \
+         return status;\n        \
+         }}\n        \
+         kilnGraphBegin(stream);\n        \
+         status = kiln_launch(inputs, outputs, stream_handle);\n        \
+         if (status != 0) {{\n            \
+         kilnGraphAbort(stream);\n            \
+         return status;\n        \
+         }}\n        \
+         kiln_graph = kilnGraphEnd(stream);\n        \
+         kiln_graph_key = key;\n    \
+         }} catch (const std::exception& e) {{\n        \
+         std::snprintf(kiln_error_text, sizeof kiln_error_text, \"%s\", e.what());\n        \
+         return 5;\n    \
+         }}\n    \
+         return 0;\n\
+         }}",
+        key = inputs + outputs + 1,
+        last = inputs + outputs,
+    )
+}
+
 /// `kiln_run_host`: host memory in and out around one call on the default stream.
 fn write_run_host(out: &mut String, p: &Program, stream_type: &str) -> std::fmt::Result {
     let bytes =
@@ -1131,7 +1259,9 @@ fn write_signature(out: &mut String, p: &Program) -> std::fmt::Result {
 }
 
 /// What every driver text may rely on: included before the plugin's header.
-const STD_HEADERS: &str = "\
+/// The standard headers every wrapper starts with, before the plugin's text.
+pub const STD_HEADERS: &str = "\
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

@@ -102,9 +102,11 @@ pub const KERNEL_DRIVER: &str = r#"#define BASE_CHECK(EXPR)                     
         }                                                  \
     } while (0)
 
-static inline baseFunction loadKernel(std::string path, const std::string &name) {
+static inline baseFunction loadKernel(std::string path, const std::string &name,
+                                      uint32_t sharedMemBytes) {
     baseModule mod;
     baseFunction func;
+    (void)sharedMemBytes;
     BASE_CHECK(baseModuleLoad(&mod, path.c_str()));
     BASE_CHECK(baseModuleGetFunction(&func, mod, name.c_str())); // '}' in a comment
     return func;
@@ -115,6 +117,37 @@ static inline void launchKernel(baseFunction func, uint32_t gridX, uint32_t grid
                                 void *args[], baseStream_t stream) {
     BASE_CHECK(baseLaunchKernel(func, gridX, gridY, gridZ, 32 * numWarps, 1, 1,
                                 sharedMemBytes, stream, args, nullptr));
+}
+
+static inline void* kilnDeviceAlloc(size_t bytes) {
+    baseDevicePtr ptr = 0;
+    BASE_CHECK(baseMemAlloc(&ptr, bytes > 0 ? bytes : 1));
+    return (void*)(uintptr_t)ptr;
+}
+
+static inline void kilnDeviceFree(void* ptr) {
+    if (ptr != nullptr) BASE_CHECK(baseMemFree((baseDevicePtr)(uintptr_t)ptr));
+}
+
+static inline void kilnCopyToDevice(void* dst, const void* src, size_t bytes) {
+    BASE_CHECK(baseMemcpyHtoD((baseDevicePtr)(uintptr_t)dst, src, bytes));
+}
+
+static inline void kilnCopyToHost(void* dst, const void* src, size_t bytes) {
+    BASE_CHECK(baseMemcpyDtoH(dst, (baseDevicePtr)(uintptr_t)src, bytes));
+}
+
+static inline void kilnCopyOnDevice(void* dst, const void* src, size_t bytes, baseStream_t stream) {
+    BASE_CHECK(baseMemcpyDtoDAsync((baseDevicePtr)(uintptr_t)dst, (baseDevicePtr)(uintptr_t)src,
+                                   bytes, stream));
+}
+
+static inline void kilnSynchronize(baseStream_t stream) {
+    BASE_CHECK(baseStreamSynchronize(stream));
+}
+
+static inline void kilnSetDevice(int index) {
+    BASE_CHECK(baseSetDevice(index));
 }
 "#;
 
@@ -169,7 +202,8 @@ pub trait Device: Default + Send + Sync + 'static {
     }
     /// `kernel_header()`.
     fn kernel_header(&self) -> Option<String> {
-        Some("#include <c10/base/BaseGuard.h>\n#include <c10/base/BaseStream.h>\n".to_string())
+        // Declared by include/base.h, the stub header the conformance tests pass with --include.
+        Some("#include <base.h>\n".to_string())
     }
     /// `kernel_driver()`.
     fn kernel_driver(&self) -> Option<String> {

@@ -1,0 +1,218 @@
+//! Running a Triton device's C++ wrapper in-process (`host run --device
+//! cuda`): the `wrapper.cpp` that `host compile --wrapper cpp` writes, built
+//! with the system C++ compiler and the plugin's `cpp_build_flags`, loaded,
+//! initialised from its folder (`kiln_init`), and called with host memory
+//! (`kiln_run_host`, which copies in and out around one call). No Python runs
+//! in this process.
+
+use std::ffi::{c_char, CStr, CString};
+use std::path::{Path, PathBuf};
+
+use super::{compile, Error, Loaded, Prepared, Slot};
+use crate::codegen::wrapper::aot;
+use crate::graph::dtype::DType;
+use crate::schedule::Scheduled;
+use crate::tensor::Tensor;
+
+type CountFn = unsafe extern "C" fn() -> i32;
+type InitFn = unsafe extern "C" fn(*const c_char) -> i32;
+type RunHostFn = unsafe extern "C" fn(*const *const u8, *const *mut u8) -> i32;
+type ErrorFn = unsafe extern "C" fn() -> *const c_char;
+type RankFn = unsafe extern "C" fn(i32) -> i32;
+type SizeFn = unsafe extern "C" fn(i32, i32) -> i64;
+type DtypeFn = unsafe extern "C" fn(i32) -> *const c_char;
+
+/// A loaded and initialised wrapper of a Triton device.
+pub struct DeviceModule {
+    // Never unloaded: the device driver's threads and the loaded kernels
+    // outlive a call, and unloading under them is undefined.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
+    run_host: RunHostFn,
+    last_error: ErrorFn,
+    path: PathBuf,
+    inputs: Vec<Slot>,
+    outputs: Vec<Slot>,
+}
+
+impl DeviceModule {
+    /// Opens the library at `path`, built from `scheduled`'s wrapper, and
+    /// calls `kiln_init(dir)`: `dir` holds `kernels/` and, for a graph with
+    /// weights, `weights.safetensors`. Both may be removed once this returns.
+    pub fn load(path: &Path, scheduled: &Scheduled, dir: &Path) -> Result<DeviceModule, Error> {
+        let p = &scheduled.program;
+        let load = |source| Error::Load {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mismatch = |what: String| Error::Mismatch {
+            path: path.to_path_buf(),
+            what,
+        };
+        // SAFETY: the library is a wrapper Kiln generated and compiled; its
+        // initialisers only set up static constants.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(load)?;
+        // SAFETY: the symbols have the signatures `wrapper/aot.rs` writes;
+        // the ABI version is checked before any other is called.
+        let abi = unsafe {
+            let abi: libloading::Symbol<CountFn> = lib.get(b"kiln_abi_version\0").map_err(load)?;
+            abi()
+        };
+        if abi != aot::ABI_VERSION {
+            return Err(mismatch(format!(
+                "ABI {abi}, expected ABI {}",
+                aot::ABI_VERSION
+            )));
+        }
+        // SAFETY: as above, for ABI 3.
+        let (init, run_host, last_error, slots) = unsafe {
+            let init: libloading::Symbol<InitFn> = lib.get(b"kiln_init\0").map_err(load)?;
+            let run: libloading::Symbol<RunHostFn> = lib.get(b"kiln_run_host\0").map_err(load)?;
+            let err: libloading::Symbol<ErrorFn> = lib.get(b"kiln_last_error\0").map_err(load)?;
+            let mut slots = Vec::new();
+            for what in ["input", "output"] {
+                let symbol = |name: &str| format!("kiln_{what}_{name}\0").into_bytes();
+                let count: libloading::Symbol<CountFn> =
+                    lib.get(&symbol_count(what)).map_err(load)?;
+                let rank: libloading::Symbol<RankFn> = lib.get(&symbol("rank")).map_err(load)?;
+                let size: libloading::Symbol<SizeFn> = lib.get(&symbol("size")).map_err(load)?;
+                let dtype: libloading::Symbol<DtypeFn> = lib.get(&symbol("dtype")).map_err(load)?;
+                let mut these = Vec::new();
+                for i in 0..count() {
+                    let shape: Vec<i64> = (0..rank(i).max(0)).map(|d| size(i, d)).collect();
+                    let name = dtype(i);
+                    let name = if name.is_null() {
+                        String::new()
+                    } else {
+                        CStr::from_ptr(name).to_string_lossy().into_owned()
+                    };
+                    these.push((shape, name));
+                }
+                slots.push(these);
+            }
+            (*init, *run, *err, slots)
+        };
+        let expected_inputs: Vec<Slot> = p
+            .inputs
+            .iter()
+            .map(|b| dense(p.buffer(*b).dtype, &p.buffer(*b).shape))
+            .collect();
+        let expected_outputs: Vec<Slot> = p
+            .outputs
+            .iter()
+            .map(|v| dense(p.buffer(v.buf).dtype, &v.shape))
+            .collect();
+        for (what, found, expected) in [
+            ("inputs", &slots[0], &expected_inputs),
+            ("outputs", &slots[1], &expected_outputs),
+        ] {
+            let described: Vec<(Vec<i64>, String)> = expected
+                .iter()
+                .map(|s| (s.shape.clone(), s.dtype.name().to_string()))
+                .collect();
+            if *found != described {
+                return Err(mismatch(format!(
+                    "its {what} are {found:?}, the compile's are {described:?}"
+                )));
+            }
+        }
+        let dir_text = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| {
+            mismatch(format!(
+                "the folder {} has a NUL byte in its path",
+                dir.display()
+            ))
+        })?;
+        // SAFETY: a NUL-terminated path; kiln_init copies what it reads.
+        let status = unsafe { init(dir_text.as_ptr()) };
+        if status != 0 {
+            return Err(Error::Device {
+                what: format!("kiln_init({})", dir.display()),
+                status,
+                message: error_text(last_error),
+            });
+        }
+        Ok(DeviceModule {
+            _lib: std::mem::ManuallyDrop::new(lib),
+            run_host,
+            last_error,
+            path: path.to_path_buf(),
+            inputs: expected_inputs,
+            outputs: expected_outputs,
+        })
+    }
+
+    /// The library's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Loaded for DeviceModule {
+    /// Lays out `inputs` (one per graph input, dense) for [`DeviceModule::call`].
+    fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
+        super::prepare(&self.inputs, &self.outputs, inputs)
+    }
+
+    /// Runs the program once: the inputs copied to the device, one call on
+    /// its default stream, the outputs copied back.
+    fn call(&self, prepared: &mut Prepared) -> Result<(), Error> {
+        let (ins, outs) = prepared.pointers();
+        // SAFETY: one pointer per input and output, each spanning its dense
+        // storage (laid out by `prepare` from the shapes checked at load).
+        let status = unsafe { (self.run_host)(ins.as_ptr(), outs.as_ptr()) };
+        if status != 0 {
+            return Err(Error::Device {
+                what: "kiln_run_host".into(),
+                status,
+                message: error_text(self.last_error),
+            });
+        }
+        Ok(())
+    }
+
+    /// The outputs of the last call.
+    fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
+        super::outputs(&self.outputs, prepared)
+    }
+}
+
+fn symbol_count(what: &str) -> Vec<u8> {
+    format!("kiln_num_{what}s\0").into_bytes()
+}
+
+fn dense(dtype: DType, shape: &[i64]) -> Slot {
+    Slot {
+        dtype,
+        shape: shape.to_vec(),
+        strides: crate::graph::shape::contiguous_strides(shape),
+    }
+}
+
+fn error_text(last_error: ErrorFn) -> String {
+    // SAFETY: the library returns a NUL-terminated static buffer.
+    unsafe {
+        let p = last_error();
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// The compiler for a device wrapper: the environment's C++ compiler, with
+/// the plugin's `cpp_build_flags` and `$KILN_DEVICE_CXXFLAGS` (split on
+/// whitespace) after the source.
+pub fn compiler(plugin_flags: &[String]) -> Result<compile::Compiler, Error> {
+    let mut compiler = compile::Compiler::from_env()?;
+    compiler.link = plugin_flags
+        .iter()
+        .cloned()
+        .chain(
+            std::env::var("KILN_DEVICE_CXXFLAGS")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from),
+        )
+        .collect();
+    Ok(compiler)
+}

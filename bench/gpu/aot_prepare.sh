@@ -12,6 +12,7 @@
 #   python3 bench/gpu/run.py bench/gpu/aot_cases --no-compile
 #   python3 bench/gpu/aot_bench.py bench/gpu/aot_cases/cuda/*     # host overhead per call, CUDA graphs
 #
+# The decode-sized graphs are also compiled with --cuda-graph (<case>_cuda_graph).
 # A graph the C++ wrapper cannot take (a convolution) is reported and skipped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,9 +40,9 @@ KERNEL_META = _module.kernel_meta
 PY
 }
 
-compile_case() {  # graph-or-archive name
+compile_case() {  # graph-or-archive name [extra host compile flags]
   local source=$1 name=$2 out="$out_root/$2"
-  if ! target/release/host compile "$source" --device cuda --wrapper cpp -o "$out" >"$work/log" 2>&1; then
+  if ! target/release/host compile "$source" --device cuda --wrapper cpp "${@:3}" -o "$out" >"$work/log" 2>&1; then
     echo "skipped $name: $(grep -m1 'error' "$work/log" || tail -1 "$work/log")"
     rm -rf "$out"
     return 1
@@ -51,6 +52,10 @@ compile_case() {  # graph-or-archive name
 
 for graph in examples/*.toml; do
   compile_case "$graph" "$(basename "$graph" .toml)" || true
+done
+for graph in examples/small_*.toml; do
+  name=$(basename "$graph" .toml)_cuda_graph
+  compile_case "$graph" "$name" --cuda-graph && cp "$graph" "$out_root/$name/graph.toml" || true
 done
 mkdir -p "$work/graphs"
 for graph in tests/graphs/*.toml; do
@@ -68,6 +73,8 @@ python3 bench/gpu/sweep.py "$work/sweep" >/dev/null
 for graph in "$work"/sweep/decode_*.toml; do
   name=$(basename "$graph" .toml)
   compile_case "$graph" "$name" && cp "$graph" "$out_root/$name/graph.toml" || true
+  # The same with the call captured into a CUDA graph by the wrapper itself.
+  compile_case "$graph" "${name}_cuda_graph" --cuda-graph && cp "$graph" "$out_root/${name}_cuda_graph/graph.toml" || true
   # The Python wrapper of the same graph, for aot_bench.py's comparison.
   target/release/host compile "$graph" --device cuda -o "bench/gpu/aot_python/cuda/$name" >/dev/null
 done

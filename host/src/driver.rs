@@ -626,13 +626,7 @@ fn dense_outputs(graph: &mut Graph) {
         else {
             continue;
         };
-        let dense = crate::graph::shape::contiguous_strides(&meta.shape);
-        let is_dense = meta
-            .shape
-            .iter()
-            .zip(meta.strides.iter().zip(&dense))
-            .all(|(size, (s, d))| *size == 1 || s == d);
-        if is_dense {
+        if crate::graph::shape::is_dense(&meta.shape, &meta.strides) {
             continue;
         }
         let name = graph.fresh_name("dense_output");

@@ -62,6 +62,17 @@ pub fn is_row_major(shape: &[i64], strides: &[i64], offset: i64) -> bool {
             .all(|(&s, (&t, c))| s == 1 || t == c)
 }
 
+/// Whether `strides` lay `shape` out densely in row-major order (a dim of
+/// size 1 may have any stride).
+pub fn is_dense(shape: &[i64], strides: &[i64]) -> bool {
+    let contiguous = contiguous_strides(shape);
+    shape.len() == strides.len()
+        && shape
+            .iter()
+            .zip(strides.iter().zip(&contiguous))
+            .all(|(size, (s, c))| *size == 1 || s == c)
+}
+
 /// Row-major strides of a contiguous tensor of this shape (sizes of 0 or 1 count as 1,
 /// as PyTorch does, so the strides never overflow for a valid shape).
 pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
@@ -206,6 +217,15 @@ pub fn for_each_index(shape: &[i64], mut f: impl FnMut(&[i64])) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dense_layouts_are_row_major_with_any_stride_on_size_one_dims() {
+        assert!(is_dense(&[2, 3], &[3, 1]));
+        assert!(!is_dense(&[2, 3], &[1, 2]));
+        assert!(is_dense(&[1, 3], &[99, 1]));
+        assert!(is_dense(&[], &[]));
+        assert!(!is_dense(&[2, 3], &[3]));
+    }
 
     #[test]
     fn slices_clamp_like_pytorch() {

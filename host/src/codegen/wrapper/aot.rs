@@ -40,7 +40,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
 use super::cpp::layout::Layout;
-use super::cpp::{element_text, is_dense, WEIGHTS};
+use super::cpp::{element_text, WEIGHTS};
 use crate::codegen::cpp::expr::storage_type;
 use crate::codegen::namer::sanitize;
 use crate::codegen::triton::attention::AttentionLaunch;
@@ -48,6 +48,7 @@ use crate::codegen::triton::{self, KernelInfo};
 use crate::codegen::weights;
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
+use crate::graph::shape::is_dense;
 use crate::plugins::cpp_text::defines_function;
 use crate::schedule::ir::{BufferId, BufferKind, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;

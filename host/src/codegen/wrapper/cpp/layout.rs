@@ -118,7 +118,7 @@ impl Layout {
             let buf = p.buffer(v.buf);
             let whole = v.offset == 0
                 && v.shape.iter().product::<i64>() == buf.numel()
-                && super::is_dense(&v.shape, &v.strides)
+                && crate::graph::shape::is_dense(&v.shape, &v.strides)
                 && buf.numel() > 0
                 && !fills.contains(&v.buf);
             if let Some(&s) = slot_of.get(&v.buf) {

@@ -697,17 +697,6 @@ fn extern_call(
     Ok(())
 }
 
-/// Whether `strides` lay `shape` out dense and row-major (size-1 dimensions
-/// may have any stride).
-pub(super) fn is_dense(shape: &[i64], strides: &[i64]) -> bool {
-    let contiguous = crate::graph::shape::contiguous_strides(shape);
-    shape.len() == strides.len()
-        && shape
-            .iter()
-            .zip(strides.iter().zip(&contiguous))
-            .all(|(size, (s, c))| *size == 1 || s == c)
-}
-
 fn copy_out(
     out: &mut String,
     p: &Program,
@@ -721,7 +710,7 @@ fn copy_out(
     if numel <= 0 {
         return Ok(());
     }
-    if is_dense(&v.shape, &v.strides) {
+    if crate::graph::shape::is_dense(&v.shape, &v.strides) {
         writeln!(
             out,
             "    std::memcpy(outputs[{i}], {} + {}, sizeof({ty}) * {numel});",

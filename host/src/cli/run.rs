@@ -138,9 +138,8 @@ fn run_device(
         let hint = match &e {
             crate::runtime::compile::Error::Compile { .. } => format!(
                 "\nthe wrapper is built with the {} plugin's flags ({}) and $KILN_DEVICE_CXXFLAGS: \
-                 install the device's toolkit (for cuda: the CUDA toolkit with cuBLAS, found \
-                 through CUDA_HOME or nvcc on the PATH) or name its include and library folders \
-                 in KILN_DEVICE_CXXFLAGS (-I... -L...)",
+                 install the device's toolkit where the plugin looks for it (see its documentation) \
+                 or name its include and library folders in KILN_DEVICE_CXXFLAGS (-I... -L...)",
                 plugin.name(),
                 if flags.is_empty() {
                     "none".to_string()

@@ -590,8 +590,10 @@ pub fn write(
     )?;
     writeln!(
         out,
-        "// Build, for CUDA: c++ -O2 -std=c++17 -shared -fPIC wrapper.cpp -I$CUDA_HOME/include \
-         -L$CUDA_HOME/lib64 -lcuda -lcublas -o kiln.so"
+        "// Build: c++ -O2 -std=c++17 -shared -fPIC wrapper.cpp FLAGS -o kiln.so, FLAGS being the \
+         {} plugin's cpp_build_flags\n\
+         // (its toolkit's folders and libraries); `host run --device {}` builds and runs it so.",
+        strings.device, strings.device
     )?;
     out.push_str(STD_HEADERS);
     out.push_str(&strings.header);

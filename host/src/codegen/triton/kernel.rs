@@ -230,6 +230,16 @@ impl KernelWriter<'_> {
     }
 
     fn row_loop(&mut self, int64: bool, reduction: bool) {
+        // The sizes are known here: as literals (Inductor does the same), a mask
+        // such as `rindex < 1000` lets Triton prove that runs of 8 lanes share
+        // it and load them as vectors, which it cannot from a runtime argument
+        // that is not a multiple of 16. The arguments stay for the launch ABI.
+        if !int64 {
+            self.line(1, &format!("xnumel = {}", self.k.space.x));
+            if reduction {
+                self.line(1, &format!("rnumel = {}", self.k.space.r));
+            }
+        }
         let shape = if reduction { "[:, None]" } else { "" };
         if int64 {
             self.line(

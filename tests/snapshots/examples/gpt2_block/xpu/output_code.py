@@ -57,6 +57,8 @@ def kiln_div_floor64(a, b):
 
 @triton.jit
 def kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xnumel = 4096
+    rnumel = 768
     xbase = tl.arange(0, XBLOCK)[:, None]
     rbase = tl.arange(0, RBLOCK)[None, :]
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
@@ -83,6 +85,7 @@ def kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, o
 
 @triton.jit
 def kiln_poi_fused_permute_view_split_add_reshape_1(in_ptr0, in_ptr1, out_ptr0, out_ptr1, out_ptr2, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 3145728
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
@@ -103,6 +106,8 @@ def kiln_poi_fused_permute_view_split_add_reshape_1(in_ptr0, in_ptr1, out_ptr0, 
 
 @triton.jit
 def kiln_red_fused_amax_add_mul_sum_exp_sub_2(in_ptr0, in_ptr1, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xnumel = 49152
+    rnumel = 512
     xbase = tl.arange(0, XBLOCK)[:, None]
     rbase = tl.arange(0, RBLOCK)[None, :]
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
@@ -124,6 +129,7 @@ def kiln_red_fused_amax_add_mul_sum_exp_sub_2(in_ptr0, in_ptr1, out_ptr0, xnumel
 
 @triton.jit
 def kiln_poi_fused_reshape_3(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 3145728
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
@@ -134,6 +140,8 @@ def kiln_poi_fused_reshape_3(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
 
 @triton.jit
 def kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xnumel = 4096
+    rnumel = 768
     xbase = tl.arange(0, XBLOCK)[:, None]
     rbase = tl.arange(0, RBLOCK)[None, :]
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
@@ -164,6 +172,7 @@ def kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
 
 @triton.jit
 def kiln_poi_fused_reshape_mul_add_tanh_5(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 12582912
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
@@ -185,6 +194,7 @@ def kiln_poi_fused_reshape_mul_add_tanh_5(in_ptr0, in_ptr1, out_ptr0, xnumel, XB
 
 @triton.jit
 def kiln_poi_fused_add_reshape_6(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 3145728
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase

@@ -57,6 +57,8 @@ def kiln_div_floor64(a, b):
 
 @triton.jit
 def kiln_red_fused_mean_mul_sub_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xnumel = 8192
+    rnumel = 4096
     xbase = tl.arange(0, XBLOCK)[:, None]
     rbase = tl.arange(0, RBLOCK)[None, :]
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):

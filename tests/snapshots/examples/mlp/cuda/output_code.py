@@ -57,6 +57,7 @@ def kiln_div_floor64(a, b):
 
 @triton.jit
 def kiln_poi_fused_relu_add_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 16777216
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
@@ -70,6 +71,7 @@ def kiln_poi_fused_relu_add_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.con
 
 @triton.jit
 def kiln_poi_fused_add_1(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 4194304
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase

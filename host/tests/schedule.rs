@@ -430,3 +430,43 @@ fn cpp_rows_split_broadcasts_so_that_no_index_wraps_inside_a_row() {
     );
     assert_eq!(space_of(&graph).r, 1);
 }
+
+#[test]
+fn a_reduction_over_leading_or_middle_dims_shares_a_kernel_with_what_broadcasts_it_back() {
+    // (shape, reduced dims, kernels): the mean and the subtraction in one kernel
+    // whenever the reduced dims are one run; a reduction over dims that are not
+    // (0 and 2) keeps its consumer apart.
+    for (shape, dims, kernels) in [
+        (vec![4i64, 6, 5], "[1]", 1),
+        (vec![6, 5], "[0]", 1),
+        (vec![2, 3, 4, 5], "[1, 2]", 1),
+        (vec![3, 4, 5, 1], "[1]", 1),
+        (vec![7, 9], "[1]", 1),
+        (vec![4, 6, 5], "[0, 2]", 2),
+    ] {
+        let graph = one_input(
+            &shape,
+            "float32",
+            &format!(
+                "[[nodes]]\nname = \"m\"\nop = \"mean\"\nargs = [\"x\", {dims}]\n\
+                 attrs = {{ keepdim = true }}\n\n\
+                 [[nodes]]\nname = \"y\"\nop = \"sub\"\nargs = [\"x\", \"m\"]\n"
+            ),
+        );
+        let s = check(graph, 1e-5);
+        assert_eq!(
+            s.program.kernel_count(),
+            kernels,
+            "{shape:?} over {dims}:\n{}",
+            kiln::schedule::print::program_text(&s, &[])
+        );
+    }
+    // A softmax over the first dim: both reductions and the division share
+    // the kernel too.
+    let graph = one_input(
+        &[12, 10],
+        "float32",
+        "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", 0]\n",
+    );
+    assert_eq!(check(graph, 1e-5).program.kernel_count(), 1);
+}

@@ -33,6 +33,10 @@ const TRITON_MAX_XBLOCK: u64 = 4096;
 const PERSISTENT_TILE_ELEMENTS: u64 = 4096;
 /// The rows-per-program candidates of Inductor's `persistent_reduction`.
 const PERSISTENT_X_BLOCKS: [u64; 4] = [1, 8, 32, 128];
+/// The most elements a default persistent tile of rows of 33 to 255 holds. On the H100, softmax over 671088 rows of 100: 8 rows of 128 lanes
+/// (4 warps) 187 µs, 32 rows (8 warps) 205 µs; Inductor's autotuner keeps 8
+/// rows too.
+const SHORT_ROW_TILE: u64 = 1024;
 /// Inductor's contiguous looped reduction reads up to 2048 elements per step.
 const LOOPED_MAX_RBLOCK: u64 = 2048;
 /// Inductor caps reduction warps at 8; a very long persistent row gets 16.
@@ -155,12 +159,15 @@ pub fn reduction_configs(limits: &TritonLimits, query: &ReductionQuery) -> Vec<L
             .filter(|&x| x == 1 || (x * row_p2 <= PERSISTENT_TILE_ELEMENTS && x <= rows_p2))
             .collect();
         // The default is the largest tile that still leaves one program per
-        // multiprocessor, so that short rows do not starve the device.
+        // multiprocessor, so that short rows do not starve the device, and, for
+        // rows of 33 to 255 elements, holds at most `SHORT_ROW_TILE` of them
+        // (shorter rows keep their many-row tiles: few elements per thread).
         let sms = u64::from(limits.multi_processor_count.max(1));
         let default_x = fits
             .iter()
             .copied()
             .filter(|&x| rows.div_ceil(x) >= sms)
+            .filter(|&x| !(64..256).contains(&row_p2) || x * row_p2 <= SHORT_ROW_TILE)
             .max()
             .unwrap_or(1);
         configs.push(config(default_x, row_p2, MAX_REDUCTION_WARPS));
@@ -192,6 +199,11 @@ const OUTER_PERSISTENT_ROW_LIMIT: u64 = 64;
 const TINY_ROWS_TILE: u64 = 1024;
 /// The most elements a persistent outer tile holds (rows × row elements).
 const OUTER_PERSISTENT_TILE: u64 = 4096;
+/// The most elements per thread of an outer tile that holds whole rows.
+const WHOLE_ROW_ELEMENTS_PER_THREAD: u64 = 16;
+/// Rows an outer tile that holds whole rows takes at least: eight float32
+/// rows side by side fill a 32-byte memory sector.
+const MIN_COALESCED_ROWS: u64 = 8;
 /// Elements of an outer or tiled kernel's tile per warp (four per thread).
 const TILE_ELEMENTS_PER_WARP: u64 = 128;
 /// The side of a tiled pointwise kernel's default square tile (Inductor's
@@ -252,7 +264,7 @@ pub fn hinted_reduction_configs(
             while x > 16 && query.rows.div_ceil(x) < sms {
                 x /= 2;
             }
-            vec![
+            let mut configs = vec![
                 config(x, OUTER_R_BLOCK),
                 config(x, OUTER_R_BLOCK * 2),
                 config(x, OUTER_R_BLOCK * 4),
@@ -260,7 +272,20 @@ pub fn hinted_reduction_configs(
                 config(x * 2, OUTER_R_BLOCK * 2),
                 config(x / 2, OUTER_R_BLOCK * 2),
                 config(x / 2, OUTER_R_BLOCK * 8),
-            ]
+            ];
+            // Whole rows in one tile, for a kernel that reads its rows again
+            // after reducing them (the host moves it first for those): as
+            // many rows as `OUTER_PERSISTENT_TILE` holds, at most
+            // `WHOLE_ROW_ELEMENTS_PER_THREAD` per thread, and at least
+            // `MIN_COALESCED_ROWS` rows so that every load still covers a
+            // 32-byte sector (a one-warp device cannot: it keeps looping).
+            let threads = u64::from(limits.warp_cap()) * u64::from(limits.warp_size.max(1));
+            let most =
+                OUTER_PERSISTENT_TILE.min(threads.saturating_mul(WHOLE_ROW_ELEMENTS_PER_THREAD));
+            if row_p2.saturating_mul(MIN_COALESCED_ROWS) <= most {
+                configs.push(config(most / row_p2, row_p2));
+            }
+            configs
         }
         ReductionHint::Tile => vec![
             config(TILE_SIDE, TILE_SIDE),
@@ -555,6 +580,11 @@ mod tests {
         // Few rows: one row per program.
         let configs = reduction_configs(&WIDE, &red(4, 16));
         assert_eq!(configs[0].x_block, 1);
+        // Many rows of 100: a tile of 8 rows of 128 lanes by default, the
+        // larger tiles offered after it.
+        let configs = reduction_configs(&WIDE, &red(671_088, 100));
+        assert_eq!((configs[0].x_block, configs[0].r_block), (8, 128));
+        assert!(configs.iter().any(|c| c.x_block == 32));
     }
 
     #[test]

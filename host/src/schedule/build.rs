@@ -37,8 +37,24 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
     if numel == space.x {
         return Some(unflatten(Index::var(Var::X), shape, ranges));
     }
-    if numel != space.x * space.r {
+    if numel != space.x.saturating_mul(space.r) {
         return None;
+    }
+    if space.inner > 1 {
+        // Reduced elements between outer and inner ones: the flat position of
+        // row (o, i)'s element r is (o * r_total + r) * inner + i.
+        if space.x % space.inner != 0 {
+            return None;
+        }
+        let (o, i) = (
+            Index::var(Var::X).div(space.inner, ranges),
+            Index::var(Var::X).rem(space.inner, ranges),
+        );
+        let flat = o
+            .times(space.r.saturating_mul(space.inner))
+            .plus(Index::var(Var::R).times(space.inner))
+            .plus(i);
+        return Some(unflatten(flat, shape, ranges));
     }
     let mut prefix = 1i64;
     for k in 0..=shape.len() {
@@ -58,18 +74,35 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
 pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space> {
     let s = &low.snodes[id.0 as usize];
     match &s.kind {
-        SKind::Pointwise { .. } => Some(Space {
-            x: s.meta.numel(),
-            r: 1,
-        }),
+        SKind::Pointwise { .. } => Some(Space::rows(s.meta.numel(), 1)),
         SKind::Reduction { input, dims, .. } => {
             let shape = &graph.meta(*input)?.shape;
             let r: i64 = dims.iter().map(|&d| shape[d]).product();
             let x: i64 = shape.iter().product::<i64>() / r.max(1);
-            Some(Space { x, r })
+            Some(Space {
+                x,
+                r,
+                inner: reduction_inner(shape, dims),
+            })
         }
         SKind::Extern { .. } => None,
     }
+}
+
+/// A reduction's [`Space::inner`]: the elements after its reduced dims when
+/// those are one run of consecutive dims (`[b, n, c]` over dim 1: `c`), else 1
+/// (its rows are then not a layout a full-size value of the kernel can share).
+fn reduction_inner(shape: &[i64], dims: &[usize]) -> i64 {
+    let mut sorted: Vec<usize> = dims.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let (Some(&first), Some(&last)) = (sorted.first(), sorted.last()) else {
+        return 1;
+    };
+    if last - first + 1 != sorted.len() || last >= shape.len() {
+        return 1;
+    }
+    shape[last + 1..].iter().product::<i64>().max(1)
 }
 
 /// Builds one kernel.
@@ -150,6 +183,7 @@ impl<'a> KernelBuilder<'a> {
                 let reduced: Vec<i64> = dims.iter().map(|&d| in_shape[d]).collect();
                 if kept.iter().product::<i64>() != self.space.x
                     || reduced.iter().product::<i64>() != self.space.r
+                    || reduction_inner(&in_shape, dims) != self.space.inner
                 {
                     return Err(Illegal(format!(
                         "reduction space differs from {:?}",

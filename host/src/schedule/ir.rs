@@ -67,15 +67,31 @@ impl Buffer {
 }
 
 /// A kernel's iteration space: `x` rows (or elements) by `r` reduction elements.
+///
+/// `inner` says where the reduced elements sit in a value of `x × r` elements
+/// that the kernel also computes (the consumer of a reduction that broadcasts
+/// it back): row `x` is `(o, i)` with `x = o × inner + i`, and its element `r`
+/// is at `(o × r_total + r) × inner + i` of the full value. With `inner` 1
+/// (every reduction over trailing dims, every pointwise kernel) a row is a
+/// contiguous run; `x - x.mean(1, keepdim=True)` of a `[b, n, c]` tensor has
+/// `inner = c`, and the mean and the subtraction share one kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Space {
     /// Rows, or elements of a pointwise kernel.
     pub x: i64,
     /// Elements reduced per row; 1 for a pointwise kernel.
     pub r: i64,
+    /// Elements after the reduced ones in a full value's layout; 1 when the
+    /// reduced elements are innermost.
+    pub inner: i64,
 }
 
 impl Space {
+    /// A space whose rows are contiguous runs of `r` elements (`inner` 1).
+    pub fn rows(x: i64, r: i64) -> Space {
+        Space { x, r, inner: 1 }
+    }
+
     /// Whether the kernel reduces.
     pub fn is_reduction(self) -> bool {
         self.r > 1
@@ -448,6 +464,15 @@ impl Kernel {
             };
         }
         (uses_r, phase)
+    }
+
+    /// Whether the kernel walks its rows more than once: a value along the row
+    /// that needs one of its reductions (the subtraction of a mean, a looped
+    /// variance after its mean), so the row is read again after it is reduced.
+    pub fn rereads_rows(&self) -> bool {
+        let (uses_r, phase) = self.phases();
+        let late = |e: ExprId| phase[e.0 as usize] > 0 && uses_r[e.0 as usize];
+        self.stores.iter().any(|s| late(s.value)) || self.reductions.iter().any(|r| late(r.value))
     }
 
     /// Expressions reachable from the stores and reductions: what a code

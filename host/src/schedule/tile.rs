@@ -40,10 +40,7 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
         if size == 1 || rows < MIN_SIDE || row_len < MIN_SIDE {
             continue;
         }
-        let tiled = Space {
-            x: rows,
-            r: row_len,
-        };
+        let tiled = Space::rows(rows, row_len);
         if let Some((bytes, _)) = coalesced_bytes(graph, low, members, tiled) {
             if bytes > best.0 {
                 best = (bytes, tiled);
@@ -86,10 +83,7 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
         if size == 1 || rows < 2 || row_len < MIN_ROW {
             continue;
         }
-        let split = Space {
-            x: rows,
-            r: row_len,
-        };
+        let split = Space::rows(rows, row_len);
         if let Some((bytes, _)) = walked_bytes(graph, low, members, split, simd) {
             if bytes > best.0 {
                 best = (bytes, split);

@@ -347,6 +347,7 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
     // (launch-bound) reductions stay whole.
     for (shape, dims) in [
         (vec![8192i64, 8192], "[1]"),
+        (vec![512, 512, 256], "[1]"),
         (vec![64, 8192], "[1]"),
         (vec![1, 4096], "[1]"),
         (vec![4096, 16], "[0]"),
@@ -368,6 +369,45 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
                 .all(|(name, stats, _)| *name != "split" || stats.changed == 0),
             "{shape:?} {dims}"
         );
+    }
+}
+
+#[test]
+fn an_outer_reduction_is_split_into_many_short_programs_an_inner_one_into_few_long_ones() {
+    // (shape, dims, rows of the first kernel's partials): for 132 units, the
+    // sum of a 4096 x 4096 matrix over its first dim takes chunks of 128 rows
+    // (32 x 4096 partials, 2048 programs of 64 results, at least 8 a unit);
+    // the sum of a few long rows takes chunks of at least 256 elements, about
+    // two programs a unit, and so does a reduction over the innermost dim and
+    // others (dims 0 and 2).
+    for (shape, dims, partial_rows) in [
+        (vec![4096i64, 4096], "[0]", 32 * 4096),
+        (vec![8192, 8192], "[0]", 16 * 8192),
+        (vec![2, 1 << 22], "[1]", 2 * 256),
+        (vec![256, 1024, 256], "[0, 2]", 32 * 1024),
+    ] {
+        let mut g = one_input(
+            &shape,
+            "float32",
+            &format!("[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", {dims}]\n"),
+        );
+        let options = kiln::passes::Options {
+            split_reductions_for: 132,
+            ..Default::default()
+        };
+        kiln::passes::run_pipeline_with(&mut g, &options).expect("passes");
+        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).expect("schedule");
+        let spaces: Vec<_> = scheduled
+            .program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                kiln::schedule::Step::Kernel(k) => Some(k.space),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(spaces.len(), 2, "{shape:?} {dims}: {spaces:?}");
+        assert_eq!(spaces[0].x, partial_rows, "{shape:?} {dims}: {spaces:?}");
     }
 }
 

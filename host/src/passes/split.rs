@@ -20,12 +20,23 @@ const MIN_TOTAL: i64 = 1 << 22;
 /// Inner reductions (each result's elements contiguous) of at most this many
 /// elements per result are never split, as in Inductor's `inner_reduction_splits`.
 const MIN_INNER_REDUCED: i64 = 8192;
-/// Elements each partial reduces at least.
+/// Elements each partial of an inner reduction reduces at least.
 const MIN_CHUNK: i64 = 256;
+/// Elements each partial of an outer reduction reduces at least.
+const MIN_OUTER_CHUNK: i64 = 128;
 /// Results one program of an outer reduction computes (the heuristics' tile).
 const OUTER_RESULTS_PER_PROGRAM: i64 = 64;
-/// Programs per parallel unit a split aims for.
+/// Programs per parallel unit a split of an inner reduction aims for.
 const PROGRAMS_PER_UNIT: i64 = 2;
+/// Programs per parallel unit a split of an outer reduction (its innermost
+/// dim kept) aims for: its programs are short (a tile of 64 results by a few
+/// rows), and a unit needs many in flight to keep its memory busy. On the
+/// H100, softmax over the first dim of 4096 × 4096: Inductor's 32 chunks of
+/// 128 rows (2048 programs) take 28.6 µs per partial kernel, Kiln's 8 chunks
+/// (512 programs) 36.7 µs. Not more: a reduction left whole keeps its
+/// broadcast consumer in its kernel (`x - x.mean(1)` of `[512, 512, 256]`,
+/// 2048 programs, stays one kernel).
+const OUTER_PROGRAMS_PER_UNIT: i64 = 8;
 
 /// What to split a reduction node into.
 struct Split {
@@ -60,12 +71,21 @@ fn plan(g: &Graph, id: NodeId, units: i64) -> Option<Split> {
     if inner && r <= MIN_INNER_REDUCED {
         return None;
     }
-    let programs = if inner {
-        kept
+    // Outer: the innermost dim with more than one element is kept, so the
+    // results a program computes side by side are contiguous in memory.
+    let outer = shape
+        .iter()
+        .rposition(|&n| n != 1)
+        .is_some_and(|d| !reduced.contains(&d));
+    let tiles = (kept + OUTER_RESULTS_PER_PROGRAM - 1) / OUTER_RESULTS_PER_PROGRAM;
+    let (programs, per_unit, min_chunk) = if inner {
+        (kept, PROGRAMS_PER_UNIT, MIN_CHUNK)
+    } else if outer {
+        (tiles, OUTER_PROGRAMS_PER_UNIT, MIN_OUTER_CHUNK)
     } else {
-        (kept + OUTER_RESULTS_PER_PROGRAM - 1) / OUTER_RESULTS_PER_PROGRAM
+        (tiles, PROGRAMS_PER_UNIT, MIN_CHUNK)
     };
-    let wanted = PROGRAMS_PER_UNIT * units;
+    let wanted = per_unit * units;
     if programs >= wanted {
         return None;
     }
@@ -76,7 +96,7 @@ fn plan(g: &Graph, id: NodeId, units: i64) -> Option<Split> {
     // the most there can be.
     reduced.iter().find_map(|&dim| {
         let size = shape[dim];
-        let fits = |c: &i64| size % c == 0 && r / c >= MIN_CHUNK;
+        let fits = |c: &i64| size % c == 0 && r / c >= min_chunk;
         (chunks_wanted.max(2)..=size)
             .find(fits)
             .or_else(|| (2..chunks_wanted.min(size + 1)).rev().find(fits))

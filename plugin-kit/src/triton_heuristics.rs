@@ -642,9 +642,22 @@ mod tests {
         assert_eq!((c.x_block, c.r_block), (32, 64));
         let c = hinted_reduction_configs(&WIDE, &red(1 << 26, 1), ReductionHint::Outer)[0];
         assert_eq!((c.x_block, c.r_block, c.num_warps), (1024, 1, 8));
-        // Longer ones are looped over.
-        let c = hinted_reduction_configs(&WIDE, &red(1 << 20, 512), ReductionHint::Outer)[0];
-        assert_eq!((c.x_block, c.r_block), (64, 8));
+        // Longer ones are looped over, with a whole-row tile offered last (for
+        // kernels that read their rows again): 8 rows of 512, 16 per thread.
+        let configs = hinted_reduction_configs(&WIDE, &red(1 << 20, 512), ReductionHint::Outer);
+        assert_eq!((configs[0].x_block, configs[0].r_block), (64, 8));
+        let last = configs[configs.len() - 1];
+        assert_eq!((last.x_block, last.r_block, last.num_warps), (8, 512, 8));
+        // Rows too long for 8 of them in a tile, or a one-warp device: no
+        // whole-row tile (fewer rows would not fill a memory sector).
+        for (limits, len) in [(WIDE, 1024), (ONE_WARP, 512)] {
+            let configs =
+                hinted_reduction_configs(&limits, &red(1 << 20, len), ReductionHint::Outer);
+            assert!(
+                configs.iter().all(|c| u64::from(c.r_block) < len),
+                "{configs:?}"
+            );
+        }
         // Inner is the unhinted answer.
         assert_eq!(
             hinted_reduction_configs(&WIDE, &red(8192, 8192), ReductionHint::Inner),

@@ -209,3 +209,41 @@ pub fn kernel_configs(
     }
     Ok(configs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(x_block: u32, r_block: u32) -> LaunchConfig {
+        LaunchConfig {
+            x_block,
+            r_block,
+            num_warps: 4,
+            num_stages: 1,
+        }
+    }
+
+    #[test]
+    fn a_kernel_that_rereads_its_rows_takes_the_first_whole_row_tile_that_fits() {
+        let mut configs = vec![
+            config(64, 8),
+            config(32, 512),
+            config(8, 512),
+            config(4, 512),
+        ];
+        prefer_whole_rows(&mut configs, 500);
+        assert_eq!(
+            configs,
+            vec![
+                config(8, 512),
+                config(64, 8),
+                config(32, 512),
+                config(4, 512)
+            ]
+        );
+        // None holds whole rows in 4096 elements: the plugin's order stands.
+        let mut configs = vec![config(64, 8), config(8, 1024)];
+        prefer_whole_rows(&mut configs, 1000);
+        assert_eq!(configs, vec![config(64, 8), config(8, 1024)]);
+    }
+}

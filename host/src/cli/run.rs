@@ -121,13 +121,13 @@ fn run_device(
     let kernels = compiled_kernels(&cache, &artifacts.code)?;
     // The folder kiln_init reads: the kernels (linked to the cache) and the
     // weights, removed once the wrapper has loaded them.
-    let run_dir = unique_dir(&cache, "run")?;
-    let _cleanup = RemoveOnDrop(run_dir.clone());
-    artifacts.write_to(&run_dir)?;
+    let scratch = scratch_dir(&cache, "run")?;
+    let run_dir = scratch.path();
+    artifacts.write_to(run_dir)?;
     link_dir(&kernels, &run_dir.join("kernels"))?;
     let names = driver::aot::kernel_names(&parts.kernels);
-    let binaries = driver::aot::read_binaries(&run_dir, &names)?;
-    let (source_path, _) = artifacts.write_aot_wrapper(&run_dir, &binaries)?;
+    let binaries = driver::aot::read_binaries(run_dir, &names)?;
+    let (source_path, _) = artifacts.write_aot_wrapper(run_dir, &binaries)?;
     let source = std::fs::read_to_string(&source_path)
         .map_err(|e| format!("cannot read {}: {e}", source_path.display()))?;
     let flags = plugin.cpp_build_flags()?.unwrap_or_default();
@@ -168,7 +168,7 @@ fn run_device(
         }
     );
     let module =
-        crate::runtime::device::DeviceModule::load(&built.library, &artifacts.scheduled, &run_dir)?;
+        crate::runtime::device::DeviceModule::load(&built.library, &artifacts.scheduled, run_dir)?;
     call_and_report(
         args,
         &graph,
@@ -257,12 +257,12 @@ fn compiled_kernels(cache: &std::path::Path, code: &str) -> Result<PathBuf, CliE
     if folder.join("kernels").join("manifest.json").is_file() {
         return Ok(folder.join("kernels"));
     }
-    let staging = unique_dir(&cache.join("kernels"), &key)?;
-    let _cleanup = RemoveOnDrop(staging.clone());
+    let scratch = scratch_dir(&cache.join("kernels"), &key)?;
+    let staging = scratch.path();
     let source = staging.join("kernels.py");
     std::fs::write(&source, code).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
     super::compile::precompile(&source, false)?;
-    if let Err(e) = std::fs::rename(&staging, &folder) {
+    if let Err(e) = std::fs::rename(staging, &folder) {
         // Another run finished first: its kernels are the same.
         if !folder.join("kernels").join("manifest.json").is_file() {
             return Err(format!(
@@ -276,23 +276,15 @@ fn compiled_kernels(cache: &std::path::Path, code: &str) -> Result<PathBuf, CliE
     Ok(folder.join("kernels"))
 }
 
-/// A new, empty folder `{parent}/{stem}-{pid}-{n}`.
-fn unique_dir(parent: &std::path::Path, stem: &str) -> Result<PathBuf, CliError> {
+/// A new, empty folder `{parent}/.{stem}-XXXXXX`, removed (if still there) when
+/// dropped, whatever happened.
+fn scratch_dir(parent: &std::path::Path, stem: &str) -> Result<tempfile::TempDir, CliError> {
     std::fs::create_dir_all(parent)
         .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    for n in 0..100u32 {
-        let dir = parent.join(format!(".{stem}-{}-{nanos}-{n}", std::process::id()));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("cannot create {}: {e}", dir.display()).into()),
-        }
-    }
-    Err(format!("cannot create a fresh folder in {}", parent.display()).into())
+    tempfile::Builder::new()
+        .prefix(&format!(".{stem}-"))
+        .tempdir_in(parent)
+        .map_err(|e| format!("cannot create a folder in {}: {e}", parent.display()).into())
 }
 
 /// Makes `link` name the folder `target`.
@@ -309,13 +301,4 @@ fn link_dir(target: &std::path::Path, link: &std::path::Path) -> Result<(), CliE
         )
         .into()
     })
-}
-
-/// Removes a folder when dropped (a run's scratch), whatever happened.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -71,13 +71,15 @@ fn applies(plugin: &Plugin) -> Result<(), Outcome> {
 }
 
 /// A scratch folder holding the stub headers, removed when dropped.
-struct Scratch(PathBuf);
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(what: &str) -> Result<Scratch, Outcome> {
-        let dir =
-            std::env::temp_dir().join(format!("kiln-conformance-{what}-{}", std::process::id()));
-        let stubs = dir.join("stubs");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("kiln-conformance-{what}-"))
+            .tempdir()
+            .map_err(|e| Outcome::fail(format!("cannot create a scratch folder: {e}")))?;
+        let stubs = dir.path().join("stubs");
         for (name, text) in STUBS {
             let path = stubs.join(name);
             let written = path
@@ -93,11 +95,9 @@ impl Scratch {
         }
         Ok(Scratch(dir))
     }
-}
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 }
 
@@ -123,7 +123,10 @@ fn syntax_check(scratch: &Scratch, source: &Path) -> Result<(), Outcome> {
     for folder in include_folders() {
         command.arg("-I").arg(folder);
     }
-    command.arg("-I").arg(scratch.0.join("stubs")).arg(source);
+    command
+        .arg("-I")
+        .arg(scratch.path().join("stubs"))
+        .arg(source);
     let output = command.output().map_err(|e| {
         Outcome::skip(format!(
             "cannot run the C++ compiler `{}`: {e}",
@@ -134,7 +137,7 @@ fn syntax_check(scratch: &Scratch, source: &Path) -> Result<(), Outcome> {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
-    Err(Outcome::fail(diagnose(&stderr, &scratch.0)))
+    Err(Outcome::fail(diagnose(&stderr, scratch.path())))
 }
 
 /// The compiler's first errors as one line each, or, for a header that was
@@ -192,7 +195,7 @@ pub fn compiles(plugin: &Plugin) -> Outcome {
         let header = text(plugin, Override::KernelHeader)?;
         let driver_text = text(plugin, Override::KernelDriver)?;
         let scratch = Scratch::new("driver")?;
-        let source = scratch.0.join("driver.cpp");
+        let source = scratch.path().join("driver.cpp");
         let code = format!("{}{header}\n{driver_text}\n", aot::STD_HEADERS);
         std::fs::write(&source, code)
             .map_err(|e| Outcome::fail(format!("cannot write {}: {e}", source.display())))?;
@@ -244,7 +247,7 @@ pub fn signatures(plugin: &Plugin) -> Outcome {
             .collect();
         let scratch = Scratch::new("signatures")?;
         let (path, info) = artifacts
-            .write_aot_wrapper(&scratch.0, &binaries)
+            .write_aot_wrapper(scratch.path(), &binaries)
             .map_err(|e| {
                 Outcome::fail(format!(
                     "the C++ wrapper of {name} was refused: {}",

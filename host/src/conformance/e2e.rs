@@ -4,7 +4,7 @@
 //! device every example builds, runs and matches the reference interpreter.
 //! They run in the child like every other check.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use kiln_plugin_api::SchedulingKind;
@@ -169,14 +169,6 @@ fn python() -> String {
     std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
-struct ScratchDir(PathBuf);
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn write(path: &Path, text: &str) -> Result<(), String> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
@@ -223,20 +215,25 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
         Ok(all) => all,
         Err(e) => return Outcome::fail(format!("an example did not compile: {e}")),
     };
-    let dir =
-        ScratchDir(std::env::temp_dir().join(format!("kiln-conformance-{}", std::process::id())));
-    let script = dir.0.join("check_triton.py");
+    let dir = match tempfile::Builder::new()
+        .prefix("kiln-conformance-")
+        .tempdir()
+    {
+        Ok(dir) => dir,
+        Err(e) => return Outcome::fail(format!("cannot create a scratch folder: {e}")),
+    };
+    let script = dir.path().join("check_triton.py");
     let files = all
         .iter()
         .try_for_each(|c| {
-            let file = dir.0.join(c.name).join(c.artifacts.file_name);
+            let file = dir.path().join(c.name).join(c.artifacts.file_name);
             write(&file, &c.artifacts.code)
         })
         .and_then(|()| write(&script, CHECK_TRITON));
     if let Err(e) = files {
         return Outcome::fail(format!("cannot write the generated files: {e}"));
     }
-    match Command::new(python()).arg(&script).arg(&dir.0).output() {
+    match Command::new(python()).arg(&script).arg(dir.path()).output() {
         Err(e) => Outcome::fail(format!("cannot run {}: {e}", python())),
         Ok(out) if out.status.success() => {
             let stdout = String::from_utf8_lossy(&out.stdout);
@@ -258,7 +255,7 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
             let failures: Vec<String> = String::from_utf8_lossy(&out.stderr)
                 .lines()
                 .filter(|l| l.starts_with("FAILED"))
-                .map(|l| l.replace(&dir.0.display().to_string(), ""))
+                .map(|l| l.replace(&dir.path().display().to_string(), ""))
                 .collect();
             Outcome::fail(if failures.is_empty() {
                 format!("check_triton.py exited with {}", out.status)

@@ -352,16 +352,7 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
         (vec![1, 4096], "[1]"),
         (vec![4096, 16], "[0]"),
     ] {
-        let mut g = one_input(
-            &shape,
-            "float32",
-            &format!("[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", {dims}]\n"),
-        );
-        let options = kiln::passes::Options {
-            split_reductions_for: 132,
-            ..Default::default()
-        };
-        let report = kiln::passes::run_pipeline_with(&mut g, &options).expect("passes");
+        let (_, report) = sum_through_the_passes(&shape, dims);
         assert!(
             report
                 .passes
@@ -370,6 +361,22 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
             "{shape:?} {dims}"
         );
     }
+}
+
+/// `y = x.sum(dims)` of a float32 `x` of `shape`, after the passes for a
+/// Triton device of 132 units (reductions split where they would idle it).
+fn sum_through_the_passes(shape: &[i64], dims: &str) -> (Graph, kiln::passes::PipelineReport) {
+    let mut g = one_input(
+        shape,
+        "float32",
+        &format!("[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", {dims}]\n"),
+    );
+    let options = kiln::passes::Options {
+        split_reductions_for: 132,
+        ..Default::default()
+    };
+    let report = kiln::passes::run_pipeline_with(&mut g, &options).expect("passes");
+    (g, report)
 }
 
 #[test]
@@ -386,16 +393,7 @@ fn an_outer_reduction_is_split_into_many_short_programs_an_inner_one_into_few_lo
         (vec![2, 1 << 22], "[1]", 2 * 256),
         (vec![256, 1024, 256], "[0, 2]", 32 * 1024),
     ] {
-        let mut g = one_input(
-            &shape,
-            "float32",
-            &format!("[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", {dims}]\n"),
-        );
-        let options = kiln::passes::Options {
-            split_reductions_for: 132,
-            ..Default::default()
-        };
-        kiln::passes::run_pipeline_with(&mut g, &options).expect("passes");
+        let (g, _) = sum_through_the_passes(&shape, dims);
         let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).expect("schedule");
         let spaces: Vec<_> = scheduled
             .program

@@ -199,12 +199,16 @@ def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
     failed = 0
     for name in compiled:
         info = meta[name]
-        signature = dict(info["signature"])
         constexprs = dict(info.get("constants", {}))
-        for key in constexprs:
-            signature[key] = "constexpr"
         try:
             fn = getattr(module, name)
+            # In the kernel's parameter order: constants may sit among the runtime
+            # parameters (an argument compiled in).
+            runtime = dict(info["signature"])
+            if [n for n in fn.arg_names if n not in constexprs] != list(runtime):
+                raise ValueError(f"KERNEL_META's signature {list(runtime)} and constants {list(constexprs)} "
+                                 f"are not the parameters {fn.arg_names}")
+            signature = {n: "constexpr" if n in constexprs else runtime[n] for n in fn.arg_names}
             # The parameters the wrapper passes 16-byte divisible, as the runtime
             # compiles them (Triton's tt.divisibility).
             backend = make_backend(target)

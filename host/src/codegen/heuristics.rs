@@ -3,7 +3,8 @@
 //! kernel generators ask through [`LaunchHeuristics`].
 
 use kiln_plugin_api::{
-    Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint, ReductionQuery,
+    DeviceProperties, Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint,
+    ReductionQuery,
 };
 
 use crate::schedule::ir::{Expr, Kernel, Program};
@@ -59,6 +60,12 @@ pub trait LaunchHeuristics {
         let _ = (query, hint);
         Ok(None)
     }
+    /// The properties of the device code is generated for (its first), where
+    /// the plugin gives them: kernels whose shape is the host's own (flash
+    /// attention) read the units that run programs and the compute capability.
+    fn properties(&self) -> Option<DeviceProperties> {
+        None
+    }
 }
 
 fn provided<T>(
@@ -108,6 +115,11 @@ impl LaunchHeuristics for Plugin {
             self,
             HintedReductionQuery { query, hint },
         )?)
+    }
+
+    fn properties(&self) -> Option<DeviceProperties> {
+        // A plugin that cannot answer leaves the generic choices in place.
+        self.device_properties(0).ok().flatten()
     }
 }
 

@@ -12,14 +12,17 @@
 //! model (its shapes and strides are arguments too; only the dtypes, head
 //! sizes and block sizes are compile-time constants). Programs grid-stride over
 //! (row block, batch × head), so any grid the plugin's `adjust_grid` launches
-//! is correct. float32 products use IEEE precision (`allow_tf32` off, as
-//! PyTorch's default); float16/bfloat16 multiply in their dtype and accumulate
-//! in float32.
+//! is correct. float32 keeps float32's accuracy (`allow_tf32` off, as
+//! PyTorch's default): on a device with TF32 tensor cores (compute capability
+//! 8.0 or later) each product is three TF32 products (`tf32x3`: the high and
+//! low halves of both operands, the low x low term dropped, about 2^-22
+//! relative), elsewhere exact FMA products (`ieee`); float16/bfloat16 multiply
+//! in their dtype. All accumulate in float32.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use kiln_plugin_api::{Grid, ReductionQuery};
+use kiln_plugin_api::{DeviceProperties, Grid, ReductionQuery};
 
 use super::expr::pointer_type;
 use super::Error;
@@ -113,6 +116,7 @@ pub fn write(
     namer: &mut Namer,
 ) -> Result<Attention, Error> {
     let mut out = Attention::default();
+    let target = Target::of(heuristics.properties());
     // Kernel text by its key (dtypes and constants), so that equal steps share one.
     let mut by_key: HashMap<String, usize> = HashMap::new();
     for (i, step) in program.steps.iter().enumerate() {
@@ -132,6 +136,7 @@ pub fn write(
             f64::from_bits(*scale_bits),
             *mask,
             heuristics,
+            target,
         )?;
         let (q, o) = (&e.args[0], &e.out);
         let dtype = program.buffer(q.buf).dtype;
@@ -148,19 +153,36 @@ pub fn write(
             wide(&launch),
         );
         let aligned = aligned_params(program, &types, &launch);
+        // Innermost strides of 1 become compile-time constants, as Triton's JIT
+        // specializes an integer argument of 1: loads along the head dim are then
+        // known contiguous and vectorise (bfloat16 heads of 64 on an H100: 154 µs
+        // with runtime strides, 31.5 specialized).
+        let unit: Vec<(&'static str, i64)> = SCALAR_PARAMS
+            .iter()
+            .zip(&launch.scalars)
+            .filter(|(name, value)| UNIT_STRIDES.contains(name) && value.as_str() == "1")
+            .map(|(name, _)| (*name, 1))
+            .collect();
+        let types: Vec<(String, String)> = types
+            .into_iter()
+            .filter(|(name, _)| !unit.iter().any(|(u, _)| u == name))
+            .collect();
+        let constants: Vec<(&'static str, i64)> =
+            launch.constants.iter().copied().chain(unit).collect();
+        let precision = target.precision(dtype);
         let key = format!(
-            "{types:?}{:?}{aligned:?}{}{}",
-            launch.constants, launch.num_warps, launch.num_stages
+            "{types:?}{constants:?}{aligned:?}{}{}{precision:?}",
+            launch.num_warps, launch.num_stages
         );
         let index = match by_key.get(&key) {
             Some(&k) => k,
             None => {
                 let name = namer.name(&format!("kiln_flash_attention_{}", out.kernels.len()));
-                kernel_text(&mut out.source, &name, dtype == DType::Float32)?;
+                kernel_text(&mut out.source, &name, precision)?;
                 out.kernels.push(AttentionKernel {
                     name,
                     signature: types,
-                    constants: launch.constants.clone(),
+                    constants,
                     aligned,
                     num_warps: launch.num_warps,
                     num_stages: launch.num_stages,
@@ -246,6 +268,70 @@ const INT_PARAMS: [&str; 24] = [
     "smh", "smm", "smn", "sob", "soh", "som", "soe", "Z", "H", "L", "S",
 ];
 
+/// Every scalar parameter (`sm_scale`, then [`INT_PARAMS`]), in order.
+const SCALAR_PARAMS: [&str; 25] = [
+    "sm_scale", "sqb", "sqh", "sqm", "sqe", "skb", "skh", "skn", "ske", "svb", "svh", "svn", "sve",
+    "smb", "smh", "smm", "smn", "sob", "soh", "som", "soe", "Z", "H", "L", "S",
+];
+
+/// The innermost strides, compiled in where they are 1.
+const UNIT_STRIDES: [&str; 5] = ["sqe", "ske", "sve", "smn", "soe"];
+
+/// The values of the scalars `kernel` takes at run time, in order: `launch`'s
+/// scalars less those compiled into the kernel as constants.
+pub fn runtime_scalars<'a>(kernel: &AttentionKernel, launch: &'a AttentionLaunch) -> Vec<&'a str> {
+    SCALAR_PARAMS
+        .iter()
+        .zip(&launch.scalars)
+        .filter(|(name, _)| !kernel.constants.iter().any(|(c, _)| c == *name))
+        .map(|(_, value)| value.as_str())
+        .collect()
+}
+
+/// What the attention kernel's shape depends on in the target device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
+    /// The units that run programs in parallel (SMs); 0 when unknown.
+    units: u32,
+    /// Whether the device multiplies TF32 on tensor cores (NVIDIA compute
+    /// capability 8.0 and later), so that float32 products can be split into
+    /// three TF32 products.
+    tf32: bool,
+}
+
+/// Shared memory the pipelined key/value tiles (and the query tile) may take:
+/// what every device with tensor cores gives one program (NVIDIA's 8.6 and 8.9
+/// parts give 99 KiB; the H100 228).
+const SHARED_BUDGET: i64 = 96 * 1024;
+
+/// Compute capability (as PyTorch encodes it) from which TF32 tensor cores exist.
+const TF32_MIN_CC: u32 = 80;
+
+impl Target {
+    fn of(properties: Option<DeviceProperties>) -> Target {
+        properties.map_or(
+            Target {
+                units: 0,
+                tf32: false,
+            },
+            |p| Target {
+                units: p.multi_processor_count,
+                tf32: p.cc >= TF32_MIN_CC,
+            },
+        )
+    }
+
+    /// `tl.dot`'s `input_precision` for operands of `dtype`: `None` keeps
+    /// Triton's default (float16/bfloat16 multiply in their dtype).
+    fn precision(self, dtype: DType) -> Option<&'static str> {
+        match dtype {
+            DType::Float32 if self.tf32 => Some("tf32x3"),
+            DType::Float32 => Some("ieee"),
+            _ => None,
+        }
+    }
+}
+
 /// The launch of one attention step (kernel name filled in by [`write`]).
 fn plan(
     p: &Program,
@@ -254,6 +340,7 @@ fn plan(
     scale: f64,
     mask: bool,
     heuristics: &dyn LaunchHeuristics,
+    target: Target,
 ) -> Result<AttentionLaunch, Error> {
     let unsupported = |what: String| Error::Unsupported {
         kernel: "attention".into(),
@@ -312,10 +399,31 @@ fn plan(
     let elem = dtype.size_bytes() as i64;
     let block_e = next_pow2_at_least_16(e_q);
     let block_ev = next_pow2_at_least_16(e_v);
-    // Tiles of at most 256 bytes per row keep two stages in shared memory.
+    // Tiles of at most 256 bytes per row keep the stages in shared memory.
     let narrow = block_e * elem <= 256 && block_ev * elem <= 256;
     let block_n: i64 = if narrow { 64 } else { 32 };
-    let block_m = (if narrow { 64 } else { 32 }).min(next_pow2_at_least_16(l));
+    let mut block_m: i64 = if narrow { 64 } else { 32 };
+    // Fewer row blocks than units leaves units idle: halve the blocks (ViT's
+    // 8 x 3 heads x 197 rows, 96 programs of 64 rows on 132 SMs: 25.5 µs,
+    // 168 of 32 rows: 23.0 µs on an H100).
+    let row_blocks = |m: i64| ((l + m - 1) / m).saturating_mul(z).saturating_mul(h);
+    if narrow && row_blocks(block_m) < i64::from(target.units) {
+        block_m = 32;
+    }
+    let block_m = block_m.min(next_pow2_at_least_16(l));
+    // Tensor-core products pipeline loads three deep where the tiles are narrow
+    // and fit (bfloat16 causal heads of 64 on an H100: 38.5 µs with two stages,
+    // 31.5 with three; float32 heads of 32 as tf32x3: 38.2 and 35.1); FMA
+    // products (`ieee`) gain nothing from a second stage and lose registers to
+    // it (GPT-2's float32 heads of 64: 219 µs against 91.7 with one).
+    let shared = |stages: i64| {
+        (stages * block_n * (block_e + block_ev) + block_m * block_e).saturating_mul(elem)
+    };
+    let num_stages = match target.precision(dtype) {
+        Some("ieee") => 1,
+        _ if narrow && shared(3) <= SHARED_BUDGET => 3,
+        _ => 2,
+    };
     let rows = z.saturating_mul(h).saturating_mul(l);
     let configs = heuristics
         .reduction_configs(ReductionQuery {
@@ -379,18 +487,15 @@ fn plan(
         scalars,
         constants,
         num_warps,
-        num_stages: 2,
+        num_stages,
         grid,
     })
 }
 
-/// The kernel's text; `ieee` makes float32 products exact (no TF32).
-fn kernel_text(out: &mut String, name: &str, ieee: bool) -> std::fmt::Result {
-    let precision = if ieee {
-        ", input_precision=\"ieee\""
-    } else {
-        ""
-    };
+/// The kernel's text; `precision` is `tl.dot`'s `input_precision` (see
+/// [`Target::precision`]).
+fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fmt::Result {
+    let precision = precision.map_or(String::new(), |p| format!(", input_precision=\"{p}\""));
     writeln!(out, "\n\n@triton.jit")?;
     writeln!(
         out,
@@ -463,6 +568,6 @@ fn kernel_text(out: &mut String, name: &str, ieee: bool) -> std::fmt::Result {
         tl.store(O + off_b * sob + off_h * soh + offs_m[:, None] * som + offs_ev[None, :] * soe,
                  y.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_ev[None, :] < EV))
 "#;
-    out.push_str(&body.replace("{PRECISION}", precision));
+    out.push_str(&body.replace("{PRECISION}", &precision));
     Ok(())
 }

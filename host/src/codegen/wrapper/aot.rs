@@ -43,7 +43,7 @@ use super::cpp::layout::Layout;
 use super::cpp::{element_text, WEIGHTS};
 use crate::codegen::cpp::expr::storage_type;
 use crate::codegen::namer::sanitize;
-use crate::codegen::triton::attention::AttentionLaunch;
+use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch};
 use crate::codegen::triton::{self, KernelInfo};
 use crate::codegen::weights;
 use crate::graph::dtype::DType;
@@ -1002,11 +1002,13 @@ fn attention_launch(
         .find(|k| k.name == l.kernel)
         .ok_or_else(|| Error::Unsupported(format!("attention kernel `{}` not found", l.kernel)))?;
     let scalar_types = kernel.signature.get(l.pointers.len()..).unwrap_or(&[]);
-    if scalar_types.len() != l.scalars.len() {
+    // The strides compiled into the kernel are not passed.
+    let scalars = runtime_scalars(kernel, l);
+    if scalar_types.len() != scalars.len() {
         return Err(Error::Unsupported(format!(
             "attention kernel `{}`: {} scalars for {} parameters",
             l.kernel,
-            l.scalars.len(),
+            scalars.len(),
             scalar_types.len()
         )));
     }
@@ -1016,7 +1018,7 @@ fn attention_launch(
         writeln!(out, "            void* p{i} = {};", pointer(p, v, name))?;
         args.push(format!("&p{i}"));
     }
-    for (i, (value, (_, ty))) in l.scalars.iter().zip(scalar_types).enumerate() {
+    for (i, (value, (_, ty))) in scalars.into_iter().zip(scalar_types).enumerate() {
         let c = scalar_type(ty)?;
         writeln!(out, "            {c} s{i} = {};", scalar_value(value, c)?)?;
         args.push(format!("&s{i}"));

@@ -244,9 +244,10 @@ class KernelSet:
 
         signature, constants = meta["signature"], meta["constants"]
         names = list(jit.arg_names)
-        if list(signature) + list(constants) != names:
+        # Constants may sit anywhere among the parameters (an argument compiled in).
+        if [n for n in names if n not in constants] != list(signature) or not set(constants) <= set(names):
             raise RuntimeError(
-                f"KERNEL_META lists the parameters {list(signature) + list(constants)}, "
+                f"KERNEL_META lists the parameters {list(signature)} and constants {list(constants)}, "
                 f"the kernel has {names} (a bug in Kiln: please report)")
         backend = make_backend(target)
         divisible = backend.parse_attr("D") if hasattr(backend, "parse_attr") else [["tt.divisibility", 16]]

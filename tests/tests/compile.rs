@@ -615,3 +615,166 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
     assert!(!output.status.success());
     assert!(stderr.contains("no backend for `xpu`"), "{stderr}");
 }
+
+/// A kiln-graph/1 file of one `scaled_dot_product_attention` of `q`, `k`, `v`
+/// (`shape` each, `[B, H, L, E]`), read through a `[B, H, E, L]` input
+/// transposed when `transposed`, with a bool mask `[B, 1, L, L]` or `is_causal`.
+fn attention_graph(
+    shape: [i64; 4],
+    dtype: &str,
+    mask: bool,
+    causal: bool,
+    transposed: bool,
+) -> String {
+    let [b, h, l, e] = shape;
+    let stored = if transposed { [b, h, e, l] } else { shape };
+    let mut text = "format = \"kiln-graph/1\"\nname = \"attn\"\noutputs = [\"o\"]\n\n".to_string();
+    let mut operands = Vec::new();
+    for name in ["q", "k", "v"] {
+        text +=
+            &format!("[[inputs]]\nname = \"{name}\"\nshape = {stored:?}\ndtype = \"{dtype}\"\n\n");
+        if transposed {
+            text += &format!(
+                "[[nodes]]\nname = \"{name}t\"\nop = \"transpose\"\nargs = [\"{name}\", -1, -2]\n\n"
+            );
+            operands.push(format!("\"{name}t\""));
+        } else {
+            operands.push(format!("\"{name}\""));
+        }
+    }
+    if mask {
+        text += &format!(
+            "[[inputs]]\nname = \"m\"\nshape = {:?}\ndtype = \"bool\"\n\n",
+            [b, 1, l, l]
+        );
+        operands.push("\"m\"".into());
+    }
+    text += &format!(
+        "[[nodes]]\nname = \"o\"\nop = \"scaled_dot_product_attention\"\nargs = [{}]\n",
+        operands.join(", ")
+    );
+    if causal {
+        text += "attrs = { is_causal = true }\n";
+    }
+    text
+}
+
+/// The `KERNEL_META` entry of the first flash-attention kernel.
+fn attention_meta(code: &str) -> &str {
+    code.lines()
+        .find(|l| l.trim_start().starts_with("\"kiln_flash_attention_0\": {"))
+        .unwrap_or_else(|| panic!("no attention kernel in:\n{code}"))
+}
+
+#[test]
+fn flash_attention_is_shaped_for_its_target_and_every_variant_compiles_with_triton() {
+    let tmp = TempDir::new("attention");
+    let write = |name: &str, text: String| {
+        let path = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let compiled = |graph: &Path, device: &str| {
+        let out = tmp
+            .path()
+            .join("out")
+            .join(device)
+            .join(graph.file_stem().unwrap());
+        let (ok, stderr) = compile(graph, device, &out, &[]);
+        assert!(ok, "{}: {stderr}", graph.display());
+        std::fs::read_to_string(out.join("output_code.py")).unwrap()
+    };
+    // float32, 2 x 2 heads x 100 rows: 8 blocks of 64 rows for 132 SMs, so 32 rows a block.
+    let few = write(
+        "f32_few",
+        attention_graph([2, 2, 100, 64], "float32", true, false, false),
+    );
+    let cuda = compiled(&few, "cuda");
+    let meta = attention_meta(&cuda);
+    assert!(cuda.contains("input_precision=\"tf32x3\""), "{cuda}");
+    assert!(meta.contains("\"BLOCK_M\": 32"), "{meta}");
+    // Unit innermost strides are compiled in, not passed.
+    for s in ["sqe", "ske", "sve", "soe", "smn"] {
+        assert!(meta.contains(&format!("\"{s}\": 1")), "{s}: {meta}");
+        assert!(!meta.contains(&format!("\"{s}\": \"i32\"")), "{s}: {meta}");
+    }
+    // Three stages of 64 x 64 float32 key and value tiles do not fit 96 KiB: two.
+    assert!(meta.contains("\"num_stages\": 2"), "{meta}");
+    // GXU (no TF32 tensor cores): exact products, one stage.
+    let gxu = compiled(&few, "gxu");
+    assert!(gxu.contains("input_precision=\"ieee\""), "{gxu}");
+    assert!(!gxu.contains("tf32x3"), "{gxu}");
+    assert!(attention_meta(&gxu).contains("\"num_stages\": 1"), "{gxu}");
+    // bfloat16, 8 x 16 heads x 512 rows: enough blocks of 64 rows, three stages.
+    let many = write(
+        "bf16_many",
+        attention_graph([8, 16, 512, 64], "bfloat16", false, true, false),
+    );
+    let cuda = compiled(&many, "cuda");
+    let meta = attention_meta(&cuda);
+    assert!(!cuda.contains("input_precision"), "{cuda}");
+    assert!(
+        meta.contains("\"BLOCK_M\": 64") && meta.contains("\"num_stages\": 3"),
+        "{meta}"
+    );
+    // Operands read through a transpose: their innermost stride is the row
+    // length, passed at run time.
+    let t = write(
+        "f32_transposed",
+        attention_graph([2, 4, 48, 32], "float32", false, false, true),
+    );
+    let cuda = compiled(&t, "cuda");
+    let meta = attention_meta(&cuda);
+    for s in ["sqe", "ske", "sve"] {
+        assert!(meta.contains(&format!("\"{s}\": \"i32\"")), "{s}: {meta}");
+    }
+    // The output is Kiln's own contiguous buffer.
+    assert!(meta.contains("\"soe\": 1"), "{meta}");
+    compiled(&t, "gxu");
+    compiled(&many, "gxu");
+    let (output, stdout, stderr) = run(Command::new(python())
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg("--require-backends")
+        .arg(tmp.path().join("out")));
+    assert!(
+        output.status.success(),
+        "Triton rejected an attention kernel:\n{stderr}\n{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("1 of 1 kernel(s) compiled").count(),
+        6,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_convolution_result_is_bound_as_its_buffer_not_copied_into_one() {
+    let tmp = TempDir::new("conv-bind");
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(
+        &repo_root().join("tests/graphs/conv1d_on_every_device.toml"),
+        "cuda",
+        &out,
+        &[],
+    );
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let calls: Vec<&str> = code
+        .lines()
+        .filter(|l| l.contains("torch.ops.aten.convolution("))
+        .collect();
+    assert_eq!(calls.len(), 4, "{code}");
+    for call in calls {
+        let (name, rest) = call.trim().split_once(" = ").expect("a binding");
+        assert!(
+            rest.starts_with("in_layout(torch.ops.aten.convolution("),
+            "{call}"
+        );
+        // No buffer of Kiln's is made for it first.
+        assert!(
+            !code.contains(&format!("{name} = torch.empty_strided(")),
+            "{name}:\n{code}"
+        );
+    }
+    assert!(code.contains("def in_layout(t, size, stride):"), "{code}");
+}

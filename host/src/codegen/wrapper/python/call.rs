@@ -8,7 +8,7 @@ use std::fmt::Write;
 use super::{torch_dtype, tuple, DeviceStrings};
 use crate::codegen::triton::attention::AttentionLaunch;
 use crate::codegen::triton::{KernelInfo, Launch};
-use crate::schedule::ir::{BufferId, ExternCall, Program, Step, View};
+use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
 /// Writes `call` for one program.
@@ -168,8 +168,24 @@ impl CallWriter<'_> {
         let memory = &self.scheduled.memory;
         // A donor this very step still reads (an in-place write) dies after it.
         let mut after_step: Vec<&str> = Vec::new();
+        // ATen's convolution allocates its result: the call binds it (no buffer
+        // of Kiln's, no copy), and a donor planned for it simply dies.
+        let bound = match step {
+            Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. }) => Some(e.out),
+            _ => None,
+        };
         for a in &memory.allocs[i] {
             let b = p.buffer(a.buf);
+            if Some(a.buf) == bound {
+                if let Some(old) = a.reuse {
+                    if step.reads().contains(&old) {
+                        after_step.push(self.name(old));
+                    } else {
+                        writeln!(out, "        del {}", self.name(old))?;
+                    }
+                }
+                continue;
+            }
             match a.reuse {
                 Some(old) => {
                     writeln!(
@@ -306,7 +322,7 @@ impl CallWriter<'_> {
     /// A matrix product through `torch.mm`/`torch.bmm` into its buffer.
     fn extern_call(&self, out: &mut String, e: &ExternCall) -> std::fmt::Result {
         let args: Vec<String> = e.args.iter().map(|a| self.view(a)).collect();
-        if let crate::schedule::ir::ExternOp::Conv {
+        if let ExternOp::Conv {
             stride,
             padding,
             dilation,
@@ -314,13 +330,17 @@ impl CallWriter<'_> {
         } = &e.op
         {
             // ATen's convolution (cuDNN on CUDA, as Inductor calls it by default), its
-            // result copied into the planned buffer; the bias comes in the next kernel.
+            // result bound as the buffer where its layout is the planned one; the bias
+            // comes in the next kernel.
             let zeros = vec![0; stride.len()];
+            let buf = self.program().buffer(e.out);
             return writeln!(
                 out,
-                "        {}.copy_(torch.ops.aten.convolution({}, None, {stride:?}, {padding:?}, {dilation:?}, False, {zeros:?}, {groups}))",
+                "        {} = in_layout(torch.ops.aten.convolution({}, None, {stride:?}, {padding:?}, {dilation:?}, False, {zeros:?}, {groups}), {}, {})",
                 self.name(e.out),
                 args.join(", "),
+                tuple(&buf.shape),
+                tuple(&buf.strides),
             );
         }
         writeln!(

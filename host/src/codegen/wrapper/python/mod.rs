@@ -20,7 +20,7 @@ use super::super::weights;
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
 use crate::plugins::TritonTargetOwned;
-use crate::schedule::ir::{BufferId, BufferKind, Program, Step};
+use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step};
 use crate::schedule::Scheduled;
 
 /// The plugin strings the Python wrapper is built from, rendered for the
@@ -99,6 +99,7 @@ pub const RESERVED: &[&str] = &[
     "TRITON_TARGET",
     "KERNELS",
     "align_inputs",
+    "in_layout",
     "_CONSTANTS",
     "_constants",
     "_load_weights",
@@ -209,7 +210,11 @@ pub fn write(
     writeln!(out)?;
     out.push_str(KERNEL_RUNTIME);
     let aligned = call::aligned_inputs(p, &kernels.info, &kernels.attention.launches);
-    torch_part(&mut out, strings, options, !aligned.is_empty())?;
+    let convs = p
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. })));
+    torch_part(&mut out, strings, options, !aligned.is_empty(), convs)?;
     let weights = write_constants(&mut out, p, &names)?;
     let writer = call::CallWriter {
         scheduled,
@@ -320,6 +325,7 @@ fn torch_part(
     strings: &DeviceStrings,
     options: &Options,
     align: bool,
+    convs: bool,
 ) -> std::fmt::Result {
     writeln!(out)?;
     writeln!(out)?;
@@ -340,6 +346,11 @@ fn torch_part(
         writeln!(out)?;
         writeln!(out)?;
         out.push_str(ALIGN_INPUTS);
+    }
+    if convs {
+        writeln!(out)?;
+        writeln!(out)?;
+        out.push_str(IN_LAYOUT);
     }
     Ok(())
 }
@@ -368,6 +379,18 @@ const ALIGN_INPUTS: &str = r#"def align_inputs(args, indices):
         x = args[i]
         if x.data_ptr() % 16:
             args[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+"#;
+
+/// `in_layout(t, size, stride)`: an extern kernel's result (ATen's
+/// convolution) as the buffer the kernels were generated for. ATen picks the
+/// result's layout (cuDNN may answer channels-last); where it is the planned
+/// one the result is the buffer itself, with no copy, as Inductor binds
+/// `extern_kernels.convolution`'s result.
+const IN_LAYOUT: &str = r#"def in_layout(t, size, stride):
+    # The result itself where ATen chose the planned strides, else a copy in them.
+    if t.stride() == stride:
+        return t
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 "#;
 
 /// The constants some step or output reads, in buffer order.

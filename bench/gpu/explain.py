@@ -200,6 +200,10 @@ def explain(case: Path, out: Path, do_sweep: bool, top: int, shard: tuple[int, i
         meta = module.KERNEL_META.get(name, {})
         n, us = times.get(name, (0, float("nan")))
         print(f"  {name} grid {tuple(grid)} {meta.get('constants')} w{meta.get('num_warps')}: {us:.1f} µs")
+    kiln_names = {name for name, _, _ in launches}
+    for name, (n, us) in times.items():
+        if name not in kiln_names:
+            print(f"  (extern) {name[:90]}: {n} per call, {us:.1f} µs")
     if device_name == "cuda":
         compiled = inductor(graph, inputs, out / graph_name)
         ind_ms = do_bench(lambda: compiled(*inputs))

@@ -190,7 +190,7 @@ impl CallWriter<'_> {
                 Some(old) => {
                     writeln!(
                         out,
-                        "        {} = torch.as_strided({}, {}, {}, 0)  # reuse",
+                        "        {} = reinterpret_tensor({}, {}, {}, 0)  # reuse",
                         self.name(a.buf),
                         self.name(old),
                         tuple(&b.shape),
@@ -204,7 +204,7 @@ impl CallWriter<'_> {
                 }
                 None => writeln!(
                     out,
-                    "        {} = torch.empty_strided({}, {}, device=DEVICE, dtype={})",
+                    "        {} = empty_strided_device({}, {}, {})",
                     self.name(a.buf),
                     tuple(&b.shape),
                     tuple(&b.strides),
@@ -329,14 +329,16 @@ impl CallWriter<'_> {
             groups,
         } = &e.op
         {
-            // ATen's convolution (cuDNN on CUDA, as Inductor calls it by default), its
+            // ATen's convolution (cuDNN on CUDA, as Inductor calls it by default) through
+            // `torch.convolution`, the direct binding Inductor's `extern_kernels` use
+            // (`torch.ops.aten`'s overload packet adds Python work to every call), its
             // result bound as the buffer where its layout is the planned one; the bias
             // comes in the next kernel.
             let zeros = vec![0; stride.len()];
             let buf = self.program().buffer(e.out);
             return writeln!(
                 out,
-                "        {} = in_layout(torch.ops.aten.convolution({}, None, {stride:?}, {padding:?}, {dilation:?}, False, {zeros:?}, {groups}), {}, {})",
+                "        {} = in_layout(torch.convolution({}, None, {stride:?}, {padding:?}, {dilation:?}, False, {zeros:?}, {groups}), {}, {})",
                 self.name(e.out),
                 args.join(", "),
                 tuple(&buf.shape),

@@ -1,6 +1,8 @@
 //! `output_code.py`: the Triton kernels and a Python wrapper in Inductor's
 //! layout: imports, the kernels, `call(args)` with size and stride asserts,
-//! the device guard, the raw stream, buffers from `torch.empty_strided`,
+//! the device guard, the raw stream, buffers from `empty_strided_device` and
+//! views from `reinterpret_tensor` (Inductor's C++ fast paths where torch has
+//! them),
 //! launches, early `del`s, `benchmark_compiled_module()` and a `__main__`.
 //!
 //! Every device-specific line comes from the plugin's `DeviceOpOverrides`
@@ -100,6 +102,9 @@ pub const RESERVED: &[&str] = &[
     "KERNELS",
     "align_inputs",
     "in_layout",
+    "_GUARDS",
+    "empty_strided_device",
+    "reinterpret_tensor",
     "_CONSTANTS",
     "_constants",
     "_load_weights",
@@ -339,6 +344,7 @@ fn torch_part(
         strings.device, options.device_index
     )?;
     writeln!(out, "KERNELS = KernelSet(globals())")?;
+    out.push_str(FAST_PATHS);
     writeln!(out)?;
     writeln!(out)?;
     out.push_str(ASSERT_SIZE_STRIDE);
@@ -379,6 +385,21 @@ const ALIGN_INPUTS: &str = r#"def align_inputs(args, indices):
         x = args[i]
         if x.data_ptr() % 16:
             args[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+"#;
+
+/// The allocations and views `call` makes per step, through the C++ functions
+/// Inductor's wrappers call (a few microseconds less a call than the Python
+/// `torch.empty_strided`/`torch.as_strided`, which launch-bound models make
+/// dozens of times) where this torch has them, else torch's own functions.
+/// `empty_strided_device` allocates on the current device (`call` sets it);
+/// `reinterpret_tensor`'s offset counts from its base's.
+const FAST_PATHS: &str = r#"# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 "#;
 
 /// `in_layout(t, size, stride)`: an extern kernel's result (ATen's

@@ -46,6 +46,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MATMUL_OPS = {"mm", "bmm", "matmul", "linear", "addmm"}
+CONV_OPS = {"conv1d", "conv2d", "convolution"}
 
 
 def parse_args(argv=None):
@@ -154,7 +155,8 @@ def time_case(case: Path, pinned: set[int], everywhere: set[int]) -> dict:
     traffic = sum(t.numel() * t.element_size() for t in list(inputs) + list(want))
     ops = {n["op"] for n in graph.doc.get("nodes", [])}
     return {"ok": ok, "err": err, "kiln_ms": kiln_ms, "eager_ms": eager_ms, "inductor_ms": ind_ms,
-            "compile_s": compile_s, "bytes": traffic, "matmul": bool(ops & MATMUL_OPS)}
+            "compile_s": compile_s, "bytes": traffic, "matmul": bool(ops & MATMUL_OPS),
+            "conv": bool(ops & CONV_OPS)}
 
 
 def copy_gbs(pinned: set[int], everywhere: set[int]) -> float:
@@ -234,7 +236,7 @@ def main() -> int:
     print(f"copy bandwidth on cores {args.cores}: {bw:.1f} GB/s", flush=True)
     print(f"{'case':34} {'err':>9} ok {'kiln ms':>9} {'eager ms':>9} {'ind ms':>9} {'kiln/ind':>8} "
           f"{'%copy':>6} {'ind%':>6} {'compile s':>9}", flush=True)
-    ratios, mm_vs_torch, bad = [], [], 0
+    ratios, mm_vs_torch, conv_vs_torch, bad = [], [], [], 0
     for g in graphs:
         case = work / g.stem
         if g.stem in failed:
@@ -250,6 +252,8 @@ def main() -> int:
         ratios.append((ratio, case.name))
         if row["matmul"]:
             mm_vs_torch.append((row["eager_ms"] / row["kiln_ms"], case.name))
+        if row["conv"]:
+            conv_vs_torch.append((row["kiln_ms"] / row["eager_ms"], case.name))
         bad += 0 if row["ok"] else 1
         print(f"{case.name:34} {row['err']:9.2e} {'yes' if row['ok'] else 'NO':>3} {row['kiln_ms']:9.4f} "
               f"{row['eager_ms']:9.4f} {row['inductor_ms']:9.4f} {ratio:8.3f} {pct:6.1f} {ind_pct:6.1f} "
@@ -265,6 +269,8 @@ def main() -> int:
         print(f"above 1.10: {len(above)}" + "".join(f"\n  {r:.3f} {n}" for r, n in above))
         for speed, name in mm_vs_torch:
             print(f"matrix product {name}: Kiln at {speed:.2f}x torch eager's speed")
+        for slower, name in conv_vs_torch:
+            print(f"convolution {name}: Kiln's time {slower:.2f}x torch eager's (issue 11: at most 2)")
     print(f"wrong results: {bad}; failed: {len(failed)}")
     return 1 if bad or failed else 0
 

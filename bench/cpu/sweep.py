@@ -124,6 +124,20 @@ def cases() -> dict[str, str]:
         "permute_heads", [("x", [8, 128, 12, 64], "float32"), ("b", [64], "float32")],
         [("t", "permute", ["x", [0, 2, 1, 3]]), ("y", "add", ["t", "b"])], ["y"])
 
+    # Convolutions as vision models run them (issue 11: within 2x of torch eager on two
+    # cores): a ResNet stem and 3x3 body, a 1x1 expansion, a depthwise 3x3 (MobileNet), a
+    # strided 3x3 and a dilated one, each with its bias and activation after it.
+    def conv(name, x, w, stride, padding, groups=1, dilation=(1, 1), act="relu"):
+        attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": groups}
+        out[name] = graph(name.split("_")[0], [("x", x, "float32"), ("w", w, "float32"), ("b", [w[0]], "float32")],
+                          [("c", "conv2d", ["x", "w", "b"], attrs), ("y", act, ["c"])], ["y"])
+    conv("convstem_8x3x224x224_k7s2", [8, 3, 224, 224], [16, 3, 7, 7], (2, 2), (3, 3))
+    conv("conv3x3_8x32x56x56", [8, 32, 56, 56], [32, 32, 3, 3], (1, 1), (1, 1))
+    conv("conv1x1_8x32x56x56_to128", [8, 32, 56, 56], [128, 32, 1, 1], (1, 1), (0, 0))
+    conv("convdw_8x96x56x56", [8, 96, 56, 56], [96, 1, 3, 3], (1, 1), (1, 1), groups=96, act="hardtanh")
+    conv("conv3x3s2_8x64x56x56", [8, 64, 56, 56], [128, 64, 3, 3], (2, 2), (1, 1))
+    conv("conv3x3d2_4x32x64x64", [4, 32, 64, 64], [32, 32, 3, 3], (1, 1), (2, 2), dilation=(2, 2))
+
     # Decode-sized graphs: one token.
     out["decode_layer_norm_1x768"] = graph(
         "decode_ln", [("x", [1, 768], "float32"), ("w", [768], "float32"), ("b", [768], "float32")],

@@ -51,3 +51,23 @@ fn every_test_graph_is_right_on_every_device() {
         .arg(tmp.path().join("code")));
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
+
+/// The cpu's convolution as im2col and the packed matrix product, with the patch
+/// matrix cut into chunks of one or two output rows (a 4 KiB budget instead of
+/// 32 MiB): every chunk's products land in their rows.
+#[test]
+fn convolutions_in_patch_chunks_match_the_reference() {
+    let tmp = TempDir::new("conv-chunks");
+    let graph = repo_root().join("tests/graphs/conv2d_as_matrix_products.toml");
+    let (output, stdout, stderr) = run(host(&host_bin())
+        .arg("run")
+        .arg(&graph)
+        .args(["--device", "cpu", "--check"])
+        .env("KILN_CACHE_DIR", tmp.subdir("cache"))
+        .env("KILN_CXXFLAGS", "-O1 -fopenmp -DKILN_CONV_COL_BYTES=4096"));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("check: all 4 output(s) match the reference"),
+        "{stdout}"
+    );
+}

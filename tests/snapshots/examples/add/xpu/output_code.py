@@ -567,6 +567,13 @@ from torch._C import _xpu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("xpu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -600,7 +607,7 @@ def call(args):
     with torch.xpu._DeviceGuard(0):
         torch.xpu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_y = torch.empty_strided((4, 8), (8, 1), device=DEVICE, dtype=torch.float32)
+        buf_y = empty_strided_device((4, 8), (8, 1), torch.float32)
         KERNELS.kiln_poi_fused_add_0[(1, 1, 1)](a, b, buf_y, 32, 32, stream=stream0)
         del a, b
     return (buf_y,)

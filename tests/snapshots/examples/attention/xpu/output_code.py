@@ -574,6 +574,13 @@ from torch._C import _xpu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("xpu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -598,13 +605,13 @@ def call(args):
     with torch.xpu._DeviceGuard(0):
         torch.xpu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_s = torch.empty_strided((128, 1024, 1024), (1048576, 1024, 1), device=DEVICE, dtype=torch.float32)
+        buf_s = empty_strided_device((128, 1024, 1024), (1048576, 1024, 1), torch.float32)
         torch.bmm(torch.as_strided(q, (128, 1024, 64), (65536, 64, 1), 0), torch.as_strided(k, (128, 64, 1024), (65536, 1, 64), 0), out=buf_s)
         del q, k
-        buf_p_5 = torch.empty_strided((16, 8, 1024, 1024), (8388608, 1048576, 1024, 1), device=DEVICE, dtype=torch.float32)
+        buf_p_5 = empty_strided_device((16, 8, 1024, 1024), (8388608, 1048576, 1024, 1), torch.float32)
         KERNELS.kiln_red_fused_amax_div_sum_exp_sub_0[(131072, 1, 1)](buf_s, buf_p_5, 131072, 1024, 1, 1024, stream=stream0)
         del buf_s
-        buf_o = torch.empty_strided((128, 1024, 64), (65536, 64, 1), device=DEVICE, dtype=torch.float32)
+        buf_o = empty_strided_device((128, 1024, 64), (65536, 64, 1), torch.float32)
         torch.bmm(torch.as_strided(buf_p_5, (128, 1024, 1024), (1048576, 1024, 1), 0), torch.as_strided(v, (128, 1024, 64), (65536, 64, 1), 0), out=buf_o)
         del v, buf_p_5
     return (torch.as_strided(buf_o, (16, 8, 1024, 64), (524288, 65536, 64, 1), 0),)

@@ -715,6 +715,13 @@ from torch._C import _gxu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("gxu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -760,49 +767,49 @@ def call(args):
     with torch.gxu._DeviceGuard(0):
         torch.gxu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_qkv_11 = torch.empty_strided((4096, 768), (768, 1), device=DEVICE, dtype=torch.float32)
+        buf_qkv_11 = empty_strided_device((4096, 768), (768, 1), torch.float32)
         KERNELS.kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0[(4128, 1, 1)](x, ln1_w, ln1_b, buf_qkv_11, 4096, 768, 1, 1024, stream=stream0)
         del ln1_w, ln1_b
-        buf_qkv_12 = torch.empty_strided((4096, 2304), (2304, 1), device=DEVICE, dtype=torch.float32)
+        buf_qkv_12 = empty_strided_device((4096, 2304), (2304, 1), torch.float32)
         torch.mm(buf_qkv_11, torch.as_strided(attn_w, (768, 2304), (1, 768), 0), out=buf_qkv_12)
         del attn_w
-        buf_qh = torch.as_strided(buf_qkv_11, (8, 12, 512, 64), (393216, 32768, 64, 1), 0)  # reuse
+        buf_qh = reinterpret_tensor(buf_qkv_11, (8, 12, 512, 64), (393216, 32768, 64, 1), 0)  # reuse
         del buf_qkv_11
-        buf_kt = torch.empty_strided((8, 12, 64, 512), (393216, 32768, 512, 1), device=DEVICE, dtype=torch.float32)
-        buf_vh = torch.empty_strided((8, 12, 512, 64), (393216, 32768, 64, 1), device=DEVICE, dtype=torch.float32)
+        buf_kt = empty_strided_device((8, 12, 64, 512), (393216, 32768, 512, 1), torch.float32)
+        buf_vh = empty_strided_device((8, 12, 512, 64), (393216, 32768, 64, 1), torch.float32)
         KERNELS.kiln_poi_fused_permute_view_split_add_reshape_1[(3072, 1, 1)](buf_qkv_12, attn_b, buf_qh, buf_kt, buf_vh, 3145728, 1024, stream=stream0)
         del attn_b, buf_qkv_12
-        buf_att = torch.empty_strided((96, 512, 512), (262144, 512, 1), device=DEVICE, dtype=torch.float32)
+        buf_att = empty_strided_device((96, 512, 512), (262144, 512, 1), torch.float32)
         torch.bmm(torch.as_strided(buf_qh, (96, 512, 64), (32768, 64, 1), 0), torch.as_strided(buf_kt, (96, 64, 512), (32768, 512, 1), 0), out=buf_att)
-        buf_p_19 = torch.empty_strided((8, 12, 512, 512), (3145728, 262144, 512, 1), device=DEVICE, dtype=torch.float32)
+        buf_p_19 = empty_strided_device((8, 12, 512, 512), (3145728, 262144, 512, 1), torch.float32)
         KERNELS.kiln_red_fused_amax_add_mul_sum_exp_sub_2[(6144, 1, 1)](buf_att, mask, buf_p_19, 49152, 512, 8, 512, stream=stream0)
         del mask, buf_att
-        buf_yh = torch.as_strided(buf_qh, (96, 512, 64), (32768, 64, 1), 0)  # reuse
+        buf_yh = reinterpret_tensor(buf_qh, (96, 512, 64), (32768, 64, 1), 0)  # reuse
         del buf_qh
         torch.bmm(torch.as_strided(buf_p_19, (96, 512, 512), (262144, 512, 1), 0), torch.as_strided(buf_vh, (96, 512, 64), (32768, 64, 1), 0), out=buf_yh)
         del buf_p_19
-        buf_proj_21 = torch.as_strided(buf_kt, (4096, 768), (768, 1), 0)  # reuse
+        buf_proj_21 = reinterpret_tensor(buf_kt, (4096, 768), (768, 1), 0)  # reuse
         del buf_kt
         KERNELS.kiln_poi_fused_reshape_3[(3072, 1, 1)](buf_yh, buf_proj_21, 3145728, 1024, stream=stream0)
-        buf_proj_22 = torch.as_strided(buf_vh, (4096, 768), (768, 1), 0)  # reuse
+        buf_proj_22 = reinterpret_tensor(buf_vh, (4096, 768), (768, 1), 0)  # reuse
         del buf_vh
         torch.mm(buf_proj_21, torch.as_strided(proj_w, (768, 768), (1, 768), 0), out=buf_proj_22)
         del proj_w
-        buf_fc_35 = torch.as_strided(buf_yh, (4096, 768), (768, 1), 0)  # reuse
+        buf_fc_35 = reinterpret_tensor(buf_yh, (4096, 768), (768, 1), 0)  # reuse
         del buf_yh
         KERNELS.kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4[(4128, 1, 1)](x, buf_proj_22, proj_b, ln2_w, ln2_b, buf_fc_35, 4096, 768, 1, 1024, stream=stream0)
         del ln2_w, ln2_b
-        buf_fc_36 = torch.empty_strided((4096, 3072), (3072, 1), device=DEVICE, dtype=torch.float32)
+        buf_fc_36 = empty_strided_device((4096, 3072), (3072, 1), torch.float32)
         torch.mm(buf_fc_35, torch.as_strided(fc_w, (768, 3072), (1, 768), 0), out=buf_fc_36)
         del fc_w, buf_fc_35
-        buf_mo_49 = torch.as_strided(buf_fc_36, (4096, 3072), (3072, 1), 0)  # reuse
+        buf_mo_49 = reinterpret_tensor(buf_fc_36, (4096, 3072), (3072, 1), 0)  # reuse
         KERNELS.kiln_poi_fused_reshape_mul_add_tanh_5[(12288, 1, 1)](buf_fc_36, fc_b, buf_mo_49, 12582912, 1024, stream=stream0)
         del fc_b, buf_fc_36
-        buf_mo_50 = torch.as_strided(buf_proj_21, (4096, 768), (768, 1), 0)  # reuse
+        buf_mo_50 = reinterpret_tensor(buf_proj_21, (4096, 768), (768, 1), 0)  # reuse
         del buf_proj_21
         torch.mm(buf_mo_49, torch.as_strided(out_w, (3072, 768), (1, 3072), 0), out=buf_mo_50)
         del out_w, buf_mo_49
-        buf_y = torch.empty_strided((8, 512, 768), (393216, 768, 1), device=DEVICE, dtype=torch.float32)
+        buf_y = empty_strided_device((8, 512, 768), (393216, 768, 1), torch.float32)
         KERNELS.kiln_poi_fused_add_reshape_6[(3072, 1, 1)](x, buf_proj_22, proj_b, buf_mo_50, out_b, buf_y, 3145728, 1024, stream=stream0)
         del x, proj_b, out_b, buf_proj_22, buf_mo_50
     return (buf_y,)

@@ -595,6 +595,13 @@ from torch._C import _gxu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("gxu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -629,7 +636,7 @@ def call(args):
     with torch.gxu._DeviceGuard(0):
         torch.gxu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_y_9 = torch.empty_strided((8192, 4096), (4096, 1), device=DEVICE, dtype=torch.float32)
+        buf_y_9 = empty_strided_device((8192, 4096), (4096, 1), torch.float32)
         KERNELS.kiln_red_fused_mean_mul_sub_add_rsqrt_0[(8208, 1, 1)](x, w, b, buf_y_9, 8192, 4096, 1, 2048, stream=stream0)
         del x, w, b
     return (buf_y_9,)

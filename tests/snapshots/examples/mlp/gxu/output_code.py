@@ -581,6 +581,13 @@ from torch._C import _gxu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("gxu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -617,16 +624,16 @@ def call(args):
     with torch.gxu._DeviceGuard(0):
         torch.gxu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_h_2 = torch.empty_strided((4096, 4096), (4096, 1), device=DEVICE, dtype=torch.float32)
+        buf_h_2 = empty_strided_device((4096, 4096), (4096, 1), torch.float32)
         torch.mm(x, torch.as_strided(w1, (1024, 4096), (1, 1024), 0), out=buf_h_2)
         del x, w1
-        buf_a = torch.as_strided(buf_h_2, (4096, 4096), (4096, 1), 0)  # reuse
+        buf_a = reinterpret_tensor(buf_h_2, (4096, 4096), (4096, 1), 0)  # reuse
         KERNELS.kiln_poi_fused_relu_add_0[(16416, 1, 1)](buf_h_2, b1, buf_a, 16777216, 1024, stream=stream0)
         del b1, buf_h_2
-        buf_y_5 = torch.empty_strided((4096, 1024), (1024, 1), device=DEVICE, dtype=torch.float32)
+        buf_y_5 = empty_strided_device((4096, 1024), (1024, 1), torch.float32)
         torch.mm(buf_a, torch.as_strided(w2, (4096, 1024), (1, 4096), 0), out=buf_y_5)
         del w2, buf_a
-        buf_y_6 = torch.empty_strided((4096, 1024), (1024, 1), device=DEVICE, dtype=torch.float32)
+        buf_y_6 = empty_strided_device((4096, 1024), (1024, 1), torch.float32)
         KERNELS.kiln_poi_fused_add_1[(4128, 1, 1)](buf_y_5, b2, buf_y_6, 4194304, 1024, stream=stream0)
         del b2, buf_y_5
     return (buf_y_6,)

@@ -582,6 +582,13 @@ from torch._C import _gxu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("gxu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -615,8 +622,8 @@ def call(args):
     with torch.gxu._DeviceGuard(0):
         torch.gxu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_m = torch.empty_strided((32,), (1,), device=DEVICE, dtype=torch.float16)
-        buf_y = torch.empty_strided((32, 64), (64, 1), device=DEVICE, dtype=torch.float16)
+        buf_m = empty_strided_device((32,), (1,), torch.float16)
+        buf_y = empty_strided_device((32, 64), (64, 1), torch.float16)
         KERNELS.kiln_red_fused_amax_mul_to_copy_sum_exp_sub_0[(32, 1, 1)](x, s, buf_m, buf_y, 32, 64, 1, 64, stream=stream0)
         del x, s
     return (buf_y, buf_m)

@@ -525,17 +525,93 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
 }
 
 // A 2-D convolution (no bias) of contiguous x [n, c, h, wd] with w [o, cg, kh, kw]
-// into y [n, o, oh, ow]: each output plane accumulates, per input channel and kernel tap,
-// a strided row of the input (an `omp simd` loop over the output columns that tap sees).
+// into y [n, o, oh, ow]. Returns 0, or 1 when scratch memory ran out.
+//
+// Where every output sums at least kKilnConvGemmDepth products and a group has several
+// output channels, as im2col and the packed matrix product: per image and group, the
+// input patches the outputs see laid out as a [cg * kh * kw, oh * ow] matrix (in
+// column chunks of whole output rows that keep it within KILN_CONV_COL_BYTES) and multiplied by the group's
+// [og, cg * kh * kw] weights. Otherwise (depthwise, a kernel of few taps) directly: each
+// output plane accumulates, per input channel and kernel tap, a strided row of the
+// input (an `omp simd` loop over the output columns that tap sees).
+constexpr int64_t kKilnConvGemmDepth = 16;
+constexpr int64_t kKilnConvGemmChannels = 4;
+#ifndef KILN_CONV_COL_BYTES
+#define KILN_CONV_COL_BYTES (int64_t(32) << 20)
+#endif
+constexpr int64_t kKilnConvColBytes = KILN_CONV_COL_BYTES;
+
 template <typename T>
-static void kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict__ w, int64_t wo,
-                        T* __restrict__ y, int64_t n, int64_t c, int64_t h, int64_t wd, int64_t o,
-                        int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
-                        int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,
-                        int64_t cg) {
+static int kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict__ w, int64_t wo,
+                       T* __restrict__ y, int64_t n, int64_t c, int64_t h, int64_t wd, int64_t o,
+                       int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
+                       int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,
+                       int64_t cg) {
     x += xo;
     w += wo;
     const int64_t og = o / groups;
+    const int64_t depth = cg * kh * kw;
+    const int64_t plane = oh * ow;
+    if (depth >= kKilnConvGemmDepth && og >= kKilnConvGemmChannels && plane > 0) {
+        // Whole output rows per chunk.
+        const int64_t chunk_rows = std::min<int64_t>(
+            oh, std::max<int64_t>(1, kKilnConvColBytes / int64_t(sizeof(T)) / (depth * ow)));
+        const int64_t chunk = chunk_rows * ow;
+        static thread_local KilnArena col_arena, part_arena;
+        T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * chunk));
+        // A chunk's products land beside the result, then in its rows.
+        T* part = chunk < plane ? reinterpret_cast<T*>(part_arena.get(sizeof(T) * og * chunk)) : nullptr;
+        if (col == nullptr || (chunk < plane && part == nullptr)) return 1;
+        auto load = [](const T* p, int64_t i) { return p[i]; };
+        auto store = [](T* p, int64_t i, T v) { p[i] = v; };
+        for (int64_t b = 0; b < n; ++b) {
+            for (int64_t g = 0; g < groups; ++g) {
+                for (int64_t i0 = 0; i0 < oh; i0 += chunk_rows) {
+                    const int64_t i1 = std::min<int64_t>(oh, i0 + chunk_rows);
+                    const int64_t pc = (i1 - i0) * ow;
+                    // Row r of the patches: input channel cc, tap (a, e); column q: the
+                    // output position i0 * ow + q. Taps outside the padded input read 0.
+#pragma omp parallel for schedule(static)
+                    for (int64_t r = 0; r < depth; ++r) {
+                        const int64_t cc = r / (kh * kw), a = (r / kw) % kh, e = r % kw;
+                        const T* in = x + (b * c + g * cg + cc) * h * wd;
+                        // Output columns j read input column j * sw - lo, inside [j0, j1).
+                        const int64_t lo = pw - e * dw;
+                        const int64_t hi = wd - 1 + pw - e * dw;
+                        const int64_t j0 = std::min<int64_t>(ow, lo <= 0 ? 0 : (lo + sw - 1) / sw);
+                        const int64_t j1 = std::max<int64_t>(j0, hi < 0 ? 0 : std::min(ow, hi / sw + 1));
+                        for (int64_t i = i0; i < i1; ++i) {
+                            T* d = col + r * pc + (i - i0) * ow;
+                            const int64_t yy = i * sh - ph + a * dh;
+                            if (yy < 0 || yy >= h) {
+                                for (int64_t j = 0; j < ow; ++j) d[j] = T(0);
+                                continue;
+                            }
+                            const T* row = in + yy * wd - lo;
+                            for (int64_t j = 0; j < j0; ++j) d[j] = T(0);
+                            if (sw == 1) {
+#pragma omp simd
+                                for (int64_t j = j0; j < j1; ++j) d[j] = row[j];
+                            } else {
+                                for (int64_t j = j0; j < j1; ++j) d[j] = row[j * sw];
+                            }
+                            for (int64_t j = j1; j < ow; ++j) d[j] = T(0);
+                        }
+                    }
+                    T* rows = y + (b * o + g * og) * plane;
+                    if (kiln_mm<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
+                                   part != nullptr ? part : rows, load, store))
+                        return 1;
+                    if (part != nullptr) {
+#pragma omp parallel for schedule(static)
+                        for (int64_t oc = 0; oc < og; ++oc)
+                            std::memcpy(rows + oc * plane + i0 * ow, part + oc * pc, sizeof(T) * pc);
+                    }
+                }
+            }
+        }
+        return 0;
+    }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < n; ++b) {
         for (int64_t oc = 0; oc < o; ++oc) {
@@ -565,6 +641,7 @@ static void kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict
             }
         }
     }
+    return 0;
 }
 
 

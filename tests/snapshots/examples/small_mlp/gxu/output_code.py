@@ -567,6 +567,13 @@ from torch._C import _gxu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("gxu", 0)
 KERNELS = KernelSet(globals())
+# A fresh buffer on the current device and a view of a buffer, through the C++
+# functions Inductor's wrappers call where this torch has them.
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) or (
+    lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
+reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
+    lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 
 
 def assert_size_stride(tensor, size, stride, name):
@@ -602,13 +609,13 @@ def call(args):
     with torch.gxu._DeviceGuard(0):
         torch.gxu.set_device(0)
         stream0 = get_raw_stream(0)
-        buf_h_2 = torch.empty_strided((8, 32), (32, 1), device=DEVICE, dtype=torch.float32)
+        buf_h_2 = empty_strided_device((8, 32), (32, 1), torch.float32)
         torch.mm(x, torch.as_strided(w1, (16, 32), (1, 16), 0), out=buf_h_2)
         del x, w1
-        buf_a = torch.as_strided(buf_h_2, (8, 32), (32, 1), 0)  # reuse
+        buf_a = reinterpret_tensor(buf_h_2, (8, 32), (32, 1), 0)  # reuse
         KERNELS.kiln_poi_fused_relu_add_0[(1, 1, 1)](buf_h_2, b1, buf_a, 256, 256, stream=stream0)
         del b1, buf_h_2
-        buf_y_5 = torch.empty_strided((8, 4), (4, 1), device=DEVICE, dtype=torch.float32)
+        buf_y_5 = empty_strided_device((8, 4), (4, 1), torch.float32)
         torch.mm(buf_a, torch.as_strided(w2, (32, 4), (1, 32), 0), out=buf_y_5)
         del w2, buf_a
     return (buf_y_5,)

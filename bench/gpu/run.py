@@ -271,6 +271,10 @@ def min_traffic_bytes(inputs, outputs) -> int:
     return sum(t.numel() * t.element_size() for t in list(inputs) + list(outputs))
 
 
+# --cuda-graph: time Kiln and Inductor as CUDA graphs (set by main).
+CUDA_GRAPH = False
+
+
 def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw: float,
              warm_only: bool = False) -> tuple[str, bool]:
     """One case, in this (child) process: check, then time. Returns a table row."""
@@ -321,17 +325,27 @@ def run_case(case: Path, examples: Path, tolerance: float, compile_ref: bool, bw
                                f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB peak", file=sys.stderr)
     trace("checked")
     kernels = len(getattr(module, "KERNEL_META", {}))
-    kiln_ms = do_bench(lambda: module.call(list(inputs)))
+    if CUDA_GRAPH:
+        # GPU time alone: the call captured once and replayed (no host work per call).
+        graph_call = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph_call):
+            module.call(list(inputs))
+        kiln_ms = do_bench(graph_call.replay)
+        del graph_call
+    else:
+        kiln_ms = do_bench(lambda: module.call(list(inputs)))
     trace("kiln timed")
     eager_ms = do_bench(lambda: graph(*inputs))
     trace("eager timed")
     ind_ms, cold = float("nan"), float("nan")
     if compile_ref and device_name == "cuda":
-        compiled = torch.compile(graph.__call__)
+        compiled = torch.compile(graph.__call__, mode="reduce-overhead" if CUDA_GRAPH else None)
         t0 = time.perf_counter()
         compiled(*inputs)
         torch.cuda.synchronize()
         cold = time.perf_counter() - t0
+        for _ in range(3 if CUDA_GRAPH else 0):
+            compiled(*inputs)  # reduce-overhead records its CUDA graph on a later call
         ind_ms = do_bench(lambda: compiled(*inputs))
     traffic = min_traffic_bytes(inputs, want)
     pct = traffic / (kiln_ms * 1e-3) / 1e12 / bw * 100
@@ -357,10 +371,16 @@ def main() -> int:
                              "one-at-a-time pass (the 'ind cold s' column then times a warm cache)")
     parser.add_argument("--in-process", action="store_true",
                         help="run every case in this process (faster; a case that crashes ends the run)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="time GPU work alone: Kiln's call captured into a CUDA graph and replayed, "
+                             "Inductor as torch.compile(mode='reduce-overhead') (launch-bound graphs and "
+                             "whole models, whose host time otherwise dominates and varies)")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bandwidth", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global CUDA_GRAPH
+    CUDA_GRAPH = args.cuda_graph
 
     if args.one is not None:
         # Child: one case, one line on stdout.
@@ -372,6 +392,8 @@ def main() -> int:
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}")
     bw = copy_bandwidth()
     where = "all cases in this process" if args.in_process else "every case runs in its own process"
+    if args.cuda_graph:
+        where += "; Kiln and Inductor timed as CUDA graphs (GPU time alone)"
     print(f"# copy bandwidth {bw:.3f} TB/s; {where}")
     print(
         f"{'device':6} {'graph':16} {'kernels':>7} {'rel err':>9} {'ok':>3} {'kiln ms':>9} {'eager ms':>9} "
@@ -410,6 +432,8 @@ def main() -> int:
             continue
         cmd = [sys.executable, __file__, str(args.cases), "--examples", str(args.examples), "--one", str(case),
                "--tolerance", str(args.tolerance), "--bandwidth", str(bw)]
+        if args.cuda_graph:
+            cmd.append("--cuda-graph")
         if args.no_compile:
             cmd.append("--no-compile")
         child = subprocess.run(cmd, capture_output=True, text=True)

@@ -4,7 +4,11 @@ launch-bound graphs: each side is called N times back to back with no
 synchronisation inside, so the figure is the wrapper's own work per call (argument
 checks, allocation, launches), divided by its kernel count for a per-launch figure.
 
-    wrapper_overhead.py [--profile] CASE_DIR [CASE_DIR ...]    (folders as sweep_prepare.sh writes them)
+    wrapper_overhead.py [--profile] CASE_DIR [CASE_DIR ...]    (folders as sweep_prepare.sh or
+                                                             models_prepare.sh write them)
+
+A whole model whose GPU time exceeds its host time fills the launch queue: its figure
+is then the GPU's time per call, the larger of the two.
 
 --profile prints where Kiln's call spends its host time (cProfile, top 15 by own time).
 """
@@ -16,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import EagerGraph, load_module  # noqa: E402
+from run import EagerGraph, ExportedModel, load_module  # noqa: E402
 
 N = 2000
 
@@ -38,7 +42,8 @@ def main() -> int:
     cases = [a for a in sys.argv[1:] if a != "--profile"]
     print(f"{'case':32} {'kernels':>7} {'kiln us':>8} {'ind us':>8} {'kiln/launch':>11}")
     for case in map(Path, cases):
-        graph = EagerGraph(case / "graph.toml", torch.device("cuda", 0))
+        cuda = torch.device("cuda", 0)
+        graph = ExportedModel(case, cuda) if (case / "model.pt2").exists() else EagerGraph(case / "graph.toml", cuda)
         module = load_module(case / "output_code.py", case.parent.name)
         inputs = graph.inputs()
         kernels = len(getattr(module, "KERNEL_META", {}))

@@ -571,3 +571,47 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
     out.push_str(&body.replace("{PRECISION}", &precision));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use kiln_plugin_api::abi_stable::std_types::{RNone, RString};
+    use kiln_plugin_api::PropertiesSource;
+
+    use super::*;
+
+    fn properties(cc: u32, units: u32) -> DeviceProperties {
+        DeviceProperties {
+            device_type: RString::from("cuda"),
+            index: 0,
+            multi_processor_count: units,
+            cc,
+            major: RNone,
+            regs_per_multiprocessor: RNone,
+            max_threads_per_multi_processor: RNone,
+            max_threads_per_block: RNone,
+            warp_size: RNone,
+            max_grid: [1 << 31, 65535, 65535],
+            source: PropertiesSource::StaticDefaults,
+        }
+    }
+
+    #[test]
+    fn float32_products_are_tf32x3_only_where_tensor_cores_take_tf32() {
+        let ampere = Target::of(Some(properties(80, 108)));
+        assert_eq!(ampere.units, 108);
+        assert_eq!(ampere.precision(DType::Float32), Some("tf32x3"));
+        // Turing (7.5) has no TF32; a vendor's device says 0; no properties at all.
+        for target in [
+            Target::of(Some(properties(75, 40))),
+            Target::of(Some(properties(0, 48))),
+            Target::of(None),
+        ] {
+            assert_eq!(target.precision(DType::Float32), Some("ieee"), "{target:?}");
+        }
+        // 16-bit operands multiply in their dtype everywhere.
+        for dtype in [DType::Float16, DType::BFloat16] {
+            assert_eq!(ampere.precision(dtype), None);
+            assert_eq!(Target::of(None).precision(dtype), None);
+        }
+    }
+}

@@ -157,11 +157,10 @@ pub fn write(
         // specializes an integer argument of 1: loads along the head dim are then
         // known contiguous and vectorise (bfloat16 heads of 64 on an H100: 154 µs
         // with runtime strides, 31.5 specialized).
-        let unit: Vec<(&'static str, i64)> = SCALAR_PARAMS
-            .iter()
+        let unit: Vec<(&'static str, i64)> = scalar_params()
             .zip(&launch.scalars)
             .filter(|(name, value)| UNIT_STRIDES.contains(name) && value.as_str() == "1")
-            .map(|(name, _)| (*name, 1))
+            .map(|(name, _)| (name, 1))
             .collect();
         let types: Vec<(String, String)> = types
             .into_iter()
@@ -268,11 +267,10 @@ const INT_PARAMS: [&str; 24] = [
     "smh", "smm", "smn", "sob", "soh", "som", "soe", "Z", "H", "L", "S",
 ];
 
-/// Every scalar parameter (`sm_scale`, then [`INT_PARAMS`]), in order.
-const SCALAR_PARAMS: [&str; 25] = [
-    "sm_scale", "sqb", "sqh", "sqm", "sqe", "skb", "skh", "skn", "ske", "svb", "svh", "svn", "sve",
-    "smb", "smh", "smm", "smn", "sob", "soh", "som", "soe", "Z", "H", "L", "S",
-];
+/// Every scalar parameter's name, in order: `sm_scale`, then [`INT_PARAMS`].
+fn scalar_params() -> impl Iterator<Item = &'static str> {
+    std::iter::once("sm_scale").chain(INT_PARAMS)
+}
 
 /// The innermost strides, compiled in where they are 1.
 const UNIT_STRIDES: [&str; 5] = ["sqe", "ske", "sve", "smn", "soe"];
@@ -280,10 +278,9 @@ const UNIT_STRIDES: [&str; 5] = ["sqe", "ske", "sve", "smn", "soe"];
 /// The values of the scalars `kernel` takes at run time, in order: `launch`'s
 /// scalars less those compiled into the kernel as constants.
 pub fn runtime_scalars<'a>(kernel: &AttentionKernel, launch: &'a AttentionLaunch) -> Vec<&'a str> {
-    SCALAR_PARAMS
-        .iter()
+    scalar_params()
         .zip(&launch.scalars)
-        .filter(|(name, _)| !kernel.constants.iter().any(|(c, _)| c == *name))
+        .filter(|(name, _)| !kernel.constants.iter().any(|(c, _)| c == name))
         .map(|(_, value)| value.as_str())
         .collect()
 }

@@ -134,9 +134,9 @@ fn run_checked(name: &str, text: &str, env: &[(&str, &str)], outputs: usize) {
 #[test]
 fn matrix_products_cross_every_tile_edge() {
     // Tiny tiles (the plugin's are guarded, so the flags win) make a small
-    // product cross every edge: several k blocks, column panels with a
-    // ragged last sliver, row passes with a ragged last block, the last
-    // pass's columns split between threads, batches, transposed (strided)
+    // product cross every edge: several steps of the shared dimension,
+    // column blocks with a ragged last sliver, row panels with a ragged last
+    // sliver, rows split between tasks, batches, transposed (strided)
     // operands on either side, and an empty shared dimension.
     let text = r#"format = "kiln-graph/1"
 name = "mm_tiles"
@@ -212,13 +212,18 @@ name = "empty"
 op = "mm"
 args = ["e", "f"]
 "#;
-    let tiny = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=32 -DKILN_MM_MB=1";
-    // The plugin's own tiles: one block of the shared dimension, no partial sums.
+    let tiny = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=32";
+    // The plugin's own tiles: one step of the shared dimension.
     let plugin = "-O1 -fopenmp";
-    for flags in [tiny, plugin] {
-        for threads in ["1", "3"] {
-            let env = [("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)];
-            run_checked("mm_tiles", text, &env, 4);
+    // bfloat16 sums in float scratch and converts after the last step; two
+    // threads take the batch's products one each, four share each product.
+    for dtype in ["float32", "bfloat16"] {
+        let typed = text.replace("float32", dtype);
+        for flags in [tiny, plugin] {
+            for threads in ["1", "2", "4"] {
+                let env = [("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)];
+                run_checked(&format!("mm_tiles_{dtype}"), &typed, &env, 4);
+            }
         }
     }
 }

@@ -26,8 +26,8 @@ pub struct CpuLimits {
 
 /// The blocked matrix product's tiles (the `KILN_MM_*` macros of the C++
 /// prelude): an `mr` x `nr` register block of `vbytes`-byte vectors, `kc` of
-/// the shared dimension, `mc` rows of `a` and `nc` columns of `b` per packed
-/// panel, and `mb` blocks of `mc` rows accumulated per thread at a time.
+/// the shared dimension per step, `mc` rows of `a` per shared packed panel and
+/// `nc` columns of `b` per task's packed block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulTiles {
     pub vbytes: u32,
@@ -36,37 +36,43 @@ pub struct MatmulTiles {
     pub mc: u32,
     pub kc: u32,
     pub nc: u32,
-    pub mb: u32,
 }
 
-/// Blocks of `mc` rows each thread accumulates per pass over a packed panel
-/// of `b`: enough rows that packing `b` is paid for, few enough that the
-/// partial sums stay in the L2 cache beside the packed `a`.
-pub const MATMUL_ROW_BLOCKS: u32 = 4;
+/// Columns of `b` a task packs per step: 256 keep eight 32-wide slivers (or
+/// sixteen 16-wide) streaming past one sliver of `a`; 512 measured no better
+/// on 2 EPYC (Zen 4) cores.
+pub const MATMUL_BLOCK_COLUMNS: u32 = 256;
+/// Rows of `a` in the panel all threads share per step (1024 x `kc` floats:
+/// 2 MiB at `kc` 512, for the last-level cache); 1024, 2048 and 4096 measured
+/// alike on 2048^2.
+pub const MATMUL_PANEL_ROWS: u64 = 1024;
 
 /// Tiles for `f32` on this host, in the GotoBLAS/BLIS way:
 /// - the register block is 6 rows by two vectors (12 accumulators, plus
 ///   two for `b` and one broadcast of `a`, fit 16 vector registers). AVX-512
-///   has 32, but 12 rows measured no better on two pinned cores of a Sapphire
-///   Rapids Xeon (0.76 and 0.55 of torch.mm's speed in two runs, against
-///   0.71-0.77 with 6; `bench/cpu/mm_tiles.sh` times others);
-/// - a sliver of `b` (`kc` x `nr`) fills half the L1 data cache;
-/// - a packed block of `a` (`mc` x `kc`) fills half the L2 cache.
+///   has 32, but 12 rows measured no better, on a Sapphire Rapids Xeon before
+///   and on Zen 4 with the present loop order (`bench/cpu/mm_tiles.sh`);
+/// - a task's packed block of `b` (`kc` x `nc`) fills half the L2 cache, and
+///   a sliver of `a` (`mr` x `kc`) at most half the L1 data cache; `kc` is at
+///   most 512, past which longer steps measured no faster (every step adds
+///   into the whole result once, so shorter ones cost memory traffic);
+/// - the shared panel of `a` is [`MATMUL_PANEL_ROWS`] rows.
 pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
     let lanes = limits.lanes(4);
     let (mr, nr) = (6, 2 * lanes);
-    let kc = (limits.l1d_bytes / 2 / (u64::from(nr) * 4)).clamp(64, 1024) / 8 * 8;
-    let mc =
-        (limits.l2_bytes / 2 / (kc * 4)).clamp(u64::from(mr), 1024) / u64::from(mr) * u64::from(mr);
+    let nc = u64::from(MATMUL_BLOCK_COLUMNS);
+    let from_l2 = limits.l2_bytes / 2 / (nc * 4);
+    let from_l1 = limits.l1d_bytes / 2 / (u64::from(mr) * 4);
+    let kc = from_l2.min(from_l1).clamp(64, 512) / 8 * 8;
+    let mc = MATMUL_PANEL_ROWS / u64::from(mr) * u64::from(mr);
     MatmulTiles {
         vbytes: lanes * 4,
         mr,
         nr,
-        // Both are clamped to at most 1024 above.
+        // Both are at most 1024 by construction.
         mc: u32::try_from(mc).unwrap_or(1020),
-        kc: u32::try_from(kc).unwrap_or(1024),
-        nc: 1024,
-        mb: MATMUL_ROW_BLOCKS,
+        kc: u32::try_from(kc).unwrap_or(512),
+        nc: MATMUL_BLOCK_COLUMNS,
     }
 }
 
@@ -153,8 +159,9 @@ mod tests {
 
     #[test]
     fn matmul_tiles_follow_the_vector_width_and_the_caches() {
+        // 512 KiB of L2: a 256-column block of b takes 256 of the shared dim.
         let t = matmul_tiles(&HOST);
-        assert_eq!((t.mr, t.nr, t.kc, t.mc, t.nc), (6, 16, 256, 252, 1024));
+        assert_eq!((t.mr, t.nr, t.kc, t.mc, t.nc), (6, 16, 256, 1020, 256));
         assert_eq!(t.vbytes, 32);
         let avx512 = CpuLimits {
             simd_bytes: 64,
@@ -163,8 +170,15 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&avx512);
-        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 6, 32, 192));
+        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 6, 32, 512));
         assert_eq!(t.mc % t.mr, 0);
+        // A small L1 limits the sliver of a: 6 x 336 floats in half of 16 KiB.
+        let small_l1 = CpuLimits {
+            l1d_bytes: 16 << 10,
+            l2_bytes: 2 << 20,
+            ..HOST
+        };
+        assert_eq!(matmul_tiles(&small_l1).kc, 336);
         // Unknown or absurd caches stay within sane bounds.
         let tiny = CpuLimits {
             simd_bytes: 16,
@@ -173,14 +187,14 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&tiny);
-        assert_eq!((t.mr, t.nr, t.kc, t.mc), (6, 8, 64, 6));
+        assert_eq!((t.mr, t.nr, t.kc, t.mc), (6, 8, 64, 1020));
         let huge = CpuLimits {
             l1d_bytes: u64::MAX,
             l2_bytes: u64::MAX,
             ..HOST
         };
         let t = matmul_tiles(&huge);
-        assert_eq!((t.kc, t.mc), (1024, 1020));
+        assert_eq!((t.kc, t.mc), (512, 1020));
     }
 
     #[test]

@@ -67,7 +67,6 @@ fn tile_defines(tiles: &MatmulTiles) -> String {
         mc,
         kc,
         nc,
-        mb,
     } = *tiles;
     let mut text = String::new();
     for (name, value) in [
@@ -77,7 +76,6 @@ fn tile_defines(tiles: &MatmulTiles) -> String {
         ("MC", mc),
         ("KC", kc),
         ("NC", nc),
-        ("MB", mb),
     ] {
         text += &format!("#ifndef KILN_MM_{name}\n#define KILN_MM_{name} {value}\n#endif\n");
     }

@@ -210,37 +210,38 @@ struct KilnArena {
 
 /// The blocked matrix product. `out[b, i, j] = sum_k a[b, i, k] * b[b, k, j]`
 /// over strided operands (any strides), written contiguously, in the
-/// GotoBLAS/BLIS arrangement:
+/// GotoBLAS/BLIS arrangement (BLIS's operands swapped: here the result's rows
+/// are contiguous, so the vectors run along `b`'s columns):
 ///
-/// - `KILN_MM_KC` by `KILN_MM_NC` of `b` is packed once per pass, shared by
-///   every thread, into slivers `KILN_MM_NR` columns wide (zero-padded);
-/// - each task packs `KILN_MM_MC` rows of `a` into slivers `KILN_MM_MR` rows
-///   high and runs the micro-kernel over its slivers;
+/// - per step of `KILN_MM_KC` of the shared dimension, a panel of at most
+///   `KILN_MM_MC` rows of `a` is packed once, shared by every thread (it lives
+///   in the last-level cache), in slivers `KILN_MM_MR` rows high;
+/// - each task packs `KILN_MM_KC` by `KILN_MM_NC` of `b` for itself (in its
+///   core's L2 cache) in slivers `KILN_MM_NR` columns wide, zero-padded, and
+///   runs each sliver of its rows of `a` (held in L1) against all of them;
 /// - the micro-kernel keeps an `MR` x `NR` block of accumulators in
-///   registers; its inner loop runs over `NR` contiguous columns, which the
-///   compiler vectorises for the target's SIMD width.
+///   registers, in vectors of `KILN_MM_VBYTES` bytes along the columns, and
+///   adds it into the result (or, for a result stored narrower than it is
+///   summed, into float partial sums converted after the last step).
 ///
-/// The tile sizes are the device's numbers, and only the device's: the
-/// plugin's `kernel_header` defines every `KILN_MM_*` macro for its SIMD width
-/// and caches, and the prelude refuses to build without them. Rows of the
-/// result are accumulated in a scratch buffer `KILN_MM_MB` blocks of `MC` rows
-/// per thread at a time, so that each packed `b` serves many rows.
+/// Many small products (a batch of attention heads) run one whole product per
+/// thread instead. The tile sizes are the device's numbers, and only the
+/// device's: the plugin's `kernel_header` defines every `KILN_MM_*` macro for
+/// its SIMD width and caches, and the prelude refuses to build without them.
 pub const MATMUL: &str = r#"
 #if !defined(KILN_MM_MR) || !defined(KILN_MM_NR) || !defined(KILN_MM_MC) || !defined(KILN_MM_KC) \
-    || !defined(KILN_MM_NC) || !defined(KILN_MM_MB) || !defined(KILN_MM_VBYTES)
-#error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC, KILN_MM_MB and KILN_MM_VBYTES"
+    || !defined(KILN_MM_NC) || !defined(KILN_MM_VBYTES)
+#error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC and KILN_MM_VBYTES"
 #endif
 
-// One MR x NR block: acc = ap (an MR-row sliver, k-major) * bp (an NR-column
-// sliver, k-major), plus the partial sums in c (row stride ldc) unless this is
-// the first block of the shared dimension; kept in c for the next block, or,
-// after the last, stored to `out` (from index o, row stride ldo), its first
-// `rows` x `cols` only.
-template <typename Acc, typename T, typename Store>
+// One MR x NR block of the result: c (row stride ldc) = ap (an MR-row sliver
+// of a, k-major) * bp (an NR-column sliver of b, k-major), plus what c holds
+// unless this is the first step of the shared dimension; c's first `rows` x
+// `cols` only.
+template <typename Acc>
 static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const Acc* __restrict__ bp,
-                                 Acc* __restrict__ c, int64_t ldc, bool first, bool last,
-                                 T* out, int64_t o, int64_t ldo, int64_t rows, int64_t cols, Store store) {
-    Acc acc[KILN_MM_MR][KILN_MM_NR] = {};
+                                 Acc* __restrict__ c, int64_t ldc, bool first, int64_t rows, int64_t cols) {
+    Acc acc[KILN_MM_MR][KILN_MM_NR];
 #if KILN_MM_VBYTES > 0 && (defined(__GNUC__) || defined(__clang__))
     // Explicit vectors of the plugin's width (GCC/clang vector extensions):
     // compilers that would otherwise pick narrower vectors than the machine
@@ -260,34 +261,26 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
                 for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
             }
         }
-        // The partial sums and, for a plain result (T is Acc), the result
-        // itself move as whole vectors, straight from the registers.
-        if (!first) {
+        // A whole block moves as whole vectors, straight from the registers.
+        if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
             for (int i = 0; i < KILN_MM_MR; ++i)
                 for (int v = 0; v < NV; ++v) {
-                    V cv;
-                    std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
-                    vacc[i][v] += cv;
+                    if (!first) {
+                        V cv;
+                        std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
+                        vacc[i][v] += cv;
+                    }
+                    std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
                 }
-        }
-        if (!last) {
-            for (int i = 0; i < KILN_MM_MR; ++i)
-                for (int v = 0; v < NV; ++v) std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
             return;
-        }
-        if constexpr (std::is_same<T, Acc>::value) {
-            if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
-                for (int i = 0; i < KILN_MM_MR; ++i)
-                    for (int v = 0; v < NV; ++v) std::memcpy(out + o + i * ldo + v * L, &vacc[i][v], sizeof(V));
-                return;
-            }
         }
         for (int i = 0; i < KILN_MM_MR; ++i)
             for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
-        first = true;  // the partial sums are in acc already
     } else
 #endif
     {
+        for (int i = 0; i < KILN_MM_MR; ++i)
+            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] = Acc(0);
         for (int64_t k = 0; k < kc; ++k) {
             const Acc* av = ap + k * KILN_MM_MR;
             const Acc* bv = bp + k * KILN_MM_NR;
@@ -297,29 +290,15 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
             }
         }
     }
-    if (!first) {
-        for (int i = 0; i < KILN_MM_MR; ++i) {
-#pragma omp simd
-            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += c[i * ldc + j];
-        }
-    }
-    if (!last) {
-        for (int i = 0; i < KILN_MM_MR; ++i) {
-#pragma omp simd
-            for (int j = 0; j < KILN_MM_NR; ++j) c[i * ldc + j] = acc[i][j];
-        }
-    } else if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
-        for (int i = 0; i < KILN_MM_MR; ++i)
-            for (int j = 0; j < KILN_MM_NR; ++j) store(out, o + i * ldo + j, acc[i][j]);
-    } else {
-        for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j) store(out, o + i * ldo + j, acc[i][j]);
-    }
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = first ? acc[i][j] : c[i * ldc + j] + acc[i][j];
 }
 
 // Packs one sliver of b: `cols` (at most NR) columns from `base`, k-major,
-// zero-padded to NR. Rows of b contiguous: NR at a time; otherwise each column
-// down k (contiguous when b is a transposed view, as in `linear`).
+// zero-padded to NR. Rows of b contiguous: NR at a time; columns contiguous
+// (b a transposed view, as in `linear`): transposed through NR x 8 tiles, so
+// that both the reads and the writes run along memory; otherwise each column
+// down k.
 template <typename Acc, typename T, typename Load>
 static inline void kiln_mm_pack_b(Acc* dst, const T* b, int64_t base, int64_t b_sk, int64_t b_sn,
                                   int64_t kc, int64_t cols, Load load) {
@@ -330,8 +309,19 @@ static inline void kiln_mm_pack_b(Acc* dst, const T* b, int64_t base, int64_t b_
         }
         return;
     }
+    int64_t k0 = 0;
+    if (b_sk == 1 && cols == KILN_MM_NR) {
+        constexpr int64_t KB = 8;
+        for (; k0 + KB <= kc; k0 += KB) {
+            Acc tile[KILN_MM_NR][KB];
+            for (int64_t j = 0; j < KILN_MM_NR; ++j)
+                for (int64_t kk = 0; kk < KB; ++kk) tile[j][kk] = load(b, base + j * b_sn + k0 + kk);
+            for (int64_t kk = 0; kk < KB; ++kk)
+                for (int64_t j = 0; j < KILN_MM_NR; ++j) dst[(k0 + kk) * KILN_MM_NR + j] = tile[j][kk];
+        }
+    }
     for (int64_t j = 0; j < KILN_MM_NR; ++j)
-        for (int64_t k = 0; k < kc; ++k)
+        for (int64_t k = k0; k < kc; ++k)
             dst[k * KILN_MM_NR + j] = j < cols ? load(b, base + j * b_sn + k * b_sk) : Acc(0);
 }
 
@@ -411,9 +401,44 @@ static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
     }
 }
 
+// The float partial sums of one panel of a result stored narrower than its
+// accumulation type: converted into `out` after the last step.
+constexpr int64_t kKilnMmSumsBytes = int64_t(32) << 20;
+
+// One task of one step of the shared dimension (k0 .. k0 + kc): b's columns
+// [j0, j0 + nc) packed into `bp`, then slivers [is0, is1) of the packed panel
+// `ap` (rows m0 .. m0 + mp of batch entry bi) against each of b's slivers,
+// added into `sums` (row stride ld; `out` itself when T is Acc); after the
+// last step, sums of a narrower T converted into `out`.
+template <typename Acc, typename T, typename Load, typename Store>
+static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t N, int64_t m0, int64_t mp, int64_t k0,
+                                int64_t kc, bool last, int64_t j0, int64_t nc, int64_t is0, int64_t is1,
+                                const Acc* ap, Acc* bp, Acc* sums, int64_t ld, const T* b, int64_t b_off,
+                                int64_t b_sb, int64_t b_sk, int64_t b_sn, T* out, Load load, Store store) {
+    constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR;
+    const int64_t slivers = (nc + NR - 1) / NR;
+    for (int64_t s = 0; s < slivers; ++s)
+        kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, b_off + bi * b_sb + k0 * b_sk + (j0 + s * NR) * b_sn, b_sk, b_sn,
+                            kc, std::min<int64_t>(NR, nc - s * NR), load);
+    // One sliver of a stays in L1 while b's slivers stream past from L2.
+    for (int64_t is = is0; is < is1; ++is)
+        for (int64_t s = 0; s < slivers; ++s)
+            kiln_mm_micro<Acc>(kc, ap + is * MR * kc, bp + s * NR * kc, sums + is * MR * ld + j0 + s * NR, ld,
+                               k0 == 0, std::min<int64_t>(MR, mp - is * MR), std::min<int64_t>(NR, nc - s * NR));
+    if constexpr (!std::is_same<T, Acc>::value) {
+        if (last) {
+            const int64_t r1 = std::min<int64_t>(is1 * MR, mp);
+            for (int64_t r = is0 * MR; r < r1; ++r)
+                for (int64_t j = j0; j < j0 + nc; ++j) store(out, (bi * M + m0 + r) * N + j, sums[r * ld + j]);
+        }
+    } else {
+        (void)M, (void)m0, (void)last, (void)out, (void)store;
+    }
+}
+
 // Load: converts one stored element to the accumulation type; Store: writes
 // one accumulated element (when T is Acc, a plain write: the micro-kernel then
-// stores whole vectors itself). Returns 0, or 1 when scratch memory ran out.
+// adds into `out` itself). Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
 static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
@@ -430,8 +455,9 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                               out, load, store);
         return 0;
     }
+    constexpr bool plain = std::is_same<T, Acc>::value;
     constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
-    // Tiles are whole slivers.
+    // Whole slivers.
     constexpr int64_t MC = (KILN_MM_MC + MR - 1) / MR * MR;
     constexpr int64_t NC = (KILN_MM_NC + NR - 1) / NR * NR;
 #ifdef _OPENMP
@@ -439,74 +465,101 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
 #else
     const int64_t threads = 1;
 #endif
-    // Rows of the result per pass: at most KILN_MM_MB blocks per thread, the
-    // passes of equal size (a short last pass would repack all of b for a
-    // few rows), a whole number of slivers.
-    const int64_t most = KILN_MM_MB * threads * MC;
+    // Panels of at most MC rows (fewer where a narrower result's float sums
+    // would outgrow their budget), all of one size: a short last panel would
+    // repack b for a few rows.
+    const int64_t most =
+        plain ? MC
+              : std::max<int64_t>(MR, std::min<int64_t>(MC, kKilnMmSumsBytes / (int64_t(sizeof(Acc)) * N) / MR * MR));
     const int64_t passes = (M + most - 1) / most;
-    const int64_t MB = ((M + passes - 1) / passes + MR - 1) / MR * MR;
-    // Scratch kept per thread between calls: packed b and, when the shared
-    // dimension takes more than one block, the partial sums.
-    static thread_local KilnArena b_arena, c_arena;
-    Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KC * NC));
-    Acc* cb = K > KC ? reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MB * NC)) : nullptr;
-    int failed = (bp == nullptr || (K > KC && cb == nullptr)) ? 1 : 0;
-    if (failed == 0) {
+    const int64_t MP = ((M + passes - 1) / passes + MR - 1) / MR * MR;
+    const int64_t blocks = (N + NC - 1) / NC;
+    // Steps of the shared dimension of at most KC, all of one size (a short
+    // last step would pass over the whole result for a few products).
+    const int64_t ksteps = (K + KC - 1) / KC;
+    const int64_t KS = ((K + ksteps - 1) / ksteps + 7) / 8 * 8;
+    // The rows of each step: every panel, and in it every step of the shared
+    // dimension, visited in order by `step(bi, m0, mp, k0, kc)`.
+    auto steps = [&](auto&& step) {
+        for (int64_t bi = 0; bi < batch; ++bi)
+            for (int64_t m0 = 0; m0 < M; m0 += MP)
+                for (int64_t k0 = 0; k0 < K; k0 += KS)
+                    step(bi, m0, std::min<int64_t>(MP, M - m0), k0, std::min<int64_t>(KS, K - k0));
+    };
+    auto pack_panel = [&](Acc* ap, int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc, int64_t is) {
+        kiln_mm_pack_a<Acc>(ap + is * MR * kc, a, a_off + bi * a_sb + (m0 + is * MR) * a_sm + k0 * a_sk, a_sm, a_sk,
+                            kc, std::min<int64_t>(MR, mp - is * MR), load);
+    };
+    auto sums_of = [&](Acc* scratch, int64_t bi, int64_t m0) -> Acc* {
+        if constexpr (plain) {
+            (void)scratch;
+            return out + (bi * M + m0) * N;
+        } else {
+            (void)bi, (void)m0;
+            return scratch;
+        }
+    };
+    int failed = 0;
+    if (threads > 1 && batch >= threads && M * N * K <= (int64_t(1) << 24)) {
+        // Many small products (attention's heads): each thread does whole
+        // products, with no barrier between steps.
 #pragma omp parallel reduction(| : failed)
         {
-            static thread_local KilnArena a_arena;
-            Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MC * KC));
-            const bool ok = ap != nullptr;
+            static thread_local KilnArena a_arena, b_arena, c_arena;
+            Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MP * KS));
+            Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KS * NC));
+            Acc* scratch = plain ? nullptr : reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MP * N));
+            const bool ok = ap != nullptr && bp != nullptr && (plain || scratch != nullptr);
             if (!ok) failed = 1;
-            // Every thread meets every work-sharing loop (their bounds are shared);
-            // one without scratch skips its tasks, and the call reports failure.
-            for (int64_t bi = 0; bi < batch; ++bi) {
-                for (int64_t m0 = 0; m0 < M; m0 += MB) {
-                    for (int64_t j0 = 0; j0 < N; j0 += NC) {
-                        const int64_t mb = std::min<int64_t>(MB, M - m0);
-                        const int64_t nc = std::min<int64_t>(NC, N - j0);
-                        const int64_t slivers = (nc + NR - 1) / NR;
-                        // Row blocks of at most MC rows, as many as a multiple of the
-                        // threads and of even size, so that every thread gets the same work.
-                        const int64_t fewest = (mb + MC - 1) / MC;
-                        const int64_t even = (fewest + threads - 1) / threads * threads;
-                        const int64_t mcb = ((mb + even - 1) / even + MR - 1) / MR * MR;
-                        const int64_t blocks = (mb + mcb - 1) / mcb;
-                        // Column parts per row block, so that every thread has work.
-                        const int64_t parts = std::min<int64_t>(slivers, (threads + blocks - 1) / blocks);
-                        for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                            const int64_t kc = std::min<int64_t>(KC, K - k0);
-#pragma omp for schedule(static)
-                            for (int64_t s = 0; s < slivers; ++s)
-                                kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, b_off + bi * b_sb + k0 * b_sk + (j0 + s * NR) * b_sn,
-                                                    b_sk, b_sn, kc, std::min<int64_t>(NR, nc - s * NR), load);
 #pragma omp for schedule(dynamic, 1)
-                            for (int64_t task = 0; task < blocks * parts; ++task) {
-                                if (!ok) continue;
-                                const int64_t i0 = (task / parts) * mcb;
-                                const int64_t part = task % parts;
-                                const int64_t mc = std::min<int64_t>(mcb, mb - i0);
-                                const int64_t mcp = (mc + MR - 1) / MR * MR;
-                                for (int64_t is = 0; is < mcp; is += MR)
-                                    kiln_mm_pack_a<Acc>(ap + is * kc, a, a_off + bi * a_sb + (m0 + i0 + is) * a_sm + k0 * a_sk,
-                                                        a_sm, a_sk, kc, std::min<int64_t>(MR, mc - is), load);
-                                const int64_t s0 = slivers * part / parts;
-                                const int64_t s1 = slivers * (part + 1) / parts;
-                                const bool first = k0 == 0, last = k0 + kc == K;
-                                for (int64_t s = s0; s < s1; ++s)
-                                    for (int64_t is = 0; is < mcp; is += MR)
-                                        kiln_mm_micro<Acc>(kc, ap + is * kc, bp + s * NR * kc,
-                                                           cb != nullptr ? cb + (i0 + is) * NC + s * NR : nullptr,
-                                                           NC, first, last, out,
-                                                           (bi * M + m0 + i0 + is) * N + j0 + s * NR, N,
-                                                           std::min<int64_t>(MR, mc - is),
-                                                           std::min<int64_t>(NR, nc - s * NR), store);
-                            }
-                        }
+            for (int64_t bi = 0; bi < batch; ++bi) {
+                if (!ok) continue;
+                for (int64_t m0 = 0; m0 < M; m0 += MP) {
+                    const int64_t mp = std::min<int64_t>(MP, M - m0), slivers = (mp + MR - 1) / MR;
+                    for (int64_t k0 = 0; k0 < K; k0 += KS) {
+                        const int64_t kc = std::min<int64_t>(KS, K - k0);
+                        for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
+                        for (int64_t blk = 0; blk < blocks; ++blk)
+                            kiln_mm_task<Acc>(bi, M, N, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                                              std::min<int64_t>(NC, N - blk * NC), 0, slivers, ap, bp,
+                                              sums_of(scratch, bi, m0), N, b, b_off, b_sb, b_sk, b_sn, out, load,
+                                              store);
                     }
                 }
             }
         }
+        return failed;
+    }
+    // Every thread on each step: the panel of a packed once and shared; the
+    // tasks are b's column blocks, each split over rows where there are fewer
+    // blocks than two per thread.
+    static thread_local KilnArena a_arena, c_arena;
+    Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MP * KS));
+    Acc* scratch = plain ? nullptr : reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MP * N));
+    if (ap == nullptr || (!plain && scratch == nullptr)) return 1;
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(MP / MR, (2 * threads + blocks - 1) / blocks));
+#pragma omp parallel reduction(| : failed) if (threads > 1)
+    {
+        static thread_local KilnArena b_arena;
+        Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KS * NC));
+        const bool ok = bp != nullptr;
+        if (!ok) failed = 1;
+        // Every thread meets every work-sharing loop (their bounds are
+        // shared); one without scratch skips its tasks, and the call fails.
+        steps([&](int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc) {
+            const int64_t slivers = (mp + MR - 1) / MR;
+#pragma omp for schedule(static)
+            for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < blocks * parts; ++task) {
+                if (!ok) continue;
+                const int64_t blk = task / parts, part = task % parts;
+                kiln_mm_task<Acc>(bi, M, N, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                                  std::min<int64_t>(NC, N - blk * NC), slivers * part / parts,
+                                  slivers * (part + 1) / parts, ap, bp, sums_of(scratch, bi, m0), N, b, b_off,
+                                  b_sb, b_sk, b_sn, out, load, store);
+            }
+        });
     }
     return failed;
 }

@@ -19,8 +19,9 @@ machine that runs them, for every graph:
    ctypes: the library `host run` would build) must match eager (1e-5 relative in
    float32, 1e-2 in 16-bit floats; else judged against float64 as bench/gpu/run.py
    does), and Kiln, eager and torch.compile are timed on the pinned cores with
-   OMP_NUM_THREADS and torch's thread count set to their number: the median of repeated
-   calls after two warm-up calls. The threads are unpinned again for the next compile.
+   OMP_NUM_THREADS and torch's thread count set to their number: after two warm-up calls
+   each, the three take turns in five rounds (the order rotating), and each one's time
+   is the median of all its calls. The threads are unpinned again for the next compile.
 
 The table gives ms for each, Kiln/Inductor, Kiln's share of copy bandwidth (the bytes
 of inputs and outputs over the time of `y.copy_(x)` for 64 MiB on the same cores), and
@@ -91,6 +92,34 @@ def median_ms(fn, budget_s: float = 0.5, most: int = 500) -> float:
     return times[len(times) // 2] * 1e3
 
 
+def interleaved_ms(fns: dict, rounds: int = 5, budget_s: float = 1.5) -> dict:
+    """The median ms of each of `fns`, timed in `rounds` rounds that take turns (the order
+    rotating each round), so that a noisy stretch of the machine falls on every side alike.
+    Between turns, a pause lets the other OpenMP runtime's idle workers stop spinning (Kiln's
+    library and torch each bring their own pool onto the same pinned cores)."""
+    names = list(fns)
+    samples = {n: [] for n in names}
+    for fn in fns.values():
+        fn()
+        fn()
+    per_turn = budget_s / (rounds * len(names))
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(0.05)
+            start = time.perf_counter()
+            while True:
+                t0 = time.perf_counter()
+                fns[n]()
+                samples[n].append(time.perf_counter() - t0)
+                if t0 - start >= per_turn or len(samples[n]) >= 100 * (r + 1):
+                    break
+    out = {}
+    for n, times in samples.items():
+        times.sort()
+        out[n] = times[len(times) // 2] * 1e3
+    return out
+
+
 def kiln_caller(lib_path: Path, inputs, outputs):
     lib = ctypes.CDLL(str(lib_path))
     lib.kiln_call.restype = ctypes.c_int
@@ -143,13 +172,10 @@ def time_case(case: Path, pinned: set[int], everywhere: set[int]) -> dict:
         err = kiln64
     pin_all_threads(pinned)
     try:
-        time.sleep(0.05)  # idle OpenMP workers stop spinning
-        kiln_ms = median_ms(call)
-        time.sleep(0.05)
         with torch.no_grad():
-            eager_ms = median_ms(lambda: graph(*inputs))
-            time.sleep(0.05)
-            ind_ms = median_ms(lambda: compiled(*inputs))
+            ms = interleaved_ms({"kiln": call, "eager": lambda: graph(*inputs),
+                                 "ind": lambda: compiled(*inputs)})
+        kiln_ms, eager_ms, ind_ms = ms["kiln"], ms["eager"], ms["ind"]
     finally:
         pin_all_threads(everywhere)
     traffic = sum(t.numel() * t.element_size() for t in list(inputs) + list(want))

@@ -47,23 +47,30 @@ pub const MATMUL_BLOCK_COLUMNS: u32 = 256;
 /// alike on 2048^2.
 pub const MATMUL_PANEL_ROWS: u64 = 1024;
 
+/// The most of the shared dimension one step takes: longer steps measured no
+/// faster (every step adds into the whole result once, so shorter ones cost
+/// memory traffic).
+pub const MATMUL_MAX_STEP: u64 = 512;
+
 /// Tiles for `f32` on this host, in the GotoBLAS/BLIS way:
-/// - the register block is 6 rows by two vectors (12 accumulators, plus
-///   two for `b` and one broadcast of `a`, fit 16 vector registers). AVX-512
-///   has 32, but 12 rows measured no better, on a Sapphire Rapids Xeon before
-///   and on Zen 4 with the present loop order (`bench/cpu/mm_tiles.sh`);
+/// - the register block is two vectors wide and 6 rows high (12
+///   accumulators, plus two for `b` and one broadcast of `a`, fit AVX2's 16
+///   vector registers), or 12 rows (24 accumulators) with 64-byte vectors
+///   (AVX-512 has 32 registers) where half the L1 data cache holds a sliver
+///   of 12 rows by [`MATMUL_MAX_STEP`]: on a Sapphire Rapids Xeon (48 KiB
+///   L1) 12 rows ran 2048^2 at 222 GFLOP/s on 2 cores against 186 with 6,
+///   while Zen 4 (32 KiB) measured 6 rows faster (203 against 187-196);
 /// - a task's packed block of `b` (`kc` x `nc`) fills half the L2 cache, and
-///   a sliver of `a` (`mr` x `kc`) at most half the L1 data cache; `kc` is at
-///   most 512, past which longer steps measured no faster (every step adds
-///   into the whole result once, so shorter ones cost memory traffic);
+///   a sliver of `a` (`mr` x `kc`) at most half the L1 data cache;
 /// - the shared panel of `a` is [`MATMUL_PANEL_ROWS`] rows.
 pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
     let lanes = limits.lanes(4);
-    let (mr, nr) = (6, 2 * lanes);
+    let tall = lanes >= 16 && limits.l1d_bytes / 2 >= 12 * MATMUL_MAX_STEP * 4;
+    let (mr, nr) = (if tall { 12 } else { 6 }, 2 * lanes);
     let nc = u64::from(MATMUL_BLOCK_COLUMNS);
     let from_l2 = limits.l2_bytes / 2 / (nc * 4);
     let from_l1 = limits.l1d_bytes / 2 / (u64::from(mr) * 4);
-    let kc = from_l2.min(from_l1).clamp(64, 512) / 8 * 8;
+    let kc = from_l2.min(from_l1).clamp(64, MATMUL_MAX_STEP) / 8 * 8;
     let mc = MATMUL_PANEL_ROWS / u64::from(mr) * u64::from(mr);
     MatmulTiles {
         vbytes: lanes * 4,
@@ -170,8 +177,15 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&avx512);
-        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 6, 32, 512));
+        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 12, 32, 512));
         assert_eq!(t.mc % t.mr, 0);
+        // AVX-512 with a 32 KiB L1 (Zen 4): 6 rows.
+        let zen4 = CpuLimits {
+            l1d_bytes: 32 << 10,
+            l2_bytes: 1 << 20,
+            ..avx512
+        };
+        assert_eq!(matmul_tiles(&zen4).mr, 6);
         // A small L1 limits the sliver of a: 6 x 336 floats in half of 16 KiB.
         let small_l1 = CpuLimits {
             l1d_bytes: 16 << 10,
@@ -194,7 +208,7 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&huge);
-        assert_eq!((t.kc, t.mc), (512, 1020));
+        assert_eq!((t.mr, t.kc, t.mc), (6, 512, 1020));
     }
 
     #[test]

@@ -140,3 +140,32 @@ fn grid_is_identity_within_int64() {
     );
     checks::assert_grid_never_shrinks(&p);
 }
+
+#[test]
+fn a_host_with_64_byte_vectors_asks_gcc_for_them_after_the_includes() {
+    let limits = |simd_bytes| heuristics::CpuLimits {
+        cores: 2,
+        simd_bytes,
+        l1d_bytes: 48 << 10,
+        l2_bytes: 2 << 20,
+    };
+    let wide = heuristics::matmul_tiles(&limits(64));
+    let narrow = heuristics::matmul_tiles(&limits(32));
+    let header = overrides::kernel_header(&wide, Some(&narrow));
+    let pragma = header
+        .find("#pragma GCC target(\"prefer-vector-width=512\")")
+        .expect("the pragma");
+    assert!(header.rfind("#include").expect("includes") < pragma);
+    // Only where the compiler targets AVX-512, only GCC, and not when the user keeps the width.
+    let guard = header[..pragma].rfind("#if ").expect("guarded");
+    for condition in [
+        "__AVX512F__",
+        "!defined(__clang__)",
+        "!defined(KILN_KEEP_VECTOR_WIDTH)",
+    ] {
+        assert!(header[guard..pragma].contains(condition), "{condition}");
+    }
+    checks::assert_balanced("kernel_header", &header);
+    let header = overrides::kernel_header(&narrow, None);
+    assert!(!header.contains("prefer-vector-width"));
+}

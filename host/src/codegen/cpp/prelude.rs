@@ -234,14 +234,16 @@ pub const MATMUL: &str = r#"
 #error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC and KILN_MM_VBYTES"
 #endif
 
-// One MR x NR block of the result: c (row stride ldc) = ap (an MR-row sliver
-// of a, k-major) * bp (an NR-column sliver of b, k-major), plus what c holds
-// unless this is the first step of the shared dimension; c's first `rows` x
-// `cols` only.
-template <typename Acc>
+// One R x NR block of the result: c (row stride ldc) = ap (the first R rows
+// of an MR-row sliver of a, k-major) * bp (an NR-column sliver of b,
+// k-major), plus what c holds unless this is the first step of the shared
+// dimension; c's first `rows` x `cols` only. R is MR, or MR / 2 for a last
+// sliver of half as many rows or fewer (a product of 16 rows in slivers of 12
+// computes 18, not 24).
+template <typename Acc, int R = KILN_MM_MR>
 static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const Acc* __restrict__ bp,
                                  Acc* __restrict__ c, int64_t ldc, bool first, int64_t rows, int64_t cols) {
-    Acc acc[KILN_MM_MR][KILN_MM_NR];
+    Acc acc[R][KILN_MM_NR];
 #if KILN_MM_VBYTES > 0 && (defined(__GNUC__) || defined(__clang__))
     // Explicit vectors of the plugin's width (GCC/clang vector extensions):
     // compilers that would otherwise pick narrower vectors than the machine
@@ -250,20 +252,27 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
     constexpr int L = static_cast<int>(KILN_MM_VBYTES / sizeof(Acc));
     if constexpr (L >= 1 && KILN_MM_NR % L == 0) {
         constexpr int NV = KILN_MM_NR / L;
-        V vacc[KILN_MM_MR][NV];
-        for (int i = 0; i < KILN_MM_MR; ++i)
+        V vacc[R][NV];
+        for (int i = 0; i < R; ++i)
             for (int v = 0; v < NV; ++v) vacc[i][v] = V{};
+        // The partial sums this block adds to, fetched towards L2 while it
+        // multiplies (their rows are far apart: the hardware prefetchers miss
+        // them; +10 % on a Sapphire Rapids Xeon).
+        if (!first)
+            for (int i = 0; i < R; ++i)
+                for (int l = 0; l < KILN_MM_NR * int(sizeof(Acc)); l += 64)
+                    __builtin_prefetch(reinterpret_cast<const char*>(c + i * ldc) + l, 1, 2);
         for (int64_t k = 0; k < kc; ++k) {
             V bv[NV];
             for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], bp + k * KILN_MM_NR + v * L, sizeof(V));
-            for (int i = 0; i < KILN_MM_MR; ++i) {
+            for (int i = 0; i < R; ++i) {
                 const Acc av = ap[k * KILN_MM_MR + i];
                 for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
             }
         }
         // A whole block moves as whole vectors, straight from the registers.
-        if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
-            for (int i = 0; i < KILN_MM_MR; ++i)
+        if (rows == R && cols == KILN_MM_NR) {
+            for (int i = 0; i < R; ++i)
                 for (int v = 0; v < NV; ++v) {
                     if (!first) {
                         V cv;
@@ -274,17 +283,17 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
                 }
             return;
         }
-        for (int i = 0; i < KILN_MM_MR; ++i)
+        for (int i = 0; i < R; ++i)
             for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
     } else
 #endif
     {
-        for (int i = 0; i < KILN_MM_MR; ++i)
+        for (int i = 0; i < R; ++i)
             for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] = Acc(0);
         for (int64_t k = 0; k < kc; ++k) {
             const Acc* av = ap + k * KILN_MM_MR;
             const Acc* bv = bp + k * KILN_MM_NR;
-            for (int i = 0; i < KILN_MM_MR; ++i) {
+            for (int i = 0; i < R; ++i) {
 #pragma omp simd
                 for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += av[i] * bv[j];
             }
@@ -341,6 +350,16 @@ static inline void kiln_mm_pack_a(Acc* dst, const T* a, int64_t base, int64_t a_
             dst[k * KILN_MM_MR + i] = i < rows ? load(a, base + i * a_sm + k * a_sk) : Acc(0);
 }
 
+// Threads a product may use: none but the caller's inside a parallel region
+// (a convolution's tasks each run their own product).
+static inline int64_t kiln_mm_threads() {
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 // A product with a few rows (a decode step's one token): packing b would copy
 // all of it for a few rows of work, so b is streamed once instead, its columns
 // split over the threads. Rows of b contiguous (b_sn == 1): each k adds a[i, k]
@@ -352,13 +371,9 @@ template <typename Acc, typename T, typename Load, typename Store>
 static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
                              const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
                              const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
-                             T* out, Load load, Store store) {
+                             T* out, int64_t ldo, Load load, Store store) {
     constexpr int64_t JB = 256;
-#ifdef _OPENMP
-    const int64_t threads = omp_get_max_threads();
-#else
-    const int64_t threads = 1;
-#endif
+    const int64_t threads = kiln_mm_threads();
     // Column blocks of at most JB, at least one per thread where N allows.
     const int64_t jb = std::max<int64_t>(16, std::min<int64_t>(JB, ((N + threads - 1) / threads + 15) / 16 * 16));
     const int64_t blocks = (N + jb - 1) / jb;
@@ -370,7 +385,7 @@ static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
             for (int64_t i = 0; i < M; ++i) {
                 const int64_t ao = a_off + bi * a_sb + i * a_sm;
                 const int64_t bo = b_off + bi * b_sb + j0 * b_sn;
-                const int64_t oo = (bi * M + i) * N + j0;
+                const int64_t oo = (bi * M + i) * ldo + j0;
                 if (b_sn == 1) {
                     Acc acc[JB];
                     for (int64_t j = 0; j < jn; ++j) acc[j] = Acc(0);
@@ -409,9 +424,9 @@ constexpr int64_t kKilnMmSumsBytes = int64_t(32) << 20;
 // [j0, j0 + nc) packed into `bp`, then slivers [is0, is1) of the packed panel
 // `ap` (rows m0 .. m0 + mp of batch entry bi) against each of b's slivers,
 // added into `sums` (row stride ld; `out` itself when T is Acc); after the
-// last step, sums of a narrower T converted into `out`.
+// last step, sums of a narrower T converted into `out` (row stride ldo).
 template <typename Acc, typename T, typename Load, typename Store>
-static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t N, int64_t m0, int64_t mp, int64_t k0,
+static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t ldo, int64_t m0, int64_t mp, int64_t k0,
                                 int64_t kc, bool last, int64_t j0, int64_t nc, int64_t is0, int64_t is1,
                                 const Acc* ap, Acc* bp, Acc* sums, int64_t ld, const T* b, int64_t b_off,
                                 int64_t b_sb, int64_t b_sk, int64_t b_sn, T* out, Load load, Store store) {
@@ -421,38 +436,51 @@ static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t N, int64_t m0, in
         kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, b_off + bi * b_sb + k0 * b_sk + (j0 + s * NR) * b_sn, b_sk, b_sn,
                             kc, std::min<int64_t>(NR, nc - s * NR), load);
     // One sliver of a stays in L1 while b's slivers stream past from L2.
-    for (int64_t is = is0; is < is1; ++is)
-        for (int64_t s = 0; s < slivers; ++s)
-            kiln_mm_micro<Acc>(kc, ap + is * MR * kc, bp + s * NR * kc, sums + is * MR * ld + j0 + s * NR, ld,
-                               k0 == 0, std::min<int64_t>(MR, mp - is * MR), std::min<int64_t>(NR, nc - s * NR));
+    for (int64_t is = is0; is < is1; ++is) {
+        const int64_t rows = std::min<int64_t>(MR, mp - is * MR);
+        for (int64_t s = 0; s < slivers; ++s) {
+            Acc* c = sums + is * MR * ld + j0 + s * NR;
+            const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
+            if constexpr (MR >= 4) {
+                if (rows <= MR / 2) {
+                    kiln_mm_micro<Acc, int(MR / 2)>(kc, ap + is * MR * kc, bp + s * NR * kc, c, ld, k0 == 0, rows,
+                                                    cols);
+                    continue;
+                }
+            }
+            kiln_mm_micro<Acc>(kc, ap + is * MR * kc, bp + s * NR * kc, c, ld, k0 == 0, rows, cols);
+        }
+    }
     if constexpr (!std::is_same<T, Acc>::value) {
         if (last) {
             const int64_t r1 = std::min<int64_t>(is1 * MR, mp);
             for (int64_t r = is0 * MR; r < r1; ++r)
-                for (int64_t j = j0; j < j0 + nc; ++j) store(out, (bi * M + m0 + r) * N + j, sums[r * ld + j]);
+                for (int64_t j = j0; j < j0 + nc; ++j) store(out, (bi * M + m0 + r) * ldo + j, sums[r * ld + j]);
         }
     } else {
         (void)M, (void)m0, (void)last, (void)out, (void)store;
     }
 }
 
+// The product into `out` with rows `ldo` apart (batch entries M rows apart).
 // Load: converts one stored element to the accumulation type; Store: writes
 // one accumulated element (when T is Acc, a plain write: the micro-kernel then
 // adds into `out` itself). Returns 0, or 1 when scratch memory ran out.
 template <typename Acc, typename T, typename Load, typename Store>
-static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
-                   const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
-                   const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
-                   T* out, Load load, Store store) {
+static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
+                        const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
+                        const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
+                        T* out, int64_t ldo, Load load, Store store) {
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
     if (K <= 0) {
         // An empty sum: zeros.
-        for (int64_t i = 0; i < batch * M * N; ++i) store(out, i, Acc(0));
+        for (int64_t r = 0; r < batch * M; ++r)
+            for (int64_t j = 0; j < N; ++j) store(out, r * ldo + j, Acc(0));
         return 0;
     }
     if (M <= kKilnMmFewRows && (b_sn == 1 || b_sk == 1)) {
         kiln_mm_few_rows<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn,
-                              out, load, store);
+                              out, ldo, load, store);
         return 0;
     }
     constexpr bool plain = std::is_same<T, Acc>::value;
@@ -460,11 +488,7 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     // Whole slivers.
     constexpr int64_t MC = (KILN_MM_MC + MR - 1) / MR * MR;
     constexpr int64_t NC = (KILN_MM_NC + NR - 1) / NR * NR;
-#ifdef _OPENMP
-    const int64_t threads = omp_get_max_threads();
-#else
-    const int64_t threads = 1;
-#endif
+    const int64_t threads = kiln_mm_threads();
     // Panels of at most MC rows (fewer where a narrower result's float sums
     // would outgrow their budget), all of one size: a short last panel would
     // repack b for a few rows.
@@ -493,12 +517,14 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     auto sums_of = [&](Acc* scratch, int64_t bi, int64_t m0) -> Acc* {
         if constexpr (plain) {
             (void)scratch;
-            return out + (bi * M + m0) * N;
+            return out + (bi * M + m0) * ldo;
         } else {
             (void)bi, (void)m0;
             return scratch;
         }
     };
+    // The partial sums' row stride: the result's, or the scratch panel's.
+    const int64_t ld = plain ? ldo : N;
     int failed = 0;
     if (threads > 1 && batch >= threads && M * N * K <= (int64_t(1) << 24)) {
         // Many small products (attention's heads): each thread does whole
@@ -520,9 +546,9 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                         const int64_t kc = std::min<int64_t>(KS, K - k0);
                         for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
                         for (int64_t blk = 0; blk < blocks; ++blk)
-                            kiln_mm_task<Acc>(bi, M, N, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                            kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
                                               std::min<int64_t>(NC, N - blk * NC), 0, slivers, ap, bp,
-                                              sums_of(scratch, bi, m0), N, b, b_off, b_sb, b_sk, b_sn, out, load,
+                                              sums_of(scratch, bi, m0), ld, b, b_off, b_sb, b_sk, b_sn, out, load,
                                               store);
                     }
                 }
@@ -554,9 +580,9 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
             for (int64_t task = 0; task < blocks * parts; ++task) {
                 if (!ok) continue;
                 const int64_t blk = task / parts, part = task % parts;
-                kiln_mm_task<Acc>(bi, M, N, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
                                   std::min<int64_t>(NC, N - blk * NC), slivers * part / parts,
-                                  slivers * (part + 1) / parts, ap, bp, sums_of(scratch, bi, m0), N, b, b_off,
+                                  slivers * (part + 1) / parts, ap, bp, sums_of(scratch, bi, m0), ld, b, b_off,
                                   b_sb, b_sk, b_sn, out, load, store);
             }
         });
@@ -564,14 +590,29 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
     return failed;
 }
 
+// The product into a contiguous `out` [batch, M, N].
+template <typename Acc, typename T, typename Load, typename Store>
+static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
+                   const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
+                   const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
+                   T* out, Load load, Store store) {
+    return kiln_mm_into<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn, out, N,
+                             load, store);
+}
+
 // A 2-D convolution (no bias) of contiguous x [n, c, h, wd] with w [o, cg, kh, kw]
 // into y [n, o, oh, ow]. Returns 0, or 1 when scratch memory ran out.
 //
 // Where every output sums at least kKilnConvGemmDepth products and a group has several
 // output channels, as im2col and the packed matrix product: per image and group, the
-// input patches the outputs see laid out as a [cg * kh * kw, oh * ow] matrix (in
-// column chunks of whole output rows that keep it within KILN_CONV_COL_BYTES) and multiplied by the group's
-// [og, cg * kh * kw] weights. Otherwise (depthwise, a kernel of few taps) directly: each
+// input patches the outputs see laid out as a [cg * kh * kw, oh * ow] matrix, in
+// chunks of whole output rows, multiplied by the group's [og, cg * kh * kw] weights
+// straight into the result's rows. Where there are chunks enough for every thread
+// (two each, or more) of at least kKilnConvTaskPositions positions within
+// KILN_CONV_TASK_BYTES (about a packed block of b: half the L2 cache), each thread
+// takes whole chunks, its patches staying in its own cache and its product run alone;
+// otherwise the threads share each chunk (up to KILN_CONV_COL_BYTES), the patches and
+// then the product. Otherwise (depthwise, a kernel of few taps) directly: each
 // output plane accumulates, per input channel and kernel tap, a strided row of the
 // input (an `omp simd` loop over the output columns that tap sees).
 constexpr int64_t kKilnConvGemmDepth = 16;
@@ -580,6 +621,57 @@ constexpr int64_t kKilnConvGemmChannels = 4;
 #define KILN_CONV_COL_BYTES (int64_t(32) << 20)
 #endif
 constexpr int64_t kKilnConvColBytes = KILN_CONV_COL_BYTES;
+#ifndef KILN_CONV_TASK_BYTES
+#define KILN_CONV_TASK_BYTES (int64_t(KILN_MM_KC) * KILN_MM_NC * 4)
+#endif
+constexpr int64_t kKilnConvTaskBytes = KILN_CONV_TASK_BYTES;
+constexpr int64_t kKilnConvTaskPositions = 256;
+
+// A convolution's geometry: input [n, c, h, wd], o output channels in groups of og
+// over cg input channels each, a kh x kw kernel, output oh x ow, strides, padding,
+// dilation.
+struct KilnConv {
+    int64_t n, c, h, wd, o, og, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw;
+};
+
+// Rows [r0, r1) of the patch matrix of image b, group g, output rows [i0, i1):
+// row r is input channel r / (kh * kw) and tap (r / kw % kh, r % kw); column q
+// the output position i0 * ow + q. Taps outside the padded input read 0.
+template <typename T>
+static void kiln_conv_patches(T* __restrict__ col, const T* __restrict__ x, const KilnConv& s, int64_t b,
+                              int64_t g, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
+    const int64_t pc = (i1 - i0) * s.ow, ow = s.ow;
+    for (int64_t r = r0; r < r1; ++r) {
+        const int64_t cc = r / (s.kh * s.kw), a = (r / s.kw) % s.kh, e = r % s.kw;
+        const T* in = x + (b * s.c + g * s.cg + cc) * s.h * s.wd;
+        // Output columns j read input column j * sw - lo, inside [j0, j1).
+        const int64_t lo = s.pw - e * s.dw;
+        const int64_t hi = s.wd - 1 + s.pw - e * s.dw;
+        const int64_t j0 = std::min<int64_t>(ow, lo <= 0 ? 0 : (lo + s.sw - 1) / s.sw);
+        const int64_t j1 = std::max<int64_t>(j0, hi < 0 ? 0 : std::min(ow, hi / s.sw + 1));
+        for (int64_t i = i0; i < i1; ++i) {
+            T* d = col + (r - r0) * pc + (i - i0) * ow;
+            const int64_t yy = i * s.sh - s.ph + a * s.dh;
+            if (yy < 0 || yy >= s.h) {
+                for (int64_t j = 0; j < ow; ++j) d[j] = T(0);
+                continue;
+            }
+            const T* row = in + yy * s.wd - lo;
+            for (int64_t j = 0; j < j0; ++j) d[j] = T(0);
+            if (s.sw == 1) {
+#pragma omp simd
+                for (int64_t j = j0; j < j1; ++j) d[j] = row[j];
+            } else if (s.sw == 2) {
+                // A constant stride: vectorised with shuffles.
+#pragma omp simd
+                for (int64_t j = j0; j < j1; ++j) d[j] = row[2 * j];
+            } else {
+                for (int64_t j = j0; j < j1; ++j) d[j] = row[j * s.sw];
+            }
+            for (int64_t j = j1; j < ow; ++j) d[j] = T(0);
+        }
+    }
+}
 
 template <typename T>
 static int kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict__ w, int64_t wo,
@@ -593,60 +685,54 @@ static int kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict_
     const int64_t depth = cg * kh * kw;
     const int64_t plane = oh * ow;
     if (depth >= kKilnConvGemmDepth && og >= kKilnConvGemmChannels && plane > 0) {
-        // Whole output rows per chunk.
-        const int64_t chunk_rows = std::min<int64_t>(
-            oh, std::max<int64_t>(1, kKilnConvColBytes / int64_t(sizeof(T)) / (depth * ow)));
-        const int64_t chunk = chunk_rows * ow;
-        static thread_local KilnArena col_arena, part_arena;
-        T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * chunk));
-        // A chunk's products land beside the result, then in its rows.
-        T* part = chunk < plane ? reinterpret_cast<T*>(part_arena.get(sizeof(T) * og * chunk)) : nullptr;
-        if (col == nullptr || (chunk < plane && part == nullptr)) return 1;
+        const KilnConv s{n, c, h, wd, o, og, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw};
         auto load = [](const T* p, int64_t i) { return p[i]; };
         auto store = [](T* p, int64_t i, T v) { p[i] = v; };
+        // Whole output rows per chunk.
+        auto rows_within = [&](int64_t bytes) {
+            return std::max<int64_t>(1, bytes / int64_t(sizeof(T)) / (depth * ow));
+        };
+        const int64_t threads = kiln_mm_threads();
+        const int64_t task_rows = std::min<int64_t>(
+            oh, std::max<int64_t>((kKilnConvTaskPositions + ow - 1) / ow, rows_within(kKilnConvTaskBytes)));
+        const int64_t chunks = (oh + task_rows - 1) / task_rows;
+        const int64_t tasks = n * groups * chunks;
+        if (threads > 1 && tasks >= 2 * threads) {
+            int failed = 0;
+#pragma omp parallel reduction(| : failed)
+            {
+                static thread_local KilnArena col_arena;
+                T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * task_rows * ow));
+                const bool ok = col != nullptr;
+                if (!ok) failed = 1;
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t t = 0; t < tasks; ++t) {
+                    if (!ok) continue;
+                    const int64_t b = t / (groups * chunks), g = t / chunks % groups;
+                    const int64_t i0 = t % chunks * task_rows, i1 = std::min<int64_t>(oh, i0 + task_rows);
+                    const int64_t pc = (i1 - i0) * ow;
+                    kiln_conv_patches(col, x, s, b, g, 0, depth, i0, i1);
+                    // Inside the parallel region the product runs on this thread alone.
+                    failed |= kiln_mm_into<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
+                                              y + (b * o + g * og) * plane + i0 * ow, plane, load, store);
+                }
+            }
+            return failed;
+        }
+        const int64_t chunk_rows = std::min<int64_t>(oh, rows_within(kKilnConvColBytes));
+        static thread_local KilnArena col_arena;
+        T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * chunk_rows * ow));
+        if (col == nullptr) return 1;
         for (int64_t b = 0; b < n; ++b) {
             for (int64_t g = 0; g < groups; ++g) {
                 for (int64_t i0 = 0; i0 < oh; i0 += chunk_rows) {
                     const int64_t i1 = std::min<int64_t>(oh, i0 + chunk_rows);
                     const int64_t pc = (i1 - i0) * ow;
-                    // Row r of the patches: input channel cc, tap (a, e); column q: the
-                    // output position i0 * ow + q. Taps outside the padded input read 0.
 #pragma omp parallel for schedule(static)
-                    for (int64_t r = 0; r < depth; ++r) {
-                        const int64_t cc = r / (kh * kw), a = (r / kw) % kh, e = r % kw;
-                        const T* in = x + (b * c + g * cg + cc) * h * wd;
-                        // Output columns j read input column j * sw - lo, inside [j0, j1).
-                        const int64_t lo = pw - e * dw;
-                        const int64_t hi = wd - 1 + pw - e * dw;
-                        const int64_t j0 = std::min<int64_t>(ow, lo <= 0 ? 0 : (lo + sw - 1) / sw);
-                        const int64_t j1 = std::max<int64_t>(j0, hi < 0 ? 0 : std::min(ow, hi / sw + 1));
-                        for (int64_t i = i0; i < i1; ++i) {
-                            T* d = col + r * pc + (i - i0) * ow;
-                            const int64_t yy = i * sh - ph + a * dh;
-                            if (yy < 0 || yy >= h) {
-                                for (int64_t j = 0; j < ow; ++j) d[j] = T(0);
-                                continue;
-                            }
-                            const T* row = in + yy * wd - lo;
-                            for (int64_t j = 0; j < j0; ++j) d[j] = T(0);
-                            if (sw == 1) {
-#pragma omp simd
-                                for (int64_t j = j0; j < j1; ++j) d[j] = row[j];
-                            } else {
-                                for (int64_t j = j0; j < j1; ++j) d[j] = row[j * sw];
-                            }
-                            for (int64_t j = j1; j < ow; ++j) d[j] = T(0);
-                        }
-                    }
-                    T* rows = y + (b * o + g * og) * plane;
-                    if (kiln_mm<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
-                                   part != nullptr ? part : rows, load, store))
+                    for (int64_t r = 0; r < depth; ++r) kiln_conv_patches(col + r * pc, x, s, b, g, r, r + 1, i0, i1);
+                    if (kiln_mm_into<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
+                                        y + (b * o + g * og) * plane + i0 * ow, plane, load, store))
                         return 1;
-                    if (part != nullptr) {
-#pragma omp parallel for schedule(static)
-                        for (int64_t oc = 0; oc < og; ++oc)
-                            std::memcpy(rows + oc * plane + i0 * ow, part + oc * pc, sizeof(T) * pc);
-                    }
                 }
             }
         }

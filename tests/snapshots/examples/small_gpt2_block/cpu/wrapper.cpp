@@ -27,16 +27,13 @@
 #define KILN_MM_NR 16
 #endif
 #ifndef KILN_MM_MC
-#define KILN_MM_MC 510
+#define KILN_MM_MC 1020
 #endif
 #ifndef KILN_MM_KC
-#define KILN_MM_KC 256
+#define KILN_MM_KC 512
 #endif
 #ifndef KILN_MM_NC
-#define KILN_MM_NC 1024
-#endif
-#ifndef KILN_MM_MB
-#define KILN_MM_MB 4
+#define KILN_MM_NC 256
 #endif
 
 // What the prelude itself uses, whatever the plugin's header includes.
@@ -240,20 +237,20 @@ struct KilnArena {
 
 
 #if !defined(KILN_MM_MR) || !defined(KILN_MM_NR) || !defined(KILN_MM_MC) || !defined(KILN_MM_KC) \
-    || !defined(KILN_MM_NC) || !defined(KILN_MM_MB) || !defined(KILN_MM_VBYTES)
-#error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC, KILN_MM_MB and KILN_MM_VBYTES"
+    || !defined(KILN_MM_NC) || !defined(KILN_MM_VBYTES)
+#error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC and KILN_MM_VBYTES"
 #endif
 
-// One MR x NR block: acc = ap (an MR-row sliver, k-major) * bp (an NR-column
-// sliver, k-major), plus the partial sums in c (row stride ldc) unless this is
-// the first block of the shared dimension; kept in c for the next block, or,
-// after the last, stored to `out` (from index o, row stride ldo), its first
-// `rows` x `cols` only.
-template <typename Acc, typename T, typename Store>
+// One R x NR block of the result: c (row stride ldc) = ap (the first R rows
+// of an MR-row sliver of a, k-major) * bp (an NR-column sliver of b,
+// k-major), plus what c holds unless this is the first step of the shared
+// dimension; c's first `rows` x `cols` only. R is MR, or MR / 2 for a last
+// sliver of half as many rows or fewer (a product of 16 rows in slivers of 12
+// computes 18, not 24).
+template <typename Acc, int R = KILN_MM_MR>
 static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const Acc* __restrict__ bp,
-                                 Acc* __restrict__ c, int64_t ldc, bool first, bool last,
-                                 T* out, int64_t o, int64_t ldo, int64_t rows, int64_t cols, Store store) {
-    Acc acc[KILN_MM_MR][KILN_MM_NR] = {};
+                                 Acc* __restrict__ c, int64_t ldc, bool first, int64_t rows, int64_t cols) {
+    Acc acc[R][KILN_MM_NR];
 #if KILN_MM_VBYTES > 0 && (defined(__GNUC__) || defined(__clang__))
     // Explicit vectors of the plugin's width (GCC/clang vector extensions):
     // compilers that would otherwise pick narrower vectors than the machine
@@ -262,77 +259,62 @@ static inline void kiln_mm_micro(int64_t kc, const Acc* __restrict__ ap, const A
     constexpr int L = static_cast<int>(KILN_MM_VBYTES / sizeof(Acc));
     if constexpr (L >= 1 && KILN_MM_NR % L == 0) {
         constexpr int NV = KILN_MM_NR / L;
-        V vacc[KILN_MM_MR][NV];
-        for (int i = 0; i < KILN_MM_MR; ++i)
+        V vacc[R][NV];
+        for (int i = 0; i < R; ++i)
             for (int v = 0; v < NV; ++v) vacc[i][v] = V{};
+        // The partial sums this block adds to, fetched towards L2 while it
+        // multiplies (their rows are far apart: the hardware prefetchers miss
+        // them; +10 % on a Sapphire Rapids Xeon).
+        if (!first)
+            for (int i = 0; i < R; ++i)
+                for (int l = 0; l < KILN_MM_NR * int(sizeof(Acc)); l += 64)
+                    __builtin_prefetch(reinterpret_cast<const char*>(c + i * ldc) + l, 1, 2);
         for (int64_t k = 0; k < kc; ++k) {
             V bv[NV];
             for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], bp + k * KILN_MM_NR + v * L, sizeof(V));
-            for (int i = 0; i < KILN_MM_MR; ++i) {
+            for (int i = 0; i < R; ++i) {
                 const Acc av = ap[k * KILN_MM_MR + i];
                 for (int v = 0; v < NV; ++v) vacc[i][v] += av * bv[v];
             }
         }
-        // The partial sums and, for a plain result (T is Acc), the result
-        // itself move as whole vectors, straight from the registers.
-        if (!first) {
-            for (int i = 0; i < KILN_MM_MR; ++i)
+        // A whole block moves as whole vectors, straight from the registers.
+        if (rows == R && cols == KILN_MM_NR) {
+            for (int i = 0; i < R; ++i)
                 for (int v = 0; v < NV; ++v) {
-                    V cv;
-                    std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
-                    vacc[i][v] += cv;
+                    if (!first) {
+                        V cv;
+                        std::memcpy(&cv, c + i * ldc + v * L, sizeof(V));
+                        vacc[i][v] += cv;
+                    }
+                    std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
                 }
-        }
-        if (!last) {
-            for (int i = 0; i < KILN_MM_MR; ++i)
-                for (int v = 0; v < NV; ++v) std::memcpy(c + i * ldc + v * L, &vacc[i][v], sizeof(V));
             return;
         }
-        if constexpr (std::is_same<T, Acc>::value) {
-            if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
-                for (int i = 0; i < KILN_MM_MR; ++i)
-                    for (int v = 0; v < NV; ++v) std::memcpy(out + o + i * ldo + v * L, &vacc[i][v], sizeof(V));
-                return;
-            }
-        }
-        for (int i = 0; i < KILN_MM_MR; ++i)
+        for (int i = 0; i < R; ++i)
             for (int v = 0; v < NV; ++v) std::memcpy(&acc[i][v * L], &vacc[i][v], sizeof(V));
-        first = true;  // the partial sums are in acc already
     } else
 #endif
     {
+        for (int i = 0; i < R; ++i)
+            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] = Acc(0);
         for (int64_t k = 0; k < kc; ++k) {
             const Acc* av = ap + k * KILN_MM_MR;
             const Acc* bv = bp + k * KILN_MM_NR;
-            for (int i = 0; i < KILN_MM_MR; ++i) {
+            for (int i = 0; i < R; ++i) {
 #pragma omp simd
                 for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += av[i] * bv[j];
             }
         }
     }
-    if (!first) {
-        for (int i = 0; i < KILN_MM_MR; ++i) {
-#pragma omp simd
-            for (int j = 0; j < KILN_MM_NR; ++j) acc[i][j] += c[i * ldc + j];
-        }
-    }
-    if (!last) {
-        for (int i = 0; i < KILN_MM_MR; ++i) {
-#pragma omp simd
-            for (int j = 0; j < KILN_MM_NR; ++j) c[i * ldc + j] = acc[i][j];
-        }
-    } else if (rows == KILN_MM_MR && cols == KILN_MM_NR) {
-        for (int i = 0; i < KILN_MM_MR; ++i)
-            for (int j = 0; j < KILN_MM_NR; ++j) store(out, o + i * ldo + j, acc[i][j]);
-    } else {
-        for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j) store(out, o + i * ldo + j, acc[i][j]);
-    }
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = first ? acc[i][j] : c[i * ldc + j] + acc[i][j];
 }
 
 // Packs one sliver of b: `cols` (at most NR) columns from `base`, k-major,
-// zero-padded to NR. Rows of b contiguous: NR at a time; otherwise each column
-// down k (contiguous when b is a transposed view, as in `linear`).
+// zero-padded to NR. Rows of b contiguous: NR at a time; columns contiguous
+// (b a transposed view, as in `linear`): transposed through NR x 8 tiles, so
+// that both the reads and the writes run along memory; otherwise each column
+// down k.
 template <typename Acc, typename T, typename Load>
 static inline void kiln_mm_pack_b(Acc* dst, const T* b, int64_t base, int64_t b_sk, int64_t b_sn,
                                   int64_t kc, int64_t cols, Load load) {
@@ -343,8 +325,19 @@ static inline void kiln_mm_pack_b(Acc* dst, const T* b, int64_t base, int64_t b_
         }
         return;
     }
+    int64_t k0 = 0;
+    if (b_sk == 1 && cols == KILN_MM_NR) {
+        constexpr int64_t KB = 8;
+        for (; k0 + KB <= kc; k0 += KB) {
+            Acc tile[KILN_MM_NR][KB];
+            for (int64_t j = 0; j < KILN_MM_NR; ++j)
+                for (int64_t kk = 0; kk < KB; ++kk) tile[j][kk] = load(b, base + j * b_sn + k0 + kk);
+            for (int64_t kk = 0; kk < KB; ++kk)
+                for (int64_t j = 0; j < KILN_MM_NR; ++j) dst[(k0 + kk) * KILN_MM_NR + j] = tile[j][kk];
+        }
+    }
     for (int64_t j = 0; j < KILN_MM_NR; ++j)
-        for (int64_t k = 0; k < kc; ++k)
+        for (int64_t k = k0; k < kc; ++k)
             dst[k * KILN_MM_NR + j] = j < cols ? load(b, base + j * b_sn + k * b_sk) : Acc(0);
 }
 
@@ -364,6 +357,16 @@ static inline void kiln_mm_pack_a(Acc* dst, const T* a, int64_t base, int64_t a_
             dst[k * KILN_MM_MR + i] = i < rows ? load(a, base + i * a_sm + k * a_sk) : Acc(0);
 }
 
+// Threads a product may use: none but the caller's inside a parallel region
+// (a convolution's tasks each run their own product).
+static inline int64_t kiln_mm_threads() {
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 // A product with a few rows (a decode step's one token): packing b would copy
 // all of it for a few rows of work, so b is streamed once instead, its columns
 // split over the threads. Rows of b contiguous (b_sn == 1): each k adds a[i, k]
@@ -375,13 +378,9 @@ template <typename Acc, typename T, typename Load, typename Store>
 static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
                              const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
                              const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
-                             T* out, Load load, Store store) {
+                             T* out, int64_t ldo, Load load, Store store) {
     constexpr int64_t JB = 256;
-#ifdef _OPENMP
-    const int64_t threads = omp_get_max_threads();
-#else
-    const int64_t threads = 1;
-#endif
+    const int64_t threads = kiln_mm_threads();
     // Column blocks of at most JB, at least one per thread where N allows.
     const int64_t jb = std::max<int64_t>(16, std::min<int64_t>(JB, ((N + threads - 1) / threads + 15) / 16 * 16));
     const int64_t blocks = (N + jb - 1) / jb;
@@ -393,7 +392,7 @@ static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
             for (int64_t i = 0; i < M; ++i) {
                 const int64_t ao = a_off + bi * a_sb + i * a_sm;
                 const int64_t bo = b_off + bi * b_sb + j0 * b_sn;
-                const int64_t oo = (bi * M + i) * N + j0;
+                const int64_t oo = (bi * M + i) * ldo + j0;
                 if (b_sn == 1) {
                     Acc acc[JB];
                     for (int64_t j = 0; j < jn; ++j) acc[j] = Acc(0);
@@ -424,104 +423,188 @@ static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
     }
 }
 
+// The float partial sums of one panel of a result stored narrower than its
+// accumulation type: converted into `out` after the last step.
+constexpr int64_t kKilnMmSumsBytes = int64_t(32) << 20;
+
+// One task of one step of the shared dimension (k0 .. k0 + kc): b's columns
+// [j0, j0 + nc) packed into `bp`, then slivers [is0, is1) of the packed panel
+// `ap` (rows m0 .. m0 + mp of batch entry bi) against each of b's slivers,
+// added into `sums` (row stride ld; `out` itself when T is Acc); after the
+// last step, sums of a narrower T converted into `out` (row stride ldo).
+template <typename Acc, typename T, typename Load, typename Store>
+static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t ldo, int64_t m0, int64_t mp, int64_t k0,
+                                int64_t kc, bool last, int64_t j0, int64_t nc, int64_t is0, int64_t is1,
+                                const Acc* ap, Acc* bp, Acc* sums, int64_t ld, const T* b, int64_t b_off,
+                                int64_t b_sb, int64_t b_sk, int64_t b_sn, T* out, Load load, Store store) {
+    constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR;
+    const int64_t slivers = (nc + NR - 1) / NR;
+    for (int64_t s = 0; s < slivers; ++s)
+        kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, b_off + bi * b_sb + k0 * b_sk + (j0 + s * NR) * b_sn, b_sk, b_sn,
+                            kc, std::min<int64_t>(NR, nc - s * NR), load);
+    // One sliver of a stays in L1 while b's slivers stream past from L2.
+    for (int64_t is = is0; is < is1; ++is) {
+        const int64_t rows = std::min<int64_t>(MR, mp - is * MR);
+        for (int64_t s = 0; s < slivers; ++s) {
+            Acc* c = sums + is * MR * ld + j0 + s * NR;
+            const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
+            if constexpr (MR >= 4) {
+                if (rows <= MR / 2) {
+                    kiln_mm_micro<Acc, int(MR / 2)>(kc, ap + is * MR * kc, bp + s * NR * kc, c, ld, k0 == 0, rows,
+                                                    cols);
+                    continue;
+                }
+            }
+            kiln_mm_micro<Acc>(kc, ap + is * MR * kc, bp + s * NR * kc, c, ld, k0 == 0, rows, cols);
+        }
+    }
+    if constexpr (!std::is_same<T, Acc>::value) {
+        if (last) {
+            const int64_t r1 = std::min<int64_t>(is1 * MR, mp);
+            for (int64_t r = is0 * MR; r < r1; ++r)
+                for (int64_t j = j0; j < j0 + nc; ++j) store(out, (bi * M + m0 + r) * ldo + j, sums[r * ld + j]);
+        }
+    } else {
+        (void)M, (void)m0, (void)last, (void)out, (void)store;
+    }
+}
+
+// The product into `out` with rows `ldo` apart (batch entries M rows apart).
 // Load: converts one stored element to the accumulation type; Store: writes
 // one accumulated element (when T is Acc, a plain write: the micro-kernel then
-// stores whole vectors itself). Returns 0, or 1 when scratch memory ran out.
+// adds into `out` itself). Returns 0, or 1 when scratch memory ran out.
+template <typename Acc, typename T, typename Load, typename Store>
+static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
+                        const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
+                        const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
+                        T* out, int64_t ldo, Load load, Store store) {
+    if (batch <= 0 || M <= 0 || N <= 0) return 0;
+    if (K <= 0) {
+        // An empty sum: zeros.
+        for (int64_t r = 0; r < batch * M; ++r)
+            for (int64_t j = 0; j < N; ++j) store(out, r * ldo + j, Acc(0));
+        return 0;
+    }
+    if (M <= kKilnMmFewRows && (b_sn == 1 || b_sk == 1)) {
+        kiln_mm_few_rows<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn,
+                              out, ldo, load, store);
+        return 0;
+    }
+    constexpr bool plain = std::is_same<T, Acc>::value;
+    constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
+    // Whole slivers.
+    constexpr int64_t MC = (KILN_MM_MC + MR - 1) / MR * MR;
+    constexpr int64_t NC = (KILN_MM_NC + NR - 1) / NR * NR;
+    const int64_t threads = kiln_mm_threads();
+    // Panels of at most MC rows (fewer where a narrower result's float sums
+    // would outgrow their budget), all of one size: a short last panel would
+    // repack b for a few rows.
+    const int64_t most =
+        plain ? MC
+              : std::max<int64_t>(MR, std::min<int64_t>(MC, kKilnMmSumsBytes / (int64_t(sizeof(Acc)) * N) / MR * MR));
+    const int64_t passes = (M + most - 1) / most;
+    const int64_t MP = ((M + passes - 1) / passes + MR - 1) / MR * MR;
+    const int64_t blocks = (N + NC - 1) / NC;
+    // Steps of the shared dimension of at most KC, all of one size (a short
+    // last step would pass over the whole result for a few products).
+    const int64_t ksteps = (K + KC - 1) / KC;
+    const int64_t KS = ((K + ksteps - 1) / ksteps + 7) / 8 * 8;
+    // The rows of each step: every panel, and in it every step of the shared
+    // dimension, visited in order by `step(bi, m0, mp, k0, kc)`.
+    auto steps = [&](auto&& step) {
+        for (int64_t bi = 0; bi < batch; ++bi)
+            for (int64_t m0 = 0; m0 < M; m0 += MP)
+                for (int64_t k0 = 0; k0 < K; k0 += KS)
+                    step(bi, m0, std::min<int64_t>(MP, M - m0), k0, std::min<int64_t>(KS, K - k0));
+    };
+    auto pack_panel = [&](Acc* ap, int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc, int64_t is) {
+        kiln_mm_pack_a<Acc>(ap + is * MR * kc, a, a_off + bi * a_sb + (m0 + is * MR) * a_sm + k0 * a_sk, a_sm, a_sk,
+                            kc, std::min<int64_t>(MR, mp - is * MR), load);
+    };
+    auto sums_of = [&](Acc* scratch, int64_t bi, int64_t m0) -> Acc* {
+        if constexpr (plain) {
+            (void)scratch;
+            return out + (bi * M + m0) * ldo;
+        } else {
+            (void)bi, (void)m0;
+            return scratch;
+        }
+    };
+    // The partial sums' row stride: the result's, or the scratch panel's.
+    const int64_t ld = plain ? ldo : N;
+    int failed = 0;
+    if (threads > 1 && batch >= threads && M * N * K <= (int64_t(1) << 24)) {
+        // Many small products (attention's heads): each thread does whole
+        // products, with no barrier between steps.
+#pragma omp parallel reduction(| : failed)
+        {
+            static thread_local KilnArena a_arena, b_arena, c_arena;
+            Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MP * KS));
+            Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KS * NC));
+            Acc* scratch = plain ? nullptr : reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MP * N));
+            const bool ok = ap != nullptr && bp != nullptr && (plain || scratch != nullptr);
+            if (!ok) failed = 1;
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bi = 0; bi < batch; ++bi) {
+                if (!ok) continue;
+                for (int64_t m0 = 0; m0 < M; m0 += MP) {
+                    const int64_t mp = std::min<int64_t>(MP, M - m0), slivers = (mp + MR - 1) / MR;
+                    for (int64_t k0 = 0; k0 < K; k0 += KS) {
+                        const int64_t kc = std::min<int64_t>(KS, K - k0);
+                        for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
+                        for (int64_t blk = 0; blk < blocks; ++blk)
+                            kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                                              std::min<int64_t>(NC, N - blk * NC), 0, slivers, ap, bp,
+                                              sums_of(scratch, bi, m0), ld, b, b_off, b_sb, b_sk, b_sn, out, load,
+                                              store);
+                    }
+                }
+            }
+        }
+        return failed;
+    }
+    // Every thread on each step: the panel of a packed once and shared; the
+    // tasks are b's column blocks, each split over rows where there are fewer
+    // blocks than two per thread.
+    static thread_local KilnArena a_arena, c_arena;
+    Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MP * KS));
+    Acc* scratch = plain ? nullptr : reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MP * N));
+    if (ap == nullptr || (!plain && scratch == nullptr)) return 1;
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(MP / MR, (2 * threads + blocks - 1) / blocks));
+#pragma omp parallel reduction(| : failed) if (threads > 1)
+    {
+        static thread_local KilnArena b_arena;
+        Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KS * NC));
+        const bool ok = bp != nullptr;
+        if (!ok) failed = 1;
+        // Every thread meets every work-sharing loop (their bounds are
+        // shared); one without scratch skips its tasks, and the call fails.
+        steps([&](int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc) {
+            const int64_t slivers = (mp + MR - 1) / MR;
+#pragma omp for schedule(static)
+            for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < blocks * parts; ++task) {
+                if (!ok) continue;
+                const int64_t blk = task / parts, part = task % parts;
+                kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                                  std::min<int64_t>(NC, N - blk * NC), slivers * part / parts,
+                                  slivers * (part + 1) / parts, ap, bp, sums_of(scratch, bi, m0), ld, b, b_off,
+                                  b_sb, b_sk, b_sn, out, load, store);
+            }
+        });
+    }
+    return failed;
+}
+
+// The product into a contiguous `out` [batch, M, N].
 template <typename Acc, typename T, typename Load, typename Store>
 static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
                    const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
                    T* out, Load load, Store store) {
-    if (batch <= 0 || M <= 0 || N <= 0) return 0;
-    if (K <= 0) {
-        // An empty sum: zeros.
-        for (int64_t i = 0; i < batch * M * N; ++i) store(out, i, Acc(0));
-        return 0;
-    }
-    if (M <= kKilnMmFewRows && (b_sn == 1 || b_sk == 1)) {
-        kiln_mm_few_rows<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn,
-                              out, load, store);
-        return 0;
-    }
-    constexpr int64_t MR = KILN_MM_MR, NR = KILN_MM_NR, KC = KILN_MM_KC;
-    // Tiles are whole slivers.
-    constexpr int64_t MC = (KILN_MM_MC + MR - 1) / MR * MR;
-    constexpr int64_t NC = (KILN_MM_NC + NR - 1) / NR * NR;
-#ifdef _OPENMP
-    const int64_t threads = omp_get_max_threads();
-#else
-    const int64_t threads = 1;
-#endif
-    // Rows of the result per pass: at most KILN_MM_MB blocks per thread, the
-    // passes of equal size (a short last pass would repack all of b for a
-    // few rows), a whole number of slivers.
-    const int64_t most = KILN_MM_MB * threads * MC;
-    const int64_t passes = (M + most - 1) / most;
-    const int64_t MB = ((M + passes - 1) / passes + MR - 1) / MR * MR;
-    // Scratch kept per thread between calls: packed b and, when the shared
-    // dimension takes more than one block, the partial sums.
-    static thread_local KilnArena b_arena, c_arena;
-    Acc* bp = reinterpret_cast<Acc*>(b_arena.get(sizeof(Acc) * KC * NC));
-    Acc* cb = K > KC ? reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MB * NC)) : nullptr;
-    int failed = (bp == nullptr || (K > KC && cb == nullptr)) ? 1 : 0;
-    if (failed == 0) {
-#pragma omp parallel reduction(| : failed)
-        {
-            static thread_local KilnArena a_arena;
-            Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MC * KC));
-            const bool ok = ap != nullptr;
-            if (!ok) failed = 1;
-            // Every thread meets every work-sharing loop (their bounds are shared);
-            // one without scratch skips its tasks, and the call reports failure.
-            for (int64_t bi = 0; bi < batch; ++bi) {
-                for (int64_t m0 = 0; m0 < M; m0 += MB) {
-                    for (int64_t j0 = 0; j0 < N; j0 += NC) {
-                        const int64_t mb = std::min<int64_t>(MB, M - m0);
-                        const int64_t nc = std::min<int64_t>(NC, N - j0);
-                        const int64_t slivers = (nc + NR - 1) / NR;
-                        // Row blocks of at most MC rows, as many as a multiple of the
-                        // threads and of even size, so that every thread gets the same work.
-                        const int64_t fewest = (mb + MC - 1) / MC;
-                        const int64_t even = (fewest + threads - 1) / threads * threads;
-                        const int64_t mcb = ((mb + even - 1) / even + MR - 1) / MR * MR;
-                        const int64_t blocks = (mb + mcb - 1) / mcb;
-                        // Column parts per row block, so that every thread has work.
-                        const int64_t parts = std::min<int64_t>(slivers, (threads + blocks - 1) / blocks);
-                        for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                            const int64_t kc = std::min<int64_t>(KC, K - k0);
-#pragma omp for schedule(static)
-                            for (int64_t s = 0; s < slivers; ++s)
-                                kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, b_off + bi * b_sb + k0 * b_sk + (j0 + s * NR) * b_sn,
-                                                    b_sk, b_sn, kc, std::min<int64_t>(NR, nc - s * NR), load);
-#pragma omp for schedule(dynamic, 1)
-                            for (int64_t task = 0; task < blocks * parts; ++task) {
-                                if (!ok) continue;
-                                const int64_t i0 = (task / parts) * mcb;
-                                const int64_t part = task % parts;
-                                const int64_t mc = std::min<int64_t>(mcb, mb - i0);
-                                const int64_t mcp = (mc + MR - 1) / MR * MR;
-                                for (int64_t is = 0; is < mcp; is += MR)
-                                    kiln_mm_pack_a<Acc>(ap + is * kc, a, a_off + bi * a_sb + (m0 + i0 + is) * a_sm + k0 * a_sk,
-                                                        a_sm, a_sk, kc, std::min<int64_t>(MR, mc - is), load);
-                                const int64_t s0 = slivers * part / parts;
-                                const int64_t s1 = slivers * (part + 1) / parts;
-                                const bool first = k0 == 0, last = k0 + kc == K;
-                                for (int64_t s = s0; s < s1; ++s)
-                                    for (int64_t is = 0; is < mcp; is += MR)
-                                        kiln_mm_micro<Acc>(kc, ap + is * kc, bp + s * NR * kc,
-                                                           cb != nullptr ? cb + (i0 + is) * NC + s * NR : nullptr,
-                                                           NC, first, last, out,
-                                                           (bi * M + m0 + i0 + is) * N + j0 + s * NR, N,
-                                                           std::min<int64_t>(MR, mc - is),
-                                                           std::min<int64_t>(NR, nc - s * NR), store);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    return failed;
+    return kiln_mm_into<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn, out, N,
+                             load, store);
 }
 
 // A 2-D convolution (no bias) of contiguous x [n, c, h, wd] with w [o, cg, kh, kw]
@@ -529,9 +612,14 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
 //
 // Where every output sums at least kKilnConvGemmDepth products and a group has several
 // output channels, as im2col and the packed matrix product: per image and group, the
-// input patches the outputs see laid out as a [cg * kh * kw, oh * ow] matrix (in
-// column chunks of whole output rows that keep it within KILN_CONV_COL_BYTES) and multiplied by the group's
-// [og, cg * kh * kw] weights. Otherwise (depthwise, a kernel of few taps) directly: each
+// input patches the outputs see laid out as a [cg * kh * kw, oh * ow] matrix, in
+// chunks of whole output rows, multiplied by the group's [og, cg * kh * kw] weights
+// straight into the result's rows. Where there are chunks enough for every thread
+// (two each, or more) of at least kKilnConvTaskPositions positions within
+// KILN_CONV_TASK_BYTES (about a packed block of b: half the L2 cache), each thread
+// takes whole chunks, its patches staying in its own cache and its product run alone;
+// otherwise the threads share each chunk (up to KILN_CONV_COL_BYTES), the patches and
+// then the product. Otherwise (depthwise, a kernel of few taps) directly: each
 // output plane accumulates, per input channel and kernel tap, a strided row of the
 // input (an `omp simd` loop over the output columns that tap sees).
 constexpr int64_t kKilnConvGemmDepth = 16;
@@ -540,6 +628,57 @@ constexpr int64_t kKilnConvGemmChannels = 4;
 #define KILN_CONV_COL_BYTES (int64_t(32) << 20)
 #endif
 constexpr int64_t kKilnConvColBytes = KILN_CONV_COL_BYTES;
+#ifndef KILN_CONV_TASK_BYTES
+#define KILN_CONV_TASK_BYTES (int64_t(KILN_MM_KC) * KILN_MM_NC * 4)
+#endif
+constexpr int64_t kKilnConvTaskBytes = KILN_CONV_TASK_BYTES;
+constexpr int64_t kKilnConvTaskPositions = 256;
+
+// A convolution's geometry: input [n, c, h, wd], o output channels in groups of og
+// over cg input channels each, a kh x kw kernel, output oh x ow, strides, padding,
+// dilation.
+struct KilnConv {
+    int64_t n, c, h, wd, o, og, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw;
+};
+
+// Rows [r0, r1) of the patch matrix of image b, group g, output rows [i0, i1):
+// row r is input channel r / (kh * kw) and tap (r / kw % kh, r % kw); column q
+// the output position i0 * ow + q. Taps outside the padded input read 0.
+template <typename T>
+static void kiln_conv_patches(T* __restrict__ col, const T* __restrict__ x, const KilnConv& s, int64_t b,
+                              int64_t g, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
+    const int64_t pc = (i1 - i0) * s.ow, ow = s.ow;
+    for (int64_t r = r0; r < r1; ++r) {
+        const int64_t cc = r / (s.kh * s.kw), a = (r / s.kw) % s.kh, e = r % s.kw;
+        const T* in = x + (b * s.c + g * s.cg + cc) * s.h * s.wd;
+        // Output columns j read input column j * sw - lo, inside [j0, j1).
+        const int64_t lo = s.pw - e * s.dw;
+        const int64_t hi = s.wd - 1 + s.pw - e * s.dw;
+        const int64_t j0 = std::min<int64_t>(ow, lo <= 0 ? 0 : (lo + s.sw - 1) / s.sw);
+        const int64_t j1 = std::max<int64_t>(j0, hi < 0 ? 0 : std::min(ow, hi / s.sw + 1));
+        for (int64_t i = i0; i < i1; ++i) {
+            T* d = col + (r - r0) * pc + (i - i0) * ow;
+            const int64_t yy = i * s.sh - s.ph + a * s.dh;
+            if (yy < 0 || yy >= s.h) {
+                for (int64_t j = 0; j < ow; ++j) d[j] = T(0);
+                continue;
+            }
+            const T* row = in + yy * s.wd - lo;
+            for (int64_t j = 0; j < j0; ++j) d[j] = T(0);
+            if (s.sw == 1) {
+#pragma omp simd
+                for (int64_t j = j0; j < j1; ++j) d[j] = row[j];
+            } else if (s.sw == 2) {
+                // A constant stride: vectorised with shuffles.
+#pragma omp simd
+                for (int64_t j = j0; j < j1; ++j) d[j] = row[2 * j];
+            } else {
+                for (int64_t j = j0; j < j1; ++j) d[j] = row[j * s.sw];
+            }
+            for (int64_t j = j1; j < ow; ++j) d[j] = T(0);
+        }
+    }
+}
 
 template <typename T>
 static int kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict__ w, int64_t wo,
@@ -553,60 +692,54 @@ static int kiln_conv2d(const T* __restrict__ x, int64_t xo, const T* __restrict_
     const int64_t depth = cg * kh * kw;
     const int64_t plane = oh * ow;
     if (depth >= kKilnConvGemmDepth && og >= kKilnConvGemmChannels && plane > 0) {
-        // Whole output rows per chunk.
-        const int64_t chunk_rows = std::min<int64_t>(
-            oh, std::max<int64_t>(1, kKilnConvColBytes / int64_t(sizeof(T)) / (depth * ow)));
-        const int64_t chunk = chunk_rows * ow;
-        static thread_local KilnArena col_arena, part_arena;
-        T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * chunk));
-        // A chunk's products land beside the result, then in its rows.
-        T* part = chunk < plane ? reinterpret_cast<T*>(part_arena.get(sizeof(T) * og * chunk)) : nullptr;
-        if (col == nullptr || (chunk < plane && part == nullptr)) return 1;
+        const KilnConv s{n, c, h, wd, o, og, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw};
         auto load = [](const T* p, int64_t i) { return p[i]; };
         auto store = [](T* p, int64_t i, T v) { p[i] = v; };
+        // Whole output rows per chunk.
+        auto rows_within = [&](int64_t bytes) {
+            return std::max<int64_t>(1, bytes / int64_t(sizeof(T)) / (depth * ow));
+        };
+        const int64_t threads = kiln_mm_threads();
+        const int64_t task_rows = std::min<int64_t>(
+            oh, std::max<int64_t>((kKilnConvTaskPositions + ow - 1) / ow, rows_within(kKilnConvTaskBytes)));
+        const int64_t chunks = (oh + task_rows - 1) / task_rows;
+        const int64_t tasks = n * groups * chunks;
+        if (threads > 1 && tasks >= 2 * threads) {
+            int failed = 0;
+#pragma omp parallel reduction(| : failed)
+            {
+                static thread_local KilnArena col_arena;
+                T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * task_rows * ow));
+                const bool ok = col != nullptr;
+                if (!ok) failed = 1;
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t t = 0; t < tasks; ++t) {
+                    if (!ok) continue;
+                    const int64_t b = t / (groups * chunks), g = t / chunks % groups;
+                    const int64_t i0 = t % chunks * task_rows, i1 = std::min<int64_t>(oh, i0 + task_rows);
+                    const int64_t pc = (i1 - i0) * ow;
+                    kiln_conv_patches(col, x, s, b, g, 0, depth, i0, i1);
+                    // Inside the parallel region the product runs on this thread alone.
+                    failed |= kiln_mm_into<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
+                                              y + (b * o + g * og) * plane + i0 * ow, plane, load, store);
+                }
+            }
+            return failed;
+        }
+        const int64_t chunk_rows = std::min<int64_t>(oh, rows_within(kKilnConvColBytes));
+        static thread_local KilnArena col_arena;
+        T* col = reinterpret_cast<T*>(col_arena.get(sizeof(T) * depth * chunk_rows * ow));
+        if (col == nullptr) return 1;
         for (int64_t b = 0; b < n; ++b) {
             for (int64_t g = 0; g < groups; ++g) {
                 for (int64_t i0 = 0; i0 < oh; i0 += chunk_rows) {
                     const int64_t i1 = std::min<int64_t>(oh, i0 + chunk_rows);
                     const int64_t pc = (i1 - i0) * ow;
-                    // Row r of the patches: input channel cc, tap (a, e); column q: the
-                    // output position i0 * ow + q. Taps outside the padded input read 0.
 #pragma omp parallel for schedule(static)
-                    for (int64_t r = 0; r < depth; ++r) {
-                        const int64_t cc = r / (kh * kw), a = (r / kw) % kh, e = r % kw;
-                        const T* in = x + (b * c + g * cg + cc) * h * wd;
-                        // Output columns j read input column j * sw - lo, inside [j0, j1).
-                        const int64_t lo = pw - e * dw;
-                        const int64_t hi = wd - 1 + pw - e * dw;
-                        const int64_t j0 = std::min<int64_t>(ow, lo <= 0 ? 0 : (lo + sw - 1) / sw);
-                        const int64_t j1 = std::max<int64_t>(j0, hi < 0 ? 0 : std::min(ow, hi / sw + 1));
-                        for (int64_t i = i0; i < i1; ++i) {
-                            T* d = col + r * pc + (i - i0) * ow;
-                            const int64_t yy = i * sh - ph + a * dh;
-                            if (yy < 0 || yy >= h) {
-                                for (int64_t j = 0; j < ow; ++j) d[j] = T(0);
-                                continue;
-                            }
-                            const T* row = in + yy * wd - lo;
-                            for (int64_t j = 0; j < j0; ++j) d[j] = T(0);
-                            if (sw == 1) {
-#pragma omp simd
-                                for (int64_t j = j0; j < j1; ++j) d[j] = row[j];
-                            } else {
-                                for (int64_t j = j0; j < j1; ++j) d[j] = row[j * sw];
-                            }
-                            for (int64_t j = j1; j < ow; ++j) d[j] = T(0);
-                        }
-                    }
-                    T* rows = y + (b * o + g * og) * plane;
-                    if (kiln_mm<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
-                                   part != nullptr ? part : rows, load, store))
+                    for (int64_t r = 0; r < depth; ++r) kiln_conv_patches(col + r * pc, x, s, b, g, r, r + 1, i0, i1);
+                    if (kiln_mm_into<T>(1, og, pc, depth, w, g * og * depth, 0, depth, 1, col, 0, 0, pc, 1,
+                                        y + (b * o + g * og) * plane + i0 * ow, plane, load, store))
                         return 1;
-                    if (part != nullptr) {
-#pragma omp parallel for schedule(static)
-                        for (int64_t oc = 0; oc < og; ++oc)
-                            std::memcpy(rows + oc * plane + i0 * ow, part + oc * pc, sizeof(T) * pc);
-                    }
                 }
             }
         }

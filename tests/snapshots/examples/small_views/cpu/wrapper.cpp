@@ -27,16 +27,13 @@
 #define KILN_MM_NR 16
 #endif
 #ifndef KILN_MM_MC
-#define KILN_MM_MC 510
+#define KILN_MM_MC 1020
 #endif
 #ifndef KILN_MM_KC
-#define KILN_MM_KC 256
+#define KILN_MM_KC 512
 #endif
 #ifndef KILN_MM_NC
-#define KILN_MM_NC 1024
-#endif
-#ifndef KILN_MM_MB
-#define KILN_MM_MB 4
+#define KILN_MM_NC 256
 #endif
 
 // What the prelude itself uses, whatever the plugin's header includes.

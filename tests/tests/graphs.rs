@@ -52,22 +52,33 @@ fn every_test_graph_is_right_on_every_device() {
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
 
-/// The cpu's convolution as im2col and the packed matrix product, with the patch
-/// matrix cut into chunks of one or two output rows (a 4 KiB budget instead of
-/// 32 MiB): every chunk's products land in their rows.
+/// The cpu's convolution as im2col and the packed matrix product, in tiny
+/// pieces: patch chunks of a few output rows (4 KiB where the threads share
+/// each chunk, one thread; where each thread takes chunks of its own, three),
+/// 4 x 8 register blocks of 16-byte vectors, steps of 8 of the shared
+/// dimension and blocks of 32 positions: every chunk's products land in their
+/// rows, with padding, strides, dilation and groups.
 #[test]
-fn convolutions_in_patch_chunks_match_the_reference() {
-    let tmp = TempDir::new("conv-chunks");
+fn convolutions_in_patch_chunks_and_tiny_tiles_match_the_reference() {
+    let tmp = TempDir::new("conv-tiles");
     let graph = repo_root().join("tests/graphs/conv2d_as_matrix_products.toml");
-    let (output, stdout, stderr) = run(host(&host_bin())
-        .arg("run")
-        .arg(&graph)
-        .args(["--device", "cpu", "--check"])
-        .env("KILN_CACHE_DIR", tmp.subdir("cache"))
-        .env("KILN_CXXFLAGS", "-O1 -fopenmp -DKILN_CONV_COL_BYTES=4096"));
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("check: all 4 output(s) match the reference"),
-        "{stdout}"
-    );
+    for threads in ["1", "3"] {
+        let (output, stdout, stderr) = run(host(&host_bin())
+            .arg("run")
+            .arg(&graph)
+            .args(["--device", "cpu", "--check"])
+            .env("KILN_CACHE_DIR", tmp.subdir("cache"))
+            .env("OMP_NUM_THREADS", threads)
+            .env(
+                "KILN_CXXFLAGS",
+                "-O1 -fopenmp -DKILN_MM_VBYTES=16 -DKILN_MM_MR=4 -DKILN_MM_NR=8 -DKILN_MM_KC=8 \
+                 -DKILN_MM_NC=32 -DKILN_MM_MC=12 -DKILN_CONV_COL_BYTES=4096 \
+                 -DKILN_CONV_TASK_BYTES=4096 -DKILN_CONV_TASK_POSITIONS=1",
+            ));
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("check: all 5 output(s) match the reference"),
+            "{stdout}"
+        );
+    }
 }

@@ -615,7 +615,7 @@ static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
 // input patches the outputs see laid out as a [cg * kh * kw, oh * ow] matrix, in
 // chunks of whole output rows, multiplied by the group's [og, cg * kh * kw] weights
 // straight into the result's rows. Where there are chunks enough for every thread
-// (two each, or more) of at least kKilnConvTaskPositions positions within
+// (two each, or more) of at least KILN_CONV_TASK_POSITIONS positions (256) within
 // KILN_CONV_TASK_BYTES (about a packed block of b: half the L2 cache), each thread
 // takes whole chunks, its patches staying in its own cache and its product run alone;
 // otherwise the threads share each chunk (up to KILN_CONV_COL_BYTES), the patches and
@@ -632,7 +632,10 @@ constexpr int64_t kKilnConvColBytes = KILN_CONV_COL_BYTES;
 #define KILN_CONV_TASK_BYTES (int64_t(KILN_MM_KC) * KILN_MM_NC * 4)
 #endif
 constexpr int64_t kKilnConvTaskBytes = KILN_CONV_TASK_BYTES;
-constexpr int64_t kKilnConvTaskPositions = 256;
+#ifndef KILN_CONV_TASK_POSITIONS
+#define KILN_CONV_TASK_POSITIONS 256
+#endif
+constexpr int64_t kKilnConvTaskPositions = KILN_CONV_TASK_POSITIONS;
 
 // A convolution's geometry: input [n, c, h, wd], o output channels in groups of og
 // over cg input channels each, a kh x kw kernel, output oh x ow, strides, padding,

@@ -502,10 +502,10 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
     // last step would pass over the whole result for a few products).
     const int64_t ksteps = (K + KC - 1) / KC;
     const int64_t KS = ((K + ksteps - 1) / ksteps + 7) / 8 * 8;
-    // The rows of each step: every panel, and in it every step of the shared
-    // dimension, visited in order by `step(bi, m0, mp, k0, kc)`.
-    auto steps = [&](auto&& step) {
-        for (int64_t bi = 0; bi < batch; ++bi)
+    // The steps of batch entries [b0, b1): every panel of rows, and in it every
+    // step of the shared dimension, visited in order by `step(bi, m0, mp, k0, kc)`.
+    auto steps = [&](int64_t b0, int64_t b1, auto&& step) {
+        for (int64_t bi = b0; bi < b1; ++bi)
             for (int64_t m0 = 0; m0 < M; m0 += MP)
                 for (int64_t k0 = 0; k0 < K; k0 += KS)
                     step(bi, m0, std::min<int64_t>(MP, M - m0), k0, std::min<int64_t>(KS, K - k0));
@@ -526,7 +526,7 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
     // The partial sums' row stride: the result's, or the scratch panel's.
     const int64_t ld = plain ? ldo : N;
     int failed = 0;
-    if (threads > 1 && batch >= threads && M * N * K <= (int64_t(1) << 24)) {
+    if (threads > 1 && batch >= threads && double(M) * double(N) * double(K) <= double(1 << 24)) {
         // Many small products (attention's heads): each thread does whole
         // products, with no barrier between steps.
 #pragma omp parallel reduction(| : failed)
@@ -538,20 +538,16 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
             const bool ok = ap != nullptr && bp != nullptr && (plain || scratch != nullptr);
             if (!ok) failed = 1;
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t bi = 0; bi < batch; ++bi) {
+            for (int64_t entry = 0; entry < batch; ++entry) {
                 if (!ok) continue;
-                for (int64_t m0 = 0; m0 < M; m0 += MP) {
-                    const int64_t mp = std::min<int64_t>(MP, M - m0), slivers = (mp + MR - 1) / MR;
-                    for (int64_t k0 = 0; k0 < K; k0 += KS) {
-                        const int64_t kc = std::min<int64_t>(KS, K - k0);
-                        for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
-                        for (int64_t blk = 0; blk < blocks; ++blk)
-                            kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
-                                              std::min<int64_t>(NC, N - blk * NC), 0, slivers, ap, bp,
-                                              sums_of(scratch, bi, m0), ld, b, b_off, b_sb, b_sk, b_sn, out, load,
-                                              store);
-                    }
-                }
+                steps(entry, entry + 1, [&](int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc) {
+                    const int64_t slivers = (mp + MR - 1) / MR;
+                    for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
+                    for (int64_t blk = 0; blk < blocks; ++blk)
+                        kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
+                                          std::min<int64_t>(NC, N - blk * NC), 0, slivers, ap, bp,
+                                          sums_of(scratch, bi, m0), ld, b, b_off, b_sb, b_sk, b_sn, out, load, store);
+                });
             }
         }
         return failed;
@@ -572,7 +568,7 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
         if (!ok) failed = 1;
         // Every thread meets every work-sharing loop (their bounds are
         // shared); one without scratch skips its tasks, and the call fails.
-        steps([&](int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc) {
+        steps(0, batch, [&](int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc) {
             const int64_t slivers = (mp + MR - 1) / MR;
 #pragma omp for schedule(static)
             for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);

@@ -183,6 +183,111 @@ MODELS = {
     "tv_mnasnet": tv("mnasnet0_5"),
 }
 
+# A second round of families (2026-11-24): more encoders, seq2seq and decoder variants
+# (rotary, ALiBi, mixtures of experts, state-space), speech, and more vision and video.
+SEQ2SEQ_CFG = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                   vocab_size=96, max_position_embeddings=64, pad_token_id=0,
+                   decoder_start_token_id=2)
+AUDIO = lambda torch, c: {"input_values": torch.randn(
+    2, 1600, generator=torch.Generator().manual_seed(0))}
+AUDIO_CFG = dict(SMALL, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                 num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+
+
+def tvm(module, fn, shape, **kw):
+    """A torchvision model from a submodule (video, segmentation) and an input shape."""
+    def build(torch):
+        import importlib
+        factory = getattr(importlib.import_module(f"torchvision.models.{module}"), fn)
+        gen = torch.Generator().manual_seed(0)
+        return factory(weights=None, **kw), (torch.randn(*shape, generator=gen),)
+    return build
+
+
+MODELS.update({
+    "xlm_roberta": hf("XLMRobertaModel", "XLMRobertaConfig", TEXT, **DECODER),
+    "mpnet": hf("MPNetModel", "MPNetConfig", TEXT, **DECODER),
+    "roformer": hf("RoFormerModel", "RoFormerConfig", TEXT, embedding_size=32, **DECODER),
+    "convbert": hf("ConvBertModel", "ConvBertConfig", TEXT, embedding_size=32, **DECODER),
+    "funnel": hf("FunnelModel", "FunnelConfig", TEXT, d_model=32, n_head=4, d_head=8,
+                 d_inner=64, block_sizes=[1, 1], num_decoder_layers=1, vocab_size=96),
+    "xlnet": hf("XLNetModel", "XLNetConfig", TEXT, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                vocab_size=96),
+    "esm": hf("EsmModel", "EsmConfig", TEXT, pad_token_id=1, mask_token_id=2,
+              position_embedding_type="rotary", **DECODER),
+    "big_bird": hf("BigBirdModel", "BigBirdConfig", TEXT, attention_type="original_full",
+                   **DECODER),
+    "megatron_bert": hf("MegatronBertModel", "MegatronBertConfig", TEXT, **DECODER),
+    "marian": hf("MarianMTModel", "MarianConfig", SEQ2SEQ, **SEQ2SEQ_CFG),
+    "mbart": hf("MBartForConditionalGeneration", "MBartConfig", SEQ2SEQ, **SEQ2SEQ_CFG),
+    "pegasus": hf("PegasusModel", "PegasusConfig", SEQ2SEQ, **SEQ2SEQ_CFG),
+    "m2m100": hf("M2M100Model", "M2M100Config", SEQ2SEQ, **SEQ2SEQ_CFG),
+    "gptj": hf("GPTJForCausalLM", "GPTJConfig", TEXT, n_embd=32, n_layer=2, n_head=4,
+               rotary_dim=4, vocab_size=96, n_positions=64),
+    "codegen": hf("CodeGenForCausalLM", "CodeGenConfig", TEXT, n_embd=32, n_layer=2, n_head=4,
+                  rotary_dim=4, vocab_size=96, n_positions=64, n_ctx=64),
+    "stablelm": hf("StableLmForCausalLM", "StableLmConfig", TEXT, num_key_value_heads=2,
+                   **DECODER),
+    "starcoder2": hf("Starcoder2ForCausalLM", "Starcoder2Config", TEXT, num_key_value_heads=2,
+                     **DECODER),
+    "olmo": hf("OlmoForCausalLM", "OlmoConfig", TEXT, **DECODER),
+    "phi3": hf("Phi3ForCausalLM", "Phi3Config", TEXT, num_key_value_heads=2, pad_token_id=0,
+               **DECODER),
+    "mixtral": hf("MixtralForCausalLM", "MixtralConfig", TEXT, num_key_value_heads=2,
+                  num_local_experts=4, num_experts_per_tok=2, **DECODER),
+    "qwen2_moe": hf("Qwen2MoeForCausalLM", "Qwen2MoeConfig", TEXT, num_key_value_heads=2,
+                    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                    shared_expert_intermediate_size=32, **DECODER),
+    "gemma2": hf("Gemma2ForCausalLM", "Gemma2Config", TEXT, num_key_value_heads=2, head_dim=8,
+                 **DECODER),
+    "qwen3": hf("Qwen3ForCausalLM", "Qwen3Config", TEXT, num_key_value_heads=2, head_dim=8,
+                **DECODER),
+    "cohere": hf("CohereForCausalLM", "CohereConfig", TEXT, num_key_value_heads=2, **DECODER),
+    "granite": hf("GraniteForCausalLM", "GraniteConfig", TEXT, **DECODER),
+    "biogpt": hf("BioGptForCausalLM", "BioGptConfig", TEXT, **DECODER),
+    "xglm": hf("XGLMForCausalLM", "XGLMConfig", TEXT, d_model=32, num_layers=2,
+               attention_heads=4, ffn_dim=64, vocab_size=96, max_position_embeddings=64),
+    "mpt": hf("MptForCausalLM", "MptConfig", TEXT, d_model=32, n_heads=4, n_layers=2,
+              vocab_size=96, max_seq_len=64),
+    "ctrl": hf("CTRLLMHeadModel", "CTRLConfig", TEXT, n_embd=32, n_layer=2, n_head=4, dff=64,
+               vocab_size=96, n_positions=64),
+    "mamba": hf("MambaForCausalLM", "MambaConfig", IDS, hidden_size=32, num_hidden_layers=2,
+                vocab_size=96, state_size=8),
+    "wav2vec2": hf("Wav2Vec2Model", "Wav2Vec2Config", AUDIO, **AUDIO_CFG),
+    "hubert": hf("HubertModel", "HubertConfig", AUDIO, **AUDIO_CFG),
+    "swinv2": hf("Swinv2Model", "Swinv2Config", IMAGE(32), image_size=32, patch_size=4,
+                 embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4),
+    "convnextv2": hf("ConvNextV2Model", "ConvNextV2Config", IMAGE(32), hidden_sizes=[16, 32],
+                     depths=[1, 1], num_stages=2),
+    "mobilevitv2": hf("MobileViTV2Model", "MobileViTV2Config", IMAGE(64), image_size=64,
+                      width_multiplier=0.5),
+    "pvt_v2": hf("PvtV2Model", "PvtV2Config", IMAGE(64), image_size=64),
+    "focalnet": hf("FocalNetModel", "FocalNetConfig", IMAGE(32), image_size=32, patch_size=4,
+                   embed_dim=16, depths=[1, 1], focal_levels=[2, 2], focal_windows=[3, 3]),
+    "bit": hf("BitModel", "BitConfig", IMAGE(32), embedding_size=16, hidden_sizes=[16, 32],
+              depths=[1, 1]),
+    "regnet_hf": hf("RegNetModel", "RegNetConfig", IMAGE(32), embedding_size=16,
+                    hidden_sizes=[16, 32], depths=[1, 1], groups_width=8),
+    "yolos": hf("YolosModel", "YolosConfig", IMAGE(32), image_size=[32, 32], patch_size=8,
+                num_detection_tokens=5, **SMALL),
+    "siglip_vision": hf("SiglipVisionModel", "SiglipVisionConfig", IMAGE(32), image_size=32,
+                        patch_size=8, **SMALL),
+    "data2vec_vision": hf("Data2VecVisionModel", "Data2VecVisionConfig", IMAGE(32),
+                          image_size=32, patch_size=8, **SMALL),
+    "mobilenet_v2_hf": hf("MobileNetV2Model", "MobileNetV2Config", IMAGE(64), image_size=64,
+                          depth_multiplier=0.35),
+    "tv_swin_v2_t": tv("swin_v2_t", size=64),
+    "tv_maxvit_t": tv("maxvit_t", size=224),
+    "tv_regnet_x": tv("regnet_x_400mf"),
+    "tv_r3d_18": tvm("video", "r3d_18", (1, 3, 4, 32, 32)),
+    "tv_r2plus1d_18": tvm("video", "r2plus1d_18", (1, 3, 4, 32, 32)),
+    "tv_deeplabv3": tvm("segmentation", "deeplabv3_mobilenet_v3_large", (1, 3, 64, 64),
+                        weights_backbone=None),
+    "tv_lraspp": tvm("segmentation", "lraspp_mobilenet_v3_large", (1, 3, 64, 64),
+                     weights_backbone=None),
+})
+
 
 # --- export ----------------------------------------------------------------------------
 

@@ -559,6 +559,7 @@ pub fn compile_for(
     let pass_options = crate::passes::Options {
         fused_attention: target.spec.scheduling == SchedulingKind::Triton,
         split_reductions_for: target.parallel_units,
+        convs_in_2d: target.spec.scheduling != SchedulingKind::Triton,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     if target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Cpp {

@@ -92,11 +92,35 @@ pub enum UnaryOp {
     Hardsigmoid,
     /// `hardswish`: `x * hardsigmoid(x)`
     Hardswish,
+    /// `floor` (integers unchanged)
+    Floor,
+    /// `ceil` (integers unchanged)
+    Ceil,
+    /// `round`: to the nearest integer, halves to even (integers unchanged)
+    Round,
+    /// `trunc`: towards zero (integers unchanged)
+    Trunc,
+    /// `sign`: -1, 0 or 1 (0 for NaN), in the input's dtype
+    Sign,
+    /// `expm1`: `exp(x) - 1`
+    Expm1,
+    /// `log2`
+    Log2,
+    /// `log10`
+    Log10,
+    /// `tan`
+    Tan,
+    /// `atan`
+    Atan,
+    /// `asin`
+    Asin,
+    /// `acos`
+    Acos,
 }
 
 impl UnaryOp {
     /// Every unary op with its ATen name.
-    pub const ALL: [(UnaryOp, &'static str); 17] = [
+    pub const ALL: [(UnaryOp, &'static str); 29] = [
         (UnaryOp::Abs, "abs"),
         (UnaryOp::Neg, "neg"),
         (UnaryOp::Exp, "exp"),
@@ -114,6 +138,18 @@ impl UnaryOp {
         (UnaryOp::Reciprocal, "reciprocal"),
         (UnaryOp::Hardsigmoid, "hardsigmoid"),
         (UnaryOp::Hardswish, "hardswish"),
+        (UnaryOp::Floor, "floor"),
+        (UnaryOp::Ceil, "ceil"),
+        (UnaryOp::Round, "round"),
+        (UnaryOp::Trunc, "trunc"),
+        (UnaryOp::Sign, "sign"),
+        (UnaryOp::Expm1, "expm1"),
+        (UnaryOp::Log2, "log2"),
+        (UnaryOp::Log10, "log10"),
+        (UnaryOp::Tan, "tan"),
+        (UnaryOp::Atan, "atan"),
+        (UnaryOp::Asin, "asin"),
+        (UnaryOp::Acos, "acos"),
     ];
 
     /// Whether an integer or bool input gives a float32 result (PyTorch's "int to float"
@@ -121,7 +157,16 @@ impl UnaryOp {
     pub fn promotes_int_to_float(self) -> bool {
         !matches!(
             self,
-            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Hardsigmoid | UnaryOp::Hardswish
+            UnaryOp::Abs
+                | UnaryOp::Neg
+                | UnaryOp::Relu
+                | UnaryOp::Hardsigmoid
+                | UnaryOp::Hardswish
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round
+                | UnaryOp::Trunc
+                | UnaryOp::Sign
         )
     }
 }

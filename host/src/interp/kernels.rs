@@ -45,6 +45,26 @@ pub(crate) fn unary(u: UnaryOp, x: f64) -> f64 {
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Hardsigmoid => hardsigmoid(x),
         UnaryOp::Hardswish => x * hardsigmoid(x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Expm1 => x.exp_m1(),
+        UnaryOp::Log2 => x.log2(),
+        UnaryOp::Log10 => x.log10(),
+        UnaryOp::Tan => x.tan(),
+        UnaryOp::Atan => x.atan(),
+        UnaryOp::Asin => x.asin(),
+        UnaryOp::Acos => x.acos(),
     }
 }
 

@@ -637,25 +637,30 @@ fn planes_hw(shape: &[i64], spatial: usize) -> (i64, i64, i64) {
 }
 
 fn adaptive_avg_pool(args: &[Val], out: &TensorMeta, spatial: usize) -> Result<Tensor, String> {
+    // Separable: the mean over a box of windows is the mean along each spatial dim in
+    // turn, each over its own window.
     let x = tensor(args, 0)?;
-    let (planes, h, w) = planes_hw(&x.shape, spatial);
-    let (_, oh, ow) = planes_hw(&out.shape, spatial);
-    let xv = x.to_vec();
-    let mut vals = Vec::with_capacity(out.numel() as usize);
-    for pl in 0..planes {
-        for i in 0..oh {
-            let (y0, y1) = adaptive_window(i, oh, h);
-            for j in 0..ow {
-                let (z0, z1) = adaptive_window(j, ow, w);
-                let mut acc = 0.0;
-                for y in y0..y1 {
-                    for z in z0..z1 {
-                        acc += xv[((pl * h + y) * w + z) as usize];
-                    }
+    let mut shape = x.shape.clone();
+    let mut vals = x.to_vec();
+    let r = shape.len();
+    for d in r - spatial..r {
+        let (size, want) = (shape[d], out.shape[d]);
+        let inner: i64 = shape[d + 1..].iter().product();
+        let outer: i64 = shape[..d].iter().product();
+        let mut next = Vec::with_capacity((outer * want * inner).max(0) as usize);
+        for o in 0..outer {
+            for i in 0..want {
+                let (a, b) = adaptive_window(i, want, size);
+                for k in 0..inner {
+                    let acc: f64 = (a..b)
+                        .map(|j| vals[((o * size + j) * inner + k) as usize])
+                        .sum();
+                    next.push(acc / (b - a) as f64);
                 }
-                vals.push(acc / ((y1 - y0) * (z1 - z0)) as f64);
             }
         }
+        shape[d] = want;
+        vals = next;
     }
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }

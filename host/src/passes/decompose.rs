@@ -135,6 +135,10 @@ pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error>
         if options.fused_attention && model::fusable_attention(g, id) {
             continue;
         }
+        if options.convs_in_2d && model::conv3d_as_2d(g, id)? {
+            changed += 1;
+            continue;
+        }
         if decompose(g, id)? {
             changed += 1;
         }

@@ -85,6 +85,10 @@ pub struct Options {
     /// Reductions of many elements into few results are split in two for a
     /// device of this many parallel units ([`split::run`]); 0 splits none.
     pub split_reductions_for: u32,
+    /// 3-D convolutions become sums of 2-D ones over the kernel's depth
+    /// ([`decompose::run_with`]), for a target whose own convolution is 1-D or 2-D (the
+    /// cpu's C++); the default keeps them whole (an extern call takes any rank).
+    pub convs_in_2d: bool,
 }
 
 /// A pass's entry function.

@@ -307,6 +307,26 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         // std::max/min keep a NaN in their first operand, as PyTorch's hardsigmoid does.
         UnaryOp::Hardsigmoid => float_only("").map(|_| hardsigmoid(a, ty)),
         UnaryOp::Hardswish => float_only("").map(|_| format!("({a} * {})", hardsigmoid(a, ty))),
+        // Rounding an integer leaves it as it is.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc if !d.is_float() => {
+            Ok(a.to_string())
+        }
+        UnaryOp::Floor => float_only("std::floor"),
+        UnaryOp::Ceil => float_only("std::ceil"),
+        // nearbyint rounds halves to even in the default rounding mode, as torch.round.
+        UnaryOp::Round => float_only("std::nearbyint"),
+        UnaryOp::Trunc => float_only("std::trunc"),
+        UnaryOp::Sign if d == DType::Bool => Ok(a.to_string()),
+        UnaryOp::Sign => Ok(format!(
+            "static_cast<{ty}>((static_cast<{ty}>(0) < {a}) - ({a} < static_cast<{ty}>(0)))"
+        )),
+        UnaryOp::Expm1 => float_only("std::expm1"),
+        UnaryOp::Log2 => float_only("std::log2"),
+        UnaryOp::Log10 => float_only("std::log10"),
+        UnaryOp::Tan => float_only("std::tan"),
+        UnaryOp::Atan => float_only("std::atan"),
+        UnaryOp::Asin => float_only("std::asin"),
+        UnaryOp::Acos => float_only("std::acos"),
     }
 }
 

@@ -216,6 +216,26 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Reciprocal => float_only("").map(|_| format!("(1.0 / {a})")),
         UnaryOp::Hardsigmoid => float_only("").map(|_| hardsigmoid(a)),
         UnaryOp::Hardswish => float_only("").map(|_| format!("({a} * {})", hardsigmoid(a))),
+        // Rounding an integer leaves it as it is.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc if !d.is_float() => {
+            Ok(a.to_string())
+        }
+        UnaryOp::Floor => float_only("libdevice.floor"),
+        UnaryOp::Ceil => float_only("libdevice.ceil"),
+        // rint rounds halves to even, as torch.round.
+        UnaryOp::Round => float_only("libdevice.rint"),
+        UnaryOp::Trunc => float_only("libdevice.trunc"),
+        UnaryOp::Sign if d == DType::Bool => Ok(a.to_string()),
+        UnaryOp::Sign => Ok(format!(
+            "((0 < {a}).to({a}.dtype) - ({a} < 0).to({a}.dtype))"
+        )),
+        UnaryOp::Expm1 => float_only("libdevice.expm1"),
+        UnaryOp::Log2 => float_only("libdevice.log2"),
+        UnaryOp::Log10 => float_only("libdevice.log10"),
+        UnaryOp::Tan => float_only("libdevice.tan"),
+        UnaryOp::Atan => float_only("libdevice.atan"),
+        UnaryOp::Asin => float_only("libdevice.asin"),
+        UnaryOp::Acos => float_only("libdevice.acos"),
     }
 }
 

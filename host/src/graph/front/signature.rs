@@ -491,6 +491,14 @@ const SIGNATURES: &[(&str, Sig)] = {
             "_adaptive_avg_pool2d",
             &[("self", T, true), ("output_size", Il, true)],
         ),
+        (
+            "adaptive_avg_pool3d",
+            &[("self", T, true), ("output_size", Il, true)],
+        ),
+        (
+            "_adaptive_avg_pool3d",
+            &[("self", T, true), ("output_size", Il, true)],
+        ),
         ("bitwise_and", BIN),
         ("bitwise_or", BIN),
         ("bitwise_xor", BIN),
@@ -1216,9 +1224,19 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
                 with_indices: name.ends_with("indices"),
             }
         }
-        "adaptive_avg_pool2d" | "_adaptive_avg_pool2d" | "adaptive_avg_pool1d" => {
+        "adaptive_avg_pool2d"
+        | "_adaptive_avg_pool2d"
+        | "adaptive_avg_pool1d"
+        | "adaptive_avg_pool3d"
+        | "_adaptive_avg_pool3d" => {
             let size = need_ints("output_size")?;
-            let dims = if name.ends_with("1d") { 1 } else { 2 };
+            let dims = if name.ends_with("1d") {
+                1
+            } else if name.ends_with("3d") {
+                3
+            } else {
+                2
+            };
             Op::AdaptiveAvgPool {
                 output_size: if size.len() == 1 {
                     vec![size[0]; dims]

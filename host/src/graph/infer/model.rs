@@ -619,12 +619,12 @@ pub(super) fn adaptive_avg_pool(
     count(args, 1)?;
     let x = tensor(args, 0)?;
     let k = output_size.len();
-    let op = if k == 1 {
-        "adaptive_avg_pool1d"
-    } else {
-        "adaptive_avg_pool2d"
+    let op = match k {
+        1 => "adaptive_avg_pool1d",
+        3 => "adaptive_avg_pool3d",
+        _ => "adaptive_avg_pool2d",
     };
-    if !(1..=2).contains(&k) || !(k + 1..=k + 2).contains(&x.rank()) {
+    if !(1..=3).contains(&k) || !(k + 1..=k + 2).contains(&x.rank()) {
         return invalid(format!(
             "{op} needs {k} spatial dims after a channel dim (and an optional batch dim), found {:?} and output size {output_size:?}",
             x.shape

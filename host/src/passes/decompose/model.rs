@@ -7,7 +7,8 @@
 
 use super::B;
 use crate::graph::{
-    Arg, BinaryOp, ConstData, DType, Node, Op, ReduceOp, Scalar, TensorMeta, UnaryOp, ValueId,
+    Arg, BinaryOp, ConstData, DType, Graph, Node, NodeId, Op, ReduceOp, Scalar, TensorMeta,
+    UnaryOp, ValueId,
 };
 use crate::interp::model::adaptive_window;
 use crate::passes::Error;
@@ -587,4 +588,107 @@ fn pool_axis(b: &mut B, x: ValueId, axis: usize, n: i64) -> Result<ValueId, Erro
         },
         vec![Arg::Value(sum), Arg::Value(lens)],
     )
+}
+
+/// A 3-D convolution as 2-D ones, for a target whose convolution is 2-D (the cpu's C++):
+/// for each kernel depth, the input's depth slices that meet it (padded, strided and
+/// dilated along the depth) folded into the batch and convolved with that depth of the
+/// weight; the products summed, then the bias added. `false` for any other node.
+pub(super) fn conv3d_as_2d(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
+    let Some(node) = g.node(id) else {
+        return Ok(false);
+    };
+    let Op::Conv {
+        stride,
+        padding,
+        dilation,
+        groups,
+        bias,
+    } = node.op.clone()
+    else {
+        return Ok(false);
+    };
+    if stride.len() != 3 || padding.len() != 3 || dilation.len() != 3 {
+        return Ok(false);
+    }
+    let args = node.args.clone();
+    let (Some(out), Some(x), Some(w)) = (
+        node.outputs.first().cloned(),
+        args.first().and_then(Arg::value),
+        args.get(1).and_then(Arg::value),
+    ) else {
+        return Ok(false);
+    };
+    let mut b = B {
+        base: node.name.clone(),
+        line: node.line,
+        g,
+    };
+    let (xs, ws) = (b.shape(x), b.shape(w));
+    let batched = xs.len() == 5;
+    let (x, xs) = if batched {
+        (x, xs)
+    } else {
+        let mut s = vec![1];
+        s.extend_from_slice(&xs);
+        (b.reshape(x, s.clone())?, s)
+    };
+    let r = out.shape.len();
+    let (od, oh, ow) = (out.shape[r - 3], out.shape[r - 2], out.shape[r - 1]);
+    let (n, c, h, wd) = (xs[0], xs[1], xs[3], xs[4]);
+    let (o, kd) = (ws[0], ws[2]);
+    let xp = if padding[0] > 0 {
+        super::layout::pad_constant(&mut b, x, 2, padding[0], padding[0], 0.0)?
+    } else {
+        x
+    };
+    let mut acc: Option<ValueId> = None;
+    for k in 0..kd {
+        let start = k * dilation[0];
+        let slab = b.slice(xp, 2, start, start + (od - 1) * stride[0] + 1, stride[0])?;
+        let slab = b.op(
+            Op::Permute {
+                dims: vec![0, 2, 1, 3, 4],
+            },
+            vec![Arg::Value(slab)],
+        )?;
+        let slab = b.reshape(slab, vec![n * od, c, h, wd])?;
+        let wk = b.op(Op::Select { dim: 2, index: k }, vec![Arg::Value(w)])?;
+        let y = b.op(
+            Op::Conv {
+                stride: stride[1..].to_vec(),
+                padding: padding[1..].to_vec(),
+                dilation: dilation[1..].to_vec(),
+                groups,
+                bias: false,
+            },
+            vec![Arg::Value(slab), Arg::Value(wk)],
+        )?;
+        acc = Some(match acc {
+            None => y,
+            Some(a) => b.vv(BinaryOp::Add, a, y)?,
+        });
+    }
+    let Some(acc) = acc else {
+        return Ok(false);
+    };
+    let y = b.reshape(acc, vec![n, od, o, oh, ow])?;
+    let mut y = b.op(
+        Op::Permute {
+            dims: vec![0, 2, 1, 3, 4],
+        },
+        vec![Arg::Value(y)],
+    )?;
+    if bias {
+        if let Some(bv) = args.get(2).and_then(Arg::value) {
+            let bv = per_channel(&mut b, bv, 5)?;
+            y = b.vv(BinaryOp::Add, y, bv)?;
+        }
+    }
+    if !batched {
+        y = b.reshape(y, out.shape.clone())?;
+    }
+    let y = b.cast(y, out.dtype)?;
+    super::replace_node(b.g, id, &[y]);
+    Ok(true)
 }

@@ -4,6 +4,7 @@
 //! Kiln's inferred shapes against the ones PyTorch recorded.
 
 use super::archive::Archive;
+use super::expand::{self, Step};
 use super::rewrite;
 use super::schema::{self, Model, PayloadConfig};
 use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
@@ -14,7 +15,7 @@ use crate::graph::{verify, At, Error, UnknownOp};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek};
 use std::sync::Arc;
 
@@ -57,7 +58,7 @@ fn target(t: &str) -> Target<'_> {
         return Target::Unsupported;
     };
     let op = aten_alias(op);
-    let known = |op: &str| is_known(op) || rewrite::handles(op);
+    let known = |op: &str| is_known(op) || rewrite::handles(op) || expand::expands(op);
     if op != "getitem" && known(op) {
         return Target::Aten(op);
     }
@@ -78,6 +79,17 @@ fn aten_alias(op: &str) -> &str {
         "__and__" => "bitwise_and",
         "__or__" => "bitwise_or",
         "__xor__" => "bitwise_xor",
+        "multiply" => "mul",
+        "subtract" => "sub",
+        "divide" | "true_divide" => "div",
+        "greater" => "gt",
+        "greater_equal" => "ge",
+        "less" => "lt",
+        "less_equal" => "le",
+        "not_equal" => "ne",
+        "negative" => "neg",
+        "absolute" => "abs",
+        "clip" => "clamp",
         other => other,
     }
 }
@@ -446,7 +458,7 @@ pub(super) fn build<R: Read + Seek>(
 
     // Unsupported ops, each listed once with every node using it (in subgraphs too).
     let mut unknown: Vec<UnknownOp> = vec![];
-    unsupported_ops(&gm.graph.nodes, &mut unknown, 0, "");
+    unsupported_ops(&gm.graph.nodes, &gm.graph.outputs, &mut unknown, 0, "");
     if !unknown.is_empty() {
         return Err(Error::UnknownOps(unknown));
     }
@@ -527,8 +539,13 @@ pub(super) fn build<R: Read + Seek>(
         layouts: tensor_layouts(&gm.graph.tensor_values),
         aliases: Aliases::default(),
     };
-    import_nodes(&mut g, &gm.graph.nodes, &mut scope, &mut produced)?;
-    let (values, aliases) = (scope.values, scope.aliases);
+    import_nodes(
+        &mut g,
+        &gm.graph.nodes,
+        &mut scope,
+        &mut produced,
+        &gm.graph.outputs,
+    )?;
 
     let mut outputs = vec![];
     for spec in &gm.signature.output_specs {
@@ -547,12 +564,10 @@ pub(super) fn build<R: Read + Seek>(
                 _ => None,
             })
             .ok_or_else(bad)?;
-        aliases.check(t, "the graph's output")?;
-        outputs.push(
-            *values
-                .get(t)
-                .ok_or_else(|| Error::UnknownOutput(t.to_string()))?,
-        );
+        if !scope.values.contains_key(t) {
+            return Err(Error::UnknownOutput(t.to_string()));
+        }
+        outputs.push(current(&mut g, &mut scope, t, "the graph's output")?);
     }
     if outputs.is_empty() {
         return Err(Error::NoOutputs);
@@ -650,18 +665,48 @@ fn aliases_operand(op: &str) -> bool {
 }
 
 /// Storage sharing between the tensors of a training-IR graph, whose in-place ops
-/// (`fill_` into a slice of a mask) change every alias of what they write. Kiln gives
-/// the in-place op's result to later readers of the tensor it names; a later read of
-/// another alias would need PyTorch's aliasing, and is refused rather than computed
-/// from the value before the write.
+/// (`fill_` into a slice of a mask, `copy_` into a row) change every alias of what they
+/// write. Kiln functionalises them as PyTorch's `run_decompositions()` would: the write
+/// goes back up the chain of views into the tensor they view (`slice_scatter`,
+/// `select_scatter`, the inverse reshape or permutation), and every other view of that
+/// storage is made again from the new value when it is next read. A write back through a
+/// view Kiln cannot invert (`expand`, `as_strided`, a piece of `split`) leaves the other
+/// aliases stale, and reading one is refused rather than computed from the value before
+/// the write.
 #[derive(Default)]
 struct Aliases {
     /// tensor → the tensor whose storage it shares (absent: its own)
     root: HashMap<String, String>,
     /// root → every tensor sharing its storage, the root first
     members: HashMap<String, Vec<String>>,
-    /// tensor → the node that wrote into its storage through another alias
+    /// view → how it was made from the tensor it views
+    views: HashMap<String, ViewOf>,
+    /// tensors whose storage a write changed after they were made, and that are made
+    /// again from their base when next read
+    outdated: HashSet<String>,
+    /// tensor → the node that wrote into its storage through an alias it cannot be
+    /// made again from
     stale: HashMap<String, String>,
+}
+
+/// How a view was made from the tensor whose storage it shares.
+#[derive(Clone)]
+struct ViewOf {
+    /// the tensor it views
+    base: String,
+    /// the view op (one tensor operand), or `None` for the same tensor under another
+    /// name (an in-place op's result, `alias`, `detach`)
+    op: Option<Op>,
+}
+
+/// What a write into a view does to the tensor it views.
+enum WriteBack {
+    /// the view is the tensor
+    Same,
+    /// `op(base, view)`: the view's elements put back into the base
+    Scatter(Op),
+    /// `op(view)`: the view reshaped or permuted back to the base
+    Undo(Op),
 }
 
 impl Aliases {
@@ -679,31 +724,222 @@ impl Aliases {
             .push(out.to_string());
     }
 
-    /// Node `node` wrote into `t`'s storage.
-    fn written(&mut self, t: &str, node: &str) {
+    /// Whether `t` can be made again from the root of its storage: every step from it
+    /// up to the root is a recorded view.
+    fn remakeable(&self, t: &str) -> bool {
         let root = self.root_of(t);
-        let members = self
-            .members
-            .get(&root)
-            .cloned()
-            .unwrap_or_else(|| vec![root]);
-        for m in members {
-            if m != t {
-                self.stale.insert(m, node.to_string());
+        let mut cur = t;
+        // A chain of views is acyclic (each names an earlier tensor); the bound only
+        // guards against a corrupt map.
+        for _ in 0..=self.root.len() {
+            if cur == root {
+                return true;
+            }
+            match self.views.get(cur) {
+                Some(v) => cur = &v.base,
+                None => return false,
             }
         }
-        self.stale.remove(t);
+        false
     }
 
-    /// An error if `t` was overwritten through another alias before `reader` reads it.
+    /// An error if `t` was overwritten through an alias it cannot be made again from.
     fn check(&self, t: &str, reader: &str) -> Result<(), Pt2Error> {
         match self.stale.get(t) {
             Some(writer) => Err(Pt2Error::Schema(format!(
-                "node `{reader}` reads `{t}` after node `{writer}` changed it in place through a view of the same storage: Kiln imports graphs without such aliasing. Save `exported.run_decompositions()` instead, which writes the change out as `slice_scatter`/`copy`"
+                "node `{reader}` reads `{t}` after node `{writer}` changed it in place through a view Kiln cannot write back through (only slice, select, view/reshape, squeeze/unsqueeze, flatten, permute and transpose are): save `exported.run_decompositions()` instead, which writes the change out as `slice_scatter`/`copy`"
             ))),
             None => Ok(()),
         }
     }
+}
+
+/// The view op a node's (op, operands) records, if it is one Kiln can apply again:
+/// `Some(None)` for the operand itself under another name.
+fn view_step(op: &Op, args: &[Arg]) -> Option<Option<Op>> {
+    let [Arg::Value(_)] = args else {
+        return None;
+    };
+    match op {
+        Op::NoOp(NoOpKind::Alias | NoOpKind::Dropout) | Op::Contiguous => Some(None),
+        Op::Reshape { .. }
+        | Op::Flatten { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Squeeze { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Select { .. }
+        | Op::Slice { .. }
+        | Op::Expand { .. } => Some(Some(op.clone())),
+        _ => None,
+    }
+}
+
+/// How a write into a view made by `op` reaches the tensor it views (of shape `base`,
+/// where PyTorch recorded it); `None` where it cannot.
+fn write_back(op: &Option<Op>, base: Option<&[i64]>) -> Option<WriteBack> {
+    let Some(op) = op else {
+        return Some(WriteBack::Same);
+    };
+    Some(match *op {
+        Op::Slice {
+            dim,
+            start,
+            end,
+            step,
+        } => WriteBack::Scatter(Op::SliceScatter {
+            dim,
+            start,
+            end,
+            step,
+            select: false,
+        }),
+        Op::Select { dim, index } => WriteBack::Scatter(Op::SliceScatter {
+            dim,
+            start: Some(index),
+            end: Some(index.wrapping_add(1)),
+            step: 1,
+            select: true,
+        }),
+        Op::Reshape { .. } | Op::Flatten { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
+            WriteBack::Undo(Op::Reshape {
+                shape: base?.to_vec(),
+                view: false,
+            })
+        }
+        Op::Permute { ref dims } => {
+            let rank = dims.len();
+            let mut inverse = vec![-1i64; rank];
+            for (i, &d) in dims.iter().enumerate() {
+                let d = if d < 0 { d + rank as i64 } else { d };
+                let slot = inverse.get_mut(usize::try_from(d).ok()?)?;
+                if *slot != -1 {
+                    return None;
+                }
+                *slot = i as i64;
+            }
+            WriteBack::Undo(Op::Permute { dims: inverse })
+        }
+        Op::Transpose { dim0, dim1 } => WriteBack::Undo(Op::Transpose { dim0, dim1 }),
+        _ => return None,
+    })
+}
+
+/// The current value of tensor `t` for node `reader`: a view whose storage a write
+/// changed is made again from its base.
+fn current(g: &mut Graph, scope: &mut Scope<'_>, t: &str, reader: &str) -> Result<ValueId, Error> {
+    scope.aliases.check(t, reader)?;
+    if scope.aliases.outdated.remove(t) {
+        let Some(view) = scope.aliases.views.get(t).cloned() else {
+            return Err(Pt2Error::Schema(format!(
+                "node `{reader}` reads `{t}`, an alias whose storage changed and that has no recorded view"
+            ))
+            .into());
+        };
+        let base = current(g, scope, &view.base, reader)?;
+        let value = match view.op {
+            None => base,
+            Some(op) => {
+                let name = unique(g, &format!("{}{t}", scope.prefix));
+                ValueId::first(g.add_node(Node {
+                    name,
+                    op,
+                    args: vec![Arg::Value(base)],
+                    outputs: vec![],
+                    line: None,
+                }))
+            }
+        };
+        scope.values.insert(t.to_string(), value);
+    }
+    scope
+        .values
+        .get(t)
+        .copied()
+        .ok_or_else(|| Error::UnknownTensor {
+            at: At {
+                node: reader.into(),
+                line: None,
+            },
+            name: t.into(),
+        })
+}
+
+/// Node `writer` wrote `value` into tensor `t` in place, and returned it as `result`:
+/// `t` and the tensors it views, up to the root of its storage, take the new elements,
+/// and the storage's other aliases are made again when next read (or, past a view that
+/// cannot be written back through, are stale).
+fn write_into(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    t: &str,
+    value: ValueId,
+    writer: &str,
+    result: &str,
+) -> Result<(), Error> {
+    scope.values.insert(t.to_string(), value);
+    scope.aliases.outdated.remove(t);
+    scope.aliases.stale.remove(t);
+    let mut chain = vec![t.to_string()];
+    let mut reached_root = true;
+    while let Some(view) = scope
+        .aliases
+        .views
+        .get(chain[chain.len() - 1].as_str())
+        .cloned()
+    {
+        let shape = scope.metas.get(view.base.as_str()).map(|m| m.shape.clone());
+        let Some(back) = write_back(&view.op, shape.as_deref()) else {
+            reached_root = false;
+            break;
+        };
+        let written = scope.values[chain[chain.len() - 1].as_str()];
+        let (op, args) = match back {
+            WriteBack::Same => {
+                scope.values.insert(view.base.clone(), written);
+                scope.aliases.outdated.remove(&view.base);
+                scope.aliases.stale.remove(&view.base);
+                chain.push(view.base);
+                continue;
+            }
+            WriteBack::Scatter(op) => {
+                let base = current(g, scope, &view.base, writer)?;
+                (op, vec![Arg::Value(base), Arg::Value(written)])
+            }
+            WriteBack::Undo(op) => (op, vec![Arg::Value(written)]),
+        };
+        let name = unique(g, &format!("{}{}", scope.prefix, view.base));
+        let id = g.add_node(Node {
+            name,
+            op,
+            args,
+            outputs: vec![],
+            line: None,
+        });
+        scope.values.insert(view.base.clone(), ValueId::first(id));
+        scope.aliases.outdated.remove(&view.base);
+        scope.aliases.stale.remove(&view.base);
+        chain.push(view.base);
+    }
+    let aliases = &mut scope.aliases;
+    let root = aliases.root_of(t);
+    let members = aliases
+        .members
+        .get(&root)
+        .cloned()
+        .unwrap_or_else(|| vec![root]);
+    for m in members {
+        if m == result || chain.contains(&m) {
+            continue;
+        }
+        if reached_root && !aliases.stale.contains_key(&m) && aliases.remakeable(&m) {
+            aliases.outdated.insert(m);
+        } else {
+            aliases.outdated.remove(&m);
+            aliases.stale.insert(m, writer.to_string());
+        }
+    }
+    Ok(())
 }
 
 /// A tensor an FX node produced, for the shape check after validation.
@@ -752,10 +988,76 @@ fn tensor_layouts(
         .collect()
 }
 
+/// Every tensor name an argument mentions (a superset of what it reads: any `name`).
+fn mentioned(v: &Value, into: &mut HashSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("name", Value::String(s)) => {
+                        into.insert(s.clone());
+                    }
+                    _ => mentioned(x, into),
+                }
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                mentioned(x, into);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The nodes of a graph whose results nothing reads: no later live node and no output of
+/// the graph. An in-place op and a node without outputs (a check) are kept, for what they
+/// do besides returning. Dropping them lets a model import whose graph computes
+/// something it never uses with an op Kiln does not have (`rand` for a layer-drop test
+/// that only training reads).
+fn dead_nodes(nodes: &[schema::Node], outputs: &[Value]) -> HashSet<String> {
+    let mut live = HashSet::new();
+    for o in outputs {
+        mentioned(o, &mut live);
+    }
+    let mut dead = HashSet::new();
+    for n in nodes.iter().rev() {
+        let (outs, _) = output_names(n);
+        let in_place = matches!(target(&n.target), Target::InPlace(_))
+            || n.target
+                .rsplit('.')
+                .nth(1)
+                .is_some_and(|op| op.ends_with('_') && !op.ends_with("__"));
+        let used = in_place
+            || outs.iter().all(Option::is_none)
+            || live.contains(&n.name)
+            || outs.iter().flatten().any(|o| live.contains(o));
+        if used {
+            for a in &n.inputs {
+                mentioned(&a.arg, &mut live);
+            }
+        } else {
+            dead.insert(n.name.clone());
+        }
+    }
+    dead
+}
+
 /// Lists the nodes of `nodes` whose op Kiln does not have, in the subgraphs of
-/// higher-order ops too (a subgraph that does not parse is reported by the import).
-fn unsupported_ops(nodes: &[schema::Node], unknown: &mut Vec<UnknownOp>, depth: usize, path: &str) {
+/// higher-order ops too (a subgraph that does not parse is reported by the import);
+/// nodes whose results nothing reads are left out.
+fn unsupported_ops(
+    nodes: &[schema::Node],
+    outputs: &[Value],
+    unknown: &mut Vec<UnknownOp>,
+    depth: usize,
+    path: &str,
+) {
+    let dead = dead_nodes(nodes, outputs);
     for n in nodes {
+        if dead.contains(&n.name) {
+            continue;
+        }
         match target(&n.target) {
             Target::Unsupported => {
                 let at = At {
@@ -785,7 +1087,13 @@ fn unsupported_ops(nodes: &[schema::Node], unknown: &mut Vec<UnknownOp>, depth: 
                     .get("graph")
                     .and_then(|g| schema::Graph::deserialize(g).ok())
                 {
-                    unsupported_ops(&graph.nodes, unknown, depth + 1, &format!("{path}{name}/"));
+                    unsupported_ops(
+                        &graph.nodes,
+                        &graph.outputs,
+                        unknown,
+                        depth + 1,
+                        &format!("{path}{name}/"),
+                    );
                 }
             }
             _ => {}
@@ -799,8 +1107,14 @@ fn import_nodes(
     nodes: &[schema::Node],
     scope: &mut Scope<'_>,
     produced: &mut Vec<Produced>,
+    outputs: &[Value],
 ) -> Result<(), Error> {
+    let dead = dead_nodes(nodes, outputs);
     for n in nodes {
+        if dead.contains(&n.name) {
+            tracing::debug!(node = %n.name, op = %n.target, "dropped: nothing reads its result");
+            continue;
+        }
         let (outs, multi) = output_names(n);
         let node_name = if n.name.is_empty() {
             outs.iter()
@@ -881,6 +1195,27 @@ fn import_nodes(
                     }
                 }
                 let first_out = outs.iter().flatten().next().map(String::as_str);
+                if expand::expands(fx_op) && !multi {
+                    let out = first_out.ok_or_else(|| {
+                        Pt2Error::Schema(format!("node `{shown}` has no tensor output"))
+                    })?;
+                    let steps = expand::expand(&shown, fx_op, &attrs, out, &scope.metas)?;
+                    import_steps(g, scope, steps, &shown)?;
+                    let value = scope.values[out];
+                    if in_place {
+                        if let Some(src) = in_place_self(n) {
+                            scope.aliases.share(out, &src);
+                            write_into(g, scope, &src, value, &shown, out)?;
+                        }
+                    }
+                    produced.push(Produced {
+                        tensor: out.to_string(),
+                        node: shown.clone(),
+                        value,
+                        want: scope.metas.get(out).cloned(),
+                    });
+                    continue;
+                }
                 let op_name =
                     rewrite::rewrite(&shown, fx_op, in_place, &mut attrs, first_out, &scope.metas)?;
                 if fx_op == "as_strided" {
@@ -896,21 +1231,29 @@ fn import_nodes(
                 for o in operands {
                     args.push(match o {
                         Operand::Scalar(s) => Arg::Scalar(s),
-                        Operand::Name(t) => {
-                            scope.aliases.check(&t, &shown)?;
-                            Arg::Value(*scope.values.get(&t).ok_or_else(|| unknown_tensor(&t))?)
-                        }
+                        Operand::Name(t) => Arg::Value(current(g, scope, &t, &shown)?),
                     });
                 }
                 // Storage sharing: views alias their operand, in-place ops write into
                 // theirs (and return it).
                 if let Some(src) = in_place_self(n) {
-                    if in_place {
-                        scope.aliases.written(&src, &shown);
-                    }
                     if in_place || aliases_operand(fx_op) {
+                        let step = if in_place {
+                            Some(None)
+                        } else {
+                            view_step(&op, &args)
+                        };
                         for o in outs.iter().flatten() {
                             scope.aliases.share(o, &src);
+                            if let (Some(step), false) = (&step, multi) {
+                                scope.aliases.views.insert(
+                                    o.clone(),
+                                    ViewOf {
+                                        base: src.clone(),
+                                        op: step.clone(),
+                                    },
+                                );
+                            }
                         }
                         if multi {
                             scope.aliases.share(&node_name, &src);
@@ -946,7 +1289,7 @@ fn import_nodes(
             });
             scope.values.insert(out.clone(), ValueId::first(id));
             if let Some(mutated) = mutated {
-                scope.values.insert(mutated, ValueId::first(id));
+                write_into(g, scope, &mutated, ValueId::first(id), &shown, out)?;
             }
             produced.push(Produced {
                 tensor: out.clone(),
@@ -990,6 +1333,55 @@ fn import_nodes(
     Ok(())
 }
 
+/// Adds the nodes of an expansion ([`expand::expand`]) for FX node `shown`; each step's
+/// tensor is reachable by its name in `scope`.
+fn import_steps(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    steps: Vec<Step>,
+    shown: &str,
+) -> Result<(), Error> {
+    for step in steps {
+        let (name, op, args, outputs) = match step {
+            Step::Op { out, op, attrs } => {
+                let (kop, operands) = bind(op, &[], &attrs).map_err(|source| Error::Signature {
+                    at: At {
+                        node: shown.to_string(),
+                        line: None,
+                    },
+                    op: op.into(),
+                    source: Box::new(source),
+                })?;
+                let mut args = Vec::with_capacity(operands.len());
+                for o in operands {
+                    args.push(match o {
+                        Operand::Scalar(s) => Arg::Scalar(s),
+                        Operand::Name(t) => Arg::Value(current(g, scope, &t, shown)?),
+                    });
+                }
+                (out, kop, args, vec![])
+            }
+            Step::Const { out, meta, values } => (
+                out,
+                Op::Constant {
+                    data: ConstData::Values(values.into()),
+                },
+                vec![],
+                vec![meta],
+            ),
+        };
+        let id = g.add_node(Node {
+            name: unique(g, &format!("{}{}", scope.prefix, name.replace('.', "_"))),
+            op,
+            args,
+            outputs,
+            line: None,
+        });
+        scope.values.insert(name, ValueId::first(id));
+    }
+    Ok(())
+}
+
 /// The single tensor name of an `as_tensor` argument.
 fn as_tensor(arg: &Value) -> Option<&str> {
     match schema::variant(arg) {
@@ -1018,10 +1410,10 @@ fn inline_wrap(
     outer: &mut Scope<'_>,
     produced: &mut Vec<Produced>,
 ) -> Result<(), Error> {
+    let shown = format!("{}{node}", outer.path);
     let bad = |message: String| -> Error {
         Pt2Error::Schema(format!(
-            "node `{}{node}` (wrap_with_set_grad_enabled): {message}",
-            outer.path
+            "node `{shown}` (wrap_with_set_grad_enabled): {message}"
         ))
         .into()
     };
@@ -1097,35 +1489,38 @@ fn inline_wrap(
             if sub_name.is_empty() { node } else { sub_name }
         ),
     };
-    let at = |name: &str| At {
-        node: format!("{}{name}", outer.path),
-        line: None,
-    };
     for (p, o) in placeholders.iter().zip(operands) {
         let t = as_tensor(&o.arg)
             .ok_or_else(|| bad(format!("operand {} is not a tensor", brief(&o.arg))))?;
-        let v = *outer.values.get(t).ok_or_else(|| Error::UnknownTensor {
-            at: at(node),
-            name: t.into(),
-        })?;
+        if !outer.values.contains_key(t) {
+            return Err(Error::UnknownTensor {
+                at: At {
+                    node: shown.clone(),
+                    line: None,
+                },
+                name: t.into(),
+            });
+        }
+        let v = current(g, outer, t, &shown)?;
         if inner.values.insert(p.to_string(), v).is_some() {
             return Err(bad(format!("{what} has placeholder `{p}` twice")));
         }
     }
-    import_nodes(g, &graph.nodes, &mut inner, produced)?;
+    import_nodes(g, &graph.nodes, &mut inner, produced, &graph.outputs)?;
 
     // What the subgraph returns, flattened as the node's outputs are.
     let mut returned: Vec<Option<ValueId>> = vec![];
+    let reader = format!("{}{node}", inner.path);
     for o in &graph.outputs {
         let mut lookup = |t: &Value| -> Result<(), Error> {
             let name = schema::tensor_name(t)
                 .ok_or_else(|| bad(format!("{what} returns a tensor without a name: {t}")))?;
-            let v = inner.values.get(name).ok_or_else(|| {
-                bad(format!(
+            if !inner.values.contains_key(name) {
+                return Err(bad(format!(
                     "{what} returns `{name}`, a tensor it does not define"
-                ))
-            })?;
-            returned.push(Some(*v));
+                )));
+            }
+            returned.push(Some(current(g, &mut inner, name, &reader)?));
             Ok(())
         };
         match schema::variant(o) {

@@ -13,6 +13,7 @@
 
 mod archive;
 mod build;
+mod expand;
 mod rewrite;
 mod schema;
 

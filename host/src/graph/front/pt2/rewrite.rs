@@ -3,7 +3,11 @@
 //! operand's rank), `unflatten` (a view to the recorded shape), `chunk` (a split of the
 //! recorded size), `bitwise_not` (a logical not of bools, an xor with -1 of integers),
 //! `index_select` (an index on one dim), `empty*` (zeros: their values are unspecified),
-//! `_unsafe_view`/`view_as`, and the in-place forms whose operand is named `self` where
+//! `_unsafe_view`/`view_as`, `expand_as` (an expand to the recorded shape), `clamp_min`/
+//! `clamp_max` (a clamp, or the elementwise maximum/minimum of a tensor bound), `rsub`
+//! (a sub with its operands swapped), `floor_divide` (a div rounding down), `square`
+//! (a pow of 2), `swapaxes`/`swapdims` (a transpose), `movedim`/`moveaxis` (a permute),
+//! `zero` (zeros like its operand), and the in-place forms whose operand is named `self` where
 //! the functional op names it otherwise (`dropout_`). The TOML front end has no recorded
 //! metadata and spells these ops out itself.
 
@@ -27,6 +31,17 @@ const REWRITTEN: &[&str] = &[
     "_unsafe_view",
     "view_as",
     "reshape_as",
+    "expand_as",
+    "clamp_min",
+    "clamp_max",
+    "rsub",
+    "floor_divide",
+    "square",
+    "swapaxes",
+    "swapdims",
+    "movedim",
+    "moveaxis",
+    "zero",
 ];
 
 /// Whether [`rewrite`] handles `op`.
@@ -183,6 +198,98 @@ pub(super) fn rewrite<'a>(
             attrs.push(("indices".into(), Raw::List(indices)));
             "index"
         }
+        "expand_as" => {
+            let shape = out_meta()?.shape.clone();
+            take(attrs, "other");
+            attrs.push(("size".into(), ints(shape)));
+            "expand"
+        }
+        "clamp_min" | "clamp_max" => {
+            let bound = if op == "clamp_min" { "min" } else { "max" };
+            match attrs.iter().position(|(k, _)| k == bound) {
+                // A tensor bound (`clamp_min.Tensor`): the elementwise maximum/minimum.
+                Some(i) if matches!(attrs[i].1, Raw::Str(_)) => {
+                    attrs[i].0 = "other".into();
+                    if op == "clamp_min" {
+                        "maximum"
+                    } else {
+                        "minimum"
+                    }
+                }
+                _ => "clamp",
+            }
+        }
+        "rsub" => {
+            // rsub(self, other, alpha) = other - alpha * self
+            for (k, _) in attrs.iter_mut() {
+                if k == "self" {
+                    *k = "other".into();
+                } else if k == "other" {
+                    *k = "self".into();
+                }
+            }
+            "sub"
+        }
+        "floor_divide" => {
+            attrs.push(("rounding_mode".into(), Raw::Str("floor".into())));
+            "div"
+        }
+        "square" => {
+            attrs.push(("other".into(), Raw::Int(2)));
+            "pow"
+        }
+        "swapaxes" | "swapdims" => {
+            for (k, _) in attrs.iter_mut() {
+                match k.as_str() {
+                    "axis0" => *k = "dim0".into(),
+                    "axis1" => *k = "dim1".into(),
+                    _ => {}
+                }
+            }
+            "transpose"
+        }
+        "movedim" | "moveaxis" => {
+            // The dims moved land at their destinations; the others keep their order in
+            // the places left.
+            let rank = tensor_arg(attrs, "self", metas).map_err(fail)?.rank();
+            let mut list = |name: &str| -> Result<Vec<usize>, Pt2Error> {
+                let v = match take(attrs, name) {
+                    Some(Raw::Int(i)) => vec![i],
+                    Some(Raw::List(l)) => l
+                        .iter()
+                        .map(|x| match x {
+                            Raw::Int(i) => Ok(*i),
+                            _ => Err(fail(format!("`{name}` must be integers"))),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    _ => return Err(fail(format!("needs `{name}`"))),
+                };
+                v.into_iter().map(|d| wrap(d, rank).map_err(fail)).collect()
+            };
+            let (src, dst) = (list("source")?, list("destination")?);
+            if src.len() != dst.len() {
+                return Err(fail(format!(
+                    "{} source dims and {} destinations",
+                    src.len(),
+                    dst.len()
+                )));
+            }
+            let mut dims: Vec<Option<usize>> = vec![None; rank];
+            for (&s, &d) in src.iter().zip(&dst) {
+                if dims[d].is_some() {
+                    return Err(fail(format!("destination dim {d} given twice")));
+                }
+                dims[d] = Some(s);
+            }
+            let mut rest = (0..rank).filter(|d| !src.contains(d));
+            let dims: Vec<i64> = dims
+                .into_iter()
+                .map(|d| d.or_else(|| rest.next()).map_or(0, |d| d as i64))
+                .collect();
+            attrs.push(("dims".into(), ints(dims)));
+            "permute"
+        }
+        "zero" => "zeros_like",
         "empty" => "zeros",
         "empty_like" => "zeros_like",
         "new_empty" => "new_zeros",

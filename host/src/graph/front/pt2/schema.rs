@@ -180,9 +180,13 @@ pub(super) fn dtype(code: i64, tensor: &str) -> Result<DType, Pt2Error> {
     })
 }
 
-/// `MemoryFormat` codes that ask for nothing beyond a dense row-major result:
-/// Unknown, ContiguousFormat, PreserveFormat.
-const PLAIN_MEMORY_FORMATS: [i64; 3] = [0, 1, 4];
+/// `MemoryFormat` codes: Unknown, ContiguousFormat, ChannelsLast, ChannelsLast3d,
+/// PreserveFormat. A memory format orders a result's elements in memory and leaves its
+/// values as they are; Kiln's tensors are values (each kernel picks its own layout, and
+/// a graph's outputs are dense row-major), so every format is the same op to Kiln. A
+/// later op that reads the strides themselves (`as_strided`) is checked against the
+/// recorded layout where it is imported.
+const MEMORY_FORMATS: [i64; 5] = [0, 1, 2, 3, 4];
 /// `Layout.Strided`.
 const STRIDED: i64 = 7;
 
@@ -291,12 +295,10 @@ pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Ra
         "as_scalar_type" => Raw::Str(dtype(int(v)?, &format!("{node}.{param}"))?.name().into()),
         "as_memory_format" => {
             let code = int(v)?;
-            if PLAIN_MEMORY_FORMATS.contains(&code) {
+            if MEMORY_FORMATS.contains(&code) {
                 return Ok(None);
             }
-            return Err(bad(format!(
-                "memory format {code} (channels-last) is not supported"
-            )));
+            return Err(bad(format!("unknown memory format {code}")));
         }
         "as_layout" => {
             let code = int(v)?;
@@ -358,7 +360,8 @@ mod tests {
             arg(json!({"as_scalar_type": 6})),
             Ok(Some(Raw::Str("float16".into())))
         );
-        assert!(arg(json!({"as_memory_format": 2})).is_err_and(|e| e.contains("channels-last")));
+        assert_eq!(arg(json!({"as_memory_format": 2})), Ok(None));
+        assert!(arg(json!({"as_memory_format": 9})).is_err_and(|e| e.contains("memory format 9")));
         assert!(arg(json!({"as_sym_int": {"as_name": "s3"}})).is_err_and(|e| e.contains("`s3`")));
         assert!(arg(json!({"as_graph": {}})).is_err_and(|e| e.contains("`as_graph`")));
     }

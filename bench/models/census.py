@@ -288,6 +288,44 @@ MODELS.update({
                      weights_backbone=None),
 })
 
+# A third round: task heads (sequence classification reads the last real token by an
+# argmax, segmentation upsamples), CLIP (text and vision), more speech and video.
+CLIP_INPUTS = lambda torch, c: dict(text_inputs(torch, c.text_config.vocab_size),
+                                    pixel_values=image_inputs(torch, size=32)["pixel_values"])
+VIDEO = lambda torch, c: {"pixel_values": torch.randn(
+    2, 2, 3, 32, 32, generator=torch.Generator().manual_seed(0))}
+MODELS.update({
+    "gpt2_cls": hf("GPT2ForSequenceClassification", "GPT2Config", TEXT, n_layer=2, n_embd=32,
+                   n_head=4, vocab_size=96, n_positions=64, pad_token_id=0),
+    "llama_cls": hf("LlamaForSequenceClassification", "LlamaConfig", TEXT, pad_token_id=0,
+                    **DECODER),
+    "clip": hf("CLIPModel", "CLIPConfig", CLIP_INPUTS,
+               text_config=dict(DECODER, eos_token_id=2),
+               vision_config=dict(SMALL, image_size=32, patch_size=8)),
+    "segformer_seg": hf("SegformerForSemanticSegmentation", "SegformerConfig", IMAGE(32),
+                        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                        hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+                        num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32,
+                        num_labels=3),
+    "mobilevit_seg": hf("MobileViTForSemanticSegmentation", "MobileViTConfig", IMAGE(64),
+                        image_size=64, num_labels=3),
+    "wavlm": hf("WavLMModel", "WavLMConfig", AUDIO, **AUDIO_CFG),
+    "data2vec_audio": hf("Data2VecAudioModel", "Data2VecAudioConfig", AUDIO, **AUDIO_CFG),
+    "sew": hf("SEWModel", "SEWConfig", AUDIO, squeeze_factor=2, **AUDIO_CFG),
+    "ast": hf("ASTModel", "ASTConfig",
+              lambda torch, c: {"input_values": torch.randn(
+                  2, c.max_length, c.num_mel_bins, generator=torch.Generator().manual_seed(0))},
+              num_mel_bins=16, max_length=32, patch_size=8, frequency_stride=4, time_stride=4,
+              **SMALL),
+    "timesformer": hf("TimesformerModel", "TimesformerConfig", VIDEO, image_size=32,
+                      patch_size=8, num_frames=2, **SMALL),
+    "videomae": hf("VideoMAEModel", "VideoMAEConfig", VIDEO, image_size=32, patch_size=8,
+                   num_frames=2, tubelet_size=2, **SMALL),
+    "deberta": hf("DebertaModel", "DebertaConfig", TEXT, **DECODER),
+    "nystromformer": hf("NystromformerModel", "NystromformerConfig", TEXT, num_landmarks=4,
+                        segment_means_seq_len=12, **DECODER),
+})
+
 
 # --- export ----------------------------------------------------------------------------
 

@@ -1126,9 +1126,23 @@ fn node(out: &str, target: &str, args: &[(&str, Value)]) -> Value {
 /// A program of float32 user inputs `x` and `y` (`[2, 3]`), `nodes`, and the outputs
 /// named, each tensor's shape given in `tensors`.
 fn program_of(nodes: Vec<Value>, outputs: &[&str], tensors: &[(&str, &[i64])]) -> Vec<u8> {
+    program_typed(nodes, outputs, tensors, &[])
+}
+
+/// [`program_of`], the tensors named in `dtypes` of that export-schema dtype code
+/// (5: int64, 12: bool) rather than float32.
+fn program_typed(
+    nodes: Vec<Value>,
+    outputs: &[&str],
+    tensors: &[(&str, &[i64])],
+    dtypes: &[(&str, i64)],
+) -> Vec<u8> {
     let mut graph = fx_graph(&["x", "y"], nodes, outputs, &["x", "y"]);
     for (t, shape) in tensors {
         graph["tensor_values"][*t] = f32_meta(shape);
+    }
+    for (t, code) in dtypes {
+        graph["tensor_values"][*t]["dtype"] = json!(code);
     }
     program(graph, &["x", "y"], outputs)
 }
@@ -1358,8 +1372,12 @@ fn tensors_arg(names: &[&str]) -> Value {
     json!({ "as_tensors": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>() })
 }
 
+/// The program imported, after its generated code was checked
+/// ([`generated_code_agrees`]).
 fn imported(nodes: Vec<Value>, outputs: &[&str], tensors: &[(&str, &[i64])]) -> Graph {
-    import(program_of(nodes, outputs, tensors)).unwrap_or_else(|e| panic!("{e}"))
+    let zip = program_of(nodes, outputs, tensors);
+    generated_code_agrees(&outputs.join("_"), &zip);
+    import(zip).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -1813,4 +1831,364 @@ fn swapaxes_movedim_and_zero_through_a_slice() {
     let tr: Vec<f64> = (0..3).flat_map(|j| [x[j], x[3 + j]]).collect();
     let c = vec![x[0], 0.0, 0.0, x[3], 0.0, 0.0];
     outputs_are(&g, &[tr.clone(), tr, c]);
+}
+
+/// The archive `zip` compiled by the real binary: the cpu's C++ built and run against
+/// the interpreter on random inputs, and code generated for cuda.
+fn generated_code_agrees(name: &str, zip: &[u8]) {
+    let dir = temp_dir(name);
+    let path = dir.join(format!("{name}.pt2"));
+    std::fs::write(&path, zip).expect("write");
+    let path = path.to_string_lossy().to_string();
+    let cache = dir.join("cache");
+    let o = Command::new(env!("CARGO_BIN_EXE_host"))
+        .args(["run", &path, "--device", "cpu", "--check"])
+        .env("KILN_CACHE_DIR", &cache)
+        .env_remove("KILN_PLUGIN_PATH")
+        .output()
+        .expect("host runs");
+    assert!(
+        o.status.success(),
+        "{name} on cpu: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = dir.join("cuda").to_string_lossy().to_string();
+    let (ok, _, err) = host(&["compile", &path, "--device", "cuda", "-o", &out]);
+    assert!(ok, "{name} for cuda: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A node with several outputs, as torch.export writes `max.dim` and `var_mean`.
+fn multi_node(outs: &[&str], target: &str, args: &[(&str, Value)]) -> Value {
+    let mut n = node(outs[0], target, args);
+    n["outputs"] = json!(outs.iter().map(|o| tensor_arg(o)).collect::<Vec<_>>());
+    n["name"] = json!(format!("{}_node", outs[0]));
+    n
+}
+
+#[test]
+fn activations_index_reductions_and_small_tensor_ops_follow_pytorch() {
+    let (x, y) = xy();
+    let un = |out: &str, target: &str| node(out, target, &[("self", tensor_arg("x"))]);
+    let f = |v: f64| json!({ "as_float": v });
+    let nodes = vec![
+        node(
+            "tu",
+            "torch.ops.aten.triu.default",
+            &[("self", tensor_arg("x"))],
+        ),
+        node(
+            "tl",
+            "torch.ops.aten.tril.default",
+            &[("self", tensor_arg("x")), ("diagonal", int_arg(-1))],
+        ),
+        node(
+            "am",
+            "torch.ops.aten.argmax.default",
+            &[("self", tensor_arg("x")), ("dim", int_arg(1))],
+        ),
+        un("an", "torch.ops.aten.argmin.default"),
+        multi_node(
+            &["mv", "mi"],
+            "torch.ops.aten.max.dim",
+            &[
+                ("self", tensor_arg("x")),
+                ("dim", int_arg(0)),
+                ("keepdim", json!({"as_bool": true})),
+            ],
+        ),
+        node(
+            "lse",
+            "torch.ops.aten.logsumexp.default",
+            &[("self", tensor_arg("x")), ("dim", ints_arg(&[1]))],
+        ),
+        node(
+            "fl",
+            "torch.ops.aten.flip.default",
+            &[("self", tensor_arg("x")), ("dims", ints_arg(&[0, -1]))],
+        ),
+        node(
+            "lr",
+            "torch.ops.aten.leaky_relu.default",
+            &[("self", tensor_arg("x")), ("negative_slope", f(0.1))],
+        ),
+        un("el", "torch.ops.aten.elu.default"),
+        un("se", "torch.ops.aten.selu.default"),
+        un("mi2", "torch.ops.aten.mish.default"),
+        node(
+            "gl",
+            "torch.ops.aten.glu.default",
+            &[("self", tensor_arg("x")), ("dim", int_arg(0))],
+        ),
+        node(
+            "w",
+            "torch.ops.aten.select.int",
+            &[
+                ("self", tensor_arg("y")),
+                ("dim", int_arg(0)),
+                ("index", int_arg(0)),
+            ],
+        ),
+        node(
+            "pr",
+            "torch.ops.aten.prelu.default",
+            &[("self", tensor_arg("x")), ("weight", tensor_arg("w"))],
+        ),
+        un("ls", "torch.ops.aten.log_sigmoid.default"),
+        un("ss", "torch.ops.aten.softsign.default"),
+        un("hs", "torch.ops.aten.hardshrink.default"),
+        binary("torch.ops.aten.sub.Tensor", "x", "x", "zero"),
+        binary("torch.ops.aten.div.Tensor", "x", "zero", "inf"),
+        binary("torch.ops.aten.div.Tensor", "zero", "zero", "nan"),
+        node(
+            "isn",
+            "torch.ops.aten.isnan.default",
+            &[("self", tensor_arg("nan"))],
+        ),
+        node(
+            "isi",
+            "torch.ops.aten.isinf.default",
+            &[("self", tensor_arg("inf"))],
+        ),
+        node(
+            "n2n",
+            "torch.ops.aten.nan_to_num.default",
+            &[("self", tensor_arg("inf"))],
+        ),
+        binary("torch.ops.aten.logical_xor.default", "x", "zero", "lx"),
+        node(
+            "sd",
+            "torch.ops.aten.std.correction",
+            &[("self", tensor_arg("x")), ("dim", ints_arg(&[1]))],
+        ),
+        multi_node(
+            &["vv", "vm"],
+            "torch.ops.aten.var_mean.correction",
+            &[("self", tensor_arg("x")), ("dim", ints_arg(&[0]))],
+        ),
+        node(
+            "acm",
+            "torch.ops.aten.addcmul.default",
+            &[
+                ("self", tensor_arg("x")),
+                ("tensor1", tensor_arg("x")),
+                ("tensor2", tensor_arg("y")),
+                ("value", f(0.5)),
+            ],
+        ),
+        node(
+            "lp",
+            "torch.ops.aten.lerp.Scalar",
+            &[
+                ("self", tensor_arg("x")),
+                ("end", tensor_arg("y")),
+                ("weight", f(0.25)),
+            ],
+        ),
+        node(
+            "oh",
+            "torch.ops.aten.one_hot.default",
+            &[("self", tensor_arg("am")), ("num_classes", int_arg(3))],
+        ),
+        node(
+            "ti",
+            "torch.ops.aten.tile.default",
+            &[("self", tensor_arg("x")), ("dims", ints_arg(&[2]))],
+        ),
+        un("e2", "torch.ops.aten.exp2.default"),
+        node(
+            "tv",
+            "torch.ops.aten.view.default",
+            &[
+                ("self", tensor_arg("ti")),
+                ("size", ints_arg(&[1, 4, 1, 3])),
+            ],
+        ),
+        node(
+            "ps",
+            "torch.ops.aten.pixel_shuffle.default",
+            &[("self", tensor_arg("tv")), ("upscale_factor", int_arg(2))],
+        ),
+        node(
+            "uf",
+            "torch.ops.aten.unfold.default",
+            &[
+                ("self", tensor_arg("x")),
+                ("dimension", int_arg(1)),
+                ("size", int_arg(2)),
+                ("step", int_arg(1)),
+            ],
+        ),
+        node(
+            "x3",
+            "torch.ops.aten.view.default",
+            &[("self", tensor_arg("x")), ("size", ints_arg(&[1, 2, 3]))],
+        ),
+        node(
+            "mp",
+            "torch.ops.aten.max_pool1d.default",
+            &[
+                ("self", tensor_arg("x3")),
+                ("kernel_size", ints_arg(&[2])),
+                ("stride", ints_arg(&[1])),
+            ],
+        ),
+    ];
+    let shapes: &[(&str, &[i64])] = &[
+        ("tu", &[2, 3]),
+        ("tl", &[2, 3]),
+        ("am", &[2]),
+        ("an", &[]),
+        ("mv", &[1, 3]),
+        ("mi", &[1, 3]),
+        ("lse", &[2]),
+        ("fl", &[2, 3]),
+        ("lr", &[2, 3]),
+        ("el", &[2, 3]),
+        ("se", &[2, 3]),
+        ("mi2", &[2, 3]),
+        ("gl", &[1, 3]),
+        ("w", &[3]),
+        ("pr", &[2, 3]),
+        ("ls", &[2, 3]),
+        ("ss", &[2, 3]),
+        ("hs", &[2, 3]),
+        ("zero", &[2, 3]),
+        ("inf", &[2, 3]),
+        ("nan", &[2, 3]),
+        ("isn", &[2, 3]),
+        ("isi", &[2, 3]),
+        ("n2n", &[2, 3]),
+        ("lx", &[2, 3]),
+        ("sd", &[2]),
+        ("vv", &[3]),
+        ("vm", &[3]),
+        ("acm", &[2, 3]),
+        ("lp", &[2, 3]),
+        ("oh", &[2, 3]),
+        ("ti", &[2, 6]),
+        ("e2", &[2, 3]),
+        ("tv", &[1, 4, 1, 3]),
+        ("ps", &[1, 1, 2, 6]),
+        ("uf", &[2, 2, 2]),
+        ("x3", &[1, 2, 3]),
+        ("mp", &[1, 2, 2]),
+    ];
+    let outputs = [
+        "tu", "tl", "am", "an", "mv", "mi", "lse", "fl", "lr", "el", "se", "mi2", "gl", "pr", "ls",
+        "ss", "hs", "isn", "isi", "n2n", "lx", "sd", "vv", "vm", "acm", "lp", "oh", "ti", "e2",
+        "ps", "uf", "mp",
+    ];
+    let (long, boolean) = (5, 12);
+    let dtypes = [
+        ("am", long),
+        ("an", long),
+        ("mi", long),
+        ("oh", long),
+        ("isn", boolean),
+        ("isi", boolean),
+        ("lx", boolean),
+    ];
+    let zip = program_typed(nodes, &outputs, shapes, &dtypes);
+    generated_code_agrees("small_ops", &zip);
+    let g = import(zip).unwrap_or_else(|e| panic!("{e}"));
+    let map = |f: &dyn Fn(f64) -> f64| -> Vec<f64> { x.iter().map(|&a| f(a)).collect() };
+    let row = |r: usize| &x[3 * r..3 * r + 3];
+    let argmax = |v: &[f64]| {
+        v.iter()
+            .enumerate()
+            .fold((0, f64::MIN), |b, (i, &a)| if a > b.1 { (i, a) } else { b })
+            .0 as f64
+    };
+    let flat_argmin = x
+        .iter()
+        .enumerate()
+        .fold((0, f64::MAX), |b, (i, &a)| if a < b.1 { (i, a) } else { b })
+        .0 as f64;
+    let lse: Vec<f64> = (0..2)
+        .map(|r| row(r).iter().map(|a| a.exp()).sum::<f64>().ln())
+        .collect();
+    let softplus = |a: f64| if a > 20.0 { a } else { a.exp().ln_1p() };
+    let sig = |a: f64| 1.0 / (1.0 + (-a).exp());
+    let (sa, ss) = (1.673_263_242_354_377_3, 1.050_700_987_355_480_5);
+    let am = [argmax(row(0)), argmax(row(1))];
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let var = |v: &[f64]| {
+        let m = mean(v);
+        v.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / (v.len() - 1) as f64
+    };
+    let tile: Vec<f64> = (0..2).flat_map(|r| [row(r), row(r)].concat()).collect();
+    // pixel_shuffle of [1, 4, 1, 3] by 2: out[0, 0, i, 2 w + j] = in[0, 2 i + j, 0, w]
+    let mut ps = vec![0.0; 12];
+    for i in 0..2 {
+        for j in 0..2 {
+            for w in 0..3 {
+                ps[i * 6 + 2 * w + j] = tile[(2 * i + j) * 3 + w];
+            }
+        }
+    }
+    let want: Vec<Vec<f64>> = vec![
+        vec![x[0], x[1], x[2], 0.0, x[4], x[5]],
+        vec![0.0, 0.0, 0.0, x[3], 0.0, 0.0],
+        am.to_vec(),
+        vec![flat_argmin],
+        (0..3).map(|c| x[c].max(x[3 + c])).collect(),
+        (0..3)
+            .map(|c| if x[3 + c] > x[c] { 1.0 } else { 0.0 })
+            .collect(),
+        lse,
+        x.iter().rev().copied().collect(),
+        map(&|a| if a > 0.0 { a } else { 0.1 * a }),
+        map(&|a| if a > 0.0 { a } else { a.exp_m1() }),
+        map(&|a| {
+            if a > 0.0 {
+                ss * a
+            } else {
+                ss * sa * a.exp_m1()
+            }
+        }),
+        map(&|a| a * softplus(a).tanh()),
+        (0..3).map(|c| x[c] * sig(x[3 + c])).collect(),
+        (0..6)
+            .map(|i| if x[i] > 0.0 { x[i] } else { y[i % 3] * x[i] })
+            .collect(),
+        map(&|a| sig(a).ln()),
+        map(&|a| a / (1.0 + a.abs())),
+        map(&|a| if a.abs() > 0.5 { a } else { 0.0 }),
+        vec![1.0; 6],
+        vec![1.0; 6],
+        map(&|a| {
+            if a > 0.0 {
+                f32::MAX as f64
+            } else {
+                -(f32::MAX as f64)
+            }
+        }),
+        vec![1.0; 6],
+        (0..2).map(|r| var(row(r)).sqrt()).collect(),
+        (0..3).map(|c| var(&[x[c], x[3 + c]])).collect(),
+        (0..3).map(|c| mean(&[x[c], x[3 + c]])).collect(),
+        (0..6).map(|i| x[i] + 0.5 * x[i] * y[i]).collect(),
+        (0..6).map(|i| x[i] + 0.25 * (y[i] - x[i])).collect(),
+        (0..6)
+            .map(|i| {
+                if am[i / 3] == (i % 3) as f64 {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
+        tile.clone(),
+        map(&|a| 2f64.powf(a)),
+        ps,
+        (0..2)
+            .flat_map(|r| [x[3 * r], x[3 * r + 1], x[3 * r + 1], x[3 * r + 2]])
+            .collect(),
+        (0..2)
+            .flat_map(|r| [x[3 * r].max(x[3 * r + 1]), x[3 * r + 1].max(x[3 * r + 2])])
+            .collect(),
+    ];
+    outputs_are(&g, &want);
 }

@@ -1195,26 +1195,40 @@ fn import_nodes(
                     }
                 }
                 let first_out = outs.iter().flatten().next().map(String::as_str);
-                if expand::expands(fx_op) && !multi {
-                    let out = first_out.ok_or_else(|| {
-                        Pt2Error::Schema(format!("node `{shown}` has no tensor output"))
-                    })?;
-                    let steps = expand::expand(&shown, fx_op, &attrs, out, &scope.metas)?;
-                    import_steps(g, scope, steps, &shown)?;
-                    let value = scope.values[out];
-                    if in_place {
-                        if let Some(src) = in_place_self(n) {
-                            scope.aliases.share(out, &src);
-                            write_into(g, scope, &src, value, &shown, out)?;
+                if expand::expands(fx_op) {
+                    if let Some(x) = expand::expand(&shown, fx_op, &attrs, &outs, &scope.metas)? {
+                        // The node that makes an output is named after it.
+                        let names: HashMap<String, String> = x
+                            .results
+                            .iter()
+                            .zip(&outs)
+                            .filter_map(|(r, o)| Some((r.clone(), o.clone()?)))
+                            .collect();
+                        import_steps(g, scope, x.steps, &shown, &names)?;
+                        let mut values = Vec::with_capacity(outs.len());
+                        for (o, r) in outs.iter().zip(&x.results) {
+                            let value = current(g, scope, r, &shown)?;
+                            values.push(Some(value));
+                            let Some(o) = o else { continue };
+                            scope.values.insert(o.clone(), value);
+                            produced.push(Produced {
+                                tensor: o.clone(),
+                                node: shown.clone(),
+                                value,
+                                want: scope.metas.get(o.as_str()).cloned(),
+                            });
                         }
+                        if multi {
+                            scope.multi.insert(node_name.clone(), Multi::Values(values));
+                        } else if in_place {
+                            if let (Some(src), Some(Some(out))) = (in_place_self(n), outs.first()) {
+                                scope.aliases.share(out, &src);
+                                let value = scope.values[out];
+                                write_into(g, scope, &src, value, &shown, out)?;
+                            }
+                        }
+                        continue;
                     }
-                    produced.push(Produced {
-                        tensor: out.to_string(),
-                        node: shown.clone(),
-                        value,
-                        want: scope.metas.get(out).cloned(),
-                    });
-                    continue;
                 }
                 let op_name =
                     rewrite::rewrite(&shown, fx_op, in_place, &mut attrs, first_out, &scope.metas)?;
@@ -1340,6 +1354,7 @@ fn import_steps(
     scope: &mut Scope<'_>,
     steps: Vec<Step>,
     shown: &str,
+    names: &HashMap<String, String>,
 ) -> Result<(), Error> {
     for step in steps {
         let (name, op, args, outputs) = match step {
@@ -1371,7 +1386,14 @@ fn import_steps(
             ),
         };
         let id = g.add_node(Node {
-            name: unique(g, &format!("{}{}", scope.prefix, name.replace('.', "_"))),
+            name: unique(
+                g,
+                &format!(
+                    "{}{}",
+                    scope.prefix,
+                    names.get(&name).unwrap_or(&name).replace('.', "_")
+                ),
+            ),
             op,
             args,
             outputs,

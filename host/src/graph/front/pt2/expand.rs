@@ -17,6 +17,8 @@ use crate::graph::ir::TensorMeta;
 use crate::graph::DType;
 use std::collections::HashMap;
 
+mod more;
+
 /// The ops [`expand`] spells out.
 const EXPANDED: &[&str] = &[
     "stack",
@@ -43,7 +45,7 @@ const EXPANDED: &[&str] = &[
 
 /// Whether [`expand`] handles `op`.
 pub(super) fn expands(op: &str) -> bool {
-    EXPANDED.contains(&op)
+    EXPANDED.contains(&op) || more::OPS.contains(&op)
 }
 
 /// One step of an expansion.
@@ -139,24 +141,6 @@ impl Steps<'_> {
             vec![("tensors", Raw::List(parts)), ("dim", Raw::Int(dim as i64))],
         )
     }
-
-    /// The steps, the last one renamed to produce `out`.
-    fn finish(mut self, last: String) -> Vec<Step> {
-        match self.steps.last_mut() {
-            Some(Step::Op { out, .. } | Step::Const { out, .. }) if *out == last => {
-                *out = self.out.to_string();
-            }
-            _ => {
-                // The result is an operand itself (an identity): name it by an alias.
-                self.steps.push(Step::Op {
-                    out: self.out.to_string(),
-                    op: "alias",
-                    attrs: vec![("self".into(), t(&last))],
-                });
-            }
-        }
-        self.steps
-    }
 }
 
 fn t(name: &str) -> Raw {
@@ -211,13 +195,66 @@ fn wrap(dim: i64, rank: usize) -> Result<usize, String> {
 }
 
 /// Spells out node `node`'s `op` with arguments `attrs`, producing tensor `out`.
+/// An expansion: its steps, and the tensor (a step's or an operand) each output of the
+/// node is.
+#[derive(Debug)]
+pub(super) struct Expansion {
+    pub steps: Vec<Step>,
+    pub results: Vec<String>,
+}
+
+/// Spells out node `node`'s `op` with arguments `attrs`, whose outputs are `outs`
+/// (PyTorch's recorded shapes in `metas`); `None` where this use of the op is one the op
+/// set has (`max` without a dim).
 pub(super) fn expand(
+    node: &str,
+    op: &str,
+    attrs: &[(String, Raw)],
+    outs: &[Option<String>],
+    metas: &HashMap<&str, TensorMeta>,
+) -> Result<Option<Expansion>, Pt2Error> {
+    let first = outs.iter().flatten().next().map_or(node, String::as_str);
+    let out_metas: Vec<Option<&TensorMeta>> = outs
+        .iter()
+        .map(|o| o.as_deref().and_then(|o| metas.get(o)))
+        .collect();
+    let mut s = Steps {
+        out: first,
+        steps: vec![],
+    };
+    let results = if let Some(r) = more::expand(&mut s, node, op, attrs, &out_metas, metas)? {
+        r
+    } else if matches!(op, "max" | "min") {
+        return Ok(None);
+    } else {
+        vec![expand_one(&mut s, node, op, attrs, first, metas)?]
+    };
+    if results.len() != outs.len() {
+        return Err(Pt2Error::Argument {
+            node: node.into(),
+            param: op.into(),
+            message: format!(
+                "the node has {} output(s), the op gives {}",
+                outs.len(),
+                results.len()
+            ),
+        });
+    }
+    Ok(Some(Expansion {
+        steps: s.steps,
+        results,
+    }))
+}
+
+/// [`expand`] of the ops of one output.
+fn expand_one(
+    s: &mut Steps<'_>,
     node: &str,
     op: &str,
     attrs: &[(String, Raw)],
     out: &str,
     metas: &HashMap<&str, TensorMeta>,
-) -> Result<Vec<Step>, Pt2Error> {
+) -> Result<String, Pt2Error> {
     let fail = |message: String| Pt2Error::Argument {
         node: node.into(),
         param: op.into(),
@@ -242,7 +279,6 @@ pub(super) fn expand(
             .get(out)
             .ok_or_else(|| fail("the output has no recorded shape".into()))
     };
-    let mut s = Steps { out, steps: vec![] };
     let last = match op {
         "stack" => {
             let Some(Raw::List(xs)) = get(attrs, "tensors") else {
@@ -330,7 +366,7 @@ pub(super) fn expand(
                 }
                 _ => x,
             };
-            vector_norm(&mut s, &x, ord, dims.as_deref(), keepdim)
+            vector_norm(s, &x, ord, dims.as_deref(), keepdim)
         }
         "_weight_norm" => {
             let v = name_of("v")?;
@@ -352,7 +388,7 @@ pub(super) fn expand(
             let n = if over.is_empty() {
                 s.un("abs", &v)
             } else {
-                vector_norm(&mut s, &v, 2.0, Some(&over), true)
+                vector_norm(s, &v, 2.0, Some(&over), true)
             };
             let r = s.bin("div", t(&g), t(&n));
             s.bin("mul", t(&v), t(&r))
@@ -400,7 +436,7 @@ pub(super) fn expand(
                     .ok_or_else(|| fail(format!("`{x}` has no recorded shape")))?;
                 operands.push((x.clone(), m.shape.clone()));
             }
-            einsum(&mut s, equation, &operands).map_err(fail)?
+            einsum(s, equation, &operands).map_err(fail)?
         }
         "im2col" | "col2im" => {
             let x = name_of("self")?;
@@ -422,10 +458,10 @@ pub(super) fn expand(
             let pad = pair("padding", Some(0))?;
             let st = pair("stride", Some(1))?;
             if op == "im2col" {
-                im2col(&mut s, &x, &shape, k, dil, pad, st).map_err(fail)?
+                im2col(s, &x, &shape, k, dil, pad, st).map_err(fail)?
             } else {
                 let out = out_meta()?;
-                col2im(&mut s, &x, &shape, &out.shape, out.dtype, k, dil, pad, st).map_err(fail)?
+                col2im(s, &x, &shape, &out.shape, out.dtype, k, dil, pad, st).map_err(fail)?
             }
         }
         _ => {
@@ -455,10 +491,10 @@ pub(super) fn expand(
                     scales = vec![Some(v)];
                 }
             }
-            upsample(&mut s, &x, &inp, &outm, mode, align, &scales).map_err(fail)?
+            upsample(s, &x, &inp, &outm, mode, align, &scales).map_err(fail)?
         }
     };
-    Ok(s.finish(last))
+    Ok(last)
 }
 
 /// `||x||_ord` over `dims` (all when `None`).

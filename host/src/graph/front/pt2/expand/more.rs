@@ -1,0 +1,580 @@
+//! The activations, index reductions and small tensor ops that models outside the first
+//! families bring in, each as PyTorch defines it: `triu`/`tril`, `argmax`/`argmin` and
+//! `max`/`min` over a dim (values and indices; the first index of the extreme, NaN
+//! counting as one), `logsumexp`, `flip`, `leaky_relu`, `elu`/`celu`/`selu`, `mish`,
+//! `glu`, `prelu`, `log_sigmoid`, `softsign`, `hardshrink`, the logical ops, `isnan`/
+//! `isinf`/`nan_to_num`, `std`, `var_mean`/`std_mean`, `addcmul`/`addcdiv`, `lerp`,
+//! `one_hot`, `tile`, `exp2`, `pixel_shuffle`/`pixel_unshuffle`, `unfold` (sliding
+//! windows) and `max_pool1d`.
+
+use super::{get, int_list, ints, number, t, wrap, Steps};
+use crate::graph::front::pt2::Pt2Error;
+use crate::graph::front::signature::Raw;
+use crate::graph::ir::TensorMeta;
+use crate::graph::DType;
+use std::collections::HashMap;
+
+/// The ops [`expand`] handles.
+pub(super) const OPS: &[&str] = &[
+    "triu",
+    "tril",
+    "argmax",
+    "argmin",
+    "max",
+    "min",
+    "logsumexp",
+    "flip",
+    "leaky_relu",
+    "elu",
+    "celu",
+    "selu",
+    "mish",
+    "glu",
+    "prelu",
+    "_prelu_kernel",
+    "log_sigmoid",
+    "log_sigmoid_forward",
+    "softsign",
+    "hardshrink",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "isnan",
+    "isinf",
+    "nan_to_num",
+    "std",
+    "var_mean",
+    "std_mean",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "one_hot",
+    "tile",
+    "exp2",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+    "unfold",
+    "max_pool1d",
+];
+
+/// The largest finite value of a float dtype (`nan_to_num`'s default for +inf).
+fn finite_max(d: DType) -> f64 {
+    match d {
+        DType::Float16 => 65504.0,
+        DType::BFloat16 => 3.389_531_389_251_535_5e38,
+        DType::Float64 => f64::MAX,
+        _ => f32::MAX as f64,
+    }
+}
+
+/// The expansion of `op`, or `None` where this module does not take it (`max`/`min`
+/// without a dim, and ops of other modules).
+pub(super) fn expand(
+    s: &mut Steps<'_>,
+    node: &str,
+    op: &str,
+    attrs: &[(String, Raw)],
+    outs: &[Option<&TensorMeta>],
+    metas: &HashMap<&str, TensorMeta>,
+) -> Result<Option<Vec<String>>, Pt2Error> {
+    if !OPS.contains(&op) {
+        return Ok(None);
+    }
+    if matches!(op, "max" | "min") && get(attrs, "dim").is_none() {
+        return Ok(None);
+    }
+    let fail = |message: String| Pt2Error::Argument {
+        node: node.into(),
+        param: op.into(),
+        message,
+    };
+    let tensor = |name: &str| -> Result<(String, TensorMeta), Pt2Error> {
+        match get(attrs, name) {
+            Some(Raw::Str(x)) => metas
+                .get(x.as_str())
+                .map(|m| (x.clone(), m.clone()))
+                .ok_or_else(|| fail(format!("`{name}` (`{x}`) has no recorded shape"))),
+            _ => Err(fail(format!("needs the tensor `{name}`"))),
+        }
+    };
+    let operand = |name: &str| -> Result<Raw, Pt2Error> {
+        get(attrs, name)
+            .cloned()
+            .ok_or_else(|| fail(format!("needs `{name}`")))
+    };
+    let num =
+        |name: &str, default: f64| -> f64 { get(attrs, name).and_then(number).unwrap_or(default) };
+    let int = |name: &str| -> Option<i64> {
+        match get(attrs, name) {
+            Some(Raw::Int(i)) => Some(*i),
+            _ => None,
+        }
+    };
+    let keepdim = matches!(get(attrs, "keepdim"), Some(Raw::Bool(true)));
+    let out_meta = |i: usize| -> Result<TensorMeta, Pt2Error> {
+        outs.get(i)
+            .copied()
+            .flatten()
+            .cloned()
+            .ok_or_else(|| fail("the output has no recorded shape".into()))
+    };
+    let gt0 = |s: &mut Steps<'_>, x: &str| s.bin("gt", t(x), Raw::Int(0));
+    let select = |s: &mut Steps<'_>, c: &str, a: Raw, b: Raw| {
+        s.op(
+            "where",
+            vec![("condition", t(c)), ("self", a), ("other", b)],
+        )
+    };
+    let one = |r: String| Ok(Some(vec![r]));
+    match op {
+        "triu" | "tril" => {
+            let (x, m) = tensor("self")?;
+            let diagonal = int("diagonal").unwrap_or(0);
+            let [.., rows, cols] = m.shape[..] else {
+                return Err(fail(format!("needs at least 2 dims, found {:?}", m.shape)));
+            };
+            let mut keep = Vec::with_capacity((rows * cols).max(0) as usize);
+            for i in 0..rows {
+                for j in 0..cols {
+                    let k = if op == "triu" {
+                        j - i >= diagonal
+                    } else {
+                        j - i <= diagonal
+                    };
+                    keep.push(if k { 1.0 } else { 0.0 });
+                }
+            }
+            let mask = s.konst(vec![rows, cols], DType::Bool, keep);
+            let zeros = s.op("zeros_like", vec![("self", t(&x))]);
+            one(select(s, &mask, t(&x), t(&zeros)))
+        }
+        "argmax" | "argmin" => {
+            let (x, m) = tensor("self")?;
+            let out = out_meta(0)?;
+            one(arg_extreme(s, &x, &m, int("dim"), keepdim, op == "argmax", &out).map_err(fail)?)
+        }
+        "max" | "min" => {
+            let (x, m) = tensor("self")?;
+            let dim = int("dim").ok_or_else(|| fail("`dim` must be an integer".into()))?;
+            let d = wrap(dim, m.rank()).map_err(fail)?;
+            let values = s.reduce(
+                if op == "max" { "amax" } else { "amin" },
+                &x,
+                Some(&[d as i64]),
+                keepdim,
+            );
+            let indices = arg_extreme(s, &x, &m, Some(dim), keepdim, op == "max", &out_meta(1)?)
+                .map_err(fail)?;
+            Ok(Some(vec![values, indices]))
+        }
+        "logsumexp" => {
+            let (x, m) = tensor("self")?;
+            let dims = int_list(get(attrs, "dim")).unwrap_or_default();
+            let x = if m.dtype.is_float() {
+                x
+            } else {
+                s.op(
+                    "_to_copy",
+                    vec![("self", t(&x)), ("dtype", Raw::Str("float32".into()))],
+                )
+            };
+            let dims = (!dims.is_empty()).then_some(dims);
+            // The maximum shifted out (0 where it is infinite, as PyTorch does).
+            let mx = s.reduce("amax", &x, dims.as_deref(), true);
+            let a = s.un("abs", &mx);
+            let inf = s.bin("eq", t(&a), Raw::Float(f64::INFINITY));
+            let shift = select(s, &inf, Raw::Float(0.0), t(&mx));
+            let d = s.bin("sub", t(&x), t(&shift));
+            let e = s.un("exp", &d);
+            let sum = s.reduce("sum", &e, dims.as_deref(), keepdim);
+            let l = s.un("log", &sum);
+            let shift = if keepdim {
+                shift
+            } else {
+                s.reshape(&shift, &out_meta(0)?.shape)
+            };
+            one(s.bin("add", t(&l), t(&shift)))
+        }
+        "flip" => {
+            let (x, m) = tensor("self")?;
+            let dims = int_list(get(attrs, "dims")).unwrap_or_default();
+            let mut cur = x;
+            for dim in dims {
+                let d = wrap(dim, m.rank()).map_err(fail)?;
+                let n = m.shape[d];
+                let idx = s.konst(
+                    vec![n],
+                    DType::Int64,
+                    (0..n).rev().map(|i| i as f64).collect(),
+                );
+                let mut indices = vec![Raw::None; d];
+                indices.push(t(&idx));
+                cur = s.op(
+                    "index",
+                    vec![("self", t(&cur)), ("indices", Raw::List(indices))],
+                );
+            }
+            one(cur)
+        }
+        "leaky_relu" => {
+            let (x, _) = tensor("self")?;
+            let slope = num("negative_slope", 0.01);
+            let c = gt0(s, &x);
+            let neg = s.bin("mul", t(&x), Raw::Float(slope));
+            one(select(s, &c, t(&x), t(&neg)))
+        }
+        "elu" | "celu" | "selu" => {
+            let (x, _) = tensor("self")?;
+            let (alpha, scale, input_scale) = match op {
+                "elu" => (
+                    num("alpha", 1.0),
+                    num("scale", 1.0),
+                    num("input_scale", 1.0),
+                ),
+                "celu" => {
+                    let a = num("alpha", 1.0);
+                    (a, 1.0, 1.0 / a)
+                }
+                _ => (1.673_263_242_354_377_3, 1.050_700_987_355_480_5, 1.0),
+            };
+            let c = gt0(s, &x);
+            let pos = s.bin("mul", t(&x), Raw::Float(scale));
+            let xi = s.bin("mul", t(&x), Raw::Float(input_scale));
+            let em = s.un("expm1", &xi);
+            let neg = s.bin("mul", t(&em), Raw::Float(alpha * scale));
+            one(select(s, &c, t(&pos), t(&neg)))
+        }
+        "mish" => {
+            let (x, _) = tensor("self")?;
+            let e = s.un("exp", &x);
+            let l = s.un("log1p", &e);
+            let big = s.bin("gt", t(&x), Raw::Float(20.0));
+            let sp = select(s, &big, t(&x), t(&l));
+            let th = s.un("tanh", &sp);
+            one(s.bin("mul", t(&x), t(&th)))
+        }
+        "glu" => {
+            let (x, m) = tensor("self")?;
+            let d = wrap(int("dim").unwrap_or(-1), m.rank()).map_err(fail)?;
+            let n = m.shape[d];
+            if n % 2 != 0 {
+                return Err(fail(format!("glu halves dim {d}, of odd size {n}")));
+            }
+            let half = |s: &mut Steps<'_>, a: i64, b: i64| {
+                s.op(
+                    "slice",
+                    vec![
+                        ("self", t(&x)),
+                        ("dim", Raw::Int(d as i64)),
+                        ("start", Raw::Int(a)),
+                        ("end", Raw::Int(b)),
+                    ],
+                )
+            };
+            let a = half(s, 0, n / 2);
+            let b = half(s, n / 2, n);
+            let g = s.un("sigmoid", &b);
+            one(s.bin("mul", t(&a), t(&g)))
+        }
+        "prelu" | "_prelu_kernel" => {
+            let (x, m) = tensor("self")?;
+            let (w, wm) = tensor("weight")?;
+            // One slope per channel (dim 1), broadcast over the dims after it.
+            let w = if wm.shape.iter().product::<i64>() > 1 && m.rank() > 2 {
+                let mut shape = vec![wm.shape.iter().product::<i64>()];
+                shape.extend(std::iter::repeat_n(1, m.rank() - 2));
+                s.reshape(&w, &shape)
+            } else {
+                w
+            };
+            let c = gt0(s, &x);
+            let neg = s.bin("mul", t(&w), t(&x));
+            one(select(s, &c, t(&x), t(&neg)))
+        }
+        "log_sigmoid" | "log_sigmoid_forward" => {
+            // min(x, 0) - log1p(exp(-|x|)): no overflow either way.
+            let (x, _) = tensor("self")?;
+            let a = s.un("abs", &x);
+            let na = s.un("neg", &a);
+            let e = s.un("exp", &na);
+            let l = s.un("log1p", &e);
+            let lo = s.op("clamp", vec![("self", t(&x)), ("max", Raw::Float(0.0))]);
+            let y = s.bin("sub", t(&lo), t(&l));
+            if op == "log_sigmoid" {
+                return one(y);
+            }
+            // The second output is a buffer for the backward pass: zeros of its shape.
+            let buffer = out_meta(1)?;
+            let z = s.op(
+                "zeros",
+                vec![
+                    ("size", ints(&buffer.shape)),
+                    ("dtype", Raw::Str(buffer.dtype.name().into())),
+                ],
+            );
+            Ok(Some(vec![y, z]))
+        }
+        "softsign" => {
+            let (x, _) = tensor("self")?;
+            let a = s.un("abs", &x);
+            let d = s.bin("add", t(&a), Raw::Float(1.0));
+            one(s.bin("div", t(&x), t(&d)))
+        }
+        "hardshrink" => {
+            let (x, _) = tensor("self")?;
+            let a = s.un("abs", &x);
+            let c = s.bin("gt", t(&a), Raw::Float(num("lambd", 0.5)));
+            let zeros = s.op("zeros_like", vec![("self", t(&x))]);
+            one(select(s, &c, t(&x), t(&zeros)))
+        }
+        "logical_and" | "logical_or" | "logical_xor" => {
+            let a = s.bin("ne", operand("self")?, Raw::Int(0));
+            let b = s.bin("ne", operand("other")?, Raw::Int(0));
+            let bit = match op {
+                "logical_and" => "bitwise_and",
+                "logical_or" => "bitwise_or",
+                _ => "bitwise_xor",
+            };
+            one(s.bin(bit, t(&a), t(&b)))
+        }
+        "isnan" => {
+            let (x, _) = tensor("self")?;
+            one(s.bin("ne", t(&x), t(&x)))
+        }
+        "isinf" => {
+            let (x, _) = tensor("self")?;
+            let a = s.un("abs", &x);
+            one(s.bin("eq", t(&a), Raw::Float(f64::INFINITY)))
+        }
+        "nan_to_num" => {
+            let (x, m) = tensor("self")?;
+            if !m.dtype.is_float() {
+                return one(x);
+            }
+            let big = finite_max(m.dtype);
+            let (nan, pos, neg) = (num("nan", 0.0), num("posinf", big), num("neginf", -big));
+            let isnan = s.bin("ne", t(&x), t(&x));
+            let ispos = s.bin("eq", t(&x), Raw::Float(f64::INFINITY));
+            let isneg = s.bin("eq", t(&x), Raw::Float(f64::NEG_INFINITY));
+            let a = select(s, &isneg, Raw::Float(neg), t(&x));
+            let b = select(s, &ispos, Raw::Float(pos), t(&a));
+            one(select(s, &isnan, Raw::Float(nan), t(&b)))
+        }
+        "std" | "var_mean" | "std_mean" => {
+            let (x, _) = tensor("self")?;
+            let mut var_attrs: Vec<(&str, Raw)> = vec![("self", t(&x))];
+            for k in ["dim", "correction", "keepdim", "unbiased"] {
+                if let Some(v) = get(attrs, k) {
+                    var_attrs.push((k, v.clone()));
+                }
+            }
+            let v = s.op("var", var_attrs);
+            let spread = if op == "var_mean" {
+                v
+            } else {
+                s.un("sqrt", &v)
+            };
+            if op == "std" {
+                return one(spread);
+            }
+            let dims = int_list(get(attrs, "dim")).filter(|d| !d.is_empty());
+            let mean = s.reduce("mean", &x, dims.as_deref(), keepdim);
+            Ok(Some(vec![spread, mean]))
+        }
+        "addcmul" | "addcdiv" => {
+            let p = s.bin(
+                if op == "addcmul" { "mul" } else { "div" },
+                operand("tensor1")?,
+                operand("tensor2")?,
+            );
+            let value = num("value", 1.0);
+            let p = if value == 1.0 {
+                p
+            } else {
+                s.bin("mul", t(&p), Raw::Float(value))
+            };
+            one(s.bin("add", operand("self")?, t(&p)))
+        }
+        "lerp" => {
+            let x = operand("self")?;
+            let d = s.bin("sub", operand("end")?, x.clone());
+            let w = s.bin("mul", operand("weight")?, t(&d));
+            one(s.bin("add", x, t(&w)))
+        }
+        "one_hot" => {
+            let (x, _) = tensor("self")?;
+            let n = int("num_classes").unwrap_or(-1);
+            if n < 0 {
+                return Err(fail(
+                    "num_classes -1 (the largest index plus one) depends on the data: give the number of classes".into(),
+                ));
+            }
+            let classes = s.konst(vec![n], DType::Int64, (0..n).map(|i| i as f64).collect());
+            let u = s.op("unsqueeze", vec![("self", t(&x)), ("dim", Raw::Int(-1))]);
+            let e = s.bin("eq", t(&u), t(&classes));
+            one(s.op(
+                "_to_copy",
+                vec![("self", t(&e)), ("dtype", Raw::Str("int64".into()))],
+            ))
+        }
+        "tile" => {
+            let (x, m) = tensor("self")?;
+            let dims = int_list(get(attrs, "dims")).unwrap_or_default();
+            let mut reps = vec![1; m.rank().saturating_sub(dims.len())];
+            reps.extend(dims);
+            one(s.op("repeat", vec![("self", t(&x)), ("repeats", ints(&reps))]))
+        }
+        "exp2" => one(s.bin("pow", Raw::Float(2.0), operand("self")?)),
+        "pixel_shuffle" | "pixel_unshuffle" => {
+            let (x, m) = tensor("self")?;
+            let f = int(if op == "pixel_shuffle" {
+                "upscale_factor"
+            } else {
+                "downscale_factor"
+            })
+            .filter(|f| *f > 0)
+            .ok_or_else(|| fail("needs a positive factor".into()))?;
+            let r = m.rank();
+            if r < 3 {
+                return Err(fail(format!("needs [.., C, H, W], found {:?}", m.shape)));
+            }
+            let lead = &m.shape[..r - 3];
+            let (c, h, w) = (m.shape[r - 3], m.shape[r - 2], m.shape[r - 1]);
+            let b = lead.len();
+            let perm = |tail: [usize; 5]| -> Vec<usize> {
+                (0..b).chain(tail.iter().map(|i| b + i)).collect()
+            };
+            let with = |tail: &[i64]| -> Vec<i64> { lead.iter().chain(tail).copied().collect() };
+            let y = if op == "pixel_shuffle" {
+                if c % (f * f) != 0 {
+                    return Err(fail(format!(
+                        "{c} channels are not a multiple of {}",
+                        f * f
+                    )));
+                }
+                let c2 = c / (f * f);
+                let v = s.reshape(&x, &with(&[c2, f, f, h, w]));
+                let p = s.permute(&v, &perm([0, 3, 1, 4, 2]));
+                s.reshape(&p, &with(&[c2, h * f, w * f]))
+            } else {
+                if h % f != 0 || w % f != 0 {
+                    return Err(fail(format!("{h}x{w} is not a multiple of {f}")));
+                }
+                let v = s.reshape(&x, &with(&[c, h / f, f, w / f, f]));
+                let p = s.permute(&v, &perm([0, 2, 4, 1, 3]));
+                s.reshape(&p, &with(&[c * f * f, h / f, w / f]))
+            };
+            one(y)
+        }
+        "unfold" => {
+            // Tensor.unfold(dimension, size, step): windows along a dim, their elements
+            // in a new last dim.
+            let (x, m) = tensor("self")?;
+            let d = wrap(int("dimension").unwrap_or(0), m.rank()).map_err(fail)?;
+            let (size, step) = (int("size").unwrap_or(0), int("step").unwrap_or(0));
+            let n = m.shape.get(d).copied().unwrap_or(1);
+            if size < 0 || step <= 0 || size > n {
+                return Err(fail(format!(
+                    "windows of {size} by steps of {step} along a dim of {n}"
+                )));
+            }
+            let windows = (n - size) / step + 1;
+            let mut idx = Vec::with_capacity((windows * size) as usize);
+            for w in 0..windows {
+                for k in 0..size {
+                    idx.push((w * step + k) as f64);
+                }
+            }
+            let idx = s.konst(vec![windows, size], DType::Int64, idx);
+            let mut indices = vec![Raw::None; d];
+            indices.push(t(&idx));
+            let g = s.op(
+                "index",
+                vec![("self", t(&x)), ("indices", Raw::List(indices))],
+            );
+            // [.., windows, size, ..] -> [.., windows, .., size]
+            let r = m.rank() + 1;
+            let perm: Vec<usize> = (0..r).filter(|&i| i != d + 1).chain([d + 1]).collect();
+            one(s.permute(&g, &perm))
+        }
+        "max_pool1d" => {
+            let (x, _) = tensor("self")?;
+            let pair = |name: &str, unit: i64| -> Raw {
+                let v = int_list(get(attrs, name)).unwrap_or_default();
+                ints(&[unit, v.first().copied().unwrap_or(unit)])
+            };
+            let kernel = pair("kernel_size", 1);
+            let stride = match int_list(get(attrs, "stride")) {
+                Some(v) if !v.is_empty() => pair("stride", 1),
+                _ => kernel.clone(),
+            };
+            let u = s.op("unsqueeze", vec![("self", t(&x)), ("dim", Raw::Int(-2))]);
+            let mut pool = vec![
+                ("self", t(&u)),
+                ("kernel_size", kernel),
+                ("stride", stride),
+                ("padding", pair("padding", 0)),
+                ("dilation", pair("dilation", 1)),
+            ];
+            if let Some(c) = get(attrs, "ceil_mode") {
+                pool.push(("ceil_mode", c.clone()));
+            }
+            let p = s.op("max_pool2d", pool);
+            one(s.op("squeeze", vec![("self", t(&p)), ("dim", ints(&[-2]))]))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The first index of the largest (`max`) or smallest element along `dim` (of the
+/// flattened tensor when `None`), NaN counting as the extreme, as `argmax`/`argmin` give.
+fn arg_extreme(
+    s: &mut Steps<'_>,
+    x: &str,
+    m: &TensorMeta,
+    dim: Option<i64>,
+    keepdim: bool,
+    max: bool,
+    out: &TensorMeta,
+) -> Result<String, String> {
+    let (x, shape, d) = match dim {
+        Some(dim) => (x.to_string(), m.shape.clone(), wrap(dim, m.rank())?),
+        None => {
+            let n: i64 = m.shape.iter().product();
+            (s.reshape(x, &[n]), vec![n], 0)
+        }
+    };
+    let shape = if shape.is_empty() { vec![1] } else { shape };
+    let x = if m.rank() == 0 {
+        s.reshape(&x, &[1])
+    } else {
+        x
+    };
+    let n = shape[d];
+    let ext = s.reduce(
+        if max { "amax" } else { "amin" },
+        &x,
+        Some(&[d as i64]),
+        true,
+    );
+    let hit = s.bin("eq", t(&x), t(&ext));
+    let nan = s.bin("ne", t(&x), t(&x));
+    let hit = s.bin("bitwise_or", t(&hit), t(&nan));
+    let mut ishape = vec![n];
+    ishape.extend(std::iter::repeat_n(1, shape.len() - d - 1));
+    let idx = s.konst(ishape, DType::Int64, (0..n).map(|i| i as f64).collect());
+    let cand = s.op(
+        "where",
+        vec![
+            ("condition", t(&hit)),
+            ("self", t(&idx)),
+            ("other", Raw::Int(n)),
+        ],
+    );
+    let first = s.reduce("amin", &cand, Some(&[d as i64]), keepdim);
+    Ok(if dim.is_none() || m.rank() == 0 {
+        s.reshape(&first, &out.shape)
+    } else {
+        first
+    })
+}

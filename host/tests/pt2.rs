@@ -2192,3 +2192,32 @@ fn activations_index_reductions_and_small_tensor_ops_follow_pytorch() {
     ];
     outputs_are(&g, &want);
 }
+
+#[test]
+fn channel_dropout_is_the_identity_and_a_training_dropout_is_refused() {
+    let (x, _) = xy();
+    let drop = |out: &str, target: &str, train: bool| {
+        node(
+            out,
+            target,
+            &[
+                ("input", tensor_arg("x")),
+                ("p", json!({"as_float": 0.1})),
+                ("train", json!({ "as_bool": train })),
+            ],
+        )
+    };
+    let g = imported(
+        vec![drop("d", "torch.ops.aten.feature_dropout.default", false)],
+        &["d"],
+        &[("d", &[2, 3])],
+    );
+    outputs_are(&g, &[x]);
+    let e = import(program_of(
+        vec![drop("d", "torch.ops.aten.dropout.default", true)],
+        &["d"],
+        &[("d", &[2, 3])],
+    ))
+    .expect_err("a training dropout");
+    assert_says(&e, &["node `d`", "train", "model.eval()"]);
+}

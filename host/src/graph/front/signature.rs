@@ -1487,7 +1487,18 @@ fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
         "cat" => Op::Cat {
             dim: b.int_or("dim", 0)?,
         },
-        "dropout" => Op::NoOp(NoOpKind::Dropout),
+        "dropout" => {
+            // Inference: the identity. A training graph's dropout draws random masks,
+            // which a compiled inference graph cannot reproduce.
+            if b.boolean("train")? && b.float("p")?.unwrap_or(0.5) > 0.0 {
+                return Err(bad(
+                    "train",
+                    "false (Kiln compiles inference graphs; export the model after `model.eval()`)",
+                    &Raw::Bool(true),
+                ));
+            }
+            Op::NoOp(NoOpKind::Dropout)
+        }
         "alias" => Op::NoOp(NoOpKind::Alias),
         "_assert_tensor_metadata" => Op::NoOp(NoOpKind::AssertTensorMetadata),
         other => return Err(SigError::UnknownOp(other.into())),

@@ -7,7 +7,8 @@
 //! `clamp_max` (a clamp, or the elementwise maximum/minimum of a tensor bound), `rsub`
 //! (a sub with its operands swapped), `floor_divide` (a div rounding down), `square`
 //! (a pow of 2), `swapaxes`/`swapdims` (a transpose), `movedim`/`moveaxis` (a permute),
-//! `zero` (zeros like its operand), and the in-place forms whose operand is named `self` where
+//! `zero` (zeros like its operand), the channel and alpha dropouts (`dropout`), and the
+//! in-place forms whose operand is named `self` where
 //! the functional op names it otherwise (`dropout_`). The TOML front end has no recorded
 //! metadata and spells these ops out itself.
 
@@ -42,6 +43,9 @@ const REWRITTEN: &[&str] = &[
     "movedim",
     "moveaxis",
     "zero",
+    "feature_dropout",
+    "alpha_dropout",
+    "feature_alpha_dropout",
 ];
 
 /// Whether [`rewrite`] handles `op`.
@@ -290,6 +294,9 @@ pub(super) fn rewrite<'a>(
             "permute"
         }
         "zero" => "zeros_like",
+        // Every dropout is the identity in inference (`train` false, which `dropout`
+        // checks).
+        "feature_dropout" | "alpha_dropout" | "feature_alpha_dropout" => "dropout",
         "empty" => "zeros",
         "empty_like" => "zeros_like",
         "new_empty" => "new_zeros",

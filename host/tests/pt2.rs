@@ -2221,3 +2221,164 @@ fn channel_dropout_is_the_identity_and_a_training_dropout_is_refused() {
     .expect_err("a training dropout");
     assert_says(&e, &["node `d`", "train", "model.eval()"]);
 }
+
+#[test]
+fn index_put_with_a_mask_and_with_integer_indices() {
+    let (x, y) = xy();
+    let put = |out: &str, target: &str, of: &str, indices: Value, values: &str, acc: bool| {
+        node(
+            out,
+            target,
+            &[
+                ("self", tensor_arg(of)),
+                ("indices", indices),
+                ("values", tensor_arg(values)),
+                ("accumulate", json!({ "as_bool": acc })),
+            ],
+        )
+    };
+    let some = |names: &[Option<&str>]| {
+        json!({ "as_optional_tensors": names.iter().map(|n| match n {
+            Some(n) => json!({"as_tensor": {"name": n}}),
+            None => json!({"as_none": true}),
+        }).collect::<Vec<_>>() })
+    };
+    let nodes = vec![
+        node(
+            "yf",
+            "torch.ops.aten.view.default",
+            &[("self", tensor_arg("y")), ("size", ints_arg(&[6]))],
+        ),
+        node(
+            "y0",
+            "torch.ops.aten.select.int",
+            &[
+                ("self", tensor_arg("yf")),
+                ("dim", int_arg(0)),
+                ("index", int_arg(0)),
+            ],
+        ),
+        node(
+            "mask",
+            "torch.ops.aten.gt.Scalar",
+            &[("self", tensor_arg("x")), ("other", int_arg(0))],
+        ),
+        put(
+            "masked",
+            "torch.ops.aten.index_put.default",
+            "x",
+            some(&[Some("mask")]),
+            "y0",
+            false,
+        ),
+        node(
+            "am",
+            "torch.ops.aten.argmax.default",
+            &[("self", tensor_arg("x")), ("dim", int_arg(1))],
+        ),
+        node(
+            "z",
+            "torch.ops.aten.view.default",
+            &[("self", tensor_arg("x")), ("size", ints_arg(&[6]))],
+        ),
+        slice("v2", "yf", 0, 0, 2),
+        slice("v4", "yf", 0, 0, 4),
+        put(
+            "set",
+            "torch.ops.aten.index_put.default",
+            "z",
+            some(&[Some("am")]),
+            "v2",
+            false,
+        ),
+        node(
+            "am2",
+            "torch.ops.aten.cat.default",
+            &[("tensors", tensors_arg(&["am", "am"]))],
+        ),
+        put(
+            "acc",
+            "torch.ops.aten.index_put.default",
+            "z",
+            some(&[Some("am2")]),
+            "v4",
+            true,
+        ),
+        node(
+            "nam",
+            "torch.ops.aten.neg.default",
+            &[("self", tensor_arg("am"))],
+        ),
+        put(
+            "neg",
+            "torch.ops.aten.index_put.default",
+            "z",
+            some(&[Some("nam")]),
+            "v2",
+            false,
+        ),
+        node(
+            "ar",
+            "torch.ops.aten.arange.default",
+            &[("end", int_arg(2)), ("dtype", json!({"as_scalar_type": 5}))],
+        ),
+        node(
+            "rows",
+            "torch.ops.aten.flip.default",
+            &[("self", tensor_arg("ar")), ("dims", ints_arg(&[0]))],
+        ),
+        put(
+            "two",
+            "torch.ops.aten.index_put.default",
+            "x",
+            some(&[Some("rows"), Some("am")]),
+            "v2",
+            false,
+        ),
+    ];
+    let shapes: &[(&str, &[i64])] = &[
+        ("yf", &[6]),
+        ("y0", &[]),
+        ("mask", &[2, 3]),
+        ("masked", &[2, 3]),
+        ("am", &[2]),
+        ("z", &[6]),
+        ("v2", &[2]),
+        ("v4", &[4]),
+        ("set", &[6]),
+        ("am2", &[4]),
+        ("acc", &[6]),
+        ("nam", &[2]),
+        ("neg", &[6]),
+        ("ar", &[2]),
+        ("rows", &[2]),
+        ("two", &[2, 3]),
+    ];
+    let dtypes = [
+        ("mask", 12),
+        ("am", 5),
+        ("am2", 5),
+        ("nam", 5),
+        ("ar", 5),
+        ("rows", 5),
+    ];
+    let outputs = ["masked", "set", "acc", "neg", "two"];
+    let zip = program_typed(nodes, &outputs, shapes, &dtypes);
+    generated_code_agrees("index_put", &zip);
+    let g = import(zip).unwrap_or_else(|e| panic!("{e}"));
+    // x = [-1.5, 0.25, 2.0; -0.5, 3.0, -2.25]: row maxima at columns 2 and 1.
+    let masked: Vec<f64> = x.iter().map(|&a| if a > 0.0 { y[0] } else { a }).collect();
+    let mut set = x.clone();
+    set[2] = y[0];
+    set[1] = y[1];
+    let mut acc = x.clone();
+    acc[2] += y[0] + y[2];
+    acc[1] += y[1] + y[3];
+    let mut neg = x.clone();
+    neg[4] = y[0];
+    neg[5] = y[1];
+    let mut two = x.clone();
+    two[3 + 2] = y[0];
+    two[1] = y[1];
+    outputs_are(&g, &[masked, set, acc, neg, two]);
+}

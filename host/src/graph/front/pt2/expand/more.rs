@@ -5,7 +5,7 @@
 //! `glu`, `prelu`, `log_sigmoid`, `softsign`, `hardshrink`, the logical ops, `isnan`/
 //! `isinf`/`nan_to_num`, `std`, `var_mean`/`std_mean`, `addcmul`/`addcdiv`, `lerp`,
 //! `one_hot`, `tile`, `exp2`, `pixel_shuffle`/`pixel_unshuffle`, `unfold` (sliding
-//! windows) and `max_pool1d`.
+//! windows), `max_pool1d`, and `index_put` (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`).
 
 use super::{get, int_list, ints, number, t, wrap, Steps};
 use crate::graph::front::pt2::Pt2Error;
@@ -55,6 +55,7 @@ pub(super) const OPS: &[&str] = &[
     "pixel_unshuffle",
     "unfold",
     "max_pool1d",
+    "index_put",
 ];
 
 /// The largest finite value of a float dtype (`nan_to_num`'s default for +inf).
@@ -522,8 +523,176 @@ pub(super) fn expand(
             let p = s.op("max_pool2d", pool);
             one(s.op("squeeze", vec![("self", t(&p)), ("dim", ints(&[-2]))]))
         }
+        "index_put" => {
+            let (x, m) = tensor("self")?;
+            let (v, _) = tensor("values")?;
+            let Some(Raw::List(list)) = get(attrs, "indices") else {
+                return Err(fail("needs the list `indices`".into()));
+            };
+            let mut entries = vec![];
+            for (i, r) in list.iter().enumerate() {
+                if let Raw::Str(name) = r {
+                    let meta = metas
+                        .get(name.as_str())
+                        .ok_or_else(|| fail(format!("`{name}` has no recorded shape")))?;
+                    entries.push((i, name.clone(), meta.clone()));
+                }
+            }
+            let accumulate = matches!(get(attrs, "accumulate"), Some(Raw::Bool(true)));
+            one(index_put(s, &x, &m, &v, &entries, accumulate).map_err(fail)?)
+        }
         _ => Ok(None),
     }
+}
+
+/// The most elements [`index_put`]'s one-hot expansion of integer indices builds.
+const INDEX_PUT_ELEMENTS: i64 = 1 << 24;
+
+/// `index_put(x, indices, v, accumulate)` for the static cases: one bool mask over
+/// consecutive dims with a one-element value (`x[mask] = v`: a where), and integer
+/// index tensors over consecutive dims, broadcast together (`x[i, j] = v`, `+=` with
+/// accumulate), through a one-hot match of each index against each position: without
+/// accumulate the last write to a position wins, with it every write adds. An index
+/// out of range matches no position (PyTorch raises).
+fn index_put(
+    s: &mut Steps<'_>,
+    x: &str,
+    m: &TensorMeta,
+    v: &str,
+    entries: &[(usize, String, TensorMeta)],
+    accumulate: bool,
+) -> Result<String, String> {
+    let dtype = Raw::Str(m.dtype.name().into());
+    let v = s.op("_to_copy", vec![("self", t(v)), ("dtype", dtype.clone())]);
+    let Some((p, _, _)) = entries.first() else {
+        // No index: the whole tensor.
+        return Ok(if accumulate {
+            s.bin("add", t(x), t(&v))
+        } else {
+            s.op("copy", vec![("self", t(x)), ("src", t(&v))])
+        });
+    };
+    let p = *p;
+    if entries.iter().enumerate().any(|(k, e)| e.0 != p + k) {
+        return Err(
+            "index tensors on dims that are not consecutive: Kiln takes x[.., i, j, ..] = v only"
+                .into(),
+        );
+    }
+    let rank = m.rank();
+    if entries.iter().any(|e| e.2.dtype == DType::Bool) {
+        let [(_, mask, mm)] = entries else {
+            return Err("a bool mask together with other indices".into());
+        };
+        let k = mm.rank();
+        if p + k > rank || m.shape[p..p + k] != mm.shape[..] {
+            return Err(format!(
+                "a mask of shape {:?} over dims {p}.. of a tensor of shape {:?}",
+                mm.shape, m.shape
+            ));
+        }
+        let mut shape = vec![1; p];
+        shape.extend_from_slice(&mm.shape);
+        shape.extend(std::iter::repeat_n(1, rank - p - k));
+        let mask = s.reshape(mask, &shape);
+        let new = if accumulate {
+            s.bin("add", t(x), t(&v))
+        } else {
+            v
+        };
+        return Ok(s.op(
+            "where",
+            vec![("condition", t(&mask)), ("self", t(&new)), ("other", t(x))],
+        ));
+    }
+    let k = entries.len();
+    if p + k > rank {
+        return Err(format!(
+            "{k} index tensors from dim {p} of a {rank}-d tensor"
+        ));
+    }
+    // One linear index into the indexed dims, negative indices counted from the end.
+    let mut shape_s: Vec<i64> = vec![];
+    let mut lin: Option<String> = None;
+    for (j, (_, idx, im)) in entries.iter().enumerate() {
+        shape_s = crate::graph::shape::broadcast(&shape_s, &im.shape)
+            .map_err(|e| format!("index shapes do not broadcast: {e}"))?;
+        let n = m.shape[p + j];
+        let neg = s.bin("lt", t(idx), Raw::Int(0));
+        let up = s.bin("add", t(idx), Raw::Int(n));
+        let w = s.op(
+            "where",
+            vec![("condition", t(&neg)), ("self", t(&up)), ("other", t(idx))],
+        );
+        lin = Some(match lin {
+            None => w,
+            Some(l) => {
+                let scaled = s.bin("mul", t(&l), Raw::Int(n));
+                s.bin("add", t(&scaled), t(&w))
+            }
+        });
+    }
+    let lin = lin.ok_or("no index")?;
+    let pre: Vec<i64> = m.shape[..p].to_vec();
+    let post: Vec<i64> = m.shape[p + k..].to_vec();
+    let (pp, qq) = (pre.iter().product::<i64>(), post.iter().product::<i64>());
+    let n: i64 = m.shape[p..p + k].iter().product();
+    let kk: i64 = shape_s.iter().product();
+    let size = if accumulate { kk * n * pp * qq } else { kk * n };
+    if size > INDEX_PUT_ELEMENTS {
+        return Err(format!(
+            "{kk} index positions into {n} places: {size} elements in Kiln's one-hot expansion of index_put, above its limit of {INDEX_PUT_ELEMENTS}"
+        ));
+    }
+    let lin = s.op("expand", vec![("self", t(&lin)), ("size", ints(&shape_s))]);
+    let lin = s.reshape(&lin, &[kk, 1]);
+    let places = s.konst(vec![1, n], DType::Int64, (0..n).map(|i| i as f64).collect());
+    let hit = s.bin("eq", t(&lin), t(&places));
+    let x3 = s.reshape(x, &[pp, n, qq]);
+    let full: Vec<i64> = pre.iter().chain(&shape_s).chain(&post).copied().collect();
+    let vfull = s.op("expand", vec![("self", t(&v)), ("size", ints(&full))]);
+    let v3 = s.reshape(&vfull, &[pp, kk, qq]);
+    let out3 = if accumulate {
+        let h = s.op("_to_copy", vec![("self", t(&hit)), ("dtype", dtype)]);
+        let h = s.reshape(&h, &[1, kk, n, 1]);
+        let v4 = s.reshape(&v3, &[pp, kk, 1, qq]);
+        let prod = s.bin("mul", t(&v4), t(&h));
+        let add = s.reduce("sum", &prod, Some(&[1]), false);
+        s.bin("add", t(&x3), t(&add))
+    } else {
+        // The last index k (1-based) that writes each place, 0 for none.
+        let h = s.op(
+            "_to_copy",
+            vec![("self", t(&hit)), ("dtype", Raw::Str("int64".into()))],
+        );
+        let order = s.konst(
+            vec![kk, 1],
+            DType::Int64,
+            (1..=kk).map(|i| i as f64).collect(),
+        );
+        let w = s.bin("mul", t(&h), t(&order));
+        let last = s.reduce("amax", &w, Some(&[0]), false);
+        let written = s.bin("gt", t(&last), Raw::Int(0));
+        let pick = s.bin("sub", t(&last), Raw::Int(1));
+        let pick = s.op("clamp", vec![("self", t(&pick)), ("min", Raw::Int(0))]);
+        let src = s.op(
+            "index",
+            vec![
+                ("self", t(&v3)),
+                ("indices", Raw::List(vec![Raw::None, t(&pick)])),
+            ],
+        );
+        let written = s.reshape(&written, &[1, n, 1]);
+        s.op(
+            "where",
+            vec![
+                ("condition", t(&written)),
+                ("self", t(&src)),
+                ("other", t(&x3)),
+            ],
+        )
+    };
+    Ok(s.reshape(&out3, &m.shape))
 }
 
 /// The first index of the largest (`max`) or smallest element along `dim` (of the

@@ -52,33 +52,48 @@ fn every_test_graph_is_right_on_every_device() {
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
 
-/// The cpu's convolution as im2col and the packed matrix product, in tiny
-/// pieces: patch chunks of a few output rows (4 KiB where the threads share
-/// each chunk, one thread; where each thread takes chunks of its own, three),
-/// 4 x 8 register blocks of 16-byte vectors, steps of 8 of the shared
-/// dimension and blocks of 32 positions: every chunk's products land in their
-/// rows, with padding, strides, dilation and groups.
+/// The cpu's convolution in tiny pieces. As im2col and the packed matrix
+/// product (the output-channel lanes turned off): patch chunks of a few output
+/// rows (4 KiB where the threads share each chunk, one thread; where each
+/// thread takes chunks of its own, three), 4 x 8 register blocks of 16-byte
+/// vectors, steps of 8 of the shared dimension and blocks of 32 positions:
+/// every chunk's products land in their rows, with padding, strides, dilation
+/// and groups. With output channels in the lanes of 16-byte vectors (one or two
+/// vectors, blocks of 13 or 6 columns): whole blocks, a last block overlapping
+/// the one before it, and rows narrower than a block.
 #[test]
 fn convolutions_in_patch_chunks_and_tiny_tiles_match_the_reference() {
     let tmp = TempDir::new("conv-tiles");
-    let graph = repo_root().join("tests/graphs/conv2d_as_matrix_products.toml");
-    for threads in ["1", "3"] {
-        let (output, stdout, stderr) = run(host(&host_bin())
-            .arg("run")
-            .arg(&graph)
-            .args(["--device", "cpu", "--check"])
-            .env("KILN_CACHE_DIR", tmp.subdir("cache"))
-            .env("OMP_NUM_THREADS", threads)
-            .env(
-                "KILN_CXXFLAGS",
-                "-O1 -fopenmp -DKILN_MM_VBYTES=16 -DKILN_MM_MR=4 -DKILN_MM_NR=8 -DKILN_MM_KC=8 \
-                 -DKILN_MM_NC=32 -DKILN_MM_MC=12 -DKILN_CONV_COL_BYTES=4096 \
-                 -DKILN_CONV_TASK_BYTES=4096 -DKILN_CONV_TASK_POSITIONS=1",
-            ));
-        assert!(output.status.success(), "{stdout}\n{stderr}");
-        assert!(
-            stdout.contains("check: all 5 output(s) match the reference"),
-            "{stdout}"
-        );
+    let tiles = "-O1 -fopenmp -DKILN_MM_VBYTES=16 -DKILN_MM_MR=4 -DKILN_MM_NR=8 -DKILN_MM_KC=8 \
+                 -DKILN_MM_NC=32 -DKILN_MM_MC=12";
+    let gemm = format!(
+        "{tiles} -DKILN_CONV_LANE_CHANNELS=0 -DKILN_CONV_COL_BYTES=4096 \
+         -DKILN_CONV_TASK_BYTES=4096 -DKILN_CONV_TASK_POSITIONS=1"
+    );
+    let graphs = [
+        ("conv2d_as_matrix_products", 5),
+        ("conv2d_output_channel_lanes", 3),
+    ];
+    for ((name, outputs), flags) in graphs
+        .iter()
+        .flat_map(|g| [gemm.as_str(), tiles].map(|f| (g, f)))
+    {
+        let graph = repo_root().join(format!("tests/graphs/{name}.toml"));
+        for threads in ["1", "3"] {
+            let (output, stdout, stderr) = run(host(&host_bin())
+                .arg("run")
+                .arg(&graph)
+                .args(["--device", "cpu", "--check"])
+                .env("KILN_CACHE_DIR", tmp.subdir("cache"))
+                .env("OMP_NUM_THREADS", threads)
+                .env("KILN_CXXFLAGS", flags));
+            assert!(output.status.success(), "{flags}: {stdout}\n{stderr}");
+            assert!(
+                stdout.contains(&format!(
+                    "check: all {outputs} output(s) match the reference"
+                )),
+                "{name} with {flags}: {stdout}"
+            );
+        }
     }
 }

@@ -493,8 +493,23 @@ impl Gen {
             "hardtanh",
             "hardsigmoid",
             "hardswish",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "sign",
+            "expm1",
+            "log2",
+            "log10",
+            "tan",
+            "atan",
+            "asin",
+            "acos",
         ];
-        const INT_OPS: &[&str] = &["abs", "neg", "relu", "exp", "sin", "cos", "tanh", "sigmoid"];
+        const INT_OPS: &[&str] = &[
+            "abs", "neg", "relu", "exp", "sin", "cos", "tanh", "sigmoid", "floor", "ceil", "round",
+            "trunc", "sign",
+        ];
         let op = if a.is_float() {
             *FLOAT_OPS.choose(&mut self.rng).expect("an op")
         } else {
@@ -502,10 +517,19 @@ impl Gen {
         };
         let mut nodes = Vec::new();
         let mut operand = a.name.clone();
-        if matches!(op, "log" | "sqrt" | "rsqrt" | "reciprocal" | "log1p") {
+        if matches!(
+            op,
+            "log" | "sqrt" | "rsqrt" | "reciprocal" | "log1p" | "log2" | "log10"
+        ) {
             let (n, name) = self.positive(&a);
             nodes.extend(n);
             operand = name;
+        }
+        if matches!(op, "asin" | "acos" | "tan") {
+            // Inside (-1, 1): the inverse sines' domain, and far from tan's poles.
+            let t = self.node("tanh", vec![Arg::T(operand)], vec![]);
+            operand = t.name.clone();
+            nodes.push(t);
         }
         let attrs = match op {
             "gelu" if self.chance(0.5) => vec![("approximate", Arg::S("tanh"))],

@@ -1235,19 +1235,7 @@ fn import_nodes(
                 if fx_op == "as_strided" {
                     check_as_strided_input(&attrs, scope, &shown)?;
                 }
-                let (op, operands) =
-                    bind(op_name, &[], &attrs).map_err(|source| Error::Signature {
-                        at: at(),
-                        op: op_name.into(),
-                        source: Box::new(source),
-                    })?;
-                let mut args = Vec::with_capacity(operands.len());
-                for o in operands {
-                    args.push(match o {
-                        Operand::Scalar(s) => Arg::Scalar(s),
-                        Operand::Name(t) => Arg::Value(current(g, scope, &t, &shown)?),
-                    });
-                }
+                let (op, args) = bind_args(g, scope, op_name, &attrs, &shown)?;
                 // Storage sharing: views alias their operand, in-place ops write into
                 // theirs (and return it).
                 if let Some(src) = in_place_self(n) {
@@ -1347,6 +1335,33 @@ fn import_nodes(
     Ok(())
 }
 
+/// `op_name` bound to `attrs` for FX node `shown`, its tensor operands resolved to their
+/// current values.
+fn bind_args(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    op_name: &str,
+    attrs: &[(String, Raw)],
+    shown: &str,
+) -> Result<(Op, Vec<Arg>), Error> {
+    let (op, operands) = bind(op_name, &[], attrs).map_err(|source| Error::Signature {
+        at: At {
+            node: shown.to_string(),
+            line: None,
+        },
+        op: op_name.into(),
+        source: Box::new(source),
+    })?;
+    let mut args = Vec::with_capacity(operands.len());
+    for o in operands {
+        args.push(match o {
+            Operand::Scalar(s) => Arg::Scalar(s),
+            Operand::Name(t) => Arg::Value(current(g, scope, &t, shown)?),
+        });
+    }
+    Ok((op, args))
+}
+
 /// Adds the nodes of an expansion ([`expand::expand`]) for FX node `shown`; each step's
 /// tensor is reachable by its name in `scope`.
 fn import_steps(
@@ -1359,21 +1374,7 @@ fn import_steps(
     for step in steps {
         let (name, op, args, outputs) = match step {
             Step::Op { out, op, attrs } => {
-                let (kop, operands) = bind(op, &[], &attrs).map_err(|source| Error::Signature {
-                    at: At {
-                        node: shown.to_string(),
-                        line: None,
-                    },
-                    op: op.into(),
-                    source: Box::new(source),
-                })?;
-                let mut args = Vec::with_capacity(operands.len());
-                for o in operands {
-                    args.push(match o {
-                        Operand::Scalar(s) => Arg::Scalar(s),
-                        Operand::Name(t) => Arg::Value(current(g, scope, &t, shown)?),
-                    });
-                }
+                let (kop, args) = bind_args(g, scope, op, &attrs, shown)?;
                 (out, kop, args, vec![])
             }
             Step::Const { out, meta, values } => (

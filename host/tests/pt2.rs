@@ -1722,6 +1722,11 @@ fn aten_spellings_of_op_set_ops_and_unread_unknown_ops() {
                     ("threshold", json!({"as_float": 3.0})),
                 ],
             ),
+            node(
+                "ey",
+                "torch.ops.aten.eye.m",
+                &[("n", int_arg(2)), ("m", int_arg(3))],
+            ),
             // An op Kiln does not have, whose result only a dead node reads.
             node(
                 "noise",
@@ -1730,8 +1735,9 @@ fn aten_spellings_of_op_set_ops_and_unread_unknown_ops() {
             ),
             binary("torch.ops.aten.lt.Tensor", "noise", "x", "unused"),
         ],
-        &["m", "rs", "cm", "cx", "fd", "sq", "sp"],
+        &["m", "rs", "cm", "cx", "fd", "sq", "sp", "ey"],
         &[
+            ("ey", &[2, 3]),
             ("m", &[2, 3]),
             ("rs", &[2, 3]),
             ("cm", &[2, 3]),
@@ -1762,7 +1768,24 @@ fn aten_spellings_of_op_set_ops_and_unread_unknown_ops() {
                     (2.0 * a).exp().ln_1p() / 2.0
                 }
             }),
+            vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
         ],
+    );
+    // Constants as long as a dim are refused past any real model's dims, before they
+    // are built.
+    let e = import(program_of(
+        vec![node(
+            "huge",
+            "torch.ops.aten.eye.default",
+            &[("n", int_arg(1 << 30))],
+        )],
+        &["huge"],
+        &[("huge", &[1 << 30, 1 << 30])],
+    ))
+    .expect_err("a dim of 2^30");
+    assert_says(
+        &e,
+        &["node `huge`", "1073741824 elements", "at most 16777216"],
     );
     // The same unknown op read by an output is still refused, by name.
     let e = import(program_of(

@@ -195,6 +195,28 @@ fn wrap(dim: i64, rank: usize) -> Result<usize, String> {
 }
 
 /// Spells out node `node`'s `op` with arguments `attrs`, producing tensor `out`.
+/// The largest dim an expansion that builds per-element constants takes.
+const MAX_CONSTANT_DIM: i64 = 1 << 24;
+
+/// Whether `op`'s expansion builds constants as long as one of its dims (index lists,
+/// interpolation taps and weights, class ids).
+fn builds_constants(op: &str) -> bool {
+    matches!(
+        op,
+        "triu"
+            | "tril"
+            | "eye"
+            | "flip"
+            | "argmax"
+            | "argmin"
+            | "max"
+            | "min"
+            | "one_hot"
+            | "unfold"
+            | "index_put"
+    ) || upsample_kind(op).is_some()
+}
+
 /// An expansion: its steps, and the tensor (a step's or an operand) each output of the
 /// node is.
 #[derive(Debug)]
@@ -213,6 +235,31 @@ pub(super) fn expand(
     outs: &[Option<String>],
     metas: &HashMap<&str, TensorMeta>,
 ) -> Result<Option<Expansion>, Pt2Error> {
+    // Expansions that build constants of a dim's size: refused for dims past any real
+    // model's, so that a hostile archive's recorded sizes cannot allocate without bound.
+    if builds_constants(op) {
+        let dims = attrs
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Raw::Str(t) => metas.get(t.as_str()),
+                _ => None,
+            })
+            .chain(outs.iter().flatten().filter_map(|o| metas.get(o.as_str())))
+            .flat_map(|m| m.shape.iter().copied());
+        let counts = attrs.iter().filter_map(|(k, r)| match (k.as_str(), r) {
+            ("num_classes", Raw::Int(n)) => Some(*n),
+            _ => None,
+        });
+        if let Some(big) = dims.chain(counts).find(|&d| d > MAX_CONSTANT_DIM) {
+            return Err(Pt2Error::Argument {
+                node: node.into(),
+                param: op.into(),
+                message: format!(
+                    "a dim of {big} elements: Kiln spells {op} out with constants of a dim's size, and takes dims of at most {MAX_CONSTANT_DIM}"
+                ),
+            });
+        }
+    }
     let first = outs.iter().flatten().next().map_or(node, String::as_str);
     let out_metas: Vec<Option<&TensorMeta>> = outs
         .iter()
@@ -413,11 +460,22 @@ fn expand_one(
             let [rows, cols] = m.shape[..] else {
                 return Err(fail(format!("eye's output has shape {:?}", m.shape)));
             };
-            let mut values = vec![0.0; (rows * cols).max(0) as usize];
-            for i in 0..rows.min(cols) {
-                values[(i * cols + i) as usize] = 1.0;
-            }
-            s.konst(vec![rows, cols], m.dtype, values)
+            // Row index == column index, from two index constants (not rows x cols).
+            let r = s.konst(
+                vec![rows, 1],
+                DType::Int64,
+                (0..rows).map(|i| i as f64).collect(),
+            );
+            let c = s.konst(
+                vec![1, cols],
+                DType::Int64,
+                (0..cols).map(|i| i as f64).collect(),
+            );
+            let e = s.bin("eq", t(&r), t(&c));
+            s.op(
+                "_to_copy",
+                vec![("self", t(&e)), ("dtype", Raw::Str(m.dtype.name().into()))],
+            )
         }
         "einsum" => {
             let Some(Raw::Str(equation)) = get(attrs, "equation") else {

@@ -134,18 +134,20 @@ pub(super) fn expand(
             let [.., rows, cols] = m.shape[..] else {
                 return Err(fail(format!("needs at least 2 dims, found {:?}", m.shape)));
             };
-            let mut keep = Vec::with_capacity((rows * cols).max(0) as usize);
-            for i in 0..rows {
-                for j in 0..cols {
-                    let k = if op == "triu" {
-                        j - i >= diagonal
-                    } else {
-                        j - i <= diagonal
-                    };
-                    keep.push(if k { 1.0 } else { 0.0 });
-                }
-            }
-            let mask = s.konst(vec![rows, cols], DType::Bool, keep);
+            // Column index - row index against the diagonal, from two index constants.
+            let r = s.konst(
+                vec![rows, 1],
+                DType::Int64,
+                (0..rows).map(|i| i as f64).collect(),
+            );
+            let c = s.konst(
+                vec![1, cols],
+                DType::Int64,
+                (0..cols).map(|i| i as f64).collect(),
+            );
+            let d = s.bin("sub", t(&c), t(&r));
+            let keep = if op == "triu" { "ge" } else { "le" };
+            let mask = s.bin(keep, t(&d), Raw::Int(diagonal));
             let zeros = s.op("zeros_like", vec![("self", t(&x))]);
             one(select(s, &mask, t(&x), t(&zeros)))
         }

@@ -64,7 +64,7 @@ fn every_test_graph_is_right_on_every_device() {
 #[test]
 fn convolutions_in_patch_chunks_and_tiny_tiles_match_the_reference() {
     let tmp = TempDir::new("conv-tiles");
-    let tiles = "-O1 -fopenmp -DKILN_MM_VBYTES=16 -DKILN_MM_MR=4 -DKILN_MM_NR=8 -DKILN_MM_KC=8 \
+    let tiles = "-O1 -fopenmp -DKILN_MM_VBYTES=16 -DKILN_MM_VREGS=16 -DKILN_MM_MR=4 -DKILN_MM_NR=8 -DKILN_MM_KC=8 \
                  -DKILN_MM_NC=32 -DKILN_MM_MC=12";
     let gemm = format!(
         "{tiles} -DKILN_CONV_LANE_CHANNELS=0 -DKILN_CONV_COL_BYTES=4096 \

@@ -27,10 +27,12 @@ pub struct CpuLimits {
 /// The blocked matrix product's tiles (the `KILN_MM_*` macros of the C++
 /// prelude): an `mr` x `nr` register block of `vbytes`-byte vectors, `kc` of
 /// the shared dimension per step, `mc` rows of `a` per shared packed panel and
-/// `nc` columns of `b` per task's packed block.
+/// `nc` columns of `b` per task's packed block; `vregs` vector registers of that
+/// width (the convolution's register blocks fill them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulTiles {
     pub vbytes: u32,
+    pub vregs: u32,
     pub mr: u32,
     pub nr: u32,
     pub mc: u32,
@@ -74,12 +76,23 @@ pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
     let mc = MATMUL_PANEL_ROWS / u64::from(mr) * u64::from(mr);
     MatmulTiles {
         vbytes: lanes * 4,
+        vregs: vector_registers(lanes * 4),
         mr,
         nr,
         // Both are at most 1024 by construction.
         mc: u32::try_from(mc).unwrap_or(1020),
         kc: u32::try_from(kc).unwrap_or(512),
         nc: MATMUL_BLOCK_COLUMNS,
+    }
+}
+
+/// The vector registers of `vbytes`-byte vectors this architecture has: x86-64
+/// has 32 with AVX-512 (zmm0-31) and 16 below it; AArch64 has 32 (v0-31).
+pub fn vector_registers(vbytes: u32) -> u32 {
+    if cfg!(target_arch = "aarch64") || (cfg!(target_arch = "x86_64") && vbytes >= 64) {
+        32
+    } else {
+        16
     }
 }
 

@@ -84,6 +84,7 @@ pub fn kernel_header(tiles: &MatmulTiles, narrower: Option<&MatmulTiles>) -> Str
 fn tile_defines(tiles: &MatmulTiles) -> String {
     let MatmulTiles {
         vbytes,
+        vregs,
         mr,
         nr,
         mc,
@@ -93,6 +94,7 @@ fn tile_defines(tiles: &MatmulTiles) -> String {
     let mut text = String::new();
     for (name, value) in [
         ("VBYTES", vbytes),
+        ("VREGS", vregs),
         ("MR", mr),
         ("NR", nr),
         ("MC", mc),

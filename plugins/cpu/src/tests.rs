@@ -74,7 +74,7 @@ fn kernel_header_has_the_kernel_includes() {
         assert!(header.contains(&format!("#include {include}")), "{include}");
     }
     assert!(header.contains("#ifdef _OPENMP\n#include <omp.h>\n#endif\n"));
-    for tile in ["VBYTES", "MR", "NR", "MC", "KC", "NC"] {
+    for tile in ["VBYTES", "VREGS", "MR", "NR", "MC", "KC", "NC"] {
         let line = header
             .lines()
             .find(|l| l.starts_with(&format!("#define KILN_MM_{tile} ")))

@@ -20,6 +20,9 @@
 #ifndef KILN_MM_VBYTES
 #define KILN_MM_VBYTES 32
 #endif
+#ifndef KILN_MM_VREGS
+#define KILN_MM_VREGS 16
+#endif
 #ifndef KILN_MM_MR
 #define KILN_MM_MR 6
 #endif
@@ -691,6 +694,10 @@ static void kiln_conv_patches(T* __restrict__ col, const T* __restrict__ x, cons
 // padding; the weights are first laid out [group][cg][kh][kw][NV * L], zero past og.
 // Returns 0, or 1 when scratch memory ran out. Float and double only (16-bit
 // convolutions reach it widened to float).
+#ifndef KILN_MM_VREGS
+// The plugin's count of vector registers of KILN_MM_VBYTES bytes; 16 where it gives none.
+#define KILN_MM_VREGS 16
+#endif
 #ifndef KILN_CONV_LANE_CHANNELS
 // The most output channels per group that kiln_conv_lanes takes: two float vectors.
 #define KILN_CONV_LANE_CHANNELS (2 * KILN_MM_VBYTES / 4)
@@ -741,7 +748,7 @@ static void kiln_conv_lanes_row(const T* __restrict__ xp, const T* __restrict__ 
                                 const KilnConv& s, int64_t hp, int64_t wp, int64_t b, int64_t g, int64_t i) {
     constexpr int L = static_cast<int>(KILN_MM_VBYTES / sizeof(T));
     // The accumulators fill the vector registers but for the weights and one spare.
-    constexpr int kRegs = KILN_MM_VBYTES >= 64 ? 32 : 16;
+    constexpr int kRegs = KILN_MM_VREGS;
     constexpr int P = (kRegs - NV - 2) / NV;
     const int64_t plane = s.oh * s.ow;
     const int64_t taps = s.cg * s.kh * s.kw;

@@ -20,6 +20,9 @@
 #ifndef KILN_MM_VBYTES
 #define KILN_MM_VBYTES 32
 #endif
+#ifndef KILN_MM_VREGS
+#define KILN_MM_VREGS 16
+#endif
 #ifndef KILN_MM_MR
 #define KILN_MM_MR 6
 #endif

@@ -2405,3 +2405,74 @@ fn index_put_with_a_mask_and_with_integer_indices() {
     two[1] = y[1];
     outputs_are(&g, &[masked, set, acc, neg, two]);
 }
+
+#[test]
+fn zero_d_operands_of_dim_taking_expansions_are_handled_or_refused() {
+    let (_, y) = xy();
+    let y0 = || {
+        vec![
+            node(
+                "yf",
+                "torch.ops.aten.view.default",
+                &[("self", tensor_arg("y")), ("size", ints_arg(&[6]))],
+            ),
+            node(
+                "y0",
+                "torch.ops.aten.select.int",
+                &[
+                    ("self", tensor_arg("yf")),
+                    ("dim", int_arg(0)),
+                    ("index", int_arg(0)),
+                ],
+            ),
+        ]
+    };
+    let mut nodes = y0();
+    nodes.extend([
+        node(
+            "fl",
+            "torch.ops.aten.flip.default",
+            &[("self", tensor_arg("y0")), ("dims", ints_arg(&[-1]))],
+        ),
+        node(
+            "mv",
+            "torch.ops.aten.movedim.int",
+            &[
+                ("self", tensor_arg("y0")),
+                ("source", int_arg(0)),
+                ("destination", int_arg(-1)),
+            ],
+        ),
+        node(
+            "ri",
+            "torch.ops.aten.repeat_interleave.self_int",
+            &[
+                ("self", tensor_arg("y0")),
+                ("repeats", int_arg(3)),
+                ("dim", int_arg(0)),
+            ],
+        ),
+    ]);
+    let shapes: &[(&str, &[i64])] = &[
+        ("yf", &[6]),
+        ("y0", &[]),
+        ("fl", &[]),
+        ("mv", &[]),
+        ("ri", &[3]),
+    ];
+    let g = imported(nodes, &["fl", "mv", "ri"], shapes);
+    outputs_are(&g, &[vec![y[0]], vec![y[0]], vec![y[0]; 3]]);
+    let mut nodes = y0();
+    nodes.push(node(
+        "gl",
+        "torch.ops.aten.glu.default",
+        &[("self", tensor_arg("y0")), ("dim", int_arg(0))],
+    ));
+    let e = import(program_of(
+        nodes,
+        &["gl"],
+        &[("yf", &[6]), ("y0", &[]), ("gl", &[])],
+    ))
+    .expect_err("glu of a 0-d tensor");
+    assert_says(&e, &["node `gl`", "glu of a 0-d tensor"]);
+}

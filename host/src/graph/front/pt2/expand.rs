@@ -11,6 +11,7 @@
 //! Each expansion is a list of [`Step`]s, bound by the importer like FX nodes. The steps'
 //! own tensors are named `OUT.k` (FX names hold no `.`), and the last step produces `OUT`.
 
+use super::rewrite::wrap;
 use super::Pt2Error;
 use crate::graph::front::signature::Raw;
 use crate::graph::ir::TensorMeta;
@@ -181,16 +182,6 @@ fn float_list(r: Option<&Raw>) -> Option<Vec<f64>> {
     match r? {
         Raw::List(l) => l.iter().map(number).collect(),
         r => number(r).map(|x| vec![x]),
-    }
-}
-
-fn wrap(dim: i64, rank: usize) -> Result<usize, String> {
-    let r = rank as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    if (0..r.max(1)).contains(&d) {
-        Ok(d as usize)
-    } else {
-        Err(format!("dim {dim} is out of range for rank {rank}"))
     }
 }
 
@@ -365,7 +356,7 @@ fn expand_one(
                 }
             };
             let (x, shape, d) = match get(attrs, "dim") {
-                Some(Raw::Int(dim)) => {
+                Some(Raw::Int(dim)) if !shape.is_empty() => {
                     let d = wrap(*dim, shape.len()).map_err(fail)?;
                     (x, shape, d)
                 }

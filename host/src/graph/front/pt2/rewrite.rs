@@ -79,7 +79,8 @@ fn int_arg(attrs: &[(String, Raw)], name: &str, default: Option<i64>) -> Result<
     }
 }
 
-fn wrap(dim: i64, rank: usize) -> Result<usize, String> {
+/// `dim` of a `rank`-d tensor counted from the front (a 0-d tensor takes 0 and -1).
+pub(super) fn wrap(dim: i64, rank: usize) -> Result<usize, String> {
     let r = rank.max(1) as i64;
     let d = if dim < 0 { dim + r } else { dim };
     if (0..r).contains(&d) {
@@ -256,6 +257,12 @@ pub(super) fn rewrite<'a>(
             // The dims moved land at their destinations; the others keep their order in
             // the places left.
             let rank = tensor_arg(attrs, "self", metas).map_err(fail)?.rank();
+            if rank == 0 {
+                // Nothing to move (dims 0 and -1 are the tensor itself).
+                take(attrs, "source");
+                take(attrs, "destination");
+                return Ok("alias");
+            }
             let mut list = |name: &str| -> Result<Vec<usize>, Pt2Error> {
                 let v = match take(attrs, name) {
                     Some(Raw::Int(i)) => vec![i],

@@ -203,6 +203,10 @@ pub(super) fn expand(
             let dims = int_list(get(attrs, "dims")).unwrap_or_default();
             let mut cur = x;
             for dim in dims {
+                if m.rank() == 0 {
+                    // Flipping a 0-d tensor along dim 0 (or -1) leaves it as it is.
+                    continue;
+                }
                 let d = wrap(dim, m.rank()).map_err(fail)?;
                 let n = m.shape[d];
                 let idx = s.konst(
@@ -259,7 +263,10 @@ pub(super) fn expand(
         "glu" => {
             let (x, m) = tensor("self")?;
             let d = wrap(int("dim").unwrap_or(-1), m.rank()).map_err(fail)?;
-            let n = m.shape[d];
+            let n = *m
+                .shape
+                .get(d)
+                .ok_or_else(|| fail("glu of a 0-d tensor".into()))?;
             if n % 2 != 0 {
                 return Err(fail(format!("glu halves dim {d}, of odd size {n}")));
             }

@@ -153,8 +153,34 @@ pub struct Target {
     /// For Triton kernels: the device's multiprocessors, which split
     /// reductions aim to keep busy (0: reductions are not split).
     pub parallel_units: u32,
+    /// For Triton kernels: the warps of one program of a long outer reduction
+    /// as the plugin's heuristics launch it (0: not asked, or no answer).
+    pub reduction_program_warps: u32,
     /// The overrides that wrapper needs, rendered for the device index.
     strings: HashMap<Override, String>,
+}
+
+/// The warps the plugin gives the first program of a long outer reduction
+/// (a million results of 4096 float32 elements each), the split pass's
+/// measure of a program's loads in flight; 0 when the plugin gives no config
+/// (its heuristics are asked again, and refused by name, per kernel).
+fn reduction_program_warps(plugin: &Plugin) -> u32 {
+    use crate::codegen::heuristics::LaunchHeuristics;
+    let query = kiln_plugin_api::ReductionQuery {
+        rows: 1 << 20,
+        row_len: 1 << 12,
+        element_bytes: 4,
+    };
+    let hint = kiln_plugin_api::ReductionHint::Outer;
+    let configs = match LaunchHeuristics::hinted_reduction_configs(plugin, query, hint) {
+        Ok(Some(configs)) => Ok(configs),
+        Ok(None) => LaunchHeuristics::reduction_configs(plugin, query),
+        Err(e) => Err(e),
+    };
+    configs
+        .ok()
+        .and_then(|c| c.first().map(|c| c.num_warps))
+        .unwrap_or(0)
 }
 
 fn wrapper_label(kind: WrapperKind) -> &'static str {
@@ -292,6 +318,10 @@ impl Target {
         if let Some(problem) = triton_target.as_ref().and_then(triton_target_problem) {
             return Err(unsupported(problem));
         }
+        let reduction_program_warps = match spec.scheduling {
+            SchedulingKind::Triton => reduction_program_warps(plugin),
+            SchedulingKind::Cpp => 0,
+        };
         Ok(Target {
             device: plugin.name().to_string(),
             origin: format!("{} {}", plugin.name(), plugin.version()),
@@ -299,6 +329,7 @@ impl Target {
             wrapper,
             triton_target,
             parallel_units,
+            reduction_program_warps,
             strings,
         })
     }
@@ -558,7 +589,10 @@ pub fn compile_for(
     // gets its decomposition.
     let pass_options = crate::passes::Options {
         fused_attention: target.spec.scheduling == SchedulingKind::Triton,
-        split_reductions_for: target.parallel_units,
+        split_reductions_for: crate::passes::split::Device {
+            units: target.parallel_units,
+            program_warps: target.reduction_program_warps,
+        },
         convs_in_2d: target.spec.scheduling != SchedulingKind::Triton,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;

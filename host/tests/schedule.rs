@@ -319,7 +319,10 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
         let want = kiln::interp::evaluate(&graph, &inputs).expect("reference");
         let mut split = graph.clone();
         let options = kiln::passes::Options {
-            split_reductions_for: 132,
+            split_reductions_for: kiln::passes::split::Device {
+                units: 132,
+                program_warps: 4,
+            },
             ..Default::default()
         };
         let report = kiln::passes::run_pipeline_with(&mut split, &options).expect("passes");
@@ -372,7 +375,10 @@ fn sum_through_the_passes(shape: &[i64], dims: &str) -> (Graph, kiln::passes::Pi
         &format!("[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", {dims}]\n"),
     );
     let options = kiln::passes::Options {
-        split_reductions_for: 132,
+        split_reductions_for: kiln::passes::split::Device {
+            units: 132,
+            program_warps: 4,
+        },
         ..Default::default()
     };
     let report = kiln::passes::run_pipeline_with(&mut g, &options).expect("passes");

@@ -423,6 +423,27 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
         meta.contains("\"constants\": {\"XBLOCK\": 64, \"RBLOCK\": 8}"),
         "Inductor's outer tile: {meta}"
     );
+    // The only loop over the rows reads each line once: `evict_first`, as
+    // Inductor marks it.
+    assert!(
+        code.lines()
+            .any(|l| l.contains("tl.load(in_ptr0") && l.contains("eviction_policy='evict_first'")),
+        "{code}"
+    );
+    // A one-warp device (gxu) splits the long reduction into more chunks than
+    // a device of four-warp programs: more programs for as many loads in flight.
+    let first_grid = |device: &str| {
+        grids(&codes[&("split", device)])
+            .first()
+            .copied()
+            .unwrap_or_else(|| panic!("{device}: no launch"))
+    };
+    assert!(
+        first_grid("gxu") >= 2 * first_grid("cuda") * 48 / 132,
+        "gxu's partial sums on {} programs, cuda's on {}",
+        first_grid("gxu"),
+        first_grid("cuda")
+    );
 
     let (output, stdout, stderr) = run(Command::new(python())
         .arg(repo_root().join("tools/check_triton.py"))

@@ -82,9 +82,9 @@ pub struct Options {
     /// a Triton target takes it ([`decompose::run_with`]); the default
     /// decomposes it into matrix products and a softmax.
     pub fused_attention: bool,
-    /// Reductions of many elements into few results are split in two for a
-    /// device of this many parallel units ([`split::run`]); 0 splits none.
-    pub split_reductions_for: u32,
+    /// Reductions of many elements into few results are split in two for
+    /// this device ([`split::run`]); one of no units splits none.
+    pub split_reductions_for: split::Device,
     /// 3-D convolutions become sums of 2-D ones over the kernel's depth
     /// ([`decompose::run_with`]), for a target whose own convolution is 1-D or 2-D (the
     /// cpu's C++); the default keeps them whole (an extern call takes any rank).

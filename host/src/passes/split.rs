@@ -37,6 +37,12 @@ const PROGRAMS_PER_UNIT: i64 = 2;
 /// broadcast consumer in its kernel (`x - x.mean(1)` of `[512, 512, 256]`,
 /// 2048 programs, stays one kernel).
 const OUTER_PROGRAMS_PER_UNIT: i64 = 8;
+/// The warps of the programs the constants above were measured with (the
+/// H100's outer tile of 64 x 8, Inductor's `triton_config_reduction`). A
+/// device whose reduction programs have fewer warps wants proportionally more
+/// programs per unit to keep as many loads in flight (the gxu runs one warp a
+/// program: four times as many).
+const REFERENCE_PROGRAM_WARPS: i64 = 4;
 
 /// What to split a reduction node into.
 struct Split {
@@ -45,9 +51,30 @@ struct Split {
     chunks: i64,
 }
 
-/// How to split node `id`, if it is a reduction worth splitting for a device of
-/// `units` parallel units.
-fn plan(g: &Graph, id: NodeId, units: i64) -> Option<Split> {
+/// The device a split aims to keep busy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Device {
+    /// Parallel units (multiprocessors); 0 splits nothing.
+    pub units: u32,
+    /// Warps in one program of a long reduction as the device's heuristics
+    /// launch it; 0 when unknown (taken as [`REFERENCE_PROGRAM_WARPS`]).
+    pub program_warps: u32,
+}
+
+impl Device {
+    /// How many more programs than the reference each unit wants: programs
+    /// of fewer warps carry fewer loads each.
+    fn programs_scale(self) -> i64 {
+        match i64::from(self.program_warps) {
+            0 => 1,
+            warps => (REFERENCE_PROGRAM_WARPS / warps).max(1),
+        }
+    }
+}
+
+/// How to split node `id`, if it is a reduction worth splitting for `device`.
+fn plan(g: &Graph, id: NodeId, device: Device) -> Option<Split> {
+    let units = i64::from(device.units);
     let node = g.node(id)?;
     let Op::Reduce { op, dims, .. } = &node.op else {
         return None;
@@ -85,7 +112,7 @@ fn plan(g: &Graph, id: NodeId, units: i64) -> Option<Split> {
     } else {
         (tiles, PROGRAMS_PER_UNIT, MIN_CHUNK)
     };
-    let wanted = per_unit * units;
+    let wanted = per_unit * units * device.programs_scale();
     if programs >= wanted {
         return None;
     }
@@ -114,11 +141,11 @@ fn partial_dtype(op: ReduceOp, dtype: DType) -> Option<DType> {
     }
 }
 
-/// Splits the reductions that would leave a device of `units` parallel units
-/// idle; `units` 0 splits none.
-pub fn run(g: &mut Graph, units: u32) -> Result<Stats, Error> {
+/// Splits the reductions that would leave `device` idle; a device of no units
+/// splits none.
+pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
     let _span = tracing::info_span!("split").entered();
-    if units == 0 {
+    if device.units == 0 {
         return Ok(Stats::default());
     }
     let order = g
@@ -126,7 +153,7 @@ pub fn run(g: &mut Graph, units: u32) -> Result<Stats, Error> {
         .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
     let mut changed = 0;
     for id in order {
-        let Some(split) = plan(g, id, i64::from(units)) else {
+        let Some(split) = plan(g, id, device) else {
             continue;
         };
         let Some(node) = g.node(id).cloned() else {

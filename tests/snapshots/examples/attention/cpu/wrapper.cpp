@@ -429,6 +429,9 @@ static void kiln_mm_few_rows(int64_t batch, int64_t M, int64_t N, int64_t K,
 // The float partial sums of one panel of a result stored narrower than its
 // accumulation type: converted into `out` after the last step.
 constexpr int64_t kKilnMmSumsBytes = int64_t(32) << 20;
+// The most bytes of a's packed panel, all steps of a chunk of the shared
+// dimension together (it is shared by every thread from the last-level cache).
+constexpr int64_t kKilnMmPanelBytes = int64_t(8) << 20;
 
 // One task of one step of the shared dimension (k0 .. k0 + kc): b's columns
 // [j0, j0 + nc) packed into `bp`, then slivers [is0, is1) of the packed panel
@@ -562,11 +565,19 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
         }
         return failed;
     }
-    // Every thread on each step: the panel of a packed once and shared; the
-    // tasks are b's column blocks, each split over rows where there are fewer
-    // blocks than two per thread.
+    // Every thread on each panel of rows: a's panel packed once for a chunk
+    // of steps of the shared dimension and shared (it lives in the last-level
+    // cache); the tasks are b's column blocks, each split over rows where there
+    // are fewer blocks than two per thread, and each runs every step of the
+    // chunk on its block of the result (at most MC x NC), which stays in its
+    // core's L2 cache from one step to the next where the cache holds it and
+    // the packed block of b together, instead of passing through the
+    // last-level cache once per step.
+    // The chunk: as many steps as keep the packed panel within its budget.
+    const int64_t chunk_steps =
+        std::max<int64_t>(1, kKilnMmPanelBytes / (int64_t(sizeof(Acc)) * MP * KS));
     static thread_local KilnArena a_arena, c_arena;
-    Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MP * KS));
+    Acc* ap = reinterpret_cast<Acc*>(a_arena.get(sizeof(Acc) * MP * std::min(K, chunk_steps * KS)));
     Acc* scratch = plain ? nullptr : reinterpret_cast<Acc*>(c_arena.get(sizeof(Acc) * MP * N));
     if (ap == nullptr || (!plain && scratch == nullptr)) return 1;
     const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(MP / MR, (2 * threads + blocks - 1) / blocks));
@@ -578,20 +589,33 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
         if (!ok) failed = 1;
         // Every thread meets every work-sharing loop (their bounds are
         // shared); one without scratch skips its tasks, and the call fails.
-        steps(0, batch, [&](int64_t bi, int64_t m0, int64_t mp, int64_t k0, int64_t kc) {
-            const int64_t slivers = (mp + MR - 1) / MR;
-#pragma omp for schedule(static)
-            for (int64_t is = 0; is < slivers; ++is) pack_panel(ap, bi, m0, mp, k0, kc, is);
+        for (int64_t bi = 0; bi < batch; ++bi)
+            for (int64_t m0 = 0; m0 < M; m0 += MP)
+                for (int64_t c0 = 0; c0 < K; c0 += chunk_steps * KS) {
+                    const int64_t mp = std::min<int64_t>(MP, M - m0);
+                    const int64_t c1 = std::min<int64_t>(K, c0 + chunk_steps * KS);
+                    const int64_t slivers = (mp + MR - 1) / MR;
+                    // Step s of the chunk is packed at ap + (k0 - c0) * slivers * MR.
+                    const int64_t nsteps = (c1 - c0 + KS - 1) / KS;
+#pragma omp for schedule(static) collapse(2)
+                    for (int64_t st = 0; st < nsteps; ++st)
+                        for (int64_t is = 0; is < slivers; ++is) {
+                            const int64_t k0 = c0 + st * KS;
+                            pack_panel(ap + (k0 - c0) * slivers * MR, bi, m0, mp, k0,
+                                       std::min<int64_t>(KS, K - k0), is);
+                        }
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t task = 0; task < blocks * parts; ++task) {
-                if (!ok) continue;
-                const int64_t blk = task / parts, part = task % parts;
-                kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, kc, k0 + kc == K, blk * NC,
-                                  std::min<int64_t>(NC, N - blk * NC), slivers * part / parts,
-                                  slivers * (part + 1) / parts, ap, bp, sums_of(scratch, bi, m0), ld, b, b_off,
-                                  b_sb, b_sk, b_sn, out, load, store);
-            }
-        });
+                    for (int64_t task = 0; task < blocks * parts; ++task) {
+                        if (!ok) continue;
+                        const int64_t blk = task / parts, part = task % parts;
+                        for (int64_t k0 = c0; k0 < c1; k0 += KS)
+                            kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, std::min<int64_t>(KS, K - k0),
+                                              k0 + KS >= K, blk * NC, std::min<int64_t>(NC, N - blk * NC),
+                                              slivers * part / parts, slivers * (part + 1) / parts,
+                                              ap + (k0 - c0) * slivers * MR, bp, sums_of(scratch, bi, m0), ld, b,
+                                              b_off, b_sb, b_sk, b_sn, out, load, store);
+                    }
+                }
     }
     return failed;
 }

@@ -416,6 +416,45 @@ fn an_outer_reduction_is_split_into_many_short_programs_an_inner_one_into_few_lo
 }
 
 #[test]
+fn cpp_transposes_with_strides_of_a_page_run_on_tiles_short_strides_stay_flat() {
+    let rows = kiln::schedule::Options {
+        tiling: kiln::schedule::Tiling::Rows,
+        ..Default::default()
+    };
+    let space_of = |shape: &[i64], dims: &str| {
+        let text = format!(
+            "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = {shape:?}\ndtype = \"float32\"\n\n\
+             [[nodes]]\nname = \"p\"\nop = \"permute\"\nargs = [\"x\", {dims}]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"contiguous\"\nargs = [\"p\"]\n"
+        );
+        let mut g = kiln::graph::parse_toml(&text).expect("graph");
+        kiln::passes::run_pipeline(&mut g).expect("passes");
+        let s = kiln::schedule::schedule_with(&g, &rows).expect("schedule");
+        let spaces: Vec<_> = s
+            .program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                kiln::schedule::ir::Step::Kernel(k) => Some(k.space),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(spaces.len(), 1, "{shape:?} {dims}");
+        spaces[0]
+    };
+    // Rows 2048 long read down a column: tiles of rows by row elements.
+    let s = space_of(&[2048, 2048], "[1, 0]");
+    assert!(s.r >= 16 && s.x >= 16, "{s:?}");
+    // A batched permute whose read strides 700 elements: tiled too.
+    let s = space_of(&[3, 37, 700], "[0, 2, 1]");
+    assert!(s.r > 1, "{s:?}");
+    // Strides of 256 elements: neighbouring rows share their lines, flat.
+    let s = space_of(&[64, 256, 256], "[0, 2, 1]");
+    assert_eq!(s.r, 1, "{s:?}");
+}
+
+#[test]
 fn cpp_rows_split_broadcasts_so_that_no_index_wraps_inside_a_row() {
     let rows = kiln::schedule::Options {
         tiling: kiln::schedule::Tiling::Rows,

@@ -90,8 +90,40 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
             }
         }
     }
+    // A kernel that reads across the dim it writes along (a transpose, a
+    // permute copy) steps by one inside no row loop. Where its other side
+    // strides by a page or more per element (every element a TLB miss in a
+    // flat walk), it runs on square tiles of rows by row elements instead,
+    // where every access that steps by one along either side uses whole cache
+    // lines (the C++ writer's tiled loop), when that covers at least a quarter
+    // more of its bytes. Shorter strides stay flat: their lines stay cached
+    // between neighbouring rows, and the flat loop vectorises (gathers) where
+    // the tiled one runs element by element (2 EPYC cores: a 2048^2 transpose
+    // 12.3 -> 7.5 ms tiled; [64, 256, 256] -> (0, 2, 1), 1 KiB strides,
+    // 2.2 ms flat against 3.7 tiled).
+    if best.0 < total {
+        let tiled = tiled_space(graph, low, members, space);
+        if tiled.r > 1 {
+            let far = |space: Space, index: &Index| {
+                let walk = space.access(index, 1);
+                let stride = (index.eval(0, 1) - index.eval(0, 0)).abs();
+                walk.unit_across_rows && !walk.unit_along_row && stride >= PAGE_ELEMENTS
+            };
+            let strides_far =
+                walked_bytes(graph, low, members, tiled, far).is_some_and(|(bytes, _)| bytes > 0);
+            if let Some((bytes, _)) = coalesced_bytes(graph, low, members, tiled) {
+                if strides_far && bytes >= best.0.saturating_add(total / 4) {
+                    return tiled;
+                }
+            }
+        }
+    }
     best.1
 }
+
+/// Elements of a stride from which a flat walk lands on a new page nearly
+/// every element (4 KiB of 8-byte elements, 2 KiB of 4-byte ones).
+const PAGE_ELEMENTS: i64 = 512;
 
 /// Elements a C++ row loop needs at least to be worth its own vector loop.
 const MIN_ROW: i64 = 8;

@@ -181,3 +181,34 @@ fn batch_norm_folds_into_the_convolution_before_it() {
         }
     }
 }
+
+#[test]
+fn reductions_of_one_element_per_result_leave_the_graph_and_keep_its_values() {
+    let path = repo_root().join("tests/graphs/reductions_of_one_element.toml");
+    let mut g = load_toml(&path).unwrap();
+    let metas: Vec<_> = g
+        .inputs()
+        .iter()
+        .map(|&i| g.node(i).unwrap().outputs[0].clone())
+        .collect();
+    let inputs = kiln::tensor_io::random_inputs(&metas, 5);
+    let before = kiln::interp::evaluate(&g, &inputs).unwrap();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    let reductions: Vec<String> = g
+        .topo_order()
+        .unwrap()
+        .into_iter()
+        .filter_map(|id| g.node(id))
+        .filter(|n| matches!(n.op, kiln::graph::Op::Reduce { .. }))
+        .map(|n| n.name.clone())
+        .collect();
+    // Only the int32 sum is left: it widens to int64.
+    assert_eq!(reductions.len(), 1, "{reductions:?}");
+    let after = kiln::interp::evaluate(&g, &inputs).unwrap();
+    for (a, b) in after.iter().zip(&before) {
+        assert_eq!(a.shape, b.shape);
+        for (x, y) in a.to_vec().iter().zip(b.to_vec()) {
+            assert!(x == &y || (x.is_nan() && y.is_nan()), "{x} vs {y}");
+        }
+    }
+}

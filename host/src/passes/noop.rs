@@ -1,5 +1,6 @@
 //! No-op removal: `dropout`, `alias`, `_assert_tensor_metadata`, `getitem`, identity views
-//! and copies, casts to the same dtype, and `x*1`, `x+0`, `x-0`, `x/1`. A node is only
+//! and copies, casts to the same dtype, reductions of one element per result (kept dims),
+//! and `x*1`, `x+0`, `x-0`, `x/1`. A node is only
 //! dropped when its output's shape and dtype equal its operand's, so a `x+0` whose promotion
 //! changes the dtype (an int tensor plus `0.0`) stays.
 
@@ -24,6 +25,13 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
         (Op::NoOp(_) | Op::GetItem { .. }, [Arg::Value(v), ..]) => *v,
         (Op::Contiguous | Op::Clone, [Arg::Value(v)]) if !copy_is_needed(g, id, *v) => *v,
         (Op::Cast { .. }, [Arg::Value(v)]) => *v,
+        // A reduction of one element per result is that element (a softmax
+        // over a dim of one: `exp(x - x) / exp(x - x)`, one pointwise pass).
+        (Op::Reduce { dims, .. }, [Arg::Value(v)])
+            if reduces_one_element(g, *v, dims.as_deref()) =>
+        {
+            *v
+        }
         (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(op, &g.meta(*v)?.shape) => *v,
         (Op::Binary { op, alpha }, [a, b]) => {
             let alpha = alpha.map_or(1.0, |a| a.to_f64());
@@ -47,6 +55,16 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
     // gives users the operand's layout, and values never depend on layout).
     let (m, o) = (g.meta(candidate)?, node.outputs.first()?);
     (m.shape == o.shape && m.dtype == o.dtype && node.outputs.len() == 1).then_some(candidate)
+}
+
+/// Whether a reduction of `v` over `dims` (all of them when `None`) reduces
+/// one element into each result.
+fn reduces_one_element(g: &Graph, v: ValueId, dims: Option<&[i64]>) -> bool {
+    let Some(meta) = g.meta(v) else {
+        return false;
+    };
+    crate::graph::shape::wrap_dim_set(dims, meta.shape.len())
+        .is_ok_and(|reduced| reduced.iter().map(|&d| meta.shape[d]).product::<i64>() == 1)
 }
 
 /// Whether `contiguous`/`clone` node `id` of operand `v` must stay a copy: it gives a

@@ -785,6 +785,26 @@ fn broadcast_operands_are_read_by_row_without_wrapping_indices() {
 }
 
 #[test]
+fn masks_are_read_as_bytes_so_that_their_loops_vectorise() {
+    // where(m, x, 0) with a bool mask broadcast along the rows, and the mask's
+    // negation stored: GCC vectorises no loop that loads `bool` itself, so
+    // the kernel reads the mask's bytes (2.9x on 2 EPYC cores for 2048^2).
+    let text = one_input_graph(
+        "[33, 129]",
+        "float32",
+        "[[nodes]]\nname = \"y\"\nop = \"where\"\nargs = [\"m\", \"x\", 0.0]\n",
+        "[[inputs]]\nname = \"m\"\nshape = [1, 129]\ndtype = \"bool\"\n\n",
+    );
+    let source = cpp_source("where_mask_bytes", &text);
+    let kernel = &source[source.find("static void cpp_").expect("a kernel")..];
+    assert!(
+        kernel.contains("reinterpret_cast<const uint8_t*>(in_ptr0)[r] != 0"),
+        "{kernel}"
+    );
+    run_checked("where_mask_bytes", &text, &[], 1);
+}
+
+#[test]
 fn softmax_keeps_its_exponentials_for_the_second_pass() {
     // exp(x - max) is computed once, in the loop that sums it, and read back
     // by the loop that divides; a row too long for the cache computes it again.

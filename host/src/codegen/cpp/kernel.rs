@@ -183,7 +183,13 @@ impl Writer<'_> {
                         i.size, i.stride
                     );
                 }
-                let value = load_conversion(stored, &format!("{ptr}[{offset}]"));
+                let value = if stored == DType::Bool {
+                    // Read as bytes: GCC vectorises no loop that loads `bool`
+                    // (a mask's `where` ran element by element).
+                    format!("(reinterpret_cast<const uint8_t*>({ptr})[{offset}] != 0)")
+                } else {
+                    load_conversion(stored, &format!("{ptr}[{offset}]"))
+                };
                 let value = if compute_type(stored) == ty {
                     value
                 } else {

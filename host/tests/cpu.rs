@@ -741,6 +741,34 @@ fn reductions_across_rows_loop_over_blocks_of_rows_and_match() {
             run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
         }
     }
+    // Reductions over a middle dim: the rows are the outer and inner dims
+    // flattened, and a block aligned to the inner dim's size reads whole runs
+    // of it (its start plus `xi`) where the per-row index would divide and
+    // wrap; an inner size no block of 16 or more divides keeps the per-row
+    // index.
+    for (name, shape, aligned) in [
+        ("mid_64", "[3, 40, 64]", true),
+        ("mid_48", "[5, 7, 48]", true),
+        ("mid_100", "[2, 9, 100]", false),
+        ("mid_2x", "[4, 3, 6, 32]", true),
+    ] {
+        for dtype in ["float32", "bfloat16"] {
+            let text = one_input_graph(
+                shape,
+                dtype,
+                "[[nodes]]\nname = \"m\"\nop = \"mean\"\nargs = [\"x\", [1]]\nattrs = { keepdim = true }\n\n\
+                 [[nodes]]\nname = \"y\"\nop = \"sub\"\nargs = [\"x\", \"m\"]\n",
+                "",
+            );
+            let source = cpp_source(&format!("{name}_{dtype}"), &text);
+            assert_eq!(
+                source.contains(" + xi)]"),
+                aligned,
+                "{name} {dtype}: aligned block accesses\n{source}"
+            );
+            run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
+        }
+    }
     // A reduction along the contiguous dim keeps one loop per row.
     let text = one_input_graph(
         "[37, 300]",

@@ -194,6 +194,58 @@ impl Index {
         }
     }
 
+    /// How far the expression moves when `v` grows by one inside an aligned
+    /// block of `block` values of `v` (a power of two): `Some(k)` when, for
+    /// every start `v0` that is a multiple of `block`, every `0 <= i < block`
+    /// and any values of the other variables, `e(v0 + i) = e(v0) + k * i`.
+    /// Divisions and remainders of `v` by multiples of `block` qualify (inside
+    /// the block the quotient stays and the remainder steps by one), which
+    /// [`Index::step_along`] cannot see: `(x / 512) * 131072 + x % 512` steps
+    /// by one in blocks of 512. `None` when the rules below cannot tell.
+    pub fn block_step(&self, v: Var, block: i64) -> Option<i64> {
+        self.block_walk(v, block).map(|(step, _)| step)
+    }
+
+    /// ([`Index::block_step`], whether the value at every block start is a
+    /// multiple of `block` whatever the other variables are).
+    fn block_walk(&self, v: Var, block: i64) -> Option<(i64, bool)> {
+        if block < 1 {
+            return None;
+        }
+        match self {
+            Index::Var(w) if *w == v => Some((1, true)),
+            Index::Var(_) => Some((0, false)),
+            Index::Const(c) => Some((0, c % block == 0)),
+            Index::Add(terms) => terms.iter().try_fold((0i64, true), |(step, aligned), t| {
+                let (s, a) = t.block_walk(v, block)?;
+                Some((step.checked_add(s)?, aligned && a))
+            }),
+            Index::Mul(e, k) => {
+                let (s, a) = e.block_walk(v, block)?;
+                Some((s.checked_mul(*k)?, a || k % block == 0))
+            }
+            Index::Div(e, k) | Index::Mod(e, k) => {
+                if !e.uses(v) {
+                    return Some((0, false));
+                }
+                // e(v0 + i) = e(v0) + i with e(v0) a multiple of `block`, and
+                // `block` divides k: e(v0) % k + i stays below k.
+                let (s, a) = e.block_walk(v, block)?;
+                if s == 0 {
+                    // Constant inside the block, and so is any quotient or remainder.
+                    return Some((0, false));
+                }
+                if s != 1 || !a || *k <= 0 || k % block != 0 {
+                    return None;
+                }
+                match self {
+                    Index::Div(..) => Some((0, false)),
+                    _ => Some((1, true)),
+                }
+            }
+        }
+    }
+
     /// Evaluates the expression for concrete loop variables (tests, the interpreter of the loop IR).
     pub fn eval(&self, x: i64, r: i64) -> i64 {
         match self {
@@ -378,6 +430,93 @@ mod tests {
     use super::*;
 
     const R: Ranges = Ranges { x: 64, r: 16 };
+
+    #[test]
+    fn block_steps_hold_for_every_aligned_block() {
+        let x = || Box::new(Index::Var(Var::X));
+        let r = || Box::new(Index::Var(Var::R));
+        // (expression, block, the step it must claim or None)
+        let cases = [
+            // [.., 32, 512] reduced over the 32: x = (outer, inner 512).
+            (
+                Index::Add(vec![
+                    Index::Mul(Box::new(Index::Div(x(), 512)), 131072),
+                    Index::Mul(r(), 512),
+                    Index::Mod(x(), 512),
+                ]),
+                512,
+                Some(1),
+            ),
+            // Nested: 262144 * (x / 8192) + 8192 * r + 128 * ((x / 128) % 64) + x % 128.
+            (
+                Index::Add(vec![
+                    Index::Mul(Box::new(Index::Div(x(), 8192)), 262144),
+                    Index::Mul(r(), 8192),
+                    Index::Mul(
+                        Box::new(Index::Mod(Box::new(Index::Div(x(), 128)), 64)),
+                        128,
+                    ),
+                    Index::Mod(x(), 128),
+                ]),
+                128,
+                Some(1),
+            ),
+            // The same at a block the remainders' period does not divide.
+            (
+                Index::Add(vec![
+                    Index::Mul(Box::new(Index::Div(x(), 8192)), 262144),
+                    Index::Mod(x(), 128),
+                ]),
+                256,
+                None,
+            ),
+            // A per-row value: constant inside blocks of 64.
+            (Index::Div(x(), 64), 64, Some(0)),
+            // An offset that is not a multiple of the block shifts the remainder.
+            (
+                Index::Mod(
+                    Box::new(Index::Add(vec![Index::Var(Var::X), Index::Const(3)])),
+                    64,
+                ),
+                16,
+                None,
+            ),
+            (
+                Index::Mod(
+                    Box::new(Index::Add(vec![Index::Var(Var::X), Index::Const(32)])),
+                    64,
+                ),
+                16,
+                Some(1),
+            ),
+            // r inside the division: unknown alignment.
+            (
+                Index::Div(
+                    Box::new(Index::Add(vec![Index::Var(Var::X), Index::Var(Var::R)])),
+                    64,
+                ),
+                16,
+                None,
+            ),
+        ];
+        for (e, block, want) in cases {
+            let got = e.block_step(Var::X, block);
+            assert_eq!(got, want, "{e} in blocks of {block}");
+            let Some(step) = got else { continue };
+            for x0 in (0..4 * 8192).step_by(block as usize) {
+                for rv in [0, 1, 7] {
+                    let base = e.eval(x0, rv);
+                    for i in [0, 1, block / 2, block - 1] {
+                        assert_eq!(
+                            e.eval(x0 + i, rv),
+                            base + step * i,
+                            "{e} at x0 {x0} + {i}, r {rv}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn unflatten_then_linear_is_the_identity_for_contiguous_strides() {

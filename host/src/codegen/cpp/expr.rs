@@ -103,6 +103,9 @@ pub struct IndexStyle {
     /// need. (A cast of 64-bit loop variables is not enough: GCC then leaves
     /// the loops of OpenMP-outlined functions scalar.)
     pub narrow: bool,
+    /// `x` renders as `xs`, the first row of an aligned block of rows (the
+    /// outer reductions' blocks; see [`crate::schedule::index::Index::block_step`]).
+    pub x_block_start: bool,
 }
 
 impl IndexStyle {
@@ -110,6 +113,7 @@ impl IndexStyle {
     pub const WIDE: IndexStyle = IndexStyle {
         r_zero: false,
         narrow: false,
+        x_block_start: false,
     };
 }
 
@@ -166,6 +170,7 @@ pub fn index_text(i: &Index, style: IndexStyle) -> String {
     };
     match i {
         Index::Var(Var::R) if style.r_zero => int(0),
+        Index::Var(Var::X) if style.x_block_start => "xs".to_string(),
         Index::Var(Var::X) => "x".to_string(),
         Index::Var(Var::R) => "r".to_string(),
         Index::Const(c) => int(*c),
@@ -263,7 +268,8 @@ impl Renderer<'_> {
                     c,
                     IndexStyle {
                         r_zero,
-                        narrow: self.narrow
+                        narrow: self.narrow,
+                        x_block_start: false,
                     }
                 ),
                 self.operand(*a),
@@ -408,13 +414,20 @@ mod tests {
         let pointwise = IndexStyle {
             r_zero: true,
             narrow: false,
+            x_block_start: false,
         };
         assert_eq!(index_text(&Index::Var(Var::R), pointwise), "INT64_C(0)");
         let narrow = IndexStyle {
             r_zero: false,
             narrow: true,
+            x_block_start: false,
         };
         assert_eq!(index_text(&i, narrow), "((x / 2) + (3 * (r % 2)))");
+        let block = IndexStyle {
+            x_block_start: true,
+            ..narrow
+        };
+        assert_eq!(index_text(&i, block), "((xs / 2) + (3 * (r % 2)))");
     }
 
     #[test]

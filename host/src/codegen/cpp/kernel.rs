@@ -20,7 +20,7 @@ use super::{Error, KernelInfo};
 use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
-use crate::schedule::index::Var;
+use crate::schedule::index::{Index, Var};
 use crate::schedule::ir::{Access, BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
 /// Writes one kernel of `program` as a C++ function, with how to call it.
@@ -80,6 +80,7 @@ pub(super) fn write_kernel(
         arg_names: &arg_names,
         out: String::new(),
         name,
+        row_block: None,
     };
     writeln!(
         w.out,
@@ -118,6 +119,10 @@ struct Writer<'a> {
     arg_names: &'a HashMap<BufferId, String>,
     out: String,
     name: &'a str,
+    /// While an outer reduction's body is written: its aligned block of rows,
+    /// where accesses that step by one across it are written as a block
+    /// start plus `xi` ([`Writer::offset_text`]).
+    row_block: Option<i64>,
 }
 
 impl Writer<'_> {
@@ -134,7 +139,31 @@ impl Writer<'_> {
         IndexStyle {
             r_zero,
             narrow: self.narrow,
+            x_block_start: false,
         }
+    }
+
+    /// The offset of an access at `index`: inside an outer reduction's
+    /// aligned block of rows ([`Writer::outer_body`]), an index that steps by
+    /// one across the block is its value at the block's first row plus `xi`
+    /// (a contiguous vector access where the flat index, divided and wrapped
+    /// per row, would gather), and one constant across the block is that
+    /// value; otherwise the index itself.
+    fn offset_text(&self, index: &Index, r_zero: bool) -> String {
+        if let Some(block) = self.row_block {
+            if index.uses(Var::X) {
+                let start = IndexStyle {
+                    x_block_start: true,
+                    ..self.style(r_zero)
+                };
+                match index.block_step(Var::X, block) {
+                    Some(1) => return format!("({} + xi)", index_text(index, start)),
+                    Some(0) => return index_text(index, start),
+                    _ => {}
+                }
+            }
+        }
+        index_text(index, self.style(r_zero))
     }
 
     fn unsupported(&self, what: String) -> Error {
@@ -172,7 +201,7 @@ impl Writer<'_> {
             } => {
                 let stored = self.program.buffer(*buf).dtype;
                 let ptr = self.ptr(*buf)?;
-                let mut offset = index_text(index, self.style(r_zero));
+                let mut offset = self.offset_text(index, r_zero);
                 // An index read from a tensor goes through `kiln_index`, which wraps a
                 // negative one once and turns one out of range into 0 and a fault
                 // that `kiln_call` reports: never a read outside the buffer.
@@ -221,10 +250,7 @@ impl Writer<'_> {
         let value = store_conversion(from, to, &self.renderer.operand(s.value));
         self.line(
             depth,
-            &format!(
-                "{ptr}[{}] = {value};",
-                index_text(&s.index, self.style(r_zero))
-            ),
+            &format!("{ptr}[{}] = {value};", self.offset_text(&s.index, r_zero)),
         );
         Ok(())
     }
@@ -342,6 +368,40 @@ impl Writer<'_> {
             .saturating_mul(16)
             .clamp(16, OUTER_BLOCK)
             .min(x.max(1));
+        // Where rows are a view's flattened dims (`x / 512`, `x % 512`), a
+        // block aligned to their period reads whole runs: the largest power
+        // of two up to `block` that the most row-dependent accesses step by
+        // one (or not at all) across.
+        let accesses: Vec<&Index> = k
+            .exprs
+            .iter()
+            .filter_map(|(_, e, _)| match e {
+                Expr::Load {
+                    index, indirect, ..
+                } if indirect.is_empty() => Some(index),
+                _ => None,
+            })
+            .chain(k.stores.iter().map(|s| &s.index))
+            .filter(|i| i.uses(Var::X) && !matches!(i.step_along(Var::X), Some(0 | 1)))
+            .collect();
+        let aligned = std::iter::successors(Some(1i64 << (63 - block.leading_zeros())), |b| {
+            (*b > 16).then_some(b / 2)
+        })
+        .map(|b| {
+            let steps = accesses
+                .iter()
+                .filter(|i| matches!(i.block_step(Var::X, b), Some(0 | 1)))
+                .count();
+            (steps, b)
+        })
+        .max_by_key(|&(steps, b)| (steps, b));
+        let block = match aligned {
+            Some((steps, b)) if steps > 0 && b >= 16 => {
+                self.row_block = Some(b);
+                b
+            }
+            _ => block,
+        };
         let it = self.index_type();
         let simd_ok = k.reductions.iter().all(|red| red.acc_dtype != DType::Bool);
         let simd = if simd_ok { "#pragma omp simd" } else { "" };
@@ -354,6 +414,12 @@ impl Writer<'_> {
             2,
             &format!("const int64_t xn = std::min<int64_t>({block}, {x} - xb);"),
         );
+        if self.row_block.is_some() {
+            self.line(
+                2,
+                &format!("[[maybe_unused]] const {it} xs = static_cast<{it}>(xb);"),
+            );
+        }
         for (i, red) in k.reductions.iter().enumerate() {
             let ty = compute_type(red.acc_dtype);
             self.line(2, &format!("{ty} acc{i}[{block}];"));
@@ -367,7 +433,7 @@ impl Writer<'_> {
         let prologue = |w: &mut Self, p: usize, depth: usize| -> Result<(), Error> {
             w.line(
                 depth,
-                &format!("const {it} x = static_cast<{it}>(xb + xi);"),
+                &format!("[[maybe_unused]] const {it} x = static_cast<{it}>(xb + xi);"),
             );
             for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l < p) {
                 let ty = compute_type(k.reductions[i].acc_dtype);
@@ -448,6 +514,7 @@ impl Writer<'_> {
             self.line(2, "}");
         }
         self.line(1, "}");
+        self.row_block = None;
         Ok(())
     }
 

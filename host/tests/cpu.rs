@@ -780,6 +780,45 @@ fn reductions_across_rows_loop_over_blocks_of_rows_and_match() {
 }
 
 #[test]
+fn reductions_over_split_dims_loop_over_blocks_aligned_to_the_inner_dim() {
+    // A reduction over dims 0 and 2 reads each result's elements in runs of the
+    // last dim's size: the row loop runs in blocks aligned to it (start plus
+    // `ri`, contiguous), or element by element where no block of 16 or more
+    // divides it. Any and max of bool take the same blocks without a vector
+    // reduction.
+    for (name, shape, aligned) in [
+        ("d02_64", "[3, 5, 64]", true),
+        ("d02_48", "[4, 7, 48]", true),
+        ("d02_20", "[6, 3, 20]", false),
+    ] {
+        for dtype in ["float32", "bfloat16"] {
+            let text = one_input_graph(
+                shape,
+                dtype,
+                "[[nodes]]\nname = \"y\"\nop = \"mean\"\nargs = [\"x\", [0, 2]]\n",
+                "",
+            );
+            let source = cpp_source(&format!("{name}_{dtype}"), &text);
+            assert_eq!(
+                source.contains(" + ri)]"),
+                aligned,
+                "{name} {dtype}: aligned row blocks\n{source}"
+            );
+            run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
+        }
+    }
+    let text = one_input_graph(
+        "[3, 5, 32]",
+        "float32",
+        "[[nodes]]\nname = \"p\"\nop = \"gt\"\nargs = [\"x\", 0.5]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"any\"\nargs = [\"p\", [0, 2]]\n",
+        "",
+    );
+    assert!(cpp_source("any_d02", &text).contains(" + ri)]"));
+    run_checked("any_d02", &text, &[], 1);
+}
+
+#[test]
 fn broadcast_operands_are_read_by_row_without_wrapping_indices() {
     // gelu(x * w + b) with w and b broadcast along the rows: the kernel loops
     // over rows and, inside one, reads w and b at the row element itself, so

@@ -106,6 +106,9 @@ pub struct IndexStyle {
     /// `x` renders as `xs`, the first row of an aligned block of rows (the
     /// outer reductions' blocks; see [`crate::schedule::index::Index::block_step`]).
     pub x_block_start: bool,
+    /// `r` renders as `rs`, the first element of an aligned block of the row
+    /// (the inner reductions' blocks).
+    pub r_block_start: bool,
 }
 
 impl IndexStyle {
@@ -114,6 +117,7 @@ impl IndexStyle {
         r_zero: false,
         narrow: false,
         x_block_start: false,
+        r_block_start: false,
     };
 }
 
@@ -170,6 +174,7 @@ pub fn index_text(i: &Index, style: IndexStyle) -> String {
     };
     match i {
         Index::Var(Var::R) if style.r_zero => int(0),
+        Index::Var(Var::R) if style.r_block_start => "rs".to_string(),
         Index::Var(Var::X) if style.x_block_start => "xs".to_string(),
         Index::Var(Var::X) => "x".to_string(),
         Index::Var(Var::R) => "r".to_string(),
@@ -270,6 +275,7 @@ impl Renderer<'_> {
                         r_zero,
                         narrow: self.narrow,
                         x_block_start: false,
+                        r_block_start: false,
                     }
                 ),
                 self.operand(*a),
@@ -415,12 +421,14 @@ mod tests {
             r_zero: true,
             narrow: false,
             x_block_start: false,
+            r_block_start: false,
         };
         assert_eq!(index_text(&Index::Var(Var::R), pointwise), "INT64_C(0)");
         let narrow = IndexStyle {
             r_zero: false,
             narrow: true,
             x_block_start: false,
+            r_block_start: false,
         };
         assert_eq!(index_text(&i, narrow), "((x / 2) + (3 * (r % 2)))");
         let block = IndexStyle {

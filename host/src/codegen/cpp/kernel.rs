@@ -81,6 +81,7 @@ pub(super) fn write_kernel(
         out: String::new(),
         name,
         row_block: None,
+        elem_block: None,
     };
     writeln!(
         w.out,
@@ -123,6 +124,9 @@ struct Writer<'a> {
     /// where accesses that step by one across it are written as a block
     /// start plus `xi` ([`Writer::offset_text`]).
     row_block: Option<i64>,
+    /// While a reduction's row loops are written: their aligned block of row
+    /// elements (`rs` + `ri`), likewise.
+    elem_block: Option<i64>,
 }
 
 impl Writer<'_> {
@@ -140,6 +144,7 @@ impl Writer<'_> {
             r_zero,
             narrow: self.narrow,
             x_block_start: false,
+            r_block_start: false,
         }
     }
 
@@ -150,6 +155,19 @@ impl Writer<'_> {
     /// per row, would gather), and one constant across the block is that
     /// value; otherwise the index itself.
     fn offset_text(&self, index: &Index, r_zero: bool) -> String {
+        if let (Some(block), false) = (self.elem_block, r_zero) {
+            if index.uses(Var::R) {
+                let start = IndexStyle {
+                    r_block_start: true,
+                    ..self.style(r_zero)
+                };
+                match index.block_step(Var::R, block) {
+                    Some(1) => return format!("({} + ri)", index_text(index, start)),
+                    Some(0) => return index_text(index, start),
+                    _ => {}
+                }
+            }
+        }
         if let Some(block) = self.row_block {
             if index.uses(Var::X) {
                 let start = IndexStyle {
@@ -369,38 +387,13 @@ impl Writer<'_> {
             .clamp(16, OUTER_BLOCK)
             .min(x.max(1));
         // Where rows are a view's flattened dims (`x / 512`, `x % 512`), a
-        // block aligned to their period reads whole runs: the largest power
-        // of two up to `block` that the most row-dependent accesses step by
-        // one (or not at all) across.
-        let accesses: Vec<&Index> = k
-            .exprs
-            .iter()
-            .filter_map(|(_, e, _)| match e {
-                Expr::Load {
-                    index, indirect, ..
-                } if indirect.is_empty() => Some(index),
-                _ => None,
-            })
-            .chain(k.stores.iter().map(|s| &s.index))
-            .filter(|i| i.uses(Var::X) && !matches!(i.step_along(Var::X), Some(0 | 1)))
-            .collect();
-        let aligned = std::iter::successors(Some(1i64 << (63 - block.leading_zeros())), |b| {
-            (*b > 16).then_some(b / 2)
-        })
-        .map(|b| {
-            let steps = accesses
-                .iter()
-                .filter(|i| matches!(i.block_step(Var::X, b), Some(0 | 1)))
-                .count();
-            (steps, b)
-        })
-        .max_by_key(|&(steps, b)| (steps, b));
-        let block = match aligned {
-            Some((steps, b)) if steps > 0 && b >= 16 => {
+        // block aligned to their period reads whole runs.
+        let block = match aligned_block(k, Var::X, block) {
+            Some(b) => {
                 self.row_block = Some(b);
                 b
             }
-            _ => block,
+            None => block,
         };
         let it = self.index_type();
         let simd_ok = k.reductions.iter().all(|red| red.acc_dtype != DType::Bool);
@@ -530,6 +523,10 @@ impl Writer<'_> {
         let needed = k.needed();
         let (x, r) = (k.space.x, k.space.r);
         let cache = RowCache::plan(k, &uses_r, r, &loops);
+        // Row elements that are a view's flattened dims (`r / 256`, `r % 256`,
+        // a reduction over dims 0 and 2): loops over blocks aligned to their
+        // period read whole runs.
+        self.elem_block = aligned_block(k, Var::R, r.min(OUTER_BLOCK));
         self.line(
             1,
             &format!("#pragma omp parallel for schedule(static, {chunk}) if ({x} > {chunk})"),
@@ -589,37 +586,63 @@ impl Writer<'_> {
                     clauses.push(format!("reduction(| : nan{i})"));
                 }
             }
-            if simd {
-                self.line(
-                    2,
-                    format!("#pragma omp simd {}", clauses.join(" ")).trim_end(),
-                );
-            }
             let it = self.index_type();
-            self.line(2, &format!("for ({it} r = 0; r < {r}; ++r) {{"));
+            let d = match self.elem_block {
+                // Aligned blocks of the row: the vector loop runs inside one.
+                Some(b) => {
+                    self.line(2, &format!("for ({it} rs = 0; rs < {r}; rs += {b}) {{"));
+                    self.line(
+                        3,
+                        &format!("const {it} rn = std::min<{it}>({b}, {r} - rs);"),
+                    );
+                    if simd {
+                        self.line(
+                            3,
+                            format!("#pragma omp simd {}", clauses.join(" ")).trim_end(),
+                        );
+                    }
+                    self.line(3, &format!("for ({it} ri = 0; ri < rn; ++ri) {{"));
+                    self.line(4, &format!("[[maybe_unused]] const {it} r = rs + ri;"));
+                    4
+                }
+                None => {
+                    if simd {
+                        self.line(
+                            2,
+                            format!("#pragma omp simd {}", clauses.join(" ")).trim_end(),
+                        );
+                    }
+                    self.line(2, &format!("for ({it} r = 0; r < {r}; ++r) {{"));
+                    3
+                }
+            };
             for (id, _, _) in k.exprs.iter() {
                 if cache.read_in[p].contains(&id) {
                     let ty = compute_type(k.exprs.dtype(id));
                     self.line(
-                        3,
+                        d,
                         &format!("const {ty} {} = row{}[r];", Renderer::var(id), id.0),
                     );
                 } else if cache.computed_in[p].contains(&id) {
-                    self.emit_expr(3, id, false)?;
+                    self.emit_expr(d, id, false)?;
                     if cache.stored_in.get(&id) == Some(&p) {
-                        self.line(3, &format!("row{}[r] = {};", id.0, Renderer::var(id)));
+                        self.line(d, &format!("row{}[r] = {};", id.0, Renderer::var(id)));
                     }
                 }
             }
             for &i in reds {
-                self.accumulate(3, i, "");
+                self.accumulate(d, i, "");
             }
             for s in stores {
-                self.store_line(3, s, false)?;
+                self.store_line(d, s, false)?;
+            }
+            if self.elem_block.is_some() {
+                self.line(3, "}");
             }
             self.line(2, "}");
         }
         self.line(1, "}");
+        self.elem_block = None;
         Ok(())
     }
 
@@ -648,6 +671,40 @@ impl Writer<'_> {
 
 /// Reduction `i`'s result from its accumulator `acc{i}{at}`: NaN where a
 /// float max/min saw one (torch.amax/amin propagate it).
+/// The block of `v` (rows, or row elements) to loop over in aligned blocks:
+/// the largest power of two from 16 to `most` that the most accesses whose
+/// index divides or wraps `v` step by one (or not at all) across
+/// ([`Index::block_step`]); `None` when no such access gains from any.
+fn aligned_block(k: &Kernel, v: Var, most: i64) -> Option<i64> {
+    if most < 16 {
+        return None;
+    }
+    let accesses: Vec<&Index> = k
+        .exprs
+        .iter()
+        .filter_map(|(_, e, _)| match e {
+            Expr::Load {
+                index, indirect, ..
+            } if indirect.is_empty() => Some(index),
+            _ => None,
+        })
+        .chain(k.stores.iter().map(|s| &s.index))
+        .filter(|i| i.uses(v) && !matches!(i.step_along(v), Some(0 | 1)))
+        .collect();
+    std::iter::successors(Some(1i64 << (63 - most.leading_zeros())), |b| {
+        (*b > 16).then_some(b / 2)
+    })
+    .map(|b| {
+        let steps = accesses
+            .iter()
+            .filter(|i| matches!(i.block_step(v, b), Some(0 | 1)))
+            .count();
+        (steps, b)
+    })
+    .max_by_key(|&(steps, b)| (steps, b))
+    .and_then(|(steps, b)| (steps > 0).then_some(b))
+}
+
 /// Rows and row elements of a tiled pointwise kernel's tile: 32 float32
 /// elements are two 64-byte lines, so a 32 x 32 tile (4 KiB a side) touches
 /// whole lines on both sides and stays in the L1 cache.

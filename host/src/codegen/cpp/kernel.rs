@@ -82,7 +82,6 @@ pub(super) fn write_kernel(
         name,
         row_block: None,
         elem_block: None,
-        staged: HashMap::new(),
     };
     writeln!(
         w.out,
@@ -128,9 +127,6 @@ struct Writer<'a> {
     /// While a reduction's row loops are written: their aligned block of row
     /// elements (`rs` + `ri`), likewise.
     elem_block: Option<i64>,
-    /// While a tiled kernel's body is written: loads read from a staged tile
-    /// ([`Writer::stageable_loads`]), by the tile's name.
-    staged: HashMap<ExprId, String>,
 }
 
 impl Writer<'_> {
@@ -215,15 +211,6 @@ impl Writer<'_> {
         let ty = compute_type(d);
         let rhs = match self.k.exprs.get(id) {
             Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
-            Expr::Load { buf, .. } if self.staged.contains_key(&id) => {
-                let stored = self.program.buffer(*buf).dtype;
-                let value = format!("{}[(x - xs) * {TILE} + (r - rs)]", self.staged[&id]);
-                if compute_type(stored) == ty {
-                    value
-                } else {
-                    format!("static_cast<{ty}>({value})")
-                }
-            }
             Expr::Load {
                 buf,
                 index,
@@ -352,38 +339,6 @@ impl Writer<'_> {
             3,
             &format!("const {it} re = static_cast<{it}>(std::min<int64_t>(rb + {TILE}, {r}));"),
         );
-        // Loads that read across rows, staged: each tile of them is copied
-        // through registers into a local tile laid out along the row, which the
-        // vector loop below then reads contiguously.
-        let staged = self.stageable_loads();
-        if !staged.is_empty() {
-            self.line(
-                3,
-                &format!("[[maybe_unused]] const {it} xs = static_cast<{it}>(xb);"),
-            );
-            self.line(
-                3,
-                &format!("[[maybe_unused]] const {it} rs = static_cast<{it}>(rb);"),
-            );
-            let start = IndexStyle {
-                x_block_start: true,
-                r_block_start: true,
-                ..self.style(false)
-            };
-            for (n, (id, buf, index, stride)) in staged.iter().enumerate() {
-                let ty = storage_type(self.program.buffer(*buf).dtype);
-                let ptr = self.ptr(*buf)?;
-                self.line(3, &format!("alignas(64) {ty} tile{n}[{TILE} * {TILE}];"));
-                self.line(
-                    3,
-                    &format!(
-                        "kiln_tile_transpose({ptr} + {}, {stride}, tile{n}, re - rs, xe - xs);",
-                        index_text(index, start)
-                    ),
-                );
-                self.staged.insert(*id, format!("tile{n}"));
-            }
-        }
         self.line(
             3,
             &format!("for ({it} x = static_cast<{it}>(xb); x < xe; ++x) {{"),
@@ -406,43 +361,7 @@ impl Writer<'_> {
         self.line(3, "}");
         self.line(2, "}");
         self.line(1, "}");
-        self.staged.clear();
         Ok(())
-    }
-
-    /// The loads a tiled kernel stages through `kiln_tile_transpose`: of
-    /// 4-byte elements, read at a place that steps by one from row to row and
-    /// by a constant stride along the row inside every aligned tile, with no
-    /// guard or gathered index; each with its buffer, index and stride.
-    fn stageable_loads(&self) -> Vec<(ExprId, BufferId, Index, i64)> {
-        let mut out = Vec::new();
-        for (id, e, _) in self.k.exprs.iter() {
-            let Expr::Load {
-                buf,
-                index,
-                guards,
-                indirect,
-            } = e
-            else {
-                continue;
-            };
-            if !guards.is_empty() || !indirect.is_empty() {
-                continue;
-            }
-            if self.program.buffer(*buf).dtype.size_bytes() != 4 {
-                continue;
-            }
-            match (
-                index.block_step(Var::X, TILE),
-                index.block_step(Var::R, TILE),
-            ) {
-                (Some(1), Some(stride)) if stride.abs() > 1 => {
-                    out.push((id, *buf, index.clone(), stride));
-                }
-                _ => {}
-            }
-        }
-        out
     }
 
     /// A reduction whose loads step by one from row to row (`x.sum(0)`):
@@ -786,8 +705,10 @@ fn aligned_block(k: &Kernel, v: Var, most: i64) -> Option<i64> {
     .and_then(|(steps, b)| (steps > 0).then_some(b))
 }
 
-/// The tiles of [`Writer::tiled_body`] ([`crate::schedule::tile::CPP_TILE`]).
-const TILE: i64 = crate::schedule::tile::CPP_TILE;
+/// Rows and row elements of a tiled pointwise kernel's tile: 32 float32
+/// elements are two 64-byte lines, so a 32 x 32 tile (4 KiB a side) touches
+/// whole lines on both sides and stays in the L1 cache.
+const TILE: i64 = 32;
 
 /// Whether some access of a pointwise kernel split into rows steps by one from
 /// row to row but not along the row (the read of a transpose): such a kernel

@@ -49,9 +49,6 @@
 #include <limits>
 #include <type_traits>
 #include <vector>
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).
 static inline float kiln_bits_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint32_t kiln_f_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -222,56 +219,6 @@ template <typename T> static inline T kiln_ipow(T base, T exp) {
 
 // Scratch memory grown on demand, 64-byte aligned, kept between calls and
 // freed with its owner (`static thread_local` ones: when the thread exits).
-// One tile of a transposing copy, staged through registers: dst[c * 32 + r]
-// = src[r * lds + c] for r < rows and c < cols (each at most 32), 4-byte
-// elements. With AVX, whole 8 x 8 blocks move as eight vectors (unpack,
-// shuffle, swap halves); the edges element by element. Compilers vectorise
-// no loop that reads across the dim it writes along, so a tiled transpose
-// would otherwise move one element at a time.
-template <typename T>
-static inline void kiln_tile_transpose(const T* __restrict__ src, int64_t lds, T* __restrict__ dst, int64_t rows,
-                                       int64_t cols) {
-    static_assert(sizeof(T) == 4, "kiln_tile_transpose moves 4-byte elements");
-    int64_t r0 = 0;
-#if defined(__AVX__)
-    const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
-    for (; r0 < rows8; r0 += 8) {
-        for (int64_t c0 = 0; c0 < cols8; c0 += 8) {
-            const float* s = reinterpret_cast<const float*>(src + r0 * lds + c0);
-            const __m256 t0 = _mm256_loadu_ps(s), t1 = _mm256_loadu_ps(s + lds);
-            const __m256 t2 = _mm256_loadu_ps(s + 2 * lds), t3 = _mm256_loadu_ps(s + 3 * lds);
-            const __m256 t4 = _mm256_loadu_ps(s + 4 * lds), t5 = _mm256_loadu_ps(s + 5 * lds);
-            const __m256 t6 = _mm256_loadu_ps(s + 6 * lds), t7 = _mm256_loadu_ps(s + 7 * lds);
-            const __m256 u0 = _mm256_unpacklo_ps(t0, t1), u1 = _mm256_unpackhi_ps(t0, t1);
-            const __m256 u2 = _mm256_unpacklo_ps(t2, t3), u3 = _mm256_unpackhi_ps(t2, t3);
-            const __m256 u4 = _mm256_unpacklo_ps(t4, t5), u5 = _mm256_unpackhi_ps(t4, t5);
-            const __m256 u6 = _mm256_unpacklo_ps(t6, t7), u7 = _mm256_unpackhi_ps(t6, t7);
-            const __m256 v0 = _mm256_shuffle_ps(u0, u2, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m256 v1 = _mm256_shuffle_ps(u0, u2, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m256 v2 = _mm256_shuffle_ps(u1, u3, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m256 v3 = _mm256_shuffle_ps(u1, u3, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m256 v4 = _mm256_shuffle_ps(u4, u6, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m256 v5 = _mm256_shuffle_ps(u4, u6, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m256 v6 = _mm256_shuffle_ps(u5, u7, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m256 v7 = _mm256_shuffle_ps(u5, u7, _MM_SHUFFLE(3, 2, 3, 2));
-            float* d = reinterpret_cast<float*>(dst + c0 * 32 + r0);
-            _mm256_storeu_ps(d, _mm256_permute2f128_ps(v0, v4, 0x20));
-            _mm256_storeu_ps(d + 32, _mm256_permute2f128_ps(v1, v5, 0x20));
-            _mm256_storeu_ps(d + 64, _mm256_permute2f128_ps(v2, v6, 0x20));
-            _mm256_storeu_ps(d + 96, _mm256_permute2f128_ps(v3, v7, 0x20));
-            _mm256_storeu_ps(d + 128, _mm256_permute2f128_ps(v0, v4, 0x31));
-            _mm256_storeu_ps(d + 160, _mm256_permute2f128_ps(v1, v5, 0x31));
-            _mm256_storeu_ps(d + 192, _mm256_permute2f128_ps(v2, v6, 0x31));
-            _mm256_storeu_ps(d + 224, _mm256_permute2f128_ps(v3, v7, 0x31));
-        }
-        for (int64_t c = cols8; c < cols; ++c)
-            for (int64_t r = r0; r < r0 + 8; ++r) dst[c * 32 + r] = src[r * lds + c];
-    }
-#endif
-    for (; r0 < rows; ++r0)
-        for (int64_t c = 0; c < cols; ++c) dst[c * 32 + r0] = src[r0 * lds + c];
-}
-
 struct KilnArena {
     void* p = nullptr;
     size_t bytes = 0;

@@ -401,15 +401,7 @@ fn an_outer_reduction_is_split_into_many_short_programs_an_inner_one_into_few_lo
     ] {
         let (g, _) = sum_through_the_passes(&shape, dims);
         let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).expect("schedule");
-        let spaces: Vec<_> = scheduled
-            .program
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                kiln::schedule::Step::Kernel(k) => Some(k.space),
-                _ => None,
-            })
-            .collect();
+        let spaces = kernel_spaces(&scheduled);
         assert_eq!(spaces.len(), 2, "{shape:?} {dims}: {spaces:?}");
         assert_eq!(spaces[0].x, partial_rows, "{shape:?} {dims}: {spaces:?}");
     }
@@ -431,15 +423,7 @@ fn cpp_transposes_with_strides_of_a_page_run_on_tiles_short_strides_stay_flat() 
         let mut g = kiln::graph::parse_toml(&text).expect("graph");
         kiln::passes::run_pipeline(&mut g).expect("passes");
         let s = kiln::schedule::schedule_with(&g, &rows).expect("schedule");
-        let spaces: Vec<_> = s
-            .program
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                kiln::schedule::ir::Step::Kernel(k) => Some(k.space),
-                _ => None,
-            })
-            .collect();
+        let spaces = kernel_spaces(&s);
         assert_eq!(spaces.len(), 1, "{shape:?} {dims}");
         spaces[0]
     };
@@ -464,15 +448,7 @@ fn cpp_rows_split_broadcasts_so_that_no_index_wraps_inside_a_row() {
         let mut g = graph.clone();
         kiln::passes::run_pipeline(&mut g).expect("passes");
         let s = kiln::schedule::schedule_with(&g, &rows).expect("schedule");
-        let spaces: Vec<_> = s
-            .program
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                kiln::schedule::ir::Step::Kernel(k) => Some(k.space),
-                _ => None,
-            })
-            .collect();
+        let spaces = kernel_spaces(&s);
         assert_eq!(spaces.len(), 1);
         spaces[0]
     };
@@ -552,4 +528,16 @@ fn a_reduction_over_leading_or_middle_dims_shares_a_kernel_with_what_broadcasts_
         "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", 0]\n",
     );
     assert_eq!(check(graph, 1e-5).program.kernel_count(), 1);
+}
+
+/// The space of every kernel of a schedule, in order.
+fn kernel_spaces(s: &kiln::schedule::Scheduled) -> Vec<kiln::schedule::ir::Space> {
+    s.program
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            kiln::schedule::ir::Step::Kernel(k) => Some(k.space),
+            _ => None,
+        })
+        .collect()
 }

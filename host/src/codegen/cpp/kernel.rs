@@ -296,17 +296,24 @@ impl Writer<'_> {
             2,
             &format!("for ({it} x = static_cast<{it}>(x0); x < static_cast<{it}>(x1); ++x) {{"),
         );
+        self.every_value_and_store(3, true)?;
+        self.line(2, "}");
+        self.line(1, "}");
+        Ok(())
+    }
+
+    /// Every value the kernel needs and every store, at `depth`: the body of a
+    /// loop that visits each element once (a pointwise kernel's).
+    fn every_value_and_store(&mut self, depth: usize, r_zero: bool) -> Result<(), Error> {
         let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
             if needed.contains(&id) {
-                self.emit_expr(3, id, true)?;
+                self.emit_expr(depth, id, r_zero)?;
             }
         }
         for s in self.k.stores.clone() {
-            self.store_line(3, &s, true)?;
+            self.store_line(depth, &s, r_zero)?;
         }
-        self.line(2, "}");
-        self.line(1, "}");
         Ok(())
     }
 
@@ -348,15 +355,7 @@ impl Writer<'_> {
             4,
             &format!("for ({it} r = static_cast<{it}>(rb); r < re; ++r) {{"),
         );
-        let needed = self.k.needed();
-        for (id, _, _) in self.k.exprs.iter() {
-            if needed.contains(&id) {
-                self.emit_expr(5, id, false)?;
-            }
-        }
-        for s in self.k.stores.clone() {
-            self.store_line(5, &s, false)?;
-        }
+        self.every_value_and_store(5, false)?;
         self.line(4, "}");
         self.line(3, "}");
         self.line(2, "}");

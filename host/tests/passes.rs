@@ -15,6 +15,16 @@ fn examples() -> Vec<std::path::PathBuf> {
     v
 }
 
+/// Random values for every input of `g`, from `seed`.
+fn random_inputs(g: &kiln::graph::Graph, seed: u64) -> Vec<kiln::tensor::Tensor> {
+    let metas: Vec<_> = g
+        .inputs()
+        .iter()
+        .map(|&i| g.node(i).unwrap().outputs[0].clone())
+        .collect();
+    kiln::tensor_io::random_inputs(&metas, seed)
+}
+
 #[test]
 fn small_examples_keep_their_values() {
     for path in examples()
@@ -22,12 +32,7 @@ fn small_examples_keep_their_values() {
         .filter(|p| p.to_string_lossy().contains("small") || p.ends_with("add.toml"))
     {
         let mut g = load_toml(&path).unwrap();
-        let metas: Vec<_> = g
-            .inputs()
-            .iter()
-            .map(|&i| g.node(i).unwrap().outputs[0].clone())
-            .collect();
-        let inputs = kiln::tensor_io::random_inputs(&metas, 7);
+        let inputs = random_inputs(&g, 7);
         let before = kiln::interp::evaluate(&g, &inputs).unwrap();
         kiln::passes::run_pipeline(&mut g).unwrap();
         let after = kiln::interp::evaluate(&g, &inputs).unwrap();
@@ -186,12 +191,7 @@ fn batch_norm_folds_into_the_convolution_before_it() {
 fn reductions_of_one_element_per_result_leave_the_graph_and_keep_its_values() {
     let path = repo_root().join("tests/graphs/reductions_of_one_element.toml");
     let mut g = load_toml(&path).unwrap();
-    let metas: Vec<_> = g
-        .inputs()
-        .iter()
-        .map(|&i| g.node(i).unwrap().outputs[0].clone())
-        .collect();
-    let inputs = kiln::tensor_io::random_inputs(&metas, 5);
+    let inputs = random_inputs(&g, 5);
     let before = kiln::interp::evaluate(&g, &inputs).unwrap();
     kiln::passes::run_pipeline(&mut g).unwrap();
     let reductions: Vec<String> = g

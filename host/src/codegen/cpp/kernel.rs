@@ -155,33 +155,27 @@ impl Writer<'_> {
     /// per row, would gather), and one constant across the block is that
     /// value; otherwise the index itself.
     fn offset_text(&self, index: &Index, r_zero: bool) -> String {
-        if let (Some(block), false) = (self.elem_block, r_zero) {
-            if index.uses(Var::R) {
-                let start = IndexStyle {
-                    r_block_start: true,
-                    ..self.style(r_zero)
-                };
-                match index.block_step(Var::R, block) {
-                    Some(1) => return format!("({} + ri)", index_text(index, start)),
-                    Some(0) => return index_text(index, start),
-                    _ => {}
-                }
+        let style = self.style(r_zero);
+        let blocks = [
+            (self.elem_block.filter(|_| !r_zero), Var::R, "ri"),
+            (self.row_block, Var::X, "xi"),
+        ];
+        for (block, var, within) in blocks {
+            let Some(block) = block.filter(|_| index.uses(var)) else {
+                continue;
+            };
+            let start = IndexStyle {
+                r_block_start: var == Var::R,
+                x_block_start: var == Var::X,
+                ..style
+            };
+            match index.block_step(var, block) {
+                Some(1) => return format!("({} + {within})", index_text(index, start)),
+                Some(0) => return index_text(index, start),
+                _ => {}
             }
         }
-        if let Some(block) = self.row_block {
-            if index.uses(Var::X) {
-                let start = IndexStyle {
-                    x_block_start: true,
-                    ..self.style(r_zero)
-                };
-                match index.block_step(Var::X, block) {
-                    Some(1) => return format!("({} + xi)", index_text(index, start)),
-                    Some(0) => return index_text(index, start),
-                    _ => {}
-                }
-            }
-        }
-        index_text(index, self.style(r_zero))
+        index_text(index, style)
     }
 
     fn unsupported(&self, what: String) -> Error {

@@ -39,6 +39,24 @@ const PERSISTENT_X_BLOCKS: [u64; 4] = [1, 8, 32, 128];
 const SHORT_ROW_TILE: u64 = 1024;
 /// Inductor's contiguous looped reduction reads up to 2048 elements per step.
 const LOOPED_MAX_RBLOCK: u64 = 2048;
+/// Rows long enough read 8192 elements per step, with 16 warps (twice the
+/// loads in flight per thread): on the H100, log_softmax over 4096 rows of
+/// 50257 ran in 0.88 ms against 1.23 in Inductor's steps of 2048 with 8 warps
+/// (Inductor's own kernel 1.15; `bench/gpu/row_configs.py` compares the
+/// configs).
+const LONG_LOOPED_RBLOCK: u64 = 8192;
+/// A step longer than [`LOOPED_MAX_RBLOCK`] is taken only where it masks off
+/// at most this share of the row (in percent; rows of 50257 in steps of 8192
+/// mask off 14 %, and still ran 30 % faster than in steps of 2048).
+const LONG_STEP_MASKED_PERCENT: u64 = 15;
+/// ... and where the row is at least this many such steps long (a shorter
+/// row is the persistent tile's, or a looped one's of Inductor's step).
+const LONG_STEP_MIN_STEPS: u64 = 4;
+/// ... and where a program may have threads enough that each loads at most
+/// this many elements of the step (a one-warp program keeps Inductor's step:
+/// on the H100 its softmax over rows of 8192 and 131072 ran 2 and 7 % slower
+/// in steps of 1024 than of 2048).
+const LONG_STEP_MAX_ELEMENTS_PER_THREAD: u64 = 16;
 /// Inductor caps reduction warps at 8; a very long persistent row gets 16.
 const MAX_REDUCTION_WARPS: u32 = 8;
 /// The warp cap for the persistent fallback offered for long rows.
@@ -173,10 +191,21 @@ pub fn reduction_configs(limits: &TritonLimits, query: &ReductionQuery) -> Vec<L
         configs.push(config(default_x, row_p2, MAX_REDUCTION_WARPS));
         configs.extend(fits.iter().map(|&x| config(x, row_p2, MAX_REDUCTION_WARPS)));
     } else {
-        let r_block = looped_step(row_len).min(row_p2);
-        // Contiguous rows: one row per program, a long step along the row.
-        configs.push(looped(1, r_block, MAX_REDUCTION_WARPS));
-        configs.push(looped(1, r_block / 2, MAX_REDUCTION_WARPS));
+        let r_block = looped_step(limits, row_len).min(row_p2);
+        // Contiguous rows: one row per program, a long step along the row
+        // (16 warps for a step longer than Inductor's).
+        let cap = |r_block: u64| {
+            if r_block > LOOPED_MAX_RBLOCK {
+                MAX_LONG_ROW_WARPS
+            } else {
+                MAX_REDUCTION_WARPS
+            }
+        };
+        configs.push(looped(1, r_block, cap(r_block)));
+        configs.push(looped(1, r_block / 2, cap(r_block / 2)));
+        if r_block > LOOPED_MAX_RBLOCK {
+            configs.push(looped(1, LOOPED_MAX_RBLOCK, MAX_REDUCTION_WARPS));
+        }
         // A few rows per program with a shorter step.
         configs.push(looped(8.min(rows_p2), 512.min(row_p2), MAX_REDUCTION_WARPS));
         // Inductor's "outer" shape: many rows, a short step.
@@ -206,6 +235,8 @@ const WHOLE_ROW_ELEMENTS_PER_THREAD: u64 = 16;
 const MIN_COALESCED_ROWS: u64 = 8;
 /// Elements of an outer or tiled kernel's tile per warp (four per thread).
 const TILE_ELEMENTS_PER_WARP: u64 = 128;
+/// Elements of a tiled pointwise kernel's tile per warp (32 per thread).
+const TILE_ELEMENTS_PER_TILED_WARP: u64 = 1024;
 /// The side of a tiled pointwise kernel's default square tile (Inductor's
 /// `triton_config_tiled` defaults reach 64 × 64 for large 2-D kernels).
 const TILE_SIDE: u64 = 64;
@@ -287,22 +318,51 @@ pub fn hinted_reduction_configs(
             }
             configs
         }
-        ReductionHint::Tile => vec![
-            config(TILE_SIDE, TILE_SIDE),
-            config(TILE_SIDE / 2, TILE_SIDE / 2),
-            config(TILE_SIDE * 2, TILE_SIDE / 2),
-            config(TILE_SIDE / 2, TILE_SIDE * 2),
-        ],
+        ReductionHint::Tile => {
+            // A warp per 1024 elements of the tile, at least two: on the H100,
+            // `x.t() + z` on 64 × 64 tiles ran alike with 4 warps and 8 at
+            // 4096² and 8192², and 4 % faster with 4 at 3000².
+            let tile = |x_block: u64, r_block: u64| {
+                let c = config(x_block, r_block);
+                let elements = u64::from(c.x_block) * u64::from(c.r_block);
+                let warps = floor_pow2_u64((elements / TILE_ELEMENTS_PER_TILED_WARP).clamp(2, 8))
+                    .min(u64::from(limits.warp_cap()));
+                LaunchConfig {
+                    num_warps: u32::try_from(warps).unwrap_or(1).max(1),
+                    ..c
+                }
+            };
+            vec![
+                tile(TILE_SIDE, TILE_SIDE),
+                tile(TILE_SIDE / 2, TILE_SIDE / 2),
+                tile(TILE_SIDE * 2, TILE_SIDE / 2),
+                tile(TILE_SIDE / 2, TILE_SIDE * 2),
+            ]
+        }
     };
     dedup(configs)
 }
 
-/// The step of a looped reduction along a row of `row_len` elements: the
-/// longest of 2048, 1024 and 512 that masks off at most 2 % more lanes than
-/// the one that masks off fewest (rows of 5000 take 1024: five steps over
-/// 5120 lanes, not three over 6144).
-fn looped_step(row_len: u64) -> u64 {
+/// The step of a looped reduction along a row of `row_len` elements:
+/// - [`LONG_LOOPED_RBLOCK`] where the row is at least [`LONG_STEP_MIN_STEPS`]
+///   of them, the last step masks off at most [`LONG_STEP_MASKED_PERCENT`]
+///   of it, and the device's programs have threads enough (4096 is not taken:
+///   16 warps stepping by 4096 along rows of 8192 ran 10 % slower than by
+///   2048, and 12 % slower than by 8192 along rows of 50257);
+/// - otherwise the longest of 2048, 1024 and 512 that masks off at most 2 %
+///   more lanes than the one that masks off fewest (rows of 5000 take 1024:
+///   five steps over 5120 lanes, not three over 6144).
+fn looped_step(limits: &TritonLimits, row_len: u64) -> u64 {
+    let threads = u64::from(limits.warp_cap()) * u64::from(limits.warp_size.max(1));
     let lanes = |step: u64| row_len.div_ceil(step).saturating_mul(step);
+    let long = LONG_LOOPED_RBLOCK;
+    if threads.saturating_mul(LONG_STEP_MAX_ELEMENTS_PER_THREAD) >= long
+        && row_len >= LONG_STEP_MIN_STEPS * long
+        && (lanes(long) - row_len).saturating_mul(100)
+            <= row_len.saturating_mul(LONG_STEP_MASKED_PERCENT)
+    {
+        return long;
+    }
     let steps = [
         LOOPED_MAX_RBLOCK,
         LOOPED_MAX_RBLOCK / 2,
@@ -542,7 +602,7 @@ mod tests {
         assert!(configs.iter().any(|c| c.r_block == 8192 && c.x_block == 1));
         // Past the fallback limit no persistent candidate is offered.
         let configs = reduction_configs(&WIDE, &red(8, 1 << 20));
-        assert!(configs.iter().all(|c| c.r_block <= 2048));
+        assert!(configs.iter().all(|c| c.r_block <= 8192));
     }
 
     #[test]
@@ -560,12 +620,36 @@ mod tests {
     #[test]
     fn looped_steps_waste_few_lanes() {
         assert_eq!(reduction_configs(&WIDE, &red(13421, 5000))[0].r_block, 1024);
-        assert_eq!(reduction_configs(&WIDE, &red(4096, 50257))[0].r_block, 2048);
+        assert_eq!(reduction_configs(&WIDE, &red(64, 2500))[0].r_block, 512);
+        // Rows of 10000 in steps of 4096 would mask off 23 %: 2048.
+        assert_eq!(reduction_configs(&WIDE, &red(64, 10000))[0].r_block, 2048);
+    }
+
+    #[test]
+    fn very_long_rows_take_long_steps_with_sixteen_warps() {
+        for (rows, len) in [(4096, 50257), (1335, 50257), (512, 1 << 17)] {
+            let configs = reduction_configs(&WIDE, &red(rows, len));
+            assert_eq!(
+                (configs[0].x_block, configs[0].r_block, configs[0].num_warps),
+                (1, 8192, 16)
+            );
+            // Inductor's step is still offered to the autotuner.
+            assert!(configs
+                .iter()
+                .any(|c| (c.x_block, c.r_block, c.num_warps) == (1, 2048, 8)));
+        }
+        // Rows of fewer than four long steps keep Inductor's step.
+        let c = reduction_configs(&WIDE, &red(64, 20000))[0];
+        assert_eq!((c.r_block, c.num_warps), (2048, 8));
+        // A one-warp program keeps Inductor's step.
         assert_eq!(
-            reduction_configs(&WIDE, &red(512, 1 << 17))[0].r_block,
+            reduction_configs(&ONE_WARP, &red(4096, 50257))[0].r_block,
             2048
         );
-        assert_eq!(reduction_configs(&WIDE, &red(64, 2500))[0].r_block, 512);
+        assert_eq!(
+            reduction_configs(&ONE_WARP, &red(8192, 4096))[0].r_block,
+            2048
+        );
     }
 
     #[test]
@@ -668,9 +752,12 @@ mod tests {
     #[test]
     fn tiled_pointwise_is_square_and_fits_small_sides() {
         let c = hinted_reduction_configs(&WIDE, &red(8192, 8192), ReductionHint::Tile)[0];
-        assert_eq!((c.x_block, c.r_block), (64, 64));
+        assert_eq!((c.x_block, c.r_block, c.num_warps), (64, 64, 4));
+        // A tile narrowed to a short row has fewer warps, never fewer than two.
         let c = hinted_reduction_configs(&WIDE, &red(8192, 12), ReductionHint::Tile)[0];
-        assert_eq!((c.x_block, c.r_block), (64, 16));
+        assert_eq!((c.x_block, c.r_block, c.num_warps), (64, 16, 2));
+        let c = hinted_reduction_configs(&ONE_WARP, &red(8192, 8192), ReductionHint::Tile)[0];
+        assert_eq!(c.num_warps, 1);
     }
 
     #[test]

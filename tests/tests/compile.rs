@@ -401,8 +401,34 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
         grid[0] > 1 && grid[1] > 1,
         "programs along both dims: {launch}"
     );
+    // The grid's x walks the row elements (programs launched one after
+    // another write next to each other), its y the rows; 4 warps a 64 x 64 tile.
+    assert!(
+        code.contains(
+            "for roffset in range(tl.program_id(0) * RBLOCK, rnumel, tl.num_programs(0) * RBLOCK):"
+        ) && code.contains(
+            "for xoffset in range(tl.program_id(1) * XBLOCK, xnumel, tl.num_programs(1) * XBLOCK):"
+        ),
+        "{code}"
+    );
+    assert_eq!(grid[..2], [512 / 64, 384 / 64], "{launch}");
+    assert!(meta.contains("\"num_warps\": 4"), "{meta}");
     assert!(!code.contains("return (torch.as_strided(x"), "{code}");
 
+    // Rows of 50000 step by 8192 with 16 warps on cuda; the gxu's one-warp
+    // programs keep Inductor's steps (1024 here: 2048 masks off 2 % more).
+    for (device, step, warps) in [("cuda", 8192, 16), ("gxu", 1024, 1)] {
+        let code = &codes[&("softmax", device)];
+        let meta = code
+            .lines()
+            .find(|l| l.starts_with("    \"kiln_red_") && l.contains("\"signature\""))
+            .unwrap();
+        assert!(
+            meta.contains(&format!("\"RBLOCK\": {step}}}"))
+                && meta.contains(&format!("\"num_warps\": {warps},")),
+            "{device}: {meta}"
+        );
+    }
     for device in ["cuda", "gxu"] {
         let code = &codes[&("softmax", device)];
         assert!(code.contains("= kiln_online_softmax_update("), "{code}");

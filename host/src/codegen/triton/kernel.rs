@@ -40,7 +40,17 @@ fn launches(
             } else {
                 1
             };
-            let grid = heuristics.adjust_grid(Grid::new(programs, row_programs, 1))?;
+            // A tiled kernel's row elements take the grid's x (launched first):
+            // programs next to each other then write next to each other along
+            // the output's rows (on the H100, `x.t() + z` of 4096² ran at 101 %
+            // of copy bandwidth against 98 % with rows first, of 3000² at 97 %
+            // against 90 %; `bench/gpu/tile_configs.py`).
+            let dims = if k.is_tiled() {
+                Grid::new(row_programs, programs, 1)
+            } else {
+                Grid::new(programs, row_programs, 1)
+            };
+            let grid = heuristics.adjust_grid(dims)?;
             if grid.x == 0 || grid.y == 0 {
                 return Err(HeuristicsError::Unusable {
                     method: "adjust_grid",
@@ -254,7 +264,8 @@ impl KernelWriter<'_> {
         self.out.push('\n');
     }
 
-    fn row_loop(&mut self, int64: bool, reduction: bool) {
+    /// The loop over blocks of rows, with programs along the grid's `axis`.
+    fn row_loop(&mut self, int64: bool, reduction: bool, axis: u8) {
         // The sizes are known here: as literals (Inductor does the same), a mask
         // such as `rindex < 1000` lets Triton prove that runs of 8 lanes share
         // it and load them as vectors, which it cannot from a runtime argument
@@ -282,7 +293,9 @@ impl KernelWriter<'_> {
         // A grid-stride loop: correct for any grid the plugin launches.
         self.line(
             1,
-            "for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):",
+            &format!(
+                "for xoffset in range(tl.program_id({axis}) * XBLOCK, xnumel, tl.num_programs({axis}) * XBLOCK):"
+            ),
         );
         self.line(2, "xindex = xoffset + xbase");
         self.line(2, "xmask = xindex < xnumel");
@@ -394,7 +407,7 @@ impl KernelWriter<'_> {
     }
 
     fn pointwise_body(&mut self, int64: bool) -> Result<(), Error> {
-        self.row_loop(int64, false);
+        self.row_loop(int64, false, 0);
         let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
             if needed.contains(&id) {
@@ -408,12 +421,12 @@ impl KernelWriter<'_> {
     }
 
     /// A pointwise kernel over tiles of rows by row elements: programs along
-    /// the grid's x take rows, along its y row elements.
+    /// the grid's x take row elements, along its y rows.
     fn tiled_body(&mut self, int64: bool) -> Result<(), Error> {
-        self.row_loop(int64, true);
+        self.row_loop(int64, true, 1);
         self.line(
             2,
-            "for roffset in range(tl.program_id(1) * RBLOCK, rnumel, tl.num_programs(1) * RBLOCK):",
+            "for roffset in range(tl.program_id(0) * RBLOCK, rnumel, tl.num_programs(0) * RBLOCK):",
         );
         self.line(3, "rindex = roffset + rbase");
         self.line(3, "rmask = rindex < rnumel");
@@ -435,7 +448,7 @@ impl KernelWriter<'_> {
     }
 
     fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
-        self.row_loop(int64, true);
+        self.row_loop(int64, true, 0);
         let (uses_r, phase) = self.k.phases();
         let mut red_loop: Vec<usize> = self
             .k

@@ -239,6 +239,16 @@ struct KilnArena {
 };
 
 
+// Rows of b a sliver's packing fetches ahead of the row it copies: each row
+// it reads is a short run in a page of its own, which the hardware prefetchers
+// do not follow in time. On two Sapphire Rapids cores, 2048^2 and
+// 1024x4096x1024 ran at 0.90 and 0.82 of torch.mm's speed against 0.80 and
+// 0.81 without (and, with a packed through tiles too, at 0.93 and 0.89
+// against 0.92 and 0.87 on another machine instance); 8 rows ahead was no
+// better. 0 turns it off.
+#ifndef KILN_MM_PACK_AHEAD
+#define KILN_MM_PACK_AHEAD 4
+#endif
 #if !defined(KILN_MM_MR) || !defined(KILN_MM_NR) || !defined(KILN_MM_MC) || !defined(KILN_MM_KC) \
     || !defined(KILN_MM_NC) || !defined(KILN_MM_VBYTES)
 #error "the device plugin's kernel_header must define the matrix-product tiles KILN_MM_MR, KILN_MM_NR, KILN_MM_MC, KILN_MM_KC, KILN_MM_NC and KILN_MM_VBYTES"
@@ -323,6 +333,12 @@ static inline void kiln_mm_pack_b(Acc* dst, const T* b, int64_t base, int64_t b_
                                   int64_t kc, int64_t cols, Load load) {
     if (b_sn == 1 && cols == KILN_MM_NR) {
         for (int64_t k = 0; k < kc; ++k) {
+#if KILN_MM_PACK_AHEAD > 0
+            if (k + KILN_MM_PACK_AHEAD < kc)
+                for (int64_t l = 0; l < KILN_MM_NR * int64_t(sizeof(T)); l += 64)
+                    __builtin_prefetch(reinterpret_cast<const char*>(b + base + (k + KILN_MM_PACK_AHEAD) * b_sk) + l,
+                                       0, 3);
+#endif
 #pragma omp simd
             for (int64_t j = 0; j < KILN_MM_NR; ++j) dst[k * KILN_MM_NR + j] = load(b, base + k * b_sk + j);
         }

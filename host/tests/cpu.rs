@@ -780,6 +780,68 @@ fn reductions_across_rows_loop_over_blocks_of_rows_and_match() {
 }
 
 #[test]
+fn short_rows_read_more_than_once_are_staged_a_block_at_a_time_and_match() {
+    // Rows shorter than the plugin's vector step (and not a power of two) that
+    // a kernel loops over more than once: blocks of rows staged transposed in
+    // local tiles, results written back from a tile. 1000 rows leave a partial
+    // block; the weight and bias of a layer norm (the same for every row) are
+    // read directly.
+    let norm_inputs = "[[inputs]]\nname = \"w\"\nshape = [3]\ndtype = \"DT\"\n\n\
+                       [[inputs]]\nname = \"b\"\nshape = [3]\ndtype = \"DT\"\n\n";
+    let cases = [
+        (
+            "softmax_7",
+            "[1000, 7]",
+            "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
+            "",
+        ),
+        (
+            "log_softmax_5",
+            "[2, 500, 5]",
+            "[[nodes]]\nname = \"y\"\nop = \"log_softmax\"\nargs = [\"x\", -1]\n",
+            "",
+        ),
+        (
+            "layer_norm_3",
+            "[1000, 3]",
+            "[[nodes]]\nname = \"y\"\nop = \"layer_norm\"\nargs = [\"x\", [3], \"w\", \"b\"]\n",
+            norm_inputs,
+        ),
+    ];
+    for (name, shape, nodes, inputs) in cases {
+        for dtype in ["float32", "bfloat16"] {
+            let text = one_input_graph(shape, dtype, nodes, &inputs.replace("DT", dtype));
+            let source = cpp_source(&format!("{name}_{dtype}"), &text);
+            assert!(
+                source.contains("stage0[r * 256 + xi]")
+                    && source.contains("staged_out0[r * 256 + xi] ="),
+                "{name} {dtype}: rows not staged\n{source}"
+            );
+            run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
+        }
+    }
+    // One loop over each row (a sum), or rows of whole vector steps (8), stay
+    // row by row.
+    for (name, shape, nodes) in [
+        (
+            "sum_5",
+            "[1000, 5]",
+            "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [1]]\n",
+        ),
+        (
+            "softmax_8",
+            "[1000, 8]",
+            "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
+        ),
+    ] {
+        let text = one_input_graph(shape, "float32", nodes, "");
+        let source = cpp_source(name, &text);
+        assert!(!source.contains("stage0"), "{name}\n{source}");
+        run_checked(name, &text, &[], 1);
+    }
+}
+
+#[test]
 fn reductions_over_split_dims_loop_over_blocks_aligned_to_the_inner_dim() {
     // A reduction over dims 0 and 2 reads each result's elements in runs of the
     // last dim's size: the row loop runs in blocks aligned to it (start plus

@@ -734,9 +734,13 @@ fn reductions_across_rows_loop_over_blocks_of_rows_and_match() {
         for dtype in ["float32", "bfloat16"] {
             let text = one_input_graph(shape, dtype, nodes, "");
             let source = cpp_source(&format!("{name}_{dtype}"), &text);
+            // Counted in `int32_t`, as the row index is: `xb + xi` stays
+            // affine to the compiler (an index truncated from `int64_t`
+            // would be gathered element by element).
             assert!(
-                source.contains("for (int64_t xb = 0; xb <"),
-                "{name} {dtype}: no loop over blocks of rows\n{source}"
+                source.contains("for (int32_t xb = 0; xb <")
+                    && source.contains("const int32_t x = xb + xi;"),
+                "{name} {dtype}: no loop over blocks of rows in int32_t\n{source}"
             );
             run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
         }

@@ -823,6 +823,11 @@ fn short_rows_read_more_than_once_are_staged_a_block_at_a_time_and_match() {
             );
             run_checked(&format!("{name}_{dtype}"), &text, &[], 1);
         }
+        // Indices in int32_t and in int64_t (the tiles' copies use both).
+        let text = one_input_graph(shape, "float32", nodes, &inputs.replace("DT", "float32"));
+        if let Err(e) = compile_and_compare(&text, 1e-5) {
+            panic!("{name}: {e}\n{text}");
+        }
     }
     // One loop over each row (a sum), or rows of whole vector steps (8), stay
     // row by row.

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+from inductor_report import report_inductor
 
 
 @triton.jit
@@ -86,16 +87,8 @@ def main() -> None:
     for ms, xb, rb, w, evict, loop in rows[:20]:
         print(f"XBLOCK {xb:4d} RBLOCK {rb:3d} warps {w} evict_first {evict!s:5} grid-stride {loop!s:5}: "
               f"{ms:.4f} ms {nbytes / (ms * 1e-3) / copy_bw * 100:5.1f} % of copy")
-    compiled = torch.compile(lambda t: t.sum(d))
-    from torch._inductor.utils import run_and_get_code
-    _, codes = run_and_get_code(compiled, x)
-    ind_ms = do_bench(lambda: compiled(x))
-    print(f"Inductor: {ind_ms:.4f} ms {nbytes / (ind_ms * 1e-3) / copy_bw * 100:5.1f} % of copy")
-    for code in codes:
-        for line in code.splitlines():
-            if re.search(r"reduction_hint|triton_config|XBLOCK|R0_BLOCK|num_warps|tl\.load|for r0_offset", line):
-                print("  ", line.strip()[:200])
-
+    report_inductor(lambda t: t.sum(d), (x,), lambda ms: nbytes / (ms * 1e-3) / copy_bw * 100,
+                    r"reduction_hint|triton_config|XBLOCK|R0_BLOCK|num_warps|tl\.load|for r0_offset")
 
 if __name__ == "__main__":
     main()

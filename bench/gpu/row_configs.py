@@ -16,13 +16,14 @@ that a row is still in L2 when the second pass reads it).
 from __future__ import annotations
 
 import argparse
-import re
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 from triton.testing import do_bench
+
+from inductor_report import report_inductor
 
 
 @triton.jit
@@ -150,17 +151,9 @@ def main() -> None:
         for ms, w, rb, stages, programs, grid, evict_last in kiln_like[:3]:
             print(f"  one program per row, 1 stage, warps {w:2d} RBLOCK {rb:5d}: {ms:.4f} ms "
                   f"{copy_ms * scale / ms * 100:5.1f} % of copy")
-        compiled = torch.compile(op)
-        from torch._inductor.utils import run_and_get_code
-        _, codes = run_and_get_code(compiled, x)
-        ind_ms = do_bench(lambda: compiled(x))
-        print(f"Inductor: {ind_ms:.4f} ms {copy_ms * scale / ind_ms * 100:5.1f} % of copy "
-              f"({nbytes / 1e6:.0f} MB moved)")
-        for code in codes:
-            for line in code.splitlines():
-                if re.search(r"reduction_hint|triton_config|R0_BLOCK|num_warps|grid\(|for r0_offset|tl\.load", line):
-                    print("  ", line.strip()[:200])
-
+        report_inductor(op, (x,), lambda ms: copy_ms * scale / ms * 100,
+                        r"reduction_hint|triton_config|R0_BLOCK|num_warps|grid\(|for r0_offset|tl\.load",
+                        f" ({nbytes / 1e6:.0f} MB moved)")
 
 if __name__ == "__main__":
     main()

@@ -13,12 +13,13 @@ time and share of copy bandwidth, then Inductor's time and its kernel's config.
 from __future__ import annotations
 
 import argparse
-import re
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+from inductor_report import report_inductor
 
 
 @triton.jit
@@ -82,16 +83,8 @@ def main() -> None:
         for ms, xb, rb, w, r_first in results:
             if (xb, rb, w, r_first) == (64, 64, 8, False):
                 print(f"  Kiln's (64, 64, 8 warps, rows first): {ms:.4f} ms {copy_ms * scale / ms * 100:5.1f} %")
-        compiled = torch.compile(lambda a, b: a.t() + b)
-        from torch._inductor.utils import run_and_get_code
-        _, codes = run_and_get_code(compiled, x, z)
-        ind_ms = do_bench(lambda: compiled(x, z))
-        print(f"Inductor: {ind_ms:.4f} ms {copy_ms * scale / ind_ms * 100:5.1f} % of copy")
-        for code in codes:
-            for line in code.splitlines():
-                if re.search(r"triton_config|tiling|XBLOCK|YBLOCK|num_warps|tl\.load|tl\.store|program_id", line):
-                    print("  ", line.strip()[:200])
-
+        report_inductor(lambda a, b: a.t() + b, (x, z), lambda ms: copy_ms * scale / ms * 100,
+                        r"triton_config|tiling|XBLOCK|YBLOCK|num_warps|tl\.load|tl\.store|program_id")
 
 if __name__ == "__main__":
     main()

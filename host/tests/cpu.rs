@@ -36,6 +36,7 @@ fn host(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         .env_remove("KILN_PLUGIN_PATH")
         .env_remove("KILN_CXXFLAGS")
         .env_remove("KILN_DEVICE_CXXFLAGS")
+        .env_remove("KILN_BLAS")
         .env_remove("GXU_HOME");
     for (k, v) in env {
         cmd.env(k, v);
@@ -1012,6 +1013,208 @@ fn products_of_a_few_rows_stream_b_and_match() {
     for (name, text) in cases {
         run_checked(name, &text, &[], 1);
     }
+}
+
+/// A BLAS library for the tests: `cblas_sgemm` and `cblas_dgemm` with their
+/// full row-major semantics (either operand transposed, any leading
+/// dimension, alpha and beta), each call logged to `$FAKE_BLAS_LOG`, and
+/// OpenBLAS's thread setter, logged too.
+const FAKE_BLAS: &str = r#"
+#include <cstdio>
+#include <cstdlib>
+static void note(const char* line) {
+    const char* path = std::getenv("FAKE_BLAS_LOG");
+    if (path == nullptr) return;
+    if (FILE* f = std::fopen(path, "a")) {
+        std::fputs(line, f);
+        std::fclose(f);
+    }
+}
+template <typename T>
+static void gemm(const char* name, int layout, int ta, int tb, int m, int n, int k, T alpha, const T* a, int lda,
+                 const T* b, int ldb, T beta, T* c, int ldc) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%s layout=%d ta=%d tb=%d m=%d n=%d k=%d lda=%d ldb=%d ldc=%d\n", name, layout,
+                  ta, tb, m, n, k, lda, ldb, ldc);
+    note(line);
+    if (layout != 101) std::abort();
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+            double s = 0;
+            for (int p = 0; p < k; ++p)
+                s += double(ta == 111 ? a[i * lda + p] : a[p * lda + i]) *
+                     double(tb == 111 ? b[p * ldb + j] : b[j * ldb + p]);
+            c[i * ldc + j] = T(alpha * s) + (beta == T(0) ? T(0) : beta * c[i * ldc + j]);
+        }
+}
+extern "C" void cblas_sgemm(int layout, int ta, int tb, int m, int n, int k, float alpha, const float* a, int lda,
+                            const float* b, int ldb, float beta, float* c, int ldc) {
+    gemm("sgemm", layout, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+extern "C" void cblas_dgemm(int layout, int ta, int tb, int m, int n, int k, double alpha, const double* a, int lda,
+                            const double* b, int ldb, double beta, double* c, int ldc) {
+    gemm("dgemm", layout, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+extern "C" void openblas_set_num_threads(int n) {
+    char line[64];
+    std::snprintf(line, sizeof line, "threads %d\n", n);
+    note(line);
+}
+"#;
+
+#[test]
+fn large_float_products_call_a_blas_library_found_at_run_time_and_fall_back_to_kilns_own() {
+    let dir = scratch("blas");
+    let source = dir.join("fake_blas.cpp");
+    std::fs::write(&source, FAKE_BLAS).expect("fake BLAS source");
+    let lib = dir.join("libfake_blas.so");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let built = Command::new(&cxx)
+        .args(["-O1", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .output()
+        .expect("the C++ compiler runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // a @ b, a.t() @ b.t() (both transposed views), a batch, a linear layer
+    // (its weight transposed), one in float64, and one in bfloat16 (no BLAS).
+    let text = |dtype: &str| {
+        format!(
+            r#"format = "kiln-graph/1"
+name = "blas"
+outputs = ["y", "z", "w", "l"]
+
+[[inputs]]
+name = "a"
+shape = [37, 29]
+dtype = "{dtype}"
+
+[[inputs]]
+name = "b"
+shape = [29, 45]
+dtype = "{dtype}"
+
+[[inputs]]
+name = "c"
+shape = [3, 37, 29]
+dtype = "{dtype}"
+
+[[inputs]]
+name = "bb"
+shape = [3, 29, 45]
+dtype = "{dtype}"
+
+[[inputs]]
+name = "weight"
+shape = [45, 29]
+dtype = "{dtype}"
+
+[[inputs]]
+name = "bias"
+shape = [45]
+dtype = "{dtype}"
+
+[[nodes]]
+name = "y"
+op = "mm"
+args = ["a", "b"]
+
+[[nodes]]
+name = "at"
+op = "transpose"
+args = ["b", 0, 1]
+
+[[nodes]]
+name = "bt"
+op = "transpose"
+args = ["a", 0, 1]
+
+[[nodes]]
+name = "z"
+op = "mm"
+args = ["at", "bt"]
+
+[[nodes]]
+name = "w"
+op = "bmm"
+args = ["c", "bb"]
+
+[[nodes]]
+name = "l"
+op = "linear"
+args = ["a", "weight", "bias"]
+"#
+        )
+    };
+    let log = dir.join("calls.log");
+    let lib_path = lib.to_string_lossy().to_string();
+    let log_path = log.to_string_lossy().to_string();
+    let calls_on = |threads: &str, dtype: &str, flags: &str, blas: &str| -> String {
+        let _ = std::fs::remove_file(&log);
+        let env = [
+            ("KILN_CXXFLAGS", flags),
+            ("KILN_BLAS", blas),
+            ("FAKE_BLAS_LOG", log_path.as_str()),
+            ("OMP_NUM_THREADS", threads),
+        ];
+        run_checked(&format!("blas_{dtype}"), &text(dtype), &env, 4);
+        std::fs::read_to_string(&log).unwrap_or_default()
+    };
+    let calls = |dtype: &str, flags: &str, blas: &str| calls_on("2", dtype, flags, blas);
+    // Every product large enough (the threshold lowered to 0) goes to the
+    // library, with the layout each operand has.
+    let all = "-O1 -fopenmp -DKILN_MM_BLAS_MIN=0";
+    let log32 = calls("float32", all, &lib_path);
+    assert!(log32.contains("threads 2"), "{log32}");
+    for call in [
+        "sgemm layout=101 ta=111 tb=111 m=37 n=45 k=29 lda=29 ldb=45 ldc=45",
+        "sgemm layout=101 ta=112 tb=112 m=45 n=37 k=29 lda=45 ldb=29 ldc=37",
+        "sgemm layout=101 ta=111 tb=112 m=37 n=45 k=29 lda=29 ldb=29 ldc=45",
+    ] {
+        assert!(log32.contains(call), "missing {call:?} in\n{log32}");
+    }
+    // The batch: on two threads its small products stay Kiln's (one whole
+    // product per thread); on one, a call per entry.
+    let plain = "sgemm layout=101 ta=111 tb=111 m=37 n=45 k=29 lda=29 ldb=45 ldc=45";
+    assert_eq!(log32.matches(plain).count(), 1, "{log32}");
+    let serial = calls_on("1", "float32", all, &lib_path);
+    assert!(serial.contains("threads 1"), "{serial}");
+    assert_eq!(serial.matches(plain).count(), 4, "{serial}");
+    let log64 = calls("float64", all, &lib_path);
+    assert!(log64.contains("dgemm layout=101 ta=112 tb=112"), "{log64}");
+    assert!(!log64.contains("sgemm"), "{log64}");
+    // Kiln's own product: bfloat16, products below the default threshold,
+    // KILN_BLAS=off, and a KILN_BLAS that loads nothing (said once on stderr).
+    assert!(!calls("bfloat16", all, &lib_path).contains("gemm"));
+    assert!(!calls("float32", "-O1 -fopenmp", &lib_path).contains("gemm"));
+    assert!(!calls("float32", all, "off").contains("gemm"));
+    let graph = scratch("blas_missing").join("g.toml");
+    std::fs::write(&graph, text("float32")).expect("graph");
+    let (code, out, err) = host(
+        &[
+            "run",
+            &graph.to_string_lossy(),
+            "--device",
+            "cpu",
+            "--check",
+        ],
+        &[
+            ("KILN_CXXFLAGS", all),
+            ("KILN_BLAS", "/nonexistent/libkiln-no-blas.so"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("check: all 4 output(s) match"), "{out}");
+    assert_eq!(
+        err.matches("KILN_BLAS=/nonexistent/libkiln-no-blas.so: no library there loads")
+            .count(),
+        1,
+        "{err}"
+    );
 }
 
 #[test]

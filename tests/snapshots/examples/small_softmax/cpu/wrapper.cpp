@@ -38,6 +38,10 @@
 #ifndef KILN_MM_NC
 #define KILN_MM_NC 256
 #endif
+// Large float32/float64 products call a BLAS library found at run time ($KILN_BLAS; off keeps Kiln's own).
+#ifndef KILN_MM_BLAS
+#define KILN_MM_BLAS 1
+#endif
 
 // What the prelude itself uses, whatever the plugin's header includes.
 #include <algorithm>

@@ -141,6 +141,19 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
         let _ = (query, hint);
         None
     }
+    /// Ordered candidate configs for a reduction, or a pointwise kernel tiled
+    /// in two dims, given how it walks memory and how many passes it makes
+    /// over each row when it loops (API 1.4). The default, `None`, leaves the
+    /// host to ask [`DevicePlugin::hinted_reduction_configs`].
+    fn reduction_pass_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+        passes: u32,
+    ) -> Option<Vec<LaunchConfig>> {
+        let _ = (query, hint, passes);
+        None
+    }
     /// The compiler and linker flags a C++ program built on
     /// [`DevicePlugin::kernel_header`] and [`DevicePlugin::kernel_driver`]
     /// needs on this machine, found when called (API 1.3): `-I` and `-L`
@@ -466,6 +479,17 @@ extern "C" fn hinted_reduction_configs<P: DevicePlugin>(
 }
 
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
+extern "C" fn reduction_pass_configs<P: DevicePlugin>(
+    query: ReductionPassQuery,
+) -> PResult<ROption<abi_stable::std_types::RVec<LaunchConfig>>> {
+    with_plugin::<P, _>("reduction_pass_configs", |p| {
+        p.reduction_pass_configs(&query.query, query.hint, query.passes)
+            .map(Into::into)
+            .into()
+    })
+}
+
+#[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn adjust_grid<P: DevicePlugin>(grid: Grid) -> PResult<Grid> {
     with_plugin::<P, _>("adjust_grid", |p| p.adjust_grid(grid))
 }
@@ -531,6 +555,7 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             adjust_grid: adjust_grid::<P>,
             triton_target: triton_target::<P>,
             hinted_reduction_configs: hinted_reduction_configs::<P>,
+            reduction_pass_configs: reduction_pass_configs::<P>,
         }
         .leak_into_prefix(),
         #[cfg(not(feature = "__shorter_root_for_compat_test"))]

@@ -16,7 +16,7 @@ use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 use crate::types::{
     BackendSpec, DeviceProperties, Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery,
-    ReductionQuery, TritonTarget,
+    ReductionPassQuery, ReductionQuery, TritonTarget,
 };
 use crate::types::{LoadContext, Manifest, PluginError, ScratchCode, ScratchWorkspace};
 
@@ -148,4 +148,10 @@ pub struct Heuristics {
     /// the reduction configs of its shape).
     pub hinted_reduction_configs:
         extern "C" fn(HintedReductionQuery) -> PResult<ROption<RVec<LaunchConfig>>>,
+    /// Ordered candidate configs for a reduction (or tiled pointwise) kernel
+    /// given how it walks memory and how many passes it makes over each row
+    /// (API 1.4). `RNone`, or a plugin built before 1.4: the host asks
+    /// `hinted_reduction_configs`.
+    pub reduction_pass_configs:
+        extern "C" fn(ReductionPassQuery) -> PResult<ROption<RVec<LaunchConfig>>>,
 }

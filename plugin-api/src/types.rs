@@ -291,6 +291,25 @@ pub struct HintedReductionQuery {
     pub hint: ReductionHint,
 }
 
+/// A reduction kernel with its [`ReductionHint`] and the passes it makes over
+/// each row, for `reduction_pass_configs` (API 1.4). A persistent tile holds
+/// its row in registers and reads it once whatever the passes; a looped kernel
+/// reads it once per pass, so a kernel of one pass gains nothing from holding
+/// the row, and one of several gains the most.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReductionPassQuery {
+    /// The kernel's shape, as `reduction_configs` gets it.
+    pub query: ReductionQuery,
+    /// How it walks memory.
+    pub hint: ReductionHint,
+    /// Passes over each row when the kernel loops along it: 1 when it reduces
+    /// as it reads (a sum, a max, a mean and variance); more when it reads the
+    /// row again after reducing it (a softmax writes its output in a second
+    /// pass, a layer norm its normalised row). At least 1.
+    pub passes: u32,
+}
+
 /// One candidate launch configuration, as Inductor's `triton.Config` holds it.
 ///
 /// Pointwise configs leave `r_block` at 1; a reduction whose `r_block` covers

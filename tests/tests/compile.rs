@@ -350,6 +350,23 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
                 "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
             ),
         ),
+        // Rows of 8192 read once (a sum) and three times (a softmax).
+        (
+            "row_sum",
+            one_op_graph(
+                "row_sum",
+                &[2048, 8192],
+                "[[nodes]]\nname = \"y\"\nop = \"sum\"\nargs = [\"x\", [1]]\n",
+            ),
+        ),
+        (
+            "row_softmax",
+            one_op_graph(
+                "row_softmax",
+                &[2048, 8192],
+                "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
+            ),
+        ),
         // A long reduction into few results: split in two kernels.
         (
             "split",
@@ -427,6 +444,32 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
             meta.contains(&format!("\"RBLOCK\": {step}}}"))
                 && meta.contains(&format!("\"num_warps\": {warps},")),
             "{device}: {meta}"
+        );
+    }
+    // Rows of 8192: a sum reads each row once and loops on cuda, in steps of
+    // 4096 with 16 warps (holding the row gains it nothing); a softmax holds
+    // it whole (one read instead of three); the gxu's one-warp programs loop
+    // both by Inductor's 2048.
+    for (device, name, step, warps) in [
+        ("cuda", "row_sum", 4096, 16),
+        ("cuda", "row_softmax", 8192, 8),
+        ("gxu", "row_sum", 2048, 1),
+        ("gxu", "row_softmax", 2048, 1),
+    ] {
+        let code = &codes[&(name, device)];
+        let meta = code
+            .lines()
+            .find(|l| l.starts_with("    \"kiln_red_") && l.contains("\"signature\""))
+            .unwrap();
+        assert!(
+            meta.contains(&format!("\"RBLOCK\": {step}}}"))
+                && meta.contains(&format!("\"num_warps\": {warps},")),
+            "{device} {name}: {meta}"
+        );
+        assert_eq!(
+            code.contains("for roffset in range(0, rnumel, RBLOCK):"),
+            step < 8192,
+            "{device} {name}: looped only below a whole row:\n{code}"
         );
     }
     for device in ["cuda", "gxu"] {

@@ -4,7 +4,7 @@
 
 use kiln_plugin_api::{
     DeviceProperties, Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint,
-    ReductionQuery,
+    ReductionPassQuery, ReductionQuery,
 };
 
 use crate::schedule::ir::{Expr, Kernel, Program};
@@ -58,6 +58,19 @@ pub trait LaunchHeuristics {
         hint: ReductionHint,
     ) -> Result<Option<Vec<LaunchConfig>>, HeuristicsError> {
         let _ = (query, hint);
+        Ok(None)
+    }
+    /// Candidate configs for a reduction (or tiled pointwise) kernel that walks
+    /// memory as `hint` says and makes `passes` passes over each row when it
+    /// loops, best first; `None` when the device does not tell passes apart
+    /// (the host then asks [`Self::hinted_reduction_configs`]).
+    fn reduction_pass_configs(
+        &self,
+        query: ReductionQuery,
+        hint: ReductionHint,
+        passes: u32,
+    ) -> Result<Option<Vec<LaunchConfig>>, HeuristicsError> {
+        let _ = (query, hint, passes);
         Ok(None)
     }
     /// The properties of the device code is generated for (its first), where
@@ -114,6 +127,22 @@ impl LaunchHeuristics for Plugin {
         Ok(Plugin::hinted_reduction_configs(
             self,
             HintedReductionQuery { query, hint },
+        )?)
+    }
+
+    fn reduction_pass_configs(
+        &self,
+        query: ReductionQuery,
+        hint: ReductionHint,
+        passes: u32,
+    ) -> Result<Option<Vec<LaunchConfig>>, HeuristicsError> {
+        Ok(Plugin::reduction_pass_configs(
+            self,
+            ReductionPassQuery {
+                query,
+                hint,
+                passes,
+            },
         )?)
     }
 
@@ -197,14 +226,21 @@ pub fn kernel_configs(
             element_bytes,
         };
         let hint = reduction_hint(program, k);
-        match heuristics.hinted_reduction_configs(query, hint)? {
-            Some(mut configs) => {
-                if hint == ReductionHint::Outer && k.rereads_rows() {
-                    prefer_whole_rows(&mut configs, k.space.r);
+        let passes = k.row_passes();
+        if let Some(configs) = heuristics.reduction_pass_configs(query, hint, passes)? {
+            (configs, "reduction_pass_configs")
+        } else {
+            match heuristics.hinted_reduction_configs(query, hint)? {
+                Some(mut configs) => {
+                    // A plugin that cannot see the passes: the host prefers
+                    // whole rows for an outer reduction that reads them again.
+                    if hint == ReductionHint::Outer && passes > 1 {
+                        prefer_whole_rows(&mut configs, k.space.r);
+                    }
+                    (configs, "hinted_reduction_configs")
                 }
-                (configs, "hinted_reduction_configs")
+                None => (heuristics.reduction_configs(query)?, "reduction_configs"),
             }
-            None => (heuristics.reduction_configs(query)?, "reduction_configs"),
         }
     } else {
         let query = PointwiseQuery {

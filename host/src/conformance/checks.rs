@@ -78,7 +78,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("properties.warp_size", "warp_size, when given, is a power of two"),
         Check::new("properties.threads_per_block", "max_threads_per_block is a whole number of warps"),
         Check::new("heuristics.pointwise_sweep", "pointwise_configs for 1 to 2^31 elements (powers of two and odd sizes) gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
-        Check::new("heuristics.reduction_sweep", "reduction_configs (and hinted_reduction_configs for each hint, where provided) for 1 to 2^20 rows of 1 to 2^20 elements gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
+        Check::new("heuristics.reduction_sweep", "reduction_configs (and hinted_reduction_configs for each hint, and reduction_pass_configs for each hint and 1 to 3 passes, where provided) for 1 to 2^20 rows of 1 to 2^20 elements gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.thread_limit", "no config of either sweep needs more than max_threads_per_block threads (num_warps x warp_size)"),
         Check::new("heuristics.grid", "adjust_grid never shrinks a grid along any axis, never exceeds max_grid, and caps an axis above max_grid at exactly max_grid"),
         Check::new("heuristics.deterministic", "the same query always gives the same configs and the same grid"),

@@ -4,7 +4,7 @@
 
 use kiln_plugin_api::{
     DeviceProperties, Grid, HintedReductionQuery, LaunchConfig, PointwiseQuery, ReductionHint,
-    ReductionQuery,
+    ReductionPassQuery, ReductionQuery,
 };
 
 use super::{device_properties, Outcome};
@@ -148,7 +148,37 @@ fn hinted(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
     )
 }
 
-/// The reduction sweep, then the hinted one where the plugin provides it.
+/// `reduction_pass_configs` (API 1.4) over the reduction queries, for every
+/// hint and for one, two and three passes; `NotProvided` when the plugin does
+/// not tell passes apart.
+fn passes(plugin: &Plugin) -> Sweep<Vec<LaunchConfig>> {
+    let hints = [
+        ReductionHint::Inner,
+        ReductionHint::Outer,
+        ReductionHint::Tile,
+    ];
+    sweep(
+        reduction_queries().flat_map(move |query| {
+            hints.into_iter().flat_map(move |hint| {
+                (1..=3).map(move |passes| ReductionPassQuery {
+                    query,
+                    hint,
+                    passes,
+                })
+            })
+        }),
+        |q| {
+            format!(
+                "reduction_pass_configs(rows={}, row_len={}, hint={:?}, passes={})",
+                q.query.rows, q.query.row_len, q.hint, q.passes
+            )
+        },
+        |q| plugin.reduction_pass_configs(q),
+    )
+}
+
+/// The reduction sweep, then the hinted and the passes ones where the plugin
+/// provides them.
 fn reduction_and_hinted(
     plugin: &Plugin,
     problems_of: impl Fn(&str, &[LaunchConfig]) -> Vec<String>,
@@ -157,8 +187,15 @@ fn reduction_and_hinted(
     if plain.status != super::Status::Pass {
         return plain;
     }
-    match hinted(plugin) {
+    let hinted = match hinted(plugin) {
         Sweep::NotProvided => plain,
+        answers => configs_check(answers, &problems_of),
+    };
+    if hinted.status != super::Status::Pass {
+        return hinted;
+    }
+    match passes(plugin) {
+        Sweep::NotProvided => hinted,
         answers => configs_check(answers, &problems_of),
     }
 }
@@ -267,6 +304,7 @@ fn deterministic(plugin: &Plugin, props: &DeviceProperties) -> Outcome {
         differ(pointwise(plugin), pointwise(plugin)),
         differ(reduction(plugin), reduction(plugin)),
         differ(hinted(plugin), hinted(plugin)),
+        differ(passes(plugin), passes(plugin)),
         differ(adjusted(plugin, props), adjusted(plugin, props)),
     ];
     for result in results {

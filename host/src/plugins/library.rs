@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use abi_stable::std_types::{ROption, RResult, RStr};
 use kiln_plugin_api::{
     BackendSpec, DeviceProperties, Grid, HintedReductionQuery, KilnPluginRef, LaunchConfig,
-    Manifest, PluginError, PointwiseQuery, ReductionQuery, ScratchCode, ScratchWorkspace,
-    TritonTarget,
+    Manifest, PluginError, PointwiseQuery, ReductionPassQuery, ReductionQuery, ScratchCode,
+    ScratchWorkspace, TritonTarget,
 };
 
 /// A call into a plugin that returned an error (or panicked inside the plugin).
@@ -391,6 +391,24 @@ impl Plugin {
             None => Ok(None),
             Some(f) => self
                 .fail("hinted_reduction_configs", f(query))
+                .map(|v| v.into_option().map(|v| v.into_vec())),
+        }
+    }
+
+    /// `reduction_pass_configs(query)`; `None` when the plugin does not
+    /// provide it (it predates API 1.4, has no heuristics, or returns `RNone`).
+    pub fn reduction_pass_configs(
+        &self,
+        query: ReductionPassQuery,
+    ) -> Result<Option<Vec<LaunchConfig>>, CallError> {
+        match self
+            .root
+            .heuristics()
+            .and_then(|h| h.reduction_pass_configs())
+        {
+            None => Ok(None),
+            Some(f) => self
+                .fail("reduction_pass_configs", f(query))
                 .map(|v| v.into_option().map(|v| v.into_vec())),
         }
     }

@@ -466,13 +466,28 @@ impl Kernel {
         (uses_r, phase)
     }
 
-    /// Whether the kernel walks its rows more than once: a value along the row
-    /// that needs one of its reductions (the subtraction of a mean, a looped
-    /// variance after its mean), so the row is read again after it is reduced.
-    pub fn rereads_rows(&self) -> bool {
+    /// The passes a kernel that loops along its rows makes over each row: one
+    /// more than the latest phase of a value along the row that it stores or
+    /// reduces (1: every reduction reads the row as it goes; more: a value
+    /// along the row needs one of its reductions, as the subtraction of a mean
+    /// or a looped variance after its mean does; 3: a softmax's max, then its
+    /// sum, then its output). Code generators may merge passes
+    /// (an online softmax takes its max and sum in one), so this is at most
+    /// what a loop reads. At least 1.
+    pub fn row_passes(&self) -> u32 {
         let (uses_r, phase) = self.phases();
-        let late = |e: ExprId| phase[e.0 as usize] > 0 && uses_r[e.0 as usize];
-        self.stores.iter().any(|s| late(s.value)) || self.reductions.iter().any(|r| late(r.value))
+        let latest = self
+            .stores
+            .iter()
+            .map(|s| s.value)
+            .chain(self.reductions.iter().map(|r| r.value))
+            .filter(|e| uses_r[e.0 as usize])
+            .map(|e| phase[e.0 as usize])
+            .max()
+            .unwrap_or(0);
+        u32::try_from(latest)
+            .unwrap_or(u32::MAX - 1)
+            .saturating_add(1)
     }
 
     /// Expressions reachable from the stores and reductions: what a code

@@ -84,11 +84,10 @@ pub fn kernel_header(tiles: &MatmulTiles, narrower: Option<&MatmulTiles>) -> Str
 /// The prelude's matrix product calls a BLAS library's `cblas_sgemm` /
 /// `cblas_dgemm` for large float32 and float64 products where one is found
 /// at run time (MKL, OpenBLAS, BLIS, FlexiBLAS, or `$KILN_BLAS`), and runs
-/// its own blocked kernel otherwise: on two Sapphire Rapids cores, in the
-/// same runs, products of 512^3 to 2048^3 ran at 0.82-0.97 of torch.mm's
-/// speed through the system's OpenBLAS and at 0.78-0.94 in Kiln's kernel
-/// (`bench/cpu/mm_ab.py`; OpenBLAS called directly matched torch's MKL at
-/// 2048^3, `bench/cpu/blas_probe.py`). `-DKILN_MM_BLAS=0` (or `KILN_BLAS=off`
+/// its own blocked kernel otherwise. On two Sapphire Rapids cores the system's
+/// OpenBLAS measured alike to Kiln's kernel through it (0.87 and 0.86 of
+/// torch.mm's speed in the mean of 16 pairs, `bench/cpu/mm_ab.py`); MKL,
+/// where installed, is torch.mm's own kernel. `-DKILN_MM_BLAS=0` (or `KILN_BLAS=off`
 /// at run time) keeps Kiln's own.
 pub const BLAS: &str = "\
 // Large float32/float64 products call a BLAS library found at run time ($KILN_BLAS; off keeps Kiln's own).

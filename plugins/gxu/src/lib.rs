@@ -205,6 +205,20 @@ impl DevicePlugin for Gxu {
         ))
     }
 
+    fn reduction_pass_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+        passes: u32,
+    ) -> Option<Vec<LaunchConfig>> {
+        Some(triton_heuristics::reduction_pass_configs(
+            &self.limits(),
+            query,
+            hint,
+            passes,
+        ))
+    }
+
     fn adjust_grid(&self, grid: Grid) -> Grid {
         // The seed's rule: at most `grid_multiple` programs, or a multiple of
         // it; `max_grid` is itself a multiple, so capping keeps the granularity.

@@ -162,6 +162,20 @@ impl DevicePlugin for Xpu {
         ))
     }
 
+    fn reduction_pass_configs(
+        &self,
+        query: &ReductionQuery,
+        hint: ReductionHint,
+        passes: u32,
+    ) -> Option<Vec<LaunchConfig>> {
+        Some(triton_heuristics::reduction_pass_configs(
+            &self.limits(),
+            query,
+            hint,
+            passes,
+        ))
+    }
+
     fn adjust_grid(&self, grid: Grid) -> Grid {
         Grid::from_array(triton_heuristics::cap_grid(
             grid.to_array(),

@@ -509,7 +509,8 @@ static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t ldo, int64_t m0, 
 // Products of fewer multiply-adds (M x N x K) than this stay Kiln's own: on
 // two Sapphire Rapids cores, with the system's OpenBLAS, 256^3 and 384^3 ran
 // alike either way (0.73-0.75 and 0.85-0.86 of torch.mm's speed), 512^3
-// faster through the library (0.91-0.97 against 0.87-0.88).
+// faster through the library (0.91-0.97 against 0.87-0.88, two runs on a
+// machine whose timings move by 10 % between processes).
 #ifndef KILN_MM_BLAS_MIN
 #define KILN_MM_BLAS_MIN (int64_t(1) << 27)
 #endif

@@ -227,7 +227,9 @@ template <typename T> static inline T kiln_ipow(T base, T exp) {
 // onto the cache's sets and need few TLB entries. On two Sapphire Rapids
 // cores (THP in madvise mode) Kiln's 2048^3 and 1024x4096x1024 products ran
 // 0.84-0.88 of torch.mm's speed so, against 0.78-0.86 without, faster in 5
-// of 6 pairs. -DKILN_ARENA_HUGE_PAGES=0 keeps 64-byte-aligned 4 KiB pages.
+// of 6 pairs. The cost: a thread's packed block of b (512 KiB on that machine)
+// takes a whole 2 MiB page. -DKILN_ARENA_HUGE_PAGES=0 keeps 64-byte-aligned
+// 4 KiB pages.
 #ifndef KILN_ARENA_HUGE_PAGES
 #define KILN_ARENA_HUGE_PAGES 1
 #endif

@@ -1018,7 +1018,8 @@ fn products_of_a_few_rows_stream_b_and_match() {
 /// A BLAS library for the tests: `cblas_sgemm` and `cblas_dgemm` with their
 /// full row-major semantics (either operand transposed, any leading
 /// dimension, alpha and beta), each call logged to `$FAKE_BLAS_LOG`, and
-/// OpenBLAS's thread setter, logged too.
+/// OpenBLAS's thread setter, logged too; with `$FAKE_BLAS_WRONG` set, every
+/// product's first element is off by one.
 const FAKE_BLAS: &str = r#"
 #include <cstdio>
 #include <cstdlib>
@@ -1045,6 +1046,8 @@ static void gemm(const char* name, int layout, int ta, int tb, int m, int n, int
                 s += double(ta == 111 ? a[i * lda + p] : a[p * lda + i]) *
                      double(tb == 111 ? b[p * ldb + j] : b[j * ldb + p]);
             c[i * ldc + j] = T(alpha * s) + (beta == T(0) ? T(0) : beta * c[i * ldc + j]);
+    // A broken library, for the test that Kiln checks one before using it.
+    if (std::getenv("FAKE_BLAS_WRONG") != nullptr && m > 0 && n > 0) c[0] += T(1);
         }
 }
 extern "C" void cblas_sgemm(int layout, int ta, int tb, int m, int n, int k, float alpha, const float* a, int lda,
@@ -1186,7 +1189,22 @@ args = ["a", "weight", "bias"]
     assert_eq!(serial.matches(plain).count(), 4, "{serial}");
     let log64 = calls("float64", all, &lib_path);
     assert!(log64.contains("dgemm layout=101 ta=112 tb=112"), "{log64}");
-    assert!(!log64.contains("sgemm"), "{log64}");
+    // Before its first use, each routine of the library is checked on a
+    // small product, plain and transposed (m=3 n=4 k=2); float64's products
+    // call no sgemm besides.
+    for probe in [
+        "gemm layout=101 ta=111 tb=111 m=3 n=4 k=2 lda=3 ldb=5 ldc=6",
+        "gemm layout=101 ta=112 tb=112 m=3 n=4 k=2 lda=4 ldb=3 ldc=6",
+    ] {
+        assert!(log64.contains(&format!("s{probe}")), "{log64}");
+        assert!(log64.contains(&format!("d{probe}")), "{log64}");
+    }
+    assert!(
+        !log64
+            .lines()
+            .any(|l| l.starts_with("sgemm") && !l.contains("m=3 n=4 k=2")),
+        "{log64}"
+    );
     // Kiln's own product: bfloat16, products below the default threshold,
     // KILN_BLAS=off, and a KILN_BLAS that loads nothing (said once on stderr).
     assert!(!calls("bfloat16", all, &lib_path).contains("gemm"));
@@ -1214,6 +1232,38 @@ args = ["a", "weight", "bias"]
             .count(),
         1,
         "{err}"
+    );
+    // A library that gets Kiln's test product wrong is said once and not
+    // used: the only call it sees is that test.
+    let _ = std::fs::remove_file(&log);
+    let (code, out, err) = host(
+        &[
+            "run",
+            &graph.to_string_lossy(),
+            "--device",
+            "cpu",
+            "--check",
+        ],
+        &[
+            ("KILN_CXXFLAGS", all),
+            ("KILN_BLAS", lib_path.as_str()),
+            ("FAKE_BLAS_WRONG", "1"),
+            ("FAKE_BLAS_LOG", log_path.as_str()),
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("check: all 4 output(s) match"), "{out}");
+    assert_eq!(
+        err.matches("computed a test matrix product wrongly")
+            .count(),
+        1,
+        "{err}"
+    );
+    let probed = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(probed.lines().count(), 1, "{probed}");
+    assert!(
+        probed.contains("sgemm layout=101 ta=111 tb=111 m=3 n=4 k=2 lda=3 ldb=5 ldc=6"),
+        "{probed}"
     );
 }
 

@@ -559,6 +559,40 @@ struct KilnBlas {
 // unoptimised reference BLAS.
 static const char* const kKilnBlasLibraries =
     "libmkl_rt.so.2:libmkl_rt.so:libopenblas.so.0:libopenblas.so:libblis.so.4:libblis.so:libflexiblas.so.3";
+// Whether `gemm` (a cblas_?gemm) computes a small product exactly right, with
+// either operand transposed, leading dimensions wider than the operands and
+// a result full of NaN beforehand (beta 0 must not read it). A library that
+// does not (one built for 64-bit integers under the usual names, say) is not
+// used: a wrong call would be a wrong answer or a crash.
+template <typename T, typename Gemm>
+static bool kiln_blas_probe(Gemm gemm) {
+    constexpr int M = 3, N = 4, K = 2, LDA = 3, LDB = 5, LDC = 6;
+    constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+    T a[M * LDA], at[K * (M + 1)], b[K * LDB], bt[N * (K + 1)], want[M * N];
+    for (int i = 0; i < M; ++i)
+        for (int k = 0; k < K; ++k) a[i * LDA + k] = at[k * (M + 1) + i] = T(1 + i + 2 * k);
+    for (int k = 0; k < K; ++k)
+        for (int j = 0; j < N; ++j) b[k * LDB + j] = bt[j * (K + 1) + k] = T(j - 3 * k);
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            T sum = T(0);
+            for (int k = 0; k < K; ++k) sum += a[i * LDA + k] * b[k * LDB + j];
+            want[i * N + j] = sum;
+        }
+    for (int trans = 0; trans < 2; ++trans) {
+        T c[M * LDC];
+        for (T& v : c) v = std::numeric_limits<T>::quiet_NaN();
+        if (trans == 0)
+            gemm(kRowMajor, kNoTrans, kNoTrans, M, N, K, T(1), a, LDA, b, LDB, T(0), c, LDC);
+        else
+            gemm(kRowMajor, kTrans, kTrans, M, N, K, T(1), at, M + 1, bt, K + 1, T(0), c, LDC);
+        for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j)
+                if (!(c[i * LDC + j] == want[i * N + j])) return false;
+    }
+    return true;
+}
+
 static KilnBlas kiln_blas_open() {
     KilnBlas blas;
     const char* env = std::getenv("KILN_BLAS");
@@ -584,8 +618,17 @@ static KilnBlas kiln_blas_open() {
             dlclose(handle);
             continue;
         }
+        if (!kiln_blas_probe<float>(reinterpret_cast<KilnSgemm>(sgemm))) {
+            std::fprintf(stderr,
+                         "kiln: %s computed a test matrix product wrongly (a library built for 64-bit integers?); "
+                         "it is not used (set KILN_BLAS to another BLAS library, or to off)\n",
+                         lib);
+            dlclose(handle);
+            continue;
+        }
         blas.sgemm = reinterpret_cast<KilnSgemm>(sgemm);
         blas.dgemm = reinterpret_cast<KilnDgemm>(dlsym(handle, "cblas_dgemm"));
+        if (blas.dgemm != nullptr && !kiln_blas_probe<double>(blas.dgemm)) blas.dgemm = nullptr;
 #ifdef _OPENMP
         const int threads = omp_get_max_threads();
 #else

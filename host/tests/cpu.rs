@@ -213,14 +213,20 @@ name = "empty"
 op = "mm"
 args = ["e", "f"]
 "#;
+    // Every panel of rows in one phase, all steps of the shared dimension.
     let tiny = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=32";
+    // A panel budget smaller than one panel's steps: chunks of two steps,
+    // a phase per panel and chunk; and 128-column blocks narrowed to 32
+    // (two 16-column slivers) to give each thread its tasks, the last ragged.
+    let chunked = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=128 -DKILN_MM_NR=16 \
+                   -DKILN_MM_PANEL_BYTES=1024";
     // The plugin's own tiles: one step of the shared dimension.
     let plugin = "-O1 -fopenmp";
     // bfloat16 sums in float scratch and converts after the last step; two
     // threads take the batch's products one each, four share each product.
     for dtype in ["float32", "bfloat16"] {
         let typed = text.replace("float32", dtype);
-        for flags in [tiny, plugin] {
+        for flags in [tiny, chunked, plugin] {
             for threads in ["1", "2", "4"] {
                 let env = [("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)];
                 run_checked(&format!("mm_tiles_{dtype}"), &typed, &env, 4);

@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).
@@ -857,6 +858,11 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
     const int64_t nblocks = (N + nb - 1) / nb;
     const int64_t parts =
         std::max<int64_t>(1, std::min<int64_t>(MP / MR, (2 * threads + nblocks * group - 1) / (nblocks * group)));
+    // Panel g: its first row, its rows and its slivers.
+    auto panel = [&](int64_t g) {
+        const int64_t m0 = g * MP, mp = std::min<int64_t>(MP, M - m0);
+        return std::make_tuple(m0, mp, (mp + MR - 1) / MR);
+    };
 #pragma omp parallel reduction(| : failed) if (threads > 1)
     {
         static thread_local KilnArena b_arena;
@@ -877,8 +883,7 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
                     for (int64_t g = g0; g < g1; ++g)
                         for (int64_t st = 0; st < nsteps; ++st)
                             for (int64_t is = 0; is < MP / MR; ++is) {
-                                const int64_t m0 = g * MP, mp = std::min<int64_t>(MP, M - m0);
-                                const int64_t slivers = (mp + MR - 1) / MR;
+                                const auto [m0, mp, slivers] = panel(g);
                                 if (is >= slivers) continue;
                                 const int64_t k0 = c0 + st * KS;
                                 pack_panel(ap + (g - g0) * MP * chunk_len + (k0 - c0) * slivers * MR, bi, m0, mp, k0,
@@ -889,8 +894,7 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
                         if (!ok) continue;
                         const int64_t g = g0 + task / (nblocks * parts);
                         const int64_t blk = task / parts % nblocks, part = task % parts;
-                        const int64_t m0 = g * MP, mp = std::min<int64_t>(MP, M - m0);
-                        const int64_t slivers = (mp + MR - 1) / MR;
+                        const auto [m0, mp, slivers] = panel(g);
                         for (int64_t k0 = c0; k0 < c1; k0 += KS)
                             kiln_mm_task<Acc>(bi, M, ldo, m0, mp, k0, std::min<int64_t>(KS, K - k0),
                                               k0 + KS >= K, blk * nb, std::min<int64_t>(nb, N - blk * nb),

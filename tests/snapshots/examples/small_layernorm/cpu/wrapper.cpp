@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).

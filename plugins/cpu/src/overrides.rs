@@ -78,17 +78,34 @@ pub fn kernel_header(tiles: &MatmulTiles, narrower: Option<&MatmulTiles>) -> Str
         text += &tile_defines(narrower);
         text += "#endif\n";
     }
-    text + &tile_defines(tiles) + BLAS
+    text += &tile_defines(tiles);
+    if tiles.vbytes >= 64 {
+        text += BLAS_64;
+    }
+    text + BLAS
 }
+
+/// Where the compiler targets the host's 64-byte vectors, only MKL (torch's
+/// own kernel) is preferred to Kiln's: on two Sapphire Rapids cores Kiln's
+/// kernel ran 2048^2 at 0.82-1.02 of `torch.mm`'s speed (mean 0.94) against
+/// the system's OpenBLAS at 0.85-1.01 (mean 0.92), at least as fast in 7 of 8
+/// pairs over four machine instances (over four shapes, 0.89 against 0.88;
+/// `bench/cpu/results/2026-11-25-mm-packing-xeon.txt`), and on Zen 4 at
+/// 0.93-1.02 of numpy's OpenBLAS. `KILN_BLAS=libopenblas.so.0` still calls
+/// OpenBLAS.
+pub const BLAS_64: &str = "\
+#if defined(__AVX512F__) && !defined(KILN_MM_BLAS_LIBRARIES)
+// 64-byte vectors: Kiln's own product unless MKL is installed.
+#define KILN_MM_BLAS_LIBRARIES \"libmkl_rt.so.2:libmkl_rt.so\"
+#endif
+";
 
 /// The prelude's matrix product calls a BLAS library's `cblas_sgemm` /
 /// `cblas_dgemm` for large float32 and float64 products where one is found
-/// at run time (MKL, OpenBLAS, BLIS, FlexiBLAS, or `$KILN_BLAS`), and runs
-/// its own blocked kernel otherwise. On two Sapphire Rapids cores the system's
-/// OpenBLAS measured alike to Kiln's kernel through it (0.87 and 0.86 of
-/// torch.mm's speed in the mean of 16 pairs, `bench/cpu/mm_ab.py`); MKL,
-/// where installed, is torch.mm's own kernel. `-DKILN_MM_BLAS=0` (or `KILN_BLAS=off`
-/// at run time) keeps Kiln's own.
+/// at run time (MKL, then — except where [`BLAS_64`] applies — OpenBLAS,
+/// BLIS, FlexiBLAS; or `$KILN_BLAS`), and runs its own blocked kernel
+/// otherwise. MKL, where installed, is torch.mm's own kernel.
+/// `-DKILN_MM_BLAS=0` (or `KILN_BLAS=off` at run time) keeps Kiln's own.
 pub const BLAS: &str = "\
 // Large float32/float64 products call a BLAS library found at run time ($KILN_BLAS; off keeps Kiln's own).
 #ifndef KILN_MM_BLAS

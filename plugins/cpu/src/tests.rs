@@ -169,3 +169,30 @@ fn a_host_with_64_byte_vectors_asks_gcc_for_them_after_the_includes() {
     let header = overrides::kernel_header(&narrow, None);
     assert!(!header.contains("prefer-vector-width"));
 }
+
+#[test]
+fn with_64_byte_vectors_only_mkl_is_preferred_to_kilns_own_product() {
+    let limits = |simd_bytes| heuristics::CpuLimits {
+        cores: 2,
+        simd_bytes,
+        l1d_bytes: 48 << 10,
+        l2_bytes: 2 << 20,
+    };
+    let wide = heuristics::matmul_tiles(&limits(64));
+    let narrow = heuristics::matmul_tiles(&limits(32));
+    let header = overrides::kernel_header(&wide, Some(&narrow));
+    let define = header
+        .find("#define KILN_MM_BLAS_LIBRARIES \"libmkl_rt.so.2:libmkl_rt.so\"")
+        .expect("the library list");
+    // Only where the compiler targets AVX-512 (else the 32-byte tiles run, and
+    // OpenBLAS's own dispatch is faster), and a list given in the flags wins.
+    let guard = header[..define].rfind("#if ").expect("guarded");
+    for condition in ["__AVX512F__", "!defined(KILN_MM_BLAS_LIBRARIES)"] {
+        assert!(header[guard..define].contains(condition), "{condition}");
+    }
+    assert!(!header.contains("openblas"));
+    checks::assert_balanced("kernel_header", &header);
+    // A host without 64-byte vectors keeps the prelude's whole list.
+    let header = overrides::kernel_header(&narrow, None);
+    assert!(!header.contains("KILN_MM_BLAS_LIBRARIES"));
+}

@@ -579,7 +579,8 @@ static inline void kiln_mm_task(int64_t bi, int64_t M, int64_t ldo, int64_t m0, 
 // products where the device plugin allows it (its kernel_header defines
 // KILN_MM_BLAS 1) and one is found when the first product runs:
 // `$KILN_BLAS` (a library, or several separated by ':', loaded with dlopen),
-// else the first of kKilnBlasLibraries that loads and exports cblas_sgemm.
+// else the first of KILN_MM_BLAS_LIBRARIES (the plugin's choice, or the
+// list below) that loads and exports cblas_sgemm.
 // KILN_BLAS=off (or 0, or empty) keeps Kiln's own product. A KILN_BLAS that
 // names nothing loadable is reported once on stderr, and Kiln's own product
 // runs. The library's threads are set to Kiln's (OpenBLAS, MKL, BLIS).
@@ -606,11 +607,15 @@ struct KilnBlas {
     KilnSgemm sgemm = nullptr;
     KilnDgemm dgemm = nullptr;
 };
-// MKL's single dynamic library, OpenBLAS, BLIS, FlexiBLAS (which forwards
-// to the system's chosen BLAS). Not libblas.so.3: that may be the
-// unoptimised reference BLAS.
-static const char* const kKilnBlasLibraries =
-    "libmkl_rt.so.2:libmkl_rt.so:libopenblas.so.0:libopenblas.so:libblis.so.4:libblis.so:libflexiblas.so.3";
+// By default MKL's single dynamic library, OpenBLAS, BLIS, FlexiBLAS (which
+// forwards to the system's chosen BLAS); a plugin's header may name fewer
+// (the cpu plugin's, on hosts where its own kernel measures at or above
+// OpenBLAS). Not libblas.so.3: that may be the unoptimised reference BLAS.
+#ifndef KILN_MM_BLAS_LIBRARIES
+#define KILN_MM_BLAS_LIBRARIES \
+    "libmkl_rt.so.2:libmkl_rt.so:libopenblas.so.0:libopenblas.so:libblis.so.4:libblis.so:libflexiblas.so.3"
+#endif
+static const char* const kKilnBlasLibraries = KILN_MM_BLAS_LIBRARIES;
 // Whether `gemm` (a cblas_?gemm) computes a small product exactly right, with
 // either operand transposed, leading dimensions wider than the operands and
 // a result full of NaN beforehand (beta 0 must not read it). A library that

@@ -24,8 +24,8 @@ pub struct RunArgs {
     /// The device, optionally with its index (`cuda:1`). A C++ device (`cpu`) runs its C++
     /// kernels, built with $CXX and $KILN_CXXFLAGS (default: the flags on wrapper.cpp's `// Build:`
     /// line); the cpu device's large float32/float64 matrix products call a BLAS library found
-    /// when they first run ($KILN_BLAS, else MKL, OpenBLAS, BLIS or FlexiBLAS; KILN_BLAS=off keeps
-    /// Kiln's own kernel). A Triton device (`cuda`) runs the C++ wrapper of `host compile --wrapper cpp`,
+    /// when they first run ($KILN_BLAS, else MKL, and on hosts built without AVX-512 also OpenBLAS,
+    /// BLIS or FlexiBLAS; KILN_BLAS=off keeps Kiln's own kernel). A Triton device (`cuda`) runs the C++ wrapper of `host compile --wrapper cpp`,
     /// built with $CXX (default c++) and the plugin's flags (for cuda: the CUDA toolkit under
     /// $CUDA_HOME, else nvcc's, else /usr/local/cuda, with cuBLAS and the driver library), plus
     /// $KILN_DEVICE_CXXFLAGS. Its kernels are compiled by Triton through $KILN_PYTHON (default

@@ -61,12 +61,19 @@ def build(host: Path, work: Path, m: int, k: int, n: int, name: str, flags: str,
     return folder / "kiln.so"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The options this script and mm_profile.py share: the host, the cores, the shapes and
+    the variants (NAME=FLAGS)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--host", type=Path, required=True)
     p.add_argument("--cores", default="0,1")
     p.add_argument("--shape", nargs="*", default=["2048,2048,2048", "1024,4096,1024", "1000,999,1001"])
     p.add_argument("--variant", nargs="*", default=[], help="NAME=FLAGS, e.g. kc256=-DKILN_MM_KC=256")
+    return p
+
+
+def main() -> None:
+    p = arguments(__doc__)
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args()
     import torch

@@ -18,7 +18,6 @@ time of all the calls, per thread.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from inductor import parse_cores  # noqa: E402
-from mm_ab import GRAPH  # noqa: E402
+from mm_ab import GRAPH, arguments  # noqa: E402
 
 TIMERS = r"""#include <x86intrin.h>
 #include <omp.h>
@@ -117,11 +116,7 @@ def profiled(wrapper: str) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--host", type=Path, required=True)
-    p.add_argument("--cores", default="0,1")
-    p.add_argument("--shape", nargs="*", default=["2048,2048,2048", "1024,4096,1024", "1000,999,1001"])
-    p.add_argument("--variant", nargs="*", default=[], help="NAME=FLAGS, e.g. kc256=-DKILN_MM_KC=256")
+    p = arguments(__doc__)
     p.add_argument("--reps", type=int, default=10)
     args = p.parse_args()
     threads = len(parse_cores(args.cores))

@@ -141,16 +141,24 @@ fn grid_is_identity_within_int64() {
     checks::assert_grid_never_shrinks(&p);
 }
 
-#[test]
-fn a_host_with_64_byte_vectors_asks_gcc_for_them_after_the_includes() {
+/// The tiles of a host like a Sapphire Rapids core (48 KiB L1, 2 MiB L2) for
+/// its 64-byte vectors, and for 32-byte ones.
+fn sapphire_rapids_tiles() -> (heuristics::MatmulTiles, heuristics::MatmulTiles) {
     let limits = |simd_bytes| heuristics::CpuLimits {
         cores: 2,
         simd_bytes,
         l1d_bytes: 48 << 10,
         l2_bytes: 2 << 20,
     };
-    let wide = heuristics::matmul_tiles(&limits(64));
-    let narrow = heuristics::matmul_tiles(&limits(32));
+    (
+        heuristics::matmul_tiles(&limits(64)),
+        heuristics::matmul_tiles(&limits(32)),
+    )
+}
+
+#[test]
+fn a_host_with_64_byte_vectors_asks_gcc_for_them_after_the_includes() {
+    let (wide, narrow) = sapphire_rapids_tiles();
     let header = overrides::kernel_header(&wide, Some(&narrow));
     let pragma = header
         .find("#pragma GCC target(\"prefer-vector-width=512\")")
@@ -172,14 +180,7 @@ fn a_host_with_64_byte_vectors_asks_gcc_for_them_after_the_includes() {
 
 #[test]
 fn with_64_byte_vectors_only_mkl_is_preferred_to_kilns_own_product() {
-    let limits = |simd_bytes| heuristics::CpuLimits {
-        cores: 2,
-        simd_bytes,
-        l1d_bytes: 48 << 10,
-        l2_bytes: 2 << 20,
-    };
-    let wide = heuristics::matmul_tiles(&limits(64));
-    let narrow = heuristics::matmul_tiles(&limits(32));
+    let (wide, narrow) = sapphire_rapids_tiles();
     let header = overrides::kernel_header(&wide, Some(&narrow));
     let define = header
         .find("#define KILN_MM_BLAS_LIBRARIES \"libmkl_rt.so.2:libmkl_rt.so\"")

@@ -421,7 +421,6 @@ template <typename Acc, typename T, typename Load>
 static inline void kiln_mm_pack_b_block(Acc* bp, const T* b, int64_t base, int64_t b_sk, int64_t b_sn, int64_t kc,
                                         int64_t nc, Load load) {
     constexpr int64_t NR = KILN_MM_NR;
-    const int64_t slivers = (nc + NR - 1) / NR;
     if (b_sn == 1) {
         const int64_t whole = nc / NR, tail = nc - whole * NR;
         const int64_t bytes = nc * int64_t(sizeof(T));
@@ -446,7 +445,7 @@ static inline void kiln_mm_pack_b_block(Acc* bp, const T* b, int64_t base, int64
         }
         return;
     }
-    for (int64_t s = 0; s < slivers; ++s)
+    for (int64_t s = 0; s * NR < nc; ++s)
         kiln_mm_pack_b<Acc>(bp + s * NR * kc, b, base + s * NR * b_sn, b_sk, b_sn, kc, std::min<int64_t>(NR, nc - s * NR),
                             load);
 }

@@ -120,6 +120,15 @@ def cases() -> dict[str, str]:
     out["permute_021_64x256x256"] = graph("permute021", [("x", [64, 256, 256], "float32")],
                                           [("t", "permute", ["x", [0, 2, 1]]), ("y", "contiguous", ["t"])],
                                           ["y"])
+    # Sides that are no power of two (rows 12 000 and 4 000 bytes apart), a bias added
+    # along the transposed rows. Made contiguous: eager and Inductor would otherwise give
+    # the sum in the transposed operand's layout (no transpose at all), Kiln row-major.
+    out["transpose_bias_1000x3000"] = graph(
+        "transpose_bias", [("x", [1000, 3000], "float32"), ("b", [1000], "float32")],
+        [("t", "transpose", ["x", 0, 1]), ("s", "add", ["t", "b"]), ("y", "contiguous", ["s"])], ["y"])
+    out["permute_021_int32_24x500x300"] = graph(
+        "permute021_int32", [("x", [24, 500, 300], "int32")],
+        [("t", "permute", ["x", [0, 2, 1]]), ("y", "contiguous", ["t"])], ["y"])
     out["permute_heads_bias_8x128x12x64"] = graph(
         "permute_heads", [("x", [8, 128, 12, 64], "float32"), ("b", [64], "float32")],
         [("t", "permute", ["x", [0, 2, 1, 3]]), ("y", "add", ["t", "b"])], ["y"])

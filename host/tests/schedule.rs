@@ -408,15 +408,15 @@ fn an_outer_reduction_is_split_into_many_short_programs_an_inner_one_into_few_lo
 }
 
 #[test]
-fn cpp_transposes_with_strides_of_a_page_run_on_tiles_short_strides_stay_flat() {
+fn cpp_transposes_run_on_tiles_where_staged_or_strided_by_a_page() {
     let rows = kiln::schedule::Options {
         tiling: kiln::schedule::Tiling::Rows,
         ..Default::default()
     };
-    let space_of = |shape: &[i64], dims: &str| {
+    let space_of = |shape: &[i64], dims: &str, dtype: &str| {
         let text = format!(
             "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
-             [[inputs]]\nname = \"x\"\nshape = {shape:?}\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"x\"\nshape = {shape:?}\ndtype = \"{dtype}\"\n\n\
              [[nodes]]\nname = \"p\"\nop = \"permute\"\nargs = [\"x\", {dims}]\n\n\
              [[nodes]]\nname = \"y\"\nop = \"contiguous\"\nargs = [\"p\"]\n"
         );
@@ -424,17 +424,18 @@ fn cpp_transposes_with_strides_of_a_page_run_on_tiles_short_strides_stay_flat() 
         kiln::passes::run_pipeline(&mut g).expect("passes");
         let s = kiln::schedule::schedule_with(&g, &rows).expect("schedule");
         let spaces = kernel_spaces(&s);
-        assert_eq!(spaces.len(), 1, "{shape:?} {dims}");
+        assert_eq!(spaces.len(), 1, "{shape:?} {dims} {dtype}");
         spaces[0]
     };
-    // Rows 2048 long read down a column: tiles of rows by row elements.
-    let s = space_of(&[2048, 2048], "[1, 0]");
+    // 4-byte elements read down columns: tiles (the writer stages them).
+    let s = space_of(&[2048, 2048], "[1, 0]", "float32");
     assert!(s.r >= 16 && s.x >= 16, "{s:?}");
-    // A batched permute whose read strides 700 elements: tiled too.
-    let s = space_of(&[3, 37, 700], "[0, 2, 1]");
+    let s = space_of(&[64, 256, 256], "[0, 2, 1]", "int32");
     assert!(s.r > 1, "{s:?}");
-    // Strides of 256 elements: neighbouring rows share their lines, flat.
-    let s = space_of(&[64, 256, 256], "[0, 2, 1]");
+    // Other widths: tiles only where the read strides by a page or more.
+    let s = space_of(&[3, 37, 700], "[0, 2, 1]", "float64");
+    assert!(s.r > 1, "{s:?}");
+    let s = space_of(&[64, 256, 256], "[0, 2, 1]", "bfloat16");
     assert_eq!(s.r, 1, "{s:?}");
 }
 

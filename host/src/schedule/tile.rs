@@ -61,7 +61,7 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
     if space.r != 1 || space.x < MIN_ROW_SPLIT {
         return space;
     }
-    let simd = |space: Space, index: &Index| {
+    let simd = |space: Space, index: &Index, _: i64| {
         let inner = if space.r > 1 { Var::R } else { Var::X };
         matches!(index.step_along(inner), Some(-1..=1))
     };
@@ -91,28 +91,38 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
         }
     }
     // A kernel that reads across the dim it writes along (a transpose, a
-    // permute copy) steps by one inside no row loop. Where its other side
-    // strides by a page or more per element (every element a TLB miss in a
-    // flat walk), it runs on square tiles of rows by row elements instead,
-    // where every access that steps by one along either side uses whole cache
-    // lines (the C++ writer's tiled loop), when that covers at least a quarter
-    // more of its bytes. Shorter strides stay flat: their lines stay cached
-    // between neighbouring rows, and the flat loop vectorises (gathers) where
-    // the tiled one runs element by element (2 EPYC cores: a 2048^2 transpose
-    // 12.3 -> 7.5 ms tiled; [64, 256, 256] -> (0, 2, 1), 1 KiB strides,
-    // 2.2 ms flat against 3.7 tiled).
+    // permute copy) steps by one inside no row loop. It runs on square tiles
+    // of rows by row elements instead (the C++ writer's tiled loop), when that
+    // covers at least a quarter more of its bytes, and where a tile pays:
+    // - the read is of 4-byte elements, steps by one across rows and by a
+    //   constant stride along them inside every aligned tile: the writer stages
+    //   it through registers (`kiln_tile_transpose`), so that both sides move
+    //   as vectors (2 EPYC cores: a 2048^2 transpose 12.3 ms flat, 2.1 tiled;
+    //   2 Sapphire Rapids cores: 2048^2 2.9 ms in unstaged tiles, 1.4-1.6
+    //   staged, [64, 256, 256] -> (0, 2, 1) 3.2 flat, 1.0-1.1 staged);
+    // - or its stride is a page or more per element (every element a TLB miss
+    //   in a flat walk): element by element inside the tile still beats that
+    //   (7.5 ms for the same transpose unstaged). Shorter strides of other
+    //   widths stay flat: their lines stay cached between neighbouring rows,
+    //   and the flat loop vectorises (gathers) where an unstaged tile runs
+    //   element by element ([64, 256, 256] -> (0, 2, 1): 2.2 ms flat, 3.7 tiled).
     if best.0 < total {
         let tiled = tiled_space(graph, low, members, space);
         if tiled.r > 1 {
-            let far = |space: Space, index: &Index| {
+            let pays = |space: Space, index: &Index, bytes: i64| {
                 let walk = space.access(index, 1);
                 let stride = (index.eval(0, 1) - index.eval(0, 0)).abs();
-                walk.unit_across_rows && !walk.unit_along_row && stride >= PAGE_ELEMENTS
+                let staged = bytes == 4
+                    && index.block_step(Var::X, CPP_TILE) == Some(1)
+                    && index
+                        .block_step(Var::R, CPP_TILE)
+                        .is_some_and(|s| s.abs() > 1);
+                walk.unit_across_rows && !walk.unit_along_row && (staged || stride >= PAGE_ELEMENTS)
             };
-            let strides_far =
-                walked_bytes(graph, low, members, tiled, far).is_some_and(|(bytes, _)| bytes > 0);
+            let tile_pays =
+                walked_bytes(graph, low, members, tiled, pays).is_some_and(|(bytes, _)| bytes > 0);
             if let Some((bytes, _)) = coalesced_bytes(graph, low, members, tiled) {
-                if strides_far && bytes >= best.0.saturating_add(total / 4) {
+                if tile_pays && bytes >= best.0.saturating_add(total / 4) {
                     return tiled;
                 }
             }
@@ -120,6 +130,11 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
     }
     best.1
 }
+
+/// Rows and row elements of the C++ writer's tiles for kernels that read
+/// across the dim they write along: 32 float32 elements are two 64-byte
+/// lines, so a 32 x 32 tile touches whole lines on both sides and stays in L1.
+pub const CPP_TILE: i64 = 32;
 
 /// Elements of a stride from which a flat walk lands on a new page nearly
 /// every element (4 KiB of 8-byte elements, 2 KiB of 4-byte ones).
@@ -139,7 +154,7 @@ fn coalesced_bytes(
     members: &[SNodeId],
     space: Space,
 ) -> Option<(i64, i64)> {
-    walked_bytes(graph, low, members, space, |space, index| {
+    walked_bytes(graph, low, members, space, |space, index, _| {
         let access = space.access(index, 1);
         access.unit_along_row || access.unit_across_rows
     })
@@ -153,7 +168,7 @@ fn walked_bytes(
     low: &Lowered,
     members: &[SNodeId],
     space: Space,
-    good: impl Fn(Space, &Index) -> bool,
+    good: impl Fn(Space, &Index, i64) -> bool,
 ) -> Option<(i64, i64)> {
     let mut b = KernelBuilder::new(graph, low, space);
     for m in members {
@@ -166,9 +181,10 @@ fn walked_bytes(
     });
     let stores = b.stores.iter().map(|(_, s)| (s.buf, &s.index));
     for (buf, index) in loads.chain(stores) {
-        let access = space.access(index, low.buffers[buf.0 as usize].dtype.size_bytes() as i64);
+        let element_bytes = low.buffers[buf.0 as usize].dtype.size_bytes() as i64;
+        let access = space.access(index, element_bytes);
         total = total.saturating_add(access.bytes);
-        if good(space, index) {
+        if good(space, index, element_bytes) {
             accepted = accepted.saturating_add(access.bytes);
         }
     }

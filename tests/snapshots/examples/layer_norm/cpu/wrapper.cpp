@@ -54,6 +54,9 @@
 #include <tuple>
 #include <type_traits>
 #include <vector>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 // float16 / bfloat16 <-> float, round to nearest even (no external dependency).
 static inline float kiln_bits_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint32_t kiln_f_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -239,6 +242,120 @@ template <typename T> static inline T kiln_ipow(T base, T exp) {
 #endif
 constexpr size_t kKilnHugePage = size_t(2) << 20;
 constexpr size_t kKilnHugeScratch = size_t(256) << 10;
+
+#if defined(__AVX512F__)
+// GCC's AVX-512 intrinsics start from an undefined vector that -Wall reports
+// as maybe used uninitialized once inlined (GCC bug 105593): not so here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// d[c * ldd + r] = s[r * lds + c] for a 16 x 16 block of floats: sixteen
+// rows in, sixteen columns out, in 64 shuffles (pairs unpacked, then 4-row
+// groups shuffled within each 128-bit lane, then the lanes exchanged twice).
+static inline void kiln_transpose_16x16(const float* s, int64_t lds, float* d, int64_t ldd) {
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // u[4 * g + e], 128-bit lane l: rows 4g .. 4g + 3 of column 4l + e.
+    for (int g = 0; g < 4; ++g) {
+        u[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int e = 0; e < 4; ++e) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xDD);
+        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xDD);
+        _mm512_storeu_ps(d + e * ldd, _mm512_shuffle_f32x4(v0, w0, 0x88));
+        _mm512_storeu_ps(d + (4 + e) * ldd, _mm512_shuffle_f32x4(v1, w1, 0x88));
+        _mm512_storeu_ps(d + (8 + e) * ldd, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+        _mm512_storeu_ps(d + (12 + e) * ldd, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#elif defined(__AVX__)
+// d[c * ldd + r] = s[r * lds + c] for an 8 x 8 block of floats (unpack,
+// shuffle, swap halves).
+static inline void kiln_transpose_8x8(const float* s, int64_t lds, float* d, int64_t ldd) {
+    const __m256 t0 = _mm256_loadu_ps(s), t1 = _mm256_loadu_ps(s + lds);
+    const __m256 t2 = _mm256_loadu_ps(s + 2 * lds), t3 = _mm256_loadu_ps(s + 3 * lds);
+    const __m256 t4 = _mm256_loadu_ps(s + 4 * lds), t5 = _mm256_loadu_ps(s + 5 * lds);
+    const __m256 t6 = _mm256_loadu_ps(s + 6 * lds), t7 = _mm256_loadu_ps(s + 7 * lds);
+    const __m256 u0 = _mm256_unpacklo_ps(t0, t1), u1 = _mm256_unpackhi_ps(t0, t1);
+    const __m256 u2 = _mm256_unpacklo_ps(t2, t3), u3 = _mm256_unpackhi_ps(t2, t3);
+    const __m256 u4 = _mm256_unpacklo_ps(t4, t5), u5 = _mm256_unpackhi_ps(t4, t5);
+    const __m256 u6 = _mm256_unpacklo_ps(t6, t7), u7 = _mm256_unpackhi_ps(t6, t7);
+    const __m256 v0 = _mm256_shuffle_ps(u0, u2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 v1 = _mm256_shuffle_ps(u0, u2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 v2 = _mm256_shuffle_ps(u1, u3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 v3 = _mm256_shuffle_ps(u1, u3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 v4 = _mm256_shuffle_ps(u4, u6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 v5 = _mm256_shuffle_ps(u4, u6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 v6 = _mm256_shuffle_ps(u5, u7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 v7 = _mm256_shuffle_ps(u5, u7, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(v0, v4, 0x20));
+    _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(v1, v5, 0x20));
+    _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(v2, v6, 0x20));
+    _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(v3, v7, 0x20));
+    _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(v0, v4, 0x31));
+    _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(v1, v5, 0x31));
+    _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(v2, v6, 0x31));
+    _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(v3, v7, 0x31));
+}
+#endif
+
+// Fetches the `bytes` from `p` towards L1 for writing (a hint: no fault
+// whatever the address).
+static inline void kiln_prefetch_write(const void* p, int64_t bytes) {
+    const char* c = static_cast<const char*>(p);
+    for (int64_t l = 0; l < bytes; l += 64) __builtin_prefetch(c + l, 1, 3);
+    __builtin_prefetch(c + bytes - 1, 1, 3);
+}
+
+// One tile of a transposing copy, staged through registers: dst[c * 32 + r]
+// = src[r * lds + c] for r < rows and c < cols (each at most 32), 4-byte
+// elements. Whole blocks of one vector a side move as vectors (16 x 16 with
+// AVX-512, 8 x 8 with AVX: each source line read once, whole, and each line
+// of the tile written whole, so the stores and the vector loop's loads of
+// the tile match); the edges element by element. Compilers vectorise no loop
+// that reads across the dim it writes along: without the staging a tile
+// moves one gathered element at a time, re-reading lines the tile's rows
+// (a page apart, one cache set) have evicted.
+template <typename T>
+static inline void kiln_tile_transpose(const T* __restrict__ src, int64_t lds, T* __restrict__ dst, int64_t rows,
+                                       int64_t cols) {
+    static_assert(sizeof(T) == 4, "kiln_tile_transpose moves 4-byte elements");
+    int64_t whole_rows = 0, whole_cols = 0;
+#if defined(__AVX512F__) || defined(__AVX__)
+#if defined(__AVX512F__)
+    constexpr int64_t B = 16;
+#else
+    constexpr int64_t B = 8;
+#endif
+    whole_rows = rows / B * B, whole_cols = cols / B * B;
+    for (int64_t r0 = 0; r0 < whole_rows; r0 += B)
+        for (int64_t c0 = 0; c0 < whole_cols; c0 += B) {
+            const float* s = reinterpret_cast<const float*>(src + r0 * lds + c0);
+            float* d = reinterpret_cast<float*>(dst + c0 * 32 + r0);
+#if defined(__AVX512F__)
+            kiln_transpose_16x16(s, lds, d, 32);
+#else
+            kiln_transpose_8x8(s, lds, d, 32);
+#endif
+        }
+#endif
+    for (int64_t r = 0; r < whole_rows; ++r)
+        for (int64_t c = whole_cols; c < cols; ++c) dst[c * 32 + r] = src[r * lds + c];
+    for (int64_t r = whole_rows; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[c * 32 + r] = src[r * lds + c];
+}
 
 // Scratch memory grown on demand, 64-byte aligned, kept between calls and
 // freed with its owner (`static thread_local` ones: when the thread exits).

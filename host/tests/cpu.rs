@@ -951,37 +951,43 @@ fn masks_are_read_as_bytes_so_that_their_loops_vectorise() {
 
 #[test]
 fn transposes_stage_their_reads_through_register_tiles() {
-    // A float32 transpose of sides that are not multiples of the tile: tiles,
-    // the strided read staged by kiln_tile_transpose, the store a vector loop.
-    let text = one_input_graph(
-        "[70, 45]",
-        "float32",
-        "[[nodes]]\nname = \"t\"\nop = \"transpose\"\nargs = [\"x\", 0, 1]\n\n\
-         [[nodes]]\nname = \"y\"\nop = \"mul\"\nargs = [\"t\", 3.0]\n",
-        "",
-    );
-    let source = cpp_source("transpose_staged", &text);
-    let kernel = &source[source.find("static void cpp_").expect("a kernel")..];
-    assert!(
-        kernel.contains("kiln_tile_transpose(in_ptr0 + "),
-        "{kernel}"
-    );
-    assert!(
-        kernel.contains("tile0[(x - xs) * 32 + (r - rs)]"),
-        "{kernel}"
-    );
-    run_checked("transpose_staged", &text, &[], 1);
-    // Every path of kiln_tile_transpose: 16 x 16 blocks (AVX-512), 8 x 8
-    // (AVX), element by element (neither), each built without a warning.
-    if cfg!(target_arch = "x86_64") {
-        let base = "-O2 -fopenmp -Wall -Wextra -Werror";
-        for isa in [
-            "-march=native",
-            "-march=native -mno-avx512f",
-            "-march=x86-64",
-        ] {
-            let flags = format!("{base} {isa}");
-            run_checked("transpose_staged", &text, &[("KILN_CXXFLAGS", &flags)], 1);
+    // A transpose of sides that are not multiples of the tile, in 4-, 8- and
+    // 2-byte elements: tiles, the strided read staged by kiln_tile_transpose,
+    // the store a vector loop.
+    for dtype in ["float32", "float64", "bfloat16"] {
+        let text = one_input_graph(
+            "[70, 45]",
+            dtype,
+            "[[nodes]]\nname = \"t\"\nop = \"transpose\"\nargs = [\"x\", 0, 1]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"mul\"\nargs = [\"t\", 3.0]\n",
+            "",
+        );
+        let name = format!("transpose_staged_{dtype}");
+        let source = cpp_source(&name, &text);
+        let kernel = &source[source.find("static void cpp_").expect("a kernel")..];
+        assert!(
+            kernel.contains("kiln_tile_transpose(in_ptr0 + "),
+            "{kernel}"
+        );
+        assert!(
+            kernel.contains("tile0[(x - xs) * 32 + (r - rs)]"),
+            "{kernel}"
+        );
+        run_checked(&name, &text, &[], 1);
+        // Every path of kiln_tile_transpose: the blocks of AVX-512 (16 x 16
+        // floats, 8 x 8 doubles, 16 x 16 2-byte elements with AVX2), of AVX2
+        // (8 x 8, 4 x 4, 16 x 16), element by element (neither), each built
+        // without a warning.
+        if cfg!(target_arch = "x86_64") {
+            let base = "-O2 -fopenmp -Wall -Wextra -Werror";
+            for isa in [
+                "-march=native",
+                "-march=native -mno-avx512f",
+                "-march=x86-64",
+            ] {
+                let flags = format!("{base} {isa}");
+                run_checked(&name, &text, &[("KILN_CXXFLAGS", &flags)], 1);
+            }
         }
     }
 }

@@ -432,11 +432,16 @@ fn cpp_transposes_run_on_tiles_where_staged_or_strided_by_a_page() {
     assert!(s.r >= 16 && s.x >= 16, "{s:?}");
     let s = space_of(&[64, 256, 256], "[0, 2, 1]", "int32");
     assert!(s.r > 1, "{s:?}");
-    // Other widths: tiles only where the read strides by a page or more.
+    // 8- and 2-byte elements are staged too.
     let s = space_of(&[3, 37, 700], "[0, 2, 1]", "float64");
     assert!(s.r > 1, "{s:?}");
     let s = space_of(&[64, 256, 256], "[0, 2, 1]", "bfloat16");
+    assert!(s.r > 1, "{s:?}");
+    // Other widths (bytes): tiles only where the read strides by a page or more.
+    let s = space_of(&[64, 256, 256], "[0, 2, 1]", "bool");
     assert_eq!(s.r, 1, "{s:?}");
+    let s = space_of(&[4, 37, 1030], "[0, 2, 1]", "bool");
+    assert!(s.r > 1, "{s:?}");
 }
 
 #[test]

@@ -94,25 +94,27 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
     // permute copy) steps by one inside no row loop. It runs on square tiles
     // of rows by row elements instead (the C++ writer's tiled loop), when that
     // covers at least a quarter more of its bytes, and where a tile pays:
-    // - the read is of 4-byte elements, steps by one across rows and by a
-    //   constant stride along them inside every aligned tile: the writer stages
-    //   it through registers (`kiln_tile_transpose`), so that both sides move
-    //   as vectors (2 EPYC cores: a 2048^2 transpose 12.3 ms flat, 2.1 tiled;
-    //   2 Sapphire Rapids cores: 2048^2 2.9 ms in unstaged tiles, 1.4-1.6
-    //   staged, [64, 256, 256] -> (0, 2, 1) 3.2 flat, 1.0-1.1 staged);
+    // - the read is of 2-, 4- or 8-byte elements, steps by one across rows
+    //   and by a constant stride along them inside every aligned tile: the
+    //   writer stages it through registers (`kiln_tile_transpose`), so that
+    //   both sides move as vectors (2 EPYC cores: a 2048^2 transpose 12.3 ms
+    //   flat, 2.1 tiled; 2 Sapphire Rapids cores: 2048^2 2.9 ms in unstaged
+    //   tiles, 1.4-1.6 staged, [64, 256, 256] -> (0, 2, 1) 3.2 flat, 1.0-1.1
+    //   staged; 2 EPYC cores in bfloat16: 5.6 and 5.7 ms flat, 0.55 and 0.43
+    //   staged, float64 5.4 and 4.5, 2.9 and 2.8);
     // - or its stride is a page or more per element (every element a TLB miss
     //   in a flat walk): element by element inside the tile still beats that
-    //   (7.5 ms for the same transpose unstaged). Shorter strides of other
-    //   widths stay flat: their lines stay cached between neighbouring rows,
-    //   and the flat loop vectorises (gathers) where an unstaged tile runs
-    //   element by element ([64, 256, 256] -> (0, 2, 1): 2.2 ms flat, 3.7 tiled).
+    //   (7.5 ms for the same transpose unstaged). Shorter strides of bytes
+    //   (bool) stay flat: their lines stay cached between neighbouring rows,
+    //   and an unstaged tile runs element by element ([64, 256, 256] ->
+    //   (0, 2, 1) in float32 before staging: 2.2 ms flat, 3.7 tiled).
     if best.0 < total {
         let tiled = tiled_space(graph, low, members, space);
         if tiled.r > 1 {
             let pays = |space: Space, index: &Index, bytes: i64| {
                 let walk = space.access(index, 1);
                 let stride = (index.eval(0, 1) - index.eval(0, 0)).abs();
-                let staged = bytes == 4
+                let staged = matches!(bytes, 2 | 4 | 8)
                     && index.block_step(Var::X, CPP_TILE) == Some(1)
                     && index
                         .block_step(Var::R, CPP_TILE)

@@ -280,7 +280,10 @@ impl Writer<'_> {
             Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
             Expr::Load { buf, .. } if self.transposed.contains_key(&id) => {
                 let stored = self.program.buffer(*buf).dtype;
-                let value = format!("{}[(x - xs) * {TILE} + (r - rs)]", self.transposed[&id]);
+                let value = load_conversion(
+                    stored,
+                    &format!("{}[(x - xs) * {TILE} + (r - rs)]", self.transposed[&id]),
+                );
                 if compute_type(stored) == ty {
                     value
                 } else {
@@ -549,7 +552,7 @@ impl Writer<'_> {
     }
 
     /// The loads a tiled kernel stages through `kiln_tile_transpose`: of
-    /// 4-byte elements, read at a place that steps by one from row to row and
+    /// 2-, 4- or 8-byte elements, read at a place that steps by one from row to row and
     /// by a constant stride along the row inside every aligned tile, with no
     /// guard or gathered index; each with its buffer, index and stride.
     fn stageable_loads(&self) -> Vec<(ExprId, BufferId, Index, i64)> {
@@ -567,7 +570,7 @@ impl Writer<'_> {
             if !guards.is_empty() || !indirect.is_empty() {
                 continue;
             }
-            if self.program.buffer(*buf).dtype.size_bytes() != 4 {
+            if !matches!(self.program.buffer(*buf).dtype.size_bytes(), 2 | 4 | 8) {
                 continue;
             }
             match (

@@ -126,6 +126,9 @@ def cases() -> dict[str, str]:
     out["transpose_bias_1000x3000"] = graph(
         "transpose_bias", [("x", [1000, 3000], "float32"), ("b", [1000], "float32")],
         [("t", "transpose", ["x", 0, 1]), ("s", "add", ["t", "b"]), ("y", "contiguous", ["s"])], ["y"])
+    out[f"transpose_{N}x{N}_bfloat16"] = graph("transpose_bf16", [("x", [N, N], "bfloat16")],
+                                               [("t", "transpose", ["x", 0, 1]), ("y", "contiguous", ["t"])],
+                                               ["y"])
     out["permute_021_int32_24x500x300"] = graph(
         "permute021_int32", [("x", [24, 500, 300], "int32")],
         [("t", "permute", ["x", [0, 2, 1]]), ("y", "contiguous", ["t"])], ["y"])

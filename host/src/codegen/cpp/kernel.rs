@@ -284,11 +284,7 @@ impl Writer<'_> {
                     stored,
                     &format!("{}[(x - xs) * {TILE} + (r - rs)]", self.transposed[&id]),
                 );
-                if compute_type(stored) == ty {
-                    value
-                } else {
-                    format!("static_cast<{ty}>({value})")
-                }
+                as_compute_type(stored, ty, value)
             }
             Expr::Load {
                 buf,
@@ -325,11 +321,7 @@ impl Writer<'_> {
                 } else {
                     load_conversion(stored, &format!("{ptr}[{offset}]"))
                 };
-                let value = if compute_type(stored) == ty {
-                    value
-                } else {
-                    format!("static_cast<{ty}>({value})")
-                };
+                let value = as_compute_type(stored, ty, value);
                 if guards.is_empty() {
                     value
                 } else {
@@ -505,49 +497,44 @@ impl Writer<'_> {
         // remainder; a row of a staged copy is two vector moves, not a call of
         // memcpy, which compilers make of a copy loop of unknown length); a
         // tile at the edge of the space, loops to its end.
-        let whole = (x % TILE != 0 || r % TILE != 0).then(|| {
-            format!("if (xe - static_cast<{it}>(xb) == {TILE} && re - static_cast<{it}>(rb) == {TILE}) {{")
-        });
-        let ends = [
-            (
-                format!("static_cast<{it}>(xb + {TILE})"),
-                format!("static_cast<{it}>(rb + {TILE})"),
-            ),
-            ("xe".to_string(), "re".to_string()),
-        ];
-        let depth = match &whole {
-            Some(test) => {
-                self.line(3, test);
-                4
-            }
-            None => 3,
-        };
-        for (n, (x_end, r_end)) in ends.iter().enumerate() {
-            if n == 1 {
-                if whole.is_none() {
-                    break;
-                }
-                self.line(3, "} else {");
-            }
+        let (x_full, r_full) = (
+            format!("static_cast<{it}>(xb + {TILE})"),
+            format!("static_cast<{it}>(rb + {TILE})"),
+        );
+        if x % TILE == 0 && r % TILE == 0 {
+            self.tile_loops(3, &x_full, &r_full)?;
+        } else {
             self.line(
-                depth,
-                &format!("for ({it} x = static_cast<{it}>(xb); x < {x_end}; ++x) {{"),
+                3,
+                &format!("if (xe - static_cast<{it}>(xb) == {TILE} && re - static_cast<{it}>(rb) == {TILE}) {{"),
             );
-            self.line(depth + 1, "#pragma omp simd");
-            self.line(
-                depth + 1,
-                &format!("for ({it} r = static_cast<{it}>(rb); r < {r_end}; ++r) {{"),
-            );
-            self.every_value_and_store(depth + 2, false)?;
-            self.line(depth + 1, "}");
-            self.line(depth, "}");
-        }
-        if whole.is_some() {
+            self.tile_loops(4, &x_full, &r_full)?;
+            self.line(3, "} else {");
+            self.tile_loops(4, "xe", "re")?;
             self.line(3, "}");
         }
         self.line(2, "}");
         self.line(1, "}");
         self.transposed.clear();
+        Ok(())
+    }
+
+    /// The loops over one tile of [`Writer::tiled_body`], rows up to `x_end`
+    /// and row elements up to `r_end`, at `depth`.
+    fn tile_loops(&mut self, depth: usize, x_end: &str, r_end: &str) -> Result<(), Error> {
+        let it = self.index_type();
+        self.line(
+            depth,
+            &format!("for ({it} x = static_cast<{it}>(xb); x < {x_end}; ++x) {{"),
+        );
+        self.line(depth + 1, "#pragma omp simd");
+        self.line(
+            depth + 1,
+            &format!("for ({it} r = static_cast<{it}>(rb); r < {r_end}; ++r) {{"),
+        );
+        self.every_value_and_store(depth + 2, false)?;
+        self.line(depth + 1, "}");
+        self.line(depth, "}");
         Ok(())
     }
 
@@ -1022,6 +1009,16 @@ fn aligned_block(k: &Kernel, v: Var, most: i64) -> Option<i64> {
     })
     .max_by_key(|&(steps, b)| (steps, b))
     .and_then(|(steps, b)| (steps > 0).then_some(b))
+}
+
+/// `value`, a load of `stored` already in its compute type, cast to `ty`
+/// where that differs.
+fn as_compute_type(stored: DType, ty: &str, value: String) -> String {
+    if compute_type(stored) == ty {
+        value
+    } else {
+        format!("static_cast<{ty}>({value})")
+    }
 }
 
 /// The tiles of [`Writer::tiled_body`] ([`crate::schedule::tile::CPP_TILE`]).

@@ -993,6 +993,128 @@ fn transposes_stage_their_reads_through_register_tiles() {
 }
 
 #[test]
+fn sixteen_bit_copies_move_their_bits() {
+    // A transpose (on tiles), a cat (guarded reads) and a slice of float16
+    // and bfloat16 values, NaNs with payloads among them: every output
+    // element is its input's bits, as torch's copies give them (a round trip
+    // through float would quiet a signalling NaN), and the stores read the
+    // storage type without converting.
+    for dtype in ["float16", "bfloat16"] {
+        let text = format!(
+            "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"t\", \"c\", \"s\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [40, 37]\ndtype = \"{dtype}\"\n\n\
+             [[nodes]]\nname = \"tv\"\nop = \"transpose\"\nargs = [\"x\", 0, 1]\n\n\
+             [[nodes]]\nname = \"t\"\nop = \"contiguous\"\nargs = [\"tv\"]\n\n\
+             [[nodes]]\nname = \"c\"\nop = \"cat\"\nargs = [[\"x\", \"x\"], 1]\n\n\
+             [[nodes]]\nname = \"sv\"\nop = \"slice\"\nargs = [\"x\", 1, 3, 30, 2]\n\n\
+             [[nodes]]\nname = \"s\"\nop = \"contiguous\"\nargs = [\"sv\"]\n"
+        );
+        let name = format!("moves_{dtype}");
+        let source = cpp_source(&name, &text);
+        let kernels = &source[source.find("static void cpp_").expect("a kernel")..];
+        assert!(
+            !kernels.contains("kiln_f2h(") && !kernels.contains("kiln_f2bf("),
+            "{kernels}"
+        );
+        assert!(
+            kernels.contains("kiln_tile_transpose(in_ptr0 + "),
+            "{kernels}"
+        );
+        // Ordinary values, signed zeros, infinities and NaNs of every kind.
+        let special: [u16; 8] = if dtype == "float16" {
+            [
+                0x7c01, 0xfd55, 0x7e00, 0x7c00, 0xfc00, 0x8000, 0x0001, 0x3c00,
+            ]
+        } else {
+            [
+                0x7f81, 0xffaa, 0x7fc0, 0x7f80, 0xff80, 0x8000, 0x0001, 0x3f80,
+            ]
+        };
+        let x: Vec<u16> = (0..40 * 37)
+            .map(|i: u32| {
+                if i.is_multiple_of(5) {
+                    special[(i / 5) as usize % 8]
+                } else {
+                    (i.wrapping_mul(2654435761) >> 18) as u16 & 0x3bff
+                }
+            })
+            .collect();
+        // The library called on the raw bits (host run's tensors hold
+        // float64 values: a NaN's payload would not survive them).
+        let dir = scratch(&name);
+        std::fs::write(dir.join("wrapper.cpp"), &source).expect("wrapper.cpp");
+        std::fs::write(
+            dir.join("main.cpp"),
+            "#include \"wrapper.cpp\"\n#include <cstdio>\n\
+             int main() {\n\
+                 static uint16_t x[40 * 37], t[37 * 40], c[40 * 74], s[40 * 14];\n\
+                 if (std::fread(x, 2, 40 * 37, stdin) != 40 * 37) return 3;\n\
+                 const void* ins[] = {x};\n\
+                 void* outs[] = {t, c, s};\n\
+                 if (kiln_call(ins, outs) != 0) return 4;\n\
+                 std::fwrite(t, 2, 37 * 40, stdout);\n\
+                 std::fwrite(c, 2, 40 * 74, stdout);\n\
+                 std::fwrite(s, 2, 40 * 14, stdout);\n\
+                 return 0;\n\
+             }\n",
+        )
+        .expect("main.cpp");
+        let built = Command::new("c++")
+            .current_dir(&dir)
+            .args([
+                "-O2",
+                "-march=native",
+                "-fopenmp",
+                "-std=c++17",
+                "main.cpp",
+                "-o",
+                "main",
+            ])
+            .output()
+            .expect("c++ runs");
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let mut child = Command::new(dir.join("main"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the driver runs");
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &bytes).expect("write");
+        let ran = child.wait_with_output().expect("the driver ends");
+        assert!(ran.status.success(), "{:?}", ran.status);
+        let got: Vec<u16> = ran
+            .stdout
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let read = |i: usize| -> Vec<u16> {
+            let at = [0, 37 * 40, 37 * 40 + 40 * 74, 37 * 40 + 40 * 74 + 40 * 14];
+            got[at[i]..at[i + 1]].to_vec()
+        };
+        let at = |r: usize, c: usize| x[r * 37 + c];
+        let t: Vec<u16> = (0..37)
+            .flat_map(|c| (0..40).map(move |r| (c, r)))
+            .map(|(c, r)| at(r, c))
+            .collect();
+        let cat: Vec<u16> = (0..40)
+            .flat_map(|r| (0..74).map(move |c| (r, c % 37)))
+            .map(|(r, c)| at(r, c))
+            .collect();
+        let sl: Vec<u16> = (0..40)
+            .flat_map(|r| (3..30).step_by(2).map(move |c| (r, c)))
+            .map(|(r, c)| at(r, c))
+            .collect();
+        assert_eq!(read(0), t, "{dtype}: the transpose");
+        assert_eq!(read(1), cat, "{dtype}: the cat");
+        assert_eq!(read(2), sl, "{dtype}: the slice");
+    }
+}
+
+#[test]
 fn softmax_keeps_its_exponentials_for_the_second_pass() {
     // exp(x - max) is computed once, in the loop that sums it, and read back
     // by the loop that divides; a row too long for the cache computes it again.

@@ -9,7 +9,7 @@
 //! loop over `r`, recomputing from the loads what it needs (nothing is kept
 //! per row element). Parallel chunk sizes come from the plugin's heuristics.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::expr::{
@@ -21,7 +21,9 @@ use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
 use crate::schedule::index::{Index, Var};
-use crate::schedule::ir::{Access, BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
+use crate::schedule::ir::{
+    Access, BufferId, Cond, Expr, ExprId, Kernel, Program, ReduceKind, Store,
+};
 
 /// Writes one kernel of `program` as a C++ function, with how to call it.
 pub(super) fn write_kernel(
@@ -273,63 +275,83 @@ impl Writer<'_> {
             .ok_or_else(|| self.unsupported(format!("buffer {} is not an argument", buf.0)))
     }
 
+    /// The element the load `id` reads, as stored (a `uint16_t` for the
+    /// 16-bit floats; a bool's byte compared with 0), before any conversion
+    /// to its compute type and without its guards; `None` when `id` is no
+    /// load.
+    fn stored_read(&self, id: ExprId, r_zero: bool) -> Result<Option<String>, Error> {
+        let Expr::Load {
+            buf,
+            index,
+            indirect,
+            ..
+        } = self.k.exprs.get(id)
+        else {
+            return Ok(None);
+        };
+        if let Some(tile) = self.transposed.get(&id) {
+            return Ok(Some(format!("{tile}[(x - xs) * {TILE} + (r - rs)]")));
+        }
+        if let Some(tile) = self.staged_tile(*buf, index) {
+            return Ok(Some(format!("{tile}[r * {} + xi]", self.stage_block)));
+        }
+        let ptr = self.ptr(*buf)?;
+        let mut offset = self.offset_text(index, r_zero);
+        // An index read from a tensor goes through `kiln_index`, which wraps a
+        // negative one once and turns one out of range into 0 and a fault
+        // that `kiln_call` reports: never a read outside the buffer.
+        for i in indirect {
+            let v = self.renderer.operand(i.value);
+            offset = format!(
+                "{offset} + kiln_index(static_cast<int64_t>({v}), {}) * {}",
+                i.size, i.stride
+            );
+        }
+        Ok(Some(if self.program.buffer(*buf).dtype == DType::Bool {
+            // Read as bytes: GCC vectorises no loop that loads `bool`
+            // (a mask's `where` ran element by element).
+            format!("(reinterpret_cast<const uint8_t*>({ptr})[{offset}] != 0)")
+        } else {
+            format!("{ptr}[{offset}]")
+        }))
+    }
+
+    /// Whether the load `id` reads a tile (transposed or staged), where its
+    /// guards do not apply: the tile holds what the guards allow.
+    fn reads_tile(&self, id: ExprId) -> bool {
+        match self.k.exprs.get(id) {
+            Expr::Load { buf, index, .. } => {
+                self.transposed.contains_key(&id) || self.staged_tile(*buf, index).is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// `value` where the guards of a load hold, else `zero`.
+    fn guarded(&self, guards: &[Cond], r_zero: bool, value: String, zero: &str) -> String {
+        if guards.is_empty() {
+            return value;
+        }
+        let conds: Vec<String> = guards
+            .iter()
+            .map(|g| cond_text(g, self.style(r_zero)))
+            .collect();
+        format!("({} ? {value} : {zero})", conds.join(" && "))
+    }
+
     fn emit_expr(&mut self, depth: usize, id: ExprId, r_zero: bool) -> Result<(), Error> {
         let d = self.k.exprs.dtype(id);
         let ty = compute_type(d);
         let rhs = match self.k.exprs.get(id) {
             Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
-            Expr::Load { buf, .. } if self.transposed.contains_key(&id) => {
+            Expr::Load { buf, guards, .. } => {
                 let stored = self.program.buffer(*buf).dtype;
-                let value = load_conversion(
-                    stored,
-                    &format!("{}[(x - xs) * {TILE} + (r - rs)]", self.transposed[&id]),
-                );
-                as_compute_type(stored, ty, value)
-            }
-            Expr::Load {
-                buf,
-                index,
-                guards,
-                indirect,
-            } => {
-                let stored = self.program.buffer(*buf).dtype;
-                if let Some(tile) = self.staged_tile(*buf, index) {
-                    let value =
-                        load_conversion(stored, &format!("{tile}[r * {} + xi]", self.stage_block));
-                    self.line(
-                        depth,
-                        &format!("const {ty} {} = {value};", Renderer::var(id)),
-                    );
-                    return Ok(());
-                }
-                let ptr = self.ptr(*buf)?;
-                let mut offset = self.offset_text(index, r_zero);
-                // An index read from a tensor goes through `kiln_index`, which wraps a
-                // negative one once and turns one out of range into 0 and a fault
-                // that `kiln_call` reports: never a read outside the buffer.
-                for i in indirect {
-                    let v = self.renderer.operand(i.value);
-                    offset = format!(
-                        "{offset} + kiln_index(static_cast<int64_t>({v}), {}) * {}",
-                        i.size, i.stride
-                    );
-                }
-                let value = if stored == DType::Bool {
-                    // Read as bytes: GCC vectorises no loop that loads `bool`
-                    // (a mask's `where` ran element by element).
-                    format!("(reinterpret_cast<const uint8_t*>({ptr})[{offset}] != 0)")
-                } else {
-                    load_conversion(stored, &format!("{ptr}[{offset}]"))
-                };
-                let value = as_compute_type(stored, ty, value);
-                if guards.is_empty() {
+                let read = self.stored_read(id, r_zero)?.unwrap_or_default();
+                let value = as_compute_type(stored, ty, load_conversion(stored, &read));
+                if self.reads_tile(id) {
                     value
                 } else {
-                    let conds: Vec<String> = guards
-                        .iter()
-                        .map(|g| cond_text(g, self.style(r_zero)))
-                        .collect();
-                    format!("({} ? {value} : static_cast<{ty}>(0))", conds.join(" && "))
+                    self.guarded(guards, r_zero, value, &format!("static_cast<{ty}>(0)"))
                 }
             }
             _ => self
@@ -341,11 +363,112 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Whether the store `s` moves a 16-bit float's bits as they were read
+    /// (see [`Writer::store_line`]).
+    fn moves(&self, s: &Store) -> bool {
+        let to = self.program.buffer(s.buf).dtype;
+        matches!(to, DType::Float16 | DType::BFloat16) && self.movable(s.value, to)
+    }
+
+    /// Whether `id` is an element read from storage of `to` and passed on
+    /// unchanged: a load, a cast of one to a type that holds every value of
+    /// `to` (`to` itself, float32, float64) and back, or a choice between two
+    /// (a `cat`'s parts, a `where`).
+    fn movable(&self, id: ExprId, to: DType) -> bool {
+        let d = self.k.exprs.dtype(id);
+        if d != to && d != DType::Float32 && d != DType::Float64 {
+            return false;
+        }
+        match self.k.exprs.get(id) {
+            Expr::Load { buf, .. } => self.program.buffer(*buf).dtype == to,
+            Expr::Cast(a) => self.movable(*a, to),
+            Expr::Select(_, a, b) | Expr::Where(_, a, b) => {
+                self.movable(*a, to) && self.movable(*b, to)
+            }
+            _ => false,
+        }
+    }
+
+    /// The values a moved element `id` ([`Writer::movable`]) still needs
+    /// computed: the indices its loads read through, the conditions of its
+    /// `where`s.
+    fn move_inputs(&self, id: ExprId, out: &mut Vec<ExprId>) {
+        match self.k.exprs.get(id) {
+            Expr::Cast(a) => self.move_inputs(*a, out),
+            Expr::Select(_, a, b) => {
+                self.move_inputs(*a, out);
+                self.move_inputs(*b, out);
+            }
+            Expr::Where(c, a, b) => {
+                out.push(*c);
+                self.move_inputs(*a, out);
+                self.move_inputs(*b, out);
+            }
+            _ => out.extend(self.k.exprs.operands(id)),
+        }
+    }
+
+    /// The bits of a moved element `id` ([`Writer::movable`]), in its
+    /// storage type.
+    fn moved_text(&self, id: ExprId, r_zero: bool) -> Result<String, Error> {
+        Ok(match self.k.exprs.get(id) {
+            Expr::Load { guards, .. } => {
+                let read = self.stored_read(id, r_zero)?.unwrap_or_default();
+                if self.reads_tile(id) {
+                    read
+                } else {
+                    self.guarded(guards, r_zero, read, "static_cast<uint16_t>(0)")
+                }
+            }
+            Expr::Cast(a) => self.moved_text(*a, r_zero)?,
+            Expr::Select(c, a, b) => format!(
+                "({} ? {} : {})",
+                cond_text(c, self.style(r_zero)),
+                self.moved_text(*a, r_zero)?,
+                self.moved_text(*b, r_zero)?
+            ),
+            Expr::Where(c, a, b) => format!(
+                "({} ? {} : {})",
+                self.renderer.operand(*c),
+                self.moved_text(*a, r_zero)?,
+                self.moved_text(*b, r_zero)?
+            ),
+            _ => return Err(self.unsupported(format!("expression {} moved as bits", id.0))),
+        })
+    }
+
+    /// The values the kernel computes: what its stores and reductions need,
+    /// except what stores only move (see [`Writer::move_inputs`]).
+    fn needed(&self) -> HashSet<ExprId> {
+        let mut roots: Vec<ExprId> = self.k.reductions.iter().map(|r| r.value).collect();
+        for s in &self.k.stores {
+            if self.moves(s) {
+                self.move_inputs(s.value, &mut roots);
+            } else {
+                roots.push(s.value);
+            }
+        }
+        let mut seen = HashSet::new();
+        while let Some(e) = roots.pop() {
+            if seen.insert(e) {
+                roots.extend(self.k.exprs.operands(e));
+            }
+        }
+        seen
+    }
+
     fn store_line(&mut self, depth: usize, s: &Store, r_zero: bool) -> Result<(), Error> {
         let ptr = self.ptr(s.buf)?;
         let to = self.program.buffer(s.buf).dtype;
         let from = self.k.exprs.dtype(s.value);
-        let value = store_conversion(from, to, &self.renderer.operand(s.value));
+        // A 16-bit float stored as it was read moves its bits: no round trip
+        // through float (faster, and a NaN keeps its payload, as torch's
+        // copies keep it).
+        let value = if self.moves(s) {
+            self.moved_text(s.value, r_zero)?
+        } else {
+            store_conversion(from, to, &self.renderer.operand(s.value))
+        };
         if let Some(tile) = self.staged_tile(s.buf, &s.index) {
             let at = format!("{tile}[r * {} + xi]", self.stage_block);
             self.line(depth, &format!("{at} = {value};"));
@@ -390,7 +513,7 @@ impl Writer<'_> {
     /// Every value the kernel needs and every store, at `depth`: the body of a
     /// loop that visits each element once (a pointwise kernel's).
     fn every_value_and_store(&mut self, depth: usize, r_zero: bool) -> Result<(), Error> {
-        let needed = self.k.needed();
+        let needed = self.needed();
         for (id, _, _) in self.k.exprs.iter() {
             if needed.contains(&id) {
                 self.emit_expr(depth, id, r_zero)?;
@@ -587,7 +710,7 @@ impl Writer<'_> {
             loops,
             fixed,
         } = RowPhases::of(k);
-        let needed = k.needed();
+        let needed = self.needed();
         let (x, r) = (k.space.x, k.space.r);
         // Blocks of whole vectors, no more than a chunk's worth of rows, so
         // that every thread gets a block.
@@ -826,9 +949,11 @@ impl Writer<'_> {
             loops,
             fixed,
         } = RowPhases::of(k);
-        let needed = k.needed();
+        let needed = self.needed();
         let (x, r) = (k.space.x, k.space.r);
-        let cache = RowCache::plan(k, &uses_r, r, &loops);
+        let mut cache = RowCache::plan(k, &uses_r, r, &loops);
+        // Nothing for what the stores only move (16-bit floats' bits).
+        cache.keep_only(&needed);
         // Row elements that are a view's flattened dims (`r / 256`, `r % 256`,
         // a reduction over dims 0 and 2): loops over blocks aligned to their
         // period read whole runs.
@@ -1128,6 +1253,14 @@ struct RowCache {
 }
 
 impl RowCache {
+    /// Drops every value not in `needed`.
+    fn keep_only(&mut self, needed: &HashSet<ExprId>) {
+        for set in self.computed_in.iter_mut().chain(self.read_in.iter_mut()) {
+            set.retain(|id| needed.contains(id));
+        }
+        self.stored_in.retain(|id, _| needed.contains(id));
+    }
+
     fn plan(k: &Kernel, uses_r: &[bool], row: i64, loops: &[(Vec<usize>, Vec<Store>)]) -> RowCache {
         use std::collections::HashSet;
         let mut plan = RowCache {

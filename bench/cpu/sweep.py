@@ -129,6 +129,9 @@ def cases() -> dict[str, str]:
     out[f"transpose_{N}x{N}_bfloat16"] = graph("transpose_bf16", [("x", [N, N], "bfloat16")],
                                                [("t", "transpose", ["x", 0, 1]), ("y", "contiguous", ["t"])],
                                                ["y"])
+    out["permute_021_float64_64x256x256"] = graph(
+        "permute021_f64", [("x", [64, 256, 256], "float64")],
+        [("t", "permute", ["x", [0, 2, 1]]), ("y", "contiguous", ["t"])], ["y"])
     out["permute_021_int32_24x500x300"] = graph(
         "permute021_int32", [("x", [24, 500, 300], "int32")],
         [("t", "permute", ["x", [0, 2, 1]]), ("y", "contiguous", ["t"])], ["y"])

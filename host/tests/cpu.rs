@@ -220,13 +220,16 @@ args = ["e", "f"]
     // (two 16-column slivers) to give each thread its tasks, the last ragged.
     let chunked = "-O1 -fopenmp -DKILN_MM_MC=12 -DKILN_MM_KC=8 -DKILN_MM_NC=128 -DKILN_MM_NR=16 \
                    -DKILN_MM_PANEL_BYTES=1024";
+    // The same with panels of at most KILN_MM_MC rows however narrow the
+    // blocks (with them narrowed, a panel takes 48 rows: one for all 37).
+    let chunked_rows = format!("{chunked} -DKILN_MM_PANEL_SCALE=0");
     // The plugin's own tiles: one step of the shared dimension.
     let plugin = "-O1 -fopenmp";
     // bfloat16 sums in float scratch and converts after the last step; two
     // threads take the batch's products one each, four share each product.
     for dtype in ["float32", "bfloat16"] {
         let typed = text.replace("float32", dtype);
-        for flags in [tiny, chunked, plugin] {
+        for flags in [tiny, chunked, &chunked_rows, plugin] {
             for threads in ["1", "2", "4"] {
                 let env = [("KILN_CXXFLAGS", flags), ("OMP_NUM_THREADS", threads)];
                 run_checked(&format!("mm_tiles_{dtype}"), &typed, &env, 4);

@@ -277,9 +277,8 @@ impl Writer<'_> {
 
     /// The element the load `id` reads, as stored (a `uint16_t` for the
     /// 16-bit floats; a bool's byte compared with 0), before any conversion
-    /// to its compute type and without its guards; `None` when `id` is no
-    /// load.
-    fn stored_read(&self, id: ExprId, r_zero: bool) -> Result<Option<String>, Error> {
+    /// to its compute type and without its guards.
+    fn stored_read(&self, id: ExprId, r_zero: bool) -> Result<String, Error> {
         let Expr::Load {
             buf,
             index,
@@ -287,13 +286,13 @@ impl Writer<'_> {
             ..
         } = self.k.exprs.get(id)
         else {
-            return Ok(None);
+            return Err(self.unsupported(format!("expression {} read as a load", id.0)));
         };
         if let Some(tile) = self.transposed.get(&id) {
-            return Ok(Some(format!("{tile}[(x - xs) * {TILE} + (r - rs)]")));
+            return Ok(format!("{tile}[(x - xs) * {TILE} + (r - rs)]"));
         }
         if let Some(tile) = self.staged_tile(*buf, index) {
-            return Ok(Some(format!("{tile}[r * {} + xi]", self.stage_block)));
+            return Ok(format!("{tile}[r * {} + xi]", self.stage_block));
         }
         let ptr = self.ptr(*buf)?;
         let mut offset = self.offset_text(index, r_zero);
@@ -307,13 +306,13 @@ impl Writer<'_> {
                 i.size, i.stride
             );
         }
-        Ok(Some(if self.program.buffer(*buf).dtype == DType::Bool {
+        Ok(if self.program.buffer(*buf).dtype == DType::Bool {
             // Read as bytes: GCC vectorises no loop that loads `bool`
             // (a mask's `where` ran element by element).
             format!("(reinterpret_cast<const uint8_t*>({ptr})[{offset}] != 0)")
         } else {
             format!("{ptr}[{offset}]")
-        }))
+        })
     }
 
     /// Whether the load `id` reads a tile (transposed or staged), where its
@@ -346,7 +345,7 @@ impl Writer<'_> {
             Expr::Literal(_) | Expr::Reduced(_) => return Ok(()),
             Expr::Load { buf, guards, .. } => {
                 let stored = self.program.buffer(*buf).dtype;
-                let read = self.stored_read(id, r_zero)?.unwrap_or_default();
+                let read = self.stored_read(id, r_zero)?;
                 let value = as_compute_type(stored, ty, load_conversion(stored, &read));
                 if self.reads_tile(id) {
                     value
@@ -413,7 +412,7 @@ impl Writer<'_> {
     fn moved_text(&self, id: ExprId, r_zero: bool) -> Result<String, Error> {
         Ok(match self.k.exprs.get(id) {
             Expr::Load { guards, .. } => {
-                let read = self.stored_read(id, r_zero)?.unwrap_or_default();
+                let read = self.stored_read(id, r_zero)?;
                 if self.reads_tile(id) {
                     read
                 } else {

@@ -1131,7 +1131,13 @@ fn softmax_keeps_its_exponentials_for_the_second_pass() {
     };
     let source = cpp_source("softmax_cached", &softmax(1000));
     let kernels = &source[source.find("static void cpp_").expect("a kernel")..];
-    assert_eq!(kernels.matches("kiln_exp(").count(), 1, "{source}");
+    // Every exp is taken before the sum's result (the summing loop, and its
+    // last vector where rows are not whole vectors), none in the dividing loop.
+    let summed = kernels
+        .rfind("const float red")
+        .expect("a reduction's result");
+    assert!(kernels[..summed].contains("kiln_exp("), "{source}");
+    assert!(!kernels[summed..].contains("kiln_exp("), "{source}");
     assert!(source.contains("alignas(64) float row"), "{source}");
     run_checked("softmax_cached", &softmax(1000), &[], 1);
     let source = cpp_source("softmax_long", &softmax(70_000));
@@ -1475,4 +1481,106 @@ args = ["v", 0.0]
     assert_eq!(&v[..2], [0.0, 0.0], "{v:?}");
     assert!((v[2] - 28.0 / 6.0).abs() < 1e-5, "{v:?}");
     assert_eq!(out[1].to_vec(), [0.0, 0.0, 1.0]);
+}
+
+/// A graph of x [rows, cols] of `dtype` with its sum, amax and amin over each row.
+fn row_stats_graph(rows: usize, cols: usize, dtype: &str) -> String {
+    format!(
+        "format = \"kiln-graph/1\"\nname = \"row_stats\"\noutputs = [\"s\", \"hi\", \"lo\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [{rows}, {cols}]\ndtype = \"{dtype}\"\n\n\
+         [[nodes]]\nname = \"s\"\nop = \"sum\"\nargs = [\"x\", [1]]\n\n\
+         [[nodes]]\nname = \"hi\"\nop = \"amax\"\nargs = [\"x\", [1]]\n\n\
+         [[nodes]]\nname = \"lo\"\nop = \"amin\"\nargs = [\"x\", [1]]\n"
+    )
+}
+
+#[test]
+fn row_reductions_accumulate_in_vector_lanes_and_match() {
+    // Rows of at least one vector step accumulate a vector of partial results
+    // per lane (KilnLanes, in registers), combined pairwise after the row; a
+    // row that is not whole vectors ends with one more vector over its last
+    // elements, repeating some of the ones before: a sum adds only the new
+    // ones, a max or min sees some twice. Over row lengths of whole vectors
+    // and not, every accumulator type (float, double, int64 sums of int32,
+    // float sums of bfloat16 lanes, which take two vectors each), several
+    // reductions in one loop, and a softmax and layer norm whose loops store.
+    for cols in [16, 37, 100, 1023] {
+        for dtype in ["float32", "float64", "bfloat16", "int32"] {
+            let text = row_stats_graph(9, cols, dtype);
+            let name = format!("row_stats_{cols}_{dtype}");
+            let source = cpp_source(&name, &text);
+            assert!(source.contains("kiln_lanes_sum<"), "{name}\n{source}");
+            assert!(!source.contains("omp simd reduction"), "{name}\n{source}");
+            run_checked(&name, &text, &[], 3);
+        }
+        for (name, nodes, inputs) in [
+            (
+                "softmax",
+                "[[nodes]]\nname = \"y\"\nop = \"softmax\"\nargs = [\"x\", -1]\n",
+                String::new(),
+            ),
+            (
+                "layer_norm",
+                "[[nodes]]\nname = \"y\"\nop = \"layer_norm\"\nargs = [\"x\", [C], \"w\", \"b\"]\n",
+                "[[inputs]]\nname = \"w\"\nshape = [C]\ndtype = \"float32\"\n\n\
+                 [[inputs]]\nname = \"b\"\nshape = [C]\ndtype = \"float32\"\n\n"
+                    .to_string(),
+            ),
+        ] {
+            let c = cols.to_string();
+            let text = one_input_graph(
+                &format!("[7, {cols}]"),
+                "float32",
+                &nodes.replace('C', &c),
+                &inputs.replace('C', &c),
+            );
+            run_checked(&format!("{name}_{cols}"), &text, &[], 1);
+        }
+    }
+
+    // Exact values where the last vector repeats elements: rows of 37 are
+    // two whole vectors of 16 (or four of 8) and a last vector over elements
+    // 21..37 (or 29..37). NaN where only the last vector sees it, where it
+    // repeats an element, and in a whole vector; an infinity in the last
+    // vector; integers whose sum is exact, so that an element added twice
+    // would show.
+    let cols: usize = 37;
+    let mut rows: Vec<Vec<f64>> = Vec::new();
+    let ints = |c: usize| (c as f64) * ((c % 3) as f64 - 1.0);
+    for special in [
+        (36, f64::NAN),
+        (30, f64::NAN),
+        (3, f64::NAN),
+        (34, f64::INFINITY),
+    ] {
+        let mut row: Vec<f64> = (0..cols).map(ints).collect();
+        row[special.0] = special.1;
+        rows.push(row);
+    }
+    rows.push((0..cols).map(ints).collect());
+    let text = row_stats_graph(rows.len(), cols, "float32");
+    let x = kiln::tensor::Tensor::new(
+        vec![rows.len() as i64, cols as i64],
+        kiln::graph::dtype::DType::Float32,
+        rows.concat(),
+    );
+    let out = run_default_flags(&text, &[x]);
+    let (sums, his, los) = (out[0].to_vec(), out[1].to_vec(), out[2].to_vec());
+    let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+    for (i, row) in rows.iter().enumerate() {
+        let sum: f64 = row.iter().sum();
+        let hi = if row.iter().any(|v| v.is_nan()) {
+            f64::NAN
+        } else {
+            row.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        };
+        let lo = if row.iter().any(|v| v.is_nan()) {
+            f64::NAN
+        } else {
+            row.iter().copied().fold(f64::INFINITY, f64::min)
+        };
+        assert!(same(sums[i], sum), "row {i}: sum {} != {sum}", sums[i]);
+        assert!(same(his[i], hi), "row {i}: amax {} != {hi}", his[i]);
+        assert!(same(los[i], lo), "row {i}: amin {} != {lo}", los[i]);
+    }
 }

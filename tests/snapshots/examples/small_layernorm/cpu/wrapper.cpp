@@ -494,6 +494,120 @@ struct KilnArena {
     }
 };
 
+// A vector of L partial results of a row reduction, one per lane, that the
+// compiler keeps in registers across a row loop (an array it keeps in memory:
+// each step would wait on the last one's store). Each step takes the lanes'
+// new values from an array the step's `omp simd` loop wrote; a float max or
+// min also notes, per lane, whether it saw a NaN (KilnNans). After the row,
+// `kiln_lanes_store` hands them to the pairwise combination. GCC and clang:
+// their vector extensions; elsewhere plain arrays.
+#if defined(__GNUC__) || defined(__clang__)
+template <typename T, int L>
+struct KilnLanes {
+    typedef T V __attribute__((vector_size(sizeof(T) * L)));
+    V v;
+};
+template <typename T, int L>
+struct KilnNans {
+    typedef typename KilnLanes<T, L>::V V;
+    typedef decltype(V{} != V{}) M;
+    M m;
+};
+// (Vectors pass by reference only: returned by value, they would change the
+// ABI with the machine's vector width, which GCC warns of.)
+template <typename T, int L>
+static inline void kiln_lanes_load(typename KilnLanes<T, L>::V& t, const T* p) {
+    std::memcpy(&t, p, sizeof(t));
+}
+template <typename T, int L>
+static inline void kiln_lanes_fill(KilnLanes<T, L>& a, T x) {
+    for (int l = 0; l < L; ++l) a.v[l] = x;
+}
+template <typename T, int L>
+static inline void kiln_nans_none(KilnNans<T, L>& n) {
+    n.m = typename KilnNans<T, L>::M{};
+}
+template <typename T, int L>
+static inline void kiln_lanes_sum(KilnLanes<T, L>& a, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    a.v += t;
+}
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    a.v = t > a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    a.v = t < a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    n.m |= t != t;
+    a.v = t > a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    n.m |= t != t;
+    a.v = t < a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { std::memcpy(p, &a.v, sizeof(a.v)); }
+template <typename T, int L>
+static inline void kiln_nans_store(int* p, const KilnNans<T, L>& n) {
+    for (int l = 0; l < L; ++l) p[l] = n.m[l] != 0;
+}
+#else
+template <typename T, int L>
+struct KilnLanes {
+    T v[L];
+};
+template <typename T, int L>
+struct KilnNans {
+    int m[L];
+};
+template <typename T, int L>
+static inline void kiln_lanes_fill(KilnLanes<T, L>& a, T x) {
+    for (int l = 0; l < L; ++l) a.v[l] = x;
+}
+template <typename T, int L>
+static inline void kiln_nans_none(KilnNans<T, L>& n) {
+    for (int l = 0; l < L; ++l) n.m[l] = 0;
+}
+template <typename T, int L>
+static inline void kiln_lanes_sum(KilnLanes<T, L>& a, const T* p) { for (int l = 0; l < L; ++l) a.v[l] += p[l]; }
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, const T* p) {
+    for (int l = 0; l < L; ++l) a.v[l] = p[l] > a.v[l] ? p[l] : a.v[l];
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
+    for (int l = 0; l < L; ++l) a.v[l] = p[l] < a.v[l] ? p[l] : a.v[l];
+}
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
+    kiln_lanes_max(a, p);
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
+    kiln_lanes_min(a, p);
+}
+template <typename T, int L>
+static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { for (int l = 0; l < L; ++l) p[l] = a.v[l]; }
+template <typename T, int L>
+static inline void kiln_nans_store(int* p, const KilnNans<T, L>& n) { for (int l = 0; l < L; ++l) p[l] = n.m[l]; }
+#endif
+
 
 
 [[maybe_unused]] static void kiln_copy_out(void* dst, const void* src, int64_t elem, int ndim,
@@ -517,23 +631,65 @@ struct KilnArena {
 static void cpp_red_fused_mean_mul_sub_add_rsqrt_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0, float* __restrict__ out_ptr1) {
     #pragma omp parallel for schedule(static, 1) if (6 > 1)
     for (int32_t x = 0; x < 6; ++x) {
-        float acc0 = static_cast<float>(0);
-        #pragma omp simd reduction(+ : acc0)
-        for (int32_t r = 0; r < 8; ++r) {
-            const float tmp0 = in_ptr0[((8 * x) + r)];
-            acc0 += static_cast<float>(tmp0);
+        alignas(64) float lacc0[8];
+        KilnLanes<float, 8> vacc0_0;
+        kiln_lanes_fill<float, 8>(vacc0_0, static_cast<float>(0));
+        for (int32_t rv = 0; rv < 8; rv += 8) {
+            alignas(64) float val0[8];
+            #pragma omp simd
+            for (int32_t l = 0; l < 8; ++l) {
+                [[maybe_unused]] const int32_t r = rv + l;
+                const float tmp0 = in_ptr0[((8 * x) + r)];
+                val0[l] = static_cast<float>(tmp0);
+            }
+            kiln_lanes_sum<float, 8>(vacc0_0, val0 + 0);
         }
+        kiln_lanes_store<float, 8>(lacc0 + 0, vacc0_0);
+        #pragma omp simd
+        for (int32_t l = 0; l < 4; ++l) {
+            lacc0[l] += lacc0[l + 4];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 2; ++l) {
+            lacc0[l] += lacc0[l + 2];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 1; ++l) {
+            lacc0[l] += lacc0[l + 1];
+        }
+        const float acc0 = lacc0[0];
         [[maybe_unused]] const float red0 = acc0;
         const float tmp3 = (red0 / 8.0f);
         out_ptr0[x] = tmp3;
-        float acc1 = static_cast<float>(0);
-        #pragma omp simd reduction(+ : acc1)
-        for (int32_t r = 0; r < 8; ++r) {
-            const float tmp0 = in_ptr0[((8 * x) + r)];
-            const float tmp4 = static_cast<float>(tmp0 - tmp3);
-            const float tmp5 = static_cast<float>(tmp4 * tmp4);
-            acc1 += static_cast<float>(tmp5);
+        alignas(64) float lacc1[8];
+        KilnLanes<float, 8> vacc1_0;
+        kiln_lanes_fill<float, 8>(vacc1_0, static_cast<float>(0));
+        for (int32_t rv = 0; rv < 8; rv += 8) {
+            alignas(64) float val1[8];
+            #pragma omp simd
+            for (int32_t l = 0; l < 8; ++l) {
+                [[maybe_unused]] const int32_t r = rv + l;
+                const float tmp0 = in_ptr0[((8 * x) + r)];
+                const float tmp4 = static_cast<float>(tmp0 - tmp3);
+                const float tmp5 = static_cast<float>(tmp4 * tmp4);
+                val1[l] = static_cast<float>(tmp5);
+            }
+            kiln_lanes_sum<float, 8>(vacc1_0, val1 + 0);
         }
+        kiln_lanes_store<float, 8>(lacc1 + 0, vacc1_0);
+        #pragma omp simd
+        for (int32_t l = 0; l < 4; ++l) {
+            lacc1[l] += lacc1[l + 4];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 2; ++l) {
+            lacc1[l] += lacc1[l + 2];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 1; ++l) {
+            lacc1[l] += lacc1[l + 1];
+        }
+        const float acc1 = lacc1[0];
         [[maybe_unused]] const float red1 = acc1;
         const float tmp7 = (red1 / 8.0f);
         const float tmp9 = static_cast<float>(tmp7 + 1e-5f);

@@ -494,6 +494,120 @@ struct KilnArena {
     }
 };
 
+// A vector of L partial results of a row reduction, one per lane, that the
+// compiler keeps in registers across a row loop (an array it keeps in memory:
+// each step would wait on the last one's store). Each step takes the lanes'
+// new values from an array the step's `omp simd` loop wrote; a float max or
+// min also notes, per lane, whether it saw a NaN (KilnNans). After the row,
+// `kiln_lanes_store` hands them to the pairwise combination. GCC and clang:
+// their vector extensions; elsewhere plain arrays.
+#if defined(__GNUC__) || defined(__clang__)
+template <typename T, int L>
+struct KilnLanes {
+    typedef T V __attribute__((vector_size(sizeof(T) * L)));
+    V v;
+};
+template <typename T, int L>
+struct KilnNans {
+    typedef typename KilnLanes<T, L>::V V;
+    typedef decltype(V{} != V{}) M;
+    M m;
+};
+// (Vectors pass by reference only: returned by value, they would change the
+// ABI with the machine's vector width, which GCC warns of.)
+template <typename T, int L>
+static inline void kiln_lanes_load(typename KilnLanes<T, L>::V& t, const T* p) {
+    std::memcpy(&t, p, sizeof(t));
+}
+template <typename T, int L>
+static inline void kiln_lanes_fill(KilnLanes<T, L>& a, T x) {
+    for (int l = 0; l < L; ++l) a.v[l] = x;
+}
+template <typename T, int L>
+static inline void kiln_nans_none(KilnNans<T, L>& n) {
+    n.m = typename KilnNans<T, L>::M{};
+}
+template <typename T, int L>
+static inline void kiln_lanes_sum(KilnLanes<T, L>& a, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    a.v += t;
+}
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    a.v = t > a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    a.v = t < a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    n.m |= t != t;
+    a.v = t > a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    typename KilnLanes<T, L>::V t;
+    kiln_lanes_load<T, L>(t, p);
+    n.m |= t != t;
+    a.v = t < a.v ? t : a.v;
+}
+template <typename T, int L>
+static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { std::memcpy(p, &a.v, sizeof(a.v)); }
+template <typename T, int L>
+static inline void kiln_nans_store(int* p, const KilnNans<T, L>& n) {
+    for (int l = 0; l < L; ++l) p[l] = n.m[l] != 0;
+}
+#else
+template <typename T, int L>
+struct KilnLanes {
+    T v[L];
+};
+template <typename T, int L>
+struct KilnNans {
+    int m[L];
+};
+template <typename T, int L>
+static inline void kiln_lanes_fill(KilnLanes<T, L>& a, T x) {
+    for (int l = 0; l < L; ++l) a.v[l] = x;
+}
+template <typename T, int L>
+static inline void kiln_nans_none(KilnNans<T, L>& n) {
+    for (int l = 0; l < L; ++l) n.m[l] = 0;
+}
+template <typename T, int L>
+static inline void kiln_lanes_sum(KilnLanes<T, L>& a, const T* p) { for (int l = 0; l < L; ++l) a.v[l] += p[l]; }
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, const T* p) {
+    for (int l = 0; l < L; ++l) a.v[l] = p[l] > a.v[l] ? p[l] : a.v[l];
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
+    for (int l = 0; l < L; ++l) a.v[l] = p[l] < a.v[l] ? p[l] : a.v[l];
+}
+template <typename T, int L>
+static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
+    kiln_lanes_max(a, p);
+}
+template <typename T, int L>
+static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+    for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
+    kiln_lanes_min(a, p);
+}
+template <typename T, int L>
+static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { for (int l = 0; l < L; ++l) p[l] = a.v[l]; }
+template <typename T, int L>
+static inline void kiln_nans_store(int* p, const KilnNans<T, L>& n) { for (int l = 0; l < L; ++l) p[l] = n.m[l]; }
+#endif
+
 
 
 [[maybe_unused]] static void kiln_copy_out(void* dst, const void* src, int64_t elem, int ndim,
@@ -518,42 +632,132 @@ static void cpp_red_fused_amax_mul_to_copy_sum_exp_sub_0(const uint16_t* __restr
     #pragma omp parallel for schedule(static, 4) if (32 > 4)
     for (int32_t x = 0; x < 32; ++x) {
         alignas(64) float row11[64];
-        float acc0 = -std::numeric_limits<float>::infinity();
-        int nan0 = 0;
-        float acc1 = -std::numeric_limits<float>::infinity();
-        int nan1 = 0;
-        #pragma omp simd reduction(max : acc0) reduction(| : nan0) reduction(max : acc1) reduction(| : nan1)
-        for (int32_t r = 0; r < 64; ++r) {
-            const float tmp0 = kiln_h2f(in_ptr0[((64 * x) + r)]);
-            const float tmp1 = static_cast<float>(tmp0);
-            const float tmp3 = static_cast<float>(tmp1 * 0.5f);
-            const float tmp6 = kiln_bf2f(in_ptr1[r]);
-            const float tmp7 = static_cast<float>(tmp6);
-            const float tmp8 = static_cast<float>(tmp1 * tmp7);
-            const float v0 = static_cast<float>(tmp3);
-            acc0 = v0 > acc0 ? v0 : acc0;
-            nan0 |= (v0 != v0);
-            const float v1 = static_cast<float>(tmp8);
-            acc1 = v1 > acc1 ? v1 : acc1;
-            nan1 |= (v1 != v1);
+        alignas(64) float lacc0[16];
+        KilnLanes<float, 8> vacc0_0;
+        kiln_lanes_fill<float, 8>(vacc0_0, -std::numeric_limits<float>::infinity());
+        KilnLanes<float, 8> vacc0_1;
+        kiln_lanes_fill<float, 8>(vacc0_1, -std::numeric_limits<float>::infinity());
+        alignas(64) int lnan0[16];
+        KilnNans<float, 8> vnan0_0;
+        kiln_nans_none<float, 8>(vnan0_0);
+        KilnNans<float, 8> vnan0_1;
+        kiln_nans_none<float, 8>(vnan0_1);
+        alignas(64) float lacc1[16];
+        KilnLanes<float, 8> vacc1_0;
+        kiln_lanes_fill<float, 8>(vacc1_0, -std::numeric_limits<float>::infinity());
+        KilnLanes<float, 8> vacc1_1;
+        kiln_lanes_fill<float, 8>(vacc1_1, -std::numeric_limits<float>::infinity());
+        alignas(64) int lnan1[16];
+        KilnNans<float, 8> vnan1_0;
+        kiln_nans_none<float, 8>(vnan1_0);
+        KilnNans<float, 8> vnan1_1;
+        kiln_nans_none<float, 8>(vnan1_1);
+        for (int32_t rv = 0; rv < 64; rv += 16) {
+            alignas(64) float val0[16];
+            alignas(64) float val1[16];
+            #pragma omp simd
+            for (int32_t l = 0; l < 16; ++l) {
+                [[maybe_unused]] const int32_t r = rv + l;
+                const float tmp0 = kiln_h2f(in_ptr0[((64 * x) + r)]);
+                const float tmp1 = static_cast<float>(tmp0);
+                const float tmp3 = static_cast<float>(tmp1 * 0.5f);
+                const float tmp6 = kiln_bf2f(in_ptr1[r]);
+                const float tmp7 = static_cast<float>(tmp6);
+                const float tmp8 = static_cast<float>(tmp1 * tmp7);
+                val0[l] = static_cast<float>(tmp3);
+                val1[l] = static_cast<float>(tmp8);
+            }
+            kiln_lanes_max<float, 8>(vacc0_0, vnan0_0, val0 + 0);
+            kiln_lanes_max<float, 8>(vacc0_1, vnan0_1, val0 + 8);
+            kiln_lanes_max<float, 8>(vacc1_0, vnan1_0, val1 + 0);
+            kiln_lanes_max<float, 8>(vacc1_1, vnan1_1, val1 + 8);
         }
+        kiln_lanes_store<float, 8>(lacc0 + 0, vacc0_0);
+        kiln_lanes_store<float, 8>(lacc0 + 8, vacc0_1);
+        kiln_nans_store<float, 8>(lnan0 + 0, vnan0_0);
+        kiln_nans_store<float, 8>(lnan0 + 8, vnan0_1);
+        kiln_lanes_store<float, 8>(lacc1 + 0, vacc1_0);
+        kiln_lanes_store<float, 8>(lacc1 + 8, vacc1_1);
+        kiln_nans_store<float, 8>(lnan1 + 0, vnan1_0);
+        kiln_nans_store<float, 8>(lnan1 + 8, vnan1_1);
+        #pragma omp simd
+        for (int32_t l = 0; l < 8; ++l) {
+            lacc0[l] = lacc0[l + 8] > lacc0[l] ? lacc0[l + 8] : lacc0[l];
+            lnan0[l] |= lnan0[l + 8];
+            lacc1[l] = lacc1[l + 8] > lacc1[l] ? lacc1[l + 8] : lacc1[l];
+            lnan1[l] |= lnan1[l + 8];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 4; ++l) {
+            lacc0[l] = lacc0[l + 4] > lacc0[l] ? lacc0[l + 4] : lacc0[l];
+            lnan0[l] |= lnan0[l + 4];
+            lacc1[l] = lacc1[l + 4] > lacc1[l] ? lacc1[l + 4] : lacc1[l];
+            lnan1[l] |= lnan1[l + 4];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 2; ++l) {
+            lacc0[l] = lacc0[l + 2] > lacc0[l] ? lacc0[l + 2] : lacc0[l];
+            lnan0[l] |= lnan0[l + 2];
+            lacc1[l] = lacc1[l + 2] > lacc1[l] ? lacc1[l + 2] : lacc1[l];
+            lnan1[l] |= lnan1[l + 2];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 1; ++l) {
+            lacc0[l] = lacc0[l + 1] > lacc0[l] ? lacc0[l + 1] : lacc0[l];
+            lnan0[l] |= lnan0[l + 1];
+            lacc1[l] = lacc1[l + 1] > lacc1[l] ? lacc1[l + 1] : lacc1[l];
+            lnan1[l] |= lnan1[l + 1];
+        }
+        const float acc0 = lacc0[0];
+        const int nan0 = lnan0[0];
+        const float acc1 = lacc1[0];
+        const int nan1 = lnan1[0];
         [[maybe_unused]] const float red0 = (nan0 ? std::numeric_limits<float>::quiet_NaN() : acc0);
         [[maybe_unused]] const float red1 = (nan1 ? std::numeric_limits<float>::quiet_NaN() : acc1);
         const float tmp5 = static_cast<float>(red0);
         out_ptr0[x] = kiln_f2h(static_cast<float>(tmp5));
-        float acc2 = static_cast<float>(0);
-        #pragma omp simd reduction(+ : acc2)
-        for (int32_t r = 0; r < 64; ++r) {
-            const float tmp0 = kiln_h2f(in_ptr0[((64 * x) + r)]);
-            const float tmp1 = static_cast<float>(tmp0);
-            const float tmp6 = kiln_bf2f(in_ptr1[r]);
-            const float tmp7 = static_cast<float>(tmp6);
-            const float tmp8 = static_cast<float>(tmp1 * tmp7);
-            const float tmp10 = static_cast<float>(tmp8 - red1);
-            const float tmp11 = kiln_exp(tmp10);
-            row11[r] = tmp11;
-            acc2 += static_cast<float>(tmp11);
+        alignas(64) float lacc2[16];
+        KilnLanes<float, 8> vacc2_0;
+        kiln_lanes_fill<float, 8>(vacc2_0, static_cast<float>(0));
+        KilnLanes<float, 8> vacc2_1;
+        kiln_lanes_fill<float, 8>(vacc2_1, static_cast<float>(0));
+        for (int32_t rv = 0; rv < 64; rv += 16) {
+            alignas(64) float val2[16];
+            #pragma omp simd
+            for (int32_t l = 0; l < 16; ++l) {
+                [[maybe_unused]] const int32_t r = rv + l;
+                const float tmp0 = kiln_h2f(in_ptr0[((64 * x) + r)]);
+                const float tmp1 = static_cast<float>(tmp0);
+                const float tmp6 = kiln_bf2f(in_ptr1[r]);
+                const float tmp7 = static_cast<float>(tmp6);
+                const float tmp8 = static_cast<float>(tmp1 * tmp7);
+                const float tmp10 = static_cast<float>(tmp8 - red1);
+                const float tmp11 = kiln_exp(tmp10);
+                row11[r] = tmp11;
+                val2[l] = static_cast<float>(tmp11);
+            }
+            kiln_lanes_sum<float, 8>(vacc2_0, val2 + 0);
+            kiln_lanes_sum<float, 8>(vacc2_1, val2 + 8);
         }
+        kiln_lanes_store<float, 8>(lacc2 + 0, vacc2_0);
+        kiln_lanes_store<float, 8>(lacc2 + 8, vacc2_1);
+        #pragma omp simd
+        for (int32_t l = 0; l < 8; ++l) {
+            lacc2[l] += lacc2[l + 8];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 4; ++l) {
+            lacc2[l] += lacc2[l + 4];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 2; ++l) {
+            lacc2[l] += lacc2[l + 2];
+        }
+        #pragma omp simd
+        for (int32_t l = 0; l < 1; ++l) {
+            lacc2[l] += lacc2[l + 1];
+        }
+        const float acc2 = lacc2[0];
         [[maybe_unused]] const float red2 = acc2;
         #pragma omp simd
         for (int32_t r = 0; r < 64; ++r) {

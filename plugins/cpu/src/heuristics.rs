@@ -49,29 +49,39 @@ pub const MATMUL_BLOCK_COLUMNS: u32 = 256;
 /// alike on 2048^2.
 pub const MATMUL_PANEL_ROWS: u64 = 1024;
 
-/// The most of the shared dimension one step takes: longer steps measured no
-/// faster (every step adds into the whole result once, so shorter ones cost
-/// memory traffic).
-pub const MATMUL_MAX_STEP: u64 = 512;
+/// The most of the shared dimension one step takes (every step adds into the
+/// whole result once, so shorter ones cost memory traffic). On two Sapphire
+/// Rapids cores (48 KiB L1, 2 MiB L2), steps of 1024 against 512 over 18
+/// pairs of products from 768^3 to 2048^3 and 4096 x 1024 x 1024: faster in
+/// 12, slower in 5, +0.017 of torch.mm's speed in the mean, the odd
+/// 1000 x 999 x 1001 0.89-0.95 against 0.85-0.87 in three runs
+/// (`bench/cpu/results/2026-11-25-mm-step-xeon.txt`). Zen 4's 1 MiB L2 keeps
+/// it at 512 there (longer steps measured no faster).
+pub const MATMUL_MAX_STEP: u64 = 1024;
+
+/// The step the register block's height is judged by (see [`matmul_tiles`]).
+const MATMUL_TALL_STEP: u64 = 512;
 
 /// Tiles for `f32` on this host, in the GotoBLAS/BLIS way:
 /// - the register block is two vectors wide and 6 rows high (12
 ///   accumulators, plus two for `b` and one broadcast of `a`, fit AVX2's 16
 ///   vector registers), or 12 rows (24 accumulators) with 64-byte vectors
 ///   (AVX-512 has 32 registers) where half the L1 data cache holds a sliver
-///   of 12 rows by [`MATMUL_MAX_STEP`]: on a Sapphire Rapids Xeon (48 KiB
+///   of 12 rows by 512 (`MATMUL_TALL_STEP`): on a Sapphire Rapids Xeon (48 KiB
 ///   L1) 12 rows ran 2048^2 at 222 GFLOP/s on 2 cores against 186 with 6,
 ///   while Zen 4 (32 KiB) measured 6 rows faster (203 against 187-196);
 /// - a task's packed block of `b` (`kc` x `nc`) fills half the L2 cache, and
-///   a sliver of `a` (`mr` x `kc`) at most half the L1 data cache;
+///   a sliver of `a` (`mr` x `kc`) at most the L1 data cache (the slivers of
+///   `b` streaming past it evict it between passes whatever its size: half
+///   the cache bought nothing);
 /// - the shared panel of `a` is [`MATMUL_PANEL_ROWS`] rows.
 pub fn matmul_tiles(limits: &CpuLimits) -> MatmulTiles {
     let lanes = limits.lanes(4);
-    let tall = lanes >= 16 && limits.l1d_bytes / 2 >= 12 * MATMUL_MAX_STEP * 4;
+    let tall = lanes >= 16 && limits.l1d_bytes / 2 >= 12 * MATMUL_TALL_STEP * 4;
     let (mr, nr) = (if tall { 12 } else { 6 }, 2 * lanes);
     let nc = u64::from(MATMUL_BLOCK_COLUMNS);
     let from_l2 = limits.l2_bytes / 2 / (nc * 4);
-    let from_l1 = limits.l1d_bytes / 2 / (u64::from(mr) * 4);
+    let from_l1 = limits.l1d_bytes / (u64::from(mr) * 4);
     let kc = from_l2.min(from_l1).clamp(64, MATMUL_MAX_STEP) / 8 * 8;
     let mc = MATMUL_PANEL_ROWS / u64::from(mr) * u64::from(mr);
     MatmulTiles {
@@ -190,7 +200,7 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&avx512);
-        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 12, 32, 512));
+        assert_eq!((t.vbytes, t.mr, t.nr, t.kc), (64, 12, 32, 1024));
         assert_eq!(t.mc % t.mr, 0);
         // AVX-512 with a 32 KiB L1 (Zen 4): 6 rows.
         let zen4 = CpuLimits {
@@ -198,14 +208,15 @@ mod tests {
             l2_bytes: 1 << 20,
             ..avx512
         };
-        assert_eq!(matmul_tiles(&zen4).mr, 6);
-        // A small L1 limits the sliver of a: 6 x 336 floats in half of 16 KiB.
+        // Zen 4: 6 rows, and its L2 (1 MiB) keeps steps of 512.
+        assert_eq!((matmul_tiles(&zen4).mr, matmul_tiles(&zen4).kc), (6, 512));
+        // A small L1 limits the sliver of a: 6 x 680 floats in 16 KiB.
         let small_l1 = CpuLimits {
             l1d_bytes: 16 << 10,
             l2_bytes: 2 << 20,
             ..HOST
         };
-        assert_eq!(matmul_tiles(&small_l1).kc, 336);
+        assert_eq!(matmul_tiles(&small_l1).kc, 680);
         // Unknown or absurd caches stay within sane bounds.
         let tiny = CpuLimits {
             simd_bytes: 16,
@@ -221,7 +232,7 @@ mod tests {
             ..HOST
         };
         let t = matmul_tiles(&huge);
-        assert_eq!((t.mr, t.kc, t.mc), (6, 512, 1020));
+        assert_eq!((t.mr, t.kc, t.mc), (6, 1024, 1020));
     }
 
     #[test]

@@ -22,6 +22,15 @@ pub fn compute_type(d: DType) -> &'static str {
     }
 }
 
+/// Bytes of `d`'s compute type ([`compute_type`]).
+pub fn compute_bytes(d: DType) -> i64 {
+    match d {
+        DType::Bool => 1,
+        DType::Int32 | DType::Float16 | DType::BFloat16 | DType::Float32 => 4,
+        DType::Int64 | DType::Float64 => 8,
+    }
+}
+
 /// The C++ type an element of `d` is stored as.
 pub fn storage_type(d: DType) -> &'static str {
     match d {

@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::expr::{
-    compute_type, cond_text, fits_i32, index_text, load_conversion, neutral, storage_type,
-    store_conversion, IndexStyle, Renderer,
+    compute_bytes, compute_type, cond_text, fits_i32, index_text, load_conversion, neutral,
+    storage_type, store_conversion, IndexStyle, Renderer,
 };
 use super::{Error, KernelInfo};
 use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
@@ -1206,14 +1206,15 @@ impl Writer<'_> {
                 };
                 for j in 0..lanes / g {
                     let at = j * g;
-                    let nans = if tracks_nan(i) {
-                        format!("vnan{i}_{j}, ")
-                    } else {
-                        String::new()
-                    };
+                    if tracks_nan(i) {
+                        self.line(
+                            3,
+                            &format!("kiln_lanes_nans<{ty}, {g}>(vnan{i}_{j}, val{i} + {at});"),
+                        );
+                    }
                     self.line(
                         3,
-                        &format!("kiln_lanes_{f}<{ty}, {g}>(vacc{i}_{j}, {nans}val{i} + {at});"),
+                        &format!("kiln_lanes_{f}<{ty}, {g}>(vacc{i}_{j}, val{i} + {at});"),
                     );
                 }
             }
@@ -1588,12 +1589,3 @@ const OUTER_BLOCK: i64 = 1024;
 /// Rows a block of short rows takes at a time (staged in tiles of at most
 /// 63 elements a row: 63 KiB of float32).
 const SHORT_ROW_BLOCK: i64 = 256;
-
-/// Bytes of `d`'s compute type (`compute_type`).
-fn compute_bytes(d: DType) -> i64 {
-    match d {
-        DType::Bool => 1,
-        DType::Int32 | DType::Float16 | DType::BFloat16 | DType::Float32 => 4,
-        DType::Int64 | DType::Float64 => 8,
-    }
-}

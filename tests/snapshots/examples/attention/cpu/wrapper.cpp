@@ -546,18 +546,10 @@ static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
     a.v = t < a.v ? t : a.v;
 }
 template <typename T, int L>
-static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+static inline void kiln_lanes_nans(KilnNans<T, L>& n, const T* p) {
     typename KilnLanes<T, L>::V t;
     kiln_lanes_load<T, L>(t, p);
     n.m |= t != t;
-    a.v = t > a.v ? t : a.v;
-}
-template <typename T, int L>
-static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
-    typename KilnLanes<T, L>::V t;
-    kiln_lanes_load<T, L>(t, p);
-    n.m |= t != t;
-    a.v = t < a.v ? t : a.v;
 }
 template <typename T, int L>
 static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { std::memcpy(p, &a.v, sizeof(a.v)); }
@@ -593,14 +585,8 @@ static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
     for (int l = 0; l < L; ++l) a.v[l] = p[l] < a.v[l] ? p[l] : a.v[l];
 }
 template <typename T, int L>
-static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+static inline void kiln_lanes_nans(KilnNans<T, L>& n, const T* p) {
     for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
-    kiln_lanes_max(a, p);
-}
-template <typename T, int L>
-static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
-    for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
-    kiln_lanes_min(a, p);
 }
 template <typename T, int L>
 static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { for (int l = 0; l < L; ++l) p[l] = a.v[l]; }
@@ -1712,7 +1698,8 @@ static void cpp_red_fused_amax_div_sum_exp_sub_0(const float* __restrict__ in_pt
                 row2[r] = tmp2;
                 val0[l] = static_cast<float>(tmp2);
             }
-            kiln_lanes_max<float, 8>(vacc0_0, vnan0_0, val0 + 0);
+            kiln_lanes_nans<float, 8>(vnan0_0, val0 + 0);
+            kiln_lanes_max<float, 8>(vacc0_0, val0 + 0);
         }
         kiln_lanes_store<float, 8>(lacc0 + 0, vacc0_0);
         kiln_nans_store<float, 8>(lnan0 + 0, vnan0_0);

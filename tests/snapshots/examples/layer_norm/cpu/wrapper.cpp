@@ -546,18 +546,10 @@ static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
     a.v = t < a.v ? t : a.v;
 }
 template <typename T, int L>
-static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+static inline void kiln_lanes_nans(KilnNans<T, L>& n, const T* p) {
     typename KilnLanes<T, L>::V t;
     kiln_lanes_load<T, L>(t, p);
     n.m |= t != t;
-    a.v = t > a.v ? t : a.v;
-}
-template <typename T, int L>
-static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
-    typename KilnLanes<T, L>::V t;
-    kiln_lanes_load<T, L>(t, p);
-    n.m |= t != t;
-    a.v = t < a.v ? t : a.v;
 }
 template <typename T, int L>
 static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { std::memcpy(p, &a.v, sizeof(a.v)); }
@@ -593,14 +585,8 @@ static inline void kiln_lanes_min(KilnLanes<T, L>& a, const T* p) {
     for (int l = 0; l < L; ++l) a.v[l] = p[l] < a.v[l] ? p[l] : a.v[l];
 }
 template <typename T, int L>
-static inline void kiln_lanes_max(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
+static inline void kiln_lanes_nans(KilnNans<T, L>& n, const T* p) {
     for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
-    kiln_lanes_max(a, p);
-}
-template <typename T, int L>
-static inline void kiln_lanes_min(KilnLanes<T, L>& a, KilnNans<T, L>& n, const T* p) {
-    for (int l = 0; l < L; ++l) n.m[l] |= p[l] != p[l];
-    kiln_lanes_min(a, p);
 }
 template <typename T, int L>
 static inline void kiln_lanes_store(T* p, const KilnLanes<T, L>& a) { for (int l = 0; l < L; ++l) p[l] = a.v[l]; }

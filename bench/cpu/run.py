@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kiln's cpu device against numpy on the DESIGN.md workloads, scaled to fit a
+"""Kiln's cpu device against numpy on the benchmark workloads (bench/README.md), scaled to fit a
 small machine, plus the mm kernel's GFLOP/s against the machine's measured peak.
 
     cargo build --release --workspace && pip install numpy && python3 bench/cpu/run.py [--scale S]
@@ -84,7 +84,7 @@ def gelu_tanh(x):
 
 
 def workloads(s):
-    """(name, DESIGN row, graph text, input shapes, numpy function, flop count or None)."""
+    """(name, row of the workloads table, graph text, input shapes, numpy function, flop count or None)."""
     n = 2048 * s // 4 * 4 or 4
     w = []
     w.append(("gelu", f"gelu(x*w+b), x {n}x{n}",

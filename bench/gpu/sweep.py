@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The general-shape sweep: ordinary graphs of many shapes, generated here rather than
-picked by hand, to measure Kiln against eager PyTorch and torch.compile beyond the six
-DESIGN.md workloads (issue 12).
+picked by hand, to measure Kiln against eager PyTorch and torch.compile beyond the
+benchmark workloads of bench/README.md (issue 12).
 
     sweep.py DIR        write one kiln-graph/1 file per case into DIR
 

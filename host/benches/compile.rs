@@ -1,5 +1,5 @@
-//! Graph-to-code time for the DESIGN.md workloads (target: under 10 ms each;
-//! TorchInductor takes 0.3 to 3 s): import, validation, passes, scheduling and
+//! Graph-to-code time for the benchmark workloads of `bench/README.md`
+//! (target: under 10 ms each; TorchInductor takes 0.3 to 3 s): import, validation, passes, scheduling and
 //! Triton + wrapper generation for the cuda plugin through `driver::compile`,
 //! everything `host compile` does but writing the file.
 //!

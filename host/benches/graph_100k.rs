@@ -1,7 +1,8 @@
-//! Import, validation and every pass over a generated 100,000-node graph (DESIGN.md's
-//! compile-time target: under 1 s on two cores). The graph is a deep chain with side
-//! branches, duplicates for CSE, no-ops, view chains and composites to decompose, so a
-//! recursive traversal anywhere would overflow the stack.
+//! Import, validation and every pass over a generated 100,000-node graph (the
+//! compile-time target of `bench/README.md`: under 1 s on two cores). The graph
+//! is a deep chain with side branches, duplicates for CSE, no-ops, view chains
+//! and composites to decompose, so a recursive traversal anywhere would
+//! overflow the stack.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 

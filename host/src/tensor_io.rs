@@ -1,4 +1,4 @@
-//! Tensor files as DESIGN.md defines them: raw little-endian, row-major elements of the
+//! Tensor files as `docs/usage.md` describes them: raw little-endian, row-major elements of the
 //! graph's dtype, one file per tensor (`NAME.bin` or `inputN.bin` in; `NAME.bin` and
 //! `outputN.bin` out).
 //!

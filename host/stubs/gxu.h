@@ -1,4 +1,4 @@
-// Stub of the GXU driver API, the seed's example vendor chip: the CUDA-like
+// Stub of the GXU driver API, the example vendor chip's: the CUDA-like
 // API the gxu plugin's kernel_driver calls. Declarations only. See README.md.
 #pragma once
 #include <cstddef>

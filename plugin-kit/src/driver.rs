@@ -1,7 +1,7 @@
 //! C++ text for a device driven through a CUDA-like driver API: modules
 //! loaded from a file, functions looked up by name, launches on a stream with
 //! a grid and a block of threads. Many accelerators' driver APIs have this
-//! shape (CUDA's `cu*`, HIP's `hip*`, the seed's GXU `gxu*`); describe the
+//! shape (CUDA's `cu*`, HIP's `hip*`, the GXU's `gxu*`); describe the
 //! names once in a [`DriverApi`] and the kit writes `kernel_driver` (with
 //! `loadKernel` and `launchKernel`, as Inductor's C++ wrapper calls them) and
 //! `cpp_scratch`.

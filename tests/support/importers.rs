@@ -1,7 +1,7 @@
 //! The bodies of the importer fuzz targets.
 //!
 //! `fuzz/fuzz_targets/*.rs` run these under libFuzzer (`cargo +nightly fuzz run
-//! TARGET`, see README's "Fuzzing the importers"); `tests/fuzz_importers.rs` replays
+//! TARGET`, see "Fuzzing the importers" in docs/testing.md); `tests/fuzz_importers.rs` replays
 //! the seed corpus and every input a fuzzer ever found (`fuzz/regressions/TARGET/`)
 //! on the stable toolchain in CI. Each body feeds one input to a reader and discards
 //! the result: an error is the right answer to a bad file, and a panic, a hang or an

@@ -135,7 +135,7 @@ fn host_run_and_the_library_driver_compile_exactly_what_host_compile_writes() {
             // What `host run` builds and runs: the same driver call, checked
             // end to end where running the workload through a debug `host`
             // takes seconds (its random inputs and outputs are float64 tensors,
-            // and the DESIGN workloads have hundreds of millions of elements).
+            // and the benchmark workloads have hundreds of millions of elements).
             let input_elements: i64 = artifacts
                 .scheduled
                 .program

@@ -15,17 +15,17 @@ use toml::Spanned;
 /// The file name looked for beside the plugin's shared library.
 pub const FILE_NAME: &str = "gxu.toml";
 
-/// The seed's GXU: 32 threads per warp.
+/// The GXU: 32 threads per warp.
 pub const DEFAULT_WARP_SIZE: u32 = 32;
-/// The seed's GXU: grids of up to 48 programs, or multiples of 48.
+/// The GXU: grids of up to 48 programs, or multiples of 48.
 pub const DEFAULT_GRID_MULTIPLE: u32 = 48;
 /// Threads in one program (block).
 pub const DEFAULT_MAX_THREADS_PER_BLOCK: u32 = 1024;
-/// The Triton backend GXU kernels are compiled with by default. The GXU of
-/// the seed article ships its own Triton backend (`triton.backends.gxu`);
-/// the bundled plugin stands in for hardware Kiln cannot reach, and its
-/// kernels are checked, as DESIGN.md prescribes, with upstream Triton's CUDA
-/// backend and run on an NVIDIA GPU with CUDA standing in for GXU. A vendor
+/// The Triton backend GXU kernels are compiled with by default. The GXU
+/// ships its own Triton backend (`triton.backends.gxu`); the bundled plugin
+/// stands in for hardware Kiln cannot reach, so its kernels are checked with
+/// upstream Triton's CUDA backend and run on an NVIDIA GPU with CUDA standing
+/// in for GXU. A vendor
 /// with Triton GXU installed sets `triton_backend = "gxu"`.
 pub const DEFAULT_TRITON_BACKEND: &str = "cuda";
 /// The `GPUTarget.arch` of the default backend: sm_90, the stand-in GPU.

@@ -1,14 +1,15 @@
-//! Kiln's `gxu` device plugin: the GXU of the seed article
-//! (`000_f7b8a4b42cd5d5fa.txt`, sections 4 and 5), a PrivateUse1 accelerator
-//! programmed through Triton GXU and the `gxu*` driver API.
+//! Kiln's `gxu` device plugin: the GXU, an example vendor accelerator that
+//! PyTorch knows as a PrivateUse1 device, programmed through Triton GXU and
+//! the `gxu*` driver API, as its reference TorchInductor integration
+//! (`GXUDeviceOpOverrides`, `GXUTritonScheduling`) describes it.
 //!
-//! - **Overrides**: the seed's `GXUDeviceOpOverrides`, all seventeen
-//!   ([`overrides`]; `tma_descriptor_helpers` is `None`: the seed has none).
-//! - **Device module**: the seed's runtime (`libgxu_runtime.so`) is not
+//! - **Overrides**: the reference integration's `GXUDeviceOpOverrides`, all
+//!   seventeen ([`overrides`]; `tma_descriptor_helpers` is `None`: it has none).
+//! - **Device module**: the GXU runtime (`libgxu_runtime.so`) is not
 //!   something Kiln can query, so `is_available` is false, `device_count` is
 //!   0, and `device_properties` answers static defaults (see
 //!   [`Gxu::properties`]).
-//! - **Heuristics** (seed, section 5.3): every config has `num_warps = 1`;
+//! - **Heuristics**: every config has `num_warps = 1`;
 //!   `adjust_grid` keeps a dimension of at most `grid_multiple` (48) programs
 //!   or a multiple of it, and rounds any other up to the next multiple
 //!   (50 → 96, 1000 → 1008), capped at the grid limit.
@@ -52,8 +53,8 @@ use kiln_plugin_kit::{triton_heuristics, TRITON_SCHEDULING_FEATURES};
 pub use config::GxuConfig;
 use triton_heuristics::TritonLimits;
 
-/// Inductor's `triton_config` grid limit (`maxGridSize`), which the seed's
-/// section 5.1 quotes; the real limit is then the largest multiple of
+/// Inductor's `triton_config` grid limit (`maxGridSize`), which the reference
+/// integration quotes; the real limit is then the largest multiple of
 /// `grid_multiple` at or below it, so that capping keeps the GXU's grid
 /// granularity.
 pub const TRITON_MAX_GRID: [u64; 3] = [2_147_483_647, 65_535, 65_535];
@@ -121,7 +122,7 @@ impl Gxu {
         TritonLimits {
             warp_size: self.config.warp_size,
             max_threads_per_block: self.config.max_threads_per_block,
-            // The seed's `OPTIMAL_NUM_WARPS`: the GXU runs one warp per program.
+            // The reference integration's `OPTIMAL_NUM_WARPS`: the GXU runs one warp per program.
             max_num_warps: 1,
             multi_processor_count: self.config.grid_multiple,
             persistent_row_limit: PERSISTENT_ROW_LIMIT,
@@ -179,7 +180,7 @@ impl DevicePlugin for Gxu {
         BackendSpec {
             scheduling: SchedulingKind::Triton,
             wrappers: Wrappers::PYTHON | Wrappers::CPP,
-            // The seed's `GXUTritonScheduling.backend_features` (section 4.6):
+            // The reference integration's `GXUTritonScheduling.backend_features`:
             // Inductor's Triton set.
             features: TRITON_SCHEDULING_FEATURES,
         }
@@ -220,7 +221,7 @@ impl DevicePlugin for Gxu {
     }
 
     fn adjust_grid(&self, grid: Grid) -> Grid {
-        // The seed's rule: at most `grid_multiple` programs, or a multiple of
+        // The GXU's rule: at most `grid_multiple` programs, or a multiple of
         // it; `max_grid` is itself a multiple, so capping keeps the granularity.
         Grid::from_array(triton_heuristics::round_grid_to_multiple(
             grid.to_array(),

@@ -1,11 +1,10 @@
-//! The text of the seed's `GXUDeviceOpOverrides` (section 4.4 of
-//! `000_f7b8a4b42cd5d5fa.txt`), with two bugs of the seed's `kernel_driver`
-//! fixed: its `GXU_DRIVER_CHECK` macro ended in `while (0);`, so that every
+//! The text of the reference GXU integration's `GXUDeviceOpOverrides`, with
+//! two bugs of its `kernel_driver` fixed: its `GXU_DRIVER_CHECK` macro ended in `while (0);`, so that every
 //! use produced an empty statement (which breaks `if (...) CHECK(...); else`),
 //! and the `gxuFuncSetAttribute` check lacked its semicolon. The warp size is
 //! the configured one instead of a literal 32. The driver text is the plugin
-//! kit's for a CUDA-like API (`kiln_plugin_kit::driver`), which is the seed's
-//! shape. This module only produces text; it never touches a device.
+//! kit's for a CUDA-like API (`kiln_plugin_kit::driver`), which is the
+//! reference's shape. This module only produces text; it never touches a device.
 
 use kiln_plugin_api::{FixedOverrides, ScratchWorkspace};
 use kiln_plugin_kit::driver::{self, DriverApi, ScratchScope};
@@ -30,11 +29,11 @@ pub fn device_guard(idx: u32) -> String {
 
 /// `cpp_device_guard()`.
 pub const CPP_DEVICE_GUARD: &str = "at::gxu::GXUGuard";
-/// `cpp_aoti_device_guard()`: the seed's name, `Gcu` spelling included.
+/// `cpp_aoti_device_guard()`: the reference's name, `Gcu` spelling included.
 pub const CPP_AOTI_DEVICE_GUARD: &str = "AOTIGcuGuard";
 /// `cpp_stream_guard()`.
 pub const CPP_STREAM_GUARD: &str = "at::gxu::GXUStreamGuard";
-/// `cpp_aoti_stream_guard()`: the seed's name, `Gcu` spelling included.
+/// `cpp_aoti_stream_guard()`: the reference's name, `Gcu` spelling included.
 pub const CPP_AOTI_STREAM_GUARD: &str = "AOTIGcuStreamGuard";
 /// `cpp_getStreamFromExternal()`.
 pub const CPP_GET_STREAM_FROM_EXTERNAL: &str = "at::gxu::getStreamFromExternal";
@@ -47,7 +46,7 @@ pub const CPP_KERNEL_TYPE: &str = "gxuFunction";
 /// `cpp_device_ptr()`.
 pub const CPP_DEVICE_PTR: &str = "gxuDevicePtr";
 
-/// `kernel_header()`: the gxu driver API's header. (The seed's includes
+/// `kernel_header()`: the gxu driver API's header. (The reference's includes
 /// PyTorch's `c10/gxu` guards and `ATen/gxu/EmptyTensor.h`; Kiln's C++
 /// wrapper links no PyTorch, so the driver API is all it needs.)
 pub const KERNEL_HEADER: &str = "#include <gxu.h>\n";
@@ -58,13 +57,13 @@ pub fn driver_api(warp_size: u32) -> DriverApi {
     DriverApi::named("gxu", warp_size)
 }
 
-/// `kernel_driver()`: the seed's, written by the plugin kit for the gxu
+/// `kernel_driver()`: the reference's, written by the plugin kit for the gxu
 /// driver API, with the configured warp size as `GXU_WARP_SIZE`.
 pub fn kernel_driver(warp_size: u32) -> String {
     driver::kernel_driver(&driver_api(warp_size))
 }
 
-/// `cpp_scratch(idx, workspace, prefix)`, as the seed writes it: a buffer of
+/// `cpp_scratch(idx, workspace, prefix)`, as the reference writes it: a buffer of
 /// `workspace.size` elements on the current GXU device, or a null pointer
 /// when the kernel needs none.
 pub fn cpp_scratch(

@@ -484,7 +484,9 @@ impl Tiles {
         };
         // Tensor-core products pipeline loads three deep where the tiles are narrow
         // and fit (bfloat16 causal heads of 64 on an H100: 38.5 µs with two stages,
-        // 31.5 with three; float32 heads of 32 as tf32x3: 38.2 and 35.1); FMA
+        // 31.5 with three; float32 heads of 32 as tf32x3: 38.2 and 35.1, of 64,
+        // 112 KiB in three stages: 41.8 and 40.0,
+        // bench/gpu/results/2026-11-24-attention-h100.txt); FMA
         // products (`ieee`) gain nothing from a second stage and lose registers to
         // it (GPT-2's float32 heads of 64: 219 µs against 91.7 with one).
         let budget = i64::try_from(target.shared_memory).unwrap_or(i64::MAX);
@@ -522,6 +524,36 @@ impl Tiles {
         }
         Ok(self)
     }
+}
+
+/// For a device giving one program `shared_memory` bytes: per dtype
+/// (float16, bfloat16, float32, by name), the widest head of 16, 32, 64, 128
+/// and 256 elements whose flash-attention tiles the host fits in it, with the
+/// most bytes those tiles take; `None` for a dtype where not even heads of 16
+/// fit. Conformance reports it for the plugin's `shared_memory_per_block`.
+pub fn widest_heads(shared_memory: u64, tf32: bool) -> Vec<(&'static str, Option<(i64, i64)>)> {
+    let target = Target {
+        units: 0,
+        tf32,
+        shared_memory,
+    };
+    [
+        ("float16", DType::Float16),
+        ("bfloat16", DType::BFloat16),
+        ("float32", DType::Float32),
+    ]
+    .into_iter()
+    .map(|(name, dtype)| {
+        let widest = [16, 32, 64, 128, 256]
+            .into_iter()
+            .map_while(|e| {
+                let tiles = Tiles::choose(target, dtype, (e, e), 4096, 64).ok()?;
+                Some((e, tiles.shared_bytes(dtype.size_bytes() as i64)))
+            })
+            .last();
+        (name, widest)
+    })
+    .collect()
 }
 
 /// The launch of one attention step (kernel name filled in by [`write`]).

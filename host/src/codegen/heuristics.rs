@@ -75,7 +75,7 @@ pub trait LaunchHeuristics {
     }
     /// The properties of the device code is generated for (its first), where
     /// the plugin gives them: kernels whose shape is the host's own (flash
-    /// attention) read the units that run programs and the compute capability.
+    /// attention) read the units that run programs.
     fn properties(&self) -> Option<DeviceProperties> {
         None
     }

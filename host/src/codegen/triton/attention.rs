@@ -818,17 +818,43 @@ mod tests {
         }
     }
 
-    /// Every case of the sweep: dtype, head sizes, rows, (batch × head)
-    /// groups, whether the target takes TF32, units.
-    fn sweep() -> Vec<(DType, (i64, i64), i64, i64, bool, u32)> {
-        let heads = [16, 32, 40, 64, 80, 96, 128, 160, 256];
+    /// One case of the sweep.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        dtype: DType,
+        /// The query/key and value head sizes.
+        heads: (i64, i64),
+        rows: i64,
+        /// Batch × head programs' groups.
+        groups: i64,
+        tf32: bool,
+        units: u32,
+    }
+
+    impl Case {
+        fn on(self, shared_memory: u64) -> Target {
+            target(self.tf32, shared_memory, self.units)
+        }
+    }
+
+    /// Every head size and dtype, for few and many rows, on targets with and
+    /// without TF32.
+    fn sweep() -> Vec<Case> {
+        let sizes = [16, 32, 40, 64, 80, 96, 128, 160, 256];
         let mut cases = Vec::new();
         for dtype in [DType::Float16, DType::BFloat16, DType::Float32] {
-            for &e_q in &heads {
+            for &e_q in &sizes {
                 for e_v in [e_q, 64, 256] {
                     for (rows, groups) in [(1, 1), (100, 4), (197, 24), (512, 128), (4096, 32)] {
                         for (tf32, units) in [(true, 132), (false, 48), (true, 0)] {
-                            cases.push((dtype, (e_q, e_v), rows, groups, tf32, units));
+                            cases.push(Case {
+                                dtype,
+                                heads: (e_q, e_v),
+                                rows,
+                                groups,
+                                tf32,
+                                units,
+                            });
                         }
                     }
                 }
@@ -839,15 +865,12 @@ mod tests {
 
     #[test]
     fn a_device_of_48_kib_gets_tiles_that_fit_it_for_every_head_and_dtype() {
-        for (dtype, heads, rows, groups, tf32, units) in sweep() {
-            let device = target(tf32, 48 * KIB, units);
-            let tiles = Tiles::choose(device, dtype, heads, rows, groups)
-                .unwrap_or_else(|e| panic!("{dtype:?} {heads:?}: {e}"));
-            let bytes = tiles.shared_bytes(dtype.size_bytes() as i64);
-            assert!(
-                bytes <= 48 * 1024,
-                "{dtype:?} {heads:?} {rows}: {tiles:?} takes {bytes}"
-            );
+        for case in sweep() {
+            let device = case.on(48 * KIB);
+            let tiles = Tiles::choose(device, case.dtype, case.heads, case.rows, case.groups)
+                .unwrap_or_else(|e| panic!("{case:?}: {e}"));
+            let bytes = tiles.shared_bytes(case.dtype.size_bytes() as i64);
+            assert!(bytes <= 48 * 1024, "{case:?}: {tiles:?} takes {bytes}");
             for block in [tiles.block_m, tiles.block_n] {
                 assert!(
                     block >= MIN_BLOCK && (block as u64).is_power_of_two(),
@@ -862,12 +885,11 @@ mod tests {
     fn devices_of_96_and_227_kib_keep_the_tiles_of_hosts_before_1_5() {
         let mut three_stages_now = 0;
         for shared_memory in [96 * KIB, 227 * KIB] {
-            for (dtype, heads, rows, groups, tf32, units) in sweep() {
-                let device = target(tf32, shared_memory, units);
-                let elem = dtype.size_bytes() as i64;
-                let then = before_1_5(device, dtype, heads, rows, groups);
-                let now = Tiles::choose(device, dtype, heads, rows, groups)
-                    .unwrap_or_else(|e| panic!("{dtype:?} {heads:?}: {e}"));
+            for case in sweep() {
+                let (device, elem) = (case.on(shared_memory), case.dtype.size_bytes() as i64);
+                let then = before_1_5(device, case.dtype, case.heads, case.rows, case.groups);
+                let now = Tiles::choose(device, case.dtype, case.heads, case.rows, case.groups)
+                    .unwrap_or_else(|e| panic!("{case:?}: {e}"));
                 let budget = shared_memory as i64;
                 assert!(now.shared_bytes(elem) <= budget, "{now:?}");
                 if then.shared_bytes(elem) > budget {
@@ -882,10 +904,7 @@ mod tests {
                     three_stages_now += 1;
                     continue;
                 }
-                assert_eq!(
-                    now, then,
-                    "{shared_memory} {dtype:?} {heads:?} {rows} {groups}"
-                );
+                assert_eq!(now, then, "{shared_memory} {case:?}");
             }
         }
         // Heads of 128 16-bit or 64 float32 elements: three stages of 112 KiB.

@@ -376,10 +376,18 @@ fn shared_memory(plugin: &Plugin) -> Outcome {
     let bytes = match plugin.shared_memory_per_block(0) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => {
-            return Outcome::skip(format!(
-                "not stated: Triton kernels assume the host's default of {} bytes",
-                crate::plugins::defaults::SHARED_MEMORY_PER_BLOCK
-            ))
+            let cpp = matches!(
+                plugin.backend_spec(),
+                Ok(Some(spec)) if spec.scheduling == SchedulingKind::Cpp
+            );
+            return Outcome::skip(if cpp {
+                "not stated, and not needed: C++ kernels do not ask".to_string()
+            } else {
+                format!(
+                    "not stated: Triton kernels assume the host's default of {} bytes",
+                    crate::plugins::defaults::SHARED_MEMORY_PER_BLOCK
+                )
+            });
         }
         Err(e) => return Outcome::fail(e.to_string()),
     };

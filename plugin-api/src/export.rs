@@ -154,6 +154,25 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
         let _ = (query, hint, passes);
         None
     }
+    /// The bytes of shared memory (local memory, SLM) one program of device
+    /// `index` may use, counting what a kernel must opt in to (API 1.5). The
+    /// host fits the tiles of kernels whose shape is its own (flash
+    /// attention) in it. The default, `None`: the host's stated default, what
+    /// hosts before 1.5 assumed of every device (96 KiB). A device without
+    /// shared memory (a CPU) says `None`.
+    fn shared_memory_per_block(&self, index: u32) -> Option<u64> {
+        let _ = index;
+        None
+    }
+    /// Whether `tl.dot` of float32 operands may use TF32 products on the
+    /// Triton target of [`DevicePlugin::triton_target`] (API 1.5): `true`
+    /// where the target's matrix units multiply TF32, so that the host keeps
+    /// float32's accuracy with three TF32 products (`tf32x3`); `false` where
+    /// float32 products must be exact FMA products (`ieee`). The default,
+    /// `None`, reads as `false`, which compiles on every target.
+    fn tf32_dot(&self) -> Option<bool> {
+        None
+    }
     /// The compiler and linker flags a C++ program built on
     /// [`DevicePlugin::kernel_header`] and [`DevicePlugin::kernel_driver`]
     /// needs on this machine, found when called (API 1.3): `-I` and `-L`
@@ -448,6 +467,16 @@ extern "C" fn device_properties<P: DevicePlugin>(index: u32) -> PResult<DevicePr
         .and_then(|r| r.map_err(PluginError::new).into())
 }
 
+#[cfg(not(any(
+    feature = "__shorter_root_for_compat_test",
+    feature = "__api_1_4_for_compat_test"
+)))]
+extern "C" fn shared_memory_per_block<P: DevicePlugin>(index: u32) -> PResult<ROption<u64>> {
+    with_plugin::<P, _>("shared_memory_per_block", |p| {
+        p.shared_memory_per_block(index).into()
+    })
+}
+
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn backend_spec<P: DevicePlugin>() -> PResult<BackendSpec> {
     with_plugin::<P, _>("backend_spec", |p| p.backend_spec())
@@ -499,6 +528,14 @@ extern "C" fn triton_target<P: DevicePlugin>() -> PResult<ROption<TritonTarget>>
     with_plugin::<P, _>("triton_target", |p| p.triton_target().into())
 }
 
+#[cfg(not(any(
+    feature = "__shorter_root_for_compat_test",
+    feature = "__api_1_4_for_compat_test"
+)))]
+extern "C" fn tf32_dot<P: DevicePlugin>() -> PResult<ROption<bool>> {
+    with_plugin::<P, _>("tf32_dot", |p| p.tf32_dot().into())
+}
+
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn cpp_build_flags<P: DevicePlugin>(
 ) -> PResult<ROption<abi_stable::std_types::RVec<RString>>> {
@@ -544,6 +581,8 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             is_available: is_available::<P>,
             device_count: device_count::<P>,
             device_properties: device_properties::<P>,
+            #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+            shared_memory_per_block: shared_memory_per_block::<P>,
         }
         .leak_into_prefix(),
         #[cfg(not(feature = "__shorter_root_for_compat_test"))]
@@ -556,6 +595,8 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             triton_target: triton_target::<P>,
             hinted_reduction_configs: hinted_reduction_configs::<P>,
             reduction_pass_configs: reduction_pass_configs::<P>,
+            #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+            tf32_dot: tf32_dot::<P>,
         }
         .leak_into_prefix(),
         #[cfg(not(feature = "__shorter_root_for_compat_test"))]

@@ -122,6 +122,13 @@ pub struct DeviceModule {
     pub device_count: extern "C" fn() -> PResult<u32>,
     /// The properties of device `index`.
     pub device_properties: extern "C" fn(u32) -> PResult<DeviceProperties>,
+    /// The bytes of shared memory (local memory, SLM) one program of device
+    /// `index` may use, counting what a kernel must opt in to (API 1.5): the
+    /// host sizes the tiles of kernels whose shape is its own (flash
+    /// attention) to fit it. `RNone`, or a plugin built before 1.5: the host's
+    /// stated default (`kiln-host`'s `plugins::defaults`).
+    #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+    pub shared_memory_per_block: extern "C" fn(u32) -> PResult<ROption<u64>>,
 }
 
 /// Launch heuristics: the host never hard-codes a device's numbers.
@@ -154,4 +161,12 @@ pub struct Heuristics {
     /// `hinted_reduction_configs`.
     pub reduction_pass_configs:
         extern "C" fn(ReductionPassQuery) -> PResult<ROption<RVec<LaunchConfig>>>,
+    /// Whether `tl.dot` of float32 operands may use TF32 products on the
+    /// Triton target the device's kernels compile for (API 1.5): `true` where
+    /// its matrix units multiply TF32, so that the host can keep float32's
+    /// accuracy with three TF32 products (`tf32x3`); `false` where float32
+    /// products must be exact FMA products (`ieee`). `RNone`, or a plugin
+    /// built before 1.5: `false`, which compiles on every target.
+    #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+    pub tf32_dot: extern "C" fn() -> PResult<ROption<bool>>,
 }

@@ -190,6 +190,13 @@ pub fn changed_layout_plugin() -> PathBuf {
     compat_member("changed_layout_plugin", &BUILT)
 }
 
+/// The plugin built against the tables of plugin API 1.4, without the fields
+/// 1.5 appended (`tests/compat`).
+pub fn api_1_4_plugin() -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    compat_member("api_1_4_plugin", &BUILT)
+}
+
 /// One member of `tests/compat`, built on its own so that the test features
 /// of plugin-api that the members enable never unify.
 fn compat_member(name: &str, built_once: &'static OnceLock<Result<(), String>>) -> PathBuf {

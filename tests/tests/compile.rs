@@ -788,8 +788,9 @@ fn flash_attention_is_shaped_for_its_target_and_every_variant_compiles_with_trit
         assert!(meta.contains(&format!("\"{s}\": 1")), "{s}: {meta}");
         assert!(!meta.contains(&format!("\"{s}\": \"i32\"")), "{s}: {meta}");
     }
-    // Three stages of 64 x 64 float32 key and value tiles do not fit 96 KiB: two.
-    assert!(meta.contains("\"num_stages\": 2"), "{meta}");
+    // Three stages of 64 x 64 float32 key and value tiles (112 KiB) fit the
+    // 227 KiB the cuda plugin gives a program on an H100.
+    assert!(meta.contains("\"num_stages\": 3"), "{meta}");
     // GXU (no TF32 tensor cores): exact products, one stage.
     let gxu = compiled(&few, "gxu");
     assert!(gxu.contains("input_precision=\"ieee\""), "{gxu}");

@@ -176,7 +176,7 @@ fn good_baseline_passes_every_check() {
 }
 
 /// Each broken fixture: the one check that must fail and a part of its reason.
-const BROKEN: [(&str, &str, &str); 13] = [
+const BROKEN: [(&str, &str, &str); 14] = [
     ("undeclared_in_driver", "driver.compiles", "baseMemPrefetch"),
     (
         "wrong_launch_signature",
@@ -198,6 +198,11 @@ const BROKEN: [(&str, &str, &str); 13] = [
     ("newline_set_device", "overrides.set_device", "U+000A"),
     ("no_device_guard", "backend.python_wrapper", "device_guard"),
     ("zero_warp_size", "properties.warp_size", "warp_size 0"),
+    (
+        "shared_memory_in_kib",
+        "properties.shared_memory",
+        "shared_memory_per_block(0) is 48, outside",
+    ),
     ("configs_over_limit", "heuristics.thread_limit", "threads"),
     ("shrinking_adjust_grid", "heuristics.grid", "shrank"),
     ("wrong_api_major", "load.api_version", "kiln-plugin-api 2"),
@@ -372,13 +377,13 @@ fn json_report_and_only_filter() {
     assert_eq!(output.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
     let checks = report["checks"].as_array().expect("checks");
-    assert_eq!(checks.len(), 5, "{report:#}");
+    assert_eq!(checks.len(), 6, "{report:#}");
     assert!(checks
         .iter()
         .all(|c| c["name"].as_str().unwrap().starts_with("properties.")));
     assert_eq!(
         (report["failed"].as_u64(), report["passed"].as_u64()),
-        (Some(1), Some(4))
+        (Some(1), Some(5))
     );
     assert_eq!(report["device"], "zerowarp");
 

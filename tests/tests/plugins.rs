@@ -365,6 +365,137 @@ fn a_plugin_built_against_an_older_shorter_root_module_loads_with_missing_parts_
     assert!(why.contains("no backend spec"), "{why}");
 }
 
+/// A kiln-graph/1 file of one `scaled_dot_product_attention` of `[4, 8, 512,
+/// head]` operands of `dtype`: the host's own flash-attention kernel on a
+/// Triton device.
+fn attention_graph(dtype: &str, head: i64) -> String {
+    let mut text = "format = \"kiln-graph/1\"\nname = \"attn\"\noutputs = [\"o\"]\n\n".to_string();
+    for name in ["q", "k", "v"] {
+        text += &format!(
+            "[[inputs]]\nname = \"{name}\"\nshape = [4, 8, 512, {head}]\ndtype = \"{dtype}\"\n\n"
+        );
+    }
+    text + "[[nodes]]\nname = \"o\"\nop = \"scaled_dot_product_attention\"\nargs = [\"q\", \"k\", \"v\"]\n"
+}
+
+/// Compiles `graph` for `device` found through `plugins`; the text of
+/// `output_code.py`.
+fn compile_with(plugins: &Path, device: &str, graph: &str, out: &Path) -> String {
+    let path = out.with_extension("toml");
+    std::fs::write(&path, graph).expect("write graph");
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("compile")
+        .arg(&path)
+        .args(["--device", device, "-o"])
+        .arg(out));
+    assert!(output.status.success(), "{stderr}");
+    std::fs::read_to_string(out.join("output_code.py")).expect("output_code.py")
+}
+
+/// The flash-attention kernel's tiles as its `KERNEL_META` entry gives them:
+/// BLOCK_M, BLOCK_N, BLOCK_E, BLOCK_EV and the stages.
+fn attention_tiles(code: &str) -> [i64; 5] {
+    let meta = code
+        .lines()
+        .find(|l| l.trim_start().starts_with("\"kiln_flash_attention_0\": {"))
+        .unwrap_or_else(|| panic!("no attention kernel in:\n{code}"));
+    let value = |key: &str| -> i64 {
+        let at = meta
+            .find(&format!("\"{key}\": "))
+            .unwrap_or_else(|| panic!("{key} in {meta}"));
+        let rest = &meta[at + key.len() + 4..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end]
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} in {meta}"))
+    };
+    ["BLOCK_M", "BLOCK_N", "BLOCK_E", "BLOCK_EV", "num_stages"].map(value)
+}
+
+/// The shared memory those tiles take, as the host counts it: the pipelined
+/// key and value tiles and the query tile.
+fn shared_bytes([m, n, e, ev, stages]: [i64; 5], elem: i64) -> i64 {
+    (stages * n * (e + ev) + m * e) * elem
+}
+
+#[test]
+fn a_gxu_of_48_kib_of_shared_memory_gets_flash_attention_tiles_that_fit_it() {
+    let tmp = TempDir::new("gxu48");
+    let dir = tmp.subdir("vendor");
+    let lib = copy_into(&dir, &bundled_plugin("gxu"), &dll_name("gxu"));
+    std::fs::write(dir.join("gxu.toml"), "shared_memory_per_block = 49152\n").unwrap();
+    let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&lib).arg("--json"));
+    assert!(output.status.success(), "{stderr}");
+    let report = json(&stdout);
+    assert_eq!(
+        report["device"]["shared_memory_per_block"],
+        serde_json::json!({ "value": 49152, "stated_by": "plugin" })
+    );
+    let wide = tmp.subdir("wide");
+    let mut shrunk = 0;
+    for (dtype, elem) in [("float16", 2), ("bfloat16", 2), ("float32", 4)] {
+        for head in [32, 64, 128, 256] {
+            let name = format!("{dtype}_{head}");
+            let graph = attention_graph(dtype, head);
+            let tiles =
+                attention_tiles(&compile_with(&dir, "gxu", &graph, &tmp.path().join(&name)));
+            assert!(shared_bytes(tiles, elem) <= 49152, "{name}: {tiles:?}");
+            // The bundled gxu, 96 KiB: the tiles only shrink where they must.
+            let roomy = attention_tiles(&compile_with(
+                &bundled_plugin("gxu"),
+                "gxu",
+                &graph,
+                &wide.join(&name),
+            ));
+            assert!(shared_bytes(roomy, elem) <= 96 * 1024, "{name}: {roomy:?}");
+            if roomy != tiles {
+                assert!(shared_bytes(roomy, elem) > 49152, "{name}: {roomy:?} fit");
+                shrunk += 1;
+            }
+        }
+    }
+    // float32 heads of 128 and 256 and 16-bit heads of 256 take more than 48 KiB at 96.
+    assert!(shrunk >= 3, "{shrunk}");
+}
+
+#[test]
+fn a_plugin_built_against_api_1_4_loads_and_gets_the_hosts_stated_defaults() {
+    let lib = api_1_4_plugin();
+    let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&lib).arg("--json"));
+    assert!(output.status.success(), "{stderr}");
+    let report = json(&stdout);
+    assert_eq!(report["name"], "apifour");
+    // Its source says 48 KiB and TF32, but its tables cannot carry them.
+    assert_eq!(
+        report["device"]["shared_memory_per_block"],
+        serde_json::json!({ "value": 98304, "stated_by": "host default" })
+    );
+    assert_eq!(
+        report["heuristics"]["tf32_dot"],
+        serde_json::json!({ "value": false, "stated_by": "host default" })
+    );
+    let (_, text, _) = run(host(&host_bin()).arg("inspect").arg(&lib));
+    assert!(
+        text.contains("98304 (the host's default: the plugin does not say)"),
+        "{text}"
+    );
+    // It compiles: float32 products exact, tiles fitted to 96 KiB.
+    let tmp = TempDir::new("api14");
+    let code = compile_with(
+        &lib,
+        "apifour",
+        &attention_graph("float32", 128),
+        &tmp.path().join("f32"),
+    );
+    assert!(code.contains("input_precision=\"ieee\""), "{code}");
+    assert!(!code.contains("tf32x3"), "{code}");
+    assert!(shared_bytes(attention_tiles(&code), 4) <= 96 * 1024);
+}
+
 /// Discovers one deliberately broken plugin (from `tests/broken`) alone in a folder.
 fn rejected_reason(fixture: &str) -> String {
     let tmp = TempDir::new(fixture);

@@ -28,6 +28,12 @@ pub struct NpuLimits {
     pub max_threads_per_block: u32,
     /// The most programs along each grid axis.
     pub max_grid: [u64; 3],
+    /// Bytes of shared memory one program may use (counting what a kernel
+    /// must opt in to): the host fits its flash-attention tiles in it.
+    pub shared_memory_per_block: u64,
+    /// Whether the matrix units multiply TF32, so that float32 `tl.dot` may
+    /// be computed as three TF32 products.
+    pub tf32_dot: bool,
 }
 
 /// The numbers of the NPU this template describes.
@@ -36,6 +42,8 @@ pub const NPU: NpuLimits = NpuLimits {
     warp_size: 32,
     max_threads_per_block: 1024,
     max_grid: [2_147_483_647, 65_535, 65_535],
+    shared_memory_per_block: 48 * 1024,
+    tf32_dot: false,
 };
 
 /// The plugin: built once when the host loads the library.
@@ -158,6 +166,9 @@ impl DevicePlugin for Npu {
             source: PropertiesSource::StaticDefaults,
         })
     }
+    fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
+        Some(self.limits.shared_memory_per_block)
+    }
 
     // How the host generates code for the device: Triton kernels, with the
     // Python wrapper (output_code.py) or the C++ one.
@@ -191,6 +202,11 @@ impl DevicePlugin for Npu {
     // the kernels with Triton and says so.
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new("npu", "npu1", self.limits.warp_size))
+    }
+    // Whether that target's float32 `tl.dot` may use TF32 products; without
+    // TF32 units the products are exact.
+    fn tf32_dot(&self) -> Option<bool> {
+        Some(self.limits.tf32_dot)
     }
 }
 

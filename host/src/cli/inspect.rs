@@ -13,6 +13,7 @@ use kiln_plugin_api::{
 use serde_json::{json, Value};
 
 use super::{Cli, CliError};
+use crate::plugins::defaults::{self, Stated};
 use crate::plugins::{load_library, CallError, LoadOutcome, Override, OverrideArgs, Plugin};
 
 /// Arguments of `host inspect`.
@@ -169,6 +170,11 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             .collect();
         json!({ "scheduling": spec.scheduling.name(), "wrappers": wrappers, "features": features })
     });
+    // Only Triton kernels ask these; a device of C++ kernels need not say.
+    let triton = !matches!(
+        plugin.backend_spec(),
+        Ok(Some(spec)) if spec.scheduling == kiln_plugin_api::SchedulingKind::Cpp
+    );
     // Grids around the device's own width (its processor count), when it says.
     let probes = match plugin.device_properties(0) {
         Ok(Some(props)) => crate::plugins::validate::grid_probes(&props),
@@ -196,6 +202,11 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             "is_available": or_error(plugin.is_available(), errors, Value::Bool),
             "device_count": or_error(plugin.device_count(), errors, |n| json!(n)),
             "properties": or_error(plugin.device_properties(0), errors, |p| properties_json(&p)),
+            "shared_memory_per_block": stated_json(
+                defaults::shared_memory_per_block(plugin, 0),
+                triton,
+                errors,
+            ),
         },
         "backend": backend,
         // What a compile with each wrapper would get: "ok", or why not.
@@ -228,8 +239,44 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             },
             "adjust_grid": grids,
             "triton_target": or_error(plugin.triton_target(), errors, |t| json!(t)),
+            "tf32_dot": stated_json(defaults::tf32_dot(plugin), triton, errors),
         },
     })
+}
+
+/// A value a Triton compile uses and who stated it, the plugin or the host's
+/// default ([`defaults`]); `null` for a device of C++ kernels whose plugin
+/// does not say, which no compile asks.
+fn stated_json<T: serde::Serialize>(
+    stated: Result<Stated<T>, CallError>,
+    triton: bool,
+    errors: &mut Vec<String>,
+) -> Value {
+    match stated {
+        Ok(s) if s.from_plugin => json!({ "value": s.value, "stated_by": "plugin" }),
+        Ok(s) if triton => json!({ "value": s.value, "stated_by": "host default" }),
+        Ok(_) => Value::Null,
+        Err(e) => {
+            let text = e.to_string();
+            errors.push(text.clone());
+            json!({ "error": text })
+        }
+    }
+}
+
+/// A [`stated_json`] value as one line of text.
+fn stated_text(value: &Value) -> String {
+    match value.get("stated_by").and_then(Value::as_str) {
+        Some("plugin") => format!("{} (from the plugin)", text_of(&value["value"])),
+        Some(_) => format!(
+            "{} (the host's default: the plugin does not say)",
+            text_of(&value["value"])
+        ),
+        None => match value.get("error") {
+            Some(e) => format!("error: {}", text_of(e)),
+            None => "not applicable (C++ kernels)".to_string(),
+        },
+    }
 }
 
 fn text_of(value: &Value) -> String {
@@ -283,6 +330,10 @@ fn render_text(report: &Value) -> String {
             out.push_str(&format!("  {k}: {}\n", text_of(v)));
         }
     }
+    out.push_str(&format!(
+        "Shared memory per block of device 0, bytes: {}\n",
+        stated_text(&device["shared_memory_per_block"])
+    ));
     let backend = &report["backend"];
     out.push_str(&format!(
         "\nBackend: scheduling {}, wrappers {}, features {}\n",
@@ -331,5 +382,9 @@ fn render_text(report: &Value) -> String {
         )
     };
     out.push_str(&format!("  triton_target {target}\n"));
+    out.push_str(&format!(
+        "  tf32_dot (float32 tl.dot as three TF32 products): {}\n",
+        stated_text(&h["tf32_dot"])
+    ));
     out
 }

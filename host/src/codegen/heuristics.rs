@@ -75,8 +75,18 @@ pub trait LaunchHeuristics {
     }
     /// The properties of the device code is generated for (its first), where
     /// the plugin gives them: kernels whose shape is the host's own (flash
-    /// attention) read the units that run programs and the compute capability.
+    /// attention) read the units that run programs.
     fn properties(&self) -> Option<DeviceProperties> {
+        None
+    }
+    /// The shared memory one program of that device may use, in bytes, where
+    /// the plugin says (API 1.5); flash attention fits its tiles in it.
+    fn shared_memory_per_block(&self) -> Option<u64> {
+        None
+    }
+    /// Whether float32 `tl.dot` may use TF32 products on the device's Triton
+    /// target, where the plugin says (API 1.5).
+    fn tf32_dot(&self) -> Option<bool> {
         None
     }
 }
@@ -149,6 +159,15 @@ impl LaunchHeuristics for Plugin {
     fn properties(&self) -> Option<DeviceProperties> {
         // A plugin that cannot answer leaves the generic choices in place.
         self.device_properties(0).ok().flatten()
+    }
+
+    fn shared_memory_per_block(&self) -> Option<u64> {
+        // As for the properties: no answer leaves the host's default.
+        Plugin::shared_memory_per_block(self, 0).ok().flatten()
+    }
+
+    fn tf32_dot(&self) -> Option<bool> {
+        Plugin::tf32_dot(self).ok().flatten()
     }
 }
 

@@ -51,6 +51,7 @@ pub const BACKEND_SPEC: &str = "backend.spec";
 pub const ABI_LAYOUT: &str = "load.abi_layout";
 const INIT: &str = "load.init";
 const PROPERTIES_QUERY: &str = "properties.query";
+const SHARED_MEMORY: &str = "properties.shared_memory";
 const PYTHON_WRAPPER: &str = "backend.python_wrapper";
 const CPP_WRAPPER: &str = "backend.cpp_wrapper";
 
@@ -77,6 +78,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("properties.ranges", "multi_processor_count, max_threads_per_block and max_grid are positive, and a multiprocessor holds at least one block"),
         Check::new("properties.warp_size", "warp_size, when given, is a power of two"),
         Check::new("properties.threads_per_block", "max_threads_per_block is a whole number of warps"),
+        Check::new(SHARED_MEMORY, "shared_memory_per_block(0), where given (API 1.5), is 16 KiB to 4 MiB in bytes, and the flash-attention tiles the host fits in it hold heads of 128 elements (language models' usual) of float16, bfloat16 and float32"),
         Check::new("heuristics.pointwise_sweep", "pointwise_configs for 1 to 2^31 elements (powers of two and odd sizes) gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.reduction_sweep", "reduction_configs (and hinted_reduction_configs for each hint, and reduction_pass_configs for each hint and 1 to 3 passes, where provided) for 1 to 2^20 rows of 1 to 2^20 elements gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.thread_limit", "no config of either sweep needs more than max_threads_per_block threads (num_warps x warp_size)"),
@@ -184,6 +186,7 @@ fn run_loaded(plugin: &Plugin, name: &str) -> Outcome {
         "manifest.text" => manifest_text(plugin),
         "device.module" => device_module(plugin),
         PROPERTIES_QUERY => properties_query(plugin),
+        SHARED_MEMORY => shared_memory(plugin),
         BACKEND_SPEC => backend_spec(plugin),
         PYTHON_WRAPPER => wrapper(plugin, WrapperKind::Python),
         CPP_WRAPPER => wrapper(plugin, WrapperKind::Cpp),
@@ -358,6 +361,63 @@ fn properties_check(plugin: &Plugin, name: &str) -> Outcome {
         other => return Outcome::fail(format!("there is no check named {other:?}")),
     };
     Outcome::from_problems(problems, "")
+}
+
+/// The range of `shared_memory_per_block` a device may plausibly report, in
+/// bytes: below it is more likely kibibytes than bytes, above it more likely a
+/// whole memory than one program's share.
+const SHARED_MEMORY_RANGE: std::ops::RangeInclusive<u64> = 16 * 1024..=4 * 1024 * 1024;
+/// The head size whose flash-attention tiles must fit, in every dtype: that
+/// of most language models (float32 heads of 128 need 24 KiB at the smallest
+/// tiles).
+const SHARED_MEMORY_HEADS: i64 = 128;
+
+fn shared_memory(plugin: &Plugin) -> Outcome {
+    let bytes = match plugin.shared_memory_per_block(0) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            let cpp = matches!(
+                plugin.backend_spec(),
+                Ok(Some(spec)) if spec.scheduling == SchedulingKind::Cpp
+            );
+            return Outcome::skip(if cpp {
+                "not stated, and not needed: C++ kernels do not ask".to_string()
+            } else {
+                format!(
+                    "not stated: Triton kernels assume the host's default of {} bytes",
+                    crate::plugins::defaults::SHARED_MEMORY_PER_BLOCK
+                )
+            });
+        }
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    if !SHARED_MEMORY_RANGE.contains(&bytes) {
+        return Outcome::fail(format!(
+            "shared_memory_per_block(0) is {bytes}, outside {} to {} bytes: it is in bytes, \
+             and one program's share, not the device's",
+            SHARED_MEMORY_RANGE.start(),
+            SHARED_MEMORY_RANGE.end()
+        ));
+    }
+    let tf32 = match crate::plugins::defaults::tf32_dot(plugin) {
+        Ok(stated) => stated.value,
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    let widest = crate::codegen::triton::attention::widest_heads(bytes, tf32);
+    let mut problems = Vec::new();
+    let mut fits = Vec::new();
+    for (dtype, widest) in widest {
+        match widest {
+            Some((heads, used)) if heads >= SHARED_MEMORY_HEADS => {
+                fits.push(format!("{dtype} heads up to {heads} ({used} bytes)"));
+            }
+            _ => problems.push(format!(
+                "flash attention's tiles for {dtype} heads of {SHARED_MEMORY_HEADS} do not fit \
+                 the {bytes} bytes of shared_memory_per_block(0)"
+            )),
+        }
+    }
+    Outcome::from_problems(problems, format!("{bytes} bytes: {}", fits.join(", ")))
 }
 
 fn backend_spec(plugin: &Plugin) -> Outcome {

@@ -343,6 +343,31 @@ impl Plugin {
         }
     }
 
+    /// `shared_memory_per_block(index)`: the bytes of shared memory one
+    /// program may use; `None` when the plugin does not say (it predates API
+    /// 1.5, has no device module, or returns `RNone`).
+    pub fn shared_memory_per_block(&self, index: u32) -> Result<Option<u64>, CallError> {
+        match self
+            .device_module()
+            .and_then(|m| m.shared_memory_per_block())
+        {
+            None => Ok(None),
+            Some(f) => self
+                .fail("shared_memory_per_block", f(index))
+                .map(ROption::into_option),
+        }
+    }
+
+    /// `tf32_dot()`: whether float32 `tl.dot` may use TF32 products; `None`
+    /// when the plugin does not say (it predates API 1.5, has no heuristics,
+    /// or returns `RNone`).
+    pub fn tf32_dot(&self) -> Result<Option<bool>, CallError> {
+        match self.root.heuristics().and_then(|h| h.tf32_dot()) {
+            None => Ok(None),
+            Some(f) => self.fail("tf32_dot", f()).map(ROption::into_option),
+        }
+    }
+
     /// The backend spec; `None` when the plugin does not provide one.
     pub fn backend_spec(&self) -> Result<Option<BackendSpec>, CallError> {
         match self.root.backend_spec() {

@@ -3,9 +3,11 @@
 //! This is the only module that calls into plugin libraries. It turns the
 //! ABI's `R*` types into plain Rust and every failure into a recorded reason;
 //! it must never let a broken library stop the others from loading, and never
-//! hold a device's numbers of its own.
+//! hold a device's numbers of its own beyond [`defaults`]: what the host
+//! assumes where a plugin says nothing, each value with why.
 
 pub mod cpp_text;
+pub mod defaults;
 pub mod discovery;
 pub mod library;
 pub mod load;

@@ -10,7 +10,9 @@
 //!   `set_device` and `device_guard` are `None` too: PyTorch returns `pass`,
 //!   which ignores the index, and a CPU host never needs to switch devices.
 //! - **Device module**: one device, always available; properties from the
-//!   OS and the instruction set ([`properties`]).
+//!   OS and the instruction set ([`properties`]). `shared_memory_per_block`
+//!   and `tf32_dot` (API 1.5) are left at the trait's `None`: they describe a
+//!   Triton target's programs, and no C++ kernel asks.
 //! - **Heuristics**: parallel chunks, vector widths and matrix-product tiles
 //!   from the SIMD width and the L1/L2 sizes ([`heuristics`]).
 

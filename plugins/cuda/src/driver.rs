@@ -53,6 +53,10 @@ pub enum Attribute {
     ComputeCapabilityMinor = 76,
     /// `CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR`.
     MaxRegistersPerMultiprocessor = 82,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: the shared
+    /// memory one block may use when its kernel opts in, as Triton's launcher
+    /// does for a kernel that needs more than the static 48 KiB.
+    MaxSharedMemoryPerBlockOptin = 97,
 }
 
 /// An initialised CUDA driver. The library stays loaded for as long as this

@@ -7,7 +7,10 @@
 //!   `device_properties` come from `cuDeviceGetCount` and
 //!   `cuDeviceGetAttribute`. Without a driver the plugin still loads: no
 //!   devices, and `device_properties` answers the documented defaults of an
-//!   H100 SXM marked as static ([`properties`]).
+//!   H100 SXM marked as static ([`properties`]). `shared_memory_per_block` is
+//!   the driver's opt-in maximum (227 KiB on an H100, the static default).
+//! - **Triton target**: device 0's compute capability; float32 `tl.dot` may
+//!   use TF32 (`tf32_dot`) from compute capability 8.0.
 //! - **Backend**: Triton kernels, Python and C++ wrappers, the features
 //!   Inductor's `TritonScheduling` reports for CUDA.
 //! - **Heuristics**: Inductor's pointwise and reduction rules, fed with the
@@ -62,7 +65,7 @@ impl Cuda {
         self.inventory()
             .devices
             .first()
-            .cloned()
+            .map(|d| d.properties.clone())
             .unwrap_or_else(|| properties::h100_defaults(0))
     }
 
@@ -142,6 +145,14 @@ impl DevicePlugin for Cuda {
     fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
         self.inventory().properties(index)
     }
+    fn shared_memory_per_block(&self, index: u32) -> Option<u64> {
+        // An index the driver does not report has no answer here either;
+        // `device_properties` names the error.
+        self.inventory()
+            .device(index)
+            .ok()
+            .map(|d| d.shared_memory_per_block)
+    }
 
     fn backend_spec(&self) -> BackendSpec {
         BackendSpec {
@@ -197,6 +208,12 @@ impl DevicePlugin for Cuda {
 
     fn cpp_build_flags(&self) -> Option<Vec<String>> {
         Some(toolkit::build_flags(toolkit::home().as_deref()))
+    }
+
+    fn tf32_dot(&self) -> Option<bool> {
+        // Tensor cores multiply TF32 from Ampere (8.0) on; the kernels compile
+        // for device 0's compute capability (`triton_target`).
+        Some(self.primary().cc >= properties::TF32_MIN_CC)
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

@@ -28,6 +28,12 @@ pub const H100_THREADS_PER_BLOCK: u32 = 1024;
 pub const H100_WARP_SIZE: u32 = 32;
 /// `cudaDeviceProp::maxGridSize` since compute capability 3.0.
 pub const H100_MAX_GRID: [u64; 3] = [2_147_483_647, 65_535, 65_535];
+/// H100: 227 KiB of shared memory per block with opt-in
+/// (`sharedMemPerBlockOptin`), of the 228 KiB of an SM.
+pub const H100_SHARED_MEMORY_PER_BLOCK: u64 = 227 * 1024;
+/// Compute capability (as PyTorch encodes it) from which tensor cores
+/// multiply TF32 (Ampere, 8.0).
+pub const TF32_MIN_CC: u32 = 80;
 
 /// The properties the plugin reports for device `index` when no driver
 /// answered: an H100 SXM, marked as static defaults.
@@ -100,11 +106,59 @@ pub fn from_attributes(
     })
 }
 
+/// The shared memory one block of device `index` may use with opt-in, in
+/// bytes, from an attribute reader (the driver, or a fake one in tests); a
+/// value that is not positive is an error.
+pub fn shared_memory_from_attributes(
+    index: u32,
+    mut read: impl FnMut(Attribute) -> Result<i32, String>,
+) -> Result<u64, String> {
+    let attribute = Attribute::MaxSharedMemoryPerBlockOptin;
+    let value = read(attribute)?;
+    u64::try_from(value)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("device {index}: {attribute:?} is {value}"))
+}
+
+/// One device as the driver described it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// Its properties.
+    pub properties: DeviceProperties,
+    /// The shared memory one block may use with opt-in, in bytes.
+    pub shared_memory_per_block: u64,
+}
+
+impl Device {
+    /// Device `index` of the static defaults: an H100 SXM.
+    pub fn h100_defaults(index: u32) -> Device {
+        Device {
+            properties: h100_defaults(index),
+            shared_memory_per_block: H100_SHARED_MEMORY_PER_BLOCK,
+        }
+    }
+
+    /// Device `index` read through `read`; the static defaults when any
+    /// attribute fails or is nonsense.
+    fn read(index: u32, mut read: impl FnMut(Attribute) -> Result<i32, String>) -> Device {
+        let properties = from_attributes(index, &mut read);
+        let shared = shared_memory_from_attributes(index, &mut read);
+        match (properties, shared) {
+            (Ok(properties), Ok(shared_memory_per_block)) => Device {
+                properties,
+                shared_memory_per_block,
+            },
+            _ => Device::h100_defaults(index),
+        }
+    }
+}
+
 /// What the driver said, once.
 #[derive(Debug)]
 pub struct Inventory {
     /// One entry per device the driver reports; empty without a driver.
-    pub devices: Vec<DeviceProperties>,
+    pub devices: Vec<Device>,
     /// Why there is no driver, when there is none (kept for diagnostics).
     pub driver_error: Option<String>,
     // Kept so that `libcuda` stays loaded for the life of the plugin.
@@ -128,10 +182,7 @@ impl Inventory {
                 },
                 Ok(count) => Inventory {
                     devices: (0..count)
-                        .map(|i| {
-                            from_attributes(i, |a| driver.attribute(i, a))
-                                .unwrap_or_else(|_| h100_defaults(i))
-                        })
+                        .map(|i| Device::read(i, |a| driver.attribute(i, a)))
                         .collect(),
                     driver_error: None,
                     _driver: Some(driver),
@@ -144,8 +195,13 @@ impl Inventory {
     /// the static defaults, so code can be generated for CUDA on a machine
     /// without a GPU; with a driver, an index it does not report is an error.
     pub fn properties(&self, index: u32) -> Result<DeviceProperties, String> {
+        self.device(index).map(|d| d.properties)
+    }
+
+    /// Device `index`, as [`Inventory::properties`] answers for it.
+    pub fn device(&self, index: u32) -> Result<Device, String> {
         if self.devices.is_empty() {
-            return Ok(h100_defaults(index));
+            return Ok(Device::h100_defaults(index));
         }
         usize::try_from(index)
             .ok()
@@ -175,7 +231,32 @@ mod tests {
             Attribute::ComputeCapabilityMajor => 9,
             Attribute::ComputeCapabilityMinor => 0,
             Attribute::MaxRegistersPerMultiprocessor => 65_536,
+            Attribute::MaxSharedMemoryPerBlockOptin => 232_448,
         })
+    }
+
+    #[test]
+    fn shared_memory_is_read_from_the_driver_and_defaults_to_an_h100s() {
+        let h100 = Device::read(0, fake_h100);
+        assert_eq!(h100.properties.source, PropertiesSource::Queried);
+        assert_eq!(
+            h100.shared_memory_per_block,
+            Device::h100_defaults(0).shared_memory_per_block
+        );
+        // An 8.6 part opts in to 99 KiB.
+        let ga102 = Device::read(0, |a| match a {
+            Attribute::MaxSharedMemoryPerBlockOptin => Ok(101_376),
+            other => fake_h100(other),
+        });
+        assert_eq!(ga102.shared_memory_per_block, 101_376);
+        // A driver that refuses the attribute, or answers nonsense: the defaults.
+        for answer in [Err("CUresult 1".to_string()), Ok(0), Ok(-4)] {
+            let device = Device::read(2, |a| match a {
+                Attribute::MaxSharedMemoryPerBlockOptin => answer.clone(),
+                other => fake_h100(other),
+            });
+            assert_eq!(device, Device::h100_defaults(2));
+        }
     }
 
     #[test]
@@ -235,7 +316,7 @@ mod tests {
         };
         assert_eq!(empty.properties(3), Ok(h100_defaults(3)));
         let one = Inventory {
-            devices: vec![h100_defaults(0)],
+            devices: vec![Device::h100_defaults(0)],
             driver_error: None,
             _driver: None,
         };

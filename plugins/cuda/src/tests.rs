@@ -180,6 +180,8 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert_eq!(props.multi_processor_count, 132);
         assert_eq!(props.cc, 90);
         assert_eq!(props.max_grid, [2_147_483_647, 65_535, 65_535]);
+        assert_eq!(p.shared_memory_per_block(0), Some(227 * 1024));
+        assert_eq!(p.tf32_dot(), Some(true));
     } else {
         // A live GPU: every device is queried through the driver.
         eprintln!("queried from the CUDA driver: {props:?}");
@@ -187,6 +189,9 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert_eq!(props.source, PropertiesSource::Queried);
         assert!(props.cc >= 30 && props.warp_size.into_option() == Some(32));
         assert!(p.device_properties(p.device_count()).is_err());
+        let shared = p.shared_memory_per_block(0).expect("queried");
+        assert!(shared >= 48 * 1024, "{shared}");
+        assert_eq!(p.tf32_dot(), Some(props.cc >= 80));
     }
 }
 

@@ -21,6 +21,15 @@ pub const DEFAULT_WARP_SIZE: u32 = 32;
 pub const DEFAULT_GRID_MULTIPLE: u32 = 48;
 /// Threads in one program (block).
 pub const DEFAULT_MAX_THREADS_PER_BLOCK: u32 = 1024;
+/// Shared memory one program may use, in bytes: the reference GXU integration gives
+/// no number, so the bundled plugin keeps what hosts before plugin API 1.5 assumed of
+/// every device (96 KiB) and its kernels are the same; a vendor sets its
+/// device's in `gxu.toml`.
+pub const DEFAULT_SHARED_MEMORY_PER_BLOCK: u64 = 96 * 1024;
+/// The least `shared_memory_per_block` a `gxu.toml` may set: a flash-attention
+/// program's smallest tiles (16 query rows and keys of heads of 16 elements)
+/// need 1.5 KiB in float32; 1 KiB is a typing slip, not a device.
+pub const MIN_SHARED_MEMORY_PER_BLOCK: u64 = 4 * 1024;
 /// The Triton backend GXU kernels are compiled with by default. The GXU
 /// ships its own Triton backend (`triton.backends.gxu`); the bundled plugin
 /// stands in for hardware Kiln cannot reach, so its kernels are checked with
@@ -40,6 +49,8 @@ pub struct GxuConfig {
     pub grid_multiple: u32,
     /// Threads in one program.
     pub max_threads_per_block: u32,
+    /// Shared memory one program may use, in bytes.
+    pub shared_memory_per_block: u64,
     /// The Triton backend the kernels compile with.
     pub triton_backend: String,
     /// That backend's `GPUTarget.arch`, as text.
@@ -54,6 +65,7 @@ impl Default for GxuConfig {
             warp_size: DEFAULT_WARP_SIZE,
             grid_multiple: DEFAULT_GRID_MULTIPLE,
             max_threads_per_block: DEFAULT_MAX_THREADS_PER_BLOCK,
+            shared_memory_per_block: DEFAULT_SHARED_MEMORY_PER_BLOCK,
             triton_backend: DEFAULT_TRITON_BACKEND.to_string(),
             triton_arch: DEFAULT_TRITON_ARCH.to_string(),
             source: None,
@@ -69,6 +81,7 @@ struct RawConfig {
     warp_size: Option<Spanned<u32>>,
     grid_multiple: Option<Spanned<u32>>,
     max_threads_per_block: Option<Spanned<u32>>,
+    shared_memory_per_block: Option<Spanned<u64>>,
     triton_backend: Option<Spanned<String>>,
     triton_arch: Option<Spanned<String>>,
 }
@@ -165,6 +178,18 @@ impl GxuConfig {
                     ),
                 ));
             }
+        }
+        if let Some(v) = raw.shared_memory_per_block {
+            if *v.get_ref() < MIN_SHARED_MEMORY_PER_BLOCK {
+                return Err(at(
+                    v.span().start,
+                    &format!(
+                        "`shared_memory_per_block` is in bytes and must be at least {MIN_SHARED_MEMORY_PER_BLOCK}, found {}",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            config.shared_memory_per_block = v.into_inner();
         }
         if let Some(v) = raw.triton_backend {
             if !kiln_plugin_api::is_valid_device_name(v.get_ref()) {
@@ -283,6 +308,23 @@ mod tests {
         assert!(parse("warp_sise = 16")
             .expect_err("unknown")
             .contains("warp_sise"));
+    }
+
+    #[test]
+    fn shared_memory_per_block_is_configurable_in_bytes() {
+        assert_eq!(
+            parse("").expect("empty is fine").shared_memory_per_block,
+            96 * 1024
+        );
+        let small = parse("shared_memory_per_block = 49152\n").expect("valid");
+        assert_eq!(small.shared_memory_per_block, 49152);
+        let err = parse("\nshared_memory_per_block = 48\n").expect_err("48 bytes");
+        assert!(
+            err.starts_with(
+                "/opt/gxu/gxu.toml: line 2, column 27: `shared_memory_per_block` is in bytes"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -28,6 +28,9 @@
 //! grid_multiple = 48
 //! # Threads in one program: a positive multiple of warp_size. Default 1024.
 //! max_threads_per_block = 1024
+//! # Bytes of shared memory one program may use (plugin API 1.5); the host
+//! # fits its flash-attention tiles in it. At least 4096. Default 98304.
+//! shared_memory_per_block = 98304
 //! # The Triton target the kernels compile for: Triton's GPUTarget(backend,
 //! # arch, warp_size). Defaults "cuda" and "90": the bundled plugin stands in
 //! # for GXU hardware and is checked with upstream Triton's CUDA backend; set
@@ -175,6 +178,9 @@ impl DevicePlugin for Gxu {
     fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
         Ok(self.properties(index))
     }
+    fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
+        Some(self.config.shared_memory_per_block)
+    }
 
     fn backend_spec(&self) -> BackendSpec {
         BackendSpec {
@@ -239,6 +245,11 @@ impl DevicePlugin for Gxu {
             home.as_deref(),
             &["gxu"],
         ))
+    }
+
+    fn tf32_dot(&self) -> Option<bool> {
+        // The seed's GXU has no TF32 units: float32 products are exact.
+        Some(false)
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

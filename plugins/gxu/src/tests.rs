@@ -222,6 +222,8 @@ fn static_properties() {
     assert_eq!(props.source, PropertiesSource::StaticDefaults);
     assert_eq!(props.warp_size, ROption::RSome(32));
     assert_eq!(props.multi_processor_count, 48);
+    assert_eq!(p.shared_memory_per_block(0), Some(96 * 1024));
+    assert_eq!(p.tf32_dot(), Some(false));
     let spec = p.backend_spec();
     assert_eq!(spec.scheduling, SchedulingKind::Triton);
     assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);
@@ -239,10 +241,12 @@ fn gxu_toml_beside_the_library_tunes_the_plugin() {
     let dir = TempDir::new();
     let p = dir
         .load_with(Some(
-            "# tuned for the next board\nwarp_size = 64\ngrid_multiple = 40\n",
+            "# tuned for the next board\nwarp_size = 64\ngrid_multiple = 40\n\
+             shared_memory_per_block = 49152\n",
         ))
         .expect("valid file");
     assert_eq!(p.config().warp_size, 64);
+    assert_eq!(p.shared_memory_per_block(3), Some(49152));
     assert!(p
         .kernel_driver()
         .expect("provided")

@@ -45,6 +45,10 @@ pub const MAX_1550_SUB_GROUP_SIZE: u32 = 32;
 /// the same bounds.
 pub const MAX_1550_MAX_GRID: [u64; 3] = [2_147_483_647, 65_535, 65_535];
 
+/// Shared local memory one work-group may use
+/// (`sycl::info::device::local_mem_size`): 128 KiB per Xe-core.
+pub const MAX_1550_SHARED_LOCAL_MEMORY: u64 = 128 * 1024;
+
 /// Persistent reductions for rows of up to 1024 elements, as Inductor's
 /// `ReductionHint.INNER` threshold.
 pub const PERSISTENT_ROW_LIMIT: u64 = 1024;
@@ -130,6 +134,9 @@ impl DevicePlugin for Xpu {
     fn device_properties(&self, index: u32) -> Result<DeviceProperties, String> {
         Ok(properties(index))
     }
+    fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
+        Some(MAX_1550_SHARED_LOCAL_MEMORY)
+    }
 
     fn backend_spec(&self) -> BackendSpec {
         BackendSpec {
@@ -186,6 +193,13 @@ impl DevicePlugin for Xpu {
     fn cpp_build_flags(&self) -> Option<Vec<String>> {
         // SYCL needs a SYCL compiler (CXX=icpx); Level Zero is its own library.
         Some(vec!["-fsycl".to_string(), "-lze_loader".to_string()])
+    }
+
+    fn tf32_dot(&self) -> Option<bool> {
+        // The Max 1550's matrix engines multiply TF32, but Kiln has not checked
+        // three-TF32 products (`tf32x3`) on Triton's Intel backend: float32
+        // products stay exact, as before the question was asked.
+        Some(false)
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

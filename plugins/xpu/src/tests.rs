@@ -117,6 +117,8 @@ fn static_max_1550_properties() {
     assert_eq!(props.warp_size, ROption::RSome(32));
     assert_eq!(props.max_threads_per_block, ROption::RSome(1024));
     assert_eq!(props.multi_processor_count, 64);
+    assert_eq!(p.shared_memory_per_block(1), Some(128 * 1024));
+    assert_eq!(p.tf32_dot(), Some(false));
     let spec = p.backend_spec();
     assert_eq!(spec.scheduling, SchedulingKind::Triton);
     assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);

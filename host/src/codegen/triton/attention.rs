@@ -13,22 +13,29 @@
 //! sizes and block sizes are compile-time constants). Programs grid-stride over
 //! (row block, batch × head), so any grid the plugin's `adjust_grid` launches
 //! is correct. float32 keeps float32's accuracy (`allow_tf32` off, as
-//! PyTorch's default): on a device with TF32 tensor cores (compute capability
-//! 8.0 or later) each product is three TF32 products (`tf32x3`: the high and
-//! low halves of both operands, the low x low term dropped, about 2^-22
+//! PyTorch's default): where the plugin says its target's `tl.dot` may use
+//! TF32 (`tf32_dot`), each product is three TF32 products (`tf32x3`: the high
+//! and low halves of both operands, the low x low term dropped, about 2^-22
 //! relative), elsewhere exact FMA products (`ieee`); float16/bfloat16 multiply
 //! in their dtype. All accumulate in float32.
+//!
+//! The tiles fit the shared memory the plugin gives one program
+//! (`shared_memory_per_block`): three pipelined stages where they fit, then
+//! two, then fewer keys per step, one stage, fewer query rows. This module
+//! holds no device's number; where a plugin says nothing, the host's stated
+//! defaults (`plugins::defaults`) stand in.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use kiln_plugin_api::{DeviceProperties, Grid, ReductionQuery};
+use kiln_plugin_api::{Grid, ReductionQuery};
 
 use super::expr::pointer_type;
 use super::Error;
 use crate::codegen::heuristics::LaunchHeuristics;
 use crate::codegen::namer::Namer;
 use crate::graph::dtype::DType;
+use crate::plugins::defaults;
 use crate::schedule::ir::{ExternCall, ExternOp, Program, Step, View};
 
 /// One generated attention kernel (shared by every launch with the same
@@ -116,7 +123,7 @@ pub fn write(
     namer: &mut Namer,
 ) -> Result<Attention, Error> {
     let mut out = Attention::default();
-    let target = Target::of(heuristics.properties());
+    let target = Target::of(heuristics);
     // Kernel text by its key (dtypes and constants), so that equal steps share one.
     let mut by_key: HashMap<String, usize> = HashMap::new();
     for (i, step) in program.steps.iter().enumerate() {
@@ -129,15 +136,8 @@ pub fn write(
         else {
             continue;
         };
-        let launch = plan(
-            program,
-            e,
-            *causal,
-            f64::from_bits(*scale_bits),
-            *mask,
-            heuristics,
-            target,
-        )?;
+        let attrs = (*causal, f64::from_bits(*scale_bits), *mask);
+        let launch = plan(program, e, attrs, heuristics, target)?;
         let (q, o) = (&e.args[0], &e.out);
         let dtype = program.buffer(q.buf).dtype;
         let mask_dtype = e
@@ -285,37 +285,33 @@ pub fn runtime_scalars<'a>(kernel: &AttentionKernel, launch: &'a AttentionLaunch
         .collect()
 }
 
-/// What the attention kernel's shape depends on in the target device.
+/// What the attention kernel's shape depends on in the target device, as its
+/// plugin states it (the host's defaults in [`crate::plugins::defaults`] where
+/// it does not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Target {
     /// The units that run programs in parallel (SMs); 0 when unknown.
     units: u32,
-    /// Whether the device multiplies TF32 on tensor cores (NVIDIA compute
-    /// capability 8.0 and later), so that float32 products can be split into
-    /// three TF32 products.
+    /// Whether float32 products may be split into three TF32 products (the
+    /// plugin's `tf32_dot`).
     tf32: bool,
+    /// The bytes of shared memory one program may use (the plugin's
+    /// `shared_memory_per_block`).
+    shared_memory: u64,
 }
 
-/// Shared memory the pipelined key/value tiles (and the query tile) may take:
-/// what every device with tensor cores gives one program (NVIDIA's 8.6 and 8.9
-/// parts give 99 KiB; the H100 228).
-const SHARED_BUDGET: i64 = 96 * 1024;
-
-/// Compute capability (as PyTorch encodes it) from which TF32 tensor cores exist.
-const TF32_MIN_CC: u32 = 80;
-
 impl Target {
-    fn of(properties: Option<DeviceProperties>) -> Target {
-        properties.map_or(
-            Target {
-                units: 0,
-                tf32: false,
-            },
-            |p| Target {
-                units: p.multi_processor_count,
-                tf32: p.cc >= TF32_MIN_CC,
-            },
-        )
+    /// The target `heuristics` describes.
+    fn of(heuristics: &dyn LaunchHeuristics) -> Target {
+        Target {
+            units: heuristics
+                .properties()
+                .map_or(0, |p| p.multi_processor_count),
+            tf32: heuristics.tf32_dot().unwrap_or(defaults::TF32_DOT),
+            shared_memory: heuristics
+                .shared_memory_per_block()
+                .unwrap_or(defaults::SHARED_MEMORY_PER_BLOCK),
+        }
     }
 
     /// `tl.dot`'s `input_precision` for operands of `dtype`: `None` keeps
@@ -329,152 +325,271 @@ impl Target {
     }
 }
 
+/// The operands of one attention step, read from the program: sizes, and the
+/// 4-D strides the kernel indexes each operand with.
+struct Operands<'a> {
+    q: &'a View,
+    k: &'a View,
+    v: &'a View,
+    /// The mask's view, when the step has one.
+    mask: Option<&'a View>,
+    /// Kiln's own contiguous output buffer, as a view.
+    out: View,
+    /// Batch, query heads, query rows, key rows.
+    z: i64,
+    h: i64,
+    l: i64,
+    s: i64,
+    /// The head sizes of the query (and key) and of the value.
+    e_q: i64,
+    e_v: i64,
+    /// Query heads per key/value head (grouped-query attention), else 1.
+    group: i64,
+    /// The strides of the query, key, value, mask and output.
+    strides: [[i64; 4]; 5],
+}
+
+impl<'a> Operands<'a> {
+    /// Reads the operands of `e`, refusing ranks the kernel does not index.
+    fn of(p: &Program, e: &'a ExternCall, mask: bool) -> Result<Operands<'a>, Error> {
+        let (q, k, v) = match e.args.as_slice() {
+            [q, k, v, ..] => (q, k, v),
+            _ => return Err(unsupported("attention needs query, key and value".into())),
+        };
+        let rank = q.shape.len();
+        if !(rank == 3 || rank == 4) || k.shape.len() != rank || v.shape.len() != rank {
+            return Err(unsupported(format!(
+                "fused attention of operands of rank {rank}, {} and {}",
+                k.shape.len(),
+                v.shape.len()
+            )));
+        }
+        let (z, h) = if rank == 4 {
+            (q.shape[0], q.shape[1])
+        } else {
+            (q.shape[0], 1)
+        };
+        let (l, e_q) = (q.shape[rank - 2], q.shape[rank - 1]);
+        let (s, e_v) = (k.shape[rank - 2], v.shape[rank - 1]);
+        let hk = if rank == 4 { k.shape[1] } else { 1 };
+        let group = if hk > 1 && h % hk == 0 { h / hk } else { 1 };
+        let mut q_full = q.shape.clone();
+        let qs = strides4(q, &q_full);
+        // Key/value: batch and head dims broadcast from 1 where the query's are larger,
+        // except grouped heads, which the kernel indexes as h / GROUP.
+        let kv_want = |t: &View| {
+            let mut want = q_full.clone();
+            if rank == 4 {
+                want[1] = if group > 1 { hk } else { h };
+            }
+            want[rank - 2] = t.shape[rank - 2];
+            want[rank - 1] = t.shape[rank - 1];
+            want
+        };
+        let ks = strides4(k, &kv_want(k));
+        let vs = strides4(v, &kv_want(v));
+        q_full[rank - 1] = s;
+        let mask = e.args.get(3).filter(|_| mask);
+        let ms = mask.map_or([0; 4], |m| strides4(m, &q_full));
+        let buffer = p.buffer(e.out);
+        let out = View {
+            buf: e.out,
+            shape: buffer.shape.clone(),
+            strides: buffer.strides.clone(),
+            offset: 0,
+        };
+        let os = strides4(&out, &buffer.shape);
+        Ok(Operands {
+            q,
+            k,
+            v,
+            mask,
+            out,
+            z,
+            h,
+            l,
+            s,
+            e_q,
+            e_v,
+            group,
+            strides: [qs, ks, vs, ms, os],
+        })
+    }
+}
+
+fn unsupported(what: String) -> Error {
+    Error::Unsupported {
+        kernel: "attention".into(),
+        what,
+    }
+}
+
+/// The kernel's block sizes and pipelining depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tiles {
+    /// Query rows per program.
+    block_m: i64,
+    /// Keys per step.
+    block_n: i64,
+    /// The query/key head size, padded to a power of two of at least 16.
+    block_e: i64,
+    /// The value head size, padded likewise.
+    block_ev: i64,
+    /// Key/value tiles in flight (`num_stages`).
+    stages: i64,
+}
+
+/// The smallest block `tl.dot` takes along any dimension.
+const MIN_BLOCK: i64 = 16;
+
+impl Tiles {
+    /// The shared memory the pipelined key and value tiles and the query tile
+    /// take, in bytes, for elements of `elem` bytes.
+    fn shared_bytes(self, elem: i64) -> i64 {
+        (self.stages * self.block_n * (self.block_e + self.block_ev) + self.block_m * self.block_e)
+            .saturating_mul(elem)
+    }
+
+    /// The tiles for heads of `e_q` and `e_v` elements of `dtype`, `rows`
+    /// query rows in each of `heads` (batch × head) programs' groups, on
+    /// `target`: the widest that keep the device's units busy and fit its
+    /// shared memory, or an error naming both when not even the smallest fit.
+    fn choose(
+        target: Target,
+        dtype: DType,
+        (e_q, e_v): (i64, i64),
+        rows: i64,
+        heads: i64,
+    ) -> Result<Tiles, Error> {
+        let elem = dtype.size_bytes() as i64;
+        let block_e = next_pow2_at_least_16(e_q);
+        let block_ev = next_pow2_at_least_16(e_v);
+        // Tiles of at most 256 bytes per row keep the stages in shared memory.
+        let narrow = block_e * elem <= 256 && block_ev * elem <= 256;
+        let block_n: i64 = if narrow { 64 } else { 32 };
+        let mut block_m: i64 = if narrow { 64 } else { 32 };
+        // Fewer row blocks than units leaves units idle: halve the blocks (ViT's
+        // 8 x 3 heads x 197 rows, 96 programs of 64 rows on 132 SMs: 25.5 µs,
+        // 168 of 32 rows: 23.0 µs on an H100).
+        let row_blocks = |m: i64| ((rows + m - 1) / m).saturating_mul(heads);
+        if narrow && row_blocks(block_m) < i64::from(target.units) {
+            block_m = 32;
+        }
+        let mut tiles = Tiles {
+            block_m: block_m.min(next_pow2_at_least_16(rows)),
+            block_n,
+            block_e,
+            block_ev,
+            stages: 3,
+        };
+        // Tensor-core products pipeline loads three deep where the tiles are narrow
+        // and fit (bfloat16 causal heads of 64 on an H100: 38.5 µs with two stages,
+        // 31.5 with three; float32 heads of 32 as tf32x3: 38.2 and 35.1, of 64,
+        // 112 KiB in three stages: 41.8 and 40.0,
+        // bench/gpu/results/2026-11-24-attention-h100.txt); FMA
+        // products (`ieee`) gain nothing from a second stage and lose registers to
+        // it (GPT-2's float32 heads of 64: 219 µs against 91.7 with one).
+        let budget = i64::try_from(target.shared_memory).unwrap_or(i64::MAX);
+        tiles.stages = match target.precision(dtype) {
+            Some("ieee") => 1,
+            _ if narrow && tiles.shared_bytes(elem) <= budget => 3,
+            _ => 2,
+        };
+        tiles.fit(elem, budget)
+    }
+
+    /// These tiles made small enough for `budget` bytes of shared memory:
+    /// first two stages instead of three, then blocks of fewer keys (down to
+    /// 16, keeping loads in flight), then one stage, then fewer query rows.
+    fn fit(mut self, elem: i64, budget: i64) -> Result<Tiles, Error> {
+        while self.shared_bytes(elem) > budget {
+            if self.stages > 2 {
+                self.stages = 2;
+            } else if self.block_n > MIN_BLOCK {
+                self.block_n /= 2;
+            } else if self.stages > 1 {
+                self.stages = 1;
+            } else if self.block_m > MIN_BLOCK {
+                self.block_m /= 2;
+            } else {
+                return Err(unsupported(format!(
+                    "flash attention over heads of {} and {} elements of {elem} bytes needs \
+                     {} bytes of shared memory at its smallest tiles; the device gives a \
+                     program {budget} (its plugin's `shared_memory_per_block`)",
+                    self.block_e,
+                    self.block_ev,
+                    self.shared_bytes(elem)
+                )));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// For a device giving one program `shared_memory` bytes: per dtype
+/// (float16, bfloat16, float32, by name), the widest head of 16, 32, 64, 128
+/// and 256 elements whose flash-attention tiles the host fits in it, with the
+/// most bytes those tiles take; `None` for a dtype where not even heads of 16
+/// fit. Conformance reports it for the plugin's `shared_memory_per_block`.
+pub fn widest_heads(shared_memory: u64, tf32: bool) -> Vec<(&'static str, Option<(i64, i64)>)> {
+    let target = Target {
+        units: 0,
+        tf32,
+        shared_memory,
+    };
+    [
+        ("float16", DType::Float16),
+        ("bfloat16", DType::BFloat16),
+        ("float32", DType::Float32),
+    ]
+    .into_iter()
+    .map(|(name, dtype)| {
+        let widest = [16, 32, 64, 128, 256]
+            .into_iter()
+            .map_while(|e| {
+                let tiles = Tiles::choose(target, dtype, (e, e), 4096, 64).ok()?;
+                Some((e, tiles.shared_bytes(dtype.size_bytes() as i64)))
+            })
+            .last();
+        (name, widest)
+    })
+    .collect()
+}
+
 /// The launch of one attention step (kernel name filled in by [`write`]).
 fn plan(
     p: &Program,
     e: &ExternCall,
-    causal: bool,
-    scale: f64,
-    mask: bool,
+    (causal, scale, mask): (bool, f64, bool),
     heuristics: &dyn LaunchHeuristics,
     target: Target,
 ) -> Result<AttentionLaunch, Error> {
-    let unsupported = |what: String| Error::Unsupported {
-        kernel: "attention".into(),
-        what,
-    };
-    let (q, k, v) = match e.args.as_slice() {
-        [q, k, v, ..] => (q, k, v),
-        _ => return Err(unsupported("attention needs query, key and value".into())),
-    };
-    let rank = q.shape.len();
-    if !(rank == 3 || rank == 4) || k.shape.len() != rank || v.shape.len() != rank {
-        return Err(unsupported(format!(
-            "fused attention of operands of rank {rank}, {} and {}",
-            k.shape.len(),
-            v.shape.len()
-        )));
-    }
-    let (z, h) = if rank == 4 {
-        (q.shape[0], q.shape[1])
-    } else {
-        (q.shape[0], 1)
-    };
-    let (l, e_q) = (q.shape[rank - 2], q.shape[rank - 1]);
-    let (s, e_v) = (k.shape[rank - 2], v.shape[rank - 1]);
-    let hk = if rank == 4 { k.shape[1] } else { 1 };
-    let group = if hk > 1 && h % hk == 0 { h / hk } else { 1 };
-    let mut q_full = q.shape.clone();
-    let qs = strides4(q, &q_full);
-    // Key/value: batch and head dims broadcast from 1 where the query's are larger,
-    // except grouped heads, which the kernel indexes as h / GROUP.
-    let kv_want = |t: &View| {
-        let mut want = q_full.clone();
-        if rank == 4 {
-            want[1] = if group > 1 { hk } else { h };
-        }
-        want[rank - 2] = t.shape[rank - 2];
-        want[rank - 1] = t.shape[rank - 1];
-        want
-    };
-    let ks = strides4(k, &kv_want(k));
-    let vs = strides4(v, &kv_want(v));
-    q_full[rank - 1] = s;
-    let ms = match (mask, e.args.get(3)) {
-        (true, Some(m)) => strides4(m, &q_full),
-        _ => [0; 4],
-    };
-    let out = p.buffer(e.out);
-    let out_view = View {
-        buf: e.out,
-        shape: out.shape.clone(),
-        strides: out.strides.clone(),
-        offset: 0,
-    };
-    let os = strides4(&out_view, &out.shape);
-    let dtype = p.buffer(q.buf).dtype;
-    let elem = dtype.size_bytes() as i64;
-    let block_e = next_pow2_at_least_16(e_q);
-    let block_ev = next_pow2_at_least_16(e_v);
-    // Tiles of at most 256 bytes per row keep the stages in shared memory.
-    let narrow = block_e * elem <= 256 && block_ev * elem <= 256;
-    let block_n: i64 = if narrow { 64 } else { 32 };
-    let mut block_m: i64 = if narrow { 64 } else { 32 };
-    // Fewer row blocks than units leaves units idle: halve the blocks (ViT's
-    // 8 x 3 heads x 197 rows, 96 programs of 64 rows on 132 SMs: 25.5 µs,
-    // 168 of 32 rows: 23.0 µs on an H100).
-    let row_blocks = |m: i64| ((l + m - 1) / m).saturating_mul(z).saturating_mul(h);
-    if narrow && row_blocks(block_m) < i64::from(target.units) {
-        block_m = 32;
-    }
-    let block_m = block_m.min(next_pow2_at_least_16(l));
-    // Tensor-core products pipeline loads three deep where the tiles are narrow
-    // and fit (bfloat16 causal heads of 64 on an H100: 38.5 µs with two stages,
-    // 31.5 with three; float32 heads of 32 as tf32x3: 38.2 and 35.1); FMA
-    // products (`ieee`) gain nothing from a second stage and lose registers to
-    // it (GPT-2's float32 heads of 64: 219 µs against 91.7 with one).
-    let shared = |stages: i64| {
-        (stages * block_n * (block_e + block_ev) + block_m * block_e).saturating_mul(elem)
-    };
-    let num_stages = match target.precision(dtype) {
-        Some("ieee") => 1,
-        _ if narrow && shared(3) <= SHARED_BUDGET => 3,
-        _ => 2,
-    };
-    let rows = z.saturating_mul(h).saturating_mul(l);
-    let configs = heuristics
-        .reduction_configs(ReductionQuery {
-            rows: rows.max(1) as u64,
-            row_len: s.max(1) as u64,
-            element_bytes: dtype.size_bytes() as u32,
-        })
-        .map_err(|source| Error::Heuristics {
-            kernel: "attention".into(),
-            source,
-        })?;
-    // The plugin's warp limit (GXU: one warp); four at most, as Inductor's template.
-    let num_warps = configs
-        .iter()
-        .map(|c| c.num_warps)
-        .max()
-        .unwrap_or(1)
-        .clamp(1, 4);
-    let num_m = (l + block_m - 1) / block_m;
-    let programs = num_m.saturating_mul(z).saturating_mul(h).max(1) as u64;
-    let grid = heuristics
-        .adjust_grid(Grid {
-            x: programs,
-            y: 1,
-            z: 1,
-        })
-        .map_err(|source| Error::Heuristics {
-            kernel: "attention".into(),
-            source,
-        })?;
-    let mut pointers = vec![q.clone(), k.clone(), v.clone()];
-    pointers.push(match (mask, e.args.get(3)) {
-        (true, Some(m)) => m.clone(),
-        _ => q.clone(),
-    });
-    pointers.push(out_view);
+    let ops = Operands::of(p, e, mask)?;
+    let dtype = p.buffer(ops.q.buf).dtype;
+    let heads = ops.z.saturating_mul(ops.h);
+    let tiles = Tiles::choose(target, dtype, (ops.e_q, ops.e_v), ops.l, heads)?;
+    let (num_warps, grid) = launch_shape(&ops, dtype, tiles, heuristics)?;
+    let mut pointers = vec![ops.q.clone(), ops.k.clone(), ops.v.clone()];
+    pointers.push(ops.mask.unwrap_or(ops.q).clone());
+    pointers.push(ops.out.clone());
     let mut scalars = vec![super::expr::float_text(scale)];
-    for st in [qs, ks, vs, ms, os] {
+    for st in ops.strides {
         scalars.extend(st.iter().map(i64::to_string));
     }
-    scalars.extend([z, h, l, s].iter().map(i64::to_string));
-    let mask_kind = match (mask, e.args.get(3)) {
-        (true, Some(m)) if p.buffer(m.buf).dtype == DType::Bool => 1,
-        (true, Some(_)) => 2,
-        _ => 0,
+    scalars.extend([ops.z, ops.h, ops.l, ops.s].iter().map(i64::to_string));
+    let mask_kind = match ops.mask {
+        Some(m) if p.buffer(m.buf).dtype == DType::Bool => 1,
+        Some(_) => 2,
+        None => 0,
     };
     let constants = vec![
-        ("GROUP", group),
-        ("E", e_q),
-        ("EV", e_v),
-        ("BLOCK_M", block_m),
-        ("BLOCK_N", block_n),
-        ("BLOCK_E", block_e),
-        ("BLOCK_EV", block_ev),
+        ("GROUP", ops.group),
+        ("E", ops.e_q),
+        ("EV", ops.e_v),
+        ("BLOCK_M", tiles.block_m),
+        ("BLOCK_N", tiles.block_n),
+        ("BLOCK_E", tiles.block_e),
+        ("BLOCK_EV", tiles.block_ev),
         ("CAUSAL", i64::from(causal)),
         ("MASK_KIND", mask_kind),
     ];
@@ -484,9 +599,48 @@ fn plan(
         scalars,
         constants,
         num_warps,
-        num_stages,
+        num_stages: u32::try_from(tiles.stages).unwrap_or(1),
         grid,
     })
+}
+
+/// The warps of each program (the plugin's, for a reduction over the key
+/// rows) and the grid launched (after the plugin's `adjust_grid`).
+fn launch_shape(
+    ops: &Operands<'_>,
+    dtype: DType,
+    tiles: Tiles,
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<(u32, Grid), Error> {
+    let heuristics_error = |source| Error::Heuristics {
+        kernel: "attention".into(),
+        source,
+    };
+    let rows = ops.z.saturating_mul(ops.h).saturating_mul(ops.l);
+    let configs = heuristics
+        .reduction_configs(ReductionQuery {
+            rows: rows.max(1) as u64,
+            row_len: ops.s.max(1) as u64,
+            element_bytes: dtype.size_bytes() as u32,
+        })
+        .map_err(heuristics_error)?;
+    // The plugin's warp limit (GXU: one warp); four at most, as Inductor's template.
+    let num_warps = configs
+        .iter()
+        .map(|c| c.num_warps)
+        .max()
+        .unwrap_or(1)
+        .clamp(1, 4);
+    let num_m = (ops.l + tiles.block_m - 1) / tiles.block_m;
+    let programs = num_m.saturating_mul(ops.z).saturating_mul(ops.h).max(1) as u64;
+    let grid = heuristics
+        .adjust_grid(Grid {
+            x: programs,
+            y: 1,
+            z: 1,
+        })
+        .map_err(heuristics_error)?;
+    Ok((num_warps, grid))
 }
 
 /// The kernel's text; `precision` is `tl.dot`'s `input_precision` (see
@@ -571,44 +725,201 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
 
 #[cfg(test)]
 mod tests {
-    use kiln_plugin_api::abi_stable::std_types::{RNone, RString};
-    use kiln_plugin_api::PropertiesSource;
+    use kiln_plugin_api::LaunchConfig;
 
     use super::*;
+    use crate::codegen::heuristics::HeuristicsError;
 
-    fn properties(cc: u32, units: u32) -> DeviceProperties {
-        DeviceProperties {
-            device_type: RString::from("cuda"),
-            index: 0,
-            multi_processor_count: units,
-            cc,
-            major: RNone,
-            regs_per_multiprocessor: RNone,
-            max_threads_per_multi_processor: RNone,
-            max_threads_per_block: RNone,
-            warp_size: RNone,
-            max_grid: [1 << 31, 65535, 65535],
-            source: PropertiesSource::StaticDefaults,
+    const KIB: u64 = 1024;
+
+    fn target(tf32: bool, shared_memory: u64, units: u32) -> Target {
+        Target {
+            units,
+            tf32,
+            shared_memory,
         }
     }
 
+    /// A plugin that answers none of the questions of API 1.5.
+    struct Silent;
+
+    impl LaunchHeuristics for Silent {
+        fn pointwise_configs(
+            &self,
+            _: PointwiseQuery,
+        ) -> Result<Vec<LaunchConfig>, HeuristicsError> {
+            Ok(Vec::new())
+        }
+        fn reduction_configs(
+            &self,
+            _: ReductionQuery,
+        ) -> Result<Vec<LaunchConfig>, HeuristicsError> {
+            Ok(Vec::new())
+        }
+        fn adjust_grid(&self, grid: Grid) -> Result<Grid, HeuristicsError> {
+            Ok(grid)
+        }
+    }
+
+    use kiln_plugin_api::PointwiseQuery;
+
     #[test]
-    fn float32_products_are_tf32x3_only_where_tensor_cores_take_tf32() {
-        let ampere = Target::of(Some(properties(80, 108)));
-        assert_eq!(ampere.units, 108);
-        assert_eq!(ampere.precision(DType::Float32), Some("tf32x3"));
-        // Turing (7.5) has no TF32; a vendor's device says 0; no properties at all.
-        for target in [
-            Target::of(Some(properties(75, 40))),
-            Target::of(Some(properties(0, 48))),
-            Target::of(None),
-        ] {
+    fn float32_products_are_tf32x3_only_where_the_plugin_says_its_target_takes_tf32() {
+        let tf32 = target(true, 96 * KIB, 108);
+        assert_eq!(tf32.precision(DType::Float32), Some("tf32x3"));
+        // A plugin that says no, and one that does not say (the default).
+        let silent = Target::of(&Silent);
+        assert_eq!(
+            silent,
+            target(false, defaults::SHARED_MEMORY_PER_BLOCK, 0),
+            "{silent:?}"
+        );
+        for target in [target(false, 96 * KIB, 40), silent] {
             assert_eq!(target.precision(DType::Float32), Some("ieee"), "{target:?}");
         }
         // 16-bit operands multiply in their dtype everywhere.
         for dtype in [DType::Float16, DType::BFloat16] {
-            assert_eq!(ampere.precision(dtype), None);
-            assert_eq!(Target::of(None).precision(dtype), None);
+            assert_eq!(tf32.precision(dtype), None);
+            assert_eq!(silent.precision(dtype), None);
         }
+    }
+
+    /// The tiles hosts before API 1.5 chose, for every device: three stages
+    /// where they took at most 96 KiB, never fitted to the device.
+    fn before_1_5(
+        target: Target,
+        dtype: DType,
+        (e_q, e_v): (i64, i64),
+        rows: i64,
+        heads: i64,
+    ) -> Tiles {
+        let elem = dtype.size_bytes() as i64;
+        let (block_e, block_ev) = (next_pow2_at_least_16(e_q), next_pow2_at_least_16(e_v));
+        let narrow = block_e * elem <= 256 && block_ev * elem <= 256;
+        let block_n: i64 = if narrow { 64 } else { 32 };
+        let mut block_m: i64 = if narrow { 64 } else { 32 };
+        if narrow && ((rows + block_m - 1) / block_m) * heads < i64::from(target.units) {
+            block_m = 32;
+        }
+        let block_m = block_m.min(next_pow2_at_least_16(rows));
+        let shared =
+            |stages: i64| (stages * block_n * (block_e + block_ev) + block_m * block_e) * elem;
+        let stages = match target.precision(dtype) {
+            Some("ieee") => 1,
+            _ if narrow && shared(3) <= 96 * 1024 => 3,
+            _ => 2,
+        };
+        Tiles {
+            block_m,
+            block_n,
+            block_e,
+            block_ev,
+            stages,
+        }
+    }
+
+    /// One case of the sweep.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        dtype: DType,
+        /// The query/key and value head sizes.
+        heads: (i64, i64),
+        rows: i64,
+        /// Batch × head programs' groups.
+        groups: i64,
+        tf32: bool,
+        units: u32,
+    }
+
+    impl Case {
+        fn on(self, shared_memory: u64) -> Target {
+            target(self.tf32, shared_memory, self.units)
+        }
+    }
+
+    /// Every head size and dtype, for few and many rows, on targets with and
+    /// without TF32.
+    fn sweep() -> Vec<Case> {
+        let sizes = [16, 32, 40, 64, 80, 96, 128, 160, 256];
+        let mut cases = Vec::new();
+        for dtype in [DType::Float16, DType::BFloat16, DType::Float32] {
+            for &e_q in &sizes {
+                for e_v in [e_q, 64, 256] {
+                    for (rows, groups) in [(1, 1), (100, 4), (197, 24), (512, 128), (4096, 32)] {
+                        for (tf32, units) in [(true, 132), (false, 48), (true, 0)] {
+                            cases.push(Case {
+                                dtype,
+                                heads: (e_q, e_v),
+                                rows,
+                                groups,
+                                tf32,
+                                units,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        cases
+    }
+
+    #[test]
+    fn a_device_of_48_kib_gets_tiles_that_fit_it_for_every_head_and_dtype() {
+        for case in sweep() {
+            let device = case.on(48 * KIB);
+            let tiles = Tiles::choose(device, case.dtype, case.heads, case.rows, case.groups)
+                .unwrap_or_else(|e| panic!("{case:?}: {e}"));
+            let bytes = tiles.shared_bytes(case.dtype.size_bytes() as i64);
+            assert!(bytes <= 48 * 1024, "{case:?}: {tiles:?} takes {bytes}");
+            for block in [tiles.block_m, tiles.block_n] {
+                assert!(
+                    block >= MIN_BLOCK && (block as u64).is_power_of_two(),
+                    "{tiles:?}"
+                );
+            }
+            assert!(tiles.stages >= 1, "{tiles:?}");
+        }
+    }
+
+    #[test]
+    fn devices_of_96_and_227_kib_keep_the_tiles_of_hosts_before_1_5() {
+        let mut three_stages_now = 0;
+        for shared_memory in [96 * KIB, 227 * KIB] {
+            for case in sweep() {
+                let (device, elem) = (case.on(shared_memory), case.dtype.size_bytes() as i64);
+                let then = before_1_5(device, case.dtype, case.heads, case.rows, case.groups);
+                let now = Tiles::choose(device, case.dtype, case.heads, case.rows, case.groups)
+                    .unwrap_or_else(|e| panic!("{case:?}: {e}"));
+                let budget = shared_memory as i64;
+                assert!(now.shared_bytes(elem) <= budget, "{now:?}");
+                if then.shared_bytes(elem) > budget {
+                    // Those tiles never fitted this device: made smaller.
+                    continue;
+                }
+                // Where three stages take more than 96 KiB but fit the device,
+                // a device that gives more pipelines deeper; nothing else moves.
+                let deeper = Tiles { stages: 3, ..then };
+                if now == deeper && now != then {
+                    assert!(deeper.shared_bytes(elem) > 96 * 1024 && shared_memory > 96 * KIB);
+                    three_stages_now += 1;
+                    continue;
+                }
+                assert_eq!(now, then, "{shared_memory} {case:?}");
+            }
+        }
+        // Heads of 128 16-bit or 64 float32 elements: three stages of 112 KiB.
+        assert!(three_stages_now > 0);
+    }
+
+    #[test]
+    fn tiles_that_cannot_fit_are_an_error_naming_the_shared_memory() {
+        let tiny = target(false, 8 * KIB, 4);
+        let err = Tiles::choose(tiny, DType::Float32, (256, 256), 512, 8)
+            .expect_err("16 x 256 float32 tiles take 48 KiB")
+            .to_string();
+        assert!(
+            err.contains("shared_memory_per_block") && err.contains("8192"),
+            "{err}"
+        );
     }
 }

@@ -17,6 +17,8 @@ use kiln_plugin_api::{
 
 /// Warp size of the baseline device.
 pub const WARP_SIZE: u32 = 32;
+/// The baseline device's shared memory per program, in bytes: 48 KiB.
+pub const SHARED_MEMORY_PER_BLOCK: u64 = 48 * 1024;
 /// Threads per block of the baseline device.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
 /// Grid limit of the baseline device.
@@ -294,6 +296,15 @@ pub trait Device: Default + Send + Sync + 'static {
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new("cuda", "90", WARP_SIZE))
     }
+    /// Shared memory per program: 48 KiB, a small device's, so that the
+    /// host's flash-attention tiles are fitted to it.
+    fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
+        Some(SHARED_MEMORY_PER_BLOCK)
+    }
+    /// Float32 products: exact (no TF32 units).
+    fn tf32_dot(&self) -> Option<bool> {
+        Some(false)
+    }
 }
 
 /// Implements `kiln_plugin_api::DevicePlugin` for a [`Device`] by delegating
@@ -397,6 +408,12 @@ macro_rules! export_device {
             }
             fn triton_target(&self) -> Option<::kiln_plugin_api::TritonTarget> {
                 $crate::Device::triton_target(self)
+            }
+            fn shared_memory_per_block(&self, index: u32) -> Option<u64> {
+                $crate::Device::shared_memory_per_block(self, index)
+            }
+            fn tf32_dot(&self) -> Option<bool> {
+                $crate::Device::tf32_dot(self)
             }
         }
 

@@ -1,0 +1,65 @@
+//! What the host assumes where a plugin says nothing: it was built against an
+//! older minor of the plugin API, which did not ask, or it answers `RNone`.
+//!
+//! These are the only device numbers the host holds, each with why it is that
+//! value. A plugin that knows its device reports its own; `host inspect` says
+//! which of the two a compile uses.
+
+use serde::Serialize;
+
+use super::{CallError, Plugin};
+
+/// Shared memory one program may use, for a plugin that does not say (API 1.5
+/// added the question): 96 KiB, what every host before 1.5 assumed of every
+/// Triton device, so that a plugin built earlier keeps exactly the
+/// flash-attention tiles it got then.
+pub const SHARED_MEMORY_PER_BLOCK: u64 = 96 * 1024;
+
+/// Whether float32 `tl.dot` may use TF32 products, for a plugin that does not
+/// say (API 1.5 added the question): no. Exact FMA products (`ieee`) compile
+/// on every Triton target and keep float32's accuracy, where three TF32
+/// products (`tf32x3`) do not compile on a target without TF32 units. (Hosts
+/// before 1.5 read it from a CUDA compute capability, a device rule the host
+/// must not hold; a cuda plugin built earlier now gets exact products.)
+pub const TF32_DOT: bool = false;
+
+/// A value a compile uses, and whether the plugin stated it or the host's
+/// default stands in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Stated<T> {
+    /// The value in force.
+    pub value: T,
+    /// `true` when the plugin reported it; `false` when it is the default here.
+    pub from_plugin: bool,
+}
+
+impl<T> Stated<T> {
+    /// `reported`, or `default` where the plugin said nothing.
+    pub fn or_default(reported: Option<T>, default: T) -> Stated<T> {
+        match reported {
+            Some(value) => Stated {
+                value,
+                from_plugin: true,
+            },
+            None => Stated {
+                value: default,
+                from_plugin: false,
+            },
+        }
+    }
+}
+
+/// The shared memory one program of device `index` may use: the plugin's
+/// answer, or [`SHARED_MEMORY_PER_BLOCK`].
+pub fn shared_memory_per_block(plugin: &Plugin, index: u32) -> Result<Stated<u64>, CallError> {
+    Ok(Stated::or_default(
+        plugin.shared_memory_per_block(index)?,
+        SHARED_MEMORY_PER_BLOCK,
+    ))
+}
+
+/// Whether float32 `tl.dot` may use TF32 products: the plugin's answer, or
+/// [`TF32_DOT`].
+pub fn tf32_dot(plugin: &Plugin) -> Result<Stated<bool>, CallError> {
+    Ok(Stated::or_default(plugin.tf32_dot()?, TF32_DOT))
+}

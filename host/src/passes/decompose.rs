@@ -127,9 +127,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
 /// fused attention kernel.
 pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error> {
     let _span = tracing::info_span!("decompose").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "decompose")?;
     let mut changed = 0;
     for id in order {
         if options.fused_attention && model::fusable_attention(g, id) {

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::ids::IdVec;
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
@@ -102,9 +103,9 @@ pub struct Lowered {
     /// How each graph value is read.
     pub defs: HashMap<ValueId, Def>,
     /// Scheduler nodes, in a topological order.
-    pub snodes: Vec<SNode>,
+    pub snodes: IdVec<SNodeId, SNode>,
     /// Buffers: graph inputs and constants first, then one per scheduler node.
-    pub buffers: Vec<super::ir::Buffer>,
+    pub buffers: IdVec<BufferId, super::ir::Buffer>,
     /// The graph's input buffers, in order.
     pub inputs: Vec<BufferId>,
     /// The graph's outputs.
@@ -130,15 +131,13 @@ impl Lowered {
         meta: &TensorMeta,
         kind: super::ir::BufferKind,
     ) -> BufferId {
-        let id = BufferId(self.buffers.len() as u32);
         self.buffers.push(super::ir::Buffer {
             name: name.to_string(),
             dtype: meta.dtype,
             shape: meta.shape.clone(),
             strides: contiguous_strides(&meta.shape),
             kind,
-        });
-        id
+        })
     }
 
     fn add_snode(
@@ -151,8 +150,7 @@ impl Lowered {
         let meta = meta_of(graph, value)?.clone();
         let name = node_of(graph, value.node)?.name.clone();
         let buf = self.add_buffer(&name, &meta, super::ir::BufferKind::Computed);
-        let id = SNodeId(self.snodes.len() as u32);
-        self.snodes.push(SNode {
+        let id = self.snodes.push(SNode {
             kind,
             value,
             meta,
@@ -171,7 +169,7 @@ impl Lowered {
         match self.defs.get(&value)? {
             Def::Strided(v) => Some(v.clone()),
             Def::Node(n) if through_nodes => {
-                let s = &self.snodes[n.0 as usize];
+                let s = &self.snodes[*n];
                 Some(contiguous_view(s.buf, &s.meta.shape))
             }
             Def::Node(_) => None,
@@ -197,7 +195,7 @@ impl Lowered {
             return Ok(v);
         }
         let id = self.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-        let s = &self.snodes[id.0 as usize];
+        let s = &self.snodes[id];
         Ok(contiguous_view(s.buf, &s.meta.shape))
     }
 }
@@ -257,7 +255,7 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
             Some(v) => v,
             None => {
                 let id = low.add_snode(graph, out, SKind::Pointwise { value: out }, "pointwise")?;
-                let s = &low.snodes[id.0 as usize];
+                let s = &low.snodes[id];
                 contiguous_view(s.buf, &s.meta.shape)
             }
         };
@@ -427,7 +425,7 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
             view
         } else {
             let sid = low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-            let s = &low.snodes[sid.0 as usize];
+            let s = &low.snodes[sid];
             contiguous_view(s.buf, &s.meta.shape)
         });
     }
@@ -676,7 +674,7 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         for (f, v, value) in [(&fa, &mut va, a), (&fb, &mut vb, b)] {
             if f.is_none() {
                 let id = low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-                let s = &low.snodes[id.0 as usize];
+                let s = &low.snodes[id];
                 *v = contiguous_view(s.buf, &s.meta.shape);
             }
         }
@@ -690,7 +688,6 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
     // The product is computed as [B, M, N]; the graph's value is a view of it.
     let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
     let buf = low.add_buffer(&node.name, &product_meta, super::ir::BufferKind::Computed);
-    let sid = SNodeId(low.snodes.len() as u32);
     low.snodes.push(SNode {
         kind: SKind::Extern {
             op: ExternOp::Bmm,
@@ -701,7 +698,6 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         buf,
         op_name: "bmm",
     });
-    let _ = sid;
     low.defs.insert(
         v0,
         Def::Strided(View {

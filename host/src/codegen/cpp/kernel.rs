@@ -23,6 +23,7 @@ use super::{Error, KernelInfo};
 use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
+use crate::schedule::ids::IdVec;
 use crate::schedule::index::{Index, Var};
 use crate::schedule::ir::{
     Access, BufferId, Cond, Expr, ExprId, Kernel, Program, ReduceKind, Store,
@@ -740,8 +741,7 @@ impl Writer<'_> {
                 }
             }
             for (id, _, _) in k.exprs.iter() {
-                let i = id.0 as usize;
-                if phase[i] == p && !uses_r[i] && needed.contains(&id) {
+                if phase[id] == p && !uses_r[id] && needed.contains(&id) {
                     self.emit_expr(2, id, false)?;
                 }
             }
@@ -955,9 +955,9 @@ fn finished(red: &crate::schedule::ir::Reduction, i: usize, at: &str) -> String 
 /// reduction result, phase p + 1 needs one finished in phase p.
 struct RowPhases {
     /// Per expression: whether it varies along the row.
-    uses_r: Vec<bool>,
+    uses_r: IdVec<ExprId, bool>,
     /// Per expression: its phase.
-    phase: Vec<usize>,
+    phase: IdVec<ExprId, usize>,
     /// Per reduction: the phase of the loop that accumulates it.
     red_phase: Vec<usize>,
     /// Per phase: the reductions accumulated and the stores varying along the
@@ -970,23 +970,19 @@ struct RowPhases {
 impl RowPhases {
     fn of(k: &Kernel) -> RowPhases {
         let (uses_r, phase) = k.phases();
-        let red_phase: Vec<usize> = k
-            .reductions
-            .iter()
-            .map(|r| phase[r.value.0 as usize])
-            .collect();
+        let red_phase: Vec<usize> = k.reductions.iter().map(|r| phase[r.value]).collect();
         let last = red_phase
             .iter()
             .copied()
-            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .chain(k.stores.iter().map(|s| phase[s.value]))
             .max()
             .unwrap_or(0);
         // A store varies along the row when its value or its index does (as in eval.rs).
-        let varies = |s: &Store| uses_r[s.value.0 as usize] || s.index.uses(Var::R);
+        let varies = |s: &Store| uses_r[s.value] || s.index.uses(Var::R);
         let stores_of = |p: usize, varying: bool| -> Vec<Store> {
             k.stores
                 .iter()
-                .filter(|s| phase[s.value.0 as usize] == p && varies(s) == varying)
+                .filter(|s| phase[s.value] == p && varies(s) == varying)
                 .cloned()
                 .collect()
         };
@@ -1036,7 +1032,12 @@ impl RowCache {
         self.stored_in.retain(|id, _| needed.contains(id));
     }
 
-    fn plan(k: &Kernel, uses_r: &[bool], row: i64, loops: &[(Vec<usize>, Vec<Store>)]) -> RowCache {
+    fn plan(
+        k: &Kernel,
+        uses_r: &IdVec<ExprId, bool>,
+        row: i64,
+        loops: &[(Vec<usize>, Vec<Store>)],
+    ) -> RowCache {
         use std::collections::HashSet;
         let mut plan = RowCache {
             computed_in: Vec::new(),
@@ -1052,7 +1053,7 @@ impl RowCache {
             stack.extend(stores.iter().map(|s| s.value));
             let (mut computed, mut read) = (HashSet::new(), HashSet::new());
             while let Some(e) = stack.pop() {
-                if !uses_r[e.0 as usize] || computed.contains(&e) || read.contains(&e) {
+                if !uses_r[e] || computed.contains(&e) || read.contains(&e) {
                     continue;
                 }
                 if plan.stored_in.contains_key(&e) {
@@ -1086,7 +1087,12 @@ impl RowCache {
 /// arithmetic 1, loads and values constant along the row nothing.
 const EXPENSIVE: u32 = 8;
 
-fn cost(k: &Kernel, e: ExprId, uses_r: &[bool], memo: &mut HashMap<ExprId, u32>) -> u32 {
+fn cost(
+    k: &Kernel,
+    e: ExprId,
+    uses_r: &IdVec<ExprId, bool>,
+    memo: &mut HashMap<ExprId, u32>,
+) -> u32 {
     use crate::graph::ops::{BinaryOp, UnaryOp};
     if let Some(&c) = memo.get(&e) {
         return c;
@@ -1107,7 +1113,7 @@ fn cost(k: &Kernel, e: ExprId, uses_r: &[bool], memo: &mut HashMap<ExprId, u32>)
         k.exprs
             .operands(e)
             .into_iter()
-            .filter(|o| uses_r[o.0 as usize])
+            .filter(|o| uses_r[*o])
             .fold(own, |acc, o| acc.saturating_add(cost(k, o, uses_r, memo)))
     };
     memo.insert(e, total);

@@ -17,6 +17,7 @@ use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Rend
 use super::{Error, KernelInfo, Launch, Options};
 use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
+use crate::schedule::ids::IdVec;
 use crate::schedule::index::{Index, Var};
 use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
@@ -325,7 +326,7 @@ impl KernelWriter<'_> {
                 let uses_r = if indirect.is_empty() {
                     index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
                 } else {
-                    self.k.phases().0[id.0 as usize]
+                    self.k.phases().0[id]
                 };
                 let ptr = self
                     .arg_names
@@ -438,7 +439,7 @@ impl KernelWriter<'_> {
             }
         }
         for s in self.k.stores.clone() {
-            if uses_r[s.value.0 as usize] || s.index.uses(Var::R) {
+            if uses_r[s.value] || s.index.uses(Var::R) {
                 self.store_line(3, &s, true, "[XBLOCK, RBLOCK]")?;
             } else {
                 self.store_line(3, &s, false, "[XBLOCK, 1]")?;
@@ -466,9 +467,8 @@ impl KernelWriter<'_> {
             }
             // Values constant along the row, available from this phase on.
             for (id, _, _) in self.k.exprs.iter() {
-                let i = id.0 as usize;
-                if plan.phase[i] == p
-                    && !plan.uses_r[i]
+                if plan.phase[id] == p
+                    && !plan.uses_r[id]
                     && plan.needed.contains(&id)
                     && emitted.insert(id)
                 {
@@ -476,7 +476,7 @@ impl KernelWriter<'_> {
                 }
             }
             for s in self.k.stores.clone() {
-                if plan.phase[s.value.0 as usize] == p && !plan.uses_r[s.value.0 as usize] {
+                if plan.phase[s.value] == p && !plan.uses_r[s.value] {
                     self.store_line(2, &s, false, "[XBLOCK, 1]")?;
                 }
             }
@@ -568,7 +568,7 @@ impl KernelWriter<'_> {
         let wanted = self.k.varying_closure(&roots, &plan.uses_r);
         let mut local: HashSet<ExprId> = HashSet::new();
         for (id, _, _) in self.k.exprs.iter() {
-            if plan.uses_r[id.0 as usize] && wanted.contains(&id) {
+            if plan.uses_r[id] && wanted.contains(&id) {
                 let fresh = if persistent {
                     emitted.insert(id)
                 } else {
@@ -622,9 +622,9 @@ impl KernelWriter<'_> {
 /// loop over the row accumulates each reduction.
 struct RowPlan {
     /// Per expression: whether it varies along the row.
-    uses_r: Vec<bool>,
+    uses_r: IdVec<ExprId, bool>,
     /// Per expression: its phase.
-    phase: Vec<usize>,
+    phase: IdVec<ExprId, usize>,
     /// Per reduction: the phase of the loop that accumulates it (an online
     /// softmax's sum in its max's).
     red_loop: Vec<usize>,
@@ -641,11 +641,7 @@ struct RowPlan {
 impl RowPlan {
     fn of(k: &Kernel, persistent: bool) -> RowPlan {
         let (uses_r, phase) = k.phases();
-        let mut red_loop: Vec<usize> = k
-            .reductions
-            .iter()
-            .map(|r| phase[r.value.0 as usize])
-            .collect();
+        let mut red_loop: Vec<usize> = k.reductions.iter().map(|r| phase[r.value]).collect();
         // Online softmax: the sum joins its max's loop (looped kernels only;
         // a persistent kernel reads the row once either way).
         let online: Vec<(usize, usize)> = if persistent {
@@ -659,7 +655,7 @@ impl RowPlan {
         let last = red_loop
             .iter()
             .copied()
-            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .chain(k.stores.iter().map(|s| phase[s.value]))
             .max()
             .unwrap_or(0);
         RowPlan {
@@ -687,7 +683,7 @@ impl RowPlan {
     fn varying_stores(&self, k: &Kernel, p: usize) -> Vec<Store> {
         k.stores
             .iter()
-            .filter(|s| self.phase[s.value.0 as usize] == p && self.uses_r[s.value.0 as usize])
+            .filter(|s| self.phase[s.value] == p && self.uses_r[s.value])
             .cloned()
             .collect()
     }

@@ -178,7 +178,7 @@ impl Writer<'_> {
         roots.extend(stores.iter().map(|s| s.value));
         let wanted = k.varying_closure(&roots, &rows.uses_r);
         for (id, _, _) in k.exprs.iter() {
-            if rows.uses_r[id.0 as usize] && wanted.contains(&id) {
+            if rows.uses_r[id] && wanted.contains(&id) {
                 self.emit_expr(4, id, false)?;
             }
         }
@@ -230,8 +230,7 @@ impl Writer<'_> {
             );
         }
         for (id, _, _) in k.exprs.iter() {
-            let i = id.0 as usize;
-            if rows.phase[i] <= p && !rows.uses_r[i] && needed.contains(&id) {
+            if rows.phase[id] <= p && !rows.uses_r[id] && needed.contains(&id) {
                 self.emit_expr(depth, id, false)?;
             }
         }

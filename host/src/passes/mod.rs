@@ -242,18 +242,18 @@ args = ["r1"]
 
     #[test]
     fn every_sweeping_pass_reports_a_cycle_as_a_cycle() {
-        let device = split::Device {
+        const DEVICE: split::Device = split::Device {
             units: 132,
             program_warps: 0,
         };
-        let passes: [(&str, &dyn Fn(&mut Graph) -> Result<Stats, Error>); 7] = [
-            ("fold_bn", &fold_bn::run),
-            ("decompose", &decompose::run),
-            ("noop", &noop::run),
-            ("views", &views::run),
-            ("split", &move |g| split::run(g, device)),
-            ("const_fold", &const_fold::run),
-            ("cse", &cse::run),
+        let passes: [(&str, PassFn); 7] = [
+            ("fold_bn", fold_bn::run),
+            ("decompose", decompose::run),
+            ("noop", noop::run),
+            ("views", views::run),
+            ("split", |g| split::run(g, DEVICE)),
+            ("const_fold", const_fold::run),
+            ("cse", cse::run),
         ];
         for (name, pass) in passes {
             let err = pass(&mut cyclic()).expect_err(name);

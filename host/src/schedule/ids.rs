@@ -1,14 +1,13 @@
 //! Typed index vectors: a `Vec` indexed by an id type instead of `usize`
 //! (cranelift's `PrimaryMap`/`SecondaryMap`, rustc's `IndexVec`), so that a
-//! table of buffers is indexed by a [`BufferId`] and a side table of
-//! expressions by an [`ExprId`], and one id is never used for another's table.
+//! table of buffers is indexed by a `BufferId` and a side table of
+//! expressions by an `ExprId`, and one id is never used for another's table.
+//! This module depends on no other: each id type implements [`EntityId`]
+//! where it is defined, with `entity_id!`.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
-
-use super::ir::{BufferId, ExprId};
-use super::lower::SNodeId;
 
 /// An id that numbers the entries of one table from 0.
 pub trait EntityId: Copy {
@@ -18,9 +17,10 @@ pub trait EntityId: Copy {
     fn index(self) -> usize;
 }
 
+/// Implements [`EntityId`] for newtypes over `u32` (`struct BufferId(pub u32)`).
 macro_rules! entity_id {
     ($($id:ty),*) => {$(
-        impl EntityId for $id {
+        impl $crate::schedule::ids::EntityId for $id {
             fn new(index: usize) -> Self {
                 // Tables hold fewer than 2^32 entries: a graph that large is
                 // refused long before scheduling.
@@ -32,8 +32,7 @@ macro_rules! entity_id {
         }
     )*};
 }
-
-entity_id!(BufferId, ExprId, SNodeId);
+pub(crate) use entity_id;
 
 /// A vector of `T` indexed by the id `I`.
 #[derive(Clone, PartialEq)]
@@ -172,6 +171,10 @@ impl<'a, I, T> IntoIterator for &'a IdVec<I, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct BufferId(u32);
+    entity_id!(BufferId);
 
     #[test]
     fn ids_name_the_entries_they_were_pushed_as() {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::ids::{EntityId, IdVec};
+use super::ids::{entity_id, EntityId, IdVec};
 use super::index::{Index, Var};
 use crate::graph::dtype::DType;
 use crate::graph::ops::{BinaryOp, UnaryOp};
@@ -17,6 +17,7 @@ use crate::graph::ops::{BinaryOp, UnaryOp};
 /// A buffer of the compiled program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufferId(pub u32);
+entity_id!(BufferId);
 
 /// Where a buffer's storage comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -239,6 +240,7 @@ pub enum Expr {
 /// An expression in an [`ExprArena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExprId(pub u32);
+entity_id!(ExprId);
 
 /// Hash-consed expressions with the dtype each computes in.
 #[derive(Clone, Debug, Default)]

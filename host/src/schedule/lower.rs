@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use super::ids::IdVec;
+use super::ids::{entity_id, IdVec};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
@@ -30,6 +30,7 @@ pub const MAX_INLINE_DEPTH: u32 = 24;
 /// A scheduler node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SNodeId(pub u32);
+entity_id!(SNodeId);
 
 /// How a value is read.
 #[derive(Clone, Debug, PartialEq)]

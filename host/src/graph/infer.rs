@@ -6,9 +6,12 @@
 
 use super::dtype::{promote, result_type, DType, OperandKind};
 pub mod layout;
+mod linalg;
 pub mod model;
+mod pointwise;
+mod reduce;
 use super::ir::{Scalar, TensorMeta};
-use super::ops::{BinaryOp, Op, ReduceOp};
+use super::ops::{BinaryOp, Op};
 use super::shape::{
     broadcast, contiguous_strides, numel, wrap_dim, wrap_dim_set, Shape, ShapeError,
 };
@@ -120,296 +123,42 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
         Op::Input { .. } | Op::Constant { .. } => {
             invalid("inputs and constants declare their own metadata")
         }
-        Op::Unary(u) => {
-            count(args, 1)?;
-            let t = tensor(args, 0)?;
-            let d = if u.promotes_int_to_float() {
-                float_of(t.dtype)
-            } else {
-                t.dtype
-            };
-            if t.dtype == DType::Bool && matches!(u, super::ops::UnaryOp::Neg) {
-                return invalid("neg is not defined for bool tensors");
-            }
-            if matches!(
-                u,
-                super::ops::UnaryOp::Hardsigmoid | super::ops::UnaryOp::Hardswish
-            ) && !t.dtype.is_float()
-            {
-                return invalid(format!(
-                    "{u:?} needs a floating-point tensor, found {}",
-                    t.dtype
-                ));
-            }
-            out(t.shape.clone(), d)
-        }
-        Op::Gelu { .. } => {
-            count(args, 1)?;
-            let t = tensor(args, 0)?;
-            if !t.dtype.is_float() {
-                return invalid(format!(
-                    "gelu needs a floating-point tensor, found {}",
-                    t.dtype
-                ));
-            }
-            out(t.shape.clone(), t.dtype)
-        }
-        Op::Binary { op, .. } => {
-            count(args, 2)?;
-            if !args.iter().any(|a| matches!(a, ArgMeta::Tensor(_))) {
-                return invalid("at least one operand must be a tensor");
-            }
-            let (shape, d) = elementwise(args)?;
-            let d = if op.is_comparison() {
-                DType::Bool
-            } else if matches!(op, BinaryOp::Fmod | BinaryOp::Remainder) && d == DType::Bool {
-                return invalid(format!("{} is not defined for bool operands", op_name(*op)));
-            } else if op.is_bitwise() && d.is_float() {
-                return invalid(format!(
-                    "{} is defined for integer and bool tensors, found {d}",
-                    op_name(*op)
-                ));
-            } else if *op == BinaryOp::Div {
-                float_of(d)
-            } else if matches!(op, BinaryOp::Sub)
-                && args.iter().any(|a| match a {
-                    ArgMeta::Tensor(t) => t.dtype == DType::Bool,
-                    ArgMeta::Scalar(s) => matches!(s, Scalar::Bool(_)),
-                })
-            {
-                // As in PyTorch, whatever the other operand: `~` or logical_not
-                // inverts a mask.
-                return invalid("sub is not defined for bool operands");
-            } else {
-                d
-            };
-            out(shape, d)
-        }
-        Op::Where => {
-            count(args, 3)?;
-            let c = tensor(args, 0)?;
-            if c.dtype != DType::Bool {
-                return invalid(format!("where's condition must be bool, found {}", c.dtype));
-            }
-            let (shape, _) = elementwise(args)?;
-            let (_, d) = elementwise(&args[1..])?;
-            out(shape, d)
-        }
-        Op::Clamp { min, max } => {
-            count(args, 1)?;
-            let t = tensor(args, 0)?;
-            if min.is_none() && max.is_none() {
-                return invalid("clamp needs `min` or `max`");
-            }
-            let mut ops = vec![(
-                t.dtype,
-                if t.rank() == 0 {
-                    OperandKind::ZeroDim
-                } else {
-                    OperandKind::Dim
-                },
-            )];
-            for s in [min, max].into_iter().flatten() {
-                ops.push((s.dtype(), OperandKind::Scalar));
-            }
-            out(t.shape.clone(), result_type(&ops).unwrap_or(t.dtype))
-        }
-        Op::Cast { dtype } => {
-            count(args, 1)?;
-            out(tensor(args, 0)?.shape.clone(), *dtype)
-        }
+        Op::Unary(u) => pointwise::unary(*u, args),
+        Op::Gelu { .. } => pointwise::gelu(args),
+        Op::Binary { op, .. } => pointwise::binary(*op, args),
+        Op::Where => pointwise::where_(args),
+        Op::Clamp { min, max } => pointwise::clamp(*min, *max, args),
+        Op::Cast { dtype } => pointwise::cast(*dtype, args),
         Op::Reduce {
             op,
             dims,
             keepdim,
             dtype,
-        } => {
-            count(args, 1)?;
-            let t = tensor(args, 0)?;
-            let shape = reduced_shape(&t.shape, dims.as_deref(), *keepdim)?;
-            let d = match (op, dtype) {
-                (ReduceOp::Any | ReduceOp::All, _) => DType::Bool,
-                (_, Some(d)) => *d,
-                (ReduceOp::Sum, None) if !t.dtype.is_float() => DType::Int64,
-                (ReduceOp::Mean, None) if !t.dtype.is_float() => {
-                    return invalid(format!(
-                        "mean needs a floating-point input or a `dtype`, found {}",
-                        t.dtype
-                    ))
-                }
-                _ => t.dtype,
-            };
-            // PyTorch refuses a max or min over a dim of size 0 (there is no identity);
-            // an empty tensor reduced over non-empty dims gives an empty result.
-            if matches!(op, ReduceOp::Amax | ReduceOp::Amin)
-                && wrap_dim_set(dims.as_deref(), t.rank())?
-                    .iter()
-                    .any(|&d| t.shape[d] == 0)
-            {
-                return invalid("amax/amin over a dim of size 0");
-            }
-            out(shape, d)
-        }
-        Op::Var { dims, keepdim, .. } => {
-            count(args, 1)?;
-            let t = tensor(args, 0)?;
-            if !t.dtype.is_float() {
-                return invalid(format!(
-                    "var needs a floating-point input, found {}",
-                    t.dtype
-                ));
-            }
-            out(reduced_shape(&t.shape, dims.as_deref(), *keepdim)?, t.dtype)
-        }
+        } => reduce::reduce(*op, dims.as_deref(), *keepdim, *dtype, args),
+        Op::Var { dims, keepdim, .. } => reduce::var(dims.as_deref(), *keepdim, args),
         Op::Softmax {
             dim,
             half_to_float,
             dtype,
             ..
-        } => {
-            count(args, 1)?;
-            let t = tensor(args, 0)?;
-            wrap_dim(*dim, t.rank())?;
-            if *half_to_float && t.dtype != DType::Float16 {
-                return invalid(format!(
-                    "half_to_float is a conversion of float16 input (PyTorch refuses it for {})",
-                    t.dtype
-                ));
-            }
-            let d = if *half_to_float {
-                DType::Float32
-            } else {
-                dtype.unwrap_or_else(|| float_of(t.dtype))
-            };
-            out(t.shape.clone(), d)
-        }
+        } => reduce::softmax(*dim, *half_to_float, *dtype, args),
         Op::LayerNorm {
             normalized_shape,
             weight,
             bias,
             native,
             ..
-        } => {
-            let n = 1 + *weight as usize + *bias as usize;
-            count(args, n)?;
-            let t = tensor(args, 0)?;
-            check_norm(t, normalized_shape, &args[1..])?;
-            if !t.dtype.is_float() {
-                return invalid(format!(
-                    "layer_norm needs a floating-point input, found {}",
-                    t.dtype
-                ));
-            }
-            let mut outs = out(t.shape.clone(), t.dtype)?;
-            if *native {
-                let k = t.rank() - normalized_shape.len();
-                let mut s = t.shape[..k].to_vec();
-                s.extend(std::iter::repeat_n(1, normalized_shape.len()));
-                // The statistics are in the accumulation dtype, as PyTorch's CUDA
-                // kernel (and Inductor) give them: float32 for 16-bit inputs.
-                let acc = match t.dtype {
-                    DType::Float16 | DType::BFloat16 => DType::Float32,
-                    d => d,
-                };
-                let stat = TensorMeta::contiguous(s, acc);
-                outs.push(stat.clone());
-                outs.push(stat);
-            }
-            Ok(outs)
-        }
+        } => reduce::layer_norm(normalized_shape, *weight, *bias, *native, args),
         Op::RmsNorm {
             normalized_shape,
             weight,
             ..
-        } => {
-            count(args, 1 + *weight as usize)?;
-            let t = tensor(args, 0)?;
-            check_norm(t, normalized_shape, &args[1..])?;
-            if !t.dtype.is_float() {
-                return invalid(format!(
-                    "rms_norm needs a floating-point input, found {}",
-                    t.dtype
-                ));
-            }
-            out(t.shape.clone(), t.dtype)
-        }
-        Op::Linear { bias } => {
-            count(args, 2 + *bias as usize)?;
-            let x = tensor(args, 0)?;
-            let w = tensor(args, 1)?;
-            if w.rank() != 2 || x.rank() < 1 || x.shape[x.rank() - 1] != w.shape[1] {
-                return Err(InferError::Mismatch {
-                    what:
-                        "linear: input's last dim must equal weight's dim 1 (weight is [out, in])"
-                            .into(),
-                    a: x.shape.clone(),
-                    b: w.shape.clone(),
-                });
-            }
-            same_dtype(&[x, w])?;
-            let mut s = x.shape.clone();
-            let last = s.len() - 1;
-            s[last] = w.shape[0];
-            if *bias {
-                let b = tensor(args, 2)?;
-                broadcast(&s, &b.shape).map_err(|_| InferError::Mismatch {
-                    what: "linear: bias does not broadcast to the output".into(),
-                    a: s.clone(),
-                    b: b.shape.clone(),
-                })?;
-            }
-            out(s, x.dtype)
-        }
-        Op::Addmm { .. } => {
-            count(args, 3)?;
-            let (c, a, b) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
-            // `baddbmm` is the batched form: [b, n, k] @ [b, k, m].
-            let s = if a.rank() == 3 || b.rank() == 3 {
-                infer(&Op::Bmm, &args[1..])?.remove(0).shape
-            } else {
-                mm_shape(a, b)?
-            };
-            // `self` is expanded to the product's shape: it may not add dims or
-            // sizes of its own (broadcasting both ways would be another shape).
-            if broadcast(&s, &c.shape).ok().as_ref() != Some(&s) {
-                return Err(InferError::Mismatch {
-                    what: "addmm: self does not expand to the product's shape".into(),
-                    a: c.shape.clone(),
-                    b: s.clone(),
-                });
-            }
-            same_dtype(&[a, b, c])?;
-            out(s, a.dtype)
-        }
-        Op::Mm => {
-            count(args, 2)?;
-            let (a, b) = (tensor(args, 0)?, tensor(args, 1)?);
-            same_dtype(&[a, b])?;
-            out(mm_shape(a, b)?, a.dtype)
-        }
-        Op::Bmm => {
-            count(args, 2)?;
-            let (a, b) = (tensor(args, 0)?, tensor(args, 1)?);
-            same_dtype(&[a, b])?;
-            if a.rank() != 3
-                || b.rank() != 3
-                || a.shape[0] != b.shape[0]
-                || a.shape[2] != b.shape[1]
-            {
-                return Err(InferError::Mismatch {
-                    what: "bmm needs [b, n, k] and [b, k, m]".into(),
-                    a: a.shape.clone(),
-                    b: b.shape.clone(),
-                });
-            }
-            out(vec![a.shape[0], a.shape[1], b.shape[2]], a.dtype)
-        }
-        Op::Matmul => {
-            count(args, 2)?;
-            let (a, b) = (tensor(args, 0)?, tensor(args, 1)?);
-            same_dtype(&[a, b])?;
-            out(matmul_shape(&a.shape, &b.shape)?, a.dtype)
-        }
+        } => reduce::rms_norm(normalized_shape, *weight, args),
+        Op::Linear { bias } => linalg::linear(*bias, args),
+        Op::Addmm { .. } => linalg::addmm(args),
+        Op::Mm => linalg::mm(args),
+        Op::Bmm => linalg::bmm(args),
+        Op::Matmul => linalg::matmul(args),
         Op::Cat { dim } => cat(args, *dim),
         Op::Arange {
             start,

@@ -171,46 +171,18 @@ pub(crate) fn eval(
     out: &TensorMeta,
     outs: &[TensorMeta],
 ) -> Result<Vec<Tensor>, String> {
-    // Operands are first brought to the computation dtype (PyTorch casts before computing,
-    // e.g. an int tensor plus a float scalar is computed in float32).
-    let cast_args = |d: DType| -> Vec<Val> {
-        args.iter()
-            .map(|a| match a {
-                Val::Scalar(s) => Val::Scalar(Scalar::Float(d.round(s.to_f64()))),
-                t => *t,
-            })
-            .collect()
-    };
     let t = match op {
         Op::Unary(u) => map_n(args, out, |x| unary(*u, x[0]))?,
         Op::Gelu { approximate } => map_n(args, out, |x| gelu(*approximate, x[0]))?,
-        Op::Binary { op, alpha } => {
-            let compute = compute_dtype(args)?;
-            let alpha = alpha.map_or(1.0, |a| a.to_f64());
-            let int = !compute.is_float();
-            let ca = cast_args(compute);
-            map_n(&ca, out, |x| binary(*op, x[0], x[1], alpha, int))?
-        }
-        Op::Where => {
-            let ca = cast_args(out.dtype);
-            map_n(&ca, out, |x| if x[0] != 0.0 { x[1] } else { x[2] })?
-        }
-        Op::Clamp { min, max } => {
-            let (lo, hi) = (
-                min.map(|s| out.dtype.round(s.to_f64())),
-                max.map(|s| out.dtype.round(s.to_f64())),
-            );
-            map_n(args, out, |x| {
-                let mut v = x[0];
-                if let Some(l) = lo {
-                    v = nan_max(v, l);
-                }
-                if let Some(h) = hi {
-                    v = nan_min(v, h);
-                }
-                v
-            })?
-        }
+        Op::Binary { op, alpha } => binary_op(*op, *alpha, args, out)?,
+        Op::Where => map_n(&cast_args(args, out.dtype), out, |x| {
+            if x[0] != 0.0 {
+                x[1]
+            } else {
+                x[2]
+            }
+        })?,
+        Op::Clamp { min, max } => clamp(*min, *max, args, out)?,
         Op::Cast { .. } => map_n(args, out, |x| x[0])?,
         Op::Reduce {
             op, dims, dtype, ..
@@ -236,83 +208,15 @@ pub(crate) fn eval(
             weight,
             bias,
             native,
-        } => {
-            let w = if *weight {
-                Some(tensor(args, 1)?)
-            } else {
-                None
-            };
-            let b = if *bias {
-                Some(tensor(args, 1 + *weight as usize)?)
-            } else {
-                None
-            };
-            let r = norm(
-                tensor(args, 0)?,
-                normalized_shape.len(),
-                Some(*eps),
-                w,
-                b,
-                false,
-                outs,
-            )?;
-            return Ok(if *native {
-                r
-            } else {
-                r.into_iter().take(1).collect()
-            });
-        }
+        } => return layer_norm(normalized_shape, *eps, *weight, *bias, *native, args, outs),
         Op::RmsNorm {
             normalized_shape,
             eps,
             weight,
-        } => {
-            let w = if *weight {
-                Some(tensor(args, 1)?)
-            } else {
-                None
-            };
-            let r = norm(
-                tensor(args, 0)?,
-                normalized_shape.len(),
-                *eps,
-                w,
-                None,
-                true,
-                outs,
-            )?;
-            return Ok(r.into_iter().take(1).collect());
-        }
+        } => return rms_norm(normalized_shape, *eps, *weight, args, outs),
         Op::Mm | Op::Bmm | Op::Matmul => matmul(tensor(args, 0)?, tensor(args, 1)?, out, false)?,
-        Op::Linear { bias } => {
-            if !*bias {
-                return Ok(vec![matmul(tensor(args, 0)?, tensor(args, 1)?, out, true)?]);
-            }
-            let p = matmul_raw(tensor(args, 0)?, tensor(args, 1)?, &out.shape, true)?;
-            if *bias {
-                let b = tensor(args, 2)?;
-                map_n(&[Val::Tensor(&p), Val::Tensor(b)], out, |x| x[0] + x[1])?
-            } else {
-                p
-            }
-        }
-        Op::Addmm { beta, alpha } => {
-            let p = matmul_raw(tensor(args, 1)?, tensor(args, 2)?, &out.shape, false)?;
-            let p = Tensor {
-                dtype: DType::Float64,
-                ..p
-            };
-            let (beta, alpha) = (beta.to_f64(), alpha.to_f64());
-            map_n(
-                &[Val::Tensor(tensor(args, 0)?), Val::Tensor(&p)],
-                out,
-                |x| {
-                    // PyTorch ignores `self` entirely when beta is 0 (NaNs in it do not leak).
-                    let c = if beta == 0.0 { 0.0 } else { beta * x[0] };
-                    c + alpha * x[1]
-                },
-            )?
-        }
+        Op::Linear { bias } => linear(*bias, args, out)?,
+        Op::Addmm { beta, alpha } => addmm(*beta, *alpha, args, out)?,
         other => {
             return Err(format!(
                 "the interpreter has no rule for `{}`",
@@ -321,6 +225,124 @@ pub(crate) fn eval(
         }
     };
     Ok(vec![t])
+}
+
+/// The operands brought to the computation dtype `d` (PyTorch casts before
+/// computing: an int tensor plus a float scalar is computed in float32).
+fn cast_args<'a>(args: &[Val<'a>], d: DType) -> Vec<Val<'a>> {
+    args.iter()
+        .map(|a| match a {
+            Val::Scalar(s) => Val::Scalar(Scalar::Float(d.round(s.to_f64()))),
+            t => *t,
+        })
+        .collect()
+}
+
+/// A binary op with its `alpha` (the second operand's factor), in the operands'
+/// promoted dtype.
+fn binary_op(
+    op: BinaryOp,
+    alpha: Option<Scalar>,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let compute = compute_dtype(args)?;
+    let alpha = alpha.map_or(1.0, |a| a.to_f64());
+    let int = !compute.is_float();
+    map_n(&cast_args(args, compute), out, |x| {
+        binary(op, x[0], x[1], alpha, int)
+    })
+}
+
+/// `clamp` to `min` and `max` (each rounded to the output dtype); NaN stays NaN.
+fn clamp(
+    min: Option<Scalar>,
+    max: Option<Scalar>,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
+    let (lo, hi) = (
+        min.map(|s| out.dtype.round(s.to_f64())),
+        max.map(|s| out.dtype.round(s.to_f64())),
+    );
+    map_n(args, out, |x| {
+        let mut v = x[0];
+        if let Some(l) = lo {
+            v = nan_max(v, l);
+        }
+        if let Some(h) = hi {
+            v = nan_min(v, h);
+        }
+        v
+    })
+}
+
+/// `layer_norm`; the native form also gives the mean and rstd.
+fn layer_norm(
+    normalized_shape: &[i64],
+    eps: f64,
+    weight: bool,
+    bias: bool,
+    native: bool,
+    args: &[Val],
+    outs: &[TensorMeta],
+) -> Result<Vec<Tensor>, String> {
+    let w = if weight { Some(tensor(args, 1)?) } else { None };
+    let b = if bias {
+        Some(tensor(args, 1 + weight as usize)?)
+    } else {
+        None
+    };
+    let x = tensor(args, 0)?;
+    let r = norm(x, normalized_shape.len(), Some(eps), w, b, false, outs)?;
+    Ok(if native {
+        r
+    } else {
+        r.into_iter().take(1).collect()
+    })
+}
+
+/// `rms_norm`.
+fn rms_norm(
+    normalized_shape: &[i64],
+    eps: Option<f64>,
+    weight: bool,
+    args: &[Val],
+    outs: &[TensorMeta],
+) -> Result<Vec<Tensor>, String> {
+    let w = if weight { Some(tensor(args, 1)?) } else { None };
+    let x = tensor(args, 0)?;
+    let r = norm(x, normalized_shape.len(), eps, w, None, true, outs)?;
+    Ok(r.into_iter().take(1).collect())
+}
+
+/// `linear(x, w, bias?)`: `x` times `w` transposed, plus the bias.
+fn linear(bias: bool, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+    if !bias {
+        return matmul(tensor(args, 0)?, tensor(args, 1)?, out, true);
+    }
+    let p = matmul_raw(tensor(args, 0)?, tensor(args, 1)?, &out.shape, true)?;
+    let b = tensor(args, 2)?;
+    map_n(&[Val::Tensor(&p), Val::Tensor(b)], out, |x| x[0] + x[1])
+}
+
+/// `addmm(c, a, b) = beta * c + alpha * a @ b`, the product kept in float64.
+fn addmm(beta: Scalar, alpha: Scalar, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+    let p = matmul_raw(tensor(args, 1)?, tensor(args, 2)?, &out.shape, false)?;
+    let p = Tensor {
+        dtype: DType::Float64,
+        ..p
+    };
+    let (beta, alpha) = (beta.to_f64(), alpha.to_f64());
+    map_n(
+        &[Val::Tensor(tensor(args, 0)?), Val::Tensor(&p)],
+        out,
+        |x| {
+            // PyTorch ignores `self` entirely when beta is 0 (NaNs in it do not leak).
+            let c = if beta == 0.0 { 0.0 } else { beta * x[0] };
+            c + alpha * x[1]
+        },
+    )
 }
 
 fn compute_dtype(args: &[Val]) -> Result<DType, String> {

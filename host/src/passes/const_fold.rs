@@ -14,9 +14,7 @@ pub const MAX_FOLD_ELEMENTS: i64 = 4096;
 /// Runs constant folding in one topological sweep (folded nodes feed later folds).
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let _span = tracing::info_span!("const_fold").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "const_fold")?;
     let mut changed = 0;
     for id in order {
         let Some(node) = g.node(id) else { continue };

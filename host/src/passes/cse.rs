@@ -256,9 +256,7 @@ fn key(op: &Op, args: &[Arg], outputs: &[crate::graph::TensorMeta]) -> Option<Ke
 /// Runs CSE in one topological sweep (operands are canonical before their users).
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let _span = tracing::info_span!("cse").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "cse")?;
     let mut seen: HashMap<Key, NodeId> = HashMap::with_capacity(order.len());
     let mut changed = 0;
     for id in order {

@@ -7,10 +7,12 @@
 
 mod layout;
 mod model;
+mod norm;
 
 use super::{emit, replace_node, Error, Stats};
 use crate::graph::{
-    Arg, BinaryOp, DType, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, UnaryOp, ValueId,
+    Arg, BinaryOp, DType, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, TensorMeta, UnaryOp,
+    ValueId,
 };
 
 struct B<'g> {
@@ -127,9 +129,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
 /// fused attention kernel.
 pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error> {
     let _span = tracing::info_span!("decompose").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "decompose")?;
     let mut changed = 0;
     for id in order {
         if options.fused_attention && model::fusable_attention(g, id) {
@@ -182,361 +182,119 @@ fn is_composite(op: &Op) -> bool {
     )
 }
 
-fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
-    let Some(node) = g.node(id) else {
-        return Ok(false);
-    };
+/// The node being decomposed, as the rules read it.
+struct Site {
+    id: NodeId,
+    /// its first operand
+    x: ValueId,
+    args: Vec<Arg>,
+    /// every output's metadata
+    outs: Vec<TensorMeta>,
+    /// the first output's metadata
+    out: TensorMeta,
+    /// the rank of `x`
+    rank: i64,
+}
+
+impl Site {
+    /// Operand `i`, when it is a tensor.
+    fn arg(&self, i: usize) -> Option<ValueId> {
+        value(self.args.get(i))
+    }
+
+    /// The last `k` dims of `x`.
+    fn trailing(&self, k: usize) -> Vec<i64> {
+        (self.rank - k as i64..self.rank).collect()
+    }
+}
+
+/// A rule's replacement values, or `None` when it leaves the node as it is.
+type Rewrite = Result<Option<Vec<ValueId>>, Error>;
+
+/// A rule's one replacement value.
+fn one(v: Result<ValueId, Error>) -> Rewrite {
+    Ok(Some(vec![v?]))
+}
+
+/// The composite node `id` as the rules read it, with its op and a builder of its
+/// replacement; `None` for a primitive.
+fn site(g: &mut Graph, id: NodeId) -> Option<(Op, Site, B<'_>)> {
+    let node = g.node(id)?;
     // Most nodes are primitives: test that before cloning anything.
     if !is_composite(&node.op) {
-        return Ok(false);
+        return None;
     }
-    let (op, args, outs) = (node.op.clone(), node.args.clone(), node.outputs.clone());
-    let Some(out) = outs.first().cloned() else {
+    let out = node.outputs.first().cloned()?;
+    let x = value(node.args.first())?;
+    let site = Site {
+        id,
+        x,
+        args: node.args.clone(),
+        outs: node.outputs.clone(),
+        out,
+        rank: g.meta(x).map_or(0, |m| m.rank()) as i64,
+    };
+    let (op, base, line) = (node.op.clone(), node.name.clone(), node.line);
+    Some((op, site, B { g, base, line }))
+}
+
+/// Rewrites node `id` into primitives when it is a composite: one rule per op.
+fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
+    let Some((op, s, mut b)) = site(g, id) else {
         return Ok(false);
     };
-    let x = match value(args.first()) {
-        Some(x) => x,
-        None => return Ok(false),
-    };
-    let mut b = B {
-        base: node.name.clone(),
-        line: node.line,
-        g,
-    };
-    let rank = b.g.meta(x).map_or(0, |m| m.rank()) as i64;
-    let trailing = |k: usize| -> Vec<i64> { (rank - k as i64..rank).collect() };
-    let new: Vec<ValueId> = match op {
-        Op::Matmul => {
-            let Some(y) = value(args.get(1)) else {
-                return Ok(false);
-            };
-            match b.matmul_operands(x, y) {
-                Some(operands) => vec![b.op(Op::Matmul, operands)?],
-                None => return Ok(false),
-            }
-        }
+    let x = s.x;
+    let rewrite = match op {
+        Op::Matmul => matmul(&mut b, &s),
         Op::Softmax {
             dim, log, dtype, ..
-        } => {
-            // `dtype` casts the input first (a narrower dtype rounds it).
-            let xd = match dtype {
-                Some(d) => b.cast(x, d)?,
-                None => x,
-            };
-            let xc = b.upcast(xd)?;
-            let m = b.reduce(ReduceOp::Amax, xc, &[dim])?;
-            let s = b.vv(BinaryOp::Sub, xc, m)?;
-            let e = b.un(UnaryOp::Exp, s)?;
-            let z = b.reduce(ReduceOp::Sum, e, &[dim])?;
-            let y = if log {
-                let lz = b.un(UnaryOp::Log, z)?;
-                b.vv(BinaryOp::Sub, s, lz)?
-            } else {
-                b.vv(BinaryOp::Div, e, z)?
-            };
-            vec![b.cast(y, out.dtype)?]
-        }
+        } => one(norm::softmax(&mut b, &s, dim, log, dtype)),
         Op::LayerNorm {
-            normalized_shape,
+            normalized_shape: shape,
             eps,
             weight,
             bias,
             native,
-        } => {
-            let dims = trailing(normalized_shape.len());
-            let xc = b.upcast(x)?;
-            let mean = b.reduce(ReduceOp::Mean, xc, &dims)?;
-            let d = b.vv(BinaryOp::Sub, xc, mean)?;
-            let sq = b.vv(BinaryOp::Mul, d, d)?;
-            let var = b.reduce(ReduceOp::Mean, sq, &dims)?;
-            let ve = b.vs(BinaryOp::Add, var, eps)?;
-            let rstd = b.un(UnaryOp::Rsqrt, ve)?;
-            let mut y = b.vv(BinaryOp::Mul, d, rstd)?;
-            if weight {
-                y = b.vv(BinaryOp::Mul, y, value(args.get(1)).unwrap_or(y))?;
-            }
-            if bias {
-                y = b.vv(
-                    BinaryOp::Add,
-                    y,
-                    value(args.get(1 + weight as usize)).unwrap_or(y),
-                )?;
-            }
-            let mut r = vec![b.cast(y, out.dtype)?];
-            if native {
-                let stat = outs.get(1).map_or(out.dtype, |m| m.dtype);
-                let k = out.shape.len().saturating_sub(normalized_shape.len());
-                if out.shape[k..].contains(&0) {
-                    // Rows of nothing: mean 0 and rstd NaN, as PyTorch's CUDA kernel
-                    // gives (its moments start from 0; the variance is 0 / 0).
-                    for v in [0.0, f64::NAN] {
-                        r.push(b.op(
-                            Op::Full {
-                                size: Some(outs[1].shape.clone()),
-                                value: Scalar::Float(v),
-                                dtype: Some(stat),
-                            },
-                            vec![],
-                        )?);
-                    }
-                } else {
-                    r.push(b.cast(mean, stat)?);
-                    r.push(b.cast(rstd, stat)?);
-                }
-            }
-            r
-        }
+        } => norm::layer_norm(&mut b, &s, &shape, eps, weight, bias, native),
         Op::RmsNorm {
-            normalized_shape,
+            normalized_shape: shape,
             eps,
             weight,
-        } => {
-            let dims = trailing(normalized_shape.len());
-            let eps = eps.unwrap_or(match b.dtype(x) {
-                // PyTorch's default is the epsilon of the type it computes in: float32
-                // for 16-bit inputs too.
-                DType::Float64 => f64::EPSILON,
-                _ => f32::EPSILON as f64,
-            });
-            let xc = b.upcast(x)?;
-            let sq = b.vv(BinaryOp::Mul, xc, xc)?;
-            let ms = b.reduce(ReduceOp::Mean, sq, &dims)?;
-            let e = b.vs(BinaryOp::Add, ms, eps)?;
-            let r = b.un(UnaryOp::Rsqrt, e)?;
-            let mut y = b.vv(BinaryOp::Mul, xc, r)?;
-            if weight {
-                y = b.vv(BinaryOp::Mul, y, value(args.get(1)).unwrap_or(y))?;
-            }
-            vec![b.cast(y, out.dtype)?]
-        }
+        } => one(norm::rms_norm(&mut b, &s, &shape, eps, weight)),
         Op::Var {
             dims,
             correction,
             keepdim,
-        } => {
-            let xc = b.upcast(x)?;
-            let all: Vec<i64> = (0..rank).collect();
-            let ds = dims.clone().unwrap_or(all);
-            let shape = b.g.meta(x).map(|m| m.shape.clone()).unwrap_or_default();
-            let wrapped =
-                crate::graph::shape::wrap_dim_set(Some(&ds), shape.len()).unwrap_or_default();
-            let n: f64 = wrapped
-                .iter()
-                .map(|&d| shape.get(d).copied().unwrap_or(1) as f64)
-                .product();
-            if n == 1.0 {
-                // One element: its deviation is exactly 0 (computed, a fused
-                // multiply-add can leave a rounding residue that 0 / 0 turns into inf).
-                let v = if 1.0 - correction > 0.0 {
-                    0.0
-                } else {
-                    f64::NAN
-                };
-                let fill = b.op(
-                    Op::Full {
-                        size: Some(out.shape.clone()),
-                        value: Scalar::Float(v),
-                        dtype: Some(out.dtype),
-                    },
-                    vec![],
-                )?;
-                vec![fill]
-            } else {
-                // Deviations of the data shifted by its first element along the reduced
-                // dims: a run of equal values then has variance exactly 0, as PyTorch's
-                // Welford gives (a float32 mean of equal values need not equal them, and
-                // `var > 0` must not flip), and large offsets cancel before squaring.
-                let mut first = xc;
-                for &d in &wrapped {
-                    first = b.slice(first, d as i64, 0, 1, 1)?;
-                }
-                let xc = b.vv(BinaryOp::Sub, xc, first)?;
-                let mean = b.reduce(ReduceOp::Mean, xc, &ds)?;
-                let d = b.vv(BinaryOp::Sub, xc, mean)?;
-                let sq = b.vv(BinaryOp::Mul, d, d)?;
-                let s = b.op(
-                    Op::Reduce {
-                        op: ReduceOp::Sum,
-                        dims: Some(ds),
-                        keepdim,
-                        dtype: None,
-                    },
-                    vec![Arg::Value(sq)],
-                )?;
-                let y = b.vs(BinaryOp::Div, s, (n - correction).max(0.0))?;
-                vec![b.cast(y, out.dtype)?]
-            }
-        }
-        Op::Gelu { approximate } => {
-            let xc = b.upcast(x)?;
-            let inner = match approximate {
-                GeluApprox::None => {
-                    let t = b.vs(BinaryOp::Mul, xc, std::f64::consts::FRAC_1_SQRT_2)?;
-                    b.un(UnaryOp::Erf, t)?
-                }
-                GeluApprox::Tanh => {
-                    let x2 = b.vv(BinaryOp::Mul, xc, xc)?;
-                    let x3 = b.vv(BinaryOp::Mul, x2, xc)?;
-                    let c = b.vs(BinaryOp::Mul, x3, 0.044715)?;
-                    let u = b.vv(BinaryOp::Add, xc, c)?;
-                    let v = b.vs(BinaryOp::Mul, u, (2.0 / std::f64::consts::PI).sqrt())?;
-                    b.un(UnaryOp::Tanh, v)?
-                }
-            };
-            let a = b.vs(BinaryOp::Add, inner, 1.0)?;
-            let h = b.vs(BinaryOp::Mul, xc, 0.5)?;
-            let y = b.vv(BinaryOp::Mul, h, a)?;
-            vec![b.cast(y, out.dtype)?]
-        }
-        Op::Unary(UnaryOp::Silu) => {
-            let s = b.un(UnaryOp::Sigmoid, x)?;
-            vec![b.vv(BinaryOp::Mul, x, s)?]
-        }
-        Op::Linear { bias } => {
-            let Some(w) = value(args.get(1)) else {
-                return Ok(false);
-            };
-            let wt = b.op(Op::Permute { dims: vec![1, 0] }, vec![Arg::Value(w)])?;
-            let in_f =
-                b.g.meta(w)
-                    .and_then(|m| m.shape.get(1).copied())
-                    .unwrap_or(1);
-            let x2 = if rank == 2 {
-                x
-            } else {
-                b.op(
-                    Op::Reshape {
-                        shape: vec![-1, in_f],
-                        view: false,
-                    },
-                    vec![Arg::Value(x)],
-                )?
-            };
-            let mut y = b.op(Op::Mm, vec![Arg::Value(x2), Arg::Value(wt)])?;
-            if rank != 2 {
-                y = b.op(
-                    Op::Reshape {
-                        shape: out.shape.clone(),
-                        view: false,
-                    },
-                    vec![Arg::Value(y)],
-                )?;
-            }
-            if bias {
-                let bv = value(args.get(2)).unwrap_or(y);
-                y = b.vv(BinaryOp::Add, y, bv)?;
-            }
-            vec![y]
-        }
-        Op::Addmm { beta, alpha } => {
-            let (Some(m1), Some(m2)) = (value(args.get(1)), value(args.get(2))) else {
-                return Ok(false);
-            };
-            // `baddbmm` is the batched form.
-            let mm = if b.g.meta(m1).is_some_and(|m| m.rank() == 3) {
-                Op::Bmm
-            } else {
-                Op::Mm
-            };
-            let mut p = b.op(mm, vec![Arg::Value(m1), Arg::Value(m2)])?;
-            if alpha.to_f64() != 1.0 {
-                p = b.bin(BinaryOp::Mul, Arg::Value(p), Arg::Scalar(alpha))?;
-            }
-            if beta.to_f64() == 0.0 {
-                vec![p]
-            } else {
-                let c = if beta.to_f64() != 1.0 {
-                    b.bin(BinaryOp::Mul, Arg::Value(x), Arg::Scalar(beta))?
-                } else {
-                    x
-                };
-                vec![b.vv(BinaryOp::Add, c, p)?]
-            }
-        }
+        } => one(norm::var(&mut b, &s, dims, correction, keepdim)),
+        Op::Gelu { approximate } => one(gelu(&mut b, &s, approximate)),
+        Op::Unary(UnaryOp::Silu) => one(silu(&mut b, x)),
+        Op::Linear { bias } => linear(&mut b, &s, bias),
+        Op::Addmm { beta, alpha } => addmm(&mut b, &s, beta, alpha),
         Op::Reduce {
             op: op @ (ReduceOp::Any | ReduceOp::All),
             dims,
             keepdim,
             ..
-        } => {
-            // any: some element is non-zero; all: no element is zero. Counted in int64.
-            let (test, want) = match op {
-                ReduceOp::Any => (BinaryOp::Ne, BinaryOp::Gt),
-                _ => (BinaryOp::Eq, BinaryOp::Eq),
-            };
-            let t = b.bin(test, Arg::Value(x), Arg::Scalar(Scalar::Int(0)))?;
-            let n = b.op(
-                Op::Reduce {
-                    op: ReduceOp::Sum,
-                    dims,
-                    keepdim,
-                    dtype: Some(DType::Int64),
-                },
-                vec![Arg::Value(t)],
-            )?;
-            vec![b.bin(want, Arg::Value(n), Arg::Scalar(Scalar::Int(0)))?]
-        }
-        Op::Cumsum { dim, .. } => vec![model::cumsum(&mut b, x, dim, &out)?],
+        } => one(any_all(&mut b, x, op, dims, keepdim)),
+        Op::Cumsum { dim, .. } => one(model::cumsum(&mut b, x, dim, &s.out)),
         Op::Diff {
             n,
             dim,
             prepend,
             append,
-        } => {
-            let pre = if prepend { value(args.get(1)) } else { None };
-            let app = if append {
-                value(args.get(1 + prepend as usize))
-            } else {
-                None
-            };
-            vec![model::diff(&mut b, x, pre, app, n, dim, &out)?]
-        }
+        } => one(diff(&mut b, &s, n, dim, prepend, append)),
         Op::Attention {
             mask,
             causal,
             scale,
             gqa,
-        } => {
-            let (Some(k), Some(v)) = (value(args.get(1)), value(args.get(2))) else {
-                return Ok(false);
-            };
-            let m = if mask { value(args.get(3)) } else { None };
-            vec![model::attention(
-                &mut b, x, k, v, m, causal, scale, gqa, &out,
-            )?]
-        }
+        } => attention(&mut b, &s, mask, causal, scale, gqa),
         Op::BatchNorm {
             eps,
             weight,
             bias,
             native,
-        } => {
-            let mut k = 1;
-            let mut next = || {
-                k += 1;
-                value(args.get(k - 1))
-            };
-            let w = if weight { next() } else { None };
-            let bb = if bias { next() } else { None };
-            let (Some(mean), Some(var)) = (next(), next()) else {
-                return Ok(false);
-            };
-            let y = model::batch_norm(&mut b, x, w, bb, mean, var, eps, &out)?;
-            let mut r = vec![y];
-            if native {
-                for m in &outs[1..] {
-                    r.push(b.op(
-                        Op::Full {
-                            size: Some(m.shape.clone()),
-                            value: Scalar::Int(0),
-                            dtype: Some(m.dtype),
-                        },
-                        vec![],
-                    )?);
-                }
-            }
-            r
-        }
+        } => batch_norm(&mut b, &s, eps, weight, bias, native),
         Op::MaxPool {
             kernel,
             stride,
@@ -544,49 +302,21 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             dilation,
             with_indices,
             ..
-        } => {
-            let indices = ValueId {
-                node: id,
-                output: 1,
-            };
-            // A `getitem` of the indices that nothing reads does not count.
-            let dead_item = |g: &Graph, user: NodeId| {
-                g.node(user)
-                    .is_some_and(|n| matches!(n.op, Op::GetItem { .. }))
-                    && g.users(user).next().is_none()
-                    && !g.outputs().iter().any(|o| o.node == user)
-            };
-            let read =
-                b.g.users(id)
-                    .any(|(user, u)| u.output == 1 && !dead_item(b.g, user))
-                    || b.g.outputs().contains(&indices);
-            if with_indices && read {
-                return Err(Error::Unsupported {
-                    node: b.base.clone(),
-                    what: "max_pool2d_with_indices: its indices output is read, and Kiln computes the values only".into(),
-                });
-            }
-            let y = model::max_pool(&mut b, x, &kernel, &stride, &padding, &dilation, &out)?;
-            let mut r = vec![y];
-            if with_indices {
-                // Unread (checked above): a placeholder of the right metadata.
-                r.push(b.op(
-                    Op::Full {
-                        size: Some(out.shape.clone()),
-                        value: Scalar::Int(0),
-                        dtype: Some(DType::Int64),
-                    },
-                    vec![],
-                )?);
-            }
-            r
-        }
-        Op::AdaptiveAvgPool { output_size } => vec![model::adaptive_avg_pool(
+        } => max_pool(
+            &mut b,
+            &s,
+            &kernel,
+            &stride,
+            &padding,
+            &dilation,
+            with_indices,
+        ),
+        Op::AdaptiveAvgPool { output_size } => one(model::adaptive_avg_pool(
             &mut b,
             x,
             output_size.len(),
-            &out,
-        )?],
+            &s.out,
+        )),
         Op::AvgPool {
             kernel,
             stride,
@@ -594,7 +324,7 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             count_include_pad,
             divisor_override,
             ..
-        } => vec![layout::avg_pool(
+        } => one(layout::avg_pool(
             &mut b,
             x,
             &layout::Window {
@@ -604,88 +334,368 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
                 count_include_pad,
                 divisor_override,
             },
-            &out,
-        )?],
+            &s.out,
+        )),
         Op::GroupNorm {
             groups,
             eps,
             weight,
             bias,
             native,
-        } => {
-            let w = if weight { value(args.get(1)) } else { None };
-            let bb = if bias {
-                value(args.get(1 + weight as usize))
-            } else {
-                None
-            };
-            let (y, mean, rstd) = model::group_norm(&mut b, x, groups, eps, w, bb, &out)?;
-            let mut r = vec![y];
-            if native {
-                for (v, m) in [mean, rstd].into_iter().zip(&outs[1..]) {
-                    let v = b.op(
-                        Op::Reshape {
-                            shape: m.shape.clone(),
-                            view: false,
-                        },
-                        vec![Arg::Value(v)],
-                    )?;
-                    r.push(b.cast(v, m.dtype)?);
-                }
-            }
-            r
-        }
-        Op::Pad { pads, mode, value } => vec![layout::pad(&mut b, x, &pads, mode, value, &out)?],
-        Op::Roll { shifts, dims } => vec![layout::roll(&mut b, x, &shifts, &dims, &out)?],
+        } => group_norm(&mut b, &s, groups, eps, weight, bias, native),
+        Op::Pad { pads, mode, value } => one(layout::pad(&mut b, x, &pads, mode, value, &s.out)),
+        Op::Roll { shifts, dims } => one(layout::roll(&mut b, x, &shifts, &dims, &s.out)),
         Op::SliceScatter {
             dim,
             start,
             end,
             step,
             select,
-        } => {
-            let Some(src) = value(args.get(1)) else {
-                return Ok(false);
-            };
-            vec![layout::slice_scatter(
-                &mut b, x, src, dim, start, end, step, select, &out,
-            )?]
-        }
-        Op::Copy => vec![layout::copy(&mut b, args.get(1), &out)?],
-        Op::TypeAs => vec![layout::fresh(&mut b, x, out.dtype)?],
-        Op::Repeat { repeats } => vec![layout::repeat(&mut b, x, &repeats, &out)?],
+        } => slice_scatter(&mut b, &s, dim, start, end, step, select),
+        Op::Copy => one(layout::copy(&mut b, s.args.get(1), &s.out)),
+        Op::TypeAs => one(layout::fresh(&mut b, x, s.out.dtype)),
+        Op::Repeat { repeats } => one(layout::repeat(&mut b, x, &repeats, &s.out)),
         Op::AsStrided {
             size,
             stride,
             offset,
-        } => vec![layout::as_strided(&mut b, x, &size, &stride, offset, &out)?],
+        } => one(layout::as_strided(
+            &mut b, x, &size, &stride, offset, &s.out,
+        )),
         Op::Conv {
             stride,
             padding,
             dilation,
             groups,
             bias: true,
-        } => {
-            // The convolution without its bias (a library call), and the bias added by the
-            // kernel that follows, where batch norm and activations fuse too.
-            let (Some(w), Some(bias)) = (value(args.get(1)), value(args.get(2))) else {
-                return Ok(false);
-            };
-            let y = b.op(
-                Op::Conv {
-                    stride,
-                    padding,
-                    dilation,
-                    groups,
-                    bias: false,
-                },
-                vec![Arg::Value(x), Arg::Value(w)],
-            )?;
-            let bias = model::per_channel(&mut b, bias, out.shape.len())?;
-            vec![b.vv(BinaryOp::Add, y, bias)?]
-        }
-        _ => return Ok(false),
+        } => conv_bias(&mut b, &s, stride, padding, dilation, groups),
+        _ => Ok(None),
+    };
+    let Some(new) = rewrite? else {
+        return Ok(false);
     };
     replace_node(b.g, id, &new);
     Ok(true)
+}
+
+/// `matmul` whose batch dims broadcast in part: its operands expanded.
+fn matmul(b: &mut B, s: &Site) -> Rewrite {
+    let Some(y) = s.arg(1) else {
+        return Ok(None);
+    };
+    match b.matmul_operands(s.x, y) {
+        Some(operands) => one(b.op(Op::Matmul, operands)),
+        None => Ok(None),
+    }
+}
+
+/// `gelu` by its erf or tanh formula, in float32 for 16-bit floats.
+fn gelu(b: &mut B, s: &Site, approximate: GeluApprox) -> Result<ValueId, Error> {
+    let xc = b.upcast(s.x)?;
+    let inner = match approximate {
+        GeluApprox::None => {
+            let t = b.vs(BinaryOp::Mul, xc, std::f64::consts::FRAC_1_SQRT_2)?;
+            b.un(UnaryOp::Erf, t)?
+        }
+        GeluApprox::Tanh => {
+            let x2 = b.vv(BinaryOp::Mul, xc, xc)?;
+            let x3 = b.vv(BinaryOp::Mul, x2, xc)?;
+            let c = b.vs(BinaryOp::Mul, x3, 0.044715)?;
+            let u = b.vv(BinaryOp::Add, xc, c)?;
+            let v = b.vs(BinaryOp::Mul, u, (2.0 / std::f64::consts::PI).sqrt())?;
+            b.un(UnaryOp::Tanh, v)?
+        }
+    };
+    let a = b.vs(BinaryOp::Add, inner, 1.0)?;
+    let h = b.vs(BinaryOp::Mul, xc, 0.5)?;
+    let y = b.vv(BinaryOp::Mul, h, a)?;
+    b.cast(y, s.out.dtype)
+}
+
+/// `silu(x) = x * sigmoid(x)`.
+fn silu(b: &mut B, x: ValueId) -> Result<ValueId, Error> {
+    let s = b.un(UnaryOp::Sigmoid, x)?;
+    b.vv(BinaryOp::Mul, x, s)
+}
+
+/// `linear(x, w, bias)`: `x` flattened to rows, times `w` transposed, reshaped back,
+/// plus the bias.
+fn linear(b: &mut B, s: &Site, bias: bool) -> Rewrite {
+    let Some(w) = s.arg(1) else {
+        return Ok(None);
+    };
+    let x = s.x;
+    let wt = b.op(Op::Permute { dims: vec![1, 0] }, vec![Arg::Value(w)])?;
+    let in_f =
+        b.g.meta(w)
+            .and_then(|m| m.shape.get(1).copied())
+            .unwrap_or(1);
+    let x2 = if s.rank == 2 {
+        x
+    } else {
+        b.op(
+            Op::Reshape {
+                shape: vec![-1, in_f],
+                view: false,
+            },
+            vec![Arg::Value(x)],
+        )?
+    };
+    let mut y = b.op(Op::Mm, vec![Arg::Value(x2), Arg::Value(wt)])?;
+    if s.rank != 2 {
+        y = b.op(
+            Op::Reshape {
+                shape: s.out.shape.clone(),
+                view: false,
+            },
+            vec![Arg::Value(y)],
+        )?;
+    }
+    if bias {
+        let bv = s.arg(2).unwrap_or(y);
+        y = b.vv(BinaryOp::Add, y, bv)?;
+    }
+    Ok(Some(vec![y]))
+}
+
+/// `addmm(c, m1, m2) = beta * c + alpha * m1 @ m2` (`baddbmm` when batched).
+fn addmm(b: &mut B, s: &Site, beta: Scalar, alpha: Scalar) -> Rewrite {
+    let (Some(m1), Some(m2)) = (s.arg(1), s.arg(2)) else {
+        return Ok(None);
+    };
+    // `baddbmm` is the batched form.
+    let mm = if b.g.meta(m1).is_some_and(|m| m.rank() == 3) {
+        Op::Bmm
+    } else {
+        Op::Mm
+    };
+    let mut p = b.op(mm, vec![Arg::Value(m1), Arg::Value(m2)])?;
+    if alpha.to_f64() != 1.0 {
+        p = b.bin(BinaryOp::Mul, Arg::Value(p), Arg::Scalar(alpha))?;
+    }
+    if beta.to_f64() == 0.0 {
+        return Ok(Some(vec![p]));
+    }
+    let c = if beta.to_f64() != 1.0 {
+        b.bin(BinaryOp::Mul, Arg::Value(s.x), Arg::Scalar(beta))?
+    } else {
+        s.x
+    };
+    one(b.vv(BinaryOp::Add, c, p))
+}
+
+/// `any` (some element is non-zero) and `all` (no element is zero) as a count in int64.
+fn any_all(
+    b: &mut B,
+    x: ValueId,
+    op: ReduceOp,
+    dims: Option<Vec<i64>>,
+    keepdim: bool,
+) -> Result<ValueId, Error> {
+    let (test, want) = match op {
+        ReduceOp::Any => (BinaryOp::Ne, BinaryOp::Gt),
+        _ => (BinaryOp::Eq, BinaryOp::Eq),
+    };
+    let t = b.bin(test, Arg::Value(x), Arg::Scalar(Scalar::Int(0)))?;
+    let n = b.op(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims,
+            keepdim,
+            dtype: Some(DType::Int64),
+        },
+        vec![Arg::Value(t)],
+    )?;
+    b.bin(want, Arg::Value(n), Arg::Scalar(Scalar::Int(0)))
+}
+
+/// `diff` with its optional `prepend` and `append` operands.
+fn diff(
+    b: &mut B,
+    s: &Site,
+    n: i64,
+    dim: i64,
+    prepend: bool,
+    append: bool,
+) -> Result<ValueId, Error> {
+    let pre = if prepend { s.arg(1) } else { None };
+    let app = if append {
+        s.arg(1 + prepend as usize)
+    } else {
+        None
+    };
+    model::diff(b, s.x, pre, app, n, dim, &s.out)
+}
+
+/// `scaled_dot_product_attention(q, k, v, mask?)`.
+fn attention(
+    b: &mut B,
+    s: &Site,
+    mask: bool,
+    causal: bool,
+    scale: Option<f64>,
+    gqa: bool,
+) -> Rewrite {
+    let (Some(k), Some(v)) = (s.arg(1), s.arg(2)) else {
+        return Ok(None);
+    };
+    let m = if mask { s.arg(3) } else { None };
+    one(model::attention(
+        b, s.x, k, v, m, causal, scale, gqa, &s.out,
+    ))
+}
+
+/// `batch_norm` in inference form; the native form's saved statistics are zeros.
+fn batch_norm(b: &mut B, s: &Site, eps: f64, weight: bool, bias: bool, native: bool) -> Rewrite {
+    let mut k = 1;
+    let mut next = || {
+        k += 1;
+        s.arg(k - 1)
+    };
+    let w = if weight { next() } else { None };
+    let bb = if bias { next() } else { None };
+    let (Some(mean), Some(var)) = (next(), next()) else {
+        return Ok(None);
+    };
+    let y = model::batch_norm(b, s.x, w, bb, mean, var, eps, &s.out)?;
+    let mut r = vec![y];
+    if native {
+        for m in &s.outs[1..] {
+            r.push(b.op(
+                Op::Full {
+                    size: Some(m.shape.clone()),
+                    value: Scalar::Int(0),
+                    dtype: Some(m.dtype),
+                },
+                vec![],
+            )?);
+        }
+    }
+    Ok(Some(r))
+}
+
+/// `max_pool`; its indices output, when it has one, must be unread.
+fn max_pool(
+    b: &mut B,
+    s: &Site,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    with_indices: bool,
+) -> Rewrite {
+    let id = s.id;
+    let indices = ValueId {
+        node: id,
+        output: 1,
+    };
+    // A `getitem` of the indices that nothing reads does not count.
+    let dead_item = |g: &Graph, user: NodeId| {
+        g.node(user)
+            .is_some_and(|n| matches!(n.op, Op::GetItem { .. }))
+            && g.users(user).next().is_none()
+            && !g.outputs().iter().any(|o| o.node == user)
+    };
+    let read =
+        b.g.users(id)
+            .any(|(user, u)| u.output == 1 && !dead_item(b.g, user))
+            || b.g.outputs().contains(&indices);
+    if with_indices && read {
+        return Err(Error::Unsupported {
+            node: b.base.clone(),
+            what: "max_pool2d_with_indices: its indices output is read, and Kiln computes the values only".into(),
+        });
+    }
+    let y = model::max_pool(b, s.x, kernel, stride, padding, dilation, &s.out)?;
+    let mut r = vec![y];
+    if with_indices {
+        // Unread (checked above): a placeholder of the right metadata.
+        r.push(b.op(
+            Op::Full {
+                size: Some(s.out.shape.clone()),
+                value: Scalar::Int(0),
+                dtype: Some(DType::Int64),
+            },
+            vec![],
+        )?);
+    }
+    Ok(Some(r))
+}
+
+/// `group_norm`; the native form also gives the mean and rstd per group.
+fn group_norm(
+    b: &mut B,
+    s: &Site,
+    groups: i64,
+    eps: f64,
+    weight: bool,
+    bias: bool,
+    native: bool,
+) -> Rewrite {
+    let w = if weight { s.arg(1) } else { None };
+    let bb = if bias {
+        s.arg(1 + weight as usize)
+    } else {
+        None
+    };
+    let (y, mean, rstd) = model::group_norm(b, s.x, groups, eps, w, bb, &s.out)?;
+    let mut r = vec![y];
+    if native {
+        for (v, m) in [mean, rstd].into_iter().zip(&s.outs[1..]) {
+            let v = b.op(
+                Op::Reshape {
+                    shape: m.shape.clone(),
+                    view: false,
+                },
+                vec![Arg::Value(v)],
+            )?;
+            r.push(b.cast(v, m.dtype)?);
+        }
+    }
+    Ok(Some(r))
+}
+
+/// `slice_scatter(x, src)`.
+fn slice_scatter(
+    b: &mut B,
+    s: &Site,
+    dim: i64,
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+    select: bool,
+) -> Rewrite {
+    let Some(src) = s.arg(1) else {
+        return Ok(None);
+    };
+    one(layout::slice_scatter(
+        b, s.x, src, dim, start, end, step, select, &s.out,
+    ))
+}
+
+/// A convolution with a bias: the convolution without it (a library call), and the
+/// bias added by the kernel that follows, where batch norm and activations fuse too.
+fn conv_bias(
+    b: &mut B,
+    s: &Site,
+    stride: Vec<i64>,
+    padding: Vec<i64>,
+    dilation: Vec<i64>,
+    groups: i64,
+) -> Rewrite {
+    let (Some(w), Some(bias)) = (s.arg(1), s.arg(2)) else {
+        return Ok(None);
+    };
+    let y = b.op(
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias: false,
+        },
+        vec![Arg::Value(s.x), Arg::Value(w)],
+    )?;
+    let bias = model::per_channel(b, bias, s.out.shape.len())?;
+    one(b.vv(BinaryOp::Add, y, bias))
 }

@@ -24,9 +24,7 @@ const PASS: &str = "fold_bn";
 /// Folds every eligible convolution + batch norm pair, in one topological sweep.
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let _span = tracing::info_span!("fold_bn").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, PASS)?;
     let mut changed = 0;
     for id in order {
         if let Some(fold) = plan(g, id) {

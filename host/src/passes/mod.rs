@@ -37,6 +37,14 @@ pub enum Error {
     /// The graph was invalid before any pass ran.
     #[error("invalid input graph")]
     Graph(#[from] graph::Error),
+    /// The nodes form a cycle, so no topological sweep can visit them.
+    #[error("pass `{pass}`: {at} is on a cycle")]
+    Cycle {
+        /// the pass
+        pass: &'static str,
+        /// a node on the cycle
+        at: graph::At,
+    },
     /// A node uses a feature of its op that Kiln does not implement.
     #[error("node `{node}`: {what}")]
     Unsupported {
@@ -139,6 +147,24 @@ pub fn run_pipeline_with(g: &mut Graph, options: &Options) -> Result<PipelineRep
     Ok(report)
 }
 
+/// The graph's nodes in a topological order for pass `pass`'s sweep, or
+/// [`Error::Cycle`] naming a node on a cycle (and its line, when known).
+pub(crate) fn topo_order(g: &Graph, pass: &'static str) -> Result<Vec<NodeId>, Error> {
+    g.topo_order().map_err(|id| {
+        let at = match g.node(id) {
+            Some(n) => graph::At {
+                node: n.name.clone(),
+                line: n.line,
+            },
+            None => graph::At {
+                node: format!("#{}", id.index()),
+                line: None,
+            },
+        };
+        Error::Cycle { pass, at }
+    })
+}
+
 /// Adds a node computing `op(args)` named after `base`, infers its metadata, and returns
 /// its first output. Used by passes to build replacements.
 pub(crate) fn emit(
@@ -174,5 +200,71 @@ pub(crate) fn replace_node(g: &mut Graph, old: NodeId, new: &[ValueId]) {
     }
     if g.users(old).next().is_none() && !g.outputs().iter().any(|o| o.node == old) {
         g.remove_node(old);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `r1 = relu(x); r2 = relu(r1)`, then `r1` re-pointed at `r2`: a cycle of two.
+    fn cyclic() -> Graph {
+        let text = r#"
+format = "kiln-graph/1"
+name = "cyclic"
+outputs = ["r2"]
+
+[[inputs]]
+name = "x"
+shape = [4]
+dtype = "float32"
+
+[[nodes]]
+name = "r1"
+op = "relu"
+args = ["x"]
+
+[[nodes]]
+name = "r2"
+op = "relu"
+args = ["r1"]
+"#;
+        let mut g = graph::parse_toml(text).expect("the test graph parses");
+        let find = |g: &Graph, name: &str| {
+            g.node_ids()
+                .find(|&id| g.node(id).is_some_and(|n| n.name == name))
+                .expect("the test graph has the node")
+        };
+        let (r1, r2) = (find(&g, "r1"), find(&g, "r2"));
+        g.set_args(r1, vec![Arg::Value(ValueId::first(r2))]);
+        g
+    }
+
+    #[test]
+    fn every_sweeping_pass_reports_a_cycle_as_a_cycle() {
+        const DEVICE: split::Device = split::Device {
+            units: 132,
+            program_warps: 0,
+        };
+        let passes: [(&str, PassFn); 7] = [
+            ("fold_bn", fold_bn::run),
+            ("decompose", decompose::run),
+            ("noop", noop::run),
+            ("views", views::run),
+            ("split", |g| split::run(g, DEVICE)),
+            ("const_fold", const_fold::run),
+            ("cse", cse::run),
+        ];
+        for (name, pass) in passes {
+            let err = pass(&mut cyclic()).expect_err(name);
+            let message = err.to_string();
+            assert!(
+                matches!(&err, Error::Cycle { pass, at } if *pass == name
+                    && (at.node == "r1" || at.node == "r2")
+                    && at.line.is_some()),
+                "{name}: {message}"
+            );
+            assert!(message.contains("is on a cycle"), "{name}: {message}");
+        }
     }
 }

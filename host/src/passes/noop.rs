@@ -119,9 +119,7 @@ fn reads_in_place(op: &Op, shape: &[i64]) -> bool {
 /// Runs no-op removal.
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let _span = tracing::info_span!("noop").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "noop")?;
     let mut changed = 0;
     for id in order {
         if let Some(v) = passthrough(g, id) {

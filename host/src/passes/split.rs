@@ -148,9 +148,7 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
     if device.units == 0 {
         return Ok(Stats::default());
     }
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "split")?;
     let mut changed = 0;
     for id in order {
         let Some(split) = plan(g, id, device) else {

@@ -18,9 +18,7 @@ fn reshape_like(op: &Op) -> bool {
 /// collapses (each view already points at the chain's source when its user is visited).
 pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let _span = tracing::info_span!("views").entered();
-    let order = g
-        .topo_order()
-        .map_err(|_| Error::Graph(crate::graph::Error::NoOutputs))?;
+    let order = super::topo_order(g, "views")?;
     let mut changed = 0;
     for id in order {
         let Some(node) = g.node(id) else { continue };

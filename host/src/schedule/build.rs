@@ -72,7 +72,7 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
 
 /// The natural space of a scheduler node.
 pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space> {
-    let s = &low.snodes[id.0 as usize];
+    let s = &low.snodes[id];
     match &s.kind {
         SKind::Pointwise { .. } => Some(Space::rows(s.meta.numel(), 1)),
         SKind::Reduction { input, dims, .. } => {
@@ -146,7 +146,7 @@ impl<'a> KernelBuilder<'a> {
 
     /// Adds a scheduler node; fails when it cannot live in this kernel.
     pub fn add(&mut self, id: SNodeId) -> Built<()> {
-        let s = &self.low.snodes[id.0 as usize];
+        let s = &self.low.snodes[id];
         let ranges = self.space.ranges();
         if !self.covers.contains(&s.value.node) {
             self.covers.push(s.value.node);
@@ -274,7 +274,7 @@ impl<'a> KernelBuilder<'a> {
         let e = self.exprs.intern(Expr::Reduced(n), acc);
         if let SKind::Reduction {
             divisor: Some(d), ..
-        } = &self.low.snodes[id.0 as usize].kind
+        } = &self.low.snodes[id].kind
         {
             let d = self.lit(*d as f64, acc);
             return Ok(self.exprs.intern(Expr::Binary(BinaryOp::Div, e, d), acc));
@@ -299,7 +299,7 @@ impl<'a> KernelBuilder<'a> {
             Def::Literal { value } => self.lit(value, compute_dtype(meta.dtype)),
             Def::Strided(view) => {
                 let index = linear(idx, &view.strides, view.offset);
-                let dtype = self.low.buffers[view.buf.0 as usize].dtype;
+                let dtype = self.low.buffers[view.buf].dtype;
                 let e = self.exprs.intern(
                     Expr::Load {
                         buf: view.buf,
@@ -309,8 +309,7 @@ impl<'a> KernelBuilder<'a> {
                     },
                     dtype,
                 );
-                if let Some(owner) = self.low.snodes.iter().position(|s| s.buf == view.buf) {
-                    let owner = SNodeId(owner as u32);
+                if let Some(owner) = self.low.snodes.position(|s| s.buf == view.buf) {
                     if !self.external.contains(&owner) {
                         self.external.push(owner);
                     }
@@ -319,7 +318,7 @@ impl<'a> KernelBuilder<'a> {
             }
             Def::Node(n) => match self.members.get(&n).copied() {
                 Some(Some(_)) => {
-                    let s = &self.low.snodes[n.0 as usize];
+                    let s = &self.low.snodes[n];
                     let expected =
                         unflatten(Index::var(Var::X), &s.meta.shape, self.space.ranges());
                     if idx != expected.as_slice() {
@@ -330,7 +329,7 @@ impl<'a> KernelBuilder<'a> {
                     self.reduced_value(n)?
                 }
                 Some(None) => {
-                    let value = match &self.low.snodes[n.0 as usize].kind {
+                    let value = match &self.low.snodes[n].kind {
                         SKind::Pointwise { value } => *value,
                         _ => return Err(Illegal("not a pointwise member".into())),
                     };
@@ -338,7 +337,7 @@ impl<'a> KernelBuilder<'a> {
                     self.cast(e, compute_dtype(meta.dtype))
                 }
                 None => {
-                    let s = &self.low.snodes[n.0 as usize];
+                    let s = &self.low.snodes[n];
                     let index = linear(idx, &contiguous_strides(&s.meta.shape), 0);
                     let e = self.exprs.intern(
                         Expr::Load {
@@ -406,7 +405,7 @@ impl<'a> KernelBuilder<'a> {
         static_index: Index,
         indirect: Vec<Indirect>,
     ) -> ExprId {
-        let dtype = self.low.buffers[view.buf.0 as usize].dtype;
+        let dtype = self.low.buffers[view.buf].dtype;
         let e = self.exprs.intern(
             Expr::Load {
                 buf: view.buf,
@@ -416,8 +415,7 @@ impl<'a> KernelBuilder<'a> {
             },
             dtype,
         );
-        if let Some(owner) = self.low.snodes.iter().position(|s| s.buf == view.buf) {
-            let owner = SNodeId(owner as u32);
+        if let Some(owner) = self.low.snodes.position(|s| s.buf == view.buf) {
             if !self.external.contains(&owner) {
                 self.external.push(owner);
             }

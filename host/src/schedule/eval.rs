@@ -9,7 +9,9 @@
 //! kernel that read another row's result would be caught as a race, not
 //! hidden by a sequential order); products use a blocked matrix product.
 
+use super::ids::IdVec;
 use super::index::Var;
+use super::ir::ExprId;
 use super::ir::{
     BufferId, BufferKind, Expr, ExternCall, ExternOp, Kernel, Literal, Program, ReduceKind, Step,
     View,
@@ -57,7 +59,7 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
             p.inputs.len()
         )));
     }
-    let mut storage: Vec<Vec<f64>> = p
+    let mut storage: Storage = p
         .buffers
         .iter()
         .map(|b| match &b.kind {
@@ -68,7 +70,7 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
         })
         .collect();
     for (b, t) in p.inputs.iter().zip(inputs) {
-        storage[b.0 as usize] = contiguous_values(t);
+        storage[*b] = contiguous_values(t);
     }
     for (i, step) in p.steps.iter().enumerate() {
         for a in &s.memory.allocs[i] {
@@ -76,11 +78,11 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
             // A reused buffer starts with its donor's stale contents, as on a
             // device; an in-place kernel still reads the donor, so copy it.
             let init = match a.reuse {
-                Some(old) => storage[old.0 as usize].clone(),
+                Some(old) => storage[old].clone(),
                 None => vec![f64::NAN; n],
             };
-            storage[a.buf.0 as usize] = init;
-            storage[a.buf.0 as usize].resize(n, f64::NAN);
+            storage[a.buf] = init;
+            storage[a.buf].resize(n, f64::NAN);
         }
         match step {
             Step::Kernel(k) => run_kernel(p, k, &mut storage)?,
@@ -89,7 +91,7 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
         for b in &s.memory.frees[i] {
             if matches!(p.buffer(*b).kind, BufferKind::Computed) {
                 // Freed storage must not be read again: poison it.
-                storage[b.0 as usize].iter_mut().for_each(|v| *v = f64::NAN);
+                storage[*b].iter_mut().for_each(|v| *v = f64::NAN);
             }
         }
     }
@@ -106,9 +108,12 @@ fn out_of_bounds(buf: BufferId, offset: i64) -> Error {
 /// The program's storage while one kernel runs: each buffer's elements as
 /// cells that the kernel's rows, running on several threads as on a device,
 /// read and write without data races.
-type Cells<'a> = Vec<&'a [AtomicU64]>;
+type Cells<'a> = IdVec<BufferId, &'a [AtomicU64]>;
 
-fn cells(storage: &mut [Vec<f64>]) -> Cells<'_> {
+/// Each buffer's elements, by buffer.
+type Storage = IdVec<BufferId, Vec<f64>>;
+
+fn cells(storage: &mut Storage) -> Cells<'_> {
     storage
         .iter_mut()
         .map(|v| {
@@ -123,26 +128,26 @@ fn cells(storage: &mut [Vec<f64>]) -> Cells<'_> {
 fn element(cells: &Cells, buf: BufferId, offset: i64) -> Result<f64, Error> {
     usize::try_from(offset)
         .ok()
-        .and_then(|o| cells[buf.0 as usize].get(o))
+        .and_then(|o| cells[buf].get(o))
         .map(|c| f64::from_bits(c.load(Ordering::Relaxed)))
         .ok_or_else(|| out_of_bounds(buf, offset))
 }
 
 /// The storage a view reads, as a tensor of its own (a copy of the buffer).
-fn view_tensor(p: &Program, v: &View, storage: &[Vec<f64>]) -> Tensor {
+fn view_tensor(p: &Program, v: &View, storage: &Storage) -> Tensor {
     Tensor {
         dtype: p.buffer(v.buf).dtype,
         shape: v.shape.clone(),
         strides: v.strides.clone(),
         offset: v.offset,
-        data: std::sync::Arc::new(storage[v.buf.0 as usize].clone()),
+        data: std::sync::Arc::new(storage[v.buf].clone()),
     }
 }
 
-fn gather(p: &Program, v: &View, storage: &[Vec<f64>]) -> Result<Tensor, Error> {
+fn gather(p: &Program, v: &View, storage: &Storage) -> Result<Tensor, Error> {
     let t = view_tensor(p, v, storage);
     let walk = t.walk();
-    let len = storage[v.buf.0 as usize].len();
+    let len = storage[v.buf].len();
     let mut bad = None;
     walk.run(0..walk.len(), |_, [pos]| {
         if bad.is_none() && usize::try_from(pos).map_or(true, |p| p >= len) {
@@ -180,10 +185,10 @@ fn eval_all(
     r: i64,
     red: &[f64],
     cells: &Cells,
-    vals: &mut [f64],
+    vals: &mut IdVec<ExprId, f64>,
 ) -> Result<(), Error> {
     for (id, e, d) in k.exprs.iter() {
-        let v = |e: super::ir::ExprId| vals[e.0 as usize];
+        let v = |e: super::ir::ExprId| vals[e];
         let value = match e {
             Expr::Load {
                 buf,
@@ -197,7 +202,7 @@ fn eval_all(
                 }) {
                     let mut at = index.eval(x, r);
                     for i in indirect {
-                        let value = vals[i.value.0 as usize];
+                        let value = vals[i.value];
                         let w =
                             crate::interp::model::checked_index(value, i.size, "an index tensor")
                                 .map_err(Error)?;
@@ -233,7 +238,7 @@ fn eval_all(
             }
             Expr::Reduced(n) => red.get(*n).copied().unwrap_or(f64::NAN),
         };
-        vals[id.0 as usize] = round(d, value);
+        vals[id] = round(d, value);
     }
     Ok(())
 }
@@ -246,12 +251,12 @@ fn round(d: DType, v: f64) -> f64 {
 /// handing it to a thread.
 const ROWS_PER_TASK: usize = 256;
 
-fn run_kernel(p: &Program, k: &Kernel, storage: &mut [Vec<f64>]) -> Result<(), Error> {
+fn run_kernel(p: &Program, k: &Kernel, storage: &mut Storage) -> Result<(), Error> {
     let (varies, _) = k.phases();
     let uses_r: Vec<bool> = k
         .stores
         .iter()
-        .map(|s| varies[s.value.0 as usize] || s.index.uses(Var::R))
+        .map(|s| varies[s.value] || s.index.uses(Var::R))
         .collect();
     let cells = cells(storage);
     let rows = usize::try_from(k.space.x).unwrap_or(0);
@@ -259,7 +264,12 @@ fn run_kernel(p: &Program, k: &Kernel, storage: &mut [Vec<f64>]) -> Result<(), E
         .into_par_iter()
         .with_min_len(ROWS_PER_TASK)
         .try_for_each_init(
-            || (vec![0.0; k.exprs.len()], vec![f64::NAN; k.reductions.len()]),
+            || {
+                (
+                    IdVec::filled(k.exprs.len(), 0.0),
+                    vec![f64::NAN; k.reductions.len()],
+                )
+            },
             |(vals, red), x| run_row(p, k, x as i64, &uses_r, &cells, vals, red),
         )
 }
@@ -271,7 +281,7 @@ fn run_row(
     x: i64,
     uses_r: &[bool],
     cells: &Cells,
-    vals: &mut [f64],
+    vals: &mut IdVec<ExprId, f64>,
     red: &mut [f64],
 ) -> Result<(), Error> {
     for (n, reduction) in k.reductions.iter().enumerate() {
@@ -280,7 +290,7 @@ fn run_row(
             eval_all(k, x, r, red, cells, vals)?;
             acc = round(
                 reduction.acc_dtype,
-                combine(reduction.kind, acc, vals[reduction.value.0 as usize]),
+                combine(reduction.kind, acc, vals[reduction.value]),
             );
         }
         red[n] = acc;
@@ -292,22 +302,19 @@ fn run_row(
             eval_all(k, x, r, red, cells, vals)?;
             let off = usize::try_from(s.index.eval(x, r))
                 .map_err(|_| Error(format!("negative store offset in buffer {}", s.buf.0)))?;
-            let slot = cells[s.buf.0 as usize].get(off).ok_or_else(|| {
+            let slot = cells[s.buf].get(off).ok_or_else(|| {
                 Error(format!(
                     "store to buffer {} at {off}, out of bounds",
                     s.buf.0
                 ))
             })?;
-            slot.store(
-                round(dtype, vals[s.value.0 as usize]).to_bits(),
-                Ordering::Relaxed,
-            );
+            slot.store(round(dtype, vals[s.value]).to_bits(), Ordering::Relaxed);
         }
     }
     Ok(())
 }
 
-fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(), Error> {
+fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), Error> {
     if let ExternOp::Conv {
         stride,
         padding,
@@ -329,7 +336,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(
         };
         let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
             .map_err(|err| Error(format!("extern convolution: {err}")))?;
-        storage[e.out.0 as usize] = y.first().map(|t| t.to_vec()).unwrap_or_default();
+        storage[e.out] = y.first().map(|t| t.to_vec()).unwrap_or_default();
         return Ok(());
     }
     if let ExternOp::Attention {
@@ -351,7 +358,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(
         };
         let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
             .map_err(|err| Error(format!("extern attention: {err}")))?;
-        storage[e.out.0 as usize] = y.first().map(|t| t.to_vec()).unwrap_or_default();
+        storage[e.out] = y.first().map(|t| t.to_vec()).unwrap_or_default();
         return Ok(());
     }
     let (a, b) = match e.args.as_slice() {
@@ -379,6 +386,6 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut [Vec<f64>]) -> Result<(
     )
     .map_err(|err| Error(format!("extern product: {err}")))?;
     let dtype = p.buffer(e.out).dtype;
-    storage[e.out.0 as usize] = product.data.iter().map(|&v| round(dtype, v)).collect();
+    storage[e.out] = product.data.iter().map(|&v| round(dtype, v)).collect();
     Ok(())
 }

@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 
 use super::build::{natural_space, space_index, KernelBuilder};
+use super::ids::IdVec;
 use super::ir::{BufferId, Space};
 use super::lower::{Def, Lowered, SKind, SNodeId};
 use crate::graph::ir::{Arg, Graph, NodeId, ValueId};
@@ -50,7 +51,7 @@ pub struct Reads {
 
 /// The reads of node `id`, found by walking its inline definitions.
 pub fn reads_of(graph: &Graph, low: &Lowered, id: SNodeId) -> Reads {
-    let s = &low.snodes[id.0 as usize];
+    let s = &low.snodes[id];
     let mut roots: Vec<ValueId> = match &s.kind {
         SKind::Pointwise { value } => inline_operands(graph, *value),
         SKind::Reduction { input, .. } => vec![*input],
@@ -80,7 +81,7 @@ pub fn reads_of(graph: &Graph, low: &Lowered, id: SNodeId) -> Reads {
                 if !reads.deps.contains(n) {
                     reads.deps.push(*n);
                 }
-                let b = low.snodes[n.0 as usize].buf;
+                let b = low.snodes[*n].buf;
                 if !reads.buffers.contains(&b) {
                     reads.buffers.push(b);
                 }
@@ -100,8 +101,7 @@ fn barrier_on_source(low: &Lowered, reads: &mut Reads, node: NodeId, id: SNodeId
     let Some(source) = low.sources.get(&node) else {
         return;
     };
-    if let Some(owner) = low.snodes.iter().position(|s| s.buf == source.buf) {
-        let owner = SNodeId(owner as u32);
+    if let Some(owner) = low.snodes.position(|s| s.buf == source.buf) {
         if owner != id && !reads.barriers.contains(&owner) {
             reads.barriers.push(owner);
         }
@@ -112,8 +112,7 @@ fn push_buffer(low: &Lowered, reads: &mut Reads, buf: BufferId) {
     if !reads.buffers.contains(&buf) {
         reads.buffers.push(buf);
     }
-    if let Some(owner) = low.snodes.iter().position(|s| s.buf == buf) {
-        let owner = SNodeId(owner as u32);
+    if let Some(owner) = low.snodes.position(|s| s.buf == buf) {
         if !reads.deps.contains(&owner) {
             reads.deps.push(owner);
         }
@@ -135,30 +134,28 @@ fn buildable(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space) ->
 /// The scheduler nodes in an order where every producer comes before its readers
 /// (lowering may make a producer's node after a reader's, when a later `index` needs
 /// the producer in memory), otherwise in creation order.
-fn dependency_order(reads: &[Reads]) -> Vec<usize> {
+fn dependency_order(reads: &IdVec<SNodeId, Reads>) -> Vec<SNodeId> {
     let n = reads.len();
-    let mut waiting: Vec<usize> = reads
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            r.deps
-                .iter()
-                .chain(&r.barriers)
-                .filter(|d| d.0 as usize != i)
-                .collect::<HashSet<_>>()
-                .len()
-        })
+    let waiting_on = |i: SNodeId, r: &Reads| -> HashSet<SNodeId> {
+        r.deps
+            .iter()
+            .chain(&r.barriers)
+            .copied()
+            .filter(|d| *d != i)
+            .collect()
+    };
+    let mut waiting: IdVec<SNodeId, usize> = reads
+        .iter_enumerated()
+        .map(|(i, r)| waiting_on(i, r).len())
         .collect();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, r) in reads.iter().enumerate() {
-        for d in r.deps.iter().chain(&r.barriers).collect::<HashSet<_>>() {
-            if d.0 as usize != i {
-                readers[d.0 as usize].push(i);
-            }
+    let mut readers: IdVec<SNodeId, Vec<SNodeId>> = IdVec::filled(n, Vec::new());
+    for (i, r) in reads.iter_enumerated() {
+        for d in waiting_on(i, r) {
+            readers[d].push(i);
         }
     }
-    let mut ready: std::collections::BTreeSet<usize> =
-        (0..n).filter(|&i| waiting[i] == 0).collect();
+    let mut ready: std::collections::BTreeSet<SNodeId> =
+        waiting.ids().filter(|&i| waiting[i] == 0).collect();
     let mut order = Vec::with_capacity(n);
     while let Some(i) = ready.pop_first() {
         order.push(i);
@@ -171,8 +168,8 @@ fn dependency_order(reads: &[Reads]) -> Vec<usize> {
     }
     // A cycle cannot happen (the graph is acyclic); keep every node regardless.
     if order.len() < n {
-        let placed: HashSet<usize> = order.iter().copied().collect();
-        order.extend((0..n).filter(|i| !placed.contains(i)));
+        let placed: HashSet<SNodeId> = order.iter().copied().collect();
+        order.extend(reads.ids().filter(|i| !placed.contains(i)));
     }
     order
 }
@@ -180,18 +177,19 @@ fn dependency_order(reads: &[Reads]) -> Vec<usize> {
 /// Groups the scheduler nodes into kernels and extern calls, in execution order.
 pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_of: Vec<usize> = vec![usize::MAX; low.snodes.len()];
+    let mut group_of: IdVec<SNodeId, usize> = IdVec::filled(low.snodes.len(), usize::MAX);
     let mut group_reads: Vec<HashSet<BufferId>> = Vec::new();
-    let all_reads: Vec<Reads> = (0..low.snodes.len())
-        .map(|i| reads_of(graph, low, SNodeId(i as u32)))
+    let all_reads: IdVec<SNodeId, Reads> = low
+        .snodes
+        .ids()
+        .map(|id| reads_of(graph, low, id))
         .collect();
-    for i in dependency_order(&all_reads) {
-        let id = SNodeId(i as u32);
-        let reads = all_reads[i].clone();
+    for id in dependency_order(&all_reads) {
+        let reads = all_reads[id].clone();
         let earliest = reads
             .deps
             .iter()
-            .map(|d| group_of[d.0 as usize])
+            .map(|d| group_of[*d])
             .filter(|g| *g != usize::MAX)
             .max();
         // A producer read at data-dependent positions finishes in an earlier kernel:
@@ -199,7 +197,7 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
         let after_barriers = reads
             .barriers
             .iter()
-            .map(|d| group_of[d.0 as usize])
+            .map(|d| group_of[*d])
             .filter(|g| *g != usize::MAX)
             .max()
             .map(|g| g + 1);
@@ -208,7 +206,7 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
             (a, b) => a.or(b),
         };
         let Some(space) = natural_space(low, graph, id) else {
-            group_of[i] = groups.len();
+            group_of[id] = groups.len();
             groups.push(Group::Extern(id));
             group_reads.push(reads.buffers.into_iter().collect());
             continue;
@@ -228,7 +226,7 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
             let is_reduction = space.r > 1;
             let target = if *gspace == space || (gspace.r == 1 && is_reduction) {
                 space
-            } else if !is_reduction && space_index(&low.snodes[i].meta.shape, *gspace).is_some() {
+            } else if !is_reduction && space_index(&low.snodes[id].meta.shape, *gspace).is_some() {
                 *gspace
             } else {
                 continue;
@@ -237,13 +235,13 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
                 .deps
                 .iter()
                 .filter(|d| members.contains(d))
-                .map(|d| low.buffers[low.snodes[d.0 as usize].buf.0 as usize].bytes())
+                .map(|d| low.buffers[low.snodes[*d].buf].bytes())
                 .sum::<i64>()
                 + reads
                     .buffers
                     .iter()
                     .filter(|b| group_reads[g].contains(b))
-                    .map(|b| low.buffers[b.0 as usize].bytes())
+                    .map(|b| low.buffers[*b].bytes())
                     .sum::<i64>();
             if saved <= 0 || best.as_ref().is_some_and(|(s, _, _)| *s >= saved) {
                 continue;
@@ -261,10 +259,10 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
                     *space = target;
                 }
                 group_reads[g].extend(reads.buffers);
-                group_of[i] = g;
+                group_of[id] = g;
             }
             None => {
-                group_of[i] = groups.len();
+                group_of[id] = groups.len();
                 groups.push(Group::Kernel {
                     members: vec![id],
                     space,

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use super::ids::{entity_id, EntityId, IdVec};
 use super::index::{Index, Var};
 use crate::graph::dtype::DType;
 use crate::graph::ops::{BinaryOp, UnaryOp};
@@ -16,6 +17,7 @@ use crate::graph::ops::{BinaryOp, UnaryOp};
 /// A buffer of the compiled program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufferId(pub u32);
+entity_id!(BufferId);
 
 /// Where a buffer's storage comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -238,11 +240,12 @@ pub enum Expr {
 /// An expression in an [`ExprArena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExprId(pub u32);
+entity_id!(ExprId);
 
 /// Hash-consed expressions with the dtype each computes in.
 #[derive(Clone, Debug, Default)]
 pub struct ExprArena {
-    nodes: Vec<(Expr, DType)>,
+    nodes: IdVec<ExprId, (Expr, DType)>,
     lookup: HashMap<(Expr, DType), ExprId>,
 }
 
@@ -252,28 +255,24 @@ impl ExprArena {
         if let Some(id) = self.lookup.get(&(expr.clone(), dtype)) {
             return *id;
         }
-        let id = ExprId(self.nodes.len() as u32);
-        self.nodes.push((expr.clone(), dtype));
+        let id = self.nodes.push((expr.clone(), dtype));
         self.lookup.insert((expr, dtype), id);
         id
     }
 
     /// The node of `id`.
     pub fn get(&self, id: ExprId) -> &Expr {
-        &self.nodes[id.0 as usize].0
+        &self.nodes[id].0
     }
 
     /// The dtype `id` computes in.
     pub fn dtype(&self, id: ExprId) -> DType {
-        self.nodes[id.0 as usize].1
+        self.nodes[id].1
     }
 
     /// Every node, in creation order (operands before users).
     pub fn iter(&self) -> impl Iterator<Item = (ExprId, &Expr, DType)> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, (e, d))| (ExprId(i as u32), e, *d))
+        self.nodes.iter_enumerated().map(|(id, (e, d))| (id, e, *d))
     }
 
     /// Number of nodes.
@@ -299,11 +298,11 @@ impl ExprArena {
 
     /// The reductions `id` depends on.
     pub fn reductions_used(&self, id: ExprId) -> Vec<usize> {
-        let mut seen = vec![false; id.0 as usize + 1];
+        let mut seen: IdVec<ExprId, bool> = IdVec::filled(id.index() + 1, false);
         let mut stack = vec![id];
         let mut out = Vec::new();
         while let Some(e) = stack.pop() {
-            if std::mem::replace(&mut seen[e.0 as usize], true) {
+            if std::mem::replace(&mut seen[e], true) {
                 continue;
             }
             if let Expr::Reduced(n) = self.get(e) {
@@ -437,30 +436,27 @@ impl Kernel {
     /// For every expression: whether it varies along the row, and its phase
     /// (0 when it needs no reduction result, otherwise one more than the phase
     /// of the last reduction it needs). Code generators place values by these.
-    pub fn phases(&self) -> (Vec<bool>, Vec<usize>) {
+    pub fn phases(&self) -> (IdVec<ExprId, bool>, IdVec<ExprId, usize>) {
         let n = self.exprs.len();
-        let mut uses_r = vec![false; n];
-        let mut phase = vec![0usize; n];
+        let mut uses_r = IdVec::filled(n, false);
+        let mut phase = IdVec::filled(n, 0usize);
         for (id, e, _) in self.exprs.iter() {
-            let i = id.0 as usize;
             let ops = self.exprs.operands(id);
-            uses_r[i] = match e {
+            uses_r[id] = match e {
                 Expr::Load { index, guards, .. } => {
                     index.uses(Var::R)
                         || guards.iter().any(|g| g.index.uses(Var::R))
-                        || ops.iter().any(|o| uses_r[o.0 as usize])
+                        || ops.iter().any(|o| uses_r[*o])
                 }
-                Expr::Select(c, ..) => {
-                    c.index.uses(Var::R) || ops.iter().any(|o| uses_r[o.0 as usize])
-                }
-                _ => ops.iter().any(|o| uses_r[o.0 as usize]),
+                Expr::Select(c, ..) => c.index.uses(Var::R) || ops.iter().any(|o| uses_r[*o]),
+                _ => ops.iter().any(|o| uses_r[*o]),
             };
-            phase[i] = match e {
+            phase[id] = match e {
                 Expr::Reduced(r) => self
                     .reductions
                     .get(*r)
-                    .map_or(0, |red| phase[red.value.0 as usize] + 1),
-                _ => ops.iter().map(|o| phase[o.0 as usize]).max().unwrap_or(0),
+                    .map_or(0, |red| phase[red.value] + 1),
+                _ => ops.iter().map(|o| phase[*o]).max().unwrap_or(0),
             };
         }
         (uses_r, phase)
@@ -481,8 +477,8 @@ impl Kernel {
             .iter()
             .map(|s| s.value)
             .chain(self.reductions.iter().map(|r| r.value))
-            .filter(|e| uses_r[e.0 as usize])
-            .map(|e| phase[e.0 as usize])
+            .filter(|e| uses_r[*e])
+            .map(|e| phase[e])
             .max()
             .unwrap_or(0);
         u32::try_from(latest)
@@ -510,12 +506,12 @@ impl Kernel {
     pub fn varying_closure(
         &self,
         roots: &[ExprId],
-        uses_r: &[bool],
+        uses_r: &IdVec<ExprId, bool>,
     ) -> std::collections::HashSet<ExprId> {
         let mut seen = std::collections::HashSet::new();
         let mut stack: Vec<ExprId> = roots.to_vec();
         while let Some(e) = stack.pop() {
-            if uses_r[e.0 as usize] && seen.insert(e) {
+            if uses_r[e] && seen.insert(e) {
                 stack.extend(self.exprs.operands(e));
             }
         }
@@ -637,7 +633,7 @@ pub struct Program {
     /// The graph's name.
     pub name: String,
     /// Every buffer.
-    pub buffers: Vec<Buffer>,
+    pub buffers: IdVec<BufferId, Buffer>,
     /// The graph's inputs, in order.
     pub inputs: Vec<BufferId>,
     /// The graph's outputs, in order, as views of buffers.
@@ -649,13 +645,13 @@ pub struct Program {
 impl Program {
     /// The buffer `id`.
     pub fn buffer(&self, id: BufferId) -> &Buffer {
-        &self.buffers[id.0 as usize]
+        &self.buffers[id]
     }
 
     /// The constant buffers some step or output reads, in buffer order.
     pub fn constants_read(&self) -> Vec<BufferId> {
-        (0..self.buffers.len())
-            .map(|i| BufferId(i as u32))
+        self.buffers
+            .ids()
             .filter(|b| matches!(self.buffer(*b).kind, BufferKind::Constant { .. }))
             .filter(|b| {
                 self.steps.iter().any(|s| s.reads().contains(b))

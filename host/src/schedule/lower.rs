@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::ids::{entity_id, IdVec};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
@@ -29,6 +30,7 @@ pub const MAX_INLINE_DEPTH: u32 = 24;
 /// A scheduler node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SNodeId(pub u32);
+entity_id!(SNodeId);
 
 /// How a value is read.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,9 +104,9 @@ pub struct Lowered {
     /// How each graph value is read.
     pub defs: HashMap<ValueId, Def>,
     /// Scheduler nodes, in a topological order.
-    pub snodes: Vec<SNode>,
+    pub snodes: IdVec<SNodeId, SNode>,
     /// Buffers: graph inputs and constants first, then one per scheduler node.
-    pub buffers: Vec<super::ir::Buffer>,
+    pub buffers: IdVec<BufferId, super::ir::Buffer>,
     /// The graph's input buffers, in order.
     pub inputs: Vec<BufferId>,
     /// The graph's outputs.
@@ -130,15 +132,13 @@ impl Lowered {
         meta: &TensorMeta,
         kind: super::ir::BufferKind,
     ) -> BufferId {
-        let id = BufferId(self.buffers.len() as u32);
         self.buffers.push(super::ir::Buffer {
             name: name.to_string(),
             dtype: meta.dtype,
             shape: meta.shape.clone(),
             strides: contiguous_strides(&meta.shape),
             kind,
-        });
-        id
+        })
     }
 
     fn add_snode(
@@ -151,8 +151,7 @@ impl Lowered {
         let meta = meta_of(graph, value)?.clone();
         let name = node_of(graph, value.node)?.name.clone();
         let buf = self.add_buffer(&name, &meta, super::ir::BufferKind::Computed);
-        let id = SNodeId(self.snodes.len() as u32);
-        self.snodes.push(SNode {
+        let id = self.snodes.push(SNode {
             kind,
             value,
             meta,
@@ -171,7 +170,7 @@ impl Lowered {
         match self.defs.get(&value)? {
             Def::Strided(v) => Some(v.clone()),
             Def::Node(n) if through_nodes => {
-                let s = &self.snodes[n.0 as usize];
+                let s = &self.snodes[*n];
                 Some(contiguous_view(s.buf, &s.meta.shape))
             }
             Def::Node(_) => None,
@@ -197,7 +196,7 @@ impl Lowered {
             return Ok(v);
         }
         let id = self.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-        let s = &self.snodes[id.0 as usize];
+        let s = &self.snodes[id];
         Ok(contiguous_view(s.buf, &s.meta.shape))
     }
 }
@@ -238,237 +237,26 @@ fn first_value(graph: &Graph, id: NodeId, i: usize) -> Result<ValueId, Error> {
         })
 }
 
-/// Lowers a validated graph (after the passes).
+/// The graph's output values.
+type Outputs = std::collections::HashSet<ValueId>;
+
+/// Lowers a validated graph (after the passes): every node in topological order,
+/// then the graph's outputs as views.
 pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
     let mut low = Lowered::default();
-    let outputs: std::collections::HashSet<ValueId> = graph.outputs().iter().copied().collect();
+    let outputs: Outputs = graph.outputs().iter().copied().collect();
     let order = graph
         .topo_order()
         .map_err(|n| Error::Internal(format!("cycle at node {n:?}")))?;
     for id in order {
-        let node = node_of(graph, id)?;
-        let v0 = ValueId::first(id);
-        match &node.op {
-            Op::Input { index } => {
-                let meta = meta_of(graph, v0)?.clone();
-                let buf = low.add_buffer(
-                    &node.name,
-                    &meta,
-                    super::ir::BufferKind::Input {
-                        index: *index,
-                        index_bound: graph.index_bound(id),
-                    },
-                );
-                if low.inputs.len() <= *index {
-                    low.inputs.resize(*index + 1, buf);
-                }
-                low.inputs[*index] = buf;
-                low.defs
-                    .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
-            }
-            Op::Constant { data } => {
-                let meta = meta_of(graph, v0)?.clone();
-                match data.single() {
-                    Some(value) => {
-                        low.defs.insert(v0, Def::Literal { value });
-                        literal_output(graph, &mut low, &outputs, v0)?;
-                    }
-                    None => {
-                        let kind = super::ir::BufferKind::Constant { data: data.clone() };
-                        let buf = low.add_buffer(&node.name, &meta, kind);
-                        low.defs
-                            .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
-                    }
-                }
-            }
-            Op::Reduce { op, dims, .. } => {
-                let input = first_value(graph, id, 0)?;
-                let in_meta = meta_of(graph, input)?;
-                let dims = wrap_dim_set(dims.as_deref(), in_meta.rank()).map_err(|e| {
-                    Error::Unsupported {
-                        node: node.name.clone(),
-                        what: e.to_string(),
-                    }
-                })?;
-                let (kind, divisor) = match op {
-                    ReduceOp::Sum => (ReduceKind::Sum, None),
-                    ReduceOp::Mean => (
-                        ReduceKind::Sum,
-                        Some(dims.iter().map(|&d| in_meta.shape[d]).product()),
-                    ),
-                    ReduceOp::Amax => (ReduceKind::Max, None),
-                    ReduceOp::Amin => (ReduceKind::Min, None),
-                    // `decompose` rewrites these as counts.
-                    ReduceOp::Any | ReduceOp::All => {
-                        return Err(Error::Unsupported {
-                            node: node.name.clone(),
-                            what: "any/all reach lowering only undecomposed".into(),
-                        })
-                    }
-                };
-                let name = match op {
-                    ReduceOp::Sum => "sum",
-                    ReduceOp::Mean => "mean",
-                    ReduceOp::Amax => "amax",
-                    ReduceOp::Amin => "amin",
-                    ReduceOp::Any => "any",
-                    ReduceOp::All => "all",
-                };
-                low.add_snode(
-                    graph,
-                    v0,
-                    SKind::Reduction {
-                        input,
-                        kind,
-                        dims,
-                        divisor,
-                    },
-                    name,
-                )?;
-            }
-            Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, &mut low, id)?,
-            Op::Conv {
-                stride,
-                padding,
-                dilation,
-                groups,
-                bias: false,
-            } => {
-                // Both operands contiguous: what every library's convolution takes.
-                let mut args = vec![];
-                for i in 0..2 {
-                    let value = first_value(graph, id, i)?;
-                    let view = low.realize_view(graph, value)?;
-                    let dense = view.strides == contiguous_strides(&view.shape);
-                    args.push(if dense {
-                        view
-                    } else {
-                        let sid =
-                            low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-                        let s = &low.snodes[sid.0 as usize];
-                        contiguous_view(s.buf, &s.meta.shape)
-                    });
-                }
-                let op = ExternOp::Conv {
-                    stride: stride.clone(),
-                    padding: padding.clone(),
-                    dilation: dilation.clone(),
-                    groups: *groups,
-                };
-                low.add_snode(graph, v0, SKind::Extern { op, args }, "convolution")?;
-            }
-            Op::Attention {
-                mask,
-                causal,
-                scale,
-                ..
-            } => {
-                // Left whole by the passes for a fused kernel: its operands as
-                // they lie in memory (the kernel takes any strides).
-                let count = 3 + usize::from(*mask);
-                let mut args = vec![];
-                for i in 0..count {
-                    let value = first_value(graph, id, i)?;
-                    args.push(low.realize_view(graph, value)?);
-                }
-                let e = meta_of(graph, first_value(graph, id, 0)?)?
-                    .shape
-                    .last()
-                    .copied()
-                    .unwrap_or(1);
-                let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
-                let op = ExternOp::Attention {
-                    causal: *causal,
-                    scale_bits: scale.to_bits(),
-                    mask: *mask,
-                };
-                low.add_snode(graph, v0, SKind::Extern { op, args }, "attention")?;
-            }
-            Op::Full { value, .. } => {
-                let meta = meta_of(graph, v0)?;
-                let value = meta.dtype.round(value.to_f64());
-                low.defs.insert(v0, Def::Literal { value });
-                literal_output(graph, &mut low, &outputs, v0)?;
-            }
-            Op::Arange { .. } => {
-                // A constant of the program (const_fold folds the small ones earlier).
-                let meta = meta_of(graph, v0)?.clone();
-                let t = crate::interp::eval_op(&node.op, &[], std::slice::from_ref(&meta))
-                    .map_err(|what| Error::Unsupported {
-                        node: node.name.clone(),
-                        what,
-                    })?;
-                let values = t.first().map(|t| t.to_vec()).unwrap_or_default();
-                let data = ConstData::Values(values.into());
-                let kind = super::ir::BufferKind::Constant { data };
-                let buf = low.add_buffer(&node.name, &meta, kind);
-                low.defs
-                    .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
-            }
-            op if is_inline(op) => {
-                if matches!(op, Op::Index { .. } | Op::Gather { .. }) {
-                    // The indexed operand is read at data-dependent positions: it must
-                    // be in memory. The node itself is inline, like any pointwise op.
-                    let src = first_value(graph, id, 0)?;
-                    let view = low.realize_view(graph, src)?;
-                    low.sources.insert(id, view);
-                }
-                for (output, _) in node.outputs.iter().enumerate() {
-                    let value = ValueId {
-                        node: id,
-                        output: output as u32,
-                    };
-                    let depth = 1 + node
-                        .args
-                        .iter()
-                        .filter_map(Arg::value)
-                        .map(|a| match low.defs.get(&a) {
-                            Some(Def::Inline { depth, .. }) => *depth,
-                            _ => 0,
-                        })
-                        .max()
-                        .unwrap_or(0);
-                    low.defs.insert(
-                        value,
-                        Def::Inline {
-                            node: id,
-                            output: output as u32,
-                            depth,
-                        },
-                    );
-                    if views::copies(op) && outputs.contains(&value) {
-                        // A `contiguous`/`clone` the passes kept gives the caller a
-                        // fresh dense tensor, never a view of its operand.
-                        low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-                    } else if let Some(v) = low.as_view(graph, value, false) {
-                        low.defs.insert(value, Def::Strided(v));
-                    } else if depth > MAX_INLINE_DEPTH
-                        || (outputs.contains(&value) && low.as_view(graph, value, true).is_none())
-                    {
-                        // Computed into memory here, in topological order, so that
-                        // every later reader (a reduction of a graph output, say)
-                        // comes after the kernel that writes it.
-                        low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
-                    }
-                }
-            }
-            other => {
-                return Err(Error::Unsupported {
-                    node: node.name.clone(),
-                    what: format!(
-                        "`{}` must be decomposed by the passes before scheduling",
-                        other.name()
-                    ),
-                })
-            }
-        }
+        lower_node(graph, &mut low, &outputs, id)?;
     }
     for &out in graph.outputs() {
         let view = match low.as_view(graph, out, true) {
             Some(v) => v,
             None => {
                 let id = low.add_snode(graph, out, SKind::Pointwise { value: out }, "pointwise")?;
-                let s = &low.snodes[id.0 as usize];
+                let s = &low.snodes[id];
                 contiguous_view(s.buf, &s.meta.shape)
             }
         };
@@ -477,12 +265,296 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
     Ok(low)
 }
 
+/// Lowers node `id`, whose operands are lowered: one rule per kind of op.
+fn lower_node(
+    graph: &Graph,
+    low: &mut Lowered,
+    outputs: &Outputs,
+    id: NodeId,
+) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let v0 = ValueId::first(id);
+    match &node.op {
+        Op::Input { index } => lower_input(graph, low, id, *index),
+        Op::Constant { data } => lower_constant(graph, low, outputs, id, data),
+        Op::Reduce { op, dims, .. } => lower_reduce(graph, low, id, *op, dims.as_deref()),
+        Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, low, id),
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias: false,
+        } => {
+            let op = ExternOp::Conv {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups: *groups,
+            };
+            lower_conv(graph, low, id, op)
+        }
+        Op::Attention {
+            mask,
+            causal,
+            scale,
+            ..
+        } => lower_attention(graph, low, id, *mask, *causal, *scale),
+        Op::Full { value, .. } => {
+            let value = meta_of(graph, v0)?.dtype.round(value.to_f64());
+            low.defs.insert(v0, Def::Literal { value });
+            literal_output(graph, low, outputs, v0)
+        }
+        Op::Arange { .. } => lower_arange(graph, low, id),
+        op if is_inline(op) => lower_inline(graph, low, outputs, id),
+        other => Err(Error::Unsupported {
+            node: node.name.clone(),
+            what: format!(
+                "`{}` must be decomposed by the passes before scheduling",
+                other.name()
+            ),
+        }),
+    }
+}
+
+/// Graph input `index`: a buffer, read as a contiguous view.
+fn lower_input(graph: &Graph, low: &mut Lowered, id: NodeId, index: usize) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let v0 = ValueId::first(id);
+    let meta = meta_of(graph, v0)?.clone();
+    let buf = low.add_buffer(
+        &node.name,
+        &meta,
+        super::ir::BufferKind::Input {
+            index,
+            index_bound: graph.index_bound(id),
+        },
+    );
+    if low.inputs.len() <= index {
+        low.inputs.resize(index + 1, buf);
+    }
+    low.inputs[index] = buf;
+    low.defs
+        .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+    Ok(())
+}
+
+/// A constant: a literal when it has one value, else a buffer of the program.
+fn lower_constant(
+    graph: &Graph,
+    low: &mut Lowered,
+    outputs: &Outputs,
+    id: NodeId,
+    data: &ConstData,
+) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let v0 = ValueId::first(id);
+    let meta = meta_of(graph, v0)?.clone();
+    match data.single() {
+        Some(value) => {
+            low.defs.insert(v0, Def::Literal { value });
+            literal_output(graph, low, outputs, v0)?;
+        }
+        None => {
+            let kind = super::ir::BufferKind::Constant { data: data.clone() };
+            let buf = low.add_buffer(&node.name, &meta, kind);
+            low.defs
+                .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+        }
+    }
+    Ok(())
+}
+
+/// A reduction: a scheduler node (a mean is a sum with a divisor).
+fn lower_reduce(
+    graph: &Graph,
+    low: &mut Lowered,
+    id: NodeId,
+    op: ReduceOp,
+    dims: Option<&[i64]>,
+) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let input = first_value(graph, id, 0)?;
+    let in_meta = meta_of(graph, input)?;
+    let dims = wrap_dim_set(dims, in_meta.rank()).map_err(|e| Error::Unsupported {
+        node: node.name.clone(),
+        what: e.to_string(),
+    })?;
+    let (kind, divisor) = match op {
+        ReduceOp::Sum => (ReduceKind::Sum, None),
+        ReduceOp::Mean => (
+            ReduceKind::Sum,
+            Some(dims.iter().map(|&d| in_meta.shape[d]).product()),
+        ),
+        ReduceOp::Amax => (ReduceKind::Max, None),
+        ReduceOp::Amin => (ReduceKind::Min, None),
+        // `decompose` rewrites these as counts.
+        ReduceOp::Any | ReduceOp::All => {
+            return Err(Error::Unsupported {
+                node: node.name.clone(),
+                what: "any/all reach lowering only undecomposed".into(),
+            })
+        }
+    };
+    let name = match op {
+        ReduceOp::Sum => "sum",
+        ReduceOp::Mean => "mean",
+        ReduceOp::Amax => "amax",
+        ReduceOp::Amin => "amin",
+        ReduceOp::Any => "any",
+        ReduceOp::All => "all",
+    };
+    let kind = SKind::Reduction {
+        input,
+        kind,
+        dims,
+        divisor,
+    };
+    low.add_snode(graph, ValueId::first(id), kind, name)?;
+    Ok(())
+}
+
+/// A convolution without bias: an extern call on contiguous operands, what every
+/// library's convolution takes (a strided one is copied first).
+fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Result<(), Error> {
+    let mut args = vec![];
+    for i in 0..2 {
+        let value = first_value(graph, id, i)?;
+        let view = low.realize_view(graph, value)?;
+        let dense = view.strides == contiguous_strides(&view.shape);
+        args.push(if dense {
+            view
+        } else {
+            let sid = low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
+            let s = &low.snodes[sid];
+            contiguous_view(s.buf, &s.meta.shape)
+        });
+    }
+    let kind = SKind::Extern { op, args };
+    low.add_snode(graph, ValueId::first(id), kind, "convolution")?;
+    Ok(())
+}
+
+/// Attention left whole by the passes for a fused kernel: an extern call on its
+/// operands as they lie in memory (the kernel takes any strides).
+fn lower_attention(
+    graph: &Graph,
+    low: &mut Lowered,
+    id: NodeId,
+    mask: bool,
+    causal: bool,
+    scale: Option<f64>,
+) -> Result<(), Error> {
+    let count = 3 + usize::from(mask);
+    let mut args = vec![];
+    for i in 0..count {
+        let value = first_value(graph, id, i)?;
+        args.push(low.realize_view(graph, value)?);
+    }
+    let e = meta_of(graph, first_value(graph, id, 0)?)?
+        .shape
+        .last()
+        .copied()
+        .unwrap_or(1);
+    let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
+    let op = ExternOp::Attention {
+        causal,
+        scale_bits: scale.to_bits(),
+        mask,
+    };
+    low.add_snode(
+        graph,
+        ValueId::first(id),
+        SKind::Extern { op, args },
+        "attention",
+    )?;
+    Ok(())
+}
+
+/// `arange`: a constant of the program (const_fold folds the small ones earlier).
+fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let v0 = ValueId::first(id);
+    let meta = meta_of(graph, v0)?.clone();
+    let t = crate::interp::eval_op(&node.op, &[], std::slice::from_ref(&meta)).map_err(|what| {
+        Error::Unsupported {
+            node: node.name.clone(),
+            what,
+        }
+    })?;
+    let values = t.first().map(|t| t.to_vec()).unwrap_or_default();
+    let data = ConstData::Values(values.into());
+    let kind = super::ir::BufferKind::Constant { data };
+    let buf = low.add_buffer(&node.name, &meta, kind);
+    low.defs
+        .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+    Ok(())
+}
+
+/// A pointwise op or a view: each output inline, a strided view where it is one, or
+/// computed into memory where it must be (a graph output, a chain grown too deep).
+fn lower_inline(
+    graph: &Graph,
+    low: &mut Lowered,
+    outputs: &Outputs,
+    id: NodeId,
+) -> Result<(), Error> {
+    let node = node_of(graph, id)?;
+    let op = &node.op;
+    if matches!(op, Op::Index { .. } | Op::Gather { .. }) {
+        // The indexed operand is read at data-dependent positions: it must
+        // be in memory. The node itself is inline, like any pointwise op.
+        let src = first_value(graph, id, 0)?;
+        let view = low.realize_view(graph, src)?;
+        low.sources.insert(id, view);
+    }
+    for (output, _) in node.outputs.iter().enumerate() {
+        let value = ValueId {
+            node: id,
+            output: output as u32,
+        };
+        let depth = 1 + node
+            .args
+            .iter()
+            .filter_map(Arg::value)
+            .map(|a| match low.defs.get(&a) {
+                Some(Def::Inline { depth, .. }) => *depth,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        low.defs.insert(
+            value,
+            Def::Inline {
+                node: id,
+                output: output as u32,
+                depth,
+            },
+        );
+        if views::copies(op) && outputs.contains(&value) {
+            // A `contiguous`/`clone` the passes kept gives the caller a
+            // fresh dense tensor, never a view of its operand.
+            low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
+        } else if let Some(v) = low.as_view(graph, value, false) {
+            low.defs.insert(value, Def::Strided(v));
+        } else if depth > MAX_INLINE_DEPTH
+            || (outputs.contains(&value) && low.as_view(graph, value, true).is_none())
+        {
+            // Computed into memory here, in topological order, so that
+            // every later reader (a reduction of a graph output, say)
+            // comes after the kernel that writes it.
+            low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
+        }
+    }
+    Ok(())
+}
+
 /// A number the graph returns is written to memory where it is defined, so that every
 /// reader after it (an index, a reduction) comes after the kernel that stores it.
 fn literal_output(
     graph: &Graph,
     low: &mut Lowered,
-    outputs: &std::collections::HashSet<ValueId>,
+    outputs: &Outputs,
     value: ValueId,
 ) -> Result<(), Error> {
     if outputs.contains(&value) {
@@ -603,7 +675,7 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         for (f, v, value) in [(&fa, &mut va, a), (&fb, &mut vb, b)] {
             if f.is_none() {
                 let id = low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-                let s = &low.snodes[id.0 as usize];
+                let s = &low.snodes[id];
                 *v = contiguous_view(s.buf, &s.meta.shape);
             }
         }
@@ -617,7 +689,6 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
     // The product is computed as [B, M, N]; the graph's value is a view of it.
     let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
     let buf = low.add_buffer(&node.name, &product_meta, super::ir::BufferKind::Computed);
-    let sid = SNodeId(low.snodes.len() as u32);
     low.snodes.push(SNode {
         kind: SKind::Extern {
             op: ExternOp::Bmm,
@@ -628,7 +699,6 @@ fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         buf,
         op_name: "bmm",
     });
-    let _ = sid;
     low.defs.insert(
         v0,
         Def::Strided(View {

@@ -10,6 +10,7 @@
 pub mod build;
 pub mod eval;
 pub mod fuse;
+pub mod ids;
 pub mod index;
 pub mod ir;
 pub mod lower;
@@ -163,7 +164,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                         Error::Internal(format!("a fused node no longer builds: {}", e.0))
                     })?;
                 }
-                needed.extend(b.external.iter().map(|n| low.snodes[n.0 as usize].buf));
+                needed.extend(b.external.iter().map(|n| low.snodes[*n].buf));
                 let ops = b
                     .covers
                     .iter()
@@ -183,7 +184,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                 ));
             }
             Group::Extern(id) => {
-                let s = &low.snodes[id.0 as usize];
+                let s = &low.snodes[*id];
                 let SKind::Extern { op, args } = &s.kind else {
                     return Err(Error::Internal("extern group of a non-extern node".into()));
                 };
@@ -259,8 +260,8 @@ pub fn pre_fusion_text(graph: &Graph) -> Result<String, Error> {
         graph.name,
         low.snodes.len()
     );
-    for (i, s) in low.snodes.iter().enumerate() {
-        let id = lower::SNodeId(i as u32);
+    for (id, s) in low.snodes.iter_enumerated() {
+        let i = id.0;
         let name = graph.node(s.value.node).map_or("?", |n| n.name.as_str());
         match build::natural_space(&low, graph, id) {
             None => {

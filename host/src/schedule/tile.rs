@@ -31,7 +31,7 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
     let Some(first) = members.first() else {
         return space;
     };
-    let shape = &low.snodes[first.0 as usize].meta.shape;
+    let shape = &low.snodes[*first].meta.shape;
     let mut best = (flat + total / 4, space);
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {
@@ -74,7 +74,7 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
     let Some(first) = members.first() else {
         return space;
     };
-    let shape = &low.snodes[first.0 as usize].meta.shape;
+    let shape = &low.snodes[*first].meta.shape;
     let mut best = (flat, space);
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {
@@ -183,7 +183,7 @@ fn walked_bytes(
     });
     let stores = b.stores.iter().map(|(_, s)| (s.buf, &s.index));
     for (buf, index) in loads.chain(stores) {
-        let element_bytes = low.buffers[buf.0 as usize].dtype.size_bytes() as i64;
+        let element_bytes = low.buffers[buf].dtype.size_bytes() as i64;
         let access = space.access(index, element_bytes);
         total = total.saturating_add(access.bytes);
         if good(space, index, element_bytes) {

@@ -9,17 +9,21 @@
 //! loop over `r`, recomputing from the loads what it needs (nothing is kept
 //! per row element). Parallel chunk sizes come from the plugin's heuristics.
 
+mod lanes;
+mod outer;
+
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::expr::{
-    compute_bytes, compute_type, cond_text, fits_i32, index_text, load_conversion, neutral,
-    storage_type, store_conversion, IndexStyle, Renderer,
+    compute_type, cond_text, fits_i32, index_text, load_conversion, neutral, storage_type,
+    store_conversion, IndexStyle, Renderer,
 };
 use super::{Error, KernelInfo};
 use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
+use crate::schedule::ids::IdVec;
 use crate::schedule::index::{Index, Var};
 use crate::schedule::ir::{
     Access, BufferId, Cond, Expr, ExprId, Kernel, Program, ReduceKind, Store,
@@ -695,250 +699,6 @@ impl Writer<'_> {
         out
     }
 
-    /// A reduction whose loads step by one from row to row (`x.sum(0)`):
-    /// rows are taken [`OUTER_BLOCK`] at a time, and each loop over the row
-    /// elements runs, for every element, an `omp simd` loop across the block
-    /// of rows, with one accumulator per row of the block. Every access then
-    /// steps through memory by one, where a loop along each row would stride.
-    fn outer_body(&mut self, chunk: u32, stage: bool) -> Result<(), Error> {
-        let k = self.k;
-        let RowPhases {
-            uses_r,
-            phase,
-            red_phase,
-            loops,
-            fixed,
-        } = RowPhases::of(k);
-        let needed = self.needed();
-        let (x, r) = (k.space.x, k.space.r);
-        // Blocks of whole vectors, no more than a chunk's worth of rows, so
-        // that every thread gets a block.
-        let block = ((i64::from(chunk) + 15) / 16)
-            .saturating_mul(16)
-            .clamp(16, OUTER_BLOCK)
-            .min(x.max(1));
-        // Where rows are a view's flattened dims (`x / 512`, `x % 512`), a
-        // block aligned to their period reads whole runs. Short rows staged
-        // in tiles take fewer at a time (a tile of 256 rows of up to 63
-        // elements stays in L1 and L2).
-        let block = if stage {
-            block.min(SHORT_ROW_BLOCK)
-        } else {
-            match aligned_block(k, Var::X, block) {
-                Some(b) => {
-                    self.row_block = Some(b);
-                    b
-                }
-                None => block,
-            }
-        };
-        let it = self.index_type();
-        // The block loop counts in the index type where the last block's end
-        // still fits it: a row index computed as `xb + xi` in `int32_t` is
-        // affine to the compiler, while one truncated from `int64_t` is not,
-        // and GCC gathers it element by element (a sum over the first dim of
-        // [16, 32, 64, 128] ran 6x slower on two Zen 4 cores).
-        let bt = if it == "int32_t" && x.saturating_add(block) < (1 << 31) {
-            "int32_t"
-        } else {
-            "int64_t"
-        };
-        self.block_type = bt;
-        let simd_ok = k.reductions.iter().all(|red| red.acc_dtype != DType::Bool);
-        let simd = if simd_ok { "#pragma omp simd" } else { "" };
-        self.line(1, "#pragma omp parallel for schedule(static)");
-        self.line(1, &format!("for ({bt} xb = 0; xb < {x}; xb += {block}) {{"));
-        self.line(
-            2,
-            &format!("const {bt} xn = std::min<{bt}>({block}, {x} - xb);"),
-        );
-        if self.row_block.is_some() {
-            self.line(
-                2,
-                &format!("[[maybe_unused]] const {it} xs = static_cast<{it}>(xb);"),
-            );
-        }
-        let staged_stores = if stage {
-            self.stage_block = block;
-            self.stage_rows(block)?
-        } else {
-            Vec::new()
-        };
-        for (i, red) in k.reductions.iter().enumerate() {
-            let ty = compute_type(red.acc_dtype);
-            self.line(2, &format!("{ty} acc{i}[{block}];"));
-            self.line(2, &format!("{ty} red{i}v[{block}];"));
-            if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
-                self.line(2, &format!("int nan{i}[{block}];"));
-            }
-        }
-        // Emits, inside a loop over `xi`, the row index, the finished
-        // reductions before phase `p` and the values constant along the row.
-        let prologue = |w: &mut Self, p: usize, depth: usize| -> Result<(), Error> {
-            w.line(
-                depth,
-                &if bt == it {
-                    format!("[[maybe_unused]] const {it} x = xb + xi;")
-                } else {
-                    format!("[[maybe_unused]] const {it} x = static_cast<{it}>(xb + xi);")
-                },
-            );
-            for (i, _) in red_phase.iter().enumerate().filter(|(_, l)| **l < p) {
-                let ty = compute_type(k.reductions[i].acc_dtype);
-                w.line(
-                    depth,
-                    &format!("[[maybe_unused]] const {ty} red{i} = red{i}v[xi];"),
-                );
-            }
-            for (id, _, _) in k.exprs.iter() {
-                let i = id.0 as usize;
-                if phase[i] <= p && !uses_r[i] && needed.contains(&id) {
-                    w.emit_expr(depth, id, false)?;
-                }
-            }
-            Ok(())
-        };
-        for (p, (reds, stores)) in loops.iter().enumerate() {
-            if p > 0 {
-                let done: Vec<usize> = (0..red_phase.len())
-                    .filter(|i| red_phase[*i] == p - 1)
-                    .collect();
-                if !done.is_empty() {
-                    self.line(2, simd);
-                    self.line(2, &format!("for ({bt} xi = 0; xi < xn; ++xi) {{"));
-                    for i in done {
-                        let value = finished(&k.reductions[i], i, "[xi]");
-                        self.line(3, &format!("red{i}v[xi] = {value};"));
-                    }
-                    self.line(2, "}");
-                }
-            }
-            if !fixed[p].is_empty() {
-                self.line(2, simd);
-                self.line(2, &format!("for ({bt} xi = 0; xi < xn; ++xi) {{"));
-                prologue(self, p, 3)?;
-                for s in &fixed[p] {
-                    self.store_line(3, s, false)?;
-                }
-                self.line(2, "}");
-            }
-            if reds.is_empty() && stores.is_empty() {
-                continue;
-            }
-            if !reds.is_empty() {
-                self.line(2, simd);
-                self.line(2, &format!("for ({bt} xi = 0; xi < xn; ++xi) {{"));
-                for &i in reds {
-                    let red = &k.reductions[i];
-                    self.line(
-                        3,
-                        &format!("acc{i}[xi] = {};", neutral(red.kind, red.acc_dtype)),
-                    );
-                    if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
-                        self.line(3, &format!("nan{i}[xi] = 0;"));
-                    }
-                }
-                self.line(2, "}");
-            }
-            self.line(2, &format!("for ({it} r = 0; r < {r}; ++r) {{"));
-            self.line(3, simd);
-            self.line(3, &format!("for ({bt} xi = 0; xi < xn; ++xi) {{"));
-            prologue(self, p, 4)?;
-            let mut roots: Vec<ExprId> = reds.iter().map(|i| k.reductions[*i].value).collect();
-            roots.extend(stores.iter().map(|s| s.value));
-            let wanted = k.varying_closure(&roots, &uses_r);
-            for (id, _, _) in k.exprs.iter() {
-                if uses_r[id.0 as usize] && wanted.contains(&id) {
-                    self.emit_expr(4, id, false)?;
-                }
-            }
-            for &i in reds {
-                self.accumulate(4, i, "[xi]");
-            }
-            for s in stores {
-                self.store_line(4, s, false)?;
-            }
-            self.line(3, "}");
-            self.line(2, "}");
-            // Staged results go out to their rows after the loop that makes them.
-            for s in stores {
-                if let Some((ptr, tile)) = staged_stores
-                    .iter()
-                    .find(|(b, i, _, _)| *b == s.buf && *i == s.index)
-                    .map(|(_, _, ptr, tile)| (ptr.clone(), tile.clone()))
-                {
-                    self.stage_copy(2, &ptr, &s.index, &tile, false);
-                }
-            }
-        }
-        self.line(1, "}");
-        self.row_block = None;
-        self.staged.clear();
-        Ok(())
-    }
-
-    /// Declares the tiles of a block of short rows and stages its loads: each
-    /// load (without guards or a gathered index, not of `bool`) and store of a
-    /// row-varying value whose index steps by one along the row and by the
-    /// row's length from row to row (the block's rows one contiguous run), of
-    /// a buffer the kernel does not both read and write. Returns the staged
-    /// stores (buffer, index, pointer, tile).
-    fn stage_rows(&mut self, block: i64) -> Result<Vec<(BufferId, Index, String, String)>, Error> {
-        let k = self.k;
-        let r = k.space.r;
-        let contiguous = |index: &Index| {
-            index.step_along(Var::R) == Some(1) && index.step_along(Var::X) == Some(r)
-        };
-        let stored: Vec<BufferId> = k.stores.iter().map(|s| s.buf).collect();
-        let mut loads: Vec<(BufferId, Index)> = Vec::new();
-        for (id, _, _) in k.exprs.iter() {
-            if let Expr::Load {
-                buf,
-                index,
-                guards,
-                indirect,
-            } = k.exprs.get(id)
-            {
-                let plain = guards.is_empty() && indirect.is_empty();
-                if plain
-                    && contiguous(index)
-                    && self.program.buffer(*buf).dtype != DType::Bool
-                    && !stored.contains(buf)
-                    && !loads.iter().any(|(b, i)| b == buf && i == index)
-                {
-                    loads.push((*buf, index.clone()));
-                }
-            }
-        }
-        let read: Vec<BufferId> = loads.iter().map(|(b, _)| *b).collect();
-        let mut stores: Vec<(BufferId, Index)> = Vec::new();
-        for st in &k.stores {
-            if contiguous(&st.index)
-                && self.program.buffer(st.buf).dtype != DType::Bool
-                && !read.contains(&st.buf)
-                && !stores.iter().any(|(b, i)| *b == st.buf && *i == st.index)
-            {
-                stores.push((st.buf, st.index.clone()));
-            }
-        }
-        let mut out = Vec::new();
-        for (n, (buf, index)) in loads.into_iter().enumerate() {
-            let (ptr, tile) = (self.ptr(buf)?, format!("stage{n}"));
-            let ty = storage_type(self.program.buffer(buf).dtype);
-            self.line(2, &format!("alignas(64) {ty} {tile}[{}];", r * block));
-            self.stage_copy(2, &ptr, &index, &tile, true);
-            self.staged.push((buf, index, tile));
-        }
-        for (n, (buf, index)) in stores.into_iter().enumerate() {
-            let (ptr, tile) = (self.ptr(buf)?, format!("staged_out{n}"));
-            let ty = storage_type(self.program.buffer(buf).dtype);
-            self.line(2, &format!("alignas(64) {ty} {tile}[{}];", r * block));
-            self.staged.push((buf, index.clone(), tile.clone()));
-            out.push((buf, index, ptr, tile));
-        }
-        Ok(out)
-    }
-
     fn reduction_body(&mut self, chunk: u32, lanes: i64) -> Result<(), Error> {
         let k = self.k;
         let RowPhases {
@@ -981,8 +741,7 @@ impl Writer<'_> {
                 }
             }
             for (id, _, _) in k.exprs.iter() {
-                let i = id.0 as usize;
-                if phase[i] == p && !uses_r[i] && needed.contains(&id) {
+                if phase[id] == p && !uses_r[id] && needed.contains(&id) {
                     self.emit_expr(2, id, false)?;
                 }
             }
@@ -1015,7 +774,7 @@ impl Writer<'_> {
                     ReduceKind::Max => clauses.push(format!("reduction(max : acc{i})")),
                     ReduceKind::Min => clauses.push(format!("reduction(min : acc{i})")),
                 }
-                if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+                if lanes::tracks_nan(red) {
                     // NaN propagates (torch.amax/amin): tracked beside the vector max/min.
                     self.line(2, &format!("int nan{i} = 0;"));
                     clauses.push(format!("reduction(| : nan{i})"));
@@ -1085,234 +844,6 @@ impl Writer<'_> {
                 if cache.stored_in.get(&id) == Some(&p) {
                     self.line(depth, &format!("row{}[r] = {};", id.0, Renderer::var(id)));
                 }
-            }
-        }
-        Ok(())
-    }
-
-    /// Phase `p`'s loop over a row of at least `lanes` elements. With
-    /// reductions, a vector at a time: an `omp simd` loop over the lanes
-    /// computes a vector's worth of each reduction's values into an array, and
-    /// a `KilnLanes` accumulator in vector registers takes them in; after the
-    /// row its lanes are combined pairwise, a level at a time. OpenMP's
-    /// reduction clauses instead leave GCC to add a float sum's lanes one after
-    /// another (it may not reassociate them): a chain of 16 dependent additions
-    /// per row on AVX-512. A row that is not whole vectors ends with one more
-    /// vector over its last `lanes` elements, which repeats some of the
-    /// elements before it: where that is sound (the kernel reads no buffer it
-    /// writes, so repeated stores write the same values again; a max or min
-    /// sees the same elements twice; a sum adds only the new ones), it runs as
-    /// a vector instead of element by element. (A buffer written over another
-    /// in place, `schedule::inplace_ok`, is only ever a pointwise kernel's,
-    /// never one with a row.) Leaves `acc{i}` (and `nan{i}`) declared with
-    /// each reduction's result, as the one-loop form does. On two Zen 4 cores:
-    /// softmax over rows of 100 1.2 ms against 2.0, layer norm over rows of
-    /// 768 and 1000 0.92 and 0.80 of the time; on two Sapphire Rapids cores
-    /// the softmax 0.56 of the time (0.77 of Inductor-CPU's, was 1.53).
-    fn laned_loop(
-        &mut self,
-        p: usize,
-        reds: &[usize],
-        stores: &[Store],
-        cache: &RowCache,
-        lanes: i64,
-    ) -> Result<(), Error> {
-        let k = self.k;
-        let r = k.space.r;
-        let it = self.index_type();
-        let tracks_nan = |i: usize| {
-            let red = &k.reductions[i];
-            red.kind != ReduceKind::Sum && red.acc_dtype.is_float()
-        };
-        let whole = r / lanes * lanes;
-        if reds.is_empty() {
-            // Stores alone: one loop over the whole vectors.
-            self.line(2, "#pragma omp simd");
-            self.line(2, &format!("for ({it} r = 0; r < {whole}; ++r) {{"));
-            self.row_elements(3, p, cache)?;
-            for s in stores {
-                self.store_line(3, s, false)?;
-            }
-            self.line(2, "}");
-        } else {
-            // Each accumulator in vectors of the plugin's width (the lanes of
-            // the widest element the kernel touches): a wider one, say the
-            // float sums of bfloat16 lanes, in several (GCC keeps a vector
-            // wider than the machine's in memory).
-            let widest = k
-                .params
-                .iter()
-                .map(|q| self.program.buffer(q.buf).dtype.size_bytes() as i64)
-                .max()
-                .unwrap_or(4);
-            let width = |bytes: i64| {
-                let g = lanes * widest / bytes.max(1);
-                if g >= 2 && g <= lanes && lanes % g == 0 {
-                    g
-                } else {
-                    lanes
-                }
-            };
-            for &i in reds {
-                let red = &k.reductions[i];
-                let ty = compute_type(red.acc_dtype);
-                let g = width(compute_bytes(red.acc_dtype));
-                self.line(2, &format!("alignas(64) {ty} lacc{i}[{lanes}];"));
-                let start = neutral(red.kind, red.acc_dtype);
-                for j in 0..lanes / g {
-                    self.line(2, &format!("KilnLanes<{ty}, {g}> vacc{i}_{j};"));
-                    self.line(
-                        2,
-                        &format!("kiln_lanes_fill<{ty}, {g}>(vacc{i}_{j}, {start});"),
-                    );
-                }
-                if tracks_nan(i) {
-                    self.line(2, &format!("alignas(64) int lnan{i}[{lanes}];"));
-                    for j in 0..lanes / g {
-                        self.line(2, &format!("KilnNans<{ty}, {g}> vnan{i}_{j};"));
-                        self.line(2, &format!("kiln_nans_none<{ty}, {g}>(vnan{i}_{j});"));
-                    }
-                }
-            }
-            self.line(
-                2,
-                &format!("for ({it} rv = 0; rv < {whole}; rv += {lanes}) {{"),
-            );
-            for &i in reds {
-                let ty = compute_type(k.reductions[i].acc_dtype);
-                self.line(3, &format!("alignas(64) {ty} val{i}[{lanes}];"));
-            }
-            self.line(3, "#pragma omp simd");
-            self.line(3, &format!("for ({it} l = 0; l < {lanes}; ++l) {{"));
-            self.line(4, &format!("[[maybe_unused]] const {it} r = rv + l;"));
-            self.row_elements(4, p, cache)?;
-            for &i in reds {
-                let ty = compute_type(k.reductions[i].acc_dtype);
-                let v = self.renderer.operand(k.reductions[i].value);
-                self.line(4, &format!("val{i}[l] = static_cast<{ty}>({v});"));
-            }
-            for s in stores {
-                self.store_line(4, s, false)?;
-            }
-            self.line(3, "}");
-            for &i in reds {
-                let red = &k.reductions[i];
-                let ty = compute_type(red.acc_dtype);
-                let g = width(compute_bytes(red.acc_dtype));
-                let f = match red.kind {
-                    ReduceKind::Sum => "sum",
-                    ReduceKind::Max => "max",
-                    ReduceKind::Min => "min",
-                };
-                for j in 0..lanes / g {
-                    let at = j * g;
-                    if tracks_nan(i) {
-                        self.line(
-                            3,
-                            &format!("kiln_lanes_nans<{ty}, {g}>(vnan{i}_{j}, val{i} + {at});"),
-                        );
-                    }
-                    self.line(
-                        3,
-                        &format!("kiln_lanes_{f}<{ty}, {g}>(vacc{i}_{j}, val{i} + {at});"),
-                    );
-                }
-            }
-            self.line(2, "}");
-            for &i in reds {
-                let ty = compute_type(k.reductions[i].acc_dtype);
-                let g = width(compute_bytes(k.reductions[i].acc_dtype));
-                for j in 0..lanes / g {
-                    let at = j * g;
-                    self.line(
-                        2,
-                        &format!("kiln_lanes_store<{ty}, {g}>(lacc{i} + {at}, vacc{i}_{j});"),
-                    );
-                }
-                if tracks_nan(i) {
-                    for j in 0..lanes / g {
-                        let at = j * g;
-                        self.line(
-                            2,
-                            &format!("kiln_nans_store<{ty}, {g}>(lnan{i} + {at}, vnan{i}_{j});"),
-                        );
-                    }
-                }
-            }
-        }
-        if whole < r {
-            let written: Vec<BufferId> = k.stores.iter().map(|s| s.buf).collect();
-            let reads_written = k.exprs.iter().any(|(id, _, _)| {
-                matches!(k.exprs.get(id), Expr::Load { buf, .. } if written.contains(buf))
-            });
-            let d = if reads_written {
-                // Element by element: repeating an element could read what
-                // this kernel stored.
-                self.line(2, &format!("for ({it} r = {whole}; r < {r}; ++r) {{"));
-                self.line(3, &format!("[[maybe_unused]] const {it} l = r - {whole};"));
-                3
-            } else {
-                self.line(2, "#pragma omp simd");
-                self.line(2, &format!("for ({it} l = 0; l < {lanes}; ++l) {{"));
-                self.line(
-                    3,
-                    &format!("[[maybe_unused]] const {it} r = {} + l;", r - lanes),
-                );
-                3
-            };
-            self.row_elements(d, p, cache)?;
-            for &i in reds {
-                let red = &k.reductions[i];
-                if red.kind == ReduceKind::Sum && !reads_written {
-                    // Only the elements the whole vectors did not add.
-                    let ty = compute_type(red.acc_dtype);
-                    let v = self.renderer.operand(red.value);
-                    self.line(
-                        d,
-                        &format!(
-                            "lacc{i}[l] += r >= {whole} ? static_cast<{ty}>({v}) : static_cast<{ty}>(0);"
-                        ),
-                    );
-                } else {
-                    self.accumulate_into(d, i, &format!("lacc{i}[l]"), &format!("lnan{i}[l]"));
-                }
-            }
-            for s in stores {
-                self.store_line(d, s, false)?;
-            }
-            self.line(2, "}");
-        }
-        // The lanes combined pairwise, a level at a time (constant bounds:
-        // one vector operation each).
-        let mut w = lanes / 2;
-        while !reds.is_empty() && w >= 1 {
-            self.line(2, "#pragma omp simd");
-            self.line(2, &format!("for ({it} l = 0; l < {w}; ++l) {{"));
-            for &i in reds {
-                match k.reductions[i].kind {
-                    ReduceKind::Sum => self.line(3, &format!("lacc{i}[l] += lacc{i}[l + {w}];")),
-                    kind => {
-                        let cmp = if kind == ReduceKind::Max { ">" } else { "<" };
-                        self.line(
-                            3,
-                            &format!(
-                                "lacc{i}[l] = lacc{i}[l + {w}] {cmp} lacc{i}[l] ? lacc{i}[l + {w}] : lacc{i}[l];"
-                            ),
-                        );
-                        if tracks_nan(i) {
-                            self.line(3, &format!("lnan{i}[l] |= lnan{i}[l + {w}];"));
-                        }
-                    }
-                }
-            }
-            self.line(2, "}");
-            w /= 2;
-        }
-        for &i in reds {
-            let ty = compute_type(k.reductions[i].acc_dtype);
-            self.line(2, &format!("const {ty} acc{i} = lacc{i}[0];"));
-            if tracks_nan(i) {
-                self.line(2, &format!("const int nan{i} = lnan{i}[0];"));
             }
         }
         Ok(())
@@ -1411,7 +942,7 @@ fn reads_across_rows(k: &Kernel) -> bool {
 }
 
 fn finished(red: &crate::schedule::ir::Reduction, i: usize, at: &str) -> String {
-    if red.kind != ReduceKind::Sum && red.acc_dtype.is_float() {
+    if lanes::tracks_nan(red) {
         let ty = compute_type(red.acc_dtype);
         format!("(nan{i}{at} ? std::numeric_limits<{ty}>::quiet_NaN() : acc{i}{at})")
     } else {
@@ -1424,9 +955,9 @@ fn finished(red: &crate::schedule::ir::Reduction, i: usize, at: &str) -> String 
 /// reduction result, phase p + 1 needs one finished in phase p.
 struct RowPhases {
     /// Per expression: whether it varies along the row.
-    uses_r: Vec<bool>,
+    uses_r: IdVec<ExprId, bool>,
     /// Per expression: its phase.
-    phase: Vec<usize>,
+    phase: IdVec<ExprId, usize>,
     /// Per reduction: the phase of the loop that accumulates it.
     red_phase: Vec<usize>,
     /// Per phase: the reductions accumulated and the stores varying along the
@@ -1439,23 +970,19 @@ struct RowPhases {
 impl RowPhases {
     fn of(k: &Kernel) -> RowPhases {
         let (uses_r, phase) = k.phases();
-        let red_phase: Vec<usize> = k
-            .reductions
-            .iter()
-            .map(|r| phase[r.value.0 as usize])
-            .collect();
+        let red_phase: Vec<usize> = k.reductions.iter().map(|r| phase[r.value]).collect();
         let last = red_phase
             .iter()
             .copied()
-            .chain(k.stores.iter().map(|s| phase[s.value.0 as usize]))
+            .chain(k.stores.iter().map(|s| phase[s.value]))
             .max()
             .unwrap_or(0);
         // A store varies along the row when its value or its index does (as in eval.rs).
-        let varies = |s: &Store| uses_r[s.value.0 as usize] || s.index.uses(Var::R);
+        let varies = |s: &Store| uses_r[s.value] || s.index.uses(Var::R);
         let stores_of = |p: usize, varying: bool| -> Vec<Store> {
             k.stores
                 .iter()
-                .filter(|s| phase[s.value.0 as usize] == p && varies(s) == varying)
+                .filter(|s| phase[s.value] == p && varies(s) == varying)
                 .cloned()
                 .collect()
         };
@@ -1505,7 +1032,12 @@ impl RowCache {
         self.stored_in.retain(|id, _| needed.contains(id));
     }
 
-    fn plan(k: &Kernel, uses_r: &[bool], row: i64, loops: &[(Vec<usize>, Vec<Store>)]) -> RowCache {
+    fn plan(
+        k: &Kernel,
+        uses_r: &IdVec<ExprId, bool>,
+        row: i64,
+        loops: &[(Vec<usize>, Vec<Store>)],
+    ) -> RowCache {
         use std::collections::HashSet;
         let mut plan = RowCache {
             computed_in: Vec::new(),
@@ -1521,7 +1053,7 @@ impl RowCache {
             stack.extend(stores.iter().map(|s| s.value));
             let (mut computed, mut read) = (HashSet::new(), HashSet::new());
             while let Some(e) = stack.pop() {
-                if !uses_r[e.0 as usize] || computed.contains(&e) || read.contains(&e) {
+                if !uses_r[e] || computed.contains(&e) || read.contains(&e) {
                     continue;
                 }
                 if plan.stored_in.contains_key(&e) {
@@ -1555,7 +1087,12 @@ impl RowCache {
 /// arithmetic 1, loads and values constant along the row nothing.
 const EXPENSIVE: u32 = 8;
 
-fn cost(k: &Kernel, e: ExprId, uses_r: &[bool], memo: &mut HashMap<ExprId, u32>) -> u32 {
+fn cost(
+    k: &Kernel,
+    e: ExprId,
+    uses_r: &IdVec<ExprId, bool>,
+    memo: &mut HashMap<ExprId, u32>,
+) -> u32 {
     use crate::graph::ops::{BinaryOp, UnaryOp};
     if let Some(&c) = memo.get(&e) {
         return c;
@@ -1576,7 +1113,7 @@ fn cost(k: &Kernel, e: ExprId, uses_r: &[bool], memo: &mut HashMap<ExprId, u32>)
         k.exprs
             .operands(e)
             .into_iter()
-            .filter(|o| uses_r[o.0 as usize])
+            .filter(|o| uses_r[*o])
             .fold(own, |acc, o| acc.saturating_add(cost(k, o, uses_r, memo)))
     };
     memo.insert(e, total);

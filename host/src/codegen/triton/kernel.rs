@@ -17,6 +17,7 @@ use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Rend
 use super::{Error, KernelInfo, Launch, Options};
 use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
+use crate::schedule::ids::IdVec;
 use crate::schedule::index::{Index, Var};
 use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
@@ -325,7 +326,7 @@ impl KernelWriter<'_> {
                 let uses_r = if indirect.is_empty() {
                     index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R))
                 } else {
-                    self.k.phases().0[id.0 as usize]
+                    self.k.phases().0[id]
                 };
                 let ptr = self
                     .arg_names
@@ -438,7 +439,7 @@ impl KernelWriter<'_> {
             }
         }
         for s in self.k.stores.clone() {
-            if uses_r[s.value.0 as usize] || s.index.uses(Var::R) {
+            if uses_r[s.value] || s.index.uses(Var::R) {
                 self.store_line(3, &s, true, "[XBLOCK, RBLOCK]")?;
             } else {
                 self.store_line(3, &s, false, "[XBLOCK, 1]")?;
@@ -447,174 +448,244 @@ impl KernelWriter<'_> {
         Ok(())
     }
 
+    /// A reduction kernel's body: its phases in order, each finishing the
+    /// reductions of the phase before, then the values and stores constant
+    /// along the row, then the loop over the row (the one tile, for a
+    /// persistent kernel) with its reductions and row-varying stores.
     fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, true, 0);
-        let (uses_r, phase) = self.k.phases();
-        let mut red_loop: Vec<usize> = self
-            .k
-            .reductions
-            .iter()
-            .map(|r| phase[r.value.0 as usize])
-            .collect();
-        // Online softmax: the sum joins its max's loop (looped kernels only;
-        // a persistent kernel reads the row once either way).
-        let online: Vec<(usize, usize)> = if persistent {
-            Vec::new()
-        } else {
-            online_softmax_pairs(self.k)
-        };
-        let online_sum_of = |a: usize| online.iter().find(|(m, _)| *m == a).map(|(_, b)| *b);
-        let is_online_sum = |b: usize| online.iter().any(|(_, s)| *s == b);
-        for &(a, b) in &online {
-            red_loop[b] = red_loop[a];
-        }
-        let needed = self.k.needed();
-        let last = red_loop
-            .iter()
-            .copied()
-            .chain(self.k.stores.iter().map(|s| phase[s.value.0 as usize]))
-            .max()
-            .unwrap_or(0);
+        let plan = RowPlan::of(self.k, persistent);
         let mut emitted: HashSet<ExprId> = HashSet::new();
         if persistent {
             self.line(2, "rindex = rbase");
             self.line(2, "rmask = rindex < rnumel");
         }
-        for p in 0..=last + 1 {
+        for p in 0..=plan.last + 1 {
             self.eviction = Eviction::None;
-            // Reductions of the previous phase are complete: finish them.
             if p > 0 && !persistent {
-                for (r, _) in red_loop.iter().enumerate().filter(|(_, l)| **l == p - 1) {
-                    if is_online_sum(r) {
-                        continue;
-                    }
-                    if let Some(b) = online_sum_of(r) {
-                        self.line(
-                            2,
-                            &format!("red{r}, red{b} = kiln_online_softmax_finish(acc{r}, acc{b})"),
-                        );
-                        continue;
-                    }
-                    let red = &self.k.reductions[r];
-                    let text = finish(red.kind, &format!("acc{r}"), red.acc_dtype.is_float());
-                    self.line(2, &format!("red{r} = {text}"));
-                }
+                self.finish_reductions(&plan, p - 1);
             }
             // Values constant along the row, available from this phase on.
             for (id, _, _) in self.k.exprs.iter() {
-                let i = id.0 as usize;
-                if phase[i] == p && !uses_r[i] && needed.contains(&id) && emitted.insert(id) {
+                if plan.phase[id] == p
+                    && !plan.uses_r[id]
+                    && plan.needed.contains(&id)
+                    && emitted.insert(id)
+                {
                     self.emit_expr(2, id)?;
                 }
             }
             for s in self.k.stores.clone() {
-                if phase[s.value.0 as usize] == p && !uses_r[s.value.0 as usize] {
+                if plan.phase[s.value] == p && !plan.uses_r[s.value] {
                     self.store_line(2, &s, false, "[XBLOCK, 1]")?;
                 }
             }
-            let reds: Vec<usize> = (0..red_loop.len()).filter(|r| red_loop[*r] == p).collect();
-            let stores: Vec<Store> = self
-                .k
-                .stores
-                .iter()
-                .filter(|s| phase[s.value.0 as usize] == p && uses_r[s.value.0 as usize])
-                .cloned()
+            let reds: Vec<usize> = (0..plan.red_loop.len())
+                .filter(|r| plan.red_loop[*r] == p)
                 .collect();
+            let stores = plan.varying_stores(self.k, p);
             if reds.is_empty() && stores.is_empty() {
                 continue;
             }
-            let depth = if persistent { 2 } else { 3 };
             if !persistent {
-                // Another loop over the row comes after this one: keep the row in L2.
-                let later =
-                    (p + 1..=last).any(|q| {
-                        red_loop.contains(&q)
-                            || self.k.stores.iter().any(|s| {
-                                phase[s.value.0 as usize] == q && uses_r[s.value.0 as usize]
-                            })
-                    });
-                // The last loop reads each line once more at most: on the H100,
-                // `x.sum(2)` of [32, 64, 128, 256] (a looped outer reduction)
-                // ran at 88 % of copy bandwidth without `evict_first`, 91 % with.
-                self.eviction = if later {
-                    Eviction::Reread
-                } else {
-                    Eviction::LastRead
-                };
-                for &r in &reds {
-                    let red = &self.k.reductions[r];
-                    let init = neutral(red.kind, red.acc_dtype);
-                    self.line(
-                        2,
-                        &format!(
-                            "acc{r} = tl.full([XBLOCK, RBLOCK], {init}, {})",
-                            tl_dtype(red.acc_dtype)
-                        ),
-                    );
-                }
-                self.line(2, "for roffset in range(0, rnumel, RBLOCK):");
-                self.line(3, "rindex = roffset + rbase");
-                self.line(3, "rmask = rindex < rnumel");
+                self.open_row_loop(&plan, p, &reds);
             }
-            // What this loop needs that varies along the row, in order.
-            let mut roots: Vec<ExprId> = reds
-                .iter()
-                .filter(|r| !is_online_sum(**r))
-                .map(|r| self.k.reductions[*r].value)
-                .collect();
-            roots.extend(stores.iter().map(|s| s.value));
-            let wanted = self.k.varying_closure(&roots, &uses_r);
-            let mut local: HashSet<ExprId> = HashSet::new();
-            for (id, _, _) in self.k.exprs.iter() {
-                let i = id.0 as usize;
-                if uses_r[i] && wanted.contains(&id) {
-                    let fresh = if persistent {
-                        emitted.insert(id)
-                    } else {
-                        local.insert(id)
-                    };
-                    if fresh {
-                        self.emit_expr(depth, id)?;
-                    }
-                }
-            }
-            for &r in &reds {
-                if is_online_sum(r) {
-                    continue;
-                }
-                let red = self.k.reductions[r].clone();
-                let value = self.renderer.operand(red.value, true);
-                let masked = format!(
-                    "tl.where(xmask & rmask, {value}, {})",
-                    neutral(red.kind, red.acc_dtype)
-                );
-                if let Some(b) = online_sum_of(r) {
-                    self.line(
-                        depth,
-                        &format!(
-                            "acc{r}, acc{b} = kiln_online_softmax_update(acc{r}, acc{b}, {masked})"
-                        ),
-                    );
-                    continue;
-                }
-                if persistent {
-                    let text = finish(red.kind, &masked, red.acc_dtype.is_float());
-                    self.line(depth, &format!("red{r} = {text}"));
-                } else {
-                    let update = combine(
-                        red.kind,
-                        &format!("acc{r}"),
-                        &masked,
-                        red.acc_dtype.is_float(),
-                    );
-                    self.line(depth, &format!("acc{r} = {update}"));
-                }
-            }
-            for s in &stores {
-                self.store_line(depth, s, true, "[XBLOCK, RBLOCK]")?;
-            }
+            self.row_loop_body(&plan, &reds, &stores, &mut emitted)?;
         }
         Ok(())
+    }
+
+    /// Finishes the reductions accumulated in phase `p`'s loop (`red{r}` from
+    /// `acc{r}`), an online softmax's max and sum together.
+    fn finish_reductions(&mut self, plan: &RowPlan, p: usize) {
+        for (r, _) in plan.red_loop.iter().enumerate().filter(|(_, l)| **l == p) {
+            if plan.is_online_sum(r) {
+                continue;
+            }
+            if let Some(b) = plan.online_sum_of(r) {
+                self.line(
+                    2,
+                    &format!("red{r}, red{b} = kiln_online_softmax_finish(acc{r}, acc{b})"),
+                );
+                continue;
+            }
+            let red = &self.k.reductions[r];
+            let text = finish(red.kind, &format!("acc{r}"), red.acc_dtype.is_float());
+            self.line(2, &format!("red{r} = {text}"));
+        }
+    }
+
+    /// Opens a looped kernel's loop over the row for phase `p`: the eviction
+    /// policy of its loads, the accumulators of its reductions `reds` at their
+    /// neutral values, and the loop header.
+    fn open_row_loop(&mut self, plan: &RowPlan, p: usize, reds: &[usize]) {
+        // Another loop over the row comes after this one: keep the row in L2.
+        let later = (p + 1..=plan.last)
+            .any(|q| plan.red_loop.contains(&q) || !plan.varying_stores(self.k, q).is_empty());
+        // The last loop reads each line once more at most: on the H100,
+        // `x.sum(2)` of [32, 64, 128, 256] (a looped outer reduction)
+        // ran at 88 % of copy bandwidth without `evict_first`, 91 % with.
+        self.eviction = if later {
+            Eviction::Reread
+        } else {
+            Eviction::LastRead
+        };
+        for &r in reds {
+            let red = &self.k.reductions[r];
+            let init = neutral(red.kind, red.acc_dtype);
+            self.line(
+                2,
+                &format!(
+                    "acc{r} = tl.full([XBLOCK, RBLOCK], {init}, {})",
+                    tl_dtype(red.acc_dtype)
+                ),
+            );
+        }
+        self.line(2, "for roffset in range(0, rnumel, RBLOCK):");
+        self.line(3, "rindex = roffset + rbase");
+        self.line(3, "rmask = rindex < rnumel");
+    }
+
+    /// The body of a loop over the row (or of the persistent kernel's one
+    /// tile): the row-varying values it needs, in order, then its reductions'
+    /// updates and its stores.
+    fn row_loop_body(
+        &mut self,
+        plan: &RowPlan,
+        reds: &[usize],
+        stores: &[Store],
+        emitted: &mut HashSet<ExprId>,
+    ) -> Result<(), Error> {
+        let persistent = plan.persistent;
+        let depth = if persistent { 2 } else { 3 };
+        // What this loop needs that varies along the row, in order.
+        let mut roots: Vec<ExprId> = reds
+            .iter()
+            .filter(|r| !plan.is_online_sum(**r))
+            .map(|r| self.k.reductions[*r].value)
+            .collect();
+        roots.extend(stores.iter().map(|s| s.value));
+        let wanted = self.k.varying_closure(&roots, &plan.uses_r);
+        let mut local: HashSet<ExprId> = HashSet::new();
+        for (id, _, _) in self.k.exprs.iter() {
+            if plan.uses_r[id] && wanted.contains(&id) {
+                let fresh = if persistent {
+                    emitted.insert(id)
+                } else {
+                    local.insert(id)
+                };
+                if fresh {
+                    self.emit_expr(depth, id)?;
+                }
+            }
+        }
+        for &r in reds {
+            if plan.is_online_sum(r) {
+                continue;
+            }
+            let red = self.k.reductions[r].clone();
+            let value = self.renderer.operand(red.value, true);
+            let masked = format!(
+                "tl.where(xmask & rmask, {value}, {})",
+                neutral(red.kind, red.acc_dtype)
+            );
+            if let Some(b) = plan.online_sum_of(r) {
+                self.line(
+                    depth,
+                    &format!(
+                        "acc{r}, acc{b} = kiln_online_softmax_update(acc{r}, acc{b}, {masked})"
+                    ),
+                );
+                continue;
+            }
+            if persistent {
+                let text = finish(red.kind, &masked, red.acc_dtype.is_float());
+                self.line(depth, &format!("red{r} = {text}"));
+            } else {
+                let update = combine(
+                    red.kind,
+                    &format!("acc{r}"),
+                    &masked,
+                    red.acc_dtype.is_float(),
+                );
+                self.line(depth, &format!("acc{r} = {update}"));
+            }
+        }
+        for s in stores {
+            self.store_line(depth, s, true, "[XBLOCK, RBLOCK]")?;
+        }
+        Ok(())
+    }
+}
+
+/// How a reduction kernel's values fall into phases over the row, and which
+/// loop over the row accumulates each reduction.
+struct RowPlan {
+    /// Per expression: whether it varies along the row.
+    uses_r: IdVec<ExprId, bool>,
+    /// Per expression: its phase.
+    phase: IdVec<ExprId, usize>,
+    /// Per reduction: the phase of the loop that accumulates it (an online
+    /// softmax's sum in its max's).
+    red_loop: Vec<usize>,
+    /// Online softmax pairs (max, sum) ([`online_softmax_pairs`]).
+    online: Vec<(usize, usize)>,
+    /// The expressions the kernel needs.
+    needed: HashSet<ExprId>,
+    /// The last phase with a reduction or a store.
+    last: usize,
+    /// Whether `RBLOCK` covers the row (one tile, no loops).
+    persistent: bool,
+}
+
+impl RowPlan {
+    fn of(k: &Kernel, persistent: bool) -> RowPlan {
+        let (uses_r, phase) = k.phases();
+        let mut red_loop: Vec<usize> = k.reductions.iter().map(|r| phase[r.value]).collect();
+        // Online softmax: the sum joins its max's loop (looped kernels only;
+        // a persistent kernel reads the row once either way).
+        let online: Vec<(usize, usize)> = if persistent {
+            Vec::new()
+        } else {
+            online_softmax_pairs(k)
+        };
+        for &(a, b) in &online {
+            red_loop[b] = red_loop[a];
+        }
+        let last = red_loop
+            .iter()
+            .copied()
+            .chain(k.stores.iter().map(|s| phase[s.value]))
+            .max()
+            .unwrap_or(0);
+        RowPlan {
+            uses_r,
+            phase,
+            red_loop,
+            online,
+            needed: k.needed(),
+            last,
+            persistent,
+        }
+    }
+
+    /// The online sum computed with max reduction `a`, if any.
+    fn online_sum_of(&self, a: usize) -> Option<usize> {
+        self.online.iter().find(|(m, _)| *m == a).map(|(_, b)| *b)
+    }
+
+    /// Whether reduction `b` is an online sum (updated and finished with its max).
+    fn is_online_sum(&self, b: usize) -> bool {
+        self.online.iter().any(|(_, s)| *s == b)
+    }
+
+    /// Phase `p`'s stores of values varying along the row.
+    fn varying_stores(&self, k: &Kernel, p: usize) -> Vec<Store> {
+        k.stores
+            .iter()
+            .filter(|s| self.phase[s.value] == p && self.uses_r[s.value])
+            .cloned()
+            .collect()
     }
 }
 

@@ -495,11 +495,12 @@ fn every_name_the_cpp_wrapper_binds_is_reserved_before_the_graphs_names() {
             id.strip_prefix(stem)
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         };
+        let buffers: std::collections::HashSet<&str> = plan.buffer_names().collect();
         let code = code_only(&wrapper);
         let unreserved: std::collections::BTreeSet<&str> = kiln::codegen::namer::identifiers(&code)
             .filter(|id| {
                 !namer.is_taken(id)
-                    && !id.starts_with("b_")
+                    && !buffers.contains(id)
                     && !numbered(id, "kiln_kernel_")
                     && !numbered(id, "p")
                     && !numbered(id, "s")

@@ -339,6 +339,11 @@ impl Plan {
         self.handles.iter().map(|(k, _)| k.clone()).collect()
     }
 
+    /// Every buffer's identifier.
+    pub fn buffer_names(&self) -> impl Iterator<Item = &str> {
+        self.names.values().map(String::as_str)
+    }
+
     /// Buffer `b`'s identifier, or an error naming it.
     fn name<'a>(&'a self, p: &Program, b: BufferId) -> Result<&'a str, Error> {
         self.names
@@ -398,6 +403,9 @@ pub fn plan(
         namer.reserve(&format!("p{i}"));
         namer.reserve(&format!("s{i}"));
     }
+    // Buffers take a `b_` prefix: the headers the driver text includes
+    // define macros (`EOF`, `NULL`, a toolkit's own) that no namer can list,
+    // and none of them starts so.
     let names: HashMap<BufferId, String> = (0..p.buffers.len())
         .map(|i| {
             let b = BufferId(i as u32);

@@ -512,3 +512,37 @@ fn every_name_the_cpp_wrapper_binds_is_reserved_before_the_graphs_names() {
         );
     }
 }
+
+#[test]
+fn a_buffer_the_plan_does_not_name_is_an_error_naming_it() {
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    let plugin = registry.get("cuda").expect("the bundled cuda plugin");
+    let options = kiln::driver::Options {
+        wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+        ..Default::default()
+    };
+    let graph = kiln::graph::load(repo_root().join("examples/add.toml")).unwrap();
+    let mut artifacts = kiln::driver::compile(graph, plugin, &options).unwrap();
+    // An input the plan was not made for: the wrapper must not invent a
+    // pointer (it once wrote `nullptr`) but refuse, naming it.
+    let p = &mut artifacts.scheduled.program;
+    let mut stray = p.buffer(p.inputs[0]).clone();
+    stray.name = "stray input".into();
+    p.buffers.push(stray);
+    p.inputs
+        .push(kiln::schedule::ir::BufferId(p.buffers.len() as u32 - 1));
+    let tmp = TempDir::new("aot-unnamed");
+    let binaries = ahead::Binaries::StandIn {
+        extension: "cubin".into(),
+    };
+    let err = ahead::write_wrapper(&artifacts, tmp.path(), &binaries).expect_err("refused");
+    let report = kiln::diag::report(&err);
+    assert!(
+        report.contains("buffer `stray input`") && report.contains("has no C++ name"),
+        "{report}"
+    );
+    assert!(!tmp.path().join("wrapper.cpp").exists());
+}

@@ -22,7 +22,7 @@ use crate::codegen::weights::{self, Weights};
 /// The C++ wrapper of a Triton device: its options, binaries and the names of
 /// the driver functions it calls, for the commands and conformance that
 /// build it.
-pub use crate::codegen::wrapper::aot;
+pub use crate::codegen::wrapper::triton_cpp;
 use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;
@@ -98,8 +98,8 @@ pub enum Error {
     #[error("writing wrapper.cpp failed")]
     CppWrapper(#[from] cpp_wrapper::Error),
     /// The C++ wrapper of a Triton device could not be written.
-    #[error("writing wrapper.cpp for Triton kernels failed: {0}")]
-    AotWrapper(#[from] aot::Error),
+    #[error("writing wrapper.cpp for Triton kernels failed")]
+    TritonCppWrapper(#[from] triton_cpp::Error),
     /// A generated file could not be written.
     #[error("cannot write {path}")]
     Write {
@@ -401,24 +401,10 @@ pub enum CodeInfo {
         /// Every kernel's call.
         kernels: Vec<cpp::KernelInfo>,
     },
-    /// `kernels.py`, Triton kernels to compile ahead of time, and what
-    /// [`Artifacts::write_aot_wrapper`] builds `wrapper.cpp` from once they are.
-    Aot(Box<AotParts>),
-}
-
-/// The C++ wrapper of a Triton device before its kernels are compiled.
-#[derive(Clone, Debug)]
-pub struct AotParts {
-    /// The kernels and their launches.
-    pub kernels: triton::Kernels,
-    /// Every buffer's C++ identifier.
-    pub names: HashMap<crate::schedule::ir::BufferId, String>,
-    /// The plugin's strings.
-    pub strings: aot::Strings,
-    /// The constants read from the weights file, by key.
-    pub weights: Vec<(String, crate::schedule::ir::BufferId)>,
-    /// How the wrapper runs.
-    pub options: aot::Options,
+    /// `kernels.py`, Triton kernels to compile ahead of time, and the plan
+    /// of the C++ wrapper that [`Artifacts::write_cpp_wrapper`] writes once
+    /// they are (`crate::runtime::ahead` does both).
+    TritonCpp(Box<triton_cpp::Plan>),
 }
 
 impl CodeInfo {
@@ -427,7 +413,7 @@ impl CodeInfo {
         match self {
             CodeInfo::Python { kernels, .. } => kernels.iter().map(|k| k.name.clone()).collect(),
             CodeInfo::Cpp { kernels, .. } => kernels.iter().map(|k| k.name.clone()).collect(),
-            CodeInfo::Aot(parts) => parts.kernels.info.iter().map(|k| k.name.clone()).collect(),
+            CodeInfo::TritonCpp(plan) => plan.kernels.info.iter().map(|k| k.name.clone()).collect(),
         }
     }
 }
@@ -476,28 +462,21 @@ pub struct Artifacts {
 
 impl Artifacts {
     /// For a Triton device's C++ wrapper: writes `wrapper.cpp` into `dir`,
-    /// where [`Artifacts::write_to`] wrote `kernels.py` and its
-    /// `--precompile` compiled the kernels into `kernels/`, from `binaries`
-    /// (by kernel name; [`aot::read_binaries`] reads them). Returns its path
-    /// and what the wrapper needs.
-    pub fn write_aot_wrapper(
+    /// where [`Artifacts::write_to`] wrote `kernels.py`, around its kernels
+    /// compiled into `binaries` (by kernel name). Returns its path and what
+    /// the wrapper needs. `crate::runtime::ahead::write_wrapper` is the one
+    /// step that compiles the kernels and calls this.
+    pub fn write_cpp_wrapper(
         &self,
         dir: &Path,
-        binaries: &HashMap<String, aot::Binary>,
-    ) -> Result<(PathBuf, aot::Info), Error> {
-        let CodeInfo::Aot(parts) = &self.info else {
-            return Err(Error::AotWrapper(aot::Error::Unsupported(
+        binaries: &HashMap<String, triton_cpp::Binary>,
+    ) -> Result<(PathBuf, triton_cpp::Info), Error> {
+        let CodeInfo::TritonCpp(plan) = &self.info else {
+            return Err(Error::TritonCppWrapper(triton_cpp::Error::Unsupported(
                 "this compile has no Triton kernels for a C++ wrapper".into(),
             )));
         };
-        let (code, info) = aot::write(
-            &self.scheduled,
-            &parts.kernels,
-            binaries,
-            &parts.strings,
-            &parts.names,
-            &parts.options,
-        )?;
+        let (code, info) = triton_cpp::write(&self.scheduled, plan, binaries)?;
         let path = dir.join("wrapper.cpp");
         std::fs::write(&path, code).map_err(|source| Error::Write {
             path: path.clone(),
@@ -616,7 +595,7 @@ pub fn compile_for(
     let keys = match &info {
         CodeInfo::Python { wrapper, .. } => &wrapper.weights,
         CodeInfo::Cpp { wrapper, .. } => &wrapper.weights,
-        CodeInfo::Aot(parts) => &parts.weights,
+        CodeInfo::TritonCpp(plan) => &plan.weights,
     };
     let weights = Weights::from_keys(&scheduled.program, keys);
     let codegen = start.elapsed();
@@ -680,16 +659,16 @@ fn dense_outputs(graph: &mut Graph) {
     }
 }
 
-/// `kernels.py` and the parts of `wrapper.cpp` for a Triton device's C++
-/// wrapper: every name of both files reserved before any graph name.
-fn generate_aot(
+/// `kernels.py` and the plan of `wrapper.cpp` for a Triton device's C++
+/// wrapper: every name of both files reserved before any kernel or graph name.
+fn generate_triton_cpp(
     scheduled: &Scheduled,
     plugin: &Plugin,
     target: &Target,
     options: &Options,
     mut namer: Namer,
 ) -> Result<(&'static str, String, CodeInfo), Error> {
-    let strings = aot::Strings {
+    let strings = triton_cpp::Strings {
         header: target.string(Override::KernelHeader),
         driver: target.string(Override::KernelDriver),
         stream_type: target.string(Override::CppStreamType),
@@ -706,17 +685,12 @@ fn generate_aot(
         origin: target.origin.clone(),
         triton_target: target.triton_target.clone(),
     };
+    // kernels.py is Python and wrapper.cpp C++: the kernels' names appear in both.
     python::reserve(&mut namer, &python_strings);
-    cpp_wrapper::reserve(&mut namer, &strings.header);
-    namer.reserve_identifiers_in(&strings.driver);
+    triton_cpp::reserve(&mut namer, &strings);
     let p = &scheduled.program;
     let kernels =
         triton::write(p, plugin, &options.triton, &mut namer).map_err(Error::TritonKernels)?;
-    let aot_options = aot::Options {
-        device_index: options.device_index,
-        graphs: options.device_graphs,
-    };
-    aot::check(scheduled, &kernels, &strings, &aot_options)?;
     let code = python::kernels_module(
         p,
         &kernels,
@@ -724,26 +698,12 @@ fn generate_aot(
         &target.origin,
         target.triton_target.as_ref(),
     )?;
-    let names: HashMap<_, _> = (0..p.buffers.len())
-        .map(|i| {
-            let b = crate::schedule::ir::BufferId(i as u32);
-            (b, namer.name(&format!("b_{}", p.buffer(b).name)))
-        })
-        .collect();
-    let weights = p
-        .constants_read()
-        .into_iter()
-        .filter(|&b| crate::codegen::weights::in_file(p, b))
-        .map(|b| (names[&b].clone(), b))
-        .collect();
-    let parts = AotParts {
-        kernels,
-        names,
-        strings,
-        weights,
-        options: aot_options,
+    let wrapper_options = triton_cpp::Options {
+        device_index: options.device_index,
+        graphs: options.device_graphs,
     };
-    Ok(("kernels.py", code, CodeInfo::Aot(Box::new(parts))))
+    let plan = triton_cpp::plan(scheduled, kernels, strings, wrapper_options, &mut namer)?;
+    Ok(("kernels.py", code, CodeInfo::TritonCpp(Box::new(plan))))
 }
 
 /// Kernels and wrapper for the target's scheduling kind, through one
@@ -755,14 +715,17 @@ fn generate(
     options: &Options,
 ) -> Result<(&'static str, String, CodeInfo), Error> {
     let mut namer = Namer::new();
-    let aot =
+    let ahead =
         target.wrapper == WrapperKind::Cpp && target.spec.scheduling == SchedulingKind::Triton;
-    if options.device_graphs && !aot {
-        return Err(Error::AotWrapper(aot::Error::Unsupported(format!(
-            "device graphs (--cuda-graph) are captured by the C++ wrapper of a Triton device;              device `{}` with the {} wrapper has none",
-            target.device,
-            wrapper_label(target.wrapper)
-        ))));
+    if options.device_graphs && !ahead {
+        return Err(Error::TritonCppWrapper(triton_cpp::Error::Unsupported(
+            format!(
+                "device graphs (--cuda-graph) are captured by the C++ wrapper of a Triton device; \
+             device `{}` with the {} wrapper has none",
+                target.device,
+                wrapper_label(target.wrapper)
+            ),
+        )));
     }
     match target.wrapper {
         WrapperKind::Python => {
@@ -782,7 +745,7 @@ fn generate(
             Ok(("output_code.py", code, info))
         }
         WrapperKind::Cpp if target.spec.scheduling == SchedulingKind::Triton => {
-            generate_aot(scheduled, plugin, target, options, namer)
+            generate_triton_cpp(scheduled, plugin, target, options, namer)
         }
         WrapperKind::Cpp => {
             let header = target.string(Override::KernelHeader);

@@ -3,6 +3,8 @@
 //! them for the GPU machine too.
 
 use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
 
 use kiln::codegen::{cpp, keywords, namer, triton, wrapper};
 
@@ -19,6 +21,7 @@ pub fn hostile_names() -> Vec<String> {
         cpp::RESERVED,
         wrapper::python::RESERVED,
         wrapper::cpp::RESERVED,
+        wrapper::triton_cpp::RESERVED,
     ] {
         names.extend(list.iter().map(|s| s.to_string()));
     }
@@ -118,4 +121,29 @@ pub fn names_as_nodes(names: &[String]) -> String {
         previous = n.clone();
     }
     header("import", names) + &body
+}
+
+/// A generated `wrapper.cpp` through the system C++ compiler, syntax only,
+/// against the driver API stubs in `host/stubs`, warnings as errors; the
+/// compiler's complaint on failure.
+pub fn cpp_syntax_check(wrapper: &Path) -> Result<(), String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let output = Command::new(&cxx)
+        .args([
+            "-std=c++17",
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+        ])
+        .arg(repo_root().join("host/stubs"))
+        .arg(wrapper)
+        .output()
+        .unwrap_or_else(|e| panic!("the C++ compiler `{cxx}` could not be started: {e}"));
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
 }

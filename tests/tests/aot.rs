@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln::codegen::wrapper::aot;
+use kiln::runtime::ahead;
 use kiln_tests::*;
 
 fn python() -> String {
@@ -26,28 +26,9 @@ fn compile_cpp(graph: &Path, device: &str, out: &Path, extra: &[&str]) -> (bool,
     (output.status.success(), stderr)
 }
 
-/// `wrapper.cpp` through the system C++ compiler, syntax only, against the
-/// driver stubs, warnings as errors; the compiler's complaint on failure.
+/// `wrapper.cpp` through the system C++ compiler against the driver stubs.
 fn syntax_check(wrapper: &Path) -> Result<(), String> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
-    let output = Command::new(&cxx)
-        .args([
-            "-std=c++17",
-            "-fsyntax-only",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-        ])
-        .arg(repo_root().join("host/stubs"))
-        .arg(wrapper)
-        .output()
-        .unwrap_or_else(|e| panic!("the C++ compiler `{cxx}` could not be started: {e}"));
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
-    }
+    kiln_tests::names::cpp_syntax_check(wrapper)
 }
 
 fn manifest(out: &Path) -> HashMap<String, String> {
@@ -166,22 +147,13 @@ fn gxu_and_xpu_wrappers_build_on_their_own_driver_texts() {
             }
             (_, other) => panic!("{example}: {:?}", other.map(|a| a.file_name)),
         };
-        let kiln::driver::CodeInfo::Aot(parts) = &artifacts.info else {
-            panic!("not a Triton C++ wrapper");
-        };
-        let binaries = aot::kernel_names(&parts.kernels)
-            .into_iter()
-            .map(|name| {
-                let binary = aot::Binary {
-                    path: format!("kernels/{name}/{name}.spv"),
-                    function: name.clone(),
-                    shared: 0,
-                };
-                (name, binary)
-            })
-            .collect();
         let out = tmp.subdir(&format!("xpu-{example}"));
-        let (path, _) = artifacts.write_aot_wrapper(&out, &binaries).unwrap();
+        let binaries = ahead::Binaries::StandIn {
+            extension: "spv".into(),
+        };
+        let path = ahead::write_wrapper(&artifacts, &out, &binaries)
+            .unwrap()
+            .path;
         let wrapper = std::fs::read_to_string(&path).unwrap();
         assert!(wrapper.contains("sycl::queue* stream = (sycl::queue*)stream_handle;"));
         assert!(!wrapper.contains("sycl_runtime_wrappers"));
@@ -245,31 +217,21 @@ fn a_driver_text_without_the_device_memory_functions_is_refused_naming_the_first
     };
     let graph = kiln::graph::load(repo_root().join("examples/add.toml")).unwrap();
     let mut artifacts = kiln::driver::compile(graph, plugin, &options).unwrap();
-    let kiln::driver::CodeInfo::Aot(parts) = &mut artifacts.info else {
+    let kiln::driver::CodeInfo::TritonCpp(plan) = &mut artifacts.info else {
         panic!("not a Triton C++ wrapper");
     };
     // Only the launch functions: what a driver text written before the C++
     // wrapper existed defines.
-    let driver = &parts.strings.driver;
+    let driver = &plan.strings.driver;
     let cut = driver
         .find("// Device memory for Kiln")
         .expect("the memory section");
-    parts.strings.driver = driver[..cut].to_string();
-    let binaries = aot::kernel_names(&parts.kernels)
-        .into_iter()
-        .map(|name| {
-            let binary = aot::Binary {
-                path: format!("kernels/{name}.cubin"),
-                function: name.clone(),
-                shared: 0,
-            };
-            (name, binary)
-        })
-        .collect();
+    plan.strings.driver = driver[..cut].to_string();
     let tmp = TempDir::new("aot-old-driver");
-    let err = artifacts
-        .write_aot_wrapper(tmp.path(), &binaries)
-        .expect_err("refused");
+    let binaries = ahead::Binaries::StandIn {
+        extension: "cubin".into(),
+    };
+    let err = ahead::write_wrapper(&artifacts, tmp.path(), &binaries).expect_err("refused");
     let report = kiln::diag::report(&err);
     assert!(
         report.contains("does not define `kilnDeviceAlloc`"),
@@ -421,4 +383,166 @@ fn host_run_builds_the_wrapper_with_the_plugins_flags_and_reports_the_drivers_fa
         assert!(stderr.contains("cuda plugin's flags"), "{stderr}");
         assert!(stderr.contains("KILN_DEVICE_CXXFLAGS"), "{stderr}");
     }
+}
+
+#[test]
+fn host_run_builds_byte_for_byte_the_wrapper_host_compile_writes() {
+    let tmp = TempDir::new("aot-same-wrapper");
+    let home = fake_toolkit(&tmp.path().join("cuda"));
+    for example in ["small_mlp", "small_gpt2_block", "attention"] {
+        let graph = repo_root().join(format!("examples/{example}.toml"));
+        let out = tmp.path().join("compiled").join(example);
+        let (ok, stderr) = compile_cpp(&graph, "cuda", &out, &[]);
+        assert!(ok, "{example}: {stderr}");
+        let written = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+        // `host run` builds its wrapper in its cache, as kiln_<key>.cpp; the
+        // stand-in driver then fails kiln_init, after the build.
+        let cache = tmp.path().join("cache").join(example);
+        let (output, stdout, stderr) = run(host(&host_bin())
+            .env("KILN_PYTHON", python())
+            .env("CUDA_HOME", &home)
+            .env("KILN_CACHE_DIR", &cache)
+            .env_remove("KILN_DEVICE_CXXFLAGS")
+            .arg("run")
+            .arg(&graph)
+            .args(["--device", "cuda"]));
+        assert!(!output.status.success(), "{stdout}");
+        assert!(stderr.contains("Kiln's test driver"), "{example}: {stderr}");
+        let built: Vec<PathBuf> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cpp"))
+            .collect();
+        let [built] = built.as_slice() else {
+            panic!("{example}: not one wrapper in the cache: {built:?}");
+        };
+        let built = std::fs::read_to_string(built).unwrap();
+        assert!(
+            built == written,
+            "{example}: host run built another wrapper than host compile wrote"
+        );
+    }
+}
+
+/// `text` without its comments, string and character literals: the code a
+/// C++ compiler binds names in.
+fn code_only(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '"' | '\'' => {
+                while let Some(d) = chars.next() {
+                    if d == '\\' {
+                        chars.next();
+                    } else if d == c {
+                        break;
+                    }
+                }
+                out.push(' ');
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn every_name_the_cpp_wrapper_binds_is_reserved_before_the_graphs_names() {
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    let tmp = TempDir::new("aot-reserved");
+    for (device, example, graphs) in [
+        ("cuda", "small_gpt2_block", true),
+        ("cuda", "attention", false),
+        ("cuda", "gpt2_block", false),
+        ("gxu", "small_mixed", false),
+        ("xpu", "softmax", false),
+    ] {
+        let plugin = registry.get(device).expect("a bundled plugin");
+        let options = kiln::driver::Options {
+            wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+            device_graphs: graphs,
+            ..Default::default()
+        };
+        let graph =
+            kiln::graph::load(repo_root().join(format!("examples/{example}.toml"))).unwrap();
+        let artifacts = kiln::driver::compile(graph, plugin, &options).unwrap();
+        let kiln::driver::CodeInfo::TritonCpp(plan) = &artifacts.info else {
+            panic!("not a Triton C++ wrapper");
+        };
+        let binaries = ahead::Binaries::StandIn {
+            extension: "bin".into(),
+        };
+        let out = tmp.subdir(&format!("{device}-{example}"));
+        let path = ahead::write_wrapper(&artifacts, &out, &binaries)
+            .unwrap()
+            .path;
+        let wrapper = std::fs::read_to_string(&path).unwrap();
+        let mut namer = kiln::codegen::namer::Namer::new();
+        kiln::driver::triton_cpp::reserve(&mut namer, &plan.strings);
+        let numbered = |id: &str, stem: &str| {
+            id.strip_prefix(stem)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        let buffers: std::collections::HashSet<&str> = plan.buffer_names().collect();
+        let code = code_only(&wrapper);
+        let unreserved: std::collections::BTreeSet<&str> = kiln::codegen::namer::identifiers(&code)
+            .filter(|id| {
+                !namer.is_taken(id)
+                    && !buffers.contains(id)
+                    && !numbered(id, "kiln_kernel_")
+                    && !numbered(id, "p")
+                    && !numbered(id, "s")
+            })
+            .collect();
+        assert!(
+            unreserved.is_empty(),
+            "{device} {example}: wrapper.cpp binds {unreserved:?}, which triton_cpp::RESERVED lacks"
+        );
+    }
+}
+
+#[test]
+fn a_buffer_the_plan_does_not_name_is_an_error_naming_it() {
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    let plugin = registry.get("cuda").expect("the bundled cuda plugin");
+    let options = kiln::driver::Options {
+        wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+        ..Default::default()
+    };
+    let graph = kiln::graph::load(repo_root().join("examples/add.toml")).unwrap();
+    let mut artifacts = kiln::driver::compile(graph, plugin, &options).unwrap();
+    // An input the plan was not made for: the wrapper must not invent a
+    // pointer (it once wrote `nullptr`) but refuse, naming it.
+    let p = &mut artifacts.scheduled.program;
+    let mut stray = p.buffer(p.inputs[0]).clone();
+    stray.name = "stray input".into();
+    p.buffers.push(stray);
+    p.inputs
+        .push(kiln::schedule::ir::BufferId(p.buffers.len() as u32 - 1));
+    let tmp = TempDir::new("aot-unnamed");
+    let binaries = ahead::Binaries::StandIn {
+        extension: "cubin".into(),
+    };
+    let err = ahead::write_wrapper(&artifacts, tmp.path(), &binaries).expect_err("refused");
+    let report = kiln::diag::report(&err);
+    assert!(
+        report.contains("buffer `stray input`") && report.contains("has no C++ name"),
+        "{report}"
+    );
+    assert!(!tmp.path().join("wrapper.cpp").exists());
 }

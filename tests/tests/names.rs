@@ -8,13 +8,16 @@
 //! kernel with the real Triton compiler and checks that `call()` binds no name
 //! twice and shadows no module-level name or builtin; and the scheduled program
 //! of every device matches the interpreter (`host eval --device --check`).
+//! The C++ wrapper of each Triton device (cuda, gxu, xpu) is written for both
+//! graphs, around stand-in binaries, and must compile against the driver
+//! stubs in `host/stubs` with warnings as errors.
 //! `bench/gpu/prepare.sh` writes the same graphs for the GPU machine, where
 //! `output_code.py` runs against PyTorch.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln_tests::names::{hostile_names, names_as_inputs, names_as_nodes};
+use kiln_tests::names::{cpp_syntax_check, hostile_names, names_as_inputs, names_as_nodes};
 use kiln_tests::*;
 
 fn write_graph(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -39,6 +42,9 @@ fn graph_names_never_take_a_name_the_generated_code_binds() {
         "KERNEL_META",
         "kiln_call",
         "ws",
+        "kiln_workspace",
+        "stream_handle",
+        "din",
     ] {
         assert!(names.iter().any(|x| x == n), "{n} is not among the names");
     }
@@ -83,6 +89,7 @@ fn graph_names_never_take_a_name_the_generated_code_binds() {
             assert!(output.status.success(), "{stem} for {device}: {stderr}");
         }
     }
+    cpp_wrappers_build_under_hostile_names(&graphs, &tmp.subdir("cpp"));
     let (output, stdout, stderr) = run(Command::new(python())
         .arg(repo_root().join("tools/check_triton.py"))
         .arg(tmp.path().join("code")));
@@ -96,4 +103,34 @@ fn graph_names_never_take_a_name_the_generated_code_binds() {
         .filter(|l| l.contains("compiled for"))
         .count();
     assert!(compiled >= 4, "{stdout}");
+}
+
+/// The C++ wrapper of every Triton device for each of `graphs`, around
+/// stand-in binaries, compiled (syntax only) against the driver stubs.
+fn cpp_wrappers_build_under_hostile_names(graphs: &[PathBuf], dir: &Path) {
+    let registry = kiln::plugins::discover(&[kiln::plugins::SearchEntry {
+        path: profile_dir(),
+        origin: kiln::plugins::Origin::Flag,
+    }]);
+    let options = kiln::driver::Options {
+        wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+        ..Default::default()
+    };
+    let binaries = kiln::runtime::ahead::Binaries::StandIn {
+        extension: "bin".into(),
+    };
+    for graph in graphs {
+        let stem = graph.file_stem().expect("a name").to_string_lossy();
+        for device in ["cuda", "gxu", "xpu"] {
+            let plugin = registry.get(device).expect("a bundled plugin");
+            let loaded = kiln::graph::load(graph).expect("the graph loads");
+            let artifacts = kiln::driver::compile(loaded, plugin, &options)
+                .unwrap_or_else(|e| panic!("{stem} for {device}: {}", kiln::diag::report(&e)));
+            let out = dir.join(device).join(&*stem);
+            let wrapper = kiln::runtime::ahead::write_wrapper(&artifacts, &out, &binaries)
+                .unwrap_or_else(|e| panic!("{stem} for {device}: {}", kiln::diag::report(&e)));
+            cpp_syntax_check(&wrapper.path)
+                .unwrap_or_else(|e| panic!("{stem}: the {device} wrapper.cpp: {e}"));
+        }
+    }
 }

@@ -2,8 +2,9 @@
 //! TorchInductor's debug layout: `output_code.py` for a Triton device,
 //! `wrapper.cpp` for a C++ device (`cpu`), or, with `--wrapper cpp` on a
 //! Triton device, `kernels.py`, its kernels compiled into `kernels/`, and a
-//! `wrapper.cpp` that loads them. The work is `driver::compile`'s; this file
-//! only reads the arguments, writes the files, and runs Triton's compiler.
+//! `wrapper.cpp` that loads them. The work is `driver::compile`'s and, for
+//! that wrapper, `runtime::ahead::write_wrapper`'s; this file only reads the
+//! arguments and reports.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,9 +13,9 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 
 use super::{Cli, CliError, DeviceSpec, GraphFile};
-use crate::codegen::wrapper::aot;
 use crate::driver;
 use crate::plugins::WrapperKind;
+use crate::runtime::ahead;
 
 /// The wrapper generators, as the command line names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -101,7 +102,8 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     }
     if args.cuda_graph && args.wrapper != Some(WrapperArg::Cpp) {
         return Err(
-            "--cuda-graph captures the C++ wrapper's call of a Triton device: add --wrapper cpp              (the Python wrapper launches through Triton's launcher, which Kiln does not capture)"
+            "--cuda-graph captures the C++ wrapper's call of a Triton device: add --wrapper cpp \
+             (the Python wrapper launches through Triton's launcher, which Kiln does not capture)"
                 .into(),
         );
     }
@@ -117,7 +119,38 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     };
     options.triton.autotune = args.autotune;
     let artifacts = driver::compile(graph, &plugin, &options)?;
+    if matches!(artifacts.info, driver::CodeInfo::TritonCpp(_)) {
+        // The C++ wrapper loads compiled kernels: compile them now, then write it.
+        let wrapper = ahead::write_wrapper(&artifacts, &args.out, &ahead::Binaries::Compile)?;
+        report(args, &artifacts, &wrapper.files, start);
+        if let Some(precompiled) = &wrapper.precompiled {
+            eprint!("precompiled: {precompiled}");
+        }
+        let info = &wrapper.info;
+        eprintln!(
+            "wrapper: {} ({} launch(es) per call, {:.1} MB of device workspace, {:.1} MB of constants)",
+            wrapper.path.display(),
+            info.kernels,
+            info.workspace_bytes as f64 / 1e6,
+            info.constants_bytes as f64 / 1e6
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let paths = artifacts.write_to(&args.out)?;
+    report(args, &artifacts, &paths, start);
+    if args.precompile {
+        let code = paths
+            .iter()
+            .find(|p| p.file_name().is_some_and(|n| n == "output_code.py"))
+            .ok_or("--precompile compiles the Triton kernels of output_code.py; this device's wrapper has none (leave --precompile out)")?;
+        let precompiled = ahead::precompile(code, false)?;
+        eprint!("precompiled: {precompiled}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What was compiled, in how long, and where it went.
+fn report(args: &CompileArgs, artifacts: &driver::Artifacts, paths: &[PathBuf], start: Instant) {
     let elapsed = start.elapsed();
     eprintln!(
         "compiled {} for {} in {:.2} ms: {} kernel(s), {} extern call(s) -> {}",
@@ -138,72 +171,4 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
             args.out.join(crate::codegen::weights::FILE_NAME).display()
         );
     }
-    if let driver::CodeInfo::Aot(parts) = &artifacts.info {
-        // The C++ wrapper loads compiled kernels: compile them now, then write it.
-        let code = args.out.join(artifacts.file_name);
-        precompile(&code, false)?;
-        let names = aot::kernel_names(&parts.kernels);
-        let binaries = aot::read_binaries(&args.out, &names)?;
-        let (path, info) = artifacts.write_aot_wrapper(&args.out, &binaries)?;
-        eprintln!(
-            "wrapper: {} ({} launch(es) per call, {:.1} MB of device workspace, {:.1} MB of constants)",
-            path.display(),
-            info.kernels,
-            info.workspace_bytes as f64 / 1e6,
-            info.constants_bytes as f64 / 1e6
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.precompile {
-        let code = paths
-            .iter()
-            .find(|p| p.file_name().is_some_and(|n| n == "output_code.py"))
-            .ok_or("--precompile compiles the Triton kernels of output_code.py; this device's wrapper has none (leave --precompile out)")?;
-        precompile(code, true)?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Runs `output_code.py --precompile` (or `kernels.py`'s), passing its
-/// report on; `optional` says the wrapper would still work without it.
-pub(super) fn precompile(code: &std::path::Path, optional: bool) -> Result<(), CliError> {
-    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let output = std::process::Command::new(&python)
-        .arg(code)
-        .arg("--precompile")
-        .output()
-        .map_err(|e| {
-            format!(
-                "--precompile runs `{python} {} --precompile`, but `{python}` could not be started ({e}): \
-                 install Python 3 with Triton (pip install triton) or set KILN_PYTHON",
-                code.display()
-            )
-        })?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        let failed: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("FAILED") || l.contains("Error"))
-            .collect();
-        let detail = if failed.is_empty() {
-            stderr.trim().to_string()
-        } else {
-            failed.join("\n")
-        };
-        let consequence = if optional {
-            "(the wrapper still works: it compiles the kernels at their first launch)"
-        } else {
-            "(wrapper.cpp loads compiled kernels, so it was not written: compile on a machine \
-             whose Triton has a backend for this device, or use the Python wrapper)"
-        };
-        return Err(format!(
-            "precompiling the kernels of {} failed ({}):\n{detail}\n{consequence}",
-            code.display(),
-            output.status
-        )
-        .into());
-    }
-    eprint!("precompiled: {stdout}");
-    Ok(())
 }

@@ -14,6 +14,7 @@ use clap::Args;
 
 use super::{Cli, CliError, DeviceSpec, GraphFile, InputArgs};
 use crate::driver;
+use crate::runtime::ahead;
 
 /// Arguments of `host run`.
 #[derive(Debug, Args)]
@@ -105,13 +106,6 @@ fn run_device(
     let start = Instant::now();
     let artifacts = driver::compile_for(graph.clone(), plugin, target, &options)?;
     let generated = start.elapsed();
-    let driver::CodeInfo::Aot(parts) = &artifacts.info else {
-        return Err(format!(
-            "internal: device `{}` produced no C++ wrapper (please report)",
-            args.device
-        )
-        .into());
-    };
     allow(
         &budget,
         args,
@@ -121,18 +115,18 @@ fn run_device(
     )?;
     let inputs = args.inputs.read(&graph)?;
     let cache = crate::runtime::compile::cache_dir();
-    let kernels = compiled_kernels(&cache, &artifacts.code)?;
     // The folder kiln_init reads: the kernels (linked to the cache) and the
-    // weights, removed once the wrapper has loaded them.
-    let scratch = scratch_dir(&cache, "run")?;
+    // weights, removed once the wrapper has loaded them. The wrapper is what
+    // `host compile --wrapper cpp` writes, through the same step.
+    let scratch = ahead::scratch_dir(&cache, "run")?;
     let run_dir = scratch.path();
-    artifacts.write_to(run_dir)?;
-    link_dir(&kernels, &run_dir.join("kernels"))?;
-    let names = driver::aot::kernel_names(&parts.kernels);
-    let binaries = driver::aot::read_binaries(run_dir, &names)?;
-    let (source_path, _) = artifacts.write_aot_wrapper(run_dir, &binaries)?;
-    let source = std::fs::read_to_string(&source_path)
-        .map_err(|e| format!("cannot read {}: {e}", source_path.display()))?;
+    let wrapper =
+        ahead::write_wrapper(&artifacts, run_dir, &ahead::Binaries::Cached(cache.clone()))?;
+    if let Some(precompiled) = &wrapper.precompiled {
+        eprint!("precompiled: {precompiled}");
+    }
+    let source = std::fs::read_to_string(&wrapper.path)
+        .map_err(|e| format!("cannot read {}: {e}", wrapper.path.display()))?;
     let flags = plugin.cpp_build_flags()?.unwrap_or_default();
     let compiler = crate::runtime::device::compiler(&flags)?;
     let building = super::progress::Activity::start("building the C++ wrapper", None);
@@ -162,7 +156,7 @@ fn run_device(
         args.device,
         generated.as_secs_f64() * 1e3,
         artifacts.kernel_count(),
-        kernels.display(),
+        wrapper.kernels.display(),
         built.library.display(),
         if built.cached {
             "found in the cache".to_string()
@@ -246,62 +240,4 @@ fn call_and_report(
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The folder holding `kernels.py`'s compiled kernels (`kernels/` with its
-/// manifest) in the cache, keyed by the text's SHA-256: compiled now when
-/// absent, in a folder of its own renamed into place, so that concurrent
-/// runs never see half of it.
-fn compiled_kernels(cache: &std::path::Path, code: &str) -> Result<PathBuf, CliError> {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(code.as_bytes());
-    let key: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    let folder = cache.join("kernels").join(&key);
-    if folder.join("kernels").join("manifest.json").is_file() {
-        return Ok(folder.join("kernels"));
-    }
-    let scratch = scratch_dir(&cache.join("kernels"), &key)?;
-    let staging = scratch.path();
-    let source = staging.join("kernels.py");
-    std::fs::write(&source, code).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
-    super::compile::precompile(&source, false)?;
-    if let Err(e) = std::fs::rename(staging, &folder) {
-        // Another run finished first: its kernels are the same.
-        if !folder.join("kernels").join("manifest.json").is_file() {
-            return Err(format!(
-                "cannot move {} to {}: {e}",
-                staging.display(),
-                folder.display()
-            )
-            .into());
-        }
-    }
-    Ok(folder.join("kernels"))
-}
-
-/// A new, empty folder `{parent}/.{stem}-XXXXXX`, removed (if still there) when
-/// dropped, whatever happened.
-fn scratch_dir(parent: &std::path::Path, stem: &str) -> Result<tempfile::TempDir, CliError> {
-    std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    tempfile::Builder::new()
-        .prefix(&format!(".{stem}-"))
-        .tempdir_in(parent)
-        .map_err(|e| format!("cannot create a folder in {}: {e}", parent.display()).into())
-}
-
-/// Makes `link` name the folder `target`.
-fn link_dir(target: &std::path::Path, link: &std::path::Path) -> Result<(), CliError> {
-    #[cfg(unix)]
-    let made = std::os::unix::fs::symlink(target, link);
-    #[cfg(not(unix))]
-    let made = std::os::windows::fs::symlink_dir(target, link);
-    made.map_err(|e| {
-        format!(
-            "cannot link {} to {}: {e}",
-            link.display(),
-            target.display()
-        )
-        .into()
-    })
 }

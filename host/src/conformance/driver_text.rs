@@ -17,7 +17,7 @@ use kiln_plugin_api::{SchedulingKind, Wrappers};
 
 use super::Outcome;
 use crate::diag::report;
-use crate::driver::{self, aot};
+use crate::driver::{self, triton_cpp};
 use crate::plugins::cpp_text::defines_function;
 use crate::plugins::{Override, Plugin, WrapperKind};
 
@@ -196,7 +196,7 @@ pub fn compiles(plugin: &Plugin) -> Outcome {
         let driver_text = text(plugin, Override::KernelDriver)?;
         let scratch = Scratch::new("driver")?;
         let source = scratch.path().join("driver.cpp");
-        let code = format!("{}{header}\n{driver_text}\n", aot::STD_HEADERS);
+        let code = format!("{}{header}\n{driver_text}\n", triton_cpp::STD_HEADERS);
         std::fs::write(&source, code)
             .map_err(|e| Outcome::fail(format!("cannot write {}: {e}", source.display())))?;
         syntax_check(&scratch, &source)?;
@@ -217,7 +217,10 @@ pub fn signatures(plugin: &Plugin) -> Outcome {
         };
         let target =
             driver::Target::query(plugin, &options).map_err(|e| Outcome::fail(report(&e)))?;
-        let gemm = defines_function(&text(plugin, Override::KernelDriver)?, aot::GEMM_FUNCTION);
+        let gemm = defines_function(
+            &text(plugin, Override::KernelDriver)?,
+            triton_cpp::GEMM_FUNCTION,
+        );
         let (name, graph_text) = if gemm {
             ("small_gpt2_block", GEMM_GRAPH)
         } else {
@@ -228,32 +231,19 @@ pub fn signatures(plugin: &Plugin) -> Outcome {
         let artifacts = driver::compile_for(graph, plugin, target, &options).map_err(|e| {
             Outcome::fail(format!("the C++ wrapper refuses {name}: {}", report(&e)))
         })?;
-        let driver::CodeInfo::Aot(parts) = &artifacts.info else {
-            return Err(Outcome::fail(format!(
-                "{name} compiled to no C++ wrapper for a Triton device"
-            )));
-        };
-        // Stand-in binaries: only their names reach the text.
-        let binaries = aot::kernel_names(&parts.kernels)
-            .into_iter()
-            .map(|k| {
-                let binary = aot::Binary {
-                    path: format!("kernels/{k}/{k}.bin"),
-                    function: k.clone(),
-                    shared: 0,
-                };
-                (k, binary)
-            })
-            .collect();
         let scratch = Scratch::new("signatures")?;
-        let (path, info) = artifacts
-            .write_aot_wrapper(scratch.path(), &binaries)
+        // Stand-in binaries: only their names reach the text.
+        let binaries = crate::runtime::ahead::Binaries::StandIn {
+            extension: "bin".into(),
+        };
+        let wrapper = crate::runtime::ahead::write_wrapper(&artifacts, scratch.path(), &binaries)
             .map_err(|e| {
-                Outcome::fail(format!(
-                    "the C++ wrapper of {name} was refused: {}",
-                    report(&e)
-                ))
-            })?;
+            Outcome::fail(format!(
+                "the C++ wrapper of {name} was refused: {}",
+                report(&e)
+            ))
+        })?;
+        let (path, info) = (wrapper.path, wrapper.info);
         syntax_check(&scratch, &path).map_err(|o| {
             if o.status != super::Status::Fail {
                 return o;

@@ -9,7 +9,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::path::{Path, PathBuf};
 
 use super::{compile, Error, Loaded, Prepared, Slot};
-use crate::codegen::wrapper::aot;
+use crate::codegen::wrapper::triton_cpp;
 use crate::graph::dtype::DType;
 use crate::schedule::Scheduled;
 use crate::tensor::Tensor;
@@ -51,16 +51,16 @@ impl DeviceModule {
         // SAFETY: the library is a wrapper Kiln generated and compiled; its
         // initialisers only set up static constants.
         let lib = unsafe { libloading::Library::new(path) }.map_err(load)?;
-        // SAFETY: the symbols have the signatures `wrapper/aot.rs` writes;
+        // SAFETY: the symbols have the signatures `codegen/wrapper/triton_cpp` writes;
         // the ABI version is checked before any other is called.
         let abi = unsafe {
             let abi: libloading::Symbol<CountFn> = lib.get(b"kiln_abi_version\0").map_err(load)?;
             abi()
         };
-        if abi != aot::ABI_VERSION {
+        if abi != triton_cpp::ABI_VERSION {
             return Err(mismatch(format!(
                 "ABI {abi}, expected ABI {}",
-                aot::ABI_VERSION
+                triton_cpp::ABI_VERSION
             )));
         }
         // SAFETY: as above, for ABI 3.

@@ -1,10 +1,13 @@
-//! Running generated C++ in-process: the compile cache ([`compile`]) and a
-//! loaded library whose `kiln_call` runs a scheduled program on tensors.
+//! Running generated code: the compile cache ([`compile`]), a loaded library
+//! whose `kiln_call` runs a scheduled program on tensors (a Triton device's
+//! C++ wrapper: [`device`]), and Triton compiling a C++ wrapper's kernels
+//! ahead of time ([`ahead`], the one step from a compile to `wrapper.cpp`).
 //!
 //! This is the only module that executes generated code; code generation
 //! never does. Tensors cross the boundary as dense little-endian storage in
 //! their dtype (float16/bfloat16 as raw bits), 8-byte aligned.
 
+pub mod ahead;
 pub mod compile;
 pub mod device;
 

@@ -1,0 +1,226 @@
+//! What the C++ wrapper of a Triton device refuses, before anything is
+//! compiled, and a matrix product as BLAS (the plugin's `kilnGemm`) sees it.
+
+use super::{Error, Options, Strings, GEMM_FUNCTION, GRAPH_FUNCTIONS, MEMORY_FUNCTIONS};
+use crate::codegen::triton;
+use crate::graph::dtype::DType;
+use crate::graph::shape::is_dense;
+use crate::plugins::cpp_text::defines_function;
+use crate::schedule::ir::{ExternCall, ExternOp, Program, Step, View};
+use crate::schedule::Scheduled;
+
+/// What the wrapper can do without the binaries: refuses programs it cannot
+/// run (autotuned kernels, convolutions, matrix products the plugin has no
+/// `kilnGemm` for or whose operands no BLAS reads, strided outputs) before
+/// anything is compiled.
+pub fn check(
+    scheduled: &Scheduled,
+    kernels: &triton::Kernels,
+    strings: &Strings,
+    options: &Options,
+) -> Result<(), Error> {
+    if options.graphs {
+        if let Some(function) = GRAPH_FUNCTIONS
+            .into_iter()
+            .find(|f| !defines_function(&strings.driver, f))
+        {
+            return Err(Error::Unsupported(format!(
+                "--cuda-graph captures the call with the plugin's graph functions, and the {} \
+                 plugin's kernel_driver does not define `{function}`; leave --cuda-graph out",
+                strings.device
+            )));
+        }
+    }
+    for function in ["loadKernel", "launchKernel"]
+        .into_iter()
+        .chain(MEMORY_FUNCTIONS)
+    {
+        if !defines_function(&strings.driver, function) {
+            return Err(Error::Unsupported(format!(
+                "the {} plugin's kernel_driver does not define `{function}`, which Kiln's C++ wrapper \
+                 calls (kiln_plugin_kit::driver::device_memory writes the device-memory functions for a \
+                 CUDA-like API); use the Python wrapper",
+                strings.device
+            )));
+        }
+    }
+    if let Some(k) = kernels.info.iter().find(|k| k.candidates.len() > 1) {
+        return Err(Error::Unsupported(format!(
+            "kernel `{}` is autotuned, which needs Triton at run time: leave --autotune out for --wrapper cpp",
+            k.name
+        )));
+    }
+    let p = &scheduled.program;
+    for (i, step) in p.steps.iter().enumerate() {
+        if let Step::Extern(e) = step {
+            match &e.op {
+                ExternOp::Mm | ExternOp::Bmm => {
+                    if !defines_function(&strings.driver, GEMM_FUNCTION) {
+                        return Err(Error::Unsupported(format!(
+                            "a matrix product (`{}`): the {} plugin's kernel_driver defines no \
+                             `{GEMM_FUNCTION}` for the C++ wrapper; use the Python wrapper",
+                            e.op.name(),
+                            strings.device
+                        )));
+                    }
+                    gemm(p, e)?;
+                }
+                ExternOp::Conv { .. } => {
+                    return Err(Error::Unsupported(
+                        "a convolution: Kiln's C++ wrapper for Triton devices has no convolution \
+                         yet; use the Python wrapper (output_code.py)"
+                            .into(),
+                    ))
+                }
+                ExternOp::Attention { .. } => {
+                    if !kernels.attention.launches.contains_key(&i) {
+                        return Err(Error::Unsupported(
+                            "an attention step without a fused kernel".into(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (i, v) in p.outputs.iter().enumerate() {
+        if !is_dense(&v.shape, &v.strides) {
+            return Err(Error::Unsupported(format!(
+                "output {i} is a strided view (sizes {:?}, strides {:?}) of another tensor: Kiln's \
+                 C++ wrapper for Triton devices returns dense tensors only (make it contiguous in \
+                 the graph, or use the Python wrapper)",
+                v.shape, v.strides
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A matrix product as BLAS sees it: row-major `C = op(A) · op(B)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Gemm {
+    pub(super) dtype: u8,
+    pub(super) batch: i64,
+    pub(super) m: i64,
+    pub(super) n: i64,
+    pub(super) k: i64,
+    pub(super) a: (bool, i64, i64),
+    pub(super) b: (bool, i64, i64),
+    pub(super) c: (i64, i64),
+}
+
+/// One operand, `rows × cols` with strides `(s_rows, s_cols)`, as BLAS reads
+/// it: `(transposed, leading dimension)`, or `None` when neither dim is
+/// unit-stride (or rows would overlap).
+fn blas_operand(rows: i64, cols: i64, s_rows: i64, s_cols: i64) -> Option<(bool, i64)> {
+    let fits = |ld: i64, inner: i64| ld >= inner.max(1) && ld <= i64::from(i32::MAX);
+    if cols == 1 || s_cols == 1 {
+        let ld = if rows == 1 { cols.max(1) } else { s_rows };
+        if fits(ld, cols) {
+            return Some((false, ld));
+        }
+    }
+    if rows == 1 || s_rows == 1 {
+        let ld = if cols == 1 { rows.max(1) } else { s_cols };
+        if fits(ld, rows) {
+            return Some((true, ld));
+        }
+    }
+    None
+}
+
+pub(super) fn gemm(p: &Program, e: &ExternCall) -> Result<Gemm, Error> {
+    let [a, b] = e.args.as_slice() else {
+        return Err(Error::Unsupported(
+            "a matrix product needs two operands".into(),
+        ));
+    };
+    let rank = if matches!(e.op, ExternOp::Bmm) { 3 } else { 2 };
+    if a.shape.len() != rank || b.shape.len() != rank {
+        return Err(Error::Unsupported(format!(
+            "`{}` of operands of rank {} and {}",
+            e.op.name(),
+            a.shape.len(),
+            b.shape.len()
+        )));
+    }
+    let out = p.buffer(e.out);
+    let d = out.dtype;
+    let dtype = match d {
+        DType::Float32 => 0,
+        DType::Float16 => 1,
+        DType::BFloat16 => 2,
+        other => {
+            return Err(Error::Unsupported(format!(
+                "a matrix product of {}: the C++ wrapper's kilnGemm takes float32, float16 and bfloat16",
+                other.name()
+            )))
+        }
+    };
+    if p.buffer(a.buf).dtype != d || p.buffer(b.buf).dtype != d {
+        return Err(Error::Unsupported(format!(
+            "`{}` with operands of different dtypes",
+            e.op.name()
+        )));
+    }
+    let o = rank - 2;
+    let (m, k, n) = (a.shape[o], a.shape[o + 1], b.shape[o + 1]);
+    let batch = if rank == 3 { a.shape[0] } else { 1 };
+    if !is_dense(&out.shape, &out.strides) {
+        return Err(Error::Unsupported(format!(
+            "`{}` into a strided buffer",
+            e.op.name()
+        )));
+    }
+    let operand = |v: &View, rows: i64, cols: i64, what: &str| {
+        blas_operand(rows, cols, v.strides[o], v.strides[o + 1])
+            .map(|(t, ld)| (t, ld, if rank == 3 { v.strides[0] } else { 0 }))
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "`{}` whose {what} operand (sizes {:?}, strides {:?}) has no unit-stride dim, \
+                     which BLAS needs; use the Python wrapper",
+                    e.op.name(),
+                    v.shape,
+                    v.strides
+                ))
+            })
+    };
+    let too_big = [m, n, k, batch].iter().any(|&x| x > i64::from(i32::MAX));
+    if too_big {
+        return Err(Error::Unsupported(format!(
+            "`{}` with a dim over 2^31 - 1",
+            e.op.name()
+        )));
+    }
+    Ok(Gemm {
+        dtype,
+        batch,
+        m,
+        n,
+        k,
+        a: operand(a, m, k, "first")?,
+        b: operand(b, k, n, "second")?,
+        c: (n.max(1), m * n),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operands_are_read_by_blas_as_stored() {
+        // Row-major 4×3, contiguous: as is, ld 3.
+        assert_eq!(blas_operand(4, 3, 3, 1), Some((false, 3)));
+        // The transpose of a contiguous 3×4: read transposed, ld 4.
+        assert_eq!(blas_operand(4, 3, 1, 4), Some((true, 4)));
+        // A row of a wider matrix (ld beyond the cols) is fine.
+        assert_eq!(blas_operand(4, 3, 8, 1), Some((false, 8)));
+        // One row: any row stride; one col: any col stride.
+        assert_eq!(blas_operand(1, 5, 0, 1), Some((false, 5)));
+        assert_eq!(blas_operand(5, 1, 1, 0), Some((false, 1)));
+        // No unit stride, or rows that overlap: not for BLAS.
+        assert_eq!(blas_operand(4, 3, 6, 2), None);
+        assert_eq!(blas_operand(4, 3, 2, 1), None);
+        assert_eq!(blas_operand(4, 3, 0, 1), None);
+    }
+}

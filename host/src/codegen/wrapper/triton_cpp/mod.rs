@@ -352,7 +352,7 @@ impl Plan {
             .ok_or_else(|| Error::UnnamedBuffer {
                 buffer: p
                     .buffers
-                    .get(b.0 as usize)
+                    .get(b)
                     .map_or_else(String::new, |buf| buf.name.clone()),
                 id: b.0,
             })

@@ -23,6 +23,10 @@ use crate::codegen::weights::{self, Weights};
 /// the driver functions it calls, for the commands and conformance that
 /// build it.
 pub use crate::codegen::wrapper::triton_cpp;
+/// The widest attention heads whose tiles fit a program's shared memory, per
+/// dtype: conformance checks a plugin's `shared_memory_per_block` with the code
+/// generator's own rule, through the driver (its one door to code generation).
+pub use crate::codegen::triton::attention::widest_heads;
 use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;

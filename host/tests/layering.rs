@@ -32,7 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "runtime",
-        &["codegen", "graph", "memory", "schedule", "tensor"],
+        &["codegen", "driver", "graph", "memory", "schedule", "tensor"],
     ),
     (
         "conformance",

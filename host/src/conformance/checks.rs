@@ -403,7 +403,7 @@ fn shared_memory(plugin: &Plugin) -> Outcome {
         Ok(stated) => stated.value,
         Err(e) => return Outcome::fail(e.to_string()),
     };
-    let widest = crate::codegen::triton::attention::widest_heads(bytes, tf32);
+    let widest = crate::driver::widest_heads(bytes, tf32);
     let mut problems = Vec::new();
     let mut fits = Vec::new();
     for (dtype, widest) in widest {

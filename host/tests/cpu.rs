@@ -1043,12 +1043,13 @@ fn sixteen_bit_copies_move_their_bits() {
             })
             .collect();
         // The library called on the raw bits (host run's tensors hold
-        // float64 values: a NaN's payload would not survive them).
+        // float64 values: a NaN's payload would not survive them). The
+        // folder `host compile` wrote (cpp_source) builds on its own: its
+        // wrapper.cpp includes the runtime's headers from out/kiln/.
         let dir = scratch(&name);
-        std::fs::write(dir.join("wrapper.cpp"), &source).expect("wrapper.cpp");
         std::fs::write(
             dir.join("main.cpp"),
-            "#include \"wrapper.cpp\"\n#include <cstdio>\n\
+            "#include \"out/wrapper.cpp\"\n#include <cstdio>\n\
              int main() {\n\
                  static uint16_t x[40 * 37], t[37 * 40], c[40 * 74], s[40 * 14];\n\
                  if (std::fread(x, 2, 40 * 37, stdin) != 40 * 37) return 3;\n\

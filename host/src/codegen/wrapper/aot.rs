@@ -39,8 +39,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
+use super::super::cpp::runtime;
+use super::cpp::element_text;
 use super::cpp::layout::Layout;
-use super::cpp::{element_text, WEIGHTS};
 use crate::codegen::cpp::expr::storage_type;
 use crate::codegen::namer::sanitize;
 use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch};
@@ -606,7 +607,7 @@ pub fn write(
         out.push('\n');
     }
     if !weights.is_empty() {
-        out.push_str(WEIGHTS);
+        out.push_str(runtime::WEIGHTS.body());
     } else {
         out.push_str(ERROR_TEXT);
     }

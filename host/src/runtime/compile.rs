@@ -157,6 +157,18 @@ fn key_of<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The cache key of the library built from `source` with `headers` by
+/// `compiler`: everything that can change the library.
+fn library_key(source: &str, headers: &[Header], compiler: &Compiler) -> String {
+    let flags = compiler.flags.join(" ");
+    let link = compiler.link.join(" ");
+    key_of(
+        [source, &flags, &link, &compiler.program, &compiler.version]
+            .into_iter()
+            .chain(headers.iter().flat_map(|h| [h.path, h.text])),
+    )
+}
+
 /// The folder of the cache holding `headers` at their paths, written now if
 /// absent (in a folder of its own renamed into place, so that concurrent
 /// runs never see half of it). Named by the headers' hash: a Kiln with other
@@ -192,19 +204,7 @@ fn header_folder(headers: &[Header], dir: &Path) -> Result<PathBuf, Error> {
 /// compiler finds them in the cache's copy ([`header_folder`]).
 pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Error> {
     let headers = &runtime::HEADERS;
-    let flag_text = compiler.flags.join(" ");
-    let link_text = compiler.link.join(" ");
-    let key = key_of(
-        [
-            source,
-            &flag_text,
-            &link_text,
-            &compiler.program,
-            &compiler.version,
-        ]
-        .into_iter()
-        .chain(headers.iter().flat_map(|h| [h.path, h.text])),
-    );
+    let key = library_key(source, headers, compiler);
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let library = dir.join(format!("kiln_{key}{}", std::env::consts::DLL_SUFFIX));
     let source_path = dir.join(format!("kiln_{key}.cpp"));
@@ -251,4 +251,43 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
         source: source_path,
         cached: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_key_changes_with_every_input_of_the_build_and_a_header_changes_its_folder() {
+        let compiler = Compiler {
+            program: "c++".into(),
+            version: "c++ 12".into(),
+            flags: vec!["-O3".into()],
+            link: Vec::new(),
+        };
+        let headers = runtime::HEADERS;
+        let base = library_key("int f();", &headers, &compiler);
+        let mut edited = headers;
+        edited[0].text = "// another scalar.h";
+        let mut other = compiler.clone();
+        other.flags.push("-DX".into());
+        for (what, key) in [
+            ("the source", library_key("int g();", &headers, &compiler)),
+            ("a header", library_key("int f();", &edited, &compiler)),
+            ("the flags", library_key("int f();", &headers, &other)),
+        ] {
+            assert_ne!(key, base, "{what} changed, the key did not");
+        }
+        assert_eq!(base, library_key("int f();", &headers, &compiler));
+        let dir = std::env::temp_dir().join(format!("kiln-compile-key-{}", std::process::id()));
+        let one = header_folder(&headers, &dir).expect("headers written");
+        let two = header_folder(&edited, &dir).expect("headers written");
+        assert_ne!(one, two);
+        for (folder, h) in [(&one, headers[0]), (&two, edited[0])] {
+            let text = std::fs::read_to_string(folder.join(h.path)).expect("header there");
+            assert_eq!(text, h.text);
+        }
+        assert_eq!(header_folder(&headers, &dir).expect("found again"), one);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

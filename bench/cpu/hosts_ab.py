@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Two builds of Kiln on the same graphs, in alternating rounds (for a change to
-the cpu code generator or the prelude, on a machine without torch).
+the cpu code generator or its C++ runtime, on a machine without torch).
 
     python3 bench/cpu/sweep.py /tmp/g                       # or any folder of graphs
     python3 bench/cpu/hosts_ab.py OLD/host NEW/host /tmp/g [--only NAME ...] [--rounds 5] [--cores 2,3]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Kiln's cpu matrix product built several ways, against torch's own, in one process on
-pinned cores: for choosing the cpu plugin's tile rules and the prelude's matrix-product
+pinned cores: for choosing the cpu plugin's tile rules and the C++ runtime's matrix-product
 defaults on a machine (bench/cpu/mm_tiles.sh does the same one `host run` at a time,
 which a noisy machine spreads over runs; here every variant and torch take turns).
 

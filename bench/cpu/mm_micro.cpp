@@ -3,7 +3,7 @@
 // OpenMP thread at once (each with its own buffers: what the cores can do side by side,
 // with nothing shared), then the whole product. For telling a slow micro-kernel from slow
 // feeding and from a poor sharing of the work (on a machine without hardware counters).
-// Built by bench/cpu/mm_micro.sh against the prelude of a wrapper.cpp that `host compile`
+// Built by bench/cpu/mm_micro.sh against a wrapper.cpp that `host compile`
 // writes for this machine (so the plugin's own tiles):
 //
 //   g++ -O3 -march=native -fopenmp -std=c++17 -DKILN_WRAPPER='"wrapper.cpp"' mm_micro.cpp

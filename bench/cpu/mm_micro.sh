@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The matrix product taken apart (bench/cpu/mm_micro.cpp): the micro-kernel against the
 # cores' peak with its operands in L1, in L2, as a task runs it (on every core at once, each
-# on its own) and as a whole product, built against the prelude of the wrapper `host compile`
-# writes here (this machine's tiles), once per set of extra flags, on one core and then on
-# all of CORES; then torch.mm the same ways, if torch is there.
+# on its own) and as a whole product, built against the wrapper `host compile` writes here
+# (this machine's tiles; the runtime's headers beside it), once per set of extra flags, on
+# one core and then on all of CORES; then torch.mm the same ways, if torch is there.
 #
 #   bash bench/cpu/mm_micro.sh PATH/TO/host [CORES] [FLAGS ...]   (CORES: a taskset list,
 #   default 2,3; FLAGS: e.g. "-DKILN_MM_KC=256")

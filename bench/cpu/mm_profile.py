@@ -2,13 +2,13 @@
 """Where the cpu device's matrix product spends its time, thread by thread: packing `a`'s
 shared panels, packing each task's block of `b`, multiplying, and waiting at the two
 barriers of each phase. For telling a packing cost from a micro-kernel or a load-balance
-one when tuning the prelude or a plugin's tiles.
+one when tuning the runtime's matrix product or a plugin's tiles.
 
     python3 bench/cpu/mm_profile.py --host PATH/TO/host [--cores 2,3] [--shape M,K,N ...]
                                     [--variant NAME=-DKILN_MM_MC=... ...] [--reps 10]
 
-`host compile` writes the wrapper.cpp of `a @ b` for this machine; a copy of its prelude
-gets timers (rdtsc, x86 only) around those parts and a `main` that runs the product
+`host compile` writes the wrapper.cpp of `a @ b` for this machine and the runtime beside
+it (kiln/*.h); a copy of the matrix product's header (kiln/matmul.h) gets timers (rdtsc, x86 only) around those parts and a `main` that runs the product
 `--reps` times on random operands (Kiln's own kernel: -DKILN_MM_BLAS=0). Each variant is
 that program built with its flags, run on the pinned cores, one process per variant and
 shape (processes run one after another: compare shares, not times, across them; for
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
 }
 """
 
-# (what the prelude says, what the profiled copy says instead): timers around the packing
+# (what kiln/matmul.h says, what the profiled copy says instead): timers around the packing
 # of a's panels and each task's b, the multiplying, and the phase's two barriers.
 EDITS = [
     ("    const int64_t slivers = (nc + NR - 1) / NR;\n    kiln_mm_pack_b_block<Acc>(",
@@ -100,19 +100,24 @@ EDITS = [
 ]
 
 
-def profiled(wrapper: str) -> str:
-    """The wrapper's prelude with the timers and a `main`, or an error naming the edit
-    that no longer matches the prelude (update EDITS with it)."""
+def profiled(wrapper: str, matmul: str) -> tuple[str, str]:
+    """The wrapper including a copy of kiln/matmul.h with the timers, plus a `main`, and
+    that copy; or an error naming the edit that no longer matches the header (update EDITS
+    with it)."""
     end = wrapper.index('extern "C" int kiln_num_weights')
     src = wrapper[:end]
-    first = src.index("// float16 / bfloat16 <-> float")
-    src = src[:first] + TIMERS + src[first:]
+    include = '#include "kiln/matmul.h"\n'
+    if src.count(include) != 1:
+        raise SystemExit("mm_profile.py: the wrapper no longer includes kiln/matmul.h once; "
+                         "update profiled() to how it includes the matrix product")
+    first = src.index('#include "kiln/')
+    src = src[:first] + TIMERS + src[first:].replace(include, '#include "kiln/matmul_profiled.h"\n')
     for old, new in EDITS:
-        if src.count(old) != 1:
-            raise SystemExit(f"mm_profile.py: the prelude no longer has exactly one {old.strip()[:60]!r}; "
+        if matmul.count(old) != 1:
+            raise SystemExit(f"mm_profile.py: kiln/matmul.h no longer has exactly one {old.strip()[:60]!r}; "
                              "update EDITS to the matrix product's current text")
-        src = src.replace(old, new)
-    return src + MAIN
+        matmul = matmul.replace(old, new)
+    return src + MAIN, matmul
 
 
 def main() -> None:
@@ -126,7 +131,9 @@ def main() -> None:
     subprocess.run([str(args.host), "--plugins", str(args.host.parent), "compile", str(work / "graph.toml"),
                     "--device", "cpu", "-o", str(work)], check=True, env=env, capture_output=True)
     wrapper = (work / "wrapper.cpp").read_text()
-    (work / "profile.cpp").write_text(profiled(wrapper))
+    source, matmul = profiled(wrapper, (work / "kiln" / "matmul.h").read_text())
+    (work / "kiln" / "matmul_profiled.h").write_text(matmul)
+    (work / "profile.cpp").write_text(source)
     line = next(l for l in wrapper.splitlines() if l.startswith("// Build:"))
     build = [c for c in shlex.split(line.split(":", 1)[1])
              if c not in ("wrapper.cpp", "kiln.so", "-o", "-shared", "-fPIC")]

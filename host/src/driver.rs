@@ -499,9 +499,13 @@ impl Artifacts {
         self.scheduled.program.steps.len() - self.kernel_count()
     }
 
-    /// Every file, by name: the generated code, then the debug texts.
+    /// Every file, by name: the generated code, the C++ runtime's headers it
+    /// includes (`kiln/*.h`, for a C++ device), then the debug texts.
     pub fn files(&self) -> Vec<(&'static str, &str)> {
         let mut files = vec![(self.file_name, self.code.as_str())];
+        if let CodeInfo::Cpp { .. } = self.info {
+            files.extend(cpp::runtime::HEADERS.map(|h| (h.path, h.text)));
+        }
         if let Some(d) = &self.debug {
             files.extend([
                 ("graph_pre_passes.txt", d.graph_pre_passes.as_str()),
@@ -526,6 +530,12 @@ impl Artifacts {
             .into_iter()
             .map(|(name, text)| {
                 let path = dir.join(name);
+                if let Some(parent) = path.parent().filter(|p| *p != dir) {
+                    std::fs::create_dir_all(parent).map_err(|source| Error::Write {
+                        path: parent.to_path_buf(),
+                        source,
+                    })?;
+                }
                 std::fs::write(&path, text).map_err(|source| Error::Write {
                     path: path.clone(),
                     source,

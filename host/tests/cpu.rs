@@ -996,6 +996,69 @@ fn transposes_stage_their_reads_through_register_tiles() {
 }
 
 #[test]
+fn every_runtime_header_builds_after_the_cpu_plugins_header_on_every_instruction_set() {
+    // The folder `host compile` writes: wrapper.cpp and the runtime in kiln/.
+    // Each header after the plugin's header (this host's tiles, and the
+    // narrower ones for a compiler that does not target AVX-512), as
+    // wrapper.cpp has it, in a translation unit of its own.
+    let name = "runtime_headers";
+    let nodes = "[[nodes]]\nname = \"y\"\nop = \"mul\"\nargs = [\"x\", 3.0]\n";
+    let source = cpp_source(name, &one_input_graph("[4, 4]", "float32", nodes, ""));
+    let prefix = &source[..source
+        .find("#include \"kiln/")
+        .expect("wrapper.cpp includes the runtime")];
+    let out = scratch(name).join("out");
+    let base = [
+        "-O2",
+        "-fopenmp",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-std=c++17",
+        "-fPIC",
+        "-c",
+    ];
+    let isas: &[&[&str]] = if cfg!(target_arch = "x86_64") {
+        &[
+            &["-march=native"],
+            &["-march=native", "-mno-avx512f"],
+            &["-march=x86-64"],
+        ]
+    } else {
+        &[&[]]
+    };
+    for header in kiln::codegen::cpp::runtime::HEADERS {
+        assert!(
+            out.join(header.path).is_file(),
+            "{} not written",
+            header.path
+        );
+        let stem = header
+            .path
+            .trim_start_matches("kiln/")
+            .trim_end_matches(".h");
+        let tu = out.join(format!("only_{stem}.cpp"));
+        std::fs::write(&tu, format!("{prefix}#include \"{}\"\n", header.path)).expect("unit");
+        for isa in isas {
+            let built = Command::new("c++")
+                .args(base)
+                .args(*isa)
+                .arg(&tu)
+                .arg("-o")
+                .arg(tu.with_extension("o"))
+                .output()
+                .expect("c++ runs");
+            assert!(
+                built.status.success(),
+                "{} {isa:?}: {}",
+                header.path,
+                String::from_utf8_lossy(&built.stderr)
+            );
+        }
+    }
+}
+
+#[test]
 fn sixteen_bit_copies_move_their_bits() {
     // A transpose (on tiles), a cat (guarded reads) and a slice of float16
     // and bfloat16 values, NaNs with payloads among them: every output
@@ -1043,12 +1106,13 @@ fn sixteen_bit_copies_move_their_bits() {
             })
             .collect();
         // The library called on the raw bits (host run's tensors hold
-        // float64 values: a NaN's payload would not survive them).
+        // float64 values: a NaN's payload would not survive them). The
+        // folder `host compile` wrote (cpp_source) builds on its own: its
+        // wrapper.cpp includes the runtime's headers from out/kiln/.
         let dir = scratch(&name);
-        std::fs::write(dir.join("wrapper.cpp"), &source).expect("wrapper.cpp");
         std::fs::write(
             dir.join("main.cpp"),
-            "#include \"wrapper.cpp\"\n#include <cstdio>\n\
+            "#include \"out/wrapper.cpp\"\n#include <cstdio>\n\
              int main() {\n\
                  static uint16_t x[40 * 37], t[37 * 40], c[40 * 74], s[40 * 14];\n\
                  if (std::fread(x, 2, 40 * 37, stdin) != 40 * 37) return 3;\n\

@@ -4,15 +4,19 @@
 //! `PATH`. Flags are [`DEFAULT_FLAGS`] (replaced by
 //! `$KILN_CXXFLAGS` when set) plus `-std=c++17 -shared -fPIC`, which a loadable
 //! library always needs. Libraries are cached in `$KILN_CACHE_DIR` (default
-//! `~/.cache/kiln`) under the SHA-256 of the source, the flags and the
-//! compiler's `--version` output, and written atomically (a temporary file
-//! renamed into place), so concurrent runs never see half a library.
+//! `~/.cache/kiln`) under the SHA-256 of the source, the headers it includes,
+//! the flags and the compiler's `--version` output, and written atomically (a
+//! temporary file renamed into place), so concurrent runs never see half a
+//! library. The cpu runtime's headers (`kiln/*.h`, which a cpu `wrapper.cpp`
+//! includes) are written once into `runtime/<hash of the headers>/` in the
+//! cache, which the compiler searches for quoted includes (`-iquote`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
+use crate::codegen::cpp::runtime::{self, Header};
 pub use crate::codegen::cpp::{DEFAULT_FLAGS, REQUIRED_FLAGS};
 
 /// Why a library could not be built.
@@ -141,21 +145,66 @@ pub struct Built {
     pub cached: bool,
 }
 
-/// Compiles `source` into a shared library in `dir`, or finds it there.
-pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Error> {
+/// The first 16 bytes of the SHA-256 of `parts` (each ended by a zero byte),
+/// in hex.
+fn key_of<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
     let mut hasher = Sha256::new();
-    for part in [
-        source,
-        &compiler.flags.join(" "),
-        &compiler.link.join(" "),
-        &compiler.program,
-        &compiler.version,
-    ] {
+    for part in parts {
         hasher.update(part.as_bytes());
         hasher.update([0u8]);
     }
     let digest = hasher.finalize();
-    let key: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The cache key of the library built from `source` with `headers` by
+/// `compiler`: everything that can change the library.
+fn library_key(source: &str, headers: &[Header], compiler: &Compiler) -> String {
+    let flags = compiler.flags.join(" ");
+    let link = compiler.link.join(" ");
+    key_of(
+        [source, &flags, &link, &compiler.program, &compiler.version]
+            .into_iter()
+            .chain(headers.iter().flat_map(|h| [h.path, h.text])),
+    )
+}
+
+/// The folder of the cache holding `headers` at their paths, written now if
+/// absent (in a folder of its own renamed into place, so that concurrent
+/// runs never see half of it). Named by the headers' hash: a Kiln with other
+/// headers uses another folder.
+fn header_folder(headers: &[Header], dir: &Path) -> Result<PathBuf, Error> {
+    let key = key_of(headers.iter().flat_map(|h| [h.path, h.text]));
+    let runtime = dir.join("runtime");
+    let folder = runtime.join(&key);
+    if folder.is_dir() {
+        return Ok(folder);
+    }
+    let staging = temp_beside(&folder);
+    for h in headers {
+        let path = staging.join(h.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&path, h.text).map_err(io(&path))?;
+    }
+    if let Err(e) = std::fs::rename(&staging, &folder) {
+        let _ = std::fs::remove_dir_all(&staging);
+        // Another run wrote the same headers first.
+        if !folder.is_dir() {
+            return Err(io(&folder)(e));
+        }
+    }
+    Ok(folder)
+}
+
+/// Compiles `source` into a shared library in `dir`, or finds it there. The
+/// source may include the cpu runtime's headers (`#include "kiln/scalar.h"`,
+/// as every cpu `wrapper.cpp` does): they are part of the cache key, and the
+/// compiler finds them in the cache's copy ([`header_folder`]).
+pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Error> {
+    let headers = &runtime::HEADERS;
+    let key = library_key(source, headers, compiler);
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let library = dir.join(format!("kiln_{key}{}", std::env::consts::DLL_SUFFIX));
     let source_path = dir.join(format!("kiln_{key}.cpp"));
@@ -167,9 +216,12 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
         });
     }
     write_atomic(&source_path, source.as_bytes())?;
+    let mut flags = compiler.flags.clone();
+    flags.push("-iquote".into());
+    flags.push(header_folder(headers, dir)?.display().to_string());
     let tmp = temp_beside(&library);
     let output = Command::new(&compiler.program)
-        .args(&compiler.flags)
+        .args(&flags)
         .arg(&source_path)
         .args(&compiler.link)
         .arg("-o")
@@ -182,8 +234,7 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
         message.push_str(&String::from_utf8_lossy(&output.stdout));
         return Err(Error::Compile {
             compiler: compiler.program.clone(),
-            flags: compiler
-                .flags
+            flags: flags
                 .iter()
                 .chain(std::iter::once(&source_path.display().to_string()))
                 .chain(&compiler.link)
@@ -200,4 +251,43 @@ pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Err
         source: source_path,
         cached: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_key_changes_with_every_input_of_the_build_and_a_header_changes_its_folder() {
+        let compiler = Compiler {
+            program: "c++".into(),
+            version: "c++ 12".into(),
+            flags: vec!["-O3".into()],
+            link: Vec::new(),
+        };
+        let headers = runtime::HEADERS;
+        let base = library_key("int f();", &headers, &compiler);
+        let mut edited = headers;
+        edited[0].text = "// another scalar.h";
+        let mut other = compiler.clone();
+        other.flags.push("-DX".into());
+        for (what, key) in [
+            ("the source", library_key("int g();", &headers, &compiler)),
+            ("a header", library_key("int f();", &edited, &compiler)),
+            ("the flags", library_key("int f();", &headers, &other)),
+        ] {
+            assert_ne!(key, base, "{what} changed, the key did not");
+        }
+        assert_eq!(base, library_key("int f();", &headers, &compiler));
+        let dir = std::env::temp_dir().join(format!("kiln-compile-key-{}", std::process::id()));
+        let one = header_folder(&headers, &dir).expect("headers written");
+        let two = header_folder(&edited, &dir).expect("headers written");
+        assert_ne!(one, two);
+        for (folder, h) in [(&one, headers[0]), (&two, edited[0])] {
+            let text = std::fs::read_to_string(folder.join(h.path)).expect("header there");
+            assert_eq!(text, h.text);
+        }
+        assert_eq!(header_folder(&headers, &dir).expect("found again"), one);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -486,7 +486,8 @@ pub fn memory_needed(scheduled: &Scheduled) -> Option<u64> {
     )
 }
 
-/// Compiles (or finds in the cache) `source` and loads it for `scheduled`.
+/// Compiles (or finds in the cache) `source`, a cpu `wrapper.cpp` (which
+/// includes the C++ runtime's headers), and loads it for `scheduled`.
 pub fn build_and_load(
     source: &str,
     scheduled: &Scheduled,

@@ -193,7 +193,7 @@ fn with_64_byte_vectors_only_mkl_is_preferred_to_kilns_own_product() {
     }
     assert!(!header.contains("openblas"));
     checks::assert_balanced("kernel_header", &header);
-    // A host without 64-byte vectors keeps the prelude's whole list.
+    // A host without 64-byte vectors keeps the whole list of the runtime's kiln/blas.h.
     let header = overrides::kernel_header(&narrow, None);
     assert!(!header.contains("KILN_MM_BLAS_LIBRARIES"));
 }

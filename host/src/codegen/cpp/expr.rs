@@ -1,7 +1,7 @@
 //! Expressions, indices and literals as C++ text.
 //!
 //! float16 and bfloat16 values are computed in `float`: they are converted by
-//! the prelude's `kiln_h2f`/`kiln_bf2f` when loaded and rounded back by
+//! the runtime's `kiln_h2f`/`kiln_bf2f` (`kiln/scalar.h`) when loaded and rounded back by
 //! `kiln_f2h`/`kiln_f2bf` when stored. Index arithmetic is `int64_t`; `/` and
 //! `%` are C++'s truncating operators, which equal Python's floor operators
 //! because index operands are never negative.

@@ -1,7 +1,8 @@
 //! C++/OpenMP code generation for the `cpp` scheduling kind (Inductor's
 //! `CppScheduling`): one `static` C++ function per kernel of the scheduled
-//! program, plus the prelude (half conversions, NaN-aware helpers,
-//! vectorisable float math, the packed matrix product). The wrapper that
+//! program. What the kernels call (half conversions, NaN-aware helpers,
+//! vectorisable float math, the packed matrix product) is the C++ runtime in
+//! [`runtime`], headers the generated file includes. The wrapper that
 //! allocates buffers and calls them is `codegen/wrapper/cpp/`.
 //!
 //! Semantics are those of the loop-IR evaluator (`schedule/eval.rs`): values
@@ -13,7 +14,7 @@
 
 pub mod expr;
 mod kernel;
-pub mod prelude;
+pub mod runtime;
 
 use super::heuristics::LaunchHeuristics;
 use super::namer::Namer;
@@ -32,8 +33,8 @@ pub const DEFAULT_FLAGS: &str = "-O3 -march=native -fopenmp -fno-math-errno -fno
 /// Flags every library needs, whatever `KILN_CXXFLAGS` says.
 pub const REQUIRED_FLAGS: &[&str] = &["-std=c++17", "-shared", "-fPIC"];
 
-/// The names C++ kernels use at file scope besides the prelude's (which the
-/// wrapper reserves by reading the prelude itself): the standard library's
+/// The names C++ kernels use at file scope besides the runtime's (which the
+/// wrapper reserves by reading the runtime's headers): the standard library's
 /// namespace and `<cstdint>`'s integer-literal macro.
 pub const RESERVED: &[&str] = &["std", "INT64_C"];
 

@@ -1,5 +1,6 @@
 //! `wrapper.cpp` for a C++-scheduled device: the plugin's `kernel_header`,
-//! the prelude, the kernels, and a plain C entry point
+//! `#include`s of the C++ runtime ([`runtime`]: headers written beside it in
+//! `kiln/`), the kernels, and a plain C entry point
 //!
 //! ```c
 //! extern "C" int kiln_call(const void* const* inputs, void* const* outputs);
@@ -39,7 +40,7 @@ use std::sync::OnceLock;
 use super::super::cpp::expr::{
     compute_type, float_text, int_text, load_conversion, storage_type, store_conversion,
 };
-use super::super::cpp::prelude::{HELPERS, MATMUL};
+use super::super::cpp::runtime::{self, Header};
 use super::super::cpp::{self, KernelInfo};
 use super::super::namer::{sanitize, word_set, Namer, WordSet};
 use super::super::weights;
@@ -100,7 +101,7 @@ pub struct Info {
 }
 
 /// The names `wrapper.cpp` binds or uses besides the kernels' and the
-/// prelude's: the entry points and the locals of `kiln_call`.
+/// runtime's: the entry points and the locals of `kiln_call`.
 pub const RESERVED: &[&str] = &[
     "kiln_abi_version",
     "kiln_num_inputs",
@@ -126,14 +127,14 @@ pub const RESERVED: &[&str] = &[
 ];
 
 /// Takes every name the file binds, and every identifier of the plugin's
-/// `kernel_header` and of the prelude it pastes, before any name from the
-/// graph is given out.
+/// `kernel_header` and of the runtime's headers it includes, before any name
+/// from the graph is given out.
 pub fn reserve(namer: &mut Namer, header: &str) {
     static WORDS: OnceLock<WordSet> = OnceLock::new();
     namer.reserve_set(word_set(
         &WORDS,
         &[cpp::RESERVED, RESERVED],
-        &[HELPERS, MATMUL, COPY_OUT, WEIGHTS],
+        &runtime::texts(),
     ));
     namer.reserve_identifiers_in(header);
 }
@@ -211,7 +212,8 @@ pub fn write(
     writeln!(
         out,
         "// Build: c++ {} {} wrapper.cpp -o kiln.so\n\
-         // (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)",
+         // (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)\n\
+         // Kiln's C++ runtime is included from kiln/ beside this file, where `host compile` writes it.",
         crate::codegen::cpp::DEFAULT_FLAGS,
         crate::codegen::cpp::REQUIRED_FLAGS.join(" ")
     )?;
@@ -219,15 +221,8 @@ pub fn write(
     if !header.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(HELPERS);
-    if p.steps.iter().any(|s| matches!(s, Step::Extern(_))) {
-        out.push_str(MATMUL);
-    }
-    out.push_str(COPY_OUT);
     let weights = weight_keys(p, &name);
-    if !weights.is_empty() {
-        out.push_str(WEIGHTS);
-    }
+    write_includes(&mut out, p, !weights.is_empty())?;
     out.push('\n');
     out.push_str(&kernels.source);
     write_constants(&mut out, p, &name)?;
@@ -262,6 +257,49 @@ pub fn write(
         weights,
     };
     Ok((out, info))
+}
+
+/// What the generated code itself uses of the standard library (whatever the
+/// plugin's header includes).
+const STANDARD_HEADERS: &[&str] = &[
+    "algorithm",
+    "cmath",
+    "cstdint",
+    "cstring",
+    "limits",
+    "vector",
+];
+
+/// The standard headers and the runtime's headers the file uses: the scalar
+/// helpers, arena, transposes and lanes always; the matrix product and the
+/// convolution for the extern calls that need them; the weights reader when
+/// there are weights.
+fn write_includes(out: &mut String, p: &Program, weights: bool) -> std::fmt::Result {
+    for h in STANDARD_HEADERS {
+        writeln!(out, "#include <{h}>")?;
+    }
+    let externs = || {
+        p.steps.iter().filter_map(|s| match s {
+            Step::Extern(e) => Some(&e.op),
+            Step::Kernel(_) => None,
+        })
+    };
+    let conv = externs().any(|op| matches!(op, ExternOp::Conv { .. }));
+    let mm = externs().any(|op| matches!(op, ExternOp::Mm | ExternOp::Bmm));
+    let used: [(Header, bool); 8] = [
+        (runtime::SCALAR, true),
+        (runtime::ARENA, true),
+        (runtime::TRANSPOSE, true),
+        (runtime::LANES, true),
+        (runtime::MATMUL, mm),
+        (runtime::CONV, conv),
+        (runtime::COPY_OUT, true),
+        (runtime::WEIGHTS, weights),
+    ];
+    for (h, _) in used.iter().filter(|(_, used)| *used) {
+        writeln!(out, "#include \"{}\"", h.path)?;
+    }
+    Ok(())
 }
 
 /// The constants read from the weights file, with their keys.
@@ -500,7 +538,7 @@ fn body(
     Ok(arena_bytes)
 }
 
-/// A 1-D or 2-D convolution through the prelude's `kiln_conv2d` (contiguous operands);
+/// A 1-D or 2-D convolution through the runtime's `kiln_conv2d` (contiguous operands);
 /// a 1-D one is a 2-D one of height 1.
 fn conv_call(
     out: &mut String,
@@ -737,152 +775,3 @@ fn copy_out(
     }
     Ok(())
 }
-
-/// Reads a weights file (safetensors, as [`weights::Weights::write`]
-/// writes it) into memory and finds every tensor the program needs by its
-/// key, checking its dtype and byte size; the reason of a failure is left in
-/// `kiln_error_text`. The header is searched, not fully parsed: each tensor's
-/// entry is an object without nested objects, and Kiln's keys are plain
-/// identifiers.
-pub(super) const WEIGHTS: &str = r#"
-
-#include <cerrno>
-#include <cstdio>
-
-struct KilnWeightSpec {
-    const char* key;
-    const char* dtype;
-    uint64_t bytes;
-};
-static char kiln_error_text[768] = "";
-static unsigned char* kiln_weights_file = nullptr;
-
-static int kiln_weights_fail(const char* path, const char* what, const char* key) {
-    std::snprintf(kiln_error_text, sizeof kiln_error_text,
-                  "weights file %s: %s%s%s; keep the files `host compile` wrote together, or compile again",
-                  path, what, key != nullptr ? " " : "", key != nullptr ? key : "");
-    return 1;
-}
-
-static const char* kiln_json_blank(const char* p, const char* end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
-    return p;
-}
-
-// The value after `"name":` at or after `from`, or nullptr.
-static const char* kiln_json_field(const char* from, const char* end, const char* name) {
-    const size_t n = std::strlen(name);
-    for (const char* p = from; p + n + 2 <= end; ++p) {
-        if (*p != '"' || std::memcmp(p + 1, name, n) != 0 || p[n + 1] != '"') continue;
-        const char* q = kiln_json_blank(p + n + 2, end);
-        if (q < end && *q == ':') return kiln_json_blank(q + 1, end);
-    }
-    return nullptr;
-}
-
-static bool kiln_json_uint(const char** at, const char* end, uint64_t* out) {
-    const char* p = kiln_json_blank(*at, end);
-    uint64_t v = 0;
-    bool any = false;
-    while (p < end && *p >= '0' && *p <= '9') {
-        if (v > (UINT64_MAX - 9) / 10) return false;
-        v = v * 10 + static_cast<uint64_t>(*p - '0');
-        ++p;
-        any = true;
-    }
-    *at = kiln_json_blank(p, end);
-    *out = v;
-    return any;
-}
-
-static int kiln_read_weights(const char* path, const KilnWeightSpec* specs, int n, const void** found) {
-    std::FILE* f = std::fopen(path, "rb");
-    if (f == nullptr) return kiln_weights_fail(path, std::strerror(errno), nullptr);
-    long size = -1;
-    if (std::fseek(f, 0, SEEK_END) == 0) size = std::ftell(f);
-    if (size < 0 || std::fseek(f, 0, SEEK_SET) != 0) {
-        std::fclose(f);
-        return kiln_weights_fail(path, "cannot be read", nullptr);
-    }
-    unsigned char* bytes = static_cast<unsigned char*>(std::malloc(size > 0 ? static_cast<size_t>(size) : 1));
-    if (bytes == nullptr) {
-        std::fclose(f);
-        return kiln_weights_fail(path, "out of memory reading it", nullptr);
-    }
-    const size_t got = std::fread(bytes, 1, static_cast<size_t>(size), f);
-    std::fclose(f);
-    const uint64_t total = got;
-    uint64_t header = 0;
-    if (total >= 8) {
-        for (int i = 7; i >= 0; --i) header = (header << 8) | bytes[i];
-    }
-    if (got != static_cast<size_t>(size) || total < 8 || header > total - 8) {
-        std::free(bytes);
-        return kiln_weights_fail(path, "is truncated or not a safetensors file", nullptr);
-    }
-    const char* h = reinterpret_cast<const char*>(bytes + 8);
-    const char* hend = h + header;
-    const unsigned char* data = bytes + 8 + header;
-    const uint64_t data_size = total - 8 - header;
-    for (int i = 0; i < n; ++i) {
-        const char* entry = kiln_json_field(h, hend, specs[i].key);
-        if (entry == nullptr || *entry != '{') {
-            std::free(bytes);
-            return kiln_weights_fail(path, "has no tensor", specs[i].key);
-        }
-        const char* close = entry;
-        while (close < hend && *close != '}') ++close;
-        const char* dtype = kiln_json_field(entry, close, "dtype");
-        const size_t dlen = std::strlen(specs[i].dtype);
-        if (dtype == nullptr || dtype + dlen + 2 > close || *dtype != '"' ||
-            std::memcmp(dtype + 1, specs[i].dtype, dlen) != 0 || dtype[dlen + 1] != '"') {
-            std::free(bytes);
-            return kiln_weights_fail(path, "holds another dtype than the code expects for", specs[i].key);
-        }
-        const char* at = kiln_json_field(entry, close, "data_offsets");
-        uint64_t begin = 0, stop = 0;
-        bool ok = at != nullptr && *at == '[';
-        if (ok) {
-            ++at;
-            ok = kiln_json_uint(&at, close, &begin) && at < close && *at == ',';
-        }
-        if (ok) {
-            ++at;
-            ok = kiln_json_uint(&at, close, &stop) && at < close && *at == ']';
-        }
-        if (!ok || stop < begin || stop - begin != specs[i].bytes) {
-            std::free(bytes);
-            return kiln_weights_fail(path, "holds another size than the code expects for", specs[i].key);
-        }
-        if (stop > data_size) {
-            std::free(bytes);
-            return kiln_weights_fail(path, "is truncated: its end cuts off", specs[i].key);
-        }
-        found[i] = data + begin;
-    }
-    std::free(kiln_weights_file);
-    kiln_weights_file = bytes;
-    return 0;
-}
-"#;
-
-/// Gathers a strided view into dense row-major memory.
-const COPY_OUT: &str = r#"
-
-[[maybe_unused]] static void kiln_copy_out(void* dst, const void* src, int64_t elem, int ndim,
-                          const int64_t* shape, const int64_t* strides, int64_t offset) {
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; ++d) numel *= shape[d];
-    unsigned char* out = static_cast<unsigned char*>(dst);
-    const unsigned char* in = static_cast<const unsigned char*>(src);
-    for (int64_t i = 0; i < numel; ++i) {
-        int64_t rem = i;
-        int64_t off = offset;
-        for (int d = ndim - 1; d >= 0; --d) {
-            off += (rem % shape[d]) * strides[d];
-            rem /= shape[d];
-        }
-        std::memcpy(out + i * elem, in + off * elem, static_cast<size_t>(elem));
-    }
-}
-"#;

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::super::cpp::{element_text, WEIGHTS};
+use super::super::cpp::element_text;
+use crate::codegen::cpp::runtime;
 use super::text::{c_str, ERROR_TEXT, STD_HEADERS};
 use super::{Error, Writer, ABI_VERSION};
 use crate::codegen::cpp::expr::storage_type;
@@ -57,7 +58,7 @@ impl Writer<'_> {
         self.out.push_str(if self.plan.weights.is_empty() {
             ERROR_TEXT
         } else {
-            WEIGHTS
+            runtime::WEIGHTS.body()
         });
         Ok(())
     }

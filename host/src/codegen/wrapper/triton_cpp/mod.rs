@@ -55,7 +55,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::OnceLock;
 
 use super::cpp::layout::Layout;
-use super::cpp::WEIGHTS;
+use crate::codegen::cpp::runtime;
 use crate::codegen::namer::{word_set, Namer, WordSet};
 use crate::codegen::triton::{self, KernelInfo};
 use crate::codegen::weights;
@@ -209,7 +209,7 @@ pub fn reserve(namer: &mut Namer, strings: &Strings) {
     namer.reserve_set(word_set(
         &WORDS,
         &[RESERVED],
-        &[STD_HEADERS, WEIGHTS, text::ERROR_TEXT],
+        &[STD_HEADERS, runtime::WEIGHTS.body(), text::ERROR_TEXT],
     ));
     namer.reserve_identifiers_in(&strings.header);
     namer.reserve_identifiers_in(&strings.driver);

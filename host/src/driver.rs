@@ -516,9 +516,13 @@ impl Artifacts {
         self.scheduled.program.steps.len() - self.kernel_count()
     }
 
-    /// Every file, by name: the generated code, then the debug texts.
+    /// Every file, by name: the generated code, the kernels' runtime it
+    /// imports (Triton kernels), then the debug texts.
     pub fn files(&self) -> Vec<(&'static str, &str)> {
         let mut files = vec![(self.file_name, self.code.as_str())];
+        if matches!(self.info, CodeInfo::Python { .. } | CodeInfo::Aot(_)) {
+            files.push((python::RUNTIME_FILE, python::RUNTIME));
+        }
         if let Some(d) = &self.debug {
             files.extend([
                 ("graph_pre_passes.txt", d.graph_pre_passes.as_str()),

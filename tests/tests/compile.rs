@@ -687,6 +687,11 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
     let edited_code = tmp.path().join("edited").join("output_code.py");
     std::fs::create_dir_all(edited_code.parent().unwrap()).unwrap();
     std::fs::write(&edited_code, edited).unwrap();
+    std::fs::copy(
+        plain.join("kiln_runtime.py"),
+        edited_code.with_file_name("kiln_runtime.py"),
+    )
+    .unwrap();
     let states = runtime(&edited_code, false);
     let compiled: Vec<&str> = states
         .iter()

@@ -254,7 +254,11 @@ fn call_and_report(
 /// runs never see half of it.
 fn compiled_kernels(cache: &std::path::Path, code: &str) -> Result<PathBuf, CliError> {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(code.as_bytes());
+    // The runtime compiles them: a Kiln with another runtime compiles them again.
+    let digest = Sha256::new()
+        .chain_update(code.as_bytes())
+        .chain_update(crate::codegen::wrapper::python::RUNTIME.as_bytes())
+        .finalize();
     let key: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
     let folder = cache.join("kernels").join(&key);
     if folder.join("kernels").join("manifest.json").is_file() {
@@ -264,6 +268,9 @@ fn compiled_kernels(cache: &std::path::Path, code: &str) -> Result<PathBuf, CliE
     let staging = scratch.path();
     let source = staging.join("kernels.py");
     std::fs::write(&source, code).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    let runtime = staging.join(crate::codegen::wrapper::python::RUNTIME_FILE);
+    std::fs::write(&runtime, crate::codegen::wrapper::python::RUNTIME)
+        .map_err(|e| format!("cannot write {}: {e}", runtime.display()))?;
     super::compile::precompile(&source, false)?;
     if let Err(e) = std::fs::rename(staging, &folder) {
         // Another run finished first: its kernels are the same.

@@ -1,12 +1,27 @@
-# Compiling the kernels above ahead of their launches. At import, every kernel not
-# compiled already (in a `kernels/` folder beside this file, written by
-# `host compile --precompile`, or in Kiln's cache, $KILN_CACHE_DIR/triton, by
-# default ~/.cache/kiln/triton) starts compiling in a pool of worker processes, each
-# running this file with --kiln-compile-worker, which imports Triton and not torch.
-# A launch waits only for its own kernel, and compiles it itself when no worker has
-# started it yet. Binaries go to the cache, so a later process loads them and
-# compiles nothing. KILN_COMPILE_WORKERS=N sets the pool's size (0: every kernel is
-# compiled by the process that launches it).
+"""Kiln's kernel runtime: compiles the Triton kernels of a generated file ahead
+of their launches.
+
+`host compile` writes this module beside every `output_code.py` (and a C++
+wrapper's `kernels.py`), which loads it by its path and makes
+`KERNELS = kiln_runtime.KernelSet(globals())` from its own `KERNEL_META` and
+`TRITON_TARGET`. At that moment every kernel not compiled already (in a
+`kernels/` folder beside the file, written by `host compile --precompile`, or in
+Kiln's cache, $KILN_CACHE_DIR/triton, by default ~/.cache/kiln/triton) starts
+compiling in a pool of worker processes, each running the generated file with
+--kiln-compile-worker, which imports Triton and not torch. A launch waits only
+for its own kernel, and compiles it itself when no worker has started it yet.
+Binaries go to the cache, so a later process loads them and compiles nothing.
+KILN_COMPILE_WORKERS=N sets the pool's size (0: every kernel is compiled by the
+process that launches it).
+
+The generated file calls `run_tool(globals())` when run as a script, before it
+imports torch: `python output_code.py --precompile [FOLDER] [--jobs N]`, and the
+workers, are served here. Nothing in this module imports torch.
+
+Kept in Kiln's repository as a Python file (host/src/codegen/wrapper/python/);
+the `host` binary embeds it.
+"""
+
 import sys
 
 
@@ -399,6 +414,17 @@ class _KilnJitLauncher:
         return run
 
 
+TOOL_FLAGS = (KernelSet.WORKER_FLAG, "--precompile")
+
+
+def run_tool(scope):
+    """Serves `python FILE --precompile ...` or a compile worker, for the generated
+    file whose globals are `scope`, and exits; returns when the file was run with
+    neither flag (its own `__main__` goes on)."""
+    if sys.argv[1:2] and sys.argv[1] in TOOL_FLAGS:
+        sys.exit(kernel_tool(scope, sys.argv[1:]))
+
+
 def kernel_tool(scope, argv):
     """`python output_code.py --precompile [FOLDER] [--jobs N]`, or a compile worker."""
     import argparse
@@ -475,7 +501,3 @@ def _kiln_build_launcher(binary, target):
                 return
     except Exception:  # the launching process builds it instead
         pass
-
-
-if __name__ == "__main__" and sys.argv[1:2] in ([KernelSet.WORKER_FLAG], ["--precompile"]):
-    sys.exit(kernel_tool(globals(), sys.argv[1:]))

@@ -14,7 +14,8 @@ worker process (tiny.py run with the worker flag) compiles one too;
 the kernels' keys; a target Triton has no backend for falls back to Triton's
 JIT with a warning, and `--precompile` refuses it; two folders loaded in one
 process keep their own runtimes; a file without its runtime says what is
-missing. Prints `ok: WHAT` per check; exits 1 on the first failure.
+missing; and the wrapper's checks and copies on stand-in tensors. Prints
+`ok: WHAT` per check; exits 1 on the first failure.
 """
 
 import importlib.util
@@ -42,6 +43,62 @@ def check(what, ok, detail=""):
     print(f"ok: {what}")
 
 
+class FakeTensor:
+    """What the wrapper's checks and copies ask of a tensor, without torch."""
+
+    def __init__(self, size, stride, ptr=0):
+        self._size, self._stride, self.ptr, self.copied_from = tuple(size), tuple(stride), ptr, None
+
+    def size(self):
+        return self._size
+
+    def stride(self):
+        return self._stride
+
+    def numel(self):
+        n = 1
+        for d in self._size:
+            n *= d
+        return n
+
+    def data_ptr(self):
+        return self.ptr
+
+    def new_empty_strided(self, size, stride):
+        return FakeTensor(size, stride)
+
+    def copy_(self, other):
+        self.copied_from = other
+        return self
+
+
+def raises(f, *args):
+    """The AssertionError `f(*args)` raises, as text; None if it returns."""
+    try:
+        f(*args)
+    except AssertionError as error:
+        return str(error)
+    return None
+
+
+def wrapper_checks(rt):
+    """assert_size_stride, align_inputs and in_layout on stand-in tensors."""
+    check("a planned layout passes", raises(rt.assert_size_stride, FakeTensor((4, 1), (1, 7)), (4, 1), (1, 1), "a")
+          is None)
+    wrong = raises(rt.assert_size_stride, FakeTensor((4, 8), (1, 4)), (4, 8), (8, 1), "a")
+    check("a transposed input is refused, by name",
+          wrong is not None and wrong.startswith("a: expected size (4, 8) and stride (8, 1)"), wrong)
+    aligned, off = FakeTensor((8,), (1,), ptr=64), FakeTensor((8,), (1,), ptr=68)
+    args = [aligned, off]
+    rt.align_inputs(args, (0, 1))
+    check("a misaligned input is copied, keeping its strides",
+          args[0] is aligned and args[1].copied_from is off and args[1].stride() == (1,))
+    result = FakeTensor((2, 3), (1, 2))
+    check("a result in the planned layout is kept", rt.in_layout(result, (2, 3), (1, 2)) is result)
+    copy = rt.in_layout(result, (2, 3), (3, 1))
+    check("another layout is copied into the planned one", copy.copied_from is result and copy.stride() == (3, 1))
+
+
 def scope_of(module):
     """The module's globals, as the generated file passes them."""
     return dict(vars(module))
@@ -58,6 +115,8 @@ def main():
     check("TRITON_TARGET is a GPUTarget", (target.backend, target.arch, target.warp_size) == ("cuda", 90, 32),
           repr(target))
     check("the cache is $KILN_CACHE_DIR", rt.KernelSet.cache_dir() == cache, rt.KernelSet.cache_dir())
+
+    wrapper_checks(rt)
 
     # Compiled in this process into the cache, then found there by a second set.
     kernels = rt.KernelSet(scope_of(module), workers=0)

@@ -868,5 +868,8 @@ fn a_convolution_result_is_bound_as_its_buffer_not_copied_into_one() {
             "{name}:\n{code}"
         );
     }
-    assert!(code.contains("def in_layout(t, size, stride):"), "{code}");
+    assert!(
+        code.contains("in_layout = kiln_runtime.in_layout\n"),
+        "{code}"
+    );
 }

@@ -16,7 +16,9 @@ process that launches it).
 
 The generated file calls `run_tool(globals())` when run as a script, before it
 imports torch: `python output_code.py --precompile [FOLDER] [--jobs N]`, and the
-workers, are served here. Nothing in this module imports torch.
+workers, are served here. The checks and copies of the wrapper's `call`
+(`assert_size_stride`, `align_inputs`, `in_layout`) are here too. Nothing in this
+module imports torch.
 
 Kept in Kiln's repository as a Python file (host/src/codegen/wrapper/python/);
 the `host` binary embeds it.
@@ -486,6 +488,46 @@ def kernel_tool(scope, argv):
     print(f"{done} of {len(kernels._kernels)} kernel(s) compiled for {target.backend} into "
           f"{args.folder} in {time.perf_counter() - start:.2f} s")
     return 1 if failures else 0
+
+
+# The checks and copies the wrapper's `call` makes, which output_code.py binds as
+# its own globals. They need no import of torch: a copy is made by the tensor's
+# own methods.
+
+
+def assert_size_stride(tensor, size, stride, name):
+    """Raises AssertionError unless `tensor` has the size and the layout the
+    kernels were generated for, as Inductor's wrapper asserts its inputs."""
+    # A dim of size 1 is never stepped along and an empty tensor is never read:
+    # only the strides of the other dims are the layout the kernels index with.
+    got = tuple(tensor.size())
+    steps = tensor.numel() > 0 and any(
+        n > 1 and s != t for n, s, t in zip(got, tensor.stride(), stride))
+    if got != size or steps:
+        raise AssertionError(
+            f"{name}: expected size {size} and stride {stride}, "
+            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
+        )
+
+
+def align_inputs(args, indices):
+    """Copies each of `args[indices]` that is not 16-byte aligned (a view into the
+    middle of a storage) to fresh memory, keeping its strides: the kernels are
+    compiled for aligned pointers, as Triton's JIT would specialize them."""
+    for i in indices:
+        x = args[i]
+        if x.data_ptr() % 16:
+            args[i] = x.new_empty_strided(x.size(), x.stride()).copy_(x)
+
+
+def in_layout(t, size, stride):
+    """An extern kernel's result (ATen's convolution) as the buffer the kernels
+    were generated for: `t` itself where ATen chose the planned strides (cuDNN
+    may answer channels-last), as Inductor binds `extern_kernels.convolution`'s
+    result, else a copy in them."""
+    if t.stride() == stride:
+        return t
+    return t.new_empty_strided(size, stride).copy_(t)
 
 
 def _kiln_build_launcher(binary, target):

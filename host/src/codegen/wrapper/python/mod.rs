@@ -353,8 +353,8 @@ if __name__ == "__main__":
     kiln_runtime.run_tool(globals())
 "#;
 
-/// The wrapper's imports and module-level definitions, after the kernels'
-/// runtime: everything from here on needs torch.
+/// The wrapper's imports and module-level definitions, after the loading of
+/// the kernels' runtime: everything from here on needs torch.
 fn torch_part(
     out: &mut String,
     strings: &DeviceStrings,
@@ -375,47 +375,17 @@ fn torch_part(
     )?;
     writeln!(out, "KERNELS = kiln_runtime.KernelSet(globals())")?;
     out.push_str(FAST_PATHS);
-    writeln!(out)?;
-    writeln!(out)?;
-    out.push_str(ASSERT_SIZE_STRIDE);
+    // The checks and copies `call` makes are the runtime's, bound here so
+    // that `call` reads them as globals.
+    writeln!(out, "assert_size_stride = kiln_runtime.assert_size_stride")?;
     if align {
-        writeln!(out)?;
-        writeln!(out)?;
-        out.push_str(ALIGN_INPUTS);
+        writeln!(out, "align_inputs = kiln_runtime.align_inputs")?;
     }
     if convs {
-        writeln!(out)?;
-        writeln!(out)?;
-        out.push_str(IN_LAYOUT);
+        writeln!(out, "in_layout = kiln_runtime.in_layout")?;
     }
     Ok(())
 }
-
-/// The asserts `call` makes on its inputs, as Inductor's wrapper does.
-const ASSERT_SIZE_STRIDE: &str = r#"def assert_size_stride(tensor, size, stride, name):
-    # A dim of size 1 is never stepped along and an empty tensor is never read:
-    # only the strides of the other dims are the layout the kernels index with.
-    got = tuple(tensor.size())
-    steps = tensor.numel() > 0 and any(
-        n > 1 and s != t for n, s, t in zip(got, tensor.stride(), stride))
-    if got != size or steps:
-        raise AssertionError(
-            f"{name}: expected size {size} and stride {stride}, "
-            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
-        )
-"#;
-
-/// `align_inputs(args, indices)`: the kernels are compiled for 16-byte aligned
-/// pointers (as Triton's JIT would specialize them), so an input that is not
-/// aligned is copied, keeping its strides, before `call` unpacks it.
-const ALIGN_INPUTS: &str = r#"def align_inputs(args, indices):
-    # Kernels assume 16-byte aligned pointers: a misaligned input (a view into the
-    # middle of a storage) is copied to fresh memory, keeping its strides.
-    for i in indices:
-        x = args[i]
-        if x.data_ptr() % 16:
-            args[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-"#;
 
 /// The allocations and views `call` makes per step, through the C++ functions
 /// Inductor's wrappers call (a few microseconds less a call than the Python
@@ -430,18 +400,6 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-"#;
-
-/// `in_layout(t, size, stride)`: an extern kernel's result (ATen's
-/// convolution) as the buffer the kernels were generated for. ATen picks the
-/// result's layout (cuDNN may answer channels-last); where it is the planned
-/// one the result is the buffer itself, with no copy, as Inductor binds
-/// `extern_kernels.convolution`'s result.
-const IN_LAYOUT: &str = r#"def in_layout(t, size, stride):
-    # The result itself where ATen chose the planned strides, else a copy in them.
-    if t.stride() == stride:
-        return t
-    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 "#;
 
 /// The constants some step or output reads, in buffer order.

@@ -90,28 +90,8 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-
-
-def assert_size_stride(tensor, size, stride, name):
-    # A dim of size 1 is never stepped along and an empty tensor is never read:
-    # only the strides of the other dims are the layout the kernels index with.
-    got = tuple(tensor.size())
-    steps = tensor.numel() > 0 and any(
-        n > 1 and s != t for n, s, t in zip(got, tensor.stride(), stride))
-    if got != size or steps:
-        raise AssertionError(
-            f"{name}: expected size {size} and stride {stride}, "
-            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
-        )
-
-
-def align_inputs(args, indices):
-    # Kernels assume 16-byte aligned pointers: a misaligned input (a view into the
-    # middle of a storage) is copied to fresh memory, keeping its strides.
-    for i in indices:
-        x = args[i]
-        if x.data_ptr() % 16:
-            args[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+assert_size_stride = kiln_runtime.assert_size_stride
+align_inputs = kiln_runtime.align_inputs
 
 
 def call(args):

@@ -9,7 +9,8 @@ literal ``KERNEL_META`` dict: for every kernel, its argument signature (Triton
 type strings such as ``*fp32`` or ``i32``), its ``constexpr`` values, and the
 launch's ``num_warps`` and ``num_stages``. This script reads them through
 Python's ``ast`` module (it never runs the wrapper, which needs torch and a
-device), and for each file:
+device, nor loads the kernels' runtime, ``kiln_runtime.py`` beside the file:
+a file checks on its own), and for each file:
 
 - checks the wrapper's scope: ``call`` binds every local once, reads none
   before it is bound or after it is deleted, and no local shadows a

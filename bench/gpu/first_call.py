@@ -99,7 +99,7 @@ def copy_without_binaries(case: Path, into: Path) -> Path:
     """The case's generated files, without kernels/: what a plain `host compile` writes."""
     into.mkdir(parents=True)
     for f in case.iterdir():
-        if f.is_file() and (f.name == "output_code.py" or f.suffix == ".safetensors"):
+        if f.is_file() and (f.name in ("output_code.py", "kiln_runtime.py") or f.suffix == ".safetensors"):
             shutil.copy(f, into / f.name)
     return into / "output_code.py"
 

@@ -499,12 +499,19 @@ impl Artifacts {
         self.scheduled.program.steps.len() - self.kernel_count()
     }
 
-    /// Every file, by name: the generated code, the C++ runtime's headers it
-    /// includes (`kiln/*.h`, for a C++ device), then the debug texts.
+    /// Every file, by name: the generated code, the runtime it uses (the
+    /// kernels' Python runtime it imports, for a Triton device; the C++
+    /// runtime's headers it includes, `kiln/*.h`, for a C++ device), then the
+    /// debug texts.
     pub fn files(&self) -> Vec<(&'static str, &str)> {
         let mut files = vec![(self.file_name, self.code.as_str())];
-        if let CodeInfo::Cpp { .. } = self.info {
-            files.extend(cpp::runtime::HEADERS.map(|h| (h.path, h.text)));
+        match self.info {
+            CodeInfo::Cpp { .. } => {
+                files.extend(cpp::runtime::HEADERS.map(|h| (h.path, h.text)));
+            }
+            CodeInfo::Python { .. } | CodeInfo::TritonCpp(_) => {
+                files.push((python::RUNTIME_FILE, python::RUNTIME));
+            }
         }
         if let Some(d) = &self.debug {
             files.extend([

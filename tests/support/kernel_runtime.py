@@ -4,7 +4,8 @@
 Usage: kernel_runtime.py OUTPUT_CODE [--no-compile-here]
 
 Runs the part of the file before the wrapper (the kernels, KERNEL_META and the
-runtime; it needs only Triton), builds its KernelSet as an import does, and
+loading of kiln_runtime.py beside it; it needs only Triton), builds the
+runtime's KernelSet as an import does, and
 gets every kernel's binary as a first launch would. Checks that each is kept
 in $KILN_CACHE_DIR/triton. Prints one line per kernel: NAME, then `found` when
 the cache held it as the KernelSet was made, else `compiled` (by the worker
@@ -28,7 +29,7 @@ def main() -> int:
     scope = {"__file__": path, "__name__": "kiln_kernel_runtime_test"}
     # Compiled under the file's own name: the kernels' source lines are the file's.
     exec(compile(head, path, "exec"), scope)
-    kernel_set = scope["KernelSet"]
+    kernel_set = scope["kiln_runtime"].KernelSet
     if strict:
         def no_compile(*args):
             raise AssertionError("compiled a kernel the cache holds")

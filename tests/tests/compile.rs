@@ -687,6 +687,11 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
     let edited_code = tmp.path().join("edited").join("output_code.py");
     std::fs::create_dir_all(edited_code.parent().unwrap()).unwrap();
     std::fs::write(&edited_code, edited).unwrap();
+    std::fs::copy(
+        plain.join("kiln_runtime.py"),
+        edited_code.with_file_name("kiln_runtime.py"),
+    )
+    .unwrap();
     let states = runtime(&edited_code, false);
     let compiled: Vec<&str> = states
         .iter()
@@ -864,5 +869,8 @@ fn a_convolution_result_is_bound_as_its_buffer_not_copied_into_one() {
             "{name}:\n{code}"
         );
     }
-    assert!(code.contains("def in_layout(t, size, stride):"), "{code}");
+    assert!(
+        code.contains("in_layout = kiln_runtime.in_layout\n"),
+        "{code}"
+    );
 }

@@ -203,8 +203,13 @@ pub fn precompile(code: &Path, for_wrapper: bool) -> Result<String, Error> {
 /// when it compiled them now: compiled when absent, in a folder of its own
 /// renamed into place, so that concurrent runs never see half of it.
 fn cached_kernels(cache: &Path, code: &str) -> Result<(PathBuf, Option<String>), Error> {
+    use crate::codegen::wrapper::python::{RUNTIME, RUNTIME_FILE};
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(code.as_bytes());
+    // The runtime compiles them: a Kiln with another runtime compiles them again.
+    let digest = Sha256::new()
+        .chain_update(code.as_bytes())
+        .chain_update(RUNTIME.as_bytes())
+        .finalize();
     let key: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
     let folder = cache.join("kernels").join(&key);
     let compiled = folder.join("kernels");
@@ -218,6 +223,12 @@ fn cached_kernels(cache: &Path, code: &str) -> Result<(PathBuf, Option<String>),
         what: "write",
         path: source.clone(),
         source: source_error,
+    })?;
+    let runtime = staging.join(RUNTIME_FILE);
+    std::fs::write(&runtime, RUNTIME).map_err(|source| Error::Io {
+        what: "write",
+        path: runtime.clone(),
+        source,
     })?;
     let report = precompile(&source, true)?;
     if let Err(source) = std::fs::rename(staging, &folder) {

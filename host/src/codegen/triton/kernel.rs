@@ -764,35 +764,47 @@ kiln_autotune_cache = (
 ";
 
 /// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines,
-/// PyTorch's floor division, online softmax).
-pub(super) const HELPERS: &str = "@triton.jit
+/// PyTorch's floor division, online softmax), by name, in the order they are
+/// written: a file holds those its kernels call ([`super::used_helpers`]).
+pub(super) const HELPERS: &[(&str, &str)] = &[
+    (
+        "kiln_online_softmax_update",
+        r#"@triton.jit
 def kiln_online_softmax_update(m, s, v):
     # One step of an online softmax: the running max m and the sum s of
     # exp(value - m), per lane, after seeing v (-inf where masked off).
     m_new = tl.maximum(m, v, propagate_nan=tl.PropagateNan.ALL)
-    base = tl.where(m_new == float(\"-inf\"), 0.0, m_new)
+    base = tl.where(m_new == float("-inf"), 0.0, m_new)
     return m_new, s * libdevice.exp(m - base) + libdevice.exp(v - base)
-
-
-@triton.jit
+"#,
+    ),
+    (
+        "kiln_online_softmax_finish",
+        r#"@triton.jit
 def kiln_online_softmax_finish(m, s):
     # The row's max, and its sum of exp(value - max), from the lanes' running ones.
     m_row = tl.reduce(m, 1, kiln_max_combine)[:, None]
-    base = tl.where(m_row == float(\"-inf\"), 0.0, m_row)
+    base = tl.where(m_row == float("-inf"), 0.0, m_row)
     return m_row, tl.sum(s * libdevice.exp(m - base), 1)[:, None]
-
-
-@triton.jit
+"#,
+    ),
+    (
+        "kiln_max_combine",
+        r#"@triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
+"#,
+    ),
+    (
+        "kiln_min_combine",
+        r#"@triton.jit
 def kiln_min_combine(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
+"#,
+    ),
+    (
+        "kiln_floor_quotient",
+        r#"@triton.jit
 def kiln_floor_quotient(a, b, mod, div, quotient):
     # PyTorch's floating floor division from the exact remainder `mod`, the quotient
     # `div` of a - mod, and a / b (both correctly rounded).
@@ -801,19 +813,25 @@ def kiln_floor_quotient(a, b, mod, div, quotient):
     floordiv = tl.where(div - floordiv > 0.5, floordiv + 1, floordiv)
     floordiv = tl.where(div != 0, floordiv, quotient * 0.0)
     return tl.where(b == 0, quotient, floordiv)
-
-
-@triton.jit
+"#,
+    ),
+    (
+        "kiln_div_floor",
+        r#"@triton.jit
 def kiln_div_floor(a, b):
     mod = libdevice.fmod(a, b)
     return kiln_floor_quotient(a, b, mod, tl.div_rn(a - mod, b), tl.div_rn(a, b))
-
-
-@triton.jit
+"#,
+    ),
+    (
+        "kiln_div_floor64",
+        r#"@triton.jit
 def kiln_div_floor64(a, b):
     mod = libdevice.fmod(a, b)
     return kiln_floor_quotient(a, b, mod, (a - mod) / b, a / b)
-";
+"#,
+    ),
+];
 
 /// An index as a pointer offset that is always a block. A constant index (a 0-d
 /// tensor, a broadcast single element) would otherwise make a scalar pointer, and

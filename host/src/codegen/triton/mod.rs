@@ -112,21 +112,58 @@ pub fn write(
     })?;
     let (texts, info) = share_identical(texts, info);
     let attention = attention::write(program, heuristics, namer)?;
-    let mut source = String::from(kernel::HELPERS);
+    let calling: Vec<&str> = texts
+        .iter()
+        .map(String::as_str)
+        .chain([attention.source.as_str()])
+        .collect();
+    let mut parts: Vec<&str> = used_helpers(&calling);
     if options.autotune && info.iter().any(|k| k.candidates.len() > 1) {
-        source.push_str("\n\n");
-        source.push_str(kernel::AUTOTUNE_CACHE);
+        parts.push(kernel::AUTOTUNE_CACHE);
     }
-    for text in texts {
-        source.push_str("\n\n");
-        source.push_str(&text);
-    }
-    source.push_str(&attention.source);
+    parts.extend(texts.iter().map(String::as_str));
+    let mut source = parts.join("\n\n");
+    // Each attention kernel's text starts with the blank lines before it.
+    let attention_text = if source.is_empty() {
+        attention.source.trim_start_matches('\n')
+    } else {
+        &attention.source
+    };
+    source.push_str(attention_text);
     Ok(Kernels {
         source,
         info,
         attention,
     })
+}
+
+/// The text of every helper of [`kernel::HELPERS`] that `texts` call, or that
+/// a helper they call calls, in the helpers' order: a file holds only the
+/// helpers its kernels use.
+fn used_helpers(texts: &[&str]) -> Vec<&'static str> {
+    let mut used = vec![false; kernel::HELPERS.len()];
+    let mut callers: Vec<&str> = texts.to_vec();
+    while let Some(text) = callers.pop() {
+        for (i, (name, helper)) in kernel::HELPERS.iter().enumerate() {
+            if !used[i] && calls(text, name) {
+                used[i] = true;
+                callers.push(helper);
+            }
+        }
+    }
+    kernel::HELPERS
+        .iter()
+        .zip(used)
+        .filter(|(_, used)| *used)
+        .map(|((_, text), _)| *text)
+        .collect()
+}
+
+/// Whether `text` names the identifier `name` as a whole word outside its
+/// own definition (`def name(`).
+fn calls(text: &str, name: &str) -> bool {
+    let own = format!("def {name}(");
+    replace_word(&text.replace(&own, ""), name, "\u{0}").contains('\u{0}')
 }
 
 /// Keeps one kernel of each set of identical ones (the same text but for the
@@ -185,7 +222,7 @@ fn replace_word(text: &str, word: &str, with: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::replace_word;
+    use super::{kernel, replace_word, used_helpers};
 
     #[test]
     fn only_whole_words_are_replaced() {
@@ -194,5 +231,35 @@ mod tests {
             "def @(a): k_10(@)  # @"
         );
         assert_eq!(replace_word("xk_1 k_1x", "k_1", "@"), "xk_1 k_1x");
+    }
+
+    #[test]
+    fn a_file_holds_the_helpers_its_kernels_call_and_theirs() {
+        let names = |texts: &[&str]| -> Vec<String> {
+            used_helpers(texts)
+                .iter()
+                .map(|t| t.split(['(', ' ']).nth(1).unwrap_or_default().to_string())
+                .collect()
+        };
+        assert!(names(&["def k(x):\n    return x + kiln_max_combine_0\n"]).is_empty());
+        assert_eq!(
+            names(&["    q = kiln_div_floor(a, b)\n"]),
+            ["kiln_floor_quotient", "kiln_div_floor"]
+        );
+        assert_eq!(
+            names(&[
+                "    m, s = kiln_online_softmax_finish(m, s)\n",
+                "kiln_min_combine"
+            ]),
+            [
+                "kiln_online_softmax_finish",
+                "kiln_max_combine",
+                "kiln_min_combine"
+            ]
+        );
+        // Each entry is the definition of the name it is found by.
+        for (name, text) in kernel::HELPERS {
+            assert!(text.contains(&format!("def {name}(")), "{name}");
+        }
     }
 }

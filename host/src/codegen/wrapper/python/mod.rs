@@ -8,6 +8,11 @@
 //! Every device-specific line comes from the plugin's `DeviceOpOverrides`
 //! strings ([`DeviceStrings`]); every name from the graph goes through the
 //! [`Namer`], after [`reserve`] has taken every name this file binds.
+//!
+//! The kernels' runtime (`KernelSet`, the compile workers, `--precompile`) is
+//! not generated: it is the Python module `kiln_runtime.py` of this folder
+//! ([`RUNTIME`]), written beside the generated file as [`RUNTIME_FILE`] and
+//! loaded by its path ([`RUNTIME_LOADER`]).
 
 mod call;
 
@@ -100,6 +105,8 @@ pub const RESERVED: &[&str] = &[
     "KERNEL_META",
     "TRITON_TARGET",
     "KERNELS",
+    "kiln_runtime",
+    "_kiln_runtime",
     "align_inputs",
     "in_layout",
     "_GUARDS",
@@ -133,27 +140,9 @@ pub const RESERVED: &[&str] = &[
 pub fn reserve(namer: &mut Namer, strings: &DeviceStrings) {
     static WORDS: OnceLock<WordSet> = OnceLock::new();
     namer.reserve_set(word_set(&WORDS, &[triton::RESERVED, RESERVED], &[]));
-    for name in runtime_names() {
-        namer.reserve(name);
-    }
     for code in strings.code() {
         namer.reserve_identifiers_in(code);
     }
-}
-
-/// The names the kernels' runtime binds at module level: its imports,
-/// classes and functions.
-fn runtime_names() -> impl Iterator<Item = &'static str> {
-    KERNEL_RUNTIME.lines().filter_map(|line| {
-        let rest = line
-            .strip_prefix("def ")
-            .or_else(|| line.strip_prefix("class "))
-            .or_else(|| line.strip_prefix("import "))?;
-        let end = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
-        Some(&rest[..end])
-    })
 }
 
 /// `torch.float32`-style names.
@@ -213,7 +202,7 @@ pub fn write(
     write_meta(&mut out, &kernels.info, &kernels.attention.kernels)?;
     writeln!(out)?;
     writeln!(out)?;
-    out.push_str(KERNEL_RUNTIME);
+    out.push_str(RUNTIME_LOADER);
     let aligned = call::aligned_inputs(p, &kernels.info, &kernels.attention.launches);
     let convs = p
         .steps
@@ -240,8 +229,9 @@ pub fn write(
 }
 
 /// `kernels.py` for the C++ wrapper of a Triton device: the kernels, their
-/// `KERNEL_META` and `TRITON_TARGET`, and the kernels' runtime, whose
-/// `--precompile` compiles them into `kernels/` (nothing here needs torch).
+/// `KERNEL_META` and `TRITON_TARGET`, and the loading of the kernels'
+/// runtime ([`RUNTIME_FILE`], written beside it), whose `--precompile`
+/// compiles them into `kernels/` (nothing here needs torch).
 pub fn kernels_module(
     p: &Program,
     kernels: &triton::Kernels,
@@ -273,7 +263,7 @@ pub fn kernels_module(
     write_meta(&mut out, &kernels.info, &kernels.attention.kernels)?;
     writeln!(out)?;
     writeln!(out)?;
-    out.push_str(KERNEL_RUNTIME);
+    out.push_str(RUNTIME_LOADER);
     Ok(out)
 }
 
@@ -319,12 +309,52 @@ fn header(out: &mut String, p: &Program, strings: &DeviceStrings) -> std::fmt::R
     writeln!(out)
 }
 
-/// `kernels.py`: compiling the kernels ahead of their launches, in worker
-/// processes (and `--precompile`). Pasted into every `output_code.py`.
-pub const KERNEL_RUNTIME: &str = include_str!("kernels.py");
+/// The kernels' runtime: `KernelSet`, compiling the kernels ahead of their
+/// launches in worker processes, and `--precompile`. A Python module kept as
+/// a Python file (`kiln_runtime.py` of this folder), written beside every
+/// generated file as [`RUNTIME_FILE`].
+pub const RUNTIME: &str = include_str!("kiln_runtime.py");
 
-/// The wrapper's imports and module-level definitions, after the kernels'
-/// runtime: everything from here on needs torch.
+/// The name of [`RUNTIME`]'s file beside `output_code.py` or `kernels.py`.
+pub const RUNTIME_FILE: &str = "kiln_runtime.py";
+
+/// How a generated file gets [`RUNTIME`]: by the path of the file beside it,
+/// so that it is found from any working folder without touching `sys.path`,
+/// and under a module name of its own per path, so that two generated
+/// folders loaded in one process (from different Kiln builds, say) each keep
+/// their own runtime. Run as a script, the file serves `--precompile` and the
+/// compile workers here, before the wrapper imports torch.
+pub const RUNTIME_LOADER: &str = r#"def _kiln_runtime():
+    # kiln_runtime.py, which `host compile` writes beside this file: KernelSet,
+    # compiling the kernels ahead of their launches, and --precompile.
+    import importlib.util
+    import os
+    import sys
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kiln_runtime.py")
+    name = "kiln_runtime:" + path
+    if name not in sys.modules:
+        if not os.path.isfile(path):
+            raise ImportError(f"Kiln: {path} is missing; `host compile` writes it beside "
+                              f"{os.path.basename(__file__)}: keep the files together, or compile again")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+kiln_runtime = _kiln_runtime()
+if __name__ == "__main__":
+    kiln_runtime.run_tool(globals())
+"#;
+
+/// The wrapper's imports and module-level definitions, after the loading of
+/// the kernels' runtime: everything from here on needs torch.
 fn torch_part(
     out: &mut String,
     strings: &DeviceStrings,
@@ -343,49 +373,19 @@ fn torch_part(
         "DEVICE = torch.device(\"{}\", {})",
         strings.device, options.device_index
     )?;
-    writeln!(out, "KERNELS = KernelSet(globals())")?;
+    writeln!(out, "KERNELS = kiln_runtime.KernelSet(globals())")?;
     out.push_str(FAST_PATHS);
-    writeln!(out)?;
-    writeln!(out)?;
-    out.push_str(ASSERT_SIZE_STRIDE);
+    // The checks and copies `call` makes are the runtime's, bound here so
+    // that `call` reads them as globals.
+    writeln!(out, "assert_size_stride = kiln_runtime.assert_size_stride")?;
     if align {
-        writeln!(out)?;
-        writeln!(out)?;
-        out.push_str(ALIGN_INPUTS);
+        writeln!(out, "align_inputs = kiln_runtime.align_inputs")?;
     }
     if convs {
-        writeln!(out)?;
-        writeln!(out)?;
-        out.push_str(IN_LAYOUT);
+        writeln!(out, "in_layout = kiln_runtime.in_layout")?;
     }
     Ok(())
 }
-
-/// The asserts `call` makes on its inputs, as Inductor's wrapper does.
-const ASSERT_SIZE_STRIDE: &str = r#"def assert_size_stride(tensor, size, stride, name):
-    # A dim of size 1 is never stepped along and an empty tensor is never read:
-    # only the strides of the other dims are the layout the kernels index with.
-    got = tuple(tensor.size())
-    steps = tensor.numel() > 0 and any(
-        n > 1 and s != t for n, s, t in zip(got, tensor.stride(), stride))
-    if got != size or steps:
-        raise AssertionError(
-            f"{name}: expected size {size} and stride {stride}, "
-            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
-        )
-"#;
-
-/// `align_inputs(args, indices)`: the kernels are compiled for 16-byte aligned
-/// pointers (as Triton's JIT would specialize them), so an input that is not
-/// aligned is copied, keeping its strides, before `call` unpacks it.
-const ALIGN_INPUTS: &str = r#"def align_inputs(args, indices):
-    # Kernels assume 16-byte aligned pointers: a misaligned input (a view into the
-    # middle of a storage) is copied to fresh memory, keeping its strides.
-    for i in indices:
-        x = args[i]
-        if x.data_ptr() % 16:
-            args[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-"#;
 
 /// The allocations and views `call` makes per step, through the C++ functions
 /// Inductor's wrappers call (a few microseconds less a call than the Python
@@ -400,18 +400,6 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-"#;
-
-/// `in_layout(t, size, stride)`: an extern kernel's result (ATen's
-/// convolution) as the buffer the kernels were generated for. ATen picks the
-/// result's layout (cuDNN may answer channels-last); where it is the planned
-/// one the result is the buffer itself, with no copy, as Inductor binds
-/// `extern_kernels.convolution`'s result.
-const IN_LAYOUT: &str = r#"def in_layout(t, size, stride):
-    # The result itself where ATen chose the planned strides, else a copy in them.
-    if t.stride() == stride:
-        return t
-    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 "#;
 
 /// The constants some step or output reads, in buffer order.
@@ -594,7 +582,7 @@ fn write_meta(
     )?;
     writeln!(
         out,
-        "# (KernelSet below; tools/check_triton.py) without running the wrapper."
+        "# (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper."
     )?;
     writeln!(out, "KERNEL_META = {{")?;
     let mut written = std::collections::HashSet::new();
@@ -726,29 +714,25 @@ if __name__ == "__main__":
 
 #[cfg(test)]
 mod tests {
-    use super::{py_str, runtime_names, KERNEL_RUNTIME};
+    use super::{py_str, RESERVED, RUNTIME, RUNTIME_FILE, RUNTIME_LOADER};
 
     #[test]
-    fn the_runtime_s_module_level_names_are_reserved() {
-        let names: Vec<&str> = runtime_names().collect();
-        for name in [
-            "sys",
-            "KernelSet",
-            "_KilnKernel",
-            "_KilnJitLauncher",
-            "kernel_tool",
-        ] {
-            assert!(names.contains(&name), "{name} not in {names:?}");
+    fn the_loader_s_module_level_names_are_reserved_and_it_loads_the_runtime_s_file() {
+        // Every module-level line binds a name with `def` or `=`, or is the `if`.
+        for line in RUNTIME_LOADER.lines() {
+            if line.is_empty() || line.starts_with([' ', '#']) || line.starts_with("if ") {
+                continue;
+            }
+            let rest = line.strip_prefix("def ").unwrap_or(line);
+            let name = rest
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or_default();
+            assert!(RESERVED.contains(&name), "`{name}` is not reserved: {line}");
         }
-        // Every module-level statement is a def, a class, an import or the tool's `if`.
-        for line in KERNEL_RUNTIME.lines() {
-            let top = !line.is_empty() && !line.starts_with([' ', '#', ')']);
-            assert!(
-                !top || ["def ", "class ", "import ", "if __name__"]
-                    .iter()
-                    .any(|p| line.starts_with(p)),
-                "a module-level line the namer does not know: {line}"
-            );
+        assert!(RUNTIME_LOADER.contains(&format!("\"{RUNTIME_FILE}\"")));
+        for name in ["class KernelSet:", "def run_tool(scope):"] {
+            assert!(RUNTIME.contains(name), "the runtime has no `{name}`");
         }
     }
 

@@ -6,56 +6,6 @@ from triton.language.extra import libdevice
 
 
 @triton.jit
-def kiln_online_softmax_update(m, s, v):
-    # One step of an online softmax: the running max m and the sum s of
-    # exp(value - m), per lane, after seeing v (-inf where masked off).
-    m_new = tl.maximum(m, v, propagate_nan=tl.PropagateNan.ALL)
-    base = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, s * libdevice.exp(m - base) + libdevice.exp(v - base)
-
-
-@triton.jit
-def kiln_online_softmax_finish(m, s):
-    # The row's max, and its sum of exp(value - max), from the lanes' running ones.
-    m_row = tl.reduce(m, 1, kiln_max_combine)[:, None]
-    base = tl.where(m_row == float("-inf"), 0.0, m_row)
-    return m_row, tl.sum(s * libdevice.exp(m - base), 1)[:, None]
-
-
-@triton.jit
-def kiln_max_combine(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def kiln_min_combine(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def kiln_floor_quotient(a, b, mod, div, quotient):
-    # PyTorch's floating floor division from the exact remainder `mod`, the quotient
-    # `div` of a - mod, and a / b (both correctly rounded).
-    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
-    floordiv = libdevice.floor(div)
-    floordiv = tl.where(div - floordiv > 0.5, floordiv + 1, floordiv)
-    floordiv = tl.where(div != 0, floordiv, quotient * 0.0)
-    return tl.where(b == 0, quotient, floordiv)
-
-
-@triton.jit
-def kiln_div_floor(a, b):
-    mod = libdevice.fmod(a, b)
-    return kiln_floor_quotient(a, b, mod, tl.div_rn(a - mod, b), tl.div_rn(a, b))
-
-
-@triton.jit
-def kiln_div_floor64(a, b):
-    mod = libdevice.fmod(a, b)
-    return kiln_floor_quotient(a, b, mod, (a - mod) / b, a / b)
-
-
-@triton.jit
 def kiln_poi_fused_relu_add_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 16777216
     xbase = tl.arange(0, XBLOCK)
@@ -85,494 +35,40 @@ def kiln_poi_fused_add_1(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexp
 # The Triton target (GPUTarget) the kernels are generated for, from the device plugin.
 TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
-# (KernelSet below; tools/check_triton.py) without running the wrapper.
+# (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
     "kiln_poi_fused_relu_add_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_poi_fused_add_1": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
 }
 
 
-# Compiling the kernels above ahead of their launches. At import, every kernel not
-# compiled already (in a `kernels/` folder beside this file, written by
-# `host compile --precompile`, or in Kiln's cache, $KILN_CACHE_DIR/triton, by
-# default ~/.cache/kiln/triton) starts compiling in a pool of worker processes, each
-# running this file with --kiln-compile-worker, which imports Triton and not torch.
-# A launch waits only for its own kernel, and compiles it itself when no worker has
-# started it yet. Binaries go to the cache, so a later process loads them and
-# compiles nothing. KILN_COMPILE_WORKERS=N sets the pool's size (0: every kernel is
-# compiled by the process that launches it).
-import sys
-
-
-class KernelSet:
-    """The kernels of KERNEL_META, compiled ahead of time, by name:
-    `KERNELS.name[grid](*args, stream=stream)` with every parameter in order.
-    Autotuned kernels are not in it: `triton.autotune` compiles them as it
-    benchmarks them."""
-
-    WORKER_FLAG = "--kiln-compile-worker"
-
-    def __init__(self, scope, target=None, folders=None, store=None, workers=None):
-        import collections
-        import os
-        import threading
-
-        self._scope = scope
-        self._path = scope.get("__file__")
-        self._lock = threading.Lock()
-        self._queue = collections.deque()
-        self._kernels = {}
-        self._target = target
-        self._checked = target is not None
-        if folders is None:
-            folders = [os.path.join(KernelSet.cache_dir(), "triton")]
-            if self._path:
-                folders.insert(0, os.path.join(os.path.dirname(os.path.abspath(self._path)), "kernels"))
-        self._folders = folders
-        self._store = store or folders[-1]
-        self._helpers = KernelSet.helpers_digest(scope)
-        for name, meta in scope["KERNEL_META"].items():
-            if not meta.get("autotuned"):
-                kernel = _KilnKernel(self, name, scope[name], meta)
-                self._kernels[name] = kernel
-                setattr(self, name, kernel)
-        try:
-            if self._target is None:
-                self._target = KernelSet.target(scope["TRITON_TARGET"])
-            pending = []
-            for kernel in self._kernels.values():
-                kernel.key = self._key(kernel)
-                kernel.folder = self._find(kernel)
-                if kernel.folder is None:
-                    pending.append(kernel)
-        except Exception as error:  # no Triton backend for the target here
-            self._failed(error)
-            return
-        if workers is None:
-            workers = os.environ.get("KILN_COMPILE_WORKERS", "")
-            workers = int(workers) if workers.isdigit() else max(1, KernelSet.cpus() - 1)
-        workers = min(workers, len(pending)) if self._path and os.path.isfile(self._path) else 0
-        for kernel in pending:
-            kernel.state = "queued"
-            self._queue.append(kernel)
-        for _ in range(workers):
-            threading.Thread(target=self._serve, daemon=True).start()
-        # Binaries from a --precompile folder come without Triton's host-side launchers,
-        # which it builds with the C compiler at each kernel's first launch: build them
-        # now, side by side (the compiler runs outside the GIL).
-        ahead = collections.deque(
-            k for k in self._kernels.values()
-            if k.folder and len(self._folders) > 1 and not k.folder.startswith(self._folders[-1]))
-        for _ in range(min(len(ahead), KernelSet.cpus()) if len(ahead) > 1 else 0):
-            threading.Thread(target=self._prepare, args=(ahead,), daemon=True).start()
-
-    @staticmethod
-    def cpus():
-        import os
-
-        try:
-            return len(os.sched_getaffinity(0))
-        except AttributeError:
-            return os.cpu_count() or 1
-
-    @staticmethod
-    def cache_dir():
-        """$KILN_CACHE_DIR, else ~/.cache/kiln (as `host` caches its libraries)."""
-        import os
-        import tempfile
-
-        if os.environ.get("KILN_CACHE_DIR"):
-            return os.environ["KILN_CACHE_DIR"]
-        home = os.environ.get("HOME")
-        return os.path.join(home, ".cache", "kiln") if home else os.path.join(tempfile.gettempdir(), "kiln-cache")
-
-    @staticmethod
-    def running_target():
-        """The target of the device this process runs on, as Triton's JIT sees it."""
-        try:
-            from triton.runtime import driver
-
-            return driver.active.get_current_target()
-        except Exception:  # no device: the binaries' target stands
-            return None
-
-    @staticmethod
-    def target(spec):
-        """Triton's GPUTarget from TRITON_TARGET's fields."""
-        import json
-
-        from triton.backends.compiler import GPUTarget
-
-        if spec is None:
-            raise RuntimeError("the device plugin names no Triton target")
-        arch = spec["arch"]
-        if arch.isdigit():
-            arch = int(arch)
-        elif arch.startswith("{"):
-            arch = json.loads(arch)
-        return GPUTarget(spec["backend"], arch, spec["warp_size"])
-
-    @staticmethod
-    def helpers_digest(scope):
-        """A digest of the source of every @triton.jit function that is not a kernel
-        of KERNEL_META: the helpers kernels call."""
-        import hashlib
-
-        from triton.runtime.jit import JITFunction
-
-        meta = scope["KERNEL_META"]
-        sources = sorted(v.src for k, v in scope.items() if isinstance(v, JITFunction) and k not in meta)
-        return hashlib.sha256("\0".join(sources).encode()).hexdigest()
-
-    def _key(self, kernel):
-        """The binary's name in the folders: the kernel's name and a digest of its
-        source and the helpers' (as the file has them now), signature, constants,
-        alignment, launch options, target, Triton's version and the environment
-        Triton compiles by."""
-        import hashlib
-        import json
-
-        import triton
-        import triton.compiler.compiler as compiler
-
-        environment = getattr(compiler, "get_cache_invalidating_env_vars", dict)()
-        t = self._target
-        text = json.dumps(
-            [kernel.jit.src, self._helpers, kernel.meta, t.backend, t.arch, t.warp_size, triton.__version__,
-             sorted(environment.items())],
-            sort_keys=True, default=str)
-        return f"{kernel.name}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
-
-    def _find(self, kernel):
-        import os
-
-        for folder in self._folders:
-            path = os.path.join(folder, kernel.key)
-            if os.path.isfile(os.path.join(path, kernel.name + ".json")):
-                return path
-        return None
-
-    @staticmethod
-    def source(jit, meta, target):
-        """Triton's ASTSource for the kernel as KERNEL_META launches it."""
-        from triton.compiler import ASTSource, make_backend
-
-        signature, constants = meta["signature"], meta["constants"]
-        names = list(jit.arg_names)
-        # Constants may sit anywhere among the parameters (an argument compiled in).
-        if [n for n in names if n not in constants] != list(signature) or not set(constants) <= set(names):
-            raise RuntimeError(
-                f"KERNEL_META lists the parameters {list(signature)} and constants {list(constants)}, "
-                f"the kernel has {names} (a bug in Kiln: please report)")
-        backend = make_backend(target)
-        divisible = backend.parse_attr("D") if hasattr(backend, "parse_attr") else [["tt.divisibility", 16]]
-        attrs = {(names.index(name),): divisible for name in meta.get("aligned", ())}
-        types = {name: "constexpr" if name in constants else signature[name] for name in names}
-        return ASTSource(jit, types, dict(constants), attrs)
-
-    @staticmethod
-    def compile(jit, meta, target):
-        import triton
-
-        options = {"num_warps": meta["num_warps"], "num_stages": meta["num_stages"]}
-        return triton.compile(KernelSet.source(jit, meta, target), target=target, options=options)
-
-    @staticmethod
-    def keep(binary, store, key):
-        """Copies a compiled kernel's metadata and binary (not its intermediate IR)
-        into `store`/`key`, atomically (a whole folder or none), and returns that
-        folder."""
-        import os
-        import shutil
-        import threading
-
-        from triton.compiler import make_backend
-
-        final = os.path.join(store, key)
-        if os.path.isdir(final):
-            return final
-        os.makedirs(store, exist_ok=True)
-        partial = f"{final}.partial-{os.getpid()}-{threading.get_ident()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        os.makedirs(partial)
-        wanted = (".json", "." + make_backend(binary.metadata.target).binary_ext)
-        for name, path in binary.metadata_group.items():
-            if name.endswith(wanted):
-                shutil.copyfile(path, os.path.join(partial, name))
-        try:
-            os.rename(partial, final)
-        except OSError:  # another process kept the same kernel first
-            shutil.rmtree(partial, ignore_errors=True)
-        return final
-
-    def _serve(self):
-        """One worker process: takes queued kernels until none are left."""
-        import json
-        import subprocess
-
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, self._path, KernelSet.WORKER_FLAG],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, bufsize=1)
-        except OSError:
-            return
-        t = self._target
-        try:
-            if proc.stdout.readline().strip() != "ready":
-                return
-            while True:
-                with self._lock:
-                    if not self._queue:
-                        return
-                    kernel = self._queue.popleft()
-                    kernel.state = "running"
-                job = {"name": kernel.name, "key": kernel.key, "store": self._store,
-                       "target": [t.backend, t.arch, t.warp_size]}
-                try:
-                    proc.stdin.write(json.dumps(job) + "\n")
-                    proc.stdin.flush()
-                    line = proc.stdout.readline()
-                    reply = json.loads(line) if line else {"error": "the worker process exited"}
-                except Exception as error:  # whatever happened, the kernel must finish
-                    line, reply = "", {"error": f"the worker process failed: {error}"}
-                if not isinstance(reply, dict):
-                    reply = {"error": f"the worker process replied {line!r}"}
-                kernel.finish(reply.get("folder"))  # on an error, the launch compiles it
-                if not line:
-                    return
-        finally:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-
-    def _prepare(self, ahead):
-        """Loads found binaries and builds their launchers until `ahead` is empty."""
-        while True:
-            with self._lock:
-                if not ahead:
-                    return
-                kernel = ahead.popleft()
-                if kernel.state != "idle":
-                    continue
-                kernel.state = "preparing"
-            try:
-                binary = self._load(kernel, kernel.folder)
-                _kiln_build_launcher(binary, self._target)
-                kernel.prepared = binary
-            except Exception:  # the launch loads it again, and reports what is wrong
-                pass
-            kernel.finish(kernel.folder)
-
-    def _failed(self, error):
-        """Ahead-of-time compilation is impossible here: every kernel launches
-        through Triton's JIT, as a plain @triton.jit function does."""
-        import warnings
-
-        warnings.warn(f"Kiln: kernels are compiled by Triton's JIT at their first launch: {error}",
-                      stacklevel=3)
-        for kernel in self._kernels.values():
-            setattr(self, kernel.name, _KilnJitLauncher(kernel))
-
-    def binary(self, kernel, load=True):
-        """The kernel's compiled binary: loaded from its folder, or compiled here
-        when no worker has taken it (or one failed); waits for the worker that is
-        compiling it. With `load` false, only makes sure the folder exists."""
-        import os
-
-        with self._lock:
-            mine = kernel.state in ("idle", "queued")
-            if kernel.state == "queued":
-                self._queue.remove(kernel)
-            if mine:
-                kernel.state = "local"
-            if not self._checked:
-                self._checked = True
-                self._retarget(KernelSet.running_target())
-        if not mine:
-            kernel.done.wait()
-        folder = kernel.folder
-        try:
-            if folder is None or os.path.basename(folder) != kernel.key:
-                folder = self._find(kernel)
-            if folder is not None:
-                if not load:
-                    return None
-                if kernel.prepared is not None and folder == kernel.folder:
-                    return kernel.prepared
-                return self._load(kernel, folder)
-            binary = KernelSet.compile(kernel.jit, kernel.meta, self._target)
-            try:
-                folder = KernelSet.keep(binary, self._store, kernel.key)
-            except OSError:
-                pass  # a read-only cache: the binary is still good for this process
-            return binary
-        finally:
-            if mine:
-                kernel.finish(folder)
-
-    def _load(self, kernel, folder):
-        """The compiled kernel kept in `folder`."""
-        import os
-
-        from triton.compiler import CompiledKernel
-
-        group = {name: os.path.join(folder, name) for name in os.listdir(folder)}
-        return CompiledKernel(KernelSet.source(kernel.jit, kernel.meta, self._target), group, kernel.key)
-
-    def _retarget(self, running):
-        """The device this process runs on is not the target the kernels were being
-        compiled for: from now on they are compiled for it, into the cache."""
-        if running is None or running == self._target:
-            return
-        self._target = running
-        self._folders = self._folders[-1:]
-        self._store = self._folders[0]
-        for kernel in self._kernels.values():
-            kernel.key = self._key(kernel)
-
-    def resolve(self, kernel):
-        """Replaces the kernel's entry with its binary, so later launches go
-        straight to it; falls back to Triton's JIT if it cannot be compiled ahead."""
-        try:
-            launcher = self.binary(kernel)
-        except Exception as error:
-            import warnings
-
-            warnings.warn(f"Kiln: {kernel.name} could not be compiled ahead of its launch ({error}); "
-                          "Triton's JIT compiles it instead", stacklevel=3)
-            launcher = _KilnJitLauncher(kernel)
-        setattr(self, kernel.name, launcher)
-        return launcher
-
-    def precompile(self):
-        """Compiles every kernel (this thread works the queue beside the workers);
-        returns the failures as (name, error)."""
-        failures = []
-        for kernel in list(self._kernels.values()):
-            try:
-                self.binary(kernel, load=False)
-            except Exception as error:
-                failures.append((kernel.name, f"{type(error).__name__}: {error}"))
-        return failures
-
-
-class _KilnKernel:
-    """A kernel before its first launch: waits for, or makes, its binary."""
-
-    def __init__(self, owner, name, jit, meta):
-        import threading
-
-        self.owner, self.name, self.jit, self.meta = owner, name, jit, meta
-        self.key = self.folder = self.prepared = None
-        self.state = "idle"
-        self.done = threading.Event()
-
-    def finish(self, folder):
-        self.folder, self.state = folder, "done"
-        self.done.set()
-
-    def __getitem__(self, grid):
-        return self.owner.resolve(self)[grid]
-
-
-class _KilnJitLauncher:
-    """A kernel launched through Triton's JIT (where no binary could be made ahead)."""
-
-    def __init__(self, kernel):
-        self.jit, self.meta = kernel.jit, kernel.meta
-
-    def __getitem__(self, grid):
-        launch = self.jit[grid]
-        meta = self.meta
-
-        def run(*args, stream=None):
-            return launch(*args, num_warps=meta["num_warps"], num_stages=meta["num_stages"])
-
-        return run
-
-
-def kernel_tool(scope, argv):
-    """`python output_code.py --precompile [FOLDER] [--jobs N]`, or a compile worker."""
-    import argparse
-    import json
+def _kiln_runtime():
+    # kiln_runtime.py, which `host compile` writes beside this file: KernelSet,
+    # compiling the kernels ahead of their launches, and --precompile.
+    import importlib.util
     import os
-    import time
+    import sys
 
-    if argv[:1] == [KernelSet.WORKER_FLAG]:
-        # Replies go to the real stdout; anything the compiler prints goes to stderr.
-        replies = os.fdopen(os.dup(1), "w")
-        os.dup2(2, 1)
-        print("ready", file=replies, flush=True)
-        for line in sys.stdin:
-            job = json.loads(line)
-            try:
-                from triton.backends.compiler import GPUTarget
-
-                target = GPUTarget(*job["target"])
-                jit, meta = scope[job["name"]], scope["KERNEL_META"][job["name"]]
-                binary = KernelSet.compile(jit, meta, target)
-                reply = {"folder": KernelSet.keep(binary, job["store"], job["key"])}
-                _kiln_build_launcher(binary, target)
-            except Exception as error:
-                reply = {"error": f"{type(error).__name__}: {error}"}
-            print(json.dumps(reply), file=replies, flush=True)
-        return 0
-    here = os.path.dirname(os.path.abspath(scope["__file__"]))
-    parser = argparse.ArgumentParser(
-        prog=os.path.basename(scope["__file__"]) + " --precompile",
-        description="Compile every kernel of this file for TRITON_TARGET into FOLDER, "
-                    "where the wrapper loads them from instead of compiling them.")
-    parser.add_argument("folder", nargs="?", default=os.path.join(here, "kernels"),
-                        help="where the binaries go (default: kernels/ beside this file)")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="worker processes (default: one per core but one)")
-    args = parser.parse_args(argv[1:])
-    start = time.perf_counter()
-    target = KernelSet.target(scope["TRITON_TARGET"])
-    import triton.backends
-
-    if not any(b.compiler.supports_target(target) for b in triton.backends.backends.values()):
-        installed = ", ".join(sorted(triton.backends.backends)) or "none"
-        print(f"FAILED: Triton has no backend for `{target.backend}` here (installed: {installed}); "
-              "precompile where it has one, or let the kernels compile at their first launch",
-              file=sys.stderr)
-        return 1
-    kernels = KernelSet(scope, target=target, folders=[args.folder], workers=args.jobs)
-    failures = kernels.precompile()
-    # Which folder holds each kernel, for loaders that do not compute keys (wrapper.cpp's
-    # generator): {"name": "name-<key>"}.
-    manifest = {name: kernel.key for name, kernel in kernels._kernels.items()
-                if os.path.isdir(os.path.join(args.folder, kernel.key))}
-    os.makedirs(args.folder, exist_ok=True)
-    with open(os.path.join(args.folder, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-    for name, error in failures:
-        print(f"FAILED {name}: {error}", file=sys.stderr)
-    done = len(kernels._kernels) - len(failures)
-    print(f"{done} of {len(kernels._kernels)} kernel(s) compiled for {target.backend} into "
-          f"{args.folder} in {time.perf_counter() - start:.2f} s")
-    return 1 if failures else 0
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kiln_runtime.py")
+    name = "kiln_runtime:" + path
+    if name not in sys.modules:
+        if not os.path.isfile(path):
+            raise ImportError(f"Kiln: {path} is missing; `host compile` writes it beside "
+                              f"{os.path.basename(__file__)}: keep the files together, or compile again")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
 
-def _kiln_build_launcher(binary, target):
-    """Builds the kernel's host-side launcher (a C module Triton compiles and caches
-    per signature) in the worker, so the launching process finds it made."""
-    try:
-        import importlib
-
-        module = importlib.import_module(f"triton.backends.{target.backend}.driver")
-        for value in vars(module).values():
-            if isinstance(value, type) and value.__name__.endswith("Launcher"):
-                value(binary.src, binary.metadata)
-                return
-    except Exception:  # the launching process builds it instead
-        pass
-
-
-if __name__ == "__main__" and sys.argv[1:2] in ([KernelSet.WORKER_FLAG], ["--precompile"]):
-    sys.exit(kernel_tool(globals(), sys.argv[1:]))
+kiln_runtime = _kiln_runtime()
+if __name__ == "__main__":
+    kiln_runtime.run_tool(globals())
 
 
 # The wrapper: everything from here on needs torch.
@@ -580,7 +76,7 @@ import torch
 from torch._C import _gxu_getCurrentRawStream as get_raw_stream
 
 DEVICE = torch.device("gxu", 0)
-KERNELS = KernelSet(globals())
+KERNELS = kiln_runtime.KernelSet(globals())
 # A fresh buffer on the current device and a view of a buffer, through the C++
 # functions Inductor's wrappers call where this torch has them.
 _GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
@@ -588,28 +84,8 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-
-
-def assert_size_stride(tensor, size, stride, name):
-    # A dim of size 1 is never stepped along and an empty tensor is never read:
-    # only the strides of the other dims are the layout the kernels index with.
-    got = tuple(tensor.size())
-    steps = tensor.numel() > 0 and any(
-        n > 1 and s != t for n, s, t in zip(got, tensor.stride(), stride))
-    if got != size or steps:
-        raise AssertionError(
-            f"{name}: expected size {size} and stride {stride}, "
-            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
-        )
-
-
-def align_inputs(args, indices):
-    # Kernels assume 16-byte aligned pointers: a misaligned input (a view into the
-    # middle of a storage) is copied to fresh memory, keeping its strides.
-    for i in indices:
-        x = args[i]
-        if x.data_ptr() % 16:
-            args[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+assert_size_stride = kiln_runtime.assert_size_stride
+align_inputs = kiln_runtime.align_inputs
 
 
 def call(args):

@@ -1,12 +1,29 @@
-# Compiling the kernels above ahead of their launches. At import, every kernel not
-# compiled already (in a `kernels/` folder beside this file, written by
-# `host compile --precompile`, or in Kiln's cache, $KILN_CACHE_DIR/triton, by
-# default ~/.cache/kiln/triton) starts compiling in a pool of worker processes, each
-# running this file with --kiln-compile-worker, which imports Triton and not torch.
-# A launch waits only for its own kernel, and compiles it itself when no worker has
-# started it yet. Binaries go to the cache, so a later process loads them and
-# compiles nothing. KILN_COMPILE_WORKERS=N sets the pool's size (0: every kernel is
-# compiled by the process that launches it).
+"""Kiln's kernel runtime: compiles the Triton kernels of a generated file ahead
+of their launches.
+
+`host compile` writes this module beside every `output_code.py` (and a C++
+wrapper's `kernels.py`), which loads it by its path and makes
+`KERNELS = kiln_runtime.KernelSet(globals())` from its own `KERNEL_META` and
+`TRITON_TARGET`. At that moment every kernel not compiled already (in a
+`kernels/` folder beside the file, written by `host compile --precompile`, or in
+Kiln's cache, $KILN_CACHE_DIR/triton, by default ~/.cache/kiln/triton) starts
+compiling in a pool of worker processes, each running the generated file with
+--kiln-compile-worker, which imports Triton and not torch. A launch waits only
+for its own kernel, and compiles it itself when no worker has started it yet.
+Binaries go to the cache, so a later process loads them and compiles nothing.
+KILN_COMPILE_WORKERS=N sets the pool's size (0: every kernel is compiled by the
+process that launches it).
+
+The generated file calls `run_tool(globals())` when run as a script, before it
+imports torch: `python output_code.py --precompile [FOLDER] [--jobs N]`, and the
+workers, are served here. The checks and copies of the wrapper's `call`
+(`assert_size_stride`, `align_inputs`, `in_layout`) are here too. Nothing in this
+module imports torch.
+
+Kept in Kiln's repository as a Python file (host/src/codegen/wrapper/python/);
+the `host` binary embeds it.
+"""
+
 import sys
 
 
@@ -399,6 +416,17 @@ class _KilnJitLauncher:
         return run
 
 
+TOOL_FLAGS = (KernelSet.WORKER_FLAG, "--precompile")
+
+
+def run_tool(scope):
+    """Serves `python FILE --precompile ...` or a compile worker, for the generated
+    file whose globals are `scope`, and exits; returns when the file was run with
+    neither flag (its own `__main__` goes on)."""
+    if sys.argv[1:2] and sys.argv[1] in TOOL_FLAGS:
+        sys.exit(kernel_tool(scope, sys.argv[1:]))
+
+
 def kernel_tool(scope, argv):
     """`python output_code.py --precompile [FOLDER] [--jobs N]`, or a compile worker."""
     import argparse
@@ -462,6 +490,46 @@ def kernel_tool(scope, argv):
     return 1 if failures else 0
 
 
+# The checks and copies the wrapper's `call` makes, which output_code.py binds as
+# its own globals. They need no import of torch: a copy is made by the tensor's
+# own methods.
+
+
+def assert_size_stride(tensor, size, stride, name):
+    """Raises AssertionError unless `tensor` has the size and the layout the
+    kernels were generated for, as Inductor's wrapper asserts its inputs."""
+    # A dim of size 1 is never stepped along and an empty tensor is never read:
+    # only the strides of the other dims are the layout the kernels index with.
+    got = tuple(tensor.size())
+    steps = tensor.numel() > 0 and any(
+        n > 1 and s != t for n, s, t in zip(got, tensor.stride(), stride))
+    if got != size or steps:
+        raise AssertionError(
+            f"{name}: expected size {size} and stride {stride}, "
+            f"got size {tuple(tensor.size())} and stride {tuple(tensor.stride())}"
+        )
+
+
+def align_inputs(args, indices):
+    """Copies each of `args[indices]` that is not 16-byte aligned (a view into the
+    middle of a storage) to fresh memory, keeping its strides: the kernels are
+    compiled for aligned pointers, as Triton's JIT would specialize them."""
+    for i in indices:
+        x = args[i]
+        if x.data_ptr() % 16:
+            args[i] = x.new_empty_strided(x.size(), x.stride()).copy_(x)
+
+
+def in_layout(t, size, stride):
+    """An extern kernel's result (ATen's convolution) as the buffer the kernels
+    were generated for: `t` itself where ATen chose the planned strides (cuDNN
+    may answer channels-last), as Inductor binds `extern_kernels.convolution`'s
+    result, else a copy in them."""
+    if t.stride() == stride:
+        return t
+    return t.new_empty_strided(size, stride).copy_(t)
+
+
 def _kiln_build_launcher(binary, target):
     """Builds the kernel's host-side launcher (a C module Triton compiles and caches
     per signature) in the worker, so the launching process finds it made."""
@@ -475,7 +543,3 @@ def _kiln_build_launcher(binary, target):
                 return
     except Exception:  # the launching process builds it instead
         pass
-
-
-if __name__ == "__main__" and sys.argv[1:2] in ([KernelSet.WORKER_FLAG], ["--precompile"]):
-    sys.exit(kernel_tool(globals(), sys.argv[1:]))

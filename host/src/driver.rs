@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 use kiln_plugin_api::{BackendSpec, SchedulingKind, Wrappers};
 
 use crate::codegen::namer::Namer;
+/// The widest attention heads whose tiles fit a program's shared memory, per
+/// dtype: conformance checks a plugin's `shared_memory_per_block` with the code
+/// generator's own rule, through the driver (its one door to code generation).
+pub use crate::codegen::triton::attention::widest_heads;
 use crate::codegen::weights::{self, Weights};
 /// The C++ wrapper of a Triton device: its options, binaries and the names of
 /// the driver functions it calls, for the commands and conformance that
 /// build it.
 pub use crate::codegen::wrapper::triton_cpp;
-/// The widest attention heads whose tiles fit a program's shared memory, per
-/// dtype: conformance checks a plugin's `shared_memory_per_block` with the code
-/// generator's own rule, through the driver (its one door to code generation).
-pub use crate::codegen::triton::attention::widest_heads;
 use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;

@@ -184,11 +184,10 @@ pub fn write(
     namer: &mut Namer,
 ) -> Result<(String, Info), Error> {
     let p = &scheduled.program;
-    let names: HashMap<BufferId, String> = (0..p.buffers.len())
-        .map(|i| {
-            let b = BufferId(i as u32);
-            (b, namer.name(&format!("b_{}", p.buffer(b).name)))
-        })
+    let names: HashMap<BufferId, String> = p
+        .buffers
+        .ids()
+        .map(|b| (b, namer.name(&format!("b_{}", p.buffer(b).name))))
         .collect();
     let by_step: HashMap<usize, &KernelInfo> = kernels.info.iter().map(|k| (k.step, k)).collect();
     if let Some(step) = (0..p.steps.len())
@@ -317,8 +316,7 @@ fn write_constants(
     p: &Program,
     name: &dyn Fn(BufferId) -> String,
 ) -> std::fmt::Result {
-    for (i, b) in p.buffers.iter().enumerate() {
-        let id = BufferId(i as u32);
+    for (id, b) in p.buffers.iter_enumerated() {
         if let BufferKind::Constant { data } = &b.kind {
             if matches!(data, ConstData::Fill(_)) || weights::in_file(p, id) {
                 continue;
@@ -332,7 +330,7 @@ fn write_constants(
                 out,
                 "static const {} {}[{n}] = {{{}}};",
                 storage_type(b.dtype),
-                name(BufferId(i as u32)),
+                name(id),
                 items.join(", ")
             )?;
         }
@@ -441,12 +439,11 @@ fn body(
     // Constants filled with one value, and the value.
     let fills: Vec<(BufferId, f64)> = p
         .buffers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, b)| match b.kind {
+        .iter_enumerated()
+        .filter_map(|(id, b)| match b.kind {
             BufferKind::Constant {
                 data: ConstData::Fill(v),
-            } if b.numel() > 0 => Some((BufferId(i as u32), v)),
+            } if b.numel() > 0 => Some((id, v)),
             _ => None,
         })
         .collect();

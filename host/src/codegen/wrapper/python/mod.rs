@@ -271,15 +271,14 @@ pub fn kernels_module(
 /// `const_NAME`, a computed buffer as `buf_NAME`.
 fn buffer_names(p: &Program, namer: &mut Namer) -> HashMap<BufferId, String> {
     p.buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
+        .iter_enumerated()
+        .map(|(id, b)| {
             let stem = match b.kind {
                 BufferKind::Input { .. } => b.name.clone(),
                 BufferKind::Constant { .. } => format!("const_{}", b.name),
                 BufferKind::Computed => format!("buf_{}", b.name),
             };
-            (BufferId(i as u32), namer.name(&stem))
+            (id, namer.name(&stem))
         })
         .collect()
 }

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::super::cpp::element_text;
-use crate::codegen::cpp::runtime;
 use super::text::{c_str, ERROR_TEXT, STD_HEADERS};
 use super::{Error, Writer, ABI_VERSION};
 use crate::codegen::cpp::expr::storage_type;
+use crate::codegen::cpp::runtime;
 use crate::codegen::namer::sanitize;
 use crate::codegen::weights;
 use crate::graph::ops::ConstData;

@@ -406,11 +406,10 @@ pub fn plan(
     // Buffers take a `b_` prefix: the headers the driver text includes
     // define macros (`EOF`, `NULL`, a toolkit's own) that no namer can list,
     // and none of them starts so.
-    let names: HashMap<BufferId, String> = (0..p.buffers.len())
-        .map(|i| {
-            let b = BufferId(i as u32);
-            (b, namer.name(&format!("b_{}", p.buffer(b).name)))
-        })
+    let names: HashMap<BufferId, String> = p
+        .buffers
+        .ids()
+        .map(|b| (b, namer.name(&format!("b_{}", p.buffer(b).name))))
         .collect();
     let weights = constant_offsets(p)
         .0

@@ -501,16 +501,22 @@ impl Artifacts {
 
     /// Every file, by name: the generated code, the runtime it uses (the
     /// kernels' Python runtime it imports, for a Triton device; the C++
-    /// runtime's headers it includes, `kiln/*.h`, for a C++ device), then the
-    /// debug texts.
+    /// runtime's headers it includes, `kiln/*.h`, for a C++ device, and the
+    /// weights reader for a Triton device's C++ wrapper with weights), then
+    /// the debug texts.
     pub fn files(&self) -> Vec<(&'static str, &str)> {
         let mut files = vec![(self.file_name, self.code.as_str())];
         match self.info {
             CodeInfo::Cpp { .. } => {
                 files.extend(cpp::runtime::HEADERS.map(|h| (h.path, h.text)));
             }
-            CodeInfo::Python { .. } | CodeInfo::TritonCpp(_) => {
+            CodeInfo::Python { .. } => files.push((python::RUNTIME_FILE, python::RUNTIME)),
+            CodeInfo::TritonCpp(ref plan) => {
                 files.push((python::RUNTIME_FILE, python::RUNTIME));
+                if !plan.weights.is_empty() {
+                    let header = cpp::runtime::WEIGHTS;
+                    files.push((header.path, header.text));
+                }
             }
         }
         if let Some(d) = &self.debug {

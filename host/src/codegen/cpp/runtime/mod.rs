@@ -28,17 +28,6 @@ pub struct Header {
     pub text: &'static str,
 }
 
-impl Header {
-    /// The text after its `#pragma once` (its includes and definitions), for
-    /// a generated file that must stand alone and so carries it: the C++
-    /// wrapper of a Triton device, whose build passes no runtime folder yet.
-    pub fn body(&self) -> &'static str {
-        self.text
-            .split_once("#pragma once\n")
-            .map_or(self.text, |(_, body)| body)
-    }
-}
-
 macro_rules! header {
     ($name:literal) => {
         Header {

@@ -55,11 +55,12 @@ impl Writer<'_> {
         if !strings.driver.ends_with('\n') {
             self.out.push('\n');
         }
-        self.out.push_str(if self.plan.weights.is_empty() {
-            ERROR_TEXT
+        if self.plan.weights.is_empty() {
+            self.out.push_str(ERROR_TEXT);
         } else {
-            runtime::WEIGHTS.body()
-        });
+            // The weights reader is the cpu runtime's, written beside this file.
+            writeln!(self.out, "\n#include \"{}\"", runtime::WEIGHTS.path)?;
+        }
         Ok(())
     }
 

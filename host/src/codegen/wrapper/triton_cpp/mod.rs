@@ -209,7 +209,7 @@ pub fn reserve(namer: &mut Namer, strings: &Strings) {
     namer.reserve_set(word_set(
         &WORDS,
         &[RESERVED],
-        &[STD_HEADERS, runtime::WEIGHTS.body(), text::ERROR_TEXT],
+        &[STD_HEADERS, runtime::WEIGHTS.text, text::ERROR_TEXT],
     ));
     namer.reserve_identifiers_in(&strings.header);
     namer.reserve_identifiers_in(&strings.driver);

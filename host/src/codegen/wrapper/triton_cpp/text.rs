@@ -89,7 +89,7 @@ pub const STD_HEADERS: &str = "\
 
 ";
 
-/// The error text, where the weights reader (which defines it) is not pasted.
+/// The error text, where the weights reader (which defines it) is not included.
 pub(super) const ERROR_TEXT: &str = "\nstatic char kiln_error_text[768] = \"\";\n";
 
 #[cfg(test)]

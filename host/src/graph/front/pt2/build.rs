@@ -1,14 +1,11 @@
 //! Builds the [`Graph`] of an opened archive: inputs from the graph signature, stored
-//! tensors as constants (or inputs), one node per FX node through the shared signature
-//! table, `getitem` nodes for multi-output ops, outputs, then validation and a check of
+//! tensors as constants (or inputs), one node per FX node through the shared op table, `getitem` nodes for multi-output ops, outputs, then validation and a check of
 //! Kiln's inferred shapes against the ones PyTorch recorded.
 
 use super::archive::Archive;
-use super::expand::{self, Step};
-use super::rewrite;
 use super::schema::{self, Model, PayloadConfig};
 use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
-use crate::graph::front::signature::{bind, is_known, Operand, Raw};
+use crate::graph::front::table::{self, Call, Lowered, Operand, Raw, SigError, Step};
 use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, NoOpKind, Op};
 use crate::graph::{verify, At, Error, UnknownOp};
@@ -57,48 +54,15 @@ fn target(t: &str) -> Target<'_> {
     else {
         return Target::Unsupported;
     };
-    let op = aten_alias(op);
-    let known = |op: &str| is_known(op) || rewrite::handles(op) || expand::expands(op);
-    if op != "getitem" && known(op) {
+    if op != "getitem" && table::is_known(op) {
         return Target::Aten(op);
     }
     // An in-place op (`relu_`, `add_`, `hardtanh_`) in an inference graph computes what
     // its functional form does; the importer makes later readers of `self` read the
     // result.
     match op.strip_suffix('_') {
-        Some(base) if !base.ends_with('_') && known(aten_alias(base)) => {
-            Target::InPlace(aten_alias(base))
-        }
+        Some(base) if !base.ends_with('_') && table::is_known(base) => Target::InPlace(base),
         _ => Target::Unsupported,
-    }
-}
-
-/// ATen names that are another spelling of an op of the op set.
-fn aten_alias(op: &str) -> &str {
-    match op {
-        "__and__" => "bitwise_and",
-        "__or__" => "bitwise_or",
-        "__xor__" => "bitwise_xor",
-        "multiply" => "mul",
-        "subtract" => "sub",
-        "divide" | "true_divide" => "div",
-        "greater" => "gt",
-        "greater_equal" => "ge",
-        "less" => "lt",
-        "less_equal" => "le",
-        "not_equal" => "ne",
-        "negative" => "neg",
-        "absolute" => "abs",
-        "clip" => "clamp",
-        other => other,
-    }
-}
-
-/// ATen parameter names that Kiln's signature table spells differently.
-fn param_name<'a>(op: &str, param: &'a str) -> &'a str {
-    match (op, param) {
-        ("pow", "exponent") => "other",
-        _ => param,
     }
 }
 
@@ -1125,183 +1089,278 @@ fn import_nodes(
         } else {
             n.name.clone()
         };
-        // The node as messages name it: with the subgraphs it is in.
-        let shown = format!("{}{node_name}", scope.path);
-        let at = || At {
-            node: shown.clone(),
-            line: None,
-        };
-        let unknown_tensor = |t: &str| Error::UnknownTensor {
-            at: at(),
-            name: t.into(),
+        let fx = FxNode {
+            n,
+            // The node as messages name it: with the subgraphs it is in.
+            shown: format!("{}{node_name}", scope.path),
+            name: node_name,
+            outs,
+            multi,
         };
         let (op, args) = match target(&n.target) {
             Target::Unsupported => continue, // reported before the import
             Target::WrapSetGradEnabled => {
-                inline_wrap(g, n, &node_name, scope, produced)?;
+                inline_wrap(g, n, &fx.name, scope, produced)?;
                 continue;
             }
-            Target::GetItem => {
-                let (source, index) = getitem_args(n, &shown)?;
-                if let Raw::Str(t) = &source {
-                    scope.aliases.check(t, &shown)?;
-                    if let Some(Some(out)) = outs.first() {
-                        if scope.aliases.root.contains_key(t) {
-                            scope.aliases.share(out, t);
-                        }
-                    }
-                }
-                let out_of_range = || Pt2Error::Argument {
-                    node: shown.clone(),
-                    param: "index".into(),
-                    message: format!("index {index} is out of range"),
-                };
-                let arg = match source {
-                    Raw::Str(t) => match scope.multi.get(&t) {
-                        Some(&Multi::Node(node)) => ValueId {
-                            node,
-                            output: u32::try_from(index).unwrap_or(u32::MAX),
-                        },
-                        Some(Multi::Values(vs)) => usize::try_from(index)
-                            .ok()
-                            .and_then(|i| vs.get(i).copied().flatten())
-                            .ok_or_else(out_of_range)?,
-                        None => return Err(unknown_tensor(&t)),
-                    },
-                    Raw::List(ts) => match usize::try_from(index).ok().and_then(|i| ts.get(i)) {
-                        Some(Raw::Str(t)) => {
-                            *scope.values.get(t).ok_or_else(|| unknown_tensor(t))?
-                        }
-                        _ => return Err(out_of_range().into()),
-                    },
-                    _ => return Err(unknown_tensor("?")),
-                };
-                (Op::GetItem { index }, vec![Arg::Value(arg)])
-            }
-            Target::Aten(fx_op) | Target::InPlace(fx_op) => {
-                let in_place = matches!(target(&n.target), Target::InPlace(_));
-                let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(n.inputs.len());
-                for a in &n.inputs {
-                    if a.name.is_empty() {
-                        return Err(Pt2Error::Argument {
-                            node: shown.clone(),
-                            param: "?".into(),
-                            message: "an argument without a parameter name".into(),
-                        }
-                        .into());
-                    }
-                    if let Some(raw) = schema::argument(&shown, &a.name, &a.arg)? {
-                        attrs.push((param_name(fx_op, &a.name).to_string(), raw));
-                    }
-                }
-                let first_out = outs.iter().flatten().next().map(String::as_str);
-                if expand::expands(fx_op) {
-                    if let Some(x) = expand::expand(&shown, fx_op, &attrs, &outs, &scope.metas)? {
-                        // The node that makes an output is named after it.
-                        let names: HashMap<String, String> = x
-                            .results
-                            .iter()
-                            .zip(&outs)
-                            .filter_map(|(r, o)| Some((r.clone(), o.clone()?)))
-                            .collect();
-                        import_steps(g, scope, x.steps, &shown, &names)?;
-                        let mut values = Vec::with_capacity(outs.len());
-                        for (o, r) in outs.iter().zip(&x.results) {
-                            let value = current(g, scope, r, &shown)?;
-                            values.push(Some(value));
-                            let Some(o) = o else { continue };
-                            scope.values.insert(o.clone(), value);
-                            produced.push(Produced {
-                                tensor: o.clone(),
-                                node: shown.clone(),
-                                value,
-                                want: scope.metas.get(o.as_str()).cloned(),
-                            });
-                        }
-                        if multi {
-                            scope.multi.insert(node_name.clone(), Multi::Values(values));
-                        } else if in_place {
-                            if let (Some(src), Some(Some(out))) = (in_place_self(n), outs.first()) {
-                                scope.aliases.share(out, &src);
-                                let value = scope.values[out];
-                                write_into(g, scope, &src, value, &shown, out)?;
-                            }
-                        }
-                        continue;
-                    }
-                }
-                let op_name =
-                    rewrite::rewrite(&shown, fx_op, in_place, &mut attrs, first_out, &scope.metas)?;
-                if fx_op == "as_strided" {
-                    check_as_strided_input(&attrs, scope, &shown)?;
-                }
-                let (op, args) = bind_args(g, scope, op_name, &attrs, &shown)?;
-                // Storage sharing: views alias their operand, in-place ops write into
-                // theirs (and return it).
-                if let Some(src) = in_place_self(n) {
-                    if in_place || aliases_operand(fx_op) {
-                        let step = if in_place {
-                            Some(None)
-                        } else {
-                            view_step(&op, &args)
-                        };
-                        for o in outs.iter().flatten() {
-                            scope.aliases.share(o, &src);
-                            if let (Some(step), false) = (&step, multi) {
-                                scope.aliases.views.insert(
-                                    o.clone(),
-                                    ViewOf {
-                                        base: src.clone(),
-                                        op: step.clone(),
-                                    },
-                                );
-                            }
-                        }
-                        if multi {
-                            scope.aliases.share(&node_name, &src);
-                        }
-                    }
-                }
-                (op, args)
-            }
+            Target::GetItem => import_getitem(scope, &fx)?,
+            Target::Aten(op) => match import_aten(g, scope, produced, &fx, op, false)? {
+                Some(bound) => bound,
+                None => continue,
+            },
+            Target::InPlace(op) => match import_aten(g, scope, produced, &fx, op, true)? {
+                Some(bound) => bound,
+                None => continue,
+            },
         };
-        if !multi {
-            let Some(Some(out)) = outs.first() else {
-                // `_assert_tensor_metadata` as real models export it checks and returns
-                // nothing: Kiln's inference already fixes every dtype it could assert.
-                if matches!(op, Op::NoOp(NoOpKind::AssertTensorMetadata)) {
-                    continue;
-                }
-                return Err(
-                    Pt2Error::Schema(format!("node `{node_name}` has no tensor output")).into(),
-                );
-            };
-            // Later readers of the tensor an in-place op mutated read its result.
-            let mutated = match target(&n.target) {
-                Target::InPlace(_) => in_place_self(n),
-                _ => None,
-            };
-            let name = unique(g, &format!("{}{out}", scope.prefix));
-            let id = g.add_node(Node {
-                name,
-                op,
-                args,
-                outputs: vec![],
-                line: None,
-            });
-            scope.values.insert(out.clone(), ValueId::first(id));
-            if let Some(mutated) = mutated {
-                write_into(g, scope, &mutated, ValueId::first(id), &shown, out)?;
-            }
-            produced.push(Produced {
-                tensor: out.clone(),
-                node: shown.clone(),
-                value: ValueId::first(id),
-                want: scope.metas.get(out.as_str()).cloned(),
-            });
-            continue;
+        add_node(g, scope, produced, &fx, op, args)?;
+    }
+    Ok(())
+}
+
+/// One FX node being imported.
+struct FxNode<'n> {
+    n: &'n schema::Node,
+    /// its name (its first output's where the archive gives none)
+    name: String,
+    /// its name as messages show it, with the subgraphs it is in
+    shown: String,
+    /// the tensors its outputs define
+    outs: Vec<Option<String>>,
+    /// whether it has several outputs
+    multi: bool,
+}
+
+impl FxNode<'_> {
+    fn at(&self) -> At {
+        At {
+            node: self.shown.clone(),
+            line: None,
         }
-        let name = unique(g, &format!("{}{node_name}", scope.prefix));
+    }
+
+    fn unknown_tensor(&self, t: &str) -> Error {
+        Error::UnknownTensor {
+            at: self.at(),
+            name: t.into(),
+        }
+    }
+
+    fn in_place(&self) -> bool {
+        matches!(target(&self.n.target), Target::InPlace(_))
+    }
+}
+
+/// `operator.getitem(source, index)`: the op and its operand, the selected output.
+fn import_getitem(scope: &mut Scope<'_>, fx: &FxNode<'_>) -> Result<(Op, Vec<Arg>), Error> {
+    let (source, index) = getitem_args(fx.n, &fx.shown)?;
+    if let Raw::Str(t) = &source {
+        scope.aliases.check(t, &fx.shown)?;
+        if let Some(Some(out)) = fx.outs.first() {
+            if scope.aliases.root.contains_key(t) {
+                scope.aliases.share(out, t);
+            }
+        }
+    }
+    let out_of_range = || Pt2Error::Argument {
+        node: fx.shown.clone(),
+        param: "index".into(),
+        message: format!("index {index} is out of range"),
+    };
+    let arg = match source {
+        Raw::Str(t) => match scope.multi.get(&t) {
+            Some(&Multi::Node(node)) => ValueId {
+                node,
+                output: u32::try_from(index).unwrap_or(u32::MAX),
+            },
+            Some(Multi::Values(vs)) => usize::try_from(index)
+                .ok()
+                .and_then(|i| vs.get(i).copied().flatten())
+                .ok_or_else(out_of_range)?,
+            None => return Err(fx.unknown_tensor(&t)),
+        },
+        Raw::List(ts) => match usize::try_from(index).ok().and_then(|i| ts.get(i)) {
+            Some(Raw::Str(t)) => *scope.values.get(t).ok_or_else(|| fx.unknown_tensor(t))?,
+            _ => return Err(out_of_range().into()),
+        },
+        _ => return Err(fx.unknown_tensor("?")),
+    };
+    Ok((Op::GetItem { index }, vec![Arg::Value(arg)]))
+}
+
+/// The arguments of an ATen node by their ATen names; for an in-place op whose
+/// functional form names its operand otherwise (`dropout_(self)`, `dropout(input)`),
+/// `self` renamed to the functional form's first parameter.
+fn aten_arguments(fx: &FxNode<'_>, op: &str, in_place: bool) -> Result<Vec<(String, Raw)>, Error> {
+    let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(fx.n.inputs.len());
+    for a in &fx.n.inputs {
+        if a.name.is_empty() {
+            return Err(Pt2Error::Argument {
+                node: fx.shown.clone(),
+                param: "?".into(),
+                message: "an argument without a parameter name".into(),
+            }
+            .into());
+        }
+        if let Some(raw) = schema::argument(&fx.shown, &a.name, &a.arg)? {
+            attrs.push((a.name.clone(), raw));
+        }
+    }
+    if in_place {
+        let params = table::entry(op).map(|e| e.params()).unwrap_or_default();
+        if let Some(first) = params.first().filter(|_| !params.contains(&"self")) {
+            for (k, _) in attrs.iter_mut() {
+                if k == "self" {
+                    *k = (*first).to_string();
+                }
+            }
+        }
+    }
+    Ok(attrs)
+}
+
+/// An ATen node lowered through the op table: its op and operands, or `None` where an
+/// expansion already added its nodes.
+fn import_aten(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    produced: &mut Vec<Produced>,
+    fx: &FxNode<'_>,
+    fx_op: &str,
+    in_place: bool,
+) -> Result<Option<(Op, Vec<Arg>)>, Error> {
+    let attrs = aten_arguments(fx, fx_op, in_place)?;
+    if fx_op == "as_strided" {
+        check_as_strided_input(&attrs, scope, &fx.shown)?;
+    }
+    let first_out = fx.outs.iter().flatten().next().unwrap_or(&fx.name).clone();
+    let call = Call {
+        node: &first_out,
+        op: fx_op,
+        args: &[],
+        kwargs: &attrs,
+    };
+    let metas = &scope.metas;
+    let lowered = table::lower(&call, &|t| metas.get(t).cloned())
+        .map_err(|e| signature_error(&fx.shown, fx_op, e))?;
+    let (op, operands) = match lowered {
+        Lowered::Expansion(x) => {
+            import_expansion(g, scope, produced, fx, fx_op, x)?;
+            return Ok(None);
+        }
+        Lowered::Op { op, operands } => (op, operands),
+    };
+    let args = resolve(g, scope, operands, &fx.shown)?;
+    // Storage sharing: views alias their operand, in-place ops write into theirs (and
+    // return it).
+    if let Some(src) = in_place_self(fx.n) {
+        if in_place || aliases_operand(fx_op) {
+            let step = if in_place {
+                Some(None)
+            } else {
+                view_step(&op, &args)
+            };
+            for o in fx.outs.iter().flatten() {
+                scope.aliases.share(o, &src);
+                if let (Some(step), false) = (&step, fx.multi) {
+                    scope.aliases.views.insert(
+                        o.clone(),
+                        ViewOf {
+                            base: src.clone(),
+                            op: step.clone(),
+                        },
+                    );
+                }
+            }
+            if fx.multi {
+                scope.aliases.share(&fx.name, &src);
+            }
+        }
+    }
+    Ok(Some((op, args)))
+}
+
+/// The nodes of an expansion for FX node `fx`, its outputs bound to the results.
+fn import_expansion(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    produced: &mut Vec<Produced>,
+    fx: &FxNode<'_>,
+    fx_op: &str,
+    x: table::Expansion,
+) -> Result<(), Error> {
+    if x.results.len() != fx.outs.len() {
+        return Err(Pt2Error::Argument {
+            node: fx.shown.clone(),
+            param: fx_op.into(),
+            message: format!(
+                "the node has {} output(s), the op gives {}",
+                fx.outs.len(),
+                x.results.len()
+            ),
+        }
+        .into());
+    }
+    // The node that makes an output is named after it.
+    let names: HashMap<String, String> = x
+        .results
+        .iter()
+        .zip(&fx.outs)
+        .filter_map(|(r, o)| Some((r.clone(), o.clone()?)))
+        .collect();
+    import_steps(g, scope, x.steps, &fx.shown, &names)?;
+    let mut values = Vec::with_capacity(fx.outs.len());
+    for (o, r) in fx.outs.iter().zip(&x.results) {
+        let value = current(g, scope, r, &fx.shown)?;
+        values.push(Some(value));
+        let Some(o) = o else { continue };
+        scope.values.insert(o.clone(), value);
+        produced.push(Produced {
+            tensor: o.clone(),
+            node: fx.shown.clone(),
+            value,
+            want: scope.metas.get(o.as_str()).cloned(),
+        });
+    }
+    if fx.multi {
+        scope.multi.insert(fx.name.clone(), Multi::Values(values));
+    } else if fx.in_place() {
+        if let (Some(src), Some(Some(out))) = (in_place_self(fx.n), fx.outs.first()) {
+            scope.aliases.share(out, &src);
+            let value = scope.values[out];
+            write_into(g, scope, &src, value, &fx.shown, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds the node of FX node `fx` (and, for several outputs, a `getitem` per output).
+fn add_node(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    produced: &mut Vec<Produced>,
+    fx: &FxNode<'_>,
+    op: Op,
+    args: Vec<Arg>,
+) -> Result<(), Error> {
+    if !fx.multi {
+        let Some(Some(out)) = fx.outs.first() else {
+            // `_assert_tensor_metadata` as real models export it checks and returns
+            // nothing: Kiln's inference already fixes every dtype it could assert.
+            if matches!(op, Op::NoOp(NoOpKind::AssertTensorMetadata)) {
+                return Ok(());
+            }
+            return Err(
+                Pt2Error::Schema(format!("node `{}` has no tensor output", fx.name)).into(),
+            );
+        };
+        // Later readers of the tensor an in-place op mutated read its result.
+        let mutated = if fx.in_place() {
+            in_place_self(fx.n)
+        } else {
+            None
+        };
+        let name = unique(g, &format!("{}{out}", scope.prefix));
         let id = g.add_node(Node {
             name,
             op,
@@ -1309,49 +1368,70 @@ fn import_nodes(
             outputs: vec![],
             line: None,
         });
-        scope.multi.insert(node_name.clone(), Multi::Node(id));
-        for (i, out) in outs.iter().enumerate() {
-            let Some(out) = out else { continue };
-            let source = ValueId {
-                node: id,
-                output: i as u32,
-            };
-            let item = g.add_node(Node {
-                name: unique(g, &format!("{}{out}", scope.prefix)),
-                op: Op::GetItem { index: i as i64 },
-                args: vec![Arg::Value(source)],
-                outputs: vec![],
-                line: None,
-            });
-            scope.values.insert(out.clone(), ValueId::first(item));
-            produced.push(Produced {
-                tensor: out.clone(),
-                node: shown.clone(),
-                value: ValueId::first(item),
-                want: scope.metas.get(out.as_str()).cloned(),
-            });
+        scope.values.insert(out.clone(), ValueId::first(id));
+        if let Some(mutated) = mutated {
+            write_into(g, scope, &mutated, ValueId::first(id), &fx.shown, out)?;
         }
+        produced.push(Produced {
+            tensor: out.clone(),
+            node: fx.shown.clone(),
+            value: ValueId::first(id),
+            want: scope.metas.get(out.as_str()).cloned(),
+        });
+        return Ok(());
+    }
+    let name = unique(g, &format!("{}{}", scope.prefix, fx.name));
+    let id = g.add_node(Node {
+        name,
+        op,
+        args,
+        outputs: vec![],
+        line: None,
+    });
+    scope.multi.insert(fx.name.clone(), Multi::Node(id));
+    for (i, out) in fx.outs.iter().enumerate() {
+        let Some(out) = out else { continue };
+        let source = ValueId {
+            node: id,
+            output: i as u32,
+        };
+        let item = g.add_node(Node {
+            name: unique(g, &format!("{}{out}", scope.prefix)),
+            op: Op::GetItem { index: i as i64 },
+            args: vec![Arg::Value(source)],
+            outputs: vec![],
+            line: None,
+        });
+        scope.values.insert(out.clone(), ValueId::first(item));
+        produced.push(Produced {
+            tensor: out.clone(),
+            node: fx.shown.clone(),
+            value: ValueId::first(item),
+            want: scope.metas.get(out.as_str()).cloned(),
+        });
     }
     Ok(())
 }
 
-/// `op_name` bound to `attrs` for FX node `shown`, its tensor operands resolved to their
-/// current values.
-fn bind_args(
-    g: &mut Graph,
-    scope: &mut Scope<'_>,
-    op_name: &str,
-    attrs: &[(String, Raw)],
-    shown: &str,
-) -> Result<(Op, Vec<Arg>), Error> {
-    let (op, operands) = bind(op_name, &[], attrs).map_err(|source| Error::Signature {
+/// The op table's refusal of node `shown`'s arguments.
+fn signature_error(shown: &str, op: &str, source: SigError) -> Error {
+    Error::Signature {
         at: At {
             node: shown.to_string(),
             line: None,
         },
-        op: op_name.into(),
+        op: op.into(),
         source: Box::new(source),
-    })?;
+    }
+}
+
+/// Operands resolved to their current values for FX node `shown`.
+fn resolve(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    operands: Vec<Operand>,
+    shown: &str,
+) -> Result<Vec<Arg>, Error> {
     let mut args = Vec::with_capacity(operands.len());
     for o in operands {
         args.push(match o {
@@ -1359,11 +1439,11 @@ fn bind_args(
             Operand::Name(t) => Arg::Value(current(g, scope, &t, shown)?),
         });
     }
-    Ok((op, args))
+    Ok(args)
 }
 
-/// Adds the nodes of an expansion ([`expand::expand`]) for FX node `shown`; each step's
-/// tensor is reachable by its name in `scope`.
+/// Adds the nodes of an expansion for FX node `shown`; each step's tensor is
+/// reachable by its name in `scope`.
 fn import_steps(
     g: &mut Graph,
     scope: &mut Scope<'_>,
@@ -1374,7 +1454,9 @@ fn import_steps(
     for step in steps {
         let (name, op, args, outputs) = match step {
             Step::Op { out, op, attrs } => {
-                let (kop, args) = bind_args(g, scope, op, &attrs, shown)?;
+                let (kop, operands) =
+                    table::bind_step(op, &attrs).map_err(|e| signature_error(shown, op, e))?;
+                let args = resolve(g, scope, operands, shown)?;
                 (out, kop, args, vec![])
             }
             Step::Const { out, meta, values } => (
@@ -1675,7 +1757,7 @@ mod tests {
         assert_eq!(op("torch.ops.aten.frobnicate.default"), "-");
         assert_eq!(op("torch.ops.aten.add.Tensor.extra"), "-");
         assert_eq!(op("torch.ops.aten.relu_.default"), "relu in place");
-        assert_eq!(op("torch.ops.aten.__and__.Tensor"), "bitwise_and");
+        assert_eq!(op("torch.ops.aten.__and__.Tensor"), "__and__");
         assert_eq!(op("torch.ops.aten.add__.Tensor"), "-");
         assert_eq!(op("torch.ops.aten.frobnicate_.default"), "-");
         assert_eq!(

@@ -626,6 +626,7 @@ fn shapes(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
             Op::NoOp(NoOpKind::Dropout)
         }
         "alias" => Op::NoOp(NoOpKind::Alias),
+        "_assert_tensor_metadata" => Op::NoOp(NoOpKind::AssertTensorMetadata),
         _ => return Ok(None),
     }))
 }

@@ -146,48 +146,12 @@ pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error>
     Ok(Stats { changed })
 }
 
-/// Whether [`decompose`] rewrites this op; must list exactly the ops its `match` handles.
-fn is_composite(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Softmax { .. }
-            | Op::LayerNorm { .. }
-            | Op::RmsNorm { .. }
-            | Op::Var { .. }
-            | Op::Gelu { .. }
-            | Op::Unary(UnaryOp::Silu)
-            | Op::Linear { .. }
-            | Op::Addmm { .. }
-            | Op::Reduce {
-                op: ReduceOp::Any | ReduceOp::All,
-                ..
-            }
-            | Op::Cumsum { .. }
-            | Op::Diff { .. }
-            | Op::Attention { .. }
-            | Op::BatchNorm { .. }
-            | Op::MaxPool { .. }
-            | Op::AdaptiveAvgPool { .. }
-            | Op::AvgPool { .. }
-            | Op::GroupNorm { .. }
-            | Op::Pad { .. }
-            | Op::Roll { .. }
-            | Op::SliceScatter { .. }
-            | Op::Copy
-            | Op::TypeAs
-            | Op::AsStrided { .. }
-            | Op::Repeat { .. }
-            | Op::Conv { bias: true, .. }
-            | Op::Matmul
-    )
-}
-
 fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     let Some(node) = g.node(id) else {
         return Ok(false);
     };
     // Most nodes are primitives: test that before cloning anything.
-    if !is_composite(&node.op) {
+    if !node.op.is_composite() {
         return Ok(false);
     }
     let (op, args, outs) = (node.op.clone(), node.args.clone(), node.outputs.clone());

@@ -405,7 +405,7 @@ pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
                 low.defs
                     .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
             }
-            op if is_inline(op) => {
+            op if op.reads_inline() => {
                 if matches!(op, Op::Index { .. } | Op::Gather { .. }) {
                     // The indexed operand is read at data-dependent positions: it must
                     // be in memory. The node itself is inline, like any pointwise op.
@@ -489,28 +489,6 @@ fn literal_output(
         low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
     }
     Ok(())
-}
-
-/// Whether an op is read inline (pointwise, or a view that may not stay strided).
-fn is_inline(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_)
-            | Op::Gelu { .. }
-            | Op::Binary { .. }
-            | Op::Where
-            | Op::Clamp { .. }
-            | Op::Cast { .. }
-            | Op::Cat { .. }
-            | Op::Split { .. }
-            | Op::SplitWithSizes { .. }
-            | Op::GetItem { .. }
-            | Op::Contiguous
-            | Op::Clone
-            | Op::NoOp(_)
-            | Op::Index { .. }
-            | Op::Gather { .. }
-    ) || op.is_view()
 }
 
 /// `mm`, `bmm` and `matmul` as extern calls on strided views; `matmul`'s

@@ -383,6 +383,62 @@ pub(super) fn build<R: Read + Seek>(
     name: &str,
     options: &Pt2Options,
 ) -> Result<Graph, Error> {
+    let (prefix, model) = read_model(archive)?;
+    let gm = &model.graph_module;
+
+    // Symbolic sizes first: every later message would be about their consequences.
+    let metas = tensor_metas(&gm.graph.tensor_values)?;
+
+    // Unsupported ops, each listed once with every node using it (in subgraphs too).
+    let mut unknown: Vec<UnknownOp> = vec![];
+    unsupported_ops(&gm.graph.nodes, &gm.graph.outputs, &mut unknown, 0, "");
+    if !unknown.is_empty() {
+        return Err(Error::UnknownOps(unknown));
+    }
+
+    let mut g = Graph::new(name);
+    let specs = gm
+        .signature
+        .input_specs
+        .iter()
+        .map(input_spec)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut payloads = Payloads {
+        archive,
+        prefix,
+        configs: HashMap::new(),
+        max_bytes: options.limits.max_total_bytes,
+    };
+    let values = add_inputs(&mut g, &specs, &metas, &mut payloads, options)?;
+
+    let mut produced: Vec<Produced> = vec![];
+    let mut scope = Scope {
+        values,
+        multi: HashMap::new(),
+        metas,
+        prefix: String::new(),
+        depth: 0,
+        path: String::new(),
+        layouts: tensor_layouts(&gm.graph.tensor_values),
+        aliases: Aliases::default(),
+    };
+    import_nodes(
+        &mut g,
+        &gm.graph.nodes,
+        &mut scope,
+        &mut produced,
+        &gm.graph.outputs,
+    )?;
+    let outputs = user_outputs(&mut g, &mut scope, &gm.signature.output_specs)?;
+    g.set_outputs(outputs);
+    verify::validate(&mut g)?;
+    check_recorded(&g, &produced)?;
+    Ok(g)
+}
+
+/// The archive's model folder and its `model.json`, checked for a little-endian archive
+/// of a schema version this importer reads.
+fn read_model<R: Read + Seek>(archive: &mut Archive<R>) -> Result<(String, Model), Error> {
     let prefix = find_prefix(archive)?;
     let byteorder = format!("{prefix}byteorder");
     if archive.has(&byteorder) {
@@ -409,35 +465,28 @@ pub(super) fn build<R: Read + Seek>(
         }
         .into());
     }
-    let gm = &model.graph_module;
+    Ok((prefix, model))
+}
 
-    // Symbolic sizes first: every later message would be about their consequences.
-    let metas = tensor_metas(&gm.graph.tensor_values)?;
+/// The graph's inputs: the user inputs first (so that `inputN.bin` counts user inputs
+/// only), then parameters, buffers and constants (as constants read from the archive,
+/// or as inputs). Returns each placeholder's value.
+fn add_inputs<R: Read + Seek>(
+    g: &mut Graph,
+    specs: &[InputSpec],
+    metas: &HashMap<&str, TensorMeta>,
+    payloads: &mut Payloads<'_, R>,
+    options: &Pt2Options,
+) -> Result<HashMap<String, ValueId>, Error> {
     let meta_of = |t: &str| {
         metas
             .get(t)
             .cloned()
             .ok_or_else(|| Pt2Error::Schema(format!("tensor `{t}` has no entry in tensor_values")))
     };
-
-    // Unsupported ops, each listed once with every node using it (in subgraphs too).
-    let mut unknown: Vec<UnknownOp> = vec![];
-    unsupported_ops(&gm.graph.nodes, &gm.graph.outputs, &mut unknown, 0, "");
-    if !unknown.is_empty() {
-        return Err(Error::UnknownOps(unknown));
-    }
-
-    let mut g = Graph::new(name);
     let mut values: HashMap<String, ValueId> = HashMap::new();
-    let specs = gm
-        .signature
-        .input_specs
-        .iter()
-        .map(input_spec)
-        .collect::<Result<Vec<_>, _>>()?;
-    // User inputs come first so that `inputN.bin` counts user inputs only.
     let mut index = 0;
-    for s in &specs {
+    for s in specs {
         if let InputSpec::User(t) = s {
             if g.has_name(t) {
                 return Err(Pt2Error::Schema(format!("placeholder `{t}` is defined twice")).into());
@@ -453,13 +502,7 @@ pub(super) fn build<R: Read + Seek>(
             values.insert(t.clone(), ValueId::first(id));
         }
     }
-    let mut payloads = Payloads {
-        archive,
-        prefix: prefix.clone(),
-        configs: HashMap::new(),
-        max_bytes: options.limits.max_total_bytes,
-    };
-    for s in &specs {
+    for s in specs {
         let InputSpec::Stored {
             placeholder,
             key,
@@ -491,28 +534,17 @@ pub(super) fn build<R: Read + Seek>(
         });
         values.insert(placeholder.clone(), ValueId::first(id));
     }
+    Ok(values)
+}
 
-    let mut produced: Vec<Produced> = vec![];
-    let mut scope = Scope {
-        values,
-        multi: HashMap::new(),
-        metas,
-        prefix: String::new(),
-        depth: 0,
-        path: String::new(),
-        layouts: tensor_layouts(&gm.graph.tensor_values),
-        aliases: Aliases::default(),
-    };
-    import_nodes(
-        &mut g,
-        &gm.graph.nodes,
-        &mut scope,
-        &mut produced,
-        &gm.graph.outputs,
-    )?;
-
+/// The values of the graph signature's user outputs.
+fn user_outputs(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    specs: &[Value],
+) -> Result<Vec<ValueId>, Error> {
     let mut outputs = vec![];
-    for spec in &gm.signature.output_specs {
+    for spec in specs {
         let bad = || Pt2Error::Schema(format!("graph signature: unsupported output {spec}"));
         let (kind, v) = schema::variant(spec).ok_or_else(bad)?;
         if kind != "user_output" {
@@ -531,15 +563,17 @@ pub(super) fn build<R: Read + Seek>(
         if !scope.values.contains_key(t) {
             return Err(Error::UnknownOutput(t.to_string()));
         }
-        outputs.push(current(&mut g, &mut scope, t, "the graph's output")?);
+        outputs.push(current(g, scope, t, "the graph's output")?);
     }
     if outputs.is_empty() {
         return Err(Error::NoOutputs);
     }
-    g.set_outputs(outputs);
-    verify::validate(&mut g)?;
+    Ok(outputs)
+}
 
-    for p in &produced {
+/// Kiln's inferred shapes and dtypes against the ones PyTorch recorded.
+fn check_recorded(g: &Graph, produced: &[Produced]) -> Result<(), Error> {
+    for p in produced {
         let (Some(want), Some(got)) = (&p.want, g.meta(p.value)) else {
             continue;
         };
@@ -553,7 +587,7 @@ pub(super) fn build<R: Read + Seek>(
             .into());
         }
     }
-    Ok(g)
+    Ok(())
 }
 
 /// The deepest nesting of subgraphs the importer follows (the JSON parser's own
@@ -1613,37 +1647,8 @@ fn inline_wrap(
     }
     import_nodes(g, &graph.nodes, &mut inner, produced, &graph.outputs)?;
 
-    // What the subgraph returns, flattened as the node's outputs are.
-    let mut returned: Vec<Option<ValueId>> = vec![];
     let reader = format!("{}{node}", inner.path);
-    for o in &graph.outputs {
-        let mut lookup = |t: &Value| -> Result<(), Error> {
-            let name = schema::tensor_name(t)
-                .ok_or_else(|| bad(format!("{what} returns a tensor without a name: {t}")))?;
-            if !inner.values.contains_key(name) {
-                return Err(bad(format!(
-                    "{what} returns `{name}`, a tensor it does not define"
-                )));
-            }
-            returned.push(Some(current(g, &mut inner, name, &reader)?));
-            Ok(())
-        };
-        match schema::variant(o) {
-            Some(("as_tensor", t)) => lookup(t)?,
-            Some(("as_tensors", Value::Array(ts))) => {
-                for t in ts {
-                    lookup(t)?;
-                }
-            }
-            Some(("as_none", _)) => returned.push(None),
-            _ => {
-                return Err(bad(format!(
-                    "{what} returns {}: Kiln takes tensor outputs only",
-                    brief(o)
-                )))
-            }
-        }
-    }
+    let returned = subgraph_returns(g, &graph.outputs, &mut inner, &reader, &what, &bad)?;
     let (outs, _) = output_names(n);
     if outs.len() != returned.len() {
         return Err(bad(format!(
@@ -1667,7 +1672,48 @@ fn inline_wrap(
     Ok(())
 }
 
-/// The tensor an in-place node mutates: its `self` argument.
+/// What subgraph `what` returns (its `outputs`), flattened as the node's outputs are
+/// (`None` for a returned `None`), read by `reader`.
+fn subgraph_returns(
+    g: &mut Graph,
+    outputs: &[Value],
+    inner: &mut Scope<'_>,
+    reader: &str,
+    what: &str,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Vec<Option<ValueId>>, Error> {
+    let mut returned: Vec<Option<ValueId>> = vec![];
+    for o in outputs {
+        let mut lookup = |t: &Value| -> Result<(), Error> {
+            let name = schema::tensor_name(t)
+                .ok_or_else(|| bad(format!("{what} returns a tensor without a name: {t}")))?;
+            if !inner.values.contains_key(name) {
+                return Err(bad(format!(
+                    "{what} returns `{name}`, a tensor it does not define"
+                )));
+            }
+            returned.push(Some(current(g, inner, name, reader)?));
+            Ok(())
+        };
+        match schema::variant(o) {
+            Some(("as_tensor", t)) => lookup(t)?,
+            Some(("as_tensors", Value::Array(ts))) => {
+                for t in ts {
+                    lookup(t)?;
+                }
+            }
+            Some(("as_none", _)) => returned.push(None),
+            _ => {
+                return Err(bad(format!(
+                    "{what} returns {}: Kiln takes tensor outputs only",
+                    brief(o)
+                )))
+            }
+        }
+    }
+    Ok(returned)
+}
+
 /// `as_strided` addresses its operand's storage: Kiln's reading of it over the operand's
 /// elements is PyTorch's only when the operand was laid out row-major from offset 0.
 fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) -> Result<(), Error> {
@@ -1692,6 +1738,7 @@ fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) ->
     .into())
 }
 
+/// The tensor an in-place node mutates: its `self` argument.
 fn in_place_self(n: &schema::Node) -> Option<String> {
     let a = n
         .inputs

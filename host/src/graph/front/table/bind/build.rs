@@ -13,7 +13,15 @@ pub(super) fn build(name: &str, b: &Bound) -> Result<Op, SigError> {
     if let Some(op) = binary(name, b)? {
         return Ok(op);
     }
-    let families = [elementwise, creation, indexing, nn, reductions, shapes];
+    let families = [
+        elementwise,
+        creation,
+        indexing,
+        nn,
+        pools,
+        reductions,
+        shapes,
+    ];
     for family in families {
         if let Some(op) = family(name, b)? {
             return Ok(op);
@@ -267,7 +275,7 @@ fn indexing(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
     }))
 }
 
-/// The neural-network layers: attention, convolutions, norms, pools, pads, products.
+/// The neural-network layers: attention, convolutions, norms and products.
 fn nn(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
     Ok(Some(match name {
         "scaled_dot_product_attention" => {
@@ -331,100 +339,6 @@ fn nn(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
                 weight: b.present("weight"),
                 bias: b.present("bias"),
                 native: name.starts_with('_'),
-            }
-        }
-        "max_pool2d" | "max_pool2d_with_indices" => {
-            let kernel = b.list("kernel_size")?;
-            let two = |v: Vec<i64>| if v.len() == 1 { vec![v[0]; 2] } else { v };
-            let kernel = two(kernel);
-            let stride = match b.ints("stride")? {
-                None => kernel.clone(),
-                Some(v) if v.is_empty() => kernel.clone(),
-                Some(v) => two(v),
-            };
-            Op::MaxPool {
-                stride,
-                padding: two(b.ints("padding")?.unwrap_or_else(|| vec![0])),
-                dilation: two(b.ints("dilation")?.unwrap_or_else(|| vec![1])),
-                kernel,
-                ceil_mode: b.boolean("ceil_mode")?,
-                with_indices: name.ends_with("indices"),
-            }
-        }
-        "adaptive_avg_pool2d"
-        | "_adaptive_avg_pool2d"
-        | "adaptive_avg_pool1d"
-        | "adaptive_avg_pool3d"
-        | "_adaptive_avg_pool3d" => {
-            let size = b.list("output_size")?;
-            let dims = if name.ends_with("1d") {
-                1
-            } else if name.ends_with("3d") {
-                3
-            } else {
-                2
-            };
-            Op::AdaptiveAvgPool {
-                output_size: if size.len() == 1 {
-                    vec![size[0]; dims]
-                } else {
-                    size
-                },
-            }
-        }
-        "avg_pool1d" | "avg_pool2d" => {
-            let dims = if name.ends_with("1d") { 1 } else { 2 };
-            let widen = |v: Vec<i64>| if v.len() == 1 { vec![v[0]; dims] } else { v };
-            let kernel = widen(b.list("kernel_size")?);
-            let stride = match b.ints("stride")? {
-                None => kernel.clone(),
-                Some(v) if v.is_empty() => kernel.clone(),
-                Some(v) => widen(v),
-            };
-            let count_include_pad = match b.get("count_include_pad") {
-                None => true,
-                Some(Raw::Bool(v)) => *v,
-                Some(r) => return Err(bad("count_include_pad", "a bool", r)),
-            };
-            let divisor_override = b.int("divisor_override")?;
-            if divisor_override.is_some_and(|d| d == 0) {
-                return Err(bad("divisor_override", "a non-zero integer", &Raw::Int(0)));
-            }
-            Op::AvgPool {
-                stride,
-                padding: widen(b.ints("padding")?.unwrap_or_else(|| vec![0])),
-                kernel,
-                ceil_mode: b.boolean("ceil_mode")?,
-                count_include_pad,
-                divisor_override,
-            }
-        }
-        "constant_pad_nd" | "pad" => {
-            let pads = b.list("pad")?;
-            let mode = match b.string("mode")? {
-                None | Some("constant") => PadMode::Constant,
-                Some("reflect") => PadMode::Reflect,
-                Some("replicate") => PadMode::Replicate,
-                Some("circular") => PadMode::Circular,
-                Some(o) => {
-                    return Err(bad(
-                        "mode",
-                        "\"constant\", \"reflect\", \"replicate\" or \"circular\"",
-                        &Raw::Str(o.into()),
-                    ))
-                }
-            };
-            if pads.len() % 2 != 0 {
-                return Err(bad(
-                    "pad",
-                    "an even number of amounts",
-                    b.get("pad").unwrap_or(&Raw::None),
-                ));
-            }
-            Op::Pad {
-                pads,
-                mode,
-                value: b.float("value")?.unwrap_or(0.0),
             }
         }
         "group_norm" | "native_group_norm" => Op::GroupNorm {
@@ -627,6 +541,107 @@ fn shapes(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
         }
         "alias" => Op::NoOp(NoOpKind::Alias),
         "_assert_tensor_metadata" => Op::NoOp(NoOpKind::AssertTensorMetadata),
+        _ => return Ok(None),
+    }))
+}
+
+/// Pools and pads.
+fn pools(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
+    Ok(Some(match name {
+        "max_pool2d" | "max_pool2d_with_indices" => {
+            let kernel = b.list("kernel_size")?;
+            let two = |v: Vec<i64>| if v.len() == 1 { vec![v[0]; 2] } else { v };
+            let kernel = two(kernel);
+            let stride = match b.ints("stride")? {
+                None => kernel.clone(),
+                Some(v) if v.is_empty() => kernel.clone(),
+                Some(v) => two(v),
+            };
+            Op::MaxPool {
+                stride,
+                padding: two(b.ints("padding")?.unwrap_or_else(|| vec![0])),
+                dilation: two(b.ints("dilation")?.unwrap_or_else(|| vec![1])),
+                kernel,
+                ceil_mode: b.boolean("ceil_mode")?,
+                with_indices: name.ends_with("indices"),
+            }
+        }
+        "adaptive_avg_pool2d"
+        | "_adaptive_avg_pool2d"
+        | "adaptive_avg_pool1d"
+        | "adaptive_avg_pool3d"
+        | "_adaptive_avg_pool3d" => {
+            let size = b.list("output_size")?;
+            let dims = if name.ends_with("1d") {
+                1
+            } else if name.ends_with("3d") {
+                3
+            } else {
+                2
+            };
+            Op::AdaptiveAvgPool {
+                output_size: if size.len() == 1 {
+                    vec![size[0]; dims]
+                } else {
+                    size
+                },
+            }
+        }
+        "avg_pool1d" | "avg_pool2d" => {
+            let dims = if name.ends_with("1d") { 1 } else { 2 };
+            let widen = |v: Vec<i64>| if v.len() == 1 { vec![v[0]; dims] } else { v };
+            let kernel = widen(b.list("kernel_size")?);
+            let stride = match b.ints("stride")? {
+                None => kernel.clone(),
+                Some(v) if v.is_empty() => kernel.clone(),
+                Some(v) => widen(v),
+            };
+            let count_include_pad = match b.get("count_include_pad") {
+                None => true,
+                Some(Raw::Bool(v)) => *v,
+                Some(r) => return Err(bad("count_include_pad", "a bool", r)),
+            };
+            let divisor_override = b.int("divisor_override")?;
+            if divisor_override.is_some_and(|d| d == 0) {
+                return Err(bad("divisor_override", "a non-zero integer", &Raw::Int(0)));
+            }
+            Op::AvgPool {
+                stride,
+                padding: widen(b.ints("padding")?.unwrap_or_else(|| vec![0])),
+                kernel,
+                ceil_mode: b.boolean("ceil_mode")?,
+                count_include_pad,
+                divisor_override,
+            }
+        }
+        "constant_pad_nd" | "pad" => {
+            let pads = b.list("pad")?;
+            let mode = match b.string("mode")? {
+                None | Some("constant") => PadMode::Constant,
+                Some("reflect") => PadMode::Reflect,
+                Some("replicate") => PadMode::Replicate,
+                Some("circular") => PadMode::Circular,
+                Some(o) => {
+                    return Err(bad(
+                        "mode",
+                        "\"constant\", \"reflect\", \"replicate\" or \"circular\"",
+                        &Raw::Str(o.into()),
+                    ))
+                }
+            };
+            if pads.len() % 2 != 0 {
+                return Err(bad(
+                    "pad",
+                    "an even number of amounts",
+                    b.get("pad").unwrap_or(&Raw::None),
+                ));
+            }
+            Op::Pad {
+                pads,
+                mode,
+                value: b.float("value")?.unwrap_or(0.0),
+            }
+        }
         _ => return Ok(None),
     }))
 }

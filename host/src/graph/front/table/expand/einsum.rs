@@ -45,13 +45,18 @@ fn einsum_letters(spec: &str, rank: Option<usize>, ell: &[char]) -> Result<Vec<c
     Ok(out)
 }
 
-/// `einsum(equation, operands)`: operands contracted pairwise, left to right, each pair
-/// as one batched matrix product over the letters both share.
-pub(super) fn einsum(
-    s: &mut Steps<'_>,
-    equation: &str,
-    operands: &[(String, Vec<i64>)],
-) -> Result<String, String> {
+/// An einsum equation read against its operands' shapes.
+struct Parsed {
+    /// each operand with the letters of its dims
+    terms: Vec<(String, Vec<char>)>,
+    /// each letter's size (the largest, size-1 dims broadcasting)
+    size: HashMap<char, i64>,
+    /// the output's letters
+    output: Vec<char>,
+}
+
+/// The letters of every operand and of the output, and each letter's size.
+fn parse(equation: &str, operands: &[(String, Vec<i64>)]) -> Result<Parsed, String> {
     let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l, Some(r)),
@@ -131,6 +136,25 @@ pub(super) fn einsum(
             return Err(format!("the output's `{c}` is in no operand"));
         }
     }
+    Ok(Parsed {
+        terms,
+        size,
+        output,
+    })
+}
+
+/// `einsum(equation, operands)`: operands contracted pairwise, left to right, each pair
+/// as one batched matrix product over the letters both share.
+pub(super) fn einsum(
+    s: &mut Steps<'_>,
+    equation: &str,
+    operands: &[(String, Vec<i64>)],
+) -> Result<String, String> {
+    let Parsed {
+        mut terms,
+        size,
+        output,
+    } = parse(equation, operands)?;
     // Broadcast size-1 dims up to the letter's size.
     for (x, letters) in terms.iter_mut() {
         let shape: Vec<i64> = letters.iter().map(|c| size[c]).collect();

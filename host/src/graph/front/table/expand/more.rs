@@ -41,7 +41,7 @@ fn select(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
 
 /// The expansion of `op`, or `None` where this module does not take it.
 pub(super) fn expand(s: &mut Steps<'_>, op: &str, a: &Args<'_>) -> Expanded {
-    let families = [reductions, activations, elementwise, shapes];
+    let families = [reductions, activations, elementwise, shapes, windows];
     for family in families {
         if let Some(r) = family(s, op, a)? {
             return Ok(Some(r));
@@ -330,7 +330,7 @@ fn elementwise(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     }
 }
 
-/// Masks, reorders and the ops that move or repeat elements.
+/// Masks, flips, one-hot codes, tiles and index writes.
 fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     match op {
         "triu" | "tril" => {
@@ -407,6 +407,30 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             reps.extend(dims);
             one(s.op("repeat", vec![("self", t(&x)), ("repeats", ints(&reps))]))
         }
+        "index_put" => {
+            let (x, m) = args.tensor("self")?;
+            let (v, _) = args.tensor("values")?;
+            let Some(Raw::List(list)) = args.get("indices") else {
+                return Err(invalid("needs the list `indices`".into()));
+            };
+            let mut entries = vec![];
+            for (i, r) in list.iter().enumerate() {
+                if let Raw::Str(name) = r {
+                    let meta = (args.metas)(name)
+                        .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
+                    entries.push((i, name.clone(), meta));
+                }
+            }
+            let accumulate = matches!(args.get("accumulate"), Some(Raw::Bool(true)));
+            one(index_put(s, &x, &m, &v, &entries, accumulate).map_err(invalid)?)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Pixel shuffles, sliding windows and the 1-d max pool.
+fn windows(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
         "pixel_shuffle" | "pixel_unshuffle" => {
             let (x, m) = args.tensor("self")?;
             let f = args
@@ -504,23 +528,6 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             }
             let p = s.op("max_pool2d", pool);
             one(s.op("squeeze", vec![("self", t(&p)), ("dim", ints(&[-2]))]))
-        }
-        "index_put" => {
-            let (x, m) = args.tensor("self")?;
-            let (v, _) = args.tensor("values")?;
-            let Some(Raw::List(list)) = args.get("indices") else {
-                return Err(invalid("needs the list `indices`".into()));
-            };
-            let mut entries = vec![];
-            for (i, r) in list.iter().enumerate() {
-                if let Raw::Str(name) = r {
-                    let meta = (args.metas)(name)
-                        .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
-                    entries.push((i, name.clone(), meta));
-                }
-            }
-            let accumulate = matches!(args.get("accumulate"), Some(Raw::Bool(true)));
-            one(index_put(s, &x, &m, &v, &entries, accumulate).map_err(invalid)?)
         }
         _ => Ok(None),
     }

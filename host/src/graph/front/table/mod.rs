@@ -16,6 +16,12 @@
 //! far; rewrites and expansions read only the operands' metadata and the arguments,
 //! never a recorded output, so that every front end can use every entry. This module
 //! resolves no tensor names and builds no graph nodes: that is the front end's part.
+//!
+//! Adding an ATen name for ops Kiln has is one entry here: a signature in
+//! `bind/signatures.rs` and its arm in `bind/build.rs`, or a rewrite in `rewrite.rs`,
+//! or an expansion in `expand.rs` (or `expand/more.rs`), each listed with its
+//! parameters; and a case in `host/tests/op_table.rs`, which fails for any name of
+//! the table without one.
 
 pub mod bind;
 mod expand;
@@ -26,6 +32,8 @@ pub use expand::{Expansion, Step};
 
 use crate::graph::ir::TensorMeta;
 use crate::graph::ops::Op;
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// How the table gives a name its meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +89,12 @@ pub fn entries() -> impl Iterator<Item = Entry> {
 
 /// The entry named `name`, if the table has one.
 pub fn entry(name: &str) -> Option<Entry> {
-    entries().find(|e| e.name == name)
+    // Looked up once per node of a graph file: a map, not a scan of the lists.
+    static BY_NAME: OnceLock<HashMap<&'static str, Entry>> = OnceLock::new();
+    BY_NAME
+        .get_or_init(|| entries().map(|e| (e.name, e)).collect())
+        .get(name)
+        .copied()
 }
 
 /// Whether the table knows `name`.

@@ -506,7 +506,10 @@ fn mentions<'a>(r: &'a RawNode<'_, '_>, into: &mut Vec<&'a str>) {
             _ => {}
         }
     }
-    let params = table::entry(r.op).map(|e| e.params()).unwrap_or_default();
+    let params = match r.args {
+        [] => vec![],
+        _ => table::entry(r.op).map(|e| e.params()).unwrap_or_default(),
+    };
     for (i, v) in r.args.iter().enumerate() {
         if params
             .get(i)

@@ -2,6 +2,8 @@
 //! it is required, in ATen order.
 
 use crate::graph::ops::UnaryOp;
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// Parameter kinds.
 #[derive(Clone, Copy, PartialEq)]
@@ -592,11 +594,16 @@ pub(super) const SIGNATURES: &[(&str, Sig)] = {
 };
 
 pub(super) fn signature(op: &str) -> Option<Sig> {
-    if UnaryOp::ALL.iter().any(|(_, n)| *n == op) {
-        return Some(UNARY);
-    }
-    SIGNATURES
-        .iter()
-        .find(|(name, _)| *name == op)
-        .map(|(_, sig)| *sig)
+    // Looked up once per node of a graph file: a map, not a scan of the lists.
+    static BY_NAME: OnceLock<HashMap<&'static str, Sig>> = OnceLock::new();
+    BY_NAME
+        .get_or_init(|| {
+            UnaryOp::ALL
+                .iter()
+                .map(|(_, n)| (*n, UNARY))
+                .chain(SIGNATURES.iter().copied())
+                .collect()
+        })
+        .get(op)
+        .copied()
 }

@@ -20,6 +20,41 @@ pub(super) fn words(op: &Op) -> Vec<u64> {
     w.0
 }
 
+/// Where [`Words`] puts the words: a list, or straight into a hasher (no allocation
+/// per hash).
+trait Sink {
+    fn push(&mut self, word: u64);
+}
+
+impl Sink for Vec<u64> {
+    fn push(&mut self, word: u64) {
+        Vec::push(self, word);
+    }
+}
+
+/// A [`Sink`] that compares the words with a list.
+struct Comparing<'a> {
+    want: &'a [u64],
+    at: usize,
+    same: bool,
+}
+
+impl Sink for &mut Comparing<'_> {
+    fn push(&mut self, word: u64) {
+        self.same &= self.want.get(self.at) == Some(&word);
+        self.at += 1;
+    }
+}
+
+/// A hasher as a [`Sink`].
+struct Hashing<'h, H>(&'h mut H);
+
+impl<H: Hasher> Sink for Hashing<'_, H> {
+    fn push(&mut self, word: u64) {
+        self.0.write_u64(word);
+    }
+}
+
 impl PartialEq for Op {
     fn eq(&self, other: &Op) -> bool {
         match (self, other) {
@@ -39,7 +74,9 @@ impl Hash for Op {
         std::mem::discriminant(self).hash(state);
         match self {
             Op::Constant { data } => data.hash(state),
-            op => words(op).hash(state),
+            op => {
+                let _ = op.serialize(&mut Words(Hashing(state)));
+            }
         }
     }
 }
@@ -87,7 +124,7 @@ impl Hash for ConstData {
 }
 
 /// The serializer that flattens a value into words.
-struct Words(Vec<u64>);
+struct Words<S>(S);
 
 /// `Words` never fails; serde's traits still need an error type.
 #[derive(Debug)]
@@ -107,20 +144,20 @@ impl ser::Error for Never {
     }
 }
 
-impl Words {
+impl<S: Sink> Words<S> {
     fn bytes(&mut self, b: &[u8]) {
         self.0.push(b.len() as u64);
-        self.0.extend(b.chunks(8).map(|c| {
+        for c in b.chunks(8) {
             let mut w = [0u8; 8];
             w[..c.len()].copy_from_slice(c);
-            u64::from_le_bytes(w)
-        }));
+            self.0.push(u64::from_le_bytes(w));
+        }
     }
 }
 
 type Done = Result<(), Never>;
 
-impl ser::Serializer for &mut Words {
+impl<S: Sink> ser::Serializer for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     type SerializeSeq = Self;
@@ -247,7 +284,7 @@ impl ser::Serializer for &mut Words {
     }
 }
 
-impl ser::SerializeSeq for &mut Words {
+impl<S: Sink> ser::SerializeSeq for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_element<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
@@ -258,7 +295,7 @@ impl ser::SerializeSeq for &mut Words {
     }
 }
 
-impl ser::SerializeTuple for &mut Words {
+impl<S: Sink> ser::SerializeTuple for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_element<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
@@ -269,7 +306,7 @@ impl ser::SerializeTuple for &mut Words {
     }
 }
 
-impl ser::SerializeTupleStruct for &mut Words {
+impl<S: Sink> ser::SerializeTupleStruct for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_field<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
@@ -280,7 +317,7 @@ impl ser::SerializeTupleStruct for &mut Words {
     }
 }
 
-impl ser::SerializeTupleVariant for &mut Words {
+impl<S: Sink> ser::SerializeTupleVariant for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_field<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
@@ -291,7 +328,7 @@ impl ser::SerializeTupleVariant for &mut Words {
     }
 }
 
-impl ser::SerializeMap for &mut Words {
+impl<S: Sink> ser::SerializeMap for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_key<T: ?Sized + Serialize>(&mut self, k: &T) -> Done {
@@ -305,7 +342,7 @@ impl ser::SerializeMap for &mut Words {
     }
 }
 
-impl ser::SerializeStruct for &mut Words {
+impl<S: Sink> ser::SerializeStruct for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
@@ -322,7 +359,7 @@ impl ser::SerializeStruct for &mut Words {
     }
 }
 
-impl ser::SerializeStructVariant for &mut Words {
+impl<S: Sink> ser::SerializeStructVariant for &mut Words<S> {
     type Ok = ();
     type Error = Never;
     fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {

@@ -219,6 +219,16 @@ pub fn may_name_tensors(op: &str, param: &str) -> bool {
     ))
 }
 
+/// Whether positional argument `i` of `op` may name a tensor ([`may_name_tensors`] of
+/// the parameter it binds to; true past the parameters, which binding refuses).
+pub fn arg_may_name_tensors(op: &str, i: usize) -> bool {
+    match entry(op) {
+        Some(e) if e.how == How::Bind => bind::names_tensors_at(op, i).unwrap_or(true),
+        Some(e) => e.names.get(i).is_none_or(|p| may_name_tensors(op, p)),
+        None => true,
+    }
+}
+
 /// A call's arguments all by keyword, positional ones named by the entry's parameters.
 fn named(
     entry: &Entry,

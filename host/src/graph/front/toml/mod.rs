@@ -112,24 +112,7 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     b.declare_constants(&raw.constants)?;
     // Unknown ops are reported all together before anything else about the nodes.
     unknown_ops(&raw.nodes, &lines)?;
-    let mut seen: HashMap<&str, u32> = HashMap::with_capacity(raw.nodes.len());
-    for r in &raw.nodes {
-        let line = lines.at(r.at).0 as u32;
-        let first = b
-            .names
-            .get(r.name)
-            .map(|n| n.1)
-            .or(seen.get(r.name).copied());
-        if let Some(first) = first {
-            return Err(Error::Duplicate {
-                name: r.name.into(),
-                line,
-                first,
-            });
-        }
-        seen.insert(r.name, line);
-    }
-    for i in dependency_order(&raw.nodes, &lines)? {
+    for i in dependency_order(&raw.nodes, &b.names, &lines)? {
         b.add(&raw.nodes[i])?;
     }
     b.finish(&raw.outputs)
@@ -215,13 +198,14 @@ impl<'t> Builder<'t> {
     /// inferred as it is added.
     fn add(&mut self, r: &'t RawNode<'t, '_>) -> Result<(), Error> {
         let line = self.line(r.at);
-        let at = At {
+        // Built only for an error: most nodes have none.
+        let at = || At {
             node: r.name.into(),
             line: Some(line),
         };
         let conv = |v: &Spanned<DeValue>| {
             to_raw(v).map_err(|e| Error::Declaration {
-                at: at.clone(),
+                at: at(),
                 message: e.message,
             })
         };
@@ -239,7 +223,7 @@ impl<'t> Builder<'t> {
             kwargs: &kwargs,
         };
         let sig_err = |source| Error::Signature {
-            at: at.clone(),
+            at: at(),
             op: r.op.into(),
             source: Box::new(source),
         };
@@ -254,7 +238,7 @@ impl<'t> Builder<'t> {
                 let id = self.add_node(r.name.into(), op, args, vec![], line)?;
                 Bound::Value(ValueId::first(id))
             }
-            Lowered::Expansion(x) => self.add_expansion(r, x, &at)?,
+            Lowered::Expansion(x) => self.add_expansion(r, x, line, &at)?,
         };
         self.names.insert(r.name, (bound, line));
         Ok(())
@@ -266,16 +250,16 @@ impl<'t> Builder<'t> {
         &mut self,
         r: &RawNode<'_, '_>,
         x: Expansion,
-        at: &At,
+        line: u32,
+        at: &dyn Fn() -> At,
     ) -> Result<Bound, Error> {
-        let line = at.line.unwrap_or(0);
         let mut steps: HashMap<String, ValueId> = HashMap::with_capacity(x.steps.len());
         for step in x.steps {
             let (out, op, args, outputs) = match step {
                 Step::Op { out, op, attrs } => {
                     let (kop, operands) =
                         table::bind_step(op, &attrs).map_err(|source| Error::Signature {
-                            at: at.clone(),
+                            at: at(),
                             op: op.into(),
                             source: Box::new(source),
                         })?;
@@ -352,7 +336,7 @@ impl<'t> Builder<'t> {
         operands: &[Operand],
         getitem: Option<i64>,
         steps: &HashMap<String, ValueId>,
-        at: &At,
+        at: &dyn Fn() -> At,
     ) -> Result<Vec<Arg>, Error> {
         operands
             .iter()
@@ -367,9 +351,9 @@ impl<'t> Builder<'t> {
     }
 
     /// The value name `t` stands for (its output `getitem` for a `getitem`'s operand).
-    fn value(&self, t: &str, getitem: Option<i64>, at: &At) -> Result<ValueId, Error> {
+    fn value(&self, t: &str, getitem: Option<i64>, at: &dyn Fn() -> At) -> Result<ValueId, Error> {
         let unknown = || Error::UnknownTensor {
-            at: at.clone(),
+            at: at(),
             name: t.into(),
         };
         match (self.names.get(t).ok_or_else(unknown)?, getitem) {
@@ -382,11 +366,11 @@ impl<'t> Builder<'t> {
                 .ok()
                 .and_then(|i| vs.get(i).copied())
                 .ok_or_else(|| Error::Declaration {
-                    at: at.clone(),
+                    at: at(),
                     message: format!("`{t}` has {} outputs, not {}", vs.len(), i + 1),
                 }),
             ((Bound::Results(vs), _), None) => Err(Error::Declaration {
-                at: at.clone(),
+                at: at(),
                 message: format!("`{t}` has {} outputs: select one with getitem", vs.len()),
             }),
         }
@@ -526,18 +510,41 @@ fn mentions<'a>(r: &'a RawNode<'_, '_>, into: &mut Vec<&'a str>) {
 }
 
 /// The nodes in an order where each comes after the nodes it reads (the file's order
-/// where it allows): a file may name a node before it defines it. A cycle is an error
-/// naming its nodes.
-fn dependency_order(nodes: &[RawNode<'_, '_>], lines: &Lines) -> Result<Vec<usize>, Error> {
-    let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, r)| (r.name, i)).collect();
-    let deps: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|r| {
-            let mut names = vec![];
-            mentions(r, &mut names);
-            names.iter().filter_map(|n| index.get(n).copied()).collect()
-        })
-        .collect();
+/// where it allows): a file may name a node before it defines it. A name given twice
+/// (here or among the inputs and constants, `declared`) and a cycle are errors naming
+/// their nodes.
+fn dependency_order(
+    nodes: &[RawNode<'_, '_>],
+    declared: &HashMap<&str, (Bound, u32)>,
+    lines: &Lines,
+) -> Result<Vec<usize>, Error> {
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(nodes.len());
+    for (i, r) in nodes.iter().enumerate() {
+        let first = match (declared.get(r.name), index.insert(r.name, i)) {
+            (Some(&(_, line)), _) => Some(line),
+            (None, Some(j)) => Some(lines.at(nodes[j].at).0 as u32),
+            (None, None) => None,
+        };
+        if let Some(first) = first {
+            return Err(Error::Duplicate {
+                name: r.name.into(),
+                line: lines.at(r.at).0 as u32,
+                first,
+            });
+        }
+    }
+    // Each node's dependencies, one flat list: node i's are `deps[starts[i]..starts[i + 1]]`.
+    let mut deps: Vec<usize> = Vec::with_capacity(nodes.len() * 2);
+    let mut starts: Vec<usize> = Vec::with_capacity(nodes.len() + 1);
+    let mut names = vec![];
+    for r in nodes {
+        starts.push(deps.len());
+        names.clear();
+        mentions(r, &mut names);
+        deps.extend(names.iter().filter_map(|n| index.get(n).copied()));
+    }
+    starts.push(deps.len());
+    let deps_of = |i: usize| &deps[starts[i]..starts[i + 1]];
     // 0: not reached, 1: on the path being followed, 2: placed.
     let mut state = vec![0u8; nodes.len()];
     let mut order = Vec::with_capacity(nodes.len());
@@ -548,7 +555,7 @@ fn dependency_order(nodes: &[RawNode<'_, '_>], lines: &Lines) -> Result<Vec<usiz
         let mut path: Vec<(usize, usize)> = vec![(root, 0)];
         state[root] = 1;
         while let Some(&mut (i, ref mut next)) = path.last_mut() {
-            if let Some(&d) = deps[i].get(*next) {
+            if let Some(&d) = deps_of(i).get(*next) {
                 *next += 1;
                 match state[d] {
                     0 => {

@@ -117,6 +117,13 @@ pub fn names_tensors(op: &str, param: &str) -> Option<bool> {
     Some(matches!(kind, K::T | K::Ts | K::Ot | K::Tl | K::Otl))
 }
 
+/// Whether positional parameter `i` of `op` takes tensors (`None` where `op` binds no
+/// such parameter).
+pub fn names_tensors_at(op: &str, i: usize) -> Option<bool> {
+    let (_, kind, _) = signature(op)?.get(i)?;
+    Some(matches!(kind, K::T | K::Ts | K::Ot | K::Tl | K::Otl))
+}
+
 /// Every op name the table binds by signature.
 pub fn op_names() -> impl Iterator<Item = &'static str> {
     SIGNATURES

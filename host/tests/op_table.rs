@@ -778,3 +778,18 @@ fn a_toml_node_may_read_a_later_one_and_a_cycle_names_its_nodes() {
         "{e}"
     );
 }
+
+#[test]
+fn rewrites_and_expansions_take_positional_arguments_in_aten_order() {
+    let text = "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"p\"]\n\n[[inputs]]\nname = \"x\"\nshape = [2, 3]\ndtype = \"float32\"\n\n[[inputs]]\nname = \"w\"\nshape = [3, 4]\ndtype = \"float32\"\n\n[[nodes]]\nname = \"p\"\nop = \"einsum\"\nargs = [\"ij,jk->ki\", [\"x\", \"w\"]]\n\n[[nodes]]\nname = \"q\"\nop = \"swapaxes\"\nargs = [\"p\", 0, 1]\n";
+    let g = kiln::graph::parse_toml(text).expect("positional arguments of table entries");
+    let out = g.outputs()[0];
+    assert_eq!(g.meta(out).map(|m| m.shape.clone()), Some(vec![4, 2]));
+    // One more positional argument than the entry has parameters is refused.
+    let bad = text.replace("args = [\"p\", 0, 1]", "args = [\"p\", 0, 1, 2]");
+    let e = kiln::diag::report(&kiln::graph::parse_toml(&bad).expect_err("too many"));
+    assert!(
+        e.contains("`swapaxes` takes at most 3 positional arguments"),
+        "{e}"
+    );
+}

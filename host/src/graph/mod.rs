@@ -147,7 +147,7 @@ pub enum Error {
         op: String,
         /// why
         #[source]
-        source: Box<front::signature::SigError>,
+        source: Box<front::table::SigError>,
     },
     /// Shape or dtype inference failed.
     #[error("{at}: invalid `{op}`")]

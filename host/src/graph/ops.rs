@@ -2,11 +2,14 @@
 //!
 //! Attributes that PyTorch takes as keyword or trailing positional arguments live here;
 //! tensor operands (and numbers standing in for tensors) are the node's `args`. This module
-//! must never parse text or compute shapes; see `signature.rs` and `infer.rs`.
+//! must never parse text or compute shapes; see `front/table/` and `infer.rs`.
 
 use super::dtype::DType;
 use std::fmt;
 use std::sync::Arc;
+
+mod bits;
+mod class;
 
 /// A number given where a tensor operand may appear (`mul(x, 2.0)`). Its kind matters
 /// for type promotion: a float scalar never changes a float tensor's dtype.
@@ -297,8 +300,9 @@ pub enum GeluApprox {
     Tanh,
 }
 
-/// The elements of a constant, already rounded to its dtype.
-#[derive(Clone, Debug, PartialEq)]
+/// The elements of a constant, already rounded to its dtype. Equal (and hashed) by
+/// bit pattern, see `ops/bits.rs`.
+#[derive(Clone, Debug)]
 pub enum ConstData {
     /// row-major values, one per element
     Values(Arc<[f64]>),
@@ -384,8 +388,9 @@ pub enum NoOpKind {
     AssertTensorMetadata,
 }
 
-/// An operation with its attributes.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// An operation with its attributes. `Eq` and `Hash` compare the attributes with
+/// floats by bit pattern (see `ops/bits.rs`), so that passes may key maps by ops.
+#[derive(Clone, Debug, serde::Serialize)]
 pub enum Op {
     /// graph input number `index`
     Input {

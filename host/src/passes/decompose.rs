@@ -146,42 +146,6 @@ pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error>
     Ok(Stats { changed })
 }
 
-/// Whether [`decompose`] rewrites this op; must list exactly the ops its `match` handles.
-fn is_composite(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Softmax { .. }
-            | Op::LayerNorm { .. }
-            | Op::RmsNorm { .. }
-            | Op::Var { .. }
-            | Op::Gelu { .. }
-            | Op::Unary(UnaryOp::Silu)
-            | Op::Linear { .. }
-            | Op::Addmm { .. }
-            | Op::Reduce {
-                op: ReduceOp::Any | ReduceOp::All,
-                ..
-            }
-            | Op::Cumsum { .. }
-            | Op::Diff { .. }
-            | Op::Attention { .. }
-            | Op::BatchNorm { .. }
-            | Op::MaxPool { .. }
-            | Op::AdaptiveAvgPool { .. }
-            | Op::AvgPool { .. }
-            | Op::GroupNorm { .. }
-            | Op::Pad { .. }
-            | Op::Roll { .. }
-            | Op::SliceScatter { .. }
-            | Op::Copy
-            | Op::TypeAs
-            | Op::AsStrided { .. }
-            | Op::Repeat { .. }
-            | Op::Conv { bias: true, .. }
-            | Op::Matmul
-    )
-}
-
 /// The node being decomposed, as the rules read it.
 struct Site {
     id: NodeId,
@@ -221,7 +185,7 @@ fn one(v: Result<ValueId, Error>) -> Rewrite {
 fn site(g: &mut Graph, id: NodeId) -> Option<(Op, Site, B<'_>)> {
     let node = g.node(id)?;
     // Most nodes are primitives: test that before cloning anything.
-    if !is_composite(&node.op) {
+    if !node.op.is_composite() {
         return None;
     }
     let out = node.outputs.first().cloned()?;

@@ -306,7 +306,7 @@ fn lower_node(
             literal_output(graph, low, outputs, v0)
         }
         Op::Arange { .. } => lower_arange(graph, low, id),
-        op if is_inline(op) => lower_inline(graph, low, outputs, id),
+        op if op.reads_inline() => lower_inline(graph, low, outputs, id),
         other => Err(Error::Unsupported {
             node: node.name.clone(),
             what: format!(
@@ -561,28 +561,6 @@ fn literal_output(
         low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
     }
     Ok(())
-}
-
-/// Whether an op is read inline (pointwise, or a view that may not stay strided).
-fn is_inline(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_)
-            | Op::Gelu { .. }
-            | Op::Binary { .. }
-            | Op::Where
-            | Op::Clamp { .. }
-            | Op::Cast { .. }
-            | Op::Cat { .. }
-            | Op::Split { .. }
-            | Op::SplitWithSizes { .. }
-            | Op::GetItem { .. }
-            | Op::Contiguous
-            | Op::Clone
-            | Op::NoOp(_)
-            | Op::Index { .. }
-            | Op::Gather { .. }
-    ) || op.is_view()
 }
 
 /// `mm`, `bmm` and `matmul` as extern calls on strided views; `matmul`'s

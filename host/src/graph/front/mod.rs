@@ -1,13 +1,14 @@
 //! The front ends: graph files in, validated [`Graph`]s out. `toml/` reads the
-//! `kiln-graph/1` format, `pt2/` reads `torch.export` archives, and both bind
-//! every op through the one table in `signature.rs`, so that a graph from
-//! either passes the same validation. [`load`] picks the importer by content.
+//! `kiln-graph/1` format, `pt2/` reads `torch.export` archives, and both lower
+//! every node through the one op table in `table/`, so that both accept the same
+//! ops and a graph from either passes the same validation. [`load`] picks the
+//! importer by content.
 //!
 //! The front ends only read and validate; they never rewrite a graph after it
 //! validates (that is `passes/`) and never evaluate tensors.
 
 pub mod pt2;
-pub mod signature;
+pub mod table;
 pub mod toml;
 
 use std::path::Path;

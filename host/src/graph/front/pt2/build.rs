@@ -1,23 +1,28 @@
 //! Builds the [`Graph`] of an opened archive: inputs from the graph signature, stored
-//! tensors as constants (or inputs), one node per FX node through the shared signature
-//! table, `getitem` nodes for multi-output ops, outputs, then validation and a check of
-//! Kiln's inferred shapes against the ones PyTorch recorded.
+//! tensors as constants (or inputs, `payloads.rs`), one node per FX node through the
+//! shared op table, `getitem` nodes for multi-output ops, storage sharing between views
+//! and in-place writes (`aliases.rs`), outputs, then validation and a check of Kiln's
+//! inferred shapes against the ones PyTorch recorded.
+
+mod aliases;
+mod nodes;
+mod payloads;
 
 use super::archive::Archive;
-use super::expand::{self, Step};
-use super::rewrite;
-use super::schema::{self, Model, PayloadConfig};
+use super::schema::{self, Model};
 use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
-use crate::graph::front::signature::{bind, is_known, Operand, Raw};
+use crate::graph::front::table::{self, Call, Lowered, Operand, Raw, SigError, Step};
 use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, NoOpKind, Op};
 use crate::graph::{verify, At, Error, UnknownOp};
+use aliases::{aliases_operand, current, view_step, write_into, Aliases, ViewOf};
+use nodes::import_nodes;
+use payloads::Payloads;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek};
-use std::sync::Arc;
 
 const MODEL_JSON: &str = "models/model.json";
 const WEIGHTS_DIR: &str = "data/weights/";
@@ -57,48 +62,15 @@ fn target(t: &str) -> Target<'_> {
     else {
         return Target::Unsupported;
     };
-    let op = aten_alias(op);
-    let known = |op: &str| is_known(op) || rewrite::handles(op) || expand::expands(op);
-    if op != "getitem" && known(op) {
+    if op != "getitem" && table::is_known(op) {
         return Target::Aten(op);
     }
     // An in-place op (`relu_`, `add_`, `hardtanh_`) in an inference graph computes what
     // its functional form does; the importer makes later readers of `self` read the
     // result.
     match op.strip_suffix('_') {
-        Some(base) if !base.ends_with('_') && known(aten_alias(base)) => {
-            Target::InPlace(aten_alias(base))
-        }
+        Some(base) if !base.ends_with('_') && table::is_known(base) => Target::InPlace(base),
         _ => Target::Unsupported,
-    }
-}
-
-/// ATen names that are another spelling of an op of the op set.
-fn aten_alias(op: &str) -> &str {
-    match op {
-        "__and__" => "bitwise_and",
-        "__or__" => "bitwise_or",
-        "__xor__" => "bitwise_xor",
-        "multiply" => "mul",
-        "subtract" => "sub",
-        "divide" | "true_divide" => "div",
-        "greater" => "gt",
-        "greater_equal" => "ge",
-        "less" => "lt",
-        "less_equal" => "le",
-        "not_equal" => "ne",
-        "negative" => "neg",
-        "absolute" => "abs",
-        "clip" => "clamp",
-        other => other,
-    }
-}
-
-/// ATen parameter names that Kiln's signature table spells differently.
-fn param_name<'a>(op: &str, param: &'a str) -> &'a str {
-    match (op, param) {
-        ("pow", "exponent") => "other",
-        _ => param,
     }
 }
 
@@ -204,195 +176,6 @@ fn input_spec(spec: &Value) -> Result<InputSpec, Pt2Error> {
     })
 }
 
-/// Reads stored tensors, loading each config member once.
-struct Payloads<'a, R> {
-    archive: &'a mut Archive<R>,
-    prefix: String,
-    configs: HashMap<&'static str, PayloadConfig>,
-    max_bytes: u64,
-}
-
-impl<R: Read + Seek> Payloads<'_, R> {
-    fn config(&mut self, member: &'static str) -> Result<&PayloadConfig, Pt2Error> {
-        if !self.configs.contains_key(member) {
-            let full = format!("{}{member}", self.prefix);
-            let c: PayloadConfig = json(self.archive, &full)?;
-            self.configs.insert(member, c);
-        }
-        self.configs
-            .get(member)
-            .ok_or_else(|| Pt2Error::MissingMember(member.into()))
-    }
-
-    /// The values of a parameter/buffer (`constant` false) or tensor constant.
-    fn values(
-        &mut self,
-        key: &str,
-        constant: bool,
-        want: &TensorMeta,
-    ) -> Result<ConstData, Pt2Error> {
-        let mut places = vec![(CONSTANTS_CONFIG, CONSTANTS_DIR)];
-        if !constant {
-            // Non-persistent buffers are stored with the constants.
-            places.insert(0, (WEIGHTS_CONFIG, WEIGHTS_DIR));
-        }
-        for (i, (config, dir)) in places.iter().enumerate() {
-            let full = format!("{}{config}", self.prefix);
-            if i > 0 && !self.archive.has(&full) {
-                continue;
-            }
-            let Some(meta) = self.config(config)?.config.get(key) else {
-                continue;
-            };
-            let (use_pickle, path_name) = (meta.use_pickle, meta.path_name.clone());
-            let (dtype, shape, strides, offset) = layout(&meta.tensor_meta, key)?;
-            if use_pickle {
-                return Err(Pt2Error::Weight {
-                    name: key.into(),
-                    message: "stored pickled (use_pickle), which Kiln cannot read".into(),
-                });
-            }
-            let member = format!("{}{dir}{path_name}", self.prefix);
-            if dtype != want.dtype || shape != want.shape {
-                return Err(Pt2Error::Weight {
-                    name: key.into(),
-                    message: format!(
-                        "stored as {dtype}{shape:?}, but the graph uses it as {}{:?}",
-                        want.dtype, want.shape
-                    ),
-                });
-            }
-            let numel = want.numel() as u64;
-            if numel.saturating_mul(dtype.size_bytes() as u64) > self.max_bytes {
-                return Err(Pt2Error::TooLarge {
-                    member,
-                    max: self.max_bytes,
-                });
-            }
-            let need = extent_bytes(key, dtype, &shape, &strides, offset)?;
-            let stored = self.archive.read_prefix(&member, need)?;
-            let bytes = gather(stored, key, dtype, &shape, &strides, offset)?;
-            return Ok(ConstData::Bytes { dtype, bytes });
-        }
-        Err(Pt2Error::Weight {
-            name: key.into(),
-            message: format!(
-                "not listed in {}{}",
-                self.prefix,
-                places.iter().map(|p| p.0).collect::<Vec<_>>().join(" or ")
-            ),
-        })
-    }
-}
-
-type Layout = (crate::graph::DType, Vec<i64>, Vec<i64>, i64);
-
-fn layout(m: &schema::TensorMeta, key: &str) -> Result<Layout, Pt2Error> {
-    let dtype = schema::dtype(m.dtype, key)?;
-    let shape = schema::sizes(m, key)?;
-    let strides = if m.strides.is_empty() {
-        crate::graph::shape::contiguous_strides(&shape)
-    } else {
-        m.strides
-            .iter()
-            .map(|s| schema::sym_int(s, key))
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    let offset = match &m.storage_offset {
-        Some(o) => schema::sym_int(o, key)?,
-        None => 0,
-    };
-    if strides.len() != shape.len() || strides.iter().any(|&s| s < 0) || offset < 0 {
-        return Err(Pt2Error::Weight {
-            name: key.into(),
-            message: format!(
-                "bad layout: strides {strides:?}, offset {offset} for sizes {shape:?}"
-            ),
-        });
-    }
-    Ok((dtype, shape, strides, offset))
-}
-
-/// The bytes of storage a strided tensor's layout reaches (0 for no elements).
-fn extent_bytes(
-    key: &str,
-    dtype: crate::graph::DType,
-    shape: &[i64],
-    strides: &[i64],
-    offset: i64,
-) -> Result<u64, Pt2Error> {
-    let overflow = || Pt2Error::Overflow {
-        tensor: key.into(),
-        message: "the storage extent does not fit in 64 bits".into(),
-    };
-    if shape.iter().product::<i64>() == 0 {
-        return Ok(0);
-    }
-    // One past the last element read, in elements.
-    let mut end = offset.checked_add(1).ok_or_else(overflow)?;
-    for (&d, &s) in shape.iter().zip(strides) {
-        end = (d - 1)
-            .checked_mul(s)
-            .and_then(|x| end.checked_add(x))
-            .ok_or_else(overflow)?;
-    }
-    let need = end
-        .checked_mul(dtype.size_bytes() as i64)
-        .ok_or_else(overflow)?;
-    Ok(need.max(0) as u64)
-}
-
-/// The row-major elements of a strided tensor whose storage is `stored` (as
-/// much as its layout reaches), as dense little-endian storage of `dtype`:
-/// `stored` itself when the layout is already dense, so that weights are
-/// never copied nor decoded.
-fn gather(
-    stored: Arc<[u8]>,
-    key: &str,
-    dtype: crate::graph::DType,
-    shape: &[i64],
-    strides: &[i64],
-    offset: i64,
-) -> Result<Arc<[u8]>, Pt2Error> {
-    let numel: i64 = shape.iter().product();
-    if numel == 0 {
-        return Ok(Arc::from(Vec::new()));
-    }
-    let elem = dtype.size_bytes();
-    let need = extent_bytes(key, dtype, shape, strides, offset)?;
-    if (stored.len() as u64) < need {
-        return Err(Pt2Error::Weight {
-            name: key.into(),
-            message: format!(
-                "the stored file has {} bytes, its layout needs {need}",
-                stored.len()
-            ),
-        });
-    }
-    let dense = offset == 0
-        && crate::graph::shape::contiguous_strides(shape)
-            .iter()
-            .zip(strides.iter().zip(shape))
-            .all(|(c, (s, d))| *d == 1 || c == s);
-    if dense && stored.len() == numel as usize * elem {
-        return Ok(stored);
-    }
-    let mut out = Vec::with_capacity(numel as usize * elem);
-    let mut index = vec![0i64; shape.len()];
-    for _ in 0..numel {
-        let at = (offset + index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>()) as usize;
-        out.extend_from_slice(&stored[at * elem..(at + 1) * elem]);
-        for d in (0..shape.len()).rev() {
-            index[d] += 1;
-            if index[d] < shape[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Ok(Arc::from(out))
-}
-
 /// The tensor names an FX node's outputs define, and whether it has several outputs.
 fn output_names(n: &schema::Node) -> (Vec<Option<String>>, bool) {
     let mut names = vec![];
@@ -419,6 +202,62 @@ pub(super) fn build<R: Read + Seek>(
     name: &str,
     options: &Pt2Options,
 ) -> Result<Graph, Error> {
+    let (prefix, model) = read_model(archive)?;
+    let gm = &model.graph_module;
+
+    // Symbolic sizes first: every later message would be about their consequences.
+    let metas = tensor_metas(&gm.graph.tensor_values)?;
+
+    // Unsupported ops, each listed once with every node using it (in subgraphs too).
+    let mut unknown: Vec<UnknownOp> = vec![];
+    unsupported_ops(&gm.graph.nodes, &gm.graph.outputs, &mut unknown, 0, "");
+    if !unknown.is_empty() {
+        return Err(Error::UnknownOps(unknown));
+    }
+
+    let mut g = Graph::new(name);
+    let specs = gm
+        .signature
+        .input_specs
+        .iter()
+        .map(input_spec)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut payloads = Payloads {
+        archive,
+        prefix,
+        configs: HashMap::new(),
+        max_bytes: options.limits.max_total_bytes,
+    };
+    let values = add_inputs(&mut g, &specs, &metas, &mut payloads, options)?;
+
+    let mut produced: Vec<Produced> = vec![];
+    let mut scope = Scope {
+        values,
+        multi: HashMap::new(),
+        metas,
+        prefix: String::new(),
+        depth: 0,
+        path: String::new(),
+        layouts: tensor_layouts(&gm.graph.tensor_values),
+        aliases: Aliases::default(),
+    };
+    import_nodes(
+        &mut g,
+        &gm.graph.nodes,
+        &mut scope,
+        &mut produced,
+        &gm.graph.outputs,
+    )?;
+    let outputs = user_outputs(&mut g, &mut scope, &gm.signature.output_specs)?;
+    g.set_outputs(outputs);
+    verify::validate(&mut g)?;
+    check_recorded(&g, &produced)?;
+    Ok(g)
+}
+
+/// The archive's model folder and its `model.json`, checked for a little-endian archive
+/// of a schema version this importer reads.
+fn read_model<R: Read + Seek>(archive: &mut Archive<R>) -> Result<(String, Model), Error> {
     let prefix = find_prefix(archive)?;
     let byteorder = format!("{prefix}byteorder");
     if archive.has(&byteorder) {
@@ -445,35 +284,28 @@ pub(super) fn build<R: Read + Seek>(
         }
         .into());
     }
-    let gm = &model.graph_module;
+    Ok((prefix, model))
+}
 
-    // Symbolic sizes first: every later message would be about their consequences.
-    let metas = tensor_metas(&gm.graph.tensor_values)?;
+/// The graph's inputs: the user inputs first (so that `inputN.bin` counts user inputs
+/// only), then parameters, buffers and constants (as constants read from the archive,
+/// or as inputs). Returns each placeholder's value.
+fn add_inputs<R: Read + Seek>(
+    g: &mut Graph,
+    specs: &[InputSpec],
+    metas: &HashMap<&str, TensorMeta>,
+    payloads: &mut Payloads<'_, R>,
+    options: &Pt2Options,
+) -> Result<HashMap<String, ValueId>, Error> {
     let meta_of = |t: &str| {
         metas
             .get(t)
             .cloned()
             .ok_or_else(|| Pt2Error::Schema(format!("tensor `{t}` has no entry in tensor_values")))
     };
-
-    // Unsupported ops, each listed once with every node using it (in subgraphs too).
-    let mut unknown: Vec<UnknownOp> = vec![];
-    unsupported_ops(&gm.graph.nodes, &gm.graph.outputs, &mut unknown, 0, "");
-    if !unknown.is_empty() {
-        return Err(Error::UnknownOps(unknown));
-    }
-
-    let mut g = Graph::new(name);
     let mut values: HashMap<String, ValueId> = HashMap::new();
-    let specs = gm
-        .signature
-        .input_specs
-        .iter()
-        .map(input_spec)
-        .collect::<Result<Vec<_>, _>>()?;
-    // User inputs come first so that `inputN.bin` counts user inputs only.
     let mut index = 0;
-    for s in &specs {
+    for s in specs {
         if let InputSpec::User(t) = s {
             if g.has_name(t) {
                 return Err(Pt2Error::Schema(format!("placeholder `{t}` is defined twice")).into());
@@ -489,13 +321,7 @@ pub(super) fn build<R: Read + Seek>(
             values.insert(t.clone(), ValueId::first(id));
         }
     }
-    let mut payloads = Payloads {
-        archive,
-        prefix: prefix.clone(),
-        configs: HashMap::new(),
-        max_bytes: options.limits.max_total_bytes,
-    };
-    for s in &specs {
+    for s in specs {
         let InputSpec::Stored {
             placeholder,
             key,
@@ -527,28 +353,17 @@ pub(super) fn build<R: Read + Seek>(
         });
         values.insert(placeholder.clone(), ValueId::first(id));
     }
+    Ok(values)
+}
 
-    let mut produced: Vec<Produced> = vec![];
-    let mut scope = Scope {
-        values,
-        multi: HashMap::new(),
-        metas,
-        prefix: String::new(),
-        depth: 0,
-        path: String::new(),
-        layouts: tensor_layouts(&gm.graph.tensor_values),
-        aliases: Aliases::default(),
-    };
-    import_nodes(
-        &mut g,
-        &gm.graph.nodes,
-        &mut scope,
-        &mut produced,
-        &gm.graph.outputs,
-    )?;
-
+/// The values of the graph signature's user outputs.
+fn user_outputs(
+    g: &mut Graph,
+    scope: &mut Scope<'_>,
+    specs: &[Value],
+) -> Result<Vec<ValueId>, Error> {
     let mut outputs = vec![];
-    for spec in &gm.signature.output_specs {
+    for spec in specs {
         let bad = || Pt2Error::Schema(format!("graph signature: unsupported output {spec}"));
         let (kind, v) = schema::variant(spec).ok_or_else(bad)?;
         if kind != "user_output" {
@@ -567,15 +382,17 @@ pub(super) fn build<R: Read + Seek>(
         if !scope.values.contains_key(t) {
             return Err(Error::UnknownOutput(t.to_string()));
         }
-        outputs.push(current(&mut g, &mut scope, t, "the graph's output")?);
+        outputs.push(current(g, scope, t, "the graph's output")?);
     }
     if outputs.is_empty() {
         return Err(Error::NoOutputs);
     }
-    g.set_outputs(outputs);
-    verify::validate(&mut g)?;
+    Ok(outputs)
+}
 
-    for p in &produced {
+/// Kiln's inferred shapes and dtypes against the ones PyTorch recorded.
+fn check_recorded(g: &Graph, produced: &[Produced]) -> Result<(), Error> {
+    for p in produced {
         let (Some(want), Some(got)) = (&p.want, g.meta(p.value)) else {
             continue;
         };
@@ -589,7 +406,7 @@ pub(super) fn build<R: Read + Seek>(
             .into());
         }
     }
-    Ok(g)
+    Ok(())
 }
 
 /// The deepest nesting of subgraphs the importer follows (the JSON parser's own
@@ -625,321 +442,6 @@ struct Scope<'a> {
     layouts: HashMap<&'a str, (Vec<i64>, i64)>,
     /// which tensors share storage, and which were overwritten through another alias
     aliases: Aliases,
-}
-
-/// ATen ops whose output may share its operand's storage (views, and ops that return
-/// their operand unchanged when there is nothing to do).
-fn aliases_operand(op: &str) -> bool {
-    matches!(
-        op,
-        "view"
-            | "reshape"
-            | "_unsafe_view"
-            | "view_as"
-            | "slice"
-            | "select"
-            | "permute"
-            | "transpose"
-            | "t"
-            | "numpy_T"
-            | "unsqueeze"
-            | "squeeze"
-            | "expand"
-            | "expand_as"
-            | "alias"
-            | "detach"
-            | "as_strided"
-            | "diagonal"
-            | "narrow"
-            | "unflatten"
-            | "flatten"
-            | "split"
-            | "split_with_sizes"
-            | "chunk"
-            | "unbind"
-            | "dropout"
-            | "contiguous"
-            | "to"
-            | "type_as"
-    )
-}
-
-/// Storage sharing between the tensors of a training-IR graph, whose in-place ops
-/// (`fill_` into a slice of a mask, `copy_` into a row) change every alias of what they
-/// write. Kiln functionalises them as PyTorch's `run_decompositions()` would: the write
-/// goes back up the chain of views into the tensor they view (`slice_scatter`,
-/// `select_scatter`, the inverse reshape or permutation), and every other view of that
-/// storage is made again from the new value when it is next read. A write back through a
-/// view Kiln cannot invert (`expand`, `as_strided`, a piece of `split`) leaves the other
-/// aliases stale, and reading one is refused rather than computed from the value before
-/// the write.
-#[derive(Default)]
-struct Aliases {
-    /// tensor → the tensor whose storage it shares (absent: its own)
-    root: HashMap<String, String>,
-    /// root → every tensor sharing its storage, the root first
-    members: HashMap<String, Vec<String>>,
-    /// view → how it was made from the tensor it views
-    views: HashMap<String, ViewOf>,
-    /// tensors whose storage a write changed after they were made, and that are made
-    /// again from their base when next read
-    outdated: HashSet<String>,
-    /// tensor → the node that wrote into its storage through an alias it cannot be
-    /// made again from
-    stale: HashMap<String, String>,
-}
-
-/// How a view was made from the tensor whose storage it shares.
-#[derive(Clone)]
-struct ViewOf {
-    /// the tensor it views
-    base: String,
-    /// the view op (one tensor operand), or `None` for the same tensor under another
-    /// name (an in-place op's result, `alias`, `detach`)
-    op: Option<Op>,
-}
-
-/// What a write into a view does to the tensor it views.
-enum WriteBack {
-    /// the view is the tensor
-    Same,
-    /// `op(base, view)`: the view's elements put back into the base
-    Scatter(Op),
-    /// `op(view)`: the view reshaped or permuted back to the base
-    Undo(Op),
-}
-
-impl Aliases {
-    fn root_of(&self, t: &str) -> String {
-        self.root.get(t).cloned().unwrap_or_else(|| t.to_string())
-    }
-
-    /// `out` shares the storage of `of`.
-    fn share(&mut self, out: &str, of: &str) {
-        let root = self.root_of(of);
-        self.root.insert(out.to_string(), root.clone());
-        self.members
-            .entry(root.clone())
-            .or_insert_with(|| vec![root])
-            .push(out.to_string());
-    }
-
-    /// Whether `t` can be made again from the root of its storage: every step from it
-    /// up to the root is a recorded view.
-    fn remakeable(&self, t: &str) -> bool {
-        let root = self.root_of(t);
-        let mut cur = t;
-        // A chain of views is acyclic (each names an earlier tensor); the bound only
-        // guards against a corrupt map.
-        for _ in 0..=self.root.len() {
-            if cur == root {
-                return true;
-            }
-            match self.views.get(cur) {
-                Some(v) => cur = &v.base,
-                None => return false,
-            }
-        }
-        false
-    }
-
-    /// An error if `t` was overwritten through an alias it cannot be made again from.
-    fn check(&self, t: &str, reader: &str) -> Result<(), Pt2Error> {
-        match self.stale.get(t) {
-            Some(writer) => Err(Pt2Error::Schema(format!(
-                "node `{reader}` reads `{t}` after node `{writer}` changed it in place through a view Kiln cannot write back through (only slice, select, view/reshape, squeeze/unsqueeze, flatten, permute and transpose are): save `exported.run_decompositions()` instead, which writes the change out as `slice_scatter`/`copy`"
-            ))),
-            None => Ok(()),
-        }
-    }
-}
-
-/// The view op a node's (op, operands) records, if it is one Kiln can apply again:
-/// `Some(None)` for the operand itself under another name.
-fn view_step(op: &Op, args: &[Arg]) -> Option<Option<Op>> {
-    let [Arg::Value(_)] = args else {
-        return None;
-    };
-    match op {
-        Op::NoOp(NoOpKind::Alias | NoOpKind::Dropout) | Op::Contiguous => Some(None),
-        Op::Reshape { .. }
-        | Op::Flatten { .. }
-        | Op::Unsqueeze { .. }
-        | Op::Squeeze { .. }
-        | Op::Permute { .. }
-        | Op::Transpose { .. }
-        | Op::Select { .. }
-        | Op::Slice { .. }
-        | Op::Expand { .. } => Some(Some(op.clone())),
-        _ => None,
-    }
-}
-
-/// How a write into a view made by `op` reaches the tensor it views (of shape `base`,
-/// where PyTorch recorded it); `None` where it cannot.
-fn write_back(op: &Option<Op>, base: Option<&[i64]>) -> Option<WriteBack> {
-    let Some(op) = op else {
-        return Some(WriteBack::Same);
-    };
-    Some(match *op {
-        Op::Slice {
-            dim,
-            start,
-            end,
-            step,
-        } => WriteBack::Scatter(Op::SliceScatter {
-            dim,
-            start,
-            end,
-            step,
-            select: false,
-        }),
-        Op::Select { dim, index } => WriteBack::Scatter(Op::SliceScatter {
-            dim,
-            start: Some(index),
-            end: Some(index.wrapping_add(1)),
-            step: 1,
-            select: true,
-        }),
-        Op::Reshape { .. } | Op::Flatten { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
-            WriteBack::Undo(Op::Reshape {
-                shape: base?.to_vec(),
-                view: false,
-            })
-        }
-        Op::Permute { ref dims } => {
-            let rank = dims.len();
-            let mut inverse = vec![-1i64; rank];
-            for (i, &d) in dims.iter().enumerate() {
-                let d = if d < 0 { d + rank as i64 } else { d };
-                let slot = inverse.get_mut(usize::try_from(d).ok()?)?;
-                if *slot != -1 {
-                    return None;
-                }
-                *slot = i as i64;
-            }
-            WriteBack::Undo(Op::Permute { dims: inverse })
-        }
-        Op::Transpose { dim0, dim1 } => WriteBack::Undo(Op::Transpose { dim0, dim1 }),
-        _ => return None,
-    })
-}
-
-/// The current value of tensor `t` for node `reader`: a view whose storage a write
-/// changed is made again from its base.
-fn current(g: &mut Graph, scope: &mut Scope<'_>, t: &str, reader: &str) -> Result<ValueId, Error> {
-    scope.aliases.check(t, reader)?;
-    if scope.aliases.outdated.remove(t) {
-        let Some(view) = scope.aliases.views.get(t).cloned() else {
-            return Err(Pt2Error::Schema(format!(
-                "node `{reader}` reads `{t}`, an alias whose storage changed and that has no recorded view"
-            ))
-            .into());
-        };
-        let base = current(g, scope, &view.base, reader)?;
-        let value = match view.op {
-            None => base,
-            Some(op) => {
-                let name = unique(g, &format!("{}{t}", scope.prefix));
-                ValueId::first(g.add_node(Node {
-                    name,
-                    op,
-                    args: vec![Arg::Value(base)],
-                    outputs: vec![],
-                    line: None,
-                }))
-            }
-        };
-        scope.values.insert(t.to_string(), value);
-    }
-    scope
-        .values
-        .get(t)
-        .copied()
-        .ok_or_else(|| Error::UnknownTensor {
-            at: At {
-                node: reader.into(),
-                line: None,
-            },
-            name: t.into(),
-        })
-}
-
-/// Node `writer` wrote `value` into tensor `t` in place, and returned it as `result`:
-/// `t` and the tensors it views, up to the root of its storage, take the new elements,
-/// and the storage's other aliases are made again when next read (or, past a view that
-/// cannot be written back through, are stale).
-fn write_into(
-    g: &mut Graph,
-    scope: &mut Scope<'_>,
-    t: &str,
-    value: ValueId,
-    writer: &str,
-    result: &str,
-) -> Result<(), Error> {
-    scope.values.insert(t.to_string(), value);
-    scope.aliases.outdated.remove(t);
-    scope.aliases.stale.remove(t);
-    let mut chain = vec![t.to_string()];
-    let mut reached_root = true;
-    while let Some(view) = scope
-        .aliases
-        .views
-        .get(chain[chain.len() - 1].as_str())
-        .cloned()
-    {
-        let shape = scope.metas.get(view.base.as_str()).map(|m| m.shape.clone());
-        let Some(back) = write_back(&view.op, shape.as_deref()) else {
-            reached_root = false;
-            break;
-        };
-        let written = scope.values[chain[chain.len() - 1].as_str()];
-        let (op, args) = match back {
-            WriteBack::Same => {
-                scope.values.insert(view.base.clone(), written);
-                scope.aliases.outdated.remove(&view.base);
-                scope.aliases.stale.remove(&view.base);
-                chain.push(view.base);
-                continue;
-            }
-            WriteBack::Scatter(op) => {
-                let base = current(g, scope, &view.base, writer)?;
-                (op, vec![Arg::Value(base), Arg::Value(written)])
-            }
-            WriteBack::Undo(op) => (op, vec![Arg::Value(written)]),
-        };
-        let name = unique(g, &format!("{}{}", scope.prefix, view.base));
-        let id = g.add_node(Node {
-            name,
-            op,
-            args,
-            outputs: vec![],
-            line: None,
-        });
-        scope.values.insert(view.base.clone(), ValueId::first(id));
-        scope.aliases.outdated.remove(&view.base);
-        scope.aliases.stale.remove(&view.base);
-        chain.push(view.base);
-    }
-    let aliases = &mut scope.aliases;
-    let root = aliases.root_of(t);
-    let members = aliases
-        .members
-        .get(&root)
-        .cloned()
-        .unwrap_or_else(|| vec![root]);
-    for m in members {
-        if m == result || chain.contains(&m) {
-            continue;
-        }
-        if reached_root && !aliases.stale.contains_key(&m) && aliases.remakeable(&m) {
-            aliases.outdated.insert(m);
-        } else {
-            aliases.outdated.remove(&m);
-            aliases.stale.insert(m, writer.to_string());
-        }
-    }
-    Ok(())
 }
 
 /// A tensor an FX node produced, for the shape check after validation.
@@ -1101,310 +603,6 @@ fn unsupported_ops(
     }
 }
 
-/// Imports the FX nodes of one graph, in order, into `g`.
-fn import_nodes(
-    g: &mut Graph,
-    nodes: &[schema::Node],
-    scope: &mut Scope<'_>,
-    produced: &mut Vec<Produced>,
-    outputs: &[Value],
-) -> Result<(), Error> {
-    let dead = dead_nodes(nodes, outputs);
-    for n in nodes {
-        if dead.contains(&n.name) {
-            tracing::debug!(node = %n.name, op = %n.target, "dropped: nothing reads its result");
-            continue;
-        }
-        let (outs, multi) = output_names(n);
-        let node_name = if n.name.is_empty() {
-            outs.iter()
-                .flatten()
-                .next()
-                .cloned()
-                .unwrap_or_else(|| "node".into())
-        } else {
-            n.name.clone()
-        };
-        // The node as messages name it: with the subgraphs it is in.
-        let shown = format!("{}{node_name}", scope.path);
-        let at = || At {
-            node: shown.clone(),
-            line: None,
-        };
-        let unknown_tensor = |t: &str| Error::UnknownTensor {
-            at: at(),
-            name: t.into(),
-        };
-        let (op, args) = match target(&n.target) {
-            Target::Unsupported => continue, // reported before the import
-            Target::WrapSetGradEnabled => {
-                inline_wrap(g, n, &node_name, scope, produced)?;
-                continue;
-            }
-            Target::GetItem => {
-                let (source, index) = getitem_args(n, &shown)?;
-                if let Raw::Str(t) = &source {
-                    scope.aliases.check(t, &shown)?;
-                    if let Some(Some(out)) = outs.first() {
-                        if scope.aliases.root.contains_key(t) {
-                            scope.aliases.share(out, t);
-                        }
-                    }
-                }
-                let out_of_range = || Pt2Error::Argument {
-                    node: shown.clone(),
-                    param: "index".into(),
-                    message: format!("index {index} is out of range"),
-                };
-                let arg = match source {
-                    Raw::Str(t) => match scope.multi.get(&t) {
-                        Some(&Multi::Node(node)) => ValueId {
-                            node,
-                            output: u32::try_from(index).unwrap_or(u32::MAX),
-                        },
-                        Some(Multi::Values(vs)) => usize::try_from(index)
-                            .ok()
-                            .and_then(|i| vs.get(i).copied().flatten())
-                            .ok_or_else(out_of_range)?,
-                        None => return Err(unknown_tensor(&t)),
-                    },
-                    Raw::List(ts) => match usize::try_from(index).ok().and_then(|i| ts.get(i)) {
-                        Some(Raw::Str(t)) => {
-                            *scope.values.get(t).ok_or_else(|| unknown_tensor(t))?
-                        }
-                        _ => return Err(out_of_range().into()),
-                    },
-                    _ => return Err(unknown_tensor("?")),
-                };
-                (Op::GetItem { index }, vec![Arg::Value(arg)])
-            }
-            Target::Aten(fx_op) | Target::InPlace(fx_op) => {
-                let in_place = matches!(target(&n.target), Target::InPlace(_));
-                let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(n.inputs.len());
-                for a in &n.inputs {
-                    if a.name.is_empty() {
-                        return Err(Pt2Error::Argument {
-                            node: shown.clone(),
-                            param: "?".into(),
-                            message: "an argument without a parameter name".into(),
-                        }
-                        .into());
-                    }
-                    if let Some(raw) = schema::argument(&shown, &a.name, &a.arg)? {
-                        attrs.push((param_name(fx_op, &a.name).to_string(), raw));
-                    }
-                }
-                let first_out = outs.iter().flatten().next().map(String::as_str);
-                if expand::expands(fx_op) {
-                    if let Some(x) = expand::expand(&shown, fx_op, &attrs, &outs, &scope.metas)? {
-                        // The node that makes an output is named after it.
-                        let names: HashMap<String, String> = x
-                            .results
-                            .iter()
-                            .zip(&outs)
-                            .filter_map(|(r, o)| Some((r.clone(), o.clone()?)))
-                            .collect();
-                        import_steps(g, scope, x.steps, &shown, &names)?;
-                        let mut values = Vec::with_capacity(outs.len());
-                        for (o, r) in outs.iter().zip(&x.results) {
-                            let value = current(g, scope, r, &shown)?;
-                            values.push(Some(value));
-                            let Some(o) = o else { continue };
-                            scope.values.insert(o.clone(), value);
-                            produced.push(Produced {
-                                tensor: o.clone(),
-                                node: shown.clone(),
-                                value,
-                                want: scope.metas.get(o.as_str()).cloned(),
-                            });
-                        }
-                        if multi {
-                            scope.multi.insert(node_name.clone(), Multi::Values(values));
-                        } else if in_place {
-                            if let (Some(src), Some(Some(out))) = (in_place_self(n), outs.first()) {
-                                scope.aliases.share(out, &src);
-                                let value = scope.values[out];
-                                write_into(g, scope, &src, value, &shown, out)?;
-                            }
-                        }
-                        continue;
-                    }
-                }
-                let op_name =
-                    rewrite::rewrite(&shown, fx_op, in_place, &mut attrs, first_out, &scope.metas)?;
-                if fx_op == "as_strided" {
-                    check_as_strided_input(&attrs, scope, &shown)?;
-                }
-                let (op, args) = bind_args(g, scope, op_name, &attrs, &shown)?;
-                // Storage sharing: views alias their operand, in-place ops write into
-                // theirs (and return it).
-                if let Some(src) = in_place_self(n) {
-                    if in_place || aliases_operand(fx_op) {
-                        let step = if in_place {
-                            Some(None)
-                        } else {
-                            view_step(&op, &args)
-                        };
-                        for o in outs.iter().flatten() {
-                            scope.aliases.share(o, &src);
-                            if let (Some(step), false) = (&step, multi) {
-                                scope.aliases.views.insert(
-                                    o.clone(),
-                                    ViewOf {
-                                        base: src.clone(),
-                                        op: step.clone(),
-                                    },
-                                );
-                            }
-                        }
-                        if multi {
-                            scope.aliases.share(&node_name, &src);
-                        }
-                    }
-                }
-                (op, args)
-            }
-        };
-        if !multi {
-            let Some(Some(out)) = outs.first() else {
-                // `_assert_tensor_metadata` as real models export it checks and returns
-                // nothing: Kiln's inference already fixes every dtype it could assert.
-                if matches!(op, Op::NoOp(NoOpKind::AssertTensorMetadata)) {
-                    continue;
-                }
-                return Err(
-                    Pt2Error::Schema(format!("node `{node_name}` has no tensor output")).into(),
-                );
-            };
-            // Later readers of the tensor an in-place op mutated read its result.
-            let mutated = match target(&n.target) {
-                Target::InPlace(_) => in_place_self(n),
-                _ => None,
-            };
-            let name = unique(g, &format!("{}{out}", scope.prefix));
-            let id = g.add_node(Node {
-                name,
-                op,
-                args,
-                outputs: vec![],
-                line: None,
-            });
-            scope.values.insert(out.clone(), ValueId::first(id));
-            if let Some(mutated) = mutated {
-                write_into(g, scope, &mutated, ValueId::first(id), &shown, out)?;
-            }
-            produced.push(Produced {
-                tensor: out.clone(),
-                node: shown.clone(),
-                value: ValueId::first(id),
-                want: scope.metas.get(out.as_str()).cloned(),
-            });
-            continue;
-        }
-        let name = unique(g, &format!("{}{node_name}", scope.prefix));
-        let id = g.add_node(Node {
-            name,
-            op,
-            args,
-            outputs: vec![],
-            line: None,
-        });
-        scope.multi.insert(node_name.clone(), Multi::Node(id));
-        for (i, out) in outs.iter().enumerate() {
-            let Some(out) = out else { continue };
-            let source = ValueId {
-                node: id,
-                output: i as u32,
-            };
-            let item = g.add_node(Node {
-                name: unique(g, &format!("{}{out}", scope.prefix)),
-                op: Op::GetItem { index: i as i64 },
-                args: vec![Arg::Value(source)],
-                outputs: vec![],
-                line: None,
-            });
-            scope.values.insert(out.clone(), ValueId::first(item));
-            produced.push(Produced {
-                tensor: out.clone(),
-                node: shown.clone(),
-                value: ValueId::first(item),
-                want: scope.metas.get(out.as_str()).cloned(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// `op_name` bound to `attrs` for FX node `shown`, its tensor operands resolved to their
-/// current values.
-fn bind_args(
-    g: &mut Graph,
-    scope: &mut Scope<'_>,
-    op_name: &str,
-    attrs: &[(String, Raw)],
-    shown: &str,
-) -> Result<(Op, Vec<Arg>), Error> {
-    let (op, operands) = bind(op_name, &[], attrs).map_err(|source| Error::Signature {
-        at: At {
-            node: shown.to_string(),
-            line: None,
-        },
-        op: op_name.into(),
-        source: Box::new(source),
-    })?;
-    let mut args = Vec::with_capacity(operands.len());
-    for o in operands {
-        args.push(match o {
-            Operand::Scalar(s) => Arg::Scalar(s),
-            Operand::Name(t) => Arg::Value(current(g, scope, &t, shown)?),
-        });
-    }
-    Ok((op, args))
-}
-
-/// Adds the nodes of an expansion ([`expand::expand`]) for FX node `shown`; each step's
-/// tensor is reachable by its name in `scope`.
-fn import_steps(
-    g: &mut Graph,
-    scope: &mut Scope<'_>,
-    steps: Vec<Step>,
-    shown: &str,
-    names: &HashMap<String, String>,
-) -> Result<(), Error> {
-    for step in steps {
-        let (name, op, args, outputs) = match step {
-            Step::Op { out, op, attrs } => {
-                let (kop, args) = bind_args(g, scope, op, &attrs, shown)?;
-                (out, kop, args, vec![])
-            }
-            Step::Const { out, meta, values } => (
-                out,
-                Op::Constant {
-                    data: ConstData::Values(values.into()),
-                },
-                vec![],
-                vec![meta],
-            ),
-        };
-        let id = g.add_node(Node {
-            name: unique(
-                g,
-                &format!(
-                    "{}{}",
-                    scope.prefix,
-                    names.get(&name).unwrap_or(&name).replace('.', "_")
-                ),
-            ),
-            op,
-            args,
-            outputs,
-            line: None,
-        });
-        scope.values.insert(name, ValueId::first(id));
-    }
-    Ok(())
-}
-
 /// The single tensor name of an `as_tensor` argument.
 fn as_tensor(arg: &Value) -> Option<&str> {
     match schema::variant(arg) {
@@ -1422,170 +620,6 @@ fn brief(v: &Value) -> String {
     }
 }
 
-/// `wrap_with_set_grad_enabled(enable_grad, subgraph, *operands)`: in inference the grad
-/// mode changes nothing, so the subgraph is imported in place. Its placeholders are
-/// bound to the operands, its nodes imported (named after the subgraph, so that names
-/// stay unique), and the node's outputs bound to what the subgraph returns.
-fn inline_wrap(
-    g: &mut Graph,
-    n: &schema::Node,
-    node: &str,
-    outer: &mut Scope<'_>,
-    produced: &mut Vec<Produced>,
-) -> Result<(), Error> {
-    let shown = format!("{}{node}", outer.path);
-    let bad = |message: String| -> Error {
-        Pt2Error::Schema(format!(
-            "node `{shown}` (wrap_with_set_grad_enabled): {message}"
-        ))
-        .into()
-    };
-    let [grad, body, operands @ ..] = n.inputs.as_slice() else {
-        return Err(bad(
-            "expected the grad mode, a subgraph (`as_graph`) and the subgraph's operands".into(),
-        ));
-    };
-    if !matches!(
-        schema::variant(&grad.arg),
-        Some(("as_bool", Value::Bool(_)))
-    ) {
-        return Err(bad(format!(
-            "the first argument must be the grad mode (`as_bool`), found {}",
-            brief(&grad.arg)
-        )));
-    }
-    let Some(("as_graph", sub)) = schema::variant(&body.arg) else {
-        return Err(bad(format!(
-            "the second argument must be a subgraph (`as_graph`), found {}",
-            brief(&body.arg)
-        )));
-    };
-    let sub_name = sub.get("name").and_then(Value::as_str).unwrap_or("");
-    let what = if sub_name.is_empty() {
-        "the subgraph".to_string()
-    } else {
-        format!("subgraph `{sub_name}`")
-    };
-    let Some(graph) = sub.get("graph") else {
-        return Err(bad(format!(
-            "{what} has no `graph`: the export schema stores a subgraph inline"
-        )));
-    };
-    let graph =
-        schema::Graph::deserialize(graph).map_err(|e| bad(format!("{what} is malformed: {e}")))?;
-    if outer.depth >= MAX_SUBGRAPH_DEPTH {
-        return Err(bad(format!(
-            "{what} is nested more than {MAX_SUBGRAPH_DEPTH} subgraphs deep"
-        )));
-    }
-    let placeholders = graph
-        .inputs
-        .iter()
-        .map(|i| {
-            as_tensor(i).ok_or_else(|| {
-                bad(format!(
-                    "{what} has a placeholder that is not a tensor: {}",
-                    brief(i)
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if placeholders.len() != operands.len() {
-        return Err(bad(format!(
-            "{what} takes {} tensor(s), the node passes {}",
-            placeholders.len(),
-            operands.len()
-        )));
-    }
-    let prefix = if sub_name.is_empty() { node } else { sub_name };
-    let mut inner = Scope {
-        values: HashMap::with_capacity(placeholders.len() + graph.nodes.len()),
-        multi: HashMap::new(),
-        metas: tensor_metas(&graph.tensor_values)?,
-        prefix: format!("{}{prefix}_", outer.prefix),
-        layouts: tensor_layouts(&graph.tensor_values),
-        aliases: Aliases::default(),
-        depth: outer.depth + 1,
-        path: format!(
-            "{}{}/",
-            outer.path,
-            if sub_name.is_empty() { node } else { sub_name }
-        ),
-    };
-    for (p, o) in placeholders.iter().zip(operands) {
-        let t = as_tensor(&o.arg)
-            .ok_or_else(|| bad(format!("operand {} is not a tensor", brief(&o.arg))))?;
-        if !outer.values.contains_key(t) {
-            return Err(Error::UnknownTensor {
-                at: At {
-                    node: shown.clone(),
-                    line: None,
-                },
-                name: t.into(),
-            });
-        }
-        let v = current(g, outer, t, &shown)?;
-        if inner.values.insert(p.to_string(), v).is_some() {
-            return Err(bad(format!("{what} has placeholder `{p}` twice")));
-        }
-    }
-    import_nodes(g, &graph.nodes, &mut inner, produced, &graph.outputs)?;
-
-    // What the subgraph returns, flattened as the node's outputs are.
-    let mut returned: Vec<Option<ValueId>> = vec![];
-    let reader = format!("{}{node}", inner.path);
-    for o in &graph.outputs {
-        let mut lookup = |t: &Value| -> Result<(), Error> {
-            let name = schema::tensor_name(t)
-                .ok_or_else(|| bad(format!("{what} returns a tensor without a name: {t}")))?;
-            if !inner.values.contains_key(name) {
-                return Err(bad(format!(
-                    "{what} returns `{name}`, a tensor it does not define"
-                )));
-            }
-            returned.push(Some(current(g, &mut inner, name, &reader)?));
-            Ok(())
-        };
-        match schema::variant(o) {
-            Some(("as_tensor", t)) => lookup(t)?,
-            Some(("as_tensors", Value::Array(ts))) => {
-                for t in ts {
-                    lookup(t)?;
-                }
-            }
-            Some(("as_none", _)) => returned.push(None),
-            _ => {
-                return Err(bad(format!(
-                    "{what} returns {}: Kiln takes tensor outputs only",
-                    brief(o)
-                )))
-            }
-        }
-    }
-    let (outs, _) = output_names(n);
-    if outs.len() != returned.len() {
-        return Err(bad(format!(
-            "the node has {} output(s), {what} returns {}",
-            outs.len(),
-            returned.len()
-        )));
-    }
-    for (o, r) in outs.iter().zip(&returned) {
-        let Some(o) = o else { continue };
-        let v = r.ok_or_else(|| bad(format!("output `{o}` is a `None` {what} returns")))?;
-        outer.values.insert(o.clone(), v);
-        produced.push(Produced {
-            tensor: o.clone(),
-            node: node.into(),
-            value: v,
-            want: outer.metas.get(o.as_str()).cloned(),
-        });
-    }
-    outer.multi.insert(node.into(), Multi::Values(returned));
-    Ok(())
-}
-
-/// The tensor an in-place node mutates: its `self` argument.
 /// `as_strided` addresses its operand's storage: Kiln's reading of it over the operand's
 /// elements is PyTorch's only when the operand was laid out row-major from offset 0.
 fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) -> Result<(), Error> {
@@ -1610,6 +644,7 @@ fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) ->
     .into())
 }
 
+/// The tensor an in-place node mutates: its `self` argument.
 fn in_place_self(n: &schema::Node) -> Option<String> {
     let a = n
         .inputs
@@ -1675,7 +710,7 @@ mod tests {
         assert_eq!(op("torch.ops.aten.frobnicate.default"), "-");
         assert_eq!(op("torch.ops.aten.add.Tensor.extra"), "-");
         assert_eq!(op("torch.ops.aten.relu_.default"), "relu in place");
-        assert_eq!(op("torch.ops.aten.__and__.Tensor"), "bitwise_and");
+        assert_eq!(op("torch.ops.aten.__and__.Tensor"), "__and__");
         assert_eq!(op("torch.ops.aten.add__.Tensor"), "-");
         assert_eq!(op("torch.ops.aten.frobnicate_.default"), "-");
         assert_eq!(

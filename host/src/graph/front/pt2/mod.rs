@@ -1,9 +1,9 @@
 //! The `.pt2` importer: a `torch.export.save` archive → validated [`Graph`].
 //!
 //! Reads `<prefix>/models/model.json` (PyTorch's export schema, major version
-//! [`SUPPORTED_MAJOR`]), maps every `torch.ops.aten.X.overload` node onto the op set
-//! through the same signature table as the TOML importer (`signature::bind`, fed the op
-//! name with namespace and overload dropped and the arguments by their ATen names), and
+//! [`SUPPORTED_MAJOR`]), lowers every `torch.ops.aten.X.overload` node through the same
+//! op table as the TOML importer (`table::lower`, fed the op name with namespace and
+//! overload dropped and the arguments by their ATen names), and
 //! reads parameters, buffers and constants from `<prefix>/data/weights/` and
 //! `<prefix>/data/constants/` as their `*_config.json` describe them.
 //!
@@ -13,8 +13,6 @@
 
 mod archive;
 mod build;
-mod expand;
-mod rewrite;
 mod schema;
 
 pub use archive::Limits;

@@ -9,7 +9,7 @@
 
 use super::Pt2Error;
 use crate::graph::dtype::DType;
-use crate::graph::front::signature::Raw;
+use crate::graph::front::table::Raw;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -2,16 +2,20 @@
 //!
 //! Reports every problem as an [`Error`] naming the node and its line; it must never
 //! panic on any text, and never accept a graph that does not validate.
+//!
+//! A node may read a node defined later in the file: the nodes are lowered through the
+//! op table in dependency order, each inferred as it is added, so that the table's
+//! rewrites and expansions see their operands' shapes and dtypes.
 
 mod raw;
 
-use super::signature::{bind, is_known, Operand, Raw};
+use super::table::{self, Call, Expansion, Lowered, Operand, Raw, Step};
 use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, Op};
 use crate::graph::shape::numel;
 use crate::graph::{verify, At, Error, UnknownOp};
-use raw::{Located, RawTensor};
+use raw::{Located, RawNode, RawTensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
@@ -99,108 +103,105 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     if raw.format != FORMAT {
         return Err(Error::Version(raw.format.into()));
     }
-    let line_of = |start: usize| lines.at(start).0 as u32;
-    let mut g = Graph::new(raw.name);
-    // name → (node, line), borrowing the names from `raw`
-    let mut names: HashMap<&str, (NodeId, u32)> =
-        HashMap::with_capacity(raw.inputs.len() + raw.constants.len() + raw.nodes.len());
-
-    for (i, t) in raw.inputs.iter().enumerate() {
-        let line = line_of(t.at);
-        let meta = declared(t, line)?;
-        if t.values.is_some() || t.fill.is_some() {
-            return Err(decl(t.name, line, "inputs take no `values` or `fill`"));
-        }
-        check_free(&names, t.name, line)?;
-        let id = g.add_node(Node {
-            name: t.name.into(),
-            op: Op::Input { index: i },
-            args: vec![],
-            outputs: vec![meta],
-            line: Some(line),
-        });
-        names.insert(t.name, (id, line));
-    }
-    for r in &raw.constants {
-        let line = line_of(r.at);
-        let meta = declared(r, line)?;
-        let n = meta.numel();
-        let data = match (r.values, r.fill) {
-            (Some(vs), None) => {
-                if vs.len() as i64 != n {
-                    return Err(decl(
-                        r.name,
-                        line,
-                        &format!(
-                            "{} values for shape {:?} ({n} elements)",
-                            vs.len(),
-                            meta.shape
-                        ),
-                    ));
-                }
-                let vals: Option<Vec<f64>> = vs
-                    .iter()
-                    .map(|v| number(v).map(|x| meta.dtype.round(x)))
-                    .collect();
-                let vals = vals.ok_or_else(|| decl(r.name, line, "`values` must be numbers"))?;
-                ConstData::Values(Arc::from(vals))
-            }
-            (None, Some(f)) => {
-                let x = number(f).ok_or_else(|| decl(r.name, line, "`fill` must be a number"))?;
-                ConstData::Fill(meta.dtype.round(x))
-            }
-            _ => {
-                return Err(decl(
-                    r.name,
-                    line,
-                    "a constant needs exactly one of `values` or `fill`",
-                ))
-            }
-        };
-        check_free(&names, r.name, line)?;
-        let id = g.add_node(Node {
-            name: r.name.into(),
-            op: Op::Constant { data },
-            args: vec![],
-            outputs: vec![meta],
-            line: Some(line),
-        });
-        names.insert(r.name, (id, line));
-    }
-
+    let mut b = Builder {
+        g: Graph::new(raw.name),
+        names: HashMap::with_capacity(raw.inputs.len() + raw.constants.len() + raw.nodes.len()),
+        lines: &lines,
+    };
+    b.declare_inputs(&raw.inputs)?;
+    b.declare_constants(&raw.constants)?;
     // Unknown ops are reported all together before anything else about the nodes.
-    let mut unknown: Vec<UnknownOp> = vec![];
-    for r in &raw.nodes {
-        if !is_known(r.op) {
-            let at = At {
-                node: r.name.into(),
-                line: Some(line_of(r.at)),
-            };
-            match unknown.iter_mut().find(|u| u.op == r.op) {
-                Some(u) => u.nodes.push(at),
-                None => unknown.push(UnknownOp {
-                    op: r.op.into(),
-                    nodes: vec![at],
-                    similar: super::signature::similar_ops(r.op),
-                }),
-            }
-        }
+    unknown_ops(&raw.nodes, &lines)?;
+    for i in dependency_order(&raw.nodes, &b.names, &lines)? {
+        b.add(&raw.nodes[i])?;
     }
-    if !unknown.is_empty() {
-        return Err(Error::UnknownOps(unknown));
+    b.finish(&raw.outputs)
+}
+
+/// The graph being built, and what each name of the file stands for.
+struct Builder<'t> {
+    g: Graph,
+    /// name → (what it is, its line)
+    names: HashMap<&'t str, (Bound, u32)>,
+    lines: &'t Lines,
+}
+
+/// What a name of the file stands for.
+#[derive(Clone)]
+enum Bound {
+    /// one value: an input's, a constant's, a node's (its first output)
+    Value(ValueId),
+    /// the outputs of an expansion of several results, read through `getitem`
+    Results(Vec<ValueId>),
+}
+
+impl<'t> Builder<'t> {
+    fn line(&self, at: usize) -> u32 {
+        self.lines.at(at).0 as u32
     }
 
-    let mut pending: Vec<(NodeId, Vec<Operand>, bool)> = Vec::with_capacity(raw.nodes.len());
-    for r in &raw.nodes {
-        let line = line_of(r.at);
+    fn declare_inputs(&mut self, inputs: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
+        for (i, t) in inputs.iter().enumerate() {
+            let line = self.line(t.at);
+            let meta = declared(t, line)?;
+            if t.values.is_some() || t.fill.is_some() {
+                return Err(decl(t.name, line, "inputs take no `values` or `fill`"));
+            }
+            check_free(&self.names, t.name, line)?;
+            let id = self.g.add_node(Node {
+                name: t.name.into(),
+                op: Op::Input { index: i },
+                args: vec![],
+                outputs: vec![meta],
+                line: Some(line),
+            });
+            self.names
+                .insert(t.name, (Bound::Value(ValueId::first(id)), line));
+        }
+        Ok(())
+    }
+
+    fn declare_constants(&mut self, constants: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
+        for r in constants {
+            let line = self.line(r.at);
+            let meta = declared(r, line)?;
+            let data = constant_data(r, &meta, line)?;
+            check_free(&self.names, r.name, line)?;
+            let id = self.g.add_node(Node {
+                name: r.name.into(),
+                op: Op::Constant { data },
+                args: vec![],
+                outputs: vec![meta],
+                line: Some(line),
+            });
+            self.names
+                .insert(r.name, (Bound::Value(ValueId::first(id)), line));
+        }
+        Ok(())
+    }
+
+    /// The shape and dtype of a single tensor `name` stands for, if it is one.
+    fn meta_of(&self, name: &str) -> Option<TensorMeta> {
+        match self.names.get(name)? {
+            (Bound::Value(v), _) => {
+                let node = self.g.node(v.node)?;
+                if node.outputs.len() != 1 || node.op.returns_sequence() {
+                    return None;
+                }
+                self.g.meta(*v).cloned()
+            }
+            (Bound::Results(_), _) => None,
+        }
+    }
+
+    /// Lowers node `r` through the op table and adds what it lowers to, each node
+    /// inferred as it is added.
+    fn add(&mut self, r: &'t RawNode<'t, '_>) -> Result<(), Error> {
+        let line = self.line(r.at);
+        // Built only for an error: most nodes have none.
         let at = || At {
             node: r.name.into(),
             line: Some(line),
-        };
-        let sig_err = |source| Error::Signature {
-            at: at(),
-            op: r.op.into(),
-            source: Box::new(source),
         };
         let conv = |v: &Spanned<DeValue>| {
             to_raw(v).map_err(|e| Error::Declaration {
@@ -209,96 +210,378 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
             })
         };
         let args: Vec<Raw> = r.args.iter().map(conv).collect::<Result<_, _>>()?;
-        let attrs: Vec<(String, Raw)> = r
+        let kwargs: Vec<(String, Raw)> = r
             .attrs
             .iter()
             .flat_map(|t| t.iter())
             .map(|(k, v)| Ok((k.get_ref().to_string(), conv(v)?)))
             .collect::<Result<_, Error>>()?;
-        let (op, operands) = bind(r.op, &args, &attrs).map_err(sig_err)?;
-        check_free(&names, r.name, line)?;
-        let is_getitem = matches!(op, Op::GetItem { .. });
-        let id = g.add_node(Node {
-            name: r.name.into(),
-            op,
-            args: vec![],
-            outputs: vec![],
-            line: Some(line),
-        });
-        names.insert(r.name, (id, line));
-        pending.push((id, operands, is_getitem));
-    }
-    for (id, operands, is_getitem) in &pending {
-        let index = match g.node(*id).map(|n| &n.op) {
-            Some(Op::GetItem { index }) => *index as u32,
-            Some(_) => 0,
-            None => continue,
+        let call = Call {
+            node: r.name,
+            op: r.op,
+            args: &args,
+            kwargs: &kwargs,
         };
-        let mut args = Vec::with_capacity(operands.len());
-        for o in operands {
-            args.push(match o {
-                Operand::Scalar(s) => Arg::Scalar(*s),
-                Operand::Name(t) => match names.get(t.as_str()) {
-                    Some(&(p, _)) => Arg::Value(ValueId {
-                        node: p,
-                        output: if *is_getitem { index } else { 0 },
-                    }),
-                    None => {
-                        let (node, line) = g
-                            .node(*id)
-                            .map_or((String::new(), None), |n| (n.name.clone(), n.line));
-                        return Err(Error::UnknownTensor {
-                            at: At { node, line },
-                            name: t.clone(),
-                        });
-                    }
-                },
+        let sig_err = |source| Error::Signature {
+            at: at(),
+            op: r.op.into(),
+            source: Box::new(source),
+        };
+        let lowered = table::lower(&call, &|t| self.meta_of(t)).map_err(sig_err)?;
+        let bound = match lowered {
+            Lowered::Op { op, operands } => {
+                let getitem = match op {
+                    Op::GetItem { index } => Some(index),
+                    _ => None,
+                };
+                let args = self.resolve(&operands, getitem, &HashMap::new(), &at)?;
+                let id = self.add_node(r.name.into(), op, args, vec![], line)?;
+                Bound::Value(ValueId::first(id))
+            }
+            Lowered::Expansion(x) => self.add_expansion(r, x, line, &at)?,
+        };
+        self.names.insert(r.name, (bound, line));
+        Ok(())
+    }
+
+    /// The nodes of an expansion of node `r`: the step that is its one result takes
+    /// its name, the others fresh names after it.
+    fn add_expansion(
+        &mut self,
+        r: &RawNode<'_, '_>,
+        x: Expansion,
+        line: u32,
+        at: &dyn Fn() -> At,
+    ) -> Result<Bound, Error> {
+        let mut steps: HashMap<String, ValueId> = HashMap::with_capacity(x.steps.len());
+        for step in x.steps {
+            let (out, op, args, outputs) = match step {
+                Step::Op { out, op, attrs } => {
+                    let (kop, operands) =
+                        table::bind_step(op, &attrs).map_err(|source| Error::Signature {
+                            at: at(),
+                            op: op.into(),
+                            source: Box::new(source),
+                        })?;
+                    let args = self.resolve(&operands, None, &steps, at)?;
+                    (out, kop, args, vec![])
+                }
+                Step::Const { out, meta, values } => (
+                    out,
+                    Op::Constant {
+                        data: ConstData::Values(values.into()),
+                    },
+                    vec![],
+                    vec![meta],
+                ),
+            };
+            let name = if x.results.len() == 1 && x.results[0] == out {
+                r.name.to_string()
+            } else {
+                self.fresh(&out.replace('.', "_"))
+            };
+            let id = self.add_node(name, op, args, outputs, line)?;
+            steps.insert(out, ValueId::first(id));
+        }
+        let mut results = Vec::with_capacity(x.results.len());
+        for res in &x.results {
+            results.push(match steps.get(res) {
+                Some(v) => *v,
+                None => self.value(res, None, at)?,
             });
         }
-        g.set_args(*id, args);
+        Ok(match results.as_slice() {
+            [one] => Bound::Value(*one),
+            _ => Bound::Results(results),
+        })
     }
-    let mut outputs = vec![];
-    for o in &raw.outputs {
-        let &(id, _) = names
-            .get(o)
-            .ok_or_else(|| Error::UnknownOutput(o.to_string()))?;
-        outputs.push(ValueId::first(id));
-    }
-    if outputs.is_empty() {
-        return Err(Error::NoOutputs);
-    }
-    g.set_outputs(outputs.clone());
 
-    let order = g.topo_order().map_err(|n| {
-        Error::Cycle(g.node(n).map_or(
-            At {
-                node: "?".into(),
-                line: None,
-            },
-            |x| At {
-                node: x.name.clone(),
-                line: x.line,
-            },
-        ))
-    })?;
-    for id in order {
-        verify::infer_node(&mut g, id)?;
-        // In the file a multi-output node is only read through `getitem`.
-        check_single_outputs(&g, id)?;
+    /// `name`, or a variant of it that no node of the graph or the file has.
+    fn fresh(&self, name: &str) -> String {
+        let free = |n: &str| !self.g.has_name(n) && !self.names.contains_key(n);
+        if free(name) {
+            return name.into();
+        }
+        (1..)
+            .map(|i| format!("{name}_{i}"))
+            .find(|n| free(n))
+            .unwrap_or_else(|| name.into())
     }
-    // Every node was just inferred: nothing is left for incremental re-inference.
-    g.take_modified();
-    for o in outputs {
-        if g.node(o.node)
-            .is_some_and(|n| n.outputs.len() != 1 || n.op.returns_sequence())
-        {
-            let n = g.node(o.node).map_or(String::new(), |n| n.name.clone());
-            return Err(Error::UnknownOutput(format!(
-                "{n} (a multi-output node: select an output with getitem)"
-            )));
+
+    fn add_node(
+        &mut self,
+        name: String,
+        op: Op,
+        args: Vec<Arg>,
+        outputs: Vec<TensorMeta>,
+        line: u32,
+    ) -> Result<NodeId, Error> {
+        let id = self.g.add_node(Node {
+            name,
+            op,
+            args,
+            outputs,
+            line: Some(line),
+        });
+        verify::infer_node(&mut self.g, id)?;
+        // In the file a multi-output node is only read through `getitem`.
+        check_single_outputs(&self.g, id)?;
+        Ok(id)
+    }
+
+    /// The operands as graph arguments: names of the file (or of the expansion's own
+    /// `steps`) resolved, a `getitem`'s operand to the output it selects.
+    fn resolve(
+        &self,
+        operands: &[Operand],
+        getitem: Option<i64>,
+        steps: &HashMap<String, ValueId>,
+        at: &dyn Fn() -> At,
+    ) -> Result<Vec<Arg>, Error> {
+        operands
+            .iter()
+            .map(|o| match o {
+                Operand::Scalar(s) => Ok(Arg::Scalar(*s)),
+                Operand::Name(t) => match steps.get(t) {
+                    Some(v) => Ok(Arg::Value(*v)),
+                    None => self.value(t, getitem, at).map(Arg::Value),
+                },
+            })
+            .collect()
+    }
+
+    /// The value name `t` stands for (its output `getitem` for a `getitem`'s operand).
+    fn value(&self, t: &str, getitem: Option<i64>, at: &dyn Fn() -> At) -> Result<ValueId, Error> {
+        let unknown = || Error::UnknownTensor {
+            at: at(),
+            name: t.into(),
+        };
+        match (self.names.get(t).ok_or_else(unknown)?, getitem) {
+            ((Bound::Value(v), _), None) => Ok(*v),
+            ((Bound::Value(v), _), Some(i)) => Ok(ValueId {
+                node: v.node,
+                output: u32::try_from(i).unwrap_or(u32::MAX),
+            }),
+            ((Bound::Results(vs), _), Some(i)) => usize::try_from(i)
+                .ok()
+                .and_then(|i| vs.get(i).copied())
+                .ok_or_else(|| Error::Declaration {
+                    at: at(),
+                    message: format!("`{t}` has {} outputs, not {}", vs.len(), i + 1),
+                }),
+            ((Bound::Results(vs), _), None) => Err(Error::Declaration {
+                at: at(),
+                message: format!("`{t}` has {} outputs: select one with getitem", vs.len()),
+            }),
         }
     }
-    Ok(g)
+
+    fn finish(mut self, outputs: &[&str]) -> Result<Graph, Error> {
+        let mut values = vec![];
+        for o in outputs {
+            let v = match self.names.get(o) {
+                Some((Bound::Value(v), _)) => *v,
+                Some((Bound::Results(_), _)) => {
+                    return Err(Error::UnknownOutput(format!(
+                        "{o} (a multi-output node: select an output with getitem)"
+                    )))
+                }
+                None => return Err(Error::UnknownOutput(o.to_string())),
+            };
+            values.push(v);
+        }
+        if values.is_empty() {
+            return Err(Error::NoOutputs);
+        }
+        self.g.set_outputs(values.clone());
+        // Every node was inferred as it was added: nothing is left for incremental
+        // re-inference.
+        self.g.take_modified();
+        for o in values {
+            if self
+                .g
+                .node(o.node)
+                .is_some_and(|n| n.outputs.len() != 1 || n.op.returns_sequence())
+            {
+                let n = self
+                    .g
+                    .node(o.node)
+                    .map_or(String::new(), |n| n.name.clone());
+                return Err(Error::UnknownOutput(format!(
+                    "{n} (a multi-output node: select an output with getitem)"
+                )));
+            }
+        }
+        Ok(self.g)
+    }
+}
+
+/// The values of constant `r` of shape and dtype `meta`.
+fn constant_data(r: &RawTensor<'_, '_>, meta: &TensorMeta, line: u32) -> Result<ConstData, Error> {
+    let n = meta.numel();
+    Ok(match (r.values, r.fill) {
+        (Some(vs), None) => {
+            if vs.len() as i64 != n {
+                return Err(decl(
+                    r.name,
+                    line,
+                    &format!(
+                        "{} values for shape {:?} ({n} elements)",
+                        vs.len(),
+                        meta.shape
+                    ),
+                ));
+            }
+            let vals: Option<Vec<f64>> = vs
+                .iter()
+                .map(|v| number(v).map(|x| meta.dtype.round(x)))
+                .collect();
+            let vals = vals.ok_or_else(|| decl(r.name, line, "`values` must be numbers"))?;
+            ConstData::Values(Arc::from(vals))
+        }
+        (None, Some(f)) => {
+            let x = number(f).ok_or_else(|| decl(r.name, line, "`fill` must be a number"))?;
+            ConstData::Fill(meta.dtype.round(x))
+        }
+        _ => {
+            return Err(decl(
+                r.name,
+                line,
+                "a constant needs exactly one of `values` or `fill`",
+            ))
+        }
+    })
+}
+
+/// Every op of the file outside the table, each listed once with all its nodes and
+/// the known names closest to it.
+fn unknown_ops(nodes: &[RawNode<'_, '_>], lines: &Lines) -> Result<(), Error> {
+    let mut unknown: Vec<UnknownOp> = vec![];
+    for r in nodes {
+        if !table::is_known(r.op) {
+            let at = At {
+                node: r.name.into(),
+                line: Some(lines.at(r.at).0 as u32),
+            };
+            match unknown.iter_mut().find(|u| u.op == r.op) {
+                Some(u) => u.nodes.push(at),
+                None => unknown.push(UnknownOp {
+                    op: r.op.into(),
+                    nodes: vec![at],
+                    similar: table::similar_ops(r.op),
+                }),
+            }
+        }
+    }
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::UnknownOps(unknown))
+    }
+}
+
+/// The strings of a node's arguments that may name tensors: every string but those of
+/// parameters that never take one (a dtype, a mode, an equation).
+fn mentions<'a>(r: &'a RawNode<'_, '_>, into: &mut Vec<&'a str>) {
+    fn strings<'a>(v: &'a Spanned<DeValue<'_>>, into: &mut Vec<&'a str>) {
+        match v.get_ref() {
+            DeValue::String(s) => into.push(s.as_ref()),
+            DeValue::Array(a) => a.iter().for_each(|x| strings(x, into)),
+            _ => {}
+        }
+    }
+    let params = match r.args {
+        [] => vec![],
+        _ => table::entry(r.op).map(|e| e.params()).unwrap_or_default(),
+    };
+    for (i, v) in r.args.iter().enumerate() {
+        if params
+            .get(i)
+            .is_none_or(|p| table::may_name_tensors(r.op, p))
+        {
+            strings(v, into);
+        }
+    }
+    for (k, v) in r.attrs.iter().flat_map(|t| t.iter()) {
+        if table::may_name_tensors(r.op, k.get_ref()) {
+            strings(v, into);
+        }
+    }
+}
+
+/// The nodes in an order where each comes after the nodes it reads (the file's order
+/// where it allows): a file may name a node before it defines it. A name given twice
+/// (here or among the inputs and constants, `declared`) and a cycle are errors naming
+/// their nodes.
+fn dependency_order(
+    nodes: &[RawNode<'_, '_>],
+    declared: &HashMap<&str, (Bound, u32)>,
+    lines: &Lines,
+) -> Result<Vec<usize>, Error> {
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(nodes.len());
+    for (i, r) in nodes.iter().enumerate() {
+        let first = match (declared.get(r.name), index.insert(r.name, i)) {
+            (Some(&(_, line)), _) => Some(line),
+            (None, Some(j)) => Some(lines.at(nodes[j].at).0 as u32),
+            (None, None) => None,
+        };
+        if let Some(first) = first {
+            return Err(Error::Duplicate {
+                name: r.name.into(),
+                line: lines.at(r.at).0 as u32,
+                first,
+            });
+        }
+    }
+    // Each node's dependencies, one flat list: node i's are `deps[starts[i]..starts[i + 1]]`.
+    let mut deps: Vec<usize> = Vec::with_capacity(nodes.len() * 2);
+    let mut starts: Vec<usize> = Vec::with_capacity(nodes.len() + 1);
+    let mut names = vec![];
+    for r in nodes {
+        starts.push(deps.len());
+        names.clear();
+        mentions(r, &mut names);
+        deps.extend(names.iter().filter_map(|n| index.get(n).copied()));
+    }
+    starts.push(deps.len());
+    let deps_of = |i: usize| &deps[starts[i]..starts[i + 1]];
+    // 0: not reached, 1: on the path being followed, 2: placed.
+    let mut state = vec![0u8; nodes.len()];
+    let mut order = Vec::with_capacity(nodes.len());
+    for root in 0..nodes.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+        state[root] = 1;
+        while let Some(&mut (i, ref mut next)) = path.last_mut() {
+            if let Some(&d) = deps_of(i).get(*next) {
+                *next += 1;
+                match state[d] {
+                    0 => {
+                        state[d] = 1;
+                        path.push((d, 0));
+                    }
+                    1 => {
+                        let from = path.iter().position(|&(p, _)| p == d).unwrap_or(0);
+                        let mut cycle: Vec<&str> =
+                            path[from..].iter().map(|&(p, _)| nodes[p].name).collect();
+                        cycle.push(nodes[d].name);
+                        return Err(Error::Cycle(At {
+                            node: cycle.join("` reads `"),
+                            line: Some(lines.at(nodes[d].at).0 as u32),
+                        }));
+                    }
+                    _ => {}
+                }
+            } else {
+                state[i] = 2;
+                order.push(i);
+                path.pop();
+            }
+        }
+    }
+    Ok(order)
 }
 
 fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
@@ -330,7 +613,7 @@ fn check_single_outputs(g: &Graph, id: NodeId) -> Result<(), Error> {
     Ok(())
 }
 
-fn check_free(names: &HashMap<&str, (NodeId, u32)>, name: &str, line: u32) -> Result<(), Error> {
+fn check_free(names: &HashMap<&str, (Bound, u32)>, name: &str, line: u32) -> Result<(), Error> {
     match names.get(name) {
         Some(&(_, first)) => Err(Error::Duplicate {
             name: name.into(),

@@ -7,56 +7,9 @@
 //! `one_hot`, `tile`, `exp2`, `pixel_shuffle`/`pixel_unshuffle`, `unfold` (sliding
 //! windows), `max_pool1d`, and `index_put` (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`).
 
-use super::{get, int_list, ints, number, t, wrap, Steps};
-use crate::graph::front::pt2::Pt2Error;
-use crate::graph::front::signature::Raw;
+use super::{int_list, ints, invalid, t, wrap, Args, Raw, SigError, Steps};
 use crate::graph::ir::TensorMeta;
 use crate::graph::DType;
-use std::collections::HashMap;
-
-/// The ops [`expand`] handles.
-pub(super) const OPS: &[&str] = &[
-    "triu",
-    "tril",
-    "argmax",
-    "argmin",
-    "max",
-    "min",
-    "logsumexp",
-    "flip",
-    "leaky_relu",
-    "elu",
-    "celu",
-    "selu",
-    "mish",
-    "glu",
-    "prelu",
-    "_prelu_kernel",
-    "log_sigmoid",
-    "log_sigmoid_forward",
-    "softsign",
-    "hardshrink",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "isnan",
-    "isinf",
-    "nan_to_num",
-    "std",
-    "var_mean",
-    "std_mean",
-    "addcmul",
-    "addcdiv",
-    "lerp",
-    "one_hot",
-    "tile",
-    "exp2",
-    "pixel_shuffle",
-    "pixel_unshuffle",
-    "unfold",
-    "max_pool1d",
-    "index_put",
-];
 
 /// The largest finite value of a float dtype (`nan_to_num`'s default for +inf).
 fn finite_max(d: DType) -> f64 {
@@ -68,111 +21,65 @@ fn finite_max(d: DType) -> f64 {
     }
 }
 
-/// The expansion of `op`, or `None` where this module does not take it (`max`/`min`
-/// without a dim, and ops of other modules).
-pub(super) fn expand(
-    s: &mut Steps<'_>,
-    node: &str,
-    op: &str,
-    attrs: &[(String, Raw)],
-    outs: &[Option<&TensorMeta>],
-    metas: &HashMap<&str, TensorMeta>,
-) -> Result<Option<Vec<String>>, Pt2Error> {
-    if !OPS.contains(&op) {
-        return Ok(None);
-    }
-    if matches!(op, "max" | "min") && get(attrs, "dim").is_none() {
-        return Ok(None);
-    }
-    let fail = |message: String| Pt2Error::Argument {
-        node: node.into(),
-        param: op.into(),
-        message,
-    };
-    let tensor = |name: &str| -> Result<(String, TensorMeta), Pt2Error> {
-        match get(attrs, name) {
-            Some(Raw::Str(x)) => metas
-                .get(x.as_str())
-                .map(|m| (x.clone(), m.clone()))
-                .ok_or_else(|| fail(format!("`{name}` (`{x}`) has no recorded shape"))),
-            _ => Err(fail(format!("needs the tensor `{name}`"))),
+/// An expansion's outputs, `None` where the op is not one of this module's.
+type Expanded = Result<Option<Vec<String>>, SigError>;
+
+fn one(r: String) -> Expanded {
+    Ok(Some(vec![r]))
+}
+
+fn gt0(s: &mut Steps<'_>, x: &str) -> String {
+    s.bin("gt", t(x), Raw::Int(0))
+}
+
+fn select(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
+    s.op(
+        "where",
+        vec![("condition", t(c)), ("self", a), ("other", b)],
+    )
+}
+
+/// The expansion of `op`, or `None` where this module does not take it.
+pub(super) fn expand(s: &mut Steps<'_>, op: &str, a: &Args<'_>) -> Expanded {
+    let families = [reductions, activations, elementwise, shapes, windows];
+    for family in families {
+        if let Some(r) = family(s, op, a)? {
+            return Ok(Some(r));
         }
-    };
-    let operand = |name: &str| -> Result<Raw, Pt2Error> {
-        get(attrs, name)
-            .cloned()
-            .ok_or_else(|| fail(format!("needs `{name}`")))
-    };
-    let num =
-        |name: &str, default: f64| -> f64 { get(attrs, name).and_then(number).unwrap_or(default) };
-    let int = |name: &str| -> Option<i64> {
-        match get(attrs, name) {
-            Some(Raw::Int(i)) => Some(*i),
-            _ => None,
-        }
-    };
-    let keepdim = matches!(get(attrs, "keepdim"), Some(Raw::Bool(true)));
-    let out_meta = |i: usize| -> Result<TensorMeta, Pt2Error> {
-        outs.get(i)
-            .copied()
-            .flatten()
-            .cloned()
-            .ok_or_else(|| fail("the output has no recorded shape".into()))
-    };
-    let gt0 = |s: &mut Steps<'_>, x: &str| s.bin("gt", t(x), Raw::Int(0));
-    let select = |s: &mut Steps<'_>, c: &str, a: Raw, b: Raw| {
-        s.op(
-            "where",
-            vec![("condition", t(c)), ("self", a), ("other", b)],
-        )
-    };
-    let one = |r: String| Ok(Some(vec![r]));
+    }
+    Ok(None)
+}
+
+/// Index reductions, `logsumexp` and the statistics of several outputs.
+fn reductions(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     match op {
-        "triu" | "tril" => {
-            let (x, m) = tensor("self")?;
-            let diagonal = int("diagonal").unwrap_or(0);
-            let [.., rows, cols] = m.shape[..] else {
-                return Err(fail(format!("needs at least 2 dims, found {:?}", m.shape)));
-            };
-            // Column index - row index against the diagonal, from two index constants.
-            let r = s.konst(
-                vec![rows, 1],
-                DType::Int64,
-                (0..rows).map(|i| i as f64).collect(),
-            );
-            let c = s.konst(
-                vec![1, cols],
-                DType::Int64,
-                (0..cols).map(|i| i as f64).collect(),
-            );
-            let d = s.bin("sub", t(&c), t(&r));
-            let keep = if op == "triu" { "ge" } else { "le" };
-            let mask = s.bin(keep, t(&d), Raw::Int(diagonal));
-            let zeros = s.op("zeros_like", vec![("self", t(&x))]);
-            one(select(s, &mask, t(&x), t(&zeros)))
-        }
         "argmax" | "argmin" => {
-            let (x, m) = tensor("self")?;
-            let out = out_meta(0)?;
-            one(arg_extreme(s, &x, &m, int("dim"), keepdim, op == "argmax", &out).map_err(fail)?)
+            let (x, m) = args.tensor("self")?;
+            let keepdim = args.flag("keepdim");
+            one(
+                arg_extreme(s, &x, &m, args.int("dim"), keepdim, op == "argmax")
+                    .map_err(invalid)?,
+            )
         }
         "max" | "min" => {
-            let (x, m) = tensor("self")?;
-            let dim = int("dim").ok_or_else(|| fail("`dim` must be an integer".into()))?;
-            let d = wrap(dim, m.rank()).map_err(fail)?;
+            let (x, m) = args.tensor("self")?;
+            let dim = args
+                .int("dim")
+                .ok_or_else(|| invalid("`dim` must be an integer".into()))?;
+            let d = wrap(dim, m.rank()).map_err(invalid)?;
             let values = s.reduce(
                 if op == "max" { "amax" } else { "amin" },
                 &x,
                 Some(&[d as i64]),
-                keepdim,
+                args.flag("keepdim"),
             );
-            let indices = arg_extreme(s, &x, &m, Some(dim), keepdim, op == "max", &out_meta(1)?)
-                .map_err(fail)?;
+            let indices = arg_extreme(s, &x, &m, Some(dim), args.flag("keepdim"), op == "max")
+                .map_err(invalid)?;
             Ok(Some(vec![values, indices]))
         }
         "logsumexp" => {
-            let (x, m) = tensor("self")?;
-            let dims = int_list(get(attrs, "dim")).unwrap_or_default();
+            let (x, m) = args.tensor("self")?;
+            let dims = int_list(args.get("dim")).unwrap_or_default();
             let x = if m.dtype.is_float() {
                 x
             } else {
@@ -189,57 +96,74 @@ pub(super) fn expand(
             let shift = select(s, &inf, Raw::Float(0.0), t(&mx));
             let d = s.bin("sub", t(&x), t(&shift));
             let e = s.un("exp", &d);
-            let sum = s.reduce("sum", &e, dims.as_deref(), keepdim);
+            let sum = s.reduce("sum", &e, dims.as_deref(), args.flag("keepdim"));
             let l = s.un("log", &sum);
-            let shift = if keepdim {
+            let shift = if args.flag("keepdim") {
                 shift
             } else {
-                s.reshape(&shift, &out_meta(0)?.shape)
+                let kept: Vec<i64> = match &dims {
+                    None => vec![],
+                    Some(dims) => {
+                        let gone = dims
+                            .iter()
+                            .map(|&d| wrap(d, m.rank()))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(invalid)?;
+                        (0..m.rank())
+                            .filter(|i| !gone.contains(i))
+                            .map(|i| m.shape[i])
+                            .collect()
+                    }
+                };
+                s.reshape(&shift, &kept)
             };
             one(s.bin("add", t(&l), t(&shift)))
         }
-        "flip" => {
-            let (x, m) = tensor("self")?;
-            let dims = int_list(get(attrs, "dims")).unwrap_or_default();
-            let mut cur = x;
-            for dim in dims {
-                if m.rank() == 0 {
-                    // Flipping a 0-d tensor along dim 0 (or -1) leaves it as it is.
-                    continue;
+        "std" | "var_mean" | "std_mean" => {
+            let (x, _) = args.tensor("self")?;
+            let mut var_attrs: Vec<(&str, Raw)> = vec![("self", t(&x))];
+            for k in ["dim", "correction", "keepdim", "unbiased"] {
+                if let Some(v) = args.get(k) {
+                    var_attrs.push((k, v.clone()));
                 }
-                let d = wrap(dim, m.rank()).map_err(fail)?;
-                let n = m.shape[d];
-                let idx = s.konst(
-                    vec![n],
-                    DType::Int64,
-                    (0..n).rev().map(|i| i as f64).collect(),
-                );
-                let mut indices = vec![Raw::None; d];
-                indices.push(t(&idx));
-                cur = s.op(
-                    "index",
-                    vec![("self", t(&cur)), ("indices", Raw::List(indices))],
-                );
             }
-            one(cur)
+            let v = s.op("var", var_attrs);
+            let spread = if op == "var_mean" {
+                v
+            } else {
+                s.un("sqrt", &v)
+            };
+            if op == "std" {
+                return one(spread);
+            }
+            let dims = int_list(args.get("dim")).filter(|d| !d.is_empty());
+            let mean = s.reduce("mean", &x, dims.as_deref(), args.flag("keepdim"));
+            Ok(Some(vec![spread, mean]))
         }
+        _ => Ok(None),
+    }
+}
+
+/// The activations.
+fn activations(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
         "leaky_relu" => {
-            let (x, _) = tensor("self")?;
-            let slope = num("negative_slope", 0.01);
+            let (x, _) = args.tensor("self")?;
+            let slope = args.num("negative_slope", 0.01);
             let c = gt0(s, &x);
             let neg = s.bin("mul", t(&x), Raw::Float(slope));
             one(select(s, &c, t(&x), t(&neg)))
         }
         "elu" | "celu" | "selu" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             let (alpha, scale, input_scale) = match op {
                 "elu" => (
-                    num("alpha", 1.0),
-                    num("scale", 1.0),
-                    num("input_scale", 1.0),
+                    args.num("alpha", 1.0),
+                    args.num("scale", 1.0),
+                    args.num("input_scale", 1.0),
                 ),
                 "celu" => {
-                    let a = num("alpha", 1.0);
+                    let a = args.num("alpha", 1.0);
                     (a, 1.0, 1.0 / a)
                 }
                 _ => (1.673_263_242_354_377_3, 1.050_700_987_355_480_5, 1.0),
@@ -252,7 +176,7 @@ pub(super) fn expand(
             one(select(s, &c, t(&pos), t(&neg)))
         }
         "mish" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             let e = s.un("exp", &x);
             let l = s.un("log1p", &e);
             let big = s.bin("gt", t(&x), Raw::Float(20.0));
@@ -261,14 +185,14 @@ pub(super) fn expand(
             one(s.bin("mul", t(&x), t(&th)))
         }
         "glu" => {
-            let (x, m) = tensor("self")?;
-            let d = wrap(int("dim").unwrap_or(-1), m.rank()).map_err(fail)?;
+            let (x, m) = args.tensor("self")?;
+            let d = wrap(args.int("dim").unwrap_or(-1), m.rank()).map_err(invalid)?;
             let n = *m
                 .shape
                 .get(d)
-                .ok_or_else(|| fail("glu of a 0-d tensor".into()))?;
+                .ok_or_else(|| invalid("glu of a 0-d tensor".into()))?;
             if n % 2 != 0 {
-                return Err(fail(format!("glu halves dim {d}, of odd size {n}")));
+                return Err(invalid(format!("glu halves dim {d}, of odd size {n}")));
             }
             let half = |s: &mut Steps<'_>, a: i64, b: i64| {
                 s.op(
@@ -287,8 +211,8 @@ pub(super) fn expand(
             one(s.bin("mul", t(&a), t(&g)))
         }
         "prelu" | "_prelu_kernel" => {
-            let (x, m) = tensor("self")?;
-            let (w, wm) = tensor("weight")?;
+            let (x, m) = args.tensor("self")?;
+            let (w, wm) = args.tensor("weight")?;
             // One slope per channel (dim 1), broadcast over the dims after it.
             let w = if wm.shape.iter().product::<i64>() > 1 && m.rank() > 2 {
                 let mut shape = vec![wm.shape.iter().product::<i64>()];
@@ -303,7 +227,7 @@ pub(super) fn expand(
         }
         "log_sigmoid" | "log_sigmoid_forward" => {
             // min(x, 0) - log1p(exp(-|x|)): no overflow either way.
-            let (x, _) = tensor("self")?;
+            let (x, m) = args.tensor("self")?;
             let a = s.un("abs", &x);
             let na = s.un("neg", &a);
             let e = s.un("exp", &na);
@@ -313,33 +237,40 @@ pub(super) fn expand(
             if op == "log_sigmoid" {
                 return one(y);
             }
-            // The second output is a buffer for the backward pass: zeros of its shape.
-            let buffer = out_meta(1)?;
+            // The second output is a buffer for the backward pass, which PyTorch's
+            // decomposition leaves empty off CUDA: zeros of shape [0].
             let z = s.op(
                 "zeros",
                 vec![
-                    ("size", ints(&buffer.shape)),
-                    ("dtype", Raw::Str(buffer.dtype.name().into())),
+                    ("size", ints(&[0])),
+                    ("dtype", Raw::Str(m.dtype.name().into())),
                 ],
             );
             Ok(Some(vec![y, z]))
         }
         "softsign" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             let a = s.un("abs", &x);
             let d = s.bin("add", t(&a), Raw::Float(1.0));
             one(s.bin("div", t(&x), t(&d)))
         }
         "hardshrink" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             let a = s.un("abs", &x);
-            let c = s.bin("gt", t(&a), Raw::Float(num("lambd", 0.5)));
+            let c = s.bin("gt", t(&a), Raw::Float(args.num("lambd", 0.5)));
             let zeros = s.op("zeros_like", vec![("self", t(&x))]);
             one(select(s, &c, t(&x), t(&zeros)))
         }
+        _ => Ok(None),
+    }
+}
+
+/// Logical and numeric elementwise ops.
+fn elementwise(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
         "logical_and" | "logical_or" | "logical_xor" => {
-            let a = s.bin("ne", operand("self")?, Raw::Int(0));
-            let b = s.bin("ne", operand("other")?, Raw::Int(0));
+            let a = s.bin("ne", args.operand("self")?, Raw::Int(0));
+            let b = s.bin("ne", args.operand("other")?, Raw::Int(0));
             let bit = match op {
                 "logical_and" => "bitwise_and",
                 "logical_or" => "bitwise_or",
@@ -348,21 +279,25 @@ pub(super) fn expand(
             one(s.bin(bit, t(&a), t(&b)))
         }
         "isnan" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             one(s.bin("ne", t(&x), t(&x)))
         }
         "isinf" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             let a = s.un("abs", &x);
             one(s.bin("eq", t(&a), Raw::Float(f64::INFINITY)))
         }
         "nan_to_num" => {
-            let (x, m) = tensor("self")?;
+            let (x, m) = args.tensor("self")?;
             if !m.dtype.is_float() {
                 return one(x);
             }
             let big = finite_max(m.dtype);
-            let (nan, pos, neg) = (num("nan", 0.0), num("posinf", big), num("neginf", -big));
+            let (nan, pos, neg) = (
+                args.num("nan", 0.0),
+                args.num("posinf", big),
+                args.num("neginf", -big),
+            );
             let isnan = s.bin("ne", t(&x), t(&x));
             let ispos = s.bin("eq", t(&x), Raw::Float(f64::INFINITY));
             let isneg = s.bin("eq", t(&x), Raw::Float(f64::NEG_INFINITY));
@@ -370,52 +305,90 @@ pub(super) fn expand(
             let b = select(s, &ispos, Raw::Float(pos), t(&a));
             one(select(s, &isnan, Raw::Float(nan), t(&b)))
         }
-        "std" | "var_mean" | "std_mean" => {
-            let (x, _) = tensor("self")?;
-            let mut var_attrs: Vec<(&str, Raw)> = vec![("self", t(&x))];
-            for k in ["dim", "correction", "keepdim", "unbiased"] {
-                if let Some(v) = get(attrs, k) {
-                    var_attrs.push((k, v.clone()));
-                }
-            }
-            let v = s.op("var", var_attrs);
-            let spread = if op == "var_mean" {
-                v
-            } else {
-                s.un("sqrt", &v)
-            };
-            if op == "std" {
-                return one(spread);
-            }
-            let dims = int_list(get(attrs, "dim")).filter(|d| !d.is_empty());
-            let mean = s.reduce("mean", &x, dims.as_deref(), keepdim);
-            Ok(Some(vec![spread, mean]))
-        }
         "addcmul" | "addcdiv" => {
             let p = s.bin(
                 if op == "addcmul" { "mul" } else { "div" },
-                operand("tensor1")?,
-                operand("tensor2")?,
+                args.operand("tensor1")?,
+                args.operand("tensor2")?,
             );
-            let value = num("value", 1.0);
+            let value = args.num("value", 1.0);
             let p = if value == 1.0 {
                 p
             } else {
                 s.bin("mul", t(&p), Raw::Float(value))
             };
-            one(s.bin("add", operand("self")?, t(&p)))
+            one(s.bin("add", args.operand("self")?, t(&p)))
         }
         "lerp" => {
-            let x = operand("self")?;
-            let d = s.bin("sub", operand("end")?, x.clone());
-            let w = s.bin("mul", operand("weight")?, t(&d));
+            let x = args.operand("self")?;
+            let d = s.bin("sub", args.operand("end")?, x.clone());
+            let w = s.bin("mul", args.operand("weight")?, t(&d));
             one(s.bin("add", x, t(&w)))
         }
+        "exp2" => one(s.bin("pow", Raw::Float(2.0), args.operand("self")?)),
+        _ => Ok(None),
+    }
+}
+
+/// Masks, flips, one-hot codes, tiles and index writes.
+fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
+        "triu" | "tril" => {
+            let (x, m) = args.tensor("self")?;
+            let diagonal = args.int("diagonal").unwrap_or(0);
+            let [.., rows, cols] = m.shape[..] else {
+                return Err(invalid(format!(
+                    "needs at least 2 dims, found {:?}",
+                    m.shape
+                )));
+            };
+            // Column index - row index against the diagonal, from two index constants.
+            let r = s.konst(
+                vec![rows, 1],
+                DType::Int64,
+                (0..rows).map(|i| i as f64).collect(),
+            );
+            let c = s.konst(
+                vec![1, cols],
+                DType::Int64,
+                (0..cols).map(|i| i as f64).collect(),
+            );
+            let d = s.bin("sub", t(&c), t(&r));
+            let keep = if op == "triu" { "ge" } else { "le" };
+            let mask = s.bin(keep, t(&d), Raw::Int(diagonal));
+            let zeros = s.op("zeros_like", vec![("self", t(&x))]);
+            one(select(s, &mask, t(&x), t(&zeros)))
+        }
+        "flip" => {
+            let (x, m) = args.tensor("self")?;
+            let dims = int_list(args.get("dims")).unwrap_or_default();
+            let mut cur = x;
+            for dim in dims {
+                if m.rank() == 0 {
+                    // Flipping a 0-d tensor along dim 0 (or -1) leaves it as it is.
+                    continue;
+                }
+                let d = wrap(dim, m.rank()).map_err(invalid)?;
+                let n = m.shape[d];
+                let idx = s.konst(
+                    vec![n],
+                    DType::Int64,
+                    (0..n).rev().map(|i| i as f64).collect(),
+                );
+                let mut indices = vec![Raw::None; d];
+                indices.push(t(&idx));
+                cur = s.op(
+                    "index",
+                    vec![("self", t(&cur)), ("indices", Raw::List(indices))],
+                );
+            }
+            one(cur)
+        }
         "one_hot" => {
-            let (x, _) = tensor("self")?;
-            let n = int("num_classes").unwrap_or(-1);
+            let (x, _) = args.tensor("self")?;
+            let n = args.int("num_classes").unwrap_or(-1);
             if n < 0 {
-                return Err(fail(
+                return Err(invalid(
                     "num_classes -1 (the largest index plus one) depends on the data: give the number of classes".into(),
                 ));
             }
@@ -428,25 +401,49 @@ pub(super) fn expand(
             ))
         }
         "tile" => {
-            let (x, m) = tensor("self")?;
-            let dims = int_list(get(attrs, "dims")).unwrap_or_default();
+            let (x, m) = args.tensor("self")?;
+            let dims = int_list(args.get("dims")).unwrap_or_default();
             let mut reps = vec![1; m.rank().saturating_sub(dims.len())];
             reps.extend(dims);
             one(s.op("repeat", vec![("self", t(&x)), ("repeats", ints(&reps))]))
         }
-        "exp2" => one(s.bin("pow", Raw::Float(2.0), operand("self")?)),
+        "index_put" => {
+            let (x, m) = args.tensor("self")?;
+            let (v, _) = args.tensor("values")?;
+            let Some(Raw::List(list)) = args.get("indices") else {
+                return Err(invalid("needs the list `indices`".into()));
+            };
+            let mut entries = vec![];
+            for (i, r) in list.iter().enumerate() {
+                if let Raw::Str(name) = r {
+                    let meta = (args.metas)(name)
+                        .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
+                    entries.push((i, name.clone(), meta));
+                }
+            }
+            let accumulate = matches!(args.get("accumulate"), Some(Raw::Bool(true)));
+            one(index_put(s, &x, &m, &v, &entries, accumulate).map_err(invalid)?)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Pixel shuffles, sliding windows and the 1-d max pool.
+fn windows(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
         "pixel_shuffle" | "pixel_unshuffle" => {
-            let (x, m) = tensor("self")?;
-            let f = int(if op == "pixel_shuffle" {
-                "upscale_factor"
-            } else {
-                "downscale_factor"
-            })
-            .filter(|f| *f > 0)
-            .ok_or_else(|| fail("needs a positive factor".into()))?;
+            let (x, m) = args.tensor("self")?;
+            let f = args
+                .int(if op == "pixel_shuffle" {
+                    "upscale_factor"
+                } else {
+                    "downscale_factor"
+                })
+                .filter(|f| *f > 0)
+                .ok_or_else(|| invalid("needs a positive factor".into()))?;
             let r = m.rank();
             if r < 3 {
-                return Err(fail(format!("needs [.., C, H, W], found {:?}", m.shape)));
+                return Err(invalid(format!("needs [.., C, H, W], found {:?}", m.shape)));
             }
             let lead = &m.shape[..r - 3];
             let (c, h, w) = (m.shape[r - 3], m.shape[r - 2], m.shape[r - 1]);
@@ -457,7 +454,7 @@ pub(super) fn expand(
             let with = |tail: &[i64]| -> Vec<i64> { lead.iter().chain(tail).copied().collect() };
             let y = if op == "pixel_shuffle" {
                 if c % (f * f) != 0 {
-                    return Err(fail(format!(
+                    return Err(invalid(format!(
                         "{c} channels are not a multiple of {}",
                         f * f
                     )));
@@ -468,7 +465,7 @@ pub(super) fn expand(
                 s.reshape(&p, &with(&[c2, h * f, w * f]))
             } else {
                 if h % f != 0 || w % f != 0 {
-                    return Err(fail(format!("{h}x{w} is not a multiple of {f}")));
+                    return Err(invalid(format!("{h}x{w} is not a multiple of {f}")));
                 }
                 let v = s.reshape(&x, &with(&[c, h / f, f, w / f, f]));
                 let p = s.permute(&v, &perm([0, 2, 4, 1, 3]));
@@ -479,12 +476,12 @@ pub(super) fn expand(
         "unfold" => {
             // Tensor.unfold(dimension, size, step): windows along a dim, their elements
             // in a new last dim.
-            let (x, m) = tensor("self")?;
-            let d = wrap(int("dimension").unwrap_or(0), m.rank()).map_err(fail)?;
-            let (size, step) = (int("size").unwrap_or(0), int("step").unwrap_or(0));
+            let (x, m) = args.tensor("self")?;
+            let d = wrap(args.int("dimension").unwrap_or(0), m.rank()).map_err(invalid)?;
+            let (size, step) = (args.int("size").unwrap_or(0), args.int("step").unwrap_or(0));
             let n = m.shape.get(d).copied().unwrap_or(1);
             if size < 0 || step <= 0 || size > n {
-                return Err(fail(format!(
+                return Err(invalid(format!(
                     "windows of {size} by steps of {step} along a dim of {n}"
                 )));
             }
@@ -508,13 +505,13 @@ pub(super) fn expand(
             one(s.permute(&g, &perm))
         }
         "max_pool1d" => {
-            let (x, _) = tensor("self")?;
+            let (x, _) = args.tensor("self")?;
             let pair = |name: &str, unit: i64| -> Raw {
-                let v = int_list(get(attrs, name)).unwrap_or_default();
+                let v = int_list(args.get(name)).unwrap_or_default();
                 ints(&[unit, v.first().copied().unwrap_or(unit)])
             };
             let kernel = pair("kernel_size", 1);
-            let stride = match int_list(get(attrs, "stride")) {
+            let stride = match int_list(args.get("stride")) {
                 Some(v) if !v.is_empty() => pair("stride", 1),
                 _ => kernel.clone(),
             };
@@ -526,29 +523,11 @@ pub(super) fn expand(
                 ("padding", pair("padding", 0)),
                 ("dilation", pair("dilation", 1)),
             ];
-            if let Some(c) = get(attrs, "ceil_mode") {
+            if let Some(c) = args.get("ceil_mode") {
                 pool.push(("ceil_mode", c.clone()));
             }
             let p = s.op("max_pool2d", pool);
             one(s.op("squeeze", vec![("self", t(&p)), ("dim", ints(&[-2]))]))
-        }
-        "index_put" => {
-            let (x, m) = tensor("self")?;
-            let (v, _) = tensor("values")?;
-            let Some(Raw::List(list)) = get(attrs, "indices") else {
-                return Err(fail("needs the list `indices`".into()));
-            };
-            let mut entries = vec![];
-            for (i, r) in list.iter().enumerate() {
-                if let Raw::Str(name) = r {
-                    let meta = metas
-                        .get(name.as_str())
-                        .ok_or_else(|| fail(format!("`{name}` has no recorded shape")))?;
-                    entries.push((i, name.clone(), meta.clone()));
-                }
-            }
-            let accumulate = matches!(get(attrs, "accumulate"), Some(Raw::Bool(true)));
-            one(index_put(s, &x, &m, &v, &entries, accumulate).map_err(fail)?)
         }
         _ => Ok(None),
     }
@@ -713,7 +692,6 @@ fn arg_extreme(
     dim: Option<i64>,
     keepdim: bool,
     max: bool,
-    out: &TensorMeta,
 ) -> Result<String, String> {
     let (x, shape, d) = match dim {
         Some(dim) => (x.to_string(), m.shape.clone(), wrap(dim, m.rank())?),
@@ -750,8 +728,15 @@ fn arg_extreme(
         ],
     );
     let first = s.reduce("amin", &cand, Some(&[d as i64]), keepdim);
+    // The result's shape where the reduced dim is no dim of `x` (a flattened or 0-d
+    // tensor): size-1 dims with keepdim over the whole tensor, else none.
+    let out: Vec<i64> = if dim.is_none() && keepdim {
+        vec![1; m.rank()]
+    } else {
+        vec![]
+    };
     Ok(if dim.is_none() || m.rank() == 0 {
-        s.reshape(&first, &out.shape)
+        s.reshape(&first, &out)
     } else {
         first
     })

@@ -14,7 +14,9 @@ worker process (tiny.py run with the worker flag) compiles one too;
 the kernels' keys; a target Triton has no backend for falls back to Triton's
 JIT with a warning, and `--precompile` refuses it; two folders loaded in one
 process keep their own runtimes; a file without its runtime says what is
-missing; and the wrapper's checks and copies on stand-in tensors. Prints
+missing; the wrapper's checks and copies on stand-in tensors; and
+`load_weights` on small safetensors files (each tensor at its offset, and a
+missing, truncated or foreign file refused with a message that names it). Prints
 `ok: WHAT` per check; exits 1 on the first failure.
 """
 
@@ -22,6 +24,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import warnings
@@ -99,6 +102,97 @@ def wrapper_checks(rt):
     check("another layout is copied into the planned one", copy.copied_from is result and copy.stride() == (3, 1))
 
 
+class FakeDType:
+    """A torch dtype as the weights loader asks of it: its item size."""
+
+    def __init__(self, fmt):
+        self.fmt, self.itemsize = fmt, struct.calcsize(fmt)
+
+
+class FakeLoaded:
+    """What the weights loader does with a tensor read from the file."""
+
+    def __init__(self, values):
+        self.values, self.shape, self.device = values, None, None
+
+    def reshape(self, shape):
+        self.shape = shape
+        return self
+
+    def to(self, device):
+        self.device = device
+        return self
+
+
+def fake_frombuffer(data, dtype, count, offset):
+    """torch.frombuffer on the stand-in dtypes: the values at `offset`."""
+    return FakeLoaded(list(struct.unpack_from(f"<{count}{dtype.fmt}", data, offset)))
+
+
+def safetensors(path, tensors, header=None):
+    """Writes `tensors` (key: (dtype name, format, shape, values)) to `path` as
+    safetensors; `header`, when given, is written instead of the right one."""
+    meta, data = {}, b""
+    for key, (name, fmt, shape, values) in tensors.items():
+        raw = struct.pack(f"<{len(values)}{fmt}", *values)
+        meta[key] = {"dtype": name, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = header if header is not None else json.dumps(meta).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
+def raised(f, *args):
+    """The RuntimeError `f(*args)` raises, as text; None if it returns."""
+    try:
+        f(*args)
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
+def weights_checks(rt, folder):
+    """load_weights on small safetensors files beside a stand-in generated file."""
+    f32, i64 = FakeDType("f"), FakeDType("q")
+    beside = os.path.join(folder, "weights", "output_code.py")
+    os.makedirs(os.path.dirname(beside))
+    path = os.path.join(os.path.dirname(beside), "w.safetensors")
+    tensors = {"a": ("F32", "f", (2, 3), [0.5, 1, 2, 3, 4, 5]), "b": ("I64", "q", (2,), [7, -8])}
+    expected = {"a": ("F32", f32, (2, 3)), "b": ("I64", i64, (2,))}
+
+    def load(table):
+        return rt.load_weights(beside, "w.safetensors", fake_frombuffer, "dev", table)
+
+    missing = raised(load, expected)
+    check("weights: a missing file is named, with what to do",
+          missing is not None and f"cannot open the weights file {path}" in missing and "compile again" in missing,
+          missing)
+    safetensors(path, tensors)
+    got = load(expected)
+    check("weights: each tensor read at its offset, shaped and on the device",
+          got["a"].values == [0.5, 1, 2, 3, 4, 5] and got["b"].values == [7, -8]
+          and (got["a"].shape, got["b"].shape) == ((2, 3), (2,)) and got["b"].device == "dev",
+          {k: (t.values, t.shape, t.device) for k, t in got.items()})
+    wrong = raised(load, {"a": ("F32", f32, (3, 2))})
+    check("weights: a foreign shape is refused, by tensor",
+          wrong is not None and "tensor `a` is F32[2, 3], the code expects F32[3, 2]" in wrong, wrong)
+    wrong = raised(load, {"b": ("I32", FakeDType("i"), (2,))})
+    check("weights: a foreign dtype is refused", wrong is not None and "the code expects I32[2]" in wrong, wrong)
+    wrong = raised(load, {"c": ("F32", f32, (1,))})
+    check("weights: a missing tensor is named", wrong is not None and "has no tensor `c`" in wrong, wrong)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 4)
+    wrong = raised(load, expected)
+    check("weights: a truncated file is refused", wrong is not None and "tensor `b` lies past its end" in wrong, wrong)
+    safetensors(path, tensors, header=b"{not json")
+    wrong = raised(load, expected)
+    check("weights: an unreadable header is refused", wrong is not None and "has an unreadable header" in wrong, wrong)
+    safetensors(path, tensors, header=json.dumps({"a": {"dtype": "F32", "shape": [2, 3]}}).encode())
+    wrong = raised(load, {"a": expected["a"]})
+    check("weights: a tensor without data_offsets is refused",
+          wrong is not None and "tensor `a` has no valid data_offsets" in wrong, wrong)
+
+
 def scope_of(module):
     """The module's globals, as the generated file passes them."""
     return dict(vars(module))
@@ -117,6 +211,7 @@ def main():
     check("the cache is $KILN_CACHE_DIR", rt.KernelSet.cache_dir() == cache, rt.KernelSet.cache_dir())
 
     wrapper_checks(rt)
+    weights_checks(rt, folder)
 
     # Compiled in this process into the cache, then found there by a second set.
     kernels = rt.KernelSet(scope_of(module), workers=0)

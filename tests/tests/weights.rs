@@ -2,7 +2,8 @@
 //! `output_code.py` or `wrapper.cpp` as literals; the cpu device's library reads the file
 //! with `kiln_load_weights` and computes what it computes with the weights handed over in
 //! memory; a missing, truncated or foreign file is an error that says what and where,
-//! never a crash or a silent wrong answer; the Python wrapper's loader checks the same.
+//! never a crash or a silent wrong answer; the Python wrapper's loader (the runtime's
+//! `load_weights`, which `output_code.py` calls) checks the same.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -183,10 +184,14 @@ fn the_python_loader_checks_the_file_and_reads_every_tensor_at_its_offset() {
         .arg(&expected_path));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     for line in [
-        "read: every tensor at its offset",
+        "read: every tensor at its offset, on DEVICE",
         "missing: cannot open the weights file",
         "truncated: is truncated",
+        "stub: is truncated or not a safetensors file",
+        "offsets past the end: tensor `",
         "foreign dtype: the code expects",
+        "foreign shape: the code expects",
+        "missing tensor: has no tensor `kiln_nowhere`",
     ] {
         assert!(stdout.contains(line), "`{line}` not in:\n{stdout}");
     }

@@ -17,8 +17,10 @@ process that launches it).
 The generated file calls `run_tool(globals())` when run as a script, before it
 imports torch: `python output_code.py --precompile [FOLDER] [--jobs N]`, and the
 workers, are served here. The checks and copies of the wrapper's `call`
-(`assert_size_stride`, `align_inputs`, `in_layout`) are here too. Nothing in this
-module imports torch.
+(`assert_size_stride`, `align_inputs`, `in_layout`) are here too, and so is
+`load_weights`, which reads the weights file beside the generated file with the
+`frombuffer` and the device its caller hands it. Nothing in this module imports
+torch.
 
 Kept in Kiln's repository as a Python file (host/src/codegen/wrapper/python/);
 the `host` binary embeds it.
@@ -528,6 +530,65 @@ def in_layout(t, size, stride):
     if t.stride() == stride:
         return t
     return t.new_empty_strided(size, stride).copy_(t)
+
+
+# The weights file `host compile` writes beside output_code.py, read when the
+# wrapper first needs its constants. torch's `frombuffer` and the device come from
+# the caller, so that this module still never imports torch.
+
+
+def load_weights(beside, name, frombuffer, device, expected):
+    """The tensors of the weights file `name` in the folder of the file `beside`
+    (the generated file's `__file__`), memory-mapped and copied to `device`:
+    `expected` maps each key to its safetensors dtype, its torch dtype and its
+    shape, and each tensor is checked against them. The file is safetensors: an
+    8-byte header length, a JSON header, the data. Raises RuntimeError naming the
+    file and the tensor when the file is missing, truncated or not the one the
+    code was generated with."""
+    import json
+    import mmap
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(beside)), name)
+    again = "keep the files `host compile` wrote together, or compile again"
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise RuntimeError(f"Kiln: cannot open the weights file {path}: {e.strerror}; {again}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 0 or 8 + n > size:
+            raise RuntimeError(f"Kiln: {path} is truncated or not a safetensors file ({size} bytes); {again}")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise RuntimeError(f"Kiln: {path} has an unreadable header ({e}); {again}") from None
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    tensors = {}
+    for key, (st_dtype, dtype, shape) in expected.items():
+        meta = header.get(key)
+        if not isinstance(meta, dict):
+            raise RuntimeError(f"Kiln: {path} has no tensor `{key}`; {again}")
+        if meta.get("dtype") != st_dtype or tuple(meta.get("shape", ())) != shape:
+            raise RuntimeError(
+                f"Kiln: {path}: tensor `{key}` is {meta.get('dtype')}{list(meta.get('shape', ()))}, "
+                f"the code expects {st_dtype}{list(shape)}; {again}"
+            )
+        offsets = meta.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) and o >= 0 for o in offsets)):
+            raise RuntimeError(f"Kiln: {path}: tensor `{key}` has no valid data_offsets ({offsets}); {again}")
+        start, end = offsets
+        numel = 1
+        for d in shape:
+            numel *= d
+        if end - start != numel * dtype.itemsize or 8 + n + end > size:
+            raise RuntimeError(f"Kiln: {path} is truncated: tensor `{key}` lies past its end ({size} bytes); {again}")
+        t = frombuffer(data, dtype=dtype, count=numel, offset=8 + n + start)
+        tensors[key] = t.reshape(shape).to(device)
+    return tensors
 
 
 def _kiln_build_launcher(binary, target):

@@ -9,8 +9,9 @@
 //! strings ([`DeviceStrings`]); every name from the graph goes through the
 //! [`Namer`], after [`reserve`] has taken every name this file binds.
 //!
-//! The kernels' runtime (`KernelSet`, the compile workers, `--precompile`) is
-//! not generated: it is the Python module `kiln_runtime.py` of this folder
+//! The kernels' runtime (`KernelSet`, the compile workers, `--precompile`,
+//! the checks `call` makes, the reader of the weights file) is not
+//! generated: it is the Python module `kiln_runtime.py` of this folder
 //! ([`RUNTIME`]), written beside the generated file as [`RUNTIME_FILE`] and
 //! loaded by its path ([`RUNTIME_LOADER`]).
 
@@ -114,7 +115,6 @@ pub const RESERVED: &[&str] = &[
     "reinterpret_tensor",
     "_CONSTANTS",
     "_constants",
-    "_load_weights",
     "WEIGHTS_FILE",
     "call",
     "args",
@@ -426,9 +426,6 @@ fn write_constants(
         writeln!(out)?;
         writeln!(out)?;
         writeln!(out, "WEIGHTS_FILE = {}", py_str(weights::FILE_NAME))?;
-        writeln!(out)?;
-        writeln!(out)?;
-        out.push_str(LOAD_WEIGHTS);
     }
     writeln!(out)?;
     writeln!(out)?;
@@ -440,7 +437,12 @@ fn write_constants(
     writeln!(out, "    global _CONSTANTS")?;
     writeln!(out, "    if _CONSTANTS is None:")?;
     if !weights.is_empty() {
-        writeln!(out, "        weights = _load_weights({{")?;
+        // The runtime reads the file beside this one, with torch's
+        // `frombuffer` and the device handed over (it never imports torch).
+        writeln!(
+            out,
+            "        weights = kiln_runtime.load_weights(__file__, WEIGHTS_FILE, torch.frombuffer, DEVICE, {{"
+        )?;
         for (key, b) in &weights {
             let buf = p.buffer(*b);
             writeln!(
@@ -484,54 +486,6 @@ fn write_constants(
     writeln!(out, "    return _CONSTANTS")?;
     Ok(weights)
 }
-
-/// `_load_weights(expected)`: the tensors of the weights file beside this
-/// file, memory-mapped and copied to the device, each checked against the
-/// dtype and shape the code expects.
-const LOAD_WEIGHTS: &str = r#"def _load_weights(expected):
-    # The weights file `host compile` wrote beside this file (safetensors:
-    # an 8-byte header length, a JSON header, the data), memory-mapped.
-    import json
-    import mmap
-    import os
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), WEIGHTS_FILE)
-    again = "keep the files `host compile` wrote together, or compile again"
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise RuntimeError(f"Kiln: cannot open the weights file {path}: {e.strerror}; {again}") from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        n = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if n < 0 or 8 + n > size:
-            raise RuntimeError(f"Kiln: {path} is truncated or not a safetensors file ({size} bytes); {again}")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as e:
-            raise RuntimeError(f"Kiln: {path} has an unreadable header ({e}); {again}") from None
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    tensors = {}
-    for key, (st_dtype, dtype, shape) in expected.items():
-        meta = header.get(key)
-        if not isinstance(meta, dict):
-            raise RuntimeError(f"Kiln: {path} has no tensor `{key}`; {again}")
-        if meta.get("dtype") != st_dtype or tuple(meta.get("shape", ())) != shape:
-            raise RuntimeError(
-                f"Kiln: {path}: tensor `{key}` is {meta.get('dtype')}{list(meta.get('shape', ()))}, "
-                f"the code expects {st_dtype}{list(shape)}; {again}"
-            )
-        start, end = meta["data_offsets"]
-        numel = 1
-        for d in shape:
-            numel *= d
-        if end - start != numel * dtype.itemsize or 8 + n + end > size:
-            raise RuntimeError(f"Kiln: {path} is truncated: tensor `{key}` lies past its end ({size} bytes); {again}")
-        t = torch.frombuffer(data, dtype=dtype, count=numel, offset=8 + n + start)
-        tensors[key] = t.reshape(shape).to(DEVICE)
-    return tensors
-"#;
 
 /// A Python string literal of `text`, escaped (and ASCII-only), so that no
 /// text from outside Kiln can end the literal or the line.

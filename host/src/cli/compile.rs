@@ -57,8 +57,8 @@ pub struct CompileArgs {
 
     /// The wrapper to write; by default the device's own (python for Triton kernels, cpp for
     /// C++ kernels). `cpp` on a Triton device writes kernels.py, compiles its kernels into
-    /// kernels/ with $KILN_PYTHON (default python3, which needs Triton with a backend for the
-    /// device) and writes wrapper.cpp, which exports kiln_init(dir) and
+    /// kernels/ with $KILN_PYTHON (else target/test-python, else python3; it needs Triton with a
+    /// backend for the device) and writes wrapper.cpp, which exports kiln_init(dir) and
     /// kiln_call(inputs, outputs, stream).
     #[arg(long, value_enum)]
     pub wrapper: Option<WrapperArg>,
@@ -80,7 +80,8 @@ pub struct CompileArgs {
 
     /// Compile every Triton kernel now, in parallel, into kernels/ beside output_code.py, so
     /// that the first call loads them instead of compiling. Runs `output_code.py --precompile`
-    /// with $KILN_PYTHON (default python3), which needs Triton but neither torch nor a GPU;
+    /// with $KILN_PYTHON (else target/test-python, else python3), which needs Triton but neither
+    /// torch nor a GPU;
     /// the wrapper uses the binaries where they match the running device's Triton target.
     #[arg(long)]
     pub precompile: bool,
@@ -143,7 +144,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
             .iter()
             .find(|p| p.file_name().is_some_and(|n| n == "output_code.py"))
             .ok_or("--precompile compiles the Triton kernels of output_code.py; this device's wrapper has none (leave --precompile out)")?;
-        let precompiled = ahead::precompile(code, false)?;
+        let precompiled = ahead::precompile(code, ahead::Purpose::PythonWrapper)?;
         eprint!("precompiled: {precompiled}");
     }
     Ok(ExitCode::SUCCESS)

@@ -29,8 +29,8 @@ pub struct RunArgs {
     /// BLIS or FlexiBLAS; KILN_BLAS=off keeps Kiln's own kernel). A Triton device (`cuda`) runs the C++ wrapper of `host compile --wrapper cpp`,
     /// built with $CXX (default c++) and the plugin's flags (for cuda: the CUDA toolkit under
     /// $CUDA_HOME, else nvcc's, else /usr/local/cuda, with cuBLAS and the driver library), plus
-    /// $KILN_DEVICE_CXXFLAGS. Its kernels are compiled by Triton through $KILN_PYTHON (default
-    /// python3) in a child process, once per kernel text (cached in $KILN_CACHE_DIR).
+    /// $KILN_DEVICE_CXXFLAGS. Its kernels are compiled by Triton through $KILN_PYTHON (else
+    /// target/test-python, else python3) in a child process, once per kernel text (cached in $KILN_CACHE_DIR).
     #[arg(long, value_name = "DEVICE[:INDEX]", default_value = "cpu")]
     pub device: DeviceSpec,
     /// The inputs.

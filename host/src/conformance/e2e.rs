@@ -165,10 +165,6 @@ fn run_against_reference(compiled: &Compiled) -> Result<(), String> {
     Ok(())
 }
 
-fn python() -> String {
-    std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
 fn write(path: &Path, text: &str) -> Result<(), String> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
@@ -202,13 +198,14 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
         Ok(SchedulingKind::Cpp) => return Outcome::skip("the device does not use Triton kernels"),
         Ok(SchedulingKind::Triton) => {}
     }
-    let probe = Command::new(python())
+    let python = crate::runtime::python::find();
+    let probe = Command::new(&python.program)
         .args(["-c", "import triton"])
         .output();
     if !probe.is_ok_and(|o| o.status.success()) {
         return Outcome::skip(format!(
-            "`{} -c \"import triton\"` failed: install Triton (pip install triton) or set KILN_PYTHON",
-            python()
+            "`import triton` failed in {python}: {}",
+            crate::runtime::python::INSTALL_HINT
         ));
     }
     let all = match compile_all(plugin) {
@@ -233,8 +230,12 @@ pub fn triton_compile(plugin: &Plugin) -> Outcome {
     if let Err(e) = files {
         return Outcome::fail(format!("cannot write the generated files: {e}"));
     }
-    match Command::new(python()).arg(&script).arg(dir.path()).output() {
-        Err(e) => Outcome::fail(format!("cannot run {}: {e}", python())),
+    match Command::new(&python.program)
+        .arg(&script)
+        .arg(dir.path())
+        .output()
+    {
+        Err(e) => Outcome::fail(format!("cannot run {python}: {e}")),
         Ok(out) if out.status.success() => {
             let stdout = String::from_utf8_lossy(&out.stdout);
             let (compiled, target) = compiled_kernels(&stdout);

@@ -1,7 +1,7 @@
 //! Compiling Triton kernels ahead of time, and the one step from a compile
 //! of a Triton device's C++ wrapper to its `wrapper.cpp`: `kernels.py`
 //! written, its kernels compiled by Triton (`kernels.py --precompile`, run
-//! with `$KILN_PYTHON` in a child process), their binaries read from
+//! in a child process with the Python [`super::python::find`] chooses), their binaries read from
 //! `kernels/`, and the wrapper written around them.
 //!
 //! `host compile --wrapper cpp` ([`Binaries::Compile`]), `host run` on a
@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::python;
 use crate::driver::{triton_cpp, Artifacts, CodeInfo};
 
 /// Why the kernels could not be compiled ahead or the wrapper written.
@@ -26,40 +27,36 @@ pub enum Error {
     Driver(#[from] crate::driver::Error),
     /// Python could not be started.
     #[error(
-        "compiling the kernels ahead runs `{python} {} --precompile`, but `{python}` could not be \
-         started: install Python 3 with Triton (pip install triton) or set KILN_PYTHON",
-        code.display()
+        "compiling the kernels ahead runs Python with Triton, but {python} could not be started: \
+         install Python 3 with Triton (pip install triton), or run tools/test.sh once, or set \
+         KILN_PYTHON to a Python that has Triton"
     )]
     NoPython {
-        /// The interpreter.
+        /// The interpreter, and where it came from.
         python: String,
-        /// The generated file.
-        code: PathBuf,
         /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The Python has no Triton.
+    #[error("compiling the kernels ahead needs Triton, but {0}")]
+    NoTriton(String),
     /// Triton failed to compile a kernel.
     #[error(
-        "precompiling the kernels of {} failed ({status}):\n{detail}\n{}",
-        code.display(),
-        if *for_wrapper {
-            "(wrapper.cpp loads compiled kernels, so it was not written: compile on a machine \
-             whose Triton has a backend for this device, or use the Python wrapper)"
-        } else {
-            "(the wrapper still works: it compiles the kernels at their first launch)"
-        }
+        "precompiling the kernels{} failed ({status}):\n{detail}\n({})",
+        code.as_ref().map_or_else(String::new, |c| format!(" of {}", c.display())),
+        purpose.advice()
     )]
     Precompile {
-        /// The generated file.
-        code: PathBuf,
+        /// The generated file, where it outlives the error (not a run's
+        /// scratch copy, removed before the error is shown).
+        code: Option<PathBuf>,
         /// The child's exit status.
         status: String,
         /// Its complaint: the lines that name a failure, else all of stderr.
         detail: String,
-        /// Whether a C++ wrapper needed the binaries (else `output_code.py`
-        /// would compile them at their first launch).
-        for_wrapper: bool,
+        /// Who needed the binaries.
+        purpose: Purpose,
     },
     /// A file or folder could not be read, written or linked.
     #[error("cannot {what} {}", path.display())]
@@ -106,6 +103,45 @@ pub enum Binaries {
     },
 }
 
+/// Who needs a precompile's kernels, which decides what its failure
+/// advises and whether the generated file outlives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// `host compile --wrapper cpp`: `wrapper.cpp` loads them, and the file
+    /// stays in the output folder.
+    Wrapper,
+    /// `host run`: the run loads them; the file was in a scratch folder.
+    Run,
+    /// `host compile --precompile` of the Python wrapper, which would compile
+    /// them at their first launch anyway.
+    PythonWrapper,
+}
+
+impl Purpose {
+    /// What to do about a failure, in the terms of the command that failed.
+    fn advice(self) -> &'static str {
+        match self {
+            Purpose::Wrapper => {
+                "wrapper.cpp loads compiled kernels, so it was not written: compile on a machine \
+                 whose Triton has a backend for this device, or leave --wrapper cpp out for the \
+                 Python wrapper"
+            }
+            Purpose::Run => {
+                "host run launches kernels compiled ahead: run it where Triton has a backend for \
+                 this device"
+            }
+            Purpose::PythonWrapper => {
+                "the wrapper still works: it compiles the kernels at their first launch"
+            }
+        }
+    }
+
+    /// Whether the generated file is still there when the error is shown.
+    fn keeps_code(self) -> bool {
+        self != Purpose::Run
+    }
+}
+
 /// What [`write_wrapper`] wrote.
 #[derive(Clone, Debug)]
 pub struct Wrapper {
@@ -138,7 +174,7 @@ pub fn write_wrapper(
     let folder = dir.join("kernels");
     let (found, kernels, precompiled) = match binaries {
         Binaries::Compile => {
-            let report = precompile(&dir.join(artifacts.file_name), true)?;
+            let report = precompile(&dir.join(artifacts.file_name), Purpose::Wrapper)?;
             (read_binaries(dir, &names)?, folder, Some(report))
         }
         Binaries::Cached(cache) => {
@@ -158,44 +194,47 @@ pub fn write_wrapper(
     })
 }
 
-/// The Python that compiles kernels: `$KILN_PYTHON`, else `python3`.
-fn python() -> String {
-    std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-/// Runs `code --precompile` (a generated `kernels.py` or `output_code.py`),
-/// which compiles every Triton kernel into `kernels/` beside it; returns
-/// Triton's report. `for_wrapper` says a C++ wrapper needs the binaries.
-pub fn precompile(code: &Path, for_wrapper: bool) -> Result<String, Error> {
-    let python = python();
-    let output = std::process::Command::new(&python)
+/// Runs `code --precompile` (a generated `kernels.py` or `output_code.py`)
+/// with the Python [`python::find`] chooses, which compiles every Triton
+/// kernel into `kernels/` beside it; returns Triton's report. `purpose` says
+/// who needs the binaries.
+pub fn precompile(code: &Path, purpose: Purpose) -> Result<String, Error> {
+    let python = python::find();
+    let output = std::process::Command::new(&python.program)
         .arg(code)
         .arg("--precompile")
         .output()
         .map_err(|source| Error::NoPython {
-            python: python.clone(),
-            code: code.to_path_buf(),
+            python: python.to_string(),
             source,
         })?;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        let failed: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("FAILED") || l.contains("Error"))
-            .collect();
-        let detail = if failed.is_empty() {
-            stderr.trim().to_string()
-        } else {
-            failed.join("\n")
-        };
-        return Err(Error::Precompile {
-            code: code.to_path_buf(),
-            status: output.status.to_string(),
-            detail,
-            for_wrapper,
-        });
+    if output.status.success() {
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    if python::says_no_triton(&stderr) {
+        return Err(Error::NoTriton(python.no_triton()));
+    }
+    let failed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("FAILED") || l.contains("Error"))
+        .collect();
+    let mut detail = if failed.is_empty() {
+        stderr.trim().to_string()
+    } else {
+        failed.join("\n")
+    };
+    let kept = purpose.keeps_code();
+    if let (false, Some(folder)) = (kept, code.parent()) {
+        // The scratch folder is gone by the time this is read: name the file alone.
+        detail = detail.replace(&format!("{}/", folder.display()), "");
+    }
+    Err(Error::Precompile {
+        code: kept.then(|| code.to_path_buf()),
+        status: output.status.to_string(),
+        detail,
+        purpose,
+    })
 }
 
 /// The folder holding `kernels.py`'s compiled kernels (`kernels/` with its
@@ -230,7 +269,7 @@ fn cached_kernels(cache: &Path, code: &str) -> Result<(PathBuf, Option<String>),
         path: runtime.clone(),
         source,
     })?;
-    let report = precompile(&source, true)?;
+    let report = precompile(&source, Purpose::Run)?;
     if let Err(source) = std::fs::rename(staging, &folder) {
         // Another run finished first: its kernels are the same.
         if !compiled.join("manifest.json").is_file() {

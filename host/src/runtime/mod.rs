@@ -1,7 +1,8 @@
 //! Running generated code: the compile cache ([`compile`]), a loaded library
 //! whose `kiln_call` runs a scheduled program on tensors (a Triton device's
 //! C++ wrapper: [`device`]), and Triton compiling a C++ wrapper's kernels
-//! ahead of time ([`ahead`], the one step from a compile to `wrapper.cpp`).
+//! ahead of time ([`ahead`], the one step from a compile to `wrapper.cpp`),
+//! with the Python that [`python`] finds.
 //!
 //! This is the only module that executes generated code; code generation
 //! never does. Tensors cross the boundary as dense little-endian storage in
@@ -10,6 +11,7 @@
 pub mod ahead;
 pub mod compile;
 pub mod device;
+pub mod python;
 
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::load::{load_unclaimed, LoadOutcome};
 use super::registry::{Registry, Rejected, Shadowed};
-use super::search::{libraries_of, SearchEntry};
+use super::search::{libraries_of, Candidate, SearchEntry};
 
 /// Tries every library on the search path and builds the registry. One broken
 /// library never stops the others: its failure is recorded against its path.
@@ -23,7 +23,19 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
             }
         };
         registry.searched.push(entry.clone());
-        for lib in libs {
+        for candidate in libs {
+            let lib = match candidate {
+                Candidate::Library(lib) => lib,
+                Candidate::Unusable { path, reason } => {
+                    // Listed once even when two search entries reach it.
+                    if !seen.contains(&path) {
+                        tracing::debug!("rejected {}: {reason}", path.display());
+                        seen.push(path.clone());
+                        registry.rejected.push(Rejected { path, reason });
+                    }
+                    continue;
+                }
+            };
             let canonical = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
             if seen.contains(&canonical) {
                 continue;

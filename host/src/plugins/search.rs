@@ -261,4 +261,42 @@ mod tests {
         };
         assert_eq!(libraries_of(&sub).unwrap(), Vec::<Candidate>::new());
     }
+
+    #[cfg(unix)]
+    #[test]
+    fn library_named_folders_links_and_loops_are_unusable_with_a_reason() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let name = |stem: &str| format!("lib{stem}{}", std::env::consts::DLL_SUFFIX);
+        std::fs::create_dir(dir.path().join(name("dir"))).expect("mkdir");
+        std::os::unix::fs::symlink("nowhere", dir.path().join(name("dangling"))).expect("link");
+        std::os::unix::fs::symlink(name("b"), dir.path().join(name("a"))).expect("a -> b");
+        std::os::unix::fs::symlink(name("a"), dir.path().join(name("b"))).expect("b -> a");
+        std::fs::write(dir.path().join(name("real")), b"bytes").expect("a file");
+        std::fs::write(dir.path().join("notes.txt"), b"ignored").expect("a file");
+        let entry = SearchEntry {
+            path: dir.path().to_path_buf(),
+            origin: Origin::EnvVar,
+        };
+        let got: Vec<(String, String)> = libraries_of(&entry)
+            .expect("the folder is listed")
+            .into_iter()
+            .map(|c| match c {
+                Candidate::Library(p) => (p.display().to_string(), "library".to_string()),
+                Candidate::Unusable { path, reason } => (path.display().to_string(), reason),
+            })
+            .collect();
+        let reasons: Vec<&str> = got.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert!(reasons[0].contains("loops back"), "{got:?}");
+        assert!(reasons[1].contains("loops back"), "{got:?}");
+        assert!(reasons[2].contains("which does not exist"), "{got:?}");
+        assert!(reasons[3].contains("is a folder"), "{got:?}");
+        assert_eq!(reasons[4], "library", "{got:?}");
+        let looped = SearchEntry {
+            path: dir.path().join(name("a")),
+            origin: Origin::Flag,
+        };
+        let err = libraries_of(&looped).expect_err("a loop is a problem");
+        assert!(err.reason.contains("loops back"), "{err}");
+    }
 }

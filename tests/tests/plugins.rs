@@ -831,7 +831,9 @@ fn folders_links_and_loops_in_a_plugin_folder_are_each_listed_once_with_their_re
             .arg("--plugins")
             .arg(&bad.loop_path)
             .arg("--plugins")
-            .arg(&bad.missing_path);
+            .arg(&bad.missing_path)
+            // The same folder again, spelled otherwise: still listed once.
+            .env("KILN_PLUGIN_PATH", bad.folder.join("."));
     };
     let mut cmd = host(&host_bin());
     with_bad(&mut cmd);

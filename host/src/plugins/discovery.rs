@@ -2,7 +2,7 @@
 //! tried, and the plugins that load fill the [`Registry`]. One broken library
 //! never stops the others: its failure is recorded against its path.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::load::{load_unclaimed, LoadOutcome};
 use super::registry::{Registry, Rejected, Shadowed};
@@ -27,10 +27,12 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
             let lib = match candidate {
                 Candidate::Library(lib) => lib,
                 Candidate::Unusable { path, reason } => {
-                    // Listed once even when two search entries reach it.
-                    if !seen.contains(&path) {
+                    // Listed once even when two search entries reach it:
+                    // the entry itself cannot be resolved, so its folder is.
+                    let key = entry_key(&path);
+                    if !seen.contains(&key) {
                         tracing::debug!("rejected {}: {reason}", path.display());
-                        seen.push(path.clone());
+                        seen.push(key);
                         registry.rejected.push(Rejected { path, reason });
                     }
                     continue;
@@ -75,4 +77,15 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
         }
     }
     registry
+}
+
+/// The folder-resolved path of an entry that cannot itself be resolved (a
+/// dangling link, a loop), so that two spellings of one folder meet.
+fn entry_key(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map(|p| p.join(name))
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
 }

@@ -160,13 +160,14 @@ fn an_empty_plugin_folder_finds_nothing_and_says_where_it_looked() {
 }
 
 #[test]
-fn a_plugin_folder_that_does_not_exist_is_an_error() {
+fn a_plugin_folder_that_does_not_exist_is_listed_not_an_error() {
     let tmp = TempDir::new("missing");
     let missing = tmp.path().join("no-such-folder");
-    let (output, _, stderr) = run(host(&host_bin()).arg("--plugins").arg(&missing).arg("list"));
-    assert_eq!(output.status.code(), Some(1));
-    assert!(stderr.contains("no-such-folder"), "{stderr}");
-    assert!(stderr.contains("does not exist"), "{stderr}");
+    let (output, stdout, stderr) =
+        run(host(&host_bin()).arg("--plugins").arg(&missing).arg("list"));
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("no-such-folder"), "{stdout}");
+    assert!(stdout.contains("does not exist"), "{stdout}");
 }
 
 fn system_libm() -> PathBuf {
@@ -775,5 +776,177 @@ fn a_plugin_built_against_a_modified_api_is_refused_naming_the_type_that_differs
             .unwrap_or_default()
             .contains("`LoadContext`"),
         "{case:#}"
+    );
+}
+
+/// A plugin folder holding every kind of entry that looks like a library but
+/// is not one, and two `--plugins` paths that cannot be searched.
+struct BadEntries {
+    tmp: TempDir,
+    folder: PathBuf,
+    /// (file name in `folder`, what its reason must say)
+    expected: Vec<(String, &'static str)>,
+    loop_path: PathBuf,
+    missing_path: PathBuf,
+}
+
+#[cfg(unix)]
+fn bad_entries(tag: &str) -> BadEntries {
+    use std::os::unix::fs::symlink;
+    let tmp = TempDir::new(tag);
+    let folder = tmp.subdir("plugins");
+    let dir = dll_name("dir");
+    std::fs::create_dir(folder.join(&dir)).expect("a folder named like a library");
+    let dangling = dll_name("dangling");
+    symlink("nowhere", folder.join(&dangling)).expect("a dangling link");
+    let (a, b) = (dll_name("loop_a"), dll_name("loop_b"));
+    symlink(&b, folder.join(&a)).expect("a -> b");
+    symlink(&a, folder.join(&b)).expect("b -> a");
+    // A link loop given itself as a --plugins path.
+    let loop_path = tmp.path().join("loop");
+    let other = tmp.path().join("loop-back");
+    symlink(&other, &loop_path).expect("loop -> loop-back");
+    symlink(&loop_path, &other).expect("loop-back -> loop");
+    BadEntries {
+        missing_path: tmp.path().join("no-such-folder"),
+        expected: vec![
+            (dir, "is a folder"),
+            (dangling, "which does not exist"),
+            (a, "loops back on itself"),
+            (b, "loops back on itself"),
+        ],
+        tmp,
+        folder,
+        loop_path,
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn folders_links_and_loops_in_a_plugin_folder_are_each_listed_once_with_their_reason() {
+    let bad = bad_entries("bad-entries");
+    let with_bad = |cmd: &mut std::process::Command| {
+        cmd.arg("--plugins")
+            .arg(&bad.folder)
+            .arg("--plugins")
+            .arg(&bad.loop_path)
+            .arg("--plugins")
+            .arg(&bad.missing_path)
+            // The same folder again, spelled otherwise: still listed once.
+            .env("KILN_PLUGIN_PATH", bad.folder.join("."));
+    };
+    let mut cmd = host(&host_bin());
+    with_bad(&mut cmd);
+    let list = list_json(&mut cmd);
+    assert_eq!(
+        device_names(&list),
+        ["cpu", "cuda", "gxu", "xpu"],
+        "{list:#}"
+    );
+    let rejected = list["rejected"].as_array().expect("rejected");
+    assert_eq!(rejected.len(), bad.expected.len(), "{list:#}");
+    for (name, why) in &bad.expected {
+        let entries: Vec<&serde_json::Value> = rejected
+            .iter()
+            .filter(|r| {
+                r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(name.as_str()))
+            })
+            .collect();
+        assert_eq!(entries.len(), 1, "{name} is listed once: {list:#}");
+        let reason = entries[0]["reason"].as_str().unwrap_or("");
+        assert!(reason.contains(why), "{name}: {reason}");
+    }
+    let problems = list["search_problems"].as_array().expect("search_problems");
+    assert_eq!(problems.len(), 2, "{list:#}");
+    for (path, why) in [
+        (&bad.loop_path, "loops back on itself"),
+        (&bad.missing_path, "does not exist"),
+    ] {
+        let entries: Vec<&serde_json::Value> = problems
+            .iter()
+            .filter(|p| p["path"].as_str() == path.to_str())
+            .collect();
+        assert_eq!(
+            entries.len(),
+            1,
+            "{} is listed once: {list:#}",
+            path.display()
+        );
+        assert_eq!(entries[0]["origin"], "flag", "{list:#}");
+        let reason = entries[0]["reason"].as_str().unwrap_or("");
+        assert!(reason.contains(why), "{}: {reason}", path.display());
+    }
+
+    // The table lists the same entries, each once, and exits 0.
+    let mut cmd = host(&host_bin());
+    with_bad(&mut cmd);
+    let (output, table, stderr) = run(cmd.arg("list"));
+    assert!(output.status.success(), "{stderr}");
+    for (name, why) in &bad.expected {
+        let shown = format!("{}: ", bad.folder.join(name).display());
+        let lines: Vec<&str> = table.lines().filter(|l| l.contains(&shown)).collect();
+        assert_eq!(lines.len(), 1, "{name} is listed once: {table}");
+        assert!(lines[0].contains(why), "{name}: {table}");
+    }
+    for (path, why) in [
+        (&bad.loop_path, "loops back on itself"),
+        (&bad.missing_path, "does not exist"),
+    ] {
+        let shown = format!("{} (--plugins): ", path.display());
+        let lines: Vec<&str> = table.lines().filter(|l| l.contains(&shown)).collect();
+        assert_eq!(lines.len(), 1, "{shown} is listed once: {table}");
+        assert!(lines[0].contains(why), "{table}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_bad_plugins_path_never_stops_a_command_that_does_not_need_it() {
+    let bad = bad_entries("bad-paths");
+    for path in [&bad.loop_path, &bad.missing_path] {
+        let out = bad.tmp.path().join("out");
+        let (output, stdout, stderr) = run(host(&host_bin())
+            .arg("--plugins")
+            .arg(path)
+            .arg("--plugins")
+            .arg(&bad.folder)
+            .arg("compile")
+            .arg(repo_root().join("examples/add.toml"))
+            .args(["--device", "cpu", "-o"])
+            .arg(&out));
+        assert!(
+            output.status.success(),
+            "{}: {stdout}\n{stderr}",
+            path.display()
+        );
+        assert!(out.join("wrapper.cpp").is_file(), "{stdout}");
+        // It is still said, once, on stderr.
+        let shown = format!("{} (--plugins)", path.display());
+        assert_eq!(stderr.matches(&shown).count(), 1, "{stderr}");
+    }
+    // A device that only a bad path could have provided fails clearly,
+    // naming what was rejected and what could not be searched.
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("--plugins")
+        .arg(&bad.loop_path)
+        .arg("--plugins")
+        .arg(&bad.folder)
+        .args(["inspect", "vendorx"]));
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    assert!(
+        error.contains("no plugin provides the device `vendorx`"),
+        "{stderr}"
+    );
+    assert!(error.contains(&dll_name("loop_a")), "{stderr}");
+    assert!(error.contains(&dll_name("dir")), "{stderr}");
+    assert!(
+        error.contains(&format!("{} (--plugins)", bad.loop_path.display())),
+        "{stderr}"
     );
 }

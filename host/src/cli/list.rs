@@ -18,7 +18,9 @@ pub struct ListArgs {
 
 /// Runs `host list`.
 pub fn run(cli: &Cli, args: &ListArgs) -> Result<ExitCode, CliError> {
-    let registry = super::discover(cli)?;
+    // The search-path problems are part of the listing, so they are not
+    // also warned about.
+    let registry = crate::plugins::discover_default(&cli.plugins);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&registry))?);
     } else {

@@ -281,16 +281,13 @@ fn init_logging(verbose: u8) {
 }
 
 /// Discovers plugins for the `--plugins` folders given on the command line.
-/// A folder named with `--plugins` that does not exist is an error: it is
-/// almost always a typo, and silently finding nothing would hide it.
+/// A search-path entry that cannot be read (a missing folder, a link loop) is
+/// a warning, never an error: a command that does not need it goes on, and
+/// one whose device it would have provided fails naming it.
 pub(crate) fn discover(cli: &Cli) -> Result<crate::plugins::Registry, CliError> {
     let registry = crate::plugins::discover_default(&cli.plugins);
-    if let Some(problem) = registry
-        .search_problems
-        .iter()
-        .find(|p| p.origin == crate::plugins::Origin::Flag)
-    {
-        return Err(format!("plugin folder {problem}").into());
+    for problem in &registry.search_problems {
+        tracing::warn!("plugin folder {problem}; not searched");
     }
     Ok(registry)
 }

@@ -2,11 +2,11 @@
 //! tried, and the plugins that load fill the [`Registry`]. One broken library
 //! never stops the others: its failure is recorded against its path.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::load::{load_unclaimed, LoadOutcome};
 use super::registry::{Registry, Rejected, Shadowed};
-use super::search::{libraries_of, SearchEntry};
+use super::search::{libraries_of, Candidate, SearchEntry};
 
 /// Tries every library on the search path and builds the registry. One broken
 /// library never stops the others: its failure is recorded against its path.
@@ -23,7 +23,21 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
             }
         };
         registry.searched.push(entry.clone());
-        for lib in libs {
+        for candidate in libs {
+            let lib = match candidate {
+                Candidate::Library(lib) => lib,
+                Candidate::Unusable { path, reason } => {
+                    // Listed once even when two search entries reach it:
+                    // the entry itself cannot be resolved, so its folder is.
+                    let key = entry_key(&path);
+                    if !seen.contains(&key) {
+                        tracing::debug!("rejected {}: {reason}", path.display());
+                        seen.push(key);
+                        registry.rejected.push(Rejected { path, reason });
+                    }
+                    continue;
+                }
+            };
             let canonical = std::fs::canonicalize(&lib).unwrap_or_else(|_| lib.clone());
             if seen.contains(&canonical) {
                 continue;
@@ -63,4 +77,15 @@ pub fn discover(entries: &[SearchEntry]) -> Registry {
         }
     }
     registry
+}
+
+/// The folder-resolved path of an entry that cannot itself be resolved (a
+/// dangling link, a loop), so that two spellings of one folder meet.
+fn entry_key(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map(|p| p.join(name))
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
 }

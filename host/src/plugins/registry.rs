@@ -133,15 +133,23 @@ impl Registry {
             text.push_str(&format!("; available devices: {}", known.join(", ")));
         }
         if !self.rejected.is_empty() {
+            let paths: Vec<String> = self
+                .rejected
+                .iter()
+                .map(|r| r.path.display().to_string())
+                .collect();
             text.push_str(&format!(
-                "; {} librar{} rejected (run `host list` for the reasons)",
-                self.rejected.len(),
-                if self.rejected.len() == 1 {
-                    "y was"
-                } else {
-                    "ies were"
-                }
+                "; rejected: {} (run `host list` for the reasons)",
+                paths.join(", ")
             ));
+        }
+        if !self.search_problems.is_empty() {
+            let problems: Vec<String> = self
+                .search_problems
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            text.push_str(&format!("; not searched: {}", problems.join(", ")));
         }
         let searched: Vec<String> = self
             .searched

@@ -115,10 +115,64 @@ pub(super) fn is_shared_library(path: &Path) -> bool {
         .is_some_and(|n| n.len() > suffix.len() && n.ends_with(suffix))
 }
 
-/// The libraries an entry names: the file itself, or a folder's libraries in
-/// name order. The executable's `plugins/` folder may be absent; any other
-/// missing folder is a problem.
-pub(super) fn libraries_of(entry: &SearchEntry) -> Result<Vec<PathBuf>, SearchProblem> {
+/// One library-looking entry of a searched folder, in name order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Candidate {
+    /// A readable file to try loading.
+    Library(PathBuf),
+    /// A name that looks like a library but cannot be one: a folder, a
+    /// dangling link, a link loop, an unreadable file.
+    Unusable {
+        /// The entry.
+        path: PathBuf,
+        /// Why it cannot be loaded.
+        reason: String,
+    },
+}
+
+/// Why `path` cannot be followed, given the error `std::fs::metadata` gave:
+/// a dangling link names its target, a loop says so.
+fn unfollowable(path: &Path, error: &std::io::Error) -> String {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return match error.kind() {
+            std::io::ErrorKind::NotFound => "does not exist".to_string(),
+            _ => format!("cannot be read: {error}"),
+        };
+    }
+    let target = std::fs::read_link(path)
+        .map(|t| format!(" to {}", t.display()))
+        .unwrap_or_default();
+    match error.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("is a symbolic link{target}, which does not exist")
+        }
+        _ if error.raw_os_error() == Some(libc::ELOOP) => {
+            format!("is a symbolic link{target} that loops back on itself")
+        }
+        _ => format!("is a symbolic link{target} that cannot be followed: {error}"),
+    }
+}
+
+/// What a library-looking folder entry is: a file that can be opened for
+/// reading is a library to try; anything else is unusable, with the reason.
+fn candidate(path: PathBuf) -> Candidate {
+    let reason = match std::fs::metadata(&path) {
+        Err(e) => unfollowable(&path, &e),
+        Ok(meta) if meta.is_dir() => "is a folder, not a library file".to_string(),
+        Ok(meta) if !meta.is_file() => "is not a regular file".to_string(),
+        Ok(_) => match std::fs::File::open(&path) {
+            Ok(_) => return Candidate::Library(path),
+            Err(e) => format!("cannot be read: {e}"),
+        },
+    };
+    Candidate::Unusable { path, reason }
+}
+
+/// The libraries an entry names: the file itself, or each library-looking
+/// entry of a folder in name order. The executable's `plugins/` folder may be
+/// absent; any other entry that cannot be read is a problem.
+pub(super) fn libraries_of(entry: &SearchEntry) -> Result<Vec<Candidate>, SearchProblem> {
     let problem = |reason: String| SearchProblem {
         path: entry.path.clone(),
         origin: entry.origin,
@@ -126,24 +180,34 @@ pub(super) fn libraries_of(entry: &SearchEntry) -> Result<Vec<PathBuf>, SearchPr
     };
     let meta = match std::fs::metadata(&entry.path) {
         Ok(meta) => meta,
-        Err(_) if entry.origin == Origin::ExePluginsDir => return Ok(Vec::new()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(problem("the folder does not exist".to_string()))
+        Err(e)
+            if entry.origin == Origin::ExePluginsDir
+                && e.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(Vec::new())
         }
-        Err(e) => return Err(problem(format!("cannot be read: {e}"))),
+        Err(e) => return Err(problem(unfollowable(&entry.path, &e))),
     };
     if meta.is_file() {
-        return Ok(vec![entry.path.clone()]);
+        return match candidate(entry.path.clone()) {
+            Candidate::Unusable { reason, .. } => Err(problem(reason)),
+            library => Ok(vec![library]),
+        };
+    }
+    if !meta.is_dir() {
+        return Err(problem(
+            "is neither a folder nor a library file".to_string(),
+        ));
     }
     let reader =
         std::fs::read_dir(&entry.path).map_err(|e| problem(format!("cannot be listed: {e}")))?;
-    let mut libs: Vec<PathBuf> = reader
+    let mut paths: Vec<PathBuf> = reader
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| is_shared_library(p) && p.is_file())
+        .filter(|p| is_shared_library(p))
         .collect();
-    libs.sort();
-    Ok(libs)
+    paths.sort();
+    Ok(paths.into_iter().map(candidate).collect())
 }
 
 #[cfg(test)]
@@ -190,10 +254,49 @@ mod tests {
         };
         let err = libraries_of(&flag).unwrap_err();
         assert!(err.to_string().contains("does not exist"), "{err}");
+        assert!(err.to_string().contains("--plugins"), "{err}");
         let sub = SearchEntry {
             path: missing,
             origin: Origin::ExePluginsDir,
         };
-        assert_eq!(libraries_of(&sub).unwrap(), Vec::<PathBuf>::new());
+        assert_eq!(libraries_of(&sub).unwrap(), Vec::<Candidate>::new());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn library_named_folders_links_and_loops_are_unusable_with_a_reason() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let name = |stem: &str| format!("lib{stem}{}", std::env::consts::DLL_SUFFIX);
+        std::fs::create_dir(dir.path().join(name("dir"))).expect("mkdir");
+        std::os::unix::fs::symlink("nowhere", dir.path().join(name("dangling"))).expect("link");
+        std::os::unix::fs::symlink(name("b"), dir.path().join(name("a"))).expect("a -> b");
+        std::os::unix::fs::symlink(name("a"), dir.path().join(name("b"))).expect("b -> a");
+        std::fs::write(dir.path().join(name("real")), b"bytes").expect("a file");
+        std::fs::write(dir.path().join("notes.txt"), b"ignored").expect("a file");
+        let entry = SearchEntry {
+            path: dir.path().to_path_buf(),
+            origin: Origin::EnvVar,
+        };
+        let got: Vec<(String, String)> = libraries_of(&entry)
+            .expect("the folder is listed")
+            .into_iter()
+            .map(|c| match c {
+                Candidate::Library(p) => (p.display().to_string(), "library".to_string()),
+                Candidate::Unusable { path, reason } => (path.display().to_string(), reason),
+            })
+            .collect();
+        let reasons: Vec<&str> = got.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert!(reasons[0].contains("loops back"), "{got:?}");
+        assert!(reasons[1].contains("loops back"), "{got:?}");
+        assert!(reasons[2].contains("which does not exist"), "{got:?}");
+        assert!(reasons[3].contains("is a folder"), "{got:?}");
+        assert_eq!(reasons[4], "library", "{got:?}");
+        let looped = SearchEntry {
+            path: dir.path().join(name("a")),
+            origin: Origin::Flag,
+        };
+        let err = libraries_of(&looped).expect_err("a loop is a problem");
+        assert!(err.reason.contains("loops back"), "{err}");
     }
 }

@@ -16,6 +16,7 @@ mod eval;
 mod graph;
 mod inspect;
 mod list;
+mod out_dir;
 mod outputs;
 mod progress;
 mod run;

@@ -260,3 +260,50 @@ fn what_pytorch_refuses_is_refused() {
         &["attn_mask", "2 dims"],
     );
 }
+
+#[test]
+fn a_wrong_argument_is_shown_as_written() {
+    let e = err(&format!(
+        "{HEAD}{}",
+        node("y", "add", "[\"x\", \"x\"]").replace(
+            "args = [\"x\", \"x\"]",
+            "args = [\"x\", \"x\"]\nattrs = { alpha = \"two\" }"
+        )
+    ));
+    assert!(e.contains("found a string (\"two\")"), "{e}");
+    assert!(!e.contains("Str("), "{e}");
+    let e = err(&format!("{HEAD}{}", node("y", "mm", "[\"x\", 0]")));
+    assert!(e.contains("found an integer (0)"), "{e}");
+    assert!(!e.contains("Int("), "{e}");
+}
+
+#[test]
+fn an_op_is_named_once() {
+    let t = format!(
+        "{HEAD}[[inputs]]\nname = \"w\"\nshape = [5, 4]\ndtype = \"float32\"\n\n{}",
+        node("y", "linear", "[\"x\", \"w\"]")
+    );
+    let e = err(&t);
+    assert!(
+        e.contains("node `y` (line 15): linear: input's last dim"),
+        "{e}"
+    );
+    assert_eq!(e.matches("linear").count(), 1, "{e}");
+    // Where the reason does not start with the op's name, the head names it.
+    let e = err(&format!("{HEAD}{}", node("y", "mm", "[\"x\", \"x\"]")));
+    assert!(e.contains("invalid `mm`"), "{e}");
+}
+
+#[test]
+fn inputs_and_constants_are_not_called_nodes() {
+    let e = err(&HEAD.replace("\"float32\"", "\"fp32\""));
+    assert!(
+        e.contains("input `x` (line 5): unknown dtype `fp32`"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{HEAD}[[constants]]\nname = \"c\"\nshape = [2]\ndtype = \"float32\"\nvalues = [1.0]\n\n{}",
+        node("y", "add", "[\"x\", \"c\"]")
+    ));
+    assert!(e.contains("constant `c` (line 10): 1 values"), "{e}");
+}

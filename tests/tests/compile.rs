@@ -317,6 +317,58 @@ fn compile_errors_name_the_device_and_what_is_missing() {
     assert!(!ok && stderr.contains("missing.toml"), "{stderr}");
 }
 
+#[test]
+fn an_output_folder_that_is_a_file_is_refused_and_a_reused_one_holds_one_device_s_code() {
+    let tmp = TempDir::new("out-dir");
+    let graph = repo_root().join("examples/small_softmax.toml");
+    let file = tmp.path().join("afile");
+    std::fs::write(&file, "mine").unwrap();
+    let (ok, stderr) = compile(&graph, "nodevice", &file, &[]);
+    assert!(
+        !ok && stderr.contains("output folder") && stderr.contains("is a file"),
+        "refused before the device is looked up: {stderr}"
+    );
+    let (output, _, stderr) = run(host(&host_bin())
+        .args(["run"])
+        .arg(&graph)
+        .arg("--out")
+        .arg(&file));
+    assert!(
+        !output.status.success() && stderr.contains("is a file"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("ran in"),
+        "refused before running: {stderr}"
+    );
+
+    // cpu, then gxu, then cpu into one folder: each time only that device's files.
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert!(compile(&graph, "cpu", &out, &[]).0);
+    assert_eq!(listing(), ["kiln", "notes.txt", "wrapper.cpp"]);
+    let (ok, stderr) = compile(&graph, "gxu", &out, &[]);
+    assert!(
+        ok && stderr.contains("removed") && stderr.contains("wrapper.cpp"),
+        "{stderr}"
+    );
+    assert_eq!(
+        listing(),
+        ["kiln_runtime.py", "notes.txt", "output_code.py"]
+    );
+    assert!(compile(&graph, "cpu", &out, &[]).0);
+    assert_eq!(listing(), ["kiln", "notes.txt", "wrapper.cpp"]);
+}
+
 /// A one-node graph over one float32 input, as TOML.
 fn one_op_graph(name: &str, shape: &[i64], nodes: &str) -> String {
     format!(

@@ -478,3 +478,53 @@ fn a_driver_text_whose_header_is_nowhere_names_it_and_asks_for_include() {
     assert_eq!(cases["driver.signatures"].status, "skip", "{cases:?}");
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn the_guide_s_ci_snippet_and_junit_sample_match_what_the_harness_runs() {
+    let guide = std::fs::read_to_string(repo_root().join("docs/writing-a-plugin.md"))
+        .expect("docs/writing-a-plugin.md");
+    let checks = kiln::conformance::catalogue();
+    let count = format!("tests=\"{}\"", checks.len());
+    assert_eq!(
+        guide.matches("tests=\"").count(),
+        guide.matches(&count).count(),
+        "the JUnit sample's counts should be {count}"
+    );
+    assert!(
+        guide.contains(&count),
+        "the JUnit sample should say {count}"
+    );
+    let mut areas: Vec<&str> = checks
+        .iter()
+        .filter_map(|c| c.name.split('.').next())
+        .collect();
+    areas.dedup();
+    let bullet = guide
+        .split("- `classname` is the area (")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("the guide's list of areas");
+    for area in &areas {
+        assert!(
+            bullet.contains(&format!("`{area}`")),
+            "area `{area}` is missing from the guide's list: {bullet}"
+        );
+    }
+    // The CI snippet passes the template's own headers, without which the
+    // driver-text checks fail on the unmodified template.
+    let ci = guide
+        .split("## 6. Conformance in CI")
+        .nth(1)
+        .and_then(|rest| rest.split("```").nth(1))
+        .expect("the CI snippet");
+    assert!(
+        ci.contains("host conformance") && ci.contains("--include include/"),
+        "{ci}"
+    );
+    // The README and the usage guide give the same number of checks.
+    let named = format!("{} named checks", checks.len());
+    for doc in ["README.md", "docs/usage.md"] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).expect(doc);
+        assert!(text.contains(&named), "{doc} should say `{named}`");
+    }
+}

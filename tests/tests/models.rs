@@ -190,3 +190,24 @@ fn a_token_id_out_of_range_is_an_error_on_cpu_never_a_stray_read() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_negative_token_id_is_refused_by_the_reference_as_pytorch_s_embedding_refuses_it() {
+    let tmp = TempDir::new("zoo-negative");
+    let dir = inputs("gpt2", tmp.path());
+    let mut ids = std::fs::read(dir.join("input0.bin")).unwrap();
+    ids[..8].copy_from_slice(&(-1i64).to_le_bytes());
+    std::fs::write(dir.join("input0.bin"), ids).unwrap();
+    let want =
+        "index -1 is out of range for a dim of size 96 (embedding takes no negative indices)";
+    for command in [&["eval"][..], &["run", "--check"]] {
+        let (output, _, stderr) = run(host(&host_bin())
+            .args(command)
+            .arg(zoo().join("gpt2.pt2"))
+            .arg("--inputs")
+            .arg(&dir));
+        assert!(!output.status.success(), "{command:?}: {stderr}");
+        assert!(stderr.contains(want), "{command:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

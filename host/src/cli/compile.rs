@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 
-use super::{Cli, CliError, DeviceSpec, GraphFile};
+use super::{out_dir, Cli, CliError, DeviceSpec, GraphFile};
 use crate::driver;
 use crate::plugins::WrapperKind;
 use crate::runtime::ahead;
@@ -108,6 +108,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
                 .into(),
         );
     }
+    out_dir::check(&args.out, "-o/--out")?;
     let plugin = super::device_plugin(cli, &args.device)?;
     let start = Instant::now();
     let graph = args.graph.load(&cli.budget()?)?;
@@ -123,7 +124,10 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     if matches!(artifacts.info, driver::CodeInfo::TritonCpp(_)) {
         // The C++ wrapper loads compiled kernels: compile them now, then write it.
         let wrapper = ahead::write_wrapper(&artifacts, &args.out, &ahead::Binaries::Compile)?;
+        let mut written = wrapper.files.clone();
+        written.push(wrapper.path.clone());
         report(args, &artifacts, &wrapper.files, start);
+        report_removed(&out_dir::remove_stale(&args.out, &written, true)?);
         if let Some(precompiled) = &wrapper.precompiled {
             eprint!("precompiled: {precompiled}");
         }
@@ -139,6 +143,7 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
     }
     let paths = artifacts.write_to(&args.out)?;
     report(args, &artifacts, &paths, start);
+    report_removed(&out_dir::remove_stale(&args.out, &paths, args.precompile)?);
     if args.precompile {
         let code = paths
             .iter()
@@ -148,6 +153,17 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
         eprint!("precompiled: {precompiled}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The files of an earlier compile that [`out_dir::remove_stale`] removed.
+fn report_removed(removed: &[PathBuf]) {
+    if !removed.is_empty() {
+        let names: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "removed what an earlier compile into the same folder wrote and this one does not: {}",
+            names.join(", ")
+        );
+    }
 }
 
 /// What was compiled, in how long, and where it went.

@@ -35,6 +35,9 @@ pub struct EvalArgs {
 
 /// Runs `host eval`.
 pub fn run(cli: &Cli, a: &EvalArgs) -> Result<ExitCode, CliError> {
+    if let Some(out) = &a.out {
+        super::out_dir::check(out, "--out")?;
+    }
     let budget = cli.budget()?;
     let graph = a.graph.load(&budget)?;
     let what = format!("evaluating {}", a.graph.file.display());

@@ -16,6 +16,7 @@ mod eval;
 mod graph;
 mod inspect;
 mod list;
+mod out_dir;
 mod outputs;
 mod progress;
 mod run;
@@ -61,7 +62,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Compile a graph for a device: output_code.py (Triton devices) or wrapper.cpp (C++ devices such as cpu).
     Compile(compile::CompileArgs),
-    /// Compile a graph for the cpu device, run it in-process, and optionally check it against the reference.
+    /// Compile a graph, run it on a device (cpu by default; a Triton device such as cuda through its
+    /// C++ wrapper), and optionally check the outputs against the reference interpreter.
     Run(run::RunArgs),
     /// Print a graph (text, Graphviz DOT or JSON), optionally after the passes.
     Graph(graph::GraphArgs),

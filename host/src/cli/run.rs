@@ -49,6 +49,9 @@ pub struct RunArgs {
 
 /// Runs `host run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, CliError> {
+    if let Some(out) = &args.out {
+        super::out_dir::check(out, "--out")?;
+    }
     let plugin = super::device_plugin(cli, &args.device)?;
     // Exactly what `host compile` writes for the device: the same driver, the
     // same options.

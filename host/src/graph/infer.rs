@@ -167,7 +167,7 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
             dtype,
         } => infer_model::arange(*start, *end, *step, *dtype, args),
         Op::Full { size, value, dtype } => infer_model::full(size.as_deref(), *value, *dtype, args),
-        Op::Index { indexed } => infer_model::index(indexed, args),
+        Op::Index { indexed, .. } => infer_model::index(indexed, args),
         Op::Gather { dim } => infer_model::gather(*dim, args),
         Op::Cumsum { dim, dtype } => infer_model::cumsum(*dim, *dtype, args),
         Op::Diff { n, dim, .. } => infer_model::diff(*n, *dim, args),

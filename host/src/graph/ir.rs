@@ -276,7 +276,7 @@ impl Graph {
                         .map(|m| m.shape.clone())
                 };
                 let size = match &node.op {
-                    Op::Index { indexed } if u.operand >= 1 => {
+                    Op::Index { indexed, .. } if u.operand >= 1 => {
                         // The k-th index tensor indexes the k-th indexed dim.
                         let k = u.operand as usize - 1;
                         let dim = indexed.iter().enumerate().filter(|(_, &b)| b).nth(k);

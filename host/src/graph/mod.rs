@@ -34,12 +34,30 @@ pub struct At {
     pub line: Option<u32>,
 }
 
+impl At {
+    /// The place as `KIND `name` (line N)`, for a `kind` other than a node: an
+    /// `input` or a `constant`.
+    pub fn named(&self, kind: &str) -> String {
+        match self.line {
+            Some(l) => format!("{kind} `{}` (line {l})", self.node),
+            None => format!("{kind} `{}`", self.node),
+        }
+    }
+}
+
 impl fmt::Display for At {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(l) => write!(f, "node `{}` (line {l})", self.node),
-            None => write!(f, "node `{}`", self.node),
-        }
+        f.write_str(&self.named("node"))
+    }
+}
+
+/// The head of an [`Error::Infer`]: `node `y` (line 3): invalid `linear``, or only
+/// the place where the reason (printed after it) already starts with the op's name.
+fn infer_head(at: &At, op: &str, source: &infer::InferError) -> String {
+    let reason = source.to_string();
+    match reason.strip_prefix(op) {
+        Some(rest) if rest.starts_with(':') => at.to_string(),
+        _ => format!("{at}: invalid `{op}`"),
     }
 }
 
@@ -150,7 +168,7 @@ pub enum Error {
         source: Box<front::table::SigError>,
     },
     /// Shape or dtype inference failed.
-    #[error("{at}: invalid `{op}`")]
+    #[error("{}", infer_head(at, op, source))]
     Infer {
         /// where
         at: At,
@@ -160,9 +178,11 @@ pub enum Error {
         #[source]
         source: Box<infer::InferError>,
     },
-    /// An input or constant declaration is invalid.
-    #[error("{at}: {message}")]
+    /// An input, constant or node declaration is invalid.
+    #[error("{}: {message}", at.named(kind))]
     Declaration {
+        /// what is declared: `input`, `constant` or `node`
+        kind: &'static str,
         /// where
         at: At,
         /// what is wrong

@@ -612,6 +612,10 @@ pub enum Op {
     Index {
         /// whether dim `d` of `self` is indexed (`None` in PyTorch's list is `false`)
         indexed: Vec<bool>,
+        /// `embedding`: a negative index is out of range, as PyTorch's embedding refuses
+        /// it; `index.Tensor` counts it from the end
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        nonnegative: bool,
     },
     /// `gather(self, dim, index)`
     Gather {

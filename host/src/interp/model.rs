@@ -72,7 +72,10 @@ pub(crate) fn eval(
                 vec![value.to_f64(); n],
             )])
         }
-        Op::Index { indexed } => index(indexed, args, out).map(|t| vec![t]),
+        Op::Index {
+            indexed,
+            nonnegative,
+        } => index(indexed, *nonnegative, args, out).map(|t| vec![t]),
         Op::Gather { dim } => gather(*dim, args, out).map(|t| vec![t]),
         Op::Cumsum { dim, .. } => cumsum(*dim, args, out).map(|t| vec![t]),
         Op::Diff {
@@ -179,7 +182,14 @@ fn arange(
     Tensor::new(out.shape.clone(), d, values)
 }
 
-fn index(indexed: &[bool], args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+/// `index.Tensor`, and `embedding` where `nonnegative` (a negative index is then out
+/// of range, as PyTorch's embedding has it).
+fn index(
+    indexed: &[bool],
+    nonnegative: bool,
+    args: &[Val],
+    out: &TensorMeta,
+) -> Result<Tensor, String> {
     let x = tensor(args, 0)?;
     let ixs: Vec<&Tensor> = (1..args.len())
         .map(|i| tensor(args, i))
@@ -204,7 +214,15 @@ fn index(indexed: &[bool], args: &[Val], out: &TensorMeta) -> Result<Tensor, Str
         }
         for (j, &d) in plan.indexed_dims.iter().enumerate() {
             let v = ivs[j][broadcast_at(&ixs[j].shape, bidx)];
-            pos += checked_index(v, x.shape[d], &format!("index of dim {d}"))? * xs[d];
+            let what = format!("index of dim {d}");
+            if nonnegative && v < 0.0 {
+                return Err(format!(
+                    "{what}: index {v} is out of range for a dim of size {} \
+                     (embedding takes no negative indices)",
+                    x.shape[d]
+                ));
+            }
+            pos += checked_index(v, x.shape[d], &what)? * xs[d];
         }
         vals.push(xv[pos as usize]);
     }

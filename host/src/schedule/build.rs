@@ -587,7 +587,7 @@ impl<'a> KernelBuilder<'a> {
                 self.cast(a, compute_dtype(*dtype))
             }
             Op::Cat { dim } => self.cat(&args, *dim, &out_shape, idx, cd)?,
-            Op::Index { indexed } => {
+            Op::Index { indexed, .. } => {
                 let e = self.index(v, &args, indexed, idx)?;
                 self.cast(e, cd)
             }

@@ -88,7 +88,13 @@ fn gather_dim(b: &mut B, x: ValueId, d: usize, idx: Vec<i64>) -> Result<ValueId,
     );
     let mut indexed = vec![false; d];
     indexed.push(true);
-    b.op(Op::Index { indexed }, vec![Arg::Value(x), Arg::Value(idx)])
+    b.op(
+        Op::Index {
+            indexed,
+            nonnegative: false,
+        },
+        vec![Arg::Value(x), Arg::Value(idx)],
+    )
 }
 
 pub(super) fn pad(
@@ -326,6 +332,7 @@ pub(super) fn as_strided(
     let y = b.op(
         Op::Index {
             indexed: vec![true],
+            nonnegative: false,
         },
         vec![Arg::Value(flat), Arg::Value(idx)],
     )?;

@@ -571,7 +571,13 @@ fn pool_axis(b: &mut B, x: ValueId, axis: usize, n: i64) -> Result<ValueId, Erro
     indexed.push(true);
     let mut args = vec![Arg::Value(x)];
     args.push(Arg::Value(idx));
-    let gathered = b.op(Op::Index { indexed }, args)?;
+    let gathered = b.op(
+        Op::Index {
+            indexed,
+            nonnegative: false,
+        },
+        args,
+    )?;
     let kept = b.op(
         Op::Where,
         vec![

@@ -143,9 +143,14 @@ impl<'t> Builder<'t> {
     fn declare_inputs(&mut self, inputs: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
         for (i, t) in inputs.iter().enumerate() {
             let line = self.line(t.at);
-            let meta = declared(t, line)?;
+            let meta = declared("input", t, line)?;
             if t.values.is_some() || t.fill.is_some() {
-                return Err(decl(t.name, line, "inputs take no `values` or `fill`"));
+                return Err(decl(
+                    "input",
+                    t.name,
+                    line,
+                    "inputs take no `values` or `fill`",
+                ));
             }
             check_free(&self.names, t.name, line)?;
             let id = self.g.add_node(Node {
@@ -164,7 +169,7 @@ impl<'t> Builder<'t> {
     fn declare_constants(&mut self, constants: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
         for r in constants {
             let line = self.line(r.at);
-            let meta = declared(r, line)?;
+            let meta = declared("constant", r, line)?;
             let data = constant_data(r, &meta, line)?;
             check_free(&self.names, r.name, line)?;
             let id = self.g.add_node(Node {
@@ -205,6 +210,7 @@ impl<'t> Builder<'t> {
         };
         let conv = |v: &Spanned<DeValue>| {
             to_raw(v).map_err(|e| Error::Declaration {
+                kind: "node",
                 at: at(),
                 message: e.message,
             })
@@ -366,10 +372,12 @@ impl<'t> Builder<'t> {
                 .ok()
                 .and_then(|i| vs.get(i).copied())
                 .ok_or_else(|| Error::Declaration {
+                    kind: "node",
                     at: at(),
                     message: format!("`{t}` has {} outputs, not {}", vs.len(), i + 1),
                 }),
             ((Bound::Results(vs), _), None) => Err(Error::Declaration {
+                kind: "node",
                 at: at(),
                 message: format!("`{t}` has {} outputs: select one with getitem", vs.len()),
             }),
@@ -423,6 +431,7 @@ fn constant_data(r: &RawTensor<'_, '_>, meta: &TensorMeta, line: u32) -> Result<
         (Some(vs), None) => {
             if vs.len() as i64 != n {
                 return Err(decl(
+                    "constant",
                     r.name,
                     line,
                     &format!(
@@ -436,15 +445,18 @@ fn constant_data(r: &RawTensor<'_, '_>, meta: &TensorMeta, line: u32) -> Result<
                 .iter()
                 .map(|v| number(v).map(|x| meta.dtype.round(x)))
                 .collect();
-            let vals = vals.ok_or_else(|| decl(r.name, line, "`values` must be numbers"))?;
+            let vals =
+                vals.ok_or_else(|| decl("constant", r.name, line, "`values` must be numbers"))?;
             ConstData::Values(Arc::from(vals))
         }
         (None, Some(f)) => {
-            let x = number(f).ok_or_else(|| decl(r.name, line, "`fill` must be a number"))?;
+            let x = number(f)
+                .ok_or_else(|| decl("constant", r.name, line, "`fill` must be a number"))?;
             ConstData::Fill(meta.dtype.round(x))
         }
         _ => {
             return Err(decl(
+                "constant",
                 r.name,
                 line,
                 "a constant needs exactly one of `values` or `fill`",
@@ -624,8 +636,9 @@ fn check_free(names: &HashMap<&str, (Bound, u32)>, name: &str, line: u32) -> Res
     }
 }
 
-fn decl(name: &str, line: u32, message: &str) -> Error {
+fn decl(kind: &'static str, name: &str, line: u32, message: &str) -> Error {
     Error::Declaration {
+        kind,
         at: At {
             node: name.into(),
             line: Some(line),
@@ -634,9 +647,10 @@ fn decl(name: &str, line: u32, message: &str) -> Error {
     }
 }
 
-fn declared(t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
+fn declared(kind: &'static str, t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
     let dtype = DType::parse(t.dtype).ok_or_else(|| {
         decl(
+            kind,
             t.name,
             line,
             &format!(
@@ -645,6 +659,6 @@ fn declared(t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
             ),
         )
     })?;
-    numel(&t.shape).map_err(|e| decl(t.name, line, &e.to_string()))?;
+    numel(&t.shape).map_err(|e| decl(kind, t.name, line, &e.to_string()))?;
     Ok(TensorMeta::contiguous(t.shape.clone(), dtype))
 }

@@ -194,10 +194,12 @@ fn indexing(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
     Ok(Some(match name {
         "embedding" => Op::Index {
             indexed: vec![true],
+            nonnegative: true,
         },
         "index" => match b.get("indices") {
             Some(Raw::List(l)) => Op::Index {
                 indexed: l.iter().map(|x| matches!(x, Raw::Str(_))).collect(),
+                nonnegative: false,
             },
             _ => {
                 return Err(SigError::Missing {

@@ -43,6 +43,29 @@ impl Raw {
     }
 }
 
+/// The value as a graph file spells it: `0`, `1.5`, `"x"`, `[1, 2]`.
+impl std::fmt::Display for Raw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Raw::Str(s) => write!(f, "{s:?}"),
+            Raw::Int(i) => write!(f, "{i}"),
+            Raw::Float(x) => write!(f, "{x:?}"),
+            Raw::Bool(b) => write!(f, "{b}"),
+            Raw::List(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                f.write_str("]")
+            }
+            Raw::None => f.write_str("None"),
+        }
+    }
+}
+
 /// A tensor operand before name resolution.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operand {
@@ -142,7 +165,10 @@ fn bad(name: &str, expected: &str, raw: &Raw) -> SigError {
     SigError::Bad {
         name: name.into(),
         expected: expected.into(),
-        found: format!("{} ({raw:?})", raw.kind()),
+        found: match raw {
+            Raw::None => "None".into(),
+            _ => format!("{} ({raw})", raw.kind()),
+        },
     }
 }
 

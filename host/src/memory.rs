@@ -175,6 +175,36 @@ impl Budget {
     }
 }
 
+/// An allocation the estimate did not cover that failed: the process has
+/// less memory left than the work needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} needs {} more, which this process could not allocate{}; use smaller inputs, or \
+     raise the limit (`ulimit -v`, the container's memory)",
+    Bytes(*bytes),
+    limit.map_or(String::new(), |b| format!(" (it has {} {})", Bytes(b.bytes), b.source.phrase()))
+)]
+pub struct OutOfMemory {
+    /// What needed the memory.
+    pub what: String,
+    /// Bytes asked for.
+    pub bytes: u64,
+    /// The tightest limit the operating system puts on the process now.
+    pub limit: Option<Budget>,
+}
+
+/// An empty vector with room for `len` elements, or the refusal naming
+/// `what` when the allocation fails (never an abort).
+pub fn try_vec<T>(what: impl FnOnce() -> String, len: usize) -> Result<Vec<T>, OutOfMemory> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| OutOfMemory {
+        what: what(),
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        limit: least(system_limits()),
+    })?;
+    Ok(v)
+}
+
 /// The sum of byte counts, `None` past 64 bits (or when one is `None`).
 pub fn total(parts: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
     parts
@@ -522,5 +552,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("5.0 GiB left under this process's cgroup memory limit (memory.max)"));
+    }
+
+    #[test]
+    fn an_allocation_too_large_is_a_refusal() {
+        let refused = try_vec::<f64>(|| "reading `x.bin`".to_string(), usize::MAX / 2).unwrap_err();
+        assert_eq!(refused.what, "reading `x.bin`");
+        let text = refused.to_string();
+        assert!(text.starts_with("reading `x.bin` needs "), "{text}");
+        assert!(text.contains("could not allocate"), "{text}");
+        assert_eq!(try_vec::<f64>(String::new, 3).unwrap().capacity(), 3);
     }
 }

@@ -174,7 +174,7 @@ impl InputArgs {
                     .iter()
                     .map(|&id| graph.index_bound(id))
                     .collect();
-                crate::tensor_io::random_inputs_bounded(&metas, &bounds, self.seed)
+                crate::tensor_io::random_inputs_bounded(&metas, &bounds, self.seed)?
             }
         })
     }

@@ -386,7 +386,7 @@ args = ["k", 1]
     fn a_missing_inputs_folder_is_named_as_a_folder() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("nowhere");
-        let meta = TensorMeta::contiguous(vec![2].into(), DType::Float32);
+        let meta = TensorMeta::contiguous(vec![2], DType::Float32);
         let err = read_inputs(&gone, &[("x".to_string(), meta.clone())]).unwrap_err();
         assert!(matches!(err, Error::MissingDir { .. }), "{err}");
         assert!(err.to_string().contains("inputs folder"), "{err}");

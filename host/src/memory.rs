@@ -301,27 +301,16 @@ pub fn cgroup_limit(root: &std::path::Path, membership: &str) -> Option<Budget> 
             continue;
         };
         let relative = path.trim_start_matches('/');
-        let (base, version, limit_file, usage_file) = if controllers.is_empty() {
-            (
-                root.to_path_buf(),
-                CgroupVersion::V2,
-                "memory.max",
-                "memory.current",
-            )
+        let (base, version) = if controllers.is_empty() {
+            (root.to_path_buf(), CgroupVersion::V2)
         } else if controllers.split(',').any(|c| c == "memory") {
-            let base = root.join("memory");
-            (
-                base,
-                CgroupVersion::V1,
-                "memory.limit_in_bytes",
-                "memory.usage_in_bytes",
-            )
+            (root.join("memory"), CgroupVersion::V1)
         } else {
             continue;
         };
         let mut dir = base.join(relative);
         loop {
-            if let Some(left) = cgroup_left(&dir, limit_file, usage_file) {
+            if let Some(left) = cgroup_left(&dir, version) {
                 found.push(Budget {
                     bytes: left,
                     source: Source::Cgroup(version),
@@ -335,8 +324,19 @@ pub fn cgroup_limit(root: &std::path::Path, membership: &str) -> Option<Budget> 
     least(found)
 }
 
-/// `limit_file` less `usage_file` in `dir`, `None` without a limit.
-fn cgroup_left(dir: &std::path::Path, limit_file: &str, usage_file: &str) -> Option<u64> {
+/// `limit_file` less `usage_file` in `dir`, `None` without a limit. The
+/// usage counts the page cache, which the kernel reclaims before it refuses
+/// memory, so the cache not recently used (`inactive_file` in v2's
+/// `memory.stat`, `total_inactive_file` in v1's) does not count as used.
+fn cgroup_left(dir: &std::path::Path, version: CgroupVersion) -> Option<u64> {
+    let (limit_file, usage_file, inactive) = match version {
+        CgroupVersion::V1 => (
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        ),
+        CgroupVersion::V2 => ("memory.max", "memory.current", "inactive_file"),
+    };
     let read = |name: &str| -> Option<u64> {
         std::fs::read_to_string(dir.join(name))
             .ok()?
@@ -345,7 +345,15 @@ fn cgroup_left(dir: &std::path::Path, limit_file: &str, usage_file: &str) -> Opt
             .ok()
     };
     let limit = read(limit_file).filter(|&l| l < NO_CGROUP_LIMIT)?;
-    Some(limit.saturating_sub(read(usage_file).unwrap_or(0)))
+    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+    let reclaimable = stat
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(key, _)| *key == inactive)
+        .and_then(|(_, value)| value.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let used = read(usage_file).unwrap_or(0).saturating_sub(reclaimable);
+    Some(limit.saturating_sub(used))
 }
 
 /// A size such as `64G`, `512M`, `1.5GiB`, `2T` or a plain byte count
@@ -480,6 +488,15 @@ mod tests {
             cgroup_limit(root.path(), membership).map(|b| b.bytes),
             Some((2 << 30) - 100)
         );
+        // Page cache not recently used is not counted as used.
+        write(
+            &root.path().join("kiln/memory.stat"),
+            "anon 5\ninactive_file 1073741824\n",
+        );
+        assert_eq!(
+            cgroup_limit(root.path(), "0::/kiln\n").map(|b| b.bytes),
+            Some(4 << 30)
+        );
     }
 
     #[test]
@@ -490,7 +507,11 @@ mod tests {
         write(&dir.join("memory.limit_in_bytes"), "9223372036854771712\n");
         assert_eq!(cgroup_limit(root.path(), membership), None);
         write(&dir.join("memory.limit_in_bytes"), "4000000000\n");
-        write(&dir.join("memory.usage_in_bytes"), "1000000000\n");
+        write(&dir.join("memory.usage_in_bytes"), "1500000000\n");
+        write(
+            &dir.join("memory.stat"),
+            "cache 600000000\ninactive_file 1\ntotal_inactive_file 500000000\n",
+        );
         assert_eq!(
             cgroup_limit(root.path(), membership),
             Some(Budget {

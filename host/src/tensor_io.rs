@@ -35,6 +35,15 @@ pub enum Error {
         /// the shape
         shape: Vec<i64>,
     },
+    /// The inputs folder does not exist or is not a folder.
+    #[error("the inputs folder {dir} does not exist (or is not a folder); give --inputs an existing folder")]
+    MissingDir {
+        /// the folder
+        dir: PathBuf,
+    },
+    /// The process could not allocate a tensor.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::memory::OutOfMemory),
     /// Neither `NAME.bin` nor `inputN.bin` exists.
     #[error("no file for input `{name}` in {dir}: looked for {name}.bin and input{index}.bin")]
     Missing {
@@ -48,30 +57,43 @@ pub enum Error {
 }
 
 /// Reads one tensor file of the given metadata.
+/// The file's size is checked before anything is read, and the buffers are
+/// allocated fallibly: a file too large for the memory left is refused.
 pub fn read_tensor(path: &Path, meta: &TensorMeta) -> Result<Tensor, Error> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+    use std::io::Read;
+    let io = |source| Error::Io {
         path: path.into(),
         source,
-    })?;
-    let expected = meta.numel() as u64 * meta.dtype.size_bytes() as u64;
-    if bytes.len() as u64 != expected {
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let found = file.metadata().map_err(io)?.len();
+    let expected = (meta.numel().max(0) as u64).saturating_mul(meta.dtype.size_bytes() as u64);
+    if found != expected {
         return Err(Error::Size {
             path: path.into(),
             expected,
-            found: bytes.len() as u64,
+            found,
             dtype: meta.dtype,
             shape: meta.shape.clone(),
         });
     }
-    Ok(Tensor::new(
-        meta.shape.clone(),
-        meta.dtype,
-        meta.dtype.decode_le(&bytes),
-    ))
+    let what = || format!("reading {}", path.display());
+    let len = usize::try_from(found).unwrap_or(usize::MAX);
+    let mut bytes = crate::memory::try_vec::<u8>(what, len)?;
+    file.read_to_end(&mut bytes).map_err(io)?;
+    let mut values = crate::memory::try_vec::<f64>(what, len / meta.dtype.size_bytes())?;
+    // Decoded a block at a time, so the only large buffers are the two above.
+    for block in bytes.chunks(meta.dtype.size_bytes() << 16) {
+        values.extend(meta.dtype.decode_le(block));
+    }
+    Ok(Tensor::new(meta.shape.clone(), meta.dtype, values))
 }
 
 /// Reads the inputs from `dir`: `NAME.bin` by name, else `inputN.bin` by position.
 pub fn read_inputs(dir: &Path, inputs: &[(String, TensorMeta)]) -> Result<Vec<Tensor>, Error> {
+    if !dir.is_dir() {
+        return Err(Error::MissingDir { dir: dir.into() });
+    }
     inputs
         .iter()
         .enumerate()
@@ -167,46 +189,67 @@ pub fn write_outputs(dir: &Path, outputs: &[(String, Tensor)]) -> Result<Vec<Wri
 }
 
 /// Deterministic pseudo-random inputs (SplitMix64): floats uniform in [-1, 1), integers in
-/// [-8, 8), bools fair; the same seed always gives the same tensors.
+/// [-8, 8), bools fair; the same seed always gives the same tensors. For the small graphs
+/// of tests and conformance: the commands use [`random_inputs_bounded`], which refuses
+/// inputs too large for the memory left instead of aborting.
 pub fn random_inputs(metas: &[TensorMeta], seed: u64) -> Vec<Tensor> {
-    random_inputs_bounded(metas, &[], seed)
+    let mut next = splitmix(seed);
+    metas
+        .iter()
+        .map(|m| {
+            let mut values = Vec::new();
+            draw(m, None, &mut next, &mut values);
+            Tensor::new(m.shape.clone(), m.dtype, values)
+        })
+        .collect()
 }
 
 /// [`random_inputs`], except that an integer input with a bound in `bounds` (by
 /// position; see [`crate::graph::Graph::index_bound`]) is drawn in `[0, bound)`: valid
-/// indices, such as a model's token ids.
+/// indices, such as a model's token ids. An input the process cannot allocate is
+/// refused ([`Error::OutOfMemory`]).
 pub fn random_inputs_bounded(
     metas: &[TensorMeta],
     bounds: &[Option<i64>],
     seed: u64,
-) -> Vec<Tensor> {
-    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+) -> Result<Vec<Tensor>, Error> {
+    let mut next = splitmix(seed);
     metas
         .iter()
         .enumerate()
         .map(|(i, m)| {
             let bound = bounds.get(i).copied().flatten().filter(|&b| b > 0);
-            let vals = (0..m.numel())
-                .map(|_| {
-                    let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
-                    match (m.dtype, bound) {
-                        (DType::Int32 | DType::Int64, Some(b)) => (u * b as f64).floor(),
-                        (DType::Bool, _) => (u < 0.5) as i64 as f64,
-                        (DType::Int32 | DType::Int64, None) => (u * 16.0).floor() - 8.0,
-                        _ => u * 2.0 - 1.0,
-                    }
-                })
-                .collect();
-            Tensor::new(m.shape.clone(), m.dtype, vals)
+            let what = || format!("drawing random input {i} ({}{:?})", m.dtype, m.shape);
+            let mut values = crate::memory::try_vec(what, m.numel().max(0) as usize)?;
+            draw(m, bound, &mut next, &mut values);
+            Ok(Tensor::new(m.shape.clone(), m.dtype, values))
         })
         .collect()
+}
+
+/// The SplitMix64 generator from `seed`.
+fn splitmix(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+    move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Appends `m`'s elements, drawn from `next`, to `values`.
+fn draw(m: &TensorMeta, bound: Option<i64>, next: &mut impl FnMut() -> u64, values: &mut Vec<f64>) {
+    values.extend((0..m.numel()).map(|_| {
+        let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
+        match (m.dtype, bound) {
+            (DType::Int32 | DType::Int64, Some(b)) => (u * b as f64).floor(),
+            (DType::Bool, _) => (u < 0.5) as i64 as f64,
+            (DType::Int32 | DType::Int64, None) => (u * 16.0).floor() - 8.0,
+            _ => u * 2.0 - 1.0,
+        }
+    }));
 }
 
 #[cfg(test)]
@@ -260,7 +303,7 @@ args = ["k", 1]
             .iter()
             .map(|&i| g.node(i).expect("an input").outputs[0].clone())
             .collect();
-        let inputs = random_inputs_bounded(&metas, &bounds, 7);
+        let inputs = random_inputs_bounded(&metas, &bounds, 7).unwrap();
         let ids = inputs[0].values();
         assert!(ids
             .iter()
@@ -337,5 +380,32 @@ args = ["k", 1]
             1f32.to_le_bytes()
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_missing_inputs_folder_is_named_as_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("nowhere");
+        let meta = TensorMeta::contiguous(vec![2], DType::Float32);
+        let err = read_inputs(&gone, &[("x".to_string(), meta.clone())]).unwrap_err();
+        assert!(matches!(err, Error::MissingDir { .. }), "{err}");
+        assert!(err.to_string().contains("inputs folder"), "{err}");
+        // A file of the wrong size is refused before it is read.
+        std::fs::write(dir.path().join("x.bin"), [0u8; 12]).unwrap();
+        let err = read_inputs(dir.path(), &[("x".to_string(), meta.clone())]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Size {
+                    expected: 8,
+                    found: 12,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        std::fs::write(dir.path().join("x.bin"), 1.5f32.to_le_bytes().repeat(2)).unwrap();
+        let read = read_inputs(dir.path(), &[("x".to_string(), meta)]).unwrap();
+        assert_eq!(read[0].to_vec(), vec![1.5, 1.5]);
     }
 }

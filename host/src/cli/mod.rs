@@ -121,7 +121,7 @@ impl GraphFile {
 
 impl Cli {
     /// The memory budget of this run: `--max-memory`, else `KILN_MAX_MEMORY`,
-    /// else what the machine has available.
+    /// else the least of the limits the operating system puts on this process.
     pub(crate) fn budget(&self) -> Result<Budget, CliError> {
         Ok(Budget::new(self.max_memory)?)
     }
@@ -176,7 +176,7 @@ impl InputArgs {
                     .iter()
                     .map(|&id| graph.index_bound(id))
                     .collect();
-                crate::tensor_io::random_inputs_bounded(&metas, &bounds, self.seed)
+                crate::tensor_io::random_inputs_bounded(&metas, &bounds, self.seed)?
             }
         })
     }

@@ -43,6 +43,9 @@ pub enum Error {
         /// given dtype
         found_dtype: crate::graph::DType,
     },
+    /// The process could not allocate a result.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::memory::OutOfMemory),
     /// The graph is not valid (a cycle, a dangling operand).
     #[error("graph is not valid")]
     Graph(#[from] crate::graph::Error),
@@ -169,11 +172,12 @@ pub fn evaluate_with(
             env.get(v.node.index())
                 .and_then(|o| o.as_ref())
                 .and_then(|o| o.get(v.output as usize))
-                .map(|t| t.contiguous())
                 .ok_or_else(|| Error::Node {
                     node: format!("#{}", v.node.index()),
                     message: "output not computed".into(),
-                })
+                })?
+                .try_contiguous(|| format!("copying output #{}", v.node.index()))
+                .map_err(Error::from)
         })
         .collect()
 }

@@ -92,12 +92,28 @@ impl Tensor {
 
     /// The elements in row-major order.
     pub fn to_vec(&self) -> Vec<f64> {
+        self.gather(Vec::with_capacity(self.walk().len()))
+    }
+
+    /// [`Tensor::to_vec`], or the refusal naming `what` when the process
+    /// cannot allocate the copy (never an abort).
+    pub fn try_to_vec(
+        &self,
+        what: impl FnOnce() -> String,
+    ) -> Result<Vec<f64>, crate::memory::OutOfMemory> {
+        Ok(self.gather(crate::memory::try_vec(what, self.walk().len())?))
+    }
+
+    /// The elements in row-major order, written into `out` (empty, with room
+    /// for them).
+    fn gather(&self, mut out: Vec<f64>) -> Vec<f64> {
         let walk = self.walk();
         let start = self.offset.max(0) as usize;
         if walk.is_dense(0) && start + walk.len() <= self.data.len() {
-            return self.data[start..start + walk.len()].to_vec();
+            out.extend_from_slice(&self.data[start..start + walk.len()]);
+            return out;
         }
-        let mut out = vec![0.0; walk.len()];
+        out.resize(walk.len(), 0.0);
         out.par_chunks_mut(CHUNK)
             .enumerate()
             .for_each(|(c, chunk)| {
@@ -111,18 +127,38 @@ impl Tensor {
 
     /// A contiguous copy (or `self` when already contiguous from offset 0).
     pub fn contiguous(&self) -> Tensor {
-        if self.offset == 0
-            && self.strides == contiguous_strides(&self.shape)
-            && self.data.len() == self.numel()
-        {
+        if self.is_contiguous() {
             return self.clone();
         }
+        self.with_data(self.to_vec())
+    }
+
+    /// [`Tensor::contiguous`], or the refusal naming `what` when the process
+    /// cannot allocate the copy (never an abort).
+    pub fn try_contiguous(
+        &self,
+        what: impl FnOnce() -> String,
+    ) -> Result<Tensor, crate::memory::OutOfMemory> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        Ok(self.with_data(self.try_to_vec(what)?))
+    }
+
+    fn is_contiguous(&self) -> bool {
+        self.offset == 0
+            && self.strides == contiguous_strides(&self.shape)
+            && self.data.len() == self.numel()
+    }
+
+    /// A contiguous tensor of this one's shape and dtype over `data`.
+    fn with_data(&self, data: Vec<f64>) -> Tensor {
         Tensor {
             dtype: self.dtype,
             strides: contiguous_strides(&self.shape),
             shape: self.shape.clone(),
             offset: 0,
-            data: Arc::new(self.to_vec()),
+            data: Arc::new(data),
         }
     }
 
@@ -195,4 +231,27 @@ pub fn errors(got: &Tensor, want: &Tensor) -> (f64, f64) {
         abs / scale.max(f64::MIN_POSITIVE)
     };
     (abs, rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_too_large_to_allocate_is_refused() {
+        let one = Tensor::new(vec![1, 1], DType::Float32, vec![2.0]);
+        let broadcast = one.view(vec![1 << 40, 1 << 20], vec![0, 0], 0);
+        let refused = broadcast
+            .try_contiguous(|| "copying `y`".to_string())
+            .unwrap_err();
+        assert_eq!(refused.bytes, 1 << 63);
+        assert!(refused
+            .to_string()
+            .starts_with("copying `y` needs 8388608.0 TiB"));
+        let small = one.view(vec![2, 3], vec![0, 0], 0);
+        let copy = small.try_contiguous(String::new).unwrap();
+        assert_eq!(copy.to_vec(), vec![2.0; 6]);
+        assert_eq!(copy.strides, vec![3, 1]);
+        assert_eq!(small.contiguous(), copy);
+    }
 }

@@ -39,7 +39,8 @@ pub fn check(
             return Err(Error::Unsupported(format!(
                 "the {} plugin's kernel_driver does not define `{function}`, which Kiln's C++ wrapper \
                  calls (kiln_plugin_kit::driver::device_memory writes the device-memory functions for a \
-                 CUDA-like API); use the Python wrapper",
+                 CUDA-like API); `host compile` without `--wrapper cpp` writes the Python wrapper, \
+                 which does not need it",
                 strings.device
             )));
         }
@@ -58,7 +59,8 @@ pub fn check(
                     if !defines_function(&strings.driver, GEMM_FUNCTION) {
                         return Err(Error::Unsupported(format!(
                             "a matrix product (`{}`): the {} plugin's kernel_driver defines no \
-                             `{GEMM_FUNCTION}` for the C++ wrapper; use the Python wrapper",
+                             `{GEMM_FUNCTION}` for the C++ wrapper; `host compile` without \
+                             `--wrapper cpp` writes the Python wrapper, which does not need it",
                             e.op.name(),
                             strings.device
                         )));
@@ -68,7 +70,8 @@ pub fn check(
                 ExternOp::Conv { .. } => {
                     return Err(Error::Unsupported(
                         "a convolution: Kiln's C++ wrapper for Triton devices has no convolution \
-                         yet; use the Python wrapper (output_code.py)"
+                         yet; `host compile` without `--wrapper cpp` writes the Python wrapper \
+                         (output_code.py), which runs it"
                             .into(),
                     ))
                 }
@@ -87,7 +90,8 @@ pub fn check(
             return Err(Error::Unsupported(format!(
                 "output {i} is a strided view (sizes {:?}, strides {:?}) of another tensor: Kiln's \
                  C++ wrapper for Triton devices returns dense tensors only (make it contiguous in \
-                 the graph, or use the Python wrapper)",
+                 the graph; `host compile` without `--wrapper cpp` writes the Python wrapper, which \
+                 returns views)",
                 v.shape, v.strides
             )));
         }
@@ -177,7 +181,8 @@ pub(super) fn gemm(p: &Program, e: &ExternCall) -> Result<Gemm, Error> {
             .ok_or_else(|| {
                 Error::Unsupported(format!(
                     "`{}` whose {what} operand (sizes {:?}, strides {:?}) has no unit-stride dim, \
-                     which BLAS needs; use the Python wrapper",
+                     which BLAS needs; `host compile` without `--wrapper cpp` writes the Python \
+                     wrapper, which does not need it",
                     e.op.name(),
                     v.shape,
                     v.strides

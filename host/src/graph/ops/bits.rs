@@ -284,49 +284,29 @@ impl<S: Sink> ser::Serializer for &mut Words<S> {
     }
 }
 
-impl<S: Sink> ser::SerializeSeq for &mut Words<S> {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
+/// The compound forms whose parts are only values (a sequence, a tuple, a tuple
+/// struct or variant): each part's words in order.
+macro_rules! parts_in_order {
+    ($($form:ident :: $part:ident),*) => {$(
+        impl<S: Sink> ser::$form for &mut Words<S> {
+            type Ok = ();
+            type Error = Never;
+            fn $part<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
+                v.serialize(&mut **self)
+            }
+            fn end(self) -> Done {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl<S: Sink> ser::SerializeTuple for &mut Words<S> {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
-
-impl<S: Sink> ser::SerializeTupleStruct for &mut Words<S> {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
-
-impl<S: Sink> ser::SerializeTupleVariant for &mut Words<S> {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
+parts_in_order!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 impl<S: Sink> ser::SerializeMap for &mut Words<S> {
     type Ok = ();
@@ -342,37 +322,29 @@ impl<S: Sink> ser::SerializeMap for &mut Words<S> {
     }
 }
 
-impl<S: Sink> ser::SerializeStruct for &mut Words<S> {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn skip_field(&mut self, _: &'static str) -> Done {
-        // A skipped field still takes a word, so that fields never shift into each
-        // other's places.
-        self.0.push(u64::MAX);
-        Ok(())
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
+/// The compound forms with named fields (a struct, a struct variant): each field's
+/// words in order, the names left out. A skipped field still takes a word, so that
+/// fields never shift into each other's places.
+macro_rules! fields_in_order {
+    ($($form:ident),*) => {$(
+        impl<S: Sink> ser::$form for &mut Words<S> {
+            type Ok = ();
+            type Error = Never;
+            fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
+                v.serialize(&mut **self)
+            }
+            fn skip_field(&mut self, _: &'static str) -> Done {
+                self.0.push(u64::MAX);
+                Ok(())
+            }
+            fn end(self) -> Done {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl<S: Sink> ser::SerializeStructVariant for &mut Words<S> {
-    type Ok = ();
-    type Error = Never;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> Done {
-        v.serialize(&mut **self)
-    }
-    fn skip_field(&mut self, _: &'static str) -> Done {
-        self.0.push(u64::MAX);
-        Ok(())
-    }
-    fn end(self) -> Done {
-        Ok(())
-    }
-}
+fields_in_order!(SerializeStruct, SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {

@@ -556,6 +556,11 @@ impl<'a> KernelBuilder<'a> {
                         .exprs
                         .intern(Expr::Binary(BinaryOp::Mul, b, k), in_dtype);
                 }
+                if *op == BinaryOp::Pow && cd.is_float() {
+                    if let Some(e) = self.small_power(a, b, cd) {
+                        return Ok(e);
+                    }
+                }
                 self.exprs.intern(Expr::Binary(*op, a, b), cd)
             }
             Op::Where => {
@@ -604,6 +609,51 @@ impl<'a> KernelBuilder<'a> {
             }
             other => return Err(Illegal(format!("`{}` is not a pointwise op", other.name()))),
         })
+    }
+
+    /// `a ** b` for a literal exponent that is a small whole number (|b| < 32),
+    /// as products by repeated squaring (a negative one divides 1 by them): what
+    /// Inductor's `pow` lowering embeds, where the general power function costs
+    /// tens of instructions per element and makes a bandwidth-bound kernel
+    /// (tanh-GELU's cube, say) compute-bound. Signed zeros, infinities and NaN
+    /// come out as `pow` gives them; finite results differ by rounding only.
+    /// (`b = 0.5` stays `pow`: `sqrt(-inf)` is NaN where `pow` gives inf.)
+    fn small_power(&mut self, a: ExprId, b: ExprId, d: DType) -> Option<ExprId> {
+        let Expr::Literal(lit) = *self.exprs.get(b) else {
+            return None;
+        };
+        let k = lit.to_f64();
+        if k.fract() != 0.0 || k.abs() >= 32.0 {
+            return None;
+        }
+        let n = k.abs() as u32;
+        let product = self.power_by_squaring(a, n, d);
+        Some(if k < 0.0 {
+            let one = self.lit(1.0, d);
+            self.exprs
+                .intern(Expr::Binary(BinaryOp::Div, one, product), d)
+        } else {
+            product
+        })
+    }
+
+    /// `a ** n` by repeated squaring (`a ** 0` is 1, as `pow` gives for every `a`).
+    fn power_by_squaring(&mut self, a: ExprId, n: u32, d: DType) -> ExprId {
+        match n {
+            0 => self.lit(1.0, d),
+            1 => a,
+            _ => {
+                let half = self.power_by_squaring(a, n / 2, d);
+                let square = self
+                    .exprs
+                    .intern(Expr::Binary(BinaryOp::Mul, half, half), d);
+                if n % 2 == 1 {
+                    self.exprs.intern(Expr::Binary(BinaryOp::Mul, square, a), d)
+                } else {
+                    square
+                }
+            }
+        }
     }
 
     fn gelu(&mut self, a: ExprId, approx: GeluApprox, d: DType) -> ExprId {

@@ -600,6 +600,7 @@ pub fn compile_for(
             program_warps: target.reduction_program_warps,
         },
         convs_in_2d: target.spec.scheduling != SchedulingKind::Triton,
+        matmul_alignment: 0,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     if target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Cpp {

@@ -212,3 +212,124 @@ fn reductions_of_one_element_per_result_leave_the_graph_and_keep_its_values() {
         }
     }
 }
+
+/// A bfloat16 graph `y = x @ w.T` with `x: [16, k]` an input and `w: [n, k]` a
+/// constant (`linear`'s weight) or, with `w_input`, `y = x @ w` for an input `w: [k, n]`.
+fn product_graph(k: usize, n: usize, w_input: bool) -> kiln::graph::Graph {
+    product_graph_in(k, n, w_input, "bfloat16")
+}
+
+fn product_graph_in(k: usize, n: usize, w_input: bool, dtype: &str) -> kiln::graph::Graph {
+    let values: Vec<String> = (0..n * k)
+        .map(|i| format!("{}", (i % 7) as f64 - 3.0))
+        .collect();
+    let w = if w_input {
+        format!("[[inputs]]\nname = \"w\"\nshape = [{k}, {n}]\ndtype = \"{dtype}\"\n\n")
+    } else {
+        format!(
+            "[[constants]]\nname = \"w\"\nshape = [{n}, {k}]\ndtype = \"{dtype}\"\nvalues = [{}]\n\n",
+            values.join(", ")
+        )
+    };
+    let op = if w_input { "mm" } else { "linear" };
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"p\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [16, {k}]\ndtype = \"{dtype}\"\n\n{w}\
+         [[nodes]]\nname = \"y\"\nop = \"{op}\"\nargs = [\"x\", \"w\"]\n"
+    );
+    kiln::graph::parse_toml(&text).unwrap()
+}
+
+fn products(g: &kiln::graph::Graph) -> Vec<(Vec<i64>, Vec<i64>)> {
+    g.node_ids()
+        .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Mm))
+        .map(|id| {
+            let args = &g.node(id).unwrap().args;
+            let shape = |i: usize| g.meta(args[i].value().unwrap()).unwrap().shape.clone();
+            (shape(0), shape(1))
+        })
+        .collect()
+}
+
+fn assert_same_values(a: &kiln::graph::Graph, b: &kiln::graph::Graph) {
+    let inputs = random_inputs(a, 3);
+    let (ya, yb) = (
+        kiln::interp::evaluate(a, &inputs).unwrap(),
+        kiln::interp::evaluate(b, &inputs).unwrap(),
+    );
+    assert_eq!(ya[0].shape, yb[0].shape);
+    assert_eq!(ya[0].to_vec(), yb[0].to_vec());
+}
+
+#[test]
+fn a_16_bit_product_with_a_constant_weight_is_padded_at_compile_time() {
+    let original = product_graph(24, 13, false);
+    let mut padded = original.clone();
+    let options = kiln::passes::Options {
+        matmul_alignment: 16,
+        ..Default::default()
+    };
+    let report = kiln::passes::run_pipeline_with(&mut padded, &options).unwrap();
+    // N = 13 becomes 16 (8 bfloat16 elements); K = 24 is a multiple already.
+    assert_eq!(products(&padded), vec![(vec![16, 24], vec![24, 16])]);
+    // The weight was padded into a new constant: no copy is left to run.
+    let kinds: Vec<&str> = padded
+        .node_ids()
+        .map(|id| padded.node(id).unwrap().op.name())
+        .collect();
+    assert!(!kinds.contains(&"cat"), "{kinds:?}");
+    assert!(report
+        .passes
+        .iter()
+        .any(|(name, s, _)| *name == "pad_mm" && s.changed == 1));
+    assert_same_values(&original, &padded);
+    // Without an alignment (a plugin that states none) nothing changes.
+    let mut plain = original.clone();
+    kiln::passes::run_pipeline(&mut plain).unwrap();
+    assert_eq!(products(&plain), vec![(vec![16, 24], vec![24, 13])]);
+}
+
+#[test]
+fn a_large_16_bit_product_of_activations_is_padded_by_a_copy_and_a_small_one_is_not() {
+    let original = product_graph(20, 13, true);
+    let mut g = original.clone();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    // Below the size where the copy pays: unchanged.
+    assert_eq!(kiln::passes::pad_mm::run(&mut g, 16).unwrap().changed, 0);
+    // Counted as large: K 20 -> 24 and N 13 -> 16, both operands copied.
+    assert_eq!(
+        kiln::passes::pad_mm::run_with(&mut g, 16, 0)
+            .unwrap()
+            .changed,
+        1
+    );
+    assert_eq!(products(&g), vec![(vec![16, 24], vec![24, 16])]);
+    assert_same_values(&original, &g);
+    // The scheduled program reads the product's first 13 columns through a view.
+    let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
+    let inputs = random_inputs(&original, 3);
+    let got = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
+    let want = kiln::interp::evaluate(&original, &inputs).unwrap();
+    assert_eq!(got[0].shape, want[0].shape);
+    assert!(max_rel_err(&got[0].to_vec(), &want[0].to_vec(), 1.0) < 1e-2);
+}
+
+#[test]
+fn float32_products_and_aligned_ones_are_left_alone() {
+    let mut aligned = product_graph(24, 16, false);
+    kiln::passes::run_pipeline(&mut aligned).unwrap();
+    assert_eq!(
+        kiln::passes::pad_mm::run_with(&mut aligned, 16, 0)
+            .unwrap()
+            .changed,
+        0
+    );
+    let mut f32 = product_graph_in(24, 13, true, "float32");
+    kiln::passes::run_pipeline(&mut f32).unwrap();
+    assert_eq!(
+        kiln::passes::pad_mm::run_with(&mut f32, 16, 0)
+            .unwrap()
+            .changed,
+        0
+    );
+}

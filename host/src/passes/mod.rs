@@ -15,6 +15,7 @@ pub mod decompose;
 pub mod empty;
 pub mod fold_bn;
 pub mod noop;
+pub mod pad_mm;
 pub mod split;
 pub mod views;
 
@@ -97,6 +98,9 @@ pub struct Options {
     /// ([`decompose::run_with`]), for a target whose own convolution is 1-D or 2-D (the
     /// cpu's C++); the default keeps them whole (an extern call takes any rank).
     pub convs_in_2d: bool,
+    /// [`pad_mm`]'s byte multiple for the dimensions of 16-bit matrix products
+    /// (the device plugin's `matmul_alignment`); 0 pads none.
+    pub matmul_alignment: u32,
 }
 
 /// A pass's entry function.
@@ -115,6 +119,8 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     ("noop", |g, _| noop::run(g)),
     ("views", |g, _| views::run(g)),
     ("noop", |g, _| noop::run(g)),
+    // After the views are settled, before constants fold: it adds padded constants.
+    ("pad_mm", |g, o| pad_mm::run(g, o.matmul_alignment)),
     ("split", |g, o| split::run(g, o.split_reductions_for)),
     ("const_fold", |g, _| const_fold::run(g)),
     ("cse", |g, _| cse::run(g)),

@@ -35,14 +35,14 @@ left. Warm caches for the time and graphs phases live in WORK/cache/.
 Prints the table (and writes it to --out, with the raw records in the same name with .json);
 exits 1 if any output mismatches or a step failed, 2 if steps are left for another call, else 0.
 
-On the build machine: `bash bench/gpu/ab_stage.sh new` (a release host and plugins in
-bench/gpu/ab/new/). Carry bench/gpu/ab/new to the GPU machine and there run, for example,
+How to run it on the GPU machine in calls of 10 minutes: bench/gpu/precision.md. In short, stage
+a host with `bash bench/gpu/ab_stage.sh new` on the build machine, carry bench/gpu/ab/new, and run
 
-    python3 bench/gpu/precision.py --host bench/gpu/ab/new/host --budget 540 \\
-        --models gpt2,bert --dtypes fp32,bf16 --phases export,compile,time,graphs --out $OUT/p.txt
+    python3 bench/gpu/precision.py --host bench/gpu/ab/new/host --budget 540 --out $OUT/p.txt \\
+        [--models gpt2,bert,...] [--dtypes fp32,bf16,fp16] [--phases export,compile,time,graphs,first]
 
-(bench/gpu/precision.sh does this with defaults.) The work folder defaults to
-bench/gpu/zoo/precision, which git ignores and the machine keeps between calls while it is held.
+(or bench/gpu/precision.sh, which fills in those defaults) until it reports nothing left. The work
+folder defaults to bench/gpu/zoo/precision, which git ignores.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ LABELS = {
 }
 TOLERANCE_RULE = ("max |Kiln - eager| / max finite |eager| per output: fp32 1e-4, bf16 2e-2, fp16 1e-2; "
                   "else Kiln against the model one float type wider within max(tolerance, 2 x eager's distance)")
-# A step is not started with less than this many seconds of the budget left.
-MIN_STEP_S = 20
+# A step is not started with less than this many seconds of the budget left: about what each
+# kind takes on an H100 for the larger models with cold caches (a step cut short is redone).
+MIN_STEP_S = {"export": 60, "compile": 20, "measure": 75, "first": 40}
 
 
 def comma_list(allowed: list[str]):
@@ -148,8 +149,8 @@ class Budget:
     def left(self) -> float:
         return math.inf if self.end is None else self.end - time.monotonic()
 
-    def may_start(self) -> bool:
-        if self.left() < MIN_STEP_S:
+    def may_start(self, kind: str) -> bool:
+        if self.left() < MIN_STEP_S[kind]:
             self.pending += 1
             return False
         return True
@@ -190,7 +191,10 @@ def run_child(args: list[str], env: dict, own_timeout: float, budget: Budget, wh
     seconds = time.monotonic() - start
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
-            result = json.loads(line)
+            try:
+                result = json.loads(line)
+            except ValueError:
+                continue  # a library's log line
             result["wall_s"] = seconds
             return result
     lines = (proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}").splitlines()
@@ -274,7 +278,7 @@ def phase_export(work: Work, a: argparse.Namespace, budget: Budget) -> None:
             done = meta is not None and ("skip" in meta or "error" in meta or work.archive(pair).exists())
             if a.force or not done or (a.retry and "error" in meta):
                 todo.append(dtype)
-        if not todo or not budget.may_start():
+        if not todo or not budget.may_start("export"):
             continue
         log(f"export {model} {','.join(todo)}")
         before = {d: (work.meta(f"{model}-{d}") or {}).get("id") for d in todo}
@@ -299,7 +303,7 @@ def phase_compile(work: Work, a: argparse.Namespace, budget: Budget, digest: str
             continue
         section = work.records(pair).get("compile")
         same_host = section is not None and section.get("host") == digest
-        if not redo(section, meta["id"], a, same_host) or not budget.may_start():
+        if not redo(section, meta["id"], a, same_host) or not budget.may_start("compile"):
             continue
         out = work.code(pair)
         shutil.rmtree(out, ignore_errors=True)
@@ -339,7 +343,7 @@ def phase_measure(work: Work, a: argparse.Namespace, budget: Budget) -> None:
             continue
         records = work.records(pair)
         todo = [p for p in wanted if redo(records.get(p), section["id"], a)]
-        if not todo or not budget.may_start():
+        if not todo or not budget.may_start("measure"):
             continue
         model, dtype = pair.rsplit("-", 1)
         log(f"{'+'.join(todo)} {pair}")
@@ -387,7 +391,7 @@ def phase_first(work: Work, a: argparse.Namespace, budget: Budget) -> None:
         if meta is not None and redo(records.get("first_inductor"), meta["id"], a):
             steps.append(("first_inductor", meta["id"]))
         for name, after in steps:
-            if not budget.may_start():
+            if not budget.may_start("first"):
                 continue
             with tempfile.TemporaryDirectory(prefix="kiln-first-") as tmp:
                 tmp = Path(tmp)

@@ -2,7 +2,7 @@
 
 Every model is built the same way in every process: float32 on the CPU from seed 0, moved to
 the GPU, then converted with `module.to(dtype)`. The convolution networks' batch norms get
-running statistics from two seeded batches first (cuDNN set deterministic), so that they
+running statistics from two seeded batches first (on the CPU), so that they
 normalise as trained ones do and 16-bit activations stay in range; torchvision's defaults
 (mean 0, variance 1) would let ResNet-50's activations grow block after block.
 
@@ -103,8 +103,9 @@ def make_inputs(name: str, dtype: torch.dtype, device: torch.device) -> list[tor
     return [ids.to(device), mask.to(device)]
 
 
-def calibrate_batch_norms(module: torch.nn.Module, device: torch.device) -> None:
-    """Running statistics from two seeded batches of random images, deterministically."""
+def calibrate_batch_norms(module: torch.nn.Module) -> None:
+    """Running statistics from two seeded batches of random images, on the CPU (where the same
+    threads give the same sums in every process)."""
     norms = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     if not norms:
         return
@@ -112,16 +113,11 @@ def calibrate_batch_norms(module: torch.nn.Module, device: torch.device) -> None
         m.reset_running_stats()
         m.momentum = None  # a cumulative average over the batches
     gen = torch.Generator().manual_seed(2)
-    deterministic, benchmark = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    try:
-        module.train()
-        with torch.no_grad():
-            for _ in range(2):
-                module(torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen).to(device))
-    finally:
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, benchmark
-        module.eval()
+    module.train()
+    with torch.no_grad():
+        for _ in range(2):
+            module(torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen))
+    module.eval()
 
 
 def build_float32(name: str, device: torch.device):
@@ -129,8 +125,8 @@ def build_float32(name: str, device: torch.device):
     builder = MODELS[name][0]
     torch.manual_seed(0)
     module, cfg = builder()
+    calibrate_batch_norms(module)
     module = module.eval().to(device)
-    calibrate_batch_norms(module, device)
     return module, (cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
 
 

@@ -72,8 +72,10 @@ LABELS = {
     "llama": "Llama-style 1024/8 layers/16:4 heads/2816/32000", "t5": "T5-small encoder",
     "vit": "ViT-B/16", "resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2",
 }
-TOLERANCE_RULE = ("max |Kiln - eager| / max finite |eager| per output: fp32 1e-4, bf16 2e-2, fp16 1e-2; "
-                  "else Kiln against the model one float type wider within max(tolerance, 2 x eager's distance)")
+# Kiln's outputs must be within this of eager's (precision_child.check says how it is measured).
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}
+TOLERANCE_RULE = ("max |Kiln - eager| / max finite |eager| per output within TOLERANCE[dtype]; else Kiln "
+                  "against the model one float type wider within max(tolerance, 2 x eager's distance)")
 # A step is not started with less than this many seconds of the budget left: about what each
 # kind takes on an H100 for the larger models with cold caches (a step cut short is redone).
 MIN_STEP_S = {"export": 60, "compile": 20, "measure": 75, "first": 40}
@@ -348,7 +350,7 @@ def phase_measure(work: Work, a: argparse.Namespace, budget: Budget) -> None:
         model, dtype = pair.rsplit("-", 1)
         log(f"{'+'.join(todo)} {pair}")
         result = run_child(["measure", model, dtype, str(work.code(pair)), str(work.exports / f"{pair}.json"),
-                            ",".join(todo), str(a.rep)], warm_env(work), a.timeout, budget, f"measure {pair}")
+                            ",".join(todo), str(a.rep), str(TOLERANCE[dtype])], warm_env(work), a.timeout, budget, f"measure {pair}")
         if result is None:
             continue
         common = {"after": section["id"], "id": uuid.uuid4().hex}
@@ -517,7 +519,8 @@ def report(work: Work, chosen: list[str], a: argparse.Namespace, digest: str) ->
         text_path = a.out if a.out.suffix != ".json" else a.out.with_suffix(".txt")
         text_path.write_text(text)
         text_path.with_suffix(".json").write_text(json.dumps(
-            {"tag": a.tag, "host_sha256": digest, "tolerance": TOLERANCE_RULE, "pairs": records}, indent=1) + "\n")
+            {"tag": a.tag, "host_sha256": digest, "tolerance": TOLERANCE, "rule": TOLERANCE_RULE,
+             "pairs": records}, indent=1) + "\n")
     return failures
 
 

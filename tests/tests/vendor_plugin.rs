@@ -1,7 +1,8 @@
 //! The template plugin (`examples/vendor-plugin`) as a vendor uses it: copied
 //! out of the repository, built on its own against the Kiln crates by path,
-//! its own `cargo test` running `host conformance`, and no check failing; and
-//! the vendor guide's code is that template's code, file for file.
+//! its own `cargo test` running `host conformance`, and no check failing; the
+//! vendor guide's code is that template's code, file for file; and the guide's CI
+//! snippet runs as written in the template's folder.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -119,4 +120,83 @@ fn the_guide_shows_the_template_file_for_file_and_no_other_rust() {
         shown, FILES,
         "the guide must show every template file, in order"
     );
+}
+
+/// The shell block of the guide's §6 ("Conformance in CI"), verbatim.
+fn ci_snippet() -> String {
+    let guide =
+        std::fs::read_to_string(repo_root().join("docs/writing-a-plugin.md")).expect("the guide");
+    let section = guide
+        .split("\n## 6. Conformance in CI\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the guide's section 6");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("a ```sh block in section 6");
+    format!("{block}\n")
+}
+
+/// The value of `attribute` on the first `<element ` of `xml`.
+fn attribute(xml: &str, element: &str, attribute: &str) -> Option<String> {
+    let start = xml.find(&format!("<{element} "))?;
+    let tag = &xml[start..start + xml[start..].find('>')?];
+    let value = tag.split(&format!(" {attribute}=\"")).nth(1)?;
+    Some(value.split('"').next()?.to_string())
+}
+
+#[test]
+fn the_guide_s_ci_snippet_runs_as_written_on_the_template() {
+    let snippet = ci_snippet();
+    let dir = std::env::temp_dir().join(format!("kiln-vendor-ci-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_template(&dir);
+    // The snippet builds into the template's own `target/`: a link to a folder of
+    // this checkout's, kept between runs so that only changes rebuild.
+    let target = repo_root().join("target/vendor-plugin");
+    std::fs::create_dir_all(&target).expect("target/vendor-plugin");
+    std::os::unix::fs::symlink(&target, dir.join("target")).expect("link target/");
+    // `host` on PATH, as after `cargo install --path host`; cargo beside it.
+    let bin = dir.join("ci-bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    std::os::unix::fs::symlink(host_bin(), bin.join("host")).expect("link host");
+    let cargo_dir = Path::new(env!("CARGO")).parent().expect("cargo's folder");
+    let path = std::env::join_paths([bin.clone(), cargo_dir.to_path_buf()].into_iter().chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("PATH");
+    let (output, stdout, stderr) = run(Command::new("sh")
+        .arg("-ec")
+        .arg(&snippet)
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("KILN_PLUGIN_PATH"));
+    assert!(
+        output.status.success(),
+        "the guide's CI snippet failed on the template:\n{snippet}\n{stdout}\n{stderr}"
+    );
+    let xml = std::fs::read_to_string(dir.join("conformance.xml")).expect("conformance.xml");
+    let checks = kiln::conformance::catalogue().len().to_string();
+    for element in ["testsuites", "testsuite"] {
+        assert_eq!(
+            attribute(&xml, element, "tests").as_deref(),
+            Some(checks.as_str()),
+            "{xml}"
+        );
+        assert_eq!(
+            attribute(&xml, element, "failures").as_deref(),
+            Some("0"),
+            "{xml}"
+        );
+    }
+    // Skips are features the template leaves out or a missing Triton, never a failure.
+    assert_eq!(
+        xml.matches("<testcase ").count().to_string(),
+        checks,
+        "{xml}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -205,6 +205,24 @@ fn allow(
     Ok(())
 }
 
+/// The first call's error `e`. Where the program read an index out of range and
+/// `--check` asked for the reference interpreter, the interpreter's reason too: which
+/// value, of which dim, out of what size.
+fn call_error(
+    e: crate::runtime::Error,
+    args: &RunArgs,
+    graph: &crate::graph::Graph,
+    inputs: &[crate::tensor::Tensor],
+) -> CliError {
+    if args.check && matches!(e, crate::runtime::Error::IndexOutOfRange) {
+        let reference = super::progress::evaluate("finding the index out of range", graph, inputs);
+        if let Err(why) = reference {
+            return format!("{e}; the reference interpreter: {why}").into();
+        }
+    }
+    e.into()
+}
+
 /// Calls `module` once (timed) and `--bench` more times, then writes the
 /// outputs or checks them against the reference interpreter; `timing` says
 /// what the times include.
@@ -217,7 +235,9 @@ fn call_and_report(
 ) -> Result<ExitCode, CliError> {
     let mut prepared = module.prepare(inputs)?;
     let t = Instant::now();
-    module.call(&mut prepared)?;
+    module
+        .call(&mut prepared)
+        .map_err(|e| call_error(e, args, graph, inputs))?;
     let first = t.elapsed();
     let outs = module.outputs(&mut prepared);
     println!("ran in {:.3} ms{timing}", first.as_secs_f64() * 1e3);

@@ -50,6 +50,18 @@ pub fn checked_index(value: f64, size: i64, what: &str) -> Result<i64, String> {
     Ok(w)
 }
 
+/// `value` as an `embedding` index into a dim of `size`: as [`checked_index`], but a
+/// negative one is out of range (PyTorch's embedding counts no index from the end).
+pub fn checked_nonnegative_index(value: f64, size: i64, what: &str) -> Result<i64, String> {
+    if value < 0.0 {
+        return Err(format!(
+            "{what}: index {value} is out of range for a dim of size {size} \
+             (embedding takes no negative indices)"
+        ));
+    }
+    checked_index(value, size, what)
+}
+
 /// Evaluates one of the model ops; `None` when `op` is not one of them.
 pub(crate) fn eval(
     op: &Op,
@@ -215,14 +227,12 @@ fn index(
         for (j, &d) in plan.indexed_dims.iter().enumerate() {
             let v = ivs[j][broadcast_at(&ixs[j].shape, bidx)];
             let what = format!("index of dim {d}");
-            if nonnegative && v < 0.0 {
-                return Err(format!(
-                    "{what}: index {v} is out of range for a dim of size {} \
-                     (embedding takes no negative indices)",
-                    x.shape[d]
-                ));
-            }
-            pos += checked_index(v, x.shape[d], &what)? * xs[d];
+            let w = if nonnegative {
+                checked_nonnegative_index(v, x.shape[d], &what)?
+            } else {
+                checked_index(v, x.shape[d], &what)?
+            };
+            pos += w * xs[d];
         }
         vals.push(xv[pos as usize]);
     }

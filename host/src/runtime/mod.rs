@@ -55,7 +55,7 @@ pub enum Error {
         found: String,
     },
     /// `kiln_call` reported that an index tensor held a value out of range.
-    #[error("the compiled program read an index out of range: a value of an index tensor (embedding, index or gather) lies outside the dim it indexes; check the inputs (token ids below the vocabulary size, say)")]
+    #[error("the compiled program read an index out of range: a value of an index tensor (embedding, index or gather) lies outside the dim it indexes; check the inputs (token ids from 0 to below the vocabulary size, say: an embedding takes no negative id)")]
     IndexOutOfRange,
     /// The weights could not be loaded.
     #[error("{0}")]

@@ -429,6 +429,7 @@ impl<'a> KernelBuilder<'a> {
         v: ValueId,
         args: &[Arg],
         indexed: &[bool],
+        nonnegative: bool,
         idx: &[Index],
     ) -> Built<ExprId> {
         let view = self.source(v)?;
@@ -456,6 +457,7 @@ impl<'a> KernelBuilder<'a> {
                 value,
                 size: view.shape[d],
                 stride: view.strides[d],
+                nonnegative,
             });
         }
         Ok(self.indirect_load(&view, at, indirect))
@@ -475,6 +477,7 @@ impl<'a> KernelBuilder<'a> {
                 value,
                 size: 1,
                 stride: 0,
+                nonnegative: false,
             }];
             return Ok(self.indirect_load(&view, Index::Const(view.offset), indirect));
         }
@@ -489,6 +492,7 @@ impl<'a> KernelBuilder<'a> {
             value,
             size: view.shape[d],
             stride: view.strides[d],
+            nonnegative: false,
         }];
         Ok(self.indirect_load(&view, at, indirect))
     }
@@ -592,8 +596,11 @@ impl<'a> KernelBuilder<'a> {
                 self.cast(a, compute_dtype(*dtype))
             }
             Op::Cat { dim } => self.cat(&args, *dim, &out_shape, idx, cd)?,
-            Op::Index { indexed, .. } => {
-                let e = self.index(v, &args, indexed, idx)?;
+            Op::Index {
+                indexed,
+                nonnegative,
+            } => {
+                let e = self.index(v, &args, indexed, *nonnegative, idx)?;
                 self.cast(e, cd)
             }
             Op::Gather { dim } => {

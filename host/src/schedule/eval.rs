@@ -203,9 +203,13 @@ fn eval_all(
                     let mut at = index.eval(x, r);
                     for i in indirect {
                         let value = vals[i.value];
-                        let w =
-                            crate::interp::model::checked_index(value, i.size, "an index tensor")
-                                .map_err(Error)?;
+                        let what = "an index tensor";
+                        let w = if i.nonnegative {
+                            crate::interp::model::checked_nonnegative_index(value, i.size, what)
+                        } else {
+                            crate::interp::model::checked_index(value, i.size, what)
+                        }
+                        .map_err(Error)?;
                         at += w * i.stride;
                     }
                     element(cells, *buf, at)?

@@ -193,9 +193,10 @@ pub enum ReduceKind {
 }
 
 /// A data-dependent part of a load's offset: `stride * i`, where `i` is the integer
-/// value of `value` wrapped once if negative (`i + size`), and must then lie in
-/// `0..size`. A value outside is a run-time error where the device can report one; a
-/// load never reads outside its buffer for it (`embedding`, `index`, `gather`).
+/// value of `value`, wrapped once if negative (`i + size`) unless `nonnegative`, and
+/// must then lie in `0..size`. A value outside is a run-time error where the device can
+/// report one; a load never reads outside its buffer for it (`embedding`, `index`,
+/// `gather`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Indirect {
     /// The index value (an integer expression of the kernel).
@@ -204,6 +205,9 @@ pub struct Indirect {
     pub size: i64,
     /// Elements per step along that dim.
     pub stride: i64,
+    /// A negative value is out of range instead of counted from the end
+    /// (`embedding`, as PyTorch's embedding refuses one; `index` and `gather` wrap it).
+    pub nonnegative: bool,
 }
 
 /// An expression node.

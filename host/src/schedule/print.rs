@@ -26,7 +26,12 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
             } => {
                 let mut t = format!("load {}[{index}", program.buffer(*buf).name);
                 for i in indirect {
-                    let _ = write!(t, " + {} * index(t{} of {})", i.stride, i.value.0, i.size);
+                    let sign = if i.nonnegative { ", nonnegative" } else { "" };
+                    let _ = write!(
+                        t,
+                        " + {} * index(t{} of {}{sign})",
+                        i.stride, i.value.0, i.size
+                    );
                 }
                 t.push(']');
                 for g in guards {

@@ -301,12 +301,18 @@ impl Writer<'_> {
         let ptr = self.ptr(*buf)?;
         let mut offset = self.offset_text(index, r_zero);
         // An index read from a tensor goes through `kiln_index`, which wraps a
-        // negative one once and turns one out of range into 0 and a fault
-        // that `kiln_call` reports: never a read outside the buffer.
+        // negative one once (`kiln_index_nonnegative`, an embedding's, does not)
+        // and turns one out of range into 0 and a fault that `kiln_call`
+        // reports: never a read outside the buffer.
         for i in indirect {
             let v = self.renderer.operand(i.value);
+            let check = if i.nonnegative {
+                "kiln_index_nonnegative"
+            } else {
+                "kiln_index"
+            };
             offset = format!(
-                "{offset} + kiln_index(static_cast<int64_t>({v}), {}) * {}",
+                "{offset} + {check}(static_cast<int64_t>({v}), {}) * {}",
                 i.size, i.stride
             );
         }

@@ -335,7 +335,8 @@ impl KernelWriter<'_> {
                     .clone();
                 let mut mask = self.load_mask(uses_r, guards);
                 let mut offset = block_offset(index);
-                // An index read from a tensor: wrapped once if negative, asserted in
+                // An index read from a tensor: wrapped once if negative (not an
+                // embedding's, where a negative one is out of range), asserted in
                 // range (in Triton's debug mode), and masked so that a value out of
                 // range never reads outside the buffer.
                 for (n, i) in indirect.iter().enumerate() {
@@ -343,10 +344,12 @@ impl KernelWriter<'_> {
                     let v = self.renderer.operand(i.value, false);
                     // `tl.cast`, not `.to`: the index may be a literal (a one-element constant).
                     self.line(depth, &format!("{w} = tl.cast({v}, tl.int64)"));
-                    self.line(
-                        depth,
-                        &format!("{w} = tl.where({w} < 0, {w} + {}, {w})", i.size),
-                    );
+                    if !i.nonnegative {
+                        self.line(
+                            depth,
+                            &format!("{w} = tl.where({w} < 0, {w} + {}, {w})", i.size),
+                        );
+                    }
                     let ok = format!("(0 <= {w}) & ({w} < {})", i.size);
                     self.line(
                         depth,

@@ -133,7 +133,7 @@ static inline double kiln_sigmoid(double a) {
     const double s = 1.0 / (1.0 + e);
     return a >= 0.0 ? s : e * s;
 }
-// An index read from a tensor (embedding, index, gather): wrapped once if negative; one
+// An index read from a tensor (index, gather): wrapped once if negative; one
 // still out of range reads element 0 instead and raises the fault kiln_call reports.
 static std::atomic<int> kiln_fault{0};
 static inline int64_t kiln_index(int64_t i, int64_t size) {
@@ -143,6 +143,15 @@ static inline int64_t kiln_index(int64_t i, int64_t size) {
         return 0;
     }
     return w;
+}
+// An embedding's index: as kiln_index, but a negative one is out of range (PyTorch's
+// embedding counts no index from the end).
+static inline int64_t kiln_index_nonnegative(int64_t i, int64_t size) {
+    if (i < 0 || i >= size) {
+        kiln_fault.store(1, std::memory_order_relaxed);
+        return 0;
+    }
+    return i;
 }
 template <typename T> static inline T kiln_divtrunc(T a, T b) { return b == 0 ? T(0) : T(a / b); }
 template <typename T> static inline T kiln_divfloor(T a, T b) {

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Where the GPU time of one of precision.py's pairs goes: Kiln's output_code.py and
+torch.compile's code, each run under torch.profiler, and their kernels listed side by side
+by GPU time per call (the kernel classes the issue names: products, norms, pointwise,
+attention, convolutions, copies).
+
+Needs precision.py's work folder for the pair (its export and compiled code):
+
+    precision_profile.py MODEL DTYPE [--work bench/gpu/zoo/precision] [--build new] [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from precision_child import DEVICE, setup, sync  # noqa: E402
+from precision_models import DTYPES, build, make_inputs  # noqa: E402
+from run import load_module  # noqa: E402
+
+CALLS = 5
+
+
+def kernels(fn) -> dict[str, tuple[int, float]]:
+    """Kernel name -> (launches per call, GPU microseconds per call) over CALLS calls."""
+    for _ in range(3):
+        fn()
+    sync()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            fn()
+        sync()
+    table: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = table[event.name]
+            entry[0] += 1
+            entry[1] += event.device_time_total if hasattr(event, "device_time_total") \
+                else event.cuda_time_total
+    return {name: (count / CALLS, us / CALLS) for name, (count, us) in table.items()}
+
+
+def show(title: str, table: dict[str, tuple[int, float]], top: int) -> None:
+    total = sum(us for _, us in table.values())
+    print(f"## {title}: {total:.1f} us of GPU time per call, {sum(c for c, _ in table.values()):.0f} "
+          f"launches")
+    for name, (count, us) in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"{us:10.1f} us {count:6.1f}x  {name[:110]}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("dtype")
+    p.add_argument("--work", default=str(HERE / "zoo" / "precision"))
+    p.add_argument("--build", default="new")
+    p.add_argument("--top", type=int, default=25)
+    a = p.parse_args()
+    setup()
+    dtype = DTYPES[a.dtype]
+    code = Path(a.work) / a.build / "code" / f"{a.model}-{a.dtype}"
+    if not (code / "output_code.py").is_file():
+        sys.exit(f"{code}/output_code.py is missing: run precision.py's compile phase first")
+    module, _ = build(a.model, dtype, DEVICE)
+    inputs = make_inputs(a.model, dtype, DEVICE)
+    kiln = load_module(code / "output_code.py", "cuda")
+    compiled = torch.compile(module)
+    with torch.no_grad():
+        show(f"Kiln {a.model} {a.dtype}", kernels(lambda: kiln.call(list(inputs))), a.top)
+        show(f"Inductor {a.model} {a.dtype}", kernels(lambda: compiled(*inputs)), a.top)
+
+
+if __name__ == "__main__":
+    main()

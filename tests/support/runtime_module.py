@@ -212,6 +212,13 @@ def main():
 
     wrapper_checks(rt)
     weights_checks(rt, folder)
+    # Workers build each kernel's launcher with the class of the backend that compiles
+    # for the target (Triton's `nvidia` package for the `cuda` target).
+    launcher = rt._kiln_launcher_class(target)
+    check("the cuda target's launcher class is found", getattr(launcher, "__name__", None) == "CudaLauncher",
+          repr(launcher))
+    none = rt.KernelSet.target({"backend": "kiln-none", "arch": "1", "warp_size": 32})
+    check("a target without a backend has no launcher class", rt._kiln_launcher_class(none) is None)
 
     # Compiled in this process into the cache, then found there by a second set.
     kernels = rt.KernelSet(scope_of(module), workers=0)

@@ -595,12 +595,23 @@ def _kiln_build_launcher(binary, target):
     """Builds the kernel's host-side launcher (a C module Triton compiles and caches
     per signature) in the worker, so the launching process finds it made."""
     try:
-        import importlib
-
-        module = importlib.import_module(f"triton.backends.{target.backend}.driver")
-        for value in vars(module).values():
-            if isinstance(value, type) and value.__name__.endswith("Launcher"):
-                value(binary.src, binary.metadata)
-                return
+        launcher = _kiln_launcher_class(target)
+        if launcher is not None:
+            launcher(binary.src, binary.metadata)
     except Exception:  # the launching process builds it instead
         pass
+
+
+def _kiln_launcher_class(target):
+    """The launcher class of the Triton backend that compiles for `target` (its
+    driver module's `...Launcher`; a backend's package is not named after the
+    target: `nvidia` compiles for `cuda`), or None."""
+    import triton.backends
+
+    for backend in triton.backends.backends.values():
+        if backend.compiler.supports_target(target):
+            module = sys.modules.get(backend.driver.__module__)
+            for value in vars(module or object).values():
+                if isinstance(value, type) and value.__name__.endswith("Launcher"):
+                    return value
+    return None

@@ -97,6 +97,8 @@ pub struct Options {
     /// ([`decompose::run_with`]), for a target whose own convolution is 1-D or 2-D (the
     /// cpu's C++); the default keeps them whole (an extern call takes any rank).
     pub convs_in_2d: bool,
+    /// pad_mm's byte multiple for 16-bit products; 0 pads none.
+    pub matmul_alignment: u32,
 }
 
 /// A pass's entry function.

@@ -374,9 +374,7 @@ impl Plugin {
     pub fn matmul_alignment(&self) -> Result<Option<u32>, CallError> {
         match self.root.heuristics().and_then(|h| h.matmul_alignment()) {
             None => Ok(None),
-            Some(f) => self
-                .fail("matmul_alignment", f())
-                .map(ROption::into_option),
+            Some(f) => self.fail("matmul_alignment", f()).map(ROption::into_option),
         }
     }
 

@@ -52,8 +52,8 @@ pub const ABI_LAYOUT: &str = "load.abi_layout";
 const INIT: &str = "load.init";
 const PROPERTIES_QUERY: &str = "properties.query";
 const SHARED_MEMORY: &str = "properties.shared_memory";
-/// The check of `matmul_alignment`, which the examples' compile needs: a
-/// target refuses an alignment it cannot pad to.
+/// The check of `matmul_alignment`, which the checks that compile a graph
+/// need: a compile refuses an alignment it cannot pad to.
 const MATMUL_ALIGNMENT: &str = "heuristics.matmul_alignment";
 const PYTHON_WRAPPER: &str = "backend.python_wrapper";
 const CPP_WRAPPER: &str = "backend.cpp_wrapper";
@@ -117,7 +117,7 @@ pub fn prerequisites(name: &str) -> Vec<String> {
         e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PROPERTIES_QUERY, MATMUL_ALIGNMENT],
         e2e::TRITON_COMPILE | e2e::CPP_RUN => &[e2e::COMPILE_EXAMPLES],
         driver_text::COMPILES => &[INIT, BACKEND_SPEC, CPP_WRAPPER],
-        driver_text::SIGNATURES => &[driver_text::COMPILES, PROPERTIES_QUERY],
+        driver_text::SIGNATURES => &[driver_text::COMPILES, PROPERTIES_QUERY, MATMUL_ALIGNMENT],
         n if n.starts_with("properties.") || n.starts_with("heuristics.") => {
             &[INIT, PROPERTIES_QUERY]
         }

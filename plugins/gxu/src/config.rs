@@ -207,7 +207,8 @@ impl GxuConfig {
         }
         if let Some(v) = raw.matmul_alignment {
             let bytes = *v.get_ref();
-            if bytes != 0 && (bytes < 2 || bytes > MAX_MATMUL_ALIGNMENT || !bytes.is_power_of_two())
+            if bytes != 0
+                && !(bytes.is_power_of_two() && (2..=MAX_MATMUL_ALIGNMENT).contains(&bytes))
             {
                 return Err(at(
                     v.span().start,

@@ -30,7 +30,9 @@ pub use crate::codegen::wrapper::triton_cpp;
 use crate::codegen::wrapper::{cpp as cpp_wrapper, python};
 use crate::codegen::{cpp, triton, KernelError};
 use crate::graph::ir::Graph;
-use crate::plugins::validate::{override_text_problem, triton_target_problem};
+use crate::plugins::validate::{
+    matmul_alignment_problem, override_text_problem, triton_target_problem,
+};
 use crate::plugins::{
     required_overrides, CallError, Override, OverrideArgs, Plugin, TritonTargetOwned, WrapperKind,
 };
@@ -160,6 +162,11 @@ pub struct Target {
     /// For Triton kernels: the warps of one program of a long outer reduction
     /// as the plugin's heuristics launch it (0: not asked, or no answer).
     pub reduction_program_warps: u32,
+    /// For Triton kernels: the byte multiple `pad_mm` pads a 16-bit matrix
+    /// product's K and N to, so that the device's matrix-product library runs
+    /// its fast kernels (the plugin's `matmul_alignment`, or the host's
+    /// default: 0, no padding). C++ kernels: 0.
+    pub matmul_alignment: u32,
     /// The overrides that wrapper needs, rendered for the device index.
     strings: HashMap<Override, String>,
 }
@@ -326,6 +333,15 @@ impl Target {
             SchedulingKind::Triton => reduction_program_warps(plugin),
             SchedulingKind::Cpp => 0,
         };
+        let matmul_alignment = match spec.scheduling {
+            SchedulingKind::Triton => crate::plugins::defaults::matmul_alignment(plugin)?.value,
+            SchedulingKind::Cpp => 0,
+        };
+        // Load-time validation refuses such a plugin; one opened without it
+        // (the conformance harness's) is refused here.
+        if let Some(problem) = matmul_alignment_problem(matmul_alignment) {
+            return Err(unsupported(problem));
+        }
         Ok(Target {
             device: plugin.name().to_string(),
             origin: format!("{} {}", plugin.name(), plugin.version()),
@@ -334,6 +350,7 @@ impl Target {
             triton_target,
             parallel_units,
             reduction_program_warps,
+            matmul_alignment,
             strings,
         })
     }
@@ -600,7 +617,7 @@ pub fn compile_for(
             program_warps: target.reduction_program_warps,
         },
         convs_in_2d: target.spec.scheduling != SchedulingKind::Triton,
-        matmul_alignment: 0,
+        matmul_alignment: target.matmul_alignment,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     if target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Cpp {

@@ -173,6 +173,15 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
     fn tf32_dot(&self) -> Option<bool> {
         None
     }
+    /// The byte multiple that each dimension of a 16-bit matrix product
+    /// should be for the device's matrix-product library to run its fast
+    /// kernels (16 on NVIDIA GPUs with cuBLAS: 8 bfloat16/float16 elements).
+    /// Kiln pads a product's K and N to it (API 1.6). `None`: no padding.
+    /// A value must be 0 (no padding) or a power of two from 2 to 256; any
+    /// other fails the plugin's validation.
+    fn matmul_alignment(&self) -> Option<u32> {
+        None
+    }
     /// The compiler and linker flags a C++ program built on
     /// [`DevicePlugin::kernel_header`] and [`DevicePlugin::kernel_driver`]
     /// needs on this machine, found when called (API 1.3): `-I` and `-L`
@@ -536,6 +545,14 @@ extern "C" fn tf32_dot<P: DevicePlugin>() -> PResult<ROption<bool>> {
     with_plugin::<P, _>("tf32_dot", |p| p.tf32_dot().into())
 }
 
+#[cfg(not(any(
+    feature = "__shorter_root_for_compat_test",
+    feature = "__api_1_4_for_compat_test"
+)))]
+extern "C" fn matmul_alignment<P: DevicePlugin>() -> PResult<ROption<u32>> {
+    with_plugin::<P, _>("matmul_alignment", |p| p.matmul_alignment().into())
+}
+
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn cpp_build_flags<P: DevicePlugin>(
 ) -> PResult<ROption<abi_stable::std_types::RVec<RString>>> {
@@ -597,6 +614,8 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             reduction_pass_configs: reduction_pass_configs::<P>,
             #[cfg(not(feature = "__api_1_4_for_compat_test"))]
             tf32_dot: tf32_dot::<P>,
+            #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+            matmul_alignment: matmul_alignment::<P>,
         }
         .leak_into_prefix(),
         #[cfg(not(feature = "__shorter_root_for_compat_test"))]

@@ -169,4 +169,11 @@ pub struct Heuristics {
     /// built before 1.5: `false`, which compiles on every target.
     #[cfg(not(feature = "__api_1_4_for_compat_test"))]
     pub tf32_dot: extern "C" fn() -> PResult<ROption<bool>>,
+    /// The byte multiple that each dimension of a 16-bit matrix product
+    /// should be for the device's matrix-product library to run its fast
+    /// kernels (API 1.6): 16 on NVIDIA GPUs with cuBLAS, 8 bfloat16/float16
+    /// elements. The host pads a product's K and N to it. `RNone`, or a
+    /// plugin built before 1.6: no padding.
+    #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+    pub matmul_alignment: extern "C" fn() -> PResult<ROption<u32>>,
 }

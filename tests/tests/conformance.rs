@@ -176,7 +176,7 @@ fn good_baseline_passes_every_check() {
 }
 
 /// Each broken fixture: the one check that must fail and a part of its reason.
-const BROKEN: [(&str, &str, &str); 14] = [
+const BROKEN: [(&str, &str, &str); 15] = [
     ("undeclared_in_driver", "driver.compiles", "baseMemPrefetch"),
     (
         "wrong_launch_signature",
@@ -202,6 +202,11 @@ const BROKEN: [(&str, &str, &str); 14] = [
         "shared_memory_in_kib",
         "properties.shared_memory",
         "shared_memory_per_block(0) is 48, outside",
+    ),
+    (
+        "matmul_alignment_of_3",
+        "heuristics.matmul_alignment",
+        "matmul_alignment is 3:",
     ),
     ("configs_over_limit", "heuristics.thread_limit", "threads"),
     ("shrinking_adjust_grid", "heuristics.grid", "shrank"),

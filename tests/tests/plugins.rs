@@ -131,6 +131,50 @@ fn inspect_accepts_a_library_path_and_text_output_names_every_override() {
 }
 
 #[test]
+fn each_bundled_plugin_states_its_matmul_alignment_and_the_compile_target_takes_it() {
+    // (device, inspect's JSON, the compile's `Target::matmul_alignment`)
+    let cases = [
+        (
+            "cuda",
+            serde_json::json!({ "value": 16, "stated_by": "plugin" }),
+            16,
+        ),
+        (
+            "gxu",
+            serde_json::json!({ "value": 16, "stated_by": "plugin" }),
+            16,
+        ),
+        (
+            "xpu",
+            serde_json::json!({ "value": 0, "stated_by": "host default" }),
+            0,
+        ),
+        ("cpu", serde_json::Value::Null, 0),
+    ];
+    for (device, stated, target) in cases {
+        let (output, stdout, stderr) = run(host(&host_bin()).args(["inspect", device, "--json"]));
+        assert!(output.status.success(), "{device}: {stderr}");
+        assert_eq!(
+            json(&stdout)["heuristics"]["matmul_alignment"],
+            stated,
+            "{device}"
+        );
+        let plugin = match kiln::plugins::load::load_library(&bundled_plugin(device)) {
+            kiln::plugins::load::LoadOutcome::Loaded(p) => p,
+            _ => panic!("the bundled {device} plugin loads"),
+        };
+        let query = kiln::driver::Target::query(&plugin, &kiln::driver::Options::default());
+        let got = query.map(|t| t.matmul_alignment);
+        assert_eq!(got.ok(), Some(target), "{device}");
+    }
+    let (_, text, _) = run(host(&host_bin()).args(["inspect", "cuda"]));
+    assert!(
+        text.contains("K and N are padded to; 0: none): 16 (from the plugin)"),
+        "{text}"
+    );
+}
+
+#[test]
 fn inspect_of_an_unknown_device_says_what_exists_and_where_it_looked() {
     let (output, _, stderr) = run(host(&host_bin()).args(["inspect", "npu"]));
     assert!(!output.status.success());
@@ -313,11 +357,19 @@ fn gxu_toml_beside_the_library_tunes_warp_size_and_grid_multiple() {
     let tmp = TempDir::new("gxutune");
     let dir = tmp.subdir("vendor");
     let lib = copy_into(&dir, &bundled_plugin("gxu"), &dll_name("gxu"));
-    std::fs::write(dir.join("gxu.toml"), "warp_size = 64\ngrid_multiple = 32\n").unwrap();
+    std::fs::write(
+        dir.join("gxu.toml"),
+        "warp_size = 64\ngrid_multiple = 32\nmatmul_alignment = 32\n",
+    )
+    .unwrap();
     let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&lib).arg("--json"));
     assert!(output.status.success(), "{stderr}");
     let report = json(&stdout);
     assert_eq!(report["device"]["properties"]["warp_size"], 64);
+    assert_eq!(
+        report["heuristics"]["matmul_alignment"],
+        serde_json::json!({ "value": 32, "stated_by": "plugin" })
+    );
     assert_eq!(
         report["heuristics"]["adjust_grid"][3]["adjusted"][0], 64,
         "50 rounds up to 64"
@@ -479,6 +531,11 @@ fn a_plugin_built_against_api_1_4_loads_and_gets_the_hosts_stated_defaults() {
         report["heuristics"]["tf32_dot"],
         serde_json::json!({ "value": false, "stated_by": "host default" })
     );
+    // Nor its 16-byte matmul_alignment (API 1.6): no product is padded.
+    assert_eq!(
+        report["heuristics"]["matmul_alignment"],
+        serde_json::json!({ "value": 0, "stated_by": "host default" })
+    );
     let (_, text, _) = run(host(&host_bin()).arg("inspect").arg(&lib));
     assert!(
         text.contains("98304 (the host's default: the plugin does not say)"),
@@ -528,6 +585,16 @@ fn an_incompatible_api_major_is_refused_naming_both_versions_and_what_to_rebuild
         reason.contains(&format!(
             "rebuild the plugin against kiln-plugin-api 1.{minor}"
         )),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_matmul_alignment_that_is_not_a_power_of_two_is_refused_at_load_naming_it() {
+    let reason = rejected_reason("matmul_alignment_of_3");
+    assert!(
+        reason.contains("failed validation: matmul_alignment is 3:")
+            && reason.contains("0 (no padding) or a power of two from 2 to 256"),
         "{reason}"
     );
 }

@@ -34,6 +34,10 @@ pub struct NpuLimits {
     /// Whether the matrix units multiply TF32, so that float32 `tl.dot` may
     /// be computed as three TF32 products.
     pub tf32_dot: bool,
+    /// The byte multiple each dimension of a 16-bit matrix product should be
+    /// for the device's matrix-product library to run its fast kernels: the
+    /// host pads products' K and N to it (0: no padding).
+    pub matmul_alignment: u32,
 }
 
 /// The numbers of the NPU this template describes.
@@ -44,6 +48,7 @@ pub const NPU: NpuLimits = NpuLimits {
     max_grid: [2_147_483_647, 65_535, 65_535],
     shared_memory_per_block: 48 * 1024,
     tf32_dot: false,
+    matmul_alignment: 32,
 };
 
 /// The plugin: built once when the host loads the library.
@@ -207,6 +212,12 @@ impl DevicePlugin for Npu {
     // TF32 units the products are exact.
     fn tf32_dot(&self) -> Option<bool> {
         Some(self.limits.tf32_dot)
+    }
+    // The multiple, in bytes, that 16-bit products' K and N are padded to
+    // (the NPU's matrix units take 16 elements of 16 bits at a time); return
+    // None where the library has no preferred multiple.
+    fn matmul_alignment(&self) -> Option<u32> {
+        Some(self.limits.matmul_alignment)
     }
 }
 

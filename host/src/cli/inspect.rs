@@ -240,6 +240,7 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             "adjust_grid": grids,
             "triton_target": or_error(plugin.triton_target(), errors, |t| json!(t)),
             "tf32_dot": stated_json(defaults::tf32_dot(plugin), triton, errors),
+            "matmul_alignment": stated_json(defaults::matmul_alignment(plugin), triton, errors),
         },
     })
 }
@@ -385,6 +386,10 @@ fn render_text(report: &Value) -> String {
     out.push_str(&format!(
         "  tf32_dot (float32 tl.dot as three TF32 products): {}\n",
         stated_text(&h["tf32_dot"])
+    ));
+    out.push_str(&format!(
+        "  matmul_alignment (bytes a 16-bit product's K and N are padded to; 0: none): {}\n",
+        stated_text(&h["matmul_alignment"])
     ));
     out
 }

@@ -52,6 +52,9 @@ pub const ABI_LAYOUT: &str = "load.abi_layout";
 const INIT: &str = "load.init";
 const PROPERTIES_QUERY: &str = "properties.query";
 const SHARED_MEMORY: &str = "properties.shared_memory";
+/// The check of `matmul_alignment`, which the checks that compile a graph
+/// need: a compile refuses an alignment it cannot pad to.
+const MATMUL_ALIGNMENT: &str = "heuristics.matmul_alignment";
 const PYTHON_WRAPPER: &str = "backend.python_wrapper";
 const CPP_WRAPPER: &str = "backend.cpp_wrapper";
 
@@ -85,6 +88,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("heuristics.grid", "adjust_grid never shrinks a grid along any axis, never exceeds max_grid, and caps an axis above max_grid at exactly max_grid"),
         Check::new("heuristics.deterministic", "the same query always gives the same configs and the same grid"),
         Check::new("heuristics.triton_target", "the Triton target, when given, names a backend (^[a-z][a-z0-9_]{0,31}$), an arch on one line and a power-of-two warp size"),
+        Check::new(MATMUL_ALIGNMENT, "matmul_alignment(), where given (API 1.6), is 0 (no padding) or a power of two from 2 to 256 bytes: the multiple the host pads a 16-bit matrix product's K and N to"),
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
         Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
@@ -110,10 +114,10 @@ pub fn prerequisites(name: &str) -> Vec<String> {
         PYTHON_WRAPPER | CPP_WRAPPER => &[INIT, BACKEND_SPEC],
         // And the wrapper check of the device's own wrapper: see
         // [`wrapper_prerequisite`].
-        e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PROPERTIES_QUERY],
+        e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PROPERTIES_QUERY, MATMUL_ALIGNMENT],
         e2e::TRITON_COMPILE | e2e::CPP_RUN => &[e2e::COMPILE_EXAMPLES],
         driver_text::COMPILES => &[INIT, BACKEND_SPEC, CPP_WRAPPER],
-        driver_text::SIGNATURES => &[driver_text::COMPILES, PROPERTIES_QUERY],
+        driver_text::SIGNATURES => &[driver_text::COMPILES, PROPERTIES_QUERY, MATMUL_ALIGNMENT],
         n if n.starts_with("properties.") || n.starts_with("heuristics.") => {
             &[INIT, PROPERTIES_QUERY]
         }

@@ -9,7 +9,8 @@ use kiln_plugin_api::{
 
 use super::{device_properties, Outcome};
 use crate::plugins::validate::{
-    config_shape_problems, config_thread_problems, grid_probes, grid_problem, triton_target_problem,
+    config_shape_problems, config_thread_problems, grid_probes, grid_problem,
+    matmul_alignment_problem, triton_target_problem,
 };
 use crate::plugins::{CallError, Plugin};
 
@@ -259,7 +260,30 @@ pub fn check(plugin: &Plugin, what: &str) -> Outcome {
             ),
             Err(e) => Outcome::fail(e.to_string()),
         },
+        "matmul_alignment" => matmul_alignment(plugin),
         other => Outcome::fail(format!("there is no check named \"heuristics.{other}\"")),
+    }
+}
+
+/// `heuristics.matmul_alignment`: the byte multiple, where the plugin states
+/// one, is one the host can pad to. A plugin that states none passes (the
+/// host pads nothing for it), so that the examples' compile, which needs this
+/// check, still runs.
+fn matmul_alignment(plugin: &Plugin) -> Outcome {
+    match plugin.matmul_alignment() {
+        Ok(Some(bytes)) => match matmul_alignment_problem(bytes) {
+            Some(problem) => Outcome::fail(problem),
+            None if bytes == 0 => Outcome::pass("0: no matrix product is padded"),
+            None => Outcome::pass(format!(
+                "{bytes} bytes: 16-bit products' K and N are padded to {} elements",
+                bytes / 2
+            )),
+        },
+        Ok(None) => Outcome::pass(format!(
+            "not stated: the host's default of {} (no matrix product is padded)",
+            crate::plugins::defaults::MATMUL_ALIGNMENT
+        )),
+        Err(e) => Outcome::fail(e.to_string()),
     }
 }
 

@@ -23,6 +23,12 @@ pub const SHARED_MEMORY_PER_BLOCK: u64 = 96 * 1024;
 /// must not hold; a cuda plugin built earlier now gets exact products.)
 pub const TF32_DOT: bool = false;
 
+/// The byte multiple a 16-bit matrix product's K and N are padded to, for a
+/// plugin that does not say (API 1.6 added the question): 0, no padding, what
+/// every host before 1.6 did. Padding costs a copy of an activation, so only a
+/// plugin that has measured its library's fast kernels asks for it.
+pub const MATMUL_ALIGNMENT: u32 = 0;
+
 /// A value a compile uses, and whether the plugin stated it or the host's
 /// default stands in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -62,4 +68,15 @@ pub fn shared_memory_per_block(plugin: &Plugin, index: u32) -> Result<Stated<u64
 /// [`TF32_DOT`].
 pub fn tf32_dot(plugin: &Plugin) -> Result<Stated<bool>, CallError> {
     Ok(Stated::or_default(plugin.tf32_dot()?, TF32_DOT))
+}
+
+/// The byte multiple a 16-bit matrix product's K and N are padded to (0: no
+/// padding): the plugin's answer, or [`MATMUL_ALIGNMENT`]. Load-time
+/// validation refuses a plugin whose answer is not 0 or a power of two from 2
+/// to 256 (`validate::matmul_alignment_problem`).
+pub fn matmul_alignment(plugin: &Plugin) -> Result<Stated<u32>, CallError> {
+    Ok(Stated::or_default(
+        plugin.matmul_alignment()?,
+        MATMUL_ALIGNMENT,
+    ))
 }

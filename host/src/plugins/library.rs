@@ -368,6 +368,16 @@ impl Plugin {
         }
     }
 
+    /// `matmul_alignment()`: the byte multiple a 16-bit matrix product's K and
+    /// N should be padded to; `None` when the plugin does not say (it predates
+    /// API 1.6, has no heuristics, or returns `RNone`).
+    pub fn matmul_alignment(&self) -> Result<Option<u32>, CallError> {
+        match self.root.heuristics().and_then(|h| h.matmul_alignment()) {
+            None => Ok(None),
+            Some(f) => self.fail("matmul_alignment", f()).map(ROption::into_option),
+        }
+    }
+
     /// The backend spec; `None` when the plugin does not provide one.
     pub fn backend_spec(&self) -> Result<Option<BackendSpec>, CallError> {
         match self.root.backend_spec() {

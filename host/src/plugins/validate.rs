@@ -256,6 +256,26 @@ pub fn triton_target_problem(target: &TritonTargetOwned) -> Option<String> {
     None
 }
 
+/// The byte multiples `matmul_alignment` may give besides 0 (no padding):
+/// powers of two from 2 (a 16-bit element) to 256.
+pub const MATMUL_ALIGNMENT_RANGE: std::ops::RangeInclusive<u32> = 2..=256;
+
+/// Why a plugin's `matmul_alignment` is unusable, if it is: it must be 0 or a
+/// power of two in [`MATMUL_ALIGNMENT_RANGE`], since the host pads a 16-bit
+/// product's K and N to a whole number of it.
+pub fn matmul_alignment_problem(bytes: u32) -> Option<String> {
+    if bytes == 0 || (bytes.is_power_of_two() && MATMUL_ALIGNMENT_RANGE.contains(&bytes)) {
+        return None;
+    }
+    Some(format!(
+        "matmul_alignment is {bytes}: it must be 0 (no padding) or a power of two from {} to {} \
+         bytes (a multiple of whole 16-bit elements, such as 16 for 8 of them); return None \
+         where the device's matrix-product library has no preferred multiple",
+        MATMUL_ALIGNMENT_RANGE.start(),
+        MATMUL_ALIGNMENT_RANGE.end()
+    ))
+}
+
 /// Grid extents that probe a device's `adjust_grid` around its own numbers:
 /// one program, each side of its processor count, each side of twice that,
 /// and a few waves more, so that a rule keyed to the device's width (GXU's
@@ -314,6 +334,11 @@ pub fn validate(plugin: &Plugin) -> Vec<String> {
     };
     match plugin.triton_target() {
         Ok(Some(target)) => problems.extend(triton_target_problem(&target)),
+        Ok(None) => {}
+        Err(e) => problems.push(e.to_string()),
+    }
+    match plugin.matmul_alignment() {
+        Ok(Some(bytes)) => problems.extend(matmul_alignment_problem(bytes)),
         Ok(None) => {}
         Err(e) => problems.push(e.to_string()),
     }
@@ -435,6 +460,21 @@ mod tests {
             configs_problems("q", &[not_pow2], &props(), SchedulingKind::Triton)[0]
                 .contains("power of two")
         );
+    }
+
+    #[test]
+    fn matmul_alignment_is_zero_or_a_power_of_two_from_2_to_256() {
+        for good in [0, 2, 4, 16, 128, 256] {
+            assert_eq!(matmul_alignment_problem(good), None, "{good}");
+        }
+        for bad in [1, 3, 12, 48, 512, u32::MAX] {
+            let problem = matmul_alignment_problem(bad).unwrap_or_default();
+            assert!(
+                problem.contains(&format!("matmul_alignment is {bad}:"))
+                    && problem.contains("power of two from 2 to 256"),
+                "{bad}: {problem}"
+            );
+        }
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! - **Device module**: one device, always available; properties from the
 //!   OS and the instruction set ([`properties`]). `shared_memory_per_block`
 //!   and `tf32_dot` (API 1.5) are left at the trait's `None`: they describe a
-//!   Triton target's programs, and no C++ kernel asks.
+//!   Triton target's programs, and no C++ kernel asks. So is
+//!   `matmul_alignment` (API 1.6), a GPU library's preferred multiple for
+//!   16-bit products: the C++ matrix product packs its operands into panels
+//!   of its own tile sizes (`KILN_MM_*`), and nothing is padded for it.
 //! - **Heuristics**: parallel chunks, vector widths and matrix-product tiles
 //!   from the SIMD width and the L1/L2 sizes ([`heuristics`]).
 

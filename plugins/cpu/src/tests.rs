@@ -106,6 +106,10 @@ fn the_host_is_one_available_device() {
     assert_eq!(spec.scheduling, SchedulingKind::Cpp);
     assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);
     assert!(!spec.features.contains(BackendFeatures::TRITON_TEMPLATES));
+    // The Triton targets' questions: no C++ kernel asks them.
+    assert_eq!(p.shared_memory_per_block(0), None);
+    assert_eq!(p.tf32_dot(), None);
+    assert_eq!(p.matmul_alignment(), None);
 }
 
 #[test]

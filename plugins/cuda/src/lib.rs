@@ -11,6 +11,9 @@
 //!   the driver's opt-in maximum (227 KiB on an H100, the static default).
 //! - **Triton target**: device 0's compute capability; float32 `tl.dot` may
 //!   use TF32 (`tf32_dot`) from compute capability 8.0.
+//! - **Matrix products**: 16-bit products' K and N are padded to
+//!   [`MATMUL_ALIGNMENT`] bytes (`matmul_alignment`, API 1.6), where cuBLAS
+//!   runs its fast kernels.
 //! - **Backend**: Triton kernels, Python and C++ wrappers, the features
 //!   Inductor's `TritonScheduling` reports for CUDA.
 //! - **Heuristics**: Inductor's pointwise and reduction rules, fed with the
@@ -46,6 +49,14 @@ pub const PERSISTENT_ROW_LIMIT: u64 = 8192;
 /// Up to this length a persistent candidate is still offered (after the
 /// looped ones) for the autotuner, as Inductor's `multi_kernel` does.
 pub const PERSISTENT_FALLBACK_ROW_LIMIT: u64 = 2 * PERSISTENT_ROW_LIMIT;
+
+/// The byte multiple each dimension of a 16-bit matrix product should be for
+/// cuBLAS to run its fast tensor-core kernels: 16 bytes, 8 bfloat16 or float16
+/// elements. Off it, cuBLAS falls back to kernels of 1-element alignment
+/// (`..._align1`): on an H100, bfloat16 [4096, 768] x [768, 50257] takes
+/// 3.35 ms, and 0.50 ms with N padded to 50264. float32 products are not
+/// affected.
+pub const MATMUL_ALIGNMENT: u32 = 16;
 
 /// The `cuda` plugin.
 #[derive(Debug, Default)]
@@ -214,6 +225,10 @@ impl DevicePlugin for Cuda {
         // Tensor cores multiply TF32 from Ampere (8.0) on; the kernels compile
         // for device 0's compute capability (`triton_target`).
         Some(self.primary().cc >= properties::TF32_MIN_CC)
+    }
+
+    fn matmul_alignment(&self) -> Option<u32> {
+        Some(MATMUL_ALIGNMENT)
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

@@ -182,6 +182,7 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert_eq!(props.max_grid, [2_147_483_647, 65_535, 65_535]);
         assert_eq!(p.shared_memory_per_block(0), Some(227 * 1024));
         assert_eq!(p.tf32_dot(), Some(true));
+        assert_eq!(p.matmul_alignment(), Some(16));
     } else {
         // A live GPU: every device is queried through the driver.
         eprintln!("queried from the CUDA driver: {props:?}");
@@ -192,6 +193,7 @@ fn without_a_gpu_properties_are_h100_defaults() {
         let shared = p.shared_memory_per_block(0).expect("queried");
         assert!(shared >= 48 * 1024, "{shared}");
         assert_eq!(p.tf32_dot(), Some(props.cc >= 80));
+        assert_eq!(p.matmul_alignment(), Some(16));
     }
 }
 

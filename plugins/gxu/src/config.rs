@@ -30,6 +30,15 @@ pub const DEFAULT_SHARED_MEMORY_PER_BLOCK: u64 = 96 * 1024;
 /// program's smallest tiles (16 query rows and keys of heads of 16 elements)
 /// need 1.5 KiB in float32; 1 KiB is a typing slip, not a device.
 pub const MIN_SHARED_MEMORY_PER_BLOCK: u64 = 4 * 1024;
+/// The byte multiple a 16-bit matrix product's K and N are padded to: 16, 8
+/// bfloat16 or float16 elements. The bundled plugin stands in for GXU
+/// hardware on an NVIDIA GPU (see [`DEFAULT_TRITON_BACKEND`]), whose cuBLAS
+/// runs 16-bit products 3 to 6 times slower off that multiple; a vendor sets
+/// its library's in `gxu.toml`, or 0 for no padding.
+pub const DEFAULT_MATMUL_ALIGNMENT: u32 = 16;
+/// The largest `matmul_alignment` a `gxu.toml` may set, in bytes (as the
+/// host's own validation allows).
+pub const MAX_MATMUL_ALIGNMENT: u32 = 256;
 /// The Triton backend GXU kernels are compiled with by default. The GXU
 /// ships its own Triton backend (`triton.backends.gxu`); the bundled plugin
 /// stands in for hardware Kiln cannot reach, so its kernels are checked with
@@ -51,6 +60,9 @@ pub struct GxuConfig {
     pub max_threads_per_block: u32,
     /// Shared memory one program may use, in bytes.
     pub shared_memory_per_block: u64,
+    /// The byte multiple 16-bit matrix products' K and N are padded to (0:
+    /// no padding).
+    pub matmul_alignment: u32,
     /// The Triton backend the kernels compile with.
     pub triton_backend: String,
     /// That backend's `GPUTarget.arch`, as text.
@@ -66,6 +78,7 @@ impl Default for GxuConfig {
             grid_multiple: DEFAULT_GRID_MULTIPLE,
             max_threads_per_block: DEFAULT_MAX_THREADS_PER_BLOCK,
             shared_memory_per_block: DEFAULT_SHARED_MEMORY_PER_BLOCK,
+            matmul_alignment: DEFAULT_MATMUL_ALIGNMENT,
             triton_backend: DEFAULT_TRITON_BACKEND.to_string(),
             triton_arch: DEFAULT_TRITON_ARCH.to_string(),
             source: None,
@@ -82,6 +95,7 @@ struct RawConfig {
     grid_multiple: Option<Spanned<u32>>,
     max_threads_per_block: Option<Spanned<u32>>,
     shared_memory_per_block: Option<Spanned<u64>>,
+    matmul_alignment: Option<Spanned<u32>>,
     triton_backend: Option<Spanned<String>>,
     triton_arch: Option<Spanned<String>>,
 }
@@ -190,6 +204,20 @@ impl GxuConfig {
                 ));
             }
             config.shared_memory_per_block = v.into_inner();
+        }
+        if let Some(v) = raw.matmul_alignment {
+            let bytes = *v.get_ref();
+            if bytes != 0
+                && !(bytes.is_power_of_two() && (2..=MAX_MATMUL_ALIGNMENT).contains(&bytes))
+            {
+                return Err(at(
+                    v.span().start,
+                    &format!(
+                        "`matmul_alignment` is in bytes and must be 0 (no padding) or a power of two from 2 to {MAX_MATMUL_ALIGNMENT}, found {bytes}"
+                    ),
+                ));
+            }
+            config.matmul_alignment = bytes;
         }
         if let Some(v) = raw.triton_backend {
             if !kiln_plugin_api::is_valid_device_name(v.get_ref()) {
@@ -308,6 +336,26 @@ mod tests {
         assert!(parse("warp_sise = 16")
             .expect_err("unknown")
             .contains("warp_sise"));
+    }
+
+    #[test]
+    fn matmul_alignment_is_configurable_in_bytes() {
+        assert_eq!(parse("").expect("empty is fine").matmul_alignment, 16);
+        for (text, bytes) in [
+            ("matmul_alignment = 0\n", 0),
+            ("matmul_alignment = 64\n", 64),
+        ] {
+            assert_eq!(parse(text).expect(text).matmul_alignment, bytes);
+        }
+        for bad in [1, 3, 24, 512] {
+            let err = parse(&format!("\nmatmul_alignment = {bad}\n")).expect_err("out of range");
+            assert!(
+                err.starts_with(
+                    "/opt/gxu/gxu.toml: line 2, column 20: `matmul_alignment` is in bytes"
+                ) && err.ends_with(&format!("found {bad}")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -31,6 +31,11 @@
 //! # Bytes of shared memory one program may use (plugin API 1.5); the host
 //! # fits its flash-attention tiles in it. At least 4096. Default 98304.
 //! shared_memory_per_block = 98304
+//! # The byte multiple 16-bit matrix products' K and N are padded to (plugin
+//! # API 1.6), where the device's matrix-product library runs its fast
+//! # kernels: 0 (no padding) or a power of two from 2 to 256. Default 16
+//! # (8 bfloat16 elements: the bundled plugin stands in on an NVIDIA GPU).
+//! matmul_alignment = 16
 //! # The Triton target the kernels compile for: Triton's GPUTarget(backend,
 //! # arch, warp_size). Defaults "cuda" and "90": the bundled plugin stands in
 //! # for GXU hardware and is checked with upstream Triton's CUDA backend; set
@@ -250,6 +255,10 @@ impl DevicePlugin for Gxu {
     fn tf32_dot(&self) -> Option<bool> {
         // The seed's GXU has no TF32 units: float32 products are exact.
         Some(false)
+    }
+
+    fn matmul_alignment(&self) -> Option<u32> {
+        Some(self.config.matmul_alignment)
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

@@ -224,6 +224,7 @@ fn static_properties() {
     assert_eq!(props.multi_processor_count, 48);
     assert_eq!(p.shared_memory_per_block(0), Some(96 * 1024));
     assert_eq!(p.tf32_dot(), Some(false));
+    assert_eq!(p.matmul_alignment(), Some(16));
     let spec = p.backend_spec();
     assert_eq!(spec.scheduling, SchedulingKind::Triton);
     assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);
@@ -242,11 +243,12 @@ fn gxu_toml_beside_the_library_tunes_the_plugin() {
     let p = dir
         .load_with(Some(
             "# tuned for the next board\nwarp_size = 64\ngrid_multiple = 40\n\
-             shared_memory_per_block = 49152\n",
+             shared_memory_per_block = 49152\nmatmul_alignment = 0\n",
         ))
         .expect("valid file");
     assert_eq!(p.config().warp_size, 64);
     assert_eq!(p.shared_memory_per_block(3), Some(49152));
+    assert_eq!(p.matmul_alignment(), Some(0));
     assert!(p
         .kernel_driver()
         .expect("provided")

@@ -202,6 +202,13 @@ impl DevicePlugin for Xpu {
         Some(false)
     }
 
+    fn matmul_alignment(&self) -> Option<u32> {
+        // No padding: Kiln has not measured how oneDNN's (or Triton's Intel
+        // backend's) 16-bit products on a Max 1550 depend on a dimension's
+        // multiple, and padding costs a copy of each activation operand.
+        None
+    }
+
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new(
             "xpu",

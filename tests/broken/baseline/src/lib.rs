@@ -19,6 +19,9 @@ use kiln_plugin_api::{
 pub const WARP_SIZE: u32 = 32;
 /// The baseline device's shared memory per program, in bytes: 48 KiB.
 pub const SHARED_MEMORY_PER_BLOCK: u64 = 48 * 1024;
+/// The byte multiple the baseline device's 16-bit products' K and N are
+/// padded to: 16, as the cuda plugin states (its kernels compile for sm_90).
+pub const MATMUL_ALIGNMENT: u32 = 16;
 /// Threads per block of the baseline device.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
 /// Grid limit of the baseline device.
@@ -305,6 +308,10 @@ pub trait Device: Default + Send + Sync + 'static {
     fn tf32_dot(&self) -> Option<bool> {
         Some(false)
     }
+    /// 16-bit products' K and N padded to [`MATMUL_ALIGNMENT`] bytes.
+    fn matmul_alignment(&self) -> Option<u32> {
+        Some(MATMUL_ALIGNMENT)
+    }
 }
 
 /// Implements `kiln_plugin_api::DevicePlugin` for a [`Device`] by delegating
@@ -414,6 +421,9 @@ macro_rules! export_device {
             }
             fn tf32_dot(&self) -> Option<bool> {
                 $crate::Device::tf32_dot(self)
+            }
+            fn matmul_alignment(&self) -> Option<u32> {
+                $crate::Device::matmul_alignment(self)
             }
         }
 

@@ -1,7 +1,7 @@
 //! A Triton device built against plugin API 1.4: its device module and
 //! heuristics tables stop before `shared_memory_per_block` and `tf32_dot`
-//! (API 1.5). The host must load it, compile for it, and use its stated
-//! defaults for both.
+//! (API 1.5) and `matmul_alignment` (API 1.6). The host must load it, compile
+//! for it, and use its stated defaults for all three.
 
 use kiln_plugin_api::abi_stable::std_types::ROption::{RNone, RSome};
 use kiln_plugin_api::{
@@ -89,12 +89,15 @@ impl DevicePlugin for ApiFour {
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new("cuda", "90", 32))
     }
-    // A 1.5 plugin would say these; the 1.4 tables have no field to carry them.
+    // A 1.6 plugin would say these; the 1.4 tables have no field to carry them.
     fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
         Some(48 * 1024)
     }
     fn tf32_dot(&self) -> Option<bool> {
         Some(true)
+    }
+    fn matmul_alignment(&self) -> Option<u32> {
+        Some(16)
     }
 }
 

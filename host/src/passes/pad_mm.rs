@@ -152,7 +152,7 @@ fn pad_last_two(
             shape[r - 2] += rows;
             shape[r - 1] += cols;
             let meta = TensorMeta::contiguous(shape, source.dtype);
-            let name = g.fresh_name(base);
+            let name = g.fresh_name(&format!("{}_padded", source.name));
             let id = g.add_node(Node {
                 name,
                 op: Op::Constant { data },
@@ -203,6 +203,8 @@ fn cat_zeros(
 
 /// A value read through views from a constant's elements.
 struct ConstantView {
+    /// The constant's node name.
+    name: String,
     data: ConstData,
     dtype: DType,
     shape: Vec<i64>,
@@ -218,6 +220,7 @@ fn constant_source(g: &Graph, v: ValueId) -> Option<ConstantView> {
         Op::Constant { data } if !matches!(data, ConstData::Fill(_)) => {
             let meta = node.outputs.first()?;
             Some(ConstantView {
+                name: node.name.clone(),
                 data: data.clone(),
                 dtype: meta.dtype,
                 shape: meta.shape.clone(),

@@ -583,15 +583,15 @@ fn kernel_traffic(s: &kiln::schedule::Scheduled) -> i64 {
 /// `layers` pre-norm residual blocks, `h = h + mm(layer_norm(h), w)`, and a
 /// final norm: the residual stream of a transformer, each branch a matrix
 /// product (a buffer) between two norms.
-fn residual_stream(layers: usize) -> Graph {
-    let mut text = String::from(
+fn residual_stream(layers: usize, dtype: &str) -> Graph {
+    let mut text = format!(
         "format = \"kiln-graph/1\"\nname = \"residual\"\noutputs = [\"y\"]\n\n\
-         [[inputs]]\nname = \"h0\"\nshape = [6, 16]\ndtype = \"float32\"\n\n\
-         [[inputs]]\nname = \"g\"\nshape = [16]\ndtype = \"float32\"\n\n\
-         [[inputs]]\nname = \"b\"\nshape = [16]\ndtype = \"float32\"\n\n",
+         [[inputs]]\nname = \"h0\"\nshape = [6, 16]\ndtype = \"{dtype}\"\n\n\
+         [[inputs]]\nname = \"g\"\nshape = [16]\ndtype = \"{dtype}\"\n\n\
+         [[inputs]]\nname = \"b\"\nshape = [16]\ndtype = \"{dtype}\"\n\n",
     );
     for k in 1..=layers {
-        text += &format!("[[inputs]]\nname = \"w{k}\"\nshape = [16, 16]\ndtype = \"float32\"\n\n");
+        text += &format!("[[inputs]]\nname = \"w{k}\"\nshape = [16, 16]\ndtype = \"{dtype}\"\n\n");
     }
     let norm = |text: &mut String, name: &str, of: &str| {
         *text += &format!(
@@ -618,9 +618,15 @@ fn a_norm_of_a_residual_stream_reads_a_bounded_number_of_buffers_at_any_depth() 
     // every earlier branch: its reads grow with k. Computed into memory once,
     // each norm kernel reads the previous sum, its branch and the norm's
     // weights, whatever the depth.
+    for (dtype, tolerance) in [("float32", 1e-4), ("bfloat16", 5e-2)] {
+        residual_stream_reads_are_bounded(dtype, tolerance);
+    }
+}
+
+fn residual_stream_reads_are_bounded(dtype: &str, tolerance: f64) {
     let (mut worst, mut traffic) = (Vec::new(), Vec::new());
     for layers in [1, 2, 4, 8, 12] {
-        let s = check(residual_stream(layers), 1e-4);
+        let s = check(residual_stream(layers, dtype), tolerance);
         let reads = reduction_kernel_reads(&s);
         assert_eq!(reads.len(), layers + 1, "one kernel per norm:\n{reads:?}");
         worst.push(reads.iter().copied().max().unwrap_or(0));
@@ -628,14 +634,14 @@ fn a_norm_of_a_residual_stream_reads_a_bounded_number_of_buffers_at_any_depth() 
     }
     assert!(
         worst.iter().all(|&w| w <= 5),
-        "a norm kernel reads at most the previous sum, its branch, the norm's \
-         weight and bias: worst reads per depth {worst:?}"
+        "{dtype}: a norm kernel reads at most the previous sum, its branch, the \
+         norm's weight and bias: worst reads per depth {worst:?}"
     );
     // So the kernels' memory traffic grows linearly with depth: four more
     // layers cost no more from 8 to 12 than from 4 to 8.
     assert!(
         traffic[4] - traffic[3] <= traffic[3] - traffic[2],
-        "kernel bytes at 1, 2, 4, 8, 12 layers: {traffic:?}"
+        "{dtype}: kernel bytes at 1, 2, 4, 8, 12 layers: {traffic:?}"
     );
 }
 

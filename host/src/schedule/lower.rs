@@ -6,7 +6,10 @@
 //!   their operands, so chains of pointwise ops fuse by construction.
 //! - Reductions and matrix products are scheduler nodes ([`SNode`]); so is a
 //!   pointwise value that must exist in memory (a graph output, an operand of a
-//!   matrix product that is no strided view, or an inline chain grown too deep).
+//!   matrix product that is no strided view, or an inline chain grown too deep),
+//!   and one that the realization rule ([`REALIZE_READS_THRESHOLD`],
+//!   [`REALIZE_ACC_READS_THRESHOLD`]) computes once rather than have every
+//!   reader recompute it.
 //!
 //! Lowering decides *what* is computed; `fuse.rs` decides which scheduler nodes
 //! share a kernel.
@@ -26,6 +29,37 @@ use crate::graph::views::{self, view_strides};
 /// bounds both the size of one kernel's expression and the recursion of the
 /// code that builds it.
 pub const MAX_INLINE_DEPTH: u32 = 24;
+
+/// A pointwise value read by more than one node (through views) is computed
+/// into memory once its expression reads more than this many distinct buffers.
+///
+/// Inline, every kernel that reads the value re-reads all `b` of those
+/// buffers; in memory, the kernel that computes it reads them once and writes
+/// the value, and every other reader loads one buffer. With two readers in
+/// different kernels that is `2b` accesses against `b + 2`: even at `b = 2`
+/// and a saving from `b = 3` on, and the saving compounds along a chain, where
+/// an inline value makes the next one's expression read its buffers too. The
+/// residual stream of a transformer is that chain: `h = h_prev + branch`,
+/// read by a norm's reductions and by the next residual add, which land in
+/// different kernels (a matrix product runs between them); left inline, it
+/// makes the k-th norm re-read every earlier branch. Readers in one kernel
+/// share their loads and `fuse.rs` puts the value's node in the first
+/// reader's kernel, whose store is dropped when no other kernel reads it, so
+/// realizing a value whose readers all fuse costs nothing.
+///
+/// Inductor's `realize_reads_threshold` (4) is the same rule, counting a
+/// value's reads per index rather than per buffer. It is lower here because
+/// Kiln adds a linear layer's bias in a kernel rather than in the matrix
+/// product: `h_prev + mm + bias` reads three buffers, so with 2 the running
+/// sum is stored every layer, by the norm kernel that first computes it (as
+/// Inductor's fused norm kernels do), and a sum of two buffers every other.
+pub const REALIZE_READS_THRESHOLD: usize = 2;
+
+/// Any pointwise value whose expression reads more than this many distinct
+/// buffers is computed into memory, however many nodes read it: Inductor's
+/// `realize_acc_reads_threshold`. It bounds what one kernel loads when many
+/// branches, each with few reads, converge on one value (a wide sum or `cat`).
+pub const REALIZE_ACC_READS_THRESHOLD: usize = 8;
 
 /// A scheduler node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,6 +148,9 @@ pub struct Lowered {
     /// The view of its indexed operand that each indexing node (`index`, `gather`)
     /// reads through its index values: always in memory.
     pub sources: HashMap<NodeId, View>,
+    /// The distinct buffers each inline value's expression reads, sorted (the
+    /// realization rule's measure).
+    inline_reads: HashMap<ValueId, Vec<BufferId>>,
 }
 
 fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
@@ -492,7 +529,8 @@ fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
 }
 
 /// A pointwise op or a view: each output inline, a strided view where it is one, or
-/// computed into memory where it must be (a graph output, a chain grown too deep).
+/// computed into memory where it must be (a graph output, a chain grown too deep)
+/// or where the realization rule finds it cheaper ([`worth_realizing`]).
 fn lower_inline(
     graph: &Graph,
     low: &mut Lowered,
@@ -508,6 +546,7 @@ fn lower_inline(
         let view = low.realize_view(graph, src)?;
         low.sources.insert(id, view);
     }
+    let reads = buffers_read(graph, low, id)?;
     for (output, _) in node.outputs.iter().enumerate() {
         let value = ValueId {
             node: id,
@@ -539,14 +578,77 @@ fn lower_inline(
             low.defs.insert(value, Def::Strided(v));
         } else if depth > MAX_INLINE_DEPTH
             || (outputs.contains(&value) && low.as_view(graph, value, true).is_none())
+            || worth_realizing(graph, value, reads.len())
         {
             // Computed into memory here, in topological order, so that
             // every later reader (a reduction of a graph output, say)
             // comes after the kernel that writes it.
             low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
+        } else {
+            low.inline_reads.insert(value, reads.clone());
         }
     }
     Ok(())
+}
+
+/// The distinct buffers that node `id`'s outputs read when inline, sorted: its
+/// operands' buffers, through inline operands to theirs, and the operand an
+/// `index` or `gather` takes values from.
+fn buffers_read(graph: &Graph, low: &Lowered, id: NodeId) -> Result<Vec<BufferId>, Error> {
+    let node = node_of(graph, id)?;
+    let mut reads: Vec<BufferId> = low.sources.get(&id).map(|v| v.buf).into_iter().collect();
+    for a in node.args.iter().filter_map(Arg::value) {
+        match low.defs.get(&a) {
+            Some(Def::Strided(view)) => reads.push(view.buf),
+            Some(Def::Node(n)) => reads.push(low.snodes[*n].buf),
+            Some(Def::Inline { .. }) => {
+                reads.extend(low.inline_reads.get(&a).into_iter().flatten().copied());
+            }
+            Some(Def::Literal { .. }) | None => {}
+        }
+    }
+    reads.sort();
+    reads.dedup();
+    Ok(reads)
+}
+
+/// The realization rule: whether an inline value whose expression reads
+/// `reads` distinct buffers is better computed into memory once
+/// ([`REALIZE_ACC_READS_THRESHOLD`], [`REALIZE_READS_THRESHOLD`]).
+fn worth_realizing(graph: &Graph, value: ValueId, reads: usize) -> bool {
+    reads > REALIZE_ACC_READS_THRESHOLD
+        || (reads > REALIZE_READS_THRESHOLD && readers(graph, value) > 1)
+}
+
+/// How many distinct nodes read `value`, directly or through views (a view
+/// is not a reader: what reads the view reads the value).
+fn readers(graph: &Graph, value: ValueId) -> usize {
+    let mut found = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        for (user, use_) in graph.users(v.node) {
+            if use_.output != v.output {
+                continue;
+            }
+            match graph.node(user) {
+                Some(n) if views::describes(&n.op) => {
+                    stack.extend((0..n.outputs.len()).map(|o| ValueId {
+                        node: user,
+                        output: o as u32,
+                    }));
+                }
+                Some(_) => {
+                    found.insert(user);
+                }
+                None => {}
+            }
+        }
+    }
+    found.len()
 }
 
 /// A number the graph returns is written to memory where it is defined, so that every

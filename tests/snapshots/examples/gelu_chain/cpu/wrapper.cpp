@@ -56,7 +56,7 @@
 #include "kiln/copy_out.h"
 
 // 8192 x 8192; parallel chunk 1024 from the plugin's heuristics.
-static void cpp_poi_fused_mul_add_erf_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+static void cpp_poi_fused_add_mul_erf_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 1024) if (8192 > 1024)
     for (int32_t x = 0; x < 8192; ++x) {
         #pragma omp simd
@@ -94,7 +94,7 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     [[maybe_unused]] const float* b_w = static_cast<const float*>(inputs[1]);
     [[maybe_unused]] const float* b_b = static_cast<const float*>(inputs[2]);
     [[maybe_unused]] float* b_y_5 = static_cast<float*>(static_cast<void*>(outputs[0]));
-    cpp_poi_fused_mul_add_erf_0(b_x, b_w, b_b, b_y_5);
+    cpp_poi_fused_add_mul_erf_0(b_x, b_w, b_b, b_y_5);
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

@@ -6,7 +6,7 @@ from triton.language.extra import libdevice
 
 
 @triton.jit
-def kiln_poi_fused_mul_add_erf_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_add_mul_erf_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 67108864
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
@@ -30,7 +30,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_poi_fused_mul_add_erf_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_add_mul_erf_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
 }
 
 
@@ -91,7 +91,7 @@ def call(args):
         torch.gxu.set_device(0)
         stream0 = get_raw_stream(0)
         buf_y_5 = empty_strided_device((8192, 8192), (8192, 1), torch.float32)
-        KERNELS.kiln_poi_fused_mul_add_erf_0[(65568, 1, 1)](x, w, b, buf_y_5, 67108864, 1024, stream=stream0)
+        KERNELS.kiln_poi_fused_add_mul_erf_0[(65568, 1, 1)](x, w, b, buf_y_5, 67108864, 1024, stream=stream0)
         del x, w, b
     return (buf_y_5,)
 

@@ -60,7 +60,7 @@ def kiln_poi_fused_permute_view_split_add_reshape_1(in_ptr0, in_ptr1, out_ptr0, 
 
 
 @triton.jit
-def kiln_red_fused_amax_add_mul_sum_exp_sub_2(in_ptr0, in_ptr1, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kiln_red_fused_amax_add_mul_exp_sub_sum_2(in_ptr0, in_ptr1, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = 32
     rnumel = 8
     xbase = tl.arange(0, XBLOCK)[:, None]
@@ -94,7 +94,7 @@ def kiln_poi_fused_reshape_3(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
 
 
 @triton.jit
-def kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, out_ptr1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = 16
     rnumel = 24
     xbase = tl.arange(0, XBLOCK)[:, None]
@@ -110,6 +110,7 @@ def kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
         tmp3 = (tmp1 + tmp2)
         tmp4 = (tmp0 + tmp3)
         red0 = tl.sum(tl.where(xmask & rmask, tmp4, 0.0), 1)[:, None]
+        tl.store(out_ptr0 + (24*xindex + rindex), tmp4, xmask & rmask)
         tmp7 = (red0 / 24.0)
         tmp8 = (tmp4 - tmp7)
         tmp9 = (tmp8 * tmp8)
@@ -122,7 +123,7 @@ def kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
         tmp17 = (tmp15 * tmp16)
         tmp18 = tl.load(in_ptr4 + (rindex), xmask & rmask, other=0)
         tmp19 = (tmp17 + tmp18)
-        tl.store(out_ptr0 + (24*xindex + rindex), tmp19, xmask & rmask)
+        tl.store(out_ptr1 + (24*xindex + rindex), tmp19, xmask & rmask)
 
 
 @triton.jit
@@ -148,7 +149,7 @@ def kiln_poi_fused_reshape_mul_add_tanh_5(in_ptr0, in_ptr1, out_ptr0, xnumel, XB
 
 
 @triton.jit
-def kiln_poi_fused_add_reshape_6(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_add_reshape_6(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 384
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
@@ -159,11 +160,7 @@ def kiln_poi_fused_add_reshape_6(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, ou
         tmp2 = tl.load(in_ptr2 + (((xindex) % 24)), xmask, other=0)
         tmp3 = (tmp1 + tmp2)
         tmp4 = (tmp0 + tmp3)
-        tmp5 = tl.load(in_ptr3 + (xindex), xmask, other=0)
-        tmp6 = tl.load(in_ptr4 + (((xindex) % 24)), xmask, other=0)
-        tmp7 = (tmp5 + tmp6)
-        tmp8 = (tmp4 + tmp7)
-        tl.store(out_ptr0 + (xindex), tmp8, xmask)
+        tl.store(out_ptr0 + (xindex), tmp4, xmask)
 
 
 # The Triton target (GPUTarget) the kernels are generated for, from the device plugin.
@@ -173,11 +170,11 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 KERNEL_META = {
     "kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 32}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_poi_fused_permute_view_split_add_reshape_1": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_red_fused_amax_add_mul_sum_exp_sub_2": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_amax_add_mul_exp_sub_sum_2": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_poi_fused_reshape_3": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 32}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 32}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "out_ptr1", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_poi_fused_reshape_mul_add_tanh_5": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_add_reshape_6": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_add_reshape_6": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
 }
 
 
@@ -263,7 +260,7 @@ def call(args):
         buf_att = empty_strided_device((4, 8, 8), (64, 8, 1), torch.float32)
         torch.bmm(torch.as_strided(buf_qh, (4, 8, 12), (96, 12, 1), 0), torch.as_strided(buf_kt, (4, 12, 8), (96, 8, 1), 0), out=buf_att)
         buf_p_19 = empty_strided_device((2, 2, 8, 8), (128, 64, 8, 1), torch.float32)
-        KERNELS.kiln_red_fused_amax_add_mul_sum_exp_sub_2[(32, 1, 1)](buf_att, mask, buf_p_19, 32, 8, 1, 8, stream=stream0)
+        KERNELS.kiln_red_fused_amax_add_mul_exp_sub_sum_2[(32, 1, 1)](buf_att, mask, buf_p_19, 32, 8, 1, 8, stream=stream0)
         del mask, buf_att
         buf_yh = reinterpret_tensor(buf_qh, (4, 8, 12), (96, 12, 1), 0)  # reuse
         del buf_qh
@@ -276,23 +273,25 @@ def call(args):
         del buf_vh
         torch.mm(buf_proj_21, torch.as_strided(proj_w, (24, 24), (1, 24), 0), out=buf_proj_22)
         del proj_w
-        buf_fc_35 = reinterpret_tensor(buf_yh, (16, 24), (24, 1), 0)  # reuse
+        buf_r1 = reinterpret_tensor(buf_yh, (2, 8, 24), (192, 24, 1), 0)  # reuse
         del buf_yh
-        KERNELS.kiln_red_fused_mean_add_reshape_mul_sub_rsqrt_4[(16, 1, 1)](x, buf_proj_22, proj_b, ln2_w, ln2_b, buf_fc_35, 16, 24, 1, 32, stream=stream0)
-        del ln2_w, ln2_b
+        buf_fc_35 = reinterpret_tensor(buf_proj_21, (16, 24), (24, 1), 0)  # reuse
+        del buf_proj_21
+        KERNELS.kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4[(16, 1, 1)](x, buf_proj_22, proj_b, ln2_w, ln2_b, buf_r1, buf_fc_35, 16, 24, 1, 32, stream=stream0)
+        del x, proj_b, ln2_w, ln2_b
         buf_fc_36 = empty_strided_device((16, 96), (96, 1), torch.float32)
         torch.mm(buf_fc_35, torch.as_strided(fc_w, (24, 96), (1, 24), 0), out=buf_fc_36)
         del fc_w, buf_fc_35
         buf_mo_49 = reinterpret_tensor(buf_fc_36, (16, 96), (96, 1), 0)  # reuse
         KERNELS.kiln_poi_fused_reshape_mul_add_tanh_5[(6, 1, 1)](buf_fc_36, fc_b, buf_mo_49, 1536, 256, stream=stream0)
         del fc_b, buf_fc_36
-        buf_mo_50 = reinterpret_tensor(buf_proj_21, (16, 24), (24, 1), 0)  # reuse
-        del buf_proj_21
+        buf_mo_50 = reinterpret_tensor(buf_proj_22, (16, 24), (24, 1), 0)  # reuse
+        del buf_proj_22
         torch.mm(buf_mo_49, torch.as_strided(out_w, (96, 24), (1, 96), 0), out=buf_mo_50)
         del out_w, buf_mo_49
         buf_y = empty_strided_device((2, 8, 24), (192, 24, 1), torch.float32)
-        KERNELS.kiln_poi_fused_add_reshape_6[(2, 1, 1)](x, buf_proj_22, proj_b, buf_mo_50, out_b, buf_y, 384, 256, stream=stream0)
-        del x, proj_b, out_b, buf_proj_22, buf_mo_50
+        KERNELS.kiln_poi_fused_add_reshape_6[(2, 1, 1)](buf_r1, buf_mo_50, out_b, buf_y, 384, 256, stream=stream0)
+        del out_b, buf_r1, buf_mo_50
     return (buf_y,)
 
 

@@ -56,7 +56,7 @@
 #include "kiln/copy_out.h"
 
 // 32 x 64; parallel chunk 4 from the plugin's heuristics.
-static void cpp_red_fused_amax_mul_to_copy_sum_exp_sub_0(const uint16_t* __restrict__ in_ptr0, const uint16_t* __restrict__ in_ptr1, uint16_t* __restrict__ out_ptr0, uint16_t* __restrict__ out_ptr1) {
+static void cpp_red_fused_amax_mul_to_copy_exp_sub_sum_0(const uint16_t* __restrict__ in_ptr0, const uint16_t* __restrict__ in_ptr1, uint16_t* __restrict__ out_ptr0, uint16_t* __restrict__ out_ptr1) {
     #pragma omp parallel for schedule(static, 4) if (32 > 4)
     for (int32_t x = 0; x < 32; ++x) {
         alignas(64) float row11[64];
@@ -219,7 +219,7 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     [[maybe_unused]] const uint16_t* b_s = static_cast<const uint16_t*>(inputs[1]);
     [[maybe_unused]] uint16_t* b_m = static_cast<uint16_t*>(static_cast<void*>(outputs[1]));
     [[maybe_unused]] uint16_t* b_y = static_cast<uint16_t*>(static_cast<void*>(outputs[0]));
-    cpp_red_fused_amax_mul_to_copy_sum_exp_sub_0(b_x, b_s, b_m, b_y);
+    cpp_red_fused_amax_mul_to_copy_exp_sub_sum_0(b_x, b_s, b_m, b_y);
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

@@ -159,18 +159,23 @@ impl Budget {
     /// Ok when the named parts (`None`: beyond 64 bits) fit together; else
     /// the refusal, which gives each part's figure.
     pub fn allow_parts(&self, what: &str, parts: &[(&str, Option<u64>)]) -> Result<(), Refused> {
-        let needed = total(parts.iter().map(|(_, bytes)| *bytes));
-        match needed {
+        match total(parts.iter().map(|(_, bytes)| *bytes)) {
             Some(n) if n <= self.bytes => Ok(()),
-            _ => Err(Refused {
-                what: what.to_string(),
-                needed,
-                parts: parts
-                    .iter()
-                    .map(|(name, bytes)| (name.to_string(), *bytes))
-                    .collect(),
-                budget: *self,
-            }),
+            _ => Err(self.refusal(what, parts)),
+        }
+    }
+
+    /// The refusal of `what`, made of the named parts, against this budget:
+    /// for a caller that has already found that they do not fit.
+    pub fn refusal(&self, what: &str, parts: &[(&str, Option<u64>)]) -> Refused {
+        Refused {
+            what: what.to_string(),
+            needed: total(parts.iter().map(|(_, bytes)| *bytes)),
+            parts: parts
+                .iter()
+                .map(|(name, bytes)| (name.to_string(), *bytes))
+                .collect(),
+            budget: *self,
         }
     }
 }

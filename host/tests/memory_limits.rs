@@ -77,6 +77,38 @@ fn a_huge_input_under_ulimit_v_is_refused_naming_the_limit() {
 }
 
 #[test]
+fn host_run_on_cpu_under_ulimit_v_refuses_a_graph_too_large() {
+    // 3.0 GiB of float32 input, read as 6.0 GiB of float64.
+    let g = graph(
+        "run_relu",
+        "\"y\"",
+        "[[inputs]]\nname = \"x\"\nshape = [8, 100000000]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"x\"]\n",
+    );
+    let file = g.to_str().unwrap();
+    for check in [None, Some("--check")] {
+        let args: Vec<&str> = ["run", file, "--device", "cpu"]
+            .into_iter()
+            .chain(check)
+            .collect();
+        let (code, err) = host_under_ulimit(&args);
+        assert_refused(
+            code,
+            &err,
+            &[
+                "running ",
+                "inputs 6.0 GiB",
+                "the compiled program ",
+                "left under the address-space limit (ulimit -v)",
+                "raise `ulimit -v`",
+            ],
+        );
+        let reference = err.contains("the reference interpreter 6.0 GiB");
+        assert_eq!(reference, check.is_some(), "{err}");
+    }
+}
+
+#[test]
 fn a_huge_fill_constant_is_counted() {
     let g = graph(
         "huge_fill",

@@ -7,7 +7,10 @@
 //! the command checks the sum against a [`Budget`] before allocating anything,
 //! so a graph too large for the machine is refused with the figures instead of
 //! aborting on a failed allocation. A size that does not fit in 64 bits counts
-//! as too large.
+//! as too large. What no estimate foresees is allocated fallibly ([`try_vec`]:
+//! tensor files, the interpreter's and the scheduled program's intermediates),
+//! or, for a `.pt2` archive, checked against the budget member by member as it
+//! is read, before anything is allocated; a failure is the same refusal.
 
 use std::fmt;
 

@@ -109,6 +109,55 @@ fn host_run_on_cpu_under_ulimit_v_refuses_a_graph_too_large() {
 }
 
 #[test]
+fn a_huge_intermediate_of_a_small_input_is_refused_before_or_when_it_is_allocated() {
+    // A [1, 1] input broadcast and added into 1.6 billion elements: 11.9 GiB
+    // of float64, made by the interpreter (or the scheduled program).
+    let g = graph(
+        "huge_intermediate",
+        "\"y\"",
+        "[[inputs]]\nname = \"x\"\nshape = [1, 1]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"big\"\nop = \"expand\"\nargs = [\"x\", [40000, 40000]]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"big\", 1.0]\n",
+    );
+    let file = g.to_str().unwrap();
+    // The estimate counts it and refuses before anything is allocated.
+    let (code, err) = host_under_ulimit(&["eval", file]);
+    assert_refused(
+        code,
+        &err,
+        &[
+            "the reference interpreter 11.9 GiB",
+            "left under the address-space limit (ulimit -v)",
+        ],
+    );
+    // A budget that lets it through meets the real limit at the kernel's
+    // allocation, in the interpreter and in the scheduled program alike:
+    // the same refusal, not an abort.
+    for (args, what) in [
+        (
+            vec!["eval", file],
+            "node `y` (an intermediate of 1600000000 elements)",
+        ),
+        (
+            vec!["eval", file, "--device", "cpu"],
+            "evaluating the scheduled program: ",
+        ),
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--max-memory", "1T"]).collect();
+        let (code, err) = host_under_ulimit(&args);
+        assert_refused(
+            code,
+            &err,
+            &[
+                what,
+                "more, which this process could not allocate (it has ",
+                "left under the address-space limit (ulimit -v))",
+            ],
+        );
+    }
+}
+
+#[test]
 fn a_huge_fill_constant_is_counted() {
     let g = graph(
         "huge_fill",

@@ -213,6 +213,14 @@ pub fn try_vec<T>(what: impl FnOnce() -> String, len: usize) -> Result<Vec<T>, O
     Ok(v)
 }
 
+/// Ok when `bytes` more can be allocated now, else the refusal naming
+/// `what`: the bytes are reserved and given back at once, for an allocation
+/// that has no fallible form itself (a shared slice, `Arc<[u8]>`, made right
+/// after the probe, when the memory it was shown is free again).
+pub fn probe(what: impl FnOnce() -> String, bytes: usize) -> Result<(), OutOfMemory> {
+    try_vec::<u8>(what, bytes).map(drop)
+}
+
 /// The sum of byte counts, `None` past 64 bits (or when one is `None`).
 pub fn total(parts: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
     parts

@@ -489,6 +489,18 @@ fn a_huge_archive_weight_is_refused_before_it_is_read() {
             ],
         );
     }
+    // A budget set above the address-space limit lets the weight through to
+    // its allocation, which is refused in turn.
+    let (code, err) = host_under_ulimit(&["eval", file, "--max-memory", "1T"]);
+    assert_refused(
+        code,
+        &err,
+        &[
+            "reading member `archive/data/weights/weight_0` needs 3.9 GiB more, \
+             which this process could not allocate",
+            "left under the address-space limit (ulimit -v))",
+        ],
+    );
     let out = dir.join("out");
     let root = fake_cgroup(&dir);
     for args in [

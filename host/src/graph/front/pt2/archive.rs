@@ -205,6 +205,9 @@ impl<R: Read + Seek> Archive<R> {
             return Err(short(file.size()));
         }
         let n = usize::try_from(need).map_err(|_| short(file.size()))?;
+        // The budget allowed `need`, but a budget set by hand may exceed what
+        // the process can have: find out before the allocation that aborts.
+        crate::memory::probe(|| format!("reading member `{name}`"), n)?;
         let mut buffer = Arc::<[u8]>::new_uninit_slice(n);
         for slot in Arc::get_mut(&mut buffer).into_iter().flatten() {
             slot.write(0);

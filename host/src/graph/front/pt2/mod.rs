@@ -70,6 +70,10 @@ pub enum Pt2Error {
     /// [`Limits::budget`]: the memory budget's refusal, naming its limit.
     #[error(transparent)]
     TooLarge(crate::memory::Refused),
+    /// The process could not allocate a member's bytes, although the budget
+    /// allowed them.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::memory::OutOfMemory),
     /// A JSON member does not parse or lacks a field.
     #[error("malformed `{member}`: {message}")]
     Json {

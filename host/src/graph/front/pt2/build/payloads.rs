@@ -186,7 +186,10 @@ pub(super) fn gather(
     if dense && stored.len() == numel as usize * elem {
         return Ok(stored);
     }
-    let mut out = Vec::with_capacity(numel as usize * elem);
+    let mut out = crate::memory::try_vec(
+        || format!("gathering weight `{key}` into dense storage"),
+        numel as usize * elem,
+    )?;
     let mut index = vec![0i64; shape.len()];
     for _ in 0..numel {
         let at = (offset + index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>()) as usize;

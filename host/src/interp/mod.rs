@@ -192,7 +192,10 @@ pub fn evaluate_with(
                     .outputs
                     .first()
                     .ok_or_else(|| fail("no metadata".into()))?;
-                vec![constant(m, data)]
+                vec![constant(m, data).map_err(|mut refused| {
+                    refused.what = format!("constant `{}` ({})", node.name, refused.what);
+                    refused
+                })?]
             }
             op => {
                 if !crate::graph::views::describes(op) {
@@ -388,10 +391,11 @@ fn at(g: &Graph, n: NodeId) -> crate::graph::At {
     }
 }
 
-/// The tensor a constant node holds.
-pub fn constant(m: &TensorMeta, data: &ConstData) -> Tensor {
+/// The tensor a constant node holds, or the refusal when the process cannot
+/// allocate its float64 values.
+pub fn constant(m: &TensorMeta, data: &ConstData) -> Result<Tensor, crate::memory::OutOfMemory> {
     let n = m.numel().max(0) as usize;
-    match data {
+    Ok(match data {
         // A fill is one stored element read through zero strides.
         ConstData::Fill(x) => Tensor {
             dtype: m.dtype,
@@ -401,16 +405,21 @@ pub fn constant(m: &TensorMeta, data: &ConstData) -> Tensor {
             data: std::sync::Arc::new(vec![m.dtype.round(*x)]),
         },
         ConstData::Bytes { dtype, bytes } => {
-            let mut values = dtype.decode_le(bytes);
+            // Decoded a chunk at a time into storage allocated once.
+            let mut values = room(n)?;
+            for part in bytes.chunks(CHUNK * dtype.size_bytes()) {
+                let left = n - values.len();
+                values.extend(dtype.decode_le(part).into_iter().take(left));
+            }
             values.resize(n, 0.0);
             Tensor::new(m.shape.clone(), m.dtype, values)
         }
         ConstData::Values(_) => Tensor::new(
             m.shape.clone(),
             m.dtype,
-            (0..n).map(|i| data.get(i)).collect(),
+            collect(n, (0..n).map(|i| data.get(i)))?,
         ),
-    }
+    })
 }
 
 /// An evaluated operand.
@@ -612,6 +621,23 @@ mod tests {
             }
             other => panic!("expected a refusal, got {other:?}"),
         }
+        // A constant's values are allocated the same way.
+        let huge = TensorMeta::contiguous(vec![1 << 24, 1 << 24], crate::graph::DType::Float32);
+        let values = ConstData::Values(vec![1.0].into());
+        let refused = constant(&huge, &values).expect_err("2 PiB");
+        assert_eq!(refused.bytes, 1 << 51);
+        let small = TensorMeta::contiguous(vec![2], crate::graph::DType::Float32);
+        let bytes = ConstData::Bytes {
+            dtype: crate::graph::DType::Float32,
+            bytes: [1.5f32, -2.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        };
+        assert_eq!(
+            constant(&small, &bytes).expect("two").to_vec(),
+            vec![1.5, -2.0]
+        );
         assert!(matches!(room(3), Ok(v) if v.capacity() == 3));
         assert_eq!(filled(2, 1.5).expect("two"), vec![1.5, 1.5]);
         assert_eq!(

@@ -7,7 +7,10 @@
 //! the command checks the sum against a [`Budget`] before allocating anything,
 //! so a graph too large for the machine is refused with the figures instead of
 //! aborting on a failed allocation. A size that does not fit in 64 bits counts
-//! as too large.
+//! as too large. What no estimate foresees is allocated fallibly ([`try_vec`]:
+//! tensor files, the interpreter's and the scheduled program's intermediates),
+//! or, for a `.pt2` archive, checked against the budget member by member as it
+//! is read, before anything is allocated; a failure is the same refusal.
 
 use std::fmt;
 
@@ -159,18 +162,23 @@ impl Budget {
     /// Ok when the named parts (`None`: beyond 64 bits) fit together; else
     /// the refusal, which gives each part's figure.
     pub fn allow_parts(&self, what: &str, parts: &[(&str, Option<u64>)]) -> Result<(), Refused> {
-        let needed = total(parts.iter().map(|(_, bytes)| *bytes));
-        match needed {
+        match total(parts.iter().map(|(_, bytes)| *bytes)) {
             Some(n) if n <= self.bytes => Ok(()),
-            _ => Err(Refused {
-                what: what.to_string(),
-                needed,
-                parts: parts
-                    .iter()
-                    .map(|(name, bytes)| (name.to_string(), *bytes))
-                    .collect(),
-                budget: *self,
-            }),
+            _ => Err(self.refusal(what, parts)),
+        }
+    }
+
+    /// The refusal of `what`, made of the named parts, against this budget:
+    /// for a caller that has already found that they do not fit.
+    pub fn refusal(&self, what: &str, parts: &[(&str, Option<u64>)]) -> Refused {
+        Refused {
+            what: what.to_string(),
+            needed: total(parts.iter().map(|(_, bytes)| *bytes)),
+            parts: parts
+                .iter()
+                .map(|(name, bytes)| (name.to_string(), *bytes))
+                .collect(),
+            budget: *self,
         }
     }
 }
@@ -203,6 +211,14 @@ pub fn try_vec<T>(what: impl FnOnce() -> String, len: usize) -> Result<Vec<T>, O
         limit: least(system_limits()),
     })?;
     Ok(v)
+}
+
+/// Ok when `bytes` more can be allocated now, else the refusal naming
+/// `what`: the bytes are reserved and given back at once, for an allocation
+/// that has no fallible form itself (a shared slice, `Arc<[u8]>`, made right
+/// after the probe, when the memory it was shown is free again).
+pub fn probe(what: impl FnOnce() -> String, bytes: usize) -> Result<(), OutOfMemory> {
+    try_vec::<u8>(what, bytes).map(drop)
 }
 
 /// The sum of byte counts, `None` past 64 bits (or when one is `None`).

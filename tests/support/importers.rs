@@ -28,7 +28,10 @@ fn options() -> Pt2Options {
         params_as_inputs: false,
         limits: Limits {
             max_members: 10_000,
-            max_total_bytes: MAX_ARCHIVE_BYTES,
+            budget: kiln::memory::Budget {
+                bytes: MAX_ARCHIVE_BYTES,
+                source: kiln::memory::Source::Default,
+            },
         },
     }
 }

@@ -111,7 +111,7 @@ impl GraphFile {
             &crate::graph::LoadOptions {
                 params_as_inputs: self.params_as_inputs,
                 archive: crate::graph::front::pt2::Limits {
-                    max_total_bytes: budget.bytes,
+                    budget: *budget,
                     ..Default::default()
                 },
             },

@@ -3,7 +3,7 @@
 //! node's dtype at the end. Must never reshape or alias storage (that is `views.rs`).
 
 use super::reduce::{matmul, matmul_raw, norm, reduce, softmax, var};
-use super::{map_n, Val};
+use super::{map_n, OpError, Val};
 use crate::graph::dtype::{result_type, OperandKind};
 use crate::graph::{BinaryOp, DType, GeluApprox, Op, Scalar, TensorMeta, UnaryOp};
 use crate::tensor::Tensor;
@@ -170,7 +170,7 @@ pub(crate) fn eval(
     args: &[Val],
     out: &TensorMeta,
     outs: &[TensorMeta],
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Tensor>, OpError> {
     let t = match op {
         Op::Unary(u) => map_n(args, out, |x| unary(*u, x[0]))?,
         Op::Gelu { approximate } => map_n(args, out, |x| gelu(*approximate, x[0]))?,
@@ -198,7 +198,7 @@ pub(crate) fn eval(
         } => {
             // The input cast to `dtype` first.
             let x = tensor(args, 0)?;
-            let cast = Tensor::new(x.shape.clone(), *d, x.to_vec());
+            let cast = Tensor::new(x.shape.clone(), *d, super::elements(x)?);
             softmax(&cast, *dim, *log, out)?
         }
         Op::Softmax { dim, log, .. } => softmax(tensor(args, 0)?, *dim, *log, out)?,
@@ -217,12 +217,7 @@ pub(crate) fn eval(
         Op::Mm | Op::Bmm | Op::Matmul => matmul(tensor(args, 0)?, tensor(args, 1)?, out, false)?,
         Op::Linear { bias } => linear(*bias, args, out)?,
         Op::Addmm { beta, alpha } => addmm(*beta, *alpha, args, out)?,
-        other => {
-            return Err(format!(
-                "the interpreter has no rule for `{}`",
-                other.name()
-            ))
-        }
+        other => return Err(format!("the interpreter has no rule for `{}`", other.name()).into()),
     };
     Ok(vec![t])
 }
@@ -245,7 +240,7 @@ fn binary_op(
     alpha: Option<Scalar>,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let compute = compute_dtype(args)?;
     let alpha = alpha.map_or(1.0, |a| a.to_f64());
     let int = !compute.is_float();
@@ -260,7 +255,7 @@ fn clamp(
     max: Option<Scalar>,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let (lo, hi) = (
         min.map(|s| out.dtype.round(s.to_f64())),
         max.map(|s| out.dtype.round(s.to_f64())),
@@ -286,7 +281,7 @@ fn layer_norm(
     native: bool,
     args: &[Val],
     outs: &[TensorMeta],
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Tensor>, OpError> {
     let w = if weight { Some(tensor(args, 1)?) } else { None };
     let b = if bias {
         Some(tensor(args, 1 + weight as usize)?)
@@ -309,7 +304,7 @@ fn rms_norm(
     weight: bool,
     args: &[Val],
     outs: &[TensorMeta],
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Tensor>, OpError> {
     let w = if weight { Some(tensor(args, 1)?) } else { None };
     let x = tensor(args, 0)?;
     let r = norm(x, normalized_shape.len(), eps, w, None, true, outs)?;
@@ -317,7 +312,7 @@ fn rms_norm(
 }
 
 /// `linear(x, w, bias?)`: `x` times `w` transposed, plus the bias.
-fn linear(bias: bool, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn linear(bias: bool, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     if !bias {
         return matmul(tensor(args, 0)?, tensor(args, 1)?, out, true);
     }
@@ -327,7 +322,7 @@ fn linear(bias: bool, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> 
 }
 
 /// `addmm(c, a, b) = beta * c + alpha * a @ b`, the product kept in float64.
-fn addmm(beta: Scalar, alpha: Scalar, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn addmm(beta: Scalar, alpha: Scalar, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     let p = matmul_raw(tensor(args, 1)?, tensor(args, 2)?, &out.shape, false)?;
     let p = Tensor {
         dtype: DType::Float64,

@@ -4,14 +4,14 @@
 //! PyTorch's definition), as the reference the decompositions are checked against.
 
 use super::model::tensor;
-use super::Val;
+use super::{collect, elements, filled, room, OpError, Val};
 use crate::graph::infer::layout::{pad_amounts, scatter_slice};
 use crate::graph::shape::{for_each_index, wrap_dim};
 use crate::graph::{Op, PadMode, TensorMeta};
 use crate::tensor::Tensor;
 
 /// Evaluates one of the layout ops; `None` when `op` is not one of them.
-pub(crate) fn eval(op: &Op, args: &[Val], out: &TensorMeta) -> Option<Result<Tensor, String>> {
+pub(crate) fn eval(op: &Op, args: &[Val], out: &TensorMeta) -> Option<Result<Tensor, OpError>> {
     Some(match op {
         Op::Pad { pads, mode, value } => pad(pads, *mode, *value, args, out),
         Op::Roll { shifts, dims } => roll(shifts, dims, args, out),
@@ -24,9 +24,7 @@ pub(crate) fn eval(op: &Op, args: &[Val], out: &TensorMeta) -> Option<Result<Ten
         } => slice_scatter(*dim, *start, *end, *step, *select, args, out),
         Op::Copy => copy(args, out),
         Op::Repeat { .. } => repeat(args, out),
-        Op::TypeAs => {
-            tensor(args, 0).map(|x| Tensor::new(out.shape.clone(), out.dtype, x.to_vec()))
-        }
+        Op::TypeAs => type_as(args, out),
         Op::AsStrided {
             size,
             stride,
@@ -64,13 +62,13 @@ fn pad(
     value: f64,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let mut before = vec![0i64; x.shape.len()];
     for (d, b, _) in pad_amounts(pads, x.shape.len()).map_err(|e| e.to_string())? {
         before[d] = b;
     }
-    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let mut vals = room(out.numel() as usize)?;
     let mut src = vec![0i64; x.shape.len()];
     for_each_index(&out.shape, |idx| {
         let inside = idx.iter().enumerate().all(|(d, &i)| {
@@ -87,15 +85,16 @@ fn pad(
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
-    let xv = x.to_vec();
     if dims.is_empty() {
+        let xv = elements(x)?;
         let n = xv.len() as i64;
         let s = shifts.first().copied().unwrap_or(0).rem_euclid(n.max(1));
-        let vals = (0..n)
-            .map(|i| xv[(i - s).rem_euclid(n.max(1)) as usize])
-            .collect();
+        let vals = collect(
+            xv.len(),
+            (0..n).map(|i| xv[(i - s).rem_euclid(n.max(1)) as usize]),
+        )?;
         return Ok(Tensor::new(out.shape.clone(), out.dtype, vals));
     }
     let rank = x.shape.len();
@@ -104,7 +103,7 @@ fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &TensorMeta) -> Result<
         let d = wrap_dim(d, rank).map_err(|e| e.to_string())?;
         shift[d] = (shift[d] + s.rem_euclid(x.shape[d].max(1))).rem_euclid(x.shape[d].max(1));
     }
-    let mut vals = Vec::with_capacity(xv.len());
+    let mut vals = room(out.numel() as usize)?;
     let mut src = vec![0i64; rank];
     for_each_index(&out.shape, |idx| {
         for d in 0..rank {
@@ -123,11 +122,11 @@ fn slice_scatter(
     select: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let (x, src) = (tensor(args, 0)?, tensor(args, 1)?);
     let (d, lo, len, _) =
         scatter_slice(&x.shape, dim, start, end, step, select).map_err(|e| e.to_string())?;
-    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let mut vals = room(out.numel() as usize)?;
     let mut at = Vec::with_capacity(x.shape.len());
     for_each_index(&out.shape, |idx| {
         let i = idx[d] - lo;
@@ -147,13 +146,13 @@ fn slice_scatter(
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn copy(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn copy(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     let n = out.numel() as usize;
     match args.get(1) {
         Some(Val::Scalar(s)) => Ok(Tensor::new(
             out.shape.clone(),
             out.dtype,
-            vec![s.to_f64(); n],
+            filled(n, s.to_f64())?,
         )),
         Some(Val::Tensor(src)) => {
             let b = src.view(
@@ -161,16 +160,16 @@ fn copy(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
                 src.broadcast_strides(&out.shape),
                 src.offset,
             );
-            Ok(Tensor::new(out.shape.clone(), out.dtype, b.to_vec()))
+            Ok(Tensor::new(out.shape.clone(), out.dtype, elements(&b)?))
         }
         None => Err("copy needs a source".into()),
     }
 }
 
-fn repeat(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn repeat(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let lead = out.shape.len() - x.shape.len();
-    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let mut vals = room(out.numel() as usize)?;
     let mut src = vec![0i64; x.shape.len()];
     for_each_index(&out.shape, |idx| {
         for (d, s) in src.iter_mut().enumerate() {
@@ -181,15 +180,20 @@ fn repeat(args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
+fn type_as(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+    let x = tensor(args, 0)?;
+    Ok(Tensor::new(out.shape.clone(), out.dtype, elements(x)?))
+}
+
 fn as_strided(
     size: &[i64],
     stride: &[i64],
     offset: i64,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
-    let xv = tensor(args, 0)?.to_vec();
-    let mut vals = Vec::with_capacity(out.numel() as usize);
+) -> Result<Tensor, OpError> {
+    let xv = elements(tensor(args, 0)?)?;
+    let mut vals = room(out.numel() as usize)?;
     let mut bad = None;
     for_each_index(size, |idx| {
         let p = offset + idx.iter().zip(stride).map(|(i, s)| i * s).sum::<i64>();
@@ -205,7 +209,8 @@ fn as_strided(
         return Err(format!(
             "as_strided reads element {p} of a tensor of {} elements",
             xv.len()
-        ));
+        )
+        .into());
     }
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }

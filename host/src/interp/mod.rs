@@ -5,6 +5,10 @@
 //!
 //! It must never panic on a validated graph, and never depend on passes: it evaluates
 //! composites directly, which is what lets tests check the decompositions against it.
+//! Kernels allocate their results and intermediates through [`room`] and [`filled`]
+//! (and copy operands through [`elements`] and [`dense`]), so an allocation beyond what
+//! the process has, which the up-front [`memory_needed`] may not have foreseen, is a
+//! refusal ([`OpError::OutOfMemory`]) and never an abort.
 
 pub(crate) mod kernels;
 pub(crate) mod layout;
@@ -57,6 +61,65 @@ pub enum Error {
         /// why
         message: String,
     },
+}
+
+/// Why one op could not be evaluated: something about its operands, or
+/// storage for its results or intermediates that the process could not
+/// allocate (beyond what [`memory_needed`] counted).
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// An operand or argument the op cannot take.
+    #[error("{0}")]
+    Invalid(String),
+    /// An allocation failed.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::memory::OutOfMemory),
+}
+
+impl From<String> for OpError {
+    fn from(message: String) -> OpError {
+        OpError::Invalid(message)
+    }
+}
+
+impl From<&str> for OpError {
+    fn from(message: &str) -> OpError {
+        OpError::Invalid(message.into())
+    }
+}
+
+/// Empty storage with room for `len` elements, or the refusal (never an
+/// abort): every kernel's results and intermediates are allocated here.
+pub(crate) fn room(len: usize) -> Result<Vec<f64>, crate::memory::OutOfMemory> {
+    crate::memory::try_vec(|| format!("an intermediate of {len} elements"), len)
+}
+
+/// Storage of `len` elements, each `value`, or the refusal.
+pub(crate) fn filled(len: usize, value: f64) -> Result<Vec<f64>, crate::memory::OutOfMemory> {
+    let mut v = room(len)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// The elements `values` yields (`len` of them at most), in fallibly
+/// allocated storage.
+pub(crate) fn collect(
+    len: usize,
+    values: impl Iterator<Item = f64>,
+) -> Result<Vec<f64>, crate::memory::OutOfMemory> {
+    let mut v = room(len)?;
+    v.extend(values.take(len));
+    Ok(v)
+}
+
+/// `t`'s elements in row-major order, copied into fallibly allocated storage.
+pub(crate) fn elements(t: &Tensor) -> Result<Vec<f64>, crate::memory::OutOfMemory> {
+    t.try_to_vec(|| format!("a copy of {} elements", t.numel()))
+}
+
+/// `t` made contiguous (itself when it is), the copy allocated fallibly.
+pub(crate) fn dense(t: &Tensor) -> Result<Tensor, crate::memory::OutOfMemory> {
+    t.try_contiguous(|| format!("a copy of {} elements", t.numel()))
 }
 
 /// Where an evaluation stands, for a progress display: called before each
@@ -129,7 +192,10 @@ pub fn evaluate_with(
                     .outputs
                     .first()
                     .ok_or_else(|| fail("no metadata".into()))?;
-                vec![constant(m, data)]
+                vec![constant(m, data).map_err(|mut refused| {
+                    refused.what = format!("constant `{}` ({})", node.name, refused.what);
+                    refused
+                })?]
             }
             op => {
                 if !crate::graph::views::describes(op) {
@@ -152,7 +218,13 @@ pub fn evaluate_with(
                         ),
                     });
                 }
-                eval_op(op, &args, &node.outputs).map_err(fail)?
+                eval_op(op, &args, &node.outputs).map_err(|e| match e {
+                    OpError::Invalid(message) => fail(message),
+                    OpError::OutOfMemory(mut refused) => {
+                        refused.what = format!("node `{}` ({})", node.name, refused.what);
+                        Error::OutOfMemory(refused)
+                    }
+                })?
             }
         };
         env[id.index()] = Some(outs);
@@ -319,10 +391,11 @@ fn at(g: &Graph, n: NodeId) -> crate::graph::At {
     }
 }
 
-/// The tensor a constant node holds.
-pub fn constant(m: &TensorMeta, data: &ConstData) -> Tensor {
+/// The tensor a constant node holds, or the refusal when the process cannot
+/// allocate its float64 values.
+pub fn constant(m: &TensorMeta, data: &ConstData) -> Result<Tensor, crate::memory::OutOfMemory> {
     let n = m.numel().max(0) as usize;
-    match data {
+    Ok(match data {
         // A fill is one stored element read through zero strides.
         ConstData::Fill(x) => Tensor {
             dtype: m.dtype,
@@ -332,16 +405,21 @@ pub fn constant(m: &TensorMeta, data: &ConstData) -> Tensor {
             data: std::sync::Arc::new(vec![m.dtype.round(*x)]),
         },
         ConstData::Bytes { dtype, bytes } => {
-            let mut values = dtype.decode_le(bytes);
+            // Decoded a chunk at a time into storage allocated once.
+            let mut values = room(n)?;
+            for part in bytes.chunks(CHUNK * dtype.size_bytes()) {
+                let left = n - values.len();
+                values.extend(dtype.decode_le(part).into_iter().take(left));
+            }
             values.resize(n, 0.0);
             Tensor::new(m.shape.clone(), m.dtype, values)
         }
         ConstData::Values(_) => Tensor::new(
             m.shape.clone(),
             m.dtype,
-            (0..n).map(|i| data.get(i)).collect(),
+            collect(n, (0..n).map(|i| data.get(i)))?,
         ),
-    }
+    })
 }
 
 /// An evaluated operand.
@@ -354,7 +432,7 @@ pub enum Val<'a> {
 }
 
 /// Evaluates one op on evaluated operands; `outs` is the node's output metadata.
-pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>, String> {
+pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>, OpError> {
     let out = outs.first().ok_or("node has no output metadata")?;
     if let Some(r) = views::eval_view(op, args, outs)? {
         return Ok(r);
@@ -375,7 +453,7 @@ pub(crate) fn map_n(
     args: &[Val],
     out: &TensorMeta,
     f: impl Fn(&[f64]) -> f64 + Sync,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let tensors: Vec<(usize, &Tensor)> = args
         .iter()
         .enumerate()
@@ -391,32 +469,32 @@ pub(crate) fn map_n(
         )
     };
     Ok(match tensors.len() {
-        0 => map_k::<0>(args, [], out, &f),
+        0 => map_k::<0>(args, [], out, &f)?,
         1 => map_k::<1>(
             args,
             tensors.clone().try_into().map_err(|_| too_many())?,
             out,
             &f,
-        ),
+        )?,
         2 => map_k::<2>(
             args,
             tensors.clone().try_into().map_err(|_| too_many())?,
             out,
             &f,
-        ),
+        )?,
         3 => map_k::<3>(
             args,
             tensors.clone().try_into().map_err(|_| too_many())?,
             out,
             &f,
-        ),
+        )?,
         4 => map_k::<4>(
             args,
             tensors.clone().try_into().map_err(|_| too_many())?,
             out,
             &f,
-        ),
-        _ => return Err(too_many()),
+        )?,
+        _ => return Err(too_many().into()),
     })
 }
 
@@ -426,7 +504,7 @@ fn map_k<const K: usize>(
     tensors: [(usize, &Tensor); K],
     out: &TensorMeta,
     f: &(impl Fn(&[f64]) -> f64 + Sync),
-) -> Tensor {
+) -> Result<Tensor, crate::memory::OutOfMemory> {
     let strides = tensors.map(|(_, t)| t.broadcast_strides(&out.shape));
     let operands = std::array::from_fn(|k| (strides[k].as_slice(), tensors[k].1.offset));
     let walk = Walk::<K>::new(&out.shape, operands);
@@ -441,7 +519,7 @@ fn map_k<const K: usize>(
     let data = tensors.map(|(_, t)| t.data.as_slice());
     let slots = tensors.map(|(slot, _)| slot);
     let dtype = out.dtype;
-    let mut vals = vec![0.0; walk.len()];
+    let mut vals = filled(walk.len(), 0.0)?;
     vals.par_chunks_mut(CHUNK)
         .enumerate()
         .for_each(|(c, chunk)| {
@@ -454,7 +532,7 @@ fn map_k<const K: usize>(
                 chunk[j - first] = dtype.round(f(&xs));
             });
         });
-    Tensor::from_rounded(out.shape.clone(), dtype, vals)
+    Ok(Tensor::from_rounded(out.shape.clone(), dtype, vals))
 }
 
 #[cfg(test)]
@@ -516,6 +594,56 @@ mod tests {
         ]
         .concat();
         assert_eq!(memory_needed(&graph(&out_view, "\"v\"")), Some(2 * VALUE));
+    }
+
+    #[test]
+    fn an_intermediate_the_process_cannot_allocate_is_a_refusal_naming_the_node() {
+        // A small input broadcast to 2^48 elements: 2 PiB of float64, beyond
+        // any address space, so the kernel's allocation fails wherever it runs.
+        let text = "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"y\"]\n\n\
+                    [[inputs]]\nname = \"x\"\nshape = [1, 1]\ndtype = \"float32\"\n\n\
+                    [[nodes]]\nname = \"big\"\nop = \"expand\"\n\
+                    args = [\"x\", [16777216, 16777216]]\n\n\
+                    [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"big\", 1.0]\n";
+        let g = crate::graph::parse_toml(text).expect("graph");
+        let x = Tensor::new(vec![1, 1], crate::graph::DType::Float32, vec![2.0]);
+        match evaluate(&g, &[x]) {
+            Err(Error::OutOfMemory(refused)) => {
+                assert_eq!(refused.bytes, 1 << 51);
+                let text = refused.to_string();
+                assert!(
+                    text.starts_with(
+                        "node `y` (an intermediate of 281474976710656 elements) needs 2048.0 TiB"
+                    ),
+                    "{text}"
+                );
+                assert!(text.contains("could not allocate"), "{text}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // A constant's values are allocated the same way.
+        let huge = TensorMeta::contiguous(vec![1 << 24, 1 << 24], crate::graph::DType::Float32);
+        let values = ConstData::Values(vec![1.0].into());
+        let refused = constant(&huge, &values).expect_err("2 PiB");
+        assert_eq!(refused.bytes, 1 << 51);
+        let small = TensorMeta::contiguous(vec![2], crate::graph::DType::Float32);
+        let bytes = ConstData::Bytes {
+            dtype: crate::graph::DType::Float32,
+            bytes: [1.5f32, -2.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        };
+        assert_eq!(
+            constant(&small, &bytes).expect("two").to_vec(),
+            vec![1.5, -2.0]
+        );
+        assert!(matches!(room(3), Ok(v) if v.capacity() == 3));
+        assert_eq!(filled(2, 1.5).expect("two"), vec![1.5, 1.5]);
+        assert_eq!(
+            collect(2, [1.0, 2.0, 3.0].into_iter()).expect("two"),
+            vec![1.0, 2.0]
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! reference the decompositions and generated code are checked against; out-of-range
 //! indices are errors naming the offending value, never a read outside a tensor.
 
-use super::Val;
+use super::{collect, elements, filled, room, OpError, Val};
 use crate::graph::infer::model::{arange_dtype, index_plan, pool_out};
 use crate::graph::shape::{contiguous_strides, wrap_dim};
 use crate::graph::{DType, Op, Scalar, TensorMeta};
@@ -67,7 +67,7 @@ pub(crate) fn eval(
     op: &Op,
     args: &[Val],
     outs: &[TensorMeta],
-) -> Option<Result<Vec<Tensor>, String>> {
+) -> Option<Result<Vec<Tensor>, OpError>> {
     let out = outs.first()?;
     let r = match op {
         Op::Arange {
@@ -75,15 +75,10 @@ pub(crate) fn eval(
             end,
             step,
             dtype,
-        } => Ok(vec![arange(*start, *end, *step, *dtype, out)]),
-        Op::Full { value, .. } => {
-            let n = out.numel() as usize;
-            Ok(vec![Tensor::new(
-                out.shape.clone(),
-                out.dtype,
-                vec![value.to_f64(); n],
-            )])
-        }
+        } => arange(*start, *end, *step, *dtype, out).map(|t| vec![t]),
+        Op::Full { value, .. } => filled(out.numel() as usize, value.to_f64())
+            .map(|values| vec![Tensor::new(out.shape.clone(), out.dtype, values)])
+            .map_err(OpError::from),
         Op::Index {
             indexed,
             nonnegative,
@@ -185,13 +180,13 @@ fn arange(
     step: Scalar,
     dtype: Option<DType>,
     out: &TensorMeta,
-) -> Tensor {
+) -> Result<Tensor, OpError> {
     let n = out.numel() as usize;
     let d = arange_dtype(start, end, step, dtype);
     let (a, s) = (start.to_f64(), step.to_f64());
     // PyTorch computes integer aranges exactly and float ones as start + i * step.
-    let values = (0..n).map(|i| a + i as f64 * s).collect();
-    Tensor::new(out.shape.clone(), d, values)
+    let values = collect(n, (0..n).map(|i| a + i as f64 * s))?;
+    Ok(Tensor::new(out.shape.clone(), d, values))
 }
 
 /// `index.Tensor`, and `embedding` where `nonnegative` (a negative index is then out
@@ -201,18 +196,21 @@ fn index(
     nonnegative: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let ixs: Vec<&Tensor> = (1..args.len())
         .map(|i| tensor(args, i))
         .collect::<Result<_, _>>()?;
     let shapes: Vec<&[i64]> = ixs.iter().map(|t| t.shape.as_slice()).collect();
     let plan = index_plan(&x.shape, indexed, &shapes).map_err(|e| e.to_string())?;
-    let xv = x.to_vec();
-    let ivs: Vec<Vec<f64>> = ixs.iter().map(|t| t.to_vec()).collect();
+    let xv = elements(x)?;
+    let ivs = ixs
+        .iter()
+        .map(|t| elements(t))
+        .collect::<Result<Vec<_>, _>>()?;
     let xs = contiguous_strides(&x.shape);
     let n = out.numel() as usize;
-    let mut vals = Vec::with_capacity(n);
+    let mut vals = room(n)?;
     let mut oi = vec![0i64; out.shape.len()];
     let k = plan.index_shape.len();
     for p in 0..n {
@@ -239,15 +237,15 @@ fn index(
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn gather(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn gather(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     let (x, ix) = (tensor(args, 0)?, tensor(args, 1)?);
     let rank = x.shape.len();
     let d = wrap_dim(dim, rank.max(1)).map_err(|e| e.to_string())?;
-    let xv = x.to_vec();
-    let iv = ix.to_vec();
+    let xv = elements(x)?;
+    let iv = elements(ix)?;
     let xs = contiguous_strides(&x.shape);
     let mut oi = vec![0i64; out.shape.len()];
-    let mut vals = Vec::with_capacity(iv.len());
+    let mut vals = room(iv.len())?;
     for (p, &v) in iv.iter().enumerate() {
         unravel(p as i64, &out.shape, &mut oi);
         if rank == 0 {
@@ -276,9 +274,10 @@ fn around(shape: &[i64], d: usize) -> (usize, usize, usize) {
     (outer as usize, shape[d] as usize, inner as usize)
 }
 
-fn cumsum(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, String> {
+fn cumsum(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
-    let mut vals: Vec<f64> = x.to_vec().into_iter().map(|v| out.dtype.round(v)).collect();
+    let mut vals = elements(x)?;
+    vals.iter_mut().for_each(|v| *v = out.dtype.round(*v));
     if !x.shape.is_empty() {
         let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
         let (outer, n, inner) = around(&x.shape, d);
@@ -303,7 +302,7 @@ fn diff(
     append: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
     let mut parts = vec![];
@@ -322,10 +321,13 @@ fn diff(
     let mut shape = x.shape.clone();
     shape[d] = parts.iter().map(|t| t.shape[d]).sum();
     let (outer, _, inner) = around(&shape, d);
-    let mut vals = vec![];
+    let values = parts
+        .iter()
+        .map(|t| elements(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut vals = room(outer * shape[d] as usize * inner)?;
     for o in 0..outer {
-        for t in &parts {
-            let v = t.to_vec();
+        for (t, v) in parts.iter().zip(&values) {
             let len = t.shape[d] as usize * inner;
             vals.extend_from_slice(&v[o * len..(o + 1) * len]);
         }
@@ -336,7 +338,7 @@ fn diff(
             break;
         }
         let (outer, size, inner) = around(&shape, d);
-        let mut next = Vec::with_capacity(outer * (size - 1) * inner);
+        let mut next = room(outer * (size - 1) * inner)?;
         for o in 0..outer {
             for s in 1..size {
                 for i in 0..inner {
@@ -365,7 +367,7 @@ fn attention(
     gqa: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let (q, k, v) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
     let m = if mask { Some(tensor(args, 3)?) } else { None };
     let (qr, kr) = (q.shape.len(), k.shape.len());
@@ -374,8 +376,8 @@ fn attention(
     let ev = v.shape[v.shape.len() - 1];
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
     let batch: Vec<i64> = out.shape[..out.shape.len() - 2].to_vec();
-    let (qv, kv, vv) = (q.to_vec(), k.to_vec(), v.to_vec());
-    let mv = m.map(|t| t.to_vec());
+    let (qv, kv, vv) = (elements(q)?, elements(k)?, elements(v)?);
+    let mv = m.map(elements).transpose()?;
     // With GQA, key/value head h serves query heads h*G .. (h+1)*G.
     let heads_dim = batch.len().checked_sub(1);
     let group = match (gqa, heads_dim) {
@@ -383,9 +385,9 @@ fn attention(
         _ => 1,
     };
     let nb: i64 = batch.iter().product();
-    let mut vals = vec![0.0; out.numel() as usize];
+    let mut vals = filled(out.numel() as usize, 0.0)?;
     let mut bi = vec![0i64; batch.len()];
-    let mut scores = vec![0.0f64; s as usize];
+    let mut scores = filled(s as usize, 0.0)?;
     for b in 0..nb {
         unravel(b, &batch, &mut bi);
         let qb = broadcast_at(&q.shape[..qr - 2], &bi);
@@ -445,15 +447,15 @@ fn conv(
     bias: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let (x, w) = (tensor(args, 0)?, tensor(args, 1)?);
     let bv = if bias {
-        Some(tensor(args, 2)?.to_vec())
+        Some(elements(tensor(args, 2)?)?)
     } else {
         None
     };
     let sp = w.shape.len() - 2;
-    let (xv, wv) = (x.to_vec(), w.to_vec());
+    let (xv, wv) = (elements(x)?, elements(w)?);
     let (n, c, o) = (x.shape[0], x.shape[1], w.shape[0]);
     let cg = c / groups;
     let og = o / groups;
@@ -463,7 +465,7 @@ fn conv(
     let in_n: i64 = in_sp.iter().product();
     let k_n: i64 = k_sp.iter().product();
     let out_n: i64 = out_sp.iter().product();
-    let mut vals = vec![0.0; out.numel() as usize];
+    let mut vals = filled(out.numel() as usize, 0.0)?;
     let (mut oi, mut ki, mut ii) = (vec![0i64; sp], vec![0i64; sp], vec![0i64; sp]);
     for b in 0..n {
         for oc in 0..o {
@@ -505,25 +507,25 @@ fn batch_norm(
     bias: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let mut k = 1;
     let w = if weight {
         k += 1;
-        Some(tensor(args, k - 1)?.to_vec())
+        Some(elements(tensor(args, k - 1)?)?)
     } else {
         None
     };
     let b = if bias {
         k += 1;
-        Some(tensor(args, k - 1)?.to_vec())
+        Some(elements(tensor(args, k - 1)?)?)
     } else {
         None
     };
-    let (mean, var) = (tensor(args, k)?.to_vec(), tensor(args, k + 1)?.to_vec());
+    let (mean, var) = (elements(tensor(args, k)?)?, elements(tensor(args, k + 1)?)?);
     let c = x.shape[1] as usize;
     let inner: i64 = x.shape[2..].iter().product();
-    let mut vals = x.to_vec();
+    let mut vals = elements(x)?;
     for (p, v) in vals.iter_mut().enumerate() {
         let ch = (p / inner.max(1) as usize) % c;
         let mut y = (*v - mean[ch]) / (var[ch] + eps).sqrt();
@@ -547,7 +549,7 @@ fn max_pool(
     ceil: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<(Tensor, Tensor), String> {
+) -> Result<(Tensor, Tensor), OpError> {
     let x = tensor(args, 0)?;
     let r = x.shape.len();
     let (h, w) = (x.shape[r - 2], x.shape[r - 1]);
@@ -557,9 +559,9 @@ fn max_pool(
         pool_out(h, kernel[0], stride[0], padding[0], dilation[0], ceil)
     );
     let planes: i64 = x.shape[..r - 2].iter().product();
-    let xv = x.to_vec();
-    let mut vals = Vec::with_capacity(out.numel() as usize);
-    let mut idxs = Vec::with_capacity(out.numel() as usize);
+    let xv = elements(x)?;
+    let mut vals = room(out.numel() as usize)?;
+    let mut idxs = room(out.numel() as usize)?;
     for pl in 0..planes {
         for i in 0..oh {
             for j in 0..ow {
@@ -607,15 +609,15 @@ fn group_norm(
     bias: bool,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<(Tensor, Vec<f64>, Vec<f64>), String> {
+) -> Result<(Tensor, Vec<f64>, Vec<f64>), OpError> {
     let x = tensor(args, 0)?;
     let w = if weight {
-        Some(tensor(args, 1)?.to_vec())
+        Some(elements(tensor(args, 1)?)?)
     } else {
         None
     };
     let b = if bias {
-        Some(tensor(args, 1 + weight as usize)?.to_vec())
+        Some(elements(tensor(args, 1 + weight as usize)?)?)
     } else {
         None
     };
@@ -623,7 +625,7 @@ fn group_norm(
     let c = x.shape[1];
     let inner: i64 = x.shape[2..].iter().product();
     let per = (c / groups) * inner;
-    let mut vals = x.to_vec();
+    let mut vals = elements(x)?;
     let (mut means, mut rstds) = (vec![], vec![]);
     for s in 0..n {
         for gi in 0..groups {
@@ -664,18 +666,18 @@ fn planes_hw(shape: &[i64], spatial: usize) -> (i64, i64, i64) {
     }
 }
 
-fn adaptive_avg_pool(args: &[Val], out: &TensorMeta, spatial: usize) -> Result<Tensor, String> {
+fn adaptive_avg_pool(args: &[Val], out: &TensorMeta, spatial: usize) -> Result<Tensor, OpError> {
     // Separable: the mean over a box of windows is the mean along each spatial dim in
     // turn, each over its own window.
     let x = tensor(args, 0)?;
     let mut shape = x.shape.clone();
-    let mut vals = x.to_vec();
+    let mut vals = elements(x)?;
     let r = shape.len();
     for d in r - spatial..r {
         let (size, want) = (shape[d], out.shape[d]);
         let inner: i64 = shape[d + 1..].iter().product();
         let outer: i64 = shape[..d].iter().product();
-        let mut next = Vec::with_capacity((outer * want * inner).max(0) as usize);
+        let mut next = room((outer * want * inner).max(0) as usize)?;
         for o in 0..outer {
             for i in 0..want {
                 let (a, b) = adaptive_window(i, want, size);
@@ -718,15 +720,15 @@ fn avg_pool(
     divisor_override: Option<i64>,
     args: &[Val],
     out: &TensorMeta,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let k = kernel.len();
     let (planes, h, w) = planes_hw(&x.shape, k);
     let (_, oh, ow) = planes_hw(&out.shape, k);
     let two = |v: &[i64], fill: i64| if k == 1 { [fill, v[0]] } else { [v[0], v[1]] };
     let (kernel, stride, padding) = (two(kernel, 1), two(stride, 1), two(padding, 0));
-    let xv = x.to_vec();
-    let mut vals = Vec::with_capacity(out.numel() as usize);
+    let xv = elements(x)?;
+    let mut vals = room(out.numel() as usize)?;
     for pl in 0..planes {
         for i in 0..oh {
             let (y0, y1, dy) = avg_pool_divisor(

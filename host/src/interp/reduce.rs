@@ -5,6 +5,7 @@
 //! for one output never depends on the number of threads, so results are the
 //! same on every machine.
 
+use super::{dense, elements, filled, OpError};
 use crate::graph::infer::matmul_shape;
 use crate::graph::shape::{contiguous_strides, wrap_dim, wrap_dim_set};
 use crate::graph::{DType, ReduceOp, TensorMeta};
@@ -69,10 +70,14 @@ impl<'a> Folding<'a> {
 
     /// `acc[j] = step(acc[j], element, j)` over every folded element of every
     /// output `j`, from `init`; one value per output.
-    fn fold(&self, init: f64, step: impl Fn(f64, f64, usize) -> f64 + Sync) -> Vec<f64> {
+    fn fold(
+        &self,
+        init: f64,
+        step: impl Fn(f64, f64, usize) -> f64 + Sync,
+    ) -> Result<Vec<f64>, crate::memory::OutOfMemory> {
         let data = self.x.data.as_slice();
         let read = |p: isize| data.get(p as usize).copied().unwrap_or(f64::NAN);
-        let mut acc = vec![init; self.kept.len()];
+        let mut acc = filled(self.kept.len(), init)?;
         let per_task = (CHUNK / self.count().max(1)).clamp(1, MAX_OUTPUTS_PER_TASK);
         acc.par_chunks_mut(per_task)
             .enumerate()
@@ -95,7 +100,7 @@ impl<'a> Folding<'a> {
                     });
                 }
             });
-        acc
+        Ok(acc)
     }
 }
 
@@ -115,7 +120,7 @@ fn reduce_raw(
     dims: Option<&[i64]>,
     op: ReduceOp,
     cast: Option<DType>,
-) -> Result<Vec<f64>, String> {
+) -> Result<Vec<f64>, OpError> {
     let ds = wrap_dim_set(dims, x.shape.len()).map_err(|e| e.to_string())?;
     let folding = Folding::new(x, &ds);
     let cast = cast.unwrap_or(DType::Float64);
@@ -127,7 +132,7 @@ fn reduce_raw(
         ReduceOp::Amin => folding.fold(f64::INFINITY, |a, v, _| nan_or(a, cast.round(v), f64::min)),
         ReduceOp::Any => folding.fold(0.0, |a, v, _| f64::max(a, f64::from(u8::from(v != 0.0)))),
         ReduceOp::All => folding.fold(1.0, |a, v, _| f64::min(a, f64::from(u8::from(v != 0.0)))),
-    };
+    }?;
     if op == ReduceOp::Mean {
         let n = folding.count() as f64;
         acc.par_iter_mut().for_each(|a| *a /= n);
@@ -143,7 +148,7 @@ pub(crate) fn reduce(
     out: &TensorMeta,
     op: ReduceOp,
     cast: Option<DType>,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let acc = reduce_raw(x, dims, op, cast)?;
     Ok(Tensor::new(out.shape.clone(), out.dtype, acc))
 }
@@ -154,7 +159,7 @@ pub(crate) fn var(
     dims: Option<&[i64]>,
     out: &TensorMeta,
     correction: f64,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let mean = reduce_raw(x, dims, ReduceOp::Mean, None)?;
     let ds = wrap_dim_set(dims, x.shape.len()).map_err(|e| e.to_string())?;
     let folding = Folding::new(x, &ds);
@@ -162,13 +167,18 @@ pub(crate) fn var(
     let mut acc = folding.fold(0.0, |a, v, j| {
         let d = v - mean[j];
         a + d * d
-    });
+    })?;
     acc.par_iter_mut().for_each(|a| *a /= divisor);
     Ok(Tensor::new(out.shape.clone(), out.dtype, acc))
 }
 
 /// `softmax` / `log_softmax` along `dim`, computed stably (max subtracted).
-pub(crate) fn softmax(x: &Tensor, dim: i64, log: bool, out: &TensorMeta) -> Result<Tensor, String> {
+pub(crate) fn softmax(
+    x: &Tensor,
+    dim: i64,
+    log: bool,
+    out: &TensorMeta,
+) -> Result<Tensor, OpError> {
     if x.shape.is_empty() {
         let v = x
             .data
@@ -194,7 +204,7 @@ pub(crate) fn softmax(x: &Tensor, dim: i64, log: bool, out: &TensorMeta) -> Resu
     let mut rows_strides = x.strides.clone();
     rows_strides.remove(d);
     let rows = Walk::<1>::new(&rows_shape, [(&rows_strides, x.offset)]);
-    let mut o = vec![0.0; rows.len() * n];
+    let mut o = filled(rows.len() * n, 0.0)?;
     if !o.is_empty() {
         let data = x.data.as_slice();
         let read = |p: isize| data.get(p as usize).copied().unwrap_or(f64::NAN);
@@ -243,9 +253,9 @@ pub(crate) fn norm(
     b: Option<&Tensor>,
     rms: bool,
     outs: &[TensorMeta],
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Tensor>, OpError> {
     let out = outs.first().ok_or("no output metadata")?;
-    let x = x.contiguous();
+    let x = dense(x)?;
     let v = x.data.as_slice();
     let split = x.shape.len().saturating_sub(k);
     let size = |dims: &[i64]| dims.iter().map(|&s| s.max(0) as usize).product::<usize>();
@@ -257,12 +267,12 @@ pub(crate) fn norm(
         DType::Float64 => f64::EPSILON,
         _ => f32::EPSILON as f64,
     });
-    let wv = w.map(|t| t.to_vec());
-    let bv = b.map(|t| t.to_vec());
-    let mut o = vec![0.0; rows * m];
+    let wv = w.map(elements).transpose()?;
+    let bv = b.map(elements).transpose()?;
+    let mut o = filled(rows * m, 0.0)?;
     // Rows of nothing (m = 0): mean 0 and rstd NaN, as PyTorch's CUDA kernel gives
     // (its moments start from 0, and the variance is 0 / 0).
-    let (mut means, mut rstds) = (vec![0.0; rows], vec![f64::NAN; rows]);
+    let (mut means, mut rstds) = (filled(rows, 0.0)?, filled(rows, f64::NAN)?);
     if m > 0 {
         o.par_chunks_mut(m)
             .zip(v.par_chunks(m))
@@ -319,7 +329,7 @@ pub(crate) fn matmul_raw(
     b: &Tensor,
     out_shape: &[i64],
     transpose_b: bool,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let b = if transpose_b {
         if b.shape.len() != 2 {
             return Err("linear weight must be 2-D".into());
@@ -364,7 +374,8 @@ pub(crate) fn matmul_raw(
             return Err(format!(
                 "matmul operand {:?} (strides {:?}, offset {}) reaches outside its storage",
                 t.shape, t.strides, t.offset
-            ));
+            )
+            .into());
         }
     }
     let (n, kk, m) = (n.max(0) as usize, kk.max(0) as usize, m.max(0) as usize);
@@ -372,7 +383,7 @@ pub(crate) fn matmul_raw(
     let mut starts = vec![];
     Walk::<2>::new(&batch, [(&sa[..nb], a2.offset), (&sb[..nb], b2.offset)])
         .run(0..usize::MAX, |_, [pa, pb]| starts.push((pa, pb)));
-    let mut vals = vec![0.0; starts.len() * n * m];
+    let mut vals = filled(starts.len() * n * m, 0.0)?;
     if n * m > 0 && kk > 0 {
         // Enough row blocks that every core has several, none under 16 rows.
         let tasks = 4 * rayon::current_num_threads();
@@ -427,7 +438,7 @@ pub(crate) fn matmul(
     b: &Tensor,
     out: &TensorMeta,
     transpose_b: bool,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let p = matmul_raw(a, b, &out.shape, transpose_b)?;
     let values = std::sync::Arc::try_unwrap(p.data).unwrap_or_else(|shared| (*shared).clone());
     Ok(Tensor::new(out.shape.clone(), out.dtype, values))
@@ -663,7 +674,9 @@ mod tests {
     fn a_product_whose_operand_reaches_outside_its_storage_is_an_error_not_a_read() {
         let a = values(&[2, 3], 1);
         let lying = a.view(vec![4, 3], vec![3, 1], 0);
-        let err = matmul_raw(&lying, &values(&[3, 2], 2), &[4, 2], false).unwrap_err();
+        let err = matmul_raw(&lying, &values(&[3, 2], 2), &[4, 2], false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("reaches outside its storage"), "{err}");
     }
 

@@ -3,7 +3,7 @@
 //! copies for `contiguous`, `clone`, `cat` and reshapes no strides can express. Must
 //! never compute element values.
 
-use super::Val;
+use super::{dense, elements, room, OpError, Val};
 use crate::graph::shape::wrap_dim;
 use crate::graph::views::{self, ViewMap};
 use crate::graph::{Op, TensorMeta};
@@ -21,7 +21,7 @@ pub(crate) fn eval_view(
     op: &Op,
     args: &[Val],
     outs: &[TensorMeta],
-) -> Result<Option<Vec<Tensor>>, String> {
+) -> Result<Option<Vec<Tensor>>, OpError> {
     let out = outs.first().ok_or("no output metadata")?;
     let r = match op {
         Op::Cat { dim } => {
@@ -34,8 +34,11 @@ pub(crate) fn eval_view(
                 .collect();
             let d = wrap_dim(*dim, out.shape.len()).map_err(|e| e.to_string())?;
             let outer: i64 = out.shape[..d].iter().product();
-            let mut vals = Vec::with_capacity(out.numel() as usize);
-            let parts: Vec<Vec<f64>> = ts.iter().map(|t| t.to_vec()).collect();
+            let mut vals = room(out.numel() as usize)?;
+            let parts = ts
+                .iter()
+                .map(|t| elements(t))
+                .collect::<Result<Vec<_>, _>>()?;
             for o in 0..outer {
                 for (t, p) in ts.iter().zip(&parts) {
                     // Each part's rows of the concatenated dim, for this outer index.
@@ -46,16 +49,16 @@ pub(crate) fn eval_view(
             }
             vec![Tensor::new(out.shape.clone(), out.dtype, vals)]
         }
-        op if views::copies(op) => vec![t0(args)?.contiguous()],
+        op if views::copies(op) => vec![dense(t0(args)?)?],
         op if views::describes(op) => {
             let t = t0(args)?;
             let count = views::output_count(op, &t.shape).map_err(|e| e.to_string())?;
             (0..count)
                 .map(|k| {
                     let map = views::view_map(op, &t.shape, k as u32).map_err(|e| e.to_string())?;
-                    Ok(view_of(t, &map))
+                    view_of(t, &map)
                 })
-                .collect::<Result<Vec<_>, String>>()?
+                .collect::<Result<Vec<_>, OpError>>()?
         }
         _ => return Ok(None),
     };
@@ -64,14 +67,14 @@ pub(crate) fn eval_view(
 
 /// The view `map` makes of `t`: its own storage when strides can express it,
 /// else (a reshape PyTorch would copy) a contiguous copy's.
-fn view_of(t: &Tensor, map: &ViewMap) -> Tensor {
+fn view_of(t: &Tensor, map: &ViewMap) -> Result<Tensor, OpError> {
     if let Some((strides, offset)) = map.restride(&t.strides, t.offset) {
-        return t.view(map.out_shape.clone(), strides, offset);
+        return Ok(t.view(map.out_shape.clone(), strides, offset));
     }
-    let dense = t.contiguous();
-    match map.restride(&dense.strides, dense.offset) {
-        Some((strides, offset)) => dense.view(map.out_shape.clone(), strides, offset),
+    let copy = dense(t)?;
+    Ok(match map.restride(&copy.strides, copy.offset) {
+        Some((strides, offset)) => copy.view(map.out_shape.clone(), strides, offset),
         // A contiguous tensor can always be viewed; keep the values regardless.
-        None => Tensor::new(map.out_shape.clone(), dense.dtype, dense.to_vec()),
-    }
+        None => Tensor::new(map.out_shape.clone(), copy.dtype, elements(&copy)?),
+    })
 }

@@ -44,7 +44,12 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
             if let Arg::Value(v) = a {
                 match g.node(v.node).map(|p| (&p.op, p.outputs.first())) {
                     Some((Op::Constant { data }, Some(m))) if m.numel() <= MAX_FOLD_ELEMENTS => {
-                        tensors.push(constant(m, data));
+                        // A constant that cannot be allocated is not folded.
+                        let Ok(t) = constant(m, data) else {
+                            all_const = false;
+                            break;
+                        };
+                        tensors.push(t);
                     }
                     _ => {
                         all_const = false;

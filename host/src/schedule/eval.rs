@@ -28,8 +28,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[error("evaluating the scheduled program: {0}")]
 pub struct Error(pub String);
 
-fn contiguous_values(t: &Tensor) -> Vec<f64> {
-    t.contiguous().to_vec()
+/// Storage the process could not allocate: the refusal, as the message.
+impl From<crate::memory::OutOfMemory> for Error {
+    fn from(refused: crate::memory::OutOfMemory) -> Error {
+        Error(refused.to_string())
+    }
+}
+
+/// A copy of `values`, allocated fallibly, with room for `len` elements.
+fn copy_of(values: &[f64], len: usize) -> Result<Vec<f64>, Error> {
+    let mut copy = crate::interp::room(len.max(values.len()))?;
+    copy.extend_from_slice(values);
+    Ok(copy)
 }
 
 /// The most memory [`run`] holds, in bytes: every buffer of the program in
@@ -63,14 +73,15 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
         .buffers
         .iter()
         .map(|b| match &b.kind {
-            BufferKind::Constant { data } => (0..b.numel().max(0) as usize)
-                .map(|i| data.get(i))
-                .collect(),
-            _ => Vec::new(),
+            BufferKind::Constant { data } => {
+                let n = b.numel().max(0) as usize;
+                crate::interp::collect(n, (0..n).map(|i| data.get(i)))
+            }
+            _ => Ok(Vec::new()),
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     for (b, t) in p.inputs.iter().zip(inputs) {
-        storage[*b] = contiguous_values(t);
+        storage[*b] = crate::interp::elements(t)?;
     }
     for (i, step) in p.steps.iter().enumerate() {
         for a in &s.memory.allocs[i] {
@@ -78,8 +89,8 @@ pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
             // A reused buffer starts with its donor's stale contents, as on a
             // device; an in-place kernel still reads the donor, so copy it.
             let init = match a.reuse {
-                Some(old) => storage[old].clone(),
-                None => vec![f64::NAN; n],
+                Some(old) => copy_of(&storage[old], n)?,
+                None => crate::interp::filled(n, f64::NAN)?,
             };
             storage[a.buf] = init;
             storage[a.buf].resize(n, f64::NAN);
@@ -134,18 +145,19 @@ fn element(cells: &Cells, buf: BufferId, offset: i64) -> Result<f64, Error> {
 }
 
 /// The storage a view reads, as a tensor of its own (a copy of the buffer).
-fn view_tensor(p: &Program, v: &View, storage: &Storage) -> Tensor {
-    Tensor {
+fn view_tensor(p: &Program, v: &View, storage: &Storage) -> Result<Tensor, Error> {
+    let values = &storage[v.buf];
+    Ok(Tensor {
         dtype: p.buffer(v.buf).dtype,
         shape: v.shape.clone(),
         strides: v.strides.clone(),
         offset: v.offset,
-        data: std::sync::Arc::new(storage[v.buf].clone()),
-    }
+        data: std::sync::Arc::new(copy_of(values, values.len())?),
+    })
 }
 
 fn gather(p: &Program, v: &View, storage: &Storage) -> Result<Tensor, Error> {
-    let t = view_tensor(p, v, storage);
+    let t = view_tensor(p, v, storage)?;
     let walk = t.walk();
     let len = storage[v.buf].len();
     let mut bad = None;
@@ -156,7 +168,7 @@ fn gather(p: &Program, v: &View, storage: &Storage) -> Result<Tensor, Error> {
     });
     match bad {
         Some(e) => Err(e),
-        None => Ok(t.contiguous()),
+        None => Ok(crate::interp::dense(&t)?),
     }
 }
 
@@ -328,7 +340,11 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     {
         let out = p.buffer(e.out);
         let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
-        let tensors: Vec<Tensor> = e.args.iter().map(|a| view_tensor(p, a, storage)).collect();
+        let tensors = e
+            .args
+            .iter()
+            .map(|a| view_tensor(p, a, storage))
+            .collect::<Result<Vec<_>, _>>()?;
         let vals: Vec<crate::interp::Val> =
             tensors.iter().map(crate::interp::Val::Tensor).collect();
         let op = crate::graph::Op::Conv {
@@ -340,7 +356,10 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         };
         let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
             .map_err(|err| Error(format!("extern convolution: {err}")))?;
-        storage[e.out] = y.first().map(|t| t.to_vec()).unwrap_or_default();
+        storage[e.out] = match y.first() {
+            Some(t) => crate::interp::elements(t)?,
+            None => Vec::new(),
+        };
         return Ok(());
     }
     if let ExternOp::Attention {
@@ -351,7 +370,11 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     {
         let out = p.buffer(e.out);
         let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
-        let tensors: Vec<Tensor> = e.args.iter().map(|a| view_tensor(p, a, storage)).collect();
+        let tensors = e
+            .args
+            .iter()
+            .map(|a| view_tensor(p, a, storage))
+            .collect::<Result<Vec<_>, _>>()?;
         let vals: Vec<crate::interp::Val> =
             tensors.iter().map(crate::interp::Val::Tensor).collect();
         let op = crate::graph::Op::Attention {
@@ -362,7 +385,10 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         };
         let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
             .map_err(|err| Error(format!("extern attention: {err}")))?;
-        storage[e.out] = y.first().map(|t| t.to_vec()).unwrap_or_default();
+        storage[e.out] = match y.first() {
+            Some(t) => crate::interp::elements(t)?,
+            None => Vec::new(),
+        };
         return Ok(());
     }
     let (a, b) = match e.args.as_slice() {
@@ -383,13 +409,16 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     let out_shape = crate::graph::infer::matmul_shape(&a.shape, &b.shape)
         .map_err(|err| Error(format!("extern product: {err}")))?;
     let product = crate::interp::matmul_raw(
-        &view_tensor(p, a, storage),
-        &view_tensor(p, b, storage),
+        &view_tensor(p, a, storage)?,
+        &view_tensor(p, b, storage)?,
         &out_shape,
         false,
     )
     .map_err(|err| Error(format!("extern product: {err}")))?;
     let dtype = p.buffer(e.out).dtype;
-    storage[e.out] = product.data.iter().map(|&v| round(dtype, v)).collect();
+    storage[e.out] = crate::interp::collect(
+        product.data.len(),
+        product.data.iter().map(|&v| round(dtype, v)),
+    )?;
     Ok(())
 }

@@ -516,7 +516,7 @@ fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
     let t = crate::interp::eval_op(&node.op, &[], std::slice::from_ref(&meta)).map_err(|what| {
         Error::Unsupported {
             node: node.name.clone(),
-            what,
+            what: what.to_string(),
         }
     })?;
     let values = t.first().map(|t| t.to_vec()).unwrap_or_default();

@@ -7,6 +7,7 @@
 //! members to disk. This module must never interpret a member's content.
 
 use super::Pt2Error;
+use crate::memory::{Budget, Source};
 use std::io::{Read, Seek};
 use std::sync::Arc;
 use zip::ZipArchive;
@@ -19,15 +20,19 @@ const INITIAL_READ_BYTES: usize = 1 << 20;
 pub struct Limits {
     /// the most members the archive may have
     pub max_members: usize,
-    /// the most bytes all members read together may decompress to
-    pub max_total_bytes: u64,
+    /// the most bytes all members read together may decompress to, and where
+    /// that limit comes from (the host's memory budget), for the refusal
+    pub budget: Budget,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_members: 10_000,
-            max_total_bytes: 4 << 30,
+            budget: Budget {
+                bytes: 4 << 30,
+                source: Source::Default,
+            },
         }
     }
 }
@@ -37,7 +42,7 @@ pub(super) struct Archive<R> {
     zip: ZipArchive<R>,
     names: Vec<String>,
     limits: Limits,
-    /// bytes decompressed so far, against `limits.max_total_bytes`
+    /// bytes decompressed so far, against `limits.budget`
     read_so_far: u64,
 }
 
@@ -106,6 +111,29 @@ impl<R: Read + Seek> Archive<R> {
         self.names.iter().any(|n| n == name)
     }
 
+    /// The refusal of `what` (`this`, for short: "this member"), which needs
+    /// `bytes` after the members read so far: the budget's own message, with
+    /// both parts when some were read.
+    pub(super) fn refuse(&self, what: &str, this: &str, bytes: Option<u64>) -> Pt2Error {
+        let refused = if self.read_so_far > 0 {
+            self.limits.budget.refusal(
+                what,
+                &[
+                    ("the members read before it", Some(self.read_so_far)),
+                    (this, bytes),
+                ],
+            )
+        } else {
+            self.limits.budget.refusal(what, &[(this, bytes)])
+        };
+        Pt2Error::TooLarge(refused)
+    }
+
+    /// The bytes still left of the budget.
+    pub(super) fn left(&self) -> u64 {
+        self.limits.budget.bytes.saturating_sub(self.read_so_far)
+    }
+
     /// Reads a whole member, counting its decompressed bytes against the cap. The declared
     /// size is checked first, and the actual stream is cut at the cap too, since a
     /// declared size may lie.
@@ -113,22 +141,24 @@ impl<R: Read + Seek> Archive<R> {
         if !self.has(name) {
             return Err(Pt2Error::MissingMember(name.into()));
         }
-        let budget = self.limits.max_total_bytes.saturating_sub(self.read_so_far);
-        let too_large = || Pt2Error::TooLarge {
-            member: name.into(),
-            max: self.limits.max_total_bytes,
-        };
+        let budget = self.left();
         let file = self.zip.by_name(name).map_err(|e| Pt2Error::Member {
             member: name.into(),
             message: e.to_string(),
         })?;
-        if file.size() > budget {
-            return Err(too_large());
+        let declared = file.size();
+        if declared > budget {
+            drop(file);
+            return Err(self.refuse(
+                &format!("reading member `{name}`"),
+                "this member",
+                Some(declared),
+            ));
         }
         // The declared size only bounds the reservation: a header may claim
         // gigabytes for a member of a few bytes, so memory grows with the
         // bytes that actually arrive.
-        let declared = usize::try_from(file.size()).unwrap_or(usize::MAX);
+        let declared = usize::try_from(declared).unwrap_or(usize::MAX);
         let mut out = Vec::with_capacity(declared.min(INITIAL_READ_BYTES));
         file.take(budget.saturating_add(1))
             .read_to_end(&mut out)
@@ -138,7 +168,11 @@ impl<R: Read + Seek> Archive<R> {
             })?;
         let n = out.len() as u64;
         if n > budget {
-            return Err(too_large());
+            return Err(self.refuse(
+                &format!("reading member `{name}` (more than its header declares)"),
+                "this member",
+                Some(n),
+            ));
         }
         self.read_so_far += n;
         Ok(out)
@@ -152,17 +186,17 @@ impl<R: Read + Seek> Archive<R> {
         if !self.has(name) {
             return Err(Pt2Error::MissingMember(name.into()));
         }
-        let budget = self.limits.max_total_bytes.saturating_sub(self.read_so_far);
+        if need > self.left() {
+            return Err(self.refuse(
+                &format!("reading member `{name}`"),
+                "this member",
+                Some(need),
+            ));
+        }
         let file = self.zip.by_name(name).map_err(|e| Pt2Error::Member {
             member: name.into(),
             message: e.to_string(),
         })?;
-        if need > budget {
-            return Err(Pt2Error::TooLarge {
-                member: name.into(),
-                max: self.limits.max_total_bytes,
-            });
-        }
         let short = |have: u64| Pt2Error::Member {
             member: name.into(),
             message: format!("holds {have} bytes, its tensor needs {need}"),
@@ -171,6 +205,9 @@ impl<R: Read + Seek> Archive<R> {
             return Err(short(file.size()));
         }
         let n = usize::try_from(need).map_err(|_| short(file.size()))?;
+        // The budget allowed `need`, but a budget set by hand may exceed what
+        // the process can have: find out before the allocation that aborts.
+        crate::memory::probe(|| format!("reading member `{name}`"), n)?;
         let mut buffer = Arc::<[u8]>::new_uninit_slice(n);
         for slot in Arc::get_mut(&mut buffer).into_iter().flatten() {
             slot.write(0);

@@ -226,7 +226,6 @@ pub(super) fn build<R: Read + Seek>(
         archive,
         prefix,
         configs: HashMap::new(),
-        max_bytes: options.limits.max_total_bytes,
     };
     let values = add_inputs(&mut g, &specs, &metas, &mut payloads, options)?;
 

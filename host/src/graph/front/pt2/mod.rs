@@ -66,16 +66,14 @@ pub enum Pt2Error {
         /// why
         message: String,
     },
-    /// Decompressing would exceed [`Limits::max_total_bytes`].
-    #[error(
-        "member `{member}` would take the archive past the decompressed size limit of {max} bytes (the host's memory limit: --max-memory SIZE raises it)"
-    )]
-    TooLarge {
-        /// the member
-        member: String,
-        /// the limit
-        max: u64,
-    },
+    /// Decompressing a member, or a weight's tensor, would exceed
+    /// [`Limits::budget`]: the memory budget's refusal, naming its limit.
+    #[error(transparent)]
+    TooLarge(crate::memory::Refused),
+    /// The process could not allocate a member's bytes, although the budget
+    /// allowed them.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::memory::OutOfMemory),
     /// A JSON member does not parse or lacks a field.
     #[error("malformed `{member}`: {message}")]
     Json {

@@ -16,7 +16,6 @@ pub(super) struct Payloads<'a, R> {
     pub(super) archive: &'a mut Archive<R>,
     pub(super) prefix: String,
     pub(super) configs: HashMap<&'static str, PayloadConfig>,
-    pub(super) max_bytes: u64,
 }
 
 impl<R: Read + Seek> Payloads<'_, R> {
@@ -69,12 +68,15 @@ impl<R: Read + Seek> Payloads<'_, R> {
                     ),
                 });
             }
-            let numel = want.numel() as u64;
-            if numel.saturating_mul(dtype.size_bytes() as u64) > self.max_bytes {
-                return Err(Pt2Error::TooLarge {
-                    member,
-                    max: self.max_bytes,
-                });
+            // Its dense tensor, which a strided layout's gather makes beside
+            // the stored bytes, must fit before anything is read.
+            let dense = crate::memory::elements(want.numel(), dtype.size_bytes() as u64);
+            if dense.is_none_or(|bytes| bytes > self.archive.left()) {
+                return Err(self.archive.refuse(
+                    &format!("weight `{key}` (member `{member}`)"),
+                    "this weight",
+                    dense,
+                ));
             }
             let need = extent_bytes(key, dtype, &shape, &strides, offset)?;
             let stored = self.archive.read_prefix(&member, need)?;
@@ -184,7 +186,10 @@ pub(super) fn gather(
     if dense && stored.len() == numel as usize * elem {
         return Ok(stored);
     }
-    let mut out = Vec::with_capacity(numel as usize * elem);
+    let mut out = crate::memory::try_vec(
+        || format!("gathering weight `{key}` into dense storage"),
+        numel as usize * elem,
+    )?;
     let mut index = vec![0i64; shape.len()];
     for _ in 0..numel {
         let at = (offset + index.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>()) as usize;

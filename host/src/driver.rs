@@ -632,6 +632,9 @@ pub fn compile_for(
             kiln_plugin_api::SchedulingKind::Triton => crate::schedule::Tiling::Tiles,
             _ => crate::schedule::Tiling::Rows,
         },
+        // torch.addmm takes the bias; the C++ wrappers' products take none.
+        bias_epilogue: target.spec.scheduling == SchedulingKind::Triton
+            && target.wrapper == WrapperKind::Python,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();
@@ -648,7 +651,7 @@ pub fn compile_for(
         Some(graph_pre_passes) => Some(DebugFiles {
             graph_pre_passes,
             graph_post_passes: crate::graph::print::to_text(&graph),
-            ir_pre_fusion: crate::schedule::pre_fusion_text(&graph)?,
+            ir_pre_fusion: crate::schedule::pre_fusion_text(&graph, &schedule_options)?,
             ir_post_fusion: crate::schedule::print::program_text(&scheduled, &info.kernel_names()),
             graph_dot: crate::schedule::print::kernel_dot(&graph, &scheduled, &info.kernel_names()),
         }),

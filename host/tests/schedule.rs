@@ -44,10 +44,12 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     let want = kiln::interp::evaluate(&graph, &inputs).expect("reference");
     let mut lowered = graph.clone();
     kiln::passes::run_pipeline(&mut lowered).expect("passes");
-    // Without optional features, and with every one (in-place buffers).
+    // Without optional features, and with every one (in-place buffers, the
+    // products' biases in their calls).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
         tiling: kiln::schedule::Tiling::Flat,
+        bias_epilogue: true,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -182,6 +184,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
     let inplace = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
         tiling: kiln::schedule::Tiling::Flat,
+        bias_epilogue: false,
     };
     assert_eq!(
         reuses(&inplace),
@@ -694,4 +697,75 @@ fn a_small_whole_power_is_products_and_keeps_its_value() {
             "pow(x, {exponent}):\n{text}"
         );
     }
+}
+
+/// `linear(x, w, b)` on a `[2, 3, 8]` input, then `tail` (nodes reading `h`).
+fn linear_graph(tail: &str) -> Graph {
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"lin\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [2, 3, 8]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [5, 8]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"b\"\nshape = [5]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"h\"\nop = \"linear\"\nargs = [\"x\", \"w\", \"b\"]\n\n{tail}"
+    );
+    kiln::graph::parse_toml(&text).expect("graph parses")
+}
+
+fn externs(s: &kiln::schedule::Scheduled) -> Vec<&'static str> {
+    s.program
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            kiln::schedule::ir::Step::Extern(e) => Some(e.op.name()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_product_s_bias_goes_into_its_call_only_where_the_wrapper_takes_one_and_nothing_else_reads_it()
+{
+    let relu = "[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"h\"]\n";
+    // The product's bias-free value is read again: no fold.
+    let shared = "[[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"h\", \"h\"]\n";
+    for (tail, bias_epilogue, want) in [
+        (relu, true, "addmm"),
+        (relu, false, "mm"),
+        (shared, true, "addmm"),
+    ] {
+        let graph = linear_graph(tail);
+        let inputs = kiln::tensor_io::random_inputs(&input_metas(&graph), 5);
+        let want_values = kiln::interp::evaluate(&graph, &inputs).expect("reference");
+        let mut lowered = graph.clone();
+        kiln::passes::run_pipeline(&mut lowered).expect("passes");
+        let options = kiln::schedule::Options {
+            bias_epilogue,
+            ..Default::default()
+        };
+        let scheduled = kiln::schedule::schedule_with(&lowered, &options).expect("schedule");
+        assert_eq!(externs(&scheduled), vec![want], "{tail}");
+        let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
+        assert!(rel_error(&got, &want_values) < 1e-6, "{tail}");
+    }
+    // A product read by something besides its bias add keeps its own buffer.
+    let mut g = kiln::graph::parse_toml(
+        "format = \"kiln-graph/1\"\nname = \"two\"\noutputs = [\"y\", \"p\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [4, 8]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [8, 5]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"b\"\nshape = [5]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"b\"]\n",
+    )
+    .expect("graph parses");
+    let inputs = kiln::tensor_io::random_inputs(&input_metas(&g), 5);
+    let want = kiln::interp::evaluate(&g, &inputs).expect("reference");
+    kiln::passes::run_pipeline(&mut g).expect("passes");
+    let options = kiln::schedule::Options {
+        bias_epilogue: true,
+        ..Default::default()
+    };
+    let scheduled = kiln::schedule::schedule_with(&g, &options).expect("schedule");
+    assert_eq!(externs(&scheduled), vec!["mm"]);
+    let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
+    assert!(rel_error(&got, &want) < 1e-6);
 }

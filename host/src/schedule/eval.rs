@@ -391,12 +391,17 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         };
         return Ok(());
     }
-    let (a, b) = match e.args.as_slice() {
-        [a, b] => (a, b),
-        _ => return Err(Error("an extern product needs two operands".into())),
+    let (bias, a, b) = match (&e.op, e.args.as_slice()) {
+        (ExternOp::Addmm, [bias, a, b]) => (Some(bias), a, b),
+        (_, [a, b]) => (None, a, b),
+        _ => {
+            return Err(Error(
+                "an extern product needs two operands and a bias".into(),
+            ))
+        }
     };
     let shape_ok = match e.op {
-        ExternOp::Mm => a.shape.len() == 2 && b.shape.len() == 2,
+        ExternOp::Mm | ExternOp::Addmm => a.shape.len() == 2 && b.shape.len() == 2,
         ExternOp::Bmm => a.shape.len() == 3 && b.shape.len() == 3,
         ExternOp::Conv { .. } | ExternOp::Attention { .. } => false,
     };
@@ -416,9 +421,19 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     )
     .map_err(|err| Error(format!("extern product: {err}")))?;
     let dtype = p.buffer(e.out).dtype;
+    // `addmm`'s bias, added to every row before the one rounding.
+    let bias = match bias {
+        Some(v) => view_tensor(p, v, storage)?.to_vec(),
+        None => Vec::new(),
+    };
+    let n = bias.len().max(1);
     storage[e.out] = crate::interp::collect(
         product.data.len(),
-        product.data.iter().map(|&v| round(dtype, v)),
+        product
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| round(dtype, v + bias.get(i % n).copied().unwrap_or(0.0))),
     )?;
     Ok(())
 }

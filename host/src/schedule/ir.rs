@@ -541,6 +541,11 @@ pub enum ExternOp {
     Mm,
     /// `bmm(a, b)`: `[B, M, K] x [B, K, N]`.
     Bmm,
+    /// `addmm(bias, a, b)`: `[M, K] x [K, N]` plus `bias` `[N]` added to every row,
+    /// in the library's epilogue (one rounding of the sum, as eager's `linear` makes
+    /// it); lowered only where the wrapper's product takes a bias
+    /// ([`super::Options::bias_epilogue`]).
+    Addmm,
     /// `convolution(x, w)` without bias, on contiguous `[N, C, spatial...]` and
     /// `[O, C/groups, kernel...]` operands (the bias is added by the kernel after it).
     Conv {
@@ -574,6 +579,7 @@ impl ExternOp {
         match self {
             ExternOp::Mm => "mm",
             ExternOp::Bmm => "bmm",
+            ExternOp::Addmm => "addmm",
             ExternOp::Conv { .. } => "convolution",
             ExternOp::Attention { .. } => "scaled_dot_product_attention",
         }

@@ -151,9 +151,12 @@ pub struct Lowered {
     /// The distinct buffers each inline value's expression reads, sorted (the
     /// realization rule's measure).
     inline_reads: HashMap<ValueId, Vec<BufferId>>,
+    /// A product's bias add may become the product's epilogue
+    /// (`Options::bias_epilogue`).
+    bias_epilogue: bool,
 }
 
-fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
+pub(super) fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
     View {
         buf,
         shape: shape.to_vec(),
@@ -251,13 +254,13 @@ fn view_of_view(op: &Op, base: &View, output: u32) -> Option<View> {
     })
 }
 
-fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> {
+pub(super) fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> {
     graph
         .node(id)
         .ok_or_else(|| Error::Internal(format!("node {id:?} vanished during lowering")))
 }
 
-fn meta_of(graph: &Graph, v: ValueId) -> Result<&TensorMeta, Error> {
+pub(super) fn meta_of(graph: &Graph, v: ValueId) -> Result<&TensorMeta, Error> {
     graph
         .meta(v)
         .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))
@@ -280,7 +283,16 @@ type Outputs = std::collections::HashSet<ValueId>;
 /// Lowers a validated graph (after the passes): every node in topological order,
 /// then the graph's outputs as views.
 pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
-    let mut low = Lowered::default();
+    lower_with(graph, false)
+}
+
+/// [`lower`], with bias adds of products folded into the products
+/// (`ExternOp::Addmm`) where `bias_epilogue`.
+pub fn lower_with(graph: &Graph, bias_epilogue: bool) -> Result<Lowered, Error> {
+    let mut low = Lowered {
+        bias_epilogue,
+        ..Lowered::default()
+    };
     let outputs: Outputs = graph.outputs().iter().copied().collect();
     let order = graph
         .topo_order()
@@ -343,6 +355,7 @@ fn lower_node(
             literal_output(graph, low, outputs, v0)
         }
         Op::Arange { .. } => lower_arange(graph, low, id),
+        _ if low.bias_epilogue && super::epilogue::fold_bias(graph, low, id)? => Ok(()),
         op if op.reads_inline() => lower_inline(graph, low, outputs, id),
         other => Err(Error::Unsupported {
             node: node.name.clone(),

@@ -8,6 +8,7 @@
 //! the [`Program`] into code with the plugin's launch configs and strings.
 
 pub mod build;
+mod epilogue;
 pub mod eval;
 pub mod fuse;
 pub mod ids;
@@ -105,6 +106,10 @@ pub struct Options {
     pub features: kiln_plugin_api::BackendFeatures,
     /// How pointwise kernels may be re-split into rows × row elements.
     pub tiling: Tiling,
+    /// The wrapper's matrix product takes a bias (`torch.addmm`): a product whose
+    /// only reader adds a row-broadcast bias becomes one `addmm` call
+    /// ([`ir::ExternOp::Addmm`]), and no kernel adds the bias.
+    pub bias_epilogue: bool,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -146,7 +151,7 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
 /// Lowers, fuses and plans a validated graph (after the passes) for a device.
 pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
-    let low = lower::lower(graph)?;
+    let low = lower::lower_with(graph, options.bias_epilogue)?;
     let groups = fuse::fuse(graph, &low);
     let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
     let mut steps = Vec::new();
@@ -244,10 +249,11 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
     })
 }
 
-/// Every scheduler node as its own kernel, before fusion (`ir_pre_fusion.txt`).
-pub fn pre_fusion_text(graph: &Graph) -> Result<String, Error> {
+/// Every scheduler node as its own kernel, before fusion (`ir_pre_fusion.txt`),
+/// lowered as `options` lower it.
+pub fn pre_fusion_text(graph: &Graph, options: &Options) -> Result<String, Error> {
     use std::fmt::Write;
-    let low = lower::lower(graph)?;
+    let low = lower::lower_with(graph, options.bias_epilogue)?;
     let program = Program {
         name: graph.name.clone(),
         buffers: low.buffers.clone(),

@@ -668,6 +668,13 @@ fn extern_call(
     let rank = match &e.op {
         ExternOp::Mm => 2,
         ExternOp::Bmm => 3,
+        ExternOp::Addmm => {
+            return Err(Error::Unsupported(
+                "a matrix product with its bias in the library's epilogue: the cpu device's \
+                 product takes no bias (the driver schedules it only for the Python wrapper)"
+                    .into(),
+            ))
+        }
         ExternOp::Conv {
             stride,
             padding,

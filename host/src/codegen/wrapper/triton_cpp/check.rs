@@ -67,6 +67,14 @@ pub fn check(
                     }
                     gemm(p, e)?;
                 }
+                ExternOp::Addmm => {
+                    return Err(Error::Unsupported(
+                        "a matrix product with its bias in the library's epilogue: the C++ \
+                         wrapper's product takes no bias (the driver schedules it only for the \
+                         Python wrapper)"
+                            .into(),
+                    ))
+                }
                 ExternOp::Conv { .. } => {
                     return Err(Error::Unsupported(
                         "a convolution: Kiln's C++ wrapper for Triton devices has no convolution \

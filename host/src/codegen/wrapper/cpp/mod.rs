@@ -151,25 +151,25 @@ pub(super) fn element_text(v: f64, d: DType) -> String {
     }
 }
 
-fn load_lambda(d: DType) -> String {
-    let st = storage_type(d);
-    let value = match d {
-        DType::Float16 => "kiln_h2f(p[i])",
-        DType::BFloat16 => "kiln_bf2f(p[i])",
-        _ => "p[i]",
-    };
-    format!("[](const {st}* p, int64_t i) {{ return {value}; }}")
+/// The runtime's load of storage of `d` that `kiln_mm` takes (`matmul.h`):
+/// one type per dtype, so that every product of a file shares one
+/// instantiation of the packed product.
+fn mm_load(d: DType) -> String {
+    match d {
+        DType::Float16 => "KilnLoadF16{}".into(),
+        DType::BFloat16 => "KilnLoadBF16{}".into(),
+        _ => format!("KilnLoad<{}>{{}}", storage_type(d)),
+    }
 }
 
-fn store_lambda(d: DType) -> String {
-    let st = storage_type(d);
-    let ct = compute_type(d);
-    let value = match d {
-        DType::Float16 => "kiln_f2h(v)",
-        DType::BFloat16 => "kiln_f2bf(v)",
-        _ => "v",
-    };
-    format!("[]({st}* p, int64_t i, {ct} v) {{ p[i] = {value}; }}")
+/// The runtime's store into storage of `d` that `kiln_mm` takes, as
+/// [`mm_load`].
+fn mm_store(d: DType) -> String {
+    match d {
+        DType::Float16 => "KilnStoreF16{}".into(),
+        DType::BFloat16 => "KilnStoreBF16{}".into(),
+        _ => format!("KilnStore<{}>{{}}", storage_type(d)),
+    }
 }
 
 /// Writes `wrapper.cpp` for `scheduled` around `kernels` (generated with the
@@ -726,8 +726,8 @@ fn extern_call(
         b.strides[o],
         b.strides[o + 1],
         name(e.out),
-        load_lambda(in_d),
-        store_lambda(d)
+        mm_load(in_d),
+        mm_store(d)
     )?;
     Ok(())
 }

@@ -208,11 +208,11 @@ pub fn write(
          // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,\n\
          // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights)."
     )?;
-    writeln!(
+    write!(
         out,
         "// Build: c++ {} {} wrapper.cpp -o kiln.so\n\
          // (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)\n\
-         // Kiln's C++ runtime is included from kiln/ beside this file, where `host compile` writes it.",
+         {HEADER_BEGINS}",
         crate::codegen::cpp::DEFAULT_FLAGS,
         crate::codegen::cpp::REQUIRED_FLAGS.join(" ")
     )?;
@@ -220,6 +220,7 @@ pub fn write(
     if !header.ends_with('\n') {
         out.push('\n');
     }
+    out.push_str(HEADER_ENDS);
     let weights = weight_keys(p, &name);
     write_includes(&mut out, p, !weights.is_empty())?;
     out.push('\n');
@@ -256,6 +257,71 @@ pub fn write(
         weights,
     };
     Ok((out, info))
+}
+
+/// The line before the plugin's `kernel_header` in `wrapper.cpp`.
+const HEADER_BEGINS: &str =
+    "// Kiln's C++ runtime is included from kiln/ beside this file, where `host compile` writes it.\n";
+/// The line after the plugin's `kernel_header` in `wrapper.cpp`.
+const HEADER_ENDS: &str =
+    "// What the generated code uses of the standard library and of Kiln's C++ runtime:\n";
+
+/// The parts of the runtime that `host run` may compile once and link into
+/// the library of `source` (a `wrapper.cpp` that [`write`] wrote for
+/// `program`) instead of compiling them into it: the products of each float
+/// dtype the program multiplies in (`matmul.h`'s `KILN_MM_LINKED`). None
+/// where `source` is not such a file; the file builds alone either way.
+pub fn linked_runtime(source: &str, program: &Program) -> Vec<runtime::Linked> {
+    let Some(header) = source
+        .split_once(HEADER_BEGINS)
+        .and_then(|(_, rest)| rest.split_once(HEADER_ENDS))
+        .map(|(header, _)| header)
+    else {
+        return Vec::new();
+    };
+    let mut dtypes: Vec<DType> = program
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Extern(e) if matches!(e.op, ExternOp::Mm | ExternOp::Bmm) => {
+                Some(program.buffer(e.out).dtype)
+            }
+            _ => None,
+        })
+        .collect();
+    dtypes.sort_by_key(|d| d.name());
+    dtypes.dedup();
+    dtypes
+        .into_iter()
+        .filter_map(|d| {
+            let (name, tag) = match d {
+                DType::Float32 => ("mm_f32", "F32"),
+                DType::Float64 => ("mm_f64", "F64"),
+                DType::Float16 => ("mm_f16", "F16"),
+                DType::BFloat16 => ("mm_bf16", "BF16"),
+                _ => return None,
+            };
+            let instance = format!(
+                "{}, {}, {}, {}",
+                compute_type(d),
+                storage_type(d),
+                mm_load(d).trim_end_matches("{}"),
+                mm_store(d).trim_end_matches("{}")
+            );
+            Some(runtime::Linked {
+                name,
+                source: format!(
+                    "// Kiln's cpu runtime: the {} matrix product that `host run` links into its libraries.\n\
+                     {header}#include \"{}\"\n\
+                     template KILN_MM_INSTANCE({instance});\n",
+                    d.name(),
+                    runtime::MATMUL.path
+                ),
+                object_flags: vec!["-DKILN_MM_LINKED".into()],
+                library_flags: vec!["-DKILN_MM_LINKED".into(), format!("-DKILN_MM_LINKED_{tag}")],
+            })
+        })
+        .collect()
 }
 
 /// What the generated code itself uses of the standard library (whatever the

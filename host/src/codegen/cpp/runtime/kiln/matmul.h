@@ -597,12 +597,42 @@ struct KilnStoreBF16 {
     void operator()(uint16_t* p, int64_t i, float v) const { p[i] = kiln_f2bf(v); }
 };
 
+// `kiln_mm` is `static` unless `KILN_MM_LINKED` is defined: then it has
+// external linkage, hidden outside the library, so that `host run` can
+// compile the products of a dtype once into an object of its cache and link
+// it into every library that calls them (`KILN_MM_LINKED_F32` and the like
+// below), instead of compiling them into each generated file again.
+#ifdef KILN_MM_LINKED
+#define KILN_MM_LINKAGE __attribute__((visibility("hidden")))
+#else
+#define KILN_MM_LINKAGE static
+#endif
+
 // The product into a contiguous `out` [batch, M, N].
 template <typename Acc, typename T, typename Load, typename Store>
-static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
+KILN_MM_LINKAGE int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
                    const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
                    T* out, Load load, Store store) {
     return kiln_mm_into<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn, out, N,
                              load, store);
 }
+
+// One instantiation of `kiln_mm`: `template KILN_MM_INSTANCE(...);` compiles
+// it (the runtime object), `extern template KILN_MM_INSTANCE(...);` tells a
+// generated file that it is linked in.
+#define KILN_MM_INSTANCE(Acc, T, Load, Store)                                                                 \
+    int kiln_mm<Acc, T, Load, Store>(int64_t, int64_t, int64_t, int64_t, const T*, int64_t, int64_t, int64_t,   \
+                                     int64_t, const T*, int64_t, int64_t, int64_t, int64_t, T*, Load, Store)
+#ifdef KILN_MM_LINKED_F32
+extern template KILN_MM_INSTANCE(float, float, KilnLoad<float>, KilnStore<float>);
+#endif
+#ifdef KILN_MM_LINKED_F64
+extern template KILN_MM_INSTANCE(double, double, KilnLoad<double>, KilnStore<double>);
+#endif
+#ifdef KILN_MM_LINKED_F16
+extern template KILN_MM_INSTANCE(float, uint16_t, KilnLoadF16, KilnStoreF16);
+#endif
+#ifdef KILN_MM_LINKED_BF16
+extern template KILN_MM_INSTANCE(float, uint16_t, KilnLoadBF16, KilnStoreBF16);
+#endif

@@ -32,6 +32,7 @@
 //! Every name from the graph goes through the [`Namer`], after [`reserve`].
 
 pub(super) mod layout;
+mod linked;
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -49,6 +50,8 @@ use crate::graph::ops::ConstData;
 use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 use layout::Layout;
+pub use linked::linked_runtime;
+use linked::{mm_load, mm_store, HEADER_BEGINS, HEADER_ENDS};
 
 /// Bumped when the entry points change.
 pub const ABI_VERSION: i32 = 2;
@@ -151,27 +154,6 @@ pub(super) fn element_text(v: f64, d: DType) -> String {
     }
 }
 
-/// The runtime's load of storage of `d` that `kiln_mm` takes (`matmul.h`):
-/// one type per dtype, so that every product of a file shares one
-/// instantiation of the packed product.
-fn mm_load(d: DType) -> String {
-    match d {
-        DType::Float16 => "KilnLoadF16{}".into(),
-        DType::BFloat16 => "KilnLoadBF16{}".into(),
-        _ => format!("KilnLoad<{}>{{}}", storage_type(d)),
-    }
-}
-
-/// The runtime's store into storage of `d` that `kiln_mm` takes, as
-/// [`mm_load`].
-fn mm_store(d: DType) -> String {
-    match d {
-        DType::Float16 => "KilnStoreF16{}".into(),
-        DType::BFloat16 => "KilnStoreBF16{}".into(),
-        _ => format!("KilnStore<{}>{{}}", storage_type(d)),
-    }
-}
-
 /// Writes `wrapper.cpp` for `scheduled` around `kernels` (generated with the
 /// same `namer`, after [`reserve`]). `header` is the plugin's
 /// `kernel_header`; `origin` says who generated it (for the first comment).
@@ -257,71 +239,6 @@ pub fn write(
         weights,
     };
     Ok((out, info))
-}
-
-/// The line before the plugin's `kernel_header` in `wrapper.cpp`.
-const HEADER_BEGINS: &str =
-    "// Kiln's C++ runtime is included from kiln/ beside this file, where `host compile` writes it.\n";
-/// The line after the plugin's `kernel_header` in `wrapper.cpp`.
-const HEADER_ENDS: &str =
-    "// What the generated code uses of the standard library and of Kiln's C++ runtime:\n";
-
-/// The parts of the runtime that `host run` may compile once and link into
-/// the library of `source` (a `wrapper.cpp` that [`write`] wrote for
-/// `program`) instead of compiling them into it: the products of each float
-/// dtype the program multiplies in (`matmul.h`'s `KILN_MM_LINKED`). None
-/// where `source` is not such a file; the file builds alone either way.
-pub fn linked_runtime(source: &str, program: &Program) -> Vec<runtime::Linked> {
-    let Some(header) = source
-        .split_once(HEADER_BEGINS)
-        .and_then(|(_, rest)| rest.split_once(HEADER_ENDS))
-        .map(|(header, _)| header)
-    else {
-        return Vec::new();
-    };
-    let mut dtypes: Vec<DType> = program
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Extern(e) if matches!(e.op, ExternOp::Mm | ExternOp::Bmm) => {
-                Some(program.buffer(e.out).dtype)
-            }
-            _ => None,
-        })
-        .collect();
-    dtypes.sort_by_key(|d| d.name());
-    dtypes.dedup();
-    dtypes
-        .into_iter()
-        .filter_map(|d| {
-            let (name, tag) = match d {
-                DType::Float32 => ("mm_f32", "F32"),
-                DType::Float64 => ("mm_f64", "F64"),
-                DType::Float16 => ("mm_f16", "F16"),
-                DType::BFloat16 => ("mm_bf16", "BF16"),
-                _ => return None,
-            };
-            let instance = format!(
-                "{}, {}, {}, {}",
-                compute_type(d),
-                storage_type(d),
-                mm_load(d).trim_end_matches("{}"),
-                mm_store(d).trim_end_matches("{}")
-            );
-            Some(runtime::Linked {
-                name,
-                source: format!(
-                    "// Kiln's cpu runtime: the {} matrix product that `host run` links into its libraries.\n\
-                     {header}#include \"{}\"\n\
-                     template KILN_MM_INSTANCE({instance});\n",
-                    d.name(),
-                    runtime::MATMUL.path
-                ),
-                object_flags: vec!["-DKILN_MM_LINKED".into()],
-                library_flags: vec!["-DKILN_MM_LINKED".into(), format!("-DKILN_MM_LINKED_{tag}")],
-            })
-        })
-        .collect()
 }
 
 /// What the generated code itself uses of the standard library (whatever the

@@ -10,13 +10,19 @@
 //! library. The cpu runtime's headers (`kiln/*.h`, which a cpu `wrapper.cpp`
 //! includes) are written once into `runtime/<hash of the headers>/` in the
 //! cache, which the compiler searches for quoted includes (`-iquote`).
+//!
+//! Parts of the runtime that a cpu library would otherwise compile again
+//! every time (the matrix product of a dtype: [`Linked`]) are compiled once
+//! per compiler, flags and runtime into `objects/` of the cache and linked
+//! into every library that uses them ([`build_linked`]). A cold build runs
+//! those objects' compilers in parallel with the generated file's, then links.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use crate::codegen::cpp::runtime::{self, Header};
+use crate::codegen::cpp::runtime::{self, Header, Linked};
 pub use crate::codegen::cpp::{DEFAULT_FLAGS, REQUIRED_FLAGS};
 
 /// Why a library could not be built.
@@ -143,6 +149,17 @@ pub struct Built {
     pub source: PathBuf,
     /// Whether it was already in the cache.
     pub cached: bool,
+    /// The runtime objects linked into it, in the order given.
+    pub linked: Vec<Object>,
+}
+
+/// A runtime object of the cache ([`Linked`]).
+#[derive(Clone, Debug)]
+pub struct Object {
+    /// The object file.
+    pub path: PathBuf,
+    /// Whether it was already in the cache (built by an earlier library).
+    pub cached: bool,
 }
 
 /// The first 16 bytes of the SHA-256 of `parts` (each ended by a zero byte),
@@ -157,16 +174,36 @@ fn key_of<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
-/// The cache key of the library built from `source` with `headers` by
-/// `compiler`: everything that can change the library.
-fn library_key(source: &str, headers: &[Header], compiler: &Compiler) -> String {
+/// The cache key of what `compiler` builds from `source` with `headers` and
+/// `extra` flags: everything that can change the result.
+fn unit_key(source: &str, headers: &[Header], compiler: &Compiler, extra: &[String]) -> String {
     let flags = compiler.flags.join(" ");
     let link = compiler.link.join(" ");
+    let extra = extra.join(" ");
     key_of(
-        [source, &flags, &link, &compiler.program, &compiler.version]
-            .into_iter()
-            .chain(headers.iter().flat_map(|h| [h.path, h.text])),
+        [
+            source,
+            &flags,
+            &extra,
+            &link,
+            &compiler.program,
+            &compiler.version,
+        ]
+        .into_iter()
+        .chain(headers.iter().flat_map(|h| [h.path, h.text])),
     )
+}
+
+/// The cache key of the library built from `source` with `headers` by
+/// `compiler`, linking `linked`: everything that can change the library.
+fn library_key(source: &str, headers: &[Header], compiler: &Compiler, linked: &[Linked]) -> String {
+    let mut extra = Vec::new();
+    for part in linked {
+        extra.push(part.source.clone());
+        extra.extend(part.object_flags.iter().cloned());
+        extra.extend(part.library_flags.iter().cloned());
+    }
+    unit_key(source, headers, compiler, &extra)
 }
 
 /// The folder of the cache holding `headers` at their paths, written now if
@@ -203,54 +240,196 @@ fn header_folder(headers: &[Header], dir: &Path) -> Result<PathBuf, Error> {
 /// as every cpu `wrapper.cpp` does): they are part of the cache key, and the
 /// compiler finds them in the cache's copy ([`header_folder`]).
 pub fn build(source: &str, compiler: &Compiler, dir: &Path) -> Result<Built, Error> {
+    build_linked(source, &[], compiler, dir)
+}
+
+/// [`build`], linking the runtime objects `linked` into the library instead
+/// of compiling those parts into it. Each object is built once per compiler,
+/// flags, runtime headers and object source, in `objects/` of `dir`, and
+/// reused by every later library. Objects missing from the cache compile in
+/// parallel with `source` (each in a process of its own), and the library
+/// is linked from them; every file appears under its name only once whole.
+pub fn build_linked(
+    source: &str,
+    linked: &[Linked],
+    compiler: &Compiler,
+    dir: &Path,
+) -> Result<Built, Error> {
     let headers = &runtime::HEADERS;
-    let key = library_key(source, headers, compiler);
+    let key = library_key(source, headers, compiler, linked);
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let library = dir.join(format!("kiln_{key}{}", std::env::consts::DLL_SUFFIX));
     let source_path = dir.join(format!("kiln_{key}.cpp"));
+    let objects = linked
+        .iter()
+        .map(|part| {
+            let key = unit_key(&part.source, headers, compiler, &part.object_flags);
+            let path = dir
+                .join("objects")
+                .join(format!("kiln_{}_{key}.o", part.name));
+            let cached = path.is_file();
+            Object { path, cached }
+        })
+        .collect::<Vec<_>>();
     if library.is_file() {
         return Ok(Built {
             library,
             source: source_path,
             cached: true,
+            linked: objects,
         });
     }
     write_atomic(&source_path, source.as_bytes())?;
-    let mut flags = compiler.flags.clone();
-    flags.push("-iquote".into());
-    flags.push(header_folder(headers, dir)?.display().to_string());
-    let tmp = temp_beside(&library);
-    let output = Command::new(&compiler.program)
-        .args(&flags)
-        .arg(&source_path)
-        .args(&compiler.link)
-        .arg("-o")
-        .arg(&tmp)
-        .output()
-        .map_err(|e| Error::NoCompiler(format!("cannot run `{}`: {e}", compiler.program)))?;
-    if !output.status.success() {
-        let _ = std::fs::remove_file(&tmp);
-        let mut message = String::from_utf8_lossy(&output.stderr).into_owned();
-        message.push_str(&String::from_utf8_lossy(&output.stdout));
-        return Err(Error::Compile {
-            compiler: compiler.program.clone(),
-            flags: flags
-                .iter()
-                .chain(std::iter::once(&source_path.display().to_string()))
-                .chain(&compiler.link)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" "),
-            source_path,
-            message: message.trim_end().to_string(),
-        });
+    let include = [
+        "-iquote".to_string(),
+        header_folder(headers, dir)?.display().to_string(),
+    ];
+    let mut jobs = Vec::new();
+    for (part, object) in linked.iter().zip(&objects) {
+        if object.cached {
+            tracing::debug!("runtime object {} reused", object.path.display());
+            continue;
+        }
+        let folder = dir.join("objects");
+        std::fs::create_dir_all(&folder).map_err(io(&folder))?;
+        let part_source = object.path.with_extension("cpp");
+        write_atomic(&part_source, part.source.as_bytes())?;
+        let flags = object_flags(&compiler.flags, &[&part.object_flags, &include]);
+        let unit = Unit::compiled(part_source, flags);
+        jobs.push(Job::start(compiler, unit, &object.path)?);
     }
-    std::fs::rename(&tmp, &library).map_err(io(&library))?;
+    let mut flags = compiler.flags.clone();
+    flags.extend(linked.iter().flat_map(|p| p.library_flags.iter().cloned()));
+    flags.extend(include);
+    let objects_now: Vec<String> = objects
+        .iter()
+        .map(|o| o.path.display().to_string())
+        .collect();
+    if jobs.is_empty() {
+        // Every object is there: compile and link in one step.
+        let mut unit = Unit::compiled(source_path.clone(), flags);
+        unit.inputs.extend(objects_now);
+        unit.inputs.extend(compiler.link.iter().cloned());
+        Job::start(compiler, unit, &library)?.finish()?;
+    } else {
+        let own = dir.join("objects").join(format!("kiln_{key}.o"));
+        let unit = Unit::compiled(source_path.clone(), object_flags(&flags, &[]));
+        jobs.push(Job::start(compiler, unit, &own)?);
+        // Every job is waited for before the first failure is reported, so
+        // that no compiler outlives this call.
+        let finished: Vec<Result<(), Error>> = jobs.into_iter().map(Job::finish).collect();
+        finished.into_iter().collect::<Result<(), Error>>()?;
+        let mut unit = Unit::compiled(own.clone(), compiler.flags.clone());
+        unit.kept = source_path.clone();
+        unit.inputs.extend(objects_now);
+        unit.inputs.extend(compiler.link.iter().cloned());
+        let linking = Job::start(compiler, unit, &library).and_then(Job::finish);
+        let _ = std::fs::remove_file(&own);
+        linking?;
+    }
     Ok(Built {
         library,
         source: source_path,
         cached: false,
+        linked: objects,
     })
+}
+
+/// `flags` for a unit compiled into an object file: without `-shared`, with
+/// `extra`, and `-c`.
+fn object_flags(flags: &[String], extra: &[&[String]]) -> Vec<String> {
+    flags
+        .iter()
+        .filter(|f| *f != "-shared")
+        .chain(extra.iter().flat_map(|e| e.iter()))
+        .cloned()
+        .chain(["-c".to_string()])
+        .collect()
+}
+
+/// One command of a build: the compiler's flags, its first input, the rest
+/// (objects, libraries), and the source an error points at.
+struct Unit {
+    flags: Vec<String>,
+    first: PathBuf,
+    inputs: Vec<String>,
+    kept: PathBuf,
+}
+
+impl Unit {
+    fn compiled(source: PathBuf, flags: Vec<String>) -> Unit {
+        Unit {
+            flags,
+            first: source.clone(),
+            inputs: Vec::new(),
+            kept: source,
+        }
+    }
+}
+
+/// A compiler running, writing a temporary file that [`Job::finish`] renames
+/// to `out` once it succeeded.
+struct Job {
+    child: std::process::Child,
+    program: String,
+    unit: Unit,
+    tmp: PathBuf,
+    out: PathBuf,
+}
+
+impl Job {
+    fn start(compiler: &Compiler, unit: Unit, out: &Path) -> Result<Job, Error> {
+        let tmp = temp_beside(out);
+        let child = Command::new(&compiler.program)
+            .args(&unit.flags)
+            .arg(&unit.first)
+            .args(&unit.inputs)
+            .arg("-o")
+            .arg(&tmp)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::NoCompiler(format!("cannot run `{}`: {e}", compiler.program)))?;
+        Ok(Job {
+            child,
+            program: compiler.program.clone(),
+            unit,
+            tmp,
+            out: out.to_path_buf(),
+        })
+    }
+
+    fn finish(self) -> Result<(), Error> {
+        let Job {
+            child,
+            program,
+            unit,
+            tmp,
+            out,
+        } = self;
+        let output = child
+            .wait_with_output()
+            .map_err(|e| Error::NoCompiler(format!("cannot wait for `{program}`: {e}")))?;
+        if output.status.success() {
+            return std::fs::rename(&tmp, &out).map_err(io(&out));
+        }
+        let _ = std::fs::remove_file(&tmp);
+        let mut message = String::from_utf8_lossy(&output.stderr).into_owned();
+        message.push_str(&String::from_utf8_lossy(&output.stdout));
+        Err(Error::Compile {
+            compiler: program,
+            flags: unit
+                .flags
+                .iter()
+                .cloned()
+                .chain([unit.first.display().to_string()])
+                .chain(unit.inputs)
+                .collect::<Vec<_>>()
+                .join(" "),
+            source_path: unit.kept,
+            message: message.trim_end().to_string(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -266,19 +445,32 @@ mod tests {
             link: Vec::new(),
         };
         let headers = runtime::HEADERS;
-        let base = library_key("int f();", &headers, &compiler);
+        let linked = Linked {
+            name: "mm_f32",
+            source: "int g() { return 1; }".into(),
+            object_flags: Vec::new(),
+            library_flags: vec!["-DX".into()],
+        };
+        let base = library_key("int f();", &headers, &compiler, &[]);
         let mut edited = headers;
         edited[0].text = "// another scalar.h";
         let mut other = compiler.clone();
         other.flags.push("-DX".into());
         for (what, key) in [
-            ("the source", library_key("int g();", &headers, &compiler)),
-            ("a header", library_key("int f();", &edited, &compiler)),
-            ("the flags", library_key("int f();", &headers, &other)),
+            (
+                "the source",
+                library_key("int g();", &headers, &compiler, &[]),
+            ),
+            ("a header", library_key("int f();", &edited, &compiler, &[])),
+            ("the flags", library_key("int f();", &headers, &other, &[])),
+            (
+                "a linked object",
+                library_key("int f();", &headers, &compiler, &[linked]),
+            ),
         ] {
             assert_ne!(key, base, "{what} changed, the key did not");
         }
-        assert_eq!(base, library_key("int f();", &headers, &compiler));
+        assert_eq!(base, library_key("int f();", &headers, &compiler, &[]));
         let dir = std::env::temp_dir().join(format!("kiln-compile-key-{}", std::process::id()));
         let one = header_folder(&headers, &dir).expect("headers written");
         let two = header_folder(&edited, &dir).expect("headers written");

@@ -489,14 +489,17 @@ pub fn memory_needed(scheduled: &Scheduled) -> Option<u64> {
 }
 
 /// Compiles (or finds in the cache) `source`, a cpu `wrapper.cpp` (which
-/// includes the C++ runtime's headers), and loads it for `scheduled`.
+/// includes the C++ runtime's headers), and loads it for `scheduled`. The
+/// runtime's matrix products are compiled once into objects of the cache and
+/// linked in ([`compile::build_linked`]).
 pub fn build_and_load(
     source: &str,
     scheduled: &Scheduled,
     weights: &Weights,
 ) -> Result<(Module, compile::Built), Error> {
     let compiler = compile::Compiler::from_env()?;
-    let built = compile::build(source, &compiler, &compile::cache_dir())?;
+    let linked = crate::codegen::wrapper::cpp::linked_runtime(source, &scheduled.program);
+    let built = compile::build_linked(source, &linked, &compiler, &compile::cache_dir())?;
     let module = Module::load(&built.library, scheduled, weights)?;
     Ok((module, built))
 }

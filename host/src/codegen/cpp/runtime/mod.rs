@@ -12,7 +12,9 @@
 //! translation unit of its own, warning-free under `-Wall -Wextra`: the test
 //! below checks it) and has internal linkage only (`static`), so that two
 //! Kiln libraries loaded into one process never interpose each other's
-//! helpers. The runtime holds no device's numbers: `matmul.h` refuses to
+//! helpers. The one exception is `kiln_mm` under `KILN_MM_LINKED` ([`Linked`]):
+//! then it has external linkage but hidden visibility, which a library never
+//! exports either. The runtime holds no device's numbers: `matmul.h` refuses to
 //! build unless the plugin's `kernel_header` defines the `KILN_MM_*` tiles.
 //!
 //! Plain text: no names from input files ever reach it. Its identifiers are
@@ -63,6 +65,24 @@ pub const WEIGHTS: Header = header!("weights.h");
 pub const HEADERS: [Header; 9] = [
     SCALAR, ARENA, TRANSPOSE, LANES, BLAS, MATMUL, CONV, COPY_OUT, WEIGHTS,
 ];
+
+/// A part of the runtime that `host run` compiles once into an object file
+/// of its cache and links into every library that uses it, instead of
+/// compiling it into each generated file (`runtime::compile`): the products
+/// of one dtype (`matmul.h`'s `KILN_MM_LINKED`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Linked {
+    /// A short name for the object's file (`mm_f32`).
+    pub name: &'static str,
+    /// The object's translation unit: the plugin's `kernel_header`, the
+    /// runtime headers it needs, and the explicit instantiations.
+    pub source: String,
+    /// The flags the object is compiled with, besides the library's.
+    pub object_flags: Vec<String>,
+    /// The flags the generated file is compiled with when the object is
+    /// linked in: they declare what the object holds.
+    pub library_flags: Vec<String>,
+}
 
 /// Every header's text, for the [`Namer`](crate::codegen::namer::Namer) to
 /// reserve their identifiers.
@@ -130,7 +150,18 @@ mod tests {
         }
         // The block transposes of AVX-512, of AVX/AVX2, and none; with and
         // without a BLAS library to call.
-        let mut variants: Vec<Vec<&str>> = vec![vec![], vec!["-DKILN_MM_BLAS=1"]];
+        let mut variants: Vec<Vec<&str>> = vec![
+            vec![],
+            vec!["-DKILN_MM_BLAS=1"],
+            // Products declared as linked from a runtime object, of every dtype.
+            vec![
+                "-DKILN_MM_LINKED",
+                "-DKILN_MM_LINKED_F32",
+                "-DKILN_MM_LINKED_F64",
+                "-DKILN_MM_LINKED_F16",
+                "-DKILN_MM_LINKED_BF16",
+            ],
+        ];
         if cfg!(target_arch = "x86_64") {
             for isa in [
                 "-march=native",

@@ -32,6 +32,7 @@
 //! Every name from the graph goes through the [`Namer`], after [`reserve`].
 
 pub(super) mod layout;
+mod linked;
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -49,6 +50,8 @@ use crate::graph::ops::ConstData;
 use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 use layout::Layout;
+pub use linked::linked_runtime;
+use linked::{mm_load, mm_store, HEADER_BEGINS, HEADER_ENDS};
 
 /// Bumped when the entry points change.
 pub const ABI_VERSION: i32 = 2;
@@ -151,27 +154,6 @@ pub(super) fn element_text(v: f64, d: DType) -> String {
     }
 }
 
-fn load_lambda(d: DType) -> String {
-    let st = storage_type(d);
-    let value = match d {
-        DType::Float16 => "kiln_h2f(p[i])",
-        DType::BFloat16 => "kiln_bf2f(p[i])",
-        _ => "p[i]",
-    };
-    format!("[](const {st}* p, int64_t i) {{ return {value}; }}")
-}
-
-fn store_lambda(d: DType) -> String {
-    let st = storage_type(d);
-    let ct = compute_type(d);
-    let value = match d {
-        DType::Float16 => "kiln_f2h(v)",
-        DType::BFloat16 => "kiln_f2bf(v)",
-        _ => "v",
-    };
-    format!("[]({st}* p, int64_t i, {ct} v) {{ p[i] = {value}; }}")
-}
-
 /// Writes `wrapper.cpp` for `scheduled` around `kernels` (generated with the
 /// same `namer`, after [`reserve`]). `header` is the plugin's
 /// `kernel_header`; `origin` says who generated it (for the first comment).
@@ -208,11 +190,11 @@ pub fn write(
          // inputs/outputs: one dense row-major tensor per graph input/output; returns 0, 1 when out of memory,\n\
          // 2 when an index is out of range, 3 when the weights are not loaded (kiln_load_weights)."
     )?;
-    writeln!(
+    write!(
         out,
         "// Build: c++ {} {} wrapper.cpp -o kiln.so\n\
          // (`host run` uses $CXX when set, and $KILN_CXXFLAGS in place of the flags before -std.)\n\
-         // Kiln's C++ runtime is included from kiln/ beside this file, where `host compile` writes it.",
+         {HEADER_BEGINS}",
         crate::codegen::cpp::DEFAULT_FLAGS,
         crate::codegen::cpp::REQUIRED_FLAGS.join(" ")
     )?;
@@ -220,6 +202,7 @@ pub fn write(
     if !header.ends_with('\n') {
         out.push('\n');
     }
+    out.push_str(HEADER_ENDS);
     let weights = weight_keys(p, &name);
     write_includes(&mut out, p, !weights.is_empty())?;
     out.push('\n');
@@ -733,8 +716,8 @@ fn extern_call(
         b.strides[o],
         b.strides[o + 1],
         name(e.out),
-        load_lambda(in_d),
-        store_lambda(d)
+        mm_load(in_d),
+        mm_store(d)
     )?;
     Ok(())
 }

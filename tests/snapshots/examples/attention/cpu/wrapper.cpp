@@ -43,6 +43,7 @@
 #ifndef KILN_MM_BLAS
 #define KILN_MM_BLAS 1
 #endif
+// What the generated code uses of the standard library and of Kiln's C++ runtime:
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -164,11 +165,11 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     unsigned char* const ws = arena.get(1073741824);
     if (ws == nullptr) return 1;
     [[maybe_unused]] float* b_s = static_cast<float*>(static_cast<void*>(ws + 0));
-    if (kiln_mm<float>(128, 1024, 1024, 64, b_q, 0, 65536, 64, 1, b_k, 0, 65536, 1, 64, b_s, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_mm<float>(128, 1024, 1024, 64, b_q, 0, 65536, 64, 1, b_k, 0, 65536, 1, 64, b_s, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_p_5 = static_cast<float*>(static_cast<void*>(ws + 536870912));
     cpp_red_fused_amax_div_sum_exp_sub_0(b_s, b_p_5);
     [[maybe_unused]] float* b_o = static_cast<float*>(static_cast<void*>(outputs[0]));
-    if (kiln_mm<float>(128, 1024, 64, 1024, b_p_5, 0, 1048576, 1024, 1, b_v, 0, 65536, 64, 1, b_o, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_mm<float>(128, 1024, 64, 1024, b_p_5, 0, 1048576, 1024, 1, b_v, 0, 65536, 64, 1, b_o, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

@@ -43,6 +43,7 @@
 #ifndef KILN_MM_BLAS
 #define KILN_MM_BLAS 1
 #endif
+// What the generated code uses of the standard library and of Kiln's C++ runtime:
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -110,11 +111,11 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     unsigned char* const ws = arena.get(134217728);
     if (ws == nullptr) return 1;
     [[maybe_unused]] float* b_h_2 = static_cast<float*>(static_cast<void*>(ws + 0));
-    if (kiln_mm<float>(1, 4096, 4096, 1024, b_x, 0, 0, 1024, 1, b_w1, 0, 0, 1, 1024, b_h_2, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_mm<float>(1, 4096, 4096, 1024, b_x, 0, 0, 1024, 1, b_w1, 0, 0, 1, 1024, b_h_2, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_a = static_cast<float*>(static_cast<void*>(ws + 67108864));
     cpp_poi_fused_relu_add_0(b_h_2, b_b1, b_a);
     [[maybe_unused]] float* b_y_5 = static_cast<float*>(static_cast<void*>(ws + 0));
-    if (kiln_mm<float>(1, 4096, 1024, 4096, b_a, 0, 0, 4096, 1, b_w2, 0, 0, 1, 4096, b_y_5, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_mm<float>(1, 4096, 1024, 4096, b_a, 0, 0, 4096, 1, b_w2, 0, 0, 1, 4096, b_y_5, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_y_6 = static_cast<float*>(static_cast<void*>(outputs[0]));
     cpp_poi_fused_add_1(b_y_5, b_b2, b_y_6);
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;

@@ -43,6 +43,7 @@
 #ifndef KILN_MM_BLAS
 #define KILN_MM_BLAS 1
 #endif
+// What the generated code uses of the standard library and of Kiln's C++ runtime:
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -43,6 +43,7 @@
 #ifndef KILN_MM_BLAS
 #define KILN_MM_BLAS 1
 #endif
+// What the generated code uses of the standard library and of Kiln's C++ runtime:
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -95,11 +96,11 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     unsigned char* const ws = arena.get(2048);
     if (ws == nullptr) return 1;
     [[maybe_unused]] float* b_h_2 = static_cast<float*>(static_cast<void*>(ws + 0));
-    if (kiln_mm<float>(1, 8, 32, 16, b_x, 0, 0, 16, 1, b_w1, 0, 0, 1, 16, b_h_2, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_mm<float>(1, 8, 32, 16, b_x, 0, 0, 16, 1, b_w1, 0, 0, 1, 16, b_h_2, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_a = static_cast<float*>(static_cast<void*>(ws + 1024));
     cpp_poi_fused_relu_add_0(b_h_2, b_b1, b_a);
     [[maybe_unused]] float* b_y_5 = static_cast<float*>(static_cast<void*>(outputs[0]));
-    if (kiln_mm<float>(1, 8, 4, 32, b_a, 0, 0, 32, 1, b_w2, 0, 0, 1, 32, b_y_5, [](const float* p, int64_t i) { return p[i]; }, [](float* p, int64_t i, float v) { p[i] = v; })) return 1;
+    if (kiln_mm<float>(1, 8, 4, 32, b_a, 0, 0, 32, 1, b_w2, 0, 0, 1, 32, b_y_5, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

@@ -37,6 +37,7 @@
 
 #include "arena.h"
 #include "blas.h"
+#include "scalar.h"
 
 // Rows of b the packing of b fetches ahead of the row it copies: each row it
 // reads is a short run in a page of its own, which the hardware prefetchers
@@ -571,12 +572,67 @@ static int kiln_mm_into(int64_t batch, int64_t M, int64_t N, int64_t K,
     return failed;
 }
 
+// The loads and stores a generated product passes to `kiln_mm`: one type per
+// storage format. Each lambda is a type of its own, so a lambda per call made
+// the compiler build the whole packed product again for every product of a
+// file (about 0.7 s each at -O3); with these, a file builds it once per dtype.
+template <typename T>
+struct KilnLoad {
+    T operator()(const T* p, int64_t i) const { return p[i]; }
+};
+struct KilnLoadF16 {
+    float operator()(const uint16_t* p, int64_t i) const { return kiln_h2f(p[i]); }
+};
+struct KilnLoadBF16 {
+    float operator()(const uint16_t* p, int64_t i) const { return kiln_bf2f(p[i]); }
+};
+template <typename T>
+struct KilnStore {
+    void operator()(T* p, int64_t i, T v) const { p[i] = v; }
+};
+struct KilnStoreF16 {
+    void operator()(uint16_t* p, int64_t i, float v) const { p[i] = kiln_f2h(v); }
+};
+struct KilnStoreBF16 {
+    void operator()(uint16_t* p, int64_t i, float v) const { p[i] = kiln_f2bf(v); }
+};
+
+// `kiln_mm` is `static` unless `KILN_MM_LINKED` is defined: then it has
+// external linkage, hidden outside the library, so that `host run` can
+// compile the products of a dtype once into an object of its cache and link
+// it into every library that calls them (`KILN_MM_LINKED_F32` and the like
+// below), instead of compiling them into each generated file again.
+#ifdef KILN_MM_LINKED
+#define KILN_MM_LINKAGE __attribute__((visibility("hidden")))
+#else
+#define KILN_MM_LINKAGE static
+#endif
+
 // The product into a contiguous `out` [batch, M, N].
 template <typename Acc, typename T, typename Load, typename Store>
-static int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
+KILN_MM_LINKAGE int kiln_mm(int64_t batch, int64_t M, int64_t N, int64_t K,
                    const T* a, int64_t a_off, int64_t a_sb, int64_t a_sm, int64_t a_sk,
                    const T* b, int64_t b_off, int64_t b_sb, int64_t b_sk, int64_t b_sn,
                    T* out, Load load, Store store) {
     return kiln_mm_into<Acc>(batch, M, N, K, a, a_off, a_sb, a_sm, a_sk, b, b_off, b_sb, b_sk, b_sn, out, N,
                              load, store);
 }
+
+// One instantiation of `kiln_mm`: `template KILN_MM_INSTANCE(...);` compiles
+// it (the runtime object), `extern template KILN_MM_INSTANCE(...);` tells a
+// generated file that it is linked in.
+#define KILN_MM_INSTANCE(Acc, T, Load, Store)                                                                 \
+    int kiln_mm<Acc, T, Load, Store>(int64_t, int64_t, int64_t, int64_t, const T*, int64_t, int64_t, int64_t,   \
+                                     int64_t, const T*, int64_t, int64_t, int64_t, int64_t, T*, Load, Store)
+#ifdef KILN_MM_LINKED_F32
+extern template KILN_MM_INSTANCE(float, float, KilnLoad<float>, KilnStore<float>);
+#endif
+#ifdef KILN_MM_LINKED_F64
+extern template KILN_MM_INSTANCE(double, double, KilnLoad<double>, KilnStore<double>);
+#endif
+#ifdef KILN_MM_LINKED_F16
+extern template KILN_MM_INSTANCE(float, uint16_t, KilnLoadF16, KilnStoreF16);
+#endif
+#ifdef KILN_MM_LINKED_BF16
+extern template KILN_MM_INSTANCE(float, uint16_t, KilnLoadBF16, KilnStoreBF16);
+#endif

@@ -161,7 +161,7 @@ static void cpp_poi_fused_permute_view_split_add_reshape_1(const float* __restri
 }
 
 // 49152 x 512; parallel chunk 6144 from the plugin's heuristics.
-static void cpp_red_fused_amax_add_mul_sum_exp_sub_2(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+static void cpp_red_fused_amax_add_mul_exp_sub_sum_2(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 6144) if (49152 > 6144)
     for (int32_t x = 0; x < 49152; ++x) {
         alignas(64) float row7[512];
@@ -262,7 +262,7 @@ static void cpp_poi_fused_reshape_3(const float* __restrict__ in_ptr0, float* __
 }
 
 // 4096 x 768; parallel chunk 512 from the plugin's heuristics.
-static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0) {
+static void cpp_red_fused_add_reshape_mean_mul_sub_rsqrt_4(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0, float* __restrict__ out_ptr1) {
     #pragma omp parallel for schedule(static, 512) if (4096 > 512)
     for (int32_t x = 0; x < 4096; ++x) {
         alignas(64) float lacc0[8];
@@ -279,6 +279,7 @@ static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restri
                 const float tmp3 = static_cast<float>(tmp1 + tmp2);
                 const float tmp4 = static_cast<float>(tmp0 + tmp3);
                 val0[l] = static_cast<float>(tmp4);
+                out_ptr0[((768 * x) + r)] = tmp4;
             }
             kiln_lanes_sum<float, 8>(vacc0_0, val0 + 0);
         }
@@ -348,7 +349,7 @@ static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restri
             const float tmp17 = static_cast<float>(tmp15 * tmp16);
             const float tmp18 = in_ptr4[r];
             const float tmp19 = static_cast<float>(tmp17 + tmp18);
-            out_ptr0[((768 * x) + r)] = tmp19;
+            out_ptr1[((768 * x) + r)] = tmp19;
         }
     }
 }
@@ -377,7 +378,7 @@ static void cpp_poi_fused_reshape_mul_add_tanh_5(const float* __restrict__ in_pt
 }
 
 // 4096 x 768; parallel chunk 512 from the plugin's heuristics.
-static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0) {
+static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 512) if (4096 > 512)
     for (int32_t x = 0; x < 4096; ++x) {
         #pragma omp simd
@@ -387,11 +388,7 @@ static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const
             const float tmp2 = in_ptr2[r];
             const float tmp3 = static_cast<float>(tmp1 + tmp2);
             const float tmp4 = static_cast<float>(tmp0 + tmp3);
-            const float tmp5 = in_ptr3[((768 * x) + r)];
-            const float tmp6 = in_ptr4[r];
-            const float tmp7 = static_cast<float>(tmp5 + tmp6);
-            const float tmp8 = static_cast<float>(tmp4 + tmp7);
-            out_ptr0[((768 * x) + r)] = tmp8;
+            out_ptr0[((768 * x) + r)] = tmp4;
         }
     }
 }
@@ -440,23 +437,24 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     [[maybe_unused]] float* b_att = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(96, 512, 512, 64, b_qh, 0, 32768, 64, 1, b_kt, 0, 32768, 512, 1, b_att, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_p_19 = static_cast<float*>(static_cast<void*>(ws + 100663296));
-    cpp_red_fused_amax_add_mul_sum_exp_sub_2(b_att, b_mask, b_p_19);
+    cpp_red_fused_amax_add_mul_exp_sub_sum_2(b_att, b_mask, b_p_19);
     [[maybe_unused]] float* b_yh = static_cast<float*>(static_cast<void*>(ws + 201326592)); // reuses the storage of b_qh
     if (kiln_mm<float>(96, 512, 64, 512, b_p_19, 0, 262144, 512, 1, b_vh, 0, 32768, 64, 1, b_yh, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_proj_21 = static_cast<float*>(static_cast<void*>(ws + 213909504)); // reuses the storage of b_kt
     cpp_poi_fused_reshape_3(b_yh, b_proj_21);
     [[maybe_unused]] float* b_proj_22 = static_cast<float*>(static_cast<void*>(ws + 226492416)); // reuses the storage of b_vh
     if (kiln_mm<float>(1, 4096, 768, 768, b_proj_21, 0, 0, 768, 1, b_proj_w, 0, 0, 1, 768, b_proj_22, KilnLoad<float>{}, KilnStore<float>{})) return 1;
-    [[maybe_unused]] float* b_fc_35 = static_cast<float*>(static_cast<void*>(ws + 201326592)); // reuses the storage of b_yh
-    cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(b_x, b_proj_22, b_proj_b, b_ln2_w, b_ln2_b, b_fc_35);
+    [[maybe_unused]] float* b_r1 = static_cast<float*>(static_cast<void*>(ws + 201326592)); // reuses the storage of b_yh
+    [[maybe_unused]] float* b_fc_35 = static_cast<float*>(static_cast<void*>(ws + 213909504)); // reuses the storage of b_proj_21
+    cpp_red_fused_add_reshape_mean_mul_sub_rsqrt_4(b_x, b_proj_22, b_proj_b, b_ln2_w, b_ln2_b, b_r1, b_fc_35);
     [[maybe_unused]] float* b_fc_36 = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(1, 4096, 3072, 768, b_fc_35, 0, 0, 768, 1, b_fc_w, 0, 0, 1, 768, b_fc_36, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_mo_49 = static_cast<float*>(static_cast<void*>(ws + 50331648));
     cpp_poi_fused_reshape_mul_add_tanh_5(b_fc_36, b_fc_b, b_mo_49);
-    [[maybe_unused]] float* b_mo_50 = static_cast<float*>(static_cast<void*>(ws + 213909504)); // reuses the storage of b_proj_21
+    [[maybe_unused]] float* b_mo_50 = static_cast<float*>(static_cast<void*>(ws + 226492416)); // reuses the storage of b_proj_22
     if (kiln_mm<float>(1, 4096, 768, 3072, b_mo_49, 0, 0, 3072, 1, b_out_w, 0, 0, 1, 3072, b_mo_50, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_y = static_cast<float*>(static_cast<void*>(outputs[0]));
-    cpp_poi_fused_add_reshape_6(b_x, b_proj_22, b_proj_b, b_mo_50, b_out_b, b_y);
+    cpp_poi_fused_add_reshape_6(b_r1, b_mo_50, b_out_b, b_y);
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

@@ -161,7 +161,7 @@ static void cpp_poi_fused_permute_view_split_add_reshape_1(const float* __restri
 }
 
 // 32 x 8; parallel chunk 4 from the plugin's heuristics.
-static void cpp_red_fused_amax_add_mul_sum_exp_sub_2(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+static void cpp_red_fused_amax_add_mul_exp_sub_sum_2(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 4) if (32 > 4)
     for (int32_t x = 0; x < 32; ++x) {
         alignas(64) float row7[8];
@@ -262,7 +262,7 @@ static void cpp_poi_fused_reshape_3(const float* __restrict__ in_ptr0, float* __
 }
 
 // 16 x 24; parallel chunk 2 from the plugin's heuristics.
-static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0) {
+static void cpp_red_fused_add_reshape_mean_mul_sub_rsqrt_4(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0, float* __restrict__ out_ptr1) {
     #pragma omp parallel for schedule(static, 2) if (16 > 2)
     for (int32_t x = 0; x < 16; ++x) {
         alignas(64) float lacc0[8];
@@ -279,6 +279,7 @@ static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restri
                 const float tmp3 = static_cast<float>(tmp1 + tmp2);
                 const float tmp4 = static_cast<float>(tmp0 + tmp3);
                 val0[l] = static_cast<float>(tmp4);
+                out_ptr0[((24 * x) + r)] = tmp4;
             }
             kiln_lanes_sum<float, 8>(vacc0_0, val0 + 0);
         }
@@ -348,7 +349,7 @@ static void cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(const float* __restri
             const float tmp17 = static_cast<float>(tmp15 * tmp16);
             const float tmp18 = in_ptr4[r];
             const float tmp19 = static_cast<float>(tmp17 + tmp18);
-            out_ptr0[((24 * x) + r)] = tmp19;
+            out_ptr1[((24 * x) + r)] = tmp19;
         }
     }
 }
@@ -377,7 +378,7 @@ static void cpp_poi_fused_reshape_mul_add_tanh_5(const float* __restrict__ in_pt
 }
 
 // 16 x 24; parallel chunk 2 from the plugin's heuristics.
-static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0) {
+static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
     #pragma omp parallel for schedule(static, 2) if (16 > 2)
     for (int32_t x = 0; x < 16; ++x) {
         #pragma omp simd
@@ -387,11 +388,7 @@ static void cpp_poi_fused_add_reshape_6(const float* __restrict__ in_ptr0, const
             const float tmp2 = in_ptr2[r];
             const float tmp3 = static_cast<float>(tmp1 + tmp2);
             const float tmp4 = static_cast<float>(tmp0 + tmp3);
-            const float tmp5 = in_ptr3[((24 * x) + r)];
-            const float tmp6 = in_ptr4[r];
-            const float tmp7 = static_cast<float>(tmp5 + tmp6);
-            const float tmp8 = static_cast<float>(tmp4 + tmp7);
-            out_ptr0[((24 * x) + r)] = tmp8;
+            out_ptr0[((24 * x) + r)] = tmp4;
         }
     }
 }
@@ -429,34 +426,35 @@ extern "C" int kiln_call(const void* const* inputs, void* const* outputs) {
     static thread_local KilnArena arena;
     unsigned char* const ws = arena.get(15360);
     if (ws == nullptr) return 1;
-    [[maybe_unused]] float* b_qkv_11 = static_cast<float*>(static_cast<void*>(ws + 6144));
+    [[maybe_unused]] float* b_qkv_11 = static_cast<float*>(static_cast<void*>(ws + 12288));
     cpp_red_fused_mean_mul_sub_reshape_add_rsqrt_0(b_x, b_ln1_w, b_ln1_b, b_qkv_11);
     [[maybe_unused]] float* b_qkv_12 = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(1, 16, 72, 24, b_qkv_11, 0, 0, 24, 1, b_attn_w, 0, 0, 1, 24, b_qkv_12, KilnLoad<float>{}, KilnStore<float>{})) return 1;
-    [[maybe_unused]] float* b_qh = static_cast<float*>(static_cast<void*>(ws + 6144)); // reuses the storage of b_qkv_11
-    [[maybe_unused]] float* b_kt = static_cast<float*>(static_cast<void*>(ws + 12288));
+    [[maybe_unused]] float* b_qh = static_cast<float*>(static_cast<void*>(ws + 12288)); // reuses the storage of b_qkv_11
+    [[maybe_unused]] float* b_kt = static_cast<float*>(static_cast<void*>(ws + 6144));
     [[maybe_unused]] float* b_vh = static_cast<float*>(static_cast<void*>(ws + 13824));
     cpp_poi_fused_permute_view_split_add_reshape_1(b_qkv_12, b_attn_b, b_qh, b_kt, b_vh);
     [[maybe_unused]] float* b_att = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(4, 8, 8, 12, b_qh, 0, 96, 12, 1, b_kt, 0, 96, 8, 1, b_att, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_p_19 = static_cast<float*>(static_cast<void*>(ws + 1024));
-    cpp_red_fused_amax_add_mul_sum_exp_sub_2(b_att, b_mask, b_p_19);
-    [[maybe_unused]] float* b_yh = static_cast<float*>(static_cast<void*>(ws + 6144)); // reuses the storage of b_qh
+    cpp_red_fused_amax_add_mul_exp_sub_sum_2(b_att, b_mask, b_p_19);
+    [[maybe_unused]] float* b_yh = static_cast<float*>(static_cast<void*>(ws + 12288)); // reuses the storage of b_qh
     if (kiln_mm<float>(4, 8, 12, 8, b_p_19, 0, 64, 8, 1, b_vh, 0, 96, 12, 1, b_yh, KilnLoad<float>{}, KilnStore<float>{})) return 1;
-    [[maybe_unused]] float* b_proj_21 = static_cast<float*>(static_cast<void*>(ws + 12288)); // reuses the storage of b_kt
+    [[maybe_unused]] float* b_proj_21 = static_cast<float*>(static_cast<void*>(ws + 6144)); // reuses the storage of b_kt
     cpp_poi_fused_reshape_3(b_yh, b_proj_21);
     [[maybe_unused]] float* b_proj_22 = static_cast<float*>(static_cast<void*>(ws + 13824)); // reuses the storage of b_vh
     if (kiln_mm<float>(1, 16, 24, 24, b_proj_21, 0, 0, 24, 1, b_proj_w, 0, 0, 1, 24, b_proj_22, KilnLoad<float>{}, KilnStore<float>{})) return 1;
-    [[maybe_unused]] float* b_fc_35 = static_cast<float*>(static_cast<void*>(ws + 6144)); // reuses the storage of b_yh
-    cpp_red_fused_mean_add_reshape_mul_sub_rsqrt_4(b_x, b_proj_22, b_proj_b, b_ln2_w, b_ln2_b, b_fc_35);
+    [[maybe_unused]] float* b_r1 = static_cast<float*>(static_cast<void*>(ws + 12288)); // reuses the storage of b_yh
+    [[maybe_unused]] float* b_fc_35 = static_cast<float*>(static_cast<void*>(ws + 6144)); // reuses the storage of b_proj_21
+    cpp_red_fused_add_reshape_mean_mul_sub_rsqrt_4(b_x, b_proj_22, b_proj_b, b_ln2_w, b_ln2_b, b_r1, b_fc_35);
     [[maybe_unused]] float* b_fc_36 = static_cast<float*>(static_cast<void*>(ws + 0));
     if (kiln_mm<float>(1, 16, 96, 24, b_fc_35, 0, 0, 24, 1, b_fc_w, 0, 0, 1, 24, b_fc_36, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_mo_49 = static_cast<float*>(static_cast<void*>(ws + 6144));
     cpp_poi_fused_reshape_mul_add_tanh_5(b_fc_36, b_fc_b, b_mo_49);
-    [[maybe_unused]] float* b_mo_50 = static_cast<float*>(static_cast<void*>(ws + 12288)); // reuses the storage of b_proj_21
+    [[maybe_unused]] float* b_mo_50 = static_cast<float*>(static_cast<void*>(ws + 13824)); // reuses the storage of b_proj_22
     if (kiln_mm<float>(1, 16, 24, 96, b_mo_49, 0, 0, 96, 1, b_out_w, 0, 0, 1, 96, b_mo_50, KilnLoad<float>{}, KilnStore<float>{})) return 1;
     [[maybe_unused]] float* b_y = static_cast<float*>(static_cast<void*>(outputs[0]));
-    cpp_poi_fused_add_reshape_6(b_x, b_proj_22, b_proj_b, b_mo_50, b_out_b, b_y);
+    cpp_poi_fused_add_reshape_6(b_r1, b_mo_50, b_out_b, b_y);
     if (kiln_fault.exchange(0, std::memory_order_relaxed) != 0) return 2;
     return 0;
 }

@@ -23,7 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tensor", &["graph", "memory"]),
     ("tensor_io", &["graph", "memory", "tensor"]),
     ("interp", &["graph", "memory", "tensor"]),
-    ("passes", &["graph", "interp"]),
+    ("passes", &["graph", "interp", "memory"]),
     ("schedule", &["graph", "interp", "memory", "tensor"]),
     ("codegen", &["graph", "plugins", "schedule"]),
     (

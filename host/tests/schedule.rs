@@ -699,13 +699,14 @@ fn a_small_whole_power_is_products_and_keeps_its_value() {
     }
 }
 
-/// `linear(x, w, b)` on a `[2, 3, 8]` input, then `tail` (nodes reading `h`).
-fn linear_graph(tail: &str) -> Graph {
+/// `linear(x, w, b)` in `dtype` on a `[2, 3, 8]` input, then `tail` (nodes reading
+/// `h`); the graph's output is `out`.
+fn linear_graph(dtype: &str, tail: &str, out: &str) -> Graph {
     let text = format!(
-        "format = \"kiln-graph/1\"\nname = \"lin\"\noutputs = [\"y\"]\n\n\
-         [[inputs]]\nname = \"x\"\nshape = [2, 3, 8]\ndtype = \"float32\"\n\n\
-         [[inputs]]\nname = \"w\"\nshape = [5, 8]\ndtype = \"float32\"\n\n\
-         [[inputs]]\nname = \"b\"\nshape = [5]\ndtype = \"float32\"\n\n\
+        "format = \"kiln-graph/1\"\nname = \"lin\"\noutputs = [\"{out}\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [2, 3, 8]\ndtype = \"{dtype}\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [5, 8]\ndtype = \"{dtype}\"\n\n\
+         [[inputs]]\nname = \"b\"\nshape = [5]\ndtype = \"{dtype}\"\n\n\
          [[nodes]]\nname = \"h\"\nop = \"linear\"\nargs = [\"x\", \"w\", \"b\"]\n\n{tail}"
     );
     kiln::graph::parse_toml(&text).expect("graph parses")
@@ -723,17 +724,21 @@ fn externs(s: &kiln::schedule::Scheduled) -> Vec<&'static str> {
 }
 
 #[test]
-fn a_product_s_bias_goes_into_its_call_only_where_the_wrapper_takes_one_and_nothing_else_reads_it()
-{
+fn a_16_bit_product_s_bias_goes_into_its_call_only_where_its_sum_must_be_in_memory() {
     let relu = "[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"h\"]\n";
-    // The product's bias-free value is read again: no fold.
-    let shared = "[[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"h\", \"h\"]\n";
-    for (tail, bias_epilogue, want) in [
-        (relu, true, "addmm"),
-        (relu, false, "mm"),
-        (shared, true, "addmm"),
+    let bmm = "[[nodes]]\nname = \"y\"\nop = \"matmul\"\nargs = [\"h\", \"t\"]\n\n\
+               [[nodes]]\nname = \"t\"\nop = \"transpose\"\nargs = [\"h\", 1, 2]\n";
+    for (dtype, tail, out, bias_epilogue, want) in [
+        // A graph output, a product's operand: the sum is stored anyway.
+        ("bfloat16", "", "h", true, vec!["addmm"]),
+        ("float16", bmm, "y", true, vec!["addmm", "bmm"]),
+        // Read by a kernel: the kernel adds the bias.
+        ("bfloat16", relu, "y", true, vec!["mm"]),
+        // Float32 (cuBLASLt's bias epilogue is slower there), or no epilogue.
+        ("float32", "", "h", true, vec!["mm"]),
+        ("bfloat16", "", "h", false, vec!["mm"]),
     ] {
-        let graph = linear_graph(tail);
+        let graph = linear_graph(dtype, tail, out);
         let inputs = kiln::tensor_io::random_inputs(&input_metas(&graph), 5);
         let want_values = kiln::interp::evaluate(&graph, &inputs).expect("reference");
         let mut lowered = graph.clone();
@@ -743,16 +748,16 @@ fn a_product_s_bias_goes_into_its_call_only_where_the_wrapper_takes_one_and_noth
             ..Default::default()
         };
         let scheduled = kiln::schedule::schedule_with(&lowered, &options).expect("schedule");
-        assert_eq!(externs(&scheduled), vec![want], "{tail}");
+        assert_eq!(externs(&scheduled), want, "{dtype} {out} {tail}");
         let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
-        assert!(rel_error(&got, &want_values) < 1e-6, "{tail}");
+        assert!(rel_error(&got, &want_values) < 2e-2, "{dtype} {tail}");
     }
     // A product read by something besides its bias add keeps its own buffer.
     let mut g = kiln::graph::parse_toml(
         "format = \"kiln-graph/1\"\nname = \"two\"\noutputs = [\"y\", \"p\"]\n\n\
-         [[inputs]]\nname = \"x\"\nshape = [4, 8]\ndtype = \"float32\"\n\n\
-         [[inputs]]\nname = \"w\"\nshape = [8, 5]\ndtype = \"float32\"\n\n\
-         [[inputs]]\nname = \"b\"\nshape = [5]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [4, 8]\ndtype = \"bfloat16\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [8, 5]\ndtype = \"bfloat16\"\n\n\
+         [[inputs]]\nname = \"b\"\nshape = [5]\ndtype = \"bfloat16\"\n\n\
          [[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n\
          [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"b\"]\n",
     )
@@ -767,5 +772,5 @@ fn a_product_s_bias_goes_into_its_call_only_where_the_wrapper_takes_one_and_noth
     let scheduled = kiln::schedule::schedule_with(&g, &options).expect("schedule");
     assert_eq!(externs(&scheduled), vec!["mm"]);
     let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
-    assert!(rel_error(&got, &want) < 1e-6);
+    assert!(rel_error(&got, &want) < 2e-2);
 }

@@ -8,7 +8,6 @@
 //! the [`Program`] into code with the plugin's launch configs and strings.
 
 pub mod build;
-mod epilogue;
 pub mod eval;
 pub mod fuse;
 pub mod ids;

@@ -39,18 +39,24 @@ def kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, o
 
 
 @triton.jit
-def kiln_poi_fused_permute_1(in_ptr0, out_ptr0, out_ptr1, out_ptr2, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_permute_view_split_add_reshape_1(in_ptr0, in_ptr1, out_ptr0, out_ptr1, out_ptr2, xnumel, XBLOCK: tl.constexpr):
     xnumel = 3145728
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
         tmp0 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((((xindex) // 64)) % 512) + 64*((((xindex) // 32768)) % 12) + ((xindex) % 64)), xmask, other=0)
-        tmp1 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((xindex) % 512) + 64*((((xindex) // 32768)) % 12) + ((((xindex) // 512)) % 64) + 768), xmask, other=0)
-        tmp2 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((((xindex) // 64)) % 512) + 64*((((xindex) // 32768)) % 12) + ((xindex) % 64) + 1536), xmask, other=0)
-        tl.store(out_ptr0 + (xindex), tmp0, xmask)
-        tl.store(out_ptr1 + (xindex), tmp1, xmask)
-        tl.store(out_ptr2 + (xindex), tmp2, xmask)
+        tmp1 = tl.load(in_ptr1 + (64*((((xindex) // 32768)) % 12) + ((xindex) % 64)), xmask, other=0)
+        tmp2 = (tmp0 + tmp1)
+        tmp3 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((xindex) % 512) + 64*((((xindex) // 32768)) % 12) + ((((xindex) // 512)) % 64) + 768), xmask, other=0)
+        tmp4 = tl.load(in_ptr1 + (64*((((xindex) // 32768)) % 12) + ((((xindex) // 512)) % 64) + 768), xmask, other=0)
+        tmp5 = (tmp3 + tmp4)
+        tmp6 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((((xindex) // 64)) % 512) + 64*((((xindex) // 32768)) % 12) + ((xindex) % 64) + 1536), xmask, other=0)
+        tmp7 = tl.load(in_ptr1 + (64*((((xindex) // 32768)) % 12) + ((xindex) % 64) + 1536), xmask, other=0)
+        tmp8 = (tmp6 + tmp7)
+        tl.store(out_ptr0 + (xindex), tmp2, xmask)
+        tl.store(out_ptr1 + (xindex), tmp5, xmask)
+        tl.store(out_ptr2 + (xindex), tmp8, xmask)
 
 
 @triton.jit
@@ -88,7 +94,7 @@ def kiln_poi_fused_reshape_3(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
 
 
 @triton.jit
-def kiln_red_fused_mean_add_sub_mul_reshape_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, in_ptr3, out_ptr0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, out_ptr1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = 4096
     rnumel = 768
     xbase = tl.arange(0, XBLOCK)[:, None]
@@ -100,45 +106,50 @@ def kiln_red_fused_mean_add_sub_mul_reshape_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
         rmask = rindex < rnumel
         tmp0 = tl.load(in_ptr0 + (768*xindex + rindex), xmask & rmask, other=0)
         tmp1 = tl.load(in_ptr1 + (768*xindex + rindex), xmask & rmask, other=0)
-        tmp2 = (tmp0 + tmp1)
-        red0 = tl.sum(tl.where(xmask & rmask, tmp2, 0.0), 1)[:, None]
-        tmp5 = (red0 / 768.0)
-        tmp6 = (tmp2 - tmp5)
-        tmp7 = (tmp6 * tmp6)
-        red1 = tl.sum(tl.where(xmask & rmask, tmp7, 0.0), 1)[:, None]
-        tmp9 = (red1 / 768.0)
-        tmp11 = (tmp9 + 1e-5)
-        tmp12 = libdevice.rsqrt(tmp11)
-        tmp13 = (tmp6 * tmp12)
-        tmp14 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
-        tmp15 = (tmp13 * tmp14)
+        tmp2 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+        tmp3 = (tmp1 + tmp2)
+        tmp4 = (tmp0 + tmp3)
+        red0 = tl.sum(tl.where(xmask & rmask, tmp4, 0.0), 1)[:, None]
+        tl.store(out_ptr0 + (768*xindex + rindex), tmp4, xmask & rmask)
+        tmp7 = (red0 / 768.0)
+        tmp8 = (tmp4 - tmp7)
+        tmp9 = (tmp8 * tmp8)
+        red1 = tl.sum(tl.where(xmask & rmask, tmp9, 0.0), 1)[:, None]
+        tmp11 = (red1 / 768.0)
+        tmp13 = (tmp11 + 1e-5)
+        tmp14 = libdevice.rsqrt(tmp13)
+        tmp15 = (tmp8 * tmp14)
         tmp16 = tl.load(in_ptr3 + (rindex), xmask & rmask, other=0)
-        tmp17 = (tmp15 + tmp16)
-        tl.store(out_ptr0 + (768*xindex + rindex), tmp17, xmask & rmask)
+        tmp17 = (tmp15 * tmp16)
+        tmp18 = tl.load(in_ptr4 + (rindex), xmask & rmask, other=0)
+        tmp19 = (tmp17 + tmp18)
+        tl.store(out_ptr1 + (768*xindex + rindex), tmp19, xmask & rmask)
 
 
 @triton.jit
-def kiln_poi_fused_reshape_mul_add_tanh_5(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_reshape_mul_add_tanh_5(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 12582912
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
         tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
-        tmp2 = (tmp0 * 0.5)
-        tmp3 = (tmp0 * tmp0)
-        tmp4 = (tmp3 * tmp0)
-        tmp6 = (tmp4 * 0.044715)
-        tmp7 = (tmp0 + tmp6)
-        tmp9 = (tmp7 * 0.7978845608028654)
-        tmp10 = libdevice.tanh(tmp9)
-        tmp12 = (tmp10 + 1.0)
-        tmp13 = (tmp2 * tmp12)
-        tl.store(out_ptr0 + (xindex), tmp13, xmask)
+        tmp1 = tl.load(in_ptr1 + (((xindex) % 3072)), xmask, other=0)
+        tmp2 = (tmp0 + tmp1)
+        tmp4 = (tmp2 * 0.5)
+        tmp5 = (tmp2 * tmp2)
+        tmp6 = (tmp5 * tmp2)
+        tmp8 = (tmp6 * 0.044715)
+        tmp9 = (tmp2 + tmp8)
+        tmp11 = (tmp9 * 0.7978845608028654)
+        tmp12 = libdevice.tanh(tmp11)
+        tmp14 = (tmp12 + 1.0)
+        tmp15 = (tmp4 * tmp14)
+        tl.store(out_ptr0 + (xindex), tmp15, xmask)
 
 
 @triton.jit
-def kiln_poi_fused_add_6(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_add_reshape_6(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 3145728
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
@@ -146,9 +157,9 @@ def kiln_poi_fused_add_6(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XBLOCK: tl
         xmask = xindex < xnumel
         tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
         tmp1 = tl.load(in_ptr1 + (xindex), xmask, other=0)
-        tmp2 = (tmp0 + tmp1)
-        tmp3 = tl.load(in_ptr2 + (xindex), xmask, other=0)
-        tmp4 = (tmp2 + tmp3)
+        tmp2 = tl.load(in_ptr2 + (((xindex) % 768)), xmask, other=0)
+        tmp3 = (tmp1 + tmp2)
+        tmp4 = (tmp0 + tmp3)
         tl.store(out_ptr0 + (xindex), tmp4, xmask)
 
 
@@ -158,12 +169,12 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
     "kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_permute_1": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_permute_view_split_add_reshape_1": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
     "kiln_red_fused_amax_add_mul_exp_sub_sum_2": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 8, "RBLOCK": 512}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel", "rnumel"], "num_warps": 8, "num_stages": 1, "autotuned": False},
     "kiln_poi_fused_reshape_3": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
-    "kiln_red_fused_mean_add_sub_mul_reshape_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "out_ptr0", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_reshape_mul_add_tanh_5": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_add_6": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "out_ptr1", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_reshape_mul_add_tanh_5": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_add_reshape_6": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
 }
 
 
@@ -214,7 +225,7 @@ align_inputs = kiln_runtime.align_inputs
 
 
 def call(args):
-    align_inputs(args, (0, 1, 2, 3, 8, 9))
+    align_inputs(args, (0, 1, 2, 3, 5, 7, 8, 9, 11, 13))
     x, mask, ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = args
     args.clear()
     assert_size_stride(x, (8, 512, 768), (393216, 768, 1), "x")
@@ -238,14 +249,14 @@ def call(args):
         KERNELS.kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0[(4096, 1, 1)](x, ln1_w, ln1_b, buf_qkv_11, 4096, 768, 1, 1024, stream=stream0)
         del ln1_w, ln1_b
         buf_qkv_12 = empty_strided_device((4096, 2304), (2304, 1), torch.float32)
-        torch.addmm(attn_b, buf_qkv_11, torch.as_strided(attn_w, (768, 2304), (1, 768), 0), out=buf_qkv_12)
-        del attn_w, attn_b
+        torch.mm(buf_qkv_11, torch.as_strided(attn_w, (768, 2304), (1, 768), 0), out=buf_qkv_12)
+        del attn_w
         buf_qh = reinterpret_tensor(buf_qkv_11, (8, 12, 512, 64), (393216, 32768, 64, 1), 0)  # reuse
         del buf_qkv_11
         buf_kt = empty_strided_device((8, 12, 64, 512), (393216, 32768, 512, 1), torch.float32)
         buf_vh = empty_strided_device((8, 12, 512, 64), (393216, 32768, 64, 1), torch.float32)
-        KERNELS.kiln_poi_fused_permute_1[(3072, 1, 1)](buf_qkv_12, buf_qh, buf_kt, buf_vh, 3145728, 1024, stream=stream0)
-        del buf_qkv_12
+        KERNELS.kiln_poi_fused_permute_view_split_add_reshape_1[(3072, 1, 1)](buf_qkv_12, attn_b, buf_qh, buf_kt, buf_vh, 3145728, 1024, stream=stream0)
+        del attn_b, buf_qkv_12
         buf_att = empty_strided_device((96, 512, 512), (262144, 512, 1), torch.float32)
         torch.bmm(torch.as_strided(buf_qh, (96, 512, 64), (32768, 64, 1), 0), torch.as_strided(buf_kt, (96, 64, 512), (32768, 512, 1), 0), out=buf_att)
         buf_p_19 = empty_strided_device((8, 12, 512, 512), (3145728, 262144, 512, 1), torch.float32)
@@ -260,25 +271,27 @@ def call(args):
         KERNELS.kiln_poi_fused_reshape_3[(3072, 1, 1)](buf_yh, buf_proj_21, 3145728, 1024, stream=stream0)
         buf_proj_22 = reinterpret_tensor(buf_vh, (4096, 768), (768, 1), 0)  # reuse
         del buf_vh
-        torch.addmm(proj_b, buf_proj_21, torch.as_strided(proj_w, (768, 768), (1, 768), 0), out=buf_proj_22)
-        del proj_w, proj_b
-        buf_fc_35 = reinterpret_tensor(buf_yh, (4096, 768), (768, 1), 0)  # reuse
+        torch.mm(buf_proj_21, torch.as_strided(proj_w, (768, 768), (1, 768), 0), out=buf_proj_22)
+        del proj_w
+        buf_r1 = reinterpret_tensor(buf_yh, (8, 512, 768), (393216, 768, 1), 0)  # reuse
         del buf_yh
-        KERNELS.kiln_red_fused_mean_add_sub_mul_reshape_rsqrt_4[(4096, 1, 1)](x, buf_proj_22, ln2_w, ln2_b, buf_fc_35, 4096, 768, 1, 1024, stream=stream0)
-        del ln2_w, ln2_b
-        buf_fc_36 = empty_strided_device((4096, 3072), (3072, 1), torch.float32)
-        torch.addmm(fc_b, buf_fc_35, torch.as_strided(fc_w, (768, 3072), (1, 768), 0), out=buf_fc_36)
-        del fc_w, fc_b, buf_fc_35
-        buf_mo_49 = reinterpret_tensor(buf_fc_36, (4096, 3072), (3072, 1), 0)  # reuse
-        KERNELS.kiln_poi_fused_reshape_mul_add_tanh_5[(12288, 1, 1)](buf_fc_36, buf_mo_49, 12582912, 1024, stream=stream0)
-        del buf_fc_36
-        buf_mo_50 = reinterpret_tensor(buf_proj_21, (4096, 768), (768, 1), 0)  # reuse
+        buf_fc_35 = reinterpret_tensor(buf_proj_21, (4096, 768), (768, 1), 0)  # reuse
         del buf_proj_21
-        torch.addmm(out_b, buf_mo_49, torch.as_strided(out_w, (3072, 768), (1, 3072), 0), out=buf_mo_50)
-        del out_w, out_b, buf_mo_49
+        KERNELS.kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4[(4096, 1, 1)](x, buf_proj_22, proj_b, ln2_w, ln2_b, buf_r1, buf_fc_35, 4096, 768, 1, 1024, stream=stream0)
+        del x, proj_b, ln2_w, ln2_b
+        buf_fc_36 = empty_strided_device((4096, 3072), (3072, 1), torch.float32)
+        torch.mm(buf_fc_35, torch.as_strided(fc_w, (768, 3072), (1, 768), 0), out=buf_fc_36)
+        del fc_w, buf_fc_35
+        buf_mo_49 = reinterpret_tensor(buf_fc_36, (4096, 3072), (3072, 1), 0)  # reuse
+        KERNELS.kiln_poi_fused_reshape_mul_add_tanh_5[(12288, 1, 1)](buf_fc_36, fc_b, buf_mo_49, 12582912, 1024, stream=stream0)
+        del fc_b, buf_fc_36
+        buf_mo_50 = reinterpret_tensor(buf_proj_22, (4096, 768), (768, 1), 0)  # reuse
+        del buf_proj_22
+        torch.mm(buf_mo_49, torch.as_strided(out_w, (3072, 768), (1, 3072), 0), out=buf_mo_50)
+        del out_w, buf_mo_49
         buf_y = empty_strided_device((8, 512, 768), (393216, 768, 1), torch.float32)
-        KERNELS.kiln_poi_fused_add_6[(3072, 1, 1)](x, buf_proj_22, buf_mo_50, buf_y, 3145728, 1024, stream=stream0)
-        del x, buf_proj_22, buf_mo_50
+        KERNELS.kiln_poi_fused_add_reshape_6[(3072, 1, 1)](buf_r1, buf_mo_50, out_b, buf_y, 3145728, 1024, stream=stream0)
+        del out_b, buf_r1, buf_mo_50
     return (buf_y,)
 
 

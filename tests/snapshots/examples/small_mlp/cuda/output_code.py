@@ -6,15 +6,17 @@ from triton.language.extra import libdevice
 
 
 @triton.jit
-def kiln_poi_fused_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_relu_add_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 256
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
         tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
-        tmp1 = tl.where(tmp0 < 0, 0, tmp0)
-        tl.store(out_ptr0 + (xindex), tmp1, xmask)
+        tmp1 = tl.load(in_ptr1 + (((xindex) % 32)), xmask, other=0)
+        tmp2 = (tmp0 + tmp1)
+        tmp3 = tl.where(tmp2 < 0, 0, tmp2)
+        tl.store(out_ptr0 + (xindex), tmp3, xmask)
 
 
 # The Triton target (GPUTarget) the kernels are generated for, from the device plugin.
@@ -22,7 +24,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_poi_fused_relu_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_relu_add_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
 }
 
 
@@ -69,9 +71,11 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
 assert_size_stride = kiln_runtime.assert_size_stride
+align_inputs = kiln_runtime.align_inputs
 
 
 def call(args):
+    align_inputs(args, (2,))
     x, w1, b1, w2 = args
     args.clear()
     assert_size_stride(x, (8, 16), (16, 1), "x")
@@ -82,11 +86,11 @@ def call(args):
         torch.cuda.set_device(0)
         stream0 = get_raw_stream(0)
         buf_h_2 = empty_strided_device((8, 32), (32, 1), torch.float32)
-        torch.addmm(b1, x, torch.as_strided(w1, (16, 32), (1, 16), 0), out=buf_h_2)
-        del x, w1, b1
+        torch.mm(x, torch.as_strided(w1, (16, 32), (1, 16), 0), out=buf_h_2)
+        del x, w1
         buf_a = reinterpret_tensor(buf_h_2, (8, 32), (32, 1), 0)  # reuse
-        KERNELS.kiln_poi_fused_relu_0[(1, 1, 1)](buf_h_2, buf_a, 256, 256, stream=stream0)
-        del buf_h_2
+        KERNELS.kiln_poi_fused_relu_add_0[(1, 1, 1)](buf_h_2, b1, buf_a, 256, 256, stream=stream0)
+        del b1, buf_h_2
         buf_y_5 = empty_strided_device((8, 4), (4, 1), torch.float32)
         torch.mm(buf_a, torch.as_strided(w2, (32, 4), (1, 32), 0), out=buf_y_5)
         del w2, buf_a

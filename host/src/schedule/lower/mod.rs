@@ -14,6 +14,8 @@
 //! Lowering decides *what* is computed; `fuse.rs` decides which scheduler nodes
 //! share a kernel.
 
+mod epilogue;
+
 use std::collections::HashMap;
 
 use super::ids::{entity_id, IdVec};
@@ -156,7 +158,7 @@ pub struct Lowered {
     bias_epilogue: bool,
 }
 
-pub(super) fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
+fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
     View {
         buf,
         shape: shape.to_vec(),
@@ -254,13 +256,13 @@ fn view_of_view(op: &Op, base: &View, output: u32) -> Option<View> {
     })
 }
 
-pub(super) fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> {
+fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> {
     graph
         .node(id)
         .ok_or_else(|| Error::Internal(format!("node {id:?} vanished during lowering")))
 }
 
-pub(super) fn meta_of(graph: &Graph, v: ValueId) -> Result<&TensorMeta, Error> {
+fn meta_of(graph: &Graph, v: ValueId) -> Result<&TensorMeta, Error> {
     graph
         .meta(v)
         .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))
@@ -355,7 +357,7 @@ fn lower_node(
             literal_output(graph, low, outputs, v0)
         }
         Op::Arange { .. } => lower_arange(graph, low, id),
-        _ if low.bias_epilogue && super::epilogue::fold_bias(graph, low, id)? => Ok(()),
+        _ if low.bias_epilogue && epilogue::fold_bias(graph, low, id)? => Ok(()),
         op if op.reads_inline() => lower_inline(graph, low, outputs, id),
         other => Err(Error::Unsupported {
             node: node.name.clone(),

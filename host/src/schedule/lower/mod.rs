@@ -407,12 +407,7 @@ fn lower_constant(
             low.defs.insert(v0, Def::Literal { value });
             literal_output(graph, low, outputs, v0)?;
         }
-        None => {
-            let kind = super::ir::BufferKind::Constant { data: data.clone() };
-            let buf = low.add_buffer(&node.name, &meta, kind);
-            low.defs
-                .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
-        }
+        None => constant_buffer(low, &node.name, v0, &meta, data.clone()),
     }
     Ok(())
 }
@@ -535,12 +530,17 @@ fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         }
     })?;
     let values = t.first().map(|t| t.to_vec()).unwrap_or_default();
-    let data = ConstData::Values(values.into());
-    let kind = super::ir::BufferKind::Constant { data };
-    let buf = low.add_buffer(&node.name, &meta, kind);
-    low.defs
-        .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
+    constant_buffer(low, &node.name, v0, &meta, ConstData::Values(values.into()));
     Ok(())
+}
+
+/// Value `v` as a constant buffer of the program holding `data`, read as a
+/// contiguous view.
+fn constant_buffer(low: &mut Lowered, name: &str, v: ValueId, meta: &TensorMeta, data: ConstData) {
+    let kind = super::ir::BufferKind::Constant { data };
+    let buf = low.add_buffer(name, meta, kind);
+    low.defs
+        .insert(v, Def::Strided(contiguous_view(buf, &meta.shape)));
 }
 
 /// A pointwise op or a view: each output inline, a strided view where it is one, or

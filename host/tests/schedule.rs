@@ -752,6 +752,22 @@ fn a_16_bit_product_s_bias_goes_into_its_call_only_where_its_sum_must_be_in_memo
         let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
         assert!(rel_error(&got, &want_values) < 2e-2, "{dtype} {tail}");
     }
+    // A one-row product added to itself is no bias: the call would read its own output.
+    let mut g = kiln::graph::parse_toml(
+        "format = \"kiln-graph/1\"\nname = \"self\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [1, 8]\ndtype = \"bfloat16\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [8, 5]\ndtype = \"bfloat16\"\n\n\
+         [[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"p\"]\n",
+    )
+    .expect("graph parses");
+    kiln::passes::run_pipeline(&mut g).expect("passes");
+    let options = kiln::schedule::Options {
+        bias_epilogue: true,
+        ..Default::default()
+    };
+    let scheduled = kiln::schedule::schedule_with(&g, &options).expect("schedule");
+    assert_eq!(externs(&scheduled), vec!["mm"]);
     // A product read by something besides its bias add keeps its own buffer.
     let mut g = kiln::graph::parse_toml(
         "format = \"kiln-graph/1\"\nname = \"two\"\noutputs = [\"y\", \"p\"]\n\n\

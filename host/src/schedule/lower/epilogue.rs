@@ -121,7 +121,8 @@ fn plan(
     if rank == 0 || bm.shape[rank - 1] != n || bm.shape[..rank - 1].iter().any(|&d| d != 1) {
         return Ok(None);
     }
-    let Some(view) = low.as_view(graph, bias, true) else {
+    // (Never the product's own buffer: `add(p, p)` of a one-row product.)
+    let Some(view) = low.as_view(graph, bias, true).filter(|v| v.buf != s.buf) else {
         return Ok(None);
     };
     let bias = View {

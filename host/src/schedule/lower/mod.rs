@@ -15,6 +15,7 @@
 //! share a kernel.
 
 mod epilogue;
+mod matmul;
 
 use std::collections::HashMap;
 
@@ -25,7 +26,7 @@ use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, Op, ReduceOp};
 use crate::graph::shape::{contiguous_strides, wrap_dim_set};
-use crate::graph::views::{self, view_strides};
+use crate::graph::views;
 
 /// The deepest inline chain before a value is computed into memory instead:
 /// bounds both the size of one kernel's expression and the recursion of the
@@ -329,7 +330,7 @@ fn lower_node(
         Op::Input { index } => lower_input(graph, low, id, *index),
         Op::Constant { data } => lower_constant(graph, low, outputs, id, data),
         Op::Reduce { op, dims, .. } => lower_reduce(graph, low, id, *op, dims.as_deref()),
-        Op::Mm | Op::Bmm | Op::Matmul => lower_matmul(graph, low, id),
+        Op::Mm | Op::Bmm | Op::Matmul => matmul::lower_matmul(graph, low, id),
         Op::Conv {
             stride,
             padding,
@@ -677,132 +678,6 @@ fn literal_output(
     if outputs.contains(&value) {
         low.add_snode(graph, value, SKind::Pointwise { value }, "pointwise")?;
     }
-    Ok(())
-}
-
-/// `mm`, `bmm` and `matmul` as extern calls on strided views; `matmul`'s
-/// broadcasting becomes views onto a `bmm` (or a `mm` when there is no batch).
-/// A matmul's operands flattened to `[B, M, K]` and `[B, K, N]` (each `None` when its
-/// strides cannot express that), with `B`, `M`, `K` and `N`.
-type Flattened = (Option<View>, Option<View>, i64, i64, i64, i64);
-
-fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
-    let node = node_of(graph, id)?;
-    let v0 = ValueId::first(id);
-    let out_meta = meta_of(graph, v0)?.clone();
-    let a = first_value(graph, id, 0)?;
-    let b = first_value(graph, id, 1)?;
-    let va = low.realize_view(graph, a)?;
-    let vb = low.realize_view(graph, b)?;
-    let unsupported = |what: &str| Error::Unsupported {
-        node: node.name.clone(),
-        what: what.to_string(),
-    };
-    if va.shape.len() == 2 && vb.shape.len() == 2 {
-        low.add_snode(
-            graph,
-            v0,
-            SKind::Extern {
-                op: ExternOp::Mm,
-                args: vec![va, vb],
-            },
-            "mm",
-        )?;
-        return Ok(());
-    }
-    // General matmul: vectors become matrices, batch dims broadcast and flatten. An
-    // operand whose batch dims cannot be flattened as strided (a transposed head dim,
-    // say) is copied to contiguous memory first.
-    let flattened = |va: &View, vb: &View| -> Result<Flattened, Error> {
-        let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
-        let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
-        if a_shape.len() == 1 {
-            a_shape.insert(0, 1);
-            a_strides.insert(0, 0);
-        }
-        if b_shape.len() == 1 {
-            b_shape.push(1);
-            b_strides.push(0);
-        }
-        let (m, k) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
-        let n = b_shape[b_shape.len() - 1];
-        let a_batch = &a_shape[..a_shape.len() - 2];
-        let b_batch = &b_shape[..b_shape.len() - 2];
-        let batch = crate::graph::shape::broadcast(a_batch, b_batch)
-            .map_err(|e| unsupported(&e.to_string()))?;
-        let bsize: i64 = batch.iter().product();
-        let expand =
-            |shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> (Vec<i64>, Vec<i64>) {
-                let lead = batch.len() + 2 - shape.len();
-                let mut st = vec![0i64; lead];
-                for (d, &s) in shape[..shape.len() - 2].iter().enumerate() {
-                    st.push(if s == 1 { 0 } else { strides[d] });
-                }
-                st.extend_from_slice(&strides[strides.len() - 2..]);
-                let mut sh = batch.clone();
-                sh.extend([rows, cols]);
-                (sh, st)
-            };
-        let (ea_shape, ea_strides) = expand(&a_shape, &a_strides, m, k);
-        let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
-        let flat =
-            |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
-                let st = view_strides(shape, strides, &[bsize, rows, cols])?;
-                Some(View {
-                    buf: view.buf,
-                    shape: vec![bsize, rows, cols],
-                    strides: st,
-                    offset: view.offset,
-                })
-            };
-        Ok((
-            flat(va, &ea_shape, &ea_strides, m, k),
-            flat(vb, &eb_shape, &eb_strides, k, n),
-            bsize,
-            m,
-            k,
-            n,
-        ))
-    };
-    let (mut va, mut vb) = (va, vb);
-    let (mut fa, mut fb, bsize, m, _, n) = flattened(&va, &vb)?;
-    if fa.is_none() || fb.is_none() {
-        for (f, v, value) in [(&fa, &mut va, a), (&fb, &mut vb, b)] {
-            if f.is_none() {
-                let id = low.add_snode(graph, value, SKind::Pointwise { value }, "copy")?;
-                let s = &low.snodes[id];
-                *v = contiguous_view(s.buf, &s.meta.shape);
-            }
-        }
-        (fa, fb, ..) = flattened(&va, &vb)?;
-    }
-    let (Some(fa), Some(fb)) = (fa, fb) else {
-        return Err(unsupported(
-            "matmul whose broadcast batch dims cannot be flattened without a copy",
-        ));
-    };
-    // The product is computed as [B, M, N]; the graph's value is a view of it.
-    let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
-    let buf = low.add_buffer(&node.name, &product_meta, super::ir::BufferKind::Computed);
-    low.snodes.push(SNode {
-        kind: SKind::Extern {
-            op: ExternOp::Bmm,
-            args: vec![fa, fb],
-        },
-        value: v0,
-        meta: product_meta,
-        buf,
-        op_name: "bmm",
-    });
-    low.defs.insert(
-        v0,
-        Def::Strided(View {
-            buf,
-            shape: out_meta.shape.clone(),
-            strides: contiguous_strides(&out_meta.shape),
-            offset: 0,
-        }),
-    );
     Ok(())
 }
 

@@ -333,3 +333,90 @@ fn float32_products_and_aligned_ones_are_left_alone() {
         0
     );
 }
+
+/// Llama's `repeat_kv`: 2 key/value heads repeated for 4 query heads, then one
+/// scaled dot-product attention (`k_rep` and `v_rep` are `k`'s and `v`'s repetitions).
+fn repeated_kv_attention() -> kiln::graph::Graph {
+    let repeat = |x: &str, r: i64| {
+        format!(
+            "[[nodes]]\nname = \"{x}_u\"\nop = \"unsqueeze\"\nargs = [\"{x}\", 2]\n\n\
+             [[nodes]]\nname = \"{x}_e\"\nop = \"expand\"\nargs = [\"{x}_u\", [2, 2, {r}, 6, 8]]\n\n\
+             [[nodes]]\nname = \"{x}_rep\"\nop = \"reshape\"\nargs = [\"{x}_e\", [2, {}, 6, 8]]\n\n",
+            2 * r
+        )
+    };
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"gqa\"\noutputs = [\"o\"]\n\n\
+         [[inputs]]\nname = \"q\"\nshape = [2, 4, 6, 8]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"k\"\nshape = [2, 2, 6, 8]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"v\"\nshape = [2, 2, 6, 8]\ndtype = \"float32\"\n\n{}{}\
+         [[nodes]]\nname = \"o\"\nop = \"scaled_dot_product_attention\"\nargs = [\"q\", \"k_rep\", \"v_rep\"]\n",
+        repeat("k", 2),
+        repeat("v", 2)
+    );
+    kiln::graph::parse_toml(&text).unwrap()
+}
+
+fn attention_operand_shapes(g: &kiln::graph::Graph) -> Vec<(Vec<Vec<i64>>, bool)> {
+    g.node_ids()
+        .filter_map(|id| match &g.node(id).unwrap().op {
+            kiln::graph::Op::Attention { gqa, .. } => {
+                let shapes = g.node(id).unwrap().args[..3]
+                    .iter()
+                    .map(|a| g.meta(a.value().unwrap()).unwrap().shape.clone())
+                    .collect();
+                Some((shapes, *gqa))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_whole_attention_reads_grouped_key_value_heads_instead_of_their_repetition() {
+    let fused = kiln::passes::Options {
+        fused_attention: true,
+        ..Default::default()
+    };
+    let original = repeated_kv_attention();
+    let mut g = original.clone();
+    kiln::passes::run_pipeline_with(&mut g, &fused).unwrap();
+    let kv = vec![2, 2, 6, 8];
+    assert_eq!(
+        attention_operand_shapes(&g),
+        vec![(vec![vec![2, 4, 6, 8], kv.clone(), kv], true)]
+    );
+    let kinds: Vec<&str> = g
+        .node_ids()
+        .map(|id| g.node(id).unwrap().op.name())
+        .collect();
+    assert!(!kinds.contains(&"expand"), "{kinds:?}");
+    let inputs = random_inputs(&original, 4);
+    let (want, got) = (
+        kiln::interp::evaluate(&original, &inputs).unwrap(),
+        kiln::interp::evaluate(&g, &inputs).unwrap(),
+    );
+    assert!(max_rel_err(&got[0].to_vec(), &want[0].to_vec(), 1.0) < 1e-12);
+    // The scheduled program (the fused kernel's extern step) means the same.
+    let scheduled = kiln::schedule::schedule(&g).unwrap();
+    let run = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
+    assert!(max_rel_err(&run[0].to_vec(), &want[0].to_vec(), 1.0) < 1e-9);
+}
+
+#[test]
+fn a_decomposed_attention_or_one_already_grouped_is_left_alone() {
+    // Without the fused kernel (a C++ target) the attention is decomposed first:
+    // no attention is left to read grouped heads.
+    let mut g = repeated_kv_attention();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    assert!(attention_operand_shapes(&g).is_empty());
+    assert_eq!(kiln::passes::gqa::run(&mut g).unwrap().changed, 0);
+    // Once rewritten, nothing is left to rewrite.
+    let fused = kiln::passes::Options {
+        fused_attention: true,
+        ..Default::default()
+    };
+    let mut g = repeated_kv_attention();
+    kiln::passes::run_pipeline_with(&mut g, &fused).unwrap();
+    assert_eq!(kiln::passes::gqa::run(&mut g).unwrap().changed, 0);
+}

@@ -14,6 +14,7 @@ pub mod dce;
 pub mod decompose;
 pub mod empty;
 pub mod fold_bn;
+pub mod gqa;
 pub mod noop;
 pub mod pad_mm;
 pub mod split;
@@ -121,6 +122,8 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     ("noop", |g, _| noop::run(g)),
     // After the views are settled, before constants fold: it adds padded constants.
     ("pad_mm", |g, o| pad_mm::run(g, o.matmul_alignment)),
+    // A whole attention reads grouped key/value heads instead of their repetition.
+    ("gqa", |g, _| gqa::run(g)),
     ("split", |g, o| split::run(g, o.split_reductions_for)),
     ("const_fold", |g, _| const_fold::run(g)),
     ("cse", |g, _| cse::run(g)),

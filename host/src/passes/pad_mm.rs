@@ -163,7 +163,7 @@ fn pad_last_two(
             return Ok(ValueId::first(id));
         }
     }
-    let rank = g.meta(v).map_or(0, TensorMeta::rank);
+    let rank = g.meta(v).ok_or_else(|| vanished(v.node))?.rank();
     let mut y = v;
     for (dim, extra) in [(rank - 2, rows), (rank - 1, cols)] {
         if extra > 0 {

@@ -377,6 +377,39 @@ fn one_op_graph(name: &str, shape: &[i64], nodes: &str) -> String {
     )
 }
 
+/// Llama's rotary embedding: `q` read through a permute (its rows of 64 stay
+/// contiguous) times the cosine of angles that the model keeps transposed
+/// (`[E/2, L]`) and reads across for every head and batch. The angles are a
+/// few KiB read from the cache after their first pass, so the kernel stays flat
+/// and coalesces `q` and its result, instead of tiling for the angles.
+#[test]
+fn a_broadcast_operand_read_across_its_rows_leaves_a_pointwise_kernel_flat() {
+    let tmp = TempDir::new("rotary");
+    let graph = tmp.path().join("rotary.toml");
+    std::fs::write(
+        &graph,
+        "format = \"kiln-graph/1\"\nname = \"rotary\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"q\"\nshape = [2, 256, 8, 64]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"f\"\nshape = [32, 256]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"qp\"\nop = \"permute\"\nargs = [\"q\", [0, 2, 1, 3]]\n\n\
+         [[nodes]]\nname = \"ft\"\nop = \"transpose\"\nargs = [\"f\", 0, 1]\n\n\
+         [[nodes]]\nname = \"a\"\nop = \"cat\"\nargs = [[\"ft\", \"ft\"], -1]\n\n\
+         [[nodes]]\nname = \"c\"\nop = \"cos\"\nargs = [\"a\"]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"mul\"\nargs = [\"qp\", \"c\"]\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert_eq!(kernel_count(code.as_str()), 1, "{code}");
+    let meta = code
+        .lines()
+        .find(|l| l.starts_with("    \"kiln_poi_") && l.contains("\"signature\""))
+        .unwrap_or_else(|| panic!("no pointwise kernel:\n{code}"));
+    assert!(!meta.contains("\"RBLOCK\""), "a flat launch: {meta}");
+}
+
 #[test]
 fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_triton() {
     let tmp = TempDir::new("shapes");

@@ -865,6 +865,23 @@ fn flash_attention_is_shaped_for_its_target_and_every_variant_compiles_with_trit
         meta.contains("\"BLOCK_M\": 64") && meta.contains("\"num_stages\": 3"),
         "{meta}"
     );
+    // The step runs Kiln's kernel or the library's, as the runtime chooses for
+    // its signature (output size, stride, dtype, causal, scale), and binds the
+    // result: no buffer is allocated for it.
+    assert!(
+        cuda.contains(
+            "        ((8, 16, 512, 64), (524288, 32768, 64, 1), torch.bfloat16, True, 0.125),\n"
+        ),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains(
+            "buf_o = ATTENTION.run(0, lambda _kiln_out: KERNELS.kiln_flash_attention_0[("
+        ) && cuda.contains("_kiln_out, 0.125, ")
+            && cuda.contains("stream=stream0), lambda: (q, k, v, None))\n"),
+        "{cuda}"
+    );
+    assert!(!cuda.contains("buf_o = empty_strided_device"), "{cuda}");
     // Operands read through a transpose: their innermost stride is the row
     // length, passed at run time.
     let t = write(

@@ -67,6 +67,17 @@ class Tensor:
         self.value, self.copied_from = other.value, other
         return self
 
+    def storage_offset(self):
+        return 0
+
+    def transpose(self, d0, d1):
+        size, stride = list(self.shape), list(self._stride)
+        size[d0], size[d1] = size[d1], size[d0]
+        stride[d0], stride[d1] = stride[d1], stride[d0]
+        t = Tensor(size, stride, self.dtype, self.value)
+        t.copied_from, t.transposed_from = self.copied_from, self
+        return t
+
     def float(self):
         return self
 
@@ -114,8 +125,8 @@ class World:
 
 
 SIZE = (2, 4, 16, 32)
-SIGNATURE = (SIZE, contiguous(SIZE), "torch.bfloat16", True, 0.125)
-MASKED = (SIZE, contiguous(SIZE), "torch.bfloat16", False, 0.125)
+SIGNATURE = (SIZE, contiguous(SIZE), "torch.bfloat16", True, 0.125, False)
+MASKED = (SIZE, contiguous(SIZE), "torch.bfloat16", False, 0.125, False)
 
 
 def operands(kv_heads=4, mask=None):
@@ -243,11 +254,19 @@ def main():
     out = a.run(0, w.kiln, operands())
     check("a library result in other strides is copied into the planned ones",
           out.stride() == contiguous(SIZE) and out.copied_from is not None and out.copied_from.stride() == blhe)
+    # The buffer [B, L, H, E] (heads inside the rows), the result its transpose.
+    stored = (2, 16, 4, 32)
     w = World(library_stride=blhe)
-    a = w.attention([(SIZE, blhe, "torch.bfloat16", True, 0.125)])
+    a = w.attention([(stored, contiguous(stored), "torch.bfloat16", True, 0.125, True)])
     out = a.run(0, w.kiln, operands())
-    check("a library result in the planned [B, L, H, E] strides is bound as it is",
-          out.stride() == blhe and out.copied_from is None)
+    check("a library result in [B, L, H, E] strides is bound, transposed, as a [B, L, H, E] buffer",
+          out.shape == stored and out.stride() == contiguous(stored) and out.copied_from is None
+          and out.transposed_from.stride() == blhe and a.chosen[0] not in (None, runtime.Attention.KILN))
+    w = World()
+    a = w.attention([(stored, contiguous(stored), "torch.bfloat16", True, 0.125, True)])
+    out = a.run(0, w.kiln, operands())
+    check("a contiguous [B, H, L, E] library result is copied into a [B, L, H, E] buffer",
+          out.shape == stored and out.stride() == contiguous(stored) and out.copied_from is not None)
 
 
 if __name__ == "__main__":

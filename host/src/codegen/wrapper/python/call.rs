@@ -63,8 +63,9 @@ pub(super) const OUT_PARAM: &str = "_kiln_out";
 /// `Attention` chooses a side for once each: every layer of a model shares one.
 #[derive(Debug, Default)]
 pub(super) struct AttentionSignatures {
-    /// Each signature as a Python tuple: the output's size, stride and dtype,
-    /// whether causal, and the scale.
+    /// Each signature as a Python tuple: the output buffer's size, stride and
+    /// dtype, whether causal, the scale, and whether the buffer is `[B, L, H,
+    /// Ev]` (`ExternOp::Attention::heads_inner`).
     pub rows: Vec<String>,
     /// Each attention step's signature, by step index.
     pub of_step: HashMap<usize, usize>,
@@ -86,7 +87,10 @@ pub(super) fn attention_signatures(
             continue;
         };
         let ExternOp::Attention {
-            causal, scale_bits, ..
+            causal,
+            scale_bits,
+            heads_inner,
+            ..
         } = e.op
         else {
             continue;
@@ -101,19 +105,21 @@ pub(super) fn attention_signatures(
             })
             .collect();
         let key = format!(
-            "{}{:?}{:?}{views:?}{:?}{:?}{:?}{causal}{scale_bits}",
+            "{}{:?}{:?}{views:?}{:?}{:?}{:?}{causal}{scale_bits}{heads_inner}",
             l.kernel, l.scalars, l.grid, buf.shape, buf.strides, buf.dtype
         );
         let next = out.rows.len();
         let index = *by_key.entry(key).or_insert(next);
         if index == next {
+            let py_bool = |b: bool| if b { "True" } else { "False" };
             out.rows.push(format!(
-                "({}, {}, {}, {}, {})",
+                "({}, {}, {}, {}, {}, {})",
                 tuple(&buf.shape),
                 tuple(&buf.strides),
                 torch_dtype(buf.dtype),
-                if causal { "True" } else { "False" },
-                float_text(f64::from_bits(scale_bits))
+                py_bool(causal),
+                float_text(f64::from_bits(scale_bits)),
+                py_bool(heads_inner)
             ));
         }
         out.of_step.insert(i, index);

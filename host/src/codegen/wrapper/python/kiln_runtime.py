@@ -626,9 +626,10 @@ def _kiln_launcher_class(target):
 
 class Attention:
     """The choice between Kiln's attention kernel and the library's for each
-    attention signature of a generated file (`signatures[i]` is the output's
-    size, stride and dtype, `causal` and `scale` of signature i; the steps of
-    every layer of a model share one).
+    attention signature of a generated file (`signatures[i]` is the output
+    buffer's size, stride and dtype, `causal`, `scale`, and whether the buffer
+    is `[B, L, H, Ev]`, the transpose of the `[B, H, L, Ev]` result; the steps
+    of every layer of a model share one).
 
     `run(i, kiln, operands)` computes one step: `kiln(out)` launches Kiln's
     kernel into `out`, `operands()` gives the query, key, value and mask (or
@@ -690,12 +691,12 @@ class Attention:
         import logging
 
         log = logging.getLogger("kiln.attention")
-        size, stride, dtype, causal, scale = self._signatures[i]
+        size, stride, dtype, causal, scale, heads_inner = self._signatures[i]
         mine = self._kiln(i, kiln)
         library, theirs, why = None, None, None
         if self.mode != "kiln":
             try:
-                library = self.library_call(operands(), size, stride, dtype, causal, scale)
+                library = self.library_call(operands(), (size, stride, dtype, heads_inner), causal, scale)
                 theirs = library(*operands())
                 if not Attention.agree(mine, theirs, dtype):
                     library, why = None, "its result differs from Kiln's kernel's"
@@ -745,14 +746,17 @@ class Attention:
             best = took if best is None else min(best, took)
         return best
 
-    def library_call(self, ops, size, stride, dtype, causal, scale):
+    def library_call(self, ops, buffer, causal, scale):
         """The library's attention of these operands as a function of the
-        query, key, value and mask, with Kiln's semantics, its result in the
-        planned layout: key and value batch or head dims of 1 are expanded, key
-        and value heads that divide the query's are grouped (`enable_gqa`, or
-        each repeated where the library has no such argument), and the result
-        is copied into the planned strides only where the library chose
-        others. Raises where the library cannot take the step."""
+        query, key, value and mask, with Kiln's semantics, its result as the
+        step's `buffer` (size, stride, dtype, heads_inner): key and value batch
+        or head dims of 1 are expanded, key and value heads that divide the
+        query's are grouped (`enable_gqa`, or each repeated where the library
+        has no such argument), and the result is copied into the planned
+        strides only where the library chose others (its flash and cuDNN
+        kernels write `[B, L, H, Ev]`). Raises where the library cannot take
+        the step."""
+        size, stride, dtype, heads_inner = buffer
         q, k, v, mask = ops
         rank = len(q.shape)
         if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
@@ -779,18 +783,31 @@ class Attention:
         def grown(t):
             return t.expand(*lead, *t.shape[rank - 2:]) if expand else t
 
+        # The result's size and strides in the buffer.
+        want_size, want_stride = list(size), list(stride)
+        if heads_inner:
+            if rank != 4:
+                raise ValueError(f"a [B, L, H, Ev] buffer for operands of rank {rank}")
+            want_size[1], want_size[2] = want_size[2], want_size[1]
+            want_stride[1], want_stride[2] = want_stride[2], want_stride[1]
+        want_size, want_stride = tuple(want_size), tuple(want_stride)
+
+        def bound(t):
+            if t.stride() != want_stride or t.storage_offset() != 0:
+                t = t.new_empty_strided(want_size, want_stride).copy_(t)
+            return t.transpose(1, 2) if heads_inner else t
+
         def call(q, k, v, mask):
-            return in_layout(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale),
-                             size, stride)
+            return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale))
 
         def grouped(q, k, v, mask):
-            return in_layout(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale,
-                                  enable_gqa=True), size, stride)
+            return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale,
+                              enable_gqa=True))
 
         def repeated(q, k, v, mask):
             k = grown(k).repeat_interleave(group, dim=1)
             v = grown(v).repeat_interleave(group, dim=1)
-            return in_layout(sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale), size, stride)
+            return bound(sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale))
 
         if group == 1:
             return call

@@ -410,7 +410,8 @@ fn write_attention(out: &mut String, strings: &DeviceStrings, rows: &[String]) -
     writeln!(out)?;
     writeln!(out)?;
     out.push_str(
-        "# Each attention signature (its output's size, stride and dtype, whether causal, its scale)\n\
+        "# Each attention signature (its buffer's size, stride and dtype, whether causal, its scale,\n\
+         # whether the buffer is [B, L, H, Ev], the [B, H, L, Ev] result transposed)\n\
          # runs Kiln's kernel or the library's scaled_dot_product_attention, whichever its first call\n\
          # measures faster (kiln_runtime.Attention; KILN_ATTENTION=kiln|library|measure).\n",
     );

@@ -647,7 +647,7 @@ class Attention:
     MODES = ("measure", "kiln", "library")
     WARMUP = 2
     ROUNDS = 3
-    CALLS = 5
+    CALLS = 8
 
     def __init__(self, sdpa, empty, synchronize, capturing, signatures, timer=None, environ=None):
         import os

@@ -898,6 +898,24 @@ fn flash_attention_is_shaped_for_its_target_and_every_variant_compiles_with_trit
         meta.contains("\"BLOCK_M\": 64") && meta.contains("\"num_stages\": 3"),
         "{meta}"
     );
+    // The step runs Kiln's kernel or the library's, as the runtime chooses for
+    // its signature (buffer size, stride, dtype, causal, scale, whether the
+    // buffer is [B, L, H, E]), and binds the result: no buffer is allocated
+    // for it. The graph returns the result, so its buffer is [B, H, L, E].
+    assert!(
+        cuda.contains(
+            "        ((8, 16, 512, 64), (524288, 32768, 64, 1), torch.bfloat16, True, 0.125, False),\n"
+        ),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains(
+            "buf_o = ATTENTION.run(0, lambda _kiln_out: KERNELS.kiln_flash_attention_0[("
+        ) && cuda.contains("_kiln_out, 0.125, ")
+            && cuda.contains("stream=stream0), lambda: (q, k, v, None))\n"),
+        "{cuda}"
+    );
+    assert!(!cuda.contains("buf_o = empty_strided_device"), "{cuda}");
     // Operands read through a transpose: their innermost stride is the row
     // length, passed at run time.
     let t = write(
@@ -926,6 +944,49 @@ fn flash_attention_is_shaped_for_its_target_and_every_variant_compiles_with_trit
         6,
         "{stdout}"
     );
+}
+
+#[test]
+fn an_attention_read_through_transpose_1_2_is_computed_heads_inner_and_needs_no_copy_kernel() {
+    let tmp = TempDir::new("attention-heads-inner");
+    // GPT-2's heads: [B, L, H, E] projections read as [B, H, L, E], the result
+    // transposed back and reshaped to [B, L, H * E].
+    let mut text = attention_graph([2, 4, 16, 32], "bfloat16", false, true, false)
+        .replace("outputs = [\"o\"]", "outputs = [\"y\"]");
+    text += "\n[[nodes]]\nname = \"ot\"\nop = \"transpose\"\nargs = [\"o\", 1, 2]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"reshape\"\nargs = [\"ot\", [2, 16, 128]]\n";
+    let graph = tmp.path().join("attn.toml");
+    std::fs::write(&graph, text).unwrap();
+    let out = tmp.path().join("out");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    // The buffer is [B, L, H, E]; the kernel writes the [B, H, L, E] result
+    // through its strides (sob, soh, som, soe).
+    assert!(
+        code.contains("        ((2, 16, 4, 32), (2048, 128, 32, 1), torch.bfloat16, True, 0.17677669529663687, True),\n"),
+        "{code}"
+    );
+    assert!(code.contains("_kiln_out, 0.17677669529663687, "), "{code}");
+    assert!(
+        code.contains(", 2048, 32, 128, 1, 2, 4, 16, 16, "),
+        "{code}"
+    );
+    // The transpose and the reshape are a view of it: no kernel copies it.
+    assert!(
+        code.contains("# Graph `attn`: 0 kernel(s), 1 step(s)."),
+        "{code}"
+    );
+    assert!(
+        code.contains("    return (torch.as_strided(buf_o, (2, 16, 128), (2048, 128, 1), 0),)"),
+        "{code}"
+    );
+    // The scheduled program computes what the graph does.
+    let (output, stdout, stderr) = run(host(&host_bin())
+        .arg("eval")
+        .arg(&graph)
+        .args(["--device", "cuda", "--check"]));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
 }
 
 #[test]

@@ -60,3 +60,18 @@ fn the_runtime_compiles_keeps_finds_and_precompiles_kernels_and_says_what_is_mis
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
     assert_eq!(checks, 33, "{stdout}");
 }
+
+#[test]
+fn the_runtime_chooses_the_faster_attention_once_per_signature_and_falls_back_to_kiln_s_kernel() {
+    let tmp = TempDir::new("runtime-attention");
+    let runtime = tmp.path().join(RUNTIME_FILE);
+    std::fs::write(&runtime, RUNTIME).unwrap();
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let (output, stdout, stderr) = run(Command::new(&python)
+        .env_remove("KILN_ATTENTION")
+        .arg(repo_root().join("tests/support/runtime_attention.py"))
+        .arg(&runtime));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
+    assert_eq!(checks, 23, "{stdout}");
+}

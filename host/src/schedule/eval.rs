@@ -145,6 +145,33 @@ fn element(cells: &Cells, buf: BufferId, offset: i64) -> Result<f64, Error> {
 }
 
 /// The storage a view reads, as a tensor of its own (a copy of the buffer).
+/// The elements of a contiguous `[A, B, C, D]` tensor (`shape`) laid out
+/// `[A, C, B, D]`.
+fn swap_middle(values: &[f64], shape: &[i64]) -> Result<Vec<f64>, Error> {
+    let [a, b, c, d] = shape else {
+        return Err(Error(format!(
+            "a transpose of dims 1 and 2 of shape {shape:?}"
+        )));
+    };
+    let [a, b, c, d] = [*a, *b, *c, *d].map(|n| n.max(0) as usize);
+    if values.len() != a * b * c * d {
+        return Err(Error(format!(
+            "{} elements for a tensor of shape {shape:?}",
+            values.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(values.len());
+    for i in 0..a {
+        for k in 0..c {
+            for j in 0..b {
+                let at = ((i * b + j) * c + k) * d;
+                out.extend_from_slice(&values[at..at + d]);
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn view_tensor(p: &Program, v: &View, storage: &Storage) -> Result<Tensor, Error> {
     let values = &storage[v.buf];
     Ok(Tensor {
@@ -366,10 +393,21 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         causal,
         scale_bits,
         mask,
+        heads_inner,
     } = &e.op
     {
         let out = p.buffer(e.out);
-        let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
+        // The result is `[B, H, L, Ev]`; a `heads_inner` buffer holds it `[B, L, H, Ev]`.
+        let mut shape = out.shape.clone();
+        if *heads_inner {
+            if shape.len() != 4 {
+                return Err(Error(format!(
+                    "extern attention into a [B, L, H, Ev] buffer of shape {shape:?}"
+                )));
+            }
+            shape.swap(1, 2);
+        }
+        let meta = crate::graph::TensorMeta::contiguous(shape.clone(), out.dtype);
         let tensors = e
             .args
             .iter()
@@ -385,9 +423,14 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         };
         let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
             .map_err(|err| Error(format!("extern attention: {err}")))?;
-        storage[e.out] = match y.first() {
+        let values = match y.first() {
             Some(t) => crate::interp::elements(t)?,
             None => Vec::new(),
+        };
+        storage[e.out] = if *heads_inner {
+            swap_middle(&values, &shape)?
+        } else {
+            values
         };
         return Ok(());
     }

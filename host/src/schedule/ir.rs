@@ -570,6 +570,10 @@ pub enum ExternOp {
         scale_bits: u64,
         /// a mask operand follows `v`
         mask: bool,
+        /// the output buffer is `[B, L, H, Ev]` (the heads inside the rows), the
+        /// layout the `transpose(1, 2)` that reads the `[B, H, L, Ev]` result
+        /// wants; else it is the result itself
+        heads_inner: bool,
     },
 }
 

@@ -62,8 +62,9 @@ pub struct AttentionKernel {
 pub struct AttentionLaunch {
     /// The kernel launched.
     pub kernel: String,
-    /// Query, key, value, mask (the query again when there is none) and output,
-    /// as the pointer arguments.
+    /// Query, key, value, mask (the query again when there is none) and output
+    /// (a `[B, H, L, Ev]` or `[N, L, Ev]` view of its buffer), as the pointer
+    /// arguments.
     pub pointers: Vec<View>,
     /// The runtime scalars after the pointers (`sm_scale`, strides, sizes), as
     /// Python literals.
@@ -132,11 +133,12 @@ pub fn write(
             causal,
             scale_bits,
             mask,
+            heads_inner,
         } = &e.op
         else {
             continue;
         };
-        let attrs = (*causal, f64::from_bits(*scale_bits), *mask);
+        let attrs = (*causal, f64::from_bits(*scale_bits), *mask, *heads_inner);
         let launch = plan(program, e, attrs, heuristics, target)?;
         let (q, o) = (&e.args[0], &e.out);
         let dtype = program.buffer(q.buf).dtype;
@@ -333,7 +335,9 @@ struct Operands<'a> {
     v: &'a View,
     /// The mask's view, when the step has one.
     mask: Option<&'a View>,
-    /// Kiln's own contiguous output buffer, as a view.
+    /// Kiln's own contiguous output buffer, as a `[B, H, L, Ev]` (or
+    /// `[N, L, Ev]`) view: the buffer itself, or its transpose where it is
+    /// `[B, L, H, Ev]` (`heads_inner`).
     out: View,
     /// Batch, query heads, query rows, key rows.
     z: i64,
@@ -351,7 +355,12 @@ struct Operands<'a> {
 
 impl<'a> Operands<'a> {
     /// Reads the operands of `e`, refusing ranks the kernel does not index.
-    fn of(p: &Program, e: &'a ExternCall, mask: bool) -> Result<Operands<'a>, Error> {
+    fn of(
+        p: &Program,
+        e: &'a ExternCall,
+        mask: bool,
+        heads_inner: bool,
+    ) -> Result<Operands<'a>, Error> {
         let (q, k, v) = match e.args.as_slice() {
             [q, k, v, ..] => (q, k, v),
             _ => return Err(unsupported("attention needs query, key and value".into())),
@@ -392,13 +401,23 @@ impl<'a> Operands<'a> {
         let mask = e.args.get(3).filter(|_| mask);
         let ms = mask.map_or([0; 4], |m| strides4(m, &q_full));
         let buffer = p.buffer(e.out);
+        let (mut shape, mut strides) = (buffer.shape.clone(), buffer.strides.clone());
+        if heads_inner {
+            if rank != 4 || shape.len() != 4 || strides.len() != 4 {
+                return Err(unsupported(format!(
+                    "an attention output laid out [B, L, H, Ev] for operands of rank {rank}"
+                )));
+            }
+            shape.swap(1, 2);
+            strides.swap(1, 2);
+        }
         let out = View {
             buf: e.out,
-            shape: buffer.shape.clone(),
-            strides: buffer.strides.clone(),
+            shape,
+            strides,
             offset: 0,
         };
-        let os = strides4(&out, &buffer.shape);
+        let os = strides4(&out, &out.shape);
         Ok(Operands {
             q,
             k,
@@ -560,11 +579,11 @@ pub fn widest_heads(shared_memory: u64, tf32: bool) -> Vec<(&'static str, Option
 fn plan(
     p: &Program,
     e: &ExternCall,
-    (causal, scale, mask): (bool, f64, bool),
+    (causal, scale, mask, heads_inner): (bool, f64, bool, bool),
     heuristics: &dyn LaunchHeuristics,
     target: Target,
 ) -> Result<AttentionLaunch, Error> {
-    let ops = Operands::of(p, e, mask)?;
+    let ops = Operands::of(p, e, mask, heads_inner)?;
     let dtype = p.buffer(ops.q.buf).dtype;
     let heads = ops.z.saturating_mul(ops.h);
     let tiles = Tiles::choose(target, dtype, (ops.e_q, ops.e_v), ops.l, heads)?;

@@ -351,7 +351,7 @@ fn lower_node(
             causal,
             scale,
             ..
-        } => lower_attention(graph, low, id, *mask, *causal, *scale),
+        } => lower_attention(graph, low, outputs, id, (*mask, *causal, *scale)),
         Op::Full { value, .. } => {
             let value = meta_of(graph, v0)?.dtype.round(value.to_f64());
             low.defs.insert(v0, Def::Literal { value });
@@ -488,10 +488,9 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
 fn lower_attention(
     graph: &Graph,
     low: &mut Lowered,
+    outputs: &Outputs,
     id: NodeId,
-    mask: bool,
-    causal: bool,
-    scale: Option<f64>,
+    (mask, causal, scale): (bool, bool, Option<f64>),
 ) -> Result<(), Error> {
     let count = 3 + usize::from(mask);
     let mut args = vec![];
@@ -505,18 +504,80 @@ fn lower_attention(
         .copied()
         .unwrap_or(1);
     let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
+    let v0 = ValueId::first(id);
+    let meta = meta_of(graph, v0)?.clone();
+    let heads_inner =
+        meta.shape.len() == 4 && !outputs.contains(&v0) && read_transposed(graph, id, 1, 2);
     let op = ExternOp::Attention {
         causal,
         scale_bits: scale.to_bits(),
         mask,
+        heads_inner,
     };
-    low.add_snode(
-        graph,
-        ValueId::first(id),
-        SKind::Extern { op, args },
-        "attention",
-    )?;
+    if !heads_inner {
+        low.add_snode(graph, v0, SKind::Extern { op, args }, "attention")?;
+        return Ok(());
+    }
+    // Read only through `transpose(1, 2)` (a model's heads going back into its
+    // rows): computed `[B, L, H, Ev]`, so that the transpose, and the reshape
+    // to `[B, L, H * Ev]` after it, are views, where a `[B, H, L, Ev]` buffer
+    // takes a copy kernel before the output projection; the library's flash
+    // and cuDNN kernels write this layout too. The graph's value is a view of it.
+    let (b, h, l, ev) = (meta.shape[0], meta.shape[1], meta.shape[2], meta.shape[3]);
+    let stored = TensorMeta::contiguous(vec![b, l, h, ev], meta.dtype);
+    let name = node_of(graph, id)?.name.clone();
+    let buf = low.add_buffer(&name, &stored, super::ir::BufferKind::Computed);
+    low.snodes.push(SNode {
+        kind: SKind::Extern { op, args },
+        value: v0,
+        meta: stored,
+        buf,
+        op_name: "attention",
+    });
+    let strides = contiguous_strides(&[b, l, h, ev]);
+    low.defs.insert(
+        v0,
+        Def::Strided(View {
+            buf,
+            shape: meta.shape.clone(),
+            strides: vec![strides[0], strides[2], strides[1], strides[3]],
+            offset: 0,
+        }),
+    );
     Ok(())
+}
+
+/// Whether every reader of node `id`'s value swaps its dims `d0` and `d1`
+/// (a `transpose`, or a `permute` that moves nothing else), and it has one.
+fn read_transposed(graph: &Graph, id: NodeId, d0: usize, d1: usize) -> bool {
+    let Some(rank) = graph.meta(ValueId::first(id)).map(|m| m.shape.len()) else {
+        return false;
+    };
+    let swaps = |user: NodeId| {
+        let Some(node) = graph.node(user) else {
+            return false;
+        };
+        let wrap = |d: i64| crate::graph::shape::wrap_dim(d, rank).ok();
+        match &node.op {
+            Op::Transpose { dim0, dim1 } => {
+                let pair = (wrap(*dim0), wrap(*dim1));
+                pair == (Some(d0), Some(d1)) || pair == (Some(d1), Some(d0))
+            }
+            Op::Permute { dims } => dims.iter().enumerate().all(|(i, &d)| {
+                let want = if i == d0 {
+                    d1
+                } else if i == d1 {
+                    d0
+                } else {
+                    i
+                };
+                wrap(d) == Some(want)
+            }),
+            _ => false,
+        }
+    };
+    let mut users = graph.users(id).peekable();
+    users.peek().is_some() && users.all(|(user, _)| swaps(user))
 }
 
 /// `arange`: a constant of the program (const_fold folds the small ones earlier).

@@ -7,6 +7,7 @@ use std::fmt::Write;
 
 use super::{torch_dtype, tuple, DeviceStrings};
 use crate::codegen::triton::attention::AttentionLaunch;
+use crate::codegen::triton::expr::float_text;
 use crate::codegen::triton::{KernelInfo, Launch};
 use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
@@ -21,6 +22,8 @@ pub(super) struct CallWriter<'a> {
     pub kernels: &'a HashMap<usize, &'a KernelInfo>,
     /// The fused attention launch of each attention step.
     pub attention: &'a HashMap<usize, AttentionLaunch>,
+    /// Each attention step's signature, an index into [`AttentionSignatures::rows`].
+    pub signatures: &'a HashMap<usize, usize>,
     /// The plugin's strings.
     pub strings: &'a DeviceStrings,
     /// The positions of the inputs kernels read through a pointer, which
@@ -50,6 +53,78 @@ pub(super) fn aligned_inputs(
         .filter(|(_, b)| read.contains(b))
         .map(|(i, _)| i)
         .collect()
+}
+
+/// The parameter of the lambda that launches Kiln's attention kernel into the
+/// buffer the runtime allocates (reserved, so no graph name takes it).
+pub(super) const OUT_PARAM: &str = "_kiln_out";
+
+/// The distinct signatures of a program's attention steps, which the runtime's
+/// `Attention` chooses a side for once each: every layer of a model shares one.
+#[derive(Debug, Default)]
+pub(super) struct AttentionSignatures {
+    /// Each signature as a Python tuple: the output buffer's size, stride and
+    /// dtype, whether causal, the scale, and whether the buffer is `[B, L, H,
+    /// Ev]` (`ExternOp::Attention::heads_inner`).
+    pub rows: Vec<String>,
+    /// Each attention step's signature, by step index.
+    pub of_step: HashMap<usize, usize>,
+}
+
+/// The signatures of the attention steps `attention` launches: equal where
+/// the kernel, its scalars and grid, the operands' sizes, strides and offsets
+/// and dtypes, and the output's are.
+pub(super) fn attention_signatures(
+    p: &Program,
+    attention: &HashMap<usize, AttentionLaunch>,
+) -> AttentionSignatures {
+    let mut out = AttentionSignatures::default();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    let mut steps: Vec<&usize> = attention.keys().collect();
+    steps.sort();
+    for &i in steps {
+        let (Some(Step::Extern(e)), Some(l)) = (p.steps.get(i), attention.get(&i)) else {
+            continue;
+        };
+        let ExternOp::Attention {
+            causal,
+            scale_bits,
+            heads_inner,
+            ..
+        } = e.op
+        else {
+            continue;
+        };
+        let buf = p.buffer(e.out);
+        let views: Vec<String> = e
+            .args
+            .iter()
+            .map(|v| {
+                let dtype = p.buffer(v.buf).dtype;
+                format!("{:?}{:?}{}{dtype:?}", v.shape, v.strides, v.offset)
+            })
+            .collect();
+        let key = format!(
+            "{}{:?}{:?}{views:?}{:?}{:?}{:?}{causal}{scale_bits}{heads_inner}",
+            l.kernel, l.scalars, l.grid, buf.shape, buf.strides, buf.dtype
+        );
+        let next = out.rows.len();
+        let index = *by_key.entry(key).or_insert(next);
+        if index == next {
+            let py_bool = |b: bool| if b { "True" } else { "False" };
+            out.rows.push(format!(
+                "({}, {}, {}, {}, {}, {})",
+                tuple(&buf.shape),
+                tuple(&buf.strides),
+                torch_dtype(buf.dtype),
+                py_bool(causal),
+                float_text(f64::from_bits(scale_bits)),
+                py_bool(heads_inner)
+            ));
+        }
+        out.of_step.insert(i, index);
+    }
+    out
 }
 
 fn grid_text(l: &Launch) -> String {
@@ -168,10 +243,12 @@ impl CallWriter<'_> {
         let memory = &self.scheduled.memory;
         // A donor this very step still reads (an in-place write) dies after it.
         let mut after_step: Vec<&str> = Vec::new();
-        // ATen's convolution allocates its result: the call binds it (no buffer
-        // of Kiln's, no copy), and a donor planned for it simply dies.
+        // ATen's convolution allocates its result, and so does the runtime's
+        // choice of attention (Kiln's kernel or the library's): the call binds it
+        // (no buffer of Kiln's, no copy), and a donor planned for it simply dies.
         let bound = match step {
             Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. }) => Some(e.out),
+            Step::Extern(e) if self.attention.contains_key(&i) => Some(e.out),
             _ => None,
         };
         for a in &memory.allocs[i] {
@@ -219,7 +296,7 @@ impl CallWriter<'_> {
                 }
             }
             Step::Extern(e) => match self.attention.get(&i) {
-                Some(launch) => self.attention_launch(out, launch)?,
+                Some(launch) => self.attention_step(out, i, e, launch)?,
                 None => self.extern_call(out, e)?,
             },
         }
@@ -282,17 +359,46 @@ impl CallWriter<'_> {
         )
     }
 
-    /// A fused attention kernel's launch.
-    fn attention_launch(&self, out: &mut String, l: &AttentionLaunch) -> std::fmt::Result {
-        let mut args: Vec<String> = l.pointers.iter().map(|v| self.pointer(v)).collect();
+    /// A fused attention step, bound as its buffer: the runtime's `ATTENTION`
+    /// runs Kiln's kernel (a launch into the buffer it allocates, the
+    /// [`OUT_PARAM`] of the first lambda) or the library's (of the query, key,
+    /// value and mask the second lambda gives), as it chose for the step's
+    /// signature. The lambdas evaluate only the side that runs.
+    fn attention_step(
+        &self,
+        out: &mut String,
+        i: usize,
+        e: &ExternCall,
+        l: &AttentionLaunch,
+    ) -> std::fmt::Result {
+        let mut args: Vec<String> = l
+            .pointers
+            .iter()
+            .map(|v| {
+                if v.buf == e.out {
+                    OUT_PARAM.to_string()
+                } else {
+                    self.pointer(v)
+                }
+            })
+            .collect();
         args.extend(l.scalars.iter().cloned());
         args.extend(l.constants.iter().map(|(_, v)| v.to_string()));
+        let masked = matches!(e.op, ExternOp::Attention { mask: true, .. });
+        let mut operands: Vec<String> = e.args.iter().take(3).map(|v| self.view(v)).collect();
+        operands.push(match e.args.get(3).filter(|_| masked) {
+            Some(m) => self.view(m),
+            None => "None".to_string(),
+        });
         writeln!(
             out,
-            "        KERNELS.{}[{}]({}, stream=stream0)",
+            "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: KERNELS.{}[{}]({}, stream=stream0), lambda: ({}))",
+            self.name(e.out),
+            self.signatures.get(&i).copied().unwrap_or(0),
             l.kernel,
             grid_text_of(&l.grid),
-            args.join(", ")
+            args.join(", "),
+            operands.join(", ")
         )
     }
 

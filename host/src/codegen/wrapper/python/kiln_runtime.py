@@ -615,3 +615,214 @@ def _kiln_launcher_class(target):
                 if isinstance(value, type) and value.__name__.endswith("Launcher"):
                     return value
     return None
+
+
+# Attention: each fused attention step of the wrapper runs Kiln's flash-attention
+# kernel or the library's scaled_dot_product_attention (PyTorch's dispatcher picks
+# flash, cuDNN, memory-efficient or math), whichever its signature's first call
+# measures faster. The generated file hands over torch's pieces, so that this
+# module still never imports torch.
+
+
+class Attention:
+    """The choice between Kiln's attention kernel and the library's for each
+    attention signature of a generated file (`signatures[i]` is the output
+    buffer's size, stride and dtype, `causal`, `scale`, and whether the buffer
+    is `[B, L, H, Ev]`, the transpose of the `[B, H, L, Ev]` result; the steps
+    of every layer of a model share one).
+
+    `run(i, kiln, operands)` computes one step: `kiln(out)` launches Kiln's
+    kernel into `out`, `operands()` gives the query, key, value and mask (or
+    None) as the library reads them. The first call of a signature outside a
+    graph capture times both (a warm-up, then the best of a few rounds between
+    device synchronizations: a few milliseconds), checks that they agree, and
+    keeps the faster for the rest of the process. The library is never chosen
+    where it raises (no such function on the device, a mask or layout it does
+    not take) or disagrees with Kiln's kernel. During a capture a signature not
+    chosen yet runs Kiln's kernel, untimed.
+
+    KILN_ATTENTION=kiln or =library forces a side (the library still falls back
+    to Kiln's kernel where it raises); =measure, the default, measures."""
+
+    MODES = ("measure", "kiln", "library")
+    WARMUP = 2
+    ROUNDS = 3
+    CALLS = 8
+
+    def __init__(self, sdpa, empty, synchronize, capturing, signatures, timer=None, environ=None):
+        import os
+        import time
+
+        self._sdpa, self._empty, self._synchronize = sdpa, empty, synchronize
+        self._capturing = capturing or (lambda: False)
+        self._signatures = list(signatures)
+        self._timer = timer or time.perf_counter
+        environ = os.environ if environ is None else environ
+        self.mode = environ.get("KILN_ATTENTION", "measure") or "measure"
+        if self.mode not in Attention.MODES:
+            raise RuntimeError(
+                f"Kiln: KILN_ATTENTION={self.mode!r} is not one of {', '.join(Attention.MODES)} "
+                "(measure, the default, times Kiln's attention kernel against the library's)")
+        # Per signature: None until chosen, then KILN or the library's closure.
+        self.chosen = [None] * len(self._signatures)
+        # Per signature, what the choice measured: {"kiln": s, "library": s or None, "why": text}.
+        self.report = [None] * len(self._signatures)
+
+    KILN = "kiln"
+
+    def run(self, i, kiln, operands):
+        side = self.chosen[i]
+        if side is Attention.KILN:
+            return self._kiln(i, kiln)
+        if side is not None:
+            return side(*operands())
+        if self._capturing():
+            return self._kiln(i, kiln)
+        return self._choose(i, kiln, operands)
+
+    def _kiln(self, i, kiln):
+        size, stride, dtype = self._signatures[i][:3]
+        out = self._empty(size, stride, dtype)
+        kiln(out)
+        return out
+
+    def _choose(self, i, kiln, operands):
+        """The first call of signature i: chooses, and returns its result."""
+        import logging
+
+        log = logging.getLogger("kiln.attention")
+        size, stride, dtype, causal, scale, heads_inner = self._signatures[i]
+        mine = self._kiln(i, kiln)
+        library, theirs, why = None, None, None
+        if self.mode != "kiln":
+            try:
+                library = self.library_call(operands(), (size, stride, dtype, heads_inner), causal, scale)
+                theirs = library(*operands())
+                if not Attention.agree(mine, theirs, dtype):
+                    library, why = None, "its result differs from Kiln's kernel's"
+            except Exception as error:  # the library cannot compute this step
+                library, why = None, f"{type(error).__name__}: {error}"
+        if library is None:
+            if self.mode == "library":
+                import warnings
+
+                warnings.warn(f"Kiln: KILN_ATTENTION=library, but the library cannot compute attention "
+                              f"signature {i} ({why}); Kiln's kernel runs it", stacklevel=3)
+            self.chosen[i] = Attention.KILN
+            self.report[i] = {"kiln": None, "library": None, "why": why or f"KILN_ATTENTION={self.mode}"}
+            log.debug("attention signature %d: Kiln's kernel (%s)", i, self.report[i]["why"])
+            return mine
+        if self.mode == "library":
+            self.chosen[i] = library
+            self.report[i] = {"kiln": None, "library": None, "why": "KILN_ATTENTION=library"}
+            return theirs
+        ops = operands()
+        kiln_s = self.time(lambda: self._kiln(i, kiln))
+        try:
+            library_s = self.time(lambda: library(*ops))
+        except Exception as error:  # as above: Kiln's kernel runs it
+            library_s, why = None, f"{type(error).__name__}: {error}"
+        faster = library_s is not None and library_s < kiln_s
+        self.chosen[i] = library if faster else Attention.KILN
+        self.report[i] = {"kiln": kiln_s, "library": library_s, "why": why or "measured"}
+        log.debug("attention signature %d: %s (%s; Kiln's kernel %.1f µs, the library %s µs)",
+                  i, "the library" if faster else "Kiln's kernel", self.report[i]["why"], kiln_s * 1e6,
+                  "-" if library_s is None else f"{library_s * 1e6:.1f}")
+        return theirs if faster else mine
+
+    def time(self, fn):
+        """Seconds per call of `fn`: the best of ROUNDS rounds of CALLS calls
+        each, after WARMUP calls, each round between device synchronizations."""
+        for _ in range(Attention.WARMUP):
+            fn()
+        best = None
+        for _ in range(Attention.ROUNDS):
+            self._synchronize()
+            start = self._timer()
+            for _ in range(Attention.CALLS):
+                fn()
+            self._synchronize()
+            took = (self._timer() - start) / Attention.CALLS
+            best = took if best is None else min(best, took)
+        return best
+
+    def library_call(self, ops, buffer, causal, scale):
+        """The library's attention of these operands as a function of the
+        query, key, value and mask, with Kiln's semantics, its result as the
+        step's `buffer` (size, stride, dtype, heads_inner): key and value batch
+        or head dims of 1 are expanded, key and value heads that divide the
+        query's are grouped (`enable_gqa`, or each repeated where the library
+        has no such argument), and the result is copied into the planned
+        strides only where the library chose others (its flash and cuDNN
+        kernels write `[B, L, H, Ev]`). Raises where the library cannot take
+        the step."""
+        size, stride, dtype, heads_inner = buffer
+        q, k, v, mask = ops
+        rank = len(q.shape)
+        if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
+            raise ValueError(f"operands of rank {rank}, {len(k.shape)} and {len(v.shape)}")
+        if causal and mask is not None:
+            # The library takes a mask or `is_causal`, not both.
+            raise ValueError("a causal attention with a mask")
+        if q.dtype != dtype or k.dtype != dtype or v.dtype != dtype:
+            raise ValueError(f"operands of {q.dtype}, {k.dtype} and {v.dtype} into {dtype}")
+        sdpa = self._sdpa
+        # Batch (and, with rank 4, head) dims of 1 broadcast over the query's.
+        lead = list(q.shape[:rank - 2])
+        group = 1
+        if rank == 4:
+            h, hk = q.shape[1], k.shape[1]
+            if hk != v.shape[1]:
+                raise ValueError(f"key and value of {hk} and {v.shape[1]} heads")
+            if hk not in (1, h):
+                if h % hk:
+                    raise ValueError(f"{h} query heads over {hk} key/value heads")
+                group, lead[1] = h // hk, hk
+        expand = tuple(k.shape[:rank - 2]) != tuple(lead)
+
+        def grown(t):
+            return t.expand(*lead, *t.shape[rank - 2:]) if expand else t
+
+        # The result's size and strides in the buffer.
+        want_size, want_stride = list(size), list(stride)
+        if heads_inner:
+            if rank != 4:
+                raise ValueError(f"a [B, L, H, Ev] buffer for operands of rank {rank}")
+            want_size[1], want_size[2] = want_size[2], want_size[1]
+            want_stride[1], want_stride[2] = want_stride[2], want_stride[1]
+        want_size, want_stride = tuple(want_size), tuple(want_stride)
+
+        def bound(t):
+            if t.stride() != want_stride or t.storage_offset() != 0:
+                t = t.new_empty_strided(want_size, want_stride).copy_(t)
+            return t.transpose(1, 2) if heads_inner else t
+
+        def call(q, k, v, mask):
+            return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale))
+
+        def grouped(q, k, v, mask):
+            return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale,
+                              enable_gqa=True))
+
+        def repeated(q, k, v, mask):
+            k = grown(k).repeat_interleave(group, dim=1)
+            v = grown(v).repeat_interleave(group, dim=1)
+            return bound(sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale))
+
+        if group == 1:
+            return call
+        try:
+            grouped(*ops)
+            return grouped
+        except TypeError:  # a library without `enable_gqa`
+            return repeated
+
+    @staticmethod
+    def agree(mine, theirs, dtype):
+        """Whether the library's result is Kiln's kernel's within the dtype's
+        rounding (a guard against a semantics or layout mismatch; not-a-number
+        where a row keeps no key must match too)."""
+        if tuple(mine.shape) != tuple(theirs.shape) or mine.dtype != theirs.dtype:
+            return False
+        tolerance = {"torch.float32": 5e-3, "torch.float16": 2e-2}.get(str(dtype), 1e-1)
+        return bool(mine.float().allclose(theirs.float(), rtol=tolerance, atol=tolerance, equal_nan=True))

@@ -110,6 +110,9 @@ pub const RESERVED: &[&str] = &[
     "_kiln_runtime",
     "align_inputs",
     "in_layout",
+    "ATTENTION",
+    "_kiln_synchronize",
+    call::OUT_PARAM,
     "_GUARDS",
     "empty_strided_device",
     "reinterpret_tensor",
@@ -209,12 +212,15 @@ pub fn write(
         .iter()
         .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. })));
     torch_part(&mut out, strings, options, !aligned.is_empty(), convs)?;
+    let signatures = call::attention_signatures(p, &kernels.attention.launches);
+    write_attention(&mut out, strings, &signatures.rows)?;
     let weights = write_constants(&mut out, p, &names)?;
     let writer = call::CallWriter {
         scheduled,
         names: &names,
         kernels: &by_step,
         attention: &kernels.attention.launches,
+        signatures: &signatures.of_step,
         strings,
         aligned: &aligned,
     };
@@ -384,6 +390,44 @@ fn torch_part(
         writeln!(out, "in_layout = kiln_runtime.in_layout")?;
     }
     Ok(())
+}
+
+/// `ATTENTION`, the runtime's choice between Kiln's attention kernel and the
+/// library's (`torch.nn.functional.scaled_dot_product_attention`) for each of
+/// the program's attention signatures (`rows`), measured on each one's first
+/// call; nothing where the program has no attention step. torch's pieces are
+/// handed over (the runtime never imports torch): the library's function, the
+/// allocator, the plugin's `synchronize()` and the device module's capture
+/// check, where it has one.
+fn write_attention(out: &mut String, strings: &DeviceStrings, rows: &[String]) -> std::fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out)?;
+    writeln!(out, "def _kiln_synchronize():")?;
+    writeln!(out, "    {}", strings.synchronize)?;
+    writeln!(out)?;
+    writeln!(out)?;
+    out.push_str(
+        "# Each attention signature (its buffer's size, stride and dtype, whether causal, its scale,\n\
+         # whether the buffer is [B, L, H, Ev], the [B, H, L, Ev] result transposed)\n\
+         # runs Kiln's kernel or the library's scaled_dot_product_attention, whichever its first call\n\
+         # measures faster (kiln_runtime.Attention; KILN_ATTENTION=kiln|library|measure).\n",
+    );
+    writeln!(out, "ATTENTION = kiln_runtime.Attention(")?;
+    writeln!(
+        out,
+        "    torch.nn.functional.scaled_dot_product_attention, empty_strided_device, _kiln_synchronize,"
+    )?;
+    writeln!(
+        out,
+        "    getattr(getattr(torch, DEVICE.type, None), \"is_current_stream_capturing\", None), ["
+    )?;
+    for row in rows {
+        writeln!(out, "        {row},")?;
+    }
+    writeln!(out, "    ])")
 }
 
 /// The allocations and views `call` makes per step, through the C++ functions

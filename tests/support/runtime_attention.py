@@ -8,7 +8,8 @@ Usage: runtime_attention.py KILN_RUNTIME_PY
 Checks: the faster side is chosen, once per signature, and later calls run only it;
 the library is declined where it raises, disagrees with Kiln's kernel, or gets a
 causal attention with a mask; KILN_ATTENTION forces a side and refuses a value it
-does not know; a call during a graph capture with no choice yet runs Kiln's kernel
+does not know; with the device's sleep and events, the device's time decides; a
+call during a graph capture with no choice yet runs Kiln's kernel
 and measures nothing; grouped key/value heads go to the library with `enable_gqa`
 (each repeated where it has no such argument) and a single one is expanded; the
 library's result is the step's buffer where its strides are the planned ones, else
@@ -119,9 +120,51 @@ class World:
         size = q.shape[:-1] + v.shape[-1:]
         return Tensor(size, self.library_stride, q.dtype, self.library_value)
 
+    def is_current_stream_capturing(self):
+        return self.capturing
+
     def attention(self, signatures, environ=None):
-        return runtime.Attention(self.sdpa, self.empty, self.synchronize, lambda: self.capturing, signatures,
+        # The world stands for torch's device module (`torch.cuda`): it has a capture
+        # test, and no sleep or events, so the choice times on the host clock.
+        return runtime.Attention(self.sdpa, self.empty, self.synchronize, self, signatures,
                                  timer=self.timer, environ=environ or {})
+
+
+class DeviceClock(World):
+    """A world whose device has a clock of its own, a sleep and events: each call
+    costs the host its dispatch and the device its kernel."""
+
+    def __init__(self, kiln_s, kiln_host_s, library_s, library_host_s):
+        super().__init__(kiln_s=kiln_host_s, library_s=library_host_s)
+        self.device_now, self.kiln_device_s, self.library_device_s, self.slept = 0.0, kiln_s, library_s, 0
+
+    def kiln(self, out):
+        super().kiln(out)
+        self.device_now += self.kiln_device_s
+
+    def sdpa(self, *args, **kwargs):
+        result = super().sdpa(*args, **kwargs)
+        self.device_now += self.library_device_s
+        return result
+
+    def _sleep(self, cycles):
+        self.slept += 1
+
+    def Event(self, enable_timing=False):
+        world = self
+
+        class Event:
+            def record(self):
+                self.at = world.device_now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1e3
+
+        assert enable_timing
+        return Event()
 
 
 SIZE = (2, 4, 16, 32)
@@ -160,6 +203,15 @@ def main():
     a.run(0, w.kiln, operands())
     check("a faster Kiln kernel is chosen, and the library is not called again",
           a.chosen[0] is runtime.Attention.KILN and len(w.library_calls) == library_calls)
+
+    # The library's kernel is faster on the device, its dispatch slower on the host:
+    # with a device clock the choice times the device, as a busy model sees it.
+    w = DeviceClock(kiln_s=2.0, kiln_host_s=0.5, library_s=1.0, library_host_s=5.0)
+    a = w.attention([SIGNATURE])
+    a.run(0, w.kiln, operands())
+    check("with the device's sleep and events the device's time decides, not the host's",
+          a.chosen[0] not in (None, runtime.Attention.KILN) and a.report[0]["library"] == 1.0
+          and a.report[0]["kiln"] == 2.0 and w.slept == 2 * runtime.Attention.ROUNDS, a.report)
 
     w = World(raises=RuntimeError("No available kernel"))
     a = w.attention([SIGNATURE])

@@ -420,10 +420,7 @@ fn write_attention(out: &mut String, strings: &DeviceStrings, rows: &[String]) -
         out,
         "    torch.nn.functional.scaled_dot_product_attention, empty_strided_device, _kiln_synchronize,"
     )?;
-    writeln!(
-        out,
-        "    getattr(getattr(torch, DEVICE.type, None), \"is_current_stream_capturing\", None), ["
-    )?;
+    writeln!(out, "    getattr(torch, DEVICE.type, None), [")?;
     for row in rows {
         writeln!(out, "        {row},")?;
     }

@@ -248,7 +248,11 @@ fn convolutions(s: &kiln::schedule::Scheduled) -> Vec<&kiln::schedule::ir::Exter
         .steps
         .iter()
         .filter_map(|step| match step {
-            kiln::schedule::ir::Step::Extern(e) => Some(e),
+            kiln::schedule::ir::Step::Extern(e)
+                if matches!(e.op, kiln::schedule::ir::ExternOp::Conv { .. }) =>
+            {
+                Some(e)
+            }
             _ => None,
         })
         .collect()
@@ -320,4 +324,55 @@ fn a_convolution_of_a_graph_input_and_a_graph_output_keep_their_layout() {
     assert!(convs
         .iter()
         .any(|c| producer(&g, &c.args[0]).op.name() == "input"));
+}
+
+/// The zoo's ResNet and MobileNetV2 (float32 archives, their convolutions
+/// listed as if float32 were a 16-bit dtype the device prefers channels-last):
+/// the same values as without the pass, every convolution but the first (of
+/// the graph's NCHW input) reads a channels-last operand and answers in
+/// channels-last (so no copy to NCHW is left before any of them).
+#[test]
+fn resnet_and_mobilenet_v2_run_channels_last_between_their_convolutions() {
+    let zoo = common::repo_root().join("tests/fixtures/models");
+    for model in ["resnet", "mobilenet_v2"] {
+        let original = kiln::graph::load(zoo.join(format!("{model}.pt2")))
+            .unwrap_or_else(|e| panic!("{model}: {}", kiln::diag::report(&e)));
+        let mut plain = original.clone();
+        kiln::passes::run_pipeline(&mut plain).unwrap();
+        let mut g = original.clone();
+        kiln::passes::run_pipeline_with(&mut g, &options(&[DType::Float32])).unwrap();
+        let metas = vec![g.node(g.inputs()[0]).unwrap().outputs[0].clone()];
+        let inputs = kiln::tensor_io::random_inputs(&metas, 11);
+        let want = kiln::interp::evaluate(&plain, &inputs).unwrap();
+        let got = kiln::interp::evaluate(&g, &inputs).unwrap();
+        assert_eq!(got[0].to_vec(), want[0].to_vec(), "{model}");
+        let s = scheduled(&g, true);
+        let convs = convolutions(&s);
+        assert!(convs.len() > 10, "{model}: {} convolutions", convs.len());
+        let cl = |shape: &[i64]| {
+            vec![
+                shape[1] * shape[2] * shape[3],
+                1,
+                shape[3] * shape[1],
+                shape[1],
+            ]
+        };
+        let input = s.program.inputs[0];
+        for (i, e) in convs.iter().enumerate() {
+            let out = s.program.buffer(e.out);
+            assert_eq!(out.strides, cl(&out.shape), "{model}: convolution {i}");
+            let x = &e.args[0];
+            if x.buf != input {
+                assert_eq!(x.strides, cl(&x.shape), "{model}: convolution {i}'s input");
+            }
+            assert_eq!(
+                e.args[1].strides,
+                cl(&e.args[1].shape),
+                "{model}: weight {i}"
+            );
+        }
+        let ran = kiln::schedule::eval::run(&s, &inputs).unwrap();
+        let e = max_rel_err(&ran[0].to_vec(), &want[0].to_vec(), 1e-3);
+        assert!(e < 1e-6, "{model}: {e}");
+    }
 }

@@ -18,7 +18,9 @@
 //!   `permute([0, 3, 1, 2])` made `NCHW`: the pair cancels), its other operands
 //!   through the same permute (a `[C, 1, 1]` bias becomes `[1, 1, 1, C]`; a
 //!   scalar stays), and everything else reads its result back through
-//!   `permute([0, 3, 1, 2])`.
+//!   `permute([0, 3, 1, 2])`. So is a pointwise op whose result such a
+//!   convolution reads, whatever it reads (a max-pool's last maximum, over
+//!   strided slices): the convolution then reads it in channels-last.
 //!
 //! Every permute is a view: the lowering reads a convolution's operand that
 //! is dense in channels-last order as it is and plans the result
@@ -32,7 +34,7 @@
 //! convolution takes channels-last operands as they are (the Python
 //! wrapper's ATen call); the cpu's C++ convolution takes contiguous ones.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{emit, replace_node, Error, Stats};
@@ -91,6 +93,16 @@ pub fn run(g: &mut Graph, dtypes: DTypes) -> Result<Stats, Error> {
     }
     let order = super::topo_order(g, PASS)?;
     let mut state = State::default();
+    // A pointwise value such a convolution reads is computed in NHWC order
+    // even when nothing it reads is (a max-pool's last maximum): the
+    // convolution then reads it as it is.
+    for &id in &order {
+        if let Some(node) = g.node(id).filter(|n| conv_in(g, n, dtypes)) {
+            state
+                .conv_inputs
+                .extend(node.args.first().and_then(Arg::value));
+        }
+    }
     for id in order {
         let Some(node) = g.node(id) else { continue };
         let conv = matches!(node.op, Op::Conv { .. });
@@ -99,7 +111,7 @@ pub fn run(g: &mut Graph, dtypes: DTypes) -> Result<Stats, Error> {
                 changed += relayout_weight(g, id, &mut state)?;
                 let input = node_value(g, id, 0)?;
                 let weight = node_value(g, id, 1)?;
-                if state.nhwc_form(g, input).is_some() || is_nchw_permute(g, weight) {
+                if state.nhwc_form(input).is_some() || is_nchw_permute(g, weight) {
                     state.convs.push(id);
                 }
             }
@@ -121,25 +133,21 @@ struct State {
     convs: Vec<NodeId>,
     /// Each constant weight's channels-last replacement (a permute view).
     weights: HashMap<NodeId, ValueId>,
+    /// The values the convolutions of the listed dtypes take as input.
+    conv_inputs: HashSet<ValueId>,
 }
 
 impl State {
     /// `v`'s `NHWC` form where one exists without a copy: a value computed in
     /// `NHWC` order, or a channels-last convolution's result, whose `NHWC`
     /// view is dense.
-    fn nhwc_form(&self, g: &Graph, v: ValueId) -> Option<NhwcForm> {
+    fn nhwc_form(&self, v: ValueId) -> Option<NhwcForm> {
         if let Some(&t) = self.nhwc.get(&v) {
             return Some(NhwcForm::Value(t));
         }
-        if self.convs.contains(&v.node) {
-            return Some(NhwcForm::ConvResult);
-        }
-        match &g.node(v.node)?.op {
-            Op::Permute { dims } if dims.as_slice() == TO_NCHW => {
-                g.node(v.node)?.args.first()?.value().map(NhwcForm::Value)
-            }
-            _ => None,
-        }
+        // Only the pass's own permutes count: a graph's own `NCHW` permute
+        // (ConvNeXt's, say) is left as the model wrote it.
+        self.convs.contains(&v.node).then_some(NhwcForm::ConvResult)
     }
 }
 
@@ -273,7 +281,7 @@ fn channels_last_constant(g: &mut Graph, w: ValueId) -> Result<Option<ValueId>, 
 }
 
 /// Whether node `id` is a pointwise op of a 4-D result, no graph output, that
-/// reads a value whose `NHWC` form is at hand.
+/// reads a value whose `NHWC` form is at hand or is a convolution's input.
 fn sinkable(g: &Graph, id: NodeId, state: &State) -> bool {
     let Some(node) = g.node(id) else { return false };
     let pointwise = matches!(
@@ -289,10 +297,12 @@ fn sinkable(g: &Graph, id: NodeId, state: &State) -> bool {
     if !pointwise || !rank4 || g.outputs().iter().any(|o| o.node == id) {
         return false;
     }
-    node.args
-        .iter()
-        .filter_map(Arg::value)
-        .any(|v| state.nhwc_form(g, v).is_some())
+    state.conv_inputs.contains(&ValueId::first(id))
+        || node
+            .args
+            .iter()
+            .filter_map(Arg::value)
+            .any(|v| state.nhwc_form(v).is_some())
 }
 
 /// Computes pointwise node `id` in `NHWC` order and re-points its readers at
@@ -334,7 +344,7 @@ fn to_nhwc(
     base: &str,
     line: Option<u32>,
 ) -> Result<ValueId, Error> {
-    match state.nhwc_form(g, v) {
+    match state.nhwc_form(v) {
         Some(NhwcForm::Value(t)) => return Ok(t),
         Some(NhwcForm::ConvResult) => {
             let permute = Op::Permute {

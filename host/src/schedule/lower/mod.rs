@@ -516,20 +516,21 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
     Ok(())
 }
 
-/// `value` as a strided view, where it is a permute of a value that must be
-/// computed into memory first: that value computed (in its own order), and the
-/// permute taken of its buffer. The `NCHW` permute of an `NHWC` pointwise
+/// `value` as a strided view, where it is the `NCHW` permute of an `NHWC` value
+/// that must be computed into memory first: that value computed (in its own
+/// order), and the permute taken of its buffer. The `NCHW` permute of an `NHWC` pointwise
 /// result (the `channels_last` pass's) is then a channels-last view of it, not
-/// a copy in `NCHW`. (Other views are computed into memory as they are: a
-/// slice's source computed whole would cost a copy more.)
+/// a copy in `NCHW`. (Other views are computed into memory as they are: their
+/// source computed whole would not be dense in either layout, and cost a copy
+/// more.)
 fn realize_under_views(graph: &Graph, low: &mut Lowered, value: ValueId) -> Result<View, Error> {
     if let Some(v) = low.as_view(graph, value, true) {
         return Ok(v);
     }
     let node = node_of(graph, value.node)?;
-    if matches!(node.op, Op::Permute { .. }) {
+    if matches!(&node.op, Op::Permute { dims } if dims.as_slice() == [0, 3, 1, 2]) {
         if let Some(source) = node.args.first().and_then(Arg::value) {
-            let base = realize_under_views(graph, low, source)?;
+            let base = low.realize_view(graph, source)?;
             if let Some(v) = view_of_view(&node.op, &base, value.output) {
                 return Ok(v);
             }

@@ -105,15 +105,16 @@ pub fn run(g: &mut Graph, dtypes: DTypes) -> Result<Stats, Error> {
     }
     for id in order {
         let Some(node) = g.node(id) else { continue };
-        let conv = matches!(node.op, Op::Conv { .. });
-        if conv {
-            if conv_in(g, node, dtypes) {
-                changed += relayout_weight(g, id, &mut state)?;
-                let input = node_value(g, id, 0)?;
-                let weight = node_value(g, id, 1)?;
-                if state.nhwc_form(input).is_some() || is_nchw_permute(g, weight) {
-                    state.convs.push(id);
-                }
+        if matches!(node.op, Op::Conv { .. }) {
+            if !conv_in(g, node, dtypes) {
+                continue;
+            }
+            changed += relayout_weight(g, id, &mut state)?;
+            // The lowering plans the result channels-last when an operand is.
+            let input = node_value(g, id, 0)?;
+            let weight = node_value(g, id, 1)?;
+            if state.nhwc_form(input).is_some() || is_nchw_permute(g, weight) {
+                state.convs.insert(id);
             }
         } else if sinkable(g, id, &state) {
             sink(g, id, &mut state)?;
@@ -130,7 +131,7 @@ struct State {
     /// back to `NCHW` maps to it.
     nhwc: HashMap<ValueId, ValueId>,
     /// The convolutions whose result is planned channels-last.
-    convs: Vec<NodeId>,
+    convs: HashSet<NodeId>,
     /// Each constant weight's channels-last replacement (a permute view).
     weights: HashMap<NodeId, ValueId>,
     /// The values the convolutions of the listed dtypes take as input.

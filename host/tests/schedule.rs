@@ -45,11 +45,12 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     let mut lowered = graph.clone();
     kiln::passes::run_pipeline(&mut lowered).expect("passes");
     // Without optional features, and with every one (in-place buffers, the
-    // products' biases in their calls).
+    // products' biases in their calls, convolutions in channels-last).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
         tiling: kiln::schedule::Tiling::Flat,
         bias_epilogue: true,
+        conv_channels_last: true,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -185,6 +186,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
         features: kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
         tiling: kiln::schedule::Tiling::Flat,
         bias_epilogue: false,
+        conv_channels_last: false,
     };
     assert_eq!(
         reuses(&inplace),

@@ -182,6 +182,16 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
     fn matmul_alignment(&self) -> Option<u32> {
         None
     }
+    /// The dtypes whose 2-D convolutions the device's convolution library runs
+    /// fastest on channels-last (`NHWC`) tensors, by the host's dtype names
+    /// (`"float16"`, `"bfloat16"`, ...): cuDNN's 16-bit kernels on NVIDIA
+    /// GPUs, which convert contiguous `NCHW` operands to `NHWC` and back on
+    /// every call. Kiln then keeps those convolutions' activations
+    /// channels-last (API 1.7). `None`: none. A name the host does not know
+    /// fails the plugin's validation.
+    fn conv_channels_last(&self) -> Option<Vec<String>> {
+        None
+    }
     /// The compiler and linker flags a C++ program built on
     /// [`DevicePlugin::kernel_header`] and [`DevicePlugin::kernel_driver`]
     /// needs on this machine, found when called (API 1.3): `-I` and `-L`
@@ -553,6 +563,19 @@ extern "C" fn matmul_alignment<P: DevicePlugin>() -> PResult<ROption<u32>> {
     with_plugin::<P, _>("matmul_alignment", |p| p.matmul_alignment().into())
 }
 
+#[cfg(not(any(
+    feature = "__shorter_root_for_compat_test",
+    feature = "__api_1_4_for_compat_test"
+)))]
+extern "C" fn conv_channels_last<P: DevicePlugin>(
+) -> PResult<ROption<abi_stable::std_types::RVec<RString>>> {
+    with_plugin::<P, _>("conv_channels_last", |p| {
+        p.conv_channels_last()
+            .map(|dtypes| dtypes.into_iter().map(RString::from).collect())
+            .into()
+    })
+}
+
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn cpp_build_flags<P: DevicePlugin>(
 ) -> PResult<ROption<abi_stable::std_types::RVec<RString>>> {
@@ -616,6 +639,8 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             tf32_dot: tf32_dot::<P>,
             #[cfg(not(feature = "__api_1_4_for_compat_test"))]
             matmul_alignment: matmul_alignment::<P>,
+            #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+            conv_channels_last: conv_channels_last::<P>,
         }
         .leak_into_prefix(),
         #[cfg(not(feature = "__shorter_root_for_compat_test"))]

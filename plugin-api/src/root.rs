@@ -176,4 +176,11 @@ pub struct Heuristics {
     /// plugin built before 1.6: no padding.
     #[cfg(not(feature = "__api_1_4_for_compat_test"))]
     pub matmul_alignment: extern "C" fn() -> PResult<ROption<u32>>,
+    /// The dtypes whose 2-D convolutions the device's convolution library runs
+    /// fastest on channels-last (`NHWC`) tensors, by the host's dtype names
+    /// (API 1.7): `float16` and `bfloat16` on NVIDIA GPUs with cuDNN. The host
+    /// keeps those convolutions' activations channels-last. `RNone`, or a
+    /// plugin built before 1.7: none.
+    #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+    pub conv_channels_last: extern "C" fn() -> PResult<ROption<RVec<RString>>>,
 }

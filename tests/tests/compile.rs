@@ -1020,3 +1020,36 @@ fn a_convolution_result_is_bound_as_its_buffer_not_copied_into_one() {
         "{code}"
     );
 }
+
+#[test]
+fn sixteen_bit_convolutions_run_channels_last_only_where_the_plugin_lists_their_dtype() {
+    let tmp = TempDir::new("conv-channels-last");
+    let graph = repo_root().join("tests/graphs/conv2d_channels_last_16bit.toml");
+    for (device, file, listed) in [
+        ("cuda", "output_code.py", true),
+        ("gxu", "output_code.py", true),
+        ("xpu", "output_code.py", false),
+        ("cpu", "wrapper.cpp", false),
+    ] {
+        let out = tmp.path().join(device);
+        let (ok, stderr) = compile(&graph, device, &out, &[]);
+        assert!(ok, "{device}: {stderr}");
+        let code = std::fs::read_to_string(out.join(file)).unwrap();
+        // The weights laid out [O, kh, kw, I] once, in the weights file.
+        assert_eq!(
+            code.contains("const_w1_channels_last"),
+            listed,
+            "{device}:\n{code}"
+        );
+        if file == "output_code.py" {
+            // The first convolution's result bound in channels-last strides
+            // (NCHW [2, 8, 5, 5]) where listed, contiguous ones elsewhere.
+            let strides = if listed {
+                "(2, 8, 5, 5), (200, 1, 40, 8))"
+            } else {
+                "(2, 8, 5, 5), (200, 25, 5, 1))"
+            };
+            assert!(code.contains(strides), "{device}:\n{code}");
+        }
+    }
+}

@@ -176,7 +176,7 @@ fn good_baseline_passes_every_check() {
 }
 
 /// Each broken fixture: the one check that must fail and a part of its reason.
-const BROKEN: [(&str, &str, &str); 15] = [
+const BROKEN: [(&str, &str, &str); 16] = [
     ("undeclared_in_driver", "driver.compiles", "baseMemPrefetch"),
     (
         "wrong_launch_signature",
@@ -207,6 +207,11 @@ const BROKEN: [(&str, &str, &str); 15] = [
         "matmul_alignment_of_3",
         "heuristics.matmul_alignment",
         "matmul_alignment is 3:",
+    ),
+    (
+        "conv_channels_last_half",
+        "heuristics.conv_channels_last",
+        "conv_channels_last names [\"half\"]:",
     ),
     ("configs_over_limit", "heuristics.thread_limit", "threads"),
     ("shrinking_adjust_grid", "heuristics.grid", "shrank"),

@@ -175,6 +175,57 @@ fn each_bundled_plugin_states_its_matmul_alignment_and_the_compile_target_takes_
 }
 
 #[test]
+fn each_bundled_plugin_states_its_channels_last_convolutions_and_the_compile_target_takes_them() {
+    use kiln::graph::DType;
+    let sixteen = [DType::Float16, DType::BFloat16];
+    // (device, inspect's JSON, the compile's `Target::conv_channels_last`)
+    let cases = [
+        (
+            "cuda",
+            serde_json::json!({ "value": ["float16", "bfloat16"], "stated_by": "plugin" }),
+            &sixteen[..],
+        ),
+        (
+            "gxu",
+            serde_json::json!({ "value": ["float16", "bfloat16"], "stated_by": "plugin" }),
+            &sixteen[..],
+        ),
+        (
+            "xpu",
+            serde_json::json!({ "value": [], "stated_by": "host default" }),
+            &[][..],
+        ),
+        ("cpu", serde_json::Value::Null, &[][..]),
+    ];
+    for (device, stated, target) in cases {
+        let (output, stdout, stderr) = run(host(&host_bin()).args(["inspect", device, "--json"]));
+        assert!(output.status.success(), "{device}: {stderr}");
+        assert_eq!(
+            json(&stdout)["heuristics"]["conv_channels_last"],
+            stated,
+            "{device}"
+        );
+        let plugin = match kiln::plugins::load::load_library(&bundled_plugin(device)) {
+            kiln::plugins::load::LoadOutcome::Loaded(p) => p,
+            _ => panic!("the bundled {device} plugin loads"),
+        };
+        let query = kiln::driver::Target::query(&plugin, &kiln::driver::Options::default());
+        let got = query.map(|t| t.conv_channels_last.iter().collect::<Vec<_>>());
+        assert_eq!(got.ok(), Some(target.to_vec()), "{device}");
+    }
+    let (_, text, _) = run(host(&host_bin()).args(["inspect", "cuda"]));
+    assert!(
+        text.contains("convolutions run channels-last): float16, bfloat16 (from the plugin)"),
+        "{text}"
+    );
+    let (_, text, _) = run(host(&host_bin()).args(["inspect", "xpu"]));
+    assert!(
+        text.contains("convolutions run channels-last): none (the host's default"),
+        "{text}"
+    );
+}
+
+#[test]
 fn inspect_of_an_unknown_device_says_what_exists_and_where_it_looked() {
     let (output, _, stderr) = run(host(&host_bin()).args(["inspect", "npu"]));
     assert!(!output.status.success());
@@ -359,7 +410,8 @@ fn gxu_toml_beside_the_library_tunes_warp_size_and_grid_multiple() {
     let lib = copy_into(&dir, &bundled_plugin("gxu"), &dll_name("gxu"));
     std::fs::write(
         dir.join("gxu.toml"),
-        "warp_size = 64\ngrid_multiple = 32\nmatmul_alignment = 32\n",
+        "warp_size = 64\ngrid_multiple = 32\nmatmul_alignment = 32\n\
+         conv_channels_last = [\"float32\"]\n",
     )
     .unwrap();
     let (output, stdout, stderr) = run(host(&host_bin()).arg("inspect").arg(&lib).arg("--json"));
@@ -369,6 +421,10 @@ fn gxu_toml_beside_the_library_tunes_warp_size_and_grid_multiple() {
     assert_eq!(
         report["heuristics"]["matmul_alignment"],
         serde_json::json!({ "value": 32, "stated_by": "plugin" })
+    );
+    assert_eq!(
+        report["heuristics"]["conv_channels_last"],
+        serde_json::json!({ "value": ["float32"], "stated_by": "plugin" })
     );
     assert_eq!(
         report["heuristics"]["adjust_grid"][3]["adjusted"][0], 64,
@@ -536,6 +592,11 @@ fn a_plugin_built_against_api_1_4_loads_and_gets_the_hosts_stated_defaults() {
         report["heuristics"]["matmul_alignment"],
         serde_json::json!({ "value": 0, "stated_by": "host default" })
     );
+    // Nor its channels-last convolutions (API 1.7): every one stays NCHW.
+    assert_eq!(
+        report["heuristics"]["conv_channels_last"],
+        serde_json::json!({ "value": [], "stated_by": "host default" })
+    );
     let (_, text, _) = run(host(&host_bin()).arg("inspect").arg(&lib));
     assert!(
         text.contains("98304 (the host's default: the plugin does not say)"),
@@ -595,6 +656,16 @@ fn a_matmul_alignment_that_is_not_a_power_of_two_is_refused_at_load_naming_it() 
     assert!(
         reason.contains("failed validation: matmul_alignment is 3:")
             && reason.contains("0 (no padding) or a power of two from 2 to 256"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_channels_last_dtype_the_host_does_not_know_is_refused_at_load_naming_it() {
+    let reason = rejected_reason("conv_channels_last_half");
+    assert!(
+        reason.contains("failed validation: conv_channels_last names [\"half\"]:")
+            && reason.contains("float16, bfloat16, float32, float64"),
         "{reason}"
     );
 }

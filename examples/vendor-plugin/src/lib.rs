@@ -38,6 +38,10 @@ pub struct NpuLimits {
     /// for the device's matrix-product library to run its fast kernels: the
     /// host pads products' K and N to it (0: no padding).
     pub matmul_alignment: u32,
+    /// The dtypes whose 2-D convolutions the device's convolution library
+    /// runs fastest channels-last (NHWC): the host keeps their activations
+    /// channels-last.
+    pub conv_channels_last: &'static [&'static str],
 }
 
 /// The numbers of the NPU this template describes.
@@ -49,6 +53,7 @@ pub const NPU: NpuLimits = NpuLimits {
     shared_memory_per_block: 48 * 1024,
     tf32_dot: false,
     matmul_alignment: 32,
+    conv_channels_last: &["float16", "bfloat16"],
 };
 
 /// The plugin: built once when the host loads the library.
@@ -218,6 +223,18 @@ impl DevicePlugin for Npu {
     // None where the library has no preferred multiple.
     fn matmul_alignment(&self) -> Option<u32> {
         Some(self.limits.matmul_alignment)
+    }
+    // The dtypes whose convolutions the NPU's library runs on NHWC tensors
+    // (its 16-bit kernels); return None where every convolution is as fast
+    // NCHW.
+    fn conv_channels_last(&self) -> Option<Vec<String>> {
+        Some(
+            self.limits
+                .conv_channels_last
+                .iter()
+                .map(|d| d.to_string())
+                .collect(),
+        )
     }
 }
 

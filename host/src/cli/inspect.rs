@@ -241,6 +241,7 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
             "triton_target": or_error(plugin.triton_target(), errors, |t| json!(t)),
             "tf32_dot": stated_json(defaults::tf32_dot(plugin), triton, errors),
             "matmul_alignment": stated_json(defaults::matmul_alignment(plugin), triton, errors),
+            "conv_channels_last": stated_json(defaults::conv_channels_last(plugin), triton, errors),
         },
     })
 }
@@ -280,10 +281,27 @@ fn stated_text(value: &Value) -> String {
     }
 }
 
+/// A [`stated_json`] value whose value is a list of names, with the list as
+/// one string (`none` when empty).
+fn names_joined(stated: &Value) -> Value {
+    let mut out = stated.clone();
+    if let Some(Value::Array(items)) = stated.get("value") {
+        let names: Vec<String> = items.iter().map(text_of).collect();
+        let text = if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        };
+        out["value"] = Value::String(text);
+    }
+    out
+}
+
 fn text_of(value: &Value) -> String {
     match value {
         Value::Null => "(not provided)".to_string(),
         Value::String(s) => s.clone(),
+
         other => other.to_string(),
     }
 }
@@ -390,6 +408,10 @@ fn render_text(report: &Value) -> String {
     out.push_str(&format!(
         "  matmul_alignment (bytes a 16-bit product's K and N are padded to; 0: none): {}\n",
         stated_text(&h["matmul_alignment"])
+    ));
+    out.push_str(&format!(
+        "  conv_channels_last (dtypes whose convolutions run channels-last): {}\n",
+        stated_text(&names_joined(&h["conv_channels_last"]))
     ));
     out
 }

@@ -55,6 +55,9 @@ const SHARED_MEMORY: &str = "properties.shared_memory";
 /// The check of `matmul_alignment`, which the checks that compile a graph
 /// need: a compile refuses an alignment it cannot pad to.
 const MATMUL_ALIGNMENT: &str = "heuristics.matmul_alignment";
+/// The check of `conv_channels_last`, which the checks that compile a graph
+/// need too: a compile refuses a name that is no floating dtype.
+const CONV_CHANNELS_LAST: &str = "heuristics.conv_channels_last";
 const PYTHON_WRAPPER: &str = "backend.python_wrapper";
 const CPP_WRAPPER: &str = "backend.cpp_wrapper";
 
@@ -89,6 +92,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("heuristics.deterministic", "the same query always gives the same configs and the same grid"),
         Check::new("heuristics.triton_target", "the Triton target, when given, names a backend (^[a-z][a-z0-9_]{0,31}$), an arch on one line and a power-of-two warp size"),
         Check::new(MATMUL_ALIGNMENT, "matmul_alignment(), where given (API 1.6), is 0 (no padding) or a power of two from 2 to 256 bytes: the multiple the host pads a 16-bit matrix product's K and N to"),
+        Check::new(CONV_CHANNELS_LAST, "conv_channels_last(), where given (API 1.7), names only floating dtypes (float16, bfloat16, float32, float64): those whose 2-D convolutions the host carries channels-last"),
         Check::new(BACKEND_SPEC, "backend_spec answers and the device claims at least one wrapper"),
         Check::new(PYTHON_WRAPPER, "a device claiming the Python wrapper provides every override that wrapper needs (a Triton device: import_get_raw_stream_as, set_device, synchronize, device_guard)"),
         Check::new(CPP_WRAPPER, "a device claiming the C++ wrapper provides kernel_header and, for a Triton device, the device and stream guards, kernel_driver and the stream, kernel and pointer types"),
@@ -114,10 +118,21 @@ pub fn prerequisites(name: &str) -> Vec<String> {
         PYTHON_WRAPPER | CPP_WRAPPER => &[INIT, BACKEND_SPEC],
         // And the wrapper check of the device's own wrapper: see
         // [`wrapper_prerequisite`].
-        e2e::COMPILE_EXAMPLES => &[INIT, BACKEND_SPEC, PROPERTIES_QUERY, MATMUL_ALIGNMENT],
+        e2e::COMPILE_EXAMPLES => &[
+            INIT,
+            BACKEND_SPEC,
+            PROPERTIES_QUERY,
+            MATMUL_ALIGNMENT,
+            CONV_CHANNELS_LAST,
+        ],
         e2e::TRITON_COMPILE | e2e::CPP_RUN => &[e2e::COMPILE_EXAMPLES],
         driver_text::COMPILES => &[INIT, BACKEND_SPEC, CPP_WRAPPER],
-        driver_text::SIGNATURES => &[driver_text::COMPILES, PROPERTIES_QUERY, MATMUL_ALIGNMENT],
+        driver_text::SIGNATURES => &[
+            driver_text::COMPILES,
+            PROPERTIES_QUERY,
+            MATMUL_ALIGNMENT,
+            CONV_CHANNELS_LAST,
+        ],
         n if n.starts_with("properties.") || n.starts_with("heuristics.") => {
             &[INIT, PROPERTIES_QUERY]
         }

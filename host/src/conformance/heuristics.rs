@@ -9,8 +9,8 @@ use kiln_plugin_api::{
 
 use super::{device_properties, Outcome};
 use crate::plugins::validate::{
-    config_shape_problems, config_thread_problems, grid_probes, grid_problem,
-    matmul_alignment_problem, triton_target_problem,
+    config_shape_problems, config_thread_problems, conv_channels_last_problem, grid_probes,
+    grid_problem, matmul_alignment_problem, triton_target_problem,
 };
 use crate::plugins::{CallError, Plugin};
 
@@ -261,6 +261,7 @@ pub fn check(plugin: &Plugin, what: &str) -> Outcome {
             Err(e) => Outcome::fail(e.to_string()),
         },
         "matmul_alignment" => matmul_alignment(plugin),
+        "conv_channels_last" => conv_channels_last(plugin),
         other => Outcome::fail(format!("there is no check named \"heuristics.{other}\"")),
     }
 }
@@ -283,6 +284,26 @@ fn matmul_alignment(plugin: &Plugin) -> Outcome {
             "not stated: the host's default of {} (no matrix product is padded)",
             crate::plugins::defaults::MATMUL_ALIGNMENT
         )),
+        Err(e) => Outcome::fail(e.to_string()),
+    }
+}
+
+/// `heuristics.conv_channels_last`: the dtypes, where the plugin states them,
+/// are floating dtypes by the host's names. A plugin that states none passes
+/// (no convolution changes layout for it).
+fn conv_channels_last(plugin: &Plugin) -> Outcome {
+    match plugin.conv_channels_last() {
+        Ok(Some(names)) => match conv_channels_last_problem(&names) {
+            Some(problem) => Outcome::fail(problem),
+            None if names.is_empty() => Outcome::pass("none: every convolution stays NCHW"),
+            None => Outcome::pass(format!(
+                "{}: those convolutions run channels-last",
+                names.join(", ")
+            )),
+        },
+        Ok(None) => {
+            Outcome::pass("not stated: the host's default, none (every convolution stays NCHW)")
+        }
         Err(e) => Outcome::fail(e.to_string()),
     }
 }

@@ -368,6 +368,13 @@ pub fn compile_for(
         },
         convs_in_2d: target.spec.scheduling != SchedulingKind::Triton,
         matmul_alignment: target.matmul_alignment,
+        // Only ATen's convolution, which the Python wrapper calls, takes
+        // channels-last operands as they are.
+        conv_channels_last: if target.wrapper == WrapperKind::Python {
+            target.conv_channels_last
+        } else {
+            Default::default()
+        },
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     if target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Cpp {
@@ -384,6 +391,9 @@ pub fn compile_for(
         },
         // torch.addmm takes the bias; the C++ wrappers' products take none.
         bias_epilogue: target.spec.scheduling == SchedulingKind::Triton
+            && target.wrapper == WrapperKind::Python,
+        // ATen's convolution takes channels-last operands and answers in them.
+        conv_channels_last: target.spec.scheduling == SchedulingKind::Triton
             && target.wrapper == WrapperKind::Python,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;

@@ -9,7 +9,8 @@ use kiln_plugin_api::{BackendSpec, SchedulingKind, Wrappers};
 use super::{Error, Options};
 use crate::codegen::wrapper::python;
 use crate::plugins::validate::{
-    matmul_alignment_problem, override_text_problem, triton_target_problem,
+    conv_channels_last_problem, matmul_alignment_problem, override_text_problem,
+    triton_target_problem,
 };
 use crate::plugins::{
     required_overrides, Override, OverrideArgs, Plugin, TritonTargetOwned, WrapperKind,
@@ -41,6 +42,10 @@ pub struct Target {
     /// its fast kernels (the plugin's `matmul_alignment`, or the host's
     /// default: 0, no padding). C++ kernels: 0.
     pub matmul_alignment: u32,
+    /// For Triton kernels: the dtypes whose 2-D convolutions run channels-last
+    /// (the plugin's `conv_channels_last`, or the host's default: none). C++
+    /// kernels: none (the cpu's convolution takes contiguous operands).
+    pub conv_channels_last: crate::passes::channels_last::DTypes,
     /// The overrides that wrapper needs, rendered for the device index.
     strings: HashMap<Override, String>,
 }
@@ -216,6 +221,20 @@ impl Target {
         if let Some(problem) = matmul_alignment_problem(matmul_alignment) {
             return Err(unsupported(problem));
         }
+        let conv_channels_last = match spec.scheduling {
+            SchedulingKind::Triton => {
+                let names = crate::plugins::defaults::conv_channels_last(plugin)?.value;
+                // As for matmul_alignment: load-time validation refuses these.
+                if let Some(problem) = conv_channels_last_problem(&names) {
+                    return Err(unsupported(problem));
+                }
+                names
+                    .iter()
+                    .filter_map(|n| crate::graph::DType::parse(n))
+                    .collect()
+            }
+            SchedulingKind::Cpp => Default::default(),
+        };
         Ok(Target {
             device: plugin.name().to_string(),
             origin: format!("{} {}", plugin.name(), plugin.version()),
@@ -225,6 +244,7 @@ impl Target {
             parallel_units,
             reduction_program_warps,
             matmul_alignment,
+            conv_channels_last,
             strings,
         })
     }

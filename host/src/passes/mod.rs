@@ -8,6 +8,7 @@
 //! same outputs before and after, up to rounding) and must never panic on a validated
 //! graph.
 
+pub mod channels_last;
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
@@ -102,6 +103,10 @@ pub struct Options {
     /// [`pad_mm`]'s byte multiple for the dimensions of 16-bit matrix products
     /// (the device plugin's `matmul_alignment`); 0 pads none.
     pub matmul_alignment: u32,
+    /// The dtypes whose 2-D convolutions [`channels_last`] carries in
+    /// channels-last (the device plugin's `conv_channels_last`, for a target
+    /// whose convolution takes channels-last operands); none changes nothing.
+    pub conv_channels_last: channels_last::DTypes,
 }
 
 /// A pass's entry function.
@@ -126,6 +131,11 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     ("gqa", |g, _| gqa::run(g)),
     ("split", |g, o| split::run(g, o.split_reductions_for)),
     ("const_fold", |g, _| const_fold::run(g)),
+    // After constants fold, which would fold a small permuted weight back into a
+    // contiguous constant; before `cse` and `dce`, which tidy what it leaves.
+    ("channels_last", |g, o| {
+        channels_last::run(g, o.conv_channels_last)
+    }),
     ("cse", |g, _| cse::run(g)),
     ("dce", |g, _| dce::run(g)),
 ];

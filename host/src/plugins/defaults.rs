@@ -29,6 +29,13 @@ pub const TF32_DOT: bool = false;
 /// plugin that has measured its library's fast kernels asks for it.
 pub const MATMUL_ALIGNMENT: u32 = 0;
 
+/// The dtypes whose 2-D convolutions run channels-last, for a plugin that does
+/// not say (API 1.7 added the question): none, what every host before 1.7 did.
+/// Channels-last pays only where the device's convolution library has fast
+/// `NHWC` kernels for the dtype (float32 on an H100 with TF32 off ran slower
+/// channels-last), so only a plugin that has measured them asks for it.
+pub const CONV_CHANNELS_LAST: &[&str] = &[];
+
 /// A value a compile uses, and whether the plugin stated it or the host's
 /// default stands in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -79,4 +86,12 @@ pub fn matmul_alignment(plugin: &Plugin) -> Result<Stated<u32>, CallError> {
         plugin.matmul_alignment()?,
         MATMUL_ALIGNMENT,
     ))
+}
+
+/// The dtypes (by name) whose 2-D convolutions run channels-last: the plugin's
+/// answer, or [`CONV_CHANNELS_LAST`]. Load-time validation refuses a plugin
+/// naming anything but a floating dtype (`validate::conv_channels_last_problem`).
+pub fn conv_channels_last(plugin: &Plugin) -> Result<Stated<Vec<String>>, CallError> {
+    let default = CONV_CHANNELS_LAST.iter().map(|s| s.to_string()).collect();
+    Ok(Stated::or_default(plugin.conv_channels_last()?, default))
 }

@@ -378,6 +378,20 @@ impl Plugin {
         }
     }
 
+    /// `conv_channels_last()`: the dtype names whose 2-D convolutions run
+    /// channels-last; `None` when the plugin does not say (it predates API
+    /// 1.7, has no heuristics, or returns `RNone`).
+    pub fn conv_channels_last(&self) -> Result<Option<Vec<String>>, CallError> {
+        match self.root.heuristics().and_then(|h| h.conv_channels_last()) {
+            None => Ok(None),
+            Some(f) => self.fail("conv_channels_last", f()).map(|names| {
+                names
+                    .into_option()
+                    .map(|v| v.into_iter().map(|s| s.into_string()).collect())
+            }),
+        }
+    }
+
     /// The backend spec; `None` when the plugin does not provide one.
     pub fn backend_spec(&self) -> Result<Option<BackendSpec>, CallError> {
         match self.root.backend_spec() {

@@ -276,6 +276,29 @@ pub fn matmul_alignment_problem(bytes: u32) -> Option<String> {
     ))
 }
 
+/// The dtypes `conv_channels_last` may name: the floating ones, which are all
+/// a convolution computes in.
+pub const CONV_CHANNELS_LAST_DTYPES: [&str; 4] = ["float16", "bfloat16", "float32", "float64"];
+
+/// Why a plugin's `conv_channels_last` is unusable, if it is: every name must
+/// be one of [`CONV_CHANNELS_LAST_DTYPES`], spelled as the host spells it.
+pub fn conv_channels_last_problem(names: &[String]) -> Option<String> {
+    let bad: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !CONV_CHANNELS_LAST_DTYPES.contains(n))
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "conv_channels_last names {bad:?}: each name must be one of {} (the floating dtypes, \
+         spelled as Kiln's graph format spells them); return None where no dtype's \
+         convolution is faster channels-last",
+        CONV_CHANNELS_LAST_DTYPES.join(", ")
+    ))
+}
+
 /// Grid extents that probe a device's `adjust_grid` around its own numbers:
 /// one program, each side of its processor count, each side of twice that,
 /// and a few waves more, so that a rule keyed to the device's width (GXU's
@@ -339,6 +362,11 @@ pub fn validate(plugin: &Plugin) -> Vec<String> {
     }
     match plugin.matmul_alignment() {
         Ok(Some(bytes)) => problems.extend(matmul_alignment_problem(bytes)),
+        Ok(None) => {}
+        Err(e) => problems.push(e.to_string()),
+    }
+    match plugin.conv_channels_last() {
+        Ok(Some(names)) => problems.extend(conv_channels_last_problem(&names)),
         Ok(None) => {}
         Err(e) => problems.push(e.to_string()),
     }
@@ -473,6 +501,27 @@ mod tests {
                 problem.contains(&format!("matmul_alignment is {bad}:"))
                     && problem.contains("power of two from 2 to 256"),
                 "{bad}: {problem}"
+            );
+        }
+    }
+
+    #[test]
+    fn conv_channels_last_names_only_floating_dtypes() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for good in [
+            &[][..],
+            &["float16", "bfloat16"],
+            &["float32"],
+            &["float64"],
+        ] {
+            assert_eq!(conv_channels_last_problem(&names(good)), None, "{good:?}");
+        }
+        for bad in [&["half"][..], &["float16", "int64"], &["Float16"], &[""]] {
+            let problem = conv_channels_last_problem(&names(bad)).unwrap_or_default();
+            assert!(
+                problem.starts_with("conv_channels_last names [")
+                    && problem.contains("float16, bfloat16, float32, float64"),
+                "{bad:?}: {problem}"
             );
         }
     }

@@ -357,6 +357,32 @@ fn run_row(
     Ok(())
 }
 
+/// Row-major `values` of `shape` placed in dense storage of `strides` (themselves
+/// when the strides are row-major).
+fn laid_out(values: Vec<f64>, shape: &[i64], strides: &[i64]) -> Result<Vec<f64>, Error> {
+    if strides == crate::graph::shape::contiguous_strides(shape).as_slice() {
+        return Ok(values);
+    }
+    let mut out = copy_of(&values, values.len())?;
+    let mut idx = vec![0i64; shape.len()];
+    for &v in &values {
+        let at: i64 = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
+        let slot = usize::try_from(at)
+            .ok()
+            .and_then(|a| out.get_mut(a))
+            .ok_or_else(|| Error(format!("a strided extern result at {at}, out of bounds")))?;
+        *slot = v;
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(out)
+}
+
 fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), Error> {
     if let ExternOp::Conv {
         stride,
@@ -383,10 +409,12 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         };
         let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
             .map_err(|err| Error(format!("extern convolution: {err}")))?;
-        storage[e.out] = match y.first() {
+        let values = match y.first() {
             Some(t) => crate::interp::elements(t)?,
             None => Vec::new(),
         };
+        // A result planned channels-last lies in its buffer's strides.
+        storage[e.out] = laid_out(values, &out.shape, &out.strides)?;
         return Ok(());
     }
     if let ExternOp::Attention {

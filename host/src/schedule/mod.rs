@@ -109,6 +109,11 @@ pub struct Options {
     /// only reader adds a row-broadcast bias becomes one `addmm` call
     /// ([`ir::ExternOp::Addmm`]), and no kernel adds the bias.
     pub bias_epilogue: bool,
+    /// The wrapper's convolution takes operands dense in channels-last order
+    /// as they are and answers in channels-last when either operand is
+    /// (ATen's, whose cuDNN kernels run NHWC): such an operand is not copied,
+    /// and the result's buffer is planned channels-last.
+    pub conv_channels_last: bool,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -150,7 +155,7 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
 /// Lowers, fuses and plans a validated graph (after the passes) for a device.
 pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
-    let low = lower::lower_with(graph, options.bias_epilogue)?;
+    let low = lower::lower_with(graph, options)?;
     let groups = fuse::fuse(graph, &low);
     let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
     let mut steps = Vec::new();
@@ -252,7 +257,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
 /// lowered as `options` lower it.
 pub fn pre_fusion_text(graph: &Graph, options: &Options) -> Result<String, Error> {
     use std::fmt::Write;
-    let low = lower::lower_with(graph, options.bias_epilogue)?;
+    let low = lower::lower_with(graph, options)?;
     let program = Program {
         name: graph.name.clone(),
         buffers: low.buffers.clone(),

@@ -15,7 +15,9 @@
 //!   Triton target's programs, and no C++ kernel asks. So is
 //!   `matmul_alignment` (API 1.6), a GPU library's preferred multiple for
 //!   16-bit products: the C++ matrix product packs its operands into panels
-//!   of its own tile sizes (`KILN_MM_*`), and nothing is padded for it.
+//!   of its own tile sizes (`KILN_MM_*`), and nothing is padded for it. And
+//!   `conv_channels_last` (API 1.7): the C++ convolution takes contiguous
+//!   `NCHW` operands, and the host asks only Triton devices.
 //! - **Heuristics**: parallel chunks, vector widths and matrix-product tiles
 //!   from the SIMD width and the L1/L2 sizes ([`heuristics`]).
 

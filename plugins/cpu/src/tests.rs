@@ -110,6 +110,7 @@ fn the_host_is_one_available_device() {
     assert_eq!(p.shared_memory_per_block(0), None);
     assert_eq!(p.tf32_dot(), None);
     assert_eq!(p.matmul_alignment(), None);
+    assert_eq!(p.conv_channels_last(), None);
 }
 
 #[test]

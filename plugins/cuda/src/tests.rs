@@ -183,6 +183,10 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert_eq!(p.shared_memory_per_block(0), Some(227 * 1024));
         assert_eq!(p.tf32_dot(), Some(true));
         assert_eq!(p.matmul_alignment(), Some(16));
+        assert_eq!(
+            p.conv_channels_last(),
+            Some(vec!["float16".to_string(), "bfloat16".to_string()])
+        );
     } else {
         // A live GPU: every device is queried through the driver.
         eprintln!("queried from the CUDA driver: {props:?}");
@@ -194,6 +198,10 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert!(shared >= 48 * 1024, "{shared}");
         assert_eq!(p.tf32_dot(), Some(props.cc >= 80));
         assert_eq!(p.matmul_alignment(), Some(16));
+        assert_eq!(
+            p.conv_channels_last(),
+            Some(vec!["float16".to_string(), "bfloat16".to_string()])
+        );
     }
 }
 

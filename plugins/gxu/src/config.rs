@@ -39,6 +39,14 @@ pub const DEFAULT_MATMUL_ALIGNMENT: u32 = 16;
 /// The largest `matmul_alignment` a `gxu.toml` may set, in bytes (as the
 /// host's own validation allows).
 pub const MAX_MATMUL_ALIGNMENT: u32 = 256;
+/// The dtypes whose 2-D convolutions run channels-last: float16 and bfloat16,
+/// as on the NVIDIA GPU the bundled plugin stands in on (cuDNN's 16-bit
+/// kernels are `NHWC` ones); a vendor lists its library's in `gxu.toml`, or
+/// none.
+pub const DEFAULT_CONV_CHANNELS_LAST: [&str; 2] = ["float16", "bfloat16"];
+/// The dtypes `conv_channels_last` may list: the floating ones (as the host's
+/// own validation allows).
+pub const CONV_DTYPES: [&str; 4] = ["float16", "bfloat16", "float32", "float64"];
 /// The Triton backend GXU kernels are compiled with by default. The GXU
 /// ships its own Triton backend (`triton.backends.gxu`); the bundled plugin
 /// stands in for hardware Kiln cannot reach, so its kernels are checked with
@@ -63,6 +71,8 @@ pub struct GxuConfig {
     /// The byte multiple 16-bit matrix products' K and N are padded to (0:
     /// no padding).
     pub matmul_alignment: u32,
+    /// The dtypes whose 2-D convolutions run channels-last.
+    pub conv_channels_last: Vec<String>,
     /// The Triton backend the kernels compile with.
     pub triton_backend: String,
     /// That backend's `GPUTarget.arch`, as text.
@@ -79,6 +89,10 @@ impl Default for GxuConfig {
             max_threads_per_block: DEFAULT_MAX_THREADS_PER_BLOCK,
             shared_memory_per_block: DEFAULT_SHARED_MEMORY_PER_BLOCK,
             matmul_alignment: DEFAULT_MATMUL_ALIGNMENT,
+            conv_channels_last: DEFAULT_CONV_CHANNELS_LAST
+                .iter()
+                .map(|d| d.to_string())
+                .collect(),
             triton_backend: DEFAULT_TRITON_BACKEND.to_string(),
             triton_arch: DEFAULT_TRITON_ARCH.to_string(),
             source: None,
@@ -96,6 +110,7 @@ struct RawConfig {
     max_threads_per_block: Option<Spanned<u32>>,
     shared_memory_per_block: Option<Spanned<u64>>,
     matmul_alignment: Option<Spanned<u32>>,
+    conv_channels_last: Option<Spanned<Vec<String>>>,
     triton_backend: Option<Spanned<String>>,
     triton_arch: Option<Spanned<String>>,
 }
@@ -218,6 +233,22 @@ impl GxuConfig {
                 ));
             }
             config.matmul_alignment = bytes;
+        }
+        if let Some(v) = raw.conv_channels_last {
+            if let Some(bad) = v
+                .get_ref()
+                .iter()
+                .find(|d| !CONV_DTYPES.contains(&d.as_str()))
+            {
+                return Err(at(
+                    v.span().start,
+                    &format!(
+                        "`conv_channels_last` lists dtypes, each one of {}, found {bad:?}",
+                        CONV_DTYPES.join(", ")
+                    ),
+                ));
+            }
+            config.conv_channels_last = v.into_inner();
         }
         if let Some(v) = raw.triton_backend {
             if !kiln_plugin_api::is_valid_device_name(v.get_ref()) {
@@ -356,6 +387,26 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn conv_channels_last_lists_floating_dtypes() {
+        assert_eq!(
+            parse("").expect("empty is fine").conv_channels_last,
+            ["float16", "bfloat16"]
+        );
+        for (text, dtypes) in [
+            ("conv_channels_last = []\n", &[][..]),
+            ("conv_channels_last = [\"float32\"]\n", &["float32"][..]),
+        ] {
+            assert_eq!(parse(text).expect(text).conv_channels_last, dtypes);
+        }
+        let err = parse("\nconv_channels_last = [\"half\"]\n").expect_err("not a dtype");
+        assert!(
+            err.starts_with("/opt/gxu/gxu.toml: line 2, column 22: `conv_channels_last` lists")
+                && err.ends_with("found \"half\""),
+            "{err}"
+        );
     }
 
     #[test]

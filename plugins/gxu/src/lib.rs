@@ -36,6 +36,11 @@
 //! # kernels: 0 (no padding) or a power of two from 2 to 256. Default 16
 //! # (8 bfloat16 elements: the bundled plugin stands in on an NVIDIA GPU).
 //! matmul_alignment = 16
+//! # The dtypes whose 2-D convolutions run channels-last (plugin API 1.7),
+//! # where the device's convolution library has fast NHWC kernels: any of
+//! # "float16", "bfloat16", "float32", "float64". Default float16 and
+//! # bfloat16 (the bundled plugin stands in on an NVIDIA GPU with cuDNN).
+//! conv_channels_last = ["float16", "bfloat16"]
 //! # The Triton target the kernels compile for: Triton's GPUTarget(backend,
 //! # arch, warp_size). Defaults "cuda" and "90": the bundled plugin stands in
 //! # for GXU hardware and is checked with upstream Triton's CUDA backend; set
@@ -259,6 +264,10 @@ impl DevicePlugin for Gxu {
 
     fn matmul_alignment(&self) -> Option<u32> {
         Some(self.config.matmul_alignment)
+    }
+
+    fn conv_channels_last(&self) -> Option<Vec<String>> {
+        Some(self.config.conv_channels_last.clone())
     }
 
     fn triton_target(&self) -> Option<TritonTarget> {

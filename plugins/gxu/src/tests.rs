@@ -225,6 +225,10 @@ fn static_properties() {
     assert_eq!(p.shared_memory_per_block(0), Some(96 * 1024));
     assert_eq!(p.tf32_dot(), Some(false));
     assert_eq!(p.matmul_alignment(), Some(16));
+    assert_eq!(
+        p.conv_channels_last(),
+        Some(vec!["float16".to_string(), "bfloat16".to_string()])
+    );
     let spec = p.backend_spec();
     assert_eq!(spec.scheduling, SchedulingKind::Triton);
     assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);
@@ -243,12 +247,14 @@ fn gxu_toml_beside_the_library_tunes_the_plugin() {
     let p = dir
         .load_with(Some(
             "# tuned for the next board\nwarp_size = 64\ngrid_multiple = 40\n\
-             shared_memory_per_block = 49152\nmatmul_alignment = 0\n",
+             shared_memory_per_block = 49152\nmatmul_alignment = 0\n\
+             conv_channels_last = []\n",
         ))
         .expect("valid file");
     assert_eq!(p.config().warp_size, 64);
     assert_eq!(p.shared_memory_per_block(3), Some(49152));
     assert_eq!(p.matmul_alignment(), Some(0));
+    assert_eq!(p.conv_channels_last(), Some(vec![]));
     assert!(p
         .kernel_driver()
         .expect("provided")

@@ -209,6 +209,12 @@ impl DevicePlugin for Xpu {
         None
     }
 
+    fn conv_channels_last(&self) -> Option<Vec<String>> {
+        // None: Kiln has not measured oneDNN's convolutions on a Max 1550 in
+        // either layout, and the pass moves every activation between them.
+        None
+    }
+
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new(
             "xpu",

@@ -120,6 +120,7 @@ fn static_max_1550_properties() {
     assert_eq!(p.shared_memory_per_block(1), Some(128 * 1024));
     assert_eq!(p.tf32_dot(), Some(false));
     assert_eq!(p.matmul_alignment(), None);
+    assert_eq!(p.conv_channels_last(), None);
     let spec = p.backend_spec();
     assert_eq!(spec.scheduling, SchedulingKind::Triton);
     assert_eq!(spec.wrappers, Wrappers::PYTHON | Wrappers::CPP);

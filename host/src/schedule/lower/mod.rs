@@ -157,6 +157,9 @@ pub struct Lowered {
     /// A product's bias add may become the product's epilogue
     /// (`Options::bias_epilogue`).
     bias_epilogue: bool,
+    /// A convolution takes channels-last operands as they are and answers in
+    /// channels-last (`Options::conv_channels_last`).
+    conv_channels_last: bool,
 }
 
 fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
@@ -286,14 +289,16 @@ type Outputs = std::collections::HashSet<ValueId>;
 /// Lowers a validated graph (after the passes): every node in topological order,
 /// then the graph's outputs as views.
 pub fn lower(graph: &Graph) -> Result<Lowered, Error> {
-    lower_with(graph, false)
+    lower_with(graph, &super::Options::default())
 }
 
-/// [`lower`], with bias adds of products folded into the products
-/// (`ExternOp::Addmm`) where `bias_epilogue`.
-pub fn lower_with(graph: &Graph, bias_epilogue: bool) -> Result<Lowered, Error> {
+/// [`lower`] for a device: bias adds of products folded into the products
+/// (`ExternOp::Addmm`) where `options.bias_epilogue`, convolutions in
+/// channels-last where `options.conv_channels_last`.
+pub fn lower_with(graph: &Graph, options: &super::Options) -> Result<Lowered, Error> {
     let mut low = Lowered {
-        bias_epilogue,
+        bias_epilogue: options.bias_epilogue,
+        conv_channels_last: options.conv_channels_last,
         ..Lowered::default()
     };
     let outputs: Outputs = graph.outputs().iter().copied().collect();
@@ -464,12 +469,25 @@ fn lower_reduce(
 
 /// A convolution without bias: an extern call on contiguous operands, what every
 /// library's convolution takes (a strided one is copied first).
+///
+/// Where the target's convolution takes channels-last operands
+/// (`conv_channels_last`: ATen's), an operand dense in channels-last order is
+/// taken as it is too, and the result is planned in channels-last when either
+/// operand is, as ATen answers on cuDNN (`cudnn_conv_suggest_memory_format`),
+/// so that the wrapper binds the library's result without a copy.
 fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Result<(), Error> {
     let mut args = vec![];
+    let mut channels_last = false;
     for i in 0..2 {
         let value = first_value(graph, id, i)?;
-        let view = low.realize_view(graph, value)?;
-        let dense = view.strides == contiguous_strides(&view.shape);
+        let view = if low.conv_channels_last {
+            realize_under_views(graph, low, value)?
+        } else {
+            low.realize_view(graph, value)?
+        };
+        let last = low.conv_channels_last && is_channels_last(&view.shape, &view.strides);
+        channels_last |= last;
+        let dense = last || view.strides == contiguous_strides(&view.shape);
         args.push(if dense {
             view
         } else {
@@ -479,8 +497,76 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
         });
     }
     let kind = SKind::Extern { op, args };
-    low.add_snode(graph, ValueId::first(id), kind, "convolution")?;
+    let v0 = ValueId::first(id);
+    let sid = low.add_snode(graph, v0, kind, "convolution")?;
+    if channels_last {
+        let s = &low.snodes[sid];
+        let (buf, shape) = (s.buf, s.meta.shape.clone());
+        let strides = channels_last_strides(&shape);
+        low.buffers[buf].strides = strides.clone();
+        // Readers see the buffer through its strides, as they see an input's.
+        let view = View {
+            buf,
+            shape,
+            strides,
+            offset: 0,
+        };
+        low.defs.insert(v0, Def::Strided(view));
+    }
     Ok(())
+}
+
+/// `value` as a strided view, where it is the `NCHW` permute of an `NHWC` value
+/// that must be computed into memory first: that value computed (in its own
+/// order), and the permute taken of its buffer. The `NCHW` permute of an `NHWC` pointwise
+/// result (the `channels_last` pass's) is then a channels-last view of it, not
+/// a copy in `NCHW`. (Other views are computed into memory as they are: their
+/// source computed whole would not be dense in either layout, and cost a copy
+/// more.)
+fn realize_under_views(graph: &Graph, low: &mut Lowered, value: ValueId) -> Result<View, Error> {
+    if let Some(v) = low.as_view(graph, value, true) {
+        return Ok(v);
+    }
+    let node = node_of(graph, value.node)?;
+    if matches!(&node.op, Op::Permute { dims } if dims.as_slice() == [0, 3, 1, 2]) {
+        if let Some(source) = node.args.first().and_then(Arg::value) {
+            let base = low.realize_view(graph, source)?;
+            if let Some(v) = view_of_view(&node.op, &base, value.output) {
+                return Ok(v);
+            }
+        }
+    }
+    low.realize_view(graph, value)
+}
+
+/// The strides of a dense `[N, C, H, W]` tensor laid out channels-last
+/// (`[N, H, W, C]` in memory): `(H*W*C, 1, W*C, C)`.
+fn channels_last_strides(shape: &[i64]) -> Vec<i64> {
+    match *shape {
+        [_, c, h, w] => vec![h * w * c, 1, w * c, c],
+        _ => contiguous_strides(shape),
+    }
+}
+
+/// Whether a view of `shape` with `strides` is what ATen calls channels-last
+/// (`suggest_memory_format`): the dense channels-last strides, and PyTorch's
+/// `is_channels_last_strides_2d`, which calls the cases where a dim of one
+/// element leaves both readings open (an `[N, 1, 1, 1]` tensor) contiguous.
+fn is_channels_last(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.len() != 4 || strides != channels_last_strides(shape).as_slice() || strides[1] == 0 {
+        return false;
+    }
+    let mut min = 0;
+    for d in [1, 3, 2, 0] {
+        if shape[d] == 0 || strides[d] < min || (d == 0 && min == strides[1]) {
+            return false;
+        }
+        min = strides[d];
+        if shape[d] > 1 {
+            min *= shape[d];
+        }
+    }
+    true
 }
 
 /// Attention left whole by the passes for a fused kernel: an extern call on its

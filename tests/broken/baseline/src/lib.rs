@@ -22,6 +22,9 @@ pub const SHARED_MEMORY_PER_BLOCK: u64 = 48 * 1024;
 /// The byte multiple the baseline device's 16-bit products' K and N are
 /// padded to: 16, as the cuda plugin states (its kernels compile for sm_90).
 pub const MATMUL_ALIGNMENT: u32 = 16;
+/// The dtypes whose 2-D convolutions the baseline device runs channels-last:
+/// float16 and bfloat16, as the cuda plugin states.
+pub const CONV_CHANNELS_LAST: [&str; 2] = ["float16", "bfloat16"];
 /// Threads per block of the baseline device.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
 /// Grid limit of the baseline device.
@@ -312,6 +315,10 @@ pub trait Device: Default + Send + Sync + 'static {
     fn matmul_alignment(&self) -> Option<u32> {
         Some(MATMUL_ALIGNMENT)
     }
+    /// Convolutions of [`CONV_CHANNELS_LAST`] run channels-last.
+    fn conv_channels_last(&self) -> Option<Vec<String>> {
+        Some(CONV_CHANNELS_LAST.iter().map(|d| d.to_string()).collect())
+    }
 }
 
 /// Implements `kiln_plugin_api::DevicePlugin` for a [`Device`] by delegating
@@ -424,6 +431,9 @@ macro_rules! export_device {
             }
             fn matmul_alignment(&self) -> Option<u32> {
                 $crate::Device::matmul_alignment(self)
+            }
+            fn conv_channels_last(&self) -> Option<Vec<String>> {
+                $crate::Device::conv_channels_last(self)
             }
         }
 

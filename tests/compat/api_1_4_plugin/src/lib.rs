@@ -1,7 +1,8 @@
 //! A Triton device built against plugin API 1.4: its device module and
 //! heuristics tables stop before `shared_memory_per_block` and `tf32_dot`
-//! (API 1.5) and `matmul_alignment` (API 1.6). The host must load it, compile
-//! for it, and use its stated defaults for all three.
+//! (API 1.5), `matmul_alignment` (API 1.6) and `conv_channels_last` (API
+//! 1.7). The host must load it, compile for it, and use its stated defaults
+//! for all four.
 
 use kiln_plugin_api::abi_stable::std_types::ROption::{RNone, RSome};
 use kiln_plugin_api::{
@@ -89,7 +90,7 @@ impl DevicePlugin for ApiFour {
     fn triton_target(&self) -> Option<TritonTarget> {
         Some(TritonTarget::new("cuda", "90", 32))
     }
-    // A 1.6 plugin would say these; the 1.4 tables have no field to carry them.
+    // A 1.7 plugin would say these; the 1.4 tables have no field to carry them.
     fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
         Some(48 * 1024)
     }
@@ -98,6 +99,9 @@ impl DevicePlugin for ApiFour {
     }
     fn matmul_alignment(&self) -> Option<u32> {
         Some(16)
+    }
+    fn conv_channels_last(&self) -> Option<Vec<String>> {
+        Some(vec!["float16".to_string(), "bfloat16".to_string()])
     }
 }
 

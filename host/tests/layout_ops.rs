@@ -14,8 +14,20 @@ fn eval(
     outputs: &[&str],
     nodes: &str,
 ) -> Vec<Vec<f64>> {
+    // TOML spells a NaN `nan`.
+    let values: Vec<String> = values
+        .iter()
+        .map(|v| {
+            if v.is_nan() {
+                "nan".into()
+            } else {
+                format!("{v:?}")
+            }
+        })
+        .collect();
+    let values = values.join(", ");
     let text = format!(
-        "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = {outputs:?}\n\n[[constants]]\nname = \"c\"\nshape = {shape:?}\ndtype = \"{dtype}\"\nvalues = {values:?}\n\n{nodes}"
+        "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = {outputs:?}\n\n[[constants]]\nname = \"c\"\nshape = {shape:?}\ndtype = \"{dtype}\"\nvalues = [{values}]\n\n{nodes}"
     );
     let g = parse_toml(&text).unwrap_or_else(|e| panic!("{}\n{text}", kiln::diag::report(&e)));
     let want: Vec<Vec<f64>> = kiln::interp::evaluate(&g, &[])
@@ -31,7 +43,7 @@ fn eval(
         assert_eq!(g.len(), w.len(), "output {i}");
         for (a, b) in g.iter().zip(w) {
             assert!(
-                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-6 * b.abs().max(1.0),
                 "output {i}: {g:?} vs {w:?}"
             );
         }
@@ -255,4 +267,42 @@ fn huge_shifts_and_chunk_counts_are_taken_modulo_without_overflow() {
     // i64::MAX = 1 (mod 3), twice: a shift of 2; -(i64::MAX) = 5 (mod 6).
     assert_eq!(out[0], [2.0, 3.0, 1.0, 5.0, 6.0, 4.0]);
     assert_eq!(out[1], [2.0, 3.0, 4.0, 5.0, 6.0, 1.0]);
+}
+
+/// `clamp.Tensor` (T5 clamps its fp16 activations to a bound it computes as a 0-d
+/// tensor): a tensor bound is an elementwise maximum or minimum, NaN in the operand or
+/// either bound comes through, `min > max` gives `max`, a 0-d bound broadcasts, and a
+/// number bound beside a tensor one is applied as a number.
+#[test]
+fn clamp_takes_tensor_bounds_as_aten_does() {
+    let nodes = [
+        node("x", "select", r#"["c", 0, 0]"#),
+        node("lo", "select", r#"["c", 0, 1]"#),
+        node("hi", "select", r#"["c", 0, 2]"#),
+        node("hi0", "select", r#"["hi", 0, 0]"#),
+        node("both", "clamp", r#"["x", "lo", "hi"]"#),
+        node("low", "clamp", r#"["x", "lo"]"#),
+        "[[nodes]]\nname = \"mixed\"\nop = \"clamp\"\nargs = [\"x\"]\nattrs = { min = 0.0, max = \"hi\" }\n\n".to_string(),
+        "[[nodes]]\nname = \"scalar\"\nop = \"clamp\"\nargs = [\"x\"]\nattrs = { max = \"hi0\" }\n\n".to_string(),
+    ]
+    .concat();
+    let nan = f64::NAN;
+    let out = eval(
+        &[3, 4],
+        "float32",
+        &[-5.0, 0.5, nan, 7.0, -1.0, nan, 0.0, 2.0, 1.0, 3.0, 1.0, 1.0],
+        &["both", "low", "mixed", "scalar"],
+        &nodes,
+    );
+    let same = |got: &[f64], want: &[f64]| {
+        got.len() == want.len()
+            && got
+                .iter()
+                .zip(want)
+                .all(|(a, b)| (a.is_nan() && b.is_nan()) || a == b)
+    };
+    assert!(same(&out[0], &[-1.0, nan, nan, 1.0]), "{:?}", out[0]);
+    assert!(same(&out[1], &[-1.0, nan, nan, 7.0]), "{:?}", out[1]);
+    assert!(same(&out[2], &[0.0, 0.5, nan, 1.0]), "{:?}", out[2]);
+    assert!(same(&out[3], &[-5.0, 0.5, nan, 1.0]), "{:?}", out[3]);
 }

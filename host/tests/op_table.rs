@@ -112,6 +112,7 @@ const CASES: &[Case] = &[
         "condition = 'c', self = 'x', other = 'y'",
     ),
     c("clamp", X, "self = 'x', min = -1.0, max = 1.0"),
+    c("clamp", XY, "self = 'x', min = 'y'"),
     c("hardtanh", X, "self = 'x', min_val = -0.5, max_val = 0.5"),
     c("relu6", X, SELF),
     c("logical_not", X, SELF),

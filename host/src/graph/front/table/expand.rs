@@ -391,10 +391,14 @@ pub(super) fn expand(
     attrs: &[(String, Raw)],
     metas: Metas<'_>,
 ) -> Result<Option<Expansion>, SigError> {
-    if !ENTRIES.iter().any(|(n, _)| *n == op) && !matches!(op, "max" | "min") {
+    if !ENTRIES.iter().any(|(n, _)| *n == op) && !matches!(op, "max" | "min" | "clamp") {
         return Ok(None);
     }
     if matches!(op, "max" | "min") && get(attrs, "dim").is_none() {
+        return Ok(None);
+    }
+    let tensor_bound = |b| matches!(get(attrs, b), Some(Raw::Str(_)));
+    if op == "clamp" && !tensor_bound("min") && !tensor_bound("max") {
         return Ok(None);
     }
     check_constant_sizes(op, attrs, metas)?;

@@ -177,9 +177,9 @@ pub fn lower(call: &Call<'_>, metas: Metas<'_>) -> Result<Lowered, SigError> {
     } else {
         call.kwargs
     };
-    // `convolution` and `max`/`min` are bindings that a rewrite or an expansion
-    // refines (by the weight's rank; over a dim).
-    if entry.how == How::Bind && !matches!(call.op, "convolution" | "max" | "min") {
+    // `convolution`, `max`/`min` and `clamp` are bindings that a rewrite or an
+    // expansion refines (by the weight's rank; over a dim; with a tensor bound).
+    if entry.how == How::Bind && !matches!(call.op, "convolution" | "max" | "min" | "clamp") {
         let (op, operands) = bind::bind(call.op, call.args, kwargs)?;
         return Ok(Lowered::Op { op, operands });
     }

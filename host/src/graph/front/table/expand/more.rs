@@ -4,8 +4,9 @@
 //! counting as one), `logsumexp`, `flip`, `leaky_relu`, `elu`/`celu`/`selu`, `mish`,
 //! `glu`, `prelu`, `log_sigmoid`, `softsign`, `hardshrink`, the logical ops, `isnan`/
 //! `isinf`/`nan_to_num`, `std`, `var_mean`/`std_mean`, `addcmul`/`addcdiv`, `lerp`,
-//! `one_hot`, `tile`, `exp2`, `pixel_shuffle`/`pixel_unshuffle`, `unfold` (sliding
-//! windows), `max_pool1d`, and `index_put` (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`).
+//! `one_hot`, `tile`, `exp2`, `clamp` with a tensor bound, `pixel_shuffle`/
+//! `pixel_unshuffle`, `unfold` (sliding windows), `max_pool1d`, and `index_put`
+//! (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`).
 
 use super::{int_list, ints, invalid, t, wrap, Args, Raw, SigError, Steps};
 use crate::graph::ir::TensorMeta;
@@ -76,6 +77,25 @@ fn reductions(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             let indices = arg_extreme(s, &x, &m, Some(dim), args.flag("keepdim"), op == "max")
                 .map_err(invalid)?;
             Ok(Some(vec![values, indices]))
+        }
+        "clamp" => {
+            // `clamp.Tensor` (T5 clamps its fp16 activations to a bound it computes):
+            // a tensor bound is the elementwise maximum (`min`) or minimum (`max`),
+            // which broadcast and promote as ATen's clamp does, propagate NaN from the
+            // operand and either bound, and give `max` where `min > max`; a number
+            // bound stays a clamp.
+            let (mut y, _) = args.tensor("self")?;
+            for (bound, op) in [("min", "maximum"), ("max", "minimum")] {
+                y = match args.get(bound) {
+                    None | Some(Raw::None) => y,
+                    Some(Raw::Str(_)) => {
+                        let (b, _) = args.tensor(bound)?;
+                        s.bin(op, t(&y), t(&b))
+                    }
+                    Some(number) => s.op("clamp", vec![("self", t(&y)), (bound, number.clone())]),
+                };
+            }
+            one(y)
         }
         "logsumexp" => {
             let (x, m) = args.tensor("self")?;

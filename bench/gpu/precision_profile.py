@@ -73,7 +73,23 @@ def main() -> None:
     compiled = torch.compile(module)
     with torch.no_grad():
         show(f"Kiln {a.model} {a.dtype}", kernels(lambda: kiln.call(list(inputs))), a.top)
+        choices(kiln)
         show(f"Inductor {a.model} {a.dtype}", kernels(lambda: compiled(*inputs)), a.top)
+
+
+def choices(kiln) -> None:
+    """What each attention signature of Kiln's wrapper ran: its kernel or the
+    library's, with the microseconds its first call measured for each."""
+    attention = getattr(kiln, "ATTENTION", None)
+    if attention is None:
+        return
+    for i, report in enumerate(attention.report):
+        if report is None:
+            continue
+        side = "Kiln's kernel" if attention.chosen[i] is type(attention).KILN else "the library"
+        us = {k: "-" if report[k] is None else f"{report[k] * 1e6:.1f}" for k in ("kiln", "library")}
+        print(f"attention signature {i}: {side} (Kiln {us['kiln']} us, library {us['library']} us; "
+              f"{report['why']})")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 //! graph means: its loop-IR evaluation matches the reference interpreter.
 
 use kiln::graph::ir::Graph;
+use kiln::graph::Op;
 use kiln::tensor::Tensor;
 use std::path::Path;
 
@@ -325,6 +326,21 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
             "op = \"amin\"\nargs = [\"x\", [0, 2]]",
             0.0,
         ),
+        // Below the total that splits, but a quarter million elements or more
+        // per result: a whole-tensor reduction (T5's overflow guard) is cut
+        // through its dims taken as one (512 chunks, not its first dim's 8).
+        (
+            vec![8, 512, 512],
+            "float16",
+            "op = \"sum\"\nargs = [\"x\"]",
+            1e-3,
+        ),
+        (
+            vec![4, 8, 65536],
+            "float32",
+            "op = \"amax\"\nargs = [\"x\", [1, 2]]\nattrs = { keepdim = true }",
+            0.0,
+        ),
     ] {
         let graph = one_input(&shape, dtype, &format!("[[nodes]]\nname = \"y\"\n{node}\n"));
         let inputs = kiln::tensor_io::random_inputs(&input_metas(&graph), 3);
@@ -358,6 +374,16 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
         );
         assert_eq!(scheduled.program.steps.len(), 2, "{shape:?} {node}");
     }
+    // A whole tensor is cut in chunks through its dims taken as one.
+    let (g, _) = sum_through_the_passes(&[8, 512, 512], "[0, 1, 2]");
+    let chunks = g
+        .node_ids()
+        .filter_map(|id| g.node(id))
+        .find_map(|n| match &n.op {
+            Op::Reshape { shape, .. } if shape.len() == 2 => Some(shape[0]),
+            _ => None,
+        });
+    assert!(chunks.is_some_and(|c| c >= 264), "{chunks:?}");
     // Reductions with enough results for the device, short rows, and small
     // (launch-bound) reductions stay whole.
     for (shape, dims) in [

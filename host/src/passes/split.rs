@@ -17,6 +17,12 @@ use crate::graph::{Arg, DType, Graph, NodeId, Op, ReduceOp};
 /// bound by launches, and a second kernel costs more than idle units (a
 /// decode step's norms). Inductor's `min_elements_per_device` is of this order.
 const MIN_TOTAL: i64 = 1 << 22;
+/// Elements per result from which a reduction is split whatever its total: one
+/// program walking them costs more than a second launch. T5's fp16 overflow guard,
+/// `isinf(x).any()` of 8 x 512 x 512 (half of `MIN_TOTAL`), took 160 us per call on
+/// one program of the H100, Inductor's split 7 us; a quarter million 4-byte elements
+/// are about 8 us on one unit against two launches of 2-3 us.
+const MIN_LONE_RESULT: i64 = 1 << 18;
 /// Inner reductions (each result's elements contiguous) of at most this many
 /// elements per result are never split, as in Inductor's `inner_reduction_splits`.
 const MIN_INNER_REDUCED: i64 = 8192;
@@ -46,8 +52,10 @@ const REFERENCE_PROGRAM_WARPS: i64 = 4;
 
 /// What to split a reduction node into.
 struct Split {
-    /// The reduced dim cut into `chunks` × `size / chunks`.
+    /// The first of `merge` consecutive reduced dims which, taken as one, are cut
+    /// into `chunks` × `size / chunks`.
     dim: usize,
+    merge: usize,
     chunks: i64,
 }
 
@@ -87,7 +95,7 @@ fn plan(g: &Graph, id: NodeId, device: Device) -> Option<Split> {
     let reduced = wrap_dim_set(dims.as_deref(), shape.len()).ok()?;
     let r: i64 = reduced.iter().map(|&d| shape[d]).product();
     let kept: i64 = shape.iter().product::<i64>() / r.max(1);
-    if kept < 1 || r.saturating_mul(kept) < MIN_TOTAL {
+    if kept < 1 || (r.saturating_mul(kept) < MIN_TOTAL && r < MIN_LONE_RESULT) {
         return None;
     }
     // Inner: every dim after the first reduced one with more than one element
@@ -117,18 +125,41 @@ fn plan(g: &Graph, id: NodeId, device: Device) -> Option<Split> {
         return None;
     }
     let chunks_wanted = (wanted + programs - 1) / programs;
-    // The outermost reduced dim with a divisor that gives chunks of enough
-    // elements:
-    // enough elements: the fewest chunks that reach the programs wanted, else
-    // the most there can be.
-    reduced.iter().find_map(|&dim| {
-        let size = shape[dim];
+    // A divisor of `size` that gives chunks of enough elements: the fewest
+    // chunks that reach the programs wanted, else the most there can be.
+    let cut = |size: i64| {
         let fits = |c: &i64| size % c == 0 && r / c >= min_chunk;
         (chunks_wanted.max(2)..=size)
             .find(fits)
             .or_else(|| (2..chunks_wanted.min(size + 1)).rev().find(fits))
-            .map(|chunks| Split { dim, chunks })
-    })
+    };
+    // The outermost reduced dim that can be cut.
+    let single = reduced.iter().find_map(|&dim| {
+        cut(shape[dim]).map(|chunks| Split {
+            dim,
+            merge: 1,
+            chunks,
+        })
+    });
+    if single.as_ref().is_some_and(|s| s.chunks >= chunks_wanted) {
+        return single;
+    }
+    // Reduced dims that are consecutive, taken as one, cut finer: a whole
+    // `[8, 512, 512]` reduces in 512 chunks where its first dim gives 8.
+    let consecutive = reduced.windows(2).all(|w| w[1] == w[0] + 1);
+    let merged = (consecutive && reduced.len() > 1)
+        .then(|| cut(r))
+        .flatten()
+        .map(|chunks| Split {
+            dim: first,
+            merge: reduced.len(),
+            chunks,
+        });
+    match (single, merged) {
+        (Some(s), Some(m)) if m.chunks <= s.chunks => Some(s),
+        (s, None) => s,
+        (_, m) => m,
+    }
 }
 
 /// The dtype partials accumulate in for a result of `dtype`.
@@ -175,10 +206,11 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
         let Ok(reduced) = wrap_dim_set(dims.as_deref(), shape.len()) else {
             continue;
         };
-        let d = split.dim;
+        let (d, merge) = (split.dim, split.merge);
+        let size: i64 = shape[d..d + merge].iter().product();
         let mut cut = shape[..d].to_vec();
-        cut.extend([split.chunks, shape[d] / split.chunks]);
-        cut.extend(&shape[d + 1..]);
+        cut.extend([split.chunks, size / split.chunks]);
+        cut.extend(&shape[d + merge..]);
         let line = node.line;
         let x = emit(
             g,
@@ -191,11 +223,20 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
             vec![Arg::Value(input)],
             line,
         )?;
-        // The cut dim's chunks stay; its rest and every other reduced dim go.
-        let partial_dims: Vec<i64> = reduced
+        // The cut dims' chunks stay; their rest and every other reduced dim go.
+        let mut partial_dims: Vec<i64> = reduced
             .iter()
-            .map(|&e| if e < d { e as i64 } else { e as i64 + 1 })
+            .filter(|&&e| e < d || e >= d + merge)
+            .map(|&e| {
+                if e < d {
+                    e as i64
+                } else {
+                    (e + 2 - merge) as i64
+                }
+            })
             .collect();
+        partial_dims.push(d as i64 + 1);
+        partial_dims.sort_unstable();
         let partial = emit(
             g,
             "split",
@@ -233,6 +274,20 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
                 "split",
                 &node.name,
                 Op::Cast { dtype: out.dtype },
+                vec![Arg::Value(result)],
+                line,
+            )?;
+        }
+        // A merged cut kept one dim where the node kept `merge`.
+        if g.meta(result).map(|m| &m.shape) != Some(&out.shape) {
+            result = emit(
+                g,
+                "split",
+                &node.name,
+                Op::Reshape {
+                    shape: out.shape.clone(),
+                    view: false,
+                },
                 vec![Arg::Value(result)],
                 line,
             )?;

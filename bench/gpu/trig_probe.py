@@ -23,8 +23,8 @@ from triton.language.extra import libdevice
 
 
 @triton.jit
-def rope_libdevice(q_ptr, f_ptr, out_ptr, H: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-                   XBLOCK: tl.constexpr):
+def rope(q_ptr, f_ptr, out_ptr, H: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
+         XBLOCK: tl.constexpr, FAST: tl.constexpr):
     x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     e = x % E
     l = (x // E) % L
@@ -36,25 +36,10 @@ def rope_libdevice(q_ptr, f_ptr, out_ptr, H: tl.constexpr, L: tl.constexpr, E: t
     rot = tl.where(e < half, -tl.load(q_ptr + src + e + half, mask=e < half, other=0.0).to(tl.float32),
                    tl.load(q_ptr + src + e - half, mask=e >= half, other=0.0).to(tl.float32))
     f = tl.load(f_ptr + l + L * (e % half))
-    y = q * libdevice.cos(f) + rot * libdevice.sin(f)
-    tl.store(out_ptr + x, y.to(out_ptr.dtype.element_ty))
-
-
-@triton.jit
-def rope_fast(q_ptr, f_ptr, out_ptr, H: tl.constexpr, L: tl.constexpr, E: tl.constexpr,
-              XBLOCK: tl.constexpr):
-    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    e = x % E
-    l = (x // E) % L
-    h = (x // (E * L)) % H
-    b = x // (E * L * H)
-    src = b * (L * H * E) + l * (H * E) + h * E
-    q = tl.load(q_ptr + src + e).to(tl.float32)
-    half = E // 2
-    rot = tl.where(e < half, -tl.load(q_ptr + src + e + half, mask=e < half, other=0.0).to(tl.float32),
-                   tl.load(q_ptr + src + e - half, mask=e >= half, other=0.0).to(tl.float32))
-    f = tl.load(f_ptr + l + L * (e % half))
-    y = q * tl.cos(f) + rot * tl.sin(f)
+    if FAST:
+        y = q * tl.cos(f) + rot * tl.sin(f)
+    else:
+        y = q * libdevice.cos(f) + rot * libdevice.sin(f)
     tl.store(out_ptr + x, y.to(out_ptr.dtype.element_ty))
 
 
@@ -106,9 +91,9 @@ def main() -> None:
             out = torch.empty(B, H, L, E, device="cuda", dtype=dtype)
             n = out.numel()
             times = {}
-            for name, kern in (("libdevice", rope_libdevice), ("tl", rope_fast)):
-                def go(kern=kern):
-                    kern[(n // 1024,)](q, f, out, H, L, E, XBLOCK=1024)
+            for name, fast in (("libdevice", False), ("tl", True)):
+                def go(fast=fast):
+                    rope[(n // 1024,)](q, f, out, H, L, E, XBLOCK=1024, FAST=fast)
                 times[name] = triton.testing.do_bench(go, rep=100)
                 got = out.float()
             ang = torch.cat([f.t(), f.t()], -1)  # [L, E]: angle e is f[e % (E/2)]

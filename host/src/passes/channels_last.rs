@@ -285,15 +285,7 @@ fn channels_last_constant(g: &mut Graph, w: ValueId) -> Result<Option<ValueId>, 
 /// reads a value whose `NHWC` form is at hand or is a convolution's input.
 fn sinkable(g: &Graph, id: NodeId, state: &State) -> bool {
     let Some(node) = g.node(id) else { return false };
-    let pointwise = matches!(
-        node.op,
-        Op::Unary(_)
-            | Op::Gelu { .. }
-            | Op::Binary { .. }
-            | Op::Where
-            | Op::Clamp { .. }
-            | Op::Cast { .. }
-    );
+    let pointwise = node.op.is_elementwise();
     let rank4 = matches!(node.outputs.as_slice(), [m] if m.rank() == 4);
     if !pointwise || !rank4 || g.outputs().iter().any(|o| o.node == id) {
         return false;

@@ -66,6 +66,22 @@ impl Op {
         }
     }
 
+    /// Whether each element of the result is a function of the operands'
+    /// elements at the same (broadcast) position alone: unary and binary math,
+    /// `gelu`, `where`, `clamp` and casts. Such an op commutes with a permute of
+    /// all its operands.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(_)
+                | Op::Gelu { .. }
+                | Op::Binary { .. }
+                | Op::Where
+                | Op::Clamp { .. }
+                | Op::Cast { .. }
+        )
+    }
+
     /// Whether the scheduler reads this op inline, in the kernels of its users
     /// (pointwise ops, joins and pieces, and views that may not stay strided), rather
     /// than giving it a kernel, an extern call or a buffer of its own. One exhaustive

@@ -377,6 +377,37 @@ fn one_op_graph(name: &str, shape: &[i64], nodes: &str) -> String {
     )
 }
 
+/// A view of an input (here its reshape into a matrix product's operand) is
+/// taken from where the input starts in its storage, which a caller's tensor
+/// need not start at (`x[1:]`): the Python wrapper makes it with
+/// `reinterpret_tensor`, whose offset counts from the input's own, never with
+/// `torch.as_strided`, whose offset counts from the storage's first element.
+#[test]
+fn views_of_inputs_count_their_offset_from_the_input_not_its_storage() {
+    let tmp = TempDir::new("input-views");
+    let graph = tmp.path().join("views.toml");
+    std::fs::write(
+        &graph,
+        "format = \"kiln-graph/1\"\nname = \"views\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [2, 3, 4]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [4, 5]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"m\"\nop = \"reshape\"\nargs = [\"x\", [6, 4]]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"mm\"\nargs = [\"m\", \"w\"]\n",
+    )
+    .unwrap();
+    for device in ["cuda", "gxu", "xpu"] {
+        let out = tmp.path().join(device);
+        let (ok, stderr) = compile(&graph, device, &out, &[]);
+        assert!(ok, "{device}: {stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        assert!(
+            code.contains("reinterpret_tensor(x, (6, 4), (4, 1), 0)"),
+            "{device}:\n{code}"
+        );
+        assert!(!code.contains("torch.as_strided("), "{device}:\n{code}");
+    }
+}
+
 /// Llama's rotary embedding: `q` read through a permute (its rows of 64 stay
 /// contiguous) times the cosine of angles that the model keeps transposed
 /// (`[E/2, L]`) and reads across for every head and batch. The angles are a
@@ -515,7 +546,7 @@ fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_tri
     );
     assert_eq!(grid[..2], [512 / 64, 384 / 64], "{launch}");
     assert!(meta.contains("\"num_warps\": 4"), "{meta}");
-    assert!(!code.contains("return (torch.as_strided(x"), "{code}");
+    assert!(!code.contains("return (reinterpret_tensor(x"), "{code}");
 
     // Rows of 50000 step by 8192 with 16 warps on cuda; the gxu's one-warp
     // programs keep Inductor's steps (1024 here: 2048 masks off 2 % more).
@@ -978,7 +1009,7 @@ fn an_attention_read_through_transpose_1_2_is_computed_heads_inner_and_needs_no_
         "{code}"
     );
     assert!(
-        code.contains("    return (torch.as_strided(buf_o, (2, 16, 128), (2048, 128, 1), 0),)"),
+        code.contains("    return (reinterpret_tensor(buf_o, (2, 16, 128), (2048, 128, 1), 0),)"),
         "{code}"
     );
     // The scheduled program computes what the graph does.

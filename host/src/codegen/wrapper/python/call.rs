@@ -144,14 +144,17 @@ impl CallWriter<'_> {
         self.names.get(&b).map_or("None", String::as_str)
     }
 
-    /// A view as an expression: the buffer itself, or `torch.as_strided` of it.
+    /// A view as an expression: the buffer itself, or `reinterpret_tensor` of it,
+    /// whose offset counts from the buffer's own (an input may be a view that
+    /// starts past its storage's first element; `torch.as_strided`'s offset is
+    /// the storage's, and read such an input from the wrong place).
     fn view(&self, v: &View) -> String {
         let b = self.program().buffer(v.buf);
         if v.shape == b.shape && v.strides == b.strides && v.offset == 0 {
             self.name(v.buf).to_string()
         } else {
             format!(
-                "torch.as_strided({}, {}, {}, {})",
+                "reinterpret_tensor({}, {}, {}, {})",
                 self.name(v.buf),
                 tuple(&v.shape),
                 tuple(&v.strides),
@@ -422,7 +425,7 @@ impl CallWriter<'_> {
             .map(|(&d, &s)| (d - 1).max(0) * s)
             .sum::<i64>()
             + 1;
-        format!("torch.as_strided({}, ({extent},), (1,), 0)", self.name(b))
+        format!("reinterpret_tensor({}, ({extent},), (1,), 0)", self.name(b))
     }
 
     /// A matrix product through `torch.mm`/`torch.bmm` into its buffer.

@@ -95,15 +95,15 @@ def call(args):
         torch.xpu.set_device(0)
         stream0 = get_raw_stream(0)
         buf_s = empty_strided_device((128, 1024, 1024), (1048576, 1024, 1), torch.float32)
-        torch.bmm(torch.as_strided(q, (128, 1024, 64), (65536, 64, 1), 0), torch.as_strided(k, (128, 64, 1024), (65536, 1, 64), 0), out=buf_s)
+        torch.bmm(reinterpret_tensor(q, (128, 1024, 64), (65536, 64, 1), 0), reinterpret_tensor(k, (128, 64, 1024), (65536, 1, 64), 0), out=buf_s)
         del q, k
         buf_p_5 = empty_strided_device((16, 8, 1024, 1024), (8388608, 1048576, 1024, 1), torch.float32)
         KERNELS.kiln_red_fused_amax_div_sum_exp_sub_0[(131072, 1, 1)](buf_s, buf_p_5, 131072, 1024, 1, 1024, stream=stream0)
         del buf_s
         buf_o = empty_strided_device((128, 1024, 64), (65536, 64, 1), torch.float32)
-        torch.bmm(torch.as_strided(buf_p_5, (128, 1024, 1024), (1048576, 1024, 1), 0), torch.as_strided(v, (128, 1024, 64), (65536, 64, 1), 0), out=buf_o)
+        torch.bmm(reinterpret_tensor(buf_p_5, (128, 1024, 1024), (1048576, 1024, 1), 0), reinterpret_tensor(v, (128, 1024, 64), (65536, 64, 1), 0), out=buf_o)
         del v, buf_p_5
-    return (torch.as_strided(buf_o, (16, 8, 1024, 64), (524288, 65536, 64, 1), 0),)
+    return (reinterpret_tensor(buf_o, (16, 8, 1024, 64), (524288, 65536, 64, 1), 0),)
 
 
 def make_inputs(seed=0):

@@ -101,13 +101,13 @@ def call(args):
         torch.xpu.set_device(0)
         stream0 = get_raw_stream(0)
         buf_h_2 = empty_strided_device((4096, 4096), (4096, 1), torch.float32)
-        torch.mm(x, torch.as_strided(w1, (1024, 4096), (1, 1024), 0), out=buf_h_2)
+        torch.mm(x, reinterpret_tensor(w1, (1024, 4096), (1, 1024), 0), out=buf_h_2)
         del x, w1
         buf_a = reinterpret_tensor(buf_h_2, (4096, 4096), (4096, 1), 0)  # reuse
         KERNELS.kiln_poi_fused_relu_add_0[(16384, 1, 1)](buf_h_2, b1, buf_a, 16777216, 1024, stream=stream0)
         del b1, buf_h_2
         buf_y_5 = empty_strided_device((4096, 1024), (1024, 1), torch.float32)
-        torch.mm(buf_a, torch.as_strided(w2, (4096, 1024), (1, 4096), 0), out=buf_y_5)
+        torch.mm(buf_a, reinterpret_tensor(w2, (4096, 1024), (1, 4096), 0), out=buf_y_5)
         del w2, buf_a
         buf_y_6 = empty_strided_device((4096, 1024), (1024, 1), torch.float32)
         KERNELS.kiln_poi_fused_add_1[(4096, 1, 1)](buf_y_5, b2, buf_y_6, 4194304, 1024, stream=stream0)

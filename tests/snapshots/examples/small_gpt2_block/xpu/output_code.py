@@ -249,7 +249,7 @@ def call(args):
         KERNELS.kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0[(16, 1, 1)](x, ln1_w, ln1_b, buf_qkv_11, 16, 24, 1, 32, stream=stream0)
         del ln1_w, ln1_b
         buf_qkv_12 = empty_strided_device((16, 72), (72, 1), torch.float32)
-        torch.mm(buf_qkv_11, torch.as_strided(attn_w, (24, 72), (1, 24), 0), out=buf_qkv_12)
+        torch.mm(buf_qkv_11, reinterpret_tensor(attn_w, (24, 72), (1, 24), 0), out=buf_qkv_12)
         del attn_w
         buf_qh = reinterpret_tensor(buf_qkv_11, (2, 2, 8, 12), (192, 96, 12, 1), 0)  # reuse
         del buf_qkv_11
@@ -258,20 +258,20 @@ def call(args):
         KERNELS.kiln_poi_fused_permute_view_split_add_reshape_1[(2, 1, 1)](buf_qkv_12, attn_b, buf_qh, buf_kt, buf_vh, 384, 256, stream=stream0)
         del attn_b, buf_qkv_12
         buf_att = empty_strided_device((4, 8, 8), (64, 8, 1), torch.float32)
-        torch.bmm(torch.as_strided(buf_qh, (4, 8, 12), (96, 12, 1), 0), torch.as_strided(buf_kt, (4, 12, 8), (96, 8, 1), 0), out=buf_att)
+        torch.bmm(reinterpret_tensor(buf_qh, (4, 8, 12), (96, 12, 1), 0), reinterpret_tensor(buf_kt, (4, 12, 8), (96, 8, 1), 0), out=buf_att)
         buf_p_19 = empty_strided_device((2, 2, 8, 8), (128, 64, 8, 1), torch.float32)
         KERNELS.kiln_red_fused_amax_add_mul_exp_sub_sum_2[(32, 1, 1)](buf_att, mask, buf_p_19, 32, 8, 1, 8, stream=stream0)
         del mask, buf_att
         buf_yh = reinterpret_tensor(buf_qh, (4, 8, 12), (96, 12, 1), 0)  # reuse
         del buf_qh
-        torch.bmm(torch.as_strided(buf_p_19, (4, 8, 8), (64, 8, 1), 0), torch.as_strided(buf_vh, (4, 8, 12), (96, 12, 1), 0), out=buf_yh)
+        torch.bmm(reinterpret_tensor(buf_p_19, (4, 8, 8), (64, 8, 1), 0), reinterpret_tensor(buf_vh, (4, 8, 12), (96, 12, 1), 0), out=buf_yh)
         del buf_p_19
         buf_proj_21 = reinterpret_tensor(buf_kt, (16, 24), (24, 1), 0)  # reuse
         del buf_kt
         KERNELS.kiln_poi_fused_reshape_3[(2, 1, 1)](buf_yh, buf_proj_21, 384, 256, stream=stream0)
         buf_proj_22 = reinterpret_tensor(buf_vh, (16, 24), (24, 1), 0)  # reuse
         del buf_vh
-        torch.mm(buf_proj_21, torch.as_strided(proj_w, (24, 24), (1, 24), 0), out=buf_proj_22)
+        torch.mm(buf_proj_21, reinterpret_tensor(proj_w, (24, 24), (1, 24), 0), out=buf_proj_22)
         del proj_w
         buf_r1 = reinterpret_tensor(buf_yh, (2, 8, 24), (192, 24, 1), 0)  # reuse
         del buf_yh
@@ -280,14 +280,14 @@ def call(args):
         KERNELS.kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4[(16, 1, 1)](x, buf_proj_22, proj_b, ln2_w, ln2_b, buf_r1, buf_fc_35, 16, 24, 1, 32, stream=stream0)
         del x, proj_b, ln2_w, ln2_b
         buf_fc_36 = empty_strided_device((16, 96), (96, 1), torch.float32)
-        torch.mm(buf_fc_35, torch.as_strided(fc_w, (24, 96), (1, 24), 0), out=buf_fc_36)
+        torch.mm(buf_fc_35, reinterpret_tensor(fc_w, (24, 96), (1, 24), 0), out=buf_fc_36)
         del fc_w, buf_fc_35
         buf_mo_49 = reinterpret_tensor(buf_fc_36, (16, 96), (96, 1), 0)  # reuse
         KERNELS.kiln_poi_fused_reshape_mul_add_tanh_5[(6, 1, 1)](buf_fc_36, fc_b, buf_mo_49, 1536, 256, stream=stream0)
         del fc_b, buf_fc_36
         buf_mo_50 = reinterpret_tensor(buf_proj_22, (16, 24), (24, 1), 0)  # reuse
         del buf_proj_22
-        torch.mm(buf_mo_49, torch.as_strided(out_w, (96, 24), (1, 96), 0), out=buf_mo_50)
+        torch.mm(buf_mo_49, reinterpret_tensor(out_w, (96, 24), (1, 96), 0), out=buf_mo_50)
         del out_w, buf_mo_49
         buf_y = empty_strided_device((2, 8, 24), (192, 24, 1), torch.float32)
         KERNELS.kiln_poi_fused_add_reshape_6[(2, 1, 1)](buf_r1, buf_mo_50, out_b, buf_y, 384, 256, stream=stream0)

@@ -375,6 +375,10 @@ pub fn compile_for(
         } else {
             Default::default()
         },
+        // The Python wrapper may run the library's attention, which takes
+        // additive masks.
+        additive_attention_masks: target.spec.scheduling == SchedulingKind::Triton
+            && target.wrapper == WrapperKind::Python,
     };
     crate::passes::run_pipeline_with(&mut graph, &pass_options)?;
     if target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Cpp {

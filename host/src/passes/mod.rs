@@ -8,6 +8,7 @@
 //! same outputs before and after, up to rounding) and must never panic on a validated
 //! graph.
 
+pub mod attention_mask;
 pub mod channels_last;
 pub mod const_fold;
 pub mod cse;
@@ -107,6 +108,9 @@ pub struct Options {
     /// channels-last (the device plugin's `conv_channels_last`, for a target
     /// whose convolution takes channels-last operands); none changes nothing.
     pub conv_channels_last: channels_last::DTypes,
+    /// Boolean masks of 16-bit whole attentions become additive ones
+    /// ([`attention_mask`]), for a wrapper that may run the library's attention.
+    pub additive_attention_masks: bool,
 }
 
 /// A pass's entry function.
@@ -129,6 +133,9 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     ("pad_mm", |g, o| pad_mm::run(g, o.matmul_alignment)),
     // A whole attention reads grouped key/value heads instead of their repetition.
     ("gqa", |g, _| gqa::run(g)),
+    ("attention_mask", |g, o| {
+        attention_mask::run(g, o.additive_attention_masks)
+    }),
     ("split", |g, o| split::run(g, o.split_reductions_for)),
     ("const_fold", |g, _| const_fold::run(g)),
     // After constants fold, which would fold a small permuted weight back into a

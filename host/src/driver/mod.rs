@@ -399,6 +399,7 @@ pub fn compile_for(
         // ATen's convolution takes channels-last operands and answers in them.
         conv_channels_last: target.spec.scheduling == SchedulingKind::Triton
             && target.wrapper == WrapperKind::Python,
+        inplace_reductions: target.spec.scheduling == SchedulingKind::Triton,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

@@ -114,6 +114,11 @@ pub struct Options {
     /// (ATen's, whose cuDNN kernels run NHWC): such an operand is not copied,
     /// and the result's buffer is planned channels-last.
     pub conv_channels_last: bool,
+    /// With `INPLACE_BUFFERS`, a reduction kernel may write over a row it
+    /// reads too ([`inplace_ok`]): for a generator whose last pass over a row
+    /// reads and writes each element once (Triton's; the C++ kernels' vector
+    /// tail revisits elements of the row's last full vector).
+    pub inplace_reductions: bool,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -245,6 +250,11 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
     let inplace = options
         .features
         .contains(kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS);
+    let inplace = match (inplace, options.inplace_reductions) {
+        (false, _) => InPlace::Never,
+        (true, false) => InPlace::Pointwise,
+        (true, true) => InPlace::AlsoReductions,
+    };
     let memory = plan_memory(&program, inplace);
     Ok(Scheduled {
         program,
@@ -301,15 +311,27 @@ pub fn pre_fusion_text(graph: &Graph, options: &Options) -> Result<String, Error
     Ok(out)
 }
 
-/// Whether a pointwise kernel may write `out` over `old`: `old` is a computed
-/// buffer of the same size and dtype that the kernel reads only at the very
-/// index it stores `out` at (so every element is read before it is written,
-/// by the same program).
-fn inplace_ok(program: &Program, step: &Step, old: BufferId, out: BufferId) -> bool {
+/// Whether a kernel may write `out` over `old`: `old` is a computed buffer of
+/// the same size and dtype that the kernel reads only at the very index it
+/// stores `out` at (so every element is read before it is written, by the
+/// same program). In a reduction kernel the store must also depend on every
+/// reduction: it is then made in the final pass over each row, after every
+/// pass that reads the row for a reduction (a layer norm's normalized row over
+/// its input).
+fn inplace_ok(
+    program: &Program,
+    step: &Step,
+    old: BufferId,
+    out: BufferId,
+    inplace: InPlace,
+) -> bool {
     let Step::Kernel(k) = step else { return false };
+    if k.space.is_reduction() && inplace != InPlace::AlsoReductions {
+        return false;
+    }
     let (a, b) = (program.buffer(old), program.buffer(out));
-    if k.space.is_reduction()
-        || !matches!(a.kind, BufferKind::Computed)
+    let after_reductions = |value| k.exprs.reductions_used(value).len() == k.reductions.len();
+    if !matches!(a.kind, BufferKind::Computed)
         || a.bytes() != b.bytes()
         || a.dtype != b.dtype
         || k.stores.len() != 1
@@ -318,6 +340,7 @@ fn inplace_ok(program: &Program, step: &Step, old: BufferId, out: BufferId) -> b
     }
     let store = &k.stores[0];
     store.buf == out
+        && after_reductions(store.value)
         && k.exprs.iter().all(|(_, e, _)| match e {
             ir::Expr::Load {
                 buf,
@@ -329,13 +352,25 @@ fn inplace_ok(program: &Program, step: &Step, old: BufferId, out: BufferId) -> b
         })
 }
 
+/// Which kernels may write their output over a buffer they are the last to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPlace {
+    /// None: every output takes a fresh or dead buffer.
+    Never,
+    /// Pointwise kernels.
+    Pointwise,
+    /// Pointwise kernels, and reduction kernels whose store comes after every
+    /// reduction.
+    AlsoReductions,
+}
+
 /// Lifetimes and reuse: a computed buffer is allocated right before the step
 /// that writes it, takes the storage of a dead buffer of the same size and
 /// dtype when there is one, and is freed after its last reader; inputs are
 /// freed after their last reader too; outputs live on. With `inplace` (the
-/// device's `INPLACE_BUFFERS`), a pointwise kernel may also write over a
-/// buffer whose last reader it is.
-pub fn plan_memory(program: &Program, inplace: bool) -> MemoryPlan {
+/// device's `INPLACE_BUFFERS`), a kernel writes over a buffer whose last
+/// reader it is ([`inplace_ok`]) in preference to any other.
+pub fn plan_memory(program: &Program, inplace: InPlace) -> MemoryPlan {
     let n = program.steps.len();
     let outputs: HashSet<BufferId> = program.outputs.iter().map(|v| v.buf).collect();
     let mut last_use: HashMap<BufferId, usize> = HashMap::new();
@@ -353,24 +388,28 @@ pub fn plan_memory(program: &Program, inplace: bool) -> MemoryPlan {
     for (i, step) in program.steps.iter().enumerate() {
         for b in step.writes() {
             let buf = program.buffer(b);
-            let mut reuse = if outputs.contains(&b) {
-                None
-            } else {
-                free_pool
+            // First a buffer whose last reader this kernel is: the kernel writes
+            // over what it has just read, the lines its producer left in the
+            // cache, rather than touching a third buffer (Inductor's in-place
+            // buffers). Then a dead buffer of the same size and dtype.
+            let mut reuse = None;
+            if inplace != InPlace::Never && !outputs.contains(&b) {
+                reuse = step.reads().into_iter().find(|old| {
+                    last_use.get(old) == Some(&i)
+                        && !outputs.contains(old)
+                        && !taken_inplace.contains(old)
+                        && inplace_ok(program, step, *old, b, inplace)
+                });
+                taken_inplace.extend(reuse);
+            }
+            if reuse.is_none() && !outputs.contains(&b) {
+                reuse = free_pool
                     .iter()
                     .position(|d| {
                         let donor = program.buffer(*d);
                         donor.bytes() == buf.bytes() && donor.dtype == buf.dtype
                     })
-                    .map(|p| free_pool.remove(p))
-            };
-            if reuse.is_none() && inplace && !outputs.contains(&b) {
-                reuse = step.reads().into_iter().find(|old| {
-                    last_use.get(old) == Some(&i)
-                        && !outputs.contains(old)
-                        && inplace_ok(program, step, *old, b)
-                });
-                taken_inplace.extend(reuse);
+                    .map(|p| free_pool.remove(p));
             }
             plan.allocs[i].push(Alloc { buf: b, reuse });
         }

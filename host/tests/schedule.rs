@@ -52,6 +52,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
         tiling: kiln::schedule::Tiling::Flat,
         bias_epilogue: true,
         conv_channels_last: true,
+        inplace_reductions: true,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -188,12 +189,99 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
         tiling: kiln::schedule::Tiling::Flat,
         bias_epilogue: false,
         conv_channels_last: false,
+        inplace_reductions: false,
     };
     assert_eq!(
         reuses(&inplace),
         1,
         "the bias+relu epilogue writes over the mm result"
     );
+}
+
+/// `layer_norm(mm(a, w) + r)` read by another product: the norm's kernel reads
+/// the product's result at each element it writes, in its last pass over the
+/// row, so with in-place reductions it writes over that buffer (nothing else
+/// is dead when it runs); without, it takes a buffer of its own. Its output
+/// matches the reference either way.
+#[test]
+fn a_row_norm_writes_over_the_row_it_reads_where_reductions_may_be_in_place() {
+    let text = r#"
+format = "kiln-graph/1"
+name = "norm_in_place"
+outputs = ["z"]
+
+[[inputs]]
+name = "a"
+shape = [64, 96]
+dtype = "float32"
+
+[[inputs]]
+name = "w"
+shape = [96, 80]
+dtype = "float32"
+
+[[inputs]]
+name = "r"
+shape = [64, 80]
+dtype = "float32"
+
+[[inputs]]
+name = "w2"
+shape = [80, 16]
+dtype = "float32"
+
+[[nodes]]
+name = "p"
+op = "mm"
+args = ["a", "w"]
+
+[[nodes]]
+name = "t"
+op = "add"
+args = ["p", "r"]
+
+[[nodes]]
+name = "y"
+op = "layer_norm"
+args = ["t", [80]]
+
+[[nodes]]
+name = "z"
+op = "mm"
+args = ["y", "w2"]
+"#;
+    let graph = kiln::graph::parse_toml(text).expect("parses");
+    let inputs = kiln::tensor_io::random_inputs_bounded(&input_metas(&graph), &[None; 4], 7)
+        .expect("inputs of a small graph");
+    let reference = kiln::interp::evaluate(&graph, &inputs).expect("reference");
+    let mut lowered = graph.clone();
+    kiln::passes::run_pipeline(&mut lowered).expect("passes");
+    for (reductions, want) in [(false, 0), (true, 1)] {
+        let options = kiln::schedule::Options {
+            features: kiln_plugin_api::BackendFeatures::INPLACE_BUFFERS,
+            inplace_reductions: reductions,
+            ..Default::default()
+        };
+        let s = kiln::schedule::schedule_with(&lowered, &options).expect("schedule");
+        let reused: Vec<_> = s
+            .memory
+            .allocs
+            .iter()
+            .flatten()
+            .filter_map(|a| a.reuse)
+            .collect();
+        assert_eq!(
+            reused.len(),
+            want,
+            "in-place reductions {reductions}: {reused:?}"
+        );
+        let got = kiln::schedule::eval::run(&s, &inputs).expect("evaluation");
+        let err = rel_error(&got, &reference);
+        assert!(
+            err <= 1e-4,
+            "in-place reductions {reductions}: relative error {err:e}"
+        );
+    }
 }
 
 #[test]
@@ -752,7 +840,7 @@ fn externs(s: &kiln::schedule::Scheduled) -> Vec<&'static str> {
 }
 
 #[test]
-fn a_16_bit_product_s_bias_goes_into_its_call_only_where_its_sum_must_be_in_memory() {
+fn a_product_s_bias_goes_into_its_call_only_where_its_sum_must_be_in_memory() {
     let relu = "[[nodes]]\nname = \"y\"\nop = \"relu\"\nargs = [\"h\"]\n";
     let bmm = "[[nodes]]\nname = \"y\"\nop = \"matmul\"\nargs = [\"h\", \"t\"]\n\n\
                [[nodes]]\nname = \"t\"\nop = \"transpose\"\nargs = [\"h\", 1, 2]\n";
@@ -762,8 +850,11 @@ fn a_16_bit_product_s_bias_goes_into_its_call_only_where_its_sum_must_be_in_memo
         ("float16", bmm, "y", true, vec!["addmm", "bmm"]),
         // Read by a kernel: the kernel adds the bias.
         ("bfloat16", relu, "y", true, vec!["mm"]),
-        // Float32 (cuBLASLt's bias epilogue is slower there), or no epilogue.
-        ("float32", "", "h", true, vec!["mm"]),
+        // Float32 too (the wrapper chooses between the epilogue and an add at
+        // run time), but not float64, nor without an epilogue.
+        ("float32", "", "h", true, vec!["addmm"]),
+        ("float32", relu, "y", true, vec!["mm"]),
+        ("float64", "", "h", true, vec!["mm"]),
         ("bfloat16", "", "h", false, vec!["mm"]),
     ] {
         let graph = linear_graph(dtype, tail, out);

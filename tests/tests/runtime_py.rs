@@ -75,3 +75,18 @@ fn the_runtime_chooses_the_faster_attention_once_per_signature_and_falls_back_to
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
     assert_eq!(checks, 24, "{stdout}");
 }
+
+#[test]
+fn the_runtime_chooses_the_faster_float32_bias_once_per_signature() {
+    let tmp = TempDir::new("runtime-bias");
+    let runtime = tmp.path().join(RUNTIME_FILE);
+    std::fs::write(&runtime, RUNTIME).unwrap();
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let (output, stdout, stderr) = run(Command::new(&python)
+        .env_remove("KILN_BIAS")
+        .arg(repo_root().join("tests/support/runtime_bias.py"))
+        .arg(&runtime));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
+    assert_eq!(checks, 9, "{stdout}");
+}

@@ -8,14 +8,17 @@
 //! value; a graph output) costs no pass of its own. The sum is rounded once,
 //! as eager's `linear` rounds it.
 //!
-//! Only where it pays, as measured on an H200 (cuBLAS, TF32 off): for 16-bit
-//! products, whose tensor-core epilogue adds 0-18 % to the product where a
-//! separate pass over its result adds 30-90 %, and only when the sum must be in
-//! memory anyway; a sum that kernels read gets its bias added in them for free.
-//! Float32 products keep their plain call: cuBLASLt's bias epilogue picks slower
-//! kernels for them (up to 1.4x the product's time).
+//! Only when the sum must be in memory anyway; a sum that kernels read gets its
+//! bias added in them for free. On an H100 (cuBLAS, TF32 off;
+//! `bench/gpu/results/2026-11-26-bias-epilogue-h100.txt`) the 16-bit
+//! tensor-core epilogue adds 0-16 % to the product, less than a separate pass
+//! over its result. In float32 cuBLASLt's epilogue is free for some shapes and
+//! picks kernels up to 1.5x slower for others, so the Python wrapper chooses
+//! per signature at its first call between it and the plain product followed by
+//! the add (`kiln_runtime.BiasEpilogue`). Float16, bfloat16 and float32 only.
 
 use super::{contiguous_view, meta_of, node_of, Def, Lowered, SKind};
+use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, NodeId, ValueId};
 use crate::graph::ops::{BinaryOp, Op};
 use crate::graph::views;
@@ -73,7 +76,7 @@ fn plan(
 ) -> Result<Option<Plan>, Error> {
     let out = meta_of(graph, sum)?;
     let (pm, bm) = (meta_of(graph, product)?, meta_of(graph, bias)?);
-    if !out.dtype.is_low_precision()
+    if !matches!(out.dtype, DType::Float16 | DType::BFloat16 | DType::Float32)
         || pm.dtype != out.dtype
         || bm.dtype != out.dtype
         || !needs_memory(graph, sum)

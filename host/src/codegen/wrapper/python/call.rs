@@ -24,6 +24,8 @@ pub(super) struct CallWriter<'a> {
     pub attention: &'a HashMap<usize, AttentionLaunch>,
     /// Each attention step's signature, an index into [`AttentionSignatures::rows`].
     pub signatures: &'a HashMap<usize, usize>,
+    /// Each float32 product-with-bias step's signature ([`bias_signatures`]).
+    pub biases: &'a HashMap<usize, usize>,
     /// The plugin's strings.
     pub strings: &'a DeviceStrings,
     /// The positions of the inputs kernels read through a pointer, which
@@ -124,6 +126,41 @@ pub(super) fn attention_signatures(
         }
         out.of_step.insert(i, index);
     }
+    out
+}
+
+/// The distinct signatures of a program's float32 products with a bias
+/// (`addmm`), for which the runtime's `BiasEpilogue` chooses the library's
+/// epilogue or a product and an add once each.
+#[derive(Debug, Default)]
+pub(super) struct BiasSignatures {
+    /// How many there are.
+    pub count: usize,
+    /// Each such step's signature, by step index.
+    pub of_step: HashMap<usize, usize>,
+}
+
+/// The signatures of the float32 `addmm` steps: equal where the operands'
+/// sizes, strides and offsets and the output's size and strides are.
+pub(super) fn bias_signatures(p: &Program) -> BiasSignatures {
+    let mut out = BiasSignatures::default();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    for (i, step) in p.steps.iter().enumerate() {
+        let Step::Extern(e) = step else { continue };
+        let buf = p.buffer(e.out);
+        if !matches!(e.op, ExternOp::Addmm) || buf.dtype != crate::graph::DType::Float32 {
+            continue;
+        }
+        let views: Vec<String> = e
+            .args
+            .iter()
+            .map(|v| format!("{:?}{:?}{}", v.shape, v.strides, v.offset))
+            .collect();
+        let key = format!("{views:?}{:?}{:?}", buf.shape, buf.strides);
+        let next = by_key.len();
+        out.of_step.insert(i, *by_key.entry(key).or_insert(next));
+    }
+    out.count = by_key.len();
     out
 }
 
@@ -300,7 +337,7 @@ impl CallWriter<'_> {
             }
             Step::Extern(e) => match self.attention.get(&i) {
                 Some(launch) => self.attention_step(out, i, e, launch)?,
-                None => self.extern_call(out, e)?,
+                None => self.extern_call(out, i, e)?,
             },
         }
         let mut dead: Vec<&str> = memory.frees[i]
@@ -429,7 +466,7 @@ impl CallWriter<'_> {
     }
 
     /// A matrix product through `torch.mm`/`torch.bmm` into its buffer.
-    fn extern_call(&self, out: &mut String, e: &ExternCall) -> std::fmt::Result {
+    fn extern_call(&self, out: &mut String, i: usize, e: &ExternCall) -> std::fmt::Result {
         let args: Vec<String> = e.args.iter().map(|a| self.view(a)).collect();
         if let ExternOp::Conv {
             stride,
@@ -452,6 +489,14 @@ impl CallWriter<'_> {
                 args.join(", "),
                 tuple(&buf.shape),
                 tuple(&buf.strides),
+            );
+        }
+        if let Some(signature) = self.biases.get(&i) {
+            return writeln!(
+                out,
+                "        BIASES.run({signature}, {}, {})",
+                args.join(", "),
+                self.name(e.out)
             );
         }
         writeln!(

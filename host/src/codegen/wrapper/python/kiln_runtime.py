@@ -624,6 +624,64 @@ def _kiln_launcher_class(target):
 # module still never imports torch.
 
 
+class DeviceTiming:
+    """How the runtime's first-call choices time one side: the best of ROUNDS
+    rounds of CALLS calls each, after WARMUP calls. Where the device module has
+    a sleep and events (torch.cuda), each round is queued while the device
+    sleeps and events around it time the device's work alone: in a model the
+    device runs ahead of the host, so that is what a step costs (timed on the
+    host, the library's dispatch in Python, longer than its kernel at GPT-2's
+    sizes in 16 bits, made it look slower than it is). Otherwise each round is
+    timed on the host between device synchronizations."""
+
+    WARMUP = 2
+    ROUNDS = 3
+    CALLS = 8
+    # Device cycles the device sleeps before a timing round (about a millisecond):
+    # long enough for the host to queue the round's calls behind it.
+    SLEEP_CYCLES = 2_000_000
+
+    def __init__(self, synchronize, device, timer=None):
+        import time
+
+        self._synchronize = synchronize
+        self._sleep = getattr(device, "_sleep", None)
+        self._event = getattr(device, "Event", None)
+        self._timer = timer or time.perf_counter
+
+    def time(self, fn):
+        """Seconds per call of `fn`."""
+        for _ in range(DeviceTiming.WARMUP):
+            fn()
+        if self._sleep is not None and self._event is not None:
+            return self._device_time(fn)
+        best = None
+        for _ in range(DeviceTiming.ROUNDS):
+            self._synchronize()
+            start = self._timer()
+            for _ in range(DeviceTiming.CALLS):
+                fn()
+            self._synchronize()
+            took = (self._timer() - start) / DeviceTiming.CALLS
+            best = took if best is None else min(best, took)
+        return best
+
+    def _device_time(self, fn):
+        best = None
+        for _ in range(DeviceTiming.ROUNDS):
+            self._synchronize()
+            self._sleep(DeviceTiming.SLEEP_CYCLES)
+            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+            start.record()
+            for _ in range(DeviceTiming.CALLS):
+                fn()
+            end.record()
+            end.synchronize()
+            took = start.elapsed_time(end) / 1e3 / DeviceTiming.CALLS
+            best = took if best is None else min(best, took)
+        return best
+
+
 class Attention:
     """The choice between Kiln's attention kernel and the library's for each
     attention signature of a generated file (`signatures[i]` is the output
@@ -645,27 +703,18 @@ class Attention:
     to Kiln's kernel where it raises); =measure, the default, measures."""
 
     MODES = ("measure", "kiln", "library")
-    WARMUP = 2
-    ROUNDS = 3
-    CALLS = 8
-
-    # Device cycles the device sleeps before a timing round (about a millisecond):
-    # long enough for the host to queue the round's calls behind it.
-    SLEEP_CYCLES = 2_000_000
+    ROUNDS = DeviceTiming.ROUNDS
 
     def __init__(self, sdpa, empty, synchronize, device, signatures, timer=None, environ=None):
         """`device` is torch's module of the device type (`torch.cuda`), or None:
         its `is_current_stream_capturing` tells a graph capture, and its `_sleep`
         and `Event`, where it has both, time the device's work alone."""
         import os
-        import time
 
-        self._sdpa, self._empty, self._synchronize = sdpa, empty, synchronize
+        self._sdpa, self._empty = sdpa, empty
         self._capturing = getattr(device, "is_current_stream_capturing", None) or (lambda: False)
-        self._sleep = getattr(device, "_sleep", None)
-        self._event = getattr(device, "Event", None)
+        self._timing = DeviceTiming(synchronize, device, timer)
         self._signatures = list(signatures)
-        self._timer = timer or time.perf_counter
         environ = os.environ if environ is None else environ
         self.mode = environ.get("KILN_ATTENTION", "measure") or "measure"
         if self.mode not in Attention.MODES:
@@ -726,9 +775,9 @@ class Attention:
             self.report[i] = {"kiln": None, "library": None, "why": "KILN_ATTENTION=library"}
             return theirs
         ops = operands()
-        kiln_s = self.time(lambda: self._kiln(i, kiln))
+        kiln_s = self._timing.time(lambda: self._kiln(i, kiln))
         try:
-            library_s = self.time(lambda: library(*ops))
+            library_s = self._timing.time(lambda: library(*ops))
         except Exception as error:  # as above: Kiln's kernel runs it
             library_s, why = None, f"{type(error).__name__}: {error}"
         faster = library_s is not None and library_s < kiln_s
@@ -738,44 +787,6 @@ class Attention:
                   i, "the library" if faster else "Kiln's kernel", self.report[i]["why"], kiln_s * 1e6,
                   "-" if library_s is None else f"{library_s * 1e6:.1f}")
         return theirs if faster else mine
-
-    def time(self, fn):
-        """Seconds per call of `fn`: the best of ROUNDS rounds of CALLS calls
-        each, after WARMUP calls, each round between device synchronizations."""
-        for _ in range(Attention.WARMUP):
-            fn()
-        if self._sleep is not None and self._event is not None:
-            return self._device_time(fn)
-        best = None
-        for _ in range(Attention.ROUNDS):
-            self._synchronize()
-            start = self._timer()
-            for _ in range(Attention.CALLS):
-                fn()
-            self._synchronize()
-            took = (self._timer() - start) / Attention.CALLS
-            best = took if best is None else min(best, took)
-        return best
-
-    def _device_time(self, fn):
-        """`time` on the device's clock: each round's calls are queued while the
-        device sleeps, and events around them time the device's work alone. In a
-        model the device is busy ahead of the host, so that is what a step costs;
-        timed on the host, the library's dispatch in Python (longer than its
-        kernel at GPT-2's sizes in 16 bits) made it look slower than it is."""
-        best = None
-        for _ in range(Attention.ROUNDS):
-            self._synchronize()
-            self._sleep(Attention.SLEEP_CYCLES)
-            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-            start.record()
-            for _ in range(Attention.CALLS):
-                fn()
-            end.record()
-            end.synchronize()
-            took = start.elapsed_time(end) / 1e3 / Attention.CALLS
-            best = took if best is None else min(best, took)
-        return best
 
     def library_call(self, ops, buffer, causal, scale):
         """The library's attention of these operands as a function of the
@@ -857,3 +868,77 @@ class Attention:
             return False
         tolerance = {"torch.float32": 5e-3, "torch.float16": 2e-2}.get(str(dtype), 1e-1)
         return bool(mine.float().allclose(theirs.float(), rtol=tolerance, atol=tolerance, equal_nan=True))
+
+
+# A float32 product with its bias: the library's bias epilogue (`torch.addmm`,
+# cuBLASLt's epilogue on CUDA) or the plain product and then the bias added in
+# place, whichever its signature's first call measures faster. In 16 bits the
+# epilogue costs the product at most a few percent and the wrapper calls it
+# directly; in float32 it is free for some shapes and 1.2-1.5x the product for
+# others (bench/gpu/results/2026-11-26-bias-epilogue-h100.txt).
+
+
+class BiasEpilogue:
+    """The choice between `addmm(bias, a, b, out=out)` and `mm(a, b, out=out)`
+    then `out.add_(bias)` for each float32 product-with-bias signature of a
+    generated file (`count` of them; the steps of a model's layers share one).
+
+    `run(i, bias, a, b, out)` computes one step into `out` and returns it. The
+    first call of a signature outside a graph capture times both (DeviceTiming)
+    and keeps the faster for the rest of the process; during a capture a
+    signature not chosen yet runs the epilogue, untimed. KILN_BIAS=epilogue or
+    =add forces a side; =measure, the default, measures."""
+
+    MODES = ("measure", "epilogue", "add")
+    EPILOGUE = "epilogue"
+    ADD = "add"
+
+    def __init__(self, addmm, mm, synchronize, device, count, timer=None, environ=None):
+        import os
+
+        self._addmm, self._mm = addmm, mm
+        self._capturing = getattr(device, "is_current_stream_capturing", None) or (lambda: False)
+        self._timing = DeviceTiming(synchronize, device, timer)
+        environ = os.environ if environ is None else environ
+        self.mode = environ.get("KILN_BIAS", "measure") or "measure"
+        if self.mode not in BiasEpilogue.MODES:
+            raise RuntimeError(
+                f"Kiln: KILN_BIAS={self.mode!r} is not one of {', '.join(BiasEpilogue.MODES)} "
+                "(measure, the default, times the library's bias epilogue against a product and an add)")
+        forced = None if self.mode == "measure" else self.mode
+        # Per signature: None until chosen, then EPILOGUE or ADD.
+        self.chosen = [forced] * count
+        # Per signature, what the choice measured: {"epilogue": s, "add": s}.
+        self.report = [None] * count
+
+    def run(self, i, bias, a, b, out):
+        side = self.chosen[i]
+        if side is None:
+            if self._capturing():
+                side = BiasEpilogue.EPILOGUE
+            else:
+                side = self._choose(i, bias, a, b, out)
+        if side == BiasEpilogue.EPILOGUE:
+            self._addmm(bias, a, b, out=out)
+        else:
+            self._mm(a, b, out=out)
+            out.add_(bias)
+        return out
+
+    def _choose(self, i, bias, a, b, out):
+        import logging
+
+        def epilogue():
+            self._addmm(bias, a, b, out=out)
+
+        def add():
+            self._mm(a, b, out=out)
+            out.add_(bias)
+
+        times = {BiasEpilogue.EPILOGUE: self._timing.time(epilogue), BiasEpilogue.ADD: self._timing.time(add)}
+        side = min(times, key=lambda k: (times[k], k != BiasEpilogue.EPILOGUE))
+        self.chosen[i], self.report[i] = side, times
+        logging.getLogger("kiln.bias").debug(
+            "bias signature %d: %s (epilogue %.1f µs, product and add %.1f µs)", i, side,
+            times[BiasEpilogue.EPILOGUE] * 1e6, times[BiasEpilogue.ADD] * 1e6)
+        return side

@@ -213,7 +213,12 @@ pub fn write(
         .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. })));
     torch_part(&mut out, strings, options, !aligned.is_empty(), convs)?;
     let signatures = call::attention_signatures(p, &kernels.attention.launches);
-    write_attention(&mut out, strings, &signatures.rows)?;
+    let biases = call::bias_signatures(p);
+    if !signatures.rows.is_empty() || biases.count > 0 {
+        write_synchronize(&mut out, strings)?;
+    }
+    write_attention(&mut out, &signatures.rows)?;
+    write_biases(&mut out, biases.count)?;
     let weights = write_constants(&mut out, p, &names)?;
     let writer = call::CallWriter {
         scheduled,
@@ -221,6 +226,7 @@ pub fn write(
         kernels: &by_step,
         attention: &kernels.attention.launches,
         signatures: &signatures.of_step,
+        biases: &biases.of_step,
         strings,
         aligned: &aligned,
     };
@@ -392,6 +398,36 @@ fn torch_part(
     Ok(())
 }
 
+/// `_kiln_synchronize()`, the plugin's device synchronization, which the
+/// runtime's first-call choices time between.
+fn write_synchronize(out: &mut String, strings: &DeviceStrings) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(out)?;
+    writeln!(out, "def _kiln_synchronize():")?;
+    writeln!(out, "    {}", strings.synchronize)
+}
+
+/// `BIASES`, the runtime's choice for each of the program's `count` float32
+/// product-with-bias signatures between the library's bias epilogue
+/// (`torch.addmm`) and the plain product followed by an add, measured on each
+/// one's first call; nothing where there is none.
+fn write_biases(out: &mut String, count: usize) -> std::fmt::Result {
+    if count == 0 {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out)?;
+    out.push_str(
+        "# Each float32 product with a bias runs torch.addmm (the library's bias epilogue) or torch.mm\n\
+         # and an add, whichever its signature's first call measures faster\n\
+         # (kiln_runtime.BiasEpilogue; KILN_BIAS=epilogue|add|measure).\n",
+    );
+    writeln!(
+        out,
+        "BIASES = kiln_runtime.BiasEpilogue(torch.addmm, torch.mm, _kiln_synchronize, getattr(torch, DEVICE.type, None), {count})"
+    )
+}
+
 /// `ATTENTION`, the runtime's choice between Kiln's attention kernel and the
 /// library's (`torch.nn.functional.scaled_dot_product_attention`) for each of
 /// the program's attention signatures (`rows`), measured on each one's first
@@ -399,14 +435,10 @@ fn torch_part(
 /// handed over (the runtime never imports torch): the library's function, the
 /// allocator, the plugin's `synchronize()` and the device module's capture
 /// check, where it has one.
-fn write_attention(out: &mut String, strings: &DeviceStrings, rows: &[String]) -> std::fmt::Result {
+fn write_attention(out: &mut String, rows: &[String]) -> std::fmt::Result {
     if rows.is_empty() {
         return Ok(());
     }
-    writeln!(out)?;
-    writeln!(out)?;
-    writeln!(out, "def _kiln_synchronize():")?;
-    writeln!(out, "    {}", strings.synchronize)?;
     writeln!(out)?;
     writeln!(out)?;
     out.push_str(

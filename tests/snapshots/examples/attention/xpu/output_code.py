@@ -97,7 +97,7 @@ def call(args):
         buf_s = empty_strided_device((128, 1024, 1024), (1048576, 1024, 1), torch.float32)
         torch.bmm(reinterpret_tensor(q, (128, 1024, 64), (65536, 64, 1), 0), reinterpret_tensor(k, (128, 64, 1024), (65536, 1, 64), 0), out=buf_s)
         del q, k
-        buf_p_5 = empty_strided_device((16, 8, 1024, 1024), (8388608, 1048576, 1024, 1), torch.float32)
+        buf_p_5 = reinterpret_tensor(buf_s, (16, 8, 1024, 1024), (8388608, 1048576, 1024, 1), 0)  # reuse
         KERNELS.kiln_red_fused_amax_div_sum_exp_sub_0[(131072, 1, 1)](buf_s, buf_p_5, 131072, 1024, 1, 1024, stream=stream0)
         del buf_s
         buf_o = empty_strided_device((128, 1024, 64), (65536, 64, 1), torch.float32)

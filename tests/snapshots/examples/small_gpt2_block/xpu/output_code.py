@@ -39,24 +39,18 @@ def kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, o
 
 
 @triton.jit
-def kiln_poi_fused_permute_view_split_add_reshape_1(in_ptr0, in_ptr1, out_ptr0, out_ptr1, out_ptr2, xnumel, XBLOCK: tl.constexpr):
+def kiln_poi_fused_permute_1(in_ptr0, out_ptr0, out_ptr1, out_ptr2, xnumel, XBLOCK: tl.constexpr):
     xnumel = 384
     xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
         tmp0 = tl.load(in_ptr0 + (576*((xindex) // 192) + 72*((((xindex) // 12)) % 8) + 12*((((xindex) // 96)) % 2) + ((xindex) % 12)), xmask, other=0)
-        tmp1 = tl.load(in_ptr1 + (12*((((xindex) // 96)) % 2) + ((xindex) % 12)), xmask, other=0)
-        tmp2 = (tmp0 + tmp1)
-        tmp3 = tl.load(in_ptr0 + (576*((xindex) // 192) + 72*((xindex) % 8) + 12*((((xindex) // 96)) % 2) + ((((xindex) // 8)) % 12) + 24), xmask, other=0)
-        tmp4 = tl.load(in_ptr1 + (12*((((xindex) // 96)) % 2) + ((((xindex) // 8)) % 12) + 24), xmask, other=0)
-        tmp5 = (tmp3 + tmp4)
-        tmp6 = tl.load(in_ptr0 + (576*((xindex) // 192) + 72*((((xindex) // 12)) % 8) + 12*((((xindex) // 96)) % 2) + ((xindex) % 12) + 48), xmask, other=0)
-        tmp7 = tl.load(in_ptr1 + (12*((((xindex) // 96)) % 2) + ((xindex) % 12) + 48), xmask, other=0)
-        tmp8 = (tmp6 + tmp7)
-        tl.store(out_ptr0 + (xindex), tmp2, xmask)
-        tl.store(out_ptr1 + (xindex), tmp5, xmask)
-        tl.store(out_ptr2 + (xindex), tmp8, xmask)
+        tmp1 = tl.load(in_ptr0 + (576*((xindex) // 192) + 72*((xindex) % 8) + 12*((((xindex) // 96)) % 2) + ((((xindex) // 8)) % 12) + 24), xmask, other=0)
+        tmp2 = tl.load(in_ptr0 + (576*((xindex) // 192) + 72*((((xindex) // 12)) % 8) + 12*((((xindex) // 96)) % 2) + ((xindex) % 12) + 48), xmask, other=0)
+        tl.store(out_ptr0 + (xindex), tmp0, xmask)
+        tl.store(out_ptr1 + (xindex), tmp1, xmask)
+        tl.store(out_ptr2 + (xindex), tmp2, xmask)
 
 
 @triton.jit
@@ -169,7 +163,7 @@ TRITON_TARGET = {"backend": "xpu", "arch": "{\"name\": \"Intel(R) Data Center GP
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
     "kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 32}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_permute_view_split_add_reshape_1": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_permute_1": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_red_fused_amax_add_mul_exp_sub_sum_2": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_poi_fused_reshape_3": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
     "kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 32}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "out_ptr1", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
@@ -224,8 +218,18 @@ assert_size_stride = kiln_runtime.assert_size_stride
 align_inputs = kiln_runtime.align_inputs
 
 
+def _kiln_synchronize():
+    torch.xpu.synchronize()
+
+
+# Each float32 product with a bias runs torch.addmm (the library's bias epilogue) or torch.mm
+# and an add, whichever its signature's first call measures faster
+# (kiln_runtime.BiasEpilogue; KILN_BIAS=epilogue|add|measure).
+BIASES = kiln_runtime.BiasEpilogue(torch.addmm, torch.mm, _kiln_synchronize, getattr(torch, DEVICE.type, None), 1)
+
+
 def call(args):
-    align_inputs(args, (0, 1, 2, 3, 5, 7, 8, 9, 11, 13))
+    align_inputs(args, (0, 1, 2, 3, 7, 8, 9, 11, 13))
     x, mask, ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = args
     args.clear()
     assert_size_stride(x, (2, 8, 24), (192, 24, 1), "x")
@@ -249,17 +253,17 @@ def call(args):
         KERNELS.kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0[(16, 1, 1)](x, ln1_w, ln1_b, buf_qkv_11, 16, 24, 1, 32, stream=stream0)
         del ln1_w, ln1_b
         buf_qkv_12 = empty_strided_device((16, 72), (72, 1), torch.float32)
-        torch.mm(buf_qkv_11, reinterpret_tensor(attn_w, (24, 72), (1, 24), 0), out=buf_qkv_12)
-        del attn_w
+        BIASES.run(0, attn_b, buf_qkv_11, reinterpret_tensor(attn_w, (24, 72), (1, 24), 0), buf_qkv_12)
+        del attn_w, attn_b
         buf_qh = reinterpret_tensor(buf_qkv_11, (2, 2, 8, 12), (192, 96, 12, 1), 0)  # reuse
         del buf_qkv_11
         buf_kt = empty_strided_device((2, 2, 12, 8), (192, 96, 8, 1), torch.float32)
         buf_vh = empty_strided_device((2, 2, 8, 12), (192, 96, 12, 1), torch.float32)
-        KERNELS.kiln_poi_fused_permute_view_split_add_reshape_1[(2, 1, 1)](buf_qkv_12, attn_b, buf_qh, buf_kt, buf_vh, 384, 256, stream=stream0)
-        del attn_b, buf_qkv_12
+        KERNELS.kiln_poi_fused_permute_1[(2, 1, 1)](buf_qkv_12, buf_qh, buf_kt, buf_vh, 384, 256, stream=stream0)
+        del buf_qkv_12
         buf_att = empty_strided_device((4, 8, 8), (64, 8, 1), torch.float32)
         torch.bmm(reinterpret_tensor(buf_qh, (4, 8, 12), (96, 12, 1), 0), reinterpret_tensor(buf_kt, (4, 12, 8), (96, 8, 1), 0), out=buf_att)
-        buf_p_19 = empty_strided_device((2, 2, 8, 8), (128, 64, 8, 1), torch.float32)
+        buf_p_19 = reinterpret_tensor(buf_att, (2, 2, 8, 8), (128, 64, 8, 1), 0)  # reuse
         KERNELS.kiln_red_fused_amax_add_mul_exp_sub_sum_2[(32, 1, 1)](buf_att, mask, buf_p_19, 32, 8, 1, 8, stream=stream0)
         del mask, buf_att
         buf_yh = reinterpret_tensor(buf_qh, (4, 8, 12), (96, 12, 1), 0)  # reuse

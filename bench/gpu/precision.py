@@ -10,7 +10,8 @@ model and dtype asked for, phase by phase:
   phase and the table says so.
 - compile: `HOST --plugins PLUGINS compile ARCHIVE --device cuda -o WORK/TAG/code/MODEL-DTYPE`.
 - time: Kiln's output_code.py checked against eager, then Kiln, eager and torch.compile (default
-  mode) timed in one process, launched directly (triton.testing.do_bench, median ms).
+  mode) timed in one process, launched directly (triton.testing.do_bench, median ms; each
+  column's calls in rounds taken in turn with the others', precision_child.ROUNDS).
 - graphs: the same check, then Kiln's call captured with torch.cuda.graph against
   torch.compile(mode="reduce-overhead") (warmed up first), and eager captured where it can be.
 - first: the first call, each side in a fresh process with empty Triton, Inductor and Kiln caches:
@@ -504,7 +505,7 @@ def report(work: Work, chosen: list[str], a: argparse.Namespace, digest: str) ->
     head = [f"# bench/gpu/precision.py, host {a.tag} (sha256 {digest[:12]}), {time.strftime('%Y-%m-%d %H:%M')}"]
     if env:
         head.append(f"# {env['device']}, torch {env['torch']}, triton {env['triton']}; TF32 off; "
-                    f"do_bench median, rep {a.rep:g} ms")
+                    f"do_bench, median of interleaved rounds, rep {a.rep:g} ms per column")
     tail = []
     if ratios:
         worst = max(ratios)

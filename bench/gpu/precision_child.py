@@ -25,6 +25,7 @@ import copy
 import json
 import uuid
 import sys
+import statistics
 import time
 from pathlib import Path
 
@@ -135,18 +136,35 @@ def bench(fn, rep: float) -> float:
     return do_bench(fn, warmup=max(25, rep / 4), rep=rep, return_mode="median")
 
 
+# Each column's timed calls are split into this many rounds, taken in turn with the other
+# columns' (in a rotating order), and the column's time is the median of its rounds' medians:
+# the clock and power state the device drifts through over a run (whole seconds of float32
+# products at full power) weigh on every column alike, not on whichever ran first.
+ROUNDS = 5
+
+
+def interleaved(fns: dict, rep: float) -> dict:
+    """Milliseconds per call of each of `fns` (name -> function), over ROUNDS interleaved rounds."""
+    times: dict = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(bench(fns[name], rep / ROUNDS))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def time_direct(module, kiln, inputs, want, rep: float) -> dict:
-    out = {"kiln_ms": bench(lambda: kiln.call(list(inputs)), rep),
-           "eager_ms": bench(lambda: module(*inputs), rep)}
     torch._dynamo.reset()
     compiled = torch.compile(module)
     start = time.perf_counter()
     result = as_tuple(compiled(*inputs))
     sync()
-    out["inductor_compile_s"] = time.perf_counter() - start  # caches as the work folder left them
+    out = {"inductor_compile_s": time.perf_counter() - start}  # caches as the work folder left them
     out["inductor_error_vs_eager"] = max(errors(result, want))
     del result
-    out["inductor_ms"] = bench(lambda: compiled(*inputs), rep)
+    ms = interleaved({"kiln": lambda: kiln.call(list(inputs)), "eager": lambda: module(*inputs),
+                      "inductor": lambda: compiled(*inputs)}, rep)
+    out.update({f"{name}_ms": t for name, t in ms.items()})
     del compiled
     torch._dynamo.reset()
     return out
@@ -174,23 +192,25 @@ def time_graphs(module, kiln, inputs, want, rep: float) -> dict:
     graph, outputs = capture(lambda: kiln.call(list(static)))
     graph.replay()
     sync()
-    out = {"kiln_graph_error_vs_eager": max(errors(outputs, want)),
-           "kiln_ms": bench(graph.replay, rep)}
-    del graph, outputs
+    out = {"kiln_graph_error_vs_eager": max(errors(outputs, want))}
+    del outputs
     torch._dynamo.reset()
     compiled = torch.compile(module, mode="reduce-overhead")
     for _ in range(3):  # reduce-overhead records its CUDA graph on a later call
         compiled(*inputs)
     sync()
-    out["inductor_ms"] = bench(lambda: compiled(*inputs), rep)
-    del compiled
-    torch._dynamo.reset()
+    # Kiln against Inductor interleaved; eager last (a failed capture may spoil the context).
+    ms = interleaved({"kiln": graph.replay, "inductor": lambda: compiled(*inputs)}, rep)
+    out.update({f"{name}_ms": t for name, t in ms.items()})
+    del graph
     try:
-        graph, outputs = capture(lambda: module(*static))
-        out["eager_ms"] = bench(graph.replay, rep)
-        del graph, outputs
+        eager, _ = capture(lambda: module(*static))
+        out["eager_ms"] = bench(eager.replay, rep)
+        del eager
     except Exception as e:  # noqa: BLE001 (eager under graphs is optional: say why it is missing)
         out["eager_note"] = f"eager not capturable: {type(e).__name__}: {str(e)[:160]}"
+    del compiled
+    torch._dynamo.reset()
     return out
 
 

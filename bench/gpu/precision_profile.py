@@ -7,6 +7,10 @@ attention, convolutions, copies).
 Needs precision.py's work folder for the pair (its export and compiled code):
 
     precision_profile.py MODEL DTYPE [--work bench/gpu/zoo/precision] [--build new] [--top 25]
+                         [--code-out DIR]
+
+--code-out copies both sides' code there to read the kernels: Kiln's output_code.py and each
+module torch.compile loaded from its cache (Inductor's output code, kernels inline).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def main() -> None:
     p.add_argument("--work", default=str(HERE / "zoo" / "precision"))
     p.add_argument("--build", default="new")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--code-out", type=Path, help="copy Kiln's and Inductor's code here")
     a = p.parse_args()
     setup()
     dtype = DTYPES[a.dtype]
@@ -75,6 +80,32 @@ def main() -> None:
         show(f"Kiln {a.model} {a.dtype}", kernels(lambda: kiln.call(list(inputs))), a.top)
         choices(kiln)
         show(f"Inductor {a.model} {a.dtype}", kernels(lambda: compiled(*inputs)), a.top)
+    if a.code_out:
+        copy_code(a.code_out / f"{a.model}-{a.dtype}", code / "output_code.py")
+
+
+def copy_code(out: Path, kiln_code: Path) -> None:
+    """Kiln's output_code.py as kiln.py, and every module loaded from Inductor's
+    cache that compiles kernels (its output code) as inductor_N.py."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(kiln_code, out / "kiln.py")
+    paths = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}
+    try:  # where this torch keeps its loaded output code
+        from torch._inductor.codecache import PyCodeCache
+        paths |= {getattr(m, "__file__", None) or "" for m in getattr(PyCodeCache, "modules", [])}
+    except ImportError:
+        pass
+    n = 0
+    for path in sorted(paths):
+        if "torchinductor" not in path or not path.endswith(".py"):
+            continue
+        text = Path(path).read_text()
+        if "async_compile" in text and "def call(" in text:
+            (out / f"inductor_{n}.py").write_text(text)
+            n += 1
+    print(f"code: {out} (Kiln's and {n} Inductor module(s))")
 
 
 def choices(kiln) -> None:

@@ -1087,3 +1087,52 @@ fn sixteen_bit_convolutions_run_channels_last_only_where_the_plugin_lists_their_
         }
     }
 }
+
+/// `--library` on the cpu builds wrapper.cpp into kiln.so beside it, exporting the C
+/// interface docs/cpp-wrapper.md gives, through the build cache (a second compile finds
+/// it there); a Triton device refuses it before writing anything.
+#[test]
+fn library_builds_the_cpu_wrapper_into_kiln_so_and_a_triton_device_refuses_it() {
+    let tmp = TempDir::new("library");
+    let graph = repo_root().join("examples/small_mlp.toml");
+    let cache = tmp.subdir("cache");
+    let mut said = vec![];
+    for round in 0..2 {
+        let out = tmp.path().join(format!("cpu{round}"));
+        let (output, _, stderr) = run(host(&host_bin())
+            .arg("compile")
+            .arg(&graph)
+            .args(["--device", "cpu", "--library", "-o"])
+            .arg(&out)
+            .env("KILN_CACHE_DIR", &cache)
+            .env("KILN_CXXFLAGS", "-O1 -fopenmp"));
+        assert!(output.status.success(), "{stderr}");
+        let library = std::fs::read(out.join("kiln.so")).expect("kiln.so beside wrapper.cpp");
+        assert_eq!(&library[..4], b"\x7fELF", "a shared library");
+        for symbol in [
+            "kiln_call",
+            "kiln_load_weights",
+            "kiln_num_outputs",
+            "kiln_last_error",
+        ] {
+            assert!(
+                library
+                    .windows(symbol.len())
+                    .any(|w| w == symbol.as_bytes()),
+                "kiln.so exports {symbol}"
+            );
+        }
+        said.push(stderr);
+    }
+    assert!(
+        said[0].contains("(built)") && said[1].contains("found in the build cache"),
+        "{said:?}"
+    );
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &["--library"]);
+    assert!(
+        !ok && stderr.contains("--library") && stderr.contains("C++ device"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "nothing written for a refused --library");
+}

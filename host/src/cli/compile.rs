@@ -86,6 +86,13 @@ pub struct CompileArgs {
     #[arg(long)]
     pub precompile: bool,
 
+    /// For a C++ device (cpu): also build wrapper.cpp, as `host run` does (the system C++
+    /// compiler, KILN_CXX and KILN_CXXFLAGS; the build cache, KILN_CACHE_DIR), into kiln.so
+    /// beside it: a library to load with dlopen/ctypes, whose C interface docs/cpp-wrapper.md
+    /// gives (kiln_load_weights, then kiln_call).
+    #[arg(long)]
+    pub library: bool,
+
     /// Also write graph_pre_passes.txt, graph_post_passes.txt, ir_pre_fusion.txt,
     /// ir_post_fusion.txt and graph.dot (nodes coloured by kernel).
     #[arg(long)]
@@ -141,7 +148,17 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let paths = artifacts.write_to(&args.out)?;
+    if args.library && !matches!(artifacts.info, driver::CodeInfo::Cpp { .. }) {
+        return Err(
+            "--library builds the wrapper.cpp of a C++ device (cpu); this device writes \
+                    output_code.py (leave --library out, or use --wrapper cpp on a Triton device)"
+                .into(),
+        );
+    }
+    let mut paths = artifacts.write_to(&args.out)?;
+    if args.library {
+        paths.push(write_library(&artifacts, &args.out)?);
+    }
     report(args, &artifacts, &paths, start);
     report_removed(&out_dir::remove_stale(&args.out, &paths, args.precompile)?);
     if args.precompile {
@@ -153,6 +170,30 @@ pub fn run(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, CliError> {
         eprint!("precompiled: {precompiled}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--library`: wrapper.cpp built (or found in the build cache) and copied to
+/// `out/kiln.so`.
+fn write_library(
+    artifacts: &driver::Artifacts,
+    out: &std::path::Path,
+) -> Result<PathBuf, CliError> {
+    let built = crate::runtime::build_library(&artifacts.code, &artifacts.scheduled)?;
+    let path = out.join("kiln.so");
+    let temp = out.join(".kiln.so.partial");
+    std::fs::copy(&built.library, &temp)
+        .and_then(|_| std::fs::rename(&temp, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!(
+        "library: {} ({})",
+        path.display(),
+        if built.cached {
+            "found in the build cache"
+        } else {
+            "built"
+        }
+    );
+    Ok(path)
 }
 
 /// The files of an earlier compile that [`out_dir::remove_stale`] removed.

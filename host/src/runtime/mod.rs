@@ -488,6 +488,20 @@ pub fn memory_needed(scheduled: &Scheduled) -> Option<u64> {
     )
 }
 
+/// Compiles (or finds in the cache) `source`, a cpu `wrapper.cpp` of
+/// `scheduled`, into a shared library, as [`build_and_load`] does, without
+/// loading it.
+pub fn build_library(source: &str, scheduled: &Scheduled) -> Result<compile::Built, Error> {
+    let compiler = compile::Compiler::from_env()?;
+    let linked = crate::codegen::wrapper::cpp::linked_runtime(source, &scheduled.program);
+    Ok(compile::build_linked(
+        source,
+        &linked,
+        &compiler,
+        &compile::cache_dir(),
+    )?)
+}
+
 /// Compiles (or finds in the cache) `source`, a cpu `wrapper.cpp` (which
 /// includes the C++ runtime's headers), and loads it for `scheduled`. The
 /// runtime's matrix products are compiled once into objects of the cache and
@@ -497,9 +511,7 @@ pub fn build_and_load(
     scheduled: &Scheduled,
     weights: &Weights,
 ) -> Result<(Module, compile::Built), Error> {
-    let compiler = compile::Compiler::from_env()?;
-    let linked = crate::codegen::wrapper::cpp::linked_runtime(source, &scheduled.program);
-    let built = compile::build_linked(source, &linked, &compiler, &compile::cache_dir())?;
+    let built = build_library(source, scheduled)?;
     let module = Module::load(&built.library, scheduled, weights)?;
     Ok((module, built))
 }

@@ -1,0 +1,234 @@
+"""`kiln.compile`: an exported program compiled by Kiln, called with the module's signature."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from . import _host
+from ._errors import KilnError
+
+_LOCK = threading.Lock()
+# Loaded code by cache folder: a process loads each compiled graph once.
+_LOADED: dict = {}
+
+
+def cache_root() -> Path:
+    """Where compiled graphs are kept: $KILN_CACHE_DIR/torch, else ~/.cache/kiln/torch."""
+    base = os.environ.get("KILN_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "kiln") / "torch"
+
+
+def export(model, args=(), kwargs=None):
+    """`model` as an ExportedProgram: as it is, or `torch.export.export` of the module
+    in inference (no_grad) on the example inputs."""
+    import torch
+
+    if isinstance(model, torch.export.ExportedProgram):
+        return model
+    with torch.no_grad():
+        return torch.export.export(model, tuple(args), kwargs=dict(kwargs or {}))
+
+
+def default_device(values) -> str:
+    """The device of the first tensor among `values` ("cuda:1" as it is), else "cpu"."""
+    import torch
+
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            d = v.device
+            return d.type if d.index is None else f"{d.type}:{d.index}"
+    return "cpu"
+
+
+class Compiled:
+    """A program Kiln compiled, called like the module it was exported from: the same
+    positional and keyword inputs (tensors of the example's sizes and dtypes, other
+    values as the example's), the outputs in the module's own structure."""
+
+    def __init__(self, program, device: str, plugins=()):
+        import torch.utils._pytree as pytree
+
+        self.device = device
+        self._in_spec = program.call_spec.in_spec
+        self._out_spec = program.call_spec.out_spec
+        self._pytree = pytree
+        inputs, outputs = _user_values(program)
+        self._inputs = inputs
+        self.folder = build(program, device, tuple(str(p) for p in plugins))
+        self._run = _runner(self.folder, device, outputs)
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        flat, spec = self._pytree.tree_flatten((args, kwargs))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise KilnError(f"called with inputs of another structure than the example's: {spec} against "
+                            f"{self._in_spec}")
+        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        if len(tensors) != len(self._inputs):
+            raise KilnError(f"called with {len(tensors)} tensor input(s); the compiled graph takes "
+                            f"{len(self._inputs)}")
+        for i, (t, (shape, dtype)) in enumerate(zip(tensors, self._inputs)):
+            if tuple(t.shape) != shape or t.dtype != dtype:
+                raise KilnError(f"input {i} is {t.dtype}{list(t.shape)}; the graph was compiled for "
+                                f"{dtype}{list(shape)} (Kiln compiles static shapes: compile again for these)")
+        outputs = self._run([t.contiguous() for t in tensors])
+        if self._out_spec is None:
+            return tuple(outputs)
+        return self._pytree.tree_unflatten(list(outputs), self._out_spec)
+
+
+def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugins=()):
+    """Kiln's compile of `model` (a torch.nn.Module, exported here on `example_inputs`
+    and `example_kwargs`, or a torch.export.ExportedProgram) for `device` (default:
+    the example inputs' device), with `plugins` folders searched first. Returns a
+    `Compiled`, called as the module is."""
+    program = export(model, example_inputs, example_kwargs)
+    if device is None:
+        example = getattr(program, "example_inputs", None) or ((), {})
+        device = default_device([*example_inputs, *(example_kwargs or {}).values(), *example[0]])
+    return Compiled(program, str(device), plugins)
+
+
+def _user_values(program):
+    """The (shape, dtype) of each tensor user input, and of each user output, in order."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    inputs = []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        val = placeholders[spec.arg.name].meta.get("val")
+        if hasattr(val, "shape"):
+            inputs.append((tuple(int(d) for d in val.shape), val.dtype))
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    values = list(output_node.args[0])
+    outputs = []
+    for spec, node in zip(program.graph_signature.output_specs, values):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            val = node.meta.get("val") if hasattr(node, "meta") else None
+            if not hasattr(val, "shape"):
+                raise KilnError(f"output `{spec.arg.name}` is not a tensor; Kiln's graphs return tensors")
+            outputs.append((tuple(int(d) for d in val.shape), val.dtype))
+    return inputs, outputs
+
+
+def _digest(program, device: str, plugins: tuple, host_version: str) -> str:
+    """The cache key: the compiler's version, the device and plugin folders, the graph's
+    code and signature, every input's metadata, and every constant's bytes."""
+    import torch
+
+    h = hashlib.sha256()
+    for part in (host_version, device, *plugins, program.graph_module.code, str(program.graph_signature),
+                 str(program.call_spec)):
+        h.update(part.encode())
+        h.update(b"\0")
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            h.update(f"{node.name}:{getattr(val, 'dtype', val)}:{list(getattr(val, 'shape', []))}".encode())
+    tensors = {**program.state_dict, **program.constants}
+    for name in sorted(tensors):
+        t = tensors[name]
+        if not isinstance(t, torch.Tensor):
+            h.update(f"{name}={t!r}".encode())
+            continue
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{list(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def build(program, device: str, plugins: tuple = ()) -> Path:
+    """The folder of Kiln's compile of `program` for `device`: from the cache, or
+    compiled now (the archive saved with torch.export.save, `host compile` into a
+    fresh folder, renamed into place once complete)."""
+    import torch
+
+    host = _host.find_host()
+    key = _digest(program, device, plugins, _host.version(host))
+    root = cache_root()
+    folder = root / key
+    if (folder / "kiln-complete").is_file():
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        archive = stage / "graph.pt2"
+        torch.export.save(program, str(archive))
+        out = stage / "out"
+        _host.compile_archive(host, archive, device, out, plugins)
+        archive.unlink()
+        (out / "kiln-complete").write_text(f"{device}\n")
+        try:
+            os.replace(out, folder)
+        except OSError:  # another process finished first: its folder is as good
+            if not (folder / "kiln-complete").is_file():
+                raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return folder
+
+
+def _runner(folder: Path, device: str, outputs):
+    """A function of the flat input tensors that runs the compiled code, returning
+    the output tensors in order."""
+    with _LOCK:
+        run = _LOADED.get(folder)
+        if run is None:
+            if device.split(":")[0] == "cpu":
+                run = _CpuLibrary(folder, outputs)
+            else:
+                run = _python_wrapper(folder)
+            _LOADED[folder] = run
+    return run
+
+
+def _python_wrapper(folder: Path):
+    """output_code.py's `call`, the module loaded under a name of its own."""
+    path = folder / "output_code.py"
+    name = f"kiln_output_code_{folder.name}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return lambda tensors: module.call(list(tensors))
+
+
+class _CpuLibrary:
+    """The cpu device's kiln.so through its C interface (docs/cpp-wrapper.md): the
+    weights loaded once, each call writing into output tensors allocated here."""
+
+    def __init__(self, folder: Path, outputs):
+        lib = ctypes.CDLL(str(folder / "kiln.so"))
+        lib.kiln_call.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        lib.kiln_call.restype = ctypes.c_int
+        lib.kiln_last_error.restype = ctypes.c_char_p
+        lib.kiln_load_weights.argtypes = [ctypes.c_char_p]
+        if lib.kiln_num_weights() > 0:
+            if lib.kiln_load_weights(str(folder / "weights.safetensors").encode()) != 0:
+                raise KilnError(f"{folder}: {lib.kiln_last_error().decode()}")
+        if lib.kiln_num_outputs() != len(outputs):
+            raise KilnError(f"{folder}/kiln.so has {lib.kiln_num_outputs()} output(s); the program has "
+                            f"{len(outputs)}: delete the folder to compile again")
+        self._lib, self._outputs = lib, outputs
+
+    def __call__(self, tensors):
+        import torch
+
+        outs = [torch.empty(shape, dtype=dtype) for shape, dtype in self._outputs]
+        ins = (ctypes.c_void_p * max(len(tensors), 1))(*[t.data_ptr() for t in tensors])
+        ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
+        rc = self._lib.kiln_call(ins, ptrs)
+        if rc != 0:
+            raise KilnError(f"kiln_call failed ({rc}): {self._lib.kiln_last_error().decode()}")
+        return outs

@@ -1,0 +1,59 @@
+"""Finding and running the Kiln compiler (`host`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ._errors import KilnError
+
+HERE = Path(__file__).resolve().parent
+
+
+def find_host() -> Path:
+    """The compiler: $KILN_HOST, else the one this package was installed with
+    (kiln/bin/host), else, in a checkout of the repository, its release or debug build."""
+    named = os.environ.get("KILN_HOST")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise KilnError(f"KILN_HOST={named} is not a file: point it at Kiln's `host` binary")
+        return path
+    candidates = [HERE / "bin" / "host"]
+    repo = HERE.parent.parent
+    if (repo / "Cargo.toml").is_file():
+        candidates += [repo / "target" / "release" / "host", repo / "target" / "debug" / "host"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise KilnError("Kiln's compiler (`host`) was not found: install the package with `pip install ./python` "
+                    "from the repository (it builds and carries the compiler), or set KILN_HOST to a `host` "
+                    "binary (cargo build --release -p kiln-host)")
+
+
+def version(host: Path) -> str:
+    """`host --version`, which keys the compile cache."""
+    done = subprocess.run([str(host), "--version"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise KilnError(f"{host} --version failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def compile_archive(host: Path, archive: Path, device: str, out: Path, plugins: tuple[str, ...]) -> None:
+    """`host compile ARCHIVE --device DEVICE -o OUT` (with `--library` for the cpu, whose
+    wrapper.cpp is built into OUT/kiln.so). Raises KilnError with the compiler's message."""
+    cmd = [str(host)]
+    for folder in plugins:
+        cmd += ["--plugins", str(folder)]
+    cmd += ["compile", str(archive), "--device", device, "-o", str(out)]
+    if device.split(":")[0] == "cpu":
+        cmd.append("--library")
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.strip().splitlines() if line.strip()]
+        # The archive is this compile's temporary file: say "the graph" for its path.
+        message = " ".join(lines).replace(f"in {archive}: ", "").replace(str(archive), "the graph")
+        if message.startswith("error: "):
+            message = message[len("error: "):]
+        raise KilnError(message or f"`{' '.join(cmd)}` exited with {done.returncode}")

@@ -1,0 +1,52 @@
+"""Builds the `kiln` package with Kiln's compiler and bundled plugins inside it (kiln/bin/).
+
+`pip install ./python` (from the repository's root) runs `cargo build --release` for the
+`host` binary and the cuda, xpu, gxu and cpu plugins and copies them into the package,
+where `host` finds its plugins beside itself. With $KILN_BINARIES set to a folder that
+already holds them (absolute, or relative to the repository's root: target/release, or
+target/debug as the tests use), they are copied from there and cargo does not run.
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGINS = ("cuda", "xpu", "gxu", "cpu")
+BINARIES = ["host"] + [f"libkiln_{p}.so" for p in PLUGINS]
+
+
+class BuildWithCompiler(build_py):
+    def run(self):
+        super().run()
+        given = os.environ.get("KILN_BINARIES")
+        if given:
+            source = Path(given) if Path(given).is_absolute() else REPO / given
+        else:
+            packages = ["-p", "kiln-host"]
+            for p in PLUGINS:
+                packages += ["-p", f"kiln-plugin-{p}"]
+            subprocess.run(["cargo", "build", "--release", *packages], cwd=REPO, check=True)
+            source = REPO / "target" / "release"
+        missing = [name for name in BINARIES if not (source / name).is_file()]
+        if missing:
+            raise SystemExit(f"{source} lacks {', '.join(missing)}: build them (cargo build --release) or "
+                             "point KILN_BINARIES at a folder that has them")
+        dest = Path(self.build_lib) / "kiln" / "bin"
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in BINARIES:
+            shutil.copy2(source / name, dest / name)
+
+
+class BinaryDistribution(Distribution):
+    """The wheel carries native binaries: tag it for this platform."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(cmdclass={"build_py": BuildWithCompiler}, distclass=BinaryDistribution)

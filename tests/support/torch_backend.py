@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Tests the `kiln` Python package under PyTorch, on the cpu, as a user gets it: installed
+with pip (tools/test.sh installs it into the torch environment), Kiln's compiler and
+plugins inside it.
+
+Usage: torch_backend.py REPO_ROOT
+
+Checks:
+- `kiln.compile` of a module with keyword inputs and a dict output: the module's own
+  signature and structure, the values of eager;
+- `torch.compile(model, backend="kiln")` through the entry point the package registers,
+  on a model with graph breaks (a data-dependent branch, a `print`): every graph Kiln
+  compiles, the result eager's;
+- a graph with an op Kiln lacks runs in eager, with a warning naming the op;
+- an unknown option is refused, naming the options;
+- the compile cache: a second process compiles nothing (`host compile` never runs in it);
+- every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
+  matches eager.
+Prints `ok: WHAT` per check; exits 1 on the first failure.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+
+def check(what, ok, detail=""):
+    """Prints `ok: what`, or fails with `detail`."""
+    if not ok:
+        print(f"FAILED: {what} {detail}", file=sys.stderr)
+        sys.exit(1)
+    print(f"ok: {what}", flush=True)
+
+
+def close(a, b, tol=1e-4):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k], tol) for k in a)
+    if isinstance(a, torch.Tensor):
+        scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
+        return a.shape == b.shape and a.dtype == b.dtype and (a.numel() == 0 or
+                                                              (a - b).abs().max().item() <= tol * scale)
+    return a == b
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 8)
+
+    def forward(self, x, scale=None):
+        hidden = torch.nn.functional.gelu(self.up(x))
+        out = self.down(hidden)
+        if scale is not None:
+            out = out * scale
+        return {"out": out, "hidden": hidden}
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if h.mean() > 0.2:  # data-dependent: a graph break
+            h = h * 2.0
+        print("kiln test: a print in forward")  # another
+        return self.b(h).softmax(-1)
+
+
+class Inverse(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.inv(x).sin()
+
+
+def counting_backend(graphs):
+    import kiln
+
+    def backend(gm, example_inputs, **kwargs):
+        fn = kiln.backend(gm, example_inputs, **kwargs)
+        graphs.append(hasattr(fn, "kiln"))
+        return fn
+
+    return backend
+
+
+def main(repo: Path):
+    try:
+        import kiln
+    except ImportError:
+        check(f"the kiln package is installed in {sys.executable}", False,
+              "(tools/test.sh installs it: pip install ./python)")
+
+    torch.manual_seed(0)
+    m = Mlp().eval()
+    x, scale = torch.randn(4, 16), torch.randn(8)
+    compiled = kiln.compile(m, (x,), example_kwargs={"scale": scale})
+    with torch.no_grad():
+        want = m(x, scale=scale)
+    got = compiled(x, scale=scale)
+    check("kiln.compile takes the module's keyword inputs and gives its dict output, as eager",
+          isinstance(got, dict) and close(got, want), (type(got), got.keys() if isinstance(got, dict) else None))
+    x2 = torch.randn(4, 16)
+    with torch.no_grad():
+        want2 = m(x2, scale=scale)
+    check("the compiled module takes other inputs of the same shapes", close(compiled(x2, scale=scale), want2))
+    try:
+        compiled(torch.randn(5, 16), scale=scale)
+        check("inputs of other shapes are refused", False)
+    except kiln.KilnError as error:
+        check("inputs of other shapes are refused, naming the shapes", "[5, 16]" in str(error), str(error))
+
+    torch._dynamo.reset()
+    b = Branchy().eval()
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        want = b(x)
+        got = torch.compile(b, backend="kiln")(x)
+    check("torch.compile(backend=\"kiln\") through the entry point matches eager across graph breaks",
+          close(got, want))
+    graphs = []
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(b, backend=counting_backend(graphs), options={"device": "cpu"})(x)
+    check("each graph of a model with a data-dependent branch and a print is compiled by Kiln",
+          len(graphs) >= 2 and all(graphs) and close(got, want), graphs)
+
+    torch._dynamo.reset()
+    inv = Inverse()
+    a = torch.randn(4, 4) + 4 * torch.eye(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(inv, backend="kiln")(a)
+    messages = [str(w.message) for w in caught if "Kiln" in str(w.message)]
+    check("a graph with an op Kiln lacks runs in eager, with a warning naming the op",
+          close(got, inv(a)) and any("linalg_inv" in m and "eager" in m for m in messages), messages)
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(b, backend="kiln", options={"devise": "cpu"})(x)
+        check("an unknown option is refused", False)
+    except Exception as error:  # dynamo wraps the backend's error
+        check("an unknown option is refused, naming the options the backend takes",
+              "devise" in str(error) and "device" in str(error) and "plugins" in str(error), str(error)[-300:])
+
+    cache_across_processes(repo)
+    zoo(repo)
+
+
+SECOND = """
+import torch, kiln
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.Tanh(), torch.nn.Linear(24, 4)).eval()
+x = torch.ones(3, 16)
+with torch.no_grad():
+    got = torch.compile(m, backend="kiln")(x)
+    want = m(x)
+assert (got - want).abs().max().item() < 1e-5, (got, want)
+"""
+
+
+def cache_across_processes(repo: Path):
+    """Two processes compile one model: the first runs `host compile`, the second only
+    reads the cache (a logging stand-in for KILN_HOST records what each ran)."""
+    import kiln
+
+    real = kiln._host.find_host()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log"
+        wrapper = Path(tmp) / "host"
+        wrapper.write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\nexec '{real}' \"$@\"\n")
+        wrapper.chmod(0o755)
+        env = dict(os.environ, KILN_HOST=str(wrapper), KILN_CACHE_DIR=str(Path(tmp) / "cache"))
+        compiles = []
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-c", SECOND], env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                check("the cache check's processes run", False, done.stderr[-2000:])
+            lines = log.read_text().splitlines() if log.exists() else []
+            compiles.append(sum(" compile " in f" {line} " for line in lines))
+    check("a second process compiles nothing: the first's compile is in the cache", compiles == [1, 1], compiles)
+
+
+def zoo(repo: Path):
+    """Every model of tools/model_zoo.py through torch.compile(backend="kiln"), against eager."""
+    sys.path.insert(0, str(repo / "tools"))
+    import model_zoo
+
+    for name, factory in model_zoo.ZOO.items():
+        torch._dynamo.reset()
+        gen = torch.Generator().manual_seed(0)
+        torch.manual_seed(0)
+        module, inputs, _ = factory(gen)
+        module = module.eval()
+        with torch.no_grad():
+            want = module(*inputs)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = torch.compile(module, backend="kiln")(*inputs)
+        fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
+        check(f"zoo model {name} through torch.compile(backend=\"kiln\") matches eager, every graph compiled",
+              close(got, want, 1e-3) and not fallbacks, fallbacks)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -13,6 +13,8 @@ Checks:
   compiles, the result eager's;
 - a graph with an op Kiln lacks runs in eager, with a warning naming the op;
 - an unknown option is refused, naming the options;
+- with gradients on (a training-mode call), the graph compiles and a warning says that its
+  outputs carry no gradient;
 - the compile cache: a second process compiles nothing (`host compile` never runs in it);
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
@@ -143,6 +145,14 @@ def main(repo: Path):
     messages = [str(w.message) for w in caught if "Kiln" in str(w.message)]
     check("a graph with an op Kiln lacks runs in eager, with a warning naming the op",
           close(got, inv(a)) and any("linalg_inv" in m and "eager" in m for m in messages), messages)
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(b, backend="kiln")(x)  # gradients on: the parameters require them
+    messages = [str(w.message) for w in caught if "Kiln" in str(w.message)]
+    check("with gradients on, the graph still compiles, and a warning says its outputs carry none",
+          close(got.detach(), want) and not got.requires_grad and any("inference" in m for m in messages), messages)
 
     torch._dynamo.reset()
     try:

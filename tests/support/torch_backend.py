@@ -6,8 +6,8 @@ plugins inside it.
 Usage: torch_backend.py REPO_ROOT
 
 Checks:
-- `kiln.compile` of a module with keyword inputs and a dict output: the module's own
-  signature and structure, the values of eager;
+- `kiln.compile` of a module with keyword inputs and a dict output, and of a transformers
+  model (its ModelOutput): the module's own signature and structure, the values of eager;
 - `torch.compile(model, backend="kiln")` through the entry point the package registers,
   on a model with graph breaks (a data-dependent branch, a `print`): every graph Kiln
   compiles, the result eager's;
@@ -120,6 +120,21 @@ def main(repo: Path):
         check("inputs of other shapes are refused", False)
     except kiln.KilnError as error:
         check("inputs of other shapes are refused, naming the shapes", "[5, 16]" in str(error), str(error))
+
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     vocab_size=96, max_position_embeddings=32)
+    bert = BertModel(cfg).eval()
+    ids = torch.randint(0, 96, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.int64)
+    mask[1, 9:] = 0
+    out = kiln.compile(bert, (ids,), example_kwargs={"attention_mask": mask})(ids, attention_mask=mask)
+    with torch.no_grad():
+        want = bert(ids, attention_mask=mask)
+    check("a transformers model's ModelOutput comes back as one, its fields eager's",
+          type(out) is type(want) and close(out.last_hidden_state, want.last_hidden_state)
+          and close(out.pooler_output, want.pooler_output), type(out))
 
     torch._dynamo.reset()
     b = Branchy().eval()

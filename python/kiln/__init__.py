@@ -15,9 +15,9 @@ the cpu. Plugins are found as ``host`` finds them (``--plugins`` folders given a
 ``plugins=``, ``$KILN_PLUGIN_PATH``, beside the compiler).
 """
 
-from ._errors import KilnError
+from ._errors import DeviceNotFound, KilnError
 from ._compile import Compiled, compile
 from ._dynamo import backend
 
-__all__ = ["Compiled", "KilnError", "backend", "compile"]
+__all__ = ["Compiled", "DeviceNotFound", "KilnError", "backend", "compile"]
 __version__ = "0.1.0"

@@ -135,14 +135,17 @@ def _user_values(program):
     return inputs, outputs
 
 
-def _digest(program, device: str, plugins: tuple, host_version: str) -> str:
-    """The cache key: the compiler's version, the device and plugin folders, the graph's
-    code and signature, every input's metadata, and every constant's bytes."""
+def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dict) -> str:
+    """The cache key: the compiler's version, the device, its plugin (name, versions,
+    library path, size and modification time) and the plugin folders, the graph's code
+    and signature, every input's metadata, and every constant's bytes."""
+    import json
+
     import torch
 
     h = hashlib.sha256()
-    for part in (host_version, device, *plugins, program.graph_module.code, str(program.graph_signature),
-                 str(program.call_spec)):
+    for part in (host_version, device, json.dumps(plugin, sort_keys=True), *plugins, program.graph_module.code,
+                 str(program.graph_signature), str(program.call_spec)):
         h.update(part.encode())
         h.update(b"\0")
     for node in program.graph.nodes:
@@ -168,7 +171,8 @@ def build(program, device: str, plugins: tuple = ()) -> Path:
     import torch
 
     host = _host.find_host()
-    key = _digest(program, device, plugins, _host.version(host))
+    plugin = _host.plugin_of(host, device, plugins)
+    key = _digest(program, device, plugins, _host.version(host), plugin)
     root = cache_root()
     folder = root / key
     if (folder / "kiln-complete").is_file():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 
 from ._compile import Compiled, default_device, export
-from ._errors import KilnError
+from ._errors import DeviceNotFound, KilnError
 
 OPTIONS = ("device", "plugins")
 
@@ -33,6 +33,8 @@ def backend(gm, example_inputs, mode=None, options=None):
     _warn_if_training(gm, example_inputs)
     try:
         compiled = Compiled(export(gm, example_inputs), device, plugins)
+    except DeviceNotFound:  # a setup error: no graph would compile
+        raise
     except KilnError as error:
         _warn_eager(gm, str(error))
         return gm.forward

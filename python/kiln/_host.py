@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
-from ._errors import KilnError
+from ._errors import DeviceNotFound, KilnError
+
+_LOCK = threading.Lock()
+# `host list --json` per compiler and plugin folders: what devices there are.
+_LISTS: dict = {}
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,6 +44,37 @@ def version(host: Path) -> str:
     if done.returncode != 0:
         raise KilnError(f"{host} --version failed: {done.stderr.strip()}")
     return done.stdout.strip()
+
+
+def plugin_of(host: Path, device: str, plugins: tuple[str, ...]) -> dict:
+    """The plugin that provides `device` ("cuda:1" is cuda's), as `host list --json`
+    describes it (name, version, API version, path, ...), its library's size and
+    modification time added; DeviceNotFound names the devices there are."""
+    with _LOCK:
+        listing = _LISTS.get((str(host), plugins))
+        if listing is None:
+            cmd = [str(host)] + [arg for folder in plugins for arg in ("--plugins", str(folder))] + ["list", "--json"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise KilnError(f"`{' '.join(cmd)}` failed: {done.stderr.strip()}")
+            listing = json.loads(done.stdout)
+            _LISTS[(str(host), plugins)] = listing
+    name = device.split(":")[0]
+    found = next((d for d in listing.get("devices", []) if d.get("name") == name), None)
+    if found is None:
+        names = ", ".join(d.get("name", "?") for d in listing.get("devices", [])) or "none"
+        searched = ", ".join(str(s.get("path", s)) if isinstance(s, dict) else str(s)
+                             for s in listing.get("searched", []))
+        raise DeviceNotFound(f"no plugin provides the device `{name}`; available devices: {names}; searched: "
+                             f"{searched} (add a plugin folder: plugins=[DIR] for kiln.compile, options={{'plugins': [DIR]}} "
+                             "for torch.compile, or KILN_PLUGIN_PATH)")
+    entry = {k: v for k, v in found.items() if k != "status"}
+    try:
+        stat = os.stat(found["path"])
+        entry["file"] = [stat.st_size, stat.st_mtime_ns]
+    except (KeyError, OSError):
+        pass
+    return entry
 
 
 def compile_archive(host: Path, archive: Path, device: str, out: Path, plugins: tuple[str, ...]) -> None:

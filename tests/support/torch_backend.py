@@ -12,7 +12,8 @@ Checks:
   on a model with graph breaks (a data-dependent branch, a `print`): every graph Kiln
   compiles, the result eager's;
 - a graph with an op Kiln lacks runs in eager, with a warning naming the op;
-- an unknown option is refused, naming the options;
+- an unknown option is refused, naming the options; a device no plugin provides is an
+  error naming the devices there are;
 - with gradients on (a training-mode call), the graph compiles and a warning says that its
   outputs carry no gradient;
 - the compile cache: a second process compiles nothing (`host compile` never runs in it);
@@ -176,6 +177,14 @@ def main(repo: Path):
     except Exception as error:  # dynamo wraps the backend's error
         check("an unknown option is refused, naming the options the backend takes",
               "devise" in str(error) and "device" in str(error) and "plugins" in str(error), str(error)[-300:])
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(b, backend="kiln", options={"device": "npu"})(x)
+        check("a device no plugin provides is refused", False)
+    except Exception as error:  # dynamo wraps the backend's error
+        check("a device no plugin provides is an error naming the devices there are, not a fallback to eager",
+              "npu" in str(error) and "cpu" in str(error) and "cuda" in str(error), str(error)[-400:])
 
     cache_across_processes(repo)
     zoo(repo)

@@ -4,7 +4,8 @@
 `host` binary and the cuda, xpu, gxu and cpu plugins and copies them into the package,
 where `host` finds its plugins beside itself. With $KILN_BINARIES set to a folder that
 already holds them (absolute, or relative to the repository's root: target/release, or
-target/debug as the tests use), they are copied from there and cargo does not run.
+target/debug as the tests use), they are copied from there and cargo does not run. The copies'
+debug info is stripped where `strip` is on PATH.
 """
 
 import os
@@ -38,8 +39,11 @@ class BuildWithCompiler(build_py):
                              "point KILN_BINARIES at a folder that has them")
         dest = Path(self.build_lib) / "kiln" / "bin"
         dest.mkdir(parents=True, exist_ok=True)
+        strip = shutil.which("strip")
         for name in BINARIES:
             shutil.copy2(source / name, dest / name)
+            if strip:  # the release profile keeps debug info: 51 MB of host become about 8
+                subprocess.run([strip, "--strip-debug", str(dest / name)], check=True)
 
 
 class BinaryDistribution(Distribution):

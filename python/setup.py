@@ -3,8 +3,8 @@
 `pip install ./python` (from the repository's root) runs `cargo build --release` for the
 `host` binary and the cuda, xpu, gxu and cpu plugins and copies them into the package,
 where `host` finds its plugins beside itself. With $KILN_BINARIES set to a folder that
-already holds them (absolute, or relative to the repository's root: target/release, or
-target/debug as the tests use), they are copied from there and cargo does not run. The copies'
+already holds them (absolute, or relative to the repository's root: target/release,
+target/debug as the tests use, or a staged bench/gpu/ab/NAME with its plugins/), they are copied from there and cargo does not run. The copies'
 debug info is stripped where `strip` is on PATH.
 """
 
@@ -33,7 +33,10 @@ class BuildWithCompiler(build_py):
                 packages += ["-p", f"kiln-plugin-{p}"]
             subprocess.run(["cargo", "build", "--release", *packages], cwd=REPO, check=True)
             source = REPO / "target" / "release"
-        missing = [name for name in BINARIES if not (source / name).is_file()]
+        # A plugin may also be in plugins/ beside the host (bench/gpu/ab_stage.sh's layout).
+        found = {name: next((p for p in (source / name, source / "plugins" / name) if p.is_file()), None)
+                 for name in BINARIES}
+        missing = [name for name, path in found.items() if path is None]
         if missing:
             raise SystemExit(f"{source} lacks {', '.join(missing)}: build them (cargo build --release) or "
                              "point KILN_BINARIES at a folder that has them")
@@ -41,7 +44,7 @@ class BuildWithCompiler(build_py):
         dest.mkdir(parents=True, exist_ok=True)
         strip = shutil.which("strip")
         for name in BINARIES:
-            shutil.copy2(source / name, dest / name)
+            shutil.copy2(found[name], dest / name)
             if strip:  # the release profile keeps debug info: 51 MB of host become about 8
                 subprocess.run([strip, "--strip-debug", str(dest / name)], check=True)
 

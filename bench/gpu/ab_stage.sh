@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stages this checkout's release build for the GPU machine (which has no Rust):
-# a stripped host and the cuda, gxu and cpu plugins in bench/gpu/ab/NAME/.
+# a stripped host and the cuda, gxu, cpu and xpu plugins in bench/gpu/ab/NAME/.
 # Stage two builds (say `old` from one commit, `new` from another), carry
 # bench/gpu/ab and bench/gpu/graphs to the GPU machine, and run ab_cases.sh there.
 #
@@ -12,7 +12,7 @@ cargo build --release --workspace
 dir=bench/gpu/ab/$name
 rm -rf "$dir" && mkdir -p "$dir/plugins"
 strip -o "$dir/host" target/release/host
-for p in cuda gxu cpu; do strip -o "$dir/plugins/libkiln_$p.so" "target/release/libkiln_$p.so"; done
+for p in cuda gxu cpu xpu; do strip -o "$dir/plugins/libkiln_$p.so" "target/release/libkiln_$p.so"; done
 # The graphs prepare.sh compiles (tests/graphs and the hostile-name graphs).
 [ -d bench/gpu/graphs ] || {
   mkdir -p bench/gpu/graphs

@@ -13,6 +13,7 @@ import warnings
 
 from ._compile import Compiled, default_device, export
 from ._errors import DeviceNotFound, KilnError
+from ._graphs import Graphed, kept_inputs
 
 OPTIONS = ("device", "plugins")
 
@@ -20,8 +21,10 @@ OPTIONS = ("device", "plugins")
 def backend(gm, example_inputs, mode=None, options=None):
     """A dynamo backend. `options`: `device` (default: the example inputs' device; a
     name a plugin provides, "cuda:1" with an index) and `plugins` (folders searched
-    for plugins before the default places). `mode` is accepted as torch.compile
-    passes it; each graph runs as Kiln compiled it."""
+    for plugins before the default places). `mode="reduce-overhead"` captures each
+    graph's call into a device graph where the device's torch module has them
+    (torch.cuda's CUDA graphs; `_graphs.Graphed`); other modes run the graph as
+    Kiln compiled it."""
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -46,13 +49,25 @@ def backend(gm, example_inputs, mode=None, options=None):
         def run(*args):
             return compiled(*args)
     else:  # every argument a tensor, a tuple out: straight to the compiled code
-        call_flat = compiled.call_flat
+        call_flat = graphed(compiled.call_flat, device, example_inputs) if mode == "reduce-overhead" \
+            else compiled.call_flat
 
         def run(*args):
             return call_flat(args)
 
     run.kiln = compiled
     return run
+
+
+def graphed(call_flat, device: str, example_inputs):
+    """`call_flat` under the device's graphs (mode="reduce-overhead"), where its torch
+    module has them; else as it is (the cpu)."""
+    import torch
+
+    module = getattr(torch, device.split(":")[0], None)
+    if module is None or not all(hasattr(module, a) for a in ("CUDAGraph", "graph", "Stream", "stream")):
+        return call_flat
+    return Graphed(call_flat, module, kept_inputs(example_inputs))
 
 
 def _warn_if_training(gm, example_inputs) -> None:

@@ -16,6 +16,9 @@ Checks:
   error naming the devices there are;
 - with gradients on (a training-mode call), the graph compiles and a warning says that its
   outputs carry no gradient;
+- mode="reduce-overhead": directly on the cpu; under a stand-in device's graphs, one
+  capture after a warm-up, replays with the other inputs copied in, kept inputs (parameters)
+  read in place, a capture again when one moves;
 - the compile cache: a second process compiles nothing (`host compile` never runs in it);
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
@@ -186,8 +189,106 @@ def main(repo: Path):
         check("a device no plugin provides is an error naming the devices there are, not a fallback to eager",
               "npu" in str(error) and "cpu" in str(error) and "cuda" in str(error), str(error)[-400:])
 
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(b, backend="kiln", mode="reduce-overhead")(x)
+    check("mode=\"reduce-overhead\" on the cpu, which has no device graphs, runs the compiled graphs directly",
+          close(got, want))
+    device_graphs()
+
     cache_across_processes(repo)
     zoo(repo)
+
+
+class FakeDevice:
+    """torch.cuda's graph API on the cpu: a capture records the calls made in it, and a
+    replay makes them again (as a CUDA graph replays its kernels on the captured addresses)."""
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    def __init__(self):
+        self.capturing, self.recorded = False, None
+
+    def is_current_stream_capturing(self):
+        return self.capturing
+
+    def current_stream(self):
+        return FakeDevice.Stream()
+
+    def stream(self, s):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def CUDAGraph(self):
+        device = self
+
+        class Graph:
+            def replay(self):
+                for action in self.actions:
+                    action()
+
+        g = Graph()
+        g.actions = []
+        device.recording = g
+        return g
+
+    def graph(self, g):
+        import contextlib
+        device = self
+
+        @contextlib.contextmanager
+        def capture():
+            device.capturing = True
+            try:
+                yield
+            finally:
+                device.capturing = False
+
+        return capture()
+
+
+def device_graphs():
+    """kiln._graphs.Graphed with a stand-in device: capture once after a warm-up, replay with
+    the other inputs copied in, capture again when a kept input moves."""
+    from kiln._graphs import Graphed
+
+    device = FakeDevice()
+    out = torch.zeros(3)
+    runs = []
+
+    def call(tensors):  # writes into its own output buffer, as compiled code does
+        def kernel(a=tensors[0], w=tensors[1]):
+            out.copy_(a * 2 + w)
+        if device.capturing:
+            device.recording.actions.append(kernel)
+        else:
+            kernel()
+        runs.append(device.capturing)
+        return (out,)
+
+    weight = torch.ones(3)
+    graphed = Graphed(call, device, kept=[1])
+    first = graphed([torch.tensor([1.0, 2.0, 3.0]), weight])
+    check("the first call warms up, captures, and replays: the graph's result",
+          runs == [False, True] and graphed.captures == 1 and first[0].tolist() == [3.0, 5.0, 7.0], runs)
+    second = graphed([torch.tensor([0.0, 1.0, 0.0]), weight])
+    check("a later call copies the other inputs into the captured ones and replays, running nothing else",
+          len(runs) == 2 and second[0].tolist() == [1.0, 3.0, 1.0] and second[0] is first[0], runs)
+    weight.add_(1.0)
+    third = graphed([torch.tensor([0.0, 1.0, 0.0]), weight])
+    check("a kept input is read in place: its new values show without a capture",
+          graphed.captures == 1 and third[0].tolist() == [2.0, 4.0, 2.0])
+    moved = weight.clone()
+    fourth = graphed([torch.tensor([1.0, 1.0, 1.0]), moved])
+    check("a kept input at another address is captured again",
+          graphed.captures == 2 and fourth[0].tolist() == [4.0, 4.0, 4.0])
+    device.capturing = True
+    inside = graphed([torch.tensor([1.0, 1.0, 1.0]), moved])
+    device.capturing = False
+    check("inside the caller's own capture the call is made directly",
+          graphed.captures == 2 and runs[-1] is True and inside[0] is out)
 
 
 SECOND = """

@@ -34,6 +34,14 @@ def backend(gm, example_inputs, mode=None, options=None):
     if isinstance(plugins, str):
         plugins = (plugins,)
     _warn_if_training(gm, example_inputs)
+    if _symbolic(example_inputs):
+        return _PerShape(gm, device, plugins, mode)
+    return _compile_static(gm, example_inputs, device, plugins, mode)
+
+
+def _compile_static(gm, example_inputs, device: str, plugins, mode):
+    """The function dynamo calls for a graph of static shapes: Kiln's compile of it, or
+    the graph itself (eager) with a warning where Kiln cannot compile it."""
     try:
         compiled = Compiled(export(gm, example_inputs), device, plugins)
     except DeviceNotFound:  # a setup error: no graph would compile
@@ -57,6 +65,36 @@ def backend(gm, example_inputs, mode=None, options=None):
 
     run.kiln = compiled
     return run
+
+
+def _symbolic(example_inputs) -> bool:
+    """Whether dynamo traced the graph with symbolic sizes (dynamic=True, or automatic
+    dynamic shapes after a size changed): a SymInt among the inputs, or in a shape."""
+    import torch
+
+    sym = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    return any(isinstance(v, sym) or (isinstance(v, torch.Tensor) and any(isinstance(d, sym) for d in v.shape))
+               for v in example_inputs)
+
+
+class _PerShape:
+    """A graph dynamo traced with symbolic sizes, compiled by Kiln once per distinct set of
+    input sizes and values as calls bring them (Kiln's graphs have static shapes until
+    symbolic dims exist): each set is exported and compiled at its first call, and kept."""
+
+    def __init__(self, gm, device: str, plugins, mode):
+        self._gm, self._device, self._plugins, self._mode = gm, device, plugins, mode
+        self.compiled: dict = {}
+
+    def __call__(self, *args):
+        import torch
+
+        key = tuple((tuple(a.shape), a.dtype, str(a.device)) if isinstance(a, torch.Tensor) else a for a in args)
+        run = self.compiled.get(key)
+        if run is None:
+            run = _compile_static(self._gm, list(args), self._device, self._plugins, self._mode)
+            self.compiled[key] = run
+        return run(*args)
 
 
 def graphed(call_flat, device: str, example_inputs):

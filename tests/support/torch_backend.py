@@ -16,6 +16,8 @@ Checks:
   error naming the devices there are;
 - with gradients on (a training-mode call), the graph compiles and a warning says that its
   outputs carry no gradient;
+- graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): each set
+  of sizes compiled as it comes, every call matching eager;
 - mode="reduce-overhead": directly on the cpu; under a stand-in device's graphs, one
   capture after a warm-up, replays with the other inputs copied in, kept inputs (parameters)
   read in place, a capture again when one moves;
@@ -188,6 +190,18 @@ def main(repo: Path):
     except Exception as error:  # dynamo wraps the backend's error
         check("a device no plugin provides is an error naming the devices there are, not a fallback to eager",
               "npu" in str(error) and "cpu" in str(error) and "cuda" in str(error), str(error)[-400:])
+
+    for dynamic in (None, True):
+        torch._dynamo.reset()
+        seq = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+        compiled_seq = torch.compile(seq, backend="kiln", dynamic=dynamic)
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            results = [(compiled_seq(v), seq(v)) for v in (torch.randn(n, 8) for n in (2, 3, 5, 3))]
+        fallbacks = [str(w.message) for w in caught if "Kiln" in str(w.message)]
+        what = "dynamic=True" if dynamic else "a size that changes (dynamo's automatic dynamic shapes)"
+        check(f"{what}: each set of sizes is compiled by Kiln as it comes, every call eager's",
+              all(close(g, w) for g, w in results) and not fallbacks, fallbacks)
 
     torch._dynamo.reset()
     with torch.no_grad():

@@ -68,6 +68,17 @@ class Compiled:
         # interface takes pointers, so the sizes are checked here.
         self._check_sizes = device.split(":")[0] == "cpu"
 
+    def takes_flat_tensors(self, count: int) -> bool:
+        """Whether the program takes `count` tensors as positional arguments and returns a
+        flat tuple, as dynamo's graphs do (so `call_flat` can serve it)."""
+        if self._in_spec is None or self._out_spec is None or len(self._inputs) != count:
+            return False
+        args_spec, kwargs_spec = _children(self._in_spec)
+        flat_in = (args_spec.type is tuple and kwargs_spec.num_leaves == 0
+                   and all(c.is_leaf() for c in _children(args_spec)))
+        return flat_in and self._out_spec.type in (tuple, list) and all(
+            c.is_leaf() for c in _children(self._out_spec))
+
     def call_flat(self, tensors):
         """The compiled graph on its tensor inputs in order (a dynamo graph's
         arguments), its outputs as a tuple: no pytree work per call."""
@@ -97,6 +108,12 @@ class Compiled:
         if self._out_spec is None:
             return tuple(outputs)
         return self._pytree.tree_unflatten(list(outputs), self._out_spec)
+
+
+def _children(spec):
+    """A pytree spec's children (`children()` in newer torch, `children_specs` before)."""
+    children = getattr(spec, "children", None)
+    return list(children()) if callable(children) else list(spec.children_specs)
 
 
 def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugins=()):

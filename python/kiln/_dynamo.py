@@ -53,7 +53,7 @@ def _compile_static(gm, example_inputs, device: str, plugins, mode):
         _warn_eager(gm, f"torch.export: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
         return gm.forward
 
-    if not _flat_tuple(compiled, len(example_inputs)):
+    if not compiled.takes_flat_tensors(len(example_inputs)):
         def run(*args):
             return compiled(*args)
     else:  # every argument a tensor, a tuple out: straight to the compiled code
@@ -118,25 +118,6 @@ def _warn_if_training(gm, example_inputs) -> None:
         warnings.warn("Kiln compiles for inference: this graph's outputs carry no gradient (call the compiled "
                       "model under torch.no_grad() or torch.inference_mode(), or use another backend to train)",
                       stacklevel=3)
-
-
-def _flat_tuple(compiled: Compiled, count: int) -> bool:
-    """Whether the graph takes `count` tensors as positional arguments and returns
-    a flat tuple, as dynamo's graphs do."""
-    in_spec, out_spec = compiled._in_spec, compiled._out_spec
-    if in_spec is None or out_spec is None or len(compiled._inputs) != count:
-        return False
-    args_spec, kwargs_spec = _children(in_spec)
-    flat_in = (args_spec.type is tuple and kwargs_spec.num_leaves == 0
-               and all(c.is_leaf() for c in _children(args_spec)))
-    flat_out = out_spec.type in (tuple, list) and all(c.is_leaf() for c in _children(out_spec))
-    return flat_in and flat_out
-
-
-def _children(spec):
-    """A pytree spec's children (`children()` in newer torch, `children_specs` before)."""
-    children = getattr(spec, "children", None)
-    return list(children()) if callable(children) else list(spec.children_specs)
 
 
 def _warn_eager(gm, why: str) -> None:

@@ -91,6 +91,25 @@ def wrapper_checks(rt):
     wrong = raises(rt.assert_size_stride, FakeTensor((4, 8), (1, 4)), (4, 8), (8, 1), "a")
     check("a transposed input is refused, by name",
           wrong is not None and wrong.startswith("a: expected size (4, 8) and stride (8, 1)"), wrong)
+    from types import SimpleNamespace
+
+    fast_calls = []
+
+    def fast(tensor, size, stride):  # torch's C++ check, as the stand-in torch has it
+        fast_calls.append(size)
+        if tuple(tensor.size()) != tuple(size):
+            raise AssertionError("C++ message")
+
+    with_fast = SimpleNamespace(_C=SimpleNamespace(_dynamo=SimpleNamespace(guards=SimpleNamespace(
+        assert_size_stride=fast))))
+    checked = rt.size_stride_check(with_fast)
+    ok = raises(checked, FakeTensor((4, 1), (1, 7)), (4, 1), (1, 1), "a") is None
+    wrong = raises(checked, FakeTensor((4, 8), (8, 1)), (4, 9), (9, 1), "b")
+    check("where torch has its C++ size and stride check it is used, a failure reported by name",
+          ok and fast_calls == [(4, 1), (4, 9)] and wrong is not None and wrong.startswith("b: expected size (4, 9)"),
+          (fast_calls, wrong))
+    check("without it, the check is the runtime's own",
+          rt.size_stride_check(SimpleNamespace(_C=SimpleNamespace())) is rt.assert_size_stride)
     aligned, off = FakeTensor((8,), (1,), ptr=64), FakeTensor((8,), (1,), ptr=68)
     args = [aligned, off]
     rt.align_inputs(args, (0, 1))

@@ -388,7 +388,10 @@ fn torch_part(
     out.push_str(FAST_PATHS);
     // The checks and copies `call` makes are the runtime's, bound here so
     // that `call` reads them as globals.
-    writeln!(out, "assert_size_stride = kiln_runtime.assert_size_stride")?;
+    writeln!(
+        out,
+        "assert_size_stride = kiln_runtime.size_stride_check(torch)"
+    )?;
     if align {
         writeln!(out, "align_inputs = kiln_runtime.align_inputs")?;
     }

@@ -84,7 +84,7 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-assert_size_stride = kiln_runtime.assert_size_stride
+assert_size_stride = kiln_runtime.size_stride_check(torch)
 align_inputs = kiln_runtime.align_inputs
 
 

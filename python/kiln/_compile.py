@@ -48,6 +48,19 @@ def default_device(values) -> str:
     return "cpu"
 
 
+def check_device(device: str, values) -> None:
+    """Kiln's compiled code reads its inputs where they are: compiled for the cpu, every
+    tensor among `values` must be in host memory; compiled for another device, none may be."""
+    import torch
+
+    on_cpu = device.split(":")[0] == "cpu"
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and (v.device.type == "cpu") != on_cpu:
+            raise KilnError(f"input {i} is on {v.device}, but the graph is compiled for `{device}`, whose code "
+                            f"reads its inputs where they are: move the model and its inputs to {device}, or "
+                            f"compile for {v.device.type}")
+
+
 class Compiled:
     """A program Kiln compiled, called like the module it was exported from: the same
     positional and keyword inputs (tensors of the example's sizes and dtypes, other
@@ -70,7 +83,7 @@ class Compiled:
 
     def takes_flat_tensors(self, count: int) -> bool:
         """Whether the program takes `count` tensors as positional arguments and returns a
-        flat tuple, as dynamo's graphs do (so `call_flat` can serve it)."""
+        flat tuple, as dynamo's graphs do (so `flat_call` can serve it)."""
         if self._in_spec is None or self._out_spec is None or len(self._inputs) != count:
             return False
         args_spec, kwargs_spec = _children(self._in_spec)
@@ -79,17 +92,34 @@ class Compiled:
         return flat_in and self._out_spec.type in (tuple, list) and all(
             c.is_leaf() for c in _children(self._out_spec))
 
-    def call_flat(self, tensors):
-        """The compiled graph on its tensor inputs in order (a dynamo graph's
-        arguments), its outputs as a tuple: no pytree work per call."""
-        if self._check_sizes:
-            self._check(tensors)
-        return tuple(self._run([t if t.is_contiguous() else t.contiguous() for t in tensors]))
+    def flat_call(self, example_inputs):
+        """The compiled graph as a function of a dynamo graph's arguments (a sequence of
+        tensors in order) giving its outputs as a tuple, with no pytree work per call. The
+        inputs whose example is not contiguous are made so; dynamo's guards keep every
+        input's strides the example's, so the others are passed as they are."""
+        import torch
+
+        run, strided = self._run, [i for i, t in enumerate(example_inputs)
+                                   if isinstance(t, torch.Tensor) and not t.is_contiguous()]
+        check = self._check if self._check_sizes else None
+        if not strided and check is None:
+            return run
+
+        def call(tensors):
+            tensors = list(tensors)
+            if check is not None:
+                check(tensors)
+            for i in strided:
+                tensors[i] = tensors[i].contiguous()
+            return run(tensors)
+
+        return call
 
     def _check(self, tensors):
         if len(tensors) != len(self._inputs):
             raise KilnError(f"called with {len(tensors)} tensor input(s); the compiled graph takes "
                             f"{len(self._inputs)}")
+        check_device(self.device, tensors)
         for i, (t, (shape, dtype)) in enumerate(zip(tensors, self._inputs)):
             if tuple(t.shape) != shape or t.dtype != dtype:
                 raise KilnError(f"input {i} is {t.dtype}{list(t.shape)}; the graph was compiled for "
@@ -122,9 +152,11 @@ def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugi
     the example inputs' device), with `plugins` folders searched first. Returns a
     `Compiled`, called as the module is."""
     program = export(model, example_inputs, example_kwargs)
+    given = [*example_inputs, *(example_kwargs or {}).values()]
     if device is None:
         example = getattr(program, "example_inputs", None) or ((), {})
-        device = default_device([*example_inputs, *(example_kwargs or {}).values(), *example[0]])
+        device = default_device([*given, *example[0]])
+    check_device(str(device), given)
     return Compiled(program, str(device), plugins)
 
 
@@ -198,7 +230,7 @@ def build(program, device: str, plugins: tuple = ()) -> Path:
     stage = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
         archive = stage / "graph.pt2"
-        torch.export.save(program, str(archive))
+        save_without_examples(program, archive)
         out = stage / "out"
         _host.compile_archive(host, archive, device, out, plugins)
         archive.unlink()
@@ -211,6 +243,20 @@ def build(program, device: str, plugins: tuple = ()) -> Path:
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return folder
+
+
+def save_without_examples(program, archive: Path) -> None:
+    """`torch.export.save` of `program` without its example inputs, which Kiln does not read:
+    dynamo's graphs take the parameters as inputs, and pickling them would copy every weight
+    (seconds for a real model)."""
+    import torch
+
+    examples = program.example_inputs
+    program.example_inputs = None
+    try:
+        torch.export.save(program, str(archive))
+    finally:
+        program.example_inputs = examples
 
 
 def _runner(folder: Path, device: str, outputs):
@@ -228,14 +274,21 @@ def _runner(folder: Path, device: str, outputs):
 
 
 def _python_wrapper(folder: Path):
-    """output_code.py's `call`, the module loaded under a name of its own."""
+    """output_code.py's `call`, on a list of its own (`call` empties the list it is given)."""
+    module = load_output_code(folder)
+    call = module.call
+    return lambda tensors: call(list(tensors))
+
+
+def load_output_code(folder: Path):
+    """The folder's output_code.py, loaded as a module under a name of its own."""
     path = folder / "output_code.py"
     name = f"kiln_output_code_{folder.name}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return lambda tensors: module.call(list(tensors))
+    return module
 
 
 class _CpuLibrary:
@@ -265,4 +318,4 @@ class _CpuLibrary:
         rc = self._lib.kiln_call(ins, ptrs)
         if rc != 0:
             raise KilnError(f"kiln_call failed ({rc}): {self._lib.kiln_last_error().decode()}")
-        return outs
+        return tuple(outs)

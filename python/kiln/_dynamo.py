@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import warnings
 
-from ._compile import Compiled, default_device, export
+from . import _host
+from ._compile import Compiled, check_device, default_device, export
 from ._errors import DeviceNotFound, KilnError
 from ._graphs import Graphed, kept_inputs
 
@@ -33,6 +34,8 @@ def backend(gm, example_inputs, mode=None, options=None):
     plugins = options.get("plugins") or ()
     if isinstance(plugins, str):
         plugins = (plugins,)
+    _host.plugin_of(_host.find_host(), device, tuple(str(p) for p in plugins))  # DeviceNotFound first
+    check_device(device, example_inputs)
     _warn_if_training(gm, example_inputs)
     if _symbolic(example_inputs):
         return _PerShape(gm, device, plugins, mode)
@@ -57,12 +60,14 @@ def _compile_static(gm, example_inputs, device: str, plugins, mode):
         def run(*args):
             return compiled(*args)
     else:  # every argument a tensor, a tuple out: straight to the compiled code
-        call_flat = graphed(compiled.call_flat, device, example_inputs) if mode == "reduce-overhead" \
-            else compiled.call_flat
+        call_flat = compiled.flat_call(example_inputs)
+        if mode == "reduce-overhead":
+            call_flat = graphed(call_flat, device, example_inputs)
 
         def run(*args):
             return call_flat(args)
 
+        run.graphed = call_flat if isinstance(call_flat, Graphed) else None
     run.kiln = compiled
     return run
 

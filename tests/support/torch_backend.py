@@ -3,7 +3,16 @@
 with pip (tools/test.sh installs it into the torch environment), Kiln's compiler and
 plugins inside it.
 
-Usage: torch_backend.py REPO_ROOT
+Usage: torch_backend.py REPO_ROOT [--device cuda]
+
+On the cpu by default (tools/test.sh). With `--device cuda` (on a GPU machine, with the
+package on the path and KILN_HOST naming a host with its plugins), the same checks run on
+CUDA, and two more:
+- mode="reduce-overhead" captures a real CUDA graph and replays it: after the capture, calls
+  with new inputs give eager's results without entering the compiled code;
+- options={"device": "gxu"}: the vendor plugin's code runs with CUDA standing in for GXU
+  (its `torch.gxu` is torch.cuda, as bench/gpu/run.py runs its outputs), across graph
+  breaks and on every model of the zoo.
 
 Checks:
 - `kiln.compile` of a module with keyword inputs and a dict output, and of a transformers
@@ -13,7 +22,8 @@ Checks:
   compiles, the result eager's;
 - a graph with an op Kiln lacks runs in eager, with a warning naming the op;
 - an unknown option is refused, naming the options; a device no plugin provides is an
-  error naming the devices there are;
+  error naming the devices there are; a device other than the inputs' (cpu against cuda)
+  is an error saying where the inputs are;
 - with gradients on (a training-mode call), the graph compiles and a warning says that its
   outputs carry no gradient;
 - graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): each set
@@ -35,6 +45,13 @@ import warnings
 from pathlib import Path
 
 import torch
+
+DEVICE = "cpu"
+
+
+def dev(value):
+    """A tensor or module moved to the device the checks run on."""
+    return value.to(DEVICE)
 
 
 def check(what, ok, detail=""):
@@ -109,20 +126,20 @@ def main(repo: Path):
               "(tools/test.sh installs it: pip install ./python)")
 
     torch.manual_seed(0)
-    m = Mlp().eval()
-    x, scale = torch.randn(4, 16), torch.randn(8)
+    m = dev(Mlp().eval())
+    x, scale = dev(torch.randn(4, 16)), dev(torch.randn(8))
     compiled = kiln.compile(m, (x,), example_kwargs={"scale": scale})
     with torch.no_grad():
         want = m(x, scale=scale)
     got = compiled(x, scale=scale)
     check("kiln.compile takes the module's keyword inputs and gives its dict output, as eager",
           isinstance(got, dict) and close(got, want), (type(got), got.keys() if isinstance(got, dict) else None))
-    x2 = torch.randn(4, 16)
+    x2 = dev(torch.randn(4, 16))
     with torch.no_grad():
         want2 = m(x2, scale=scale)
     check("the compiled module takes other inputs of the same shapes", close(compiled(x2, scale=scale), want2))
     try:
-        compiled(torch.randn(5, 16), scale=scale)
+        compiled(dev(torch.randn(5, 16)), scale=scale)
         check("inputs of other shapes are refused", False)
     except kiln.KilnError as error:
         check("inputs of other shapes are refused, naming the shapes", "[5, 16]" in str(error), str(error))
@@ -131,10 +148,11 @@ def main(repo: Path):
 
     cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      vocab_size=96, max_position_embeddings=32)
-    bert = BertModel(cfg).eval()
-    ids = torch.randint(0, 96, (2, 12))
+    bert = dev(BertModel(cfg).eval())
+    ids = dev(torch.randint(0, 96, (2, 12)))
     mask = torch.ones(2, 12, dtype=torch.int64)
     mask[1, 9:] = 0
+    mask = dev(mask)
     out = kiln.compile(bert, (ids,), example_kwargs={"attention_mask": mask})(ids, attention_mask=mask)
     with torch.no_grad():
         want = bert(ids, attention_mask=mask)
@@ -143,8 +161,8 @@ def main(repo: Path):
           and close(out.pooler_output, want.pooler_output), type(out))
 
     torch._dynamo.reset()
-    b = Branchy().eval()
-    x = torch.randn(8, 16)
+    b = dev(Branchy().eval())
+    x = dev(torch.randn(8, 16))
     with torch.no_grad():
         want = b(x)
         got = torch.compile(b, backend="kiln")(x)
@@ -153,13 +171,13 @@ def main(repo: Path):
     graphs = []
     torch._dynamo.reset()
     with torch.no_grad():
-        got = torch.compile(b, backend=counting_backend(graphs), options={"device": "cpu"})(x)
+        got = torch.compile(b, backend=counting_backend(graphs), options={"device": DEVICE})(x)
     check("each graph of a model with a data-dependent branch and a print is compiled by Kiln",
           len(graphs) >= 2 and all(graphs) and close(got, want), graphs)
 
     torch._dynamo.reset()
     inv = Inverse()
-    a = torch.randn(4, 4) + 4 * torch.eye(4)
+    a = dev(torch.randn(4, 4) + 4 * torch.eye(4))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = torch.compile(inv, backend="kiln")(a)
@@ -191,27 +209,41 @@ def main(repo: Path):
         check("a device no plugin provides is an error naming the devices there are, not a fallback to eager",
               "npu" in str(error) and "cpu" in str(error) and "cuda" in str(error), str(error)[-400:])
 
+    torch._dynamo.reset()
+    other = "cuda" if DEVICE == "cpu" else "cpu"
+    try:
+        torch.compile(b, backend="kiln", options={"device": other})(x)
+        check("a device other than the inputs' is refused", False)
+    except Exception as error:  # dynamo wraps the backend's error
+        check("a device other than the inputs' is an error saying where the inputs are, before anything runs",
+              f"compiled for `{other}`" in str(error) and f"on {x.device}" in str(error), str(error)[-400:])
+
     for dynamic in (None, True):
         torch._dynamo.reset()
-        seq = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+        seq = dev(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval())
         compiled_seq = torch.compile(seq, backend="kiln", dynamic=dynamic)
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
             warnings.simplefilter("always")
-            results = [(compiled_seq(v), seq(v)) for v in (torch.randn(n, 8) for n in (2, 3, 5, 3))]
+            results = [(compiled_seq(v), seq(v)) for v in (dev(torch.randn(n, 8)) for n in (2, 3, 5, 3))]
         fallbacks = [str(w.message) for w in caught if "Kiln" in str(w.message)]
         what = "dynamic=True" if dynamic else "a size that changes (dynamo's automatic dynamic shapes)"
         check(f"{what}: each set of sizes is compiled by Kiln as it comes, every call eager's",
               all(close(g, w) for g, w in results) and not fallbacks, fallbacks)
 
-    torch._dynamo.reset()
-    with torch.no_grad():
-        got = torch.compile(b, backend="kiln", mode="reduce-overhead")(x)
-    check("mode=\"reduce-overhead\" on the cpu, which has no device graphs, runs the compiled graphs directly",
-          close(got, want))
+    if DEVICE == "cpu":
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(b, backend="kiln", mode="reduce-overhead")(x)
+        check("mode=\"reduce-overhead\" on the cpu, which has no device graphs, runs the compiled graphs directly",
+              close(got, want))
+    else:
+        cuda_graphs()
     device_graphs()
 
     cache_across_processes(repo)
     zoo(repo)
+    if DEVICE == "cuda":
+        gxu_standing_in(repo)
 
 
 class FakeDevice:
@@ -306,10 +338,10 @@ def device_graphs():
 
 
 SECOND = """
-import torch, kiln
+import sys, torch, kiln
 torch.manual_seed(0)
-m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.Tanh(), torch.nn.Linear(24, 4)).eval()
-x = torch.ones(3, 16)
+m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.Tanh(), torch.nn.Linear(24, 4)).eval().to(sys.argv[1])
+x = torch.ones(3, 16, device=sys.argv[1])
 with torch.no_grad():
     got = torch.compile(m, backend="kiln")(x)
     want = m(x)
@@ -331,7 +363,7 @@ def cache_across_processes(repo: Path):
         env = dict(os.environ, KILN_HOST=str(wrapper), KILN_CACHE_DIR=str(Path(tmp) / "cache"))
         compiles = []
         for _ in range(2):
-            done = subprocess.run([sys.executable, "-c", SECOND], env=env, capture_output=True, text=True)
+            done = subprocess.run([sys.executable, "-c", SECOND, DEVICE], env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 check("the cache check's processes run", False, done.stderr[-2000:])
             lines = log.read_text().splitlines() if log.exists() else []
@@ -339,26 +371,155 @@ def cache_across_processes(repo: Path):
     check("a second process compiles nothing: the first's compile is in the cache", compiles == [1, 1], compiles)
 
 
-def zoo(repo: Path):
+def zoo(repo: Path, options=None):
     """Every model of tools/model_zoo.py through torch.compile(backend="kiln"), against eager."""
     sys.path.insert(0, str(repo / "tools"))
     import model_zoo
 
+    where = f" with options={options}" if options else ""
     for name, factory in model_zoo.ZOO.items():
         torch._dynamo.reset()
         gen = torch.Generator().manual_seed(0)
         torch.manual_seed(0)
         module, inputs, _ = factory(gen)
-        module = module.eval()
+        module = dev(module.eval())
+        inputs = [dev(t) for t in inputs]
         with torch.no_grad():
             want = module(*inputs)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                got = torch.compile(module, backend="kiln")(*inputs)
+                got = torch.compile(module, backend="kiln", options=options)(*inputs)
         fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
-        check(f"zoo model {name} through torch.compile(backend=\"kiln\") matches eager, every graph compiled",
-              close(got, want, 1e-3) and not fallbacks, fallbacks)
+        check(f"zoo model {name} through torch.compile(backend=\"kiln\"){where} matches eager, every graph "
+              "compiled", close(got, want, 1e-3) and not fallbacks, fallbacks)
+
+
+def cuda_graphs():
+    """mode="reduce-overhead" on CUDA: one CUDA graph captured, then replayed for new inputs
+    without entering the compiled code, parameters read where they are."""
+    import kiln
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = dev(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).eval())
+    made = []
+
+    def backend(gm, example_inputs, **kwargs):
+        made.append(kiln.backend(gm, example_inputs, **kwargs))
+        return made[-1]
+
+    compiled = torch.compile(m, backend=backend, mode="reduce-overhead")
+    xs = [dev(torch.randn(8, 64)) for _ in range(4)]
+    with torch.no_grad():
+        first = compiled(xs[0]).clone()
+        graphed = getattr(made[0], "graphed", None) if len(made) == 1 else None
+        check("mode=\"reduce-overhead\" on CUDA captures the graph's call into one CUDA graph",
+              graphed is not None and graphed.captures == 1
+              and isinstance(graphed._graph, torch.cuda.CUDAGraph) and close(first, m(xs[0])), made)
+
+        def entered(tensors):
+            raise AssertionError("a replay entered the compiled code")
+
+        graphed._call = entered
+        replays = [(compiled(x).clone(), m(x)) for x in xs[1:]]
+        m[0].bias.add_(1.0)  # a parameter changed in place: read where it is
+        replays.append((compiled(xs[0]).clone(), m(xs[0])))
+    check("later calls replay the CUDA graph with the new inputs (and a parameter changed in place), "
+          "eager's results, without entering the compiled code",
+          graphed.captures == 1 and all(close(g, w) for g, w in replays))
+
+
+class _Answering:
+    """A module as seen through `names`: those attributes answered from it, the rest the module's."""
+
+    def __init__(self, real, names):
+        self._real, self._names = real, names
+
+    def __getattr__(self, name):
+        return self._names[name] if name in self._names else getattr(self._real, name)
+
+
+def _gxu_device(kind, index=None):
+    """torch.device, with GXU's devices CUDA's."""
+    if isinstance(kind, str) and (kind == "gxu" or kind.startswith("gxu:")):
+        kind = "cuda" + kind[3:]
+    return torch.device(kind) if index is None else torch.device(kind, index)
+
+
+def load_as_gxu(folder: Path):
+    """The gxu plugin's output_code.py, its text unmodified, run with CUDA standing in for
+    GXU: its `import torch` gives torch with torch.gxu torch.cuda, torch.device("gxu", 0)
+    CUDA's and torch._C._gxu_getCurrentRawStream CUDA's (as bench/gpu/run.py runs gxu
+    outputs). Only this module sees that torch; the process's is untouched."""
+    import builtins
+    import types
+
+    torch_c = _Answering(torch._C, {"_gxu_getCurrentRawStream": torch._C._cuda_getCurrentRawStream})
+    as_gxu = _Answering(torch, {"gxu": torch.cuda, "device": _gxu_device, "_C": torch_c})
+    real_import = builtins.__import__
+
+    def gxu_import(name, globals=None, locals=None, fromlist=(), level=0):
+        module = real_import(name, globals, locals, fromlist, level)
+        if level != 0 or not (name == "torch" or name.startswith("torch.")):
+            return module
+        if not fromlist:
+            return as_gxu  # `import torch` and `import torch.x` bind the name `torch`
+        return torch_c if name == "torch._C" else module
+
+    path = folder / "output_code.py"
+    module = types.ModuleType(f"kiln_output_code_{folder.name}")
+    module.__file__ = str(path)
+    module.__dict__["__builtins__"] = dict(vars(builtins), __import__=gxu_import)
+    sys.modules[module.__name__] = module
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+    return module
+
+
+def gxu_standing_in(repo: Path):
+    """options={"device": "gxu"}: each graph compiled by the gxu plugin, its code run with
+    CUDA standing in for GXU (`load_as_gxu`)."""
+    import kiln
+    import kiln._compile
+
+    load = kiln._compile.load_output_code
+
+    def standing_in(folder):
+        first = (folder / "output_code.py").read_text().split("\n", 1)[0]
+        return load_as_gxu(folder) if "for device `gxu`" in first else load(folder)
+
+    kiln._compile.load_output_code = standing_in
+    try:
+        torch._dynamo.reset()
+        b = dev(Branchy().eval())
+        x = dev(torch.randn(8, 16))
+        made = []
+
+        def backend(gm, example_inputs, **kwargs):
+            made.append(kiln.backend(gm, example_inputs, **kwargs))
+            return made[-1]
+
+        with torch.no_grad():
+            want = b(x)
+            got = torch.compile(b, backend=backend, options={"device": "gxu"})(x)
+        headers = [(f.kiln.folder / "output_code.py").read_text().splitlines()[0] for f in made
+                   if hasattr(f, "kiln")]
+        check("options={\"device\": \"gxu\"}: each graph is compiled by the gxu plugin and runs with CUDA "
+              "standing in, eager's result", len(headers) == len(made) >= 2 and close(got, want)
+              and all("for device `gxu`" in h for h in headers), headers)
+        zoo(repo, {"device": "gxu"})
+    finally:
+        kiln._compile.load_output_code = load
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("repo", type=Path)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    args = parser.parse_args()
+    DEVICE = args.device
+    if DEVICE == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    main(args.repo)

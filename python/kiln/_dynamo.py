@@ -9,6 +9,7 @@ Kiln's reason, which names the op.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 from . import _host
@@ -16,13 +17,16 @@ from ._compile import Compiled, check_device, default_device, export
 from ._errors import DeviceNotFound, KilnError
 from ._graphs import Graphed, kept_inputs
 
-OPTIONS = ("device", "plugins")
+OPTIONS = ("device", "plugins", "freeze", "cudagraphs")
 
 
 def backend(gm, example_inputs, mode=None, options=None):
     """A dynamo backend. `options`: `device` (default: the example inputs' device; a
-    name a plugin provides, "cuda:1" with an index) and `plugins` (folders searched
-    for plugins before the default places). `mode="reduce-overhead"` captures each
+    name a plugin provides, "cuda:1" with an index), `plugins` (folders searched
+    for plugins before the default places) and `freeze` (compile the parameters and
+    buffers dynamo hands over as constants, as Inductor's freezing does:
+    `_Frozen`). `mode="reduce-overhead"`, or `cudagraphs` true among the options
+    (torch.compile takes a mode or options, not both), captures each
     graph's call into a device graph where the device's torch module has them
     (torch.cuda's CUDA graphs; `_graphs.Graphed`); other modes run the graph as
     Kiln compiled it."""
@@ -37,15 +41,20 @@ def backend(gm, example_inputs, mode=None, options=None):
     _host.plugin_of(_host.find_host(), device, tuple(str(p) for p in plugins))  # DeviceNotFound first
     check_device(device, example_inputs)
     _warn_if_training(gm, example_inputs)
+    freeze = bool(options.get("freeze", False))
+    if options.get("cudagraphs"):
+        mode = "reduce-overhead"
     if _symbolic(example_inputs):
-        return _PerShape(gm, device, plugins, mode)
-    return _compile_static(gm, example_inputs, device, plugins, mode)
+        return _PerShape(gm, device, plugins, mode, freeze)
+    return _compile_static(gm, example_inputs, device, plugins, mode, freeze)
 
 
-def _compile_static(gm, example_inputs, device: str, plugins, mode):
+def _compile_static(gm, example_inputs, device: str, plugins, mode, freeze=False):
     """The function dynamo calls for a graph of static shapes: Kiln's compile of it, or
     the graph itself (eager) with a warning where Kiln cannot compile it."""
     try:
+        if freeze and kept_inputs(example_inputs):
+            return _Frozen(gm, example_inputs, device, plugins, mode)
         compiled = Compiled(export(gm, example_inputs), device, plugins)
     except DeviceNotFound:  # a setup error: no graph would compile
         raise
@@ -55,7 +64,12 @@ def _compile_static(gm, example_inputs, device: str, plugins, mode):
     except Exception as error:  # torch.export could not take the graph
         _warn_eager(gm, f"torch.export: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
         return gm.forward
+    return _runner(compiled, example_inputs, device, mode)
 
+
+def _runner(compiled, example_inputs, device: str, mode):
+    """The function of dynamo's arguments that calls `compiled` (under device graphs for
+    mode="reduce-overhead"); `.kiln` is the Compiled, `.graphed` the Graphed if any."""
     if not compiled.takes_flat_tensors(len(example_inputs)):
         def run(*args):
             return compiled(*args)
@@ -82,13 +96,73 @@ def _symbolic(example_inputs) -> bool:
                for v in example_inputs)
 
 
+class _Frozen:
+    """A graph compiled with the inputs dynamo marks as parameters and buffers as its
+    constants (`options={"freeze": True}`, as Inductor's freezing): Kiln folds and lays
+    them out at compile time as it does a module's weights (`kiln.compile`), and a call
+    passes only the other inputs. Each call checks that every frozen input is still the
+    tensor it froze, unchanged (the same object, address and version counter, which any
+    in-place change such as `load_state_dict` advances); where one is not, the graph is
+    compiled again with the current values."""
+
+    def __init__(self, gm, example_inputs, device: str, plugins, mode):
+        self._gm, self._device, self._plugins, self._mode = gm, device, plugins, mode
+        self._frozen = tuple(kept_inputs(example_inputs))
+        frozen = set(self._frozen)
+        self._user = tuple(i for i in range(len(example_inputs)) if i not in frozen)
+        self.compiles = 0
+        self._freeze(list(example_inputs))
+
+    def _freeze(self, args):
+        user = [args[i] for i in self._user]
+        program = export(_with_constants()(self._gm, args, self._frozen), user)
+        self.kiln = Compiled(program, self._device, self._plugins)
+        run = _runner(self.kiln, user, self._device, self._mode)
+        self.graphed = getattr(run, "graphed", None)
+        self._run = run
+        self._stamp = [(i, args[i], args[i].data_ptr(), args[i]._version) for i in self._frozen]
+        self.compiles += 1
+
+    def __call__(self, *args):
+        for i, tensor, address, version in self._stamp:
+            t = args[i]
+            if t is not tensor or t._version != version or t.data_ptr() != address:
+                self._freeze(list(args))
+                break
+        return self._run(*[args[i] for i in self._user])
+
+
+@functools.cache
+def _with_constants():
+    """The module class `_Frozen` exports: a dynamo graph with some of its inputs held as
+    buffers, which the exported program has as its constants; its forward takes the others,
+    in order. (Made on first use: the package imports torch only when it needs it.)"""
+    import torch
+
+    class WithConstants(torch.nn.Module):
+        def __init__(self, gm, args, frozen):
+            super().__init__()
+            self.gm = gm
+            self._n = len(args)
+            self._slots = {i: f"frozen_{k}" for k, i in enumerate(frozen)}
+            for i, name in self._slots.items():
+                self.register_buffer(name, args[i].detach())
+
+        def forward(self, *user):
+            rest = iter(user)
+            return self.gm(*[getattr(self, self._slots[i]) if i in self._slots else next(rest)
+                             for i in range(self._n)])
+
+    return WithConstants
+
+
 class _PerShape:
     """A graph dynamo traced with symbolic sizes, compiled by Kiln once per distinct set of
     input sizes and values as calls bring them (Kiln's graphs have static shapes until
     symbolic dims exist): each set is exported and compiled at its first call, and kept."""
 
-    def __init__(self, gm, device: str, plugins, mode):
-        self._gm, self._device, self._plugins, self._mode = gm, device, plugins, mode
+    def __init__(self, gm, device: str, plugins, mode, freeze=False):
+        self._gm, self._device, self._plugins, self._mode, self._freeze = gm, device, plugins, mode, freeze
         self.compiled: dict = {}
 
     def __call__(self, *args):
@@ -97,7 +171,7 @@ class _PerShape:
         key = tuple((tuple(a.shape), a.dtype, str(a.device)) if isinstance(a, torch.Tensor) else a for a in args)
         run = self.compiled.get(key)
         if run is None:
-            run = _compile_static(self._gm, list(args), self._device, self._plugins, self._mode)
+            run = _compile_static(self._gm, list(args), self._device, self._plugins, self._mode, self._freeze)
             self.compiled[key] = run
         return run(*args)
 

@@ -26,6 +26,8 @@ Checks:
   is an error saying where the inputs are;
 - with gradients on (a training-mode call), the graph compiles and a warning says that its
   outputs carry no gradient;
+- options={"freeze": True}: parameters and buffers compiled as constants; an in-place change
+  to one (add_, load_state_dict) compiles the graph again;
 - graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): each set
   of sizes compiled as it comes, every call matching eager;
 - mode="reduce-overhead": directly on the cpu; under a stand-in device's graphs, one
@@ -209,6 +211,8 @@ def main(repo: Path):
         check("a device no plugin provides is an error naming the devices there are, not a fallback to eager",
               "npu" in str(error) and "cpu" in str(error) and "cuda" in str(error), str(error)[-400:])
 
+    frozen_weights()
+
     torch._dynamo.reset()
     other = "cuda" if DEVICE == "cpu" else "cpu"
     try:
@@ -234,8 +238,10 @@ def main(repo: Path):
         torch._dynamo.reset()
         with torch.no_grad():
             got = torch.compile(b, backend="kiln", mode="reduce-overhead")(x)
-        check("mode=\"reduce-overhead\" on the cpu, which has no device graphs, runs the compiled graphs directly",
-              close(got, want))
+            torch._dynamo.reset()
+            also = torch.compile(b, backend="kiln", options={"cudagraphs": True, "freeze": True})(x)
+        check("mode=\"reduce-overhead\" (or options cudagraphs) on the cpu, which has no device graphs, runs the "
+              "compiled graphs directly", close(got, want) and close(also, want))
     else:
         cuda_graphs()
     device_graphs()
@@ -244,6 +250,47 @@ def main(repo: Path):
     zoo(repo)
     if DEVICE == "cuda":
         gxu_standing_in(repo)
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+def frozen_weights():
+    """options={"freeze": True}: parameters and buffers compiled as constants, and compiled
+    again when one changes in place."""
+    import kiln
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = dev(ConvNet().eval())
+    x = dev(torch.randn(2, 3, 8, 8))
+    made = []
+
+    def backend(gm, example_inputs, **kwargs):
+        made.append(kiln.backend(gm, example_inputs, **kwargs))
+        return made[-1]
+
+    compiled = torch.compile(net, backend=backend, options={"freeze": True})
+    with torch.no_grad():
+        first = close(compiled(x), net(x)) and close(compiled(x + 1), net(x + 1))
+        graph = made[0] if len(made) == 1 else None
+        check("options={\"freeze\": True} compiles the parameters and buffers as constants: the call takes the "
+              "input alone, eager's result", first and graph is not None and graph.compiles == 1
+              and len(graph.kiln._inputs) == 1, made)
+        net.fc.weight.add_(1.0)
+        after_add = close(compiled(x), net(x))
+        net.load_state_dict({k: v * 0.5 for k, v in net.state_dict().items()})
+        after_load = close(compiled(x), net(x))
+    check("a frozen parameter changed in place (add_, load_state_dict) is seen: the graph is compiled again",
+          after_add and after_load and graph.compiles == 3, graph.compiles)
 
 
 class FakeDevice:
@@ -408,8 +455,13 @@ def cuda_graphs():
         made.append(kiln.backend(gm, example_inputs, **kwargs))
         return made[-1]
 
-    compiled = torch.compile(m, backend=backend, mode="reduce-overhead")
     xs = [dev(torch.randn(8, 64)) for _ in range(4)]
+    frozen = torch.compile(m, backend="kiln", options={"cudagraphs": True, "freeze": True})
+    with torch.no_grad():
+        check("options cudagraphs and freeze (torch.compile takes a mode or options, not both): replays match eager",
+              all(close(frozen(x).clone(), m(x)) for x in xs))
+    torch._dynamo.reset()
+    compiled = torch.compile(m, backend=backend, mode="reduce-overhead")
     with torch.no_grad():
         first = compiled(xs[0]).clone()
         graphed = getattr(made[0], "graphed", None) if len(made) == 1 else None

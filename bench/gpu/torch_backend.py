@@ -15,7 +15,8 @@ The package is used from the checkout (PYTHONPATH=python) with KILN_HOST naming 
 (bench/gpu/ab_stage.sh; its plugins beside it), so nothing needs installing on the GPU machine:
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/new/host python3 bench/gpu/torch_backend.py \\
-        [--models gpt2,bert,...] [--dtypes fp32,bf16,fp16] [--first-dtypes bf16] [--budget 540] [--out FILE]
+        [--models gpt2,bert,...] [--dtypes fp32,bf16,fp16] [--first-dtypes bf16] [--budget 540] [--out FILE] \\
+        [--options '{"freeze": true}']
 
 prints one table row per model and dtype (and writes them to FILE as they come).
 `overhead-child MODEL DTYPE` and `first-child MODEL DTYPE kiln|inductor` are the steps, one per process.
@@ -41,6 +42,11 @@ from precision_child import DEVICE, as_tuple, capture, interleaved, setup, sync 
 from precision import TOLERANCE  # noqa: E402
 from precision_models import DTYPES, MODELS, build, make_inputs  # noqa: E402
 from run import load_module, rel_error  # noqa: E402
+
+
+def options() -> dict | None:
+    """The kiln backend's options for this run (--options, handed to the steps' processes)."""
+    return json.loads(os.environ.get("KILN_BENCH_OPTIONS") or "null")
 
 
 def counting(backend, graphs: list, made: list | None = None):
@@ -106,7 +112,7 @@ def overhead(model: str, dtype_name: str, rep: float) -> dict:
     result = {"device": torch.cuda.get_device_name(0), "dynamo_alone_us": dynamo_alone_us(module, inputs)}
     graphs: list = []
     made: list = []
-    compiled = torch.compile(module, backend=counting(kiln.backend, graphs, made))
+    compiled = torch.compile(module, backend=counting(kiln.backend, graphs, made), options=options())
     got = as_tuple(compiled(*inputs))
     mine = as_tuple(direct.call(list(inputs)))
     sync()
@@ -134,7 +140,10 @@ def under_graphs(module, inputs, direct, want, rep: float) -> dict:
     torch._dynamo.reset()
     static = list(inputs)
     graph, _ = capture(lambda: direct.call(list(static)))
-    compiled = torch.compile(module, backend=kiln.backend, mode="reduce-overhead")
+    if options():  # torch.compile takes a mode or options: the backend's option for graphs
+        compiled = torch.compile(module, backend=kiln.backend, options={**options(), "cudagraphs": True})
+    else:
+        compiled = torch.compile(module, backend=kiln.backend, mode="reduce-overhead")
     for _ in range(2):
         got = as_tuple(compiled(*inputs))
     error = max(rel_error(a, b) for a, b in zip(got, want))
@@ -158,7 +167,7 @@ def first(model: str, dtype_name: str, which: str) -> dict:
         backend = "inductor"
     sync()
     start = time.perf_counter()
-    out = as_tuple(torch.compile(module, backend=backend)(*inputs))
+    out = as_tuple(torch.compile(module, backend=backend, options=options() if which == "kiln" else None)(*inputs))
     sync()
     first_s = time.perf_counter() - start
     want = as_tuple(module(*inputs))
@@ -221,11 +230,18 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=540, help="seconds; no step starts past it")
     p.add_argument("--out", type=Path)
     p.add_argument("--details", type=Path, help="also write each step's JSON record here, one per line")
+    p.add_argument("--options", help='the kiln backend\'s options, as JSON: \'{"freeze": true}\'')
     a = p.parse_args()
     start = time.monotonic()
-    header = [f"# bench/gpu/torch_backend.py, {time.strftime('%Y-%m-%d %H:%M')}, host {os.environ.get('KILN_HOST')}",
+    if a.options:
+        json.loads(a.options)  # refused here, not in every step
+        os.environ["KILN_BENCH_OPTIONS"] = a.options
+    host = os.environ.get("KILN_HOST", "the package's own")
+    if Path(host).is_absolute() and Path(host).is_relative_to(HERE.parent.parent):
+        host = str(Path(host).relative_to(HERE.parent.parent))
+    header = [f"# bench/gpu/torch_backend.py, {time.strftime('%Y-%m-%d %H:%M')}, host {host}",
               f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}; TF32 off; launched directly, "
-              "median of interleaved rounds",
+              f"median of interleaved rounds; backend options {a.options or 'none'}",
               "| model | dtype | backend / output_code.py | ms: backend / output_code.py | under CUDA graphs "
               "(reduce-overhead / captured call) | graphs ms | host us per call: output_code.py / backend / Kiln's "
               "function without dynamo / dynamo alone | error vs eager: backend / output_code.py (tol) | graphs Kiln "

@@ -39,11 +39,13 @@ def find_host() -> Path:
 
 
 def version(host: Path) -> str:
-    """`host --version`, which keys the compile cache."""
+    """`host --version`, with the binary's path, size and modification time: what keys the
+    compile cache for the compiler (two builds of one version generate different code)."""
     done = subprocess.run([str(host), "--version"], capture_output=True, text=True)
     if done.returncode != 0:
         raise KilnError(f"{host} --version failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+    stat = os.stat(host)
+    return f"{done.stdout.strip()} {Path(host).resolve()} {stat.st_size} {stat.st_mtime_ns}"
 
 
 def plugin_of(host: Path, device: str, plugins: tuple[str, ...]) -> dict:

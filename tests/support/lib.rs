@@ -91,9 +91,12 @@ pub fn host(bin: &Path) -> Command {
 
 /// Runs a command and returns its output, with stdout and stderr as text.
 pub fn run(cmd: &mut Command) -> (Output, String, String) {
-    let output = cmd.output().unwrap_or_else(|e| {
+    let output = output_of(cmd).unwrap_or_else(|e| {
         let program = cmd.get_program().to_string_lossy().into_owned();
-        let hint = if program.contains("python") {
+        let name = Path::new(&program)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        let hint = if name.is_some_and(|n| n.contains("python")) {
             " (KILN_PYTHON must be an absolute path, or a program on PATH; tools/test.sh sets it)"
         } else {
             ""
@@ -103,6 +106,23 @@ pub fn run(cmd: &mut Command) -> (Output, String, String) {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     (output, stdout, stderr)
+}
+
+/// `cmd`'s output. A program a test has just copied can be "busy" (ETXTBSY) for a moment:
+/// a child another test thread forks meanwhile holds the copy's write descriptor until it
+/// execs. The start is tried again then, as build tools do.
+fn output_of(cmd: &mut Command) -> std::io::Result<Output> {
+    const TEXT_FILE_BUSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(TEXT_FILE_BUSY) && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            result => return result,
+        }
+    }
 }
 
 /// A temporary folder removed when dropped.

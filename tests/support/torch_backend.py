@@ -110,15 +110,27 @@ class Inverse(torch.nn.Module):
         return torch.linalg.inv(x).sin()
 
 
-def counting_backend(graphs):
+def recording_backend(made):
+    """kiln.backend, each function it returns for a graph appended to `made` (one Kiln
+    compiled has `.kiln`; a fallback to eager has not)."""
     import kiln
 
     def backend(gm, example_inputs, **kwargs):
-        fn = kiln.backend(gm, example_inputs, **kwargs)
-        graphs.append(hasattr(fn, "kiln"))
-        return fn
+        made.append(kiln.backend(gm, example_inputs, **kwargs))
+        return made[-1]
 
     return backend
+
+
+def refused(b, x, options, what, *named):
+    """torch.compile(b, backend="kiln", options=options)(x) fails, its message naming each of `named`."""
+    torch._dynamo.reset()
+    try:
+        torch.compile(b, backend="kiln", options=options)(x)
+    except Exception as error:  # dynamo wraps the backend's error
+        check(what, all(n in str(error) for n in named), str(error)[-400:])
+        return
+    check(what, False, "it compiled")
 
 
 def main(repo: Path):
@@ -171,10 +183,11 @@ def main(repo: Path):
         got = torch.compile(b, backend="kiln")(x)
     check("torch.compile(backend=\"kiln\") through the entry point matches eager across graph breaks",
           close(got, want))
-    graphs = []
+    made = []
     torch._dynamo.reset()
     with torch.no_grad():
-        got = torch.compile(b, backend=counting_backend(graphs), options={"device": DEVICE})(x)
+        got = torch.compile(b, backend=recording_backend(made), options={"device": DEVICE})(x)
+    graphs = [hasattr(f, "kiln") for f in made]
     check("each graph of a model with a data-dependent branch and a print is compiled by Kiln",
           len(graphs) >= 2 and all(graphs) and close(got, want), graphs)
 
@@ -196,32 +209,16 @@ def main(repo: Path):
     check("with gradients on, the graph still compiles, and a warning says its outputs carry none",
           close(got.detach(), want) and not got.requires_grad and any("inference" in m for m in messages), messages)
 
-    torch._dynamo.reset()
-    try:
-        torch.compile(b, backend="kiln", options={"devise": "cpu"})(x)
-        check("an unknown option is refused", False)
-    except Exception as error:  # dynamo wraps the backend's error
-        check("an unknown option is refused, naming the options the backend takes",
-              "devise" in str(error) and "device" in str(error) and "plugins" in str(error), str(error)[-300:])
-
-    torch._dynamo.reset()
-    try:
-        torch.compile(b, backend="kiln", options={"device": "npu"})(x)
-        check("a device no plugin provides is refused", False)
-    except Exception as error:  # dynamo wraps the backend's error
-        check("a device no plugin provides is an error naming the devices there are, not a fallback to eager",
-              "npu" in str(error) and "cpu" in str(error) and "cuda" in str(error), str(error)[-400:])
+    refused(b, x, {"devise": "cpu"}, "an unknown option is refused, naming the options the backend takes",
+            "devise", "device", "plugins", "freeze")
+    refused(b, x, {"device": "npu"}, "a device no plugin provides is an error naming the devices there are, not a "
+            "fallback to eager", "npu", "cpu", "cuda")
 
     frozen_weights()
 
-    torch._dynamo.reset()
     other = "cuda" if DEVICE == "cpu" else "cpu"
-    try:
-        torch.compile(b, backend="kiln", options={"device": other})(x)
-        check("a device other than the inputs' is refused", False)
-    except Exception as error:  # dynamo wraps the backend's error
-        check("a device other than the inputs' is an error saying where the inputs are, before anything runs",
-              f"compiled for `{other}`" in str(error) and f"on {x.device}" in str(error), str(error)[-400:])
+    refused(b, x, {"device": other}, "a device other than the inputs' is an error saying where the inputs are, "
+            "before anything runs", f"compiled for `{other}`", f"on {x.device}")
 
     for dynamic in (None, True):
         torch._dynamo.reset()
@@ -267,18 +264,12 @@ class ConvNet(torch.nn.Module):
 def frozen_weights():
     """options={"freeze": True}: parameters and buffers compiled as constants, and compiled
     again when one changes in place."""
-    import kiln
-
     torch._dynamo.reset()
     torch.manual_seed(0)
     net = dev(ConvNet().eval())
     x = dev(torch.randn(2, 3, 8, 8))
     made = []
-
-    def backend(gm, example_inputs, **kwargs):
-        made.append(kiln.backend(gm, example_inputs, **kwargs))
-        return made[-1]
-
+    backend = recording_backend(made)
     compiled = torch.compile(net, backend=backend, options={"freeze": True})
     with torch.no_grad():
         first = close(compiled(x), net(x)) and close(compiled(x + 1), net(x + 1))
@@ -448,17 +439,11 @@ def zoo(repo: Path, options=None):
 def cuda_graphs():
     """mode="reduce-overhead" on CUDA: one CUDA graph captured, then replayed for new inputs
     without entering the compiled code, parameters read where they are."""
-    import kiln
-
     torch._dynamo.reset()
     torch.manual_seed(0)
     m = dev(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).eval())
     made = []
-
-    def backend(gm, example_inputs, **kwargs):
-        made.append(kiln.backend(gm, example_inputs, **kwargs))
-        return made[-1]
-
+    backend = recording_backend(made)
     xs = [dev(torch.randn(8, 64)) for _ in range(4)]
     frozen = torch.compile(m, backend="kiln", options={"cudagraphs": True, "freeze": True})
     with torch.no_grad():
@@ -549,11 +534,7 @@ def gxu_standing_in(repo: Path):
         b = dev(Branchy().eval())
         x = dev(torch.randn(8, 16))
         made = []
-
-        def backend(gm, example_inputs, **kwargs):
-            made.append(kiln.backend(gm, example_inputs, **kwargs))
-            return made[-1]
-
+        backend = recording_backend(made)
         with torch.no_grad():
             want = b(x)
             got = torch.compile(b, backend=backend, options={"device": "gxu"})(x)

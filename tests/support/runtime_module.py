@@ -212,6 +212,50 @@ def weights_checks(rt, folder):
           wrong is not None and "tensor `a` has no valid data_offsets" in wrong, wrong)
 
 
+class FakeBinary:
+    """Triton's CompiledKernel as a launch uses it: its handles made by `_init_handles`, its
+    launcher `run`, and Triton's own `binary[grid]` path."""
+
+    def __init__(self):
+        self.function, self.packed_metadata = None, "packed"
+        self.inits, self.calls = 0, []
+
+    def _init_handles(self):
+        self.inits += 1
+        self.function = "function"
+
+    @property
+    def run(self):
+        return lambda *a: self.calls.append(a)
+
+    def __getitem__(self, grid):
+        return lambda *args, stream=None: self.calls.append(("triton", grid, stream, args))
+
+
+def launch_checks(rt):
+    """Launches: a compiled kernel's launches bound once per grid, straight to its launcher."""
+    from triton import knobs
+
+    binary = FakeBinary()
+    launches = rt.Launches.of(binary)
+    first = launches[(4, 1, 1)]
+    first("a", "b", stream=7)
+    launches[(4, 1, 1)]("c", "d", stream=7)
+    check("a compiled kernel's launches go straight to its launcher, its handles bound once per grid",
+          binary.calls == [(4, 1, 1, 7, "function", "packed", None, None, None, "a", "b"),
+                           (4, 1, 1, 7, "function", "packed", None, None, None, "c", "d")]
+          and binary.inits == 1 and launches[(4, 1, 1)] is first, (binary.calls, binary.inits))
+    check("an object that is not Triton's CompiledKernel is launched as it is", rt.Launches.of("x") == "x")
+    chain = knobs.runtime.launch_enter_hook
+    knobs.runtime.launch_enter_hook = lambda *a: None
+    try:
+        launches[(2, 2, 1)]("e", stream=8)
+    finally:
+        knobs.runtime.launch_enter_hook = chain
+    check("with a launch hook set (a profiler), a grid's launches go through Triton's own path",
+          binary.calls[-1] == ("triton", (2, 2, 1), 8, ("e",)), binary.calls[-1])
+
+
 def scope_of(module):
     """The module's globals, as the generated file passes them."""
     return dict(vars(module))
@@ -230,6 +274,7 @@ def main():
     check("the cache is $KILN_CACHE_DIR", rt.KernelSet.cache_dir() == cache, rt.KernelSet.cache_dir())
 
     wrapper_checks(rt)
+    launch_checks(rt)
     weights_checks(rt, folder)
     # Workers build each kernel's launcher with the class of the backend that compiles
     # for the target (Triton's `nvidia` package for the `cuda` target).

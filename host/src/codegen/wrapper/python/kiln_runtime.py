@@ -361,7 +361,7 @@ class KernelSet:
         """Replaces the kernel's entry with its binary, so later launches go
         straight to it; falls back to Triton's JIT if it cannot be compiled ahead."""
         try:
-            launcher = self.binary(kernel)
+            launcher = Launches.of(self.binary(kernel))
         except Exception as error:
             import warnings
 
@@ -400,6 +400,67 @@ class _KilnKernel:
 
     def __getitem__(self, grid):
         return self.owner.resolve(self)[grid]
+
+
+class Launches:
+    """A compiled kernel's launches, `KERNELS.name[grid](*args, stream=stream)`, made straight
+    through its backend's launcher with the kernel's handles bound once per grid. Triton's own
+    `binary[grid](...)` makes a closure, asks for launch metadata and reads its launch-hook
+    knobs at every launch: microseconds that a call bound by the host (many small kernels, a
+    decoding step) pays for each kernel. The launcher is called as Triton's CompiledKernel
+    calls it, with no launch metadata and no hooks; where a launch hook is set when a grid is
+    first launched (a profiler such as Proton), or the binary lacks the handles this needs,
+    its launches go through Triton's own path."""
+
+    # Grids kept per kernel: a kernel launched with more (sizes that vary between calls)
+    # binds each launch as it comes.
+    MAX_GRIDS = 64
+
+    def __init__(self, binary):
+        self.binary = binary
+        self._by_grid = {}
+
+    @staticmethod
+    def of(binary):
+        """`binary` with its launches bound, or as it is where it is not Triton's CompiledKernel."""
+        usual = all(hasattr(type(binary), a) for a in ("_init_handles", "run")) and all(
+            a in getattr(binary, "__dict__", {}) for a in ("function", "packed_metadata"))
+        return Launches(binary) if usual else binary
+
+    def __getitem__(self, grid):
+        launch = self._by_grid.get(grid)
+        if launch is None:
+            launch = self._bind(grid)
+            if len(self._by_grid) < Launches.MAX_GRIDS:
+                self._by_grid[grid] = launch
+        return launch
+
+    def _bind(self, grid):
+        binary = self.binary
+        if Launches._hooked():
+            return binary[grid]
+        binary._init_handles()
+        run, function, packed = binary.run, binary.function, binary.packed_metadata
+        x, y, z = grid
+
+        def launch(*args, stream):
+            run(x, y, z, stream, function, packed, None, None, None, *args)
+
+        return launch
+
+    @staticmethod
+    def _hooked():
+        """Whether a launch hook is set (or Triton keeps them where this does not look)."""
+        try:
+            from triton import knobs
+        except ImportError:
+            return True
+        def set_(hook):  # a function, or (newer Triton) a chain of them
+            calls = getattr(hook, "calls", None)
+            return bool(calls) if isinstance(calls, list) else hook is not None
+
+        runtime = knobs.runtime
+        return set_(runtime.launch_enter_hook) or set_(runtime.launch_exit_hook)
 
 
 class _KilnJitLauncher:

@@ -281,8 +281,12 @@ def frozen_weights():
         after_add = close(compiled(x), net(x))
         net.load_state_dict({k: v * 0.5 for k, v in net.state_dict().items()})
         after_load = close(compiled(x), net(x))
-    check("a frozen parameter changed in place (add_, load_state_dict) is seen: the graph is compiled again",
-          after_add and after_load and graph.compiles == 3, graph.compiles)
+        net.fc.weight.data = net.fc.weight.data * 2  # the same Parameter, other memory
+        after_data = close(compiled(x), net(x))
+        again = close(compiled(x), net(x))
+    check("a frozen parameter changed in place (add_, load_state_dict) or given other memory (.data =) is seen: "
+          "the graph is compiled again, and only then", after_add and after_load and after_data and again
+          and graph.compiles == 4, graph.compiles)
 
 
 class FakeDevice:

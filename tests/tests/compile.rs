@@ -411,6 +411,38 @@ fn views_of_inputs_count_their_offset_from_the_input_not_its_storage() {
     }
 }
 
+/// A buffer that takes over a dead one's storage with the same size, strides
+/// and dtype (a ReLU written in place over a matrix product's result) is the
+/// donor's tensor under a second name: no view is made for it, which would cost
+/// the host over half a microsecond a step.
+#[test]
+fn a_buffer_reusing_storage_of_its_own_layout_is_the_donor_itself() {
+    let tmp = TempDir::new("reuse-alias");
+    let graph = tmp.path().join("chain.toml");
+    std::fs::write(
+        &graph,
+        "format = \"kiln-graph/1\"\nname = \"chain\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [8, 16]\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [16, 16]\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"h\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n\
+         [[nodes]]\nname = \"a\"\nop = \"relu\"\nargs = [\"h\"]\n\n\
+         [[nodes]]\nname = \"r\"\nop = \"reshape\"\nargs = [\"a\", [4, 32]]\n\n\
+         [[nodes]]\nname = \"e\"\nop = \"exp\"\nargs = [\"r\"]\n\n\
+         [[nodes]]\nname = \"t\"\nop = \"reshape\"\nargs = [\"e\", [8, 16]]\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"mm\"\nargs = [\"t\", \"w\"]\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert!(code.contains(" = buf_h  # reuse"), "{code}");
+    assert!(
+        !code.contains("reinterpret_tensor(buf_h, (8, 16), (16, 1), 0)"),
+        "{code}"
+    );
+}
+
 /// Llama's rotary embedding: `q` read through a permute (its rows of 64 stay
 /// contiguous) times the cosine of angles that the model keeps transposed
 /// (`[E/2, L]`) and reads across for every head and batch. The angles are a

@@ -279,17 +279,17 @@ def call(args):
         del proj_w
         buf_r1 = reinterpret_tensor(buf_yh, (8, 512, 768), (393216, 768, 1), 0)  # reuse
         del buf_yh
-        buf_fc_35 = reinterpret_tensor(buf_proj_21, (4096, 768), (768, 1), 0)  # reuse
+        buf_fc_35 = buf_proj_21  # reuse
         del buf_proj_21
         KERNELS.kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4[(4096, 1, 1)](x, buf_proj_22, proj_b, ln2_w, ln2_b, buf_r1, buf_fc_35, 4096, 768, 1, 1024, stream=stream0)
         del x, proj_b, ln2_w, ln2_b
         buf_fc_36 = empty_strided_device((4096, 3072), (3072, 1), torch.float32)
         torch.mm(buf_fc_35, reinterpret_tensor(fc_w, (768, 3072), (1, 768), 0), out=buf_fc_36)
         del fc_w, buf_fc_35
-        buf_mo_49 = reinterpret_tensor(buf_fc_36, (4096, 3072), (3072, 1), 0)  # reuse
+        buf_mo_49 = buf_fc_36  # reuse
         KERNELS.kiln_poi_fused_reshape_mul_add_tanh_5[(12288, 1, 1)](buf_fc_36, fc_b, buf_mo_49, 12582912, 1024, stream=stream0)
         del fc_b, buf_fc_36
-        buf_mo_50 = reinterpret_tensor(buf_proj_22, (4096, 768), (768, 1), 0)  # reuse
+        buf_mo_50 = buf_proj_22  # reuse
         del buf_proj_22
         torch.mm(buf_mo_49, reinterpret_tensor(out_w, (3072, 768), (1, 3072), 0), out=buf_mo_50)
         del out_w, buf_mo_49

@@ -99,7 +99,7 @@ def call(args):
         buf_h_2 = empty_strided_device((4096, 4096), (4096, 1), torch.float32)
         torch.mm(x, reinterpret_tensor(w1, (1024, 4096), (1, 1024), 0), out=buf_h_2)
         del x, w1
-        buf_a = reinterpret_tensor(buf_h_2, (4096, 4096), (4096, 1), 0)  # reuse
+        buf_a = buf_h_2  # reuse
         KERNELS.kiln_poi_fused_relu_add_0[(16416, 1, 1)](buf_h_2, b1, buf_a, 16777216, 1024, stream=stream0)
         del b1, buf_h_2
         buf_y_5 = empty_strided_device((4096, 1024), (1024, 1), torch.float32)

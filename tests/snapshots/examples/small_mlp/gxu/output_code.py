@@ -88,7 +88,7 @@ def call(args):
         buf_h_2 = empty_strided_device((8, 32), (32, 1), torch.float32)
         torch.mm(x, reinterpret_tensor(w1, (16, 32), (1, 16), 0), out=buf_h_2)
         del x, w1
-        buf_a = reinterpret_tensor(buf_h_2, (8, 32), (32, 1), 0)  # reuse
+        buf_a = buf_h_2  # reuse
         KERNELS.kiln_poi_fused_relu_add_0[(1, 1, 1)](buf_h_2, b1, buf_a, 256, 256, stream=stream0)
         del b1, buf_h_2
         buf_y_5 = empty_strided_device((8, 4), (4, 1), torch.float32)

@@ -2492,3 +2492,125 @@ fn zero_d_operands_of_dim_taking_expansions_are_handled_or_refused() {
     .expect_err("glu of a 0-d tensor");
     assert_says(&e, &["node `gl`", "glu of a 0-d tensor"]);
 }
+
+// ---- writes into the graph's inputs ----
+
+/// `program` with its signature edited: `x` given as a buffer (`b_x`, buffer `cache.x`)
+/// or parameter rather than a user input, and extra output specs after the user outputs.
+fn program_with_signature(
+    nodes: Vec<Value>,
+    outputs: &[&str],
+    x_kind: Option<(&str, &str)>,
+    extra_outputs: Vec<Value>,
+) -> Vec<u8> {
+    let bytes = program_of(nodes, outputs, &[]);
+    let mut members: Vec<(String, Vec<u8>)> = {
+        let dir = temp_dir("signature");
+        let path = dir.join("p.pt2");
+        std::fs::write(&path, &bytes).expect("write");
+        let m = members(&path);
+        let _ = std::fs::remove_dir_all(&dir);
+        m
+    };
+    let model = members
+        .iter_mut()
+        .find(|(n, _)| n.ends_with("model.json"))
+        .expect("model.json");
+    let mut v: Value = serde_json::from_slice(&model.1).expect("json");
+    let sig = &mut v["graph_module"]["signature"];
+    if let Some((kind, key)) = x_kind {
+        let field = format!("{kind}_name");
+        sig["input_specs"][0] = json!({ kind: { "arg": { "name": "x" }, field: key } });
+    }
+    for o in extra_outputs {
+        sig["output_specs"].as_array_mut().expect("outputs").push(o);
+    }
+    model.1 = serde_json::to_vec(&v).expect("json");
+    write_zip(&members, false)
+}
+
+fn import_as_inputs(zip: Vec<u8>) -> Result<Graph, String> {
+    let options = Pt2Options {
+        params_as_inputs: true,
+        ..Pt2Options::default()
+    };
+    read_pt2(std::io::Cursor::new(zip), "mutation", &options).map_err(|e| kiln::diag::report(&e))
+}
+
+/// A graph that writes into one of its inputs (`x += y` on a user input, through a view of
+/// it, on a buffer or a parameter, or a decomposed program's mutation output) is refused,
+/// naming the node and the input: Kiln's call keeps no state, so the input would keep its
+/// old value and PyTorch's next call would differ from Kiln's. A write into a tensor the
+/// graph made itself is still functionalised (the tests above).
+#[test]
+fn a_write_into_a_graph_input_is_refused_naming_the_writer_and_the_input() {
+    let add_ = |into: &str| binary("torch.ops.aten.add_.Tensor", into, "y", "add_");
+    let mul = binary("torch.ops.aten.mul.Tensor", "add_", "y", "out");
+    let direct = vec![add_("x"), mul.clone()];
+    let e = import(program_of(
+        direct.clone(),
+        &["out"],
+        &[("add_", &[2, 3]), ("out", &[2, 3])],
+    ))
+    .expect_err("a write into a user input");
+    assert_says(
+        &e,
+        &[
+            "node `add_` writes a new value into the user input `x` in place",
+            "keeps no state between calls",
+            "returns the new value",
+        ],
+    );
+
+    let view = node(
+        "v",
+        "torch.ops.aten.view.default",
+        &[
+            ("self", tensor_arg("x")),
+            ("size", json!({"as_ints": [2, 3]})),
+        ],
+    );
+    let through_view = vec![view, add_("v"), mul.clone()];
+    let e = import(program_of(
+        through_view,
+        &["out"],
+        &[("v", &[2, 3]), ("add_", &[2, 3]), ("out", &[2, 3])],
+    ))
+    .expect_err("a write through a view of a user input");
+    assert_says(
+        &e,
+        &["node `add_` writes a new value into the user input `x`"],
+    );
+
+    for (kind, shown) in [
+        ("buffer", "the buffer `cache.x`"),
+        ("parameter", "the parameter `cache.x`"),
+    ] {
+        let zip = program_with_signature(direct.clone(), &["out"], Some((kind, "cache.x")), vec![]);
+        let e = import_as_inputs(zip).expect_err(kind);
+        assert_says(
+            &e,
+            &[&format!(
+                "node `add_` writes a new value into {shown} in place"
+            )],
+        );
+    }
+
+    // run_decompositions()'s form: the new value is an output of kind buffer_mutation.
+    let functional = vec![
+        binary("torch.ops.aten.add.Tensor", "x", "y", "add"),
+        binary("torch.ops.aten.mul.Tensor", "add", "y", "out"),
+    ];
+    let mutation = json!({"buffer_mutation": {"arg": {"name": "add"}, "buffer_name": "cache.x"}});
+    let zip = program_with_signature(
+        functional,
+        &["out"],
+        Some(("buffer", "cache.x")),
+        vec![mutation],
+    );
+    let e = import_as_inputs(zip).expect_err("a buffer_mutation output");
+    assert_says(
+        &e,
+        &["output `buffer_mutation` writes a new value into the buffer `cache.x`"],
+    );
+}

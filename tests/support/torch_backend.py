@@ -20,7 +20,8 @@ Checks:
 - `torch.compile(model, backend="kiln")` through the entry point the package registers,
   on a model with graph breaks (a data-dependent branch, a `print`): every graph Kiln
   compiles, the result eager's;
-- a graph with an op Kiln lacks runs in eager, with a warning naming the op;
+- a graph with an op Kiln lacks runs in eager, with a warning naming the op, and so does one
+  that updates a buffer in place (Kiln keeps no state between calls yet);
 - an unknown option is refused, naming the options; a device no plugin provides is an
   error naming the devices there are; a device other than the inputs' (cpu against cuda)
   is an error saying where the inputs are;
@@ -108,6 +109,18 @@ class Branchy(torch.nn.Module):
 class Inverse(torch.nn.Module):
     def forward(self, x):
         return torch.linalg.inv(x).sin()
+
+
+class Counter(torch.nn.Module):
+    """A buffer updated in place on every call, as a decoding step's cache or position."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(4))
+
+    def forward(self, x):
+        self.steps.add_(1)
+        return x * self.steps
 
 
 def recording_backend(made):
@@ -200,6 +213,18 @@ def main(repo: Path):
     messages = [str(w.message) for w in caught if "Kiln" in str(w.message)]
     check("a graph with an op Kiln lacks runs in eager, with a warning naming the op",
           close(got, inv(a)) and any("linalg_inv" in m and "eager" in m for m in messages), messages)
+
+    torch._dynamo.reset()
+    counted, counter = dev(Counter()), dev(Counter())
+    x4 = dev(torch.randn(4))
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        compiled = torch.compile(counted, backend="kiln")
+        calls = [(compiled(x4), counter(x4)) for _ in range(3)]
+    messages = [str(w.message) for w in caught if "Kiln" in str(w.message)]
+    check("a graph that updates a buffer in place runs in eager, with a warning saying so: every call eager's",
+          all(close(a, b) for a, b in calls) and close(counted.steps, counter.steps)
+          and any("in place" in m and "eager" in m for m in messages), messages)
 
     torch._dynamo.reset()
     with warnings.catch_warnings(record=True) as caught:

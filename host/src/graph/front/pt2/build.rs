@@ -115,11 +115,12 @@ enum InputSpec {
     /// a non-tensor argument whose value the graph was specialised on
     Fixed,
     /// a parameter, buffer or constant: the placeholder, its key in the payload
-    /// config, and whether it is a tensor constant
+    /// config, whether it is a tensor constant, and what it is ("buffer")
     Stored {
         placeholder: String,
         key: String,
         constant: bool,
+        kind: &'static str,
     },
 }
 
@@ -158,22 +159,39 @@ fn input_spec(spec: &Value) -> Result<InputSpec, Pt2Error> {
             placeholder: arg_name(v)?,
             key: key("parameter_name")?,
             constant: false,
+            kind: "parameter",
         },
         "buffer" => InputSpec::Stored {
             placeholder: arg_name(v)?,
             key: key("buffer_name")?,
             constant: false,
+            kind: "buffer",
         },
         "tensor_constant" => InputSpec::Stored {
             placeholder: arg_name(v)?,
             key: key("tensor_constant_name")?,
             constant: true,
+            kind: "tensor constant",
         },
         // A non-tensor argument of the call (`use_cache=False`): export specialises the
         // graph on its value, so it is no input of Kiln's graph.
         "constant_input" => InputSpec::Fixed,
         other => return Err(bad(format!("input kind `{other}` is not supported"))),
     })
+}
+
+/// A tensor input's placeholder and what it is, for messages.
+fn described(spec: &InputSpec) -> Option<(String, String)> {
+    match spec {
+        InputSpec::User(t) => Some((t.clone(), format!("the user input `{t}`"))),
+        InputSpec::Stored {
+            placeholder,
+            key,
+            kind,
+            ..
+        } => Some((placeholder.clone(), format!("the {kind} `{key}`"))),
+        InputSpec::Fixed => None,
+    }
 }
 
 /// The tensor names an FX node's outputs define, and whether it has several outputs.
@@ -239,6 +257,7 @@ pub(super) fn build<R: Read + Seek>(
         path: String::new(),
         layouts: tensor_layouts(&gm.graph.tensor_values),
         aliases: Aliases::default(),
+        inputs: specs.iter().filter_map(described).collect(),
     };
     import_nodes(
         &mut g,
@@ -325,6 +344,7 @@ fn add_inputs<R: Read + Seek>(
             placeholder,
             key,
             constant,
+            ..
         } = s
         else {
             continue;
@@ -365,6 +385,20 @@ fn user_outputs(
     for spec in specs {
         let bad = || Pt2Error::Schema(format!("graph signature: unsupported output {spec}"));
         let (kind, v) = schema::variant(spec).ok_or_else(bad)?;
+        let mutated = match kind {
+            "buffer_mutation" => Some(("buffer", "buffer_name")),
+            "parameter_mutation" => Some(("parameter", "parameter_name")),
+            "user_input_mutation" => Some(("user input", "user_input_name")),
+            _ => None,
+        };
+        if let Some((what, field)) = mutated {
+            let target = v.get(field).and_then(Value::as_str).unwrap_or("?");
+            return Err(Pt2Error::InputMutation {
+                node: format!("the graph signature's output `{kind}`"),
+                what: format!("the {what} `{target}`"),
+            }
+            .into());
+        }
         if kind != "user_output" {
             return Err(Pt2Error::Schema(format!(
                 "graph signature: output kind `{kind}` (a mutation or training output) is not supported"
@@ -441,6 +475,9 @@ struct Scope<'a> {
     layouts: HashMap<&'a str, (Vec<i64>, i64)>,
     /// which tensors share storage, and which were overwritten through another alias
     aliases: Aliases,
+    /// the graph's inputs (placeholder → what it is, for messages: "buffer `n`"), which
+    /// no node may write into; empty in a subgraph
+    inputs: HashMap<String, String>,
 }
 
 /// A tensor an FX node produced, for the shape check after validation.

@@ -92,6 +92,16 @@ pub enum Pt2Error {
         /// the supported majors, listed
         supported: String,
     },
+    /// The graph writes a new value into one of its inputs (an in-place op on a
+    /// buffer, a parameter or a user input, or a mutation output of the signature),
+    /// which Kiln's compiled call would not carry out of the call.
+    #[error("{node} writes a new value into {what} in place, and Kiln keeps no state between calls yet: {what} would keep its old value, and every call after the first would differ from PyTorch's. Export a forward that returns the new value instead of writing it into {what}")]
+    InputMutation {
+        /// the FX node that writes (or the signature's mutation output)
+        node: String,
+        /// the input, with its kind: "buffer `k_cache`"
+        what: String,
+    },
     /// A dynamic size.
     #[error("`{tensor}` has a symbolic (dynamic) size `{symbol}`: Kiln compiles static shapes; export without dynamic_shapes")]
     Symbolic {

@@ -263,6 +263,13 @@ pub(super) fn write_into(
     writer: &str,
     result: &str,
 ) -> Result<(), Error> {
+    if let Some(what) = scope.inputs.get(&scope.aliases.root_of(t)) {
+        return Err(Pt2Error::InputMutation {
+            node: format!("node `{writer}`"),
+            what: what.clone(),
+        }
+        .into());
+    }
     scope.values.insert(t.to_string(), value);
     scope.aliases.outdated.remove(t);
     scope.aliases.stale.remove(t);

@@ -509,6 +509,7 @@ fn inline_wrap(
         prefix: format!("{}{prefix}_", outer.prefix),
         layouts: tensor_layouts(&graph.tensor_values),
         aliases: Aliases::default(),
+        inputs: HashMap::new(),
         depth: outer.depth + 1,
         path: format!(
             "{}{}/",

@@ -422,6 +422,12 @@ const CASES: &[Case] = &[
         "x:f32[4,3] i:i64[2] v:f32[2,3]",
         "self = 'x', indices = ['i'], values = 'v', accumulate = true",
     ),
+    c(
+        "index_copy",
+        "x:f32[4,3] i:i64[2] v:f32[2,3]",
+        "self = 'x', dim = 0, index = 'i', source = 'v'",
+    ),
+    m("unbind", 3, X, "self = 'x', dim = 1"),
 ];
 
 /// The cases of every op name: `getitem` is exercised by every case of several

@@ -2614,3 +2614,86 @@ fn a_write_into_a_graph_input_is_refused_naming_the_writer_and_the_input() {
         &["output `buffer_mutation` writes a new value into the buffer `cache.x`"],
     );
 }
+
+/// `unbind` gives a select per index of its dim; `index_copy` (and its in-place form on a
+/// tensor the graph made) replaces the slices `index[k]` along its dim by source's slices
+/// k; a source of another shape is refused, as PyTorch refuses it.
+#[test]
+fn unbind_and_index_copy_as_pytorch_defines_them() {
+    let (x, y) = xy();
+    let mut unbind = node(
+        "unbind",
+        "torch.ops.aten.unbind.int",
+        &[("self", tensor_arg("x")), ("dim", int_arg(1))],
+    );
+    unbind["outputs"] = json!([{"as_tensors": [{"name": "u0"}, {"name": "u1"}, {"name": "u2"}]}]);
+    let rows = |of: &str| {
+        vec![
+            node(
+                "ar",
+                "torch.ops.aten.arange.default",
+                &[("end", int_arg(2)), ("dtype", json!({"as_scalar_type": 5}))],
+            ),
+            node(
+                "rows",
+                "torch.ops.aten.flip.default",
+                &[("self", tensor_arg("ar")), ("dims", ints_arg(&[0]))],
+            ),
+            node(
+                "c",
+                "torch.ops.aten.clone.default",
+                &[("self", tensor_arg("x"))],
+            ),
+            node(
+                "copied",
+                "torch.ops.aten.index_copy_.default",
+                &[
+                    ("self", tensor_arg("c")),
+                    ("dim", int_arg(0)),
+                    ("index", tensor_arg("rows")),
+                    ("source", tensor_arg(of)),
+                ],
+            ),
+        ]
+    };
+    let mut nodes = vec![unbind];
+    nodes.extend(rows("y"));
+    let shapes: &[(&str, &[i64])] = &[
+        ("u0", &[2]),
+        ("u1", &[2]),
+        ("u2", &[2]),
+        ("ar", &[2]),
+        ("rows", &[2]),
+        ("c", &[2, 3]),
+        ("copied", &[2, 3]),
+    ];
+    let dtypes = [("ar", 5), ("rows", 5)];
+    let zip = program_typed(nodes, &["u2", "c"], shapes, &dtypes);
+    generated_code_agrees("unbind_index_copy", &zip);
+    let g = import(zip).unwrap_or_else(|e| panic!("{e}"));
+    // rows = [1, 0]: row 1 of the copy is y's row 0, row 0 y's row 1.
+    let swapped: Vec<f64> = y[3..].iter().chain(&y[..3]).copied().collect();
+    outputs_are(&g, &[vec![x[2], x[5]], swapped]);
+
+    // A source of 2 x 2 for 2 rows of 3: refused.
+    let mut nodes = vec![node(
+        "ys",
+        "torch.ops.aten.slice.Tensor",
+        &[
+            ("self", tensor_arg("y")),
+            ("dim", int_arg(1)),
+            ("start", int_arg(0)),
+            ("end", int_arg(2)),
+        ],
+    )];
+    nodes.extend(rows("ys"));
+    let shapes: &[(&str, &[i64])] = &[
+        ("ys", &[2, 2]),
+        ("ar", &[2]),
+        ("rows", &[2]),
+        ("c", &[2, 3]),
+        ("copied", &[2, 3]),
+    ];
+    let e = import(program_typed(nodes, &["c"], shapes, &dtypes)).expect_err("a wrong source");
+    assert_says(&e, &["index_copy", "`source` must be float32[2, 3]"]);
+}

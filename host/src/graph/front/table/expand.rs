@@ -4,7 +4,7 @@
 //! (unsqueeze + expand + reshape), `linalg_vector_norm`/`norm` (sums of powers),
 //! `_weight_norm`, `softplus`, `eye`, `einsum` (permutes, reshapes and batched matrix
 //! products), `im2col` (padding and strided slices) and `col2im` (strided scatters into
-//! zeros, summed), and the `upsample_*` interpolations
+//! zeros, summed), `unbind` (a select per index), and the `upsample_*` interpolations
 //! (nearest, linear, bilinear, bicubic, trilinear: per spatial dim, a gather of each tap
 //! and a sum weighted by constants computed here as ATen computes them).
 //!
@@ -160,6 +160,8 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
         ],
     ),
     ("index_put", &["self", "indices", "values", "accumulate"]),
+    ("index_copy", &["self", "dim", "index", "source"]),
+    ("unbind", &["self", "dim"]),
 ];
 
 /// One step of an expansion.
@@ -323,6 +325,7 @@ fn builds_constants(op: &str) -> bool {
             | "one_hot"
             | "unfold"
             | "index_put"
+            | "index_copy"
             | "col2im"
     ) || upsample_kind(op).is_some()
 }

@@ -5,8 +5,9 @@
 //! `glu`, `prelu`, `log_sigmoid`, `softsign`, `hardshrink`, the logical ops, `isnan`/
 //! `isinf`/`nan_to_num`, `std`, `var_mean`/`std_mean`, `addcmul`/`addcdiv`, `lerp`,
 //! `one_hot`, `tile`, `exp2`, `clamp` with a tensor bound, `pixel_shuffle`/
-//! `pixel_unshuffle`, `unfold` (sliding windows), `max_pool1d`, and `index_put`
-//! (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`).
+//! `pixel_unshuffle`, `unfold` (sliding windows), `max_pool1d`, `index_put`
+//! (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`), `index_copy` (an `index_put` along one
+//! dim) and `unbind` (a select per index).
 
 use super::{int_list, ints, invalid, t, wrap, Args, Raw, SigError, Steps};
 use crate::graph::ir::TensorMeta;
@@ -21,6 +22,9 @@ fn finite_max(d: DType) -> f64 {
         _ => f32::MAX as f64,
     }
 }
+
+/// The most pieces an `unbind` is spelled out into (one node each).
+const MAX_UNBIND: i64 = 1 << 16;
 
 /// An expansion's outputs, `None` where the op is not one of this module's.
 type Expanded = Result<Option<Vec<String>>, SigError>;
@@ -353,6 +357,32 @@ fn elementwise(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
 /// Masks, flips, one-hot codes, tiles and index writes.
 fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     match op {
+        "unbind" => {
+            let (x, m) = args.tensor("self")?;
+            if m.rank() == 0 {
+                return Err(invalid("unbind of a 0-d tensor".into()));
+            }
+            let d = wrap(args.int_or("dim", 0)?, m.rank()).map_err(invalid)?;
+            if m.shape[d] > MAX_UNBIND {
+                return Err(invalid(format!(
+                    "{} pieces along dim {d}: Kiln spells unbind out as a select per piece, and takes at most {MAX_UNBIND}",
+                    m.shape[d]
+                )));
+            }
+            let pieces = (0..m.shape[d])
+                .map(|i| {
+                    s.op(
+                        "select",
+                        vec![
+                            ("self", t(&x)),
+                            ("dim", Raw::Int(d as i64)),
+                            ("index", Raw::Int(i)),
+                        ],
+                    )
+                })
+                .collect();
+            Ok(Some(pieces))
+        }
         "triu" | "tril" => {
             let (x, m) = args.tensor("self")?;
             let diagonal = args.int("diagonal").unwrap_or(0);
@@ -443,6 +473,38 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             }
             let accumulate = matches!(args.get("accumulate"), Some(Raw::Bool(true)));
             one(index_put(s, &x, &m, &v, &entries, accumulate).map_err(invalid)?)
+        }
+        "index_copy" => {
+            // `x.index_copy(dim, index, source)`: x with its slices `index[k]` along dim
+            // replaced by source's slices k, which is `x[.., index] = source` there.
+            let (x, m) = args.tensor("self")?;
+            let (index, im) = args.tensor("index")?;
+            let (source, sm) = args.tensor("source")?;
+            let d = wrap(args.int_or("dim", 0)?, m.rank()).map_err(invalid)?;
+            let k = im.shape.iter().product::<i64>();
+            if im.rank() > 1 || im.dtype != DType::Int64 {
+                return Err(invalid(format!(
+                    "`index` must be an int64 tensor of at most 1 dim, found {}{:?}",
+                    im.dtype, im.shape
+                )));
+            }
+            let mut want = m.shape.clone();
+            if let Some(w) = want.get_mut(d) {
+                *w = k;
+            }
+            if sm.dtype != m.dtype || (m.rank() > 0 && sm.shape != want) {
+                return Err(invalid(format!(
+                    "`source` must be {}{want:?} (self's dtype and shape, {k} along dim {d}), found {}{:?}",
+                    m.dtype, sm.dtype, sm.shape
+                )));
+            }
+            let index = if im.rank() == 0 {
+                s.reshape(&index, &[1])
+            } else {
+                index
+            };
+            let entries = [(d, index, TensorMeta::contiguous(vec![k], DType::Int64))];
+            one(index_put(s, &x, &m, &source, &entries, false).map_err(invalid)?)
         }
         _ => Ok(None),
     }

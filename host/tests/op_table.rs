@@ -428,6 +428,7 @@ const CASES: &[Case] = &[
         "self = 'x', dim = 0, index = 'i', source = 'v'",
     ),
     m("unbind", 3, X, "self = 'x', dim = 1"),
+    c("_safe_softmax", X, "self = 'x', dim = 1"),
 ];
 
 /// The cases of every op name: `getitem` is exercised by every case of several

@@ -2697,3 +2697,113 @@ fn unbind_and_index_copy_as_pytorch_defines_them() {
     let e = import(program_typed(nodes, &["c"], shapes, &dtypes)).expect_err("a wrong source");
     assert_says(&e, &["index_copy", "`source` must be float32[2, 3]"]);
 }
+
+/// A query whose keys are all masked out (a bool mask of no true, an additive mask of all
+/// -inf) attends to nothing: PyTorch's attention gives zeros there (its `_safe_softmax`),
+/// not softmax's 0 / 0, and so does Kiln, on the interpreter, after the passes and in
+/// generated code; `_safe_softmax` itself is softmax with such rows zeros.
+#[test]
+fn a_query_with_every_key_masked_out_attends_to_nothing() {
+    let (_, y) = xy();
+    let view = |out: &str, of: &str| {
+        node(
+            out,
+            "torch.ops.aten.view.default",
+            &[("self", tensor_arg(of)), ("size", ints_arg(&[1, 1, 2, 3]))],
+        )
+    };
+    let sdpa = |out: &str, mask: &str| {
+        node(
+            out,
+            "torch.ops.aten.scaled_dot_product_attention.default",
+            &[
+                ("query", tensor_arg("q")),
+                ("key", tensor_arg("k")),
+                ("value", tensor_arg("k")),
+                ("attn_mask", tensor_arg(mask)),
+            ],
+        )
+    };
+    let nodes = vec![
+        view("q", "x"),
+        view("k", "y"),
+        slice("x2", "x", 1, 0, 2),
+        // keys kept: none for query 0, key 1 for query 1
+        node(
+            "m",
+            "torch.ops.aten.gt.Scalar",
+            &[
+                ("self", tensor_arg("x2")),
+                ("other", json!({"as_float": 0.5})),
+            ],
+        ),
+        node(
+            "mf",
+            "torch.ops.aten._to_copy.default",
+            &[
+                ("self", tensor_arg("m")),
+                ("dtype", json!({"as_scalar_type": 7})),
+            ],
+        ),
+        node(
+            "madd",
+            "torch.ops.aten.log.default",
+            &[("self", tensor_arg("mf"))],
+        ),
+        sdpa("by_bool", "m"),
+        sdpa("by_add", "madd"),
+        // x where x > 2.5, else -inf: row 0 all -inf
+        node(
+            "big",
+            "torch.ops.aten.gt.Scalar",
+            &[
+                ("self", tensor_arg("x")),
+                ("other", json!({"as_float": 2.5})),
+            ],
+        ),
+        node(
+            "w",
+            "torch.ops.aten.where.ScalarOther",
+            &[
+                ("condition", tensor_arg("big")),
+                ("self", tensor_arg("x")),
+                ("other", json!({"as_float": "-Infinity"})),
+            ],
+        ),
+        node(
+            "safe",
+            "torch.ops.aten._safe_softmax.default",
+            &[("self", tensor_arg("w")), ("dim", int_arg(1))],
+        ),
+    ];
+    let shapes: &[(&str, &[i64])] = &[
+        ("q", &[1, 1, 2, 3]),
+        ("k", &[1, 1, 2, 3]),
+        ("x2", &[2, 2]),
+        ("m", &[2, 2]),
+        ("mf", &[2, 2]),
+        ("madd", &[2, 2]),
+        ("by_bool", &[1, 1, 2, 3]),
+        ("by_add", &[1, 1, 2, 3]),
+        ("big", &[2, 3]),
+        ("w", &[2, 3]),
+        ("safe", &[2, 3]),
+    ];
+    let zip = program_typed(
+        nodes,
+        &["by_bool", "by_add", "safe"],
+        shapes,
+        &[("m", 12), ("big", 12)],
+    );
+    generated_code_agrees("fully_masked", &zip);
+    let g = import(zip).unwrap_or_else(|e| panic!("{e}"));
+    let attended: Vec<f64> = [0.0, 0.0, 0.0].iter().chain(&y[3..]).copied().collect();
+    outputs_are(
+        &g,
+        &[
+            attended.clone(),
+            attended,
+            vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        ],
+    );
+}

@@ -420,6 +420,11 @@ fn attention(
                 scores[j as usize] = dot;
             }
             let mx = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if mx == f64::NEG_INFINITY {
+                // Every key masked out: PyTorch's attention (its `_safe_softmax`) gives
+                // zeros, not softmax's 0 / 0.
+                continue;
+            }
             let mut z = 0.0;
             for x in scores.iter_mut() {
                 *x = (*x - mx).exp();

@@ -733,8 +733,9 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
                         mask=col_ok[:, None] & (offs_ev[None, :] < EV), other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{PRECISION})
             m_i = m_new
-        # A row with nothing kept is 0 / 0 = NaN, as PyTorch's softmax of all -inf.
-        y = acc / l_i[:, None]
+        # A row with nothing kept (l_i = 0, acc = 0) is zeros, as PyTorch's attention
+        # (its _safe_softmax) gives: any kept key adds exp2(0) = 1 to l_i.
+        y = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         tl.store(O + off_b * sob + off_h * soh + offs_m[:, None] * som + offs_ev[None, :] * soe,
                  y.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_ev[None, :] < EV))
 "#;

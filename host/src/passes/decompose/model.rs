@@ -261,7 +261,21 @@ pub(super) fn attention(
     let sh = b.vv(BinaryOp::Sub, scores, mx)?;
     let ex = b.un(UnaryOp::Exp, sh)?;
     let z = b.reduce(ReduceOp::Sum, ex, &[-1])?;
-    let p = b.vv(BinaryOp::Div, ex, z)?;
+    let mut p = b.vv(BinaryOp::Div, ex, z)?;
+    if mask.is_some() {
+        // A row whose keys are all masked out is zeros, as PyTorch's `_safe_softmax`
+        // makes it (softmax's 0 / 0 would be NaN). A causal mask alone never masks a
+        // whole row: key 0 is kept for every query.
+        let kept = b.vs(BinaryOp::Ne, mx, f64::NEG_INFINITY)?;
+        p = b.op(
+            Op::Where,
+            vec![
+                Arg::Value(kept),
+                Arg::Value(p),
+                Arg::Scalar(Scalar::Float(0.0)),
+            ],
+        )?;
+    }
     let y = b.matmul(p, v)?;
     let y = if b.shape(y) != out.shape {
         b.op(

@@ -943,8 +943,9 @@ class Attention:
     @staticmethod
     def agree(mine, theirs, dtype):
         """Whether the library's result is Kiln's kernel's within the dtype's
-        rounding (a guard against a semantics or layout mismatch; not-a-number
-        where a row keeps no key must match too)."""
+        rounding (a guard against a semantics or layout mismatch; a row that
+        keeps no key is zeros on both sides, and not-a-number in an input must
+        give not-a-number in the same places)."""
         if tuple(mine.shape) != tuple(theirs.shape) or mine.dtype != theirs.dtype:
             return False
         tolerance = {"torch.float32": 5e-3, "torch.float16": 2e-2}.get(str(dtype), 1e-1)

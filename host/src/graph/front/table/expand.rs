@@ -162,6 +162,7 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("index_put", &["self", "indices", "values", "accumulate"]),
     ("index_copy", &["self", "dim", "index", "source"]),
     ("unbind", &["self", "dim"]),
+    ("_safe_softmax", &["self", "dim", "dtype"]),
 ];
 
 /// One step of an expansion.

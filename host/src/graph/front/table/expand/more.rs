@@ -1,7 +1,7 @@
 //! The activations, index reductions and small tensor ops that models outside the first
 //! families bring in, each as PyTorch defines it: `triu`/`tril`, `argmax`/`argmin` and
 //! `max`/`min` over a dim (values and indices; the first index of the extreme, NaN
-//! counting as one), `logsumexp`, `flip`, `leaky_relu`, `elu`/`celu`/`selu`, `mish`,
+//! counting as one), `logsumexp`, `_safe_softmax` (zeros for rows of all -inf), `flip`, `leaky_relu`, `elu`/`celu`/`selu`, `mish`,
 //! `glu`, `prelu`, `log_sigmoid`, `softsign`, `hardshrink`, the logical ops, `isnan`/
 //! `isinf`/`nan_to_num`, `std`, `var_mean`/`std_mean`, `addcmul`/`addcdiv`, `lerp`,
 //! `one_hot`, `tile`, `exp2`, `clamp` with a tensor bound, `pixel_shuffle`/
@@ -142,6 +142,28 @@ fn reductions(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
                 s.reshape(&shift, &kept)
             };
             one(s.bin("add", t(&l), t(&shift)))
+        }
+        "_safe_softmax" => {
+            // softmax, with the rows whose inputs are all -inf zeros (attention's rows
+            // that mask out every key) rather than 0 / 0.
+            let (x, _) = args.tensor("self")?;
+            let dim = args.int_or("dim", -1)?;
+            let mut attrs = vec![("self", t(&x)), ("dim", Raw::Int(dim))];
+            if let Some(d) = args.get("dtype") {
+                attrs.push(("dtype", d.clone()));
+            }
+            let soft = s.op("softmax", attrs);
+            let masked = s.bin("eq", t(&x), Raw::Float(f64::NEG_INFINITY));
+            let rows = s.op(
+                "all",
+                vec![
+                    ("self", t(&masked)),
+                    ("dim", ints(&[dim])),
+                    ("keepdim", Raw::Bool(true)),
+                ],
+            );
+            let zeros = s.op("zeros_like", vec![("self", t(&soft))]);
+            one(select(s, &rows, t(&zeros), t(&soft)))
         }
         "std" | "var_mean" | "std_mean" => {
             let (x, _) = args.tensor("self")?;

@@ -2261,6 +2261,24 @@ fn channel_dropout_is_the_identity_and_a_training_dropout_is_refused() {
     assert_says(&e, &["node `d`", "train", "model.eval()"]);
 }
 
+/// `ar = arange(2)` in int64.
+fn ar_int64() -> Value {
+    node(
+        "ar",
+        "torch.ops.aten.arange.default",
+        &[("end", int_arg(2)), ("dtype", json!({"as_scalar_type": 5}))],
+    )
+}
+
+/// `rows = ar.flip(0)`: the int64 indices `[1, 0]`.
+fn rows_1_0() -> Value {
+    node(
+        "rows",
+        "torch.ops.aten.flip.default",
+        &[("self", tensor_arg("ar")), ("dims", ints_arg(&[0]))],
+    )
+}
+
 #[test]
 fn index_put_with_a_mask_and_with_integer_indices() {
     let (x, y) = xy();
@@ -2356,16 +2374,8 @@ fn index_put_with_a_mask_and_with_integer_indices() {
             "v2",
             false,
         ),
-        node(
-            "ar",
-            "torch.ops.aten.arange.default",
-            &[("end", int_arg(2)), ("dtype", json!({"as_scalar_type": 5}))],
-        ),
-        node(
-            "rows",
-            "torch.ops.aten.flip.default",
-            &[("self", tensor_arg("ar")), ("dims", ints_arg(&[0]))],
-        ),
+        ar_int64(),
+        rows_1_0(),
         put(
             "two",
             "torch.ops.aten.index_put.default",
@@ -2629,16 +2639,8 @@ fn unbind_and_index_copy_as_pytorch_defines_them() {
     unbind["outputs"] = json!([{"as_tensors": [{"name": "u0"}, {"name": "u1"}, {"name": "u2"}]}]);
     let rows = |of: &str| {
         vec![
-            node(
-                "ar",
-                "torch.ops.aten.arange.default",
-                &[("end", int_arg(2)), ("dtype", json!({"as_scalar_type": 5}))],
-            ),
-            node(
-                "rows",
-                "torch.ops.aten.flip.default",
-                &[("self", tensor_arg("ar")), ("dims", ints_arg(&[0]))],
-            ),
+            ar_int64(),
+            rows_1_0(),
             node(
                 "c",
                 "torch.ops.aten.clone.default",

@@ -379,32 +379,7 @@ fn elementwise(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
 /// Masks, flips, one-hot codes, tiles and index writes.
 fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     match op {
-        "unbind" => {
-            let (x, m) = args.tensor("self")?;
-            if m.rank() == 0 {
-                return Err(invalid("unbind of a 0-d tensor".into()));
-            }
-            let d = wrap(args.int_or("dim", 0)?, m.rank()).map_err(invalid)?;
-            if m.shape[d] > MAX_UNBIND {
-                return Err(invalid(format!(
-                    "{} pieces along dim {d}: Kiln spells unbind out as a select per piece, and takes at most {MAX_UNBIND}",
-                    m.shape[d]
-                )));
-            }
-            let pieces = (0..m.shape[d])
-                .map(|i| {
-                    s.op(
-                        "select",
-                        vec![
-                            ("self", t(&x)),
-                            ("dim", Raw::Int(d as i64)),
-                            ("index", Raw::Int(i)),
-                        ],
-                    )
-                })
-                .collect();
-            Ok(Some(pieces))
-        }
+        "unbind" => unbind(s, args),
         "triu" | "tril" => {
             let (x, m) = args.tensor("self")?;
             let diagonal = args.int("diagonal").unwrap_or(0);
@@ -530,6 +505,34 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
         }
         _ => Ok(None),
     }
+}
+
+/// `unbind(x, dim)`: a select per index of the dim.
+fn unbind(s: &mut Steps<'_>, args: &Args<'_>) -> Expanded {
+    let (x, m) = args.tensor("self")?;
+    if m.rank() == 0 {
+        return Err(invalid("unbind of a 0-d tensor".into()));
+    }
+    let d = wrap(args.int_or("dim", 0)?, m.rank()).map_err(invalid)?;
+    if m.shape[d] > MAX_UNBIND {
+        return Err(invalid(format!(
+            "{} pieces along dim {d}: Kiln spells unbind out as a select per piece, and takes at most {MAX_UNBIND}",
+            m.shape[d]
+        )));
+    }
+    let pieces = (0..m.shape[d])
+        .map(|i| {
+            s.op(
+                "select",
+                vec![
+                    ("self", t(&x)),
+                    ("dim", Raw::Int(d as i64)),
+                    ("index", Raw::Int(i)),
+                ],
+            )
+        })
+        .collect();
+    Ok(Some(pieces))
 }
 
 /// Pixel shuffles, sliding windows and the 1-d max pool.

@@ -2809,3 +2809,21 @@ fn a_query_with_every_key_masked_out_attends_to_nothing() {
         ],
     );
 }
+
+/// A real decoding step with a static KV cache (transformers' export of GPT-2 for
+/// on-device runtimes, `tests/fixtures/decode/`) writes its cache and position counters
+/// in place, into tensor constants export lifted: refused, naming the first write.
+#[test]
+fn a_decoding_step_that_updates_its_static_cache_is_refused_naming_the_write() {
+    let path = fixtures().join("../decode/gpt2_static_cache_step.pt2");
+    let e = load(&path)
+        .map_err(|e| kiln::diag::report(&e))
+        .expect_err("state");
+    assert_says(
+        &e,
+        &[
+            "node `copy_` writes a new value into the tensor constant `lifted_tensor_0` in place",
+            "keeps no state between calls",
+        ],
+    );
+}

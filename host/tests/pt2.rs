@@ -2827,3 +2827,63 @@ fn a_decoding_step_that_updates_its_static_cache_is_refused_naming_the_write() {
         ],
     );
 }
+
+/// `atan2`, `hypot` and `copysign` as PyTorch defines them, on floats and on integers
+/// (promoted to float), in the interpreter and in generated code.
+#[test]
+fn atan2_hypot_and_copysign() {
+    let (x, y) = xy();
+    let bin = |out: &str, target: &str, a: &str, b: &str| binary(target, a, b, out);
+    let int = |out: &str, of: &str| {
+        node(
+            out,
+            "torch.ops.aten._to_copy.default",
+            &[
+                ("self", tensor_arg(of)),
+                ("dtype", json!({"as_scalar_type": 5})),
+            ],
+        )
+    };
+    let nodes = vec![
+        bin("at", "torch.ops.aten.atan2.default", "x", "y"),
+        bin("hy", "torch.ops.aten.hypot.default", "x", "y"),
+        bin("cs", "torch.ops.aten.copysign.Tensor", "x", "y"),
+        int("xi", "x"),
+        int("yi", "y"),
+        bin("ati", "torch.ops.aten.atan2.default", "xi", "yi"),
+    ];
+    let shapes: &[(&str, &[i64])] = &[
+        ("at", &[2, 3]),
+        ("hy", &[2, 3]),
+        ("cs", &[2, 3]),
+        ("xi", &[2, 3]),
+        ("yi", &[2, 3]),
+        ("ati", &[2, 3]),
+    ];
+    let zip = program_typed(
+        nodes,
+        &["at", "hy", "cs", "ati"],
+        shapes,
+        &[("xi", 5), ("yi", 5)],
+    );
+    generated_code_agrees("atan2_hypot_copysign", &zip);
+    let g = import(zip).unwrap_or_else(|e| panic!("{e}"));
+    let each = |f: fn(f64, f64) -> f64, a: &[f64], b: &[f64]| -> Vec<f64> {
+        a.iter().zip(b).map(|(a, b)| f(*a, *b)).collect()
+    };
+    // An integer has no -0: -0.5 becomes +0.
+    let (xi, yi): (Vec<f64>, Vec<f64>) = (
+        x.iter().map(|v| v.trunc() + 0.0).collect(),
+        y.iter().map(|v| v.trunc() + 0.0).collect(),
+    );
+    let round = |v: Vec<f64>| v.into_iter().map(|a| a as f32 as f64).collect::<Vec<_>>();
+    outputs_are(
+        &g,
+        &[
+            round(each(f64::atan2, &x, &y)),
+            round(each(f64::hypot, &x, &y)),
+            each(f64::copysign, &x, &y),
+            round(each(f64::atan2, &xi, &yi)),
+        ],
+    );
+}

@@ -232,12 +232,18 @@ pub enum BinaryOp {
     Fmod,
     /// `remainder`: the remainder of floor division (the sign of `b`, Python's `%`)
     Remainder,
+    /// `atan2(a, b)`: the angle of the point (b, a), in (-pi, pi] (a float)
+    Atan2,
+    /// `hypot(a, b)`: sqrt(a^2 + b^2) without overflow in the squares (a float)
+    Hypot,
+    /// `copysign(a, b)`: |a| with the sign bit of `b` (a float)
+    Copysign,
 }
 
 impl BinaryOp {
     /// Every binary op with its ATen name (the rounding variants of `div` print as
     /// `div` with a `rounding_mode`).
-    pub const ALL: [(BinaryOp, &'static str); 18] = [
+    pub const ALL: [(BinaryOp, &'static str); 21] = [
         (BinaryOp::Add, "add"),
         (BinaryOp::Sub, "sub"),
         (BinaryOp::Mul, "mul"),
@@ -256,11 +262,23 @@ impl BinaryOp {
         (BinaryOp::BitXor, "bitwise_xor"),
         (BinaryOp::Fmod, "fmod"),
         (BinaryOp::Remainder, "remainder"),
+        (BinaryOp::Atan2, "atan2"),
+        (BinaryOp::Hypot, "hypot"),
+        (BinaryOp::Copysign, "copysign"),
     ];
 
     /// The bitwise ops, defined on integers and bools only.
     pub fn is_bitwise(self) -> bool {
         matches!(self, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor)
+    }
+
+    /// The ops whose result is a float whatever the operands (`div`, `atan2`, `hypot`,
+    /// `copysign`: integers and bools are promoted, as PyTorch promotes them).
+    pub fn is_float_valued(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Div | BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign
+        )
     }
 
     /// Comparisons produce `bool`.

@@ -152,6 +152,9 @@ pub(crate) fn binary(op: BinaryOp, a: f64, b: f64, alpha: f64, int: bool) -> f64
         // Integer remainders by zero give 0, as the generated code does.
         BinaryOp::Fmod if int && b == 0.0 => 0.0,
         BinaryOp::Fmod => a % b,
+        BinaryOp::Atan2 => a.atan2(b),
+        BinaryOp::Hypot => a.hypot(b),
+        BinaryOp::Copysign => a.copysign(b),
         BinaryOp::Remainder if int && b == 0.0 => 0.0,
         BinaryOp::Remainder => {
             let r = a % b;

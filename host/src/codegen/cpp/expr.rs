@@ -248,6 +248,12 @@ impl Renderer<'_> {
         }
     }
 
+    /// Whether `id` is an integer cast from a float.
+    fn truncated_float(&self, id: ExprId) -> bool {
+        !self.exprs.dtype(id).is_float()
+            && matches!(self.exprs.get(id), Expr::Cast(f) if self.exprs.dtype(*f).is_float())
+    }
+
     /// The right-hand side computing `id` from its operands (loads are
     /// written by the kernel writer, which knows the buffers).
     pub fn rhs(&self, id: ExprId, r_zero: bool) -> Result<String, String> {
@@ -272,6 +278,15 @@ impl Renderer<'_> {
                 let src = self.operand(*a);
                 if d == DType::Bool {
                     format!("({src} != 0)")
+                } else if d.is_float() && self.truncated_float(*a) {
+                    // An integer has no negative zero, but with -fno-trapping-math GCC
+                    // turns a float truncated to an integer and back into one rounding,
+                    // which keeps the sign (-0.5 to -0.0) and drops a `+ 0`. A zero chosen
+                    // on the integer stays PyTorch's +0 (atan2 and copysign see the sign).
+                    format!(
+                        "({src} == 0 ? {} : static_cast<{ty}>({src}))",
+                        float_text(0.0, d)
+                    )
                 } else {
                     format!("static_cast<{ty}>({src})")
                 }
@@ -389,6 +404,10 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType, ty: &str) -> Result<St
             let r = format!("std::fmod({a}, {b})");
             format!("(({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {b} : {r})")
         }
+        // Float-valued: the operands are already in the result's float type.
+        BinaryOp::Atan2 => format!("std::atan2({a}, {b})"),
+        BinaryOp::Hypot => format!("std::hypot({a}, {b})"),
+        BinaryOp::Copysign => format!("std::copysign({a}, {b})"),
         // Integer remainder by zero would trap; as for division, Kiln gives 0.
         BinaryOp::Fmod => format!("static_cast<{ty}>({b} == 0 ? 0 : {a} % {b})"),
         BinaryOp::Remainder => {

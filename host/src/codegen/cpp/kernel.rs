@@ -1108,7 +1108,12 @@ fn cost(
         Expr::Unary(UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu, _) => 1,
         Expr::Unary(..) => EXPENSIVE,
         Expr::Binary(
-            BinaryOp::Div | BinaryOp::DivTrunc | BinaryOp::DivFloor | BinaryOp::Pow,
+            BinaryOp::Div
+            | BinaryOp::DivTrunc
+            | BinaryOp::DivFloor
+            | BinaryOp::Pow
+            | BinaryOp::Atan2
+            | BinaryOp::Hypot,
             ..,
         ) => EXPENSIVE,
         _ => 1,

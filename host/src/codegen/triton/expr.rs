@@ -292,6 +292,10 @@ fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> Result<String, Stri
             let r = format!("libdevice.fmod({a}, {b})");
             format!("tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})")
         }
+        // Float-valued: the operands are already in the result's float type.
+        BinaryOp::Atan2 => format!("libdevice.atan2({a}, {b})"),
+        BinaryOp::Hypot => format!("libdevice.hypot({a}, {b})"),
+        BinaryOp::Copysign => format!("libdevice.copysign({a}, {b})"),
         // Integers: `a - q * b` with the sign-safe quotients above.
         BinaryOp::Fmod => format!("({a} - {} * {b})", binary(BinaryOp::DivTrunc, a, b, operand)?),
         BinaryOp::Remainder => {

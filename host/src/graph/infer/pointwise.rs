@@ -57,7 +57,7 @@ pub(super) fn binary(op: BinaryOp, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, 
             "{} is defined for integer and bool tensors, found {d}",
             op_name(op)
         ));
-    } else if op == BinaryOp::Div {
+    } else if op.is_float_valued() {
         float_of(d)
     } else if matches!(op, BinaryOp::Sub)
         && args.iter().any(|a| match a {

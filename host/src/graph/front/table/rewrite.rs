@@ -9,7 +9,7 @@
 //! down), `square` (a pow of 2), `swapaxes`/`swapdims` (a transpose), `movedim`/
 //! `moveaxis` (a permute), `zero` (zeros like its operand), the channel and alpha
 //! dropouts (`dropout`), `convolution` (conv1d/2d/3d by the weight's rank), and ATen's
-//! other spellings of ops of the table (`multiply`, `__and__`, `clip`, ...).
+//! other spellings of ops of the table (`multiply`, `__and__`, `clip`, `arctan2`, ...).
 //!
 //! A rewrite reads the operands' metadata and the arguments only, never an output's.
 
@@ -62,11 +62,13 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("negative", &["self"]),
     ("absolute", &["self"]),
     ("clip", &["self", "min", "max"]),
+    ("arctan2", &["self", "other"]),
 ];
 
 /// The op of the table that `op` is another spelling of.
 fn spelling(op: &str) -> Option<&'static str> {
     Some(match op {
+        "arctan2" => "atan2",
         "__and__" => "bitwise_and",
         "__or__" => "bitwise_or",
         "__xor__" => "bitwise_xor",

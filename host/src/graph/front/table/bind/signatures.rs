@@ -297,6 +297,9 @@ pub(super) const SIGNATURES: &[(&str, Sig)] = {
         ),
         ("repeat", &[("self", T, true), ("repeats", Il, true)]),
         ("fmod", BIN),
+        ("atan2", BIN),
+        ("hypot", BIN),
+        ("copysign", BIN),
         ("remainder", BIN),
         (
             "masked_fill",

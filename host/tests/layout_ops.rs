@@ -306,3 +306,93 @@ fn clamp_takes_tensor_bounds_as_aten_does() {
     assert!(same(&out[2], &[0.0, 0.5, nan, 1.0]), "{:?}", out[2]);
     assert!(same(&out[3], &[-5.0, 0.5, nan, 1.0]), "{:?}", out[3]);
 }
+
+/// `conv_transpose2d` as PyTorch defines it (each input element scatters its weight
+/// window into the output at `i * stride - padding + k * dilation`), with groups, unequal
+/// strides and dilations, padding and output padding, worked out here by its definition:
+/// the interpreter and the decomposed pipeline (a direct convolution of the spread input)
+/// both give it.
+#[test]
+fn transposed_convolution_scatters_each_input_through_the_kernel() {
+    let (n, cin, h, w_) = (2usize, 4usize, 3usize, 3usize);
+    let (groups, cout_g, kh, kw) = (2usize, 3usize, 3usize, 2usize);
+    let (stride, padding, dilation, out_pad) = ([2usize, 1], [1usize, 0], [1usize, 2], [1usize, 0]);
+    let x: Vec<f64> = (0..n * cin * h * w_)
+        .map(|i| ((i * 7 % 11) as f64 - 5.0) / 4.0)
+        .collect();
+    let wt: Vec<f64> = (0..cin * cout_g * kh * kw)
+        .map(|i| ((i * 5 % 13) as f64 - 6.0) / 8.0)
+        .collect();
+    let oh = (h - 1) * stride[0] + dilation[0] * (kh - 1) + out_pad[0] + 1 - 2 * padding[0];
+    let ow = (w_ - 1) * stride[1] + dilation[1] * (kw - 1) + out_pad[1] + 1 - 2 * padding[1];
+    let cout = groups * cout_g;
+    let mut want = vec![0.0; n * cout * oh * ow];
+    let cin_g = cin / groups;
+    for b in 0..n {
+        for ci in 0..cin {
+            let g = ci / cin_g;
+            for i in 0..h {
+                for j in 0..w_ {
+                    for co in 0..cout_g {
+                        for ki in 0..kh {
+                            for kj in 0..kw {
+                                let oi =
+                                    (i * stride[0] + ki * dilation[0]) as i64 - padding[0] as i64;
+                                let oj =
+                                    (j * stride[1] + kj * dilation[1]) as i64 - padding[1] as i64;
+                                if oi < 0 || oj < 0 || oi >= oh as i64 || oj >= ow as i64 {
+                                    continue;
+                                }
+                                let o = ((b * cout + g * cout_g + co) * oh + oi as usize) * ow
+                                    + oj as usize;
+                                want[o] += x[((b * cin + ci) * h + i) * w_ + j]
+                                    * wt[((ci * cout_g + co) * kh + ki) * kw + kj];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [{n}, {cin}, {h}, {w_}]\ndtype = \"float64\"\n\n\
+         [[inputs]]\nname = \"w\"\nshape = [{cin}, {cout_g}, {kh}, {kw}]\ndtype = \"float64\"\n\n\
+         [[nodes]]\nname = \"y\"\nop = \"conv_transpose2d\"\nargs = [\"x\", \"w\"]\n\
+         attrs = {{ stride = [2, 1], padding = [1, 0], output_padding = [1, 0], groups = 2, dilation = [1, 2] }}\n"
+    );
+    let g = parse_toml(&text).unwrap_or_else(|e| panic!("{}\n{text}", kiln::diag::report(&e)));
+    let inputs = [
+        kiln::tensor::Tensor::new(
+            vec![n as i64, cin as i64, h as i64, w_ as i64],
+            kiln::graph::DType::Float64,
+            x,
+        ),
+        kiln::tensor::Tensor::new(
+            vec![cin as i64, cout_g as i64, kh as i64, kw as i64],
+            kiln::graph::DType::Float64,
+            wt,
+        ),
+    ];
+    // The core-ATen form: `convolution` with transposed=True.
+    let core = text
+        .replace("op = \"conv_transpose2d\"", "op = \"convolution\"")
+        .replace(
+            "groups = 2, dilation = [1, 2] }",
+            "groups = 2, dilation = [1, 2], transposed = true }",
+        );
+    let core = parse_toml(&core).unwrap_or_else(|e| panic!("{}\n{core}", kiln::diag::report(&e)));
+    let mut piped = g.clone();
+    kiln::passes::run_pipeline(&mut piped).unwrap();
+    for (what, g) in [
+        ("imported", &g),
+        ("after the passes", &piped),
+        ("as convolution", &core),
+    ] {
+        let got = kiln::interp::evaluate(g, &inputs).unwrap()[0].to_vec();
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-9, "{what}: {got:?}\nwant {want:?}");
+        }
+    }
+}

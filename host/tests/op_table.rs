@@ -220,6 +220,21 @@ const CASES: &[Case] = &[
         "x:f32[1,2,4,4,4] w:f32[3,2,3,3,3]",
         "input = 'x', weight = 'w'",
     ),
+    c(
+        "conv_transpose1d",
+        "x:f32[1,2,6] w:f32[2,3,3]",
+        "input = 'x', weight = 'w', stride = [2]",
+    ),
+    c(
+        "conv_transpose2d",
+        "x:f32[1,2,5,5] w:f32[2,3,3,3] b:f32[3]",
+        "input = 'x', weight = 'w', bias = 'b', stride = [2], padding = [1], output_padding = [1]",
+    ),
+    c(
+        "conv_transpose3d",
+        "x:f32[1,2,3,3,3] w:f32[2,1,2,2,2]",
+        "input = 'x', weight = 'w', groups = 2",
+    ),
     c("max_pool2d", IMAGE, "self = 'x', kernel_size = [2, 2]"),
     m("max_pool2d_with_indices", 2, IMAGE, "self = 'x', kernel_size = [2]"),
     c("avg_pool1d", "x:f32[1,2,6]", "self = 'x', kernel_size = [2]"),

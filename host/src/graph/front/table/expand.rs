@@ -4,7 +4,8 @@
 //! (unsqueeze + expand + reshape), `linalg_vector_norm`/`norm` (sums of powers),
 //! `_weight_norm`, `softplus`, `eye`, `einsum` (permutes, reshapes and batched matrix
 //! products), `im2col` (padding and strided slices) and `col2im` (strided scatters into
-//! zeros, summed), `unbind` (a select per index), and the `upsample_*` interpolations
+//! zeros, summed), `unbind` (a select per index), the transposed convolutions (a direct
+//! convolution of the input spread with zeros), and the `upsample_*` interpolations
 //! (nearest, linear, bilinear, bicubic, trilinear: per spatial dim, a gather of each tap
 //! and a sum weighted by constants computed here as ATen computes them).
 //!
@@ -18,6 +19,7 @@ use super::{Metas, Raw, SigError};
 use crate::graph::ir::TensorMeta;
 use crate::graph::DType;
 
+mod conv_transpose;
 mod einsum;
 mod fold;
 mod more;
@@ -163,6 +165,45 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("index_copy", &["self", "dim", "index", "source"]),
     ("unbind", &["self", "dim"]),
     ("_safe_softmax", &["self", "dim", "dtype"]),
+    (
+        "conv_transpose1d",
+        &[
+            "input",
+            "weight",
+            "bias",
+            "stride",
+            "padding",
+            "output_padding",
+            "groups",
+            "dilation",
+        ],
+    ),
+    (
+        "conv_transpose2d",
+        &[
+            "input",
+            "weight",
+            "bias",
+            "stride",
+            "padding",
+            "output_padding",
+            "groups",
+            "dilation",
+        ],
+    ),
+    (
+        "conv_transpose3d",
+        &[
+            "input",
+            "weight",
+            "bias",
+            "stride",
+            "padding",
+            "output_padding",
+            "groups",
+            "dilation",
+        ],
+    ),
 ];
 
 /// One step of an expansion.
@@ -395,8 +436,22 @@ pub(super) fn expand(
     attrs: &[(String, Raw)],
     metas: Metas<'_>,
 ) -> Result<Option<Expansion>, SigError> {
-    if !ENTRIES.iter().any(|(n, _)| *n == op) && !matches!(op, "max" | "min" | "clamp") {
+    if !ENTRIES.iter().any(|(n, _)| *n == op)
+        && !matches!(op, "max" | "min" | "clamp" | "convolution")
+    {
         return Ok(None);
+    }
+    if op == "convolution" || op.starts_with("conv_transpose") {
+        // A transposed convolution is a direct one of the spread input (`convolution`
+        // with transposed false binds as it is).
+        let mut s = Steps { out, steps: vec![] };
+        let a = Args { attrs, metas };
+        return Ok(
+            conv_transpose::expand(&mut s, op, &a)?.map(|results| Expansion {
+                steps: s.steps,
+                results,
+            }),
+        );
     }
     if matches!(op, "max" | "min") && get(attrs, "dim").is_none() {
         return Ok(None);

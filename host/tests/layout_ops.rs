@@ -43,7 +43,7 @@ fn eval(
         assert_eq!(g.len(), w.len(), "output {i}");
         for (a, b) in g.iter().zip(w) {
             assert!(
-                (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-6 * b.abs().max(1.0),
                 "output {i}: {g:?} vs {w:?}"
             );
         }
@@ -394,5 +394,54 @@ fn transposed_convolution_scatters_each_input_through_the_kernel() {
         for (a, b) in got.iter().zip(&want) {
             assert!((a - b).abs() <= 1e-9, "{what}: {got:?}\nwant {want:?}");
         }
+    }
+}
+
+/// The small ops of PyTorch's functional API, at NaN, infinities and zeros, as PyTorch
+/// defines them: `fmin`/`fmax` ignore a NaN, `logaddexp` of equal infinities is that
+/// infinity, `xlogy` is 0 where x is 0 (NaN where y is), `threshold` keeps NaN,
+/// `heaviside` takes `values` at zero, `isfinite` and `frac`.
+#[test]
+fn functional_api_ops_at_nan_infinities_and_zero() {
+    let nodes = [
+        node("d", "flip", r#"["c", [0]]"#),
+        node("lo", "fmin", r#"["c", "d"]"#),
+        node("hi", "fmax", r#"["c", "d"]"#),
+        node("lae", "logaddexp", r#"["c", "d"]"#),
+        node("xl", "xlogy", r#"["c", "d"]"#),
+        node("th", "threshold", r#"["c", 0.5, 9.0]"#),
+        node("hv", "heaviside", r#"["c", "d"]"#),
+        node("fin", "isfinite", r#"["c"]"#),
+        node("fr", "frac", r#"["c"]"#),
+    ]
+    .concat();
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let out = eval(
+        &[5],
+        "float64",
+        &[nan, 1.0, -inf, 0.0, 2.0],
+        &["lo", "hi", "lae", "xl", "th", "hv", "fin", "fr"],
+        &nodes,
+    );
+    let same = |got: &[f64], want: &[f64]| {
+        got.len() == want.len()
+            && got
+                .iter()
+                .zip(want)
+                .all(|(a, b)| (a.is_nan() && b.is_nan()) || (a - b).abs() < 1e-12 || a == b)
+    };
+    let l2 = 1.0 + (-1.0f64).exp().ln_1p();
+    let want: [&[f64]; 8] = [
+        &[2.0, 0.0, -inf, 0.0, 2.0],
+        &[2.0, 1.0, -inf, 1.0, 2.0],
+        &[nan, l2, -inf, l2, nan],
+        &[nan, -inf, nan, 0.0, nan],
+        &[nan, 1.0, 9.0, 9.0, 2.0],
+        &[0.0, 1.0, 0.0, 1.0, 1.0],
+        &[0.0, 1.0, 0.0, 1.0, 1.0],
+        &[nan, 0.0, nan, 0.0, 0.0],
+    ];
+    for (i, (got, want)) in out.iter().zip(want).enumerate() {
+        assert!(same(got, want), "output {i}: {got:?}, want {want:?}");
     }
 }

@@ -447,6 +447,22 @@ const CASES: &[Case] = &[
         "self = 'x', dim = 0, index = 'i', source = 'v'",
     ),
     m("unbind", 3, X, "self = 'x', dim = 1"),
+    c("outer", "a:f32[3] b:f32[4]", "self = 'a', vec2 = 'b'"),
+    c("isfinite", X, SELF),
+    c("logaddexp", XY, SELF_OTHER),
+    c("xlogy", XY, SELF_OTHER),
+    c("fmin", XY, SELF_OTHER),
+    c("fmax", XY, SELF_OTHER),
+    c("threshold", X, "self = 'x', threshold = 0.5, value = 2.0"),
+    c("heaviside", XY, "self = 'x', values = 'y'"),
+    c("frac", X, SELF),
+    c("sgn", X, SELF),
+    c("narrow", X, "self = 'x', dim = 1, start = 1, length = 2"),
+    c(
+        "instance_norm",
+        "x:f32[2,3,4] w:f32[3] b:f32[3]",
+        "input = 'x', weight = 'w', bias = 'b', use_input_stats = true, eps = 1e-5",
+    ),
     c("_safe_softmax", X, "self = 'x', dim = 1"),
 ];
 

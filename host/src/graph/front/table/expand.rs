@@ -21,6 +21,7 @@ use crate::graph::DType;
 
 mod conv_transpose;
 mod einsum;
+mod extra;
 mod fold;
 mod more;
 mod upsample;
@@ -165,6 +166,29 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("index_copy", &["self", "dim", "index", "source"]),
     ("unbind", &["self", "dim"]),
     ("_safe_softmax", &["self", "dim", "dtype"]),
+    ("outer", &["self", "vec2"]),
+    ("isfinite", &["self"]),
+    ("logaddexp", &["self", "other"]),
+    ("xlogy", &["self", "other"]),
+    ("fmin", &["self", "other"]),
+    ("fmax", &["self", "other"]),
+    ("threshold", &["self", "threshold", "value"]),
+    ("heaviside", &["self", "values"]),
+    ("frac", &["self"]),
+    (
+        "instance_norm",
+        &[
+            "input",
+            "weight",
+            "bias",
+            "running_mean",
+            "running_var",
+            "use_input_stats",
+            "momentum",
+            "eps",
+            "cudnn_enabled",
+        ],
+    ),
     (
         "conv_transpose1d",
         &[
@@ -465,7 +489,10 @@ pub(super) fn expand(
     let a = Args { attrs, metas };
     let results = match more::expand(&mut s, op, &a)? {
         Some(r) => r,
-        None => vec![expand_one(&mut s, op, &a)?],
+        None => match extra::expand(&mut s, op, &a)? {
+            Some(r) => r,
+            None => vec![expand_one(&mut s, op, &a)?],
+        },
     };
     Ok(Some(Expansion {
         steps: s.steps,

@@ -7,7 +7,7 @@
 //! `clamp_min`/`clamp_max` (a clamp, or the elementwise maximum/minimum of a tensor
 //! bound), `rsub` (a sub with its operands swapped), `floor_divide` (a div rounding
 //! down), `square` (a pow of 2), `swapaxes`/`swapdims` (a transpose), `movedim`/
-//! `moveaxis` (a permute), `zero` (zeros like its operand), the channel and alpha
+//! `moveaxis` (a permute), `narrow` (a slice), `zero` (zeros like its operand), the channel and alpha
 //! dropouts (`dropout`), `convolution` (conv1d/2d/3d by the weight's rank), and ATen's
 //! other spellings of ops of the table (`multiply`, `__and__`, `clip`, `arctan2`, ...).
 //!
@@ -63,12 +63,15 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("absolute", &["self"]),
     ("clip", &["self", "min", "max"]),
     ("arctan2", &["self", "other"]),
+    ("sgn", &["self"]),
+    ("narrow", &["self", "dim", "start", "length"]),
 ];
 
 /// The op of the table that `op` is another spelling of.
 fn spelling(op: &str) -> Option<&'static str> {
     Some(match op {
         "arctan2" => "atan2",
+        "sgn" => "sign",
         "__and__" => "bitwise_and",
         "__or__" => "bitwise_or",
         "__xor__" => "bitwise_xor",
@@ -224,6 +227,25 @@ pub(super) fn rewrite(
             "index"
         }
         "movedim" | "moveaxis" => movedim(attrs, metas)?,
+        "narrow" => {
+            // `length` elements from `start` (counted from the end where negative).
+            let x = tensor_arg(attrs, "self", metas)?;
+            let d = wrap_dim(int_arg(attrs, "dim", None)?, x.rank())?;
+            let size = x.shape.get(d).copied().unwrap_or(1);
+            let start = int_arg(attrs, "start", None)?;
+            let length = int_arg(attrs, "length", None)?;
+            let start = if start < 0 { start + size } else { start };
+            if start < 0 || length < 0 || start.checked_add(length).is_none_or(|end| end > size) {
+                return Err(invalid(format!(
+                    "narrow of {length} from {start} along a dim of {size}"
+                )));
+            }
+            take(attrs, "length");
+            attrs.push(("end".into(), Raw::Int(start + length)));
+            attrs.retain(|(k, _)| k != "start");
+            attrs.push(("start".into(), Raw::Int(start)));
+            "slice"
+        }
         other => match added(other, attrs) {
             Some(to) => to,
             None => renamed(other, attrs),

@@ -1,0 +1,233 @@
+//! Small ops of PyTorch's functional API, each as PyTorch defines it: `outer`,
+//! `isfinite`, `logaddexp`, `xlogy`, `fmin`/`fmax` (NaN ignored), `threshold`,
+//! `heaviside`, `frac` and `instance_norm` (a group norm of one channel per group, or
+//! a batch norm on running statistics).
+
+use super::{invalid, t, Args, Raw, SigError, Steps};
+
+/// An expansion's outputs, `None` where the op is not one of this module's.
+type Expanded = Result<Option<Vec<String>>, SigError>;
+
+fn one(r: String) -> Expanded {
+    Ok(Some(vec![r]))
+}
+
+/// `a` if `c`, else `b`.
+fn pick(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
+    s.op(
+        "where",
+        vec![("condition", t(c)), ("self", a), ("other", b)],
+    )
+}
+
+/// Whether `x` is NaN (`x != x`).
+fn nan(s: &mut Steps<'_>, x: &str) -> String {
+    s.bin("ne", t(x), t(x))
+}
+
+/// A tensor argument or a number.
+fn operand(args: &Args<'_>, name: &str) -> Result<Raw, SigError> {
+    match args.get(name) {
+        Some(r @ (Raw::Str(_) | Raw::Int(_) | Raw::Float(_) | Raw::Bool(_))) => Ok(r.clone()),
+        _ => Err(invalid(format!("needs `{name}`, a tensor or a number"))),
+    }
+}
+
+/// The expansion of `op`, or `None` where this module does not take it.
+pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
+        "outer" => {
+            let (a, am) = args.tensor("self")?;
+            let (b, bm) = args.tensor("vec2")?;
+            if am.rank() != 1 || bm.rank() != 1 {
+                return Err(invalid(format!(
+                    "needs two vectors, found {:?} and {:?}",
+                    am.shape, bm.shape
+                )));
+            }
+            let col = s.op("unsqueeze", vec![("self", t(&a)), ("dim", Raw::Int(1))]);
+            one(s.bin("mul", t(&col), t(&b)))
+        }
+        "isfinite" => {
+            let (x, m) = args.tensor("self")?;
+            if !m.dtype.is_float() {
+                return one(s.bin("eq", t(&x), t(&x)));
+            }
+            let a = s.un("abs", &x);
+            let finite = s.bin("ne", t(&a), Raw::Float(f64::INFINITY));
+            let number = s.bin("eq", t(&x), t(&x));
+            one(s.bin("bitwise_and", t(&finite), t(&number)))
+        }
+        "logaddexp" => {
+            // max + log1p(exp(-|a - b|)); equal infinities are themselves (the
+            // difference would be NaN).
+            let (a, am) = args.tensor("self")?;
+            let (b, _) = args.tensor("other")?;
+            if !am.dtype.is_float() {
+                return Err(invalid(format!(
+                    "needs floating-point tensors, found {}",
+                    am.dtype
+                )));
+            }
+            let hi = s.bin("maximum", t(&a), t(&b));
+            let diff = s.bin("sub", t(&a), t(&b));
+            let gap = s.un("abs", &diff);
+            let neg = s.un("neg", &gap);
+            let e = s.un("exp", &neg);
+            let l = s.un("log1p", &e);
+            let sum = s.bin("add", t(&hi), t(&l));
+            let same = s.bin("eq", t(&a), t(&b));
+            let mag = s.un("abs", &a);
+            let inf = s.bin("eq", t(&mag), Raw::Float(f64::INFINITY));
+            let both = s.bin("bitwise_and", t(&same), t(&inf));
+            one(pick(s, &both, t(&a), t(&sum)))
+        }
+        "xlogy" => {
+            // x * log(y), 0 where x is 0, NaN where y is.
+            let x = operand(args, "self")?;
+            let y = operand(args, "other")?;
+            let (Raw::Str(xs), Raw::Str(ys)) = (&x, &y) else {
+                return xlogy_scalar(s, x, y);
+            };
+            let l = s.un("log", ys);
+            let prod = s.bin("mul", t(xs), t(&l));
+            let zero = s.bin("eq", t(xs), Raw::Int(0));
+            let r = pick(s, &zero, Raw::Float(0.0), t(&prod));
+            let yn = nan(s, ys);
+            one(pick(s, &yn, t(ys), t(&r)))
+        }
+        "fmin" | "fmax" => {
+            let (a, _) = args.tensor("self")?;
+            let (b, _) = args.tensor("other")?;
+            let m = s.bin(
+                if op == "fmin" { "minimum" } else { "maximum" },
+                t(&a),
+                t(&b),
+            );
+            let an = nan(s, &a);
+            let r = pick(s, &an, t(&b), t(&m));
+            let bn = nan(s, &b);
+            one(pick(s, &bn, t(&a), t(&r)))
+        }
+        "threshold" => {
+            let (x, _) = args.tensor("self")?;
+            let th = operand(args, "threshold")?;
+            let value = operand(args, "value")?;
+            // PyTorch's test is `x <= threshold`: NaN is kept.
+            let low = s.bin("le", t(&x), th);
+            one(pick(s, &low, value, t(&x)))
+        }
+        "heaviside" => {
+            // 0 below zero, `values` at zero, 1 above (NaN is not above).
+            let (x, m) = args.tensor("self")?;
+            let (v, vm) = args.tensor("values")?;
+            if vm.dtype != m.dtype {
+                return Err(invalid(format!(
+                    "self ({}) and values ({}) must have one dtype",
+                    m.dtype, vm.dtype
+                )));
+            }
+            let above = s.bin("gt", t(&x), Raw::Int(0));
+            let step = s.op(
+                "_to_copy",
+                vec![
+                    ("self", t(&above)),
+                    ("dtype", Raw::Str(m.dtype.name().into())),
+                ],
+            );
+            let at = s.bin("eq", t(&x), Raw::Int(0));
+            one(pick(s, &at, t(&v), t(&step)))
+        }
+        "frac" => {
+            let (x, m) = args.tensor("self")?;
+            if !m.dtype.is_float() {
+                return Err(invalid(format!(
+                    "needs a floating-point tensor, found {}",
+                    m.dtype
+                )));
+            }
+            let whole = s.un("trunc", &x);
+            one(s.bin("sub", t(&x), t(&whole)))
+        }
+        "instance_norm" => instance_norm(s, args),
+        _ => Ok(None),
+    }
+}
+
+/// `xlogy` with a number on one side.
+fn xlogy_scalar(s: &mut Steps<'_>, x: Raw, y: Raw) -> Expanded {
+    match (x, y) {
+        (Raw::Str(xs), y) => {
+            let yv = match y {
+                Raw::Int(i) => i as f64,
+                Raw::Float(f) => f,
+                _ => return Err(invalid("`other` must be a tensor or a number".into())),
+            };
+            if yv.is_nan() {
+                // NaN everywhere, x = 0 included.
+                return one(s.bin("mul", t(&xs), Raw::Float(f64::NAN)));
+            }
+            let prod = s.bin("mul", t(&xs), Raw::Float(yv.ln()));
+            let zero = s.bin("eq", t(&xs), Raw::Int(0));
+            one(pick(s, &zero, Raw::Float(0.0), t(&prod)))
+        }
+        (x, Raw::Str(ys)) => {
+            let xv = match x {
+                Raw::Int(i) => i as f64,
+                Raw::Float(f) => f,
+                _ => return Err(invalid("`self` must be a tensor or a number".into())),
+            };
+            let l = s.un("log", &ys);
+            let prod = s.bin("mul", t(&l), Raw::Float(xv));
+            let r = if xv == 0.0 {
+                s.op("zeros_like", vec![("self", t(&l))])
+            } else {
+                prod
+            };
+            let yn = nan(s, &ys);
+            one(pick(s, &yn, t(&ys), t(&r)))
+        }
+        _ => Err(invalid("needs a tensor on one side".into())),
+    }
+}
+
+/// `instance_norm`: each (sample, channel) normalised over its spatial dims (a group norm
+/// of one channel per group), or, with `use_input_stats` false, by the running statistics
+/// (a batch norm in inference).
+fn instance_norm(s: &mut Steps<'_>, args: &Args<'_>) -> Expanded {
+    let (x, m) = args.tensor("input")?;
+    if m.rank() < 2 {
+        return Err(invalid(format!(
+            "needs at least 2 dims, found {:?}",
+            m.shape
+        )));
+    }
+    let eps = match args.get("eps") {
+        Some(Raw::Float(e)) => *e,
+        Some(Raw::Int(e)) => *e as f64,
+        _ => 1e-5,
+    };
+    let mut attrs = vec![("input", t(&x))];
+    for k in ["weight", "bias"] {
+        if let Some(w @ Raw::Str(_)) = args.get(k) {
+            attrs.push((k, w.clone()));
+        }
+    }
+    attrs.push(("eps", Raw::Float(eps)));
+    if matches!(args.get("use_input_stats"), Some(Raw::Bool(false))) {
+        for k in ["running_mean", "running_var"] {
+            match args.get(k) {
+                Some(r @ Raw::Str(_)) => attrs.push((k, r.clone())),
+                _ => {
+                    return Err(invalid(format!(
+                        "use_input_stats is false, so `{k}` is needed"
+                    )))
+                }
+            }
+        }
+        attrs.push(("training", Raw::Bool(false)));
+        return one(s.op("batch_norm", attrs));
+    }
+    attrs.push(("num_groups", Raw::Int(m.shape[1])));
+    one(s.op("group_norm", attrs))
+}

@@ -445,3 +445,35 @@ fn functional_api_ops_at_nan_infinities_and_zero() {
         assert!(same(got, want), "output {i}: {got:?}, want {want:?}");
     }
 }
+
+/// `sort`, `argsort` and `topk` as PyTorch orders: NaN the largest, -inf and inf at the
+/// ends, equal elements (NaN among them) in their first order.
+#[test]
+fn sorts_order_nan_as_the_largest_and_keep_ties_in_order() {
+    let nodes = [
+        "[[nodes]]\nname = \"s\"\nop = \"sort\"\nargs = [\"c\"]\nattrs = { dim = 0 }\n\n",
+        "[[nodes]]\nname = \"sv\"\nop = \"getitem\"\nargs = [\"s\", 0]\n\n",
+        "[[nodes]]\nname = \"si\"\nop = \"getitem\"\nargs = [\"s\", 1]\n\n",
+        "[[nodes]]\nname = \"d\"\nop = \"argsort\"\nargs = [\"c\"]\nattrs = { descending = true }\n\n",
+        "[[nodes]]\nname = \"k\"\nop = \"topk\"\nargs = [\"c\", 3]\nattrs = { largest = false }\n\n",
+        "[[nodes]]\nname = \"kv\"\nop = \"getitem\"\nargs = [\"k\", 0]\n\n",
+        "[[nodes]]\nname = \"ki\"\nop = \"getitem\"\nargs = [\"k\", 1]\n\n",
+    ]
+    .concat();
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let c = [3.0, nan, -1.0, 3.0, -inf, inf, nan, 0.0];
+    let out = eval(&[8], "float64", &c, &["sv", "si", "d", "kv", "ki"], &nodes);
+    let sorted = [-inf, -1.0, 0.0, 3.0, 3.0, inf, nan, nan];
+    assert!(
+        out[0]
+            .iter()
+            .zip(&sorted)
+            .all(|(a, b)| a == b || (a.is_nan() && b.is_nan())),
+        "{:?}",
+        out[0]
+    );
+    assert_eq!(out[1], [4.0, 2.0, 7.0, 0.0, 3.0, 5.0, 1.0, 6.0]);
+    assert_eq!(out[2], [1.0, 6.0, 5.0, 0.0, 3.0, 7.0, 2.0, 4.0]);
+    assert_eq!(out[3], [-inf, -1.0, 0.0]);
+    assert_eq!(out[4], [4.0, 2.0, 7.0]);
+}

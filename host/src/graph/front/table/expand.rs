@@ -24,6 +24,7 @@ mod einsum;
 mod extra;
 mod fold;
 mod more;
+mod sort;
 mod upsample;
 
 use upsample::upsample_kind;
@@ -166,6 +167,9 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("index_copy", &["self", "dim", "index", "source"]),
     ("unbind", &["self", "dim"]),
     ("_safe_softmax", &["self", "dim", "dtype"]),
+    ("sort", &["self", "dim", "descending", "stable"]),
+    ("argsort", &["self", "dim", "descending", "stable"]),
+    ("topk", &["self", "k", "dim", "largest", "sorted"]),
     ("outer", &["self", "vec2"]),
     ("isfinite", &["self"]),
     ("logaddexp", &["self", "other"]),
@@ -393,6 +397,9 @@ fn builds_constants(op: &str) -> bool {
             | "index_put"
             | "index_copy"
             | "col2im"
+            | "sort"
+            | "argsort"
+            | "topk"
     ) || upsample_kind(op).is_some()
 }
 
@@ -489,6 +496,9 @@ pub(super) fn expand(
     let a = Args { attrs, metas };
     let results = match more::expand(&mut s, op, &a)? {
         Some(r) => r,
+        None if matches!(op, "sort" | "argsort" | "topk") => {
+            sort::expand(&mut s, op, &a)?.unwrap_or_default()
+        }
         None => match extra::expand(&mut s, op, &a)? {
             Some(r) => r,
             None => vec![expand_one(&mut s, op, &a)?],

@@ -1,0 +1,148 @@
+//! `sort`, `argsort` and `topk` along a dim of static size, by rank: each element's
+//! rank is the number of elements that come before it (larger ones for a descending
+//! order, smaller ones for an ascending one, NaN counted the largest as PyTorch counts
+//! it, and among equal elements the earlier ones), and output position r takes the
+//! element of rank r. Equal elements keep their order (a stable sort). The comparisons
+//! are pairwise, so a dim is at most [`MAX_SORTED`] long.
+
+use super::{ints, invalid, t, wrap, Args, Raw, SigError, Steps};
+use crate::graph::DType;
+
+/// The longest dim sorted (`n * n` comparisons per row).
+const MAX_SORTED: i64 = 4096;
+/// The most comparisons of a whole call.
+const MAX_COMPARISONS: i64 = 1 << 26;
+
+/// The expansion of `op`: (values, indices), or indices alone for `argsort`.
+pub(super) fn expand(
+    s: &mut Steps<'_>,
+    op: &str,
+    args: &Args<'_>,
+) -> Result<Option<Vec<String>>, SigError> {
+    let (x, m) = args.tensor("self")?;
+    let dim = args.int_or("dim", -1)?;
+    let rank = m.rank();
+    let d = if rank == 0 {
+        0
+    } else {
+        wrap(dim, rank).map_err(invalid)?
+    };
+    let n = m.shape.get(d).copied().unwrap_or(1);
+    let (descending, k) = match op {
+        "topk" => {
+            let k = args.int("k").ok_or_else(|| invalid("needs `k`".into()))?;
+            if !(0..=n).contains(&k) {
+                return Err(invalid(format!("k = {k} for a dim of {n}")));
+            }
+            (!matches!(args.get("largest"), Some(Raw::Bool(false))), k)
+        }
+        _ => (matches!(args.get("descending"), Some(Raw::Bool(true))), n),
+    };
+    let rows: i64 = m.shape.iter().product::<i64>() / n.max(1);
+    if n > MAX_SORTED || rows.saturating_mul(n).saturating_mul(n) > MAX_COMPARISONS {
+        return Err(invalid(format!(
+            "{rows} row(s) of {n}: Kiln sorts by comparing every pair, at most {MAX_SORTED} long and \
+             {MAX_COMPARISONS} comparisons in all"
+        )));
+    }
+    if rank == 0 {
+        let zero = s.op(
+            "zeros_like",
+            vec![("self", t(&x)), ("dtype", Raw::Str("int64".into()))],
+        );
+        return Ok(Some(if op == "argsort" {
+            vec![zero]
+        } else {
+            vec![x, zero]
+        }));
+    }
+    // The sorted dim last.
+    let mut perm: Vec<usize> = (0..rank).filter(|&i| i != d).collect();
+    perm.push(d);
+    let last = s.permute(&x, &perm);
+    let index = positions(s, &last, n, k, descending);
+    let values = s.op(
+        "gather",
+        vec![
+            ("self", t(&last)),
+            ("dim", Raw::Int(rank as i64 - 1)),
+            ("index", t(&index)),
+        ],
+    );
+    let mut back = vec![0usize; rank];
+    for (i, &p) in perm.iter().enumerate() {
+        back[p] = i;
+    }
+    let index = s.permute(&index, &back);
+    let values = s.permute(&values, &back);
+    Ok(Some(if op == "argsort" {
+        vec![index]
+    } else {
+        vec![values, index]
+    }))
+}
+
+/// The indices (int64, `[..., k]`) of the elements of ranks 0..k of each row of `x`
+/// (`[..., n]`).
+fn positions(s: &mut Steps<'_>, x: &str, n: i64, k: i64, descending: bool) -> String {
+    let a = s.op("unsqueeze", vec![("self", t(x)), ("dim", Raw::Int(-1))]); // [.., n(i), 1]
+    let b = s.op("unsqueeze", vec![("self", t(x)), ("dim", Raw::Int(-2))]); // [.., 1, n(j)]
+    let (na, nb) = (s.bin("ne", t(&a), t(&a)), s.bin("ne", t(&b), t(&b)));
+    // j comes before i: beyond it in the order, or NaN where i is a number (NaN is the
+    // largest: first when descending), or equal (both NaN) and earlier.
+    let (beyond, nan_first) = if descending {
+        let a_num = s.op("logical_not", vec![("self", t(&na))]);
+        (
+            s.bin("gt", t(&b), t(&a)),
+            s.bin("bitwise_and", t(&nb), t(&a_num)),
+        )
+    } else {
+        let b_num = s.op("logical_not", vec![("self", t(&nb))]);
+        (
+            s.bin("lt", t(&b), t(&a)),
+            s.bin("bitwise_and", t(&na), t(&b_num)),
+        )
+    };
+    let ahead = s.bin("bitwise_or", t(&beyond), t(&nan_first));
+    let eq = s.bin("eq", t(&b), t(&a));
+    let both_nan = s.bin("bitwise_and", t(&na), t(&nb));
+    let tie = s.bin("bitwise_or", t(&eq), t(&both_nan));
+    let earlier = s.konst(
+        vec![n, n],
+        DType::Bool,
+        (0..n)
+            .flat_map(|i| (0..n).map(move |j| f64::from(u8::from(j < i))))
+            .collect(),
+    );
+    let tie_first = s.bin("bitwise_and", t(&tie), t(&earlier));
+    let before = s.bin("bitwise_or", t(&ahead), t(&tie_first));
+    let before = s.op(
+        "_to_copy",
+        vec![("self", t(&before)), ("dtype", Raw::Str("int64".into()))],
+    );
+    let rank = s.op(
+        "sum",
+        vec![
+            ("self", t(&before)),
+            ("dim", ints(&[-1])),
+            ("keepdim", Raw::Bool(true)),
+        ],
+    );
+    // Output position r takes the i of rank r.
+    let wanted = s.konst(vec![1, k], DType::Int64, (0..k).map(|r| r as f64).collect());
+    let hit = s.bin("eq", t(&rank), t(&wanted)); // [.., n(i), k]
+    let hit = s.op(
+        "_to_copy",
+        vec![("self", t(&hit)), ("dtype", Raw::Str("int64".into()))],
+    );
+    let at = s.konst(vec![n, 1], DType::Int64, (0..n).map(|i| i as f64).collect());
+    let picked = s.bin("mul", t(&hit), t(&at));
+    s.op(
+        "sum",
+        vec![
+            ("self", t(&picked)),
+            ("dim", ints(&[-2])),
+            ("keepdim", Raw::Bool(false)),
+        ],
+    )
+}

@@ -82,6 +82,11 @@ const UNARY: &[&str] = &[
     "atan",
     "asin",
     "acos",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
 ];
 
 /// Every other op of the table.

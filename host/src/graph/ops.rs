@@ -119,11 +119,21 @@ pub enum UnaryOp {
     Asin,
     /// `acos`
     Acos,
+    /// `sinh`
+    Sinh,
+    /// `cosh`
+    Cosh,
+    /// `asinh`
+    Asinh,
+    /// `acosh`
+    Acosh,
+    /// `atanh`
+    Atanh,
 }
 
 impl UnaryOp {
     /// Every unary op with its ATen name.
-    pub const ALL: [(UnaryOp, &'static str); 29] = [
+    pub const ALL: [(UnaryOp, &'static str); 34] = [
         (UnaryOp::Abs, "abs"),
         (UnaryOp::Neg, "neg"),
         (UnaryOp::Exp, "exp"),
@@ -153,6 +163,11 @@ impl UnaryOp {
         (UnaryOp::Atan, "atan"),
         (UnaryOp::Asin, "asin"),
         (UnaryOp::Acos, "acos"),
+        (UnaryOp::Sinh, "sinh"),
+        (UnaryOp::Cosh, "cosh"),
+        (UnaryOp::Asinh, "asinh"),
+        (UnaryOp::Acosh, "acosh"),
+        (UnaryOp::Atanh, "atanh"),
     ];
 
     /// Whether an integer or bool input gives a float32 result (PyTorch's "int to float"

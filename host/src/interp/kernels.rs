@@ -65,6 +65,11 @@ pub(crate) fn unary(u: UnaryOp, x: f64) -> f64 {
         UnaryOp::Atan => x.atan(),
         UnaryOp::Asin => x.asin(),
         UnaryOp::Acos => x.acos(),
+        UnaryOp::Sinh => x.sinh(),
+        UnaryOp::Cosh => x.cosh(),
+        UnaryOp::Asinh => x.asinh(),
+        UnaryOp::Acosh => x.acosh(),
+        UnaryOp::Atanh => x.atanh(),
     }
 }
 

@@ -363,6 +363,11 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Atan => float_only("std::atan"),
         UnaryOp::Asin => float_only("std::asin"),
         UnaryOp::Acos => float_only("std::acos"),
+        UnaryOp::Sinh => float_only("std::sinh"),
+        UnaryOp::Cosh => float_only("std::cosh"),
+        UnaryOp::Asinh => float_only("std::asinh"),
+        UnaryOp::Acosh => float_only("std::acosh"),
+        UnaryOp::Atanh => float_only("std::atanh"),
     }
 }
 

@@ -236,6 +236,11 @@ fn unary(op: UnaryOp, a: &str, d: DType) -> Result<String, String> {
         UnaryOp::Atan => float_only("libdevice.atan"),
         UnaryOp::Asin => float_only("libdevice.asin"),
         UnaryOp::Acos => float_only("libdevice.acos"),
+        UnaryOp::Sinh => float_only("libdevice.sinh"),
+        UnaryOp::Cosh => float_only("libdevice.cosh"),
+        UnaryOp::Asinh => float_only("libdevice.asinh"),
+        UnaryOp::Acosh => float_only("libdevice.acosh"),
+        UnaryOp::Atanh => float_only("libdevice.atanh"),
     }
 }
 

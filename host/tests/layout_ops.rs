@@ -477,3 +477,31 @@ fn sorts_order_nan_as_the_largest_and_keep_ties_in_order() {
     assert_eq!(out[3], [-inf, -1.0, 0.0]);
     assert_eq!(out[4], [4.0, 2.0, 7.0]);
 }
+
+/// `scatter` keeps the last write to a place, `scatter_add` adds every write and
+/// `index_add` adds `alpha` times each slice, as PyTorch defines them.
+#[test]
+fn scatters_write_and_add_at_their_indices() {
+    let nodes = [
+        // c = [1, 2, 3, 4] as a row; index [3, 0, 3], values 10, 20, 30.
+        "[[constants]]\nname = \"i\"\nshape = [1, 3]\ndtype = \"int64\"\nvalues = [3, 0, 3]\n\n",
+        "[[constants]]\nname = \"v\"\nshape = [1, 3]\ndtype = \"float64\"\nvalues = [10.0, 20.0, 30.0]\n\n",
+        "[[constants]]\nname = \"k\"\nshape = [3]\ndtype = \"int64\"\nvalues = [3, 0, 3]\n\n",
+        "[[nodes]]\nname = \"r\"\nop = \"reshape\"\nargs = [\"c\", [1, 4]]\n\n",
+        "[[nodes]]\nname = \"sc\"\nop = \"scatter\"\nargs = [\"r\", 1, \"i\", \"v\"]\n\n",
+        "[[nodes]]\nname = \"sa\"\nop = \"scatter_add\"\nargs = [\"r\", 1, \"i\", \"v\"]\n\n",
+        "[[nodes]]\nname = \"vv\"\nop = \"reshape\"\nargs = [\"v\", [3]]\n\n",
+        "[[nodes]]\nname = \"ia\"\nop = \"index_add\"\nargs = [\"c\", 0, \"k\", \"vv\"]\nattrs = { alpha = 0.5 }\n\n",
+    ]
+    .concat();
+    let out = eval(
+        &[4],
+        "float64",
+        &[1.0, 2.0, 3.0, 4.0],
+        &["sc", "sa", "ia"],
+        &nodes,
+    );
+    assert_eq!(out[0], [20.0, 2.0, 3.0, 30.0]);
+    assert_eq!(out[1], [21.0, 2.0, 3.0, 44.0]);
+    assert_eq!(out[2], [11.0, 2.0, 3.0, 24.0]);
+}

@@ -454,6 +454,21 @@ const CASES: &[Case] = &[
     m("unbind", 3, X, "self = 'x', dim = 1"),
     c("outer", "a:f32[3] b:f32[4]", "self = 'a', vec2 = 'b'"),
     m("sort", 2, X, "self = 'x', dim = 1, descending = true"),
+    c(
+        "scatter",
+        "x:f32[2,3] i:i64[2,3] y:f32[2,3]",
+        "self = 'x', dim = 1, index = 'i', src = 'y'",
+    ),
+    c(
+        "scatter_add",
+        "x:f32[2,3] i:i64[2,3] y:f32[2,3]",
+        "self = 'x', dim = 1, index = 'i', src = 'y'",
+    ),
+    c(
+        "index_add",
+        "x:f32[4,3] i:i64[2] v:f32[2,3]",
+        "self = 'x', dim = 0, index = 'i', source = 'v', alpha = 2.0",
+    ),
     c("argsort", X, "self = 'x', dim = 1"),
     m("topk", 2, X, "self = 'x', k = 2, dim = 1"),
     c("isfinite", X, SELF),

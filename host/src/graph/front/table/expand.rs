@@ -24,6 +24,7 @@ mod einsum;
 mod extra;
 mod fold;
 mod more;
+mod scatter;
 mod sort;
 mod upsample;
 
@@ -167,6 +168,9 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("index_copy", &["self", "dim", "index", "source"]),
     ("unbind", &["self", "dim"]),
     ("_safe_softmax", &["self", "dim", "dtype"]),
+    ("scatter", &["self", "dim", "index", "src"]),
+    ("scatter_add", &["self", "dim", "index", "src"]),
+    ("index_add", &["self", "dim", "index", "source", "alpha"]),
     ("sort", &["self", "dim", "descending", "stable"]),
     ("argsort", &["self", "dim", "descending", "stable"]),
     ("topk", &["self", "k", "dim", "largest", "sorted"]),
@@ -400,6 +404,9 @@ fn builds_constants(op: &str) -> bool {
             | "sort"
             | "argsort"
             | "topk"
+            | "scatter"
+            | "scatter_add"
+            | "index_add"
     ) || upsample_kind(op).is_some()
 }
 
@@ -498,6 +505,9 @@ pub(super) fn expand(
         Some(r) => r,
         None if matches!(op, "sort" | "argsort" | "topk") => {
             sort::expand(&mut s, op, &a)?.unwrap_or_default()
+        }
+        None if matches!(op, "scatter" | "scatter_add" | "index_add") => {
+            scatter::expand(&mut s, op, &a)?.unwrap_or_default()
         }
         None => match extra::expand(&mut s, op, &a)? {
             Some(r) => r,

@@ -649,7 +649,7 @@ const INDEX_PUT_ELEMENTS: i64 = 1 << 24;
 /// accumulate), through a one-hot match of each index against each position: without
 /// accumulate the last write to a position wins, with it every write adds. An index
 /// out of range matches no position (PyTorch raises).
-fn index_put(
+pub(super) fn index_put(
     s: &mut Steps<'_>,
     x: &str,
     m: &TensorMeta,

@@ -94,55 +94,7 @@ fn scatter(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Result<String, SigEr
             "{rows} row(s) of {k} indices into {n} places: above the {MAX_MATCH} elements of Kiln's one-hot scatter"
         )));
     }
-    // The values written, of the index's shape.
-    let src = match args.get("src").or_else(|| args.get("value")) {
-        Some(Raw::Str(name)) => {
-            let sm = (args.metas)(name)
-                .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
-            let mut cur = name.clone();
-            for (i, (&have, &need)) in sm.shape.iter().zip(&ishape).enumerate() {
-                if have < need {
-                    return Err(invalid(format!(
-                        "`src` of {:?} is smaller than the index {:?}",
-                        sm.shape, im.shape
-                    )));
-                }
-                if have > need {
-                    cur = s.op(
-                        "slice",
-                        vec![
-                            ("self", t(&cur)),
-                            ("dim", Raw::Int(i as i64)),
-                            ("start", Raw::Int(0)),
-                            ("end", Raw::Int(need)),
-                        ],
-                    );
-                }
-            }
-            s.op(
-                "_to_copy",
-                vec![
-                    ("self", t(&cur)),
-                    ("dtype", Raw::Str(m.dtype.name().into())),
-                ],
-            )
-        }
-        Some(v @ (Raw::Int(_) | Raw::Float(_) | Raw::Bool(_))) => {
-            let z = s.op(
-                "zeros_like",
-                vec![
-                    ("self", t(&index)),
-                    ("dtype", Raw::Str(m.dtype.name().into())),
-                ],
-            );
-            s.bin("add", t(&z), v.clone())
-        }
-        _ => {
-            return Err(invalid(
-                "needs `src` (a tensor) or `value` (a number)".into(),
-            ))
-        }
-    };
+    let src = written_values(s, args, &index, &ishape, m.dtype)?;
     // The scattered dim last: rows [R, k] of indices and values against places [R, n].
     let mut perm: Vec<usize> = (0..rank).filter(|&i| i != d).collect();
     perm.push(d);
@@ -238,4 +190,63 @@ fn scatter(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Result<String, SigEr
         back[p] = i;
     }
     Ok(s.permute(&out3, &back))
+}
+
+/// The values a scatter writes (its `src`, cut to the index's sizes, or its `value`), of
+/// the index's shape and `self`'s dtype.
+fn written_values(
+    s: &mut Steps<'_>,
+    args: &Args<'_>,
+    index: &str,
+    ishape: &[i64],
+    dtype: DType,
+) -> Result<String, SigError> {
+    Ok(match args.get("src").or_else(|| args.get("value")) {
+        Some(Raw::Str(name)) => {
+            let sm = (args.metas)(name)
+                .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
+            if sm.rank() != ishape.len() {
+                return Err(invalid(format!(
+                    "`src` of {:?} for an index of {:?}: they need as many dims",
+                    sm.shape, ishape
+                )));
+            }
+            let mut cur = name.clone();
+            for (i, (&have, &need)) in sm.shape.iter().zip(ishape).enumerate() {
+                if have < need {
+                    return Err(invalid(format!(
+                        "`src` of {:?} is smaller than the index {:?}",
+                        sm.shape, ishape
+                    )));
+                }
+                if have > need {
+                    cur = s.op(
+                        "slice",
+                        vec![
+                            ("self", t(&cur)),
+                            ("dim", Raw::Int(i as i64)),
+                            ("start", Raw::Int(0)),
+                            ("end", Raw::Int(need)),
+                        ],
+                    );
+                }
+            }
+            s.op(
+                "_to_copy",
+                vec![("self", t(&cur)), ("dtype", Raw::Str(dtype.name().into()))],
+            )
+        }
+        Some(v @ (Raw::Int(_) | Raw::Float(_) | Raw::Bool(_))) => {
+            let z = s.op(
+                "zeros_like",
+                vec![("self", t(index)), ("dtype", Raw::Str(dtype.name().into()))],
+            );
+            s.bin("add", t(&z), v.clone())
+        }
+        _ => {
+            return Err(invalid(
+                "needs `src` (a tensor) or `value` (a number)".into(),
+            ))
+        }
+    })
 }

@@ -505,6 +505,11 @@ impl Gen {
             "atan",
             "asin",
             "acos",
+            "sinh",
+            "cosh",
+            "asinh",
+            "acosh",
+            "atanh",
         ];
         const INT_OPS: &[&str] = &[
             "abs", "neg", "relu", "exp", "sin", "cos", "tanh", "sigmoid", "floor", "ceil", "round",
@@ -525,7 +530,15 @@ impl Gen {
             nodes.extend(n);
             operand = name;
         }
-        if matches!(op, "asin" | "acos" | "tan") {
+        if op == "acosh" {
+            // At least 1: acosh's domain.
+            let (n, name) = self.positive(&a);
+            nodes.extend(n);
+            let one = self.node("add", vec![Arg::T(name), Arg::F(1.0)], vec![]);
+            operand = one.name.clone();
+            nodes.push(one);
+        }
+        if matches!(op, "asin" | "acos" | "tan" | "atanh") {
             // Inside (-1, 1): the inverse sines' domain, and far from tan's poles.
             let t = self.node("tanh", vec![Arg::T(operand)], vec![]);
             operand = t.name.clone();
@@ -585,9 +598,16 @@ impl Gen {
             "min",
             "fmod",
             "remainder",
+            "atan2",
+            "hypot",
+            "copysign",
         ]
         .choose(&mut self.rng)
         .expect("an op");
+        if op == "hypot" && !a.is_float() {
+            // PyTorch's hypot takes floating-point tensors only.
+            return None;
+        }
         let mixed = self.chance(0.25);
         let mut nodes = Vec::new();
         let mut a_name = a.name.clone();

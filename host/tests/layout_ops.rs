@@ -505,3 +505,37 @@ fn scatters_write_and_add_at_their_indices() {
     assert_eq!(out[1], [21.0, 2.0, 3.0, 44.0]);
     assert_eq!(out[2], [11.0, 2.0, 3.0, 24.0]);
 }
+
+/// `bucketize` counts the boundaries below each value (a NaN above them all, as PyTorch's
+/// binary search places it), `signbit` sees -0.0, `nanmean` leaves NaN out, `logit` is
+/// log(x / (1 - x)), and `tensor_split` makes the first pieces one longer.
+#[test]
+fn bucketize_signbit_nanmean_logit_and_tensor_split() {
+    let nodes = [
+        "[[constants]]\nname = \"b\"\nshape = [3]\ndtype = \"float64\"\nvalues = [0.0, 0.5, 1.0]\n\n",
+        "[[nodes]]\nname = \"bk\"\nop = \"bucketize\"\nargs = [\"c\", \"b\"]\n\n",
+        "[[nodes]]\nname = \"br\"\nop = \"bucketize\"\nargs = [\"c\", \"b\"]\nattrs = { right = true }\n\n",
+        "[[nodes]]\nname = \"sb\"\nop = \"signbit\"\nargs = [\"c\"]\n\n",
+        "[[nodes]]\nname = \"nm\"\nop = \"nanmean\"\nargs = [\"c\"]\n\n",
+        "[[nodes]]\nname = \"lg\"\nop = \"logit\"\nargs = [\"b\"]\n\n",
+        "[[nodes]]\nname = \"ts\"\nop = \"tensor_split\"\nargs = [\"c\", 4]\n\n",
+        "[[nodes]]\nname = \"t0\"\nop = \"getitem\"\nargs = [\"ts\", 0]\n\n",
+        "[[nodes]]\nname = \"t3\"\nop = \"getitem\"\nargs = [\"ts\", 3]\n\n",
+    ]
+    .concat();
+    let nan = f64::NAN;
+    let c = [-0.0, 0.0, 0.5, 0.75, nan, 2.0];
+    let out = eval(
+        &[6],
+        "float64",
+        &c,
+        &["bk", "br", "sb", "nm", "lg", "t0", "t3"],
+        &nodes,
+    );
+    assert_eq!(out[0], [0.0, 0.0, 1.0, 2.0, 3.0, 3.0]);
+    assert_eq!(out[1], [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
+    assert_eq!(out[2], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(out[3], [0.65]);
+    assert_eq!(out[4], [f64::NEG_INFINITY, 0.0, f64::INFINITY]);
+    assert_eq!((out[5].len(), out[6].len()), (2, 1));
+}

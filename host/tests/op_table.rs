@@ -480,6 +480,16 @@ const CASES: &[Case] = &[
     c("heaviside", XY, "self = 'x', values = 'y'"),
     c("frac", X, SELF),
     c("sgn", X, SELF),
+    c("logit", X, "self = 'x', eps = 1e-3"),
+    c("signbit", X, SELF),
+    c("nanmean", X, "self = 'x', dim = [1]"),
+    c("bucketize", "x:f32[2,3] b:f32[4]", "self = 'x', boundaries = 'b'"),
+    c(
+        "searchsorted",
+        "b:f32[4] x:f32[2,3]",
+        "sorted_sequence = 'b', self = 'x', side = 'right'",
+    ),
+    m("tensor_split", 3, "x:f32[2,7]", "self = 'x', sections = 3, dim = 1"),
     c("narrow", X, "self = 'x', dim = 1, start = 1, length = 2"),
     c(
         "instance_norm",

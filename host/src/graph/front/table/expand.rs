@@ -183,6 +183,21 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("threshold", &["self", "threshold", "value"]),
     ("heaviside", &["self", "values"]),
     ("frac", &["self"]),
+    ("logit", &["self", "eps"]),
+    ("signbit", &["self"]),
+    ("nanmean", &["self", "dim", "keepdim", "dtype"]),
+    ("bucketize", &["self", "boundaries", "out_int32", "right"]),
+    (
+        "searchsorted",
+        &[
+            "sorted_sequence",
+            "self",
+            "out_int32",
+            "right",
+            "side",
+            "sorter",
+        ],
+    ),
     (
         "instance_norm",
         &[

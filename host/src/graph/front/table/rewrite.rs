@@ -7,7 +7,7 @@
 //! `clamp_min`/`clamp_max` (a clamp, or the elementwise maximum/minimum of a tensor
 //! bound), `rsub` (a sub with its operands swapped), `floor_divide` (a div rounding
 //! down), `square` (a pow of 2), `swapaxes`/`swapdims` (a transpose), `movedim`/
-//! `moveaxis` (a permute), `narrow` (a slice), `zero` (zeros like its operand), the channel and alpha
+//! `moveaxis` (a permute), `narrow` (a slice), `tensor_split` (a split of sizes), `zero` (zeros like its operand), the channel and alpha
 //! dropouts (`dropout`), `convolution` (conv1d/2d/3d by the weight's rank), and ATen's
 //! other spellings of ops of the table (`multiply`, `__and__`, `clip`, `arctan2`, ...).
 //!
@@ -65,6 +65,7 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("arctan2", &["self", "other"]),
     ("sgn", &["self"]),
     ("narrow", &["self", "dim", "start", "length"]),
+    ("tensor_split", &["self", "sections", "dim", "indices"]),
 ];
 
 /// The op of the table that `op` is another spelling of.
@@ -227,6 +228,38 @@ pub(super) fn rewrite(
             "index"
         }
         "movedim" | "moveaxis" => movedim(attrs, metas)?,
+        "tensor_split" => {
+            // `sections` pieces (the first `size % sections` one longer), or the pieces
+            // between `indices` (clamped to the dim, as PyTorch's views are).
+            let x = tensor_arg(attrs, "self", metas)?;
+            let d = wrap_dim(int_arg(attrs, "dim", Some(0))?, x.rank())?;
+            let size = x.shape.get(d).copied().unwrap_or(1);
+            let pieces = take(attrs, "sections").or_else(|| take(attrs, "indices"));
+            let sizes: Vec<i64> = match pieces {
+                Some(Raw::Int(n)) if n >= 1 => {
+                    (0..n).map(|i| size / n + i64::from(i < size % n)).collect()
+                }
+                Some(Raw::List(l)) => {
+                    let mut cuts = vec![0];
+                    for r in l {
+                        let Raw::Int(i) = r else {
+                            return Err(invalid(format!("indices must be integers, found {r:?}")));
+                        };
+                        let i = if i < 0 { i + size } else { i };
+                        cuts.push(i.clamp(*cuts.last().unwrap_or(&0), size));
+                    }
+                    cuts.push(size);
+                    cuts.windows(2).map(|w| w[1] - w[0]).collect()
+                }
+                other => {
+                    return Err(invalid(format!(
+                        "needs `sections`, a positive integer or a list of indices, found {other:?}"
+                    )))
+                }
+            };
+            attrs.push(("split_sizes".into(), ints(sizes)));
+            "split_with_sizes"
+        }
         "narrow" => {
             // `length` elements from `start` (counted from the end where negative).
             let x = tensor_arg(attrs, "self", metas)?;

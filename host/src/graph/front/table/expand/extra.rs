@@ -1,7 +1,8 @@
 //! Small ops of PyTorch's functional API, each as PyTorch defines it: `outer`,
 //! `isfinite`, `logaddexp`, `xlogy`, `fmin`/`fmax` (NaN ignored), `threshold`,
-//! `heaviside`, `frac` and `instance_norm` (a group norm of one channel per group, or
-//! a batch norm on running statistics).
+//! `heaviside`, `frac`, `instance_norm` (a group norm of one channel per group, or a
+//! batch norm on running statistics), `logit`, `signbit`, `nanmean`, and `bucketize`/
+//! `searchsorted` (each value against every boundary of its row).
 
 use super::{invalid, t, Args, Raw, SigError, Steps};
 
@@ -150,6 +151,68 @@ pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             one(s.bin("sub", t(&x), t(&whole)))
         }
         "instance_norm" => instance_norm(s, args),
+        "logit" => {
+            // log(z / (1 - z)), z clamped to [eps, 1 - eps] where eps is given.
+            let (x, _) = args.tensor("self")?;
+            let z = match args.get("eps") {
+                Some(Raw::Float(e)) => s.op(
+                    "clamp",
+                    vec![
+                        ("self", t(&x)),
+                        ("min", Raw::Float(*e)),
+                        ("max", Raw::Float(1.0 - e)),
+                    ],
+                ),
+                _ => x,
+            };
+            let negated = s.un("neg", &z);
+            let rest = s.bin("add", t(&negated), Raw::Float(1.0));
+            let odds = s.bin("div", t(&z), t(&rest));
+            one(s.un("log", &odds))
+        }
+        "signbit" => {
+            // The sign bit: set for -0.0 (and a NaN that carries it), clear for 0.0.
+            let (x, m) = args.tensor("self")?;
+            if m.dtype == crate::graph::DType::Bool {
+                return one(s.bin("ne", t(&x), t(&x)));
+            }
+            if !m.dtype.is_float() {
+                return one(s.bin("lt", t(&x), Raw::Int(0)));
+            }
+            let ones = s.op("ones_like", vec![("self", t(&x))]);
+            let signed = s.bin("copysign", t(&ones), t(&x));
+            one(s.bin("lt", t(&signed), Raw::Int(0)))
+        }
+        "nanmean" => {
+            // The mean of the numbers, NaN left out (NaN where there are none).
+            let (x, m) = args.tensor("self")?;
+            if !m.dtype.is_float() {
+                return Err(invalid(format!(
+                    "needs a floating-point tensor, found {}",
+                    m.dtype
+                )));
+            }
+            let isnan = nan(s, &x);
+            let zeroed = pick(s, &isnan, Raw::Float(0.0), t(&x));
+            let number = s.op("logical_not", vec![("self", t(&isnan))]);
+            let count = s.op(
+                "_to_copy",
+                vec![
+                    ("self", t(&number)),
+                    ("dtype", Raw::Str(m.dtype.name().into())),
+                ],
+            );
+            let keep = args.get("keepdim").cloned().unwrap_or(Raw::Bool(false));
+            let mut total = vec![("self", t(&zeroed)), ("keepdim", keep.clone())];
+            let mut n = vec![("self", t(&count)), ("keepdim", keep)];
+            if let Some(d @ (Raw::Int(_) | Raw::List(_))) = args.get("dim") {
+                total.push(("dim", d.clone()));
+                n.push(("dim", d.clone()));
+            }
+            let (total, n) = (s.op("sum", total), s.op("sum", n));
+            one(s.bin("div", t(&total), t(&n)))
+        }
+        "bucketize" | "searchsorted" => bucketize(s, op, args),
         _ => Ok(None),
     }
 }
@@ -231,3 +294,65 @@ fn instance_norm(s: &mut Steps<'_>, args: &Args<'_>) -> Expanded {
     attrs.push(("num_groups", Raw::Int(m.shape[1])));
     one(s.op("group_norm", attrs))
 }
+
+/// `bucketize(x, boundaries, right)` and `searchsorted(sorted_sequence, x, right|side)`:
+/// for each x the number of boundaries below it (at most it, with `right`), counted
+/// against every boundary of its row; a row of boundaries is at most [`MAX_BOUNDARIES`]
+/// long.
+fn bucketize(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    let (x, seq) = if op == "bucketize" {
+        ("self", "boundaries")
+    } else {
+        ("self", "sorted_sequence")
+    };
+    let (x, xm) = args.tensor(x)?;
+    let (b, bm) = args.tensor(seq)?;
+    if args.get("sorter").is_some_and(|r| !matches!(r, Raw::None)) {
+        return Err(invalid("a `sorter`: sort the sequence first".into()));
+    }
+    let n = bm.shape.last().copied().unwrap_or(1);
+    let total = xm.shape.iter().product::<i64>().saturating_mul(n);
+    if n > MAX_BOUNDARIES || total > 1 << 26 {
+        return Err(invalid(format!("{n} boundaries for {} values: Kiln compares every pair, at most {MAX_BOUNDARIES} boundaries", xm.shape.iter().product::<i64>())));
+    }
+    if bm.rank() > 1 && bm.shape[..bm.rank() - 1] != xm.shape[..xm.rank().saturating_sub(1)] {
+        return Err(invalid(format!(
+            "a sequence of {:?} for values of {:?}: rows of the sequence pair with rows of the values",
+            bm.shape, xm.shape
+        )));
+    }
+    let right = matches!(args.get("right"), Some(Raw::Bool(true)))
+        || matches!(args.get("side"), Some(Raw::Str(side)) if side == "right");
+    let v = s.op("unsqueeze", vec![("self", t(&x)), ("dim", Raw::Int(-1))]); // [.., m, 1]
+    let bb = if bm.rank() > 1 {
+        s.op("unsqueeze", vec![("self", t(&b)), ("dim", Raw::Int(-2))]) // [.., 1, n]
+    } else {
+        b
+    };
+    // A boundary is below x unless x is at most it (below it, with `right`): as PyTorch's
+    // binary search compares, a NaN x is above every boundary and a NaN boundary below
+    // every x.
+    let above = s.bin(if right { "lt" } else { "le" }, t(&v), t(&bb));
+    let below = s.op("logical_not", vec![("self", t(&above))]);
+    let dtype = if matches!(args.get("out_int32"), Some(Raw::Bool(true))) {
+        "int32"
+    } else {
+        "int64"
+    };
+    let counts = s.op(
+        "_to_copy",
+        vec![("self", t(&below)), ("dtype", Raw::Str(dtype.into()))],
+    );
+    one(s.op(
+        "sum",
+        vec![
+            ("self", t(&counts)),
+            ("dim", super::ints(&[-1])),
+            ("keepdim", Raw::Bool(false)),
+            ("dtype", Raw::Str(dtype.into())),
+        ],
+    ))
+}
+
+/// The longest row of boundaries `bucketize` and `searchsorted` take.
+const MAX_BOUNDARIES: i64 = 1 << 16;

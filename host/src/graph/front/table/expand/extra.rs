@@ -151,6 +151,14 @@ pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             one(s.bin("sub", t(&x), t(&whole)))
         }
         "instance_norm" => instance_norm(s, args),
+        "bucketize" | "searchsorted" => bucketize(s, op, args),
+        _ => logs_and_signs(s, op, args),
+    }
+}
+
+/// `logit`, `signbit` and `nanmean`.
+fn logs_and_signs(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
         "logit" => {
             // log(z / (1 - z)), z clamped to [eps, 1 - eps] where eps is given.
             let (x, _) = args.tensor("self")?;
@@ -212,7 +220,6 @@ pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             let (total, n) = (s.op("sum", total), s.op("sum", n));
             one(s.bin("div", t(&total), t(&n)))
         }
-        "bucketize" | "searchsorted" => bucketize(s, op, args),
         _ => Ok(None),
     }
 }

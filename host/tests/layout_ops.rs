@@ -51,6 +51,15 @@ fn eval(
     want
 }
 
+/// Whether `got` is `want`: NaN where it is NaN, and elsewhere equal within 1e-12.
+fn same_values(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() < 1e-12)
+}
+
 fn node(name: &str, op: &str, args: &str) -> String {
     format!("[[nodes]]\nname = \"{name}\"\nop = \"{op}\"\nargs = {args}\n\n")
 }
@@ -294,17 +303,10 @@ fn clamp_takes_tensor_bounds_as_aten_does() {
         &["both", "low", "mixed", "scalar"],
         &nodes,
     );
-    let same = |got: &[f64], want: &[f64]| {
-        got.len() == want.len()
-            && got
-                .iter()
-                .zip(want)
-                .all(|(a, b)| (a.is_nan() && b.is_nan()) || a == b)
-    };
-    assert!(same(&out[0], &[-1.0, nan, nan, 1.0]), "{:?}", out[0]);
-    assert!(same(&out[1], &[-1.0, nan, nan, 7.0]), "{:?}", out[1]);
-    assert!(same(&out[2], &[0.0, 0.5, nan, 1.0]), "{:?}", out[2]);
-    assert!(same(&out[3], &[-5.0, 0.5, nan, 1.0]), "{:?}", out[3]);
+    assert!(same_values(&out[0], &[-1.0, nan, nan, 1.0]), "{:?}", out[0]);
+    assert!(same_values(&out[1], &[-1.0, nan, nan, 7.0]), "{:?}", out[1]);
+    assert!(same_values(&out[2], &[0.0, 0.5, nan, 1.0]), "{:?}", out[2]);
+    assert!(same_values(&out[3], &[-5.0, 0.5, nan, 1.0]), "{:?}", out[3]);
 }
 
 /// `conv_transpose2d` as PyTorch defines it (each input element scatters its weight
@@ -423,13 +425,6 @@ fn functional_api_ops_at_nan_infinities_and_zero() {
         &["lo", "hi", "lae", "xl", "th", "hv", "fin", "fr"],
         &nodes,
     );
-    let same = |got: &[f64], want: &[f64]| {
-        got.len() == want.len()
-            && got
-                .iter()
-                .zip(want)
-                .all(|(a, b)| (a.is_nan() && b.is_nan()) || (a - b).abs() < 1e-12 || a == b)
-    };
     let l2 = 1.0 + (-1.0f64).exp().ln_1p();
     let want: [&[f64]; 8] = [
         &[2.0, 0.0, -inf, 0.0, 2.0],
@@ -442,7 +437,7 @@ fn functional_api_ops_at_nan_infinities_and_zero() {
         &[nan, 0.0, nan, 0.0, 0.0],
     ];
     for (i, (got, want)) in out.iter().zip(want).enumerate() {
-        assert!(same(got, want), "output {i}: {got:?}, want {want:?}");
+        assert!(same_values(got, want), "output {i}: {got:?}, want {want:?}");
     }
 }
 

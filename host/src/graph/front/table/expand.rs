@@ -30,6 +30,18 @@ mod upsample;
 
 use upsample::upsample_kind;
 
+/// The transposed convolutions' parameters, in ATen order.
+const CONV_TRANSPOSE: &[&str] = &[
+    "input",
+    "weight",
+    "bias",
+    "stride",
+    "padding",
+    "output_padding",
+    "groups",
+    "dilation",
+];
+
 /// The ops [`expand`] spells out, with their parameters in ATen order.
 pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("stack", &["tensors", "dim"]),
@@ -212,45 +224,9 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
             "cudnn_enabled",
         ],
     ),
-    (
-        "conv_transpose1d",
-        &[
-            "input",
-            "weight",
-            "bias",
-            "stride",
-            "padding",
-            "output_padding",
-            "groups",
-            "dilation",
-        ],
-    ),
-    (
-        "conv_transpose2d",
-        &[
-            "input",
-            "weight",
-            "bias",
-            "stride",
-            "padding",
-            "output_padding",
-            "groups",
-            "dilation",
-        ],
-    ),
-    (
-        "conv_transpose3d",
-        &[
-            "input",
-            "weight",
-            "bias",
-            "stride",
-            "padding",
-            "output_padding",
-            "groups",
-            "dilation",
-        ],
-    ),
+    ("conv_transpose1d", CONV_TRANSPOSE),
+    ("conv_transpose2d", CONV_TRANSPOSE),
+    ("conv_transpose3d", CONV_TRANSPOSE),
 ];
 
 /// One step of an expansion.

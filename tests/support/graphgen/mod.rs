@@ -1728,53 +1728,8 @@ impl Gen {
         let d = self.rng.random_range(0..rank);
         let size = a.shape[d];
         Some(match self.rng.random_range(0..9) {
-            0 => {
-                // Constant padding (negative amounts crop) on the last one or two dims.
-                let pairs = self.rng.random_range(1..=rank.min(2));
-                let mut pads = vec![];
-                for i in 0..pairs {
-                    let s = a.shape[rank - 1 - i];
-                    let lo = -(s / 2).min(2);
-                    pads.push(self.rng.random_range(lo..=3));
-                    pads.push(self.rng.random_range(lo..=3));
-                }
-                let value = if a.is_float() { Arg::F(0.5) } else { Arg::I(2) };
-                vec![self.node(
-                    "constant_pad_nd",
-                    vec![Arg::T(a.name), ints(&pads), value],
-                    vec![],
-                )]
-            }
-            1 => {
-                // reflect/replicate/circular need a float [N?, C, spatial] input (PyTorch's
-                // kernels), one to three trailing dims padded.
-                if !a.is_float() || rank < 2 {
-                    return None;
-                }
-                let mode = *["reflect", "replicate", "circular"]
-                    .choose(&mut self.rng)
-                    .expect("a mode");
-                let pairs = self.rng.random_range(1..=(rank - 1).min(3));
-                if !(pairs + 1..=pairs + 2).contains(&rank) {
-                    return None;
-                }
-                let mut pads = vec![];
-                for i in 0..pairs {
-                    let s = a.shape[rank - 1 - i];
-                    let most = if mode == "reflect" { s - 1 } else { s };
-                    if most < 1 && mode != "replicate" {
-                        return None;
-                    }
-                    let most = most.clamp(0, 3);
-                    pads.push(self.rng.random_range(0..=most));
-                    pads.push(self.rng.random_range(0..=most));
-                }
-                vec![self.node(
-                    "pad",
-                    vec![Arg::T(a.name), ints(&pads), Arg::S(mode)],
-                    vec![],
-                )]
-            }
+            0 => return self.constant_pad(a),
+            1 => return self.mode_pad(a),
             2 => {
                 let shift = self.rng.random_range(-7..=7);
                 if self.chance(0.3) {
@@ -1884,6 +1839,57 @@ impl Gen {
                 )]
             }
         })
+    }
+
+    /// Constant padding (negative amounts crop) on the last one or two dims.
+    fn constant_pad(&mut self, a: Val) -> Option<Vec<Node>> {
+        let rank = a.rank();
+        let pairs = self.rng.random_range(1..=rank.min(2));
+        let mut pads = vec![];
+        for i in 0..pairs {
+            let s = a.shape[rank - 1 - i];
+            let lo = -(s / 2).min(2);
+            pads.push(self.rng.random_range(lo..=3));
+            pads.push(self.rng.random_range(lo..=3));
+        }
+        let value = if a.is_float() { Arg::F(0.5) } else { Arg::I(2) };
+        Some(vec![self.node(
+            "constant_pad_nd",
+            vec![Arg::T(a.name), ints(&pads), value],
+            vec![],
+        )])
+    }
+
+    /// reflect/replicate/circular padding: PyTorch's kernels need a float [N?, C, spatial]
+    /// input; one to three trailing dims are padded.
+    fn mode_pad(&mut self, a: Val) -> Option<Vec<Node>> {
+        let rank = a.rank();
+        if !a.is_float() || rank < 2 {
+            return None;
+        }
+        let mode = *["reflect", "replicate", "circular"]
+            .choose(&mut self.rng)
+            .expect("a mode");
+        let pairs = self.rng.random_range(1..=(rank - 1).min(3));
+        if !(pairs + 1..=pairs + 2).contains(&rank) {
+            return None;
+        }
+        let mut pads = vec![];
+        for i in 0..pairs {
+            let s = a.shape[rank - 1 - i];
+            let most = if mode == "reflect" { s - 1 } else { s };
+            if most < 1 && mode != "replicate" {
+                return None;
+            }
+            let most = most.clamp(0, 3);
+            pads.push(self.rng.random_range(0..=most));
+            pads.push(self.rng.random_range(0..=most));
+        }
+        Some(vec![self.node(
+            "pad",
+            vec![Arg::T(a.name), ints(&pads), Arg::S(mode)],
+            vec![],
+        )])
     }
 
     fn group_norm(&mut self) -> Option<Vec<Node>> {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import statistics
 import time
 import io
@@ -49,7 +50,7 @@ def profiled(fn, calls: int, top: int) -> str:
 def steady_us(fns: dict, calls: int = 100, rounds: int = 9) -> dict:
     """Host us per call of each of `fns` in a loop of `calls` calls with no synchronization
     inside it: where the device keeps up (a call bound by the host), the call's host time.
-    Interleaved rounds, median."""
+    Interleaved rounds: (median, least)."""
     times: dict = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -59,13 +60,23 @@ def steady_us(fns: dict, calls: int = 100, rounds: int = 9) -> dict:
                 fn()
             times[name].append((time.perf_counter() - start) / calls * 1e6)
     sync()
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
 
 
 def measure(steps, a, text: list) -> list:
-    """Each step's host us per call (into `text`), and its profile (returned)."""
-    for name, us in steady_us(dict(steps)).items():
-        text.append(f"# host us per call, steady: {us:.0f}: {name}")
+    """Each step's host us per call (into `text`), with Python's cyclic garbage collector on
+    and then off (a collection's cost falls on whichever call triggers it), and its profile
+    (returned)."""
+    for collector in ("on", "off"):
+        if collector == "off":
+            gc.collect()
+            gc.disable()
+        try:
+            for name, (median, least) in steady_us(dict(steps)).items():
+                text.append(f"# host us per call, steady, gc {collector}: median {median:.0f}, least {least:.0f}: "
+                            f"{name}")
+        finally:
+            gc.enable()
     return [f"## {name}\n{profiled(fn, a.calls, a.top)}" for name, fn in steps]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import _host
 from ._errors import KilnError
+from ._graphs import kept_inputs
 
 _LOCK = threading.Lock()
 # Loaded code by cache folder: a process loads each compiled graph once.
@@ -96,11 +97,15 @@ class Compiled:
         """The compiled graph as a function of a dynamo graph's arguments (a sequence of
         tensors in order) giving its outputs as a tuple, with no pytree work per call. The
         inputs whose example is not contiguous are made so; dynamo's guards keep every
-        input's strides the example's, so the others are passed as they are."""
+        input's strides the example's, so the others are passed as they are. Parameters and
+        buffers found 16-byte aligned here are taken to stay so, as Inductor takes its
+        static inputs: only the other inputs' addresses are checked per call."""
         import torch
 
         run, strided = self._run, [i for i, t in enumerate(example_inputs)
                                    if isinstance(t, torch.Tensor) and not t.is_contiguous()]
+        if isinstance(run, _OutputCode):
+            run = run.trusting(_aligned_kept(example_inputs))
         check = self._check if self._check_sizes else None
         if not strided and check is None:
             return run
@@ -274,10 +279,31 @@ def _runner(folder: Path, device: str, outputs):
 
 
 def _python_wrapper(folder: Path):
+    return _OutputCode(load_output_code(folder))
+
+
+class _OutputCode:
     """output_code.py's `call`, on a list of its own (`call` empties the list it is given)."""
-    module = load_output_code(folder)
-    call = module.call
-    return lambda tensors: call(list(tensors))
+
+    def __init__(self, module):
+        self.module = module
+        self._call = module.call
+
+    def __call__(self, tensors):
+        return self._call(list(tensors))
+
+    def trusting(self, kept):
+        """`call` for inputs of which those at the positions `kept` are known to be
+        16-byte aligned on every call: it checks only the others' addresses."""
+        call = self._call
+        aligned = tuple(i for i in self.module.ALIGNED_INPUTS if i not in kept)
+        return lambda tensors: call(list(tensors), aligned)
+
+
+def _aligned_kept(example_inputs) -> frozenset:
+    """The positions of the inputs dynamo marks as parameters and buffers whose example
+    is 16-byte aligned."""
+    return frozenset(i for i in kept_inputs(example_inputs) if example_inputs[i].data_ptr() % 16 == 0)
 
 
 def load_output_code(folder: Path):

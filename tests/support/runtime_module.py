@@ -93,23 +93,41 @@ def wrapper_checks(rt):
           wrong is not None and wrong.startswith("a: expected size (4, 8) and stride (8, 1)"), wrong)
     from types import SimpleNamespace
 
-    fast_calls = []
+    fast_calls, grouped_calls = [], []
 
     def fast(tensor, size, stride):  # torch's C++ check, as the stand-in torch has it
         fast_calls.append(size)
         if tuple(tensor.size()) != tuple(size):
             raise AssertionError("C++ message")
 
-    with_fast = SimpleNamespace(_C=SimpleNamespace(_dynamo=SimpleNamespace(guards=SimpleNamespace(
-        assert_size_stride=fast))))
-    checked = rt.size_stride_check(with_fast)
-    ok = raises(checked, FakeTensor((4, 1), (1, 7)), (4, 1), (1, 1), "a") is None
-    wrong = raises(checked, FakeTensor((4, 8), (8, 1)), (4, 9), (9, 1), "b")
-    check("where torch has its C++ size and stride check it is used, a failure reported by name",
-          ok and fast_calls == [(4, 1), (4, 9)] and wrong is not None and wrong.startswith("b: expected size (4, 9)"),
-          (fast_calls, wrong))
-    check("without it, the check is the runtime's own",
-          rt.size_stride_check(SimpleNamespace(_C=SimpleNamespace())) is rt.assert_size_stride)
+    def grouped(tensors, sizes, strides, what):  # torch's grouped C++ check
+        grouped_calls.append(len(tensors))
+        for t, size, stride in zip(tensors, sizes, strides):
+            fast(t, size, stride)
+
+    def torch_with(**guards):
+        return SimpleNamespace(_C=SimpleNamespace(_dynamo=SimpleNamespace(guards=SimpleNamespace(**guards))))
+
+    names, sizes, strides = ("a", "b"), ((4, 1), (4, 9)), ((1, 1), (9, 1))
+    good = (FakeTensor((4, 1), (1, 7)), FakeTensor((4, 9), (9, 1)))
+    bad = (FakeTensor((4, 1), (1, 7)), FakeTensor((4, 8), (8, 1)))
+    checked = rt.input_check(torch_with(assert_size_stride=fast), names, sizes, strides)
+    ok = raises(checked, good) is None
+    wrong = raises(checked, bad)
+    check("where torch has its C++ size and stride check it is used per input, a failure reported by name",
+          ok and fast_calls == [(4, 1), (4, 9), (4, 1), (4, 9)] and wrong is not None
+          and wrong.startswith("b: expected size (4, 9)"), (fast_calls, wrong))
+    fast_calls.clear()
+    checked = rt.input_check(torch_with(assert_size_stride=fast, assert_size_stride_grouped=grouped), names, sizes,
+                             strides)
+    ok = raises(checked, good) is None
+    wrong = raises(checked, bad)
+    check("where torch has its grouped check, one call checks every input, a failure reported by name",
+          ok and grouped_calls == [2, 2] and wrong is not None and wrong.startswith("b: expected size (4, 9)"),
+          (grouped_calls, wrong))
+    checked = rt.input_check(SimpleNamespace(_C=SimpleNamespace()), names, sizes, strides)
+    check("without them, the check is the runtime's own",
+          raises(checked, good) is None and (raises(checked, bad) or "").startswith("b: expected size (4, 9)"))
     aligned, off = FakeTensor((8,), (1,), ptr=64), FakeTensor((8,), (1,), ptr=68)
     args = [aligned, off]
     rt.align_inputs(args, (0, 1))

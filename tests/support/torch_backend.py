@@ -268,6 +268,7 @@ def main(repo: Path):
     else:
         cuda_graphs()
     device_graphs()
+    trusted_alignment()
 
     cache_across_processes(repo)
     zoo(repo)
@@ -403,6 +404,27 @@ def device_graphs():
     device.capturing = False
     check("inside the caller's own capture the call is made directly",
           graphed.captures == 2 and runs[-1] is True and inside[0] is out)
+
+
+def trusted_alignment():
+    """Dynamo's graphs: output_code.py's `call` is told to check the addresses of the inputs
+    other than the aligned parameters and buffers only, as Inductor trusts its static inputs."""
+    from types import SimpleNamespace
+
+    from kiln._compile import _aligned_kept, _OutputCode
+
+    base = torch.zeros(64)
+    weight = torch.nn.Parameter(torch.zeros(8))
+    shifted = torch.nn.Parameter(base[1:9])  # 4 bytes into its storage: not 16-byte aligned
+    examples = [torch.zeros(8), weight, shifted, torch.zeros(8)]
+    calls = []
+    module = SimpleNamespace(ALIGNED_INPUTS=(0, 1, 2), call=lambda args, aligned=(0, 1, 2): calls.append(
+        (len(args), aligned)))
+    kept = _aligned_kept(examples)
+    _OutputCode(module).trusting(kept)(examples)
+    _OutputCode(module)(examples)
+    check("a graph's aligned parameters are not checked per call; the other inputs (and a misaligned "
+          "parameter) are", kept == {1} and calls == [(4, (0, 2)), (4, (0, 1, 2))], (kept, calls))
 
 
 SECOND = """

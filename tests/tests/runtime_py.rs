@@ -58,7 +58,7 @@ fn the_runtime_compiles_keeps_finds_and_precompiles_kernels_and_says_what_is_mis
         .arg(&folder));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(checks, 38, "{stdout}");
+    assert_eq!(checks, 39, "{stdout}");
 }
 
 #[test]

@@ -203,8 +203,10 @@ impl CallWriter<'_> {
     /// The whole function.
     pub fn write(&self, out: &mut String) -> std::fmt::Result {
         writeln!(out)?;
+        self.input_table(out)?;
         writeln!(out)?;
-        writeln!(out, "def call(args):")?;
+        writeln!(out)?;
+        writeln!(out, "def call(args, aligned=ALIGNED_INPUTS):")?;
         self.inputs(out)?;
         writeln!(out, "    with {}:", self.strings.device_guard)?;
         writeln!(out, "        {}", self.strings.set_device)?;
@@ -236,13 +238,54 @@ impl CallWriter<'_> {
         )
     }
 
-    /// Unpacks `args`, checks every input's size and stride, and binds the constants.
+    /// The inputs' names, sizes and strides, the positions `call` aligns by
+    /// default, and the check of them all that `call` makes.
+    fn input_table(&self, out: &mut String) -> std::fmt::Result {
+        let p = self.program();
+        let rows = |f: &dyn Fn(BufferId) -> String| -> String {
+            let items: Vec<String> = p.inputs.iter().map(|b| f(*b)).collect();
+            match items.as_slice() {
+                [one] => format!("({one},)"),
+                _ => format!("({})", items.join(", ")),
+            }
+        };
+        let aligned: Vec<i64> = self.aligned.iter().map(|&i| i as i64).collect();
+        writeln!(
+            out,
+            "# Each input's name, size and strides, as the kernels were generated for them."
+        )?;
+        let names = rows(&|b| format!("\"{}\"", self.name(b)));
+        writeln!(out, "INPUT_NAMES = {names}")?;
+        writeln!(
+            out,
+            "INPUT_SIZES = {}",
+            rows(&|b| tuple(&p.buffer(b).shape))
+        )?;
+        writeln!(
+            out,
+            "INPUT_STRIDES = {}",
+            rows(&|b| tuple(&p.buffer(b).strides))
+        )?;
+        writeln!(
+            out,
+            "# The inputs kernels read through a pointer, which they assume 16-byte aligned:\n\
+             # `call` copies each that is not. A caller that knows some always are (the\n\
+             # parameters torch.compile passes) may pass the others as `aligned`."
+        )?;
+        writeln!(out, "ALIGNED_INPUTS = {}", tuple(&aligned))?;
+        writeln!(
+            out,
+            "check_inputs = kiln_runtime.input_check(torch, INPUT_NAMES, INPUT_SIZES, INPUT_STRIDES)"
+        )
+    }
+
+    /// Aligns and unpacks `args`, checks every input's size and stride, and
+    /// binds the constants.
     fn inputs(&self, out: &mut String) -> std::fmt::Result {
         let p = self.program();
         let inputs: Vec<&str> = p.inputs.iter().map(|b| self.name(*b)).collect();
         if !self.aligned.is_empty() {
-            let indices: Vec<i64> = self.aligned.iter().map(|&i| i as i64).collect();
-            writeln!(out, "    align_inputs(args, {})", tuple(&indices))?;
+            writeln!(out, "    align_inputs(args, aligned)")?;
         }
         match inputs.as_slice() {
             [] => {}
@@ -250,16 +293,10 @@ impl CallWriter<'_> {
             many => writeln!(out, "    {} = args", many.join(", "))?,
         }
         writeln!(out, "    args.clear()")?;
-        for b in &p.inputs {
-            let buf = p.buffer(*b);
-            writeln!(
-                out,
-                "    assert_size_stride({}, {}, {}, \"{}\")",
-                self.name(*b),
-                tuple(&buf.shape),
-                tuple(&buf.strides),
-                self.name(*b)
-            )?;
+        match inputs.as_slice() {
+            [] => {}
+            [one] => writeln!(out, "    check_inputs(({one},))")?,
+            many => writeln!(out, "    check_inputs(({}))", many.join(", "))?,
         }
         let constants: Vec<&str> = super::constant_buffers(p)
             .into_iter()

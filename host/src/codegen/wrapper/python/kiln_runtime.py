@@ -573,23 +573,39 @@ def assert_size_stride(tensor, size, stride, name):
         )
 
 
-def size_stride_check(torch):
-    """`assert_size_stride` through torch's own check in C++, the one Inductor's
-    wrappers call, where this `torch` has it: a call whose weights are inputs (a
-    graph from torch.compile) checks hundreds of them, at a fraction of a
-    microsecond each instead of one or two. A failure is reported, with the
-    input's name, by `assert_size_stride`."""
+def input_check(torch, names, sizes, strides):
+    """The function `call` checks its inputs with (a tuple, in order) against
+    the sizes and strides the kernels were generated for: through torch's own
+    checks in C++, the ones Inductor's wrappers call, where this `torch` has
+    them. A call whose weights are inputs (a graph from torch.compile) checks
+    hundreds: one C++ call checks them all where torch has the grouped check,
+    else one per input, at a fraction of a microsecond each. A failure is
+    reported, with the input's name, by `assert_size_stride` (whose rule, that
+    a dim of size 1 has any stride, decides)."""
     guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    grouped = getattr(guards, "assert_size_stride_grouped", None)
     fast = getattr(guards, "assert_size_stride", None)
-    if fast is None:
-        return assert_size_stride
+    layouts = tuple(zip(names, sizes, strides))
 
-    def check(tensor, size, stride, name):
-        try:
-            fast(tensor, size, stride)
-        except AssertionError:
+    def slow(tensors):
+        for tensor, (name, size, stride) in zip(tensors, layouts):
             assert_size_stride(tensor, size, stride, name)
 
+    if grouped is not None:
+        def check(tensors):
+            try:
+                grouped(tensors, sizes, strides, "input")
+            except AssertionError:
+                slow(tensors)
+    elif fast is not None:
+        def check(tensors):
+            for tensor, (name, size, stride) in zip(tensors, layouts):
+                try:
+                    fast(tensor, size, stride)
+                except AssertionError:
+                    assert_size_stride(tensor, size, stride, name)
+    else:
+        check = slow
     return check
 
 

@@ -102,7 +102,12 @@ pub struct Info {
 pub const RESERVED: &[&str] = &[
     "torch",
     "DEVICE",
-    "assert_size_stride",
+    "INPUT_NAMES",
+    "INPUT_SIZES",
+    "INPUT_STRIDES",
+    "ALIGNED_INPUTS",
+    "check_inputs",
+    "aligned",
     "KERNEL_META",
     "TRITON_TARGET",
     "KERNELS",
@@ -386,12 +391,8 @@ fn torch_part(
     )?;
     writeln!(out, "KERNELS = kiln_runtime.KernelSet(globals())")?;
     out.push_str(FAST_PATHS);
-    // The checks and copies `call` makes are the runtime's, bound here so
-    // that `call` reads them as globals.
-    writeln!(
-        out,
-        "assert_size_stride = kiln_runtime.size_stride_check(torch)"
-    )?;
+    // The copies `call` makes are the runtime's, bound here so that `call`
+    // reads them as globals.
     if align {
         writeln!(out, "align_inputs = kiln_runtime.align_inputs")?;
     }

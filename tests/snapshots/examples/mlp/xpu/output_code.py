@@ -70,7 +70,6 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-assert_size_stride = kiln_runtime.size_stride_check(torch)
 align_inputs = kiln_runtime.align_inputs
 
 
@@ -83,16 +82,22 @@ def _kiln_synchronize():
 # (kiln_runtime.BiasEpilogue; KILN_BIAS=epilogue|add|measure).
 BIASES = kiln_runtime.BiasEpilogue(torch.addmm, torch.mm, _kiln_synchronize, getattr(torch, DEVICE.type, None), 1)
 
+# Each input's name, size and strides, as the kernels were generated for them.
+INPUT_NAMES = ("x", "w1", "b1", "w2", "b2")
+INPUT_SIZES = ((4096, 1024), (4096, 1024), (4096,), (1024, 4096), (1024,))
+INPUT_STRIDES = ((1024, 1), (1024, 1), (1,), (4096, 1), (1,))
+# The inputs kernels read through a pointer, which they assume 16-byte aligned:
+# `call` copies each that is not. A caller that knows some always are (the
+# parameters torch.compile passes) may pass the others as `aligned`.
+ALIGNED_INPUTS = (2,)
+check_inputs = kiln_runtime.input_check(torch, INPUT_NAMES, INPUT_SIZES, INPUT_STRIDES)
 
-def call(args):
-    align_inputs(args, (2,))
+
+def call(args, aligned=ALIGNED_INPUTS):
+    align_inputs(args, aligned)
     x, w1, b1, w2, b2 = args
     args.clear()
-    assert_size_stride(x, (4096, 1024), (1024, 1), "x")
-    assert_size_stride(w1, (4096, 1024), (1024, 1), "w1")
-    assert_size_stride(b1, (4096,), (1,), "b1")
-    assert_size_stride(w2, (1024, 4096), (4096, 1), "w2")
-    assert_size_stride(b2, (1024,), (1,), "b2")
+    check_inputs((x, w1, b1, w2, b2))
     with torch.xpu._DeviceGuard(0):
         torch.xpu.set_device(0)
         stream0 = get_raw_stream(0)

@@ -214,7 +214,6 @@ empty_strided_device = getattr(_GUARDS, "_empty_strided_" + DEVICE.type, None) o
     lambda size, stride, dtype: torch.empty_strided(size, stride, device=DEVICE, dtype=dtype))
 reinterpret_tensor = getattr(_GUARDS, "_reinterpret_tensor", None) or (
     lambda base, size, stride, offset: base.as_strided(size, stride, base.storage_offset() + offset))
-assert_size_stride = kiln_runtime.size_stride_check(torch)
 align_inputs = kiln_runtime.align_inputs
 
 
@@ -227,25 +226,22 @@ def _kiln_synchronize():
 # (kiln_runtime.BiasEpilogue; KILN_BIAS=epilogue|add|measure).
 BIASES = kiln_runtime.BiasEpilogue(torch.addmm, torch.mm, _kiln_synchronize, getattr(torch, DEVICE.type, None), 1)
 
+# Each input's name, size and strides, as the kernels were generated for them.
+INPUT_NAMES = ("x", "mask", "ln1_w", "ln1_b", "attn_w", "attn_b", "proj_w", "proj_b", "ln2_w", "ln2_b", "fc_w", "fc_b", "out_w", "out_b")
+INPUT_SIZES = ((2, 8, 24), (8, 8), (24,), (24,), (72, 24), (72,), (24, 24), (24,), (24,), (24,), (96, 24), (96,), (24, 96), (24,))
+INPUT_STRIDES = ((192, 24, 1), (8, 1), (1,), (1,), (24, 1), (1,), (24, 1), (1,), (1,), (1,), (24, 1), (1,), (96, 1), (1,))
+# The inputs kernels read through a pointer, which they assume 16-byte aligned:
+# `call` copies each that is not. A caller that knows some always are (the
+# parameters torch.compile passes) may pass the others as `aligned`.
+ALIGNED_INPUTS = (0, 1, 2, 3, 7, 8, 9, 11, 13)
+check_inputs = kiln_runtime.input_check(torch, INPUT_NAMES, INPUT_SIZES, INPUT_STRIDES)
 
-def call(args):
-    align_inputs(args, (0, 1, 2, 3, 7, 8, 9, 11, 13))
+
+def call(args, aligned=ALIGNED_INPUTS):
+    align_inputs(args, aligned)
     x, mask, ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = args
     args.clear()
-    assert_size_stride(x, (2, 8, 24), (192, 24, 1), "x")
-    assert_size_stride(mask, (8, 8), (8, 1), "mask")
-    assert_size_stride(ln1_w, (24,), (1,), "ln1_w")
-    assert_size_stride(ln1_b, (24,), (1,), "ln1_b")
-    assert_size_stride(attn_w, (72, 24), (24, 1), "attn_w")
-    assert_size_stride(attn_b, (72,), (1,), "attn_b")
-    assert_size_stride(proj_w, (24, 24), (24, 1), "proj_w")
-    assert_size_stride(proj_b, (24,), (1,), "proj_b")
-    assert_size_stride(ln2_w, (24,), (1,), "ln2_w")
-    assert_size_stride(ln2_b, (24,), (1,), "ln2_b")
-    assert_size_stride(fc_w, (96, 24), (24, 1), "fc_w")
-    assert_size_stride(fc_b, (96,), (1,), "fc_b")
-    assert_size_stride(out_w, (24, 96), (96, 1), "out_w")
-    assert_size_stride(out_b, (24,), (1,), "out_b")
+    check_inputs((x, mask, ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b))
     with torch.cuda._DeviceGuard(0):
         torch.cuda.set_device(0)
         stream0 = get_raw_stream(0)

@@ -2567,7 +2567,7 @@ fn a_write_into_a_graph_input_is_refused_naming_the_writer_and_the_input() {
         &e,
         &[
             "node `add_` writes a new value into the user input `x` in place",
-            "keeps no state between calls",
+            "keeps state between calls only in the parameters, buffers and constants",
             "returns the new value",
         ],
     );
@@ -2812,20 +2812,33 @@ fn a_query_with_every_key_masked_out_attends_to_nothing() {
 
 /// A real decoding step with a static KV cache (transformers' export of GPT-2 for
 /// on-device runtimes, `tests/fixtures/decode/`) writes its cache and position counters
-/// in place, into tensor constants export lifted: refused, naming the first write.
+/// in place, into tensor constants export lifted: each becomes state the program keeps,
+/// read as one of the graph's last inputs and given back as one of its last outputs,
+/// holding the archive's value before the first call.
 #[test]
-fn a_decoding_step_that_updates_its_static_cache_is_refused_naming_the_write() {
+fn a_decoding_step_keeps_its_static_cache_and_counters_as_state() {
     let path = fixtures().join("../decode/gpt2_static_cache_step.pt2");
-    let e = load(&path)
-        .map_err(|e| kiln::diag::report(&e))
-        .expect_err("state");
-    assert_says(
-        &e,
-        &[
-            "node `copy_` writes a new value into the tensor constant `lifted_tensor_0` in place",
-            "keeps no state between calls",
-        ],
+    let g = load(&path).expect("a decoding step");
+    let names: Vec<&str> = g.state().iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "lifted_tensor_0",
+            "lifted_tensor_1",
+            "model.transformer.h.0.attn.lifted_tensor_2",
+            "model.transformer.h.0.attn.lifted_tensor_3",
+            "model.transformer.h.1.attn.lifted_tensor_4",
+            "model.transformer.h.1.attn.lifted_tensor_5",
+        ]
     );
+    assert_eq!((g.inputs().len(), g.outputs().len()), (8, 7));
+    for (k, s) in g.state().iter().enumerate() {
+        assert_eq!((s.input, s.output), (2 + k, 1 + k), "{}", s.name);
+        let meta = &g.node(g.inputs()[s.input]).unwrap().outputs[0];
+        let init: Vec<f64> = (0..meta.numel() as usize).map(|i| s.init.get(i)).collect();
+        let want = if k < 2 { 1.0 } else { 0.0 }; // the counters start at 1, the caches empty
+        assert!(init.iter().all(|&v| v == want), "{}: {init:?}", s.name);
+    }
 }
 
 /// `atan2`, `hypot` and `copysign` as PyTorch defines them, on floats and on integers

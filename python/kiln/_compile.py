@@ -77,7 +77,9 @@ class Compiled:
         inputs, outputs = _user_values(program)
         self._inputs = inputs
         self.folder = build(program, device, tuple(str(p) for p in plugins))
-        self._run = _runner(self.folder, device, outputs)
+        self._state = _State.of(self.folder, program, device)
+        extra = self._state.outputs if self._state is not None else []
+        self._run = _runner(self.folder, device, outputs + extra)
         # output_code.py checks every input's size and stride itself; the cpu's C
         # interface takes pointers, so the sizes are checked here.
         self._check_sizes = device.split(":")[0] == "cpu"
@@ -85,7 +87,7 @@ class Compiled:
     def takes_flat_tensors(self, count: int) -> bool:
         """Whether the program takes `count` tensors as positional arguments and returns a
         flat tuple, as dynamo's graphs do (so `flat_call` can serve it)."""
-        if self._in_spec is None or self._out_spec is None or len(self._inputs) != count:
+        if self._in_spec is None or self._out_spec is None or len(self._inputs) != count or self._state is not None:
             return False
         args_spec, kwargs_spec = _children(self._in_spec)
         flat_in = (args_spec.type is tuple and kwargs_spec.num_leaves == 0
@@ -139,10 +141,70 @@ class Compiled:
                             f"{self._in_spec}")
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         self._check(tensors)
-        outputs = self._run([t.contiguous() for t in tensors])
+        args = [t.contiguous() for t in tensors]
+        if self._state is None:
+            outputs = self._run(args)
+        else:
+            outputs = self._state.step(self._run, args)
         if self._out_spec is None:
             return tuple(outputs)
         return self._pytree.tree_unflatten(list(outputs), self._out_spec)
+
+
+    @property
+    def state(self) -> dict:
+        """The tensors the program keeps between calls (a KV cache its forward writes in
+        place), by the module's names for them, as the last call left them; empty for a
+        program without state. They are the compiled code's own: read them, or clone."""
+        return {} if self._state is None else dict(zip(self._state.names, self._state.tensors))
+
+    def reset_state(self) -> None:
+        """Puts the state back to its value before the first call (the exported program's)."""
+        if self._state is not None:
+            self._state.reset()
+
+
+class _State:
+    """The state a compiled program keeps between calls (`state.json`, which `host compile`
+    writes beside the code): the code takes each tensor's current value as one of its last
+    inputs and gives the new value as one of its last outputs, which the next call passes.
+    The new value is the code's own fresh output: nothing is copied between calls."""
+
+    def __init__(self, rows, initial, device: str):
+        import torch
+
+        self.names = [r["name"] for r in rows]
+        self.outputs = [(tuple(r["shape"]), initial[r["name"]].dtype) for r in rows]
+        self._initial = {n: initial[n] for n in self.names}
+        self._device = torch.device(device)
+        self.tensors: list = []
+        self.reset()
+
+    @classmethod
+    def of(cls, folder: Path, program, device: str):
+        """The state of the program compiled into `folder`, None where it keeps none."""
+        import json
+
+        path = folder / "state.json"
+        if not path.is_file():
+            return None
+        rows = json.loads(path.read_text())["state"]
+        tensors = {**program.state_dict, **program.constants}
+        missing = [r["name"] for r in rows if r["name"] not in tensors]
+        if missing:
+            raise KilnError(f"{path} names state the program does not hold: {', '.join(missing)}")
+        return cls(rows, tensors, device)
+
+    def reset(self) -> None:
+        self.tensors = [self._initial[n].detach().to(self._device, copy=True).contiguous() for n in self.names]
+
+    def step(self, run, args):
+        """One call of `run` with the state after `args`: the new state kept, the other
+        outputs returned."""
+        outputs = run([*args, *self.tensors])
+        kept = len(outputs) - len(self.tensors)
+        self.tensors = list(outputs[kept:])
+        return outputs[:kept]
 
 
 def _children(spec):

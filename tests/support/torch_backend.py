@@ -21,7 +21,11 @@ Checks:
   on a model with graph breaks (a data-dependent branch, a `print`): every graph Kiln
   compiles, the result eager's;
 - a graph with an op Kiln lacks runs in eager, with a warning naming the op, and so does one
-  that updates a buffer in place (Kiln keeps no state between calls yet);
+  that updates a buffer in place (dynamo hands buffers over as the graph's inputs, which
+  Kiln does not write into);
+- kiln.compile of a program that writes its buffers in place (a cache row, a counter; and
+  transformers' static-cache GPT-2 step) keeps them between calls as eager does, and
+  reset_state() starts again;
 - an unknown option is refused, naming the options; a device no plugin provides is an
   error naming the devices there are; a device other than the inputs' (cpu against cuda)
   is an error saying where the inputs are;
@@ -41,6 +45,7 @@ Checks:
 Prints `ok: WHAT` per check; exits 1 on the first failure.
 """
 
+import copy
 import os
 import subprocess
 import sys
@@ -121,6 +126,70 @@ class Counter(torch.nn.Module):
     def forward(self, x):
         self.steps.add_(1)
         return x * self.steps
+
+
+class SlotCache(torch.nn.Module):
+    """A cache in registered buffers that each call writes one row of (`index_copy_`) and a
+    position counter it advances, as a decoding step keeps them."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(6, 4))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, self.proj(x))
+        self.calls.add_(1)
+        return self.cache.cumsum(0)[pos] * self.calls
+
+
+def stepped(call, steps):
+    """Each step's result of `call`, one call per (args, kwargs) in `steps`."""
+    results = []
+    with torch.no_grad():
+        for args, kwargs in steps:
+            out = call(*args, **kwargs)
+            results.append((out[0] if isinstance(out, (tuple, list)) else out).clone())
+    return results
+
+
+def kept_state(repo: Path):
+    """kiln.compile of a program that writes its buffers in place: the compiled module keeps
+    them between calls as eager does, and reset_state() starts again."""
+    import kiln
+
+    torch.manual_seed(0)
+    m = dev(SlotCache().eval())
+    steps = [((dev(torch.randn(1, 4)), dev(torch.tensor([i % 6]))), {}) for i in range(8)]
+    eager = copy.deepcopy(m)  # before any call: export leaves the module's buffers as they are
+    compiled = kiln.compile(m, steps[0][0])
+    got, want = stepped(compiled, steps), stepped(eager, steps)
+    check("a module's buffers written in place (a cache row, a counter) are kept between calls, as eager keeps "
+          "them", all(close(a, b) for a, b in zip(got, want)) and not close(got[0], got[6]))
+    check("the compiled module's state is its buffers as the last call left them",
+          sorted(compiled.state) == ["cache", "calls"] and int(compiled.state["calls"]) == 8)
+    compiled.reset_state()
+    again = stepped(compiled, steps[:2])
+    check("reset_state() starts again from the exported values", close(again[0], got[0]) and close(again[1], got[1]))
+    functional = torch.export.export(copy.deepcopy(eager).eval(), steps[0][0]).run_decompositions()
+    eager_again = copy.deepcopy(functional.module())
+    kinds = {s.kind.name for s in functional.graph_signature.output_specs}
+    compiled = kiln.compile(functional)
+    got, want = stepped(compiled, steps), stepped(eager_again, steps)
+    check("the same program functionalised (the new buffers as buffer_mutation outputs) keeps them too",
+          "BUFFER_MUTATION" in kinds and all(close(a, b) for a, b in zip(got, want)), kinds)
+
+    archive = repo / "tests/fixtures/decode/gpt2_static_cache_step.pt2"
+    program = torch.export.load(str(archive))
+    eager = program.module()
+    tokens = [3, 7, 1, 30, 12, 5, 9, 2]
+    steps = [((), {"input_ids": torch.tensor([[t]]), "cache_position": torch.tensor([i])})
+             for i, t in enumerate(tokens)]
+    compiled = kiln.compile(program, device="cpu")
+    got, want = stepped(compiled, steps), stepped(eager, steps)
+    check("transformers' static-cache GPT-2 step: eight decoding steps through the cache match eager's",
+          all(close(a, b) for a, b in zip(got, want)), [float((a - b).abs().max()) for a, b in zip(got, want)])
 
 
 def recording_backend(made):
@@ -270,6 +339,7 @@ def main(repo: Path):
     device_graphs()
     trusted_alignment()
 
+    kept_state(repo)
     cache_across_processes(repo)
     zoo(repo)
     if DEVICE == "cuda":

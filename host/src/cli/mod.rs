@@ -159,10 +159,30 @@ impl InputArgs {
         crate::memory::total([tensors, raw])
     }
 
-    /// The graph's inputs: read from the folder, or random from the seed.
+    /// The graph's inputs: read from the folder, or random from the seed; the state
+    /// the program keeps ([`crate::graph::State`]) as it is before the first call.
     pub fn read(&self, graph: &crate::graph::Graph) -> Result<Vec<Tensor>, Error> {
-        let decls: Vec<(String, crate::graph::TensorMeta)> = graph
-            .inputs()
+        let mut inputs = self.read_callers(graph)?;
+        // The front end gives the state the last inputs, in order.
+        for s in graph.state() {
+            let Some(meta) = graph
+                .inputs()
+                .get(s.input)
+                .and_then(|&id| graph.node(id)?.outputs.first())
+            else {
+                continue;
+            };
+            let n = meta.numel().max(0) as usize;
+            let values = (0..n).map(|i| s.init.get(i)).collect();
+            inputs.push(Tensor::new(meta.shape.clone(), meta.dtype, values));
+        }
+        Ok(inputs)
+    }
+
+    /// The inputs the caller passes (all but the state, which comes last).
+    fn read_callers(&self, graph: &crate::graph::Graph) -> Result<Vec<Tensor>, Error> {
+        let callers = graph.inputs().len() - graph.state().len();
+        let decls: Vec<(String, crate::graph::TensorMeta)> = graph.inputs()[..callers]
             .iter()
             .filter_map(|&id| graph.node(id))
             .filter_map(|n| Some((n.name.clone(), n.outputs.first()?.clone())))
@@ -171,8 +191,7 @@ impl InputArgs {
             Some(dir) => crate::tensor_io::read_inputs(dir, &decls)?,
             None => {
                 let metas: Vec<_> = decls.into_iter().map(|(_, m)| m).collect();
-                let bounds: Vec<Option<i64>> = graph
-                    .inputs()
+                let bounds: Vec<Option<i64>> = graph.inputs()[..callers]
                     .iter()
                     .map(|&id| graph.index_bound(id))
                     .collect();

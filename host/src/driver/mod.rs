@@ -229,6 +229,41 @@ pub struct Artifacts {
     pub weights: Weights,
     /// Time per stage.
     pub timings: Timings,
+    /// `state.json`, where the program keeps state between calls ([`state_manifest`]).
+    pub state: Option<String>,
+}
+
+/// The file that lists the state a program keeps between calls.
+pub const STATE_FILE: &str = "state.json";
+
+/// `state.json`: the tensors the program keeps between calls (a KV cache), which the
+/// generated code takes as its last inputs and gives back, updated, as its last outputs:
+/// `{"state": [{"name", "input", "output", "shape", "dtype"}, ...]}` in input order. A
+/// caller passes each one's current value and keeps the output as the next call's. `None`
+/// for a program without state.
+pub fn state_manifest(graph: &Graph) -> Option<String> {
+    if graph.state().is_empty() {
+        return None;
+    }
+    let rows: Vec<serde_json::Value> = graph
+        .state()
+        .iter()
+        .map(|s| {
+            let meta = graph
+                .inputs()
+                .get(s.input)
+                .and_then(|&id| graph.node(id)?.outputs.first().cloned());
+            serde_json::json!({
+                "name": s.name,
+                "input": s.input,
+                "output": s.output,
+                "shape": meta.as_ref().map(|m| m.shape.clone()),
+                "dtype": meta.as_ref().map(|m| m.dtype.name()),
+            })
+        })
+        .collect();
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "state": rows }));
+    Some(text.unwrap_or_default() + "\n")
 }
 
 impl Artifacts {
@@ -286,6 +321,9 @@ impl Artifacts {
                 }
             }
         }
+        if let Some(state) = &self.state {
+            files.push((STATE_FILE, state.as_str()));
+        }
         if let Some(d) = &self.debug {
             files.extend([
                 ("graph_pre_passes.txt", d.graph_pre_passes.as_str()),
@@ -323,6 +361,14 @@ impl Artifacts {
                 Ok(path)
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        let state_path = dir.join(STATE_FILE);
+        if self.state.is_none() && state_path.exists() {
+            // Left by an earlier compile into the same folder.
+            std::fs::remove_file(&state_path).map_err(|source| Error::Write {
+                path: state_path.clone(),
+                source,
+            })?;
+        }
         let weights_path = dir.join(weights::FILE_NAME);
         if self.weights.is_empty() {
             // A file left by an earlier compile into the same folder is not ours.
@@ -357,6 +403,7 @@ pub fn compile_for(
     let _span =
         tracing::info_span!("compile", graph = %graph.name, device = %target.device).entered();
     let pre_passes = options.debug.then(|| crate::graph::print::to_text(&graph));
+    let state = state_manifest(&graph);
     let start = Instant::now();
     // Triton targets compute attention in one fused kernel; a C++ target
     // gets its decomposition.
@@ -436,6 +483,7 @@ pub fn compile_for(
             schedule,
             codegen,
         },
+        state,
     })
 }
 

@@ -135,6 +135,24 @@ pub struct Graph {
     /// Nodes added or changed (operands, op or metadata) since the last
     /// [`Graph::take_modified`]; may repeat a node or name a removed one.
     modified: Vec<NodeId>,
+    /// The tensors the program keeps between calls.
+    state: Vec<State>,
+}
+
+/// A tensor the program keeps from one call to the next, such as a KV cache a
+/// decoding step writes in place: the graph reads it as input `input` and gives
+/// its value at the end of the call as output `output`, which the next call
+/// reads. Before the first call it holds `init`.
+#[derive(Clone, Debug)]
+pub struct State {
+    /// its name in the source (a buffer's or tensor constant's key)
+    pub name: String,
+    /// the graph input that reads it
+    pub input: usize,
+    /// the graph output that is its new value
+    pub output: usize,
+    /// its value before the first call, in the input's dtype
+    pub init: crate::graph::ops::ConstData,
 }
 
 impl Graph {
@@ -334,6 +352,34 @@ impl Graph {
     /// Sets the graph outputs.
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) {
         self.outputs = outputs;
+    }
+
+    /// The tensors the program keeps between calls ([`State`]).
+    pub fn state(&self) -> &[State] {
+        &self.state
+    }
+
+    /// Sets the tensors the program keeps between calls; each names one of the
+    /// graph's inputs and one of its outputs.
+    pub fn set_state(&mut self, state: Vec<State>) {
+        self.state = state;
+    }
+
+    /// Whether graph input `index` is state the program keeps, not the caller's.
+    pub fn is_state_input(&self, index: usize) -> bool {
+        self.state.iter().any(|s| s.input == index)
+    }
+
+    /// Turns node `id` (a constant, or any node without operands) into the graph's
+    /// next input, returning its index.
+    pub fn make_input(&mut self, id: NodeId) -> usize {
+        let index = self.inputs.len();
+        if let Some(n) = self.g.node_weight_mut(id.0) {
+            n.op = Op::Input { index };
+        }
+        self.inputs.push(id);
+        self.modified.push(id);
+        index
     }
 
     /// Whether a name is taken.

@@ -19,7 +19,7 @@ pub mod views;
 
 pub use dtype::DType;
 pub use front::{is_pt2, load, load_toml, load_with, parse_toml, LoadOptions};
-pub use ir::{Arg, Graph, Node, NodeId, Scalar, TensorMeta, Use, ValueId};
+pub use ir::{Arg, Graph, Node, NodeId, Scalar, State, TensorMeta, Use, ValueId};
 pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, PadMode, ReduceOp, UnaryOp};
 pub use verify::{infer_node, revalidate, validate, verify};
 

@@ -7,6 +7,7 @@
 mod aliases;
 mod nodes;
 mod payloads;
+mod state;
 
 use super::archive::Archive;
 use super::schema::{self, Model};
@@ -246,6 +247,7 @@ pub(super) fn build<R: Read + Seek>(
         configs: HashMap::new(),
     };
     let values = add_inputs(&mut g, &specs, &metas, &mut payloads, options)?;
+    let placeholders = values.clone();
 
     let mut produced: Vec<Produced> = vec![];
     let mut scope = Scope {
@@ -257,7 +259,13 @@ pub(super) fn build<R: Read + Seek>(
         path: String::new(),
         layouts: tensor_layouts(&gm.graph.tensor_values),
         aliases: Aliases::default(),
-        inputs: specs.iter().filter_map(described).collect(),
+        inputs: specs
+            .iter()
+            .filter(|s| options.params_as_inputs || matches!(s, InputSpec::User(_)))
+            .filter_map(described)
+            .collect(),
+        stored: stored_keys(&specs, options),
+        written: vec![],
     };
     import_nodes(
         &mut g,
@@ -266,8 +274,18 @@ pub(super) fn build<R: Read + Seek>(
         &mut produced,
         &gm.graph.outputs,
     )?;
-    let outputs = user_outputs(&mut g, &mut scope, &gm.signature.output_specs)?;
+    let (mut outputs, mutations) = user_outputs(&mut g, &mut scope, &gm.signature.output_specs)?;
+    let state = state::kept(
+        &mut g,
+        &mut scope,
+        &specs,
+        &placeholders,
+        &mutations,
+        outputs.len(),
+    )?;
+    outputs.extend(state.iter().map(|(_, v)| *v));
     g.set_outputs(outputs);
+    g.set_state(state.into_iter().map(|(s, _)| s).collect());
     verify::validate(&mut g)?;
     check_recorded(&g, &produced)?;
     Ok(g)
@@ -375,13 +393,18 @@ fn add_inputs<R: Read + Seek>(
     Ok(values)
 }
 
-/// The values of the graph signature's user outputs.
+/// A write the signature records as an output (`buffer_mutation`): the key of the
+/// parameter or buffer written, and the tensor that is its new value.
+type Mutation = (String, String);
+
+/// The values of the graph signature's user outputs, and its mutation outputs.
 fn user_outputs(
     g: &mut Graph,
     scope: &mut Scope<'_>,
     specs: &[Value],
-) -> Result<Vec<ValueId>, Error> {
+) -> Result<(Vec<ValueId>, Vec<Mutation>), Error> {
     let mut outputs = vec![];
+    let mut mutations = vec![];
     for spec in specs {
         let bad = || Pt2Error::Schema(format!("graph signature: unsupported output {spec}"));
         let (kind, v) = schema::variant(spec).ok_or_else(bad)?;
@@ -393,11 +416,21 @@ fn user_outputs(
         };
         if let Some((what, field)) = mutated {
             let target = v.get(field).and_then(Value::as_str).unwrap_or("?");
-            return Err(Pt2Error::InputMutation {
-                node: format!("the graph signature's output `{kind}`"),
-                what: format!("the {what} `{target}`"),
+            let value = v.get("arg").and_then(schema::tensor_name);
+            match value {
+                // A functionalised write into a parameter or buffer: its new value.
+                Some(t) if what != "user input" && scope.stored.values().any(|k| k == target) => {
+                    mutations.push((target.to_string(), t.to_string()));
+                    continue;
+                }
+                _ => {
+                    return Err(Pt2Error::InputMutation {
+                        node: format!("the graph signature's output `{kind}`"),
+                        what: format!("the {what} `{target}`"),
+                    }
+                    .into())
+                }
             }
-            .into());
         }
         if kind != "user_output" {
             return Err(Pt2Error::Schema(format!(
@@ -417,10 +450,27 @@ fn user_outputs(
         }
         outputs.push(current(g, scope, t, "the graph's output")?);
     }
-    if outputs.is_empty() {
+    if outputs.is_empty() && mutations.is_empty() && scope.written.is_empty() {
         return Err(Error::NoOutputs);
     }
-    Ok(outputs)
+    Ok((outputs, mutations))
+}
+
+/// The placeholders of the parameters, buffers and tensor constants held in the archive
+/// (none where they are the caller's inputs), with their keys.
+fn stored_keys(specs: &[InputSpec], options: &Pt2Options) -> HashMap<String, String> {
+    if options.params_as_inputs {
+        return HashMap::new();
+    }
+    specs
+        .iter()
+        .filter_map(|s| match s {
+            InputSpec::Stored {
+                placeholder, key, ..
+            } => Some((placeholder.clone(), key.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Kiln's inferred shapes and dtypes against the ones PyTorch recorded.
@@ -475,9 +525,15 @@ struct Scope<'a> {
     layouts: HashMap<&'a str, (Vec<i64>, i64)>,
     /// which tensors share storage, and which were overwritten through another alias
     aliases: Aliases,
-    /// the graph's inputs (placeholder → what it is, for messages: "buffer `n`"), which
-    /// no node may write into; empty in a subgraph
+    /// the graph's inputs the caller passes (placeholder → what it is, for messages:
+    /// "the user input `x`"), which no node may write into; empty in a subgraph
     inputs: HashMap<String, String>,
+    /// the parameters, buffers and tensor constants held in the archive (placeholder →
+    /// its key), which a node may write into: each written becomes state the program
+    /// keeps between calls ([`Graph::state`]); empty in a subgraph
+    stored: HashMap<String, String>,
+    /// the placeholders of `stored` written so far, in order
+    written: Vec<String>,
 }
 
 /// A tensor an FX node produced, for the shape check after validation.

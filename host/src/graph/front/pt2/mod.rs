@@ -95,7 +95,7 @@ pub enum Pt2Error {
     /// The graph writes a new value into one of its inputs (an in-place op on a
     /// buffer, a parameter or a user input, or a mutation output of the signature),
     /// which Kiln's compiled call would not carry out of the call.
-    #[error("{node} writes a new value into {what} in place, and Kiln keeps no state between calls yet: {what} would keep its old value, and every call after the first would differ from PyTorch's. Export a forward that returns the new value instead of writing it into {what}")]
+    #[error("{node} writes a new value into {what} in place, but Kiln keeps state between calls only in the parameters, buffers and constants the archive holds, not in the caller's inputs (nor with --params-as-inputs): {what} would keep its old value, and every call after the first would differ from PyTorch's. Export a forward that returns the new value instead of writing it into {what}, or keep it in a buffer of the module")]
     InputMutation {
         /// the FX node that writes (or the signature's mutation output)
         node: String,

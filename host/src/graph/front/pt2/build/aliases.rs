@@ -263,12 +263,16 @@ pub(super) fn write_into(
     writer: &str,
     result: &str,
 ) -> Result<(), Error> {
-    if let Some(what) = scope.inputs.get(&scope.aliases.root_of(t)) {
+    let root = scope.aliases.root_of(t);
+    if let Some(what) = scope.inputs.get(&root) {
         return Err(Pt2Error::InputMutation {
             node: format!("node `{writer}`"),
             what: what.clone(),
         }
         .into());
+    }
+    if scope.stored.contains_key(&root) && !scope.written.contains(&root) {
+        scope.written.push(root);
     }
     scope.values.insert(t.to_string(), value);
     scope.aliases.outdated.remove(t);

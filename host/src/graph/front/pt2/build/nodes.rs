@@ -194,7 +194,10 @@ fn import_aten(
     // return it).
     if let Some(src) = in_place_self(fx.n) {
         if in_place || aliases_operand(fx_op) {
-            let step = if in_place {
+            // `to` a tensor's own dtype returns the tensor itself.
+            let same_dtype = matches!(&op, Op::Cast { dtype }
+                if scope.metas.get(src.as_str()).is_some_and(|m| m.dtype == *dtype));
+            let step = if in_place || same_dtype {
                 Some(None)
             } else {
                 view_step(&op, &args)
@@ -510,6 +513,8 @@ fn inline_wrap(
         layouts: tensor_layouts(&graph.tensor_values),
         aliases: Aliases::default(),
         inputs: HashMap::new(),
+        stored: HashMap::new(),
+        written: vec![],
         depth: outer.depth + 1,
         path: format!(
             "{}{}/",

@@ -45,7 +45,9 @@ Checks:
 Prints `ok: WHAT` per check; exits 1 on the first failure.
 """
 
+import contextlib
 import copy
+import io
 import os
 import subprocess
 import sys
@@ -190,6 +192,17 @@ def kept_state(repo: Path):
     got, want = stepped(compiled, steps), stepped(eager, steps)
     check("transformers' static-cache GPT-2 step: eight decoding steps through the cache match eager's",
           all(close(a, b) for a, b in zip(got, want)), [float((a - b).abs().max()) for a, b in zip(got, want)])
+
+    sys.path.insert(0, str(repo / "tools"))
+    import generate
+
+    for kind in ("gpt2", "llama"):
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            status = generate.main([kind, "--steps", "64", "--device", DEVICE])
+        check(f"tools/generate.py {kind}: 64 greedy tokens through Kiln's compiled step are eager generate's",
+              status == 0 and "ok: all 64 tokens match" in text.getvalue(), text.getvalue())
 
 
 def recording_backend(made):

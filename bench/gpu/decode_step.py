@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""One decoding step with a static KV cache on the GPU machine: Kiln's compiled step
+(`kiln.compile` of transformers' export for on-device runtimes, the cache kept as state)
+against the same exported step in eager and under Inductor (`torch.compile` of the exported
+program's module), launched directly, in interleaved rounds (precision_child's timing).
+
+    PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_step.py \\
+        [--models gpt2,llama] [--dtypes fp32,bf16] [--cache 1024] [--position 512] [--out FILE]
+
+`gpt2` is GPT-2 small (124 M); `llama` the 170 M Llama-style model of issue "LLM decoding" (1024
+hidden, 8 layers, 16 heads, 4 key/value heads). Random weights: the time does not depend on them.
+Each step writes position `--position` of the cache and attends over the whole cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from precision_child import interleaved, setup, sync  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def model(name: str, dtype, cache: int):
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        m = GPT2LMHeadModel(GPT2Config(n_positions=cache))
+    else:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        m = LlamaForCausalLM(LlamaConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
+                                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                                         max_position_embeddings=cache))
+    return m.eval().to("cuda", dtype)
+
+
+def row(name: str, dtype: str, a) -> str:
+    import kiln
+    from generate import export_step
+
+    m = model(name, DTYPES[dtype], a.cache)
+    ep = export_step(m, a.cache, "cuda")
+    start = time.perf_counter()
+    step = kiln.compile(ep, device="cuda")
+    compile_s = time.perf_counter() - start
+    eager = ep.module()
+    inductor = torch.compile(ep.module())
+    ids = torch.tensor([[7]], device="cuda")
+    pos = torch.tensor([a.position], device="cuda")
+    kwargs = {"input_ids": ids, "cache_position": pos}
+    with torch.no_grad():
+        want = eager(**kwargs)
+        got = step(**kwargs)
+        inductor(**kwargs)
+        sync()
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        want = want[0] if isinstance(want, (tuple, list)) else want
+        err = float((got.float() - want.float()).abs().max() / want.float().abs().max())
+        ms = interleaved({"kiln": lambda: step(**kwargs), "eager": lambda: eager(**kwargs),
+                          "inductor": lambda: inductor(**kwargs)}, a.rep)
+    return (f"| {name} | {dtype} | {a.cache} | {ms['kiln']:.3f} | {ms['inductor']:.3f} | {ms['eager']:.3f} | "
+            f"{ms['kiln'] / ms['inductor']:.2f} | {err:.1e} | {compile_s:.1f} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="gpt2,llama")
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--cache", type=int, default=1024)
+    p.add_argument("--position", type=int, default=512)
+    p.add_argument("--rep", type=float, default=200, help="ms per column per round")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args()
+    setup()
+    lines = [f"# bench/gpu/decode_step.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
+             f"torch {torch.__version__}; batch 1, position {a.position}; launched directly, median of interleaved "
+             "rounds",
+             "| model | dtype | cache | kiln ms | inductor ms | eager ms | kiln / inductor | error vs eager | "
+             "kiln compile s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    print("\n".join(lines), flush=True)
+    for name in a.models.split(","):
+        for dtype in a.dtypes.split(","):
+            try:
+                lines.append(row(name, dtype, a))
+            except Exception as e:  # noqa: BLE001 (one row's failure is reported; the others still run)
+                lines.append(f"| {name} | {dtype} | {a.cache} | failed: {type(e).__name__}: {str(e)[:200]} |")
+            print(lines[-1], flush=True)
+            if a.out:
+                a.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

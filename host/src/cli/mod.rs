@@ -165,11 +165,7 @@ impl InputArgs {
         let mut inputs = self.read_callers(graph)?;
         // The front end gives the state the last inputs, in order.
         for s in graph.state() {
-            let Some(meta) = graph
-                .inputs()
-                .get(s.input)
-                .and_then(|&id| graph.node(id)?.outputs.first())
-            else {
+            let Some(meta) = graph.input_meta(s.input) else {
                 continue;
             };
             let n = meta.numel().max(0) as usize;
@@ -181,7 +177,7 @@ impl InputArgs {
 
     /// The inputs the caller passes (all but the state, which comes last).
     fn read_callers(&self, graph: &crate::graph::Graph) -> Result<Vec<Tensor>, Error> {
-        let callers = graph.inputs().len() - graph.state().len();
+        let callers = graph.inputs().len().saturating_sub(graph.state().len());
         let decls: Vec<(String, crate::graph::TensorMeta)> = graph.inputs()[..callers]
             .iter()
             .filter_map(|&id| graph.node(id))

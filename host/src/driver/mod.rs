@@ -249,16 +249,13 @@ pub fn state_manifest(graph: &Graph) -> Option<String> {
         .state()
         .iter()
         .map(|s| {
-            let meta = graph
-                .inputs()
-                .get(s.input)
-                .and_then(|&id| graph.node(id)?.outputs.first().cloned());
+            let meta = graph.input_meta(s.input);
             serde_json::json!({
                 "name": s.name,
                 "input": s.input,
                 "output": s.output,
-                "shape": meta.as_ref().map(|m| m.shape.clone()),
-                "dtype": meta.as_ref().map(|m| m.dtype.name()),
+                "shape": meta.map(|m| m.shape.clone()),
+                "dtype": meta.map(|m| m.dtype.name()),
             })
         })
         .collect();

@@ -365,9 +365,9 @@ impl Graph {
         self.state = state;
     }
 
-    /// Whether graph input `index` is state the program keeps, not the caller's.
-    pub fn is_state_input(&self, index: usize) -> bool {
-        self.state.iter().any(|s| s.input == index)
+    /// The shape and dtype of graph input `index`.
+    pub fn input_meta(&self, index: usize) -> Option<&TensorMeta> {
+        self.node(*self.inputs.get(index)?)?.outputs.first()
     }
 
     /// Turns node `id` (a constant, or any node without operands) into the graph's

@@ -130,13 +130,11 @@ fn check_outputs(g: &Graph) -> Result<(), Error> {
 fn check_state(g: &Graph) -> Result<(), Error> {
     let first = g.inputs().len().saturating_sub(g.state().len());
     for (k, s) in g.state().iter().enumerate() {
-        let input = g.inputs().get(s.input).copied();
-        let meta = input.and_then(|id| g.node(id)?.outputs.first().cloned());
         let new = g.outputs().get(s.output).and_then(|&v| g.meta(v));
         let fits = |m: &crate::graph::TensorMeta| {
             new.is_some_and(|n| n.shape == m.shape && n.dtype == m.dtype)
         };
-        if s.input != first + k || !meta.as_ref().is_some_and(fits) {
+        if s.input != first + k || !g.input_meta(s.input).is_some_and(fits) {
             return Err(Error::Invariant {
                 at: At {
                     node: s.name.clone(),

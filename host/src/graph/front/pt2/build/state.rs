@@ -43,13 +43,18 @@ pub(super) fn kept(
             None => None,
         };
         let Some(new) = new else { continue };
-        let id = placeholders[placeholder.as_str()].node;
-        let init = match g.node(id).map(|n| &n.op) {
-            Some(Op::Constant { data }) => data.clone(),
-            _ => return Err(Pt2Error::Schema(format!(
+        let constant =
+            placeholders
+                .get(placeholder.as_str())
+                .and_then(|v| match &g.node(v.node)?.op {
+                    Op::Constant { data } => Some((v.node, data.clone())),
+                    _ => None,
+                });
+        let Some((id, init)) = constant else {
+            return Err(Pt2Error::Schema(format!(
                 "`{placeholder}` ({key}) is written in place but is not one of the archive's tensors"
             ))
-            .into()),
+            .into());
         };
         let input = g.make_input(id);
         let output = first_output + state.len();

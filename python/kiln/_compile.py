@@ -203,7 +203,14 @@ class _State:
         outputs returned."""
         outputs = run([*args, *self.tensors])
         kept = len(outputs) - len(self.tensors)
-        self.tensors = list(outputs[kept:])
+        new, seen = list(outputs[kept:]), set()
+        for k, t in enumerate(new):
+            # Two states the code computes alike (two counters) may come back as one
+            # tensor: each keeps its own, as the code may update one in place.
+            if id(t) in seen:
+                new[k] = t.clone()
+            seen.add(id(t))
+        self.tensors = new
         return outputs[:kept]
 
 

@@ -1168,3 +1168,57 @@ fn library_builds_the_cpu_wrapper_into_kiln_so_and_a_triton_device_refuses_it() 
     );
     assert!(!out.exists(), "nothing written for a refused --library");
 }
+
+/// A decoding step's KV cache, kept as state: the Python wrapper writes the new keys and
+/// values into the cache tensor the caller passes (`index_copy_`, the copied slices only)
+/// and returns that tensor as the new state; `state.json` lists the state; the C++ wrapper
+/// of a Triton device refuses the write by name.
+#[test]
+fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
+    let tmp = TempDir::new("state");
+    let step = repo_root().join("tests/fixtures/decode/gpt2_static_cache_step.pt2");
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&step, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    for cache in 2..6 {
+        let binding = format!(
+            " = c_model_transformer_h_{}_attn_lifted_tensor_{cache}\n",
+            (cache - 2) / 2
+        );
+        let at = code
+            .find(&binding)
+            .unwrap_or_else(|| panic!("{binding:?} in:\n{code}"));
+        let next = &code[at..].lines().nth(1).unwrap_or("");
+        assert!(next.contains(".index_copy_(2, "), "{next}");
+    }
+    assert!(
+        !code.contains(".copy_(c_model"),
+        "no cache copied whole:\n{code}"
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap()).unwrap();
+    let rows = state["state"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    assert_eq!(
+        rows[2]["name"],
+        "model.transformer.h.0.attn.lifted_tensor_2"
+    );
+    assert_eq!(
+        (rows[2]["input"].as_u64(), rows[2]["output"].as_u64()),
+        (Some(4), Some(3))
+    );
+    assert_eq!(rows[2]["shape"], serde_json::json!([1, 2, 8, 8]));
+
+    let (ok, stderr) = compile(
+        &step,
+        "cuda",
+        &tmp.path().join("cpp"),
+        &["--wrapper", "cpp"],
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("an index_copy (a KV cache's update)"),
+        "{stderr}"
+    );
+}

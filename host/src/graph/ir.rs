@@ -271,7 +271,7 @@ impl Graph {
     }
 
     /// When node `id`'s value is read as indices (the ids of an `embedding`, an
-    /// `index` or `gather` operand), directly or through casts and views: the size of
+    /// `index`, `gather` or `index_copy` operand), directly or through casts and views: the size of
     /// the smallest dim it indexes. Random inputs for it are drawn in `[0, size)`, so
     /// that a model's token ids are valid ids.
     pub fn index_bound(&self, id: NodeId) -> Option<i64> {
@@ -300,10 +300,11 @@ impl Graph {
                         let dim = indexed.iter().enumerate().filter(|(_, &b)| b).nth(k);
                         dim.and_then(|(d, _)| self_shape()?.get(d).copied())
                     }
-                    Op::Gather { dim } if u.operand == 1 => self_shape().and_then(|s| {
-                        let d = super::shape::wrap_dim(*dim, s.len()).ok()?;
-                        s.get(d).copied()
-                    }),
+                    Op::Gather { dim } | Op::IndexCopy { dim } if u.operand == 1 => self_shape()
+                        .and_then(|s| {
+                            let d = super::shape::wrap_dim(*dim, s.len()).ok()?;
+                            s.get(d).copied()
+                        }),
                     Op::Cast { .. } | Op::Contiguous | Op::Clone => {
                         stack.push(user);
                         None

@@ -655,6 +655,15 @@ pub enum Op {
         /// the dim gathered along
         dim: i64,
     },
+    /// `index_copy(self, dim, index, source)`: `self` with its slices `index[k]` along
+    /// `dim` replaced by `source`'s slices `k` (`index` 1-D, `source` of self's shape
+    /// but `len(index)` along `dim`; where an index repeats, the last slice wins). A
+    /// decoding step's write into its KV cache, which the scheduler makes in place where
+    /// `self` is state the program keeps and dies at the write.
+    IndexCopy {
+        /// the dim the slices are taken along
+        dim: i64,
+    },
     /// `cumsum(self, dim, dtype)`
     Cumsum {
         /// the dim
@@ -901,6 +910,7 @@ impl Op {
             Op::Full { .. } => "full",
             Op::Index { .. } => "index",
             Op::Gather { .. } => "gather",
+            Op::IndexCopy { .. } => "index_copy",
             Op::Cumsum { .. } => "cumsum",
             Op::Diff { .. } => "diff",
             Op::Attention { .. } => "scaled_dot_product_attention",

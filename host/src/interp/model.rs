@@ -84,6 +84,7 @@ pub(crate) fn eval(
             nonnegative,
         } => index(indexed, *nonnegative, args, out).map(|t| vec![t]),
         Op::Gather { dim } => gather(*dim, args, out).map(|t| vec![t]),
+        Op::IndexCopy { dim } => index_copy(*dim, args, out).map(|t| vec![t]),
         Op::Cumsum { dim, .. } => cumsum(*dim, args, out).map(|t| vec![t]),
         Op::Diff {
             n,
@@ -263,6 +264,31 @@ fn gather(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
             pos += i * xs[k];
         }
         vals.push(xv[pos as usize]);
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+/// `index_copy`: `self`'s slices `index[k]` along `dim` replaced by `source`'s slices
+/// `k`, in order (a repeated index takes the last); an index out of `[0, size)` is an
+/// error, as PyTorch's.
+fn index_copy(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+    let (x, ix, src) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
+    let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
+    let mut vals = elements(x)?;
+    let (sv, iv) = (elements(src)?, elements(ix)?);
+    let (outer, n, inner) = around(&x.shape, d);
+    let k = iv.len();
+    for (j, &v) in iv.iter().enumerate() {
+        if v < 0.0 {
+            return Err(
+                format!("index_copy: index {v} is out of range for a dim of size {n}").into(),
+            );
+        }
+        let to = checked_index(v, n as i64, "index_copy")? as usize;
+        for o in 0..outer {
+            let (dst, from) = ((o * n + to) * inner, (o * k + j) * inner);
+            vals[dst..dst + inner].copy_from_slice(&sv[from..from + inner]);
+        }
     }
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }

@@ -417,6 +417,25 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         storage[e.out] = laid_out(values, &out.shape, &out.strides)?;
         return Ok(());
     }
+    if let ExternOp::IndexCopy { dim, .. } = &e.op {
+        let out = p.buffer(e.out);
+        let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
+        let tensors = e
+            .args
+            .iter()
+            .map(|a| view_tensor(p, a, storage))
+            .collect::<Result<Vec<_>, _>>()?;
+        let vals: Vec<crate::interp::Val> =
+            tensors.iter().map(crate::interp::Val::Tensor).collect();
+        let op = crate::graph::Op::IndexCopy { dim: *dim as i64 };
+        let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
+            .map_err(|err| Error(format!("extern index_copy: {err}")))?;
+        storage[e.out] = match y.first() {
+            Some(t) => crate::interp::elements(t)?,
+            None => Vec::new(),
+        };
+        return Ok(());
+    }
     if let ExternOp::Attention {
         causal,
         scale_bits,
@@ -474,7 +493,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     let shape_ok = match e.op {
         ExternOp::Mm | ExternOp::Addmm => a.shape.len() == 2 && b.shape.len() == 2,
         ExternOp::Bmm => a.shape.len() == 3 && b.shape.len() == 3,
-        ExternOp::Conv { .. } | ExternOp::Attention { .. } => false,
+        ExternOp::Conv { .. } | ExternOp::Attention { .. } | ExternOp::IndexCopy { .. } => false,
     };
     if !shape_ok {
         return Err(Error(format!(

@@ -575,6 +575,17 @@ pub enum ExternOp {
         /// wants; else it is the result itself
         heads_inner: bool,
     },
+    /// `index_copy(self, dim, index, source)` on operands `[self, index, source]`: the
+    /// slices `index[k]` of `self` along `dim` replaced by `source`'s slices `k`.
+    IndexCopy {
+        /// the dim, non-negative
+        dim: usize,
+        /// `self` is the whole of a state input (a KV cache the program keeps) that
+        /// dies at this step: the call writes only the copied slices, into it, and its
+        /// result is that buffer. Otherwise the result is a copy of `self` with the
+        /// slices written.
+        in_place: bool,
+    },
 }
 
 impl ExternOp {
@@ -586,6 +597,7 @@ impl ExternOp {
             ExternOp::Addmm => "addmm",
             ExternOp::Conv { .. } => "convolution",
             ExternOp::Attention { .. } => "scaled_dot_product_attention",
+            ExternOp::IndexCopy { .. } => "index_copy",
         }
     }
 }

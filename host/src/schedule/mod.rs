@@ -240,7 +240,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
             }
         }
     }
-    let program = Program {
+    let mut program = Program {
         name: graph.name.clone(),
         buffers: low.buffers,
         inputs: low.inputs,
@@ -256,6 +256,12 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
         (true, true) => InPlace::AlsoReductions,
     };
     let memory = plan_memory(&program, inplace);
+    let state: Vec<BufferId> = graph
+        .state()
+        .iter()
+        .filter_map(|s| program.inputs.get(s.input).copied())
+        .collect();
+    index_copies_in_place(&mut program, &memory, &state);
     Ok(Scheduled {
         program,
         memory,
@@ -350,6 +356,38 @@ fn inplace_ok(
             } if *buf == old => *index == store.index && guards.is_empty() && indirect.is_empty(),
             _ => true,
         })
+}
+
+/// Makes each `index_copy` write in place ([`ir::ExternOp::IndexCopy::in_place`]) whose
+/// `self` is the whole of a graph input in `state` (a KV cache the program keeps) that
+/// dies at the call and that no other operand reads: its result is then that input's
+/// buffer, and only the copied slices are written. (A computed `self` is copied: its
+/// storage goes to later buffers once it dies.)
+fn index_copies_in_place(program: &mut Program, memory: &MemoryPlan, state: &[BufferId]) {
+    for i in 0..program.steps.len() {
+        let Step::Extern(e) = &program.steps[i] else {
+            continue;
+        };
+        let (ir::ExternOp::IndexCopy { .. }, [x, index, source]) = (&e.op, e.args.as_slice())
+        else {
+            continue;
+        };
+        let (old, new) = (program.buffer(x.buf), program.buffer(e.out));
+        let whole = x.offset == 0 && x.shape == old.shape && x.strides == old.strides;
+        let ok = whole
+            && state.contains(&x.buf)
+            && (&old.shape, &old.strides, old.dtype) == (&new.shape, &new.strides, new.dtype)
+            && memory.frees[i].contains(&x.buf)
+            && index.buf != x.buf
+            && source.buf != x.buf;
+        if let Step::Extern(ir::ExternCall {
+            op: ir::ExternOp::IndexCopy { in_place, .. },
+            ..
+        }) = &mut program.steps[i]
+        {
+            *in_place = ok;
+        }
+    }
 }
 
 /// Which kernels may write their output over a buffer they are the last to read.

@@ -264,6 +264,30 @@ pub(super) fn gather(dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, Infe
     one(ix.shape.clone(), t.dtype)
 }
 
+pub(super) fn index_copy(dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+    count(args, 3)?;
+    let (t, ix, src) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
+    if ix.rank() > 1 || ix.dtype != DType::Int64 {
+        return invalid(format!(
+            "`index` must be an int64 tensor of at most 1 dim, found {}{:?}",
+            ix.dtype, ix.shape
+        ));
+    }
+    let d = wrap_dim(dim, t.rank())?;
+    let mut want = t.shape.clone();
+    want[d] = ix.numel();
+    if src.dtype != t.dtype || src.shape != want {
+        return invalid(format!(
+            "`source` must be {}{want:?} (self's dtype and shape, {} along dim {d}), found {}{:?}",
+            t.dtype,
+            ix.numel(),
+            src.dtype,
+            src.shape
+        ));
+    }
+    one(t.shape.clone(), t.dtype)
+}
+
 pub(super) fn cumsum(
     dim: i64,
     dtype: Option<DType>,

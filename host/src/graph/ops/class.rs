@@ -62,7 +62,8 @@ impl Op {
             | Op::Arange { .. }
             | Op::Full { .. }
             | Op::Index { .. }
-            | Op::Gather { .. } => false,
+            | Op::Gather { .. }
+            | Op::IndexCopy { .. } => false,
         }
     }
 
@@ -141,7 +142,8 @@ impl Op {
             | Op::Copy
             | Op::TypeAs
             | Op::Repeat { .. }
-            | Op::AsStrided { .. } => false,
+            | Op::AsStrided { .. }
+            | Op::IndexCopy { .. } => false,
         }
     }
 }

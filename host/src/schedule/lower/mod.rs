@@ -363,6 +363,7 @@ fn lower_node(
             literal_output(graph, low, outputs, v0)
         }
         Op::Arange { .. } => lower_arange(graph, low, id),
+        Op::IndexCopy { dim } => lower_index_copy(graph, low, id, *dim),
         _ if low.bias_epilogue && epilogue::fold_bias(graph, low, id)? => Ok(()),
         op if op.reads_inline() => lower_inline(graph, low, outputs, id),
         other => Err(Error::Unsupported {
@@ -513,6 +514,32 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
         };
         low.defs.insert(v0, Def::Strided(view));
     }
+    Ok(())
+}
+
+/// `index_copy`: an extern call on views of `self`, the index and the source (the
+/// scheduler decides after planning memory whether it writes `self` in place).
+fn lower_index_copy(graph: &Graph, low: &mut Lowered, id: NodeId, dim: i64) -> Result<(), Error> {
+    let rank = meta_of(graph, ValueId::first(id))?.rank();
+    let dim = crate::graph::shape::wrap_dim(dim, rank).map_err(|e| Error::Unsupported {
+        node: node_of(graph, id).map_or_else(|_| "?".into(), |n| n.name.clone()),
+        what: format!("index_copy: {e}"),
+    })?;
+    let mut args = vec![];
+    for i in 0..3 {
+        let value = first_value(graph, id, i)?;
+        args.push(low.realize_view(graph, value)?);
+    }
+    let op = ExternOp::IndexCopy {
+        dim,
+        in_place: false,
+    };
+    low.add_snode(
+        graph,
+        ValueId::first(id),
+        SKind::Extern { op, args },
+        "index_copy",
+    )?;
     Ok(())
 }
 

@@ -643,11 +643,6 @@ fn extern_call(
     e: &crate::schedule::ir::ExternCall,
     name: &dyn Fn(BufferId) -> String,
 ) -> Result<(), Error> {
-    let [a, b] = e.args.as_slice() else {
-        return Err(Error::Unsupported(
-            "an extern product needs two operands".into(),
-        ));
-    };
     let rank = match &e.op {
         ExternOp::Mm => 2,
         ExternOp::Bmm => 3,
@@ -671,6 +666,12 @@ fn extern_call(
                     .into(),
             ))
         }
+        ExternOp::IndexCopy { dim, .. } => return index_copy_call(out, p, e, *dim, name),
+    };
+    let [a, b] = e.args.as_slice() else {
+        return Err(Error::Unsupported(
+            "an extern product needs two operands".into(),
+        ));
     };
     if a.shape.len() != rank
         || b.shape.len() != rank
@@ -719,6 +720,86 @@ fn extern_call(
         mm_load(in_d),
         mm_store(d)
     )?;
+    Ok(())
+}
+
+/// `index_copy` into its own result buffer: `self` copied whole, then each slice of the
+/// source written at its index (an index out of range raises the fault `kiln_call`
+/// reports as status 2). The cpu device writes no input in place: its C interface
+/// takes them read-only.
+fn index_copy_call(
+    out: &mut String,
+    p: &Program,
+    e: &crate::schedule::ir::ExternCall,
+    dim: usize,
+    name: &dyn Fn(BufferId) -> String,
+) -> Result<(), Error> {
+    let [x, ix, src] = e.args.as_slice() else {
+        return Err(Error::Unsupported(
+            "index_copy needs self, an index and a source".into(),
+        ));
+    };
+    let dst = p.buffer(e.out);
+    let rank = dst.shape.len();
+    if x.shape != dst.shape || src.shape.len() != rank || ix.shape.len() > 1 || dim >= rank {
+        return Err(Error::Unsupported(format!(
+            "index_copy of self {:?}, index {:?} and source {:?}",
+            x.shape, ix.shape, src.shape
+        )));
+    }
+    // A loop per dim over `shape`, around `body` (with `i{d}` the indices; `dim` is `j`
+    // where `skip` says so).
+    let nest = |out: &mut String, shape: &[i64], skip: Option<usize>, body: &str| {
+        let mut text = String::new();
+        for (d, n) in shape.iter().enumerate() {
+            if Some(d) != skip {
+                text += &format!("for (int64_t i{d} = 0; i{d} < {n}; ++i{d}) ");
+            }
+        }
+        writeln!(out, "        {text}{body}")
+    };
+    let at = |offset: i64, strides: &[i64], dim_as: Option<(usize, &str)>| -> String {
+        let mut terms = vec![offset.to_string()];
+        for (d, s) in strides.iter().enumerate() {
+            let i = match dim_as {
+                Some((k, v)) if k == d => v.to_string(),
+                _ => format!("i{d}"),
+            };
+            terms.push(format!("{i} * {s}"));
+        }
+        terms.join(" + ")
+    };
+    let o = name(e.out);
+    writeln!(out, "    {{  // index_copy along dim {dim}")?;
+    let copy = format!(
+        "{o}[{}] = {}[{}];",
+        at(0, &dst.strides, None),
+        name(x.buf),
+        at(x.offset, &x.strides, None)
+    );
+    nest(out, &x.shape, None, &copy)?;
+    // A 0-d index is one index.
+    let (k, step) = (
+        ix.shape.first().copied().unwrap_or(1),
+        ix.strides.first().copied().unwrap_or(0),
+    );
+    writeln!(out, "        for (int64_t j = 0; j < {k}; ++j) {{")?;
+    writeln!(
+        out,
+        "        const int64_t t = kiln_index_nonnegative(static_cast<int64_t>({}[{} + j * {step}]), {});",
+        name(ix.buf),
+        ix.offset,
+        dst.shape[dim]
+    )?;
+    let write = format!(
+        "{o}[{}] = {}[{}];",
+        at(0, &dst.strides, Some((dim, "t"))),
+        name(src.buf),
+        at(src.offset, &src.strides, Some((dim, "j")))
+    );
+    nest(out, &src.shape, Some(dim), &write)?;
+    writeln!(out, "        }}")?;
+    writeln!(out, "    }}")?;
     Ok(())
 }
 

@@ -321,10 +321,14 @@ impl CallWriter<'_> {
         // A donor this very step still reads (an in-place write) dies after it.
         let mut after_step: Vec<&str> = Vec::new();
         // ATen's convolution allocates its result, and so does the runtime's
-        // choice of attention (Kiln's kernel or the library's): the call binds it
-        // (no buffer of Kiln's, no copy), and a donor planned for it simply dies.
+        // choice of attention (Kiln's kernel or the library's), and an index_copy in
+        // place has its operand's: the call binds it (no buffer of Kiln's, no copy),
+        // and a donor planned for it simply dies.
         let bound = match step {
             Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. }) => Some(e.out),
+            Step::Extern(e) if matches!(e.op, ExternOp::IndexCopy { in_place: true, .. }) => {
+                Some(e.out)
+            }
             Step::Extern(e) if self.attention.contains_key(&i) => Some(e.out),
             _ => None,
         };
@@ -544,6 +548,17 @@ impl CallWriter<'_> {
                 tuple(&buf.shape),
                 tuple(&buf.strides),
             );
+        }
+        if let (ExternOp::IndexCopy { dim, in_place }, [x, index, source]) = (&e.op, &args[..]) {
+            // ATen's index_copy_ writes the source's slices only: into `self` itself
+            // where it dies here (a KV cache kept as state), else into a copy of it.
+            let name = self.name(e.out);
+            if *in_place {
+                writeln!(out, "        {name} = {x}")?;
+            } else {
+                writeln!(out, "        {name}.copy_({x})")?;
+            }
+            return writeln!(out, "        {name}.index_copy_({dim}, {index}, {source})");
         }
         if let Some(signature) = self.biases.get(&i) {
             return writeln!(

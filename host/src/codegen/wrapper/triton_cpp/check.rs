@@ -83,6 +83,14 @@ pub fn check(
                             .into(),
                     ))
                 }
+                ExternOp::IndexCopy { .. } => {
+                    return Err(Error::Unsupported(
+                        "an index_copy (a KV cache's update): Kiln's C++ wrapper for Triton \
+                         devices has no index_copy yet; `host compile` without `--wrapper cpp` \
+                         writes the Python wrapper (output_code.py), which runs it"
+                            .into(),
+                    ))
+                }
                 ExternOp::Attention { .. } => {
                     if !kernels.attention.launches.contains_key(&i) {
                         return Err(Error::Unsupported(

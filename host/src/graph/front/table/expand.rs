@@ -177,7 +177,6 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
         ],
     ),
     ("index_put", &["self", "indices", "values", "accumulate"]),
-    ("index_copy", &["self", "dim", "index", "source"]),
     ("unbind", &["self", "dim"]),
     ("_safe_softmax", &["self", "dim", "dtype"]),
     ("scatter", &["self", "dim", "index", "src"]),
@@ -466,7 +465,7 @@ pub(super) fn expand(
     metas: Metas<'_>,
 ) -> Result<Option<Expansion>, SigError> {
     if !ENTRIES.iter().any(|(n, _)| *n == op)
-        && !matches!(op, "max" | "min" | "clamp" | "convolution")
+        && !matches!(op, "max" | "min" | "clamp" | "convolution" | "index_copy")
     {
         return Ok(None);
     }
@@ -494,6 +493,8 @@ pub(super) fn expand(
     let a = Args { attrs, metas };
     let results = match more::expand(&mut s, op, &a)? {
         Some(r) => r,
+        // Kiln's own op, for a tensor of at least one dim.
+        None if op == "index_copy" => return Ok(None),
         None if matches!(op, "sort" | "argsort" | "topk") => {
             sort::expand(&mut s, op, &a)?.unwrap_or_default()
         }

@@ -177,9 +177,15 @@ pub fn lower(call: &Call<'_>, metas: Metas<'_>) -> Result<Lowered, SigError> {
     } else {
         call.kwargs
     };
-    // `convolution`, `max`/`min` and `clamp` are bindings that a rewrite or an
-    // expansion refines (by the weight's rank; over a dim; with a tensor bound).
-    if entry.how == How::Bind && !matches!(call.op, "convolution" | "max" | "min" | "clamp") {
+    // `convolution`, `max`/`min`, `clamp` and `index_copy` are bindings that a rewrite
+    // or an expansion refines (by the weight's rank; over a dim; with a tensor bound;
+    // of a 0-d tensor).
+    if entry.how == How::Bind
+        && !matches!(
+            call.op,
+            "convolution" | "max" | "min" | "clamp" | "index_copy"
+        )
+    {
         let (op, operands) = bind::bind(call.op, call.args, kwargs)?;
         return Ok(Lowered::Op { op, operands });
     }

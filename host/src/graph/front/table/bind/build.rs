@@ -211,6 +211,9 @@ fn indexing(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
         "gather" => Op::Gather {
             dim: b.int_or("dim", 0)?,
         },
+        "index_copy" => Op::IndexCopy {
+            dim: b.int_or("dim", 0)?,
+        },
         "cumsum" => Op::Cumsum {
             dim: b.int_or("dim", 0)?,
             dtype: b.dtype("dtype")?,

@@ -499,6 +499,15 @@ pub(super) const SIGNATURES: &[(&str, Sig)] = {
             ],
         ),
         (
+            "index_copy",
+            &[
+                ("self", T, true),
+                ("dim", I, true),
+                ("index", T, true),
+                ("source", T, true),
+            ],
+        ),
+        (
             "cumsum",
             &[("self", T, true), ("dim", I, true), ("dtype", D, false)],
         ),

@@ -473,8 +473,12 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
         }
         "index_copy" => {
             // `x.index_copy(dim, index, source)`: x with its slices `index[k]` along dim
-            // replaced by source's slices k, which is `x[.., index] = source` there.
+            // replaced by source's slices k. Kiln's op takes a tensor of at least one dim;
+            // a 0-d one is `x[index] = source` through index_put.
             let (x, m) = args.tensor("self")?;
+            if m.rank() > 0 {
+                return Ok(None);
+            }
             let (index, im) = args.tensor("index")?;
             let (source, sm) = args.tensor("source")?;
             let d = wrap(args.int_or("dim", 0)?, m.rank()).map_err(invalid)?;

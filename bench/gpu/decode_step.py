@@ -2,7 +2,9 @@
 """One decoding step with a static KV cache on the GPU machine: Kiln's compiled step
 (`kiln.compile` of transformers' export for on-device runtimes, the cache kept as state)
 against the same exported step in eager and under Inductor (`torch.compile` of the exported
-program's module), launched directly, in interleaved rounds (precision_child's timing).
+program's module), launched directly and under CUDA graphs (Kiln's mode="reduce-overhead"
+against Inductor's), in interleaved rounds (precision_child's timing). The memory floor is
+the weights and the cache read once at the machine's copy bandwidth (measured here).
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_step.py \\
         [--models gpt2,llama] [--dtypes fp32,bf16] [--cache 1024] [--position 512] [--out FILE]
@@ -43,7 +45,24 @@ def model(name: str, dtype, cache: int):
     return m.eval().to("cuda", dtype)
 
 
-def row(name: str, dtype: str, a) -> str:
+def copy_bandwidth() -> float:
+    """Bytes per second of a device-to-device copy of 1 GiB (read and written)."""
+    from precision_child import bench
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = bench(lambda: dst.copy_(src), 100)
+    return 2 * src.numel() / (ms / 1e3)
+
+
+def floor_ms(m, step, bandwidth: float) -> float:
+    """The weights and the state Kiln keeps (the cache) read once, in milliseconds."""
+    weights = sum(p.numel() * p.element_size() for p in m.parameters())
+    state = sum(t.numel() * t.element_size() for t in step.state.values())
+    return (weights + state) / bandwidth * 1e3
+
+
+def row(name: str, dtype: str, a, bandwidth: float) -> str:
     import kiln
     from generate import export_step
 
@@ -52,23 +71,34 @@ def row(name: str, dtype: str, a) -> str:
     start = time.perf_counter()
     step = kiln.compile(ep, device="cuda")
     compile_s = time.perf_counter() - start
+    graphed = kiln.compile(ep, device="cuda", mode="reduce-overhead")
     eager = ep.module()
     inductor = torch.compile(ep.module())
+    inductor_graphs = torch.compile(ep.module(), mode="reduce-overhead")
     ids = torch.tensor([[7]], device="cuda")
     pos = torch.tensor([a.position], device="cuda")
     kwargs = {"input_ids": ids, "cache_position": pos}
     with torch.no_grad():
         want = eager(**kwargs)
         got = step(**kwargs)
-        inductor(**kwargs)
+        got_graphed = graphed(**kwargs)
+        for _ in range(3):  # cudagraph trees record on a later call
+            inductor(**kwargs)
+            inductor_graphs(**kwargs)
         sync()
         got = got[0] if isinstance(got, (tuple, list)) else got
         want = want[0] if isinstance(want, (tuple, list)) else want
+        got_graphed = got_graphed[0] if isinstance(got_graphed, (tuple, list)) else got_graphed
         err = float((got.float() - want.float()).abs().max() / want.float().abs().max())
+        err_g = float((got_graphed.float() - want.float()).abs().max() / want.float().abs().max())
         ms = interleaved({"kiln": lambda: step(**kwargs), "eager": lambda: eager(**kwargs),
-                          "inductor": lambda: inductor(**kwargs)}, a.rep)
+                          "inductor": lambda: inductor(**kwargs), "kiln_g": lambda: graphed(**kwargs),
+                          "inductor_g": lambda: inductor_graphs(**kwargs)}, a.rep)
+    floor = floor_ms(m, step, bandwidth)
     return (f"| {name} | {dtype} | {a.cache} | {ms['kiln']:.3f} | {ms['inductor']:.3f} | {ms['eager']:.3f} | "
-            f"{ms['kiln'] / ms['inductor']:.2f} | {err:.1e} | {compile_s:.1f} |")
+            f"{ms['kiln'] / ms['inductor']:.2f} | {ms['kiln_g']:.3f} | {ms['inductor_g']:.3f} | "
+            f"{ms['kiln_g'] / ms['inductor_g']:.2f} | {floor:.3f} | {ms['kiln_g'] / floor:.2f} | "
+            f"{err:.1e} / {err_g:.1e} | {compile_s:.1f} |")
 
 
 def main() -> None:
@@ -81,17 +111,19 @@ def main() -> None:
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     setup()
+    bandwidth = copy_bandwidth()
     lines = [f"# bench/gpu/decode_step.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
-             f"torch {torch.__version__}; batch 1, position {a.position}; launched directly, median of interleaved "
-             "rounds",
-             "| model | dtype | cache | kiln ms | inductor ms | eager ms | kiln / inductor | error vs eager | "
-             "kiln compile s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"torch {torch.__version__}; batch 1, position {a.position}; median of interleaved rounds; copy "
+             f"bandwidth {bandwidth / 1e12:.2f} TB/s",
+             "| model | dtype | cache | kiln ms | inductor ms | eager ms | kiln / inductor | kiln graphs ms | "
+             "inductor reduce-overhead ms | graphs: kiln / inductor | floor ms | kiln graphs / floor | "
+             "error vs eager (direct / graphs) | kiln compile s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     print("\n".join(lines), flush=True)
     for name in a.models.split(","):
         for dtype in a.dtypes.split(","):
             try:
-                lines.append(row(name, dtype, a))
+                lines.append(row(name, dtype, a, bandwidth))
             except Exception as e:  # noqa: BLE001 (one row's failure is reported; the others still run)
                 lines.append(f"| {name} | {dtype} | {a.cache} | failed: {type(e).__name__}: {str(e)[:200]} |")
             print(lines[-1], flush=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import _host
 from ._errors import KilnError
-from ._graphs import kept_inputs
+from ._graphs import Graphed, graphs_module, kept_inputs
 
 _LOCK = threading.Lock()
 # Loaded code by cache folder: a process loads each compiled graph once.
@@ -67,8 +67,11 @@ class Compiled:
     positional and keyword inputs (tensors of the example's sizes and dtypes, other
     values as the example's), the outputs in the module's own structure."""
 
-    def __init__(self, program, device: str, plugins=()):
+    def __init__(self, program, device: str, plugins=(), mode=None):
         import torch.utils._pytree as pytree
+
+        if mode not in (None, "default", "reduce-overhead"):
+            raise KilnError(f"mode {mode!r}: kiln.compile takes None, \"default\" or \"reduce-overhead\"")
 
         self.device = device
         self._in_spec = program.call_spec.in_spec
@@ -77,9 +80,14 @@ class Compiled:
         inputs, outputs = _user_values(program)
         self._inputs = inputs
         self.folder = build(program, device, tuple(str(p) for p in plugins))
-        self._state = _State.of(self.folder, program, device)
+        graphs = graphs_module(device) if mode == "reduce-overhead" else None
+        self._state = _State.of(self.folder, program, device, fixed=graphs is not None)
         extra = self._state.outputs if self._state is not None else []
         self._run = _runner(self.folder, device, outputs + extra)
+        self._call = self._run if self._state is None else self._stepped
+        if graphs is not None:  # each call one replay of a device graph
+            snapshot = self._state.snapshot if self._state is not None else None
+            self._call = Graphed(self._call, graphs, kept=(), snapshot=snapshot)
         # output_code.py checks every input's size and stride itself; the cpu's C
         # interface takes pointers, so the sizes are checked here.
         self._check_sizes = device.split(":")[0] == "cpu"
@@ -141,15 +149,14 @@ class Compiled:
                             f"{self._in_spec}")
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         self._check(tensors)
-        args = [t.contiguous() for t in tensors]
-        if self._state is None:
-            outputs = self._run(args)
-        else:
-            outputs = self._state.step(self._run, args)
+        outputs = self._call([t.contiguous() for t in tensors])
         if self._out_spec is None:
             return tuple(outputs)
         return self._pytree.tree_unflatten(list(outputs), self._out_spec)
 
+
+    def _stepped(self, tensors):
+        return self._state.step(self._run, tensors)
 
     @property
     def state(self) -> dict:
@@ -168,11 +175,14 @@ class _State:
     """The state a compiled program keeps between calls (`state.json`, which `host compile`
     writes beside the code): the code takes each tensor's current value as one of its last
     inputs and gives the new value as one of its last outputs, which the next call passes.
-    The new value is the code's own fresh output: nothing is copied between calls."""
+    A KV cache comes back as the tensor passed in, written in place. Another new value is
+    kept as it is, or, where the state must keep its addresses (`fixed`, under device
+    graphs), copied into the old one (a position counter: a few bytes)."""
 
-    def __init__(self, rows, initial, device: str):
+    def __init__(self, rows, initial, device: str, fixed: bool = False):
         import torch
 
+        self.fixed = fixed
         self.names = [r["name"] for r in rows]
         self.outputs = [(tuple(r["shape"]), initial[r["name"]].dtype) for r in rows]
         self._initial = {n: initial[n] for n in self.names}
@@ -181,7 +191,7 @@ class _State:
         self.reset()
 
     @classmethod
-    def of(cls, folder: Path, program, device: str):
+    def of(cls, folder: Path, program, device: str, fixed: bool = False):
         """The state of the program compiled into `folder`, None where it keeps none."""
         import json
 
@@ -193,16 +203,38 @@ class _State:
         missing = [r["name"] for r in rows if r["name"] not in tensors]
         if missing:
             raise KilnError(f"{path} names state the program does not hold: {', '.join(missing)}")
-        return cls(rows, tensors, device)
+        return cls(rows, tensors, device, fixed)
 
     def reset(self) -> None:
-        self.tensors = [self._initial[n].detach().to(self._device, copy=True).contiguous() for n in self.names]
+        """The exported values again (under device graphs, into the tensors themselves, which
+        keep their addresses)."""
+        initial = [self._initial[n].detach().to(self._device, copy=True).contiguous() for n in self.names]
+        if self.fixed and self.tensors:
+            for t, value in zip(self.tensors, initial):
+                t.copy_(value)
+        else:
+            self.tensors = initial
+
+    def snapshot(self):
+        """A copy of the state now, and the function that puts it back."""
+        saved = [t.clone() for t in self.tensors]
+
+        def undo():
+            for t, value in zip(self.tensors, saved):
+                t.copy_(value)
+
+        return undo
 
     def step(self, run, args):
         """One call of `run` with the state after `args`: the new state kept, the other
         outputs returned."""
         outputs = run([*args, *self.tensors])
         kept = len(outputs) - len(self.tensors)
+        if self.fixed:
+            for t, new in zip(self.tensors, outputs[kept:]):
+                if new is not t:
+                    t.copy_(new)
+            return outputs[:kept]
         new, seen = list(outputs[kept:]), set()
         for k, t in enumerate(new):
             # Two states the code computes alike (two counters) may come back as one
@@ -220,18 +252,20 @@ def _children(spec):
     return list(children()) if callable(children) else list(spec.children_specs)
 
 
-def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugins=()):
+def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugins=(), mode=None):
     """Kiln's compile of `model` (a torch.nn.Module, exported here on `example_inputs`
     and `example_kwargs`, or a torch.export.ExportedProgram) for `device` (default:
     the example inputs' device), with `plugins` folders searched first. Returns a
-    `Compiled`, called as the module is."""
+    `Compiled`, called as the module is. `mode="reduce-overhead"` replays each call as one
+    device graph where the device has them (CUDA graphs: the outputs are the graph's own
+    buffers, overwritten by the next call, as torch.compile's mode gives them)."""
     program = export(model, example_inputs, example_kwargs)
     given = [*example_inputs, *(example_kwargs or {}).values()]
     if device is None:
         example = getattr(program, "example_inputs", None) or ((), {})
         device = default_device([*given, *example[0]])
     check_device(str(device), given)
-    return Compiled(program, str(device), plugins)
+    return Compiled(program, str(device), plugins, mode)
 
 
 def _user_values(program):

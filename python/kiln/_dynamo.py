@@ -15,7 +15,7 @@ import warnings
 from . import _host
 from ._compile import Compiled, check_device, default_device, export
 from ._errors import DeviceNotFound, KilnError
-from ._graphs import Graphed, kept_inputs
+from ._graphs import Graphed, graphs_module, kept_inputs
 
 OPTIONS = ("device", "plugins", "freeze", "cudagraphs")
 
@@ -179,10 +179,8 @@ class _PerShape:
 def graphed(call_flat, device: str, example_inputs):
     """`call_flat` under the device's graphs (mode="reduce-overhead"), where its torch
     module has them; else as it is (the cpu)."""
-    import torch
-
-    module = getattr(torch, device.split(":")[0], None)
-    if module is None or not all(hasattr(module, a) for a in ("CUDAGraph", "graph", "Stream", "stream")):
+    module = graphs_module(device)
+    if module is None:
         return call_flat
     return Graphed(call_flat, module, kept_inputs(example_inputs))
 

@@ -19,8 +19,11 @@ class Graphed:
     CUDAGraph, graph and is_current_stream_capturing. `kept` are the positions of the inputs
     captured in place (parameters and buffers)."""
 
-    def __init__(self, call, device, kept):
+    def __init__(self, call, device, kept, snapshot=None):
         self._call, self._device, self._kept = call, device, frozenset(kept)
+        # State the call updates (a KV cache): saved before the warm-up call and put
+        # back after it, so that the warm-up does not count as a call.
+        self._snapshot = snapshot
         self._graph = None
         self._inputs = self._outputs = None
         self._addresses = {}
@@ -46,15 +49,28 @@ class Graphed:
         inputs = [t if i in self._kept else t.clone() for i, t in enumerate(tensors)]
         side = device.Stream()
         side.wait_stream(device.current_stream())
+        undo = self._snapshot() if self._snapshot is not None else None
         with device.stream(side):
             self._call(inputs)
         device.current_stream().wait_stream(side)
+        if undo is not None:
+            undo()
         graph = device.CUDAGraph()
         with device.graph(graph):
             outputs = self._call(inputs)
         self._graph, self._inputs, self._outputs = graph, inputs, outputs
         self._addresses = {i: tensors[i].data_ptr() for i in self._kept}
         self.captures += 1
+
+
+def graphs_module(device: str):
+    """torch's module of `device`'s type where it has device graphs (torch.cuda), else None."""
+    import torch
+
+    module = getattr(torch, device.split(":")[0], None)
+    if module is None or not all(hasattr(module, a) for a in ("CUDAGraph", "graph", "Stream", "stream")):
+        return None
+    return module
 
 
 def kept_inputs(example_inputs) -> list[int]:

@@ -182,6 +182,7 @@ def kept_state(repo: Path):
     check("the same program functionalised (the new buffers as buffer_mutation outputs) keeps them too",
           "BUFFER_MUTATION" in kinds and all(close(a, b) for a, b in zip(got, want)), kinds)
 
+    fixed_state()
     archive = repo / "tests/fixtures/decode/gpt2_static_cache_step.pt2"
     program = torch.export.load(str(archive))
     eager = program.module()
@@ -193,6 +194,18 @@ def kept_state(repo: Path):
     check("transformers' static-cache GPT-2 step: eight decoding steps through the cache match eager's",
           all(close(a, b) for a, b in zip(got, want)), [float((a - b).abs().max()) for a, b in zip(got, want)])
 
+    if DEVICE == "cuda":
+        graphed = kiln.compile(program, device="cuda", mode="reduce-overhead")
+        on_gpu = [((), {k: v.cuda() for k, v in kw.items()}) for _, kw in steps]
+        got = stepped(graphed, on_gpu)
+        check("the static-cache step under CUDA graphs (mode=\"reduce-overhead\"): one capture, eight replays "
+              "through the cache, eager's logits", graphed._call.captures == 1
+              and all(close(a.cpu(), b) for a, b in zip(got, want)))
+        graphed.reset_state()
+        again = stepped(graphed, on_gpu[:1])
+        check("reset_state() under CUDA graphs starts again without a capture",
+              graphed._call.captures == 1 and close(again[0].cpu(), want[0]))
+
     sys.path.insert(0, str(repo / "tools"))
     import generate
 
@@ -203,6 +216,33 @@ def kept_state(repo: Path):
             status = generate.main([kind, "--steps", "64", "--device", DEVICE])
         check(f"tools/generate.py {kind}: 64 greedy tokens through Kiln's compiled step are eager generate's",
               status == 0 and "ok: all 64 tokens match" in text.getvalue(), text.getvalue())
+
+
+def fixed_state():
+    """The state of a program under device graphs keeps its tensors: a cache the code wrote
+    in place stays itself, a new counter is copied into the old one, and a snapshot taken
+    before a warm-up call puts the state back after it."""
+    from kiln._compile import _State
+
+    rows = [{"name": "cache", "shape": [3]}, {"name": "n", "shape": []}]
+    state = _State(rows, {"cache": torch.zeros(3), "n": torch.zeros((), dtype=torch.int64)}, "cpu", fixed=True)
+    cache, n = state.tensors
+
+    def run(tensors):  # writes the cache in place, returns a new counter
+        x, c, k = tensors
+        c[int(k)] = x
+        return (x * 2, c, k + 1)
+
+    undo = state.snapshot()
+    out = state.step(run, [torch.tensor(5.0)])
+    kept = state.tensors[0] is cache and state.tensors[1] is n
+    check("a fixed state keeps its tensors: the cache written in place, the new counter copied in",
+          kept and out[0].item() == 10.0 and cache.tolist() == [5.0, 0.0, 0.0] and n.item() == 1)
+    undo()
+    check("a snapshot puts the state back", cache.tolist() == [0.0, 0.0, 0.0] and n.item() == 0)
+    state.step(run, [torch.tensor(1.0)])
+    state.reset()
+    check("reset keeps a fixed state's tensors", state.tensors[0] is cache and n.item() == 0 and cache.sum() == 0)
 
 
 def recording_backend(made):

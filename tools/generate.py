@@ -12,8 +12,8 @@ A step where Kiln's token differs from eager's is allowed only where eager's two
 that step are within float32 noise (`--noise`, relative to the largest logit); the sequences part
 there, and the comparison stops. Any other difference fails (exit status 1).
 
-    python3 tools/generate.py {gpt2,llama} [--steps 64] [--prompt 5] [--device cpu] [--layers 2]
-        [--hidden 64] [--heads 4] [--kv-heads 2] [--vocab 128] [--seed 0] [--init 0.2]
+    python3 tools/generate.py {gpt2,llama,gpt2-small,llama-170m} [--steps 64] [--prompt 5] [--device cpu]
+        [--cache N] [--layers 2] [--hidden 64] [--heads 4] [--kv-heads 2] [--vocab 128] [--seed 0] [--init 0.2]
 
 Needs PyTorch, transformers 5 and the kiln package (PYTHONPATH=python with KILN_HOST naming a
 built host, or the package installed).
@@ -27,9 +27,16 @@ import sys
 import torch
 
 
+# The real sizes of issue "LLM decoding": GPT-2 small (124 M) and a 170 M Llama-style model.
+PRESETS = {
+    "gpt2-small": dict(kind="gpt2", layers=12, hidden=768, heads=12, vocab=50257),
+    "llama-170m": dict(kind="llama", layers=8, hidden=1024, heads=16, kv_heads=4, vocab=32000),
+}
+
+
 def language_model(a):
     """The model, in float32 and eval mode, with `a`'s sizes and positions for the cache."""
-    positions = a.prompt + a.steps
+    positions = max(a.prompt + a.steps, a.cache)
     if a.kind == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -46,16 +53,18 @@ def language_model(a):
     return LlamaForCausalLM(config).eval()
 
 
-def export_step(m, cache: int, device: str):
-    """The model's one-token step with a static cache of `cache` positions, exported."""
+def export_step(m, cache: int, device: str, batch: int = 1):
+    """The model's one-token step for `batch` sequences with a static cache of `cache`
+    positions, exported."""
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
     m.generation_config = GenerationConfig(
         use_cache=True, cache_implementation="static", max_length=cache,
-        cache_config={"batch_size": 1, "max_cache_len": cache, "device": device})
-    step = TorchExportableModuleWithStaticCache(m, batch_size=1, max_cache_len=cache)
-    example = {"input_ids": torch.tensor([[1]], device=device), "cache_position": torch.tensor([0], device=device)}
+        cache_config={"batch_size": batch, "max_cache_len": cache, "device": device})
+    step = TorchExportableModuleWithStaticCache(m, batch_size=batch, max_cache_len=cache)
+    example = {"input_ids": torch.ones(batch, 1, dtype=torch.int64, device=device),
+               "cache_position": torch.tensor([0], device=device)}
     with torch.no_grad():
         return torch.export.export(step, (), example, strict=False)
 
@@ -105,7 +114,9 @@ def compare(got: list[int], want: list[int], scores, noise: float) -> tuple[bool
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("kind", choices=["gpt2", "llama"])
+    p.add_argument("kind", choices=["gpt2", "llama", *PRESETS],
+                   help="a small model of these sizes' flags, or a preset of real size (its sizes override them)")
+    p.add_argument("--cache", type=int, default=0, help="positions in the static cache (default: prompt + steps)")
     p.add_argument("--steps", type=int, default=64, help="tokens to generate")
     p.add_argument("--prompt", type=int, default=5, help="prompt tokens (random)")
     p.add_argument("--device", default="cpu")
@@ -121,16 +132,20 @@ def main(argv=None) -> int:
                    help="the largest gap between eager's two best logits, relative to the largest, at which a "
                         "different token is float32 noise")
     a = p.parse_args(argv)
+    for key, value in PRESETS.get(a.kind, {}).items():
+        setattr(a, key, value)
+    a.cache = max(a.cache, a.prompt + a.steps)
     import kiln
 
     torch.manual_seed(a.seed)
     m = language_model(a).to(a.device)
     prompt = torch.randint(1, a.vocab, (a.prompt,)).tolist()
-    step = kiln.compile(export_step(m, a.prompt + a.steps, a.device), device=a.device)
+    step = kiln.compile(export_step(m, a.cache, a.device), device=a.device)
     got = kiln_tokens(step, prompt, a.steps, a.device)
     want, scores = eager_generate(m, prompt, a.steps, a.device)
     ok, what = compare(got, want, scores, a.noise)
-    print(f"{a.kind}, {a.layers} layers, {a.hidden} wide, prompt {prompt}, {a.steps} steps on {a.device}")
+    print(f"{a.kind}, {a.layers} layers, {a.hidden} wide, cache {a.cache}, prompt {prompt}, {a.steps} steps on "
+          f"{a.device}")
     print(f"kiln:  {got}")
     print(f"eager: {want}")
     print(("ok: " if ok else "FAILED: ") + what)

@@ -7,7 +7,7 @@ against Inductor's), in interleaved rounds (precision_child's timing). The memor
 the weights and the cache read once at the machine's copy bandwidth (measured here).
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_step.py \\
-        [--models gpt2,llama] [--dtypes fp32,bf16] [--cache 1024] [--position 512] [--out FILE]
+        [--models gpt2,llama] [--dtypes fp32,bf16] [--batches 1,8] [--cache 1024] [--position 512] [--out FILE]
 
 `gpt2` is GPT-2 small (124 M); `llama` the 170 M Llama-style model of issue "LLM decoding" (1024
 hidden, 8 layers, 16 heads, 4 key/value heads). Random weights: the time does not depend on them.
@@ -62,12 +62,12 @@ def floor_ms(m, step, bandwidth: float) -> float:
     return (weights + state) / bandwidth * 1e3
 
 
-def row(name: str, dtype: str, a, bandwidth: float) -> str:
+def row(name: str, dtype: str, batch: int, a, bandwidth: float) -> str:
     import kiln
     from generate import export_step
 
     m = model(name, DTYPES[dtype], a.cache)
-    ep = export_step(m, a.cache, "cuda")
+    ep = export_step(m, a.cache, "cuda", batch)
     start = time.perf_counter()
     step = kiln.compile(ep, device="cuda")
     compile_s = time.perf_counter() - start
@@ -75,7 +75,7 @@ def row(name: str, dtype: str, a, bandwidth: float) -> str:
     eager = ep.module()
     inductor = torch.compile(ep.module())
     inductor_graphs = torch.compile(ep.module(), mode="reduce-overhead")
-    ids = torch.tensor([[7]], device="cuda")
+    ids = torch.full((batch, 1), 7, dtype=torch.int64, device="cuda")
     pos = torch.tensor([a.position], device="cuda")
     kwargs = {"input_ids": ids, "cache_position": pos}
     with torch.no_grad():
@@ -95,7 +95,7 @@ def row(name: str, dtype: str, a, bandwidth: float) -> str:
                           "inductor": lambda: inductor(**kwargs), "kiln_g": lambda: graphed(**kwargs),
                           "inductor_g": lambda: inductor_graphs(**kwargs)}, a.rep)
     floor = floor_ms(m, step, bandwidth)
-    return (f"| {name} | {dtype} | {a.cache} | {ms['kiln']:.3f} | {ms['inductor']:.3f} | {ms['eager']:.3f} | "
+    return (f"| {name} | {dtype} | {batch} | {a.cache} | {ms['kiln']:.3f} | {ms['inductor']:.3f} | {ms['eager']:.3f} | "
             f"{ms['kiln'] / ms['inductor']:.2f} | {ms['kiln_g']:.3f} | {ms['inductor_g']:.3f} | "
             f"{ms['kiln_g'] / ms['inductor_g']:.2f} | {floor:.3f} | {ms['kiln_g'] / floor:.2f} | "
             f"{err:.1e} / {err_g:.1e} | {compile_s:.1f} |")
@@ -105,6 +105,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt2,llama")
     p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--batches", default="1,8")
     p.add_argument("--cache", type=int, default=1024)
     p.add_argument("--position", type=int, default=512)
     p.add_argument("--rep", type=float, default=200, help="ms per column per round")
@@ -113,22 +114,24 @@ def main() -> None:
     setup()
     bandwidth = copy_bandwidth()
     lines = [f"# bench/gpu/decode_step.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
-             f"torch {torch.__version__}; batch 1, position {a.position}; median of interleaved rounds; copy "
+             f"torch {torch.__version__}; position {a.position}; median of interleaved rounds; copy "
              f"bandwidth {bandwidth / 1e12:.2f} TB/s",
-             "| model | dtype | cache | kiln ms | inductor ms | eager ms | kiln / inductor | kiln graphs ms | "
+             "| model | dtype | batch | cache | kiln ms | inductor ms | eager ms | kiln / inductor | kiln graphs ms | "
              "inductor reduce-overhead ms | graphs: kiln / inductor | floor ms | kiln graphs / floor | "
              "error vs eager (direct / graphs) | kiln compile s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     print("\n".join(lines), flush=True)
     for name in a.models.split(","):
         for dtype in a.dtypes.split(","):
-            try:
-                lines.append(row(name, dtype, a, bandwidth))
-            except Exception as e:  # noqa: BLE001 (one row's failure is reported; the others still run)
-                lines.append(f"| {name} | {dtype} | {a.cache} | failed: {type(e).__name__}: {str(e)[:200]} |")
-            print(lines[-1], flush=True)
-            if a.out:
-                a.out.write_text("\n".join(lines) + "\n")
+            for batch in (int(b) for b in a.batches.split(",")):
+                try:
+                    lines.append(row(name, dtype, batch, a, bandwidth))
+                except Exception as e:  # noqa: BLE001 (one row's failure is reported; the others still run)
+                    lines.append(f"| {name} | {dtype} | {batch} | {a.cache} | failed: {type(e).__name__}: "
+                                 f"{str(e)[:200]} |")
+                print(lines[-1], flush=True)
+                if a.out:
+                    a.out.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

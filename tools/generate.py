@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""Greedy decoding through a decoding step Kiln compiled, against transformers' own `generate`.
+"""Greedy decoding through a prefill and a decoding step Kiln compiled, against transformers' `generate`.
 
-Builds a small language model with random weights (`gpt2`, or `llama` with grouped-query
-attention), exports its one-token decoding step with a static KV cache as transformers exports
-it for on-device runtimes (tools/export_decode_step.py's export), compiles the step with
-`kiln.compile` and decodes: the prompt one token at a time through the step, which fills the
-cache, then `--steps` tokens, each the argmax of the step's logits. The same model's eager
-`generate` (greedy, static cache) gives the reference tokens and logits.
+Builds a language model with random weights (`gpt2`, or `llama` with grouped-query attention,
+small or at a preset's real size), exports two programs with a static KV cache as transformers
+exports them for on-device runtimes (tools/export_decode_step.py's export): the prefill, over the
+prompt's tokens, and the one-token decoding step. Both are compiled with `kiln.compile`; the step
+shares the prefill's cache (`share_state`). The prefill fills the cache with the prompt, then the
+step decodes `--steps` tokens, each the argmax of the logits. The same model's eager `generate`
+(greedy) gives the reference tokens and logits.
 
 A step where Kiln's token differs from eager's is allowed only where eager's two best logits at
 that step are within float32 noise (`--noise`, relative to the largest logit); the sequences part
 there, and the comparison stops. Any other difference fails (exit status 1).
 
     python3 tools/generate.py {gpt2,llama,gpt2-small,llama-170m} [--steps 64] [--prompt 5] [--device cpu]
-        [--cache N] [--layers 2] [--hidden 64] [--heads 4] [--kv-heads 2] [--vocab 128] [--seed 0] [--init 0.2]
+        [--cache N] [--mode reduce-overhead] [--layers 2] [--hidden 64] [--heads 4] [--kv-heads 2] [--vocab 128] [--seed 0] [--init 0.2]
 
 Needs PyTorch, transformers 5 and the kiln package (PYTHONPATH=python with KILN_HOST naming a
 built host, or the package installed).
@@ -53,9 +54,9 @@ def language_model(a):
     return LlamaForCausalLM(config).eval()
 
 
-def export_step(m, cache: int, device: str, batch: int = 1):
-    """The model's one-token step for `batch` sequences with a static cache of `cache`
-    positions, exported."""
+def export_step(m, cache: int, device: str, batch: int = 1, tokens: int = 1):
+    """The model's step over `tokens` new tokens (1: a decoding step; the prompt's length: a
+    prefill) for `batch` sequences with a static cache of `cache` positions, exported."""
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
@@ -63,24 +64,30 @@ def export_step(m, cache: int, device: str, batch: int = 1):
         use_cache=True, cache_implementation="static", max_length=cache,
         cache_config={"batch_size": batch, "max_cache_len": cache, "device": device})
     step = TorchExportableModuleWithStaticCache(m, batch_size=batch, max_cache_len=cache)
-    example = {"input_ids": torch.ones(batch, 1, dtype=torch.int64, device=device),
-               "cache_position": torch.tensor([0], device=device)}
+    example = {"input_ids": torch.ones(batch, tokens, dtype=torch.int64, device=device),
+               "cache_position": torch.arange(tokens, device=device)}
     with torch.no_grad():
         return torch.export.export(step, (), example, strict=False)
 
 
-def kiln_tokens(step, prompt: list[int], steps: int, device: str) -> list[int]:
-    """Greedy tokens after `prompt`, through the compiled step."""
-    tokens, logits = [], None
-    for pos, token in enumerate([*prompt, *([None] * steps)]):
-        if token is None:
-            token = int(logits[0, -1].argmax())
-            tokens.append(token)
-            if len(tokens) == steps:
-                break
-        logits = step(input_ids=torch.tensor([[token]], device=device),
-                      cache_position=torch.tensor([pos], device=device))
-        logits = logits[0] if isinstance(logits, (tuple, list)) else logits
+def first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def kiln_tokens(prefill, step, prompt: list[int], steps: int, device: str) -> list[int]:
+    """Greedy tokens after `prompt`: the compiled prefill fills the cache with the prompt, and
+    the compiled step, sharing that cache, decodes one token at a time."""
+    step.share_state(prefill)
+    logits = first(prefill(input_ids=torch.tensor([prompt], device=device),
+                           cache_position=torch.arange(len(prompt), device=device)))
+    tokens = []
+    for pos in range(len(prompt), len(prompt) + steps):
+        token = int(logits[0, -1].argmax())
+        tokens.append(token)
+        if len(tokens) == steps:
+            break
+        logits = first(step(input_ids=torch.tensor([[token]], device=device),
+                            cache_position=torch.tensor([pos], device=device)))
     return tokens
 
 
@@ -126,6 +133,8 @@ def main(argv=None) -> int:
     p.add_argument("--kv-heads", type=int, default=2, help="llama's key/value heads")
     p.add_argument("--vocab", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", choices=["default", "reduce-overhead"], default="default",
+                   help="reduce-overhead: each decoding step one CUDA graph replay")
     p.add_argument("--init", type=float, default=0.2,
                    help="the weights' standard deviation: transformers' 0.02 makes a random model repeat one token")
     p.add_argument("--noise", type=float, default=1e-5,
@@ -140,8 +149,9 @@ def main(argv=None) -> int:
     torch.manual_seed(a.seed)
     m = language_model(a).to(a.device)
     prompt = torch.randint(1, a.vocab, (a.prompt,)).tolist()
-    step = kiln.compile(export_step(m, a.cache, a.device), device=a.device)
-    got = kiln_tokens(step, prompt, a.steps, a.device)
+    prefill = kiln.compile(export_step(m, a.cache, a.device, tokens=a.prompt), device=a.device)
+    step = kiln.compile(export_step(m, a.cache, a.device), device=a.device, mode=a.mode)
+    got = kiln_tokens(prefill, step, prompt, a.steps, a.device)
     want, scores = eager_generate(m, prompt, a.steps, a.device)
     ok, what = compare(got, want, scores, a.noise)
     print(f"{a.kind}, {a.layers} layers, {a.hidden} wide, cache {a.cache}, prompt {prompt}, {a.steps} steps on "

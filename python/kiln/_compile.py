@@ -86,7 +86,7 @@ class Compiled:
         self._run = _runner(self.folder, device, outputs + extra)
         self._call = self._run if self._state is None else self._stepped
         if graphs is not None:  # each call one replay of a device graph
-            snapshot = self._state.snapshot if self._state is not None else None
+            snapshot = (lambda: self._state.snapshot()) if self._state is not None else None
             self._call = Graphed(self._call, graphs, kept=(), snapshot=snapshot)
         # output_code.py checks every input's size and stride itself; the cpu's C
         # interface takes pointers, so the sizes are checked here.
@@ -169,6 +169,21 @@ class Compiled:
         """Puts the state back to its value before the first call (the exported program's)."""
         if self._state is not None:
             self._state.reset()
+
+    def share_state(self, other: "Compiled") -> None:
+        """Makes this program read and write `other`'s state, tensor for tensor, by name: a
+        decoding step that goes on from the cache a prefill (another export of the same
+        model, for the prompt's length) filled, with nothing copied. Call it before either
+        program's first call under device graphs."""
+        mine, theirs = self._state, other._state
+        if mine is None or theirs is None:
+            raise KilnError("share_state: both programs must keep state (a buffer their forward writes in place)")
+        if (mine.names, mine.outputs) != (theirs.names, theirs.outputs):
+            raise KilnError(f"share_state: the programs keep different state: {list(zip(mine.names, mine.outputs))} "
+                            f"against {list(zip(theirs.names, theirs.outputs))}")
+        # Where either runs under device graphs, both keep the tensors where they are.
+        theirs.fixed = theirs.fixed or mine.fixed
+        self._state = theirs
 
 
 class _State:

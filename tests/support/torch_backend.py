@@ -209,13 +209,21 @@ def kept_state(repo: Path):
     sys.path.insert(0, str(repo / "tools"))
     import generate
 
-    for kind in ("gpt2", "llama"):
+    modes = ["default", "reduce-overhead"] if DEVICE == "cuda" else ["default"]
+    for kind, mode in [(kind, mode) for kind in ("gpt2", "llama") for mode in modes]:
         text = io.StringIO()
         with contextlib.redirect_stdout(text), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            status = generate.main([kind, "--steps", "64", "--device", DEVICE])
-        check(f"tools/generate.py {kind}: 64 greedy tokens through Kiln's compiled step are eager generate's",
+            status = generate.main([kind, "--steps", "64", "--device", DEVICE, "--mode", mode])
+        check(f"tools/generate.py {kind} ({mode}): Kiln's compiled prefill, then 64 greedy tokens through its "
+              "compiled step sharing the prefill's cache, are eager generate's",
               status == 0 and "ok: all 64 tokens match" in text.getvalue(), text.getvalue())
+    try:
+        compiled.share_state(kiln.compile(m, (dev(torch.randn(1, 4)), dev(torch.tensor([0])))))
+        check("share_state between programs that keep different state is refused", False, "it was taken")
+    except kiln.KilnError as error:
+        check("share_state between programs that keep different state is refused, naming both",
+              "lifted_tensor_0" in str(error) and "cache" in str(error), str(error))
 
 
 def fixed_state():

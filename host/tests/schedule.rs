@@ -53,6 +53,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
         bias_epilogue: true,
         conv_channels_last: true,
         inplace_reductions: true,
+        attention_units: 132,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -190,6 +191,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
         bias_epilogue: false,
         conv_channels_last: false,
         inplace_reductions: false,
+        attention_units: 0,
     };
     assert_eq!(
         reuses(&inplace),

@@ -1222,3 +1222,47 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
         "{stderr}"
     );
 }
+
+/// Attention of a query row or two over a long cache, with fewer (batch, head) pairs than
+/// the device has units, splits its keys across programs (flash-decoding) and combines the
+/// partial results in a second kernel, in both Triton wrappers; attention with enough pairs
+/// to fill the device runs whole, and the cpu decomposes it.
+#[test]
+fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
+    let tmp = TempDir::new("split-attention");
+    let graph = repo_root().join("tests/graphs/attention_one_query_long_cache.toml");
+    let out = tmp.path().join("gxu");
+    let (ok, stderr) = compile(&graph, "gxu", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert_eq!(
+        code.matches("KERNELS.kiln_flash_combine_").count(),
+        4,
+        "{code}"
+    );
+    assert!(code.contains("SPLITS: tl.constexpr"), "{code}");
+    assert!(
+        code.contains("buf_attention_splits = empty_strided_device("),
+        "{code}"
+    );
+    let cpp = tmp.path().join("gxu-cpp");
+    let (ok, stderr) = compile(&graph, "gxu", &cpp, &["--wrapper", "cpp"]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(cpp.join("wrapper.cpp")).unwrap();
+    assert_eq!(wrapper.matches("{ // kiln_flash_combine_").count(), 4, "{wrapper}");
+
+    // 48 (batch, head) pairs fill the gxu's 48 units: no split.
+    let text = std::fs::read_to_string(&graph)
+        .unwrap()
+        .replace("shape = [1, 4, 1, 64]", "shape = [12, 4, 1, 64]")
+        .replace("shape = [1, 4, 1024, 64]", "shape = [12, 4, 1024, 64]")
+        .replace("shape = [1, 2, 1024, 64]", "shape = [12, 2, 1024, 64]")
+        .replace("shape = [1, 4, 2, 64]", "shape = [12, 4, 2, 64]");
+    let wide = tmp.path().join("wide.toml");
+    std::fs::write(&wide, text).unwrap();
+    let out = tmp.path().join("wide");
+    let (ok, stderr) = compile(&wide, "gxu", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert!(!code.contains("kiln_flash_combine"), "{code}");
+}

@@ -444,6 +444,12 @@ pub fn compile_for(
         conv_channels_last: target.spec.scheduling == SchedulingKind::Triton
             && target.wrapper == WrapperKind::Python,
         inplace_reductions: target.spec.scheduling == SchedulingKind::Triton,
+        // Fused attention is a Triton device's; its units are the plugin's.
+        attention_units: if target.spec.scheduling == SchedulingKind::Triton {
+            target.parallel_units
+        } else {
+            0
+        },
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

@@ -441,6 +441,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         scale_bits,
         mask,
         heads_inner,
+        ..
     } = &e.op
     {
         let out = p.buffer(e.out);

@@ -574,6 +574,11 @@ pub enum ExternOp {
         /// layout the `transpose(1, 2)` that reads the `[B, H, L, Ev]` result
         /// wants; else it is the result itself
         heads_inner: bool,
+        /// the keys are split into this many ranges, each a program's (flash-decoding:
+        /// a query of a few rows over a long cache keeps every unit busy), whose
+        /// partial results the call's scratch buffer holds until they are combined;
+        /// 1: no split
+        splits: u32,
     },
     /// `index_copy(self, dim, index, source)` on operands `[self, index, source]`: the
     /// slices `index[k]` of `self` along `dim` replaced by `source`'s slices `k`.
@@ -624,6 +629,9 @@ pub struct ExternCall {
     pub args: Vec<View>,
     /// The buffer written (contiguous).
     pub out: BufferId,
+    /// A buffer the call writes and reads itself, dead after it (split attention's
+    /// partial results).
+    pub scratch: Option<BufferId>,
 }
 
 /// One step of the program, in execution order.
@@ -648,7 +656,7 @@ impl Step {
     pub fn writes(&self) -> Vec<BufferId> {
         match self {
             Step::Kernel(k) => k.writes(),
-            Step::Extern(e) => vec![e.out],
+            Step::Extern(e) => std::iter::once(e.out).chain(e.scratch).collect(),
         }
     }
 }

@@ -119,6 +119,11 @@ pub struct Options {
     /// reads and writes each element once (Triton's; the C++ kernels' vector
     /// tail revisits elements of the row's last full vector).
     pub inplace_reductions: bool,
+    /// The units that run programs in parallel (a GPU's SMs), for fused attention
+    /// of a few query rows over many keys: where its (batch, head) programs leave
+    /// units idle, the keys are split across more programs ([`split_attention`]).
+    /// 0: never split.
+    pub attention_units: u32,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -160,7 +165,7 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
 /// Lowers, fuses and plans a validated graph (after the passes) for a device.
 pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
-    let low = lower::lower_with(graph, options)?;
+    let mut low = lower::lower_with(graph, options)?;
     let groups = fuse::fuse(graph, &low);
     let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
     let mut steps = Vec::new();
@@ -203,14 +208,15 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                     return Err(Error::Internal("extern group of a non-extern node".into()));
                 };
                 needed.extend(args.iter().map(|a| a.buf));
-                steps.push((
-                    vec![s.value.node],
-                    Pending::Extern(ir::ExternCall {
-                        op: op.clone(),
-                        args: args.clone(),
-                        out: s.buf,
-                    }),
-                ));
+                let (node, out) = (s.value.node, s.buf);
+                let mut call = ir::ExternCall {
+                    op: op.clone(),
+                    args: args.clone(),
+                    out,
+                    scratch: None,
+                };
+                split_attention(&mut call, &mut low.buffers, options.attention_units);
+                steps.push((vec![node], Pending::Extern(call)));
             }
         }
     }
@@ -356,6 +362,60 @@ fn inplace_ok(
             } if *buf == old => *index == store.index && guards.is_empty() && indirect.is_empty(),
             _ => true,
         })
+}
+
+/// Most key ranges one attention call is split into, and fewest keys in one.
+const MAX_SPLITS: i64 = 64;
+const MIN_SPLIT_KEYS: i64 = 128;
+
+/// Splits the keys of fused attention `call` across programs (flash-decoding) where its
+/// query has few rows (at most 16: one block of them) and its (batch, head) pairs are
+/// fewer than `units`: about two programs a unit, each over at least [`MIN_SPLIT_KEYS`]
+/// keys, a power of two of them. The partial results (each row's values, running max
+/// and sum) go to a float32 scratch buffer of the call's own.
+fn split_attention(
+    call: &mut ir::ExternCall,
+    buffers: &mut ids::IdVec<BufferId, ir::Buffer>,
+    units: u32,
+) {
+    let ir::ExternOp::Attention { splits, .. } = &mut call.op else {
+        return;
+    };
+    let (Some(q), Some(k), Some(v)) = (call.args.first(), call.args.get(1), call.args.get(2))
+    else {
+        return;
+    };
+    let rank = q.shape.len();
+    if rank < 3 || k.shape.len() != rank || v.shape.len() != rank {
+        return;
+    }
+    let rows = q.shape[rank - 2];
+    let pairs: i64 = q.shape[..rank - 2].iter().product();
+    let keys = k.shape[rank - 2];
+    let units = i64::from(units);
+    if units == 0 || rows > 16 || pairs <= 0 || pairs >= units {
+        return;
+    }
+    let wanted = ((2 * units + pairs - 1) / pairs) as u64;
+    let cap = wanted
+        .next_power_of_two()
+        .min((keys / MIN_SPLIT_KEYS).clamp(0, MAX_SPLITS) as u64);
+    if cap < 2 {
+        return;
+    }
+    // The largest power of two within the cap (the combining kernel's range of splits).
+    let n = 1i64 << (63 - cap.leading_zeros());
+    let ev = v.shape[rank - 1];
+    let size = pairs * rows * n * (ev + 2);
+    let scratch = buffers.push(ir::Buffer {
+        name: "attention_splits".into(),
+        dtype: crate::graph::dtype::DType::Float32,
+        shape: vec![size],
+        strides: vec![1],
+        kind: BufferKind::Computed,
+    });
+    *splits = n as u32;
+    call.scratch = Some(scratch);
 }
 
 /// Makes each `index_copy` write in place ([`ir::ExternOp::IndexCopy::in_place`]) whose

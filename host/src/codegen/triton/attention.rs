@@ -77,6 +77,28 @@ pub struct AttentionLaunch {
     pub num_stages: u32,
     /// The grid launched (after `adjust_grid`).
     pub grid: Grid,
+    /// Where the keys are split across programs (flash-decoding): the launch that
+    /// combines their partial results into the output, after this one.
+    pub combine: Option<Combine>,
+}
+
+/// The launch of the kernel that combines split attention's partial results: each
+/// query row's per-split values, running max and sum, from the scratch buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Combine {
+    /// The kernel launched.
+    pub kernel: String,
+    /// The scratch buffer and the output (as the main launch's output view).
+    pub pointers: Vec<View>,
+    /// The output's strides, then the query heads, rows, and rows in all
+    /// ([`COMBINE_PARAMS`]).
+    pub scalars: Vec<i64>,
+    /// `SPLITS`, `EV` and `BLOCK_EV`.
+    pub constants: Vec<(&'static str, i64)>,
+    /// Warps per program.
+    pub num_warps: u32,
+    /// The grid launched (after `adjust_grid`).
+    pub grid: Grid,
 }
 
 /// Every attention kernel of a program, and each attention step's launch.
@@ -134,13 +156,16 @@ pub fn write(
             scale_bits,
             mask,
             heads_inner,
+            splits,
         } = &e.op
         else {
             continue;
         };
         let attrs = (*causal, f64::from_bits(*scale_bits), *mask, *heads_inner);
-        let launch = plan(program, e, attrs, heuristics, target)?;
-        let (q, o) = (&e.args[0], &e.out);
+        let launch = plan(program, e, attrs, *splits, heuristics, target)?;
+        let q = &e.args[0];
+        // The kernel writes the output, or, split, the partial results into the scratch.
+        let o = &launch.pointers[4].buf;
         let dtype = program.buffer(q.buf).dtype;
         let mask_dtype = e
             .args
@@ -179,7 +204,7 @@ pub fn write(
             Some(&k) => k,
             None => {
                 let name = namer.name(&format!("kiln_flash_attention_{}", out.kernels.len()));
-                kernel_text(&mut out.source, &name, precision)?;
+                kernel_text(&mut out.source, &name, precision, *splits > 1)?;
                 out.kernels.push(AttentionKernel {
                     name,
                     signature: types,
@@ -194,10 +219,52 @@ pub fn write(
         };
         let mut launch = launch;
         launch.kernel = out.kernels[index].name.clone();
+        if let Some(c) = launch.combine.as_mut() {
+            c.kernel = combine_kernel(&mut out, program, c, &mut by_key, namer)?;
+        }
         out.launches.insert(i, launch);
     }
     Ok(out)
 }
+
+/// The kernel that combines split attention's results for `c` (one per output dtype,
+/// value head and split count), written once; its name.
+fn combine_kernel(
+    out: &mut Attention,
+    program: &Program,
+    c: &Combine,
+    by_key: &mut HashMap<String, usize>,
+    namer: &mut Namer,
+) -> Result<String, Error> {
+    let dtype = program.buffer(c.pointers[1].buf).dtype;
+    let constants = c.constants.clone();
+    let key = format!("combine {dtype:?}{constants:?}");
+    if let Some(&k) = by_key.get(&key) {
+        return Ok(out.kernels[k].name.clone());
+    }
+    let name = namer.name(&format!("kiln_flash_combine_{}", out.kernels.len()));
+    combine_text(&mut out.source, &name)?;
+    let mut signature = vec![
+        ("P".to_string(), pointer_type(DType::Float32).to_string()),
+        ("O".to_string(), pointer_type(dtype).to_string()),
+    ];
+    for p in COMBINE_PARAMS {
+        signature.push((p.to_string(), "i64".to_string()));
+    }
+    out.kernels.push(AttentionKernel {
+        name: name.clone(),
+        signature,
+        constants,
+        aligned: vec!["P".into(), "O".into()],
+        num_warps: c.num_warps,
+        num_stages: 1,
+    });
+    by_key.insert(key, out.kernels.len() - 1);
+    Ok(name)
+}
+
+/// The combining kernel's integer parameters, in order.
+const COMBINE_PARAMS: [&str; 7] = ["sob", "soh", "som", "soe", "H", "L", "ROWS"];
 
 /// The runtime parameters of `launch` divisible by 16: a pointer whose view
 /// starts 16-byte aligned in its buffer (buffers themselves are), an integer
@@ -580,6 +647,7 @@ fn plan(
     p: &Program,
     e: &ExternCall,
     (causal, scale, mask, heads_inner): (bool, f64, bool, bool),
+    splits: u32,
     heuristics: &dyn LaunchHeuristics,
     target: Target,
 ) -> Result<AttentionLaunch, Error> {
@@ -587,10 +655,50 @@ fn plan(
     let dtype = p.buffer(ops.q.buf).dtype;
     let heads = ops.z.saturating_mul(ops.h);
     let tiles = Tiles::choose(target, dtype, (ops.e_q, ops.e_v), ops.l, heads)?;
-    let (num_warps, grid) = launch_shape(&ops, dtype, tiles, heuristics)?;
+    let splits = i64::from(splits.max(1));
+    let (num_warps, grid) = launch_shape(&ops, dtype, tiles, splits, heuristics)?;
     let mut pointers = vec![ops.q.clone(), ops.k.clone(), ops.v.clone()];
     pointers.push(ops.mask.unwrap_or(ops.q).clone());
-    pointers.push(ops.out.clone());
+    let combine = match e.scratch.filter(|_| splits > 1) {
+        Some(scratch) => {
+            let buf = p.buffer(scratch);
+            let view = View {
+                buf: scratch,
+                shape: buf.shape.clone(),
+                strides: buf.strides.clone(),
+                offset: 0,
+            };
+            pointers.push(view.clone());
+            let rows = heads.saturating_mul(ops.l);
+            let os = ops.strides[4];
+            let grid = heuristics
+                .adjust_grid(Grid {
+                    x: rows.max(1) as u64,
+                    y: 1,
+                    z: 1,
+                })
+                .map_err(|source| Error::Heuristics {
+                    kernel: "attention".into(),
+                    source,
+                })?;
+            Some(Combine {
+                kernel: String::new(),
+                pointers: vec![view, ops.out.clone()],
+                scalars: vec![os[0], os[1], os[2], os[3], ops.h, ops.l, rows],
+                constants: vec![
+                    ("SPLITS", splits),
+                    ("EV", ops.e_v),
+                    ("BLOCK_EV", next_pow2_at_least_16(ops.e_v)),
+                ],
+                num_warps: 1,
+                grid,
+            })
+        }
+        None => {
+            pointers.push(ops.out.clone());
+            None
+        }
+    };
     let mut scalars = vec![super::expr::float_text(scale)];
     for st in ops.strides {
         scalars.extend(st.iter().map(i64::to_string));
@@ -612,6 +720,10 @@ fn plan(
         ("CAUSAL", i64::from(causal)),
         ("MASK_KIND", mask_kind),
     ];
+    let mut constants = constants;
+    if combine.is_some() {
+        constants.push(("SPLITS", splits));
+    }
     Ok(AttentionLaunch {
         kernel: String::new(),
         pointers,
@@ -620,6 +732,7 @@ fn plan(
         num_warps,
         num_stages: u32::try_from(tiles.stages).unwrap_or(1),
         grid,
+        combine,
     })
 }
 
@@ -629,6 +742,7 @@ fn launch_shape(
     ops: &Operands<'_>,
     dtype: DType,
     tiles: Tiles,
+    splits: i64,
     heuristics: &dyn LaunchHeuristics,
 ) -> Result<(u32, Grid), Error> {
     let heuristics_error = |source| Error::Heuristics {
@@ -651,7 +765,11 @@ fn launch_shape(
         .unwrap_or(1)
         .clamp(1, 4);
     let num_m = (ops.l + tiles.block_m - 1) / tiles.block_m;
-    let programs = num_m.saturating_mul(ops.z).saturating_mul(ops.h).max(1) as u64;
+    let programs = num_m
+        .saturating_mul(ops.z)
+        .saturating_mul(ops.h)
+        .saturating_mul(splits)
+        .max(1) as u64;
     let grid = heuristics
         .adjust_grid(Grid {
             x: programs,
@@ -663,8 +781,15 @@ fn launch_shape(
 }
 
 /// The kernel's text; `precision` is `tl.dot`'s `input_precision` (see
-/// [`Target::precision`]).
-fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fmt::Result {
+/// [`Target::precision`]). `split`: the keys split into `SPLITS` ranges, each
+/// program's partial results (values, running max and sum, per query row) written
+/// to `O`, the float32 scratch, for [`combine_text`]'s kernel.
+fn kernel_text(
+    out: &mut String,
+    name: &str,
+    precision: Option<&str>,
+    split: bool,
+) -> std::fmt::Result {
     let precision = precision.map_or(String::new(), |p| format!(", input_precision=\"{p}\""));
     writeln!(out, "\n\n@triton.jit")?;
     writeln!(
@@ -674,21 +799,19 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
          {pad}smb, smh, smm, smn, sob, soh, som, soe, Z, H, L, S,\n\
          {pad}GROUP: tl.constexpr, E: tl.constexpr, EV: tl.constexpr,\n\
          {pad}BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,\n\
-         {pad}CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr):",
-        pad = " ".repeat(name.len() + 5)
+         {pad}CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr{splits}):",
+        pad = " ".repeat(name.len() + 5),
+        splits = if split { ", SPLITS: tl.constexpr" } else { "" }
     )?;
     let body = r#"    # Flash attention: BLOCK_M query rows of one (batch, head) per program,
     # online softmax in base 2 over blocks of BLOCK_N keys.
     LOG2E: tl.constexpr = 1.4426950408889634
     num_m = tl.cdiv(L, BLOCK_M)
-    total = num_m * Z * H
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     qk_scale = sm_scale * LOG2E
-    for pid in range(tl.program_id(0), total, tl.num_programs(0)):
-        start_m = pid % num_m
-        bh = pid // num_m
+{PROGRAMS}
         off_b = bh // H
         off_h = bh % H
         off_hk = off_h // GROUP
@@ -699,13 +822,15 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_EV], dtype=tl.float32)
+        lo = 0
         hi = S
         if CAUSAL:
             hi = tl.minimum(S, (start_m + 1) * BLOCK_M)
+{RANGE}
         k_base = K + off_b * skb + off_hk * skh
         v_base = V + off_b * svb + off_hk * svh
         m_base = M + off_b * smb + off_h * smh
-        for start_n in range(0, hi, BLOCK_N):
+        for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + offs_n0
             col_ok = offs_n < S
             k = tl.load(k_base + offs_n[None, :] * skn + offs_e[:, None] * ske,
@@ -733,13 +858,77 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
                         mask=col_ok[:, None] & (offs_ev[None, :] < EV), other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{PRECISION})
             m_i = m_new
-        # A row with nothing kept (l_i = 0, acc = 0) is zeros, as PyTorch's attention
+{STORE}"#;
+    let (programs, range, store) = if split { SPLIT_PARTS } else { WHOLE_PARTS };
+    let body = body
+        .replace("{PROGRAMS}", programs)
+        .replace("{RANGE}", range)
+        .replace("{STORE}", store);
+    out.push_str(&body.replace("{PRECISION}", &precision));
+    Ok(())
+}
+
+/// The programs, the key range and the store of the kernel over all the keys.
+const WHOLE_PARTS: (&str, &str, &str) = (
+    r#"    for pid in range(tl.program_id(0), num_m * Z * H, tl.num_programs(0)):
+        start_m = pid % num_m
+        bh = pid // num_m"#,
+    "",
+    r#"        # A row with nothing kept (l_i = 0, acc = 0) is zeros, as PyTorch's attention
         # (its _safe_softmax) gives: any kept key adds exp2(0) = 1 to l_i.
         y = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         tl.store(O + off_b * sob + off_h * soh + offs_m[:, None] * som + offs_ev[None, :] * soe,
                  y.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_ev[None, :] < EV))
-"#;
-    out.push_str(&body.replace("{PRECISION}", &precision));
+"#,
+);
+
+/// The same for a kernel whose keys are split into `SPLITS` ranges (flash-decoding):
+/// each program takes one range of whole key blocks, and writes its rows' unnormalized
+/// values, running max (base 2) and sum into the scratch `O`, `EV + 2` floats a row.
+const SPLIT_PARTS: (&str, &str, &str) = (
+    r#"    chunk = tl.cdiv(tl.cdiv(S, SPLITS), BLOCK_N) * BLOCK_N
+    for pid in range(tl.program_id(0), num_m * Z * H * SPLITS, tl.num_programs(0)):
+        split = pid % SPLITS
+        start_m = (pid // SPLITS) % num_m
+        bh = (pid // SPLITS) // num_m"#,
+    r#"        lo = split * chunk
+        hi = tl.minimum(hi, lo + chunk)"#,
+    r#"        part = ((bh * L + offs_m) * SPLITS + split) * (EV + 2)
+        tl.store(O + part[:, None] + offs_ev[None, :], acc, mask=row_ok[:, None] & (offs_ev[None, :] < EV))
+        tl.store(O + part + EV, m_i, mask=row_ok)
+        tl.store(O + part + EV + 1, l_i, mask=row_ok)
+"#,
+);
+
+/// The kernel that combines split attention's partial results: per query row, the
+/// splits' values weighted by `2^(m_s - m)` over their sums weighted alike (a row no
+/// split kept anything of is zeros, as in the kernel over all the keys).
+fn combine_text(out: &mut String, name: &str) -> std::fmt::Result {
+    writeln!(out, "\n\n@triton.jit")?;
+    writeln!(
+        out,
+        "def {name}(P, O, sob, soh, som, soe, H, L, ROWS,\n{pad}SPLITS: tl.constexpr, EV: tl.constexpr, \
+         BLOCK_EV: tl.constexpr):",
+        pad = " ".repeat(name.len() + 5)
+    )?;
+    out.push_str(
+        r#"    offs_s = tl.arange(0, SPLITS)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    for r in range(tl.program_id(0), ROWS, tl.num_programs(0)):
+        part = (r * SPLITS + offs_s) * (EV + 2)
+        m_s = tl.load(P + part + EV)
+        l_s = tl.load(P + part + EV + 1)
+        m = tl.max(m_s, 0)
+        w = tl.math.exp2(m_s - tl.where(m == float("-inf"), 0.0, m))
+        l_sum = tl.sum(l_s * w, 0)
+        acc = tl.load(P + part[:, None] + offs_ev[None, :], mask=offs_ev[None, :] < EV, other=0.0)
+        y = tl.sum(acc * w[:, None], 0) / tl.where(l_sum == 0.0, 1.0, l_sum)
+        row = r % L
+        bh = r // L
+        tl.store(O + (bh // H) * sob + (bh % H) * soh + row * som + offs_ev * soe,
+                 y.to(O.dtype.element_ty), mask=offs_ev < EV)
+"#,
+    );
     Ok(())
 }
 

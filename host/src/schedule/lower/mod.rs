@@ -626,6 +626,7 @@ fn lower_attention(
         scale_bits: scale.to_bits(),
         mask,
         heads_inner,
+        splits: 1,
     };
     if !heads_inner {
         low.add_snode(graph, v0, SKind::Extern { op, args }, "attention")?;

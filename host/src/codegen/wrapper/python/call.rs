@@ -488,14 +488,29 @@ impl CallWriter<'_> {
             Some(m) => self.view(m),
             None => "None".to_string(),
         });
-        writeln!(
-            out,
-            "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: KERNELS.{}[{}]({}, stream=stream0), lambda: ({}))",
-            self.name(e.out),
-            self.signatures.get(&i).copied().unwrap_or(0),
+        let mut kiln = format!(
+            "KERNELS.{}[{}]({}, stream=stream0)",
             l.kernel,
             grid_text_of(&l.grid),
-            args.join(", "),
+            args.join(", ")
+        );
+        if let Some(c) = &l.combine {
+            // Split keys: the partial results combined into the output after.
+            let mut args: Vec<String> = vec![self.pointer(&c.pointers[0]), OUT_PARAM.to_string()];
+            args.extend(c.scalars.iter().map(i64::to_string));
+            args.extend(c.constants.iter().map(|(_, v)| v.to_string()));
+            kiln = format!(
+                "({kiln}, KERNELS.{}[{}]({}, stream=stream0))",
+                c.kernel,
+                grid_text_of(&c.grid),
+                args.join(", ")
+            );
+        }
+        writeln!(
+            out,
+            "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: {kiln}, lambda: ({}))",
+            self.name(e.out),
+            self.signatures.get(&i).copied().unwrap_or(0),
             operands.join(", ")
         )
     }

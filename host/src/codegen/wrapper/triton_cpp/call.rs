@@ -243,7 +243,22 @@ impl Writer<'_> {
             args.push(format!("&s{i}"));
         }
         let g = &l.grid;
-        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
+        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)?;
+        let Some(c) = &l.combine else { return Ok(()) };
+        // Split keys: the partial results combined into the output.
+        writeln!(self.out, "        {{ // {}", c.kernel)?;
+        let mut args = Vec::new();
+        for (i, v) in c.pointers.iter().enumerate() {
+            let pointer = self.pointer(v)?;
+            writeln!(self.out, "            void* p{i} = {pointer};")?;
+            args.push(format!("&p{i}"));
+        }
+        for (i, value) in c.scalars.iter().enumerate() {
+            writeln!(self.out, "            int64_t s{i} = {value};")?;
+            args.push(format!("&s{i}"));
+        }
+        let g = &c.grid;
+        self.launch_call(&c.kernel, args, [g.x, g.y, g.z], c.num_warps)
     }
 
     /// A matrix product through the plugin's `kilnGemm`.

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Split attention (flash-decoding) and index_copy on the GPU machine, with a staged host
+# (bench/gpu/ab_stage.sh NAME; carry bench/gpu/ab/NAME): the test graphs of both compiled
+# for cuda and gxu and run against PyTorch with Kiln's attention kernel forced
+# (KILN_ATTENTION=kiln, run.py), and the attention graph through the C++ wrapper
+# (`host run --check`).
+#
+#   bash bench/gpu/split_attention_checks.sh NAME
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+name=${1:?usage: split_attention_checks.sh NAME}
+host=(bench/gpu/ab/$name/host --plugins bench/gpu/ab/$name/plugins)
+cases=$(mktemp -d)
+for device in cuda gxu; do
+  for graph in attention_one_query_long_cache index_copy; do
+    "${host[@]}" compile "tests/graphs/$graph.toml" --device "$device" -o "$cases/$device/$graph" >/dev/null
+    cp "tests/graphs/$graph.toml" "$cases/$device/$graph/graph.toml"
+  done
+done
+KILN_ATTENTION=kiln python3 bench/gpu/run.py "$cases" --no-compile
+"${host[@]}" run tests/graphs/attention_one_query_long_cache.toml --device cuda --check

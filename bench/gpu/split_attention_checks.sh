@@ -3,7 +3,7 @@
 # (bench/gpu/ab_stage.sh NAME; carry bench/gpu/ab/NAME): the test graphs of both compiled
 # for cuda and gxu and run against PyTorch with Kiln's attention kernel forced
 # (KILN_ATTENTION=kiln, run.py), and the attention graph through the C++ wrapper
-# (`host run --check`).
+# (`host run --check`), and the static-cache decoding step of tests/fixtures/decode through it.
 #
 #   bash bench/gpu/split_attention_checks.sh NAME
 set -euo pipefail
@@ -19,3 +19,8 @@ for device in cuda gxu; do
 done
 KILN_ATTENTION=kiln python3 bench/gpu/run.py "$cases" --no-compile
 "${host[@]}" run tests/graphs/attention_one_query_long_cache.toml --device cuda --check
+# A decoding step's cache update (index_copy into the state) through the C++ wrapper: token
+# 3 at position 5 (positions are checked against the cache, so not drawn at random).
+python3 -c "import struct, sys; open(sys.argv[1] + '/input_ids.bin', 'wb').write(struct.pack('<q', 3)); \
+open(sys.argv[1] + '/cache_position.bin', 'wb').write(struct.pack('<q', 5))" "$cases"
+"${host[@]}" run tests/fixtures/decode/gpt2_static_cache_step.pt2 --device cuda --check --inputs "$cases"

@@ -553,8 +553,12 @@ fn generate_triton_cpp(
     python::reserve(&mut namer, &python_strings);
     triton_cpp::reserve(&mut namer, &strings);
     let p = &scheduled.program;
+    let triton_options = triton::Options {
+        index_copy_kernels: true,
+        ..options.triton.clone()
+    };
     let kernels =
-        triton::write(p, plugin, &options.triton, &mut namer).map_err(Error::TritonKernels)?;
+        triton::write(p, plugin, &triton_options, &mut namer).map_err(Error::TritonKernels)?;
     let code = python::kernels_module(
         p,
         &kernels,

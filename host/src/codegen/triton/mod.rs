@@ -9,6 +9,7 @@
 
 pub mod attention;
 pub mod expr;
+pub mod index_copy;
 mod kernel;
 
 use std::collections::HashMap;
@@ -42,6 +43,9 @@ pub const RESERVED: &[&str] = &[
 pub struct Options {
     /// Offer every candidate config to `triton.autotune`.
     pub autotune: bool,
+    /// Write `index_copy` as Kiln's kernel ([`index_copy`]), for a wrapper without
+    /// ATen's (the C++ wrapper); the Python wrapper calls ATen's `index_copy_`.
+    pub index_copy_kernels: bool,
 }
 
 /// One launch config as the wrapper passes it.
@@ -95,8 +99,11 @@ pub struct Kernels {
     pub source: String,
     /// How to launch each kernel, in program order.
     pub info: Vec<KernelInfo>,
-    /// The fused attention kernels and their launches (extern steps).
+    /// The template kernels (fused attention, split attention's combining,
+    /// `index_copy`), and the attention steps' launches.
     pub attention: attention::Attention,
+    /// The launch of each `index_copy` step, by step index.
+    pub index_copies: HashMap<usize, index_copy::IndexCopyLaunch>,
 }
 
 /// Generates every kernel of `program`; `namer` names the kernels (call it
@@ -111,7 +118,12 @@ pub fn write(
         kernel::write_kernel(program, named, heuristics, options)
     })?;
     let (texts, info) = share_identical(texts, info);
-    let attention = attention::write(program, heuristics, namer)?;
+    let mut attention = attention::write(program, heuristics, namer)?;
+    let index_copies = if options.index_copy_kernels {
+        index_copy::write(program, heuristics, namer, &mut attention)?
+    } else {
+        HashMap::new()
+    };
     let calling: Vec<&str> = texts
         .iter()
         .map(String::as_str)
@@ -134,6 +146,7 @@ pub fn write(
         source,
         info,
         attention,
+        index_copies,
     })
 }
 

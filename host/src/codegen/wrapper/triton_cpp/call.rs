@@ -12,8 +12,9 @@ use super::init::FAIL;
 use super::text::{scalar_type, scalar_value};
 use super::{Error, Writer};
 use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch};
+use crate::codegen::triton::index_copy::IndexCopyLaunch;
 use crate::codegen::triton::KernelInfo;
-use crate::schedule::ir::{BufferId, ExternCall, Step, View};
+use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Step, View};
 
 impl Writer<'_> {
     /// `kiln_call` (or, with `--cuda-graph`, the `kiln_launch` it captures);
@@ -33,16 +34,18 @@ impl Writer<'_> {
                     self.launch(k)?;
                     launches += 1;
                 }
-                Step::Extern(e) => match self.plan.kernels.attention.launches.get(&i) {
-                    Some(l) => {
+                Step::Extern(e) => {
+                    if let Some(l) = self.plan.kernels.attention.launches.get(&i) {
                         self.attention_launch(l)?;
                         launches += 1;
-                    }
-                    None => {
+                    } else if let Some(l) = self.plan.kernels.index_copies.get(&i) {
+                        self.index_copy(e, l)?;
+                        launches += 1;
+                    } else {
                         let g = gemm(p, e)?;
                         self.gemm_call(e, &g)?;
                     }
-                },
+                }
             }
         }
         for (i, v) in p.outputs.iter().enumerate() {
@@ -259,6 +262,45 @@ impl Writer<'_> {
         }
         let g = &c.grid;
         self.launch_call(&c.kernel, args, [g.x, g.y, g.z], c.num_warps)
+    }
+
+    /// `index_copy` into its result: `self` copied there first, unless the caller passed
+    /// one buffer as both (a state's input and output, where the step may write in
+    /// place), then Kiln's kernel writes the source's slices.
+    fn index_copy(&mut self, e: &ExternCall, l: &IndexCopyLaunch) -> Result<(), Error> {
+        let x = &e.args[0];
+        let result = self.name(e.out)?.to_string();
+        let from = self.pointer(x)?;
+        let bytes =
+            x.shape.iter().product::<i64>().max(0) * self.p.buffer(x.buf).dtype.size_bytes() as i64;
+        let in_place = matches!(e.op, ExternOp::IndexCopy { in_place: true, .. });
+        let skip = if in_place {
+            format!("{result} != {from} && ")
+        } else {
+            String::new()
+        };
+        writeln!(
+            self.out,
+            "        if ({skip}{bytes} > 0) kilnCopyOnDevice({result}, {from}, {bytes}, stream);"
+        )?;
+        writeln!(self.out, "        {{ // {}", l.kernel)?;
+        let mut args = Vec::new();
+        let pointers = std::iter::once(result).chain(
+            l.pointers[1..]
+                .iter()
+                .map(|v| self.pointer(v))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        for (i, pointer) in pointers.enumerate() {
+            writeln!(self.out, "            void* p{i} = {pointer};")?;
+            args.push(format!("&p{i}"));
+        }
+        for (i, value) in l.scalars.iter().enumerate() {
+            writeln!(self.out, "            int64_t s{i} = {value};")?;
+            args.push(format!("&s{i}"));
+        }
+        let g = &l.grid;
+        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
     }
 
     /// A matrix product through the plugin's `kilnGemm`.

@@ -84,12 +84,17 @@ pub fn check(
                     ))
                 }
                 ExternOp::IndexCopy { .. } => {
-                    return Err(Error::Unsupported(
-                        "an index_copy (a KV cache's update): Kiln's C++ wrapper for Triton \
-                         devices has no index_copy yet; `host compile` without `--wrapper cpp` \
-                         writes the Python wrapper (output_code.py), which runs it"
-                            .into(),
-                    ))
+                    let x = &e.args[0];
+                    if !kernels.index_copies.contains_key(&i) || !is_dense(&x.shape, &x.strides) {
+                        return Err(Error::Unsupported(format!(
+                            "an index_copy of {} dims into a tensor of strides {:?}: Kiln's C++ \
+                             wrapper for Triton devices copies at most four dims, into a dense \
+                             tensor; `host compile` without `--wrapper cpp` writes the Python \
+                             wrapper (output_code.py), which runs it",
+                            e.args[2].shape.len(),
+                            x.strides
+                        )));
+                    }
                 }
                 ExternOp::Attention { .. } => {
                     if !kernels.attention.launches.contains_key(&i) {

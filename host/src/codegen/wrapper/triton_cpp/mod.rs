@@ -391,12 +391,18 @@ pub fn plan(
             (k, handle)
         })
         .collect();
-    // The locals of an attention launch's block: `p0`, `s0`, ...
+    // The locals of an attention or index_copy launch's block: `p0`, `s0`, ...
     let locals = kernels
         .attention
         .launches
         .values()
         .map(|l| l.pointers.len().max(l.scalars.len()))
+        .chain(
+            kernels
+                .index_copies
+                .values()
+                .map(|l| l.pointers.len().max(l.scalars.len())),
+        )
         .max()
         .unwrap_or(0);
     for i in 0..locals {

@@ -12,6 +12,8 @@ the weights and the cache read once at the machine's copy bandwidth (measured he
 `gpt2` is GPT-2 small (124 M); `llama` the 170 M Llama-style model of issue "LLM decoding" (1024
 hidden, 8 layers, 16 heads, 4 key/value heads). Random weights: the time does not depend on them.
 Each step writes position `--position` of the cache and attends over the whole cache.
+`--no-cache` times instead the one-token step without a cache (the model's forward on one token,
+exported with use_cache=False): Kiln under CUDA graphs against Inductor's reduce-overhead.
 """
 
 from __future__ import annotations
@@ -101,6 +103,36 @@ def row(name: str, dtype: str, batch: int, a, bandwidth: float) -> str:
             f"{err:.1e} / {err_g:.1e} | {compile_s:.1f} |")
 
 
+def no_cache_row(name: str, dtype: str, a) -> str:
+    """The one-token forward without a cache, under CUDA graphs: Kiln against Inductor."""
+    import kiln
+
+    m = model(name, DTYPES[dtype], a.cache)
+    ids = torch.full((1, 1), 7, dtype=torch.int64, device="cuda")
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids, use_cache=False).logits
+
+    step = Step().eval()
+    with torch.no_grad():
+        graphed = kiln.compile(step, (ids,), device="cuda", mode="reduce-overhead")
+        inductor = torch.compile(step, mode="reduce-overhead")
+        want = step(ids)
+        got = graphed(ids)
+        for _ in range(3):
+            inductor(ids)
+        sync()
+        err = float((got.float() - want.float()).abs().max() / want.float().abs().max())
+        ms = interleaved({"kiln_g": lambda: graphed(ids), "inductor_g": lambda: inductor(ids)}, a.rep)
+    return (f"| {name} | {dtype} | no cache | {ms['kiln_g']:.3f} | {ms['inductor_g']:.3f} | "
+            f"{ms['kiln_g'] / ms['inductor_g']:.2f} | {err:.1e} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt2,llama")
@@ -108,10 +140,18 @@ def main() -> None:
     p.add_argument("--batches", default="1,8")
     p.add_argument("--cache", type=int, default=1024)
     p.add_argument("--position", type=int, default=512)
+    p.add_argument("--no-cache", action="store_true", help="the one-token step without a cache, under graphs")
     p.add_argument("--rep", type=float, default=200, help="ms per column per round")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     setup()
+    if a.no_cache:
+        print("| model | dtype | step | kiln graphs ms | inductor reduce-overhead ms | kiln / inductor | error vs eager |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for name in a.models.split(","):
+            for dtype in a.dtypes.split(","):
+                print(no_cache_row(name, dtype, a), flush=True)
+        return
     bandwidth = copy_bandwidth()
     lines = [f"# bench/gpu/decode_step.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
              f"torch {torch.__version__}; position {a.position}; median of interleaved rounds; copy "

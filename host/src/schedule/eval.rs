@@ -383,6 +383,30 @@ fn laid_out(values: Vec<f64>, shape: &[i64], strides: &[i64]) -> Result<Vec<f64>
     Ok(out)
 }
 
+/// The row-major values of graph op `op` on the extern call's operands, by the
+/// interpreter (for the calls whose op the graph has: a convolution, an index_copy).
+fn interpreted(
+    p: &Program,
+    e: &ExternCall,
+    storage: &Storage,
+    op: &crate::graph::Op,
+) -> Result<Vec<f64>, Error> {
+    let out = p.buffer(e.out);
+    let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
+    let tensors = e
+        .args
+        .iter()
+        .map(|a| view_tensor(p, a, storage))
+        .collect::<Result<Vec<_>, _>>()?;
+    let vals: Vec<crate::interp::Val> = tensors.iter().map(crate::interp::Val::Tensor).collect();
+    let y = crate::interp::eval_op(op, &vals, std::slice::from_ref(&meta))
+        .map_err(|err| Error(format!("extern {}: {err}", op.name())))?;
+    Ok(match y.first() {
+        Some(t) => crate::interp::elements(t)?,
+        None => Vec::new(),
+    })
+}
+
 fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), Error> {
     if let ExternOp::Conv {
         stride,
@@ -391,15 +415,6 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         groups,
     } = &e.op
     {
-        let out = p.buffer(e.out);
-        let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
-        let tensors = e
-            .args
-            .iter()
-            .map(|a| view_tensor(p, a, storage))
-            .collect::<Result<Vec<_>, _>>()?;
-        let vals: Vec<crate::interp::Val> =
-            tensors.iter().map(crate::interp::Val::Tensor).collect();
         let op = crate::graph::Op::Conv {
             stride: stride.clone(),
             padding: padding.clone(),
@@ -407,33 +422,15 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
             groups: *groups,
             bias: false,
         };
-        let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
-            .map_err(|err| Error(format!("extern convolution: {err}")))?;
-        let values = match y.first() {
-            Some(t) => crate::interp::elements(t)?,
-            None => Vec::new(),
-        };
+        let out = p.buffer(e.out);
+        let values = interpreted(p, e, storage, &op)?;
         // A result planned channels-last lies in its buffer's strides.
         storage[e.out] = laid_out(values, &out.shape, &out.strides)?;
         return Ok(());
     }
     if let ExternOp::IndexCopy { dim, .. } = &e.op {
-        let out = p.buffer(e.out);
-        let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
-        let tensors = e
-            .args
-            .iter()
-            .map(|a| view_tensor(p, a, storage))
-            .collect::<Result<Vec<_>, _>>()?;
-        let vals: Vec<crate::interp::Val> =
-            tensors.iter().map(crate::interp::Val::Tensor).collect();
         let op = crate::graph::Op::IndexCopy { dim: *dim as i64 };
-        let y = crate::interp::eval_op(&op, &vals, std::slice::from_ref(&meta))
-            .map_err(|err| Error(format!("extern index_copy: {err}")))?;
-        storage[e.out] = match y.first() {
-            Some(t) => crate::interp::elements(t)?,
-            None => Vec::new(),
-        };
+        storage[e.out] = interpreted(p, e, storage, &op)?;
         return Ok(());
     }
     if let ExternOp::Attention {

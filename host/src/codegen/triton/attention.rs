@@ -78,22 +78,22 @@ pub struct AttentionLaunch {
     /// The grid launched (after `adjust_grid`).
     pub grid: Grid,
     /// Where the keys are split across programs (flash-decoding): the launch that
-    /// combines their partial results into the output, after this one.
-    pub combine: Option<Combine>,
+    /// combines their partial results into the output, after this one (pointers: the
+    /// scratch buffer and the output; scalars: [`COMBINE_PARAMS`]).
+    pub combine: Option<TemplateLaunch>,
 }
 
-/// The launch of the kernel that combines split attention's partial results: each
-/// query row's per-split values, running max and sum, from the scratch buffer.
+/// A launch of a template kernel whose scalars are all integers (split attention's
+/// combining kernel, `index_copy`'s).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Combine {
+pub struct TemplateLaunch {
     /// The kernel launched.
     pub kernel: String,
-    /// The scratch buffer and the output (as the main launch's output view).
+    /// The pointer arguments, as views.
     pub pointers: Vec<View>,
-    /// The output's strides, then the query heads, rows, and rows in all
-    /// ([`COMBINE_PARAMS`]).
+    /// The integer arguments after them.
     pub scalars: Vec<i64>,
-    /// `SPLITS`, `EV` and `BLOCK_EV`.
+    /// The `constexpr` values, by name.
     pub constants: Vec<(&'static str, i64)>,
     /// Warps per program.
     pub num_warps: u32,
@@ -232,7 +232,7 @@ pub fn write(
 fn combine_kernel(
     out: &mut Attention,
     program: &Program,
-    c: &Combine,
+    c: &TemplateLaunch,
     by_key: &mut HashMap<String, usize>,
     namer: &mut Namer,
 ) -> Result<String, Error> {
@@ -681,7 +681,7 @@ fn plan(
                     kernel: "attention".into(),
                     source,
                 })?;
-            Some(Combine {
+            Some(TemplateLaunch {
                 kernel: String::new(),
                 pointers: vec![view, ops.out.clone()],
                 scalars: vec![os[0], os[1], os[2], os[3], ops.h, ops.l, rows],

@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use kiln_plugin_api::{Grid, PointwiseQuery};
 
-use super::attention::{Attention, AttentionKernel};
+use super::attention::{Attention, AttentionKernel, TemplateLaunch};
 use super::expr::pointer_type;
 use super::Error;
 use crate::codegen::heuristics::LaunchHeuristics;
@@ -20,23 +20,11 @@ use crate::schedule::ir::{ExternOp, Program, Step, View};
 /// Elements one program copies per step.
 const BLOCK: i64 = 1024;
 
-/// One `index_copy` step's launch.
-#[derive(Clone, Debug, PartialEq)]
-pub struct IndexCopyLaunch {
-    /// The kernel launched.
-    pub kernel: String,
-    /// The result (the cache itself where in place), the index and the source.
-    pub pointers: Vec<View>,
-    /// The source's 4 sizes and strides, the result's 4 strides, the index's stride,
-    /// the size of the copied dim and the source's elements ([`PARAMS`]).
-    pub scalars: Vec<i64>,
-    /// `DIM` and `BLOCK`.
-    pub constants: Vec<(&'static str, i64)>,
-    /// Warps per program.
-    pub num_warps: u32,
-    /// The grid launched (after `adjust_grid`).
-    pub grid: Grid,
-}
+/// One `index_copy` step's launch: pointers the result (the cache itself where in
+/// place), the index and the source; scalars the source's 4 sizes and strides, the
+/// result's 4 strides, the index's stride, the size of the copied dim and the source's
+/// elements ([`PARAMS`]); constants `DIM` and `BLOCK`.
+pub type IndexCopyLaunch = TemplateLaunch;
 
 /// The kernel's integer parameters, in order.
 const PARAMS: [&str; 15] = [

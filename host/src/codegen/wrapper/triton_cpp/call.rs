@@ -11,7 +11,7 @@ use super::check::{gemm, Gemm};
 use super::init::FAIL;
 use super::text::{scalar_type, scalar_value};
 use super::{Error, Writer};
-use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch};
+use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::index_copy::IndexCopyLaunch;
 use crate::codegen::triton::KernelInfo;
 use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Step, View};
@@ -249,19 +249,28 @@ impl Writer<'_> {
         self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)?;
         let Some(c) = &l.combine else { return Ok(()) };
         // Split keys: the partial results combined into the output.
-        writeln!(self.out, "        {{ // {}", c.kernel)?;
+        let pointers = c
+            .pointers
+            .iter()
+            .map(|v| self.pointer(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.template_launch(c, pointers)
+    }
+
+    /// A template kernel's launch with integer scalars, its pointer arguments as given.
+    fn template_launch(&mut self, l: &TemplateLaunch, pointers: Vec<String>) -> Result<(), Error> {
+        writeln!(self.out, "        {{ // {}", l.kernel)?;
         let mut args = Vec::new();
-        for (i, v) in c.pointers.iter().enumerate() {
-            let pointer = self.pointer(v)?;
+        for (i, pointer) in pointers.iter().enumerate() {
             writeln!(self.out, "            void* p{i} = {pointer};")?;
             args.push(format!("&p{i}"));
         }
-        for (i, value) in c.scalars.iter().enumerate() {
+        for (i, value) in l.scalars.iter().enumerate() {
             writeln!(self.out, "            int64_t s{i} = {value};")?;
             args.push(format!("&s{i}"));
         }
-        let g = &c.grid;
-        self.launch_call(&c.kernel, args, [g.x, g.y, g.z], c.num_warps)
+        let g = &l.grid;
+        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
     }
 
     /// `index_copy` into its result: `self` copied there first, unless the caller passed
@@ -283,24 +292,11 @@ impl Writer<'_> {
             self.out,
             "        if ({skip}{bytes} > 0) kilnCopyOnDevice({result}, {from}, {bytes}, stream);"
         )?;
-        writeln!(self.out, "        {{ // {}", l.kernel)?;
-        let mut args = Vec::new();
-        let pointers = std::iter::once(result).chain(
-            l.pointers[1..]
-                .iter()
-                .map(|v| self.pointer(v))
-                .collect::<Result<Vec<_>, _>>()?,
-        );
-        for (i, pointer) in pointers.enumerate() {
-            writeln!(self.out, "            void* p{i} = {pointer};")?;
-            args.push(format!("&p{i}"));
+        let mut pointers = vec![result];
+        for v in &l.pointers[1..] {
+            pointers.push(self.pointer(v)?);
         }
-        for (i, value) in l.scalars.iter().enumerate() {
-            writeln!(self.out, "            int64_t s{i} = {value};")?;
-            args.push(format!("&s{i}"));
-        }
-        let g = &l.grid;
-        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
+        self.template_launch(l, pointers)
     }
 
     /// A matrix product through the plugin's `kilnGemm`.

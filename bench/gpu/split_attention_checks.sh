@@ -19,6 +19,7 @@ for device in cuda gxu; do
 done
 KILN_ATTENTION=kiln python3 bench/gpu/run.py "$cases" --no-compile
 "${host[@]}" run tests/graphs/attention_one_query_long_cache.toml --device cuda --check
+"${host[@]}" run tests/graphs/index_copy.toml --device cuda --check
 # A decoding step's cache update (index_copy into the state) through the C++ wrapper: token
 # 3 at position 5 (positions are checked against the cache, so not drawn at random).
 python3 -c "import struct, sys; open(sys.argv[1] + '/input_ids.bin', 'wb').write(struct.pack('<q', 3)); \

@@ -17,8 +17,9 @@ use crate::codegen::namer::Namer;
 use crate::graph::dtype::DType;
 use crate::schedule::ir::{ExternOp, Program, Step, View};
 
-/// Elements one program copies per step.
-const BLOCK: i64 = 1024;
+/// Elements one program copies per step: few, so that even a decoding step's one row
+/// of a cache spreads over several programs.
+const BLOCK: i64 = 256;
 
 /// One `index_copy` step's launch: pointers the result (the cache itself where in
 /// place), the index and the source; scalars the source's 4 sizes and strides, the
@@ -41,7 +42,7 @@ pub fn write(
     templates: &mut Attention,
 ) -> Result<HashMap<usize, IndexCopyLaunch>, Error> {
     let mut launches = HashMap::new();
-    let mut by_key: HashMap<(DType, i64), String> = HashMap::new();
+    let mut by_key: HashMap<(DType, i64, bool), String> = HashMap::new();
     for (i, step) in program.steps.iter().enumerate() {
         let Step::Extern(e) = step else { continue };
         let (ExternOp::IndexCopy { dim, in_place }, [x, index, source]) =
@@ -78,7 +79,13 @@ pub fn write(
         scalars.push(index.strides.first().copied().unwrap_or(0));
         scalars.extend([dst.shape[*dim], numel]);
         let dtype = out.dtype;
-        let kernel = match by_key.get(&(dtype, dim4)) {
+        // 32-bit index arithmetic (64-bit division costs a GPU tens of instructions)
+        // unless an offset into an operand reaches 2^31.
+        let wide = [&dst, index, source]
+            .iter()
+            .any(|v| extent(v) >= i64::from(i32::MAX));
+        let int = if wide { "i64" } else { "i32" };
+        let kernel = match by_key.get(&(dtype, dim4, wide)) {
             Some(k) => k.clone(),
             None => {
                 let name = namer.name(&format!("kiln_index_copy_{}", templates.kernels.len()));
@@ -88,7 +95,7 @@ pub fn write(
                     ("I".to_string(), pointer_type(DType::Int64).to_string()),
                     ("S".to_string(), pointer_type(dtype).to_string()),
                 ];
-                signature.extend(PARAMS.iter().map(|p| (p.to_string(), "i64".to_string())));
+                signature.extend(PARAMS.iter().map(|p| (p.to_string(), int.to_string())));
                 templates.kernels.push(AttentionKernel {
                     name: name.clone(),
                     signature,
@@ -97,7 +104,7 @@ pub fn write(
                     num_warps: warps(heuristics, numel, dtype)?,
                     num_stages: 1,
                 });
-                by_key.insert((dtype, dim4), name.clone());
+                by_key.insert((dtype, dim4, wide), name.clone());
                 name
             }
         };
@@ -129,6 +136,15 @@ pub fn write(
         );
     }
     Ok(launches)
+}
+
+/// One past the largest element offset `v` reaches.
+fn extent(v: &View) -> i64 {
+    v.shape
+        .iter()
+        .zip(&v.strides)
+        .map(|(&d, &s)| (d - 1).max(0).saturating_mul(s.abs()))
+        .fold(v.offset.saturating_add(1), i64::saturating_add)
 }
 
 /// The plugin's warps for a pointwise kernel of `numel` elements (its first config), at

@@ -257,16 +257,38 @@ impl Writer<'_> {
         self.template_launch(c, pointers)
     }
 
-    /// A template kernel's launch with integer scalars, its pointer arguments as given.
+    /// A template kernel's launch with integer scalars (of the kernel's signature's
+    /// types), its pointer arguments as given.
     fn template_launch(&mut self, l: &TemplateLaunch, pointers: Vec<String>) -> Result<(), Error> {
+        let kernel = self
+            .plan
+            .kernels
+            .attention
+            .kernels
+            .iter()
+            .find(|k| k.name == l.kernel)
+            .ok_or_else(|| Error::Unsupported(format!("kernel `{}` not found", l.kernel)))?;
+        let types = kernel.signature.get(pointers.len()..).unwrap_or(&[]);
+        if types.len() != l.scalars.len() {
+            return Err(Error::Unsupported(format!(
+                "kernel `{}`: {} scalars for {} parameters",
+                l.kernel,
+                l.scalars.len(),
+                types.len()
+            )));
+        }
+        let types: Vec<&'static str> = types
+            .iter()
+            .map(|(_, ty)| scalar_type(ty))
+            .collect::<Result<_, _>>()?;
         writeln!(self.out, "        {{ // {}", l.kernel)?;
         let mut args = Vec::new();
         for (i, pointer) in pointers.iter().enumerate() {
             writeln!(self.out, "            void* p{i} = {pointer};")?;
             args.push(format!("&p{i}"));
         }
-        for (i, value) in l.scalars.iter().enumerate() {
-            writeln!(self.out, "            int64_t s{i} = {value};")?;
+        for (i, (value, c)) in l.scalars.iter().zip(types).enumerate() {
+            writeln!(self.out, "            {c} s{i} = {value};")?;
             args.push(format!("&s{i}"));
         }
         let g = &l.grid;

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Where a decoding step's device time goes: Kiln's static-cache step (bench/gpu/decode_step.py's
-models) replayed under CUDA graphs inside torch.profiler, its kernels grouped by name with
-their time per step, largest first.
+"""Where a decoding step's device time goes: the static-cache step (bench/gpu/decode_step.py's
+models), or with --no-cache the one-token forward without a cache, replayed under CUDA graphs
+inside torch.profiler, its kernels grouped by name with their time per step, largest first.
+Kiln's `mode="reduce-overhead"` step by default; `--inductor` profiles Inductor's
+reduce-overhead step of the same export instead, to compare kernel by kernel.
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_profile.py \\
-        [--model gpt2] [--dtype bf16] [--cache 1024] [--position 512] [--steps 20] [--top 25]
+        [--model gpt2] [--dtype bf16] [--cache 1024] [--position 512] [--steps 20] [--top 25] \\
+        [--no-cache] [--inductor]
 """
 
 from __future__ import annotations
@@ -19,8 +22,29 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
-from decode_step import DTYPES, model  # noqa: E402
+from decode_step import DTYPES, NoCacheStep, model  # noqa: E402
 from precision_child import setup, sync  # noqa: E402
+
+
+def compiled_step(a):
+    """The function to profile and its keyword arguments."""
+    import kiln
+    from generate import export_step
+
+    m = model(a.model, DTYPES[a.dtype], a.cache)
+    ids = torch.tensor([[7]], device="cuda")
+    if a.no_cache:
+        step = NoCacheStep(m).eval()
+        if a.inductor:
+            return torch.compile(step, mode="reduce-overhead"), {"input_ids": ids}
+        with torch.no_grad():
+            compiled = kiln.compile(step, (ids,), device="cuda", mode="reduce-overhead")
+        return (lambda input_ids: compiled(input_ids)), {"input_ids": ids}
+    ep = export_step(m, a.cache, "cuda")
+    kwargs = {"input_ids": ids, "cache_position": torch.tensor([a.position], device="cuda")}
+    if a.inductor:
+        return torch.compile(ep.module(), mode="reduce-overhead"), kwargs
+    return kiln.compile(ep, device="cuda", mode="reduce-overhead"), kwargs
 
 
 def main() -> None:
@@ -31,17 +55,13 @@ def main() -> None:
     p.add_argument("--position", type=int, default=512)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--no-cache", action="store_true", help="the one-token forward without a cache")
+    p.add_argument("--inductor", action="store_true", help="profile Inductor's reduce-overhead step instead")
     a = p.parse_args()
-    import kiln
-    from generate import export_step
-
     setup()
-    m = model(a.model, DTYPES[a.dtype], a.cache)
-    step = kiln.compile(export_step(m, a.cache, "cuda"), device="cuda", mode="reduce-overhead")
-    kwargs = {"input_ids": torch.tensor([[7]], device="cuda"),
-              "cache_position": torch.tensor([a.position], device="cuda")}
+    step, kwargs = compiled_step(a)
     with torch.no_grad():
-        for _ in range(3):
+        for _ in range(3):  # Kiln's first call warms up and records; cudagraph trees record on a later one
             step(**kwargs)
         sync()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -54,7 +74,9 @@ def main() -> None:
             per_name[e.name][0] += e.device_time_total
             per_name[e.name][1] += 1
     total = sum(v[0] for v in per_name.values()) / a.steps
-    print(f"# {a.model} {a.dtype}, cache {a.cache}, position {a.position}: {torch.cuda.get_device_name(0)}; "
+    what = ("inductor" if a.inductor else "kiln") + (" no cache" if a.no_cache else f", cache {a.cache}, "
+                                                     f"position {a.position}")
+    print(f"# {a.model} {a.dtype} {what}: {torch.cuda.get_device_name(0)}; "
           f"device time per step {total:.1f} us over {len(per_name)} kernel names")
     print("| kernel | us per step | launches per step | share |")
     print("| --- | --- | --- | --- |")

@@ -103,22 +103,24 @@ def row(name: str, dtype: str, batch: int, a, bandwidth: float) -> str:
             f"{err:.1e} / {err_g:.1e} | {compile_s:.1f} |")
 
 
+class NoCacheStep(torch.nn.Module):
+    """The model's forward on the given tokens without a cache, returning the logits."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False).logits
+
+
 def no_cache_row(name: str, dtype: str, a) -> str:
     """The one-token forward without a cache, under CUDA graphs: Kiln against Inductor."""
     import kiln
 
     m = model(name, DTYPES[dtype], a.cache)
     ids = torch.full((1, 1), 7, dtype=torch.int64, device="cuda")
-
-    class Step(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids, use_cache=False).logits
-
-    step = Step().eval()
+    step = NoCacheStep(m).eval()
     with torch.no_grad():
         graphed = kiln.compile(step, (ids,), device="cuda", mode="reduce-overhead")
         inductor = torch.compile(step, mode="reduce-overhead")

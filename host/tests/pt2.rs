@@ -2841,6 +2841,66 @@ fn a_decoding_step_keeps_its_static_cache_and_counters_as_state() {
     }
 }
 
+/// The decoding step as the Python wrapper of a Triton device runs it: each layer's new
+/// keys and values are stored into the cache inputs themselves by one kernel (a scatter
+/// at the position, no extern `index_copy`), and every output (the logits, the counters,
+/// the caches the state hands back) matches the interpreter's.
+#[test]
+fn a_kernel_writes_the_static_cache_in_place_and_the_step_still_matches() {
+    use kiln::schedule::ir::{BufferKind, ExternOp, Step};
+    let path = fixtures().join("../decode/gpt2_static_cache_step.pt2");
+    let g = load(&path).expect("a decoding step");
+    let artifacts = kiln::driver::compile(g.clone(), &common::plugin("cuda"), &Default::default())
+        .expect("compiles for cuda");
+    let p = &artifacts.scheduled.program;
+    let scattered: Vec<usize> = p
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            _ => None,
+        })
+        .flat_map(|k| k.stores.iter().filter(|s| !s.indirect.is_empty()))
+        .map(|s| match p.buffer(s.buf).kind {
+            BufferKind::Input { index, .. } => index,
+            ref other => panic!("a scatter into {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        scattered,
+        [4, 5, 6, 7],
+        "the four caches, one kernel a layer"
+    );
+    assert!(!p
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::IndexCopy { .. }))));
+    let metas: Vec<TensorMeta> = (0..g.inputs().len())
+        .map(|i| g.input_meta(i).unwrap().clone())
+        .collect();
+    let mut inputs = kiln::tensor_io::random_inputs(&metas, 11);
+    // Token 7 at position 3; the counters start where the archive starts them; the
+    // caches hold random values.
+    inputs[0] = Tensor::new(metas[0].shape.clone(), metas[0].dtype, vec![7.0]);
+    inputs[1] = Tensor::new(metas[1].shape.clone(), metas[1].dtype, vec![3.0]);
+    for s in g
+        .state()
+        .iter()
+        .filter(|s| !metas[s.input].dtype.is_float())
+    {
+        let m = &metas[s.input];
+        let values = (0..m.numel() as usize).map(|i| s.init.get(i)).collect();
+        inputs[s.input] = Tensor::new(m.shape.clone(), m.dtype, values);
+    }
+    let want = kiln::interp::evaluate(&g, &inputs).expect("interpreter");
+    let got = kiln::schedule::eval::run(&artifacts.scheduled, &inputs).expect("loop IR");
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        let err = rel_err(a, &b.to_vec());
+        assert!(err <= 1e-5, "output {i}: relative error {err:e}");
+    }
+}
+
 /// `atan2`, `hypot` and `copysign` as PyTorch defines them, on floats and on integers
 /// (promoted to float), in the interpreter and in generated code.
 #[test]

@@ -46,7 +46,8 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     let mut lowered = graph.clone();
     kiln::passes::run_pipeline(&mut lowered).expect("passes");
     // Without optional features, and with every one (in-place buffers, the
-    // products' biases in their calls, convolutions in channels-last).
+    // products' biases in their calls, convolutions in channels-last, state
+    // written by kernels).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
         tiling: kiln::schedule::Tiling::Flat,
@@ -54,6 +55,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
         conv_channels_last: true,
         inplace_reductions: true,
         attention_units: 132,
+        state_scatter: true,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -192,6 +194,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
         conv_channels_last: false,
         inplace_reductions: false,
         attention_units: 0,
+        state_scatter: false,
     };
     assert_eq!(
         reuses(&inplace),

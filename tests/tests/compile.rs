@@ -1170,10 +1170,11 @@ fn library_builds_the_cpu_wrapper_into_kiln_so_and_a_triton_device_refuses_it() 
 }
 
 /// A decoding step's KV cache, kept as state: the Python wrapper writes the new keys and
-/// values into the cache tensor the caller passes (ATen's `index_copy_`, the copied slices
-/// only) and returns that tensor as the new state; `state.json` lists the state; the C++
-/// wrapper of a Triton device writes them with Kiln's index_copy kernel, after copying the
-/// cache into the state's output unless the caller passed one buffer as both.
+/// values into the cache tensor the caller passes (one Kiln kernel per layer storing both
+/// at the position, fused with the bias add before it: the copied slices only) and returns
+/// that tensor as the new state; `state.json` lists the state; the C++ wrapper of a Triton
+/// device writes them with Kiln's index_copy kernel, after copying the cache into the
+/// state's output unless the caller passed one buffer as both.
 #[test]
 fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
     let tmp = TempDir::new("state");
@@ -1182,18 +1183,24 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
     let (ok, stderr) = compile(&step, "cuda", &out, &[]);
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
-    for cache in 2..6 {
-        let tensor = format!(
-            "c_model_transformer_h_{}_attn_lifted_tensor_{cache}",
-            (cache - 2) / 2
+    for layer in 0..2 {
+        let (k, v) = (2 + 2 * layer, 3 + 2 * layer);
+        let caches = format!(
+            ", c_model_transformer_h_{layer}_attn_lifted_tensor_{k}, \
+             c_model_transformer_h_{layer}_attn_lifted_tensor_{v}, "
         );
-        let binding = format!(" = {tensor}\n");
-        let at = code
-            .find(&binding)
-            .unwrap_or_else(|| panic!("{binding:?} in:\n{code}"));
-        let next = &code[at..].lines().nth(1).unwrap_or("");
-        assert!(next.contains(".index_copy_(2, "), "{next}");
+        let launch = code
+            .lines()
+            .find(|l| l.contains("KERNELS.kiln_poi_fused_index_copy") && l.contains(&caches))
+            .unwrap_or_else(|| panic!("one kernel writing {caches:?} in:\n{code}"));
+        assert!(launch.contains("cache_position"), "{launch}");
     }
+    // Each row of 8 goes to the position along the cache's dim 2 (stride 8), masked to it.
+    let store =
+        "tl.store(out_ptr0 + (64*((xindex) // 8) + ((xindex) % 8) + tmp0_at_i0 * 8), tmp0, \
+                 xmask & (0 <= tmp0_at_i0) & (tmp0_at_i0 < 8))";
+    assert!(code.contains(store), "{code}");
+    assert!(!code.contains(".index_copy_("), "{code}");
     assert!(
         !code.contains(".copy_(c_model"),
         "no cache copied whole:\n{code}"

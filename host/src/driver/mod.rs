@@ -450,6 +450,10 @@ pub fn compile_for(
         } else {
             0
         },
+        // The Python wrapper's caller keeps the state tensors a kernel writes in
+        // place; the C interfaces of the C++ wrappers take inputs read-only.
+        state_scatter: target.spec.scheduling == SchedulingKind::Triton
+            && target.wrapper == WrapperKind::Python,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

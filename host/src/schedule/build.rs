@@ -74,7 +74,7 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
 pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space> {
     let s = &low.snodes[id];
     match &s.kind {
-        SKind::Pointwise { .. } => Some(Space::rows(s.meta.numel(), 1)),
+        SKind::Pointwise { .. } | SKind::Scatter { .. } => Some(Space::rows(s.meta.numel(), 1)),
         SKind::Reduction { input, dims, .. } => {
             let shape = &graph.meta(*input)?.shape;
             let r: i64 = dims.iter().map(|&d| shape[d]).product();
@@ -169,6 +169,7 @@ impl<'a> KernelBuilder<'a> {
                         buf: s.buf,
                         index,
                         value: e,
+                        indirect: vec![],
                     },
                 ));
             }
@@ -232,12 +233,65 @@ impl<'a> KernelBuilder<'a> {
                         buf: s.buf,
                         index,
                         value: e,
+                        indirect: vec![],
                     },
                 ));
+            }
+            SKind::Scatter {
+                source,
+                index,
+                dim,
+                target,
+            } => {
+                let store = self.scatter(s, *source, *index, *dim, target)?;
+                self.members.insert(id, None);
+                self.stores.push((id, store));
             }
             SKind::Extern { .. } => return Err(Illegal("extern calls are not kernels".into())),
         }
         Ok(())
+    }
+
+    /// The store of `index_copy`'s source into `target` at the index along `dim`:
+    /// over the source's elements, in a pointwise kernel only (its stores land at
+    /// data-dependent places, which no reader in the same kernel can follow).
+    fn scatter(
+        &mut self,
+        s: &super::lower::SNode,
+        source: ValueId,
+        index: ValueId,
+        dim: usize,
+        target: &super::ir::View,
+    ) -> Built<Store> {
+        if self.space.r > 1 {
+            return Err(Illegal("a scatter joins pointwise kernels only".into()));
+        }
+        let idx = space_index(&s.meta.shape, self.space).ok_or_else(|| {
+            Illegal(format!(
+                "shape {:?} does not split into {:?}",
+                s.meta.shape, self.space
+            ))
+        })?;
+        let value = self.load(source, &idx)?;
+        let value = self.cast(value, self.low.buffers[target.buf].dtype);
+        let at = match self.meta(index)?.rank() {
+            0 => self.load(index, &[])?,
+            _ => self.load(index, &idx[dim..=dim])?,
+        };
+        let mut fixed = idx;
+        fixed[dim] = Index::Const(0);
+        Ok(Store {
+            buf: target.buf,
+            index: linear(&fixed, &target.strides, target.offset),
+            value,
+            indirect: vec![Indirect {
+                value: at,
+                size: target.shape[dim],
+                stride: target.strides[dim],
+                // PyTorch's index_copy refuses a negative index.
+                nonnegative: true,
+            }],
+        })
     }
 
     fn meta(&self, v: ValueId) -> Built<&'a crate::graph::ir::TensorMeta> {

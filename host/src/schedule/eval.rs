@@ -239,18 +239,7 @@ fn eval_all(
                     let i = g.index.eval(x, r);
                     g.lo <= i && i < g.hi
                 }) {
-                    let mut at = index.eval(x, r);
-                    for i in indirect {
-                        let value = vals[i.value];
-                        let what = "an index tensor";
-                        let w = if i.nonnegative {
-                            crate::interp::model::checked_nonnegative_index(value, i.size, what)
-                        } else {
-                            crate::interp::model::checked_index(value, i.size, what)
-                        }
-                        .map_err(Error)?;
-                        at += w * i.stride;
-                    }
+                    let at = index.eval(x, r) + indirect_offset(indirect, vals)?;
                     element(cells, *buf, at)?
                 } else {
                     0.0
@@ -317,6 +306,27 @@ fn run_kernel(p: &Program, k: &Kernel, storage: &mut Storage) -> Result<(), Erro
         )
 }
 
+/// The data-dependent part of an offset: each index value, checked against its dim
+/// (wrapped once if negative, unless `nonnegative`), times its stride.
+fn indirect_offset(
+    indirect: &[super::ir::Indirect],
+    vals: &IdVec<ExprId, f64>,
+) -> Result<i64, Error> {
+    let mut at = 0;
+    for i in indirect {
+        let value = vals[i.value];
+        let what = "an index tensor";
+        let w = if i.nonnegative {
+            crate::interp::model::checked_nonnegative_index(value, i.size, what)
+        } else {
+            crate::interp::model::checked_index(value, i.size, what)
+        }
+        .map_err(Error)?;
+        at += w * i.stride;
+    }
+    Ok(at)
+}
+
 /// Row `x` of kernel `k`: its reductions, then its stores.
 fn run_row(
     p: &Program,
@@ -343,7 +353,7 @@ fn run_row(
         let dtype = p.buffer(s.buf).dtype;
         for r in 0..rs {
             eval_all(k, x, r, red, cells, vals)?;
-            let off = usize::try_from(s.index.eval(x, r))
+            let off = usize::try_from(s.index.eval(x, r) + indirect_offset(&s.indirect, vals)?)
                 .map_err(|_| Error(format!("negative store offset in buffer {}", s.buf.0)))?;
             let slot = cells[s.buf].get(off).ok_or_else(|| {
                 Error(format!(

@@ -55,6 +55,7 @@ pub fn reads_of(graph: &Graph, low: &Lowered, id: SNodeId) -> Reads {
     let mut roots: Vec<ValueId> = match &s.kind {
         SKind::Pointwise { value } => inline_operands(graph, *value),
         SKind::Reduction { input, .. } => vec![*input],
+        SKind::Scatter { source, index, .. } => vec![*source, *index],
         SKind::Extern { .. } => vec![],
     };
     let mut reads = Reads::default();
@@ -115,6 +116,13 @@ fn push_buffer(low: &Lowered, reads: &mut Reads, buf: BufferId) {
     if let Some(owner) = low.snodes.position(|s| s.buf == buf) {
         if !reads.deps.contains(&owner) {
             reads.deps.push(owner);
+        }
+        // A scatter's stores land anywhere in its buffer: its readers come in a
+        // later kernel.
+        if matches!(low.snodes[owner].kind, SKind::Scatter { .. })
+            && !reads.barriers.contains(&owner)
+        {
+            reads.barriers.push(owner);
         }
     }
 }

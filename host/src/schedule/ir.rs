@@ -340,6 +340,10 @@ pub struct Store {
     pub index: Index,
     /// The value.
     pub value: ExprId,
+    /// Offsets read from index tensors (a scatter: `index_copy` into state); empty
+    /// for a plain store. An index out of range is never stored, as a load never
+    /// reads one.
+    pub indirect: Vec<Indirect>,
 }
 
 /// How a kernel uses a buffer it takes as a pointer parameter.
@@ -494,6 +498,11 @@ impl Kernel {
     /// generator must emit.
     pub fn needed(&self) -> std::collections::HashSet<ExprId> {
         let mut roots: Vec<ExprId> = self.stores.iter().map(|s| s.value).collect();
+        roots.extend(
+            self.stores
+                .iter()
+                .flat_map(|s| s.indirect.iter().map(|i| i.value)),
+        );
         roots.extend(self.reductions.iter().map(|r| r.value));
         let mut seen = std::collections::HashSet::new();
         while let Some(e) = roots.pop() {

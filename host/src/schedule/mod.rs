@@ -124,6 +124,12 @@ pub struct Options {
     /// units idle, the keys are split across more programs ([`split_attention`]).
     /// 0: never split.
     pub attention_units: u32,
+    /// The wrapper lets a kernel write into a state input (the Python wrapper of a
+    /// Triton device, whose caller keeps the tensor): an `index_copy` into state that
+    /// nothing else reads becomes a kernel storing the source's slices at the index,
+    /// into the state itself, fused with the source's producer (a KV cache's write:
+    /// the key or value's bias add). Otherwise it is an extern call.
+    pub state_scatter: bool,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -232,7 +238,8 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                 reductions,
                 mut stores,
             } => {
-                stores.retain(|s| needed.contains(&s.buf));
+                // A scatter writes state, which the caller reads.
+                stores.retain(|s| needed.contains(&s.buf) || !s.indirect.is_empty());
                 if !stores.is_empty() {
                     kept.push(Step::Kernel(Kernel::new(
                         ops, space, exprs, reductions, stores,
@@ -484,7 +491,9 @@ pub fn plan_memory(program: &Program, inplace: InPlace) -> MemoryPlan {
     let mut free_pool: Vec<BufferId> = Vec::new();
     let mut taken_inplace: Vec<BufferId> = Vec::new();
     for (i, step) in program.steps.iter().enumerate() {
-        for b in step.writes() {
+        // A kernel may write an input (state, in place): the caller's storage.
+        let computed = |b: &BufferId| !matches!(program.buffer(*b).kind, BufferKind::Input { .. });
+        for b in step.writes().into_iter().filter(computed) {
             let buf = program.buffer(b);
             // First a buffer whose last reader this kernel is: the kernel writes
             // over what it has just read, the lines its producer left in the

@@ -25,14 +25,7 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
                 indirect,
             } => {
                 let mut t = format!("load {}[{index}", program.buffer(*buf).name);
-                for i in indirect {
-                    let sign = if i.nonnegative { ", nonnegative" } else { "" };
-                    let _ = write!(
-                        t,
-                        " + {} * index(t{} of {}{sign})",
-                        i.stride, i.value.0, i.size
-                    );
-                }
+                indirect_text(&mut t, indirect);
                 t.push(']');
                 for g in guards {
                     let _ = write!(t, " if {} <= {} < {}", g.lo, g.index, g.hi);
@@ -62,15 +55,28 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
         );
     }
     for s in &k.stores {
+        let mut at = s.index.to_string();
+        indirect_text(&mut at, &s.indirect);
         let _ = writeln!(
             out,
-            "    store {}[{}] = t{}",
+            "    store {}[{at}] = t{}",
             program.buffer(s.buf).name,
-            s.index,
             s.value.0
         );
     }
     out
+}
+
+/// The data-dependent parts of an offset, ` + stride * index(tN of size)` each.
+fn indirect_text(t: &mut String, indirect: &[crate::schedule::ir::Indirect]) {
+    for i in indirect {
+        let sign = if i.nonnegative { ", nonnegative" } else { "" };
+        let _ = write!(
+            t,
+            " + {} * index(t{} of {}{sign})",
+            i.stride, i.value.0, i.size
+        );
+    }
 }
 
 /// What each step is called in the generated code and the other debug

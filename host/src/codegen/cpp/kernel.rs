@@ -467,6 +467,10 @@ impl Writer<'_> {
     }
 
     fn store_line(&mut self, depth: usize, s: &Store, r_zero: bool) -> Result<(), Error> {
+        if !s.indirect.is_empty() {
+            // The scheduler makes scatters only for the Python wrapper of a Triton device.
+            return Err(self.unsupported("a store at data-dependent places (a scatter)".into()));
+        }
         let ptr = self.ptr(s.buf)?;
         let to = self.program.buffer(s.buf).dtype;
         let from = self.k.exprs.dtype(s.value);

@@ -335,32 +335,8 @@ impl KernelWriter<'_> {
                     .clone();
                 let mut mask = self.load_mask(uses_r, guards);
                 let mut offset = block_offset(index);
-                // An index read from a tensor: wrapped once if negative (not an
-                // embedding's, where a negative one is out of range), asserted in
-                // range (in Triton's debug mode), and masked so that a value out of
-                // range never reads outside the buffer.
-                for (n, i) in indirect.iter().enumerate() {
-                    let w = format!("{}_i{n}", Renderer::var(id));
-                    let v = self.renderer.operand(i.value, false);
-                    // `tl.cast`, not `.to`: the index may be a literal (a one-element constant).
-                    self.line(depth, &format!("{w} = tl.cast({v}, tl.int64)"));
-                    if !i.nonnegative {
-                        self.line(
-                            depth,
-                            &format!("{w} = tl.where({w} < 0, {w} + {}, {w})", i.size),
-                        );
-                    }
-                    let ok = format!("(0 <= {w}) & ({w} < {})", i.size);
-                    self.line(
-                        depth,
-                        &format!(
-                            "tl.device_assert(({ok}) | ~({mask}), \"index out of bounds: 0 <= {w} < {}\")",
-                            i.size
-                        ),
-                    );
-                    let _ = write!(mask, " & {ok}");
-                    let _ = write!(offset, " + {w} * {}", i.stride);
-                }
+                let name = Renderer::var(id);
+                self.indirect_parts(depth, &name, indirect, &mut mask, &mut offset);
                 let policy = if indirect.is_empty() {
                     self.eviction.of_load(index)
                 } else {
@@ -378,6 +354,43 @@ impl KernelWriter<'_> {
         };
         self.line(depth, &format!("{} = {rhs}", Renderer::var(id)));
         Ok(())
+    }
+
+    /// The data-dependent parts of an access's offset, each read from a tensor: wrapped
+    /// once if negative (not an embedding's or an `index_copy`'s, where a negative one
+    /// is out of range), asserted in range (in Triton's debug mode), and masked so that
+    /// a value out of range never reads or writes outside the buffer. Each index is
+    /// named `{name}_i{n}`.
+    fn indirect_parts(
+        &mut self,
+        depth: usize,
+        name: &str,
+        indirect: &[crate::schedule::ir::Indirect],
+        mask: &mut String,
+        offset: &mut String,
+    ) {
+        for (n, i) in indirect.iter().enumerate() {
+            let w = format!("{name}_i{n}");
+            let v = self.renderer.operand(i.value, false);
+            // `tl.cast`, not `.to`: the index may be a literal (a one-element constant).
+            self.line(depth, &format!("{w} = tl.cast({v}, tl.int64)"));
+            if !i.nonnegative {
+                self.line(
+                    depth,
+                    &format!("{w} = tl.where({w} < 0, {w} + {}, {w})", i.size),
+                );
+            }
+            let ok = format!("(0 <= {w}) & ({w} < {})", i.size);
+            self.line(
+                depth,
+                &format!(
+                    "tl.device_assert(({ok}) | ~({mask}), \"index out of bounds: 0 <= {w} < {}\")",
+                    i.size
+                ),
+            );
+            let _ = write!(mask, " & {ok}");
+            let _ = write!(offset, " + {w} * {}", i.stride);
+        }
     }
 
     fn store_line(
@@ -399,13 +412,13 @@ impl KernelWriter<'_> {
             }
             _ => self.renderer.operand(s.value, false),
         };
-        let mask = if uses_r { "xmask & rmask" } else { "xmask" };
+        let mut mask = if uses_r { "xmask & rmask" } else { "xmask" }.to_string();
+        let mut offset = block_offset(&s.index);
+        let name = format!("{}_at", Renderer::var(s.value));
+        self.indirect_parts(depth, &name, &s.indirect, &mut mask, &mut offset);
         self.line(
             depth,
-            &format!(
-                "tl.store({ptr} + ({}), {value}, {mask})",
-                block_offset(&s.index)
-            ),
+            &format!("tl.store({ptr} + ({offset}), {value}, {mask})"),
         );
         Ok(())
     }

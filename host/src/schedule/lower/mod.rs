@@ -111,6 +111,20 @@ pub enum SKind {
         /// Divide the sum by this (a mean).
         divisor: Option<i64>,
     },
+    /// `index_copy` into state, in place: the kernel stores `source` (an inline
+    /// value, iterated over its own shape) into `target`, the state's whole buffer,
+    /// at `index[i]` along `dim` (the node's buffer is `target`'s, which its value
+    /// is a view of).
+    Scatter {
+        /// The values copied.
+        source: ValueId,
+        /// Where along `dim` each of `source`'s slices goes (1-D integers).
+        index: ValueId,
+        /// The dim of `target` indexed.
+        dim: usize,
+        /// The state input's buffer, whole.
+        target: View,
+    },
     /// A matrix product in the device's library.
     Extern {
         /// Which product.
@@ -160,6 +174,8 @@ pub struct Lowered {
     /// A convolution takes channels-last operands as they are and answers in
     /// channels-last (`Options::conv_channels_last`).
     conv_channels_last: bool,
+    /// An `index_copy` into state may write it in place (`Options::state_scatter`).
+    state_scatter: bool,
 }
 
 fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
@@ -299,6 +315,7 @@ pub fn lower_with(graph: &Graph, options: &super::Options) -> Result<Lowered, Er
     let mut low = Lowered {
         bias_epilogue: options.bias_epilogue,
         conv_channels_last: options.conv_channels_last,
+        state_scatter: options.state_scatter,
         ..Lowered::default()
     };
     let outputs: Outputs = graph.outputs().iter().copied().collect();
@@ -517,14 +534,35 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
     Ok(())
 }
 
-/// `index_copy`: an extern call on views of `self`, the index and the source (the
-/// scheduler decides after planning memory whether it writes `self` in place).
+/// `index_copy`: a kernel writing the source's slices into the state it updates in
+/// place, where it may ([`scatter_target`]); else an extern call on views of `self`,
+/// the index and the source (the scheduler decides after planning memory whether it
+/// writes `self` in place).
 fn lower_index_copy(graph: &Graph, low: &mut Lowered, id: NodeId, dim: i64) -> Result<(), Error> {
     let rank = meta_of(graph, ValueId::first(id))?.rank();
     let dim = crate::graph::shape::wrap_dim(dim, rank).map_err(|e| Error::Unsupported {
         node: node_of(graph, id).map_or_else(|_| "?".into(), |n| n.name.clone()),
         what: format!("index_copy: {e}"),
     })?;
+    if let Some(target) = scatter_target(graph, low, id) {
+        let (index, source) = (first_value(graph, id, 1)?, first_value(graph, id, 2)?);
+        let v0 = ValueId::first(id);
+        let meta = meta_of(graph, source)?.clone();
+        low.snodes.push(SNode {
+            kind: SKind::Scatter {
+                source,
+                index,
+                dim,
+                target: target.clone(),
+            },
+            value: v0,
+            meta,
+            buf: target.buf,
+            op_name: "index_copy",
+        });
+        low.defs.insert(v0, Def::Strided(target));
+        return Ok(());
+    }
     let mut args = vec![];
     for i in 0..3 {
         let value = first_value(graph, id, i)?;
@@ -541,6 +579,39 @@ fn lower_index_copy(graph: &Graph, low: &mut Lowered, id: NodeId, dim: i64) -> R
         "index_copy",
     )?;
     Ok(())
+}
+
+/// The whole buffer of the state input an `index_copy` node may write in place: with
+/// `Options::state_scatter`, where its `self` is a graph input the program keeps as
+/// state, read by nothing else (the old value is dead once written) and not an
+/// output itself, and the source has `self`'s dtype.
+fn scatter_target(graph: &Graph, low: &Lowered, id: NodeId) -> Option<View> {
+    if !low.state_scatter {
+        return None;
+    }
+    let node = graph.node(id)?;
+    let x = node.args.first()?.value()?;
+    let Op::Input { index } = graph.node(x.node)?.op else {
+        return None;
+    };
+    let only_reader = graph
+        .users(x.node)
+        .all(|(user, u)| user == id && u.operand == 0);
+    let source = node.args.get(2)?.value()?;
+    let keeps = graph.state().iter().any(|s| s.input == index);
+    if !keeps
+        || !only_reader
+        || graph.outputs().contains(&x)
+        || graph.meta(source)?.dtype != graph.meta(x)?.dtype
+    {
+        return None;
+    }
+    match low.defs.get(&x)? {
+        Def::Strided(view) if view.offset == 0 && view.shape == low.buffers[view.buf].shape => {
+            Some(view.clone())
+        }
+        _ => None,
+    }
 }
 
 /// `value` as a strided view, where it is the `NCHW` permute of an `NHWC` value

@@ -473,7 +473,37 @@ fn symbolic_sizes_name_the_symbol() {
             serde_json::json!({"as_expr": {"expr_str": "s77", "hint": {"as_int": 8}}});
     });
     let e = load_error("symbolic", &write_zip(&m, false));
-    assert_says(&e, &["`x`", "symbolic (dynamic) size `s77`"]);
+    assert_says(
+        &e,
+        &["`x`", "dynamic size `s77`", "export without dynamic_shapes"],
+    );
+}
+
+/// A size written in sympy's form (newer exports) is named as Python writes it, with the
+/// ranges `range_constraints` gives its symbols.
+#[test]
+fn dynamic_sizes_are_named_with_their_ranges() {
+    let m = edited_model(|v| {
+        v["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0] = serde_json::json!({
+            "as_expr": {
+                "expr_str": "Mul(Integer(2), Symbol('s23', positive=True, integer=True), \
+                             Symbol('s27', positive=True, integer=True))",
+                "hint": {"as_int": 8}
+            }
+        });
+        v["range_constraints"] = serde_json::json!({
+            "s23": {"min_val": 1, "max_val": 16},
+            "s27": {"min_val": 2, "max_val": 64}
+        });
+    });
+    let e = load_error("dynamic", &write_zip(&m, false));
+    assert_says(
+        &e,
+        &[
+            "`x`",
+            "dynamic size `2*s23*s27` (s23 in 1..=16, s27 in 2..=64)",
+        ],
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod ir;
 pub mod ops;
 pub mod print;
 pub mod shape;
+pub mod sym;
 pub mod verify;
 pub mod views;
 

@@ -103,12 +103,14 @@ pub enum Pt2Error {
         what: String,
     },
     /// A dynamic size.
-    #[error("`{tensor}` has a symbolic (dynamic) size `{symbol}`: Kiln compiles static shapes; export without dynamic_shapes")]
+    #[error("`{tensor}` has a dynamic size `{symbol}`{ranges}: Kiln compiles static shapes only; export without dynamic_shapes, at the shape you will run")]
     Symbolic {
         /// the tensor (or node.parameter) with the size
         tensor: String,
         /// the symbol or expression
         symbol: String,
+        /// the ranges of its symbols, ` (s0 in 1..=16)`, where the archive gives them
+        ranges: String,
     },
     /// A size or element count that does not fit in 64 bits.
     #[error("`{tensor}`: {message}")]

@@ -19,21 +19,7 @@ import triton.language as tl
 
 
 @triton.jit
-def gelu_strided(in0, in1, out0, xnumel, XBLOCK: tl.constexpr):
-    xbase = tl.arange(0, XBLOCK)
-    for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
-        xindex = xoffset + xbase
-        xmask = xindex < xnumel
-        a = tl.load(in0 + xindex, xmask, other=0).to(tl.float32)
-        b = tl.load(in1 + xindex, xmask, other=0).to(tl.float32)
-        x = a + b
-        y = 0.5 * x * (1.0 + tl.extra.cuda.libdevice.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-        tl.store(out0 + xindex, y.to(out0.dtype.element_ty), xmask)
-
-
-@triton.jit
-def gelu_block(in0, in1, out0, xnumel, XBLOCK: tl.constexpr):
-    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+def _gelu_block(in0, in1, out0, xindex, xnumel):
     xmask = xindex < xnumel
     a = tl.load(in0 + xindex, xmask, other=0).to(tl.float32)
     b = tl.load(in1 + xindex, xmask, other=0).to(tl.float32)
@@ -43,27 +29,20 @@ def gelu_block(in0, in1, out0, xnumel, XBLOCK: tl.constexpr):
 
 
 @triton.jit
-def norm_strided(in0, in1, w, b, out0, out1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    xbase = tl.arange(0, XBLOCK)[:, None]
-    rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+def gelu_strided(in0, in1, out0, xnumel, XBLOCK: tl.constexpr):
+    xbase = tl.arange(0, XBLOCK)
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
-        xindex = xoffset + xbase
-        m = (xindex < xnumel) & rmask
-        x = tl.load(in0 + xindex * rnumel + rindex, m, other=0).to(tl.float32)
-        x = x + tl.load(in1 + xindex * rnumel + rindex, m, other=0).to(tl.float32)
-        tl.store(out0 + xindex * rnumel + rindex, x.to(out0.dtype.element_ty), m)
-        mean = tl.sum(tl.where(m, x, 0.0), 1)[:, None] / rnumel
-        d = x - mean
-        var = tl.sum(tl.where(m, d * d, 0.0), 1)[:, None] / rnumel
-        y = d * tl.math.rsqrt(var + 1e-5) * tl.load(w + rindex, rmask, other=0).to(tl.float32)
-        y = y + tl.load(b + rindex, rmask, other=0).to(tl.float32)
-        tl.store(out1 + xindex * rnumel + rindex, y.to(out1.dtype.element_ty), m)
+        _gelu_block(in0, in1, out0, xoffset + xbase, xnumel)
 
 
 @triton.jit
-def norm_block(in0, in1, w, b, out0, out1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+def gelu_block(in0, in1, out0, xnumel, XBLOCK: tl.constexpr):
+    _gelu_block(in0, in1, out0, tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK), xnumel)
+
+
+@triton.jit
+def _norm_rows(in0, in1, w, b, out0, out1, xindex, xnumel, rnumel, RBLOCK: tl.constexpr):
+    """x = in0 + in1 stored to out0, and its layer norm (weight w, bias b) to out1."""
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     m = (xindex < xnumel) & rmask
@@ -76,6 +55,19 @@ def norm_block(in0, in1, w, b, out0, out1, xnumel, rnumel, XBLOCK: tl.constexpr,
     y = d * tl.math.rsqrt(var + 1e-5) * tl.load(w + rindex, rmask, other=0).to(tl.float32)
     y = y + tl.load(b + rindex, rmask, other=0).to(tl.float32)
     tl.store(out1 + xindex * rnumel + rindex, y.to(out1.dtype.element_ty), m)
+
+
+@triton.jit
+def norm_strided(in0, in1, w, b, out0, out1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xbase = tl.arange(0, XBLOCK)[:, None]
+    for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
+        _norm_rows(in0, in1, w, b, out0, out1, xoffset + xbase, xnumel, rnumel, RBLOCK)
+
+
+@triton.jit
+def norm_block(in0, in1, w, b, out0, out1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    _norm_rows(in0, in1, w, b, out0, out1, xindex, xnumel, rnumel, RBLOCK)
 
 
 def graph_us(launch, copies: int = 200, replays: int = 20) -> float:

@@ -25,6 +25,7 @@ const MAX_PASS_ELEMENTS: u64 = 1 << 16;
 
 fn options() -> Pt2Options {
     Pt2Options {
+        specialize: vec![],
         params_as_inputs: false,
         limits: Limits {
             max_members: 10_000,

@@ -1275,3 +1275,59 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
     assert!(!code.contains("kiln_flash_combine"), "{code}");
 }
+
+/// A BERT exported with a dynamic batch and sequence length (tests/fixtures/dynamic) compiles
+/// at the sizes `--specialize` gives: the cpu's C++ builds, runs and matches the reference
+/// there, a Triton device's scheduled program matches it and its kernels compile, and the
+/// compile says which sizes it took.
+#[test]
+fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
+    let tmp = TempDir::new("dynamic");
+    let bert = repo_root().join("tests/fixtures/dynamic/bert.pt2");
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/dynamic/cases.json")).unwrap(),
+    )
+    .unwrap();
+    let (batch, seq) = (
+        cases["bert"]["dims"]["input_ids:0"].as_str().unwrap(),
+        cases["bert"]["dims"]["input_ids:1"].as_str().unwrap(),
+    );
+    let sizes = [format!("{batch}=3"), format!("{seq}=33")];
+    let specialize = ["--specialize", &sizes[0], "--specialize", &sizes[1]];
+    let (output, stdout, stderr) = run(host(&host_bin())
+        .arg("run")
+        .arg(&bert)
+        .args(["--device", "cpu", "--check"])
+        .args(specialize)
+        .env("KILN_CACHE_DIR", tmp.subdir("cache")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("check: all 1 output(s) match the reference"),
+        "{stdout}"
+    );
+    let took = format!(
+        "compiled at {batch} = 3 (1..=16), {seq} = 33 (2..=64), the sizes --specialize gives"
+    );
+    assert!(stderr.contains(&took), "{stderr}");
+    let (output, stdout, stderr) = run(host(&host_bin())
+        .arg("eval")
+        .arg(&bert)
+        .args(["--device", "cuda", "--check"])
+        .args(specialize));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let out = tmp.path().join("code");
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg(&bert)
+        .args(["--device", "cuda", "-o"])
+        .arg(&out)
+        .args(specialize));
+    assert!(output.status.success(), "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert!(code.contains("(3, 33)"), "the inputs' sizes:\n{code}");
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let (output, stdout, stderr) = run(std::process::Command::new(python)
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg(&out));
+    assert!(output.status.success(), "{stderr}\n{stdout}");
+}

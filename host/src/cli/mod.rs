@@ -100,6 +100,25 @@ pub struct GraphFile {
     /// (after the user inputs) instead of baking them in from the archive.
     #[arg(long)]
     pub params_as_inputs: bool,
+    /// For a `.pt2` export with dynamic shapes (`dynamic_shapes=`): compile at this value
+    /// of the named symbol (`s27=128`), within the range the export gives it; repeatable.
+    /// Kiln compiles static shapes: a dynamic export is specialised at the example's
+    /// sizes, except where this says otherwise, and the compile says which values it
+    /// took.
+    #[arg(long, value_name = "SYMBOL=VALUE", value_parser = symbol_value)]
+    pub specialize: Vec<(String, i64)>,
+}
+
+/// `s27=128` as a symbol and its value.
+fn symbol_value(text: &str) -> Result<(String, i64), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: expected SYMBOL=VALUE, as s27=128"))?;
+    let value = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}`: `{value}` is not an integer"))?;
+    Ok((name.trim().to_string(), value))
 }
 
 impl GraphFile {
@@ -114,6 +133,7 @@ impl GraphFile {
                     budget: *budget,
                     ..Default::default()
                 },
+                specialize: self.specialize.clone(),
             },
         )
     }

@@ -17,7 +17,7 @@ pub use self::toml::{load_toml, parse_toml};
 use super::{Error, Graph};
 
 /// How [`load_with`] imports a graph file.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// For `.pt2` archives: parameters, buffers and constants become graph inputs after
     /// the user inputs instead of constants baked in from the archive. TOML graphs have
@@ -26,6 +26,9 @@ pub struct LoadOptions {
     /// Caps on what reading a `.pt2` archive may cost: its member count and
     /// the bytes its members decompress to (the host's memory budget).
     pub archive: pt2::Limits,
+    /// For a `.pt2` export with dynamic shapes: symbols to specialise at these values
+    /// instead of the example's sizes ([`pt2::Pt2Options::specialize`]).
+    pub specialize: Vec<(String, i64)>,
 }
 
 /// Whether `path` is a `.pt2` archive rather than a TOML graph: a zip's magic bytes
@@ -53,6 +56,7 @@ pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Graph,
         let pt2_options = pt2::Pt2Options {
             params_as_inputs: options.params_as_inputs,
             limits: options.archive,
+            specialize: options.specialize.clone(),
         };
         pt2::load_pt2(path, &pt2_options)
     } else {

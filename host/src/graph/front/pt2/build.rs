@@ -221,7 +221,7 @@ pub(super) fn build<R: Read + Seek>(
     name: &str,
     options: &Pt2Options,
 ) -> Result<Graph, Error> {
-    let (prefix, model) = read_model(archive)?;
+    let (prefix, model) = read_model(archive, options)?;
     let gm = &model.graph_module;
 
     // Symbolic sizes first: every later message would be about their consequences.
@@ -293,7 +293,10 @@ pub(super) fn build<R: Read + Seek>(
 
 /// The archive's model folder and its `model.json`, checked for a little-endian archive
 /// of a schema version this importer reads.
-fn read_model<R: Read + Seek>(archive: &mut Archive<R>) -> Result<(String, Model), Error> {
+fn read_model<R: Read + Seek>(
+    archive: &mut Archive<R>,
+    options: &Pt2Options,
+) -> Result<(String, Model), Error> {
     let prefix = find_prefix(archive)?;
     let byteorder = format!("{prefix}byteorder");
     if archive.has(&byteorder) {
@@ -306,7 +309,24 @@ fn read_model<R: Read + Seek>(archive: &mut Archive<R>) -> Result<(String, Model
             .into());
         }
     }
-    let model: Model = json(archive, &format!("{prefix}{MODEL_JSON}"))?;
+    let member = format!("{prefix}{MODEL_JSON}");
+    let mut raw: serde_json::Value = json(archive, &member)?;
+    if let Some(s) = super::specialize::specialize(&mut raw, &options.specialize)? {
+        let how = if s.at_example {
+            "the example's sizes"
+        } else {
+            "the sizes --specialize gives"
+        };
+        tracing::warn!(
+            "the archive has dynamic sizes; compiled at {}, {how}: a call at other sizes is refused \
+             (--specialize SYMBOL=VALUE compiles at others)",
+            s.describe()
+        );
+    }
+    let model: Model = serde_json::from_value(raw).map_err(|e| Pt2Error::Json {
+        member: member.clone(),
+        message: e.to_string(),
+    })?;
     let v = &model.schema_version;
     if !SUPPORTED_MAJOR.contains(&v.major) {
         return Err(Pt2Error::SchemaVersion {

@@ -14,6 +14,7 @@
 mod archive;
 mod build;
 mod schema;
+pub mod specialize;
 
 pub use archive::Limits;
 
@@ -24,13 +25,16 @@ use std::path::Path;
 pub const SUPPORTED_MAJOR: &[i64] = &[8];
 
 /// How to import an archive.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Pt2Options {
     /// Parameters, buffers and constants become graph inputs after the user inputs instead
     /// of constants baked in from the archive's weights.
     pub params_as_inputs: bool,
     /// Caps on the archive's member count and decompressed size.
     pub limits: Limits,
+    /// For an export with dynamic shapes: the value of each named symbol to specialise
+    /// it at (`s27 = 128`); a symbol not named takes the example's size.
+    pub specialize: Vec<(String, i64)>,
 }
 
 /// What is wrong with a `.pt2` archive (beyond what the graph layer reports).
@@ -103,7 +107,7 @@ pub enum Pt2Error {
         what: String,
     },
     /// A dynamic size.
-    #[error("`{tensor}` has a dynamic size `{symbol}`{ranges}: Kiln compiles static shapes only; export without dynamic_shapes, at the shape you will run")]
+    #[error("`{tensor}` has a dynamic size `{symbol}`{ranges} that Kiln cannot specialise to one value (a size without a range in the archive, such as one that depends on a tensor's values): export it static, at the size you will run")]
     Symbolic {
         /// the tensor (or node.parameter) with the size
         tensor: String,

@@ -1,0 +1,127 @@
+//! Exports with dynamic shapes (tests/fixtures/dynamic, made by tools/export_dynamic.py: an
+//! MLP with layer norm in both IR forms, a GPT-2 LM and BERT with an attention mask, each with
+//! a dynamic batch and sequence length): specialised at a size in the range, each imports at
+//! that size and matches PyTorch's outputs there, in the interpreter and through the program
+//! the cpu device ships. Sizes outside the range, unknown symbols and a static archive given
+//! sizes are refused with what the archive offers.
+
+mod common;
+
+use kiln::graph::{load_with, LoadOptions};
+use kiln::tensor::Tensor;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    common::repo_root().join("tests/fixtures/dynamic")
+}
+
+fn cases() -> Value {
+    let text = std::fs::read_to_string(fixtures().join("cases.json")).expect("cases.json");
+    serde_json::from_str(&text).expect("cases.json parses")
+}
+
+fn specialized(
+    archive: &str,
+    specialize: Vec<(String, i64)>,
+) -> Result<kiln::graph::Graph, String> {
+    let options = LoadOptions {
+        specialize,
+        ..Default::default()
+    };
+    load_with(fixtures().join(format!("{archive}.pt2")), &options)
+        .map_err(|e| kiln::diag::report(&e))
+}
+
+/// Largest |got - want| over the largest |want|.
+fn rel_err(got: &Tensor, want: &[f64]) -> f64 {
+    let got = got.to_vec();
+    assert_eq!(got.len(), want.len(), "output sizes differ");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+    got.iter()
+        .zip(want)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+        / scale
+}
+
+/// Every archive at every size of cases.json.
+#[test]
+fn each_dynamic_export_matches_pytorch_at_sizes_across_its_range() {
+    let cases = cases();
+    let archives = cases.as_object().expect("an object");
+    assert_eq!(archives.len(), 4, "mlp_ln, mlp_ln_core, gpt2, bert");
+    let cpu = common::plugin("cpu");
+    for (archive, case) in archives {
+        let dims = case["dims"].as_object().expect("dims");
+        let (first, _) = dims.iter().next().expect("a dynamic input");
+        let input = first.split(':').next().unwrap();
+        let symbol = |d: usize| dims[&format!("{input}:{d}")].as_str().unwrap().to_string();
+        for size in case["sizes"].as_array().unwrap() {
+            let (b, l) = (
+                size["batch"].as_i64().unwrap(),
+                size["seq"].as_i64().unwrap(),
+            );
+            let what = format!("{archive} at batch {b}, sequence {l}");
+            let g = specialized(archive, vec![(symbol(0), b), (symbol(1), l)])
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut inputs = vec![];
+            for (k, file) in size["inputs"].as_array().unwrap().iter().enumerate() {
+                let meta = g.input_meta(k).unwrap().clone();
+                assert_eq!(&meta.shape[..2], &[b, l], "{what}: input {k}");
+                let bytes = std::fs::read(fixtures().join(file.as_str().unwrap())).unwrap();
+                inputs.push(Tensor::new(
+                    meta.shape.clone(),
+                    meta.dtype,
+                    meta.dtype.decode_le(&bytes),
+                ));
+            }
+            let want = common::read_f32(&fixtures().join(size["expected"].as_str().unwrap()));
+            let got = kiln::interp::evaluate(&g, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let err = rel_err(&got[0], &want);
+            assert!(err <= 1e-4, "{what}: interpreter, relative error {err:e}");
+            let artifacts = kiln::driver::compile(g, &cpu, &Default::default())
+                .unwrap_or_else(|e| panic!("{what}: {}", kiln::diag::report(&e)));
+            let ran = kiln::schedule::eval::run(&artifacts.scheduled, &inputs).expect("loop IR");
+            let err = rel_err(&ran[0], &want);
+            assert!(
+                err <= 1e-4,
+                "{what}: the cpu device's program, relative error {err:e}"
+            );
+        }
+    }
+}
+
+/// Without `--specialize`, an export compiles at its example's sizes (batch 2, sequence 8).
+#[test]
+fn a_dynamic_export_takes_its_examples_sizes_by_default() {
+    let g = specialized("bert", vec![]).unwrap();
+    for k in 0..2 {
+        assert_eq!(g.input_meta(k).unwrap().shape, [2, 8], "input {k}");
+    }
+}
+
+#[test]
+fn sizes_outside_the_range_and_unknown_symbols_are_refused_with_what_the_archive_offers() {
+    let case = &cases()["gpt2"];
+    let seq = case["dims"]["input_ids:1"].as_str().unwrap().to_string();
+    let err = specialized("gpt2", vec![(seq.clone(), 65)]).unwrap_err();
+    assert!(
+        err.contains(&format!(
+            "--specialize {seq}=65 is outside the range the export gives it, 2..=64"
+        )),
+        "{err}"
+    );
+    let err = specialized("gpt2", vec![("batch".into(), 2)]).unwrap_err();
+    assert!(
+        err.contains("the archive has no symbol `batch`; its symbols are"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{seq} (2..=64)")), "{err}");
+    let static_archive = common::pt2_fixtures().join("mlp.pt2");
+    let options = LoadOptions {
+        specialize: vec![("s0".into(), 4)],
+        ..Default::default()
+    };
+    let err = kiln::diag::report(&load_with(static_archive, &options).unwrap_err());
+    assert!(err.contains("the archive has static shapes"), "{err}");
+}

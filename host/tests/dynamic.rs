@@ -33,16 +33,7 @@ fn specialized(
         .map_err(|e| kiln::diag::report(&e))
 }
 
-/// Largest |got - want| over the largest |want|.
-fn rel_err(got: &Tensor, want: &[f64]) -> f64 {
-    let got = got.to_vec();
-    assert_eq!(got.len(), want.len(), "output sizes differ");
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
-    got.iter()
-        .zip(want)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
-        / scale
-}
+use common::rel_err;
 
 /// Every archive at every size of cases.json.
 #[test]

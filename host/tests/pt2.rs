@@ -51,16 +51,7 @@ fn expected(model: &str) -> Vec<f64> {
     kiln::graph::DType::Float32.decode_le(&b)
 }
 
-/// Largest |got - want| relative to the largest |want|.
-fn rel_err(got: &Tensor, want: &[f64]) -> f64 {
-    let got = got.to_vec();
-    assert_eq!(got.len(), want.len(), "output sizes differ");
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
-    got.iter()
-        .zip(want)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
-        / scale
-}
+use common::rel_err;
 
 fn check(what: &str, outs: &[Tensor], want: &[f64]) {
     assert_eq!(outs.len(), 1, "{what}: one output");

@@ -54,3 +54,14 @@ pub fn plugin(device: &str) -> std::sync::Arc<kiln::plugins::Plugin> {
         })
         .clone()
 }
+
+/// Largest |got - want| over the largest |want|.
+pub fn rel_err(got: &kiln::tensor::Tensor, want: &[f64]) -> f64 {
+    let got = got.to_vec();
+    assert_eq!(got.len(), want.len(), "output sizes differ");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+    got.iter()
+        .zip(want)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+        / scale
+}

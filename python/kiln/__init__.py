@@ -5,7 +5,9 @@
   registers); a graph Kiln cannot compile runs in eager, with a warning that says why.
 - ``kiln.compile(module_or_exported_program, example_inputs, device=...)``: the whole
   module, exported with ``torch.export``, as one callable with the module's own signature
-  (positional and keyword inputs, outputs in the module's own structure).
+  (positional and keyword inputs, outputs in the module's own structure). An exported
+  program with dynamic shapes gives a ``Dynamic``: called at any sizes in its ranges, each
+  size compiled at its first call.
 
 Both run ``host compile`` (the Kiln compiler this package carries, or ``$KILN_HOST``) on
 the exported graph, keep the result in a cache shared by every process
@@ -16,8 +18,8 @@ the cpu. Plugins are found as ``host`` finds them (``--plugins`` folders given a
 """
 
 from ._errors import DeviceNotFound, KilnError
-from ._compile import Compiled, compile
+from ._compile import Compiled, Dynamic, compile
 from ._dynamo import backend
 
-__all__ = ["Compiled", "DeviceNotFound", "KilnError", "backend", "compile"]
+__all__ = ["Compiled", "DeviceNotFound", "Dynamic", "KilnError", "backend", "compile"]
 __version__ = "0.1.0"

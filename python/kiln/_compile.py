@@ -67,7 +67,7 @@ class Compiled:
     positional and keyword inputs (tensors of the example's sizes and dtypes, other
     values as the example's), the outputs in the module's own structure."""
 
-    def __init__(self, program, device: str, plugins=(), mode=None):
+    def __init__(self, program, device: str, plugins=(), mode=None, sizes=None):
         import torch.utils._pytree as pytree
 
         if mode not in (None, "default", "reduce-overhead"):
@@ -77,9 +77,9 @@ class Compiled:
         self._in_spec = program.call_spec.in_spec
         self._out_spec = program.call_spec.out_spec
         self._pytree = pytree
-        inputs, outputs = _user_values(program)
+        inputs, outputs = _user_values(program, sizes)
         self._inputs = inputs
-        self.folder = build(program, device, tuple(str(p) for p in plugins))
+        self.folder = build(program, device, tuple(str(p) for p in plugins), sizes)
         graphs = graphs_module(device) if mode == "reduce-overhead" else None
         self._state = _State.of(self.folder, program, device, fixed=graphs is not None)
         extra = self._state.outputs if self._state is not None else []
@@ -280,11 +280,105 @@ def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugi
         example = getattr(program, "example_inputs", None) or ((), {})
         device = default_device([*given, *example[0]])
     check_device(str(device), given)
+    dims = _dynamic_dims(program)
+    if dims:
+        return Dynamic(program, str(device), plugins, mode, dims)
     return Compiled(program, str(device), plugins, mode)
 
 
-def _user_values(program):
-    """The (shape, dtype) of each tensor user input, and of each user output, in order."""
+def _dynamic_dims(program) -> list:
+    """For an export with dynamic shapes: each tensor user input's dim that is a symbol,
+    as (input position, input name, dim, symbol name, least, greatest); empty for a static
+    export."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    ranges = {str(s): (int(r.lower), int(r.upper)) for s, r in program.range_constraints.items()
+              if r.lower.is_integer and r.upper.is_integer}
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    dims, position = [], 0
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        val = placeholders[spec.arg.name].meta.get("val")
+        if not hasattr(val, "shape"):
+            continue
+        for d, size in enumerate(val.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                name = str(size.node.expr)
+                lo, hi = ranges.get(name, (0, sys.maxsize))
+                dims.append((position, spec.arg.name, d, name, lo, hi))
+        position += 1
+    return dims
+
+
+class Dynamic:
+    """An export with dynamic shapes, called like the module at any sizes within the
+    ranges the export gives its symbols: each call's sizes are read from its inputs and
+    checked (a size outside its range, or two dims the export makes one size that differ,
+    is an error naming them), and the program is compiled for those sizes at their first
+    call (`--specialize`) and kept. Kiln's graphs have static shapes until symbolic dims
+    reach its scheduler (docs/dynamic-shapes.md): `compiles` counts the sizes compiled."""
+
+    def __init__(self, program, device: str, plugins, mode, dims):
+        import torch.utils._pytree as pytree
+
+        self.device, self._program, self._plugins, self._mode = device, program, plugins, mode
+        self._dims = dims
+        self._pytree = pytree
+        self.compiled: dict = {}
+
+    @property
+    def compiles(self) -> int:
+        """The sizes compiled so far."""
+        return len(self.compiled)
+
+    def sizes_of(self, tensors) -> dict:
+        """Each symbol's value in a call of these tensor inputs, checked."""
+        sizes: dict = {}
+        for position, input_name, d, name, lo, hi in self._dims:
+            if position >= len(tensors) or d >= tensors[position].dim():
+                raise KilnError(f"input `{input_name}` has no dim {d}, which the export makes the size `{name}`")
+            value = int(tensors[position].shape[d])
+            if not lo <= value <= hi:
+                raise KilnError(f"input `{input_name}` dim {d} is {value}: outside the range {lo}..={hi} the "
+                                f"export gives it (`{name}`)")
+            seen = sizes.setdefault(name, (value, f"`{input_name}` dim {d}"))
+            if seen[0] != value:
+                raise KilnError(f"input `{input_name}` dim {d} is {value}, but input {seen[1]} is {seen[0]}: the "
+                                f"export makes both the size `{name}`")
+        return {name: v for name, (v, _) in sizes.items()}
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        flat, _ = self._pytree.tree_flatten((args, kwargs))
+        sizes = self.sizes_of([x for x in flat if isinstance(x, torch.Tensor)])
+        key = tuple(sorted(sizes.items()))
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = Compiled(self._program, self.device, self._plugins, self._mode, sizes)
+            self.compiled[key] = compiled
+        return compiled(*args, **kwargs)
+
+
+def _size(d, sizes) -> int:
+    """A dim as an integer: a symbolic one (an export with dynamic shapes) at `sizes`, its
+    symbols' values by name, without the guard `int()` would add to the program."""
+    import torch
+
+    if not isinstance(d, torch.SymInt):
+        return int(d)
+    expr = d.node.expr
+    missing = [str(s) for s in expr.free_symbols if str(s) not in (sizes or {})]
+    if missing:
+        raise KilnError(f"a size of the program depends on {', '.join(missing)}, which no input's size gives")
+    return int(expr.xreplace({s: sizes[str(s)] for s in expr.free_symbols}))
+
+
+def _user_values(program, sizes=None):
+    """The (shape, dtype) of each tensor user input, and of each user output, in order
+    (for an export with dynamic shapes, at `sizes`)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
@@ -294,7 +388,7 @@ def _user_values(program):
             continue
         val = placeholders[spec.arg.name].meta.get("val")
         if hasattr(val, "shape"):
-            inputs.append((tuple(int(d) for d in val.shape), val.dtype))
+            inputs.append((tuple(_size(d, sizes) for d in val.shape), val.dtype))
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     values = list(output_node.args[0])
     outputs = []
@@ -303,11 +397,11 @@ def _user_values(program):
             val = node.meta.get("val") if hasattr(node, "meta") else None
             if not hasattr(val, "shape"):
                 raise KilnError(f"output `{spec.arg.name}` is not a tensor; Kiln's graphs return tensors")
-            outputs.append((tuple(int(d) for d in val.shape), val.dtype))
+            outputs.append((tuple(_size(d, sizes) for d in val.shape), val.dtype))
     return inputs, outputs
 
 
-def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dict) -> str:
+def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dict, sizes=None) -> str:
     """The cache key: the compiler's version, the device, its plugin (name, versions,
     library path, size and modification time) and the plugin folders, the graph's code
     and signature, every input's metadata, and every constant's bytes."""
@@ -317,7 +411,7 @@ def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dic
 
     h = hashlib.sha256()
     for part in (host_version, device, json.dumps(plugin, sort_keys=True), *plugins, program.graph_module.code,
-                 str(program.graph_signature), str(program.call_spec)):
+                 str(program.graph_signature), str(program.call_spec), json.dumps(sorted((sizes or {}).items()))):
         h.update(part.encode())
         h.update(b"\0")
     for node in program.graph.nodes:
@@ -336,15 +430,16 @@ def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dic
     return h.hexdigest()[:32]
 
 
-def build(program, device: str, plugins: tuple = ()) -> Path:
-    """The folder of Kiln's compile of `program` for `device`: from the cache, or
-    compiled now (the archive saved with torch.export.save, `host compile` into a
-    fresh folder, renamed into place once complete)."""
+def build(program, device: str, plugins: tuple = (), sizes: dict | None = None) -> Path:
+    """The folder of Kiln's compile of `program` for `device` (an export with dynamic
+    shapes specialised at `sizes`): from the cache, or compiled now (the archive saved with
+    torch.export.save, `host compile` into a fresh folder, renamed into place once
+    complete)."""
     import torch
 
     host = _host.find_host()
     plugin = _host.plugin_of(host, device, plugins)
-    key = _digest(program, device, plugins, _host.version(host), plugin)
+    key = _digest(program, device, plugins, _host.version(host), plugin, sizes)
     root = cache_root()
     folder = root / key
     if (folder / "kiln-complete").is_file():
@@ -355,7 +450,7 @@ def build(program, device: str, plugins: tuple = ()) -> Path:
         archive = stage / "graph.pt2"
         save_without_examples(program, archive)
         out = stage / "out"
-        _host.compile_archive(host, archive, device, out, plugins)
+        _host.compile_archive(host, archive, device, out, plugins, sizes)
         archive.unlink()
         (out / "kiln-complete").write_text(f"{device}\n")
         try:

@@ -79,13 +79,17 @@ def plugin_of(host: Path, device: str, plugins: tuple[str, ...]) -> dict:
     return entry
 
 
-def compile_archive(host: Path, archive: Path, device: str, out: Path, plugins: tuple[str, ...]) -> None:
+def compile_archive(host: Path, archive: Path, device: str, out: Path, plugins: tuple[str, ...],
+                    sizes: dict | None = None) -> None:
     """`host compile ARCHIVE --device DEVICE -o OUT` (with `--library` for the cpu, whose
-    wrapper.cpp is built into OUT/kiln.so). Raises KilnError with the compiler's message."""
+    wrapper.cpp is built into OUT/kiln.so), an export with dynamic shapes specialised at
+    `sizes` (`{"s27": 128}`, `--specialize`). Raises KilnError with the compiler's message."""
     cmd = [str(host)]
     for folder in plugins:
         cmd += ["--plugins", str(folder)]
     cmd += ["compile", str(archive), "--device", device, "-o", str(out)]
+    for name, value in sorted((sizes or {}).items()):
+        cmd += ["--specialize", f"{name}={value}"]
     if device.split(":")[0] == "cpu":
         cmd.append("--library")
     done = subprocess.run(cmd, capture_output=True, text=True)

@@ -35,6 +35,9 @@ Checks:
   to one (add_, load_state_dict) compiles the graph again;
 - graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): each set
   of sizes compiled as it comes, every call matching eager;
+- kiln.compile of an export with dynamic shapes: each size in its ranges compiled at its first
+  call, every call eager's; a size outside a range, or two dims of one symbol that differ,
+  refused with a message naming them;
 - mode="reduce-overhead": directly on the cpu; under a stand-in device's graphs, one
   capture after a warm-up, replays with the other inputs copied in, kept inputs (parameters)
   read in place, a capture again when one moves;
@@ -226,6 +229,38 @@ def kept_state(repo: Path):
               "lifted_tensor_0" in str(error) and "cache" in str(error), str(error))
 
 
+def dynamic_export(repo: Path):
+    """An exported program with dynamic shapes: each size in its ranges compiled at its first
+    call (no export again), every call eager's; a size outside a range, or two dims the export
+    makes one size that differ, refused with a message naming them."""
+    import kiln
+
+    m = dev(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16)).eval())
+    batch = torch.export.Dim("batch", min=1, max=8)
+    with torch.no_grad():
+        ep = torch.export.export(m, (dev(torch.randn(2, 8)),), dynamic_shapes=({0: batch},))
+        compiled = kiln.compile(ep, device=DEVICE)
+        results = [(compiled(v), m(v)) for v in (dev(torch.randn(n, 8)) for n in (2, 5, 2, 8))]
+    check("an export with a dynamic batch runs at each size in its range, each compiled once, every call eager's",
+          isinstance(compiled, kiln.Dynamic) and compiled.compiles == 3 and all(close(g, w) for g, w in results),
+          compiled.compiles)
+    try:
+        compiled(dev(torch.randn(9, 8)))
+        check("a size outside the export's range is refused, naming the range", False, "it ran")
+    except kiln.KilnError as error:
+        check("a size outside the export's range is refused, naming the range",
+              "dim 0 is 9: outside the range 1..=8 the export gives it" in str(error), str(error))
+    bert = torch.export.load(str(repo / "tests/fixtures/dynamic/bert.pt2"))
+    compiled = kiln.compile(bert, device=DEVICE)
+    ids, mask = dev(torch.zeros(2, 8, dtype=torch.int64)), dev(torch.ones(2, 9, dtype=torch.int64))
+    try:
+        compiled(input_ids=ids, attention_mask=mask)
+        check("two dims the export makes one size must agree", False, "it ran")
+    except kiln.KilnError as error:
+        check("two dims the export makes one size must agree",
+              "input `attention_mask` dim 1 is 9, but input `input_ids` dim 1 is 8" in str(error), str(error))
+
+
 def fixed_state():
     """The state of a program under device graphs keeps its tensors: a cache the code wrote
     in place stays itself, a new counter is copied into the old one, and a snapshot taken
@@ -401,6 +436,7 @@ def main(repo: Path):
     trusted_alignment()
 
     kept_state(repo)
+    dynamic_export(repo)
     cache_across_processes(repo)
     zoo(repo)
     if DEVICE == "cuda":

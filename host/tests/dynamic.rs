@@ -116,3 +116,152 @@ fn sizes_outside_the_range_and_unknown_symbols_are_refused_with_what_the_archive
     let err = kiln::diag::report(&load_with(static_archive, &options).unwrap_err());
     assert!(err.contains("the archive has static shapes"), "{err}");
 }
+
+/// A graph file with named sizes: `x` `[batch, seq, 16]`, a product, heads split by a
+/// `view` whose sizes name them, a transpose and a softmax.
+fn named_sizes(batch: &str, seq: &str, dims: &str) -> String {
+    // In a node's arguments a size is `{ dim = "NAME" }`.
+    let arg = |s: &str| {
+        if s.starts_with('"') {
+            format!("{{ dim = {s} }}")
+        } else {
+            s.to_string()
+        }
+    };
+    let (b_arg, l_arg) = (arg(batch), arg(seq));
+    format!(
+        r#"format = "kiln-graph/1"
+outputs = ["y"]
+{dims}
+[[inputs]]
+name = "x"
+shape = [{batch}, {seq}, 16]
+dtype = "float32"
+
+[[constants]]
+name = "w"
+shape = [16, 16]
+dtype = "float32"
+values = [{values}]
+
+[[nodes]]
+name = "h"
+op = "matmul"
+args = ["x", "w"]
+
+[[nodes]]
+name = "heads"
+op = "view"
+args = ["h", [{b_arg}, {l_arg}, 2, 8]]
+
+[[nodes]]
+name = "y"
+op = "softmax"
+args = ["heads", -1]
+"#,
+        values = (0..256)
+            .map(|i| format!("{}", ((i * 37) % 11) as f64 / 8.0 - 0.6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+const DIMS: &str =
+    "\n[dims]\nbatch = { min = 1, max = 64, example = 4 }\nseq = { min = 2, max = 128 }\n";
+
+fn with_sizes(text: &str, specialize: &[(&str, i64)]) -> Result<kiln::graph::Graph, String> {
+    let specialize: Vec<(String, i64)> = specialize
+        .iter()
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect();
+    kiln::graph::parse_toml_with(text, &specialize).map_err(|e| kiln::diag::report(&e))
+}
+
+/// Each named size takes its `example` (else its `min`) or the value `--specialize` gives,
+/// in the shapes and in the node arguments that name it: the graph is the one written with
+/// those numbers, value for value.
+#[test]
+fn a_graph_files_named_sizes_take_their_example_or_the_value_given() {
+    let named = named_sizes("\"batch\"", "\"seq\"", DIMS);
+    for (specialize, (b, l)) in [
+        (vec![], (4, 2)),
+        (vec![("seq", 33)], (4, 33)),
+        (vec![("batch", 3), ("seq", 128)], (3, 128)),
+    ] {
+        let g = with_sizes(&named, &specialize).unwrap_or_else(|e| panic!("{specialize:?}: {e}"));
+        let fixed =
+            kiln::graph::parse_toml(&named_sizes(&b.to_string(), &l.to_string(), "")).unwrap();
+        assert_eq!(g.input_meta(0).unwrap().shape, [b, l, 16]);
+        let meta = g.input_meta(0).unwrap().clone();
+        let inputs = kiln::tensor_io::random_inputs(&[meta], 5);
+        let (got, want) = (
+            kiln::interp::evaluate(&g, &inputs).unwrap(),
+            kiln::interp::evaluate(&fixed, &inputs).unwrap(),
+        );
+        assert_eq!(got[0].shape, [b, l, 2, 8]);
+        assert_eq!(got[0].to_vec(), want[0].to_vec(), "{specialize:?}");
+    }
+}
+
+#[test]
+fn named_sizes_that_are_unknown_empty_or_out_of_range_are_refused_with_the_place() {
+    let named = named_sizes("\"batch\"", "\"seq\"", DIMS);
+    let err = |text: &str, specialize: &[(&str, i64)]| with_sizes(text, specialize).unwrap_err();
+    let e = err(&named, &[("seq", 129)]);
+    assert!(
+        e.contains("--specialize seq=129 is outside the range the graph gives it, 2..=128"),
+        "{e}"
+    );
+    let e = err(&named, &[("len", 3)]);
+    assert!(
+        e.contains("the graph has no size `len`; its [dims] are batch (1..=64), seq (2..=128)"),
+        "{e}"
+    );
+    let e = err(&named_sizes("4", "8", ""), &[("batch", 3)]);
+    assert!(e.contains("the graph has static shapes"), "{e}");
+    let e = err(&named_sizes("\"batch\"", "\"len\"", DIMS), &[]);
+    assert!(
+        e.contains("input `x`") && e.contains("unknown size `len` in its shape"),
+        "{e}"
+    );
+    let e = err(
+        &named_sizes(
+            "\"batch\"",
+            "\"seq\"",
+            &DIMS.replace("min = 2", "min = 200"),
+        ),
+        &[],
+    );
+    assert!(
+        e.contains("line 6") && e.contains("size `seq`: the range 200..=128 is empty"),
+        "{e}"
+    );
+    let e = err(
+        &named_sizes(
+            "\"batch\"",
+            "\"seq\"",
+            &DIMS.replace("example = 4", "example = 65"),
+        ),
+        &[],
+    );
+    assert!(
+        e.contains("size `batch`: the example 65 is outside its range 1..=64"),
+        "{e}"
+    );
+    let e = err(
+        &named.replace("{ dim = \"seq\" }", "{ dim = \"len\" }"),
+        &[],
+    );
+    assert!(
+        e.contains("node `heads`") && e.contains("unknown size `len`"),
+        "{e}"
+    );
+    let e = err(
+        &named.replace("{ dim = \"seq\" }", "{ size = \"seq\" }"),
+        &[],
+    );
+    assert!(
+        e.contains("a table argument must be `{ dim = \"NAME\" }`"),
+        "{e}"
+    );
+}

@@ -100,11 +100,11 @@ pub struct GraphFile {
     /// (after the user inputs) instead of baking them in from the archive.
     #[arg(long)]
     pub params_as_inputs: bool,
-    /// For a `.pt2` export with dynamic shapes (`dynamic_shapes=`): compile at this value
-    /// of the named symbol (`s27=128`), within the range the export gives it; repeatable.
-    /// Kiln compiles static shapes: a dynamic export is specialised at the example's
-    /// sizes, except where this says otherwise, and the compile says which values it
-    /// took.
+    /// For a `.pt2` export with dynamic shapes (`dynamic_shapes=`), or a graph file with
+    /// named sizes (`[dims]`): compile at this value of the named symbol or size
+    /// (`s27=128`, `batch=8`), within its range; repeatable. Kiln compiles static shapes:
+    /// each is taken at the example's size (a graph file's `example`, else its `min`)
+    /// except where this says otherwise, and the compile says which values it took.
     #[arg(long, value_name = "SYMBOL=VALUE", value_parser = symbol_value)]
     pub specialize: Vec<(String, i64)>,
 }

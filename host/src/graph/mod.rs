@@ -19,7 +19,9 @@ pub mod verify;
 pub mod views;
 
 pub use dtype::DType;
-pub use front::{is_pt2, load, load_toml, load_with, parse_toml, LoadOptions};
+pub use front::{
+    is_pt2, load, load_toml, load_toml_with, load_with, parse_toml, parse_toml_with, LoadOptions,
+};
 pub use ir::{Arg, Graph, Node, NodeId, Scalar, State, TensorMeta, Use, ValueId};
 pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, PadMode, ReduceOp, UnaryOp};
 pub use verify::{infer_node, revalidate, validate, verify};
@@ -154,6 +156,10 @@ pub enum Error {
     /// `outputs` is empty.
     #[error("the graph has no outputs")]
     NoOutputs,
+    /// A value `--specialize` gives a named size that the file does not have, or outside
+    /// the size's range.
+    #[error("{0}")]
+    Specialize(String),
     /// The nodes form a cycle.
     #[error("{0} is on a cycle")]
     Cycle(At),

@@ -13,7 +13,7 @@ pub mod toml;
 
 use std::path::Path;
 
-pub use self::toml::{load_toml, parse_toml};
+pub use self::toml::{load_toml, load_toml_with, parse_toml, parse_toml_with};
 use super::{Error, Graph};
 
 /// How [`load_with`] imports a graph file.
@@ -26,8 +26,9 @@ pub struct LoadOptions {
     /// Caps on what reading a `.pt2` archive may cost: its member count and
     /// the bytes its members decompress to (the host's memory budget).
     pub archive: pt2::Limits,
-    /// For a `.pt2` export with dynamic shapes: symbols to specialise at these values
-    /// instead of the example's sizes ([`pt2::Pt2Options::specialize`]).
+    /// Named sizes to compile at these values: a `.pt2` export's symbols
+    /// ([`pt2::Pt2Options::specialize`]), a graph file's `[dims]`
+    /// ([`toml::parse_toml_with`]).
     pub specialize: Vec<(String, i64)>,
 }
 
@@ -60,6 +61,6 @@ pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Graph,
         };
         pt2::load_pt2(path, &pt2_options)
     } else {
-        load_toml(path)
+        load_toml_with(path, &options.specialize)
     }
 }

@@ -8,6 +8,7 @@
 //! rewrites and expansions see their operands' shapes and dtypes.
 
 mod raw;
+mod sizes;
 
 use super::table::{self, Call, Expansion, Lowered, Operand, Raw, Step};
 use crate::graph::dtype::DType;
@@ -26,12 +27,20 @@ pub const FORMAT: &str = "kiln-graph/1";
 
 /// Reads and imports a graph file; errors carry the path.
 pub fn load_toml(path: impl AsRef<std::path::Path>) -> Result<Graph, Error> {
+    load_toml_with(path, &[])
+}
+
+/// [`load_toml`], the file's named sizes (`[dims]`) at the values `specialize` gives.
+pub fn load_toml_with(
+    path: impl AsRef<std::path::Path>,
+    specialize: &[(String, i64)],
+) -> Result<Graph, Error> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse_toml(&text).map_err(|e| Error::InFile {
+    parse_toml_with(&text, specialize).map_err(|e| Error::InFile {
         path: path.display().to_string(),
         source: Box::new(e),
     })
@@ -58,13 +67,23 @@ impl Lines {
     }
 }
 
-fn to_raw(v: &Spanned<DeValue>) -> Result<Raw, Located> {
+/// A node argument as the op table takes it; `{ dim = "batch" }` is the value of the named
+/// size.
+fn to_raw(v: &Spanned<DeValue>, sizes: &sizes::Sizes) -> Result<Raw, Located> {
     Ok(match v.get_ref() {
         DeValue::String(s) => Raw::Str(s.to_string()),
         DeValue::Integer(_) => Raw::Int(raw::integer(v)?),
         DeValue::Float(_) => Raw::Float(raw::float(v)?),
         DeValue::Boolean(b) => Raw::Bool(*b),
-        DeValue::Array(a) => Raw::List(a.iter().map(to_raw).collect::<Result<_, _>>()?),
+        DeValue::Array(a) => Raw::List(
+            a.iter()
+                .map(|x| to_raw(x, sizes))
+                .collect::<Result<_, _>>()?,
+        ),
+        DeValue::Table(t) => Raw::Int(sizes.reference(t).map_err(|message| Located {
+            at: v.span().start,
+            message,
+        })?),
         other => {
             return Err(Located {
                 at: v.span().start,
@@ -86,6 +105,12 @@ fn number(v: &Spanned<DeValue>) -> Option<f64> {
 
 /// Imports a graph from `kiln-graph/1` text and validates it.
 pub fn parse_toml(text: &str) -> Result<Graph, Error> {
+    parse_toml_with(text, &[])
+}
+
+/// [`parse_toml`], each named size of `[dims]` at its value in `specialize`, else at its
+/// `example`, else at its `min`.
+pub fn parse_toml_with(text: &str, specialize: &[(String, i64)]) -> Result<Graph, Error> {
     let lines = Lines::new(text);
     let located = |at: usize, message: String| {
         let (line, column) = lines.at(at);
@@ -103,10 +128,12 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
     if raw.format != FORMAT {
         return Err(Error::Version(raw.format.into()));
     }
+    let sizes = sizes::Sizes::of(&raw.dims, specialize, &lines)?;
     let mut b = Builder {
         g: Graph::new(raw.name),
         names: HashMap::with_capacity(raw.inputs.len() + raw.constants.len() + raw.nodes.len()),
         lines: &lines,
+        sizes: &sizes,
     };
     b.declare_inputs(&raw.inputs)?;
     b.declare_constants(&raw.constants)?;
@@ -124,6 +151,8 @@ struct Builder<'t> {
     /// name → (what it is, its line)
     names: HashMap<&'t str, (Bound, u32)>,
     lines: &'t Lines,
+    /// the value of each named size
+    sizes: &'t sizes::Sizes<'t>,
 }
 
 /// What a name of the file stands for.
@@ -143,7 +172,7 @@ impl<'t> Builder<'t> {
     fn declare_inputs(&mut self, inputs: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
         for (i, t) in inputs.iter().enumerate() {
             let line = self.line(t.at);
-            let meta = declared("input", t, line)?;
+            let meta = declared("input", t, line, self.sizes)?;
             if t.values.is_some() || t.fill.is_some() {
                 return Err(decl(
                     "input",
@@ -169,7 +198,7 @@ impl<'t> Builder<'t> {
     fn declare_constants(&mut self, constants: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
         for r in constants {
             let line = self.line(r.at);
-            let meta = declared("constant", r, line)?;
+            let meta = declared("constant", r, line, self.sizes)?;
             let data = constant_data(r, &meta, line)?;
             check_free(&self.names, r.name, line)?;
             let id = self.g.add_node(Node {
@@ -209,7 +238,7 @@ impl<'t> Builder<'t> {
             line: Some(line),
         };
         let conv = |v: &Spanned<DeValue>| {
-            to_raw(v).map_err(|e| Error::Declaration {
+            to_raw(v, self.sizes).map_err(|e| Error::Declaration {
                 kind: "node",
                 at: at(),
                 message: e.message,
@@ -647,7 +676,12 @@ fn decl(kind: &'static str, name: &str, line: u32, message: &str) -> Error {
     }
 }
 
-fn declared(kind: &'static str, t: &RawTensor, line: u32) -> Result<TensorMeta, Error> {
+fn declared(
+    kind: &'static str,
+    t: &RawTensor,
+    line: u32,
+    sizes: &sizes::Sizes,
+) -> Result<TensorMeta, Error> {
     let dtype = DType::parse(t.dtype).ok_or_else(|| {
         decl(
             kind,
@@ -659,6 +693,9 @@ fn declared(kind: &'static str, t: &RawTensor, line: u32) -> Result<TensorMeta, 
             ),
         )
     })?;
-    numel(&t.shape).map_err(|e| decl(kind, t.name, line, &e.to_string()))?;
-    Ok(TensorMeta::contiguous(t.shape.clone(), dtype))
+    let shape = sizes
+        .shape(&t.shape)
+        .map_err(|m| decl(kind, t.name, line, &m))?;
+    numel(&shape).map_err(|e| decl(kind, t.name, line, &e.to_string()))?;
+    Ok(TensorMeta::contiguous(shape, dtype))
 }

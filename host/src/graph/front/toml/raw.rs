@@ -26,9 +26,26 @@ pub(super) struct RawGraph<'t, 'i> {
     pub format: &'t str,
     pub name: &'t str,
     pub outputs: Vec<&'t str>,
+    pub dims: Vec<RawDim<'t>>,
     pub inputs: Vec<RawTensor<'t, 'i>>,
     pub constants: Vec<RawTensor<'t, 'i>>,
     pub nodes: Vec<RawNode<'t, 'i>>,
+}
+
+/// A named size of the `[dims]` table: `batch = { min = 1, max = 64, example = 8 }`.
+pub(super) struct RawDim<'t> {
+    /// byte offset of the entry
+    pub at: usize,
+    pub name: &'t str,
+    pub min: i64,
+    pub max: i64,
+    pub example: Option<i64>,
+}
+
+/// One size of a shape: a number, or a name of `[dims]`.
+pub(super) enum RawSize<'t> {
+    Fixed(i64),
+    Named(&'t str),
 }
 
 /// An `[[inputs]]` or `[[constants]]` table.
@@ -36,7 +53,7 @@ pub(super) struct RawTensor<'t, 'i> {
     /// byte offset of the table
     pub at: usize,
     pub name: &'t str,
-    pub shape: Vec<i64>,
+    pub shape: Vec<RawSize<'t>>,
     pub dtype: &'t str,
     pub values: Option<&'t [Value<'i>]>,
     pub fill: Option<&'t Value<'i>>,
@@ -168,7 +185,10 @@ fn tensor<'t, 'i>(v: &'t Value<'i>) -> Result<RawTensor<'t, 'i>> {
         name: f.string("name")?,
         shape: array(f.required("shape")?)?
             .iter()
-            .map(integer)
+            .map(|v| match v.get_ref() {
+                DeValue::String(name) => Ok(RawSize::Named(name)),
+                _ => integer(v).map(RawSize::Fixed),
+            })
             .collect::<Result<_>>()?,
         dtype: f.string("dtype")?,
         values: f.get("values").map(array).transpose()?,
@@ -193,16 +213,43 @@ fn node<'t, 'i>(v: &'t Value<'i>) -> Result<RawNode<'t, 'i>> {
     })
 }
 
+fn dim<'t>(key: &'t Spanned<std::borrow::Cow<'_, str>>, v: &'t Value<'_>) -> Result<RawDim<'t>> {
+    let f = Fields::new(v, &["min", "max", "example"])?;
+    Ok(RawDim {
+        at: key.span().start,
+        name: key.get_ref().as_ref(),
+        min: integer(f.required("min")?)?,
+        max: integer(f.required("max")?)?,
+        example: f.get("example").map(integer).transpose()?,
+    })
+}
+
 /// Reads a graph file's structure from its parsed document.
 pub(super) fn read<'t, 'i>(doc: &'t Spanned<DeTable<'i>>) -> Result<RawGraph<'t, 'i>> {
     let f = Fields::of_table(
         doc.get_ref(),
         doc.span().start,
-        &["format", "name", "outputs", "inputs", "constants", "nodes"],
+        &[
+            "format",
+            "name",
+            "outputs",
+            "dims",
+            "inputs",
+            "constants",
+            "nodes",
+        ],
     )?;
+    let dims = match f.get("dims") {
+        None => vec![],
+        Some(v) => match v.get_ref() {
+            DeValue::Table(t) => t.iter().map(|(k, v)| dim(k, v)).collect::<Result<_>>()?,
+            other => return Err(invalid(v, other, "a table of named sizes")),
+        },
+    };
     Ok(RawGraph {
         format: f.string("format")?,
         name: f.opt_string("name")?,
+        dims,
         outputs: f
             .array("outputs")?
             .iter()

@@ -1,0 +1,157 @@
+//! The named sizes of a graph file (`[dims]`): each takes one value within its range (the
+//! one `--specialize` gives, else its `example`, else its `min`), which the shapes naming
+//! it (`shape = ["batch", 128]`) and the node arguments referring to it
+//! (`{ dim = "batch" }`) stand for.
+//! Kiln's graphs have static shapes until symbolic dims reach its scheduler
+//! (docs/dynamic-shapes.md): a file with named sizes compiles at one value of each.
+
+use super::raw::{RawDim, RawSize};
+use super::Lines;
+use crate::graph::Error;
+
+/// Each named size with its value and range.
+pub(super) struct Sizes<'t> {
+    dims: Vec<Dim<'t>>,
+}
+
+struct Dim<'t> {
+    name: &'t str,
+    value: i64,
+    min: i64,
+    max: i64,
+}
+
+fn located(lines: &Lines, at: usize, message: String) -> Error {
+    let (line, column) = lines.at(at);
+    Error::Toml {
+        line,
+        column,
+        message,
+    }
+}
+
+impl<'t> Sizes<'t> {
+    /// The sizes of `[dims]` at their values, checked: ranges that are not empty and not
+    /// negative, examples and `specialize`'s values within them, every name `specialize`
+    /// gives one of the file's.
+    pub fn of(
+        dims: &[RawDim<'t>],
+        specialize: &[(String, i64)],
+        lines: &Lines,
+    ) -> Result<Sizes<'t>, Error> {
+        let list = || {
+            dims.iter()
+                .map(|d| format!("{} ({}..={})", d.name, d.min, d.max))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for (name, _) in specialize {
+            if !dims.iter().any(|d| d.name == name) {
+                return Err(Error::Specialize(if dims.is_empty() {
+                    format!("--specialize {name}: the graph has static shapes (no [dims] to specialise)")
+                } else {
+                    format!(
+                        "--specialize {name}: the graph has no size `{name}`; its [dims] are {}",
+                        list()
+                    )
+                }));
+            }
+        }
+        let mut out = Vec::with_capacity(dims.len());
+        for d in dims {
+            if d.min < 0 || d.min > d.max {
+                return Err(located(
+                    lines,
+                    d.at,
+                    format!(
+                        "size `{}`: the range {}..={} is empty or negative",
+                        d.name, d.min, d.max
+                    ),
+                ));
+            }
+            let chosen = specialize.iter().rev().find(|(n, _)| n == d.name);
+            let value = match (chosen, d.example) {
+                (Some((_, v)), _) if *v < d.min || *v > d.max => {
+                    return Err(Error::Specialize(format!(
+                        "--specialize {}={v} is outside the range the graph gives it, {}..={}",
+                        d.name, d.min, d.max
+                    )))
+                }
+                (Some((_, v)), _) => *v,
+                (None, Some(e)) if e < d.min || e > d.max => {
+                    return Err(located(
+                        lines,
+                        d.at,
+                        format!(
+                            "size `{}`: the example {e} is outside its range {}..={}",
+                            d.name, d.min, d.max
+                        ),
+                    ))
+                }
+                (None, Some(e)) => e,
+                (None, None) => d.min,
+            };
+            out.push(Dim {
+                name: d.name,
+                value,
+                min: d.min,
+                max: d.max,
+            });
+        }
+        let sizes = Sizes { dims: out };
+        if !sizes.dims.is_empty() {
+            tracing::warn!(
+                "the graph has named sizes; compiled at {}: a call at other sizes is refused \
+                 (--specialize NAME=VALUE compiles at others)",
+                sizes.describe()
+            );
+        }
+        Ok(sizes)
+    }
+
+    /// `batch = 8 (1..=64), seq = 128 (1..=2048)`.
+    pub fn describe(&self) -> String {
+        self.dims
+            .iter()
+            .map(|d| format!("{} = {} ({}..={})", d.name, d.value, d.min, d.max))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn value(&self, name: &str) -> Option<i64> {
+        self.dims.iter().find(|d| d.name == name).map(|d| d.value)
+    }
+
+    /// A declared shape's sizes, each name at its value.
+    pub fn shape(&self, raw: &[RawSize]) -> Result<Vec<i64>, String> {
+        raw.iter()
+            .map(|s| match s {
+                RawSize::Fixed(n) => Ok(*n),
+                RawSize::Named(name) => self.value(name).ok_or_else(|| {
+                    format!(
+                        "unknown size `{name}` in its shape (sizes are numbers, or names of the \
+                         file's [dims] table)"
+                    )
+                }),
+            })
+            .collect()
+    }
+
+    /// The value of a node argument `{ dim = "batch" }`: the named size's.
+    pub fn reference(&self, table: &toml::de::DeTable) -> Result<i64, String> {
+        let name =
+            match table.iter().next() {
+                Some((k, v)) if table.len() == 1 && k.get_ref() == "dim" => match v.get_ref() {
+                    toml::de::DeValue::String(s) => s.to_string(),
+                    _ => return Err("`dim` takes the name of a size of [dims]".into()),
+                },
+                _ => return Err(
+                    "a table argument must be `{ dim = \"NAME\" }`, a size of the file's [dims]"
+                        .into(),
+                ),
+            };
+        self.value(&name).ok_or_else(|| {
+            format!("unknown size `{name}` (sizes are the names of the file's [dims] table)")
+        })
+    }
+}

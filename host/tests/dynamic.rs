@@ -221,7 +221,7 @@ fn named_sizes_that_are_unknown_empty_or_out_of_range_are_refused_with_the_place
     assert!(e.contains("the graph has static shapes"), "{e}");
     let e = err(&named_sizes("\"batch\"", "\"len\"", DIMS), &[]);
     assert!(
-        e.contains("input `x`") && e.contains("unknown size `len` in its shape"),
+        e.contains("line 10, column 19") && e.contains("unknown size `len` in a shape"),
         "{e}"
     );
     let e = err(

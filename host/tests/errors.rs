@@ -53,7 +53,7 @@ fn misshapen_tables_have_line_and_column() {
     );
     check(
         &HEAD.replace("[2, 3]", "[2, \"3\"]"),
-        &["line 7, column 13", "expected i64"],
+        &["line 7, column 13", "unknown size `3` in a shape"],
     );
     check(
         &HEAD.replace("[\"y\"]", "\"y\""),

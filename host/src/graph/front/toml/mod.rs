@@ -172,7 +172,7 @@ impl<'t> Builder<'t> {
     fn declare_inputs(&mut self, inputs: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
         for (i, t) in inputs.iter().enumerate() {
             let line = self.line(t.at);
-            let meta = declared("input", t, line, self.sizes)?;
+            let meta = declared("input", t, line, self.sizes, self.lines)?;
             if t.values.is_some() || t.fill.is_some() {
                 return Err(decl(
                     "input",
@@ -198,7 +198,7 @@ impl<'t> Builder<'t> {
     fn declare_constants(&mut self, constants: &'t [RawTensor<'t, '_>]) -> Result<(), Error> {
         for r in constants {
             let line = self.line(r.at);
-            let meta = declared("constant", r, line, self.sizes)?;
+            let meta = declared("constant", r, line, self.sizes, self.lines)?;
             let data = constant_data(r, &meta, line)?;
             check_free(&self.names, r.name, line)?;
             let id = self.g.add_node(Node {
@@ -681,6 +681,7 @@ fn declared(
     t: &RawTensor,
     line: u32,
     sizes: &sizes::Sizes,
+    lines: &Lines,
 ) -> Result<TensorMeta, Error> {
     let dtype = DType::parse(t.dtype).ok_or_else(|| {
         decl(
@@ -693,9 +694,7 @@ fn declared(
             ),
         )
     })?;
-    let shape = sizes
-        .shape(&t.shape)
-        .map_err(|m| decl(kind, t.name, line, &m))?;
+    let shape = sizes.shape(&t.shape, lines)?;
     numel(&shape).map_err(|e| decl(kind, t.name, line, &e.to_string()))?;
     Ok(TensorMeta::contiguous(shape, dtype))
 }

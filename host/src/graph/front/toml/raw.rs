@@ -45,7 +45,11 @@ pub(super) struct RawDim<'t> {
 /// One size of a shape: a number, or a name of `[dims]`.
 pub(super) enum RawSize<'t> {
     Fixed(i64),
-    Named(&'t str),
+    Named {
+        name: &'t str,
+        /// byte offset of the name
+        at: usize,
+    },
 }
 
 /// An `[[inputs]]` or `[[constants]]` table.
@@ -186,7 +190,10 @@ fn tensor<'t, 'i>(v: &'t Value<'i>) -> Result<RawTensor<'t, 'i>> {
         shape: array(f.required("shape")?)?
             .iter()
             .map(|v| match v.get_ref() {
-                DeValue::String(name) => Ok(RawSize::Named(name)),
+                DeValue::String(name) => Ok(RawSize::Named {
+                    name,
+                    at: v.span().start,
+                }),
                 _ => integer(v).map(RawSize::Fixed),
             })
             .collect::<Result<_>>()?,

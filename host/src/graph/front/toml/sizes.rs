@@ -122,15 +122,20 @@ impl<'t> Sizes<'t> {
         self.dims.iter().find(|d| d.name == name).map(|d| d.value)
     }
 
-    /// A declared shape's sizes, each name at its value.
-    pub fn shape(&self, raw: &[RawSize]) -> Result<Vec<i64>, String> {
+    /// A declared shape's sizes, each name at its value; an unknown name is an error at
+    /// its place.
+    pub fn shape(&self, raw: &[RawSize], lines: &Lines) -> Result<Vec<i64>, Error> {
         raw.iter()
             .map(|s| match s {
                 RawSize::Fixed(n) => Ok(*n),
-                RawSize::Named(name) => self.value(name).ok_or_else(|| {
-                    format!(
-                        "unknown size `{name}` in its shape (sizes are numbers, or names of the \
-                         file's [dims] table)"
+                RawSize::Named { name, at } => self.value(name).ok_or_else(|| {
+                    located(
+                        lines,
+                        *at,
+                        format!(
+                            "unknown size `{name}` in a shape (sizes are numbers, or names of \
+                             the file's [dims] table)"
+                        ),
                     )
                 }),
             })

@@ -534,3 +534,51 @@ fn bucketize_signbit_nanmean_logit_and_tensor_split() {
     assert_eq!(out[4], [f64::NEG_INFINITY, 0.0, f64::INFINITY]);
     assert_eq!((out[5].len(), out[6].len()), (2, 1));
 }
+
+/// PyTorch's `cat` skips operands that are 1-d and empty (shape `[0]`) where others have
+/// another rank, as transformers' empty KV caches make it: `cat([c, empty], -2)` is `c`, in
+/// the dtype of all the operands (float64 here); `cat` of 1-d operands keeps the empty one.
+#[test]
+fn cat_skips_legacy_empty_operands_but_keeps_their_dtype() {
+    let c = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let nodes = r#"
+[[constants]]
+name = "e"
+shape = [0]
+dtype = "float64"
+values = []
+
+[[nodes]]
+name = "y"
+op = "cat"
+args = [["c", "e", "c"], -2]
+
+[[nodes]]
+name = "flat"
+op = "reshape"
+args = ["c", [-1]]
+
+[[nodes]]
+name = "z"
+op = "cat"
+args = [["flat", "e"]]
+"#;
+    let out = eval(&[2, 3], "float32", &c, &["y", "z"], nodes);
+    assert_eq!(out[0], [&c[..], &c[..]].concat());
+    assert_eq!(out[1], c);
+    let text = format!(
+        "format = \"kiln-graph/1\"\noutputs = [\"y\"]\n\n[[constants]]\nname = \"c\"\nshape = [2, 3]\n\
+         dtype = \"float32\"\nfill = 1.0\n{nodes}"
+    );
+    let g = parse_toml(&text.replace("outputs = [\"y\"]", "outputs = [\"y\", \"z\"]")).unwrap();
+    let dtypes: Vec<_> = g
+        .outputs()
+        .iter()
+        .map(|v| g.meta(*v).unwrap().dtype)
+        .collect();
+    assert_eq!(
+        dtypes,
+        [kiln::graph::DType::Float64, kiln::graph::DType::Float64]
+    );
+    assert_eq!(g.meta(g.outputs()[0]).unwrap().shape, [4, 3]);
+}

@@ -329,6 +329,61 @@ impl Steps<'_> {
     }
 }
 
+/// `cat` as PyTorch computes it where some operands are 1-d and empty (shape `[0]`) and
+/// others have another rank: those are skipped (a legacy rule, which transformers' empty
+/// KV caches meet), though their dtypes still take part in the result's. `None` where no
+/// operand is skipped: `cat` binds as it is.
+fn cat_without_legacy_empties(
+    out: &str,
+    attrs: &[(String, Raw)],
+    metas: Metas<'_>,
+) -> Option<Expansion> {
+    let Some(Raw::List(items)) = get(attrs, "tensors") else {
+        return None;
+    };
+    let operands: Vec<(&Raw, TensorMeta)> = items
+        .iter()
+        .map(|r| match r {
+            Raw::Str(name) => metas(name).map(|m| (r, m)),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let legacy = |m: &TensorMeta| m.shape == [0];
+    if !operands.iter().any(|(_, m)| legacy(m)) || operands.iter().all(|(_, m)| m.rank() == 1) {
+        return None;
+    }
+    let dtype = operands
+        .iter()
+        .map(|(_, m)| m.dtype)
+        .reduce(crate::graph::dtype::promote)?;
+    let kept: Vec<Raw> = operands
+        .iter()
+        .filter(|(_, m)| !legacy(m))
+        .map(|(r, _)| (*r).clone())
+        .collect();
+    let kept_dtype = operands
+        .iter()
+        .filter(|(_, m)| !legacy(m))
+        .map(|(_, m)| m.dtype)
+        .reduce(crate::graph::dtype::promote)?;
+    let mut s = Steps { out, steps: vec![] };
+    let dim = get(attrs, "dim").cloned().unwrap_or(Raw::Int(0));
+    let mut result = s.op("cat", vec![("tensors", Raw::List(kept)), ("dim", dim)]);
+    if kept_dtype != dtype {
+        result = s.op(
+            "_to_copy",
+            vec![
+                ("self", t(&result)),
+                ("dtype", Raw::Str(dtype.name().into())),
+            ],
+        );
+    }
+    Some(Expansion {
+        steps: s.steps,
+        results: vec![result],
+    })
+}
+
 fn t(name: &str) -> Raw {
     Raw::Str(name.to_string())
 }
@@ -465,9 +520,15 @@ pub(super) fn expand(
     metas: Metas<'_>,
 ) -> Result<Option<Expansion>, SigError> {
     if !ENTRIES.iter().any(|(n, _)| *n == op)
-        && !matches!(op, "max" | "min" | "clamp" | "convolution" | "index_copy")
+        && !matches!(
+            op,
+            "max" | "min" | "clamp" | "convolution" | "index_copy" | "cat"
+        )
     {
         return Ok(None);
+    }
+    if op == "cat" {
+        return Ok(cat_without_legacy_empties(out, attrs, metas));
     }
     if op == "convolution" || op.starts_with("conv_transpose") {
         // A transposed convolution is a direct one of the spread input (`convolution`

@@ -177,13 +177,13 @@ pub fn lower(call: &Call<'_>, metas: Metas<'_>) -> Result<Lowered, SigError> {
     } else {
         call.kwargs
     };
-    // `convolution`, `max`/`min`, `clamp` and `index_copy` are bindings that a rewrite
-    // or an expansion refines (by the weight's rank; over a dim; with a tensor bound;
-    // of a 0-d tensor).
+    // `convolution`, `max`/`min`, `clamp`, `index_copy` and `cat` are bindings that a
+    // rewrite or an expansion refines (by the weight's rank; over a dim; with a tensor
+    // bound; of a 0-d tensor; without PyTorch's legacy empty operands).
     if entry.how == How::Bind
         && !matches!(
             call.op,
-            "convolution" | "max" | "min" | "clamp" | "index_copy"
+            "convolution" | "max" | "min" | "clamp" | "index_copy" | "cat"
         )
     {
         let (op, operands) = bind::bind(call.op, call.args, kwargs)?;

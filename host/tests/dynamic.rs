@@ -265,3 +265,33 @@ fn named_sizes_that_are_unknown_empty_or_out_of_range_are_refused_with_the_place
         "{e}"
     );
 }
+
+/// The Triton kernels of a graph specialised from a dynamic export take their row counts
+/// at the launch, so that a kernel whose work does not otherwise depend on the sizes
+/// keeps one text across sizes (Triton compiles it once): the MLP with layer norm at
+/// 1 x 3 and 4 x 33 has the same kernels. A graph of fixed sizes keeps them as literals.
+#[test]
+fn kernels_of_a_specialised_export_keep_one_text_across_sizes() {
+    let case = &cases()["mlp_ln"];
+    let (b, l) = (
+        case["dims"]["x:0"].as_str().unwrap().to_string(),
+        case["dims"]["x:1"].as_str().unwrap().to_string(),
+    );
+    let cuda = common::plugin("cuda");
+    let kernels = |g: kiln::graph::Graph| -> Vec<String> {
+        let code = kiln::driver::compile(g, &cuda, &Default::default())
+            .expect("compiles")
+            .code;
+        code.split("@triton.jit\n")
+            .skip(1)
+            .map(|k| k.split("\n\n\n").next().unwrap_or("").to_string())
+            .collect()
+    };
+    let small = kernels(specialized("mlp_ln", vec![(b.clone(), 1), (l.clone(), 3)]).unwrap());
+    let large = kernels(specialized("mlp_ln", vec![(b, 4), (l, 33)]).unwrap());
+    assert!(!small.is_empty());
+    assert_eq!(small, large);
+    assert!(small.iter().all(|k| !k.contains("xnumel = ")), "{small:?}");
+    let fixed = kiln::graph::load(common::pt2_fixtures().join("mlp.pt2")).unwrap();
+    assert!(kernels(fixed).iter().all(|k| k.contains("xnumel = ")));
+}

@@ -399,6 +399,16 @@ pub fn compile_for(
 ) -> Result<Artifacts, Error> {
     let _span =
         tracing::info_span!("compile", graph = %graph.name, device = %target.device).entered();
+    // A graph made at one value of sizes that vary: its kernels take their row counts at
+    // the launch.
+    let varying = Options {
+        triton: crate::codegen::triton::Options {
+            runtime_rows: options.triton.runtime_rows || !graph.sizes().is_empty(),
+            ..options.triton.clone()
+        },
+        ..options.clone()
+    };
+    let options = &varying;
     let pre_passes = options.debug.then(|| crate::graph::print::to_text(&graph));
     let state = state_manifest(&graph);
     let start = Instant::now();

@@ -137,6 +137,22 @@ pub struct Graph {
     modified: Vec<NodeId>,
     /// The tensors the program keeps between calls.
     state: Vec<State>,
+    /// The named sizes the graph was made at ([`SizeChoice`]).
+    sizes: Vec<SizeChoice>,
+}
+
+/// A size that varies between compiles, at the value this graph was made at: a symbol of
+/// an export with dynamic shapes, or a size of a graph file's `[dims]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeChoice {
+    /// the symbol's or size's name
+    pub name: String,
+    /// the value taken
+    pub value: i64,
+    /// its range, inclusive
+    pub lo: i64,
+    /// its range, inclusive
+    pub hi: i64,
 }
 
 /// A tensor the program keeps from one call to the next, such as a KV cache a
@@ -358,6 +374,18 @@ impl Graph {
     /// The tensors the program keeps between calls ([`State`]).
     pub fn state(&self) -> &[State] {
         &self.state
+    }
+
+    /// The named sizes the graph was made at: empty for a graph of fixed sizes, else
+    /// each symbol or size of the source with the value taken (its other values give
+    /// other graphs of the same source).
+    pub fn sizes(&self) -> &[SizeChoice] {
+        &self.sizes
+    }
+
+    /// Records the named sizes the graph was made at.
+    pub fn set_sizes(&mut self, sizes: Vec<SizeChoice>) {
+        self.sizes = sizes;
     }
 
     /// Sets the tensors the program keeps between calls; each names one of the

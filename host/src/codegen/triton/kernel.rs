@@ -133,6 +133,7 @@ pub(super) fn write_kernel(
         out: String::new(),
         name,
         eviction: Eviction::None,
+        runtime_rows: options.runtime_rows,
     };
     w.header(&names, reduction, &candidates, options)?;
     if k.is_tiled() {
@@ -167,6 +168,8 @@ pub(super) fn write_kernel(
 }
 
 struct KernelWriter<'a> {
+    /// `xnumel` from the launch ([`Options::runtime_rows`]).
+    runtime_rows: bool,
     k: &'a Kernel,
     program: &'a Program,
     renderer: Renderer<'a>,
@@ -270,9 +273,13 @@ impl KernelWriter<'_> {
         // The sizes are known here: as literals (Inductor does the same), a mask
         // such as `rindex < 1000` lets Triton prove that runs of 8 lanes share
         // it and load them as vectors, which it cannot from a runtime argument
-        // that is not a multiple of 16. The arguments stay for the launch ABI.
+        // that is not a multiple of 16. The arguments stay for the launch ABI. Where
+        // sizes vary between compiles, the rows come from the launch
+        // (`Options::runtime_rows`).
         if !int64 {
-            self.line(1, &format!("xnumel = {}", self.k.space.x));
+            if !self.runtime_rows {
+                self.line(1, &format!("xnumel = {}", self.k.space.x));
+            }
             if reduction {
                 self.line(1, &format!("rnumel = {}", self.k.space.r));
             }

@@ -46,6 +46,12 @@ pub struct Options {
     /// Write `index_copy` as Kiln's kernel ([`index_copy`]), for a wrapper without
     /// ATen's (the C++ wrapper); the Python wrapper calls ATen's `index_copy_`.
     pub index_copy_kernels: bool,
+    /// Kernels read their number of rows (`xnumel`) from the launch rather than as a
+    /// literal: for a graph whose sizes vary between compiles (a dynamic export
+    /// specialised, a graph file's named sizes), so that a kernel whose work does not
+    /// otherwise depend on them keeps one text, and Triton compiles it once, across those
+    /// compiles. Row lengths stay literals.
+    pub runtime_rows: bool,
 }
 
 /// One launch config as the wrapper passes it.

@@ -221,7 +221,7 @@ pub(super) fn build<R: Read + Seek>(
     name: &str,
     options: &Pt2Options,
 ) -> Result<Graph, Error> {
-    let (prefix, model) = read_model(archive, options)?;
+    let (prefix, model, sizes) = read_model(archive, options)?;
     let gm = &model.graph_module;
 
     // Symbolic sizes first: every later message would be about their consequences.
@@ -235,6 +235,7 @@ pub(super) fn build<R: Read + Seek>(
     }
 
     let mut g = Graph::new(name);
+    g.set_sizes(sizes);
     let specs = gm
         .signature
         .input_specs
@@ -296,7 +297,7 @@ pub(super) fn build<R: Read + Seek>(
 fn read_model<R: Read + Seek>(
     archive: &mut Archive<R>,
     options: &Pt2Options,
-) -> Result<(String, Model), Error> {
+) -> Result<(String, Model, Vec<crate::graph::SizeChoice>), Error> {
     let prefix = find_prefix(archive)?;
     let byteorder = format!("{prefix}byteorder");
     if archive.has(&byteorder) {
@@ -311,6 +312,7 @@ fn read_model<R: Read + Seek>(
     }
     let member = format!("{prefix}{MODEL_JSON}");
     let mut raw: serde_json::Value = json(archive, &member)?;
+    let mut sizes = vec![];
     if let Some(s) = super::specialize::specialize(&mut raw, &options.specialize)? {
         let how = if s.at_example {
             "the example's sizes"
@@ -322,6 +324,16 @@ fn read_model<R: Read + Seek>(
              (--specialize SYMBOL=VALUE compiles at others)",
             s.describe()
         );
+        sizes = s
+            .symbols
+            .iter()
+            .map(|(name, value, lo, hi)| crate::graph::SizeChoice {
+                name: name.clone(),
+                value: *value,
+                lo: *lo,
+                hi: *hi,
+            })
+            .collect();
     }
     let model: Model = serde_json::from_value(raw).map_err(|e| Pt2Error::Json {
         member: member.clone(),
@@ -340,7 +352,7 @@ fn read_model<R: Read + Seek>(
         }
         .into());
     }
-    Ok((prefix, model))
+    Ok((prefix, model, sizes))
 }
 
 /// The graph's inputs: the user inputs first (so that `inputN.bin` counts user inputs

@@ -142,6 +142,7 @@ pub fn parse_toml_with(text: &str, specialize: &[(String, i64)]) -> Result<Graph
     for i in dependency_order(&raw.nodes, &b.names, &lines)? {
         b.add(&raw.nodes[i])?;
     }
+    b.g.set_sizes(sizes.choices());
     b.finish(&raw.outputs)
 }
 

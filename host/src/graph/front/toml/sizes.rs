@@ -118,6 +118,19 @@ impl<'t> Sizes<'t> {
             .join(", ")
     }
 
+    /// Each size at its value, as the graph records them.
+    pub fn choices(&self) -> Vec<crate::graph::SizeChoice> {
+        self.dims
+            .iter()
+            .map(|d| crate::graph::SizeChoice {
+                name: d.name.to_string(),
+                value: d.value,
+                lo: d.min,
+                hi: d.max,
+            })
+            .collect()
+    }
+
     fn value(&self, name: &str) -> Option<i64> {
         self.dims.iter().find(|d| d.name == name).map(|d| d.value)
     }

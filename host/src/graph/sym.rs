@@ -20,6 +20,25 @@ use std::fmt::Write as _;
 mod parse;
 pub use parse::parse;
 
+/// A size expression of an export (either form) as Python writes it, its symbols by name
+/// and without ranges; `None` where it does not parse.
+pub fn pretty(text: &str) -> Option<String> {
+    let names = std::cell::RefCell::new(Symbols::default());
+    let unranged = Symbols::default();
+    let expr = parse(text, &unranged, &mut |name| {
+        let mut table = names.borrow_mut();
+        match table.find(name) {
+            Some(id) => Ok(id),
+            None => table
+                .add(name, i64::MIN, i64::MAX)
+                .map_err(|e| e.to_string()),
+        }
+    })
+    .ok()?;
+    let shown = expr.display(&names.borrow());
+    Some(shown)
+}
+
 /// A symbol of a [`Symbols`] table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SymId(pub u32);

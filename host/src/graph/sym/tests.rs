@@ -227,3 +227,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_expression_without_ranges_reads_as_python_writes_it() {
+    assert_eq!(
+        pretty("Mul(Integer(2), Symbol('u0', integer=True), Symbol('s1'))").as_deref(),
+        Some("2*u0*s1")
+    );
+    assert_eq!(
+        pretty("Add(Symbol('u0'), Integer(-1))").as_deref(),
+        Some("u0 - 1")
+    );
+    assert_eq!(pretty("TruncToInt(u0)"), None);
+}

@@ -225,7 +225,7 @@ pub(super) fn build<R: Read + Seek>(
     let gm = &model.graph_module;
 
     // Symbolic sizes first: every later message would be about their consequences.
-    let metas = tensor_metas(&gm.graph.tensor_values).map_err(|e| readable_sizes(e, &model))?;
+    let metas = tensor_metas(&gm.graph.tensor_values)?;
 
     // Unsupported ops, each listed once with every node using it (in subgraphs too).
     let mut unknown: Vec<UnknownOp> = vec![];
@@ -578,39 +578,6 @@ struct Produced {
     value: ValueId,
     /// the shape and dtype PyTorch recorded, if it did
     want: Option<TensorMeta>,
-}
-
-/// A refusal of a dynamic size with the size as Python writes it and the ranges of its
-/// symbols (`s0*s1` (s0 in 1..=16, s1 in 2..=64)), where the archive's expression reads.
-fn readable_sizes(e: Pt2Error, model: &Model) -> Pt2Error {
-    let Pt2Error::Symbolic {
-        tensor,
-        symbol,
-        ranges,
-    } = e
-    else {
-        return e;
-    };
-    let symbols = model.symbols();
-    let find = &mut |name: &str| symbols.find(name).ok_or_else(|| name.to_string());
-    let Ok(expr) = crate::graph::sym::parse(&symbol, &symbols, find) else {
-        return Pt2Error::Symbolic {
-            tensor,
-            symbol,
-            ranges,
-        };
-    };
-    let each: Vec<String> = expr
-        .symbols()
-        .into_iter()
-        .filter_map(|id| symbols.get(id))
-        .map(|s| format!("{} in {}..={}", s.name, s.lo, s.hi))
-        .collect();
-    Pt2Error::Symbolic {
-        tensor,
-        symbol: expr.display(&symbols),
-        ranges: format!(" ({})", each.join(", ")),
-    }
 }
 
 /// A graph's `tensor_values` as Kiln metadata (static sizes only).

@@ -107,14 +107,12 @@ pub enum Pt2Error {
         what: String,
     },
     /// A dynamic size.
-    #[error("`{tensor}` has a dynamic size `{symbol}`{ranges} that Kiln cannot specialise to one value (a size without a range in the archive, such as one that depends on a tensor's values): export it static, at the size you will run")]
+    #[error("`{tensor}` has a dynamic size `{symbol}` that Kiln cannot specialise to one value (a size without a range in the archive, such as one that depends on a tensor's values): export it static, at the size you will run")]
     Symbolic {
         /// the tensor (or node.parameter) with the size
         tensor: String,
         /// the symbol or expression
         symbol: String,
-        /// the ranges of its symbols, ` (s0 in 1..=16)`, where the archive gives them
-        ranges: String,
     },
     /// A size or element count that does not fit in 64 bits.
     #[error("`{tensor}`: {message}")]

@@ -19,40 +19,6 @@ use std::collections::BTreeMap;
 pub(super) struct Model {
     pub graph_module: GraphModule,
     pub schema_version: SchemaVersion,
-    /// Each symbol's range (`{"s0": {"min_val": 1, "max_val": 16}}`), for an export
-    /// with dynamic shapes.
-    #[serde(default)]
-    pub range_constraints: std::collections::BTreeMap<String, RangeConstraint>,
-}
-
-/// One symbol's range in `range_constraints`; a bound that is no integer (PyTorch's
-/// infinity) is none.
-#[derive(Debug, Deserialize)]
-pub(super) struct RangeConstraint {
-    #[serde(default)]
-    pub min_val: Option<Value>,
-    #[serde(default)]
-    pub max_val: Option<Value>,
-}
-
-impl Model {
-    /// The symbols of `range_constraints`, each over its range (an unbounded side at
-    /// the 64-bit limit).
-    pub fn symbols(&self) -> crate::graph::sym::Symbols {
-        let mut out = crate::graph::sym::Symbols::default();
-        for (name, r) in &self.range_constraints {
-            let bound = |v: &Option<Value>, default: i64| {
-                v.as_ref().and_then(Value::as_i64).unwrap_or(default)
-            };
-            // A name is declared once (a map's keys); an empty range is left out.
-            let _ = out.add(
-                name,
-                bound(&r.min_val, i64::MIN),
-                bound(&r.max_val, i64::MAX),
-            );
-        }
-        out
-    }
 }
 
 /// `schema_version`.
@@ -162,15 +128,13 @@ pub(super) fn sym_int(v: &Value, tensor: &str) -> Result<i64, Pt2Error> {
             tensor: tensor.into(),
             message: format!("size or stride {n} does not fit in 64 bits"),
         }),
-        Some(("as_expr", e)) => Err(Pt2Error::Symbolic {
-            tensor: tensor.into(),
-            symbol: e
-                .get("expr_str")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-                .into(),
-            ranges: String::new(),
-        }),
+        Some(("as_expr", e)) => {
+            let text = e.get("expr_str").and_then(Value::as_str).unwrap_or("?");
+            Err(Pt2Error::Symbolic {
+                tensor: tensor.into(),
+                symbol: crate::graph::sym::pretty(text).unwrap_or_else(|| text.into()),
+            })
+        }
         _ => Err(Pt2Error::Schema(format!(
             "tensor `{tensor}`: expected a size (`as_int` or `as_expr`), found {v}"
         ))),
@@ -350,7 +314,6 @@ pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Ra
             return Err(Pt2Error::Symbolic {
                 tensor: format!("{node}.{param}"),
                 symbol: symbol_names(v),
-                ranges: String::new(),
             })
         }
         other => return Err(bad(format!("argument kind `{other}` is not supported"))),

@@ -155,6 +155,17 @@ pub struct SizeChoice {
     pub hi: i64,
 }
 
+impl SizeChoice {
+    /// `batch = 8 (1..=64), seq = 128 (1..=2048)`: the sizes taken, for messages.
+    pub fn describe(sizes: &[SizeChoice]) -> String {
+        sizes
+            .iter()
+            .map(|s| format!("{} = {} ({}..={})", s.name, s.value, s.lo, s.hi))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// A tensor the program keeps from one call to the next, such as a KV cache a
 /// decoding step writes in place: the graph reads it as input `input` and gives
 /// its value at the end of the call as output `output`, which the next call

@@ -584,7 +584,8 @@ fn lower_index_copy(graph: &Graph, low: &mut Lowered, id: NodeId, dim: i64) -> R
 /// The whole buffer of the state input an `index_copy` node may write in place: with
 /// `Options::state_scatter`, where its `self` is a graph input the program keeps as
 /// state, read by nothing else (the old value is dead once written) and not an
-/// output itself, and the source has `self`'s dtype.
+/// output itself, and the source has `self`'s dtype and rank and the index at most one
+/// dim (a 0-d source of a 1-d `self` stays an extern call).
 fn scatter_target(graph: &Graph, low: &Lowered, id: NodeId) -> Option<View> {
     if !low.state_scatter {
         return None;
@@ -603,6 +604,8 @@ fn scatter_target(graph: &Graph, low: &Lowered, id: NodeId) -> Option<View> {
         || !only_reader
         || graph.outputs().contains(&x)
         || graph.meta(source)?.dtype != graph.meta(x)?.dtype
+        || graph.meta(source)?.rank() != graph.meta(x)?.rank()
+        || graph.meta(node.args.get(1)?.value()?)?.rank() > 1
     {
         return None;
     }

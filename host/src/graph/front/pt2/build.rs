@@ -322,18 +322,9 @@ fn read_model<R: Read + Seek>(
         tracing::warn!(
             "the archive has dynamic sizes; compiled at {}, {how}: a call at other sizes is refused \
              (--specialize SYMBOL=VALUE compiles at others)",
-            s.describe()
+            crate::graph::SizeChoice::describe(&s.symbols)
         );
-        sizes = s
-            .symbols
-            .iter()
-            .map(|(name, value, lo, hi)| crate::graph::SizeChoice {
-                name: name.clone(),
-                value: *value,
-                lo: *lo,
-                hi: *hi,
-            })
-            .collect();
+        sizes = s.symbols;
     }
     let model: Model = serde_json::from_value(raw).map_err(|e| Pt2Error::Json {
         member: member.clone(),

@@ -12,25 +12,15 @@ use serde_json::{json, Map, Value};
 
 use super::Pt2Error;
 use crate::graph::sym::{self, Expr, SymId, Symbols};
+use crate::graph::SizeChoice;
 
 /// The values a dynamic export was specialised at.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Specialized {
     /// Each symbol with its value and range, in the archive's order of names.
-    pub symbols: Vec<(String, i64, i64, i64)>,
+    pub symbols: Vec<SizeChoice>,
     /// Whether every value is the example's.
     pub at_example: bool,
-}
-
-impl Specialized {
-    /// `s23 = 2 (1..=16), s27 = 8 (2..=64)`.
-    pub fn describe(&self) -> String {
-        self.symbols
-            .iter()
-            .map(|(name, v, lo, hi)| format!("{name} = {v} ({lo}..={hi})"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 fn schema(message: String) -> Pt2Error {
@@ -322,7 +312,12 @@ pub(super) fn specialize(
     let symbols = symbols
         .iter()
         .zip(&values)
-        .map(|((_, s), v)| (s.name.clone(), *v, s.lo, s.hi))
+        .map(|((_, s), v)| SizeChoice {
+            name: s.name.clone(),
+            value: *v,
+            lo: s.lo,
+            hi: s.hi,
+        })
         .collect();
     Ok(Some(Specialized {
         symbols,

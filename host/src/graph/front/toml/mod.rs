@@ -153,7 +153,7 @@ struct Builder<'t> {
     names: HashMap<&'t str, (Bound, u32)>,
     lines: &'t Lines,
     /// the value of each named size
-    sizes: &'t sizes::Sizes<'t>,
+    sizes: &'t sizes::Sizes,
 }
 
 /// What a name of the file stands for.

@@ -7,18 +7,11 @@
 
 use super::raw::{RawDim, RawSize};
 use super::Lines;
-use crate::graph::Error;
+use crate::graph::{Error, SizeChoice};
 
 /// Each named size with its value and range.
-pub(super) struct Sizes<'t> {
-    dims: Vec<Dim<'t>>,
-}
-
-struct Dim<'t> {
-    name: &'t str,
-    value: i64,
-    min: i64,
-    max: i64,
+pub(super) struct Sizes {
+    dims: Vec<SizeChoice>,
 }
 
 fn located(lines: &Lines, at: usize, message: String) -> Error {
@@ -30,15 +23,15 @@ fn located(lines: &Lines, at: usize, message: String) -> Error {
     }
 }
 
-impl<'t> Sizes<'t> {
+impl Sizes {
     /// The sizes of `[dims]` at their values, checked: ranges that are not empty and not
     /// negative, examples and `specialize`'s values within them, every name `specialize`
     /// gives one of the file's.
     pub fn of(
-        dims: &[RawDim<'t>],
+        dims: &[RawDim<'_>],
         specialize: &[(String, i64)],
         lines: &Lines,
-    ) -> Result<Sizes<'t>, Error> {
+    ) -> Result<Sizes, Error> {
         let list = || {
             dims.iter()
                 .map(|d| format!("{} ({}..={})", d.name, d.min, d.max))
@@ -91,11 +84,11 @@ impl<'t> Sizes<'t> {
                 (None, Some(e)) => e,
                 (None, None) => d.min,
             };
-            out.push(Dim {
-                name: d.name,
+            out.push(SizeChoice {
+                name: d.name.to_string(),
                 value,
-                min: d.min,
-                max: d.max,
+                lo: d.min,
+                hi: d.max,
             });
         }
         let sizes = Sizes { dims: out };
@@ -103,32 +96,15 @@ impl<'t> Sizes<'t> {
             tracing::warn!(
                 "the graph has named sizes; compiled at {}: a call at other sizes is refused \
                  (--specialize NAME=VALUE compiles at others)",
-                sizes.describe()
+                SizeChoice::describe(&sizes.dims)
             );
         }
         Ok(sizes)
     }
 
-    /// `batch = 8 (1..=64), seq = 128 (1..=2048)`.
-    pub fn describe(&self) -> String {
-        self.dims
-            .iter()
-            .map(|d| format!("{} = {} ({}..={})", d.name, d.value, d.min, d.max))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
     /// Each size at its value, as the graph records them.
-    pub fn choices(&self) -> Vec<crate::graph::SizeChoice> {
-        self.dims
-            .iter()
-            .map(|d| crate::graph::SizeChoice {
-                name: d.name.to_string(),
-                value: d.value,
-                lo: d.min,
-                hi: d.max,
-            })
-            .collect()
+    pub fn choices(&self) -> Vec<SizeChoice> {
+        self.dims.clone()
     }
 
     fn value(&self, name: &str) -> Option<i64> {

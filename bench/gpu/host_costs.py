@@ -60,6 +60,8 @@ def steps() -> dict:
     def lean():
         run(1, 1, 1, stream, function, packed, None, None, None, src, dst, 64, 64)
 
+    static = _static_launch(binary, src, dst, stream)
+    conv = _conv_steps(dev)
     guards = torch._C._dynamo.guards
     empty = guards._empty_strided_cuda
     view = guards._reinterpret_tensor
@@ -69,6 +71,8 @@ def steps() -> dict:
         "triton launch, binary[grid](...)": lambda: launch_triton(src, dst, 64, 64, stream=stream),
         "triton launch, binary[grid] made per call": lambda: binary[(1, 1, 1)](src, dst, 64, 64, stream=stream),
         "triton launch, straight to its launcher": lean,
+        "triton launch, Inductor's static launcher (its run)": static[0],
+        "triton launch, torch._C._StaticCudaLauncher._launch_kernel": static[1],
         "torch.mm(a, b, out=)": lambda: torch.mm(a, b, out=out),
         "torch.mm(a, b)": lambda: torch.mm(a, b),
         "torch.addmm(bias, a, b)": lambda: torch.addmm(bias, a, b),
@@ -79,7 +83,48 @@ def steps() -> dict:
         "torch.cuda.set_device(0)": lambda: torch.cuda.set_device(0),
         "the raw stream": lambda: torch._C._cuda_getCurrentRawStream(0),
         "assert_size_stride (torch's C++)": (lambda: check(x, (4, 16, 16), (256, 16, 1))) if check else None,
+        **conv,
     }
+
+
+def _static_launch(binary, src, dst, stream):
+    """Inductor's launcher of a Triton binary through torch's C++ (`_StaticCudaLauncher`): its
+    `run`, and the C++ call it makes; (None, None) where this torch has none."""
+    import tempfile
+
+    try:
+        from torch._inductor.runtime.static_triton_launcher import StaticallyLaunchedCudaKernel
+        if not hasattr(binary, "_cubin_path"):  # set where Inductor compiles; written from the raw cubin below
+            binary._cubin_path = None
+        kernel = StaticallyLaunchedCudaKernel(binary)
+        kernel.reload_cubin_from_raw(str(Path(tempfile.mkdtemp()) / "copy.cubin"))
+        kernel.load_kernel(0)
+    except Exception as error:  # a torch without it, or of another shape
+        print(f"# no static launcher: {type(error).__name__}: {error}")
+        return None, None
+    c_launch, function = kernel.C_impl._launch_kernel, kernel.function
+    warps, shared, tys = kernel.num_warps, kernel.shared, kernel.arg_tys
+    return (lambda: kernel.run(1, 1, 1, stream, src, dst, 64),
+            lambda: c_launch(function, 1, 1, 1, warps, shared, tys, (src, dst, 64), stream))
+
+
+def _conv_steps(dev) -> dict:
+    """A depthwise and a pointwise convolution of MobileNetV2's channels in bfloat16, channels-last
+    (tiny images: the device never holds the host back), as
+    the wrapper calls ATen (torch.convolution), and cuDNN's entry point straight."""
+    x = torch.randn(1, 96, 4, 4, device=dev, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    dw = torch.randn(96, 1, 3, 3, device=dev, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    pw = torch.randn(24, 96, 1, 1, device=dev, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    steps = {
+        "depthwise torch.convolution": lambda: torch.convolution(x, dw, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 96),
+        "pointwise torch.convolution": lambda: torch.convolution(x, pw, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+        "pointwise aten.convolution.default": lambda: torch.ops.aten.convolution.default(
+            x, pw, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    }
+    cudnn = getattr(torch, "cudnn_convolution", None)
+    if cudnn is not None:
+        steps["pointwise torch.cudnn_convolution"] = lambda: cudnn(x, pw, [0, 0], [1, 1], [1, 1], 1, False, False, True)
+    return steps
 
 
 def _guarded():

@@ -80,6 +80,33 @@ def measure(steps, a, text: list) -> list:
     return [f"## {name}\n{profiled(fn, a.calls, a.top)}" for name, fn in steps]
 
 
+def inductor_steps(module, inputs, a, text: list) -> list:
+    """The same question asked of Inductor: torch.compile's call against the function Inductor
+    compiled (compile_fx's), called as dynamo calls it but without dynamo."""
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    made = []
+
+    def recording(gm, example_inputs, **kwargs):
+        fn = compile_fx(gm, example_inputs)
+        made.append((fn, list(example_inputs)))
+        return fn
+
+    compiled = torch.compile(module, backend=recording)
+    compiled(*inputs)
+    steps = [("Inductor: torch.compile", lambda: compiled(*inputs))]
+    if len(made) == 1:
+        fn, args = made[0]
+        try:  # compile_fx's function takes its arguments spread, or (boxed) as one list
+            fn(*args)
+            call = lambda: fn(*args)  # noqa: E731
+        except (AssertionError, TypeError):
+            call = lambda: fn(list(args))  # noqa: E731
+        steps.append(("Inductor: its function as dynamo calls it, without dynamo", call))
+    return measure(steps, a, text)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
@@ -87,6 +114,8 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--out", type=Path)
+    p.add_argument("--inductor", action="store_true",
+                   help="also Inductor's own: torch.compile against its compiled function called without dynamo")
     a = p.parse_args()
     import kiln
 
@@ -112,6 +141,10 @@ def main() -> None:
     if len(made) == 1:
         fn, args = made[0]
         steps.append(("Kiln's function as dynamo calls it, without dynamo", lambda: fn(*args)))
+        graph = load_module(fn.kiln.folder / "output_code.py", "cuda")  # the dynamo graph's own code
+        steps.append(("the dynamo graph's output_code.py called directly", lambda: graph.call(list(args))))
+        plain = [t.detach() for t in args]
+        steps.append(("the same, inputs as plain tensors (no Parameter)", lambda: graph.call(list(plain))))
     text = [f"# {a.model} {a.dtype}, {a.calls} calls each, {torch.cuda.get_device_name(0)}"]
     profiles = measure(steps, a, text)
     torch._dynamo.reset()  # one backend's code in dynamo's cache at a time
@@ -126,6 +159,8 @@ def main() -> None:
 
         last.append(("dynamo alone, then Kiln's function without dynamo", both))
     profiles += measure(last, a, text)
+    if a.inductor:
+        profiles += inductor_steps(module, inputs, a, text)
     text += profiles
     out = "\n".join(text)
     print(out)

@@ -88,9 +88,6 @@ class Compiled:
         if graphs is not None:  # each call one replay of a device graph
             snapshot = (lambda: self._state.snapshot()) if self._state is not None else None
             self._call = Graphed(self._call, graphs, kept=(), snapshot=snapshot)
-        # output_code.py checks every input's size and stride itself; the cpu's C
-        # interface takes pointers, so the sizes are checked here.
-        self._check_sizes = device.split(":")[0] == "cpu"
 
     def takes_flat_tensors(self, count: int) -> bool:
         """Whether the program takes `count` tensors as positional arguments and returns a
@@ -105,25 +102,24 @@ class Compiled:
 
     def flat_call(self, example_inputs):
         """The compiled graph as a function of a dynamo graph's arguments (a sequence of
-        tensors in order) giving its outputs as a tuple, with no pytree work per call. The
-        inputs whose example is not contiguous are made so; dynamo's guards keep every
-        input's strides the example's, so the others are passed as they are. Parameters and
-        buffers found 16-byte aligned here are taken to stay so, as Inductor takes its
-        static inputs: only the other inputs' addresses are checked per call."""
+        tensors in order) giving its outputs as a tuple, with no pytree work per call.
+        The caller's guards hold every input to its example's device, dtype, size and
+        strides (dynamo's, for a graph of static shapes), so none of these is checked
+        again. The inputs whose example is not contiguous are made so; the others are
+        passed as they are. Parameters and buffers found 16-byte aligned here are taken
+        to stay so, as Inductor takes its static inputs: only the other inputs'
+        addresses are checked per call."""
         import torch
 
         run, strided = self._run, [i for i, t in enumerate(example_inputs)
                                    if isinstance(t, torch.Tensor) and not t.is_contiguous()]
         if isinstance(run, _OutputCode):
-            run = run.trusting(_aligned_kept(example_inputs))
-        check = self._check if self._check_sizes else None
-        if not strided and check is None:
+            run = run.guarded(_aligned_kept(example_inputs))
+        if not strided:
             return run
 
         def call(tensors):
             tensors = list(tensors)
-            if check is not None:
-                check(tensors)
             for i in strided:
                 tensors[i] = tensors[i].contiguous()
             return run(tensors)
@@ -505,12 +501,17 @@ class _OutputCode:
     def __call__(self, tensors):
         return self._call(list(tensors))
 
-    def trusting(self, kept):
-        """`call` for inputs of which those at the positions `kept` are known to be
+    def guarded(self, kept):
+        """`call` for the inputs of a dynamo graph of static shapes, whose guards hold every
+        input to the size and strides of the example the code was compiled for (so `call`
+        need not check them), and of which those at the positions `kept` are known to be
         16-byte aligned on every call: it checks only the others' addresses."""
         call = self._call
         aligned = tuple(i for i in self.module.ALIGNED_INPUTS if i not in kept)
-        return lambda tensors: call(list(tensors), aligned)
+        code = call.__code__
+        if "check" not in code.co_varnames[:code.co_argcount]:  # code from before `check`
+            return lambda tensors: call(list(tensors), aligned)
+        return lambda tensors: call(list(tensors), aligned, None)
 
 
 def _aligned_kept(example_inputs) -> frozenset:

@@ -10,6 +10,7 @@ Kiln's reason, which names the op.
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 
 from . import _host
@@ -110,26 +111,48 @@ class _Frozen:
         self._frozen = tuple(kept_inputs(example_inputs))
         frozen = set(self._frozen)
         self._user = tuple(i for i in range(len(example_inputs)) if i not in frozen)
+        self._pick_frozen, self._pick_user = _picker(self._frozen), _picker(self._user)
         self.compiles = 0
         self._freeze(list(example_inputs))
 
     def _freeze(self, args):
-        user = [args[i] for i in self._user]
+        user = list(self._pick_user(args))
         program = export(_with_constants()(self._gm, args, self._frozen), user)
         self.kiln = Compiled(program, self._device, self._plugins)
         run = _runner(self.kiln, user, self._device, self._mode)
         self.graphed = getattr(run, "graphed", None)
         self._run = run
-        self._stamp = [(i, args[i], args[i].data_ptr(), args[i]._version) for i in self._frozen]
+        self._stamp = self._stamp_of(self._pick_frozen(args))
         self.compiles += 1
 
+    @staticmethod
+    def _stamp_of(tensors) -> tuple:
+        """What a frozen input's change alters: the object, its version counter (which any
+        in-place write advances) and its address (which assigning `.data` moves). Read
+        with C-level maps: a model hands over hundreds of parameters and buffers."""
+        return tuple(tensors), list(map(_VERSION, tensors)), list(map(_ADDRESS, tensors))
+
     def __call__(self, *args):
-        for i, tensor, address, version in self._stamp:
-            t = args[i]
-            if t is not tensor or t._version != version or t.data_ptr() != address:
-                self._freeze(list(args))
-                break
-        return self._run(*[args[i] for i in self._user])
+        tensors, versions, addresses = self._stamp
+        frozen = self._pick_frozen(args)
+        if (any(map(operator.is_not, frozen, tensors)) or list(map(_VERSION, frozen)) != versions
+                or list(map(_ADDRESS, frozen)) != addresses):
+            self._freeze(list(args))
+        return self._run(*self._pick_user(args))
+
+
+_VERSION = operator.attrgetter("_version")
+_ADDRESS = operator.methodcaller("data_ptr")
+
+
+def _picker(indices: tuple):
+    """A function of a sequence giving the tuple of its items at `indices`, at C speed."""
+    if not indices:
+        return lambda values: ()
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda values: (values[i],)
+    return operator.itemgetter(*indices)
 
 
 @functools.cache
@@ -168,7 +191,10 @@ class _PerShape:
     def __call__(self, *args):
         import torch
 
-        key = tuple((tuple(a.shape), a.dtype, str(a.device)) if isinstance(a, torch.Tensor) else a for a in args)
+        # Strides too: each compile's function trusts its inputs' layouts as dynamo's guards
+        # hold a static graph's (`Compiled.flat_call`), and this graph's guards are symbolic.
+        key = tuple((tuple(a.shape), a.stride(), a.dtype, str(a.device)) if isinstance(a, torch.Tensor) else a
+                    for a in args)
         run = self.compiled.get(key)
         if run is None:
             run = _compile_static(self._gm, list(args), self._device, self._plugins, self._mode, self._freeze)

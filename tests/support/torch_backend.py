@@ -416,10 +416,12 @@ def main(repo: Path):
         compiled_seq = torch.compile(seq, backend="kiln", dynamic=dynamic)
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
             warnings.simplefilter("always")
-            results = [(compiled_seq(v), seq(v)) for v in (dev(torch.randn(n, 8)) for n in (2, 3, 5, 3))]
+            values = [dev(torch.randn(n, 8)) for n in (2, 3, 5, 3)] + [dev(torch.randn(8, 3)).t()]
+            results = [(compiled_seq(v), seq(v)) for v in values]
         fallbacks = [str(w.message) for w in caught if "Kiln" in str(w.message)]
         what = "dynamic=True" if dynamic else "a size that changes (dynamo's automatic dynamic shapes)"
-        check(f"{what}: each set of sizes is compiled by Kiln as it comes, every call eager's",
+        check(f"{what}: each set of sizes (and strides: a transposed input) is compiled by Kiln as it comes, "
+              "every call eager's",
               all(close(g, w) for g, w in results) and not fallbacks, fallbacks)
 
     if DEVICE == "cpu":
@@ -575,7 +577,8 @@ def device_graphs():
 
 def trusted_alignment():
     """Dynamo's graphs: output_code.py's `call` is told to check the addresses of the inputs
-    other than the aligned parameters and buffers only, as Inductor trusts its static inputs."""
+    other than the aligned parameters and buffers only, as Inductor trusts its static inputs,
+    and not to check sizes and strides, which dynamo's guards hold; a direct call checks all."""
     from types import SimpleNamespace
 
     from kiln._compile import _aligned_kept, _OutputCode
@@ -585,13 +588,15 @@ def trusted_alignment():
     shifted = torch.nn.Parameter(base[1:9])  # 4 bytes into its storage: not 16-byte aligned
     examples = [torch.zeros(8), weight, shifted, torch.zeros(8)]
     calls = []
-    module = SimpleNamespace(ALIGNED_INPUTS=(0, 1, 2), call=lambda args, aligned=(0, 1, 2): calls.append(
-        (len(args), aligned)))
+    checker = object()
+    module = SimpleNamespace(ALIGNED_INPUTS=(0, 1, 2), call=lambda args, aligned=(0, 1, 2), check=checker:
+                             calls.append((len(args), aligned, check is checker)))
     kept = _aligned_kept(examples)
-    _OutputCode(module).trusting(kept)(examples)
+    _OutputCode(module).guarded(kept)(examples)
     _OutputCode(module)(examples)
-    check("a graph's aligned parameters are not checked per call; the other inputs (and a misaligned "
-          "parameter) are", kept == {1} and calls == [(4, (0, 2)), (4, (0, 1, 2))], (kept, calls))
+    check("a graph's aligned parameters are not checked per call, nor any size dynamo guards; the other "
+          "inputs' addresses (and a misaligned parameter's) are, and a direct call checks everything",
+          kept == {1} and calls == [(4, (0, 2), False), (4, (0, 1, 2), True)], (kept, calls))
 
 
 SECOND = """

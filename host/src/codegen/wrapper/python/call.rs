@@ -206,7 +206,10 @@ impl CallWriter<'_> {
         self.input_table(out)?;
         writeln!(out)?;
         writeln!(out)?;
-        writeln!(out, "def call(args, aligned=ALIGNED_INPUTS):")?;
+        writeln!(
+            out,
+            "def call(args, aligned=ALIGNED_INPUTS, check=check_inputs):"
+        )?;
         self.inputs(out)?;
         writeln!(out, "    with {}:", self.strings.device_guard)?;
         writeln!(out, "        {}", self.strings.set_device)?;
@@ -270,7 +273,9 @@ impl CallWriter<'_> {
             out,
             "# The inputs kernels read through a pointer, which they assume 16-byte aligned:\n\
              # `call` copies each that is not. A caller that knows some always are (the\n\
-             # parameters torch.compile passes) may pass the others as `aligned`."
+             # parameters torch.compile passes) may pass the others as `aligned`. A caller\n\
+             # whose own guards already hold every input to INPUT_SIZES and INPUT_STRIDES\n\
+             # (dynamo's, for a graph of static shapes) may pass `check=None`."
         )?;
         writeln!(out, "ALIGNED_INPUTS = {}", tuple(&aligned))?;
         writeln!(
@@ -295,8 +300,12 @@ impl CallWriter<'_> {
         writeln!(out, "    args.clear()")?;
         match inputs.as_slice() {
             [] => {}
-            [one] => writeln!(out, "    check_inputs(({one},))")?,
-            many => writeln!(out, "    check_inputs(({}))", many.join(", "))?,
+            [one] => writeln!(out, "    if check is not None:\n        check(({one},))")?,
+            many => writeln!(
+                out,
+                "    if check is not None:\n        check(({}))",
+                many.join(", ")
+            )?,
         }
         let constants: Vec<&str> = super::constant_buffers(p)
             .into_iter()

@@ -108,6 +108,7 @@ pub const RESERVED: &[&str] = &[
     "ALIGNED_INPUTS",
     "check_inputs",
     "aligned",
+    "check",
     "KERNEL_META",
     "TRITON_TARGET",
     "KERNELS",

@@ -7,9 +7,9 @@ the host back; the figure is the median over rounds.
     python3 bench/gpu/host_costs.py [--out FILE]
 
 Steps: a Triton kernel's launch through Triton's `binary[grid](...)` and straight through its
-launcher (as kiln_runtime.Launches makes it), `torch.mm` with and without `out=`, `torch.addmm`,
-a fresh buffer, a view (`reinterpret_tensor`), the device guard and `set_device`, the raw stream,
-and a size-and-stride check.
+launcher (as kiln_runtime.Launches makes it) and through Inductor's static launcher, `torch.mm`
+with and without `out=`, `torch.addmm`, a fresh buffer, a view (`reinterpret_tensor`), the device
+guard and `set_device`, the raw stream, a size-and-stride check, and MobileNetV2's convolutions.
 """
 
 from __future__ import annotations
@@ -71,8 +71,7 @@ def steps() -> dict:
         "triton launch, binary[grid](...)": lambda: launch_triton(src, dst, 64, 64, stream=stream),
         "triton launch, binary[grid] made per call": lambda: binary[(1, 1, 1)](src, dst, 64, 64, stream=stream),
         "triton launch, straight to its launcher": lean,
-        "triton launch, Inductor's static launcher (its run)": static[0],
-        "triton launch, torch._C._StaticCudaLauncher._launch_kernel": static[1],
+        "triton launch, Inductor's static launcher (its run)": static,
         "torch.mm(a, b, out=)": lambda: torch.mm(a, b, out=out),
         "torch.mm(a, b)": lambda: torch.mm(a, b),
         "torch.addmm(bias, a, b)": lambda: torch.addmm(bias, a, b),
@@ -88,8 +87,8 @@ def steps() -> dict:
 
 
 def _static_launch(binary, src, dst, stream):
-    """Inductor's launcher of a Triton binary through torch's C++ (`_StaticCudaLauncher`): its
-    `run`, and the C++ call it makes; (None, None) where this torch has none."""
+    """A launch through Inductor's launcher of a Triton binary in torch's C++ (`_StaticCudaLauncher`),
+    or None where this torch has none."""
     import tempfile
 
     try:
@@ -101,11 +100,8 @@ def _static_launch(binary, src, dst, stream):
         kernel.load_kernel(0)
     except Exception as error:  # a torch without it, or of another shape
         print(f"# no static launcher: {type(error).__name__}: {error}")
-        return None, None
-    c_launch, function = kernel.C_impl._launch_kernel, kernel.function
-    warps, shared, tys = kernel.num_warps, kernel.shared, kernel.arg_tys
-    return (lambda: kernel.run(1, 1, 1, stream, src, dst, 64),
-            lambda: c_launch(function, 1, 1, 1, warps, shared, tys, (src, dst, 64), stream))
+        return None
+    return lambda: kernel.run(1, 1, 1, stream, src, dst, 64)
 
 
 def _conv_steps(dev) -> dict:

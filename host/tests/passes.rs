@@ -420,3 +420,117 @@ fn a_decomposed_attention_or_one_already_grouped_is_left_alone() {
     kiln::passes::run_pipeline_with(&mut g, &fused).unwrap();
     assert_eq!(kiln::passes::gqa::run(&mut g).unwrap().changed, 0);
 }
+
+/// An activation `x [2, 3, 8]` through `linear` layers of constant weights (the query,
+/// key and value of an attention; with biases where `biased`), each an output; `tied`
+/// makes the second layer read the first's weight.
+fn projections(biased: bool, tied: bool, dtype: &str) -> kiln::graph::Graph {
+    let mut text = format!(
+        "format = \"kiln-graph/1\"\nname = \"qkv\"\noutputs = [\"q\", \"k\", \"v\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [2, 3, 8]\ndtype = \"{dtype}\"\n\n"
+    );
+    for (i, (name, n)) in [("q", 8), ("k", 4), ("v", 4)].into_iter().enumerate() {
+        let values: Vec<String> = (0..n * 8)
+            .map(|j| format!("{}", ((j * 5 + i * 3) % 11) as f64 / 4.0 - 1.0))
+            .collect();
+        let bias: Vec<String> = (0..n)
+            .map(|j| format!("{}", (j + i) as f64 / 8.0))
+            .collect();
+        text += &format!(
+            "[[constants]]\nname = \"w{name}\"\nshape = [{n}, 8]\ndtype = \"{dtype}\"\nvalues = [{}]\n\n\
+             [[constants]]\nname = \"b{name}\"\nshape = [{n}]\ndtype = \"{dtype}\"\nvalues = [{}]\n\n",
+            values.join(", "),
+            bias.join(", ")
+        );
+        let weight = if tied && name == "k" {
+            "wv"
+        } else {
+            &format!("w{name}")
+        };
+        let args = if biased {
+            format!("[\"x\", \"{weight}\", \"b{name}\"]")
+        } else {
+            format!("[\"x\", \"{weight}\"]")
+        };
+        text += &format!("[[nodes]]\nname = \"{name}\"\nop = \"linear\"\nargs = {args}\n\n");
+    }
+    kiln::graph::parse_toml(&text).unwrap()
+}
+
+/// Every output of `b` is `a`'s, up to rounding `tol` relative to its magnitude
+/// (`linear` rounds once where a product and an add round twice).
+fn assert_all_outputs_close(a: &kiln::graph::Graph, b: &kiln::graph::Graph, tol: f64) {
+    let inputs = random_inputs(a, 5);
+    let (ya, yb) = (
+        kiln::interp::evaluate(a, &inputs).unwrap(),
+        kiln::interp::evaluate(b, &inputs).unwrap(),
+    );
+    assert_eq!(ya.len(), yb.len());
+    for (x, y) in ya.iter().zip(&yb) {
+        assert_eq!(x.shape, y.shape);
+        assert!(max_rel_err(&x.to_vec(), &y.to_vec(), 1.0) < tol);
+    }
+}
+
+#[test]
+fn linear_layers_of_one_activation_become_one_product_with_one_bias() {
+    for (biased, dtype) in [(true, "float32"), (false, "float32"), (true, "bfloat16")] {
+        let original = projections(biased, false, dtype);
+        let mut g = original.clone();
+        let report = kiln::passes::run_pipeline(&mut g).unwrap();
+        assert!(report
+            .passes
+            .iter()
+            .any(|(name, s, _)| *name == "merge_mm" && s.changed == 3));
+        // One product by the three weights side by side: 8 + 4 + 4 columns.
+        assert_eq!(
+            products(&g),
+            vec![(vec![6, 8], vec![8, 16])],
+            "{biased} {dtype}"
+        );
+        // With biases, one add of them all, for the product's bias epilogue.
+        let adds = g
+            .node_ids()
+            .filter(|&id| {
+                matches!(
+                    g.node(id).unwrap().op,
+                    kiln::graph::Op::Binary {
+                        op: kiln::graph::BinaryOp::Add,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(adds, usize::from(biased));
+        let tol = if dtype == "float32" { 1e-6 } else { 1e-2 };
+        assert_all_outputs_close(&original, &g, tol);
+        // The scheduled program computes the same outputs from the one buffer.
+        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
+        let inputs = random_inputs(&original, 3);
+        let got = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
+        let want = kiln::interp::evaluate(&original, &inputs).unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(a.shape, b.shape);
+            assert!(max_rel_err(&a.to_vec(), &b.to_vec(), 1.0) < 1e-2);
+        }
+    }
+}
+
+#[test]
+fn a_tied_weight_or_a_weight_given_as_an_input_is_not_merged() {
+    // k and v read one weight: merging them would keep two copies (`cse` makes their
+    // products one), and q merges with nothing else. No product is wider than a weight.
+    let original = projections(true, true, "float32");
+    let mut g = original.clone();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    let widths: Vec<i64> = products(&g).iter().map(|(_, b)| b[1]).collect();
+    assert!(
+        !widths.is_empty() && widths.iter().all(|&n| n <= 8),
+        "{widths:?}"
+    );
+    assert_all_outputs_close(&original, &g, 1e-6);
+    // A weight that is an input (torch.compile without freezing) would be copied every call.
+    let mut inputs = product_graph_in(8, 4, true, "float32");
+    kiln::passes::run_pipeline(&mut inputs).unwrap();
+    assert_eq!(products(&inputs).len(), 1);
+}

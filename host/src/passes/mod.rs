@@ -17,6 +17,7 @@ pub mod decompose;
 pub mod empty;
 pub mod fold_bn;
 pub mod gqa;
+pub mod merge_mm;
 pub mod noop;
 pub mod pad_mm;
 pub mod split;
@@ -129,6 +130,10 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     ("noop", |g, _| noop::run(g)),
     ("views", |g, _| views::run(g)),
     ("noop", |g, _| noop::run(g)),
+    // Products by constant weights that share their left operand become one; `cse`
+    // first makes the operand one value (each linear layer reshapes it itself).
+    ("cse", |g, _| cse::run(g)),
+    ("merge_mm", |g, _| merge_mm::run(g)),
     // After the views are settled, before constants fold: it adds padded constants.
     ("pad_mm", |g, o| pad_mm::run(g, o.matmul_alignment)),
     // A whole attention reads grouped key/value heads instead of their repetition.

@@ -202,19 +202,31 @@ fn cat_zeros(
 }
 
 /// A value read through views from a constant's elements.
-struct ConstantView {
+pub(super) struct ConstantView {
     /// The constant's node name.
-    name: String,
-    data: ConstData,
-    dtype: DType,
-    shape: Vec<i64>,
-    strides: Vec<i64>,
-    offset: i64,
+    pub name: String,
+    pub data: ConstData,
+    pub dtype: DType,
+    pub shape: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub offset: i64,
+}
+
+impl ConstantView {
+    /// The row-major position in the constant's data of the view's element at
+    /// `index` (one coordinate per dim).
+    pub fn position(&self, index: &[i64]) -> usize {
+        let at = index
+            .iter()
+            .zip(&self.strides)
+            .fold(self.offset, |at, (i, s)| at + i * s);
+        at as usize
+    }
 }
 
 /// `v` as a strided view of a constant's elements, if it is a constant or a chain
 /// of view ops over one that strides can express.
-fn constant_source(g: &Graph, v: ValueId) -> Option<ConstantView> {
+pub(super) fn constant_source(g: &Graph, v: ValueId) -> Option<ConstantView> {
     let node = g.node(v.node)?;
     match &node.op {
         Op::Constant { data } if !matches!(data, ConstData::Fill(_)) => {

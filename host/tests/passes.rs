@@ -534,3 +534,78 @@ fn a_tied_weight_or_a_weight_given_as_an_input_is_not_merged() {
     kiln::passes::run_pipeline(&mut inputs).unwrap();
     assert_eq!(products(&inputs).len(), 1);
 }
+
+/// `x [rows, 8]` times a weight: a constant `[6, 8]` through `linear`, a constant
+/// `[8, 6]` through `mm` (stored K-major, as GPT-2's `Conv1D`), or an input `[8, 6]`.
+fn one_row_product(rows: usize, weight: &str, dtype: &str) -> kiln::graph::Graph {
+    let values: Vec<String> = (0..48)
+        .map(|i| format!("{}", ((i * 7) % 13) as f64 / 4.0 - 1.5))
+        .collect();
+    let (w, op) = match weight {
+        "linear" => (
+            format!("[[constants]]\nname = \"w\"\nshape = [6, 8]\ndtype = \"{dtype}\"\nvalues = [{}]\n\n", values.join(", ")),
+            "linear",
+        ),
+        "conv1d" => (
+            format!("[[constants]]\nname = \"w\"\nshape = [8, 6]\ndtype = \"{dtype}\"\nvalues = [{}]\n\n", values.join(", ")),
+            "mm",
+        ),
+        _ => (
+            format!("[[inputs]]\nname = \"w\"\nshape = [8, 6]\ndtype = \"{dtype}\"\n\n"),
+            "mm",
+        ),
+    };
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"row\"\noutputs = [\"y\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [{rows}, 8]\ndtype = \"{dtype}\"\n\n{w}\
+         [[nodes]]\nname = \"y\"\nop = \"{op}\"\nargs = [\"x\", \"w\"]\n"
+    );
+    kiln::graph::parse_toml(&text).unwrap()
+}
+
+#[test]
+fn a_product_of_one_row_becomes_a_reduction_reading_the_weight_row_by_row() {
+    let options = kiln::passes::Options {
+        few_rows: 1,
+        ..Default::default()
+    };
+    for (weight, dtype) in [
+        ("linear", "bfloat16"),
+        ("conv1d", "float32"),
+        ("conv1d", "float16"),
+    ] {
+        let original = one_row_product(1, weight, dtype);
+        let mut g = original.clone();
+        kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
+        assert!(products(&g).is_empty(), "{weight} {dtype}");
+        // A K-major constant is transposed once: the one constant left is [6, 8] (a small
+        // one folded with its cast and unsqueeze).
+        let constants: Vec<Vec<i64>> = g
+            .node_ids()
+            .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Constant { .. }))
+            .map(|id| g.node(id).unwrap().outputs[0].shape.clone())
+            .collect();
+        assert!(
+            constants.len() == 1 && constants[0].ends_with(&[6, 8]),
+            "{weight} {dtype}: {constants:?}"
+        );
+        // Float32 sums of exact products, rounded once: the product's value.
+        let tol = if dtype == "float32" { 1e-6 } else { 1e-2 };
+        assert_all_outputs_close(&original, &g, tol);
+        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
+        let inputs = random_inputs(&original, 3);
+        let got = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
+        let want = kiln::interp::evaluate(&original, &inputs).unwrap();
+        assert!(max_rel_err(&got[0].to_vec(), &want[0].to_vec(), 1.0) < tol);
+    }
+    // Two rows, a K-major input weight, or the pass off: the library's product.
+    for (rows, weight, few_rows) in [(2, "linear", 1), (1, "input", 1), (1, "linear", 0)] {
+        let mut g = one_row_product(rows, weight, "float32");
+        let options = kiln::passes::Options {
+            few_rows,
+            ..Default::default()
+        };
+        kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
+        assert_eq!(products(&g).len(), 1, "{rows} {weight} {few_rows}");
+    }
+}

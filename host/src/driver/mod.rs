@@ -429,6 +429,13 @@ pub fn compile_for(
         } else {
             Default::default()
         },
+        // Triton's reductions read a decoding step's weights faster than the
+        // library's products of one row.
+        few_rows: if target.spec.scheduling == SchedulingKind::Triton {
+            crate::passes::few_rows::TRITON_ROWS
+        } else {
+            0
+        },
         // The Python wrapper may run the library's attention, which takes
         // additive masks.
         additive_attention_masks: target.spec.scheduling == SchedulingKind::Triton

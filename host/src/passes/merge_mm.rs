@@ -186,7 +186,7 @@ fn sole_user(g: &Graph, v: ValueId) -> Option<NodeId> {
 
 /// The nodes from `v` back to the constant it views, where each is read only by
 /// the next (and `v` only once): what merging `v` into a new constant frees.
-fn sole_chain(g: &Graph, v: ValueId) -> Option<Vec<NodeId>> {
+pub(super) fn sole_chain(g: &Graph, v: ValueId) -> Option<Vec<NodeId>> {
     sole_user(g, v)?;
     let mut nodes = vec![v.node];
     let mut at = v.node;
@@ -302,7 +302,7 @@ fn merge(g: &mut Graph, group: &[Member]) -> Result<bool, Error> {
 }
 
 /// Removes each of `nodes` once nothing reads it (a reader among them first).
-fn remove_unread(g: &mut Graph, nodes: &[NodeId]) {
+pub(super) fn remove_unread(g: &mut Graph, nodes: &[NodeId]) {
     let mut left: Vec<NodeId> = nodes.to_vec();
     while let Some(i) = left.iter().position(|id| g.users(*id).next().is_none()) {
         g.remove_node(left.swap_remove(i));

@@ -15,6 +15,7 @@ pub mod cse;
 pub mod dce;
 pub mod decompose;
 pub mod empty;
+pub mod few_rows;
 pub mod fold_bn;
 pub mod gqa;
 pub mod merge_mm;
@@ -109,6 +110,10 @@ pub struct Options {
     /// channels-last (the device plugin's `conv_channels_last`, for a target
     /// whose convolution takes channels-last operands); none changes nothing.
     pub conv_channels_last: channels_last::DTypes,
+    /// Matrix products of at most this many rows become reductions
+    /// ([`few_rows`]), for a target whose reduction kernels read a weight faster
+    /// than its library's products do at a decoding step's size; 0 rewrites none.
+    pub few_rows: i64,
     /// Boolean masks of 16-bit whole attentions become additive ones
     /// ([`attention_mask`]), for a wrapper that may run the library's attention.
     pub additive_attention_masks: bool,
@@ -134,6 +139,8 @@ pub const PIPELINE: &[(&str, PipelineFn)] = &[
     // first makes the operand one value (each linear layer reshapes it itself).
     ("cse", |g, _| cse::run(g)),
     ("merge_mm", |g, _| merge_mm::run(g)),
+    // After products merge (one reduction for them all), before `pad_mm` pads what is left.
+    ("few_rows", |g, o| few_rows::run(g, o.few_rows)),
     // After the views are settled, before constants fold: it adds padded constants.
     ("pad_mm", |g, o| pad_mm::run(g, o.matmul_alignment)),
     // A whole attention reads grouped key/value heads instead of their repetition.

@@ -224,6 +224,54 @@ impl ConstantView {
     }
 }
 
+impl ConstantView {
+    /// A 2-D view's elements as a new row-major constant of its transpose
+    /// (`[N, K]` of a `[K, N]` view), in the constant's own encoding; `None` for
+    /// another rank, a fill, or where the host cannot hold it.
+    pub fn transposed(&self) -> Option<ConstData> {
+        let [rows, cols] = self.shape[..] else {
+            return None;
+        };
+        let total = usize::try_from(rows * cols).ok()?;
+        // Destination (j, i) of the view's element (i, j).
+        let each = |mut put: Box<dyn FnMut(usize, usize) + '_>| {
+            for j in 0..cols {
+                for i in 0..rows {
+                    put((j * rows + i) as usize, self.position(&[i, j]));
+                }
+            }
+        };
+        Some(match &self.data {
+            ConstData::Values(values) => {
+                let mut out =
+                    crate::memory::try_vec::<f64>(|| "a transposed constant".into(), total).ok()?;
+                out.resize(total, 0.0);
+                each(Box::new(|to, from| {
+                    out[to] = values.get(from).copied().unwrap_or(0.0)
+                }));
+                ConstData::Values(Arc::from(out))
+            }
+            ConstData::Bytes { dtype, bytes } => {
+                let size = dtype.size_bytes();
+                let len = total.checked_mul(size)?;
+                let mut out =
+                    crate::memory::try_vec::<u8>(|| "a transposed constant".into(), len).ok()?;
+                out.resize(len, 0);
+                each(Box::new(|to, from| {
+                    if let Some(src) = bytes.get(from * size..(from + 1) * size) {
+                        out[to * size..(to + 1) * size].copy_from_slice(src);
+                    }
+                }));
+                ConstData::Bytes {
+                    dtype: *dtype,
+                    bytes: Arc::from(out),
+                }
+            }
+            ConstData::Fill(_) => return None,
+        })
+    }
+}
+
 /// `v` as a strided view of a constant's elements, if it is a constant or a chain
 /// of view ops over one that strides can express.
 pub(super) fn constant_source(g: &Graph, v: ValueId) -> Option<ConstantView> {

@@ -1335,3 +1335,50 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
         .arg(&out));
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
+
+/// A product of one row on a Triton device is a reduction (`few_rows`); its activation,
+/// a gelu read by every one of the product's 32 output columns, is computed once into
+/// memory rather than again in each column's row of the reduction.
+#[test]
+fn a_one_row_product_is_a_reduction_that_reads_its_computed_operand_from_memory() {
+    let tmp = TempDir::new("few-rows");
+    let values: Vec<String> = (0..32 * 64)
+        .map(|i| format!("{}", ((i * 7) % 13) as f64 / 8.0 - 0.75))
+        .collect();
+    let graph = tmp.path().join("row.toml");
+    std::fs::write(
+        &graph,
+        format!(
+            "format = \"kiln-graph/1\"\nname = \"row\"\noutputs = [\"y\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [1, 64]\ndtype = \"float32\"\n\n\
+             [[constants]]\nname = \"w\"\nshape = [32, 64]\ndtype = \"float32\"\nvalues = [{}]\n\n\
+             [[nodes]]\nname = \"g\"\nop = \"gelu\"\nargs = [\"x\"]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"linear\"\nargs = [\"g\", \"w\"]\n",
+            values.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert!(!code.contains("torch.mm("), "no library product:\n{code}");
+    // Each kernel's text, up to the blank lines after its body.
+    let kernels: Vec<&str> = code
+        .split("@triton.jit")
+        .skip(1)
+        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
+        .collect();
+    let reduction = kernels
+        .iter()
+        .find(|k| k.contains("tl.sum") && k.contains("64*xindex + rindex"))
+        .unwrap_or_else(|| panic!("a reduction reading the weight row by row:\n{code}"));
+    assert!(
+        !reduction.contains("erf"),
+        "the gelu is not recomputed per column:\n{reduction}"
+    );
+    assert!(
+        kernels.iter().any(|k| k.contains("libdevice.erf")),
+        "{code}"
+    );
+}

@@ -6,9 +6,10 @@
 //! row on an H100, and some take a second kernel to reduce split sums
 //! (`bench/gpu/results/2026-11-26-merge-mm-h100.txt` profiles a step). As a sum
 //! over K of `x[m, k] * w[k, n]`, the product is one of Kiln's own reduction
-//! kernels, which read the weight row by row, take the product's readers (a
-//! bias, a residual add, an activation) into their store, and the layer norm
-//! before it into their loads.
+//! kernels, which read the weight row by row and take the product's readers (a
+//! bias, a residual add, an activation) into their store. (What the product
+//! reads, a layer norm's output, the scheduler computes into memory once:
+//! `schedule::lower`'s rule for operands broadcast across a reduction's rows.)
 //!
 //! The reduction reads each output column's K elements contiguously, as a linear
 //! layer stores its weight. A constant weight stored `[K, N]` row-major (GPT-2's

@@ -475,6 +475,9 @@ fn lower_reduce(
         ReduceOp::Any => "any",
         ReduceOp::All => "all",
     };
+    for value in broadcast_into_rows(graph, low, input, &dims) {
+        low.realize_view(graph, value)?;
+    }
     let kind = SKind::Reduction {
         input,
         kind,
@@ -483,6 +486,61 @@ fn lower_reduce(
     };
     low.add_snode(graph, ValueId::first(id), kind, name)?;
     Ok(())
+}
+
+/// The inline operands of a reduction's elementwise input that are broadcast
+/// across the reduction's rows (`unsqueeze`d at a dim it keeps) and compute
+/// something: inline, each would be computed again for every row (a product of
+/// one row, `few_rows`, recomputing a layer norm or a gelu for each of its
+/// thousands of output columns). In memory each is computed once, where its
+/// producer's kernel can store it.
+fn broadcast_into_rows(
+    graph: &Graph,
+    low: &Lowered,
+    input: ValueId,
+    dims: &[usize],
+) -> Vec<ValueId> {
+    let Some(node) = graph.node(input.node) else {
+        return vec![];
+    };
+    if !matches!(node.op, Op::Binary { .. })
+        || !matches!(low.defs.get(&input), Some(Def::Inline { .. }))
+    {
+        return vec![];
+    }
+    let rank = node.outputs.first().map_or(0, |m| m.rank());
+    node.args
+        .iter()
+        .filter_map(Arg::value)
+        .filter_map(|operand| {
+            let view = graph.node(operand.node)?;
+            let Op::Unsqueeze { dim } = view.op else {
+                return None;
+            };
+            let dim = crate::graph::shape::wrap_dim(dim, rank).ok()?;
+            let source = view.args.first()?.value()?;
+            (!dims.contains(&dim) && computes(graph, low, source)).then_some(source)
+        })
+        .collect()
+}
+
+/// Whether inline `value`'s expression does arithmetic, not only loads, views and casts.
+fn computes(graph: &Graph, low: &Lowered, value: ValueId) -> bool {
+    let mut stack = vec![value];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || !matches!(low.defs.get(&v), Some(Def::Inline { .. })) {
+            continue;
+        }
+        let Some(node) = graph.node(v.node) else {
+            continue;
+        };
+        if !views::describes(&node.op) && !matches!(node.op, Op::Cast { .. }) {
+            return true;
+        }
+        stack.extend(node.args.iter().filter_map(Arg::value));
+    }
+    false
 }
 
 /// A convolution without bias: an extern call on contiguous operands, what every

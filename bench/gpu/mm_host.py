@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_costs import per_call_us  # noqa: E402
+
 CUDA_R = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 14}
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_OP_N = 0
-
-
-def per_call_us(fn, calls: int = 2000, rounds: int = 7) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
 
 
 def cublas():

@@ -472,6 +472,19 @@ fn assert_all_outputs_close(a: &kiln::graph::Graph, b: &kiln::graph::Graph, tol:
     }
 }
 
+/// The program scheduled from `g` (after the passes) computes `original`'s outputs.
+fn assert_scheduled_close(original: &kiln::graph::Graph, g: &kiln::graph::Graph, tol: f64) {
+    let scheduled = kiln::schedule::schedule_with(g, &Default::default()).unwrap();
+    let inputs = random_inputs(original, 3);
+    let got = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
+    let want = kiln::interp::evaluate(original, &inputs).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(a.shape, b.shape);
+        assert!(max_rel_err(&a.to_vec(), &b.to_vec(), 1.0) < tol);
+    }
+}
+
 #[test]
 fn linear_layers_of_one_activation_become_one_product_with_one_bias() {
     for (biased, dtype) in [(true, "float32"), (false, "float32"), (true, "bfloat16")] {
@@ -505,14 +518,7 @@ fn linear_layers_of_one_activation_become_one_product_with_one_bias() {
         let tol = if dtype == "float32" { 1e-6 } else { 1e-2 };
         assert_all_outputs_close(&original, &g, tol);
         // The scheduled program computes the same outputs from the one buffer.
-        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
-        let inputs = random_inputs(&original, 3);
-        let got = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
-        let want = kiln::interp::evaluate(&original, &inputs).unwrap();
-        for (a, b) in got.iter().zip(&want) {
-            assert_eq!(a.shape, b.shape);
-            assert!(max_rel_err(&a.to_vec(), &b.to_vec(), 1.0) < 1e-2);
-        }
+        assert_scheduled_close(&original, &g, 1e-2);
     }
 }
 
@@ -592,11 +598,7 @@ fn a_product_of_one_row_becomes_a_reduction_reading_the_weight_row_by_row() {
         // Float32 sums of exact products, rounded once: the product's value.
         let tol = if dtype == "float32" { 1e-6 } else { 1e-2 };
         assert_all_outputs_close(&original, &g, tol);
-        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
-        let inputs = random_inputs(&original, 3);
-        let got = kiln::schedule::eval::run(&scheduled, &inputs).unwrap();
-        let want = kiln::interp::evaluate(&original, &inputs).unwrap();
-        assert!(max_rel_err(&got[0].to_vec(), &want[0].to_vec(), 1.0) < tol);
+        assert_scheduled_close(&original, &g, tol);
     }
     // Two rows, a K-major input weight, or the pass off: the library's product.
     for (rows, weight, few_rows) in [(2, "linear", 1), (1, "input", 1), (1, "linear", 0)] {

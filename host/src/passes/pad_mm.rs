@@ -222,9 +222,7 @@ impl ConstantView {
             .fold(self.offset, |at, (i, s)| at + i * s);
         at as usize
     }
-}
 
-impl ConstantView {
     /// A 2-D view's elements as a new row-major constant of its transpose
     /// (`[N, K]` of a `[K, N]` view), in the constant's own encoding; `None` for
     /// another rank, a fill, or where the host cannot hold it.
@@ -241,35 +239,45 @@ impl ConstantView {
                 }
             }
         };
-        Some(match &self.data {
-            ConstData::Values(values) => {
-                let mut out =
-                    crate::memory::try_vec::<f64>(|| "a transposed constant".into(), total).ok()?;
-                out.resize(total, 0.0);
-                each(Box::new(|to, from| {
-                    out[to] = values.get(from).copied().unwrap_or(0.0)
-                }));
-                ConstData::Values(Arc::from(out))
-            }
-            ConstData::Bytes { dtype, bytes } => {
-                let size = dtype.size_bytes();
-                let len = total.checked_mul(size)?;
-                let mut out =
-                    crate::memory::try_vec::<u8>(|| "a transposed constant".into(), len).ok()?;
-                out.resize(len, 0);
-                each(Box::new(|to, from| {
-                    if let Some(src) = bytes.get(from * size..(from + 1) * size) {
-                        out[to * size..(to + 1) * size].copy_from_slice(src);
-                    }
-                }));
-                ConstData::Bytes {
-                    dtype: *dtype,
-                    bytes: Arc::from(out),
-                }
-            }
-            ConstData::Fill(_) => return None,
-        })
+        rearranged(&self.data, total, "a transposed constant", each)
     }
+}
+
+/// A new constant of `total` elements in `data`'s encoding (zeros where `fill` puts
+/// nothing), `fill` putting each (destination, source position) pair; `None` for a
+/// fill, or where the host cannot hold it (`what` names it).
+fn rearranged(
+    data: &ConstData,
+    total: usize,
+    what: &str,
+    fill: impl FnOnce(Box<dyn FnMut(usize, usize) + '_>),
+) -> Option<ConstData> {
+    Some(match data {
+        ConstData::Values(values) => {
+            let mut out = crate::memory::try_vec::<f64>(|| what.into(), total).ok()?;
+            out.resize(total, 0.0);
+            fill(Box::new(|to, from| {
+                out[to] = values.get(from).copied().unwrap_or(0.0)
+            }));
+            ConstData::Values(Arc::from(out))
+        }
+        ConstData::Bytes { dtype, bytes } => {
+            let size = dtype.size_bytes();
+            let len = total.checked_mul(size)?;
+            let mut out = crate::memory::try_vec::<u8>(|| what.into(), len).ok()?;
+            out.resize(len, 0);
+            fill(Box::new(|to, from| {
+                if let Some(src) = bytes.get(from * size..(from + 1) * size) {
+                    out[to * size..(to + 1) * size].copy_from_slice(src);
+                }
+            }));
+            ConstData::Bytes {
+                dtype: *dtype,
+                bytes: Arc::from(out),
+            }
+        }
+        ConstData::Fill(_) => return None,
+    })
 }
 
 /// `v` as a strided view of a constant's elements, if it is a constant or a chain
@@ -332,31 +340,5 @@ fn padded_constant(c: &ConstantView, rows: i64, cols: i64) -> Option<ConstData> 
             }
         }
     };
-    Some(match &c.data {
-        ConstData::Values(values) => {
-            let mut out =
-                crate::memory::try_vec::<f64>(|| "a padded constant".into(), total).ok()?;
-            out.resize(total, 0.0);
-            each(Box::new(|to, from| {
-                out[to] = values.get(from).copied().unwrap_or(0.0)
-            }));
-            ConstData::Values(Arc::from(out))
-        }
-        ConstData::Bytes { dtype, bytes } => {
-            let size = dtype.size_bytes();
-            let len = total.checked_mul(size)?;
-            let mut out = crate::memory::try_vec::<u8>(|| "a padded constant".into(), len).ok()?;
-            out.resize(len, 0);
-            each(Box::new(|to, from| {
-                if let Some(src) = bytes.get(from * size..(from + 1) * size) {
-                    out[to * size..(to + 1) * size].copy_from_slice(src);
-                }
-            }));
-            ConstData::Bytes {
-                dtype: *dtype,
-                bytes: Arc::from(out),
-            }
-        }
-        ConstData::Fill(_) => return None,
-    })
+    rearranged(&c.data, total, "a padded constant", each)
 }

@@ -2860,6 +2860,28 @@ fn a_decoding_step_keeps_its_static_cache_and_counters_as_state() {
     }
 }
 
+/// The step's `cache_position` reaches the cache's `index_copy` (8 positions) and the
+/// position embedding (64) through a `select`, a `copy_` into the position counter and
+/// an add of `arange(1)`: random inputs for it are valid positions, and `host eval
+/// --check` compares the step with random inputs instead of failing on an index.
+#[test]
+fn a_decoding_step_s_position_is_drawn_within_the_cache() {
+    let path = fixtures().join("../decode/gpt2_static_cache_step.pt2");
+    let g = load(&path).expect("a decoding step");
+    let bounds: Vec<Option<i64>> = g.inputs().iter().map(|&i| g.index_bound(i)).collect();
+    // input_ids index the 32 token embeddings; cache_position the 8 cache positions.
+    assert_eq!(&bounds[..2], &[Some(32), Some(8)]);
+    let out = Command::new(env!("CARGO_BIN_EXE_host"))
+        .args(["eval", "--device", "cuda", "--check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("all 7 output(s) match"), "{stdout}");
+}
+
 /// The decoding step as the Python wrapper of a Triton device runs it: each layer's new
 /// keys and values are stored into the cache inputs themselves by one kernel (a scatter
 /// at the position, no extern `index_copy`), and every output (the logits, the counters,

@@ -298,15 +298,18 @@ impl Graph {
     }
 
     /// When node `id`'s value is read as indices (the ids of an `embedding`, an
-    /// `index`, `gather` or `index_copy` operand), directly or through casts and views: the size of
-    /// the smallest dim it indexes. Random inputs for it are drawn in `[0, size)`, so
-    /// that a model's token ids are valid ids.
+    /// `index`, `gather` or `index_copy` operand), directly or through casts, views,
+    /// copies and adds of non-negative numbers (a decoding step's position plus an
+    /// `arange`): the size of the smallest dim it indexes, less what was added on the
+    /// way. Random inputs for it are drawn in `[0, size)`, so that a model's token ids
+    /// and positions are valid.
     pub fn index_bound(&self, id: NodeId) -> Option<i64> {
         let mut bound: Option<i64> = None;
-        let mut stack = vec![id];
+        // (node, the most that was added to its value on the way)
+        let mut stack = vec![(id, 0i64)];
         let mut seen = std::collections::HashSet::new();
-        while let Some(n) = stack.pop() {
-            if !seen.insert(n) {
+        while let Some((n, added)) = stack.pop() {
+            if !seen.insert((n, added)) {
                 continue;
             }
             for (user, u) in self.users(n) {
@@ -333,21 +336,56 @@ impl Graph {
                             s.get(d).copied()
                         }),
                     Op::Cast { .. } | Op::Contiguous | Op::Clone => {
-                        stack.push(user);
+                        stack.push((user, added));
+                        None
+                    }
+                    // `copy(dst, src)` is `src`'s values.
+                    Op::Copy if u.operand == 1 => {
+                        stack.push((user, added));
+                        None
+                    }
+                    Op::Binary {
+                        op: super::ops::BinaryOp::Add,
+                        alpha: None,
+                    } => {
+                        let other = node.args.get(1 - (u.operand as usize).min(1));
+                        if let Some(most) = other.and_then(|a| self.most_added(a)) {
+                            stack.push((user, added + most));
+                        }
                         None
                     }
                     op if super::views::describes(op) && u.operand == 0 => {
-                        stack.push(user);
+                        stack.push((user, added));
                         None
                     }
                     _ => None,
                 };
-                if let Some(s) = size {
+                if let Some(s) = size.map(|s| s - added).filter(|&s| s > 0) {
                     bound = Some(bound.map_or(s, |b| b.min(s)));
                 }
             }
         }
         bound
+    }
+
+    /// The largest value of an add's other operand, where it is a non-negative
+    /// integer, or an `arange` of them.
+    fn most_added(&self, arg: &Arg) -> Option<i64> {
+        match arg {
+            Arg::Scalar(Scalar::Int(k)) if *k >= 0 => Some(*k),
+            Arg::Value(v) => match &self.node(v.node)?.op {
+                Op::Arange {
+                    start: Scalar::Int(start),
+                    end: Scalar::Int(end),
+                    step: Scalar::Int(step),
+                    ..
+                } if *start >= 0 && *step > 0 && end > start => {
+                    Some(start + (end - start - 1) / step * step)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// Graph inputs in declaration order.

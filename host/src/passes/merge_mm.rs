@@ -23,9 +23,9 @@
 //!   reshaped as the bias add's result was.
 //!
 //! A product whose weight another node also reads (a tied embedding) stays as it
-//! is: merging it would keep both copies (a bias, small, is copied). Products of weights that are graph
-//! inputs (`torch.compile` without freezing) stay as they are too: merging them
-//! would copy every weight on every call.
+//! is: merging it would keep both copies (a bias, small, is copied). Products of
+//! weights that are graph inputs (`torch.compile` without freezing) stay as they
+//! are too: merging them would copy every weight on every call.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -423,8 +423,13 @@ fn a_decomposed_attention_or_one_already_grouped_is_left_alone() {
 
 /// An activation `x [2, 3, 8]` through `linear` layers of constant weights (the query,
 /// key and value of an attention; with biases where `biased`), each an output; `tied`
-/// makes the second layer read the first's weight.
-fn projections(biased: bool, tied: bool, dtype: &str) -> kiln::graph::Graph {
+/// makes the key read the value's weight, `shared_bias` the value read the key's bias.
+fn projections_with(
+    biased: bool,
+    tied: bool,
+    shared_bias: bool,
+    dtype: &str,
+) -> kiln::graph::Graph {
     let mut text = format!(
         "format = \"kiln-graph/1\"\nname = \"qkv\"\noutputs = [\"q\", \"k\", \"v\"]\n\n\
          [[inputs]]\nname = \"x\"\nshape = [2, 3, 8]\ndtype = \"{dtype}\"\n\n"
@@ -447,14 +452,23 @@ fn projections(biased: bool, tied: bool, dtype: &str) -> kiln::graph::Graph {
         } else {
             &format!("w{name}")
         };
+        let bias = if shared_bias && name == "v" {
+            "k"
+        } else {
+            name
+        };
         let args = if biased {
-            format!("[\"x\", \"{weight}\", \"b{name}\"]")
+            format!("[\"x\", \"{weight}\", \"b{bias}\"]")
         } else {
             format!("[\"x\", \"{weight}\"]")
         };
         text += &format!("[[nodes]]\nname = \"{name}\"\nop = \"linear\"\nargs = {args}\n\n");
     }
     kiln::graph::parse_toml(&text).unwrap()
+}
+
+fn projections(biased: bool, tied: bool, dtype: &str) -> kiln::graph::Graph {
+    projections_with(biased, tied, false, dtype)
 }
 
 /// Every output of `b` is `a`'s, up to rounding `tol` relative to its magnitude
@@ -520,6 +534,16 @@ fn linear_layers_of_one_activation_become_one_product_with_one_bias() {
         // The scheduled program computes the same outputs from the one buffer.
         assert_scheduled_close(&original, &g, 1e-2);
     }
+}
+
+#[test]
+fn a_bias_two_layers_share_is_copied_into_the_merged_one() {
+    let original = projections_with(true, false, true, "float32");
+    let mut g = original.clone();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    assert_eq!(products(&g), vec![(vec![6, 8], vec![8, 16])]);
+    assert_all_outputs_close(&original, &g, 1e-6);
+    assert_scheduled_close(&original, &g, 1e-2);
 }
 
 #[test]

@@ -350,7 +350,7 @@ impl Graph {
                     } => {
                         let other = node.args.get(1 - (u.operand as usize).min(1));
                         if let Some(most) = other.and_then(|a| self.most_added(a)) {
-                            stack.push((user, added + most));
+                            stack.push((user, added.saturating_add(most)));
                         }
                         None
                     }

@@ -184,25 +184,17 @@ fn sole_user(g: &Graph, v: ValueId) -> Option<NodeId> {
     users.next().is_none().then_some(user)
 }
 
-/// The nodes from `v` back to the constant it views, where each is read only by
-/// the next (and `v` only once): what merging `v` into a new constant frees.
+/// The nodes from `v` (a constant or a view of one, as `constant_source` finds it)
+/// back to the constant, where each is read only by the next (and `v` only once):
+/// what merging `v` into a new constant frees.
 pub(super) fn sole_chain(g: &Graph, v: ValueId) -> Option<Vec<NodeId>> {
-    sole_user(g, v)?;
-    let mut nodes = vec![v.node];
-    let mut at = v.node;
-    loop {
-        let node = g.node(at)?;
-        match &node.op {
-            Op::Constant { data } if !matches!(data, ConstData::Fill(_)) => return Some(nodes),
-            op if views::describes(op) && !views::copies(op) => {
-                let input = node.args.first()?.value()?;
-                sole_user(g, input)?;
-                nodes.push(input.node);
-                at = input.node;
-            }
-            _ => return None,
-        }
-    }
+    let nodes = chain_to_constant(g, v);
+    // The views on the chain have one output each.
+    let sole = |&n: &NodeId| {
+        let output = if n == v.node { v.output } else { 0 };
+        sole_user(g, ValueId { node: n, output }).is_some()
+    };
+    nodes.iter().all(sole).then_some(nodes)
 }
 
 /// The nodes from `v` back to the constant it views (each removed once unread).

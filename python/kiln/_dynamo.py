@@ -16,7 +16,7 @@ import warnings
 from . import _host
 from ._compile import Compiled, check_device, default_device, export
 from ._errors import DeviceNotFound, KilnError
-from ._graphs import Graphed, graphs_module, kept_inputs
+from ._graphs import AutoGraphed, Graphed, graphs_module, kept_inputs
 
 OPTIONS = ("device", "plugins", "freeze", "cudagraphs")
 
@@ -26,11 +26,13 @@ def backend(gm, example_inputs, mode=None, options=None):
     name a plugin provides, "cuda:1" with an index), `plugins` (folders searched
     for plugins before the default places) and `freeze` (compile the parameters and
     buffers dynamo hands over as constants, as Inductor's freezing does:
-    `_Frozen`). `mode="reduce-overhead"`, or `cudagraphs` true among the options
-    (torch.compile takes a mode or options, not both), captures each
-    graph's call into a device graph where the device's torch module has them
-    (torch.cuda's CUDA graphs; `_graphs.Graphed`); other modes run the graph as
-    Kiln compiled it."""
+    `_Frozen`). Device graphs, where the device's torch module has them (torch.cuda's
+    CUDA graphs): `mode="reduce-overhead"`, or `cudagraphs` true among the options
+    (torch.compile takes a mode or options, not both), captures each graph's call and
+    replays it (`_graphs.Graphed`); `cudagraphs` false, or
+    mode="max-autotune-no-cudagraphs", runs each call as Kiln compiled it; otherwise a
+    graph replays a capture where that measures faster, its outputs copied out
+    (`_graphs.AutoGraphed`)."""
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
@@ -43,19 +45,30 @@ def backend(gm, example_inputs, mode=None, options=None):
     check_device(device, example_inputs)
     _warn_if_training(gm, example_inputs)
     freeze = bool(options.get("freeze", False))
-    if options.get("cudagraphs"):
-        mode = "reduce-overhead"
+    graphs = _graphs_policy(mode, options.get("cudagraphs"))
     if _symbolic(example_inputs):
-        return _PerShape(gm, device, plugins, mode, freeze)
-    return _compile_static(gm, example_inputs, device, plugins, mode, freeze)
+        return _PerShape(gm, device, plugins, graphs, freeze)
+    return _compile_static(gm, example_inputs, device, plugins, graphs, freeze)
 
 
-def _compile_static(gm, example_inputs, device: str, plugins, mode, freeze=False):
+def _graphs_policy(mode, cudagraphs) -> str:
+    """How a graph's calls use device graphs: "replay" (mode="reduce-overhead", or the
+    cudagraphs option true: outputs are the graph's own buffers), "off" (the cudagraphs
+    option false, or mode="max-autotune-no-cudagraphs") or "auto" (otherwise: `AutoGraphed`
+    measures whether replaying beats launching, and copies the outputs out)."""
+    if cudagraphs is not None:
+        return "replay" if cudagraphs else "off"
+    if mode == "reduce-overhead":
+        return "replay"
+    return "off" if mode == "max-autotune-no-cudagraphs" else "auto"
+
+
+def _compile_static(gm, example_inputs, device: str, plugins, graphs, freeze=False):
     """The function dynamo calls for a graph of static shapes: Kiln's compile of it, or
     the graph itself (eager) with a warning where Kiln cannot compile it."""
     try:
         if freeze and kept_inputs(example_inputs):
-            return _Frozen(gm, example_inputs, device, plugins, mode)
+            return _Frozen(gm, example_inputs, device, plugins, graphs)
         compiled = Compiled(export(gm, example_inputs), device, plugins)
     except DeviceNotFound:  # a setup error: no graph would compile
         raise
@@ -65,24 +78,23 @@ def _compile_static(gm, example_inputs, device: str, plugins, mode, freeze=False
     except Exception as error:  # torch.export could not take the graph
         _warn_eager(gm, f"torch.export: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
         return gm.forward
-    return _runner(compiled, example_inputs, device, mode)
+    return _runner(compiled, example_inputs, device, graphs)
 
 
-def _runner(compiled, example_inputs, device: str, mode):
-    """The function of dynamo's arguments that calls `compiled` (under device graphs for
-    mode="reduce-overhead"); `.kiln` is the Compiled, `.graphed` the Graphed if any."""
+def _runner(compiled, example_inputs, device: str, graphs):
+    """The function of dynamo's arguments that calls `compiled`, under device graphs as the
+    policy `graphs` says; `.kiln` is the Compiled, `.graphed` the Graphed or AutoGraphed if
+    any."""
     if not compiled.takes_flat_tensors(len(example_inputs)):
         def run(*args):
             return compiled(*args)
     else:  # every argument a tensor, a tuple out: straight to the compiled code
-        call_flat = compiled.flat_call(example_inputs)
-        if mode == "reduce-overhead":
-            call_flat = graphed(call_flat, device, example_inputs)
+        call_flat = graphed(compiled.flat_call(example_inputs), device, example_inputs, graphs)
 
         def run(*args):
             return call_flat(args)
 
-        run.graphed = call_flat if isinstance(call_flat, Graphed) else None
+        run.graphed = call_flat if isinstance(call_flat, (Graphed, AutoGraphed)) else None
     run.kiln = compiled
     return run
 
@@ -106,8 +118,8 @@ class _Frozen:
     in-place change such as `load_state_dict` advances); where one is not, the graph is
     compiled again with the current values."""
 
-    def __init__(self, gm, example_inputs, device: str, plugins, mode):
-        self._gm, self._device, self._plugins, self._mode = gm, device, plugins, mode
+    def __init__(self, gm, example_inputs, device: str, plugins, graphs):
+        self._gm, self._device, self._plugins, self._graphs = gm, device, plugins, graphs
         self._frozen = tuple(kept_inputs(example_inputs))
         frozen = set(self._frozen)
         self._user = tuple(i for i in range(len(example_inputs)) if i not in frozen)
@@ -119,7 +131,7 @@ class _Frozen:
         user = list(self._pick_user(args))
         program = export(_with_constants()(self._gm, args, self._frozen), user)
         self.kiln = Compiled(program, self._device, self._plugins)
-        run = _runner(self.kiln, user, self._device, self._mode)
+        run = _runner(self.kiln, user, self._device, self._graphs)
         self.graphed = getattr(run, "graphed", None)
         self._run = run
         self._stamp = self._stamp_of(self._pick_frozen(args))
@@ -184,8 +196,8 @@ class _PerShape:
     input sizes and values as calls bring them (Kiln's graphs have static shapes until
     symbolic dims exist): each set is exported and compiled at its first call, and kept."""
 
-    def __init__(self, gm, device: str, plugins, mode, freeze=False):
-        self._gm, self._device, self._plugins, self._mode, self._freeze = gm, device, plugins, mode, freeze
+    def __init__(self, gm, device: str, plugins, graphs, freeze=False):
+        self._gm, self._device, self._plugins, self._graphs, self._freeze = gm, device, plugins, graphs, freeze
         self.compiled: dict = {}
 
     def __call__(self, *args):
@@ -197,18 +209,19 @@ class _PerShape:
                     for a in args)
         run = self.compiled.get(key)
         if run is None:
-            run = _compile_static(self._gm, list(args), self._device, self._plugins, self._mode, self._freeze)
+            run = _compile_static(self._gm, list(args), self._device, self._plugins, self._graphs, self._freeze)
             self.compiled[key] = run
         return run(*args)
 
 
-def graphed(call_flat, device: str, example_inputs):
-    """`call_flat` under the device's graphs (mode="reduce-overhead"), where its torch
-    module has them; else as it is (the cpu)."""
-    module = graphs_module(device)
+def graphed(call_flat, device: str, example_inputs, policy: str):
+    """`call_flat` under the device's graphs as `policy` says (`_graphs_policy`), where its
+    torch module has them; else as it is (the cpu)."""
+    module = graphs_module(device) if policy != "off" else None
     if module is None:
         return call_flat
-    return Graphed(call_flat, module, kept_inputs(example_inputs))
+    kept = kept_inputs(example_inputs)
+    return Graphed(call_flat, module, kept) if policy == "replay" else AutoGraphed(call_flat, module, kept)
 
 
 def _warn_if_training(gm, example_inputs) -> None:

@@ -435,6 +435,7 @@ def main(repo: Path):
     else:
         cuda_graphs()
     device_graphs()
+    auto_graphs()
     trusted_alignment()
 
     kept_state(repo)
@@ -494,12 +495,16 @@ class FakeDevice:
 
     def __init__(self):
         self.capturing, self.recorded = False, None
+        self._stream = FakeDevice.Stream()
 
     def is_current_stream_capturing(self):
         return self.capturing
 
     def current_stream(self):
-        return FakeDevice.Stream()
+        return self._stream
+
+    def synchronize(self):
+        pass
 
     def stream(self, s):
         import contextlib
@@ -573,6 +578,85 @@ def device_graphs():
     device.capturing = False
     check("inside the caller's own capture the call is made directly",
           graphed.captures == 2 and runs[-1] is True and inside[0] is out)
+
+
+class TimedDevice(FakeDevice):
+    """A FakeDevice with a clock: launching takes the host `host` seconds a kernel and the
+    device `work` seconds, run in order after what it already has; a replay costs the host
+    nothing; `synchronize` waits for the device."""
+
+    def __init__(self):
+        super().__init__()
+        self.now = self.busy = 0.0
+
+    def synchronize(self):
+        self.now = max(self.now, self.busy)
+
+    def compiled(self, out, host, work, kernels=10):
+        """A compiled call of `kernels` kernels writing `2 * a` into `out`; `.entered` lists,
+        for each time the compiled code ran, whether it ran inside a capture."""
+        device = self
+
+        def call(tensors):
+            def run(a=tensors[0]):
+                out.copy_(a * 2)
+                for _ in range(kernels):
+                    device.busy = max(device.busy, device.now) + work
+
+            call.entered.append(device.capturing)
+            for _ in range(kernels):
+                device.now += host
+            if device.capturing:
+                device.recording.actions.append(run)
+            else:
+                run()
+            return (out,)
+
+        call.entered = []
+        return call
+
+
+def auto_graphs():
+    """kiln._graphs.AutoGraphed (the default mode's graphs) with a stand-in device and clock:
+    a call the host bounds replays a graph from its second call on, with its outputs copied
+    out; a call the device bounds, or whose output is an input, runs as compiled."""
+    from kiln._dynamo import _graphs_policy
+    from kiln._graphs import AutoGraphed
+
+    device, out = TimedDevice(), torch.zeros(3)
+    call = device.compiled(out, host=5e-6, work=1e-6)
+    auto = AutoGraphed(call, device, kept=[], clock=lambda: device.now)
+    firsts = [auto([torch.tensor([1.0, 2.0, 3.0])]) for _ in range(2)]
+    entered = len(call.entered)
+    later = [auto([torch.tensor([float(i), 0.0, 1.0])]) for i in range(3)]
+    check("a call bound by the host (50 us to launch, 10 us to run) replays a graph from its second call: "
+          "each result its own copy, the compiled code not entered again",
+          auto.chosen == "graphs" and len(call.entered) == entered and True in call.entered
+          and [r[0].tolist() for r in later] == [[0.0, 0.0, 2.0], [2.0, 0.0, 2.0], [4.0, 0.0, 2.0]]
+          and all(r[0] is not out for r in firsts[1:] + later) and firsts[1][0].tolist() == [2.0, 4.0, 6.0],
+          (auto.chosen, auto.measured, call.entered))
+    device.capturing = True
+    inside = auto([torch.tensor([1.0, 1.0, 1.0])])
+    device.capturing = False
+    check("inside the caller's own capture the call is made directly", inside[0] is out)
+
+    device, out = TimedDevice(), torch.zeros(3)
+    call = device.compiled(out, host=1e-7, work=1e-5)
+    auto = AutoGraphed(call, device, kept=[], clock=lambda: device.now)
+    results = [auto([torch.tensor([1.0, 2.0, 3.0])]) for _ in range(4)]
+    check("a call bound by the device (1 us to launch, 100 us to run) runs as compiled, never captured",
+          auto.chosen == "compiled" and auto.graphed is None and True not in call.entered
+          and all(r[0] is out for r in results), (auto.chosen, auto.measured))
+
+    device = TimedDevice()
+    same = AutoGraphed(lambda tensors: (tensors[0],), device, kept=[], clock=lambda: device.now)
+    x = torch.ones(3)
+    check("a call whose output is its input is never captured", all(same([x])[0] is x for _ in range(3))
+          and same.chosen == "compiled" and same.graphed is None)
+    check("torch.compile's modes and the cudagraphs option give the graphs policy",
+          [_graphs_policy(None, None), _graphs_policy("default", None), _graphs_policy("reduce-overhead", None),
+           _graphs_policy("max-autotune-no-cudagraphs", None), _graphs_policy(None, True),
+           _graphs_policy(None, False)] == ["auto", "auto", "replay", "off", "replay", "off"])
 
 
 def trusted_alignment():
@@ -691,6 +775,35 @@ def cuda_graphs():
     check("later calls replay the CUDA graph with the new inputs (and a parameter changed in place), "
           "eager's results, without entering the compiled code",
           graphed.captures == 1 and all(close(g, w) for g, w in replays))
+    auto_cuda_graphs(m, xs)
+
+
+def auto_cuda_graphs(small, xs):
+    """The default mode on CUDA: a graph whose launches take longer than its kernels replays a
+    CUDA graph from its second call, each call's outputs its own; one the device bounds does not."""
+    torch._dynamo.reset()
+    made = []
+    compiled = torch.compile(small, backend=recording_backend(made))
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        wants = [small(x) for x in xs]
+    auto = made[0].graphed if len(made) == 1 else None
+    check("by default a graph the host bounds (a GELU between two small products) replays a CUDA graph from "
+          "its second call: eager's results, each call's its own memory",
+          auto is not None and auto.chosen == "graphs" and all(close(o, w) for o, w in zip(outs, wants))
+          and len({o.data_ptr() for o in outs}) == len(outs), (auto and auto.chosen, auto and auto.measured))
+    torch._dynamo.reset()
+    made.clear()
+    big = dev(torch.nn.Linear(4096, 4096))
+    x = dev(torch.randn(8192, 4096))
+    compiled = torch.compile(big, backend=recording_backend(made))
+    with torch.no_grad():
+        got = [compiled(x) for _ in range(3)]
+        want = big(x)
+    auto = made[0].graphed if len(made) == 1 else None
+    check("by default a graph the device bounds (a float32 product of 8192 x 4096 x 4096) runs as compiled, "
+          "never captured", auto is not None and auto.chosen == "compiled" and auto.graphed is None
+          and all(close(g, want, 1e-3) for g in got), (auto and auto.chosen, auto and auto.measured))
 
 
 class _Answering:

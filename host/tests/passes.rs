@@ -547,7 +547,7 @@ fn a_bias_two_layers_share_is_copied_into_the_merged_one() {
 }
 
 #[test]
-fn a_tied_weight_or_a_weight_given_as_an_input_is_not_merged() {
+fn a_tied_weight_is_not_merged() {
     // k and v read one weight: merging them would keep two copies (`cse` makes their
     // products one), and q merges with nothing else. No product is wider than a weight.
     let original = projections(true, true, "float32");
@@ -559,10 +559,53 @@ fn a_tied_weight_or_a_weight_given_as_an_input_is_not_merged() {
         "{widths:?}"
     );
     assert_all_outputs_close(&original, &g, 1e-6);
-    // A weight that is an input (torch.compile without freezing) would be copied every call.
-    let mut inputs = product_graph_in(8, 4, true, "float32");
-    kiln::passes::run_pipeline(&mut inputs).unwrap();
-    assert_eq!(products(&inputs).len(), 1);
+}
+
+/// `x [rows, 8]` through `linear` layers whose weights `[8 | 4 | 4, 8]` and biases are
+/// graph inputs (a module's parameters as `torch.compile` hands them over unfrozen).
+fn input_projections(rows: usize, dtype: &str) -> kiln::graph::Graph {
+    let mut text = format!(
+        "format = \"kiln-graph/1\"\nname = \"qkv\"\noutputs = [\"q\", \"k\", \"v\"]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [{rows}, 8]\ndtype = \"{dtype}\"\n\n"
+    );
+    for (name, n) in [("q", 8), ("k", 4), ("v", 4)] {
+        text += &format!(
+            "[[inputs]]\nname = \"w{name}\"\nshape = [{n}, 8]\ndtype = \"{dtype}\"\n\n\
+             [[inputs]]\nname = \"b{name}\"\nshape = [{n}]\ndtype = \"{dtype}\"\n\n"
+        );
+    }
+    for name in ["q", "k", "v"] {
+        text += &format!(
+            "[[nodes]]\nname = \"{name}\"\nop = \"linear\"\nargs = [\"x\", \"w{name}\", \"b{name}\"]\n\n"
+        );
+    }
+    kiln::graph::parse_toml(&text).unwrap()
+}
+
+#[test]
+fn float32_weights_given_as_inputs_merge_through_a_concatenation_only_for_enough_rows() {
+    // 6 rows: the concatenation copies 8 x 16 weights, no more than the product's
+    // 6 x 8 + 8 x 16 + 6 x 16 elements. One product, one add of the biases' concatenation.
+    let original = input_projections(6, "float32");
+    let mut g = original.clone();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    assert_eq!(products(&g), vec![(vec![6, 8], vec![8, 16])]);
+    let cats: Vec<Vec<i64>> = g
+        .node_ids()
+        .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Cat { .. }))
+        .map(|id| g.node(id).unwrap().outputs[0].shape.clone())
+        .collect();
+    assert_eq!(cats, vec![vec![16, 8], vec![16]]);
+    assert_all_outputs_close(&original, &g, 1e-6);
+    assert_scheduled_close(&original, &g, 1e-5);
+    // One row (a decoding step): the copy would double the weights' traffic.
+    let mut one = input_projections(1, "float32");
+    kiln::passes::run_pipeline(&mut one).unwrap();
+    assert_eq!(products(&one).len(), 3);
+    // 16 bits: the product's arithmetic is as short as the copy.
+    let mut half = input_projections(6, "bfloat16");
+    kiln::passes::run_pipeline(&mut half).unwrap();
+    assert_eq!(products(&half).len(), 3);
 }
 
 /// `x [rows, 8]` times a weight: a constant `[6, 8]` through `linear`, a constant

@@ -914,3 +914,45 @@ fn a_product_s_bias_goes_into_its_call_only_where_its_sum_must_be_in_memory() {
     let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
     assert!(rel_error(&got, &want) < 2e-2);
 }
+
+#[test]
+fn a_bias_kernels_compute_is_computed_first_for_the_epilogue_unless_made_from_the_product_itself() {
+    let graph = |bias: &str| {
+        format!(
+            "format = \"kiln-graph/1\"\nname = \"computed\"\noutputs = [\"y\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [4, 8]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"w\"\nshape = [8, 5]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"b1\"\nshape = [2]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"b2\"\nshape = [3]\ndtype = \"float32\"\n\n\
+             [[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n{bias}\
+             [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"bias\"]\n"
+        )
+    };
+    let options = kiln::schedule::Options {
+        bias_epilogue: true,
+        ..Default::default()
+    };
+    // Two layers' biases side by side (merge_mm's of biases given as inputs): the
+    // concatenation is computed into memory and the add is the product's epilogue.
+    // A bias summed over the product's own rows cannot be (the product is read twice):
+    // it stays a plain product.
+    for (bias, want_externs) in [
+        (
+            "[[nodes]]\nname = \"bias\"\nop = \"cat\"\nargs = [[\"b1\", \"b2\"]]\nattrs = { dim = 0 }\n\n",
+            vec!["addmm"],
+        ),
+        (
+            "[[nodes]]\nname = \"bias\"\nop = \"sum\"\nargs = [\"p\"]\nattrs = { dim = [0] }\n\n",
+            vec!["mm"],
+        ),
+    ] {
+        let mut g = kiln::graph::parse_toml(&graph(bias)).expect("graph parses");
+        let inputs = kiln::tensor_io::random_inputs(&input_metas(&g), 5);
+        let want = kiln::interp::evaluate(&g, &inputs).expect("reference");
+        kiln::passes::run_pipeline(&mut g).expect("passes");
+        let scheduled = kiln::schedule::schedule_with(&g, &options).expect("schedule");
+        assert_eq!(externs(&scheduled), want_externs);
+        let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
+        assert!(rel_error(&got, &want) < 1e-5);
+    }
+}

@@ -63,8 +63,12 @@ struct Plan {
     snode: super::SNodeId,
     /// The values the fold leaves without a reader (the product, a view of it).
     consumed: Vec<ValueId>,
-    /// The bias as a `[N]` view.
-    bias: View,
+    /// The bias as a `[N]` view, where it is in memory.
+    bias: Option<View>,
+    /// The bias and its rank. A bias kernels compute (a concatenation of layers'
+    /// biases, `merge_mm`'s of biases given as inputs) is computed into memory
+    /// first: `N` elements, against the `M × N` a separate add would read.
+    value: (ValueId, usize),
 }
 
 fn plan(
@@ -125,19 +129,17 @@ fn plan(
         return Ok(None);
     }
     // (Never the product's own buffer: `add(p, p)` of a one-row product.)
-    let Some(view) = low.as_view(graph, bias, true).filter(|v| v.buf != s.buf) else {
+    let view = low.as_view(graph, bias, true);
+    // A bias computed from the product would read it a second time, which the
+    // product's single reader above rules out.
+    if view.as_ref().is_some_and(|v| v.buf == s.buf) {
         return Ok(None);
-    };
-    let bias = View {
-        buf: view.buf,
-        shape: vec![n],
-        strides: vec![view.strides[rank - 1]],
-        offset: view.offset,
-    };
+    }
     Ok(Some(Plan {
         snode,
         consumed,
-        bias,
+        bias: view.map(|v| as_bias(&v, rank, n)),
+        value: (bias, rank),
     }))
 }
 
@@ -185,14 +187,29 @@ fn only_reader(graph: &Graph, value: ValueId, reader: NodeId) -> bool {
         && graph.users(value.node).any(|(user, _)| user == reader)
 }
 
+/// A bias of `rank` dims (`[N]`, or ones before it) in memory as a `[N]` view.
+fn as_bias(view: &View, rank: usize, n: i64) -> View {
+    View {
+        buf: view.buf,
+        shape: vec![n],
+        strides: vec![view.strides[rank - 1]],
+        offset: view.offset,
+    }
+}
+
 fn apply(graph: &Graph, low: &mut Lowered, sum: ValueId, plan: Plan) -> Result<(), Error> {
     let out_shape = meta_of(graph, sum)?.shape.clone();
+    let n = *out_shape.last().unwrap_or(&0);
+    let bias = match plan.bias {
+        Some(bias) => bias,
+        None => as_bias(&low.realize_view(graph, plan.value.0)?, plan.value.1, n),
+    };
     let s = &mut low.snodes[plan.snode];
     let SKind::Extern { op, args } = &mut s.kind else {
         return Err(Error::Internal("a product's node changed kind".into()));
     };
     *op = ExternOp::Addmm;
-    args.insert(0, plan.bias);
+    args.insert(0, bias);
     s.value = sum;
     s.op_name = "addmm";
     let view = contiguous_view(s.buf, &out_shape);

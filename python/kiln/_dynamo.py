@@ -194,9 +194,12 @@ def _with_constants():
 class _PerShape:
     """A graph dynamo traced with symbolic sizes, compiled by Kiln once per distinct set of
     input sizes and values as calls bring them (Kiln's graphs have static shapes until
-    symbolic dims exist): each set is exported and compiled at its first call, and kept."""
+    symbolic dims exist): each set is exported and compiled at its first call, and kept.
+    The default mode's device graphs are off here: sizes that vary from call to call would
+    each keep a captured graph and its memory (mode="reduce-overhead" still captures each)."""
 
     def __init__(self, gm, device: str, plugins, graphs, freeze=False):
+        graphs = "off" if graphs == "auto" else graphs
         self._gm, self._device, self._plugins, self._graphs, self._freeze = gm, device, plugins, graphs, freeze
         self.compiled: dict = {}
 

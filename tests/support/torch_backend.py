@@ -653,6 +653,10 @@ def auto_graphs():
     x = torch.ones(3)
     check("a call whose output is its input is never captured", all(same([x])[0] is x for _ in range(3))
           and same.chosen == "compiled" and same.graphed is None)
+    from kiln._dynamo import _PerShape
+    check("a graph traced with symbolic sizes does not choose graphs by default (each size would keep one)",
+          _PerShape(None, "cuda", (), "auto")._graphs == "off"
+          and _PerShape(None, "cuda", (), "replay")._graphs == "replay")
     check("torch.compile's modes and the cudagraphs option give the graphs policy",
           [_graphs_policy(None, None), _graphs_policy("default", None), _graphs_policy("reduce-overhead", None),
            _graphs_policy("max-autotune-no-cudagraphs", None), _graphs_policy(None, True),

@@ -9,8 +9,10 @@ bench/gpu/precision.py (its precision_models.py), on the GPU machine:
   timing), then the backend's CUDA graphs (mode="reduce-overhead", or the cudagraphs option with
   --options) against the output_code.py call captured into one. Also the host time per call of
   each, of Kiln's function called without dynamo, and of dynamo alone (a backend that returns at
-  once): where the host is the bottleneck, what dynamo adds shows. The issue's bar: backend /
-  output_code.py at most 1.05.
+  once): where the host is the bottleneck, what dynamo adds shows. The backend's default mode
+  chooses per graph whether to replay a CUDA graph (kiln._graphs.AutoGraphed, on its second call):
+  the row gives the choice, and the backend's error is also checked on a call after it. The
+  issue's bar: backend / output_code.py at most 1.05.
 - `first`: the wall time from `torch.compile(model, backend=...)` to the first result synchronized,
   for Kiln and for Inductor, each in a fresh process with empty Kiln, Triton and Inductor caches
   (the model and its inputs on the GPU before the clock starts). The bar: Kiln / Inductor at most 0.5.

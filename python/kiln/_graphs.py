@@ -1,13 +1,16 @@
-"""`mode="reduce-overhead"`: a compiled graph's call captured into a CUDA graph (or the device
-module's equivalent) on its first call and replayed after, one launch per call instead of one per
-kernel, as Inductor's cudagraphs do.
+"""Device graphs for compiled graphs' calls (torch.cuda's CUDA graphs, or the device module's
+equivalent): one launch per call instead of one per kernel, as Inductor's cudagraphs do.
 
-The graph reads its inputs at the addresses it was captured with. Inputs that keep their address
-from call to call (parameters and buffers, which dynamo hands over as graph inputs) are captured as
-they are; the others are copied into static copies before each replay. A kept input found at another
+`Graphed` is `mode="reduce-overhead"`: the call captured on its first call and replayed after. The
+graph reads its inputs at the addresses it was captured with. Inputs that keep their address from
+call to call (parameters and buffers, which dynamo hands over as graph inputs) are captured as they
+are; the others are copied into static copies before each replay. A kept input found at another
 address (a module moved, or its weights replaced) makes the next call capture again. The outputs are
 the graph's own buffers: the next call overwrites them (clone one to keep it), as with
 `torch.cuda.graphs`.
+
+`AutoGraphed` is the default mode's: a `Graphed` where its second call measures it at least as
+fast as the call as compiled, with the outputs copied out, so each call's results are its own.
 """
 
 from __future__ import annotations
@@ -102,6 +105,9 @@ class AutoGraphed:
             try:
                 if not self._device.is_current_stream_capturing() and self._device.current_stream() == self._stream:
                     return tuple(out.clone() for out in self.graphed(tensors))
+            except Exception as error:  # noqa: BLE001 (a capture again, for a moved parameter, failed)
+                _LOG.debug("kiln: device graphs off for this call (%s: %s)", type(error).__name__, error)
+                self.chosen, self.graphed = "compiled", None
             finally:
                 self._lock.release()
         if self.chosen is None and not self._device.is_current_stream_capturing():

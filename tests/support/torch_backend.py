@@ -648,6 +648,23 @@ def auto_graphs():
           auto.chosen == "compiled" and auto.graphed is None and True not in call.entered
           and all(r[0] is out for r in results), (auto.chosen, auto.measured))
 
+    device, out = TimedDevice(), torch.zeros(3)
+    call = device.compiled(out, host=5e-6, work=1e-6)
+    weight = torch.ones(3)
+    auto = AutoGraphed(lambda tensors: call(tensors[:1]), device, kept=[1], clock=lambda: device.now)
+    for _ in range(3):
+        auto([torch.tensor([1.0, 2.0, 3.0]), weight])
+    chosen = auto.chosen
+
+    def refuse():
+        raise RuntimeError("capture failed")
+
+    device.CUDAGraph = refuse
+    moved = auto([torch.tensor([2.0, 2.0, 2.0]), weight.clone()])
+    check("where capturing again (a parameter moved) fails, the call runs as compiled, and so do the later ones",
+          chosen == "graphs" and auto.chosen == "compiled" and moved[0] is out and moved[0].tolist() == [4.0] * 3,
+          (chosen, auto.chosen))
+
     device = TimedDevice()
     same = AutoGraphed(lambda tensors: (tensors[0],), device, kept=[], clock=lambda: device.now)
     x = torch.ones(3)

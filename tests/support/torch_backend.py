@@ -436,6 +436,7 @@ def main(repo: Path):
         cuda_graphs()
     device_graphs()
     auto_graphs()
+    archive_as_torch_saves_it()
     trusted_alignment()
 
     kept_state(repo)
@@ -678,6 +679,35 @@ def auto_graphs():
           [_graphs_policy(None, None), _graphs_policy("default", None), _graphs_policy("reduce-overhead", None),
            _graphs_policy("max-autotune-no-cudagraphs", None), _graphs_policy(None, True),
            _graphs_policy(None, False)] == ["auto", "auto", "replay", "off", "replay", "off"])
+
+
+def archive_as_torch_saves_it():
+    """The archive Kiln writes of a graph is torch.export.save's, entry for entry, though it
+    skips the canonical form torch's serializer computes only to test it."""
+    import zipfile
+
+    from torch._export.serde import serialize
+
+    from kiln._compile import save_without_examples
+
+    original = serialize.canonicalize
+    program = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)),
+                                  (torch.randn(3, 4),))
+
+    def entries(path):
+        with zipfile.ZipFile(path) as z:  # the archive's top folder is named after its file
+            return {name.split("/", 1)[-1]: z.read(name) for name in z.namelist()}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_without_examples(program, Path(tmp, "kiln.pt2"))
+        examples, program.example_inputs = program.example_inputs, None
+        torch.export.save(program, str(Path(tmp, "torch.pt2")))
+        program.example_inputs = examples
+        kiln_entries, torch_entries = entries(Path(tmp, "kiln.pt2")), entries(Path(tmp, "torch.pt2"))
+    check("Kiln's archive of a graph is torch.export.save's, entry for entry, without the canonical form torch "
+          "computes only to test it (and torch's function is back in place after)",
+          kiln_entries == torch_entries and serialize.canonicalize is original,
+          sorted(n for n in kiln_entries if kiln_entries.get(n) != torch_entries.get(n)))
 
 
 def trusted_alignment():

@@ -168,7 +168,7 @@ fn input_source(g: &Graph, v: ValueId) -> Option<(ValueId, bool, Vec<NodeId>)> {
         let meta = g.meta(v)?;
         (matches!(node.op, Op::Input { .. })
             && meta.rank() == 2
-            && meta.strides == crate::graph::shape::contiguous_strides(&meta.shape))
+            && crate::graph::shape::is_dense(&meta.shape, &meta.strides))
         .then_some(v)
     };
     if let Some(input) = row_major(v) {

@@ -12,7 +12,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import _host
+from . import _host, _workers
 from ._errors import KilnError
 from ._graphs import Graphed, graphs_module, kept_inputs
 
@@ -270,8 +270,9 @@ def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugi
     `Compiled`, called as the module is. `mode="reduce-overhead"` replays each call as one
     device graph where the device has them (CUDA graphs: the outputs are the graph's own
     buffers, overwritten by the next call, as torch.compile's mode gives them)."""
-    program = export(model, example_inputs, example_kwargs)
     given = [*example_inputs, *(example_kwargs or {}).values()]
+    _workers.warm(str(device or default_device(given)))  # ready while the model is exported
+    program = export(model, example_inputs, example_kwargs)
     if device is None:
         example = getattr(program, "example_inputs", None) or ((), {})
         device = default_device([*given, *example[0]])

@@ -13,7 +13,7 @@ import functools
 import operator
 import warnings
 
-from . import _host
+from . import _host, _workers
 from ._compile import Compiled, check_device, default_device, export
 from ._errors import DeviceNotFound, KilnError
 from ._graphs import AutoGraphed, Graphed, graphs_module, kept_inputs
@@ -46,6 +46,7 @@ def backend(gm, example_inputs, mode=None, options=None):
     _warn_if_training(gm, example_inputs)
     freeze = bool(options.get("freeze", False))
     graphs = _graphs_policy(mode, options.get("cudagraphs"))
+    _workers.warm(device)  # the kernels' compile workers get ready while the graph is exported
     if _symbolic(example_inputs):
         return _PerShape(gm, device, plugins, graphs, freeze)
     return _compile_static(gm, example_inputs, device, plugins, graphs, freeze)

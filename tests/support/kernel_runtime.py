@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exercises output_code.py's kernel runtime (KernelSet) without torch or a GPU.
 
-Usage: kernel_runtime.py OUTPUT_CODE [--no-compile-here]
+Usage: kernel_runtime.py OUTPUT_CODE [--no-compile-here] [--lent N]
 
 Runs the part of the file before the wrapper (the kernels, KERNEL_META and the
 loading of kiln_runtime.py beside it; it needs only Triton), builds the
@@ -10,11 +10,15 @@ gets every kernel's binary as a first launch would. Checks that each is kept
 in $KILN_CACHE_DIR/triton. Prints one line per kernel: NAME, then `found` when
 the cache held it as the KernelSet was made, else `compiled` (by the worker
 pool or this process). With --no-compile-here, compiling in this process is
-an error.
+an error. With --lent N, N workers of the kiln package's pool (python/kiln/
+_workers.py) are started ahead for the file's target, and only they may
+compile: the KernelSet must take them, and they compile every kernel.
 """
 
 import os
+import subprocess
 import sys
+import time
 
 MARK = "# The wrapper: everything from here on needs torch."
 
@@ -34,8 +38,15 @@ def main() -> int:
         def no_compile(*args):
             raise AssertionError("compiled a kernel the cache holds")
         kernel_set.compile = staticmethod(no_compile)
+    lent = int(sys.argv[sys.argv.index("--lent") + 1]) if "--lent" in sys.argv else 0
+    if lent:
+        pool = start_pool(kernel_set, scope, lent)
     kernels = kernel_set(scope)
     found = {name for name, kernel in kernels._kernels.items() if kernel.folder is not None}
+    if lent:
+        assert not pool._IDLE, f"the KernelSet left {len(pool._IDLE)} started worker(s)"
+        for name, kernel in kernels._kernels.items():
+            assert kernel.done.wait(120), f"{name}: no lent worker compiled it"
     store = os.path.join(os.environ["KILN_CACHE_DIR"], "triton")
     for name, meta in scope["KERNEL_META"].items():
         if meta.get("autotuned"):
@@ -51,6 +62,33 @@ def main() -> int:
     busy = [name for name, kernel in kernels._kernels.items() if kernel.compiling]
     assert not busy, f"still compiling after their binaries were made: {busy}"
     return 0
+
+
+def start_pool(kernel_set, scope, count):
+    """Starts `count` workers ahead (kiln._workers, as the torch.compile backend does)
+    for the file's target, and makes the KernelSet unable to start its own."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(repo, "python"))
+    from kiln import _workers
+
+    t = kernel_set.target(scope["TRITON_TARGET"])
+    os.environ["KILN_COMPILE_WORKERS"] = str(count)
+    assert _workers.start([t.backend, t.arch, t.warp_size]) == count
+    own = kernel_set._started
+    kernel_set._started = lambda self, proc: own(self, proc) if proc is not None else None
+    check_idle_exit(_workers.SCRIPT, [t.backend, t.arch, t.warp_size])
+    return _workers
+
+
+def check_idle_exit(script, target):
+    """A worker given no file exits, after its idle time or at the end of its stdin."""
+    import json
+
+    for idle, stdin in (("0.2", subprocess.PIPE), ("600", subprocess.DEVNULL)):
+        start = time.monotonic()
+        proc = subprocess.Popen([sys.executable, script, json.dumps(target), idle], stdin=stdin)
+        assert proc.wait(timeout=120) == 0, f"a worker idle for {idle} s exited {proc.returncode}"
+        assert time.monotonic() - start < 60, f"a worker idle for {idle} s took {time.monotonic() - start:.0f} s"
 
 
 if __name__ == "__main__":

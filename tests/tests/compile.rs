@@ -827,6 +827,16 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
     let states = runtime(&code, false);
     assert!(states.iter().all(|(_, s)| s == "compiled"), "{states:?}");
     assert!(runtime(&code, true).iter().all(|(_, s)| s == "found"));
+    // Workers the kiln package started ahead (its torch.compile backend does, while
+    // a graph is exported) compile every kernel: the runtime takes them, starts none.
+    let (output, stdout, stderr) = run(Command::new(&python)
+        .env("KILN_CACHE_DIR", tmp.path().join("lent-cache"))
+        .arg(&script)
+        .arg(&code)
+        .args(["--lent", "2"]));
+    assert!(output.status.success(), "{stderr}\n{stdout}");
+    let compiled = stdout.lines().filter(|l| l.ends_with(" compiled")).count();
+    assert_eq!(compiled, names.len(), "{stdout}");
     // A kernel edited by hand is compiled again; the others still come from the cache.
     let text = std::fs::read_to_string(&code).unwrap();
     let edited = text.replacen(

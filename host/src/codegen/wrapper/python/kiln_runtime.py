@@ -10,6 +10,8 @@ Kiln's cache, $KILN_CACHE_DIR/triton, by default ~/.cache/kiln/triton) starts
 compiling in a pool of worker processes, each running the generated file with
 --kiln-compile-worker, which imports Triton and not torch. A launch waits only
 for its own kernel, and compiles it itself when no worker has started it yet.
+Where the program importing the file started workers ahead (the kiln package's
+torch.compile backend does, `KernelSet.lent`), those serve it.
 Binaries go to the cache, so a later process loads them and compiles nothing.
 KILN_COMPILE_WORKERS=N sets the pool's size (0: every kernel is compiled by the
 process that launches it).
@@ -83,8 +85,9 @@ class KernelSet:
         for kernel in pending:
             kernel.state = "queued"
             self._queue.append(kernel)
-        for _ in range(workers):
-            threading.Thread(target=self._serve, daemon=True).start()
+        lent = KernelSet.lent(self._path, workers) if workers else []
+        for i in range(workers):
+            threading.Thread(target=self._serve, args=(lent[i] if i < len(lent) else None,), daemon=True).start()
         # Binaries from a --precompile folder come without Triton's host-side launchers,
         # which it builds with the C compiler at each kernel's first launch: build them
         # now, side by side (the compiler runs outside the GIL).
@@ -233,24 +236,33 @@ class KernelSet:
             shutil.rmtree(partial, ignore_errors=True)
         return final
 
-    def _serve(self):
-        """One worker process: takes queued kernels until none are left."""
-        import json
-        import subprocess
-
+    @staticmethod
+    def lent(path, count):
+        """Up to `count` compile workers that the program importing this file started
+        ahead, each told to serve `path` (it replies "ready" as a worker of its own
+        does). A fresh worker spends about a second before its first kernel is done
+        (loading Triton, then a first compile that sets up the compiler); one started
+        ahead did that while the graph was exported and compiled. The kiln package's
+        torch.compile backend starts them (its module `kiln._workers`, found here only
+        where already imported); none without it."""
+        lender = sys.modules.get("kiln._workers")
         try:
-            proc = subprocess.Popen(
-                [sys.executable, self._path, KernelSet.WORKER_FLAG],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, bufsize=1)
-        except OSError:
+            return list(lender.lend(path, count)) if hasattr(lender, "lend") else []
+        except Exception:  # a lender of another version: the workers start here
+            return []
+
+    def _serve(self, lent=None):
+        """One worker process (the one `lent`, else one started here, as also where the
+        lent one fails to start): takes queued kernels until none are left."""
+        import json
+
+        proc = self._started(lent) or (self._started(None) if lent else None)
+        if proc is None:
             with self._lock:
                 self.workers -= 1
             return
         t = self._target
         try:
-            if proc.stdout.readline().strip() != "ready":
-                return
             while True:
                 with self._lock:
                     if not self._queue:
@@ -278,6 +290,26 @@ class KernelSet:
                 proc.stdin.close()
             except OSError:
                 pass
+
+    def _started(self, proc):
+        """`proc`, or a worker process started here, once it has said "ready"; None
+        where it does not (it could not start, or it exited)."""
+        import subprocess
+
+        try:
+            proc = proc or subprocess.Popen(
+                [sys.executable, self._path, KernelSet.WORKER_FLAG],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True, bufsize=1)
+        except OSError:
+            return None
+        try:
+            if proc.stdout.readline().strip() == "ready":
+                return proc
+            proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        return None
 
     def _prepare(self, ahead):
         """Loads found binaries and builds their launchers until `ahead` is empty."""

@@ -22,7 +22,7 @@ The package is used from the checkout (PYTHONPATH=python) with KILN_HOST naming 
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/new/host python3 bench/gpu/torch_backend.py \\
         [--models gpt2,bert,...] [--dtypes fp32,bf16,fp16] [--first-dtypes bf16] [--budget 540] [--out FILE] \\
-        [--options '{"freeze": true}']
+        [--options '{"freeze": true}'] [--firsts-only]
 
 prints one table row per model and dtype (and writes them to FILE as they come).
 `overhead-child MODEL DTYPE` and `first-child MODEL DTYPE kiln|inductor` are the steps, one per process.
@@ -238,6 +238,7 @@ def main() -> None:
     p.add_argument("--dtypes", default="fp32,bf16,fp16")
     p.add_argument("--first-dtypes", default="bf16", help="the dtypes whose first call is timed ('' for none)")
     p.add_argument("--rep", type=float, default=200, help="ms per column per round")
+    p.add_argument("--firsts-only", action="store_true", help="time only the first results (no overhead step)")
     p.add_argument("--budget", type=float, default=540, help="seconds; no step starts past it")
     p.add_argument("--out", type=Path)
     p.add_argument("--details", type=Path, help="also write each step's JSON record here, one per line")
@@ -270,7 +271,8 @@ def main() -> None:
                     print(lines[-1], flush=True)
                     break
                 # Kiln's and Triton's caches kept across models: the timing does not depend on them.
-                over = child(["overhead-child", model, dtype, "--rep", str(a.rep)], fresh_caches(shared), 600)
+                over = None if a.firsts_only else child(["overhead-child", model, dtype, "--rep", str(a.rep)],
+                                                        fresh_caches(shared), 600)
                 firsts = {}
                 for which in ("kiln", "inductor") if dtype in first_dtypes else ():
                     with tempfile.TemporaryDirectory() as tmp:

@@ -57,10 +57,6 @@ def main() -> int:
         kept = os.path.join(store, kernels._kernels[name].key)
         assert os.path.isfile(os.path.join(kept, name + ".json")), f"{name}: not kept in {store}"
         print(name, "found" if name in found else "compiled")
-    # With every binary made, no launch would wait: none is compiling (what the
-    # attention's choice asks before launching Kiln's kernel).
-    busy = [name for name, kernel in kernels._kernels.items() if kernel.compiling]
-    assert not busy, f"still compiling after their binaries were made: {busy}"
     return 0
 
 

@@ -319,41 +319,6 @@ def main():
     out = a.run(0, w.kiln, operands())
     check("a contiguous [B, H, L, E] library result is copied into a [B, L, H, E] buffer",
           out.shape == stored and out.stride() == contiguous(stored) and out.copied_from is not None)
-    compiling_kernels()
-
-
-class Kernel:
-    """A kernel of the file's KernelSet as `run` sees it: whether its binary is still being made."""
-
-    def __init__(self, compiling):
-        self.compiling = compiling
-
-
-def compiling_kernels():
-    w = World(kiln_s=1.0, library_s=3.0)
-    a = w.attention([SIGNATURE])
-    attention, combine = Kernel(True), Kernel(False)
-    first = a.run(0, w.kiln, operands(), (attention, combine))
-    second = a.run(0, w.kiln, operands(), (attention, combine))
-    check("while one of Kiln's kernels compiles, the library computes each step, nothing chosen or timed",
-          a.chosen[0] is None and w.kiln_calls == 0 and len(w.library_calls) == 2 and w.syncs == 0
-          and first.value == second.value == 1.0, (a.chosen, w.kiln_calls, w.library_calls, w.syncs))
-    attention.compiling = False
-    a.run(0, w.kiln, operands(), (attention, combine))
-    check("the first call that finds them ready chooses, timing both (here Kiln's kernel)",
-          a.chosen[0] is runtime.Attention.KILN and w.syncs > 0 and a.report[0]["kiln"] == 1.0, a.report)
-
-    w = World(raises=RuntimeError("No available kernel"))
-    a = w.attention([SIGNATURE])
-    out = a.run(0, w.kiln, operands(), (Kernel(True),))
-    check("where the library cannot take the step, the call waits for Kiln's kernel and chooses it",
-          a.chosen[0] is runtime.Attention.KILN and out.value == 1.0 and w.kiln_calls >= 1, a.report)
-
-    w = World()
-    a = w.attention([SIGNATURE], environ={"KILN_ATTENTION": "kiln"})
-    a.run(0, w.kiln, operands(), (Kernel(True),))
-    check("KILN_ATTENTION=kiln waits for Kiln's kernel, never calling the library",
-          a.chosen[0] is runtime.Attention.KILN and not w.library_calls)
 
 
 if __name__ == "__main__":

@@ -988,9 +988,7 @@ fn flash_attention_is_shaped_for_its_target_and_every_variant_compiles_with_trit
         cuda.contains(
             "buf_o = ATTENTION.run(0, lambda _kiln_out: KERNELS.kiln_flash_attention_0[("
         ) && cuda.contains("_kiln_out, 0.125, ")
-            && cuda.contains(
-                "stream=stream0), lambda: (q, k, v, None), (KERNELS.kiln_flash_attention_0,))\n"
-            ),
+            && cuda.contains("stream=stream0), lambda: (q, k, v, None))\n"),
         "{cuda}"
     );
     assert!(!cuda.contains("buf_o = empty_strided_device"), "{cuda}");
@@ -1256,11 +1254,9 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     let (ok, stderr) = compile(&graph, "gxu", &out, &[]);
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
-    // Four launches of a combine kernel (each attention also names it among the
-    // kernels it waits for).
     assert_eq!(
-        code.matches(", KERNELS.kiln_flash_combine_").count(),
-        8,
+        code.matches("KERNELS.kiln_flash_combine_").count(),
+        4,
         "{code}"
     );
     assert!(code.contains("SPLITS: tl.constexpr"), "{code}");

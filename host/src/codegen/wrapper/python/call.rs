@@ -503,9 +503,7 @@ impl CallWriter<'_> {
             grid_text_of(&l.grid),
             args.join(", ")
         );
-        let mut kernels = format!("KERNELS.{},", l.kernel);
         if let Some(c) = &l.combine {
-            kernels = format!("KERNELS.{}, KERNELS.{}", l.kernel, c.kernel);
             // Split keys: the partial results combined into the output after.
             let mut args: Vec<String> = vec![self.pointer(&c.pointers[0]), OUT_PARAM.to_string()];
             args.extend(c.scalars.iter().map(i64::to_string));
@@ -519,7 +517,7 @@ impl CallWriter<'_> {
         }
         writeln!(
             out,
-            "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: {kiln}, lambda: ({}), ({kernels}))",
+            "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: {kiln}, lambda: ({}))",
             self.name(e.out),
             self.signatures.get(&i).copied().unwrap_or(0),
             operands.join(", ")

@@ -46,7 +46,6 @@ class KernelSet:
 
         self._scope = scope
         self._path = scope.get("__file__")
-        self.workers = 0
         self._lock = threading.Lock()
         self._queue = collections.deque()
         self._kernels = {}
@@ -80,8 +79,6 @@ class KernelSet:
             workers = os.environ.get("KILN_COMPILE_WORKERS", "")
             workers = int(workers) if workers.isdigit() else max(1, KernelSet.cpus() - 1)
         workers = min(workers, len(pending)) if self._path and os.path.isfile(self._path) else 0
-        # The workers still serving the queue (each counts itself out as it stops).
-        self.workers = workers
         for kernel in pending:
             kernel.state = "queued"
             self._queue.append(kernel)
@@ -258,8 +255,6 @@ class KernelSet:
 
         proc = self._started(lent) or (self._started(None) if lent else None)
         if proc is None:
-            with self._lock:
-                self.workers -= 1
             return
         t = self._target
         try:
@@ -284,8 +279,6 @@ class KernelSet:
                 if not line:
                     return
         finally:
-            with self._lock:
-                self.workers -= 1
             try:
                 proc.stdin.close()
             except OSError:
@@ -436,12 +429,6 @@ class _KilnKernel:
     def finish(self, folder):
         self.folder, self.state = folder, "done"
         self.done.set()
-
-    @property
-    def compiling(self):
-        """Whether its binary is being made (by a worker, or by another launch), or
-        waits in the queue a worker will take it from: a launch now would wait."""
-        return self.state in ("running", "local") or (self.state == "queued" and self.owner.workers > 0)
 
     def __getitem__(self, grid):
         return self.owner.resolve(self)[grid]
@@ -831,21 +818,15 @@ class Attention:
     is `[B, L, H, Ev]`, the transpose of the `[B, H, L, Ev]` result; the steps
     of every layer of a model share one).
 
-    `run(i, kiln, operands, kernels)` computes one step: `kiln(out)` launches
-    Kiln's kernel into `out`, `operands()` gives the query, key, value and mask
-    (or None) as the library reads them, `kernels` are the kernels `kiln`
-    launches. The first call of a signature outside a graph capture times both
-    (a warm-up, then the best of a few rounds between device synchronizations:
-    a few milliseconds), checks that they agree, and keeps the faster for the
-    rest of the process. The library is never chosen where it raises (no such
-    function on the device, a mask or layout it does not take) or disagrees
-    with Kiln's kernel. During a capture a signature not chosen yet runs Kiln's
-    kernel, untimed.
-
-    While one of `kernels` is still compiling (a model's first call: an
-    attention kernel takes the longest of a file's to compile), the library
-    computes the step and the choice waits for a call that finds the kernels
-    ready, so that a first result does not wait for them.
+    `run(i, kiln, operands)` computes one step: `kiln(out)` launches Kiln's
+    kernel into `out`, `operands()` gives the query, key, value and mask (or
+    None) as the library reads them. The first call of a signature outside a
+    graph capture times both (a warm-up, then the best of a few rounds between
+    device synchronizations: a few milliseconds), checks that they agree, and
+    keeps the faster for the rest of the process. The library is never chosen
+    where it raises (no such function on the device, a mask or layout it does
+    not take) or disagrees with Kiln's kernel. During a capture a signature not
+    chosen yet runs Kiln's kernel, untimed.
 
     KILN_ATTENTION=kiln or =library forces a side (the library still falls back
     to Kiln's kernel where it raises); =measure, the default, measures."""
@@ -873,13 +854,10 @@ class Attention:
         self.chosen = [None] * len(self._signatures)
         # Per signature, what the choice measured: {"kiln": s, "library": s or None, "why": text}.
         self.report = [None] * len(self._signatures)
-        # Per signature, the library's call made for the steps before the choice (False:
-        # the library cannot take it).
-        self._before = {}
 
     KILN = "kiln"
 
-    def run(self, i, kiln, operands, kernels=()):
+    def run(self, i, kiln, operands):
         side = self.chosen[i]
         if side is Attention.KILN:
             return self._kiln(i, kiln)
@@ -887,30 +865,7 @@ class Attention:
             return side(*operands())
         if self._capturing():
             return self._kiln(i, kiln)
-        if self.mode == "measure" and any(getattr(k, "compiling", False) for k in kernels):
-            out = self._library_before(i, operands)
-            if out is not None:
-                return out
         return self._choose(i, kiln, operands)
-
-    def _library_before(self, i, operands):
-        """The library's result for a step of signature i before the choice, or None
-        where the library cannot take the signature."""
-        library = self._before.get(i)
-        if library is None:
-            size, stride, dtype, causal, scale, heads_inner = self._signatures[i]
-            try:
-                library = self.library_call(operands(), (size, stride, dtype, heads_inner), causal, scale)
-            except Exception:  # the choice (which waits for Kiln's kernel) says why
-                library = False
-            self._before[i] = library
-        if library is False:
-            return None
-        try:
-            return library(*operands())
-        except Exception:
-            self._before[i] = False
-            return None
 
     def _kiln(self, i, kiln):
         size, stride, dtype = self._signatures[i][:3]

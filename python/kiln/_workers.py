@@ -10,11 +10,12 @@ kernel takes 0.07 s), and the first launch of a model's first call waits for it.
 that they spend that second while the graph is exported and compiled. The runtime of
 the file imported next takes them (`KernelSet.lent` calls `lend`, finding this module
 among the loaded ones) before it starts any of its own. A worker not taken exits after
-`IDLE_S` seconds, or with this process.
+`IDLE_S` seconds, or is ended with this process.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -69,7 +70,9 @@ def start(goal: list) -> int:
     returns how many were started."""
     started = 0
     with _LOCK:
-        _IDLE[:] = [(p, t) for p, t in _IDLE if p.poll() is None]
+        for proc, _ in [(p, t) for p, t in _IDLE if p.poll() is not None]:
+            _end(proc)
+        _IDLE[:] = [(p, t) for p, t in _IDLE if p.returncode is None]
         for _ in range(size() - len(_IDLE)):
             try:
                 proc = subprocess.Popen(
@@ -92,21 +95,35 @@ def lend(path: str, count: int) -> list:
         while _IDLE and len(lent) < count:
             proc, started = _IDLE.pop(0)
             if proc.poll() is not None or time.monotonic() - started > 0.8 * IDLE_S:
-                _close(proc)
+                _end(proc)
                 continue
             try:
                 proc.stdin.write(path + "\n")
                 proc.stdin.flush()
             except (OSError, ValueError):
-                _close(proc)
+                _end(proc)
                 continue
             lent.append(proc)
     return lent
 
 
-def _close(proc) -> None:
-    """Ends a worker not lent: the end of its stdin makes it exit."""
-    try:
-        proc.stdin.close()
-    except OSError:
-        pass
+def _end(proc) -> None:
+    """Ends a worker not lent (it is only waiting, or warming up): killed, reaped, its pipes
+    closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+@atexit.register
+def _end_all() -> None:
+    """At exit, the workers never lent end with the process."""
+    with _LOCK:
+        for proc, _ in _IDLE:
+            _end(proc)
+        _IDLE.clear()

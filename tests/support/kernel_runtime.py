@@ -25,7 +25,8 @@ MARK = "# The wrapper: everything from here on needs torch."
 
 def main() -> int:
     path, strict = sys.argv[1], "--no-compile-here" in sys.argv[2:]
-    text = open(path).read()
+    with open(path) as f:
+        text = f.read()
     if MARK not in text:
         print(f"{path}: no line `{MARK}`", file=sys.stderr)
         return 1
@@ -84,6 +85,8 @@ def check_idle_exit(script, target):
         start = time.monotonic()
         proc = subprocess.Popen([sys.executable, script, json.dumps(target), idle], stdin=stdin)
         assert proc.wait(timeout=120) == 0, f"a worker idle for {idle} s exited {proc.returncode}"
+        if proc.stdin:
+            proc.stdin.close()
         assert time.monotonic() - start < 60, f"a worker idle for {idle} s took {time.monotonic() - start:.0f} s"
 
 

@@ -279,10 +279,24 @@ class KernelSet:
                 if not line:
                     return
         finally:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+            KernelSet._end(proc)
+
+    @staticmethod
+    def _end(proc):
+        """Ends a worker process: the end of its stdin makes it exit (killed if it has not
+        within a few seconds); reaped, with its pipes closed."""
+        import subprocess
+
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
 
     def _started(self, proc):
         """`proc`, or a worker process started here, once it has said "ready"; None
@@ -299,9 +313,9 @@ class KernelSet:
         try:
             if proc.stdout.readline().strip() == "ready":
                 return proc
-            proc.stdin.close()
         except (OSError, ValueError):
             pass
+        KernelSet._end(proc)
         return None
 
     def _prepare(self, ahead):

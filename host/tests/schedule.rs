@@ -47,7 +47,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     kiln::passes::run_pipeline(&mut lowered).expect("passes");
     // Without optional features, and with every one (in-place buffers, the
     // products' biases in their calls, convolutions in channels-last, state
-    // written by kernels).
+    // written by kernels, norms taken into the reductions after them).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
         tiling: kiln::schedule::Tiling::Flat,
@@ -56,6 +56,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
         inplace_reductions: true,
         attention_units: 132,
         state_scatter: true,
+        broadcast_rows: true,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -195,6 +196,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
         inplace_reductions: false,
         attention_units: 0,
         state_scatter: false,
+        broadcast_rows: false,
     };
     assert_eq!(
         reuses(&inplace),

@@ -1346,6 +1346,43 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
 
+/// A one-row product after an RMS norm of its row takes the norm into its kernel on a
+/// Triton device (`fuse::takes_in`): one launch a norm fewer in a decoding step. A norm
+/// whose output is also read elsewhere, and a layer norm (two reductions in series,
+/// which cost more per program than the launch saves), keep kernels of their own.
+#[test]
+fn a_one_row_product_takes_in_the_rms_norm_of_its_row() {
+    let tmp = TempDir::new("norm-into-product");
+    let graph = repo_root().join("tests/graphs/norm_into_one_row_product.toml");
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let kernels: Vec<&str> = code
+        .split("@triton.jit")
+        .skip(1)
+        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
+        .collect();
+    assert_eq!(kernels.len(), 5, "{code}");
+    // The norm's mean of squares, then the product over the normed row, whose weight
+    // each program reads one output column of.
+    let fused: Vec<&&str> = kernels
+        .iter()
+        .filter(|k| k.contains("96*xindex + rindex") && k.contains("rsqrt"))
+        .collect();
+    assert_eq!(fused.len(), 1, "{code}");
+    assert_eq!(fused[0].matches("tl.sum(").count(), 2, "{}", fused[0]);
+    // The other norms are kernels of their own, without a product.
+    assert_eq!(
+        kernels
+            .iter()
+            .filter(|k| k.contains("rsqrt") && !k.contains("xindex + rindex"))
+            .count(),
+        2,
+        "{code}"
+    );
+}
+
 /// A product of one row on a Triton device is a reduction (`few_rows`); its activation,
 /// a gelu read by every one of the product's 32 output columns, is computed once into
 /// memory rather than again in each column's row of the reduction.

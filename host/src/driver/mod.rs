@@ -471,6 +471,7 @@ pub fn compile_for(
         // place; the C interfaces of the C++ wrappers take inputs read-only.
         state_scatter: target.spec.scheduling == SchedulingKind::Triton
             && target.wrapper == WrapperKind::Python,
+        broadcast_rows: target.spec.scheduling == SchedulingKind::Triton,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

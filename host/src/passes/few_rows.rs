@@ -9,7 +9,8 @@
 //! kernels, which read the weight row by row and take the product's readers (a
 //! bias, a residual add, an activation) into their store. (What the product
 //! reads, a layer norm's output, the scheduler computes into memory once:
-//! `schedule::lower`'s rule for operands broadcast across a reduction's rows.)
+//! `schedule::lower`'s rule for operands broadcast across a reduction's rows;
+//! an RMS norm's kernel the product's takes in: `schedule::fuse::takes_in`.)
 //!
 //! The reduction reads each output column's K elements contiguously, as a linear
 //! layer stores its weight. A constant weight stored `[K, N]` row-major (GPT-2's

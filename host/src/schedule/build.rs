@@ -70,6 +70,16 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
     None
 }
 
+/// Where a node of `rows` rows, each reduced over the same elements as the
+/// kernel's, is broadcast across the kernel's rows: the kernel's row `x`
+/// computes its row `x / divisor` (a layer norm's statistics over one token,
+/// read by every output column of a one-row product, `passes::few_rows`).
+/// Each of its rows is then computed `divisor` times, once per kernel row.
+pub fn broadcast_rows(rows: i64, space: Space) -> Option<i64> {
+    (space.r > 1 && space.inner == 1 && rows > 0 && rows < space.x && space.x % rows == 0)
+        .then(|| space.x / rows)
+}
+
 /// The natural space of a scheduler node.
 pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space> {
     let s = &low.snodes[id];
@@ -112,6 +122,9 @@ pub struct KernelBuilder<'a> {
     space: Space,
     /// Members of this kernel: their reduction number, if a reduction.
     members: HashMap<SNodeId, Option<usize>>,
+    /// The members whose rows are the kernel's rows divided by this much
+    /// ([`broadcast_rows`]); the others' rows are the kernel's.
+    divisors: HashMap<SNodeId, i64>,
     /// The arena of the kernel's values.
     pub exprs: ExprArena,
     /// The kernel's reductions.
@@ -134,6 +147,7 @@ impl<'a> KernelBuilder<'a> {
             low,
             space,
             members: HashMap::new(),
+            divisors: HashMap::new(),
             exprs: ExprArena::default(),
             reductions: Vec::new(),
             stores: Vec::new(),
@@ -153,12 +167,10 @@ impl<'a> KernelBuilder<'a> {
         }
         match &s.kind {
             SKind::Pointwise { value } => {
-                let idx = space_index(&s.meta.shape, self.space).ok_or_else(|| {
-                    Illegal(format!(
-                        "shape {:?} does not split into {:?}",
-                        s.meta.shape, self.space
-                    ))
-                })?;
+                let idx = match space_index(&s.meta.shape, self.space) {
+                    Some(idx) => idx,
+                    None => self.broadcast_index(id, &s.meta.shape)?,
+                };
                 self.members.insert(id, None);
                 let e = self.inline_value(*value, &idx)?;
                 let e = self.cast(e, s.meta.dtype);
@@ -182,7 +194,14 @@ impl<'a> KernelBuilder<'a> {
                     .map(|d| in_shape[d])
                     .collect();
                 let reduced: Vec<i64> = dims.iter().map(|&d| in_shape[d]).collect();
-                if kept.iter().product::<i64>() != self.space.x
+                let rows = kept.iter().product::<i64>();
+                let divisor = broadcast_rows(rows, self.space).filter(|_| {
+                    reduction_inner(&in_shape, dims) == 1
+                        && reduced.iter().product::<i64>() == self.space.r
+                });
+                if let Some(divisor) = divisor {
+                    self.divisors.insert(id, divisor);
+                } else if rows != self.space.x
                     || reduced.iter().product::<i64>() != self.space.r
                     || reduction_inner(&in_shape, dims) != self.space.inner
                 {
@@ -191,7 +210,7 @@ impl<'a> KernelBuilder<'a> {
                         self.space
                     )));
                 }
-                let xs = unflatten(Index::var(Var::X), &kept, ranges);
+                let xs = unflatten(self.row_of(id), &kept, ranges);
                 let rs = unflatten(Index::var(Var::R), &reduced, ranges);
                 let (mut xi, mut ri) = (xs.into_iter(), rs.into_iter());
                 let idx: Vec<Index> = (0..in_shape.len())
@@ -225,7 +244,7 @@ impl<'a> KernelBuilder<'a> {
                 self.members.insert(id, Some(n));
                 let e = self.reduced_value(id)?;
                 let e = self.cast(e, s.meta.dtype);
-                let out_idx = unflatten(Index::var(Var::X), &s.meta.shape, ranges);
+                let out_idx = unflatten(self.row_of(id), &s.meta.shape, ranges);
                 let index = linear(&out_idx, &contiguous_strides(&s.meta.shape), 0);
                 self.stores.push((
                     id,
@@ -250,6 +269,47 @@ impl<'a> KernelBuilder<'a> {
             SKind::Extern { .. } => return Err(Illegal("extern calls are not kernels".into())),
         }
         Ok(())
+    }
+
+    /// The row of member `id` that the kernel's row computes: the kernel's own, or
+    /// that divided by the member's divisor.
+    fn row_of(&self, id: SNodeId) -> Index {
+        match self.divisors.get(&id) {
+            Some(&d) => Index::var(Var::X).div(d, self.space.ranges()),
+            None => Index::var(Var::X),
+        }
+    }
+
+    /// The index of a pointwise member of `shape` whose rows are broadcast across
+    /// the kernel's ([`broadcast_rows`]): its row elements are the kernel's, its
+    /// rows the kernel's divided.
+    fn broadcast_index(&mut self, id: SNodeId, shape: &[i64]) -> Built<Vec<Index>> {
+        let numel: i64 = shape.iter().product();
+        let r = self.space.r.max(1);
+        let divisor = (numel % r == 0)
+            .then(|| broadcast_rows(numel / r, self.space))
+            .flatten()
+            .ok_or_else(|| {
+                Illegal(format!(
+                    "shape {shape:?} does not split into {:?}",
+                    self.space
+                ))
+            })?;
+        // Its leading dims are its rows, the others the row elements.
+        let mut rows = 1i64;
+        let split = (0..=shape.len()).find(|&k| {
+            let at = rows == numel / r;
+            if k < shape.len() {
+                rows *= shape[k];
+            }
+            at
+        });
+        let split = split.ok_or_else(|| Illegal(format!("shape {shape:?} has no rows of {r}")))?;
+        self.divisors.insert(id, divisor);
+        let ranges = self.space.ranges();
+        let mut idx = unflatten(self.row_of(id), &shape[..split], ranges);
+        idx.extend(unflatten(Index::var(Var::R), &shape[split..], ranges));
+        Ok(idx)
     }
 
     /// The store of `index_copy`'s source into `target` at the index along `dim`:
@@ -373,8 +433,7 @@ impl<'a> KernelBuilder<'a> {
             Def::Node(n) => match self.members.get(&n).copied() {
                 Some(Some(_)) => {
                     let s = &self.low.snodes[n];
-                    let expected =
-                        unflatten(Index::var(Var::X), &s.meta.shape, self.space.ranges());
+                    let expected = unflatten(self.row_of(n), &s.meta.shape, self.space.ranges());
                     if idx != expected.as_slice() {
                         return Err(Illegal(
                             "a reduction is read at another row than the kernel's".into(),

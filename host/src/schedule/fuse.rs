@@ -8,11 +8,13 @@
 //! when it saves memory traffic: bytes of a producer's output it would
 //! otherwise re-read, plus bytes of inputs it shares with the kernel. Among
 //! legal kernels the highest score wins; ties keep the original order (the
-//! latest kernel). Extern calls never fuse.
+//! latest kernel). Extern calls never fuse. On a GPU a reduction may also take
+//! in a smaller reduction kernel its input broadcasts across its rows
+//! ([`takes_in`]).
 
 use std::collections::HashSet;
 
-use super::build::{natural_space, space_index, KernelBuilder};
+use super::build::{broadcast_rows, natural_space, space_index, KernelBuilder};
 use super::ids::IdVec;
 use super::ir::{BufferId, Space};
 use super::lower::{Def, Lowered, SKind, SNodeId};
@@ -183,7 +185,9 @@ fn dependency_order(reads: &IdVec<SNodeId, Reads>) -> Vec<SNodeId> {
 }
 
 /// Groups the scheduler nodes into kernels and extern calls, in execution order.
-pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
+/// With `broadcast`, a reduction may also join a reduction kernel of fewer rows
+/// over the same elements ([`takes_in`]).
+pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: IdVec<SNodeId, usize> = IdVec::filled(low.snodes.len(), usize::MAX);
     let mut group_reads: Vec<HashSet<BufferId>> = Vec::new();
@@ -192,6 +196,12 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
         .ids()
         .map(|id| reads_of(graph, low, id))
         .collect();
+    let mut readers: IdVec<SNodeId, Vec<SNodeId>> = IdVec::filled(low.snodes.len(), Vec::new());
+    for (i, r) in all_reads.iter_enumerated() {
+        for d in r.deps.iter().chain(&r.barriers) {
+            readers[*d].push(i);
+        }
+    }
     for id in dependency_order(&all_reads) {
         let reads = all_reads[id].clone();
         let earliest = reads
@@ -232,10 +242,18 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
                 continue;
             }
             let is_reduction = space.r > 1;
-            let target = if *gspace == space || (gspace.r == 1 && is_reduction) {
+            // A pointwise kernel a reduction joins is re-tiled into its rows: each
+            // member must be one value per row or per element (one broadcast across
+            // the rows would be computed again per row: `takes_in` says where that pays).
+            let fits = |m: &SNodeId| space_index(&low.snodes[*m].meta.shape, space).is_some();
+            let target = if *gspace == space
+                || (gspace.r == 1 && is_reduction && members.iter().all(fits))
+            {
                 space
             } else if !is_reduction && space_index(&low.snodes[id].meta.shape, *gspace).is_some() {
                 *gspace
+            } else if broadcast && takes_in(low, &readers, members, *gspace, id, &reads, space) {
+                space
             } else {
                 continue;
             };
@@ -280,4 +298,50 @@ pub fn fuse(graph: &Graph, low: &Lowered) -> Vec<Group> {
         }
     }
     groups
+}
+
+/// Whether reduction `id` over `space` may take in the reduction kernel of
+/// `members` over `group` whose rows its own broadcast ([`broadcast_rows`]):
+/// a layer norm's statistics and output, over the one row of a token, read by
+/// each output column of the one-row product after it (`passes::few_rows`).
+/// The kernel of both computes each of the group's rows once per row of its
+/// own, from memory the first computation brought into the cache, and one
+/// launch goes. Only where that pays and stays exact:
+/// - `id` reads a buffer of a whole element per row and row element (the
+///   product's weight), which the repeated work is small beside;
+/// - nothing else reads what the group computes (it is then stored by no row);
+/// - the group reduces once (an RMS norm): each of its reductions is one more
+///   reduction over the row, in series, in every program. On the H100 a layer
+///   norm's two (the mean, then the variance about it) cost GPT-2 small's bf16
+///   decoding step more than the two launches a layer they saved (0.400 ->
+///   0.426 ms), while the 170 M Llama's RMS norms saved (0.351 -> 0.342 ms;
+///   `bench/gpu/results/2026-11-26-norm-into-product-h100.txt`).
+fn takes_in(
+    low: &Lowered,
+    readers: &IdVec<SNodeId, Vec<SNodeId>>,
+    members: &[SNodeId],
+    group: Space,
+    id: SNodeId,
+    reads: &Reads,
+    space: Space,
+) -> bool {
+    if group.r != space.r || broadcast_rows(group.x, space).is_none() {
+        return false;
+    }
+    let whole = space.x.saturating_mul(space.r);
+    let reads_whole = reads
+        .buffers
+        .iter()
+        .any(|b| low.buffers[*b].numel() >= whole);
+    let reductions = members
+        .iter()
+        .filter(|m| matches!(low.snodes[**m].kind, SKind::Reduction { .. }))
+        .count();
+    let outputs: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
+    reads_whole
+        && reductions <= 1
+        && members.iter().all(|m| {
+            !outputs.contains(&low.snodes[*m].buf)
+                && readers[*m].iter().all(|r| *r == id || members.contains(r))
+        })
 }

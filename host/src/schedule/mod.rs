@@ -130,6 +130,12 @@ pub struct Options {
     /// into the state itself, fused with the source's producer (a KV cache's write:
     /// the key or value's bias add). Otherwise it is an extern call.
     pub state_scatter: bool,
+    /// A reduction may take in the reduction kernel of fewer rows that its input
+    /// broadcasts across its rows, computing each of those rows again per row
+    /// of its own (`fuse::takes_in`: a layer norm before a one-row product, one
+    /// launch fewer): for a device whose programs run side by side and read
+    /// the repeated rows from cache (a GPU's).
+    pub broadcast_rows: bool,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -172,7 +178,7 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
 pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
     let mut low = lower::lower_with(graph, options)?;
-    let groups = fuse::fuse(graph, &low);
+    let groups = fuse::fuse(graph, &low, options.broadcast_rows);
     let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
     let mut steps = Vec::new();
     for group in &groups {

@@ -56,10 +56,22 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
             .plus(i);
         return Some(unflatten(flat, shape, ranges));
     }
+    rows_then_elements(shape, space.x, Index::var(Var::X), ranges)
+}
+
+/// The index over `shape` whose leading dims make `rows` rows, at row `row`, and
+/// whose other dims are the row's elements, at the kernel's `r`; None where no
+/// leading dims multiply to `rows`.
+fn rows_then_elements(
+    shape: &[i64],
+    rows: i64,
+    row: Index,
+    ranges: super::index::Ranges,
+) -> Option<Vec<Index>> {
     let mut prefix = 1i64;
     for k in 0..=shape.len() {
-        if prefix == space.x {
-            let mut idx = unflatten(Index::var(Var::X), &shape[..k], ranges);
+        if prefix == rows {
+            let mut idx = unflatten(row, &shape[..k], ranges);
             idx.extend(unflatten(Index::var(Var::R), &shape[k..], ranges));
             return Some(idx);
         }
@@ -295,20 +307,10 @@ impl<'a> KernelBuilder<'a> {
                     self.space
                 ))
             })?;
-        // Its leading dims are its rows, the others the row elements.
-        let mut rows = 1i64;
-        let split = (0..=shape.len()).find(|&k| {
-            let at = rows == numel / r;
-            if k < shape.len() {
-                rows *= shape[k];
-            }
-            at
-        });
-        let split = split.ok_or_else(|| Illegal(format!("shape {shape:?} has no rows of {r}")))?;
+        let row = Index::var(Var::X).div(divisor, self.space.ranges());
+        let idx = rows_then_elements(shape, numel / r, row, self.space.ranges())
+            .ok_or_else(|| Illegal(format!("shape {shape:?} has no rows of {r}")))?;
         self.divisors.insert(id, divisor);
-        let ranges = self.space.ranges();
-        let mut idx = unflatten(self.row_of(id), &shape[..split], ranges);
-        idx.extend(unflatten(Index::var(Var::R), &shape[split..], ranges));
         Ok(idx)
     }
 

@@ -69,6 +69,11 @@ pub const MATMUL_ALIGNMENT: u32 = 16;
 /// ResNet-50 ran at 0.81 of Inductor's channels-last time.
 pub const CONV_CHANNELS_LAST: [&str; 2] = ["float16", "bfloat16"];
 
+/// The compute capability (major × 10 + minor) from which Kiln's runtime
+/// launches kernels as programmatic dependents of the kernel before them
+/// (Triton's `launch_pdl`, `griddepcontrol` in PTX): sm_90, Hopper.
+pub const DEPENDENT_LAUNCH_CC: u32 = 90;
+
 /// The `cuda` plugin.
 #[derive(Debug, Default)]
 pub struct Cuda {
@@ -213,12 +218,14 @@ impl DevicePlugin for Cuda {
         hint: ReductionHint,
         passes: u32,
     ) -> Option<Vec<LaunchConfig>> {
-        Some(triton_heuristics::reduction_pass_configs(
-            &self.limits(),
-            query,
-            hint,
-            passes,
-        ))
+        // sm_90 and later launch kernels as programmatic dependents (Kiln's
+        // runtime, with Triton's `launch_pdl`).
+        let configs = if self.primary().cc >= DEPENDENT_LAUNCH_CC {
+            triton_heuristics::dependent_reduction_pass_configs
+        } else {
+            triton_heuristics::reduction_pass_configs
+        };
+        Some(configs(&self.limits(), query, hint, passes))
     }
 
     fn adjust_grid(&self, grid: Grid) -> Grid {

@@ -166,6 +166,16 @@ pub struct Inventory {
 }
 
 impl Inventory {
+    /// An inventory of `devices`, as a driver would report them (for tests).
+    #[cfg(test)]
+    pub(crate) fn of(devices: Vec<Device>) -> Inventory {
+        Inventory {
+            devices,
+            driver_error: None,
+            _driver: None,
+        }
+    }
+
     /// Opens the driver and reads every device's properties.
     pub fn probe() -> Inventory {
         match Driver::open() {

@@ -2,7 +2,7 @@
 
 use kiln_plugin_api::{
     BackendFeatures, DevicePlugin, Grid, LoadContext, PointwiseQuery, PropertiesSource,
-    ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
+    ReductionHint, ReductionQuery, SchedulingKind, ScratchWorkspace, Wrappers,
 };
 
 use super::*;
@@ -252,6 +252,34 @@ fn heuristics_follow_inductor() {
     assert_eq!((long[0].x_block, long[0].r_block), (1, 2048));
     assert!(long.iter().any(|c| c.r_block == 16384));
     checks::assert_heuristics_sweep(&p);
+}
+
+#[test]
+fn one_row_products_take_four_rows_per_program_from_sm_90() {
+    let of_cc = |cc: u32| {
+        let mut device = properties::Device::h100_defaults(0);
+        device.properties.cc = cc;
+        Cuda {
+            inventory: OnceLock::from(properties::Inventory::of(vec![device])),
+            ..Cuda::default()
+        }
+    };
+    let product = ReductionQuery {
+        rows: 2304,
+        row_len: 768,
+        element_bytes: 2,
+    };
+    let first = |p: &Cuda| {
+        let c = p
+            .reduction_pass_configs(&product, ReductionHint::Inner, 1)
+            .expect("the cuda plugin tells passes apart")[0];
+        (c.x_block, c.r_block, c.num_warps)
+    };
+    // sm_90 launches kernels as programmatic dependents: four rows per program.
+    assert_eq!(first(&of_cc(DEPENDENT_LAUNCH_CC)), (4, 1024, 4));
+    assert_eq!(first(&of_cc(100)), (4, 1024, 4));
+    // An A100 (sm_80) keeps one row per program.
+    assert_eq!(first(&of_cc(80)), (1, 1024, 4));
 }
 
 #[test]

@@ -18,8 +18,10 @@ a file checks on its own), and for each file:
   can take a name the generated code uses);
 - compiles every kernel with ``triton.compile(ASTSource(...),
   target=GPUTarget(backend, arch, warp_size))``, with the parameters
-  KERNEL_META names ``aligned`` compiled as 16-divisible (as the wrapper's
-  runtime compiles them), when the installed Triton has
+  KERNEL_META names ``aligned`` compiled as 16-divisible, and, for a CUDA
+  target of sm_90 or later, the file's ``KILN_PDL`` set and its ``dependent``
+  kernels compiled with ``launch_pdl`` (as the wrapper's runtime compiles
+  them: launched as programmatic dependents), when the installed Triton has
   a backend for that target. A file for a backend that is not installed is
   reported as skipped (``SKIPPED``), unless ``--require-backends`` makes that
   a failure.
@@ -60,6 +62,28 @@ def literal(tree: ast.Module, name: str, path: Path):
         ):
             return ast.literal_eval(node.value)
     raise ValueError(f"{path}: no literal {name}")
+
+
+def constexpr_globals(text: str, tree: ast.Module) -> list[str]:
+    """The source of every module-level ``NAME = tl.constexpr(...)`` the kernels read."""
+    return [
+        ast.get_source_segment(text, node, padded=False)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and ast.unparse(node.value.func) == "tl.constexpr"
+    ]
+
+
+def dependent_launch(target) -> bool:
+    """Whether the runtime launches `target`'s dependent kernels as programmatic
+    dependents (kiln_runtime's KernelSet.dependent_launch, but for KILN_PDL=0)."""
+    try:
+        from triton.language.extra import cuda
+
+        return target.backend == "cuda" and int(target.arch) >= 90 and hasattr(cuda, "gdc_wait")
+    except (ImportError, TypeError, ValueError):
+        return False
 
 
 def kernel_sources(text: str, tree: ast.Module) -> list[tuple[str, str]]:
@@ -186,11 +210,19 @@ def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
         return failures, str(why)
     module_path = scratch / f"kiln_kernels_{abs(hash(str(path)))}.py"
     module_path.write_text(
-        KERNEL_IMPORTS + "\n\n".join(f"@triton.jit\n{source}\n" for _, source in kernels)
+        KERNEL_IMPORTS
+        + "\n".join(constexpr_globals(text, tree))
+        + "\n\n"
+        + "\n\n".join(f"@triton.jit\n{source}\n" for _, source in kernels)
     )
     spec = importlib.util.spec_from_file_location(module_path.stem, module_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    pdl = dependent_launch(target)
+    if hasattr(module, "KILN_PDL"):
+        import triton.language as tl
+
+        module.KILN_PDL = tl.constexpr(pdl)
     names = dict(kernels)
     for name in meta:
         if name not in names:
@@ -220,11 +252,10 @@ def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
                     raise ValueError(f"KERNEL_META names `{arg}` aligned, which is no runtime parameter")
                 attrs[(fn.arg_names.index(arg),)] = divisible
             src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-            binary = triton.compile(
-                src,
-                target=target,
-                options={"num_warps": info["num_warps"], "num_stages": info["num_stages"]},
-            )
+            options = {"num_warps": info["num_warps"], "num_stages": info["num_stages"]}
+            if pdl and info.get("dependent"):
+                options["launch_pdl"] = True
+            binary = triton.compile(src, target=target, options=options)
             if not binary.asm:
                 raise RuntimeError("no code produced")
         except Exception as error:  # report every kernel, not just the first

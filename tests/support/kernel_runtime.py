@@ -2,6 +2,7 @@
 """Exercises output_code.py's kernel runtime (KernelSet) without torch or a GPU.
 
 Usage: kernel_runtime.py OUTPUT_CODE [--no-compile-here] [--lent N]
+       kernel_runtime.py OUTPUT_CODE --ptx ARCH
 
 Runs the part of the file before the wrapper (the kernels, KERNEL_META and the
 loading of kiln_runtime.py beside it; it needs only Triton), builds the
@@ -9,10 +10,15 @@ runtime's KernelSet as an import does, and
 gets every kernel's binary as a first launch would. Checks that each is kept
 in $KILN_CACHE_DIR/triton. Prints one line per kernel: NAME, then `found` when
 the cache held it as the KernelSet was made, else `compiled` (by the worker
-pool or this process). With --no-compile-here, compiling in this process is
+pool or this process), then `dependent` where the binary launches as a
+programmatic dependent of the kernel before it (Triton's launch_pdl), else
+`plain`. With --no-compile-here, compiling in this process is
 an error. With --lent N, N workers of the kiln package's pool (python/kiln/
 _workers.py) are started ahead for the file's target, and only they may
 compile: the KernelSet must take them, and they compile every kernel.
+With --ptx ARCH, compiles each kernel in this process for CUDA's sm_ARCH
+(KernelSet.compile, as a worker does) and prints NAME, the number of
+`griddepcontrol` instructions in its PTX, and `dependent` or `plain`.
 """
 
 import os
@@ -35,6 +41,8 @@ def main() -> int:
     # Compiled under the file's own name: the kernels' source lines are the file's.
     exec(compile(head, path, "exec"), scope)
     kernel_set = scope["kiln_runtime"].KernelSet
+    if "--ptx" in sys.argv:
+        return ptx(scope, kernel_set, int(sys.argv[sys.argv.index("--ptx") + 1]))
     if strict:
         def no_compile(*args):
             raise AssertionError("compiled a kernel the cache holds")
@@ -57,7 +65,24 @@ def main() -> int:
         assert binary.kernel, f"{name}: no binary"
         kept = os.path.join(store, kernels._kernels[name].key)
         assert os.path.isfile(os.path.join(kept, name + ".json")), f"{name}: not kept in {store}"
-        print(name, "found" if name in found else "compiled")
+        print(name, "found" if name in found else "compiled", launched(binary))
+    return 0
+
+
+def launched(binary):
+    return "dependent" if binary.metadata.launch_pdl else "plain"
+
+
+def ptx(scope, kernel_set, arch):
+    """Each kernel compiled here for sm_ARCH: its griddepcontrol instructions."""
+    from triton.backends.compiler import GPUTarget
+
+    target = GPUTarget("cuda", arch, 32)
+    for name, meta in scope["KERNEL_META"].items():
+        if meta.get("autotuned"):
+            continue
+        binary = kernel_set.compile(scope[name], meta, target)
+        print(name, binary.asm["ptx"].count("griddepcontrol"), launched(binary))
     return 0
 
 

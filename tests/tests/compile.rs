@@ -817,8 +817,10 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
         assert!(output.status.success(), "{stderr}\n{stdout}");
         let states: Vec<(String, String)> = stdout
             .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .filter_map(|l| {
+                let mut words = l.split(' ');
+                Some((words.next()?.to_string(), words.next()?.to_string()))
+            })
             .collect();
         assert_eq!(states.len(), names.len(), "{stdout}");
         states
@@ -835,7 +837,10 @@ fn precompile_writes_every_kernel_binary_and_the_wrapper_s_runtime_keeps_and_reu
         .arg(&code)
         .args(["--lent", "2"]));
     assert!(output.status.success(), "{stderr}\n{stdout}");
-    let compiled = stdout.lines().filter(|l| l.ends_with(" compiled")).count();
+    let compiled = stdout
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some("compiled"))
+        .count();
     assert_eq!(compiled, names.len(), "{stdout}");
     // A kernel edited by hand is compiled again; the others still come from the cache.
     let text = std::fs::read_to_string(&code).unwrap();
@@ -1361,6 +1366,7 @@ fn a_one_row_product_takes_in_the_rms_norm_of_its_row() {
     let kernels: Vec<&str> = code
         .split("@triton.jit")
         .skip(1)
+        .filter(|k| !k.trim_start().starts_with("def kiln_dependent_wait("))
         .map(|k| k.split("\n\n\n").next().unwrap_or(k))
         .collect();
     assert_eq!(kernels.len(), 5, "{code}");
@@ -1428,4 +1434,145 @@ fn a_one_row_product_is_a_reduction_that_reads_its_computed_operand_from_memory(
         kernels.iter().any(|k| k.contains("libdevice.erf")),
         "{code}"
     );
+}
+
+/// On a Triton device, each kernel waits for the kernel launched before it
+/// (`kiln_dependent_wait`) after its loads of constants, so that launched as a
+/// programmatic dependent (CUDA's, from sm_90) it reads its weight while that kernel
+/// still runs: at the tile's start in a persistent product, inside the first loop
+/// over the row in a looped one (the residual it adds read after it), never after a
+/// store. A kernel of very many programs is launched plainly, without the wait.
+/// Triton compiles the wait for sm_90 (launched with `launch_pdl`), and to nothing for
+/// sm_80 or with KILN_PDL=0.
+#[test]
+fn kernels_wait_for_the_kernel_before_them_after_their_loads_of_constants() {
+    let tmp = TempDir::new("dependent-launch");
+    let values = |n: usize| -> String {
+        (0..n)
+            .map(|i| format!("{}", ((i * 7) % 13) as f64 / 8.0 - 0.75))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let graph = tmp.path().join("dependent.toml");
+    std::fs::write(
+        &graph,
+        format!(
+            "format = \"kiln-graph/1\"\nname = \"dependent\"\noutputs = [\"y\", \"z\", \"q\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [1, 1100]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"r\"\nshape = [1, 24]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"x2\"\nshape = [1, 64]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"b\"\nshape = [40000000]\ndtype = \"float32\"\n\n\
+             [[constants]]\nname = \"w\"\nshape = [24, 1100]\ndtype = \"float32\"\nvalues = [{}]\n\n\
+             [[constants]]\nname = \"v\"\nshape = [16, 64]\ndtype = \"float32\"\nvalues = [{}]\n\n\
+             [[nodes]]\nname = \"p\"\nop = \"linear\"\nargs = [\"x\", \"w\"]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"r\"]\n\n\
+             [[nodes]]\nname = \"z\"\nop = \"linear\"\nargs = [\"x2\", \"v\"]\n\n\
+             [[nodes]]\nname = \"q\"\nop = \"relu\"\nargs = [\"b\"]\n",
+            values(24 * 1100),
+            values(16 * 64)
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let kernels: Vec<&str> = code
+        .split("@triton.jit")
+        .skip(1)
+        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
+        .filter(|k| k.trim_start().starts_with("def kiln_") && k.contains("xnumel"))
+        .collect();
+    let kernel = |mark: &str| -> &str {
+        kernels
+            .iter()
+            .find(|k| k.contains(mark))
+            .unwrap_or_else(|| panic!("no kernel with {mark}:\n{code}"))
+    };
+    let at = |k: &str, text: &str| k.find(text).unwrap_or_else(|| panic!("{text}:\n{k}"));
+    let wait = "kiln_dependent_wait()";
+    // The looped product: its weight's step, the wait, then the row it multiplies.
+    let looped = kernel("1100*xindex + rindex");
+    assert!(at(looped, "for roffset") < at(looped, "1100*xindex + rindex"));
+    assert!(
+        at(looped, "1100*xindex + rindex") < at(looped, wait),
+        "{looped}"
+    );
+    let after = &looped[at(looped, wait)..];
+    assert!(
+        after.contains("tl.load(in_ptr"),
+        "the row is read after the wait:\n{looped}"
+    );
+    assert!(!looped[..at(looped, wait)].contains("tl.store"), "{looped}");
+    assert_eq!(looped.matches(wait).count(), 1, "{looped}");
+    // The residual is read after the loop (nothing before it but the weight).
+    let residual = at(looped, "red0 = ");
+    assert!(looped[residual..].contains("tl.load(in_ptr"), "{looped}");
+    // The persistent product: the weight's tile first, at the tile's start.
+    let persistent = kernel("64*xindex + rindex");
+    assert!(!persistent.contains("for roffset"), "{persistent}");
+    assert!(
+        at(persistent, "64*xindex + rindex") < at(persistent, wait),
+        "{persistent}"
+    );
+    assert!(
+        !persistent[..at(persistent, wait)].contains("tl.store"),
+        "{persistent}"
+    );
+    // The relu over 40 M elements has too many programs: launched plainly.
+    let relu = kernel("40000000");
+    assert!(!relu.contains(wait), "{relu}");
+    let meta: Vec<&str> = code
+        .lines()
+        .filter(|l| l.starts_with("    \"kiln_") && l.contains("\"signature\""))
+        .collect();
+    assert_eq!(meta.len(), 3, "{code}");
+    for line in &meta {
+        let name = line.trim().split('"').nth(1).unwrap();
+        let plain = relu.contains(&format!("def {name}("));
+        let want = if plain {
+            "\"dependent\": False"
+        } else {
+            "\"dependent\": True"
+        };
+        assert!(line.contains(want), "{line}");
+    }
+
+    // Triton: the wait for sm_90, launched as a dependent; nothing for sm_80 or with
+    // KILN_PDL=0.
+    let script = repo_root().join("tests/support/kernel_runtime.py");
+    let ptx = |arch: &str, pdl: &str| -> Vec<(String, usize, String)> {
+        let (output, stdout, stderr) = run(Command::new(python())
+            .env("KILN_PDL", pdl)
+            .arg(&script)
+            .arg(out.join("output_code.py"))
+            .args(["--ptx", arch]));
+        assert!(output.status.success(), "{stderr}\n{stdout}");
+        stdout
+            .lines()
+            .map(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                (w[0].to_string(), w[1].parse().unwrap(), w[2].to_string())
+            })
+            .collect()
+    };
+    let hopper = ptx("90", "1");
+    assert_eq!(hopper.len(), 3, "{hopper:?}");
+    for (name, waits, launch) in &hopper {
+        if relu.contains(&format!("def {name}(")) {
+            assert_eq!((*waits, launch.as_str()), (0, "plain"), "{name}");
+        } else {
+            assert!(*waits >= 2, "{name}: {waits}");
+            assert_eq!(launch, "dependent", "{name}");
+        }
+    }
+    for (arch, pdl) in [("80", "1"), ("90", "0")] {
+        for (name, waits, launch) in ptx(arch, pdl) {
+            assert_eq!(
+                (waits, launch.as_str()),
+                (0, "plain"),
+                "{name} sm_{arch} KILN_PDL={pdl}"
+            );
+        }
+    }
 }

@@ -818,6 +818,7 @@ fn kernel_text(
     )?;
     let body = r#"    # Flash attention: BLOCK_M query rows of one (batch, head) per program,
     # online softmax in base 2 over blocks of BLOCK_N keys.
+    kiln_dependent_wait()
     LOG2E: tl.constexpr = 1.4426950408889634
     num_m = tl.cdiv(L, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -925,7 +926,8 @@ fn combine_text(out: &mut String, name: &str) -> std::fmt::Result {
         pad = " ".repeat(name.len() + 5)
     )?;
     out.push_str(
-        r#"    offs_s = tl.arange(0, SPLITS)
+        r#"    kiln_dependent_wait()
+    offs_s = tl.arange(0, SPLITS)
     offs_ev = tl.arange(0, BLOCK_EV)
     for r in range(tl.program_id(0), ROWS, tl.num_programs(0)):
         part = (r * SPLITS + offs_s) * (EV + 2)

@@ -173,7 +173,8 @@ fn kernel_text(out: &mut String, name: &str) -> std::fmt::Result {
         PARAMS.join(", ")
     )?;
     out.push_str(
-        r#"    for start in range(tl.program_id(0) * BLOCK, numel, tl.num_programs(0) * BLOCK):
+        r#"    kiln_dependent_wait()
+    for start in range(tl.program_id(0) * BLOCK, numel, tl.num_programs(0) * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         ok = offs < numel
         i3 = offs % n3

@@ -19,7 +19,7 @@ use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristi
 use crate::codegen::{param_names, NamedKernel};
 use crate::schedule::ids::IdVec;
 use crate::schedule::index::{Index, Var};
-use crate::schedule::ir::{BufferId, Expr, ExprId, Kernel, Program, ReduceKind, Store};
+use crate::schedule::ir::{BufferId, BufferKind, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
 fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b.max(1)
@@ -125,6 +125,14 @@ pub(super) fn write_kernel(
             .iter()
             .any(|p| program.buffer(p.buf).numel() >= i64::from(i32::MAX));
 
+    // Launched as a programmatic dependent where its grid is small enough; an
+    // autotuned kernel is launched by Triton's autotuner, never so.
+    let units = heuristics
+        .properties()
+        .map_or(0, |p| p.multi_processor_count);
+    let programs = launch.grid.x * launch.grid.y * launch.grid.z;
+    let dependent = !(options.autotune && candidates.len() > 1)
+        && programs <= DEPENDENT_PROGRAMS_PER_UNIT * u64::from(units.max(1));
     let mut w = KernelWriter {
         k,
         program,
@@ -134,6 +142,7 @@ pub(super) fn write_kernel(
         name,
         eviction: Eviction::None,
         runtime_rows: options.runtime_rows,
+        dependent,
     };
     w.header(&names, reduction, &candidates, options)?;
     if k.is_tiled() {
@@ -158,6 +167,7 @@ pub(super) fn write_kernel(
         rnumel: reduction.then_some(k.space.r),
         int64_index,
         launch,
+        dependent,
         candidates: if options.autotune {
             candidates
         } else {
@@ -178,6 +188,8 @@ struct KernelWriter<'a> {
     name: &'a str,
     /// The eviction policy of the loop being written (see [`Eviction`]).
     eviction: Eviction,
+    /// Whether the kernel waits for the kernel before it ([`DEPENDENT_WAIT`]).
+    dependent: bool,
 }
 
 /// How the loads of one loop over a row mark their lines for L2, as Inductor
@@ -309,6 +321,93 @@ impl KernelWriter<'_> {
         self.line(2, "xmask = xindex < xnumel");
     }
 
+    /// Where a kernel waits for the kernel launched before it, when it is launched
+    /// as that kernel's programmatic dependent ([`DEPENDENT_WAIT`]): at the start of
+    /// each tile, after the tile's loads of constants (weights), which no kernel of a
+    /// call writes. Those loads stream while the kernel before still runs, and a
+    /// one-row product (a decoding step's projections) hides most of the time it
+    /// spends reading its weight. `rows`: loads along the row may be issued here too
+    /// (a persistent reduction's one tile), else only those constant along it.
+    /// Returns the loads written.
+    fn dependent_wait(&mut self, depth: usize, rows: bool) -> Result<HashSet<ExprId>, Error> {
+        let mut early = HashSet::new();
+        if !self.dependent {
+            return Ok(early);
+        }
+        let k = self.k;
+        let needed = k.needed();
+        for (id, _, _) in k.exprs.iter() {
+            let Some(along_row) = self.constant_load(id) else {
+                continue;
+            };
+            if (rows || !along_row) && needed.contains(&id) {
+                self.emit_expr(depth, id)?;
+                early.insert(id);
+            }
+        }
+        self.line(depth, &format!("{}()", DEPENDENT_WAIT.0));
+        Ok(early)
+    }
+
+    /// For a load of a constant at a place the program's values do not decide
+    /// (no gathered index): whether it varies along the row.
+    fn constant_load(&self, id: ExprId) -> Option<bool> {
+        let Expr::Load {
+            buf,
+            index,
+            guards,
+            indirect,
+        } = self.k.exprs.get(id)
+        else {
+            return None;
+        };
+        let constant = matches!(self.program.buffer(*buf).kind, BufferKind::Constant { .. });
+        (constant && indirect.is_empty())
+            .then(|| index.uses(Var::R) || guards.iter().any(|g| g.index.uses(Var::R)))
+    }
+
+    /// Where a looped reduction waits for the kernel before it in its first loop
+    /// over the row, after that step's loads of constants (a one-row product's
+    /// weight), rather than at the tile's start: the values constant along the
+    /// row that the first loop does not need, to be written after it (a
+    /// residual added to the product). `None` where the kernel waits at the
+    /// tile's start: no first loop, a store before it, or a value before it
+    /// read from anything but a constant.
+    fn first_loop_wait(&self, plan: &RowPlan) -> Option<HashSet<ExprId>> {
+        let k = self.k;
+        let mut roots: Vec<ExprId> = (0..plan.red_loop.len())
+            .filter(|r| plan.red_loop[*r] == 0)
+            .map(|r| k.reductions[r].value)
+            .collect();
+        roots.extend(plan.varying_stores(k, 0).iter().map(|s| s.value));
+        let stores_before = k
+            .stores
+            .iter()
+            .any(|s| plan.phase[s.value] == 0 && !plan.uses_r[s.value]);
+        // A row of no elements runs no loop step, and would never wait.
+        if !self.dependent || roots.is_empty() || stores_before || k.space.r <= 0 {
+            return None;
+        }
+        let mut loop_needs = HashSet::new();
+        while let Some(id) = roots.pop() {
+            if loop_needs.insert(id) {
+                roots.extend(k.exprs.operands(id));
+            }
+        }
+        let mut deferred = HashSet::new();
+        for (id, e, _) in k.exprs.iter() {
+            if plan.phase[id] != 0 || plan.uses_r[id] || !plan.needed.contains(&id) {
+                continue;
+            }
+            if !loop_needs.contains(&id) {
+                deferred.insert(id);
+            } else if matches!(e, Expr::Load { .. }) && self.constant_load(id).is_none() {
+                return None;
+            }
+        }
+        Some(deferred)
+    }
+
     fn load_mask(&self, index_uses_r: bool, guards: &[crate::schedule::ir::Cond]) -> String {
         let mut mask = if index_uses_r {
             "xmask & rmask".to_string()
@@ -432,9 +531,10 @@ impl KernelWriter<'_> {
 
     fn pointwise_body(&mut self, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, false, 0);
+        let early = self.dependent_wait(2, false)?;
         let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
-            if needed.contains(&id) {
+            if needed.contains(&id) && !early.contains(&id) {
                 self.emit_expr(2, id)?;
             }
         }
@@ -448,6 +548,7 @@ impl KernelWriter<'_> {
     /// the grid's x take row elements, along its y rows.
     fn tiled_body(&mut self, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, true, 1);
+        let early = self.dependent_wait(2, false)?;
         self.line(
             2,
             "for roffset in range(tl.program_id(0) * RBLOCK, rnumel, tl.num_programs(0) * RBLOCK):",
@@ -457,7 +558,7 @@ impl KernelWriter<'_> {
         let (uses_r, _) = self.k.phases();
         let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
-            if needed.contains(&id) {
+            if needed.contains(&id) && !early.contains(&id) {
                 self.emit_expr(3, id)?;
             }
         }
@@ -478,15 +579,36 @@ impl KernelWriter<'_> {
     fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
         self.row_loop(int64, true, 0);
         let plan = RowPlan::of(self.k, persistent);
-        let mut emitted: HashSet<ExprId> = HashSet::new();
         if persistent {
             self.line(2, "rindex = rbase");
             self.line(2, "rmask = rindex < rnumel");
         }
+        // A looped kernel whose first loop reads the weight waits in that loop,
+        // after the step's loads of it ([`Self::first_loop_wait`]); what the loop
+        // does not need waits until after it.
+        let deferred = if persistent {
+            None
+        } else {
+            self.first_loop_wait(&plan)
+        };
+        let mut wait_in_loop = deferred.is_some();
+        let deferred = deferred.unwrap_or_default();
+        let mut emitted = if wait_in_loop {
+            deferred.clone()
+        } else {
+            self.dependent_wait(2, persistent)?
+        };
         for p in 0..=plan.last + 1 {
             self.eviction = Eviction::None;
             if p > 0 && !persistent {
                 self.finish_reductions(&plan, p - 1);
+            }
+            if p == 1 {
+                for (id, _, _) in self.k.exprs.iter() {
+                    if deferred.contains(&id) {
+                        self.emit_expr(2, id)?;
+                    }
+                }
             }
             // Values constant along the row, available from this phase on.
             for (id, _, _) in self.k.exprs.iter() {
@@ -513,7 +635,8 @@ impl KernelWriter<'_> {
             if !persistent {
                 self.open_row_loop(&plan, p, &reds);
             }
-            self.row_loop_body(&plan, &reds, &stores, &mut emitted)?;
+            self.row_loop_body(&plan, &reds, &stores, &mut emitted, wait_in_loop)?;
+            wait_in_loop = false;
         }
         Ok(())
     }
@@ -578,6 +701,7 @@ impl KernelWriter<'_> {
         reds: &[usize],
         stores: &[Store],
         emitted: &mut HashSet<ExprId>,
+        wait: bool,
     ) -> Result<(), Error> {
         let persistent = plan.persistent;
         let depth = if persistent { 2 } else { 3 };
@@ -590,6 +714,15 @@ impl KernelWriter<'_> {
         roots.extend(stores.iter().map(|s| s.value));
         let wanted = self.k.varying_closure(&roots, &plan.uses_r);
         let mut local: HashSet<ExprId> = HashSet::new();
+        if wait {
+            for (id, _, _) in self.k.exprs.iter() {
+                if plan.uses_r[id] && wanted.contains(&id) && self.constant_load(id).is_some() {
+                    local.insert(id);
+                    self.emit_expr(depth, id)?;
+                }
+            }
+            self.line(depth, &format!("{}()", DEPENDENT_WAIT.0));
+        }
         for (id, _, _) in self.k.exprs.iter() {
             if plan.uses_r[id] && wanted.contains(&id) {
                 let fresh = if persistent {
@@ -786,10 +919,47 @@ kiln_autotune_cache = (
 )
 ";
 
+/// The most programs per multiprocessor of a kernel launched as a programmatic
+/// dependent ([`DEPENDENT_WAIT`]): each program waits, and a grid of many small
+/// ones pays for it. On the H100 (132 multiprocessors), one-row products
+/// launched so ran at a median 0.80–0.98 of their plain time with up to 2047
+/// programs, 1.00–1.08 with 2048 to 16383, and 1.15–1.84 with more
+/// (`bench/gpu/gemv_configs.py --pdl --dump` against the plain sweep).
+const DEPENDENT_PROGRAMS_PER_UNIT: u64 = 128;
+
+/// Where a kernel lets the kernel after it start, then waits for the results of
+/// the kernel launched before it. On a target whose Triton launches kernels as
+/// programmatic dependents (CUDA's programmatic dependent launch, sm_90 and
+/// later), `kiln_runtime` sets `KILN_PDL` and launches every kernel that calls
+/// this with `launch_pdl`: the kernel's programs start while the kernel before
+/// still runs, issue their loads of constants, and wait here; once all of them
+/// have reached this point, the next kernel's programs may start and issue
+/// theirs (three kernels in flight: on the H100 a decoding step of the 170 M
+/// Llama-style model took 0.263 ms so, 0.279 with the next kernel let start
+/// after the wait). Elsewhere it compiles to nothing. Every such kernel calls it
+/// before it reads or writes anything but a constant, so a kernel ending implies
+/// that those before it ended, and a kernel's programs all start before the next
+/// kernel's may: those waiting never hold back one that must run.
+pub(super) const DEPENDENT_WAIT: (&str, &str) = (
+    "kiln_dependent_wait",
+    r#"# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+"#,
+);
+
 /// The `@triton.jit` helpers kernels call (NaN-propagating max/min combines,
 /// PyTorch's floor division, online softmax), by name, in the order they are
 /// written: a file holds those its kernels call ([`super::used_helpers`]).
 pub(super) const HELPERS: &[(&str, &str)] = &[
+    DEPENDENT_WAIT,
     (
         "kiln_online_softmax_update",
         r#"@triton.jit

@@ -34,6 +34,8 @@ pub const RESERVED: &[&str] = &[
     "kiln_floor_quotient",
     "kiln_online_softmax_update",
     "kiln_online_softmax_finish",
+    "kiln_dependent_wait",
+    "KILN_PDL",
     "kiln_autotune_cache",
     "inspect",
 ];
@@ -94,6 +96,10 @@ pub struct KernelInfo {
     pub int64_index: bool,
     /// The config launched (the first candidate).
     pub launch: Launch,
+    /// Whether the kernel waits for the kernel before it, so that it may be
+    /// launched as that kernel's programmatic dependent
+    /// ([`kernel::DEPENDENT_WAIT`]).
+    pub dependent: bool,
     /// Every candidate, when autotuning.
     pub candidates: Vec<Launch>,
 }

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use super::{torch_dtype, tuple, DeviceStrings};
+use super::{py_bool, torch_dtype, tuple, DeviceStrings};
 use crate::codegen::triton::attention::AttentionLaunch;
 use crate::codegen::triton::expr::float_text;
 use crate::codegen::triton::{KernelInfo, Launch};
@@ -113,7 +113,6 @@ pub(super) fn attention_signatures(
         let next = out.rows.len();
         let index = *by_key.entry(key).or_insert(next);
         if index == next {
-            let py_bool = |b: bool| if b { "True" } else { "False" };
             out.rows.push(format!(
                 "({}, {}, {}, {}, {}, {})",
                 tuple(&buf.shape),

@@ -167,7 +167,7 @@ class KernelSet:
         t = self._target
         text = json.dumps(
             [kernel.jit.src, self._helpers, kernel.meta, t.backend, t.arch, t.warp_size, triton.__version__,
-             sorted(environment.items())],
+             sorted(environment.items()), KernelSet.dependent_launch(t)],
             sort_keys=True, default=str)
         return f"{kernel.name}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
@@ -203,7 +203,40 @@ class KernelSet:
         import triton
 
         options = {"num_warps": meta["num_warps"], "num_stages": meta["num_stages"]}
+        if KernelSet.launched_dependent(jit, meta, target):
+            options["launch_pdl"] = True
         return triton.compile(KernelSet.source(jit, meta, target), target=target, options=options)
+
+    @staticmethod
+    def dependent_launch(target):
+        """Whether a kernel compiled for `target` that waits for the kernel before it
+        (KERNEL_META's "dependent": it calls kiln_dependent_wait before it touches anything
+        but constants) is launched as that kernel's programmatic dependent: on Triton's CUDA
+        backend for sm_90 and later, with a Triton that has `launch_pdl` (3.4 and later).
+        Its programs then start while the kernel before still runs, and the kernel's launch
+        overlaps that kernel's end. KILN_PDL=0 turns it off."""
+        import os
+
+        if os.environ.get("KILN_PDL", "1") == "0" or getattr(target, "backend", None) != "cuda":
+            return False
+        try:
+            from triton.language.extra import cuda
+
+            return int(target.arch) >= 90 and hasattr(cuda, "gdc_wait")
+        except (ImportError, TypeError, ValueError):
+            return False
+
+    @staticmethod
+    def launched_dependent(jit, meta, target):
+        """Sets the kernels' KILN_PDL for `target` (where their file defines it), and
+        returns whether this kernel launches as a programmatic dependent."""
+        import triton.language as tl
+
+        pdl = KernelSet.dependent_launch(target)
+        scope = jit.fn.__globals__
+        if "KILN_PDL" in scope:
+            scope["KILN_PDL"] = tl.constexpr(pdl)
+        return pdl and bool(meta.get("dependent"))
 
     @staticmethod
     def keep(binary, store, key):
@@ -514,13 +547,16 @@ class _KilnJitLauncher:
 
     def __init__(self, kernel):
         self.jit, self.meta = kernel.jit, kernel.meta
+        self.options = {"num_warps": kernel.meta["num_warps"], "num_stages": kernel.meta["num_stages"]}
+        if KernelSet.launched_dependent(kernel.jit, kernel.meta, kernel.owner._target):
+            self.options["launch_pdl"] = True
 
     def __getitem__(self, grid):
         launch = self.jit[grid]
-        meta = self.meta
+        options = self.options
 
         def run(*args, stream=None):
-            return launch(*args, num_warps=meta["num_warps"], num_stages=meta["num_stages"])
+            return launch(*args, **options)
 
         return run
 

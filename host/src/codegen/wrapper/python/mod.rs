@@ -640,14 +640,15 @@ fn write_meta(
         }
         writeln!(
             out,
-            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}}},",
+            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}, \"dependent\": {}}},",
             info.name,
             sig.join(", "),
             constants.join(", "),
             name_list(&info.aligned),
             l.num_warps,
             l.num_stages,
-            if info.candidates.len() > 1 { "True" } else { "False" }
+            py_bool(info.candidates.len() > 1),
+            py_bool(info.dependent)
         )?;
     }
     for k in attention {
@@ -663,7 +664,7 @@ fn write_meta(
             .collect();
         writeln!(
             out,
-            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": False}},",
+            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": False, \"dependent\": True}},",
             k.name,
             sig.join(", "),
             constants.join(", "),
@@ -674,6 +675,15 @@ fn write_meta(
     }
     writeln!(out, "}}")?;
     Ok(())
+}
+
+/// A Python bool literal.
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
 }
 
 /// A Python list of parameter names (Kiln's own identifiers).

@@ -36,7 +36,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_amax_div_sum_exp_sub_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_amax_div_sum_exp_sub_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 4, "RBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False, "dependent": False},
 }
 
 
@@ -108,7 +108,7 @@ def call(args, aligned=ALIGNED_INPUTS, check=check_inputs):
         torch.bmm(reinterpret_tensor(q, (128, 1024, 64), (65536, 64, 1), 0), reinterpret_tensor(k, (128, 64, 1024), (65536, 1, 64), 0), out=buf_s)
         del q, k
         buf_p_5 = reinterpret_tensor(buf_s, (16, 8, 1024, 1024), (8388608, 1048576, 1024, 1), 0)  # reuse
-        KERNELS.kiln_red_fused_amax_div_sum_exp_sub_0[(131072, 1, 1)](buf_s, buf_p_5, 131072, 1024, 1, 1024, stream=stream0)
+        KERNELS.kiln_red_fused_amax_div_sum_exp_sub_0[(32768, 1, 1)](buf_s, buf_p_5, 131072, 1024, 4, 1024, stream=stream0)
         del buf_s
         buf_o = empty_strided_device((128, 1024, 64), (65536, 64, 1), torch.float32)
         torch.bmm(reinterpret_tensor(buf_p_5, (128, 1024, 1024), (1048576, 1024, 1), 0), reinterpret_tensor(v, (128, 1024, 64), (65536, 64, 1), 0), out=buf_o)

@@ -36,7 +36,7 @@ TRITON_TARGET = {"backend": "xpu", "arch": "{\"name\": \"Intel(R) Data Center GP
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_amax_div_sum_exp_sub_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_amax_div_sum_exp_sub_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 4, "num_stages": 1, "autotuned": False, "dependent": False},
 }
 
 

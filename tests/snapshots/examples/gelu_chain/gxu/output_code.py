@@ -30,7 +30,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_poi_fused_add_mul_erf_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_add_mul_erf_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": False},
 }
 
 

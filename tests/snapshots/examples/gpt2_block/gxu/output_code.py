@@ -5,6 +5,18 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
+# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
 @triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -21,6 +33,7 @@ def kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, o
         xmask = xindex < xnumel
         rindex = rbase
         rmask = rindex < rnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (768*xindex + rindex), xmask & rmask, other=0)
         red0 = tl.sum(tl.where(xmask & rmask, tmp0, 0.0), 1)[:, None]
         tmp3 = (red0 / 768.0)
@@ -45,6 +58,7 @@ def kiln_poi_fused_permute_1(in_ptr0, out_ptr0, out_ptr1, out_ptr2, xnumel, XBLO
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((((xindex) // 64)) % 512) + 64*((((xindex) // 32768)) % 12) + ((xindex) % 64)), xmask, other=0)
         tmp1 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((xindex) % 512) + 64*((((xindex) // 32768)) % 12) + ((((xindex) // 512)) % 64) + 768), xmask, other=0)
         tmp2 = tl.load(in_ptr0 + (1179648*((xindex) // 393216) + 2304*((((xindex) // 64)) % 512) + 64*((((xindex) // 32768)) % 12) + ((xindex) % 64) + 1536), xmask, other=0)
@@ -64,6 +78,7 @@ def kiln_red_fused_amax_add_mul_exp_sub_sum_2(in_ptr0, in_ptr1, out_ptr0, xnumel
         xmask = xindex < xnumel
         rindex = rbase
         rmask = rindex < rnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (512*xindex + rindex), xmask & rmask, other=0)
         tmp2 = (tmp0 * 0.125)
         tmp3 = tl.load(in_ptr1 + (512*((xindex) % 512) + rindex), xmask & rmask, other=0)
@@ -83,6 +98,7 @@ def kiln_poi_fused_reshape_3(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (393216*((xindex) // 393216) + 64*((((xindex) // 768)) % 512) + 32768*((((xindex) // 64)) % 12) + ((xindex) % 64)), xmask, other=0)
         tl.store(out_ptr0 + (xindex), tmp0, xmask)
 
@@ -98,6 +114,7 @@ def kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
         xmask = xindex < xnumel
         rindex = rbase
         rmask = rindex < rnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (768*xindex + rindex), xmask & rmask, other=0)
         tmp1 = tl.load(in_ptr1 + (768*xindex + rindex), xmask & rmask, other=0)
         tmp2 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
@@ -149,6 +166,7 @@ def kiln_poi_fused_add_reshape_6(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, XB
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
         tmp1 = tl.load(in_ptr1 + (xindex), xmask, other=0)
         tmp2 = tl.load(in_ptr2 + (((xindex) % 768)), xmask, other=0)
@@ -162,13 +180,13 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_permute_1": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_red_fused_amax_add_mul_exp_sub_sum_2": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 8, "RBLOCK": 512}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_reshape_3": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "out_ptr1", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_reshape_mul_add_tanh_5": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
-    "kiln_poi_fused_add_reshape_6": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
+    "kiln_poi_fused_permute_1": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "out_ptr2": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "out_ptr1", "out_ptr2", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
+    "kiln_red_fused_amax_add_mul_exp_sub_sum_2": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 8, "RBLOCK": 512}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
+    "kiln_poi_fused_reshape_3": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
+    "kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "in_ptr3": "*fp32", "in_ptr4": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "out_ptr1", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
+    "kiln_poi_fused_reshape_mul_add_tanh_5": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": False},
+    "kiln_poi_fused_add_reshape_6": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 1024}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
 }
 
 

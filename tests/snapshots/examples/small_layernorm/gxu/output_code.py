@@ -5,6 +5,18 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
+# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
 @triton.jit
 def kiln_red_fused_mean_mul_sub_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, out_ptr1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = 6
@@ -16,6 +28,7 @@ def kiln_red_fused_mean_mul_sub_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0,
         xmask = xindex < xnumel
         rindex = rbase
         rmask = rindex < rnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (8*xindex + rindex), xmask & rmask, other=0)
         red0 = tl.sum(tl.where(xmask & rmask, tmp0, 0.0), 1)[:, None]
         tmp3 = (red0 / 8.0)
@@ -39,7 +52,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_mean_mul_sub_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "out_ptr1"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_mean_mul_sub_add_rsqrt_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "in_ptr2": "*fp32", "out_ptr0": "*fp32", "out_ptr1": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8}, "aligned": ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr0", "out_ptr1"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
 }
 
 

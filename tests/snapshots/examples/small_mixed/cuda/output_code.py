@@ -5,6 +5,18 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
+# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
 @triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -21,6 +33,7 @@ def kiln_red_fused_amax_mul_to_copy_exp_sub_sum_0(in_ptr0, in_ptr1, out_ptr0, ou
         xmask = xindex < xnumel
         rindex = rbase
         rmask = rindex < rnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (64*xindex + rindex), xmask & rmask, other=0)
         tmp1 = tmp0.to(tl.float32)
         tmp3 = (tmp1 * 0.5)
@@ -44,7 +57,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_amax_mul_to_copy_exp_sub_sum_0": {"signature": {"in_ptr0": "*fp16", "in_ptr1": "*bf16", "out_ptr0": "*fp16", "out_ptr1": "*fp16", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 64}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "out_ptr1", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_amax_mul_to_copy_exp_sub_sum_0": {"signature": {"in_ptr0": "*fp16", "in_ptr1": "*bf16", "out_ptr0": "*fp16", "out_ptr1": "*fp16", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 64}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "out_ptr1", "xnumel", "rnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
 }
 
 

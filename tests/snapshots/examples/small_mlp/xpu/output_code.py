@@ -5,6 +5,18 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
+# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
 @triton.jit
 def kiln_poi_fused_relu_add_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xnumel = 256
@@ -12,6 +24,7 @@ def kiln_poi_fused_relu_add_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.con
     for xoffset in range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK):
         xindex = xoffset + xbase
         xmask = xindex < xnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
         tmp1 = tl.load(in_ptr1 + (((xindex) % 32)), xmask, other=0)
         tmp2 = (tmp0 + tmp1)
@@ -24,7 +37,7 @@ TRITON_TARGET = {"backend": "xpu", "arch": "{\"name\": \"Intel(R) Data Center GP
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_poi_fused_relu_add_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False},
+    "kiln_poi_fused_relu_add_0": {"signature": {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}, "constants": {"XBLOCK": 256}, "aligned": ["in_ptr0", "in_ptr1", "out_ptr0", "xnumel"], "num_warps": 1, "num_stages": 1, "autotuned": False, "dependent": True},
 }
 
 

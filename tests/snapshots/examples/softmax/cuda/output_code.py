@@ -5,6 +5,18 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
+# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
 @triton.jit
 def kiln_max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -21,6 +33,7 @@ def kiln_red_fused_amax_sum_exp_sub_div_0(in_ptr0, out_ptr0, xnumel, rnumel, XBL
         xmask = xindex < xnumel
         rindex = rbase
         rmask = rindex < rnumel
+        kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, other=0)
         red0 = tl.reduce(tl.where(xmask & rmask, tmp0, float("-inf")), 1, kiln_max_combine)[:, None]
         tmp2 = (tmp0 - red0)
@@ -35,7 +48,7 @@ TRITON_TARGET = {"backend": "cuda", "arch": "90", "warp_size": 32}
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_amax_sum_exp_sub_div_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8192}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 8, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_amax_sum_exp_sub_div_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 8192}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 8, "num_stages": 1, "autotuned": False, "dependent": True},
 }
 
 

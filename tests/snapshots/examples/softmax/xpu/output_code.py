@@ -5,6 +5,18 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 
+# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+
+
+@triton.jit
+def kiln_dependent_wait():
+    if KILN_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
 @triton.jit
 def kiln_online_softmax_update(m, s, v):
     # One step of an online softmax: the running max m and the sum s of
@@ -41,6 +53,7 @@ def kiln_red_fused_amax_sum_exp_sub_div_0(in_ptr0, out_ptr0, xnumel, rnumel, XBL
         for roffset in range(0, rnumel, RBLOCK):
             rindex = roffset + rbase
             rmask = rindex < rnumel
+            kiln_dependent_wait()
             tmp0 = tl.load(in_ptr0 + (8192*xindex + rindex), xmask & rmask, eviction_policy='evict_last', other=0)
             acc0, acc1 = kiln_online_softmax_update(acc0, acc1, tl.where(xmask & rmask, tmp0, float("-inf")))
         red0, red1 = kiln_online_softmax_finish(acc0, acc1)
@@ -59,7 +72,7 @@ TRITON_TARGET = {"backend": "xpu", "arch": "{\"name\": \"Intel(R) Data Center GP
 # Signatures and launch configs, for compiling the kernels ahead of time
 # (kiln_runtime.KernelSet; tools/check_triton.py) without running the wrapper.
 KERNEL_META = {
-    "kiln_red_fused_amax_sum_exp_sub_div_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 2048}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 8, "num_stages": 1, "autotuned": False},
+    "kiln_red_fused_amax_sum_exp_sub_div_0": {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "i32"}, "constants": {"XBLOCK": 1, "RBLOCK": 2048}, "aligned": ["in_ptr0", "out_ptr0", "xnumel", "rnumel"], "num_warps": 8, "num_stages": 1, "autotuned": False, "dependent": True},
 }
 
 

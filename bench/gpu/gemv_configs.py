@@ -10,7 +10,7 @@ step runs it, inside a CUDA graph (launch latency included, as one kernel of a s
 through copies of the weight larger than L2 together, and given as the share of the copy
 bandwidth its bytes (the weight, the row, the result) reach.
 
-    python3 bench/gpu/gemv_configs.py [--dtype bf16] [--shapes 1024x5632,2816x1024] [--out FILE]
+    python3 bench/gpu/gemv_configs.py [--dtype bf16] [--shapes 1024x5632,2816x1024] [--pdl] [--out FILE]
 
 Shapes are K x N (inputs x outputs); the default list holds GPT-2 small's, the Llama-style
 model's and a 7B model's projections at one row.
@@ -55,6 +55,29 @@ def one_row(x_ptr, w_ptr, out_ptr, N, K, XBLOCK: tl.constexpr, RBLOCK: tl.conste
         tl.store(out_ptr + xindex, red.to(out_ptr.dtype.element_ty), xmask)
 
 
+@triton.jit
+def one_row_dependent(x_ptr, w_ptr, out_ptr, N, K, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # `one_row` launched as a programmatic dependent of the launch before it (--pdl): each
+    # loop step's weight load is issued before the wait for that launch, as Kiln's kernels
+    # (kiln_dependent_wait) issue their loads of constants.
+    xbase = tl.arange(0, XBLOCK)[:, None]
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    for xoffset in range(tl.program_id(0) * XBLOCK, N, tl.num_programs(0) * XBLOCK):
+        xindex = xoffset + xbase
+        xmask = xindex < N
+        acc = tl.zeros([XBLOCK, RBLOCK], tl.float32)
+        for roffset in range(0, K, RBLOCK):
+            rindex = roffset + rbase
+            rmask = rindex < K
+            b = tl.load(w_ptr + K * xindex + rindex, xmask & rmask, other=0).to(tl.float32)
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+            a = tl.load(x_ptr + rindex, rmask, other=0).to(tl.float32)
+            acc += a * b
+        red = tl.sum(acc, 1)[:, None]
+        tl.store(out_ptr + xindex, red.to(out_ptr.dtype.element_ty), xmask)
+
+
 def copy_bandwidth() -> float:
     """Bytes per second of a device-to-device copy of 1 GiB (read and write counted)."""
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
@@ -90,7 +113,7 @@ def in_graph_us(launch, launches: int = 50, replays: int = 10) -> float:
 COLD_BYTES = 200 << 20
 
 
-def sweep(k: int, n: int, dtype, bandwidth: float, sms: int) -> list[tuple]:
+def sweep(k: int, n: int, dtype, bandwidth: float, sms: int, pdl: bool = False) -> list[tuple]:
     x = torch.randn(k, device="cuda").to(dtype)
     w = torch.randn(n, k, device="cuda").to(dtype)
     copies = [w] + [w.clone() for _ in range(COLD_BYTES // (w.numel() * w.element_size()))]
@@ -106,7 +129,11 @@ def sweep(k: int, n: int, dtype, bandwidth: float, sms: int) -> list[tuple]:
         for grid in sorted({programs, min(programs, 4 * sms)}):
             def launch(grid=grid, xb=xb, rb=rb, warps=warps):
                 turn[0] = (turn[0] + 1) % len(copies)
-                one_row[(grid,)](x, copies[turn[0]], out, n, k, XBLOCK=xb, RBLOCK=rb, num_warps=warps)
+                if pdl:
+                    one_row_dependent[(grid,)](x, copies[turn[0]], out, n, k, XBLOCK=xb, RBLOCK=rb,
+                                               num_warps=warps, launch_pdl=True)
+                else:
+                    one_row[(grid,)](x, copies[turn[0]], out, n, k, XBLOCK=xb, RBLOCK=rb, num_warps=warps)
             launch()
             torch.cuda.synchronize()
             if not torch.allclose(out.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item()):
@@ -122,21 +149,28 @@ def main() -> None:
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--top", type=int, default=5)
+    p.add_argument("--pdl", action="store_true",
+                   help="launch each as a programmatic dependent of the one before (sm_90 and later)")
     p.add_argument("--out", type=Path)
+    p.add_argument("--dump", type=Path, help="also every config's time, a line each")
     a = p.parse_args()
     dtype = DTYPES[a.dtype]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bandwidth = copy_bandwidth()
     lines = [f"# bench/gpu/gemv_configs.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
              f"{sms} SMs, copy bandwidth {bandwidth / 1e12:.2f} TB/s, {a.dtype}; us per kernel inside a CUDA graph "
-             f"of 50 launches, each on a copy of the weight not in L2; share of copy bandwidth",
+             f"of 50 launches, each on a copy of the weight not in L2; share of copy bandwidth"
+             f"{'; each launched as a programmatic dependent of the one before' if a.pdl else ''}",
              "| K x N | x 1 and Kiln's step today (p2(K) up to 1024, else half of it up to 2048 here), two best warps | best | the next ones |",
              "| --- | --- | --- | --- |"]
     print("\n".join(lines), flush=True)
     for shape in a.shapes.split(","):
         k, n = (int(v) for v in shape.split("x"))
-        rows = [r for r in sweep(k, n, dtype, bandwidth, sms) if r[4] == r[4]]
+        rows = [r for r in sweep(k, n, dtype, bandwidth, sms, a.pdl) if r[4] == r[4]]
         rows.sort(key=lambda r: r[4])
+        if a.dump:
+            with a.dump.open("a") as f:
+                f.writelines(f"{shape} x{r[0]} r{r[1]} w{r[2]} g{r[3]} {r[4]:.2f}\n" for r in rows)
         today_r = min(triton.next_power_of_2(k), 1024) if k <= 1024 else min(triton.next_power_of_2(k) // 2, 2048)
         today = [r for r in rows if r[0] == 1 and r[1] == today_r and r[3] == n]
         cell = lambda r: f"x{r[0]} r{r[1]} w{r[2]} g{r[3]}: {r[4]:.2f} us {100 * r[5]:.0f} %"  # noqa: E731

@@ -38,28 +38,10 @@ WARPS = (1, 2, 4, 8, 16)
 
 
 @triton.jit
-def one_row(x_ptr, w_ptr, out_ptr, N, K, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    xbase = tl.arange(0, XBLOCK)[:, None]
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    for xoffset in range(tl.program_id(0) * XBLOCK, N, tl.num_programs(0) * XBLOCK):
-        xindex = xoffset + xbase
-        xmask = xindex < N
-        acc = tl.zeros([XBLOCK, RBLOCK], tl.float32)
-        for roffset in range(0, K, RBLOCK):
-            rindex = roffset + rbase
-            rmask = rindex < K
-            a = tl.load(x_ptr + rindex, rmask, other=0).to(tl.float32)
-            b = tl.load(w_ptr + K * xindex + rindex, xmask & rmask, other=0).to(tl.float32)
-            acc += a * b
-        red = tl.sum(acc, 1)[:, None]
-        tl.store(out_ptr + xindex, red.to(out_ptr.dtype.element_ty), xmask)
-
-
-@triton.jit
-def one_row_dependent(x_ptr, w_ptr, out_ptr, N, K, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    # `one_row` launched as a programmatic dependent of the launch before it (--pdl): each
-    # loop step's weight load is issued before the wait for that launch, as Kiln's kernels
-    # (kiln_dependent_wait) issue their loads of constants.
+def one_row(x_ptr, w_ptr, out_ptr, N, K, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, PDL: tl.constexpr):
+    # With PDL (--pdl), launched as a programmatic dependent of the launch before it: each
+    # step's weight load is issued first, then the next launch is let start and the kernel
+    # waits for the one before, as Kiln's kernels do (kiln_dependent_wait).
     xbase = tl.arange(0, XBLOCK)[:, None]
     rbase = tl.arange(0, RBLOCK)[None, :]
     for xoffset in range(tl.program_id(0) * XBLOCK, N, tl.num_programs(0) * XBLOCK):
@@ -70,8 +52,9 @@ def one_row_dependent(x_ptr, w_ptr, out_ptr, N, K, XBLOCK: tl.constexpr, RBLOCK:
             rindex = roffset + rbase
             rmask = rindex < K
             b = tl.load(w_ptr + K * xindex + rindex, xmask & rmask, other=0).to(tl.float32)
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
+            if PDL:
+                tl.extra.cuda.gdc_launch_dependents()
+                tl.extra.cuda.gdc_wait()
             a = tl.load(x_ptr + rindex, rmask, other=0).to(tl.float32)
             acc += a * b
         red = tl.sum(acc, 1)[:, None]
@@ -129,11 +112,9 @@ def sweep(k: int, n: int, dtype, bandwidth: float, sms: int, pdl: bool = False) 
         for grid in sorted({programs, min(programs, 4 * sms)}):
             def launch(grid=grid, xb=xb, rb=rb, warps=warps):
                 turn[0] = (turn[0] + 1) % len(copies)
-                if pdl:
-                    one_row_dependent[(grid,)](x, copies[turn[0]], out, n, k, XBLOCK=xb, RBLOCK=rb,
-                                               num_warps=warps, launch_pdl=True)
-                else:
-                    one_row[(grid,)](x, copies[turn[0]], out, n, k, XBLOCK=xb, RBLOCK=rb, num_warps=warps)
+                options = {"launch_pdl": True} if pdl else {}
+                one_row[(grid,)](x, copies[turn[0]], out, n, k, XBLOCK=xb, RBLOCK=rb, PDL=pdl, num_warps=warps,
+                                 **options)
             launch()
             torch.cuda.synchronize()
             if not torch.allclose(out.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item()):

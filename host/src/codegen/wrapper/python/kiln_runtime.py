@@ -233,7 +233,7 @@ class KernelSet:
         import triton.language as tl
 
         pdl = KernelSet.dependent_launch(target)
-        scope = jit.fn.__globals__
+        scope = getattr(getattr(jit, "fn", None), "__globals__", {})
         if "KILN_PDL" in scope:
             scope["KILN_PDL"] = tl.constexpr(pdl)
         return pdl and bool(meta.get("dependent"))

@@ -923,7 +923,7 @@ kiln_autotune_cache = (
 /// dependent ([`DEPENDENT_WAIT`]): each program waits, and a grid of many small
 /// ones pays for it. On the H100 (132 multiprocessors), one-row products
 /// launched so ran at a median 0.80–0.98 of their plain time with up to 2047
-/// programs, 1.00–1.08 with 2048 to 16383, and 1.15–1.84 with more
+/// programs, 0.93–1.08 with 2048 to 16383, and 1.15–1.84 with more
 /// (`bench/gpu/gemv_configs.py --pdl --dump` against the plain sweep).
 const DEPENDENT_PROGRAMS_PER_UNIT: u64 = 128;
 

@@ -162,6 +162,16 @@ fn host_run_and_the_library_driver_compile_exactly_what_host_compile_writes() {
 }
 
 /// Generated kernels (not the `kiln_max_combine`-style helpers).
+/// The text of each fused kernel of `code` (`kiln_poi_`/`kiln_red_`, not the helpers or
+/// templates), up to the blank lines after its body.
+fn fused_kernels(code: &str) -> Vec<&str> {
+    code.split("@triton.jit\n")
+        .skip(1)
+        .filter(|k| k.starts_with("def kiln_poi_") || k.starts_with("def kiln_red_"))
+        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
+        .collect()
+}
+
 fn kernel_count(code: &str) -> usize {
     code.lines()
         .filter(|l| l.starts_with("def kiln_poi_") || l.starts_with("def kiln_red_"))
@@ -1363,12 +1373,7 @@ fn a_one_row_product_takes_in_the_rms_norm_of_its_row() {
     let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
-    let kernels: Vec<&str> = code
-        .split("@triton.jit")
-        .skip(1)
-        .filter(|k| !k.trim_start().starts_with("def kiln_dependent_wait("))
-        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
-        .collect();
+    let kernels = fused_kernels(&code);
     assert_eq!(kernels.len(), 5, "{code}");
     // The norm's mean of squares, then the product over the normed row, whose weight
     // each program reads one output column of.
@@ -1416,12 +1421,7 @@ fn a_one_row_product_is_a_reduction_that_reads_its_computed_operand_from_memory(
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
     assert!(!code.contains("torch.mm("), "no library product:\n{code}");
-    // Each kernel's text, up to the blank lines after its body.
-    let kernels: Vec<&str> = code
-        .split("@triton.jit")
-        .skip(1)
-        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
-        .collect();
+    let kernels = fused_kernels(&code);
     let reduction = kernels
         .iter()
         .find(|k| k.contains("tl.sum") && k.contains("64*xindex + rindex"))
@@ -1477,12 +1477,7 @@ fn kernels_wait_for_the_kernel_before_them_after_their_loads_of_constants() {
     let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
-    let kernels: Vec<&str> = code
-        .split("@triton.jit")
-        .skip(1)
-        .map(|k| k.split("\n\n\n").next().unwrap_or(k))
-        .filter(|k| k.trim_start().starts_with("def kiln_") && k.contains("xnumel"))
-        .collect();
+    let kernels = fused_kernels(&code);
     let kernel = |mark: &str| -> &str {
         kernels
             .iter()

@@ -89,6 +89,22 @@ pub fn host(bin: &Path) -> Command {
     cmd
 }
 
+/// The Python with PyTorch (and Triton) that tools/test.sh installs into
+/// target/torch-python, or `KILN_TORCH_PYTHON`.
+pub fn torch_python() -> String {
+    let python = std::env::var("KILN_TORCH_PYTHON").unwrap_or_else(|_| {
+        repo_root()
+            .join("target/torch-python/bin/python3")
+            .display()
+            .to_string()
+    });
+    assert!(
+        Path::new(&python).exists() || std::env::var("KILN_TORCH_PYTHON").is_ok(),
+        "{python} is missing: run tools/test.sh, which installs PyTorch and the kiln package there"
+    );
+    python
+}
+
 /// Runs a command and returns its output, with stdout and stderr as text.
 pub fn run(cmd: &mut Command) -> (Output, String, String) {
     let output = output_of(cmd).unwrap_or_else(|e| {

@@ -1259,8 +1259,9 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
 
 /// Attention of a query row or two over a long cache, with fewer (batch, head) pairs than
 /// the device has units, splits its keys across programs (flash-decoding) and combines the
-/// partial results in a second kernel, in both Triton wrappers; attention with enough pairs
-/// to fill the device runs whole, and the cpu decomposes it.
+/// partial results in a second kernel, in both Triton wrappers, and the two kernels' results
+/// match PyTorch's under Triton's interpreter; attention with enough pairs to fill the
+/// device runs whole, and the cpu decomposes it.
 #[test]
 fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     let tmp = TempDir::new("split-attention");
@@ -1279,6 +1280,11 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
         code.contains("buf_attention_splits = empty_strided_device("),
         "{code}"
     );
+    let (output, stdout, stderr) = run(Command::new(torch_python())
+        .arg(repo_root().join("tests/support/interpret_attention.py"))
+        .arg(out.join("output_code.py")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("ok: ").count(), 9, "{stdout}");
     let cpp = tmp.path().join("gxu-cpp");
     let (ok, stderr) = compile(&graph, "gxu", &cpp, &["--wrapper", "cpp"]);
     assert!(ok, "{stderr}");

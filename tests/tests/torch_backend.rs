@@ -10,16 +10,7 @@ use kiln_tests::*;
 
 #[test]
 fn the_python_package_compiles_from_pytorch_falls_back_on_unknown_ops_and_caches() {
-    let python = std::env::var("KILN_TORCH_PYTHON").unwrap_or_else(|_| {
-        repo_root()
-            .join("target/torch-python/bin/python3")
-            .display()
-            .to_string()
-    });
-    assert!(
-        std::path::Path::new(&python).exists() || std::env::var("KILN_TORCH_PYTHON").is_ok(),
-        "{python} is missing: run tools/test.sh, which installs PyTorch and the kiln package there"
-    );
+    let python = torch_python();
     let tmp = TempDir::new("torch-backend");
     let (output, stdout, stderr) = run(Command::new(&python)
         .env("KILN_CACHE_DIR", tmp.subdir("cache"))

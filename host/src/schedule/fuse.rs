@@ -315,7 +315,9 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
 ///   norm's two (the mean, then the variance about it) cost GPT-2 small's bf16
 ///   decoding step more than the two launches a layer they saved (0.400 ->
 ///   0.426 ms), while the 170 M Llama's RMS norms saved (0.351 -> 0.342 ms;
-///   `bench/gpu/results/2026-11-26-norm-into-product-h100.txt`).
+///   `bench/gpu/results/2026-11-26-norm-into-product-h100.txt`). With the
+///   kernels launched as programmatic dependents the layer norm lost again
+///   (0.317 -> 0.361 ms; `2026-11-26-decode-rejected-h100.txt`).
 fn takes_in(
     low: &Lowered,
     readers: &IdVec<SNodeId, Vec<SNodeId>>,

@@ -377,9 +377,15 @@ fn inplace_ok(
         })
 }
 
-/// Most key ranges one attention call is split into, and fewest keys in one.
+/// Most key ranges one attention call is split into, and fewest keys in one (a block of
+/// 64 keys, as the kernel takes them in a decoding step). On the H100, over a cache of 1024, ranges of 64 keys rather than
+/// 128 took GPT-2 small's decoding step (12 heads: 16 ranges a head, not 8) from 0.304
+/// to 0.298 ms in bfloat16 and from 0.384 to 0.357 ms in float32, under CUDA graphs;
+/// the 170 M Llama's (16 heads: 16 ranges, not 8) took 0.98-1.00 of its time, and batches of 8 (enough
+/// heads for 4 ranges either way) the same. Ranges of 32 were slower than 64
+/// (`bench/gpu/results/2026-11-26-split-keys-h100.txt`).
 const MAX_SPLITS: i64 = 64;
-const MIN_SPLIT_KEYS: i64 = 128;
+const MIN_SPLIT_KEYS: i64 = 64;
 
 /// Splits the keys of fused attention `call` across programs (flash-decoding) where its
 /// query has few rows (at most 16: one block of them) and its (batch, head) pairs are

@@ -636,6 +636,105 @@ fn one_row_product(rows: usize, weight: &str, dtype: &str) -> kiln::graph::Graph
     kiln::graph::parse_toml(&text).unwrap()
 }
 
+/// A one-row projection by a constant weight (`conv1d`: `[K, N]` read by `mm`, with a
+/// bias add; `linear`: `[N, K]`), plus its bias, viewed as `[1, 1, N]` and split along its
+/// columns into `sizes` (one size: `split`; several: `split_with_sizes`), each part scaled
+/// by its own factor: GPT-2's query, key and value.
+fn split_projection(weight: &str, sizes: &[i64]) -> kiln::graph::Graph {
+    let n: i64 = sizes.iter().sum::<i64>() * if sizes.len() == 1 { 3 } else { 1 };
+    let values = |count: i64| -> String {
+        (0..count)
+            .map(|i| format!("{}", ((i * 7) % 13) as f64 / 4.0 - 1.5))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (shape, product) = match weight {
+        "linear" => (
+            format!("[{n}, 8]"),
+            "[[nodes]]\nname = \"y\"\nop = \"linear\"\nargs = [\"x\", \"w\", \"b\"]\n".to_string(),
+        ),
+        _ => (
+            format!("[8, {n}]"),
+            "[[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"b\"]\n"
+                .to_string(),
+        ),
+    };
+    let split = match sizes {
+        [size] => format!("op = \"split\"\nargs = [\"v\", {size}, -1]"),
+        _ => format!("op = \"split_with_sizes\"\nargs = [\"v\", {sizes:?}, 2]"),
+    };
+    let parts = if sizes.len() == 1 { 3 } else { sizes.len() };
+    let mut text = format!(
+        "format = \"kiln-graph/1\"\nname = \"parts\"\noutputs = [{}]\n\n\
+         [[inputs]]\nname = \"x\"\nshape = [1, 8]\ndtype = \"float32\"\n\n\
+         [[constants]]\nname = \"w\"\nshape = {shape}\ndtype = \"float32\"\nvalues = [{}]\n\n\
+         [[constants]]\nname = \"b\"\nshape = [{n}]\ndtype = \"float32\"\nvalues = [{}]\n\n\
+         {product}\n[[nodes]]\nname = \"v\"\nop = \"view\"\nargs = [\"y\", [1, 1, {n}]]\n\n\
+         [[nodes]]\nname = \"s\"\n{split}\n",
+        (0..parts)
+            .map(|j| format!("\"o{j}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
+        values(8 * n),
+        values(n),
+    );
+    for j in 0..parts {
+        text.push_str(&format!(
+            "\n[[nodes]]\nname = \"g{j}\"\nop = \"getitem\"\nargs = [\"s\", {j}]\n\n\
+             [[nodes]]\nname = \"o{j}\"\nop = \"mul\"\nargs = [\"g{j}\", {}.5]\n",
+            j + 1
+        ));
+    }
+    kiln::graph::parse_toml(&text).unwrap()
+}
+
+/// A one-row product split into equal parts along its columns becomes one reduction a
+/// part, by the part's own constant rows, which the scheduler computes in one kernel
+/// with the parts' bias adds and readers; parts of unequal widths stay one product.
+#[test]
+fn a_one_row_product_split_into_equal_parts_is_a_reduction_a_part_in_one_kernel() {
+    let options = kiln::passes::Options {
+        few_rows: 1,
+        ..Default::default()
+    };
+    let reductions = |g: &kiln::graph::Graph| {
+        g.node_ids()
+            .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Reduce { .. }))
+            .count()
+    };
+    for (weight, sizes) in [
+        ("conv1d", vec![4]),
+        ("linear", vec![4]),
+        ("conv1d", vec![4, 4, 4]),
+    ] {
+        let original = split_projection(weight, &sizes);
+        let mut g = original.clone();
+        kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
+        assert!(products(&g).is_empty(), "{weight} {sizes:?}");
+        assert_eq!(reductions(&g), 3, "{weight} {sizes:?}");
+        // Each part's weight rows are a constant of their own, [4, 8] (folded with their
+        // cast and unsqueeze), and the whole weight is gone.
+        let weights: Vec<Vec<i64>> = g
+            .node_ids()
+            .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Constant { .. }))
+            .map(|id| g.node(id).unwrap().outputs[0].shape.clone())
+            .filter(|shape| shape.len() >= 2)
+            .collect();
+        assert_eq!(weights, vec![vec![1, 4, 8]; 3], "{weight} {sizes:?}");
+        assert_all_outputs_close(&original, &g, 1e-6);
+        assert_scheduled_close(&original, &g, 1e-6);
+        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
+        assert_eq!(scheduled.program.kernel_count(), 1, "{weight} {sizes:?}");
+    }
+    // Unequal parts: one product, one reduction.
+    let original = split_projection("conv1d", &[8, 2, 2]);
+    let mut g = original.clone();
+    kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
+    assert_eq!(reductions(&g), 1);
+    assert_all_outputs_close(&original, &g, 1e-6);
+}
+
 #[test]
 fn a_product_of_one_row_becomes_a_reduction_reading_the_weight_row_by_row() {
     let options = kiln::passes::Options {

@@ -1196,7 +1196,8 @@ fn library_builds_the_cpu_wrapper_into_kiln_so_and_a_triton_device_refuses_it() 
 
 /// A decoding step's KV cache, kept as state: the Python wrapper writes the new keys and
 /// values into the cache tensor the caller passes (one Kiln kernel per layer storing both
-/// at the position, fused with the bias add before it: the copied slices only) and returns
+/// at the position: the query, key and value projection's kernel, its reductions' epilogue
+/// with their bias adds; the copied slices only) and returns
 /// that tensor as the new state; `state.json` lists the state; the C++ wrapper of a Triton
 /// device writes them with Kiln's index_copy kernel, after copying the cache into the
 /// state's output unless the caller passed one buffer as both.
@@ -1216,7 +1217,11 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
         );
         let launch = code
             .lines()
-            .find(|l| l.contains("KERNELS.kiln_poi_fused_index_copy") && l.contains(&caches))
+            .find(|l| {
+                l.contains("KERNELS.kiln_red_fused_")
+                    && l.contains("index_copy")
+                    && l.contains(&caches)
+            })
             .unwrap_or_else(|| panic!("one kernel writing {caches:?} in:\n{code}"));
         assert!(launch.contains("cache_position"), "{launch}");
     }

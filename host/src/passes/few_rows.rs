@@ -22,10 +22,19 @@
 //! library's product, accumulated in float32 and rounded once. Float32 and
 //! float64 products are summed in their own dtype.
 //!
+//! A product whose result only a `split` into equal parts along its columns reads
+//! (after a bias add over the rows and a reshape that keeps the last dim) becomes
+//! one product per part ([`split_parts`]): GPT-2's query, key and value projection.
+//! The parts are then reductions over one iteration space, which the scheduler puts
+//! in one kernel with what reads them, their bias adds and the key and value's
+//! writes into a KV cache: one kernel where the product and the writes were two.
+//! Parts of unequal widths (a grouped-query attention's query beside its keys)
+//! would be reductions over different spaces, so they stay one product.
+//!
 //! For Triton targets ([`super::Options::few_rows`]: products of at most that
 //! many rows; 0, the default, changes none).
 
-use super::merge_mm::{remove_unread, sole_chain};
+use super::merge_mm::{remove_unread, sole_chain, sole_user};
 use super::pad_mm::{constant_source, ConstantView};
 use super::{emit, replace_node, Error, Stats};
 use crate::graph::dtype::DType;
@@ -43,6 +52,7 @@ pub fn run(g: &mut Graph, max_rows: i64) -> Result<Stats, Error> {
     if max_rows <= 0 {
         return Ok(Stats { changed });
     }
+    changed += split_parts(g, max_rows)?;
     for id in super::topo_order(g, PASS)? {
         if let Some(c) = candidate(g, id, max_rows) {
             changed += usize::from(rewrite(g, id, c)?);
@@ -160,4 +170,231 @@ fn rewrite(g: &mut Graph, id: NodeId, c: Candidate) -> Result<bool, Error> {
     replace_node(g, id, &[out]);
     remove_unread(g, &dead);
     Ok(true)
+}
+
+/// What a product's result passes through before the `split` that reads it.
+enum Step {
+    /// `add` of a bias over the rows, the bias operand at `bias_at` of the two.
+    Bias {
+        add: NodeId,
+        bias: ValueId,
+        bias_at: usize,
+    },
+    /// A reshape that keeps the last dim: its result's shape.
+    Reshape { node: NodeId, shape: Vec<i64> },
+}
+
+/// A product to split: the steps after it, the `split` and its parts' width.
+struct Parts {
+    steps: Vec<Step>,
+    split: NodeId,
+    parts: i64,
+    width: i64,
+}
+
+/// Splits every few-row product by a constant weight whose result only a `split`
+/// into equal parts along its columns reads ([`Parts`]): each part becomes a
+/// product by a new constant of its weight columns, stored as rows (as the
+/// reduction reads them), plus its slice of the bias, reshaped as before. Returns
+/// how many products were split.
+fn split_parts(g: &mut Graph, max_rows: i64) -> Result<usize, Error> {
+    let mut changed = 0;
+    for id in super::topo_order(g, PASS)? {
+        let Some(c) = candidate(g, id, max_rows) else {
+            continue;
+        };
+        let Some(p) = parts_of(g, id) else { continue };
+        let Some(w) = g.node(id).and_then(|n| n.args.get(1)?.value()) else {
+            continue;
+        };
+        // A weight another node reads (a tied embedding) stays whole.
+        let (Some(weight), Some(dead)) = (constant_source(g, w), sole_chain(g, w)) else {
+            continue;
+        };
+        let mut columns = Vec::new();
+        for j in 0..p.parts {
+            let part = ConstantView {
+                shape: vec![weight.shape[0], p.width],
+                offset: weight.offset + j * p.width * weight.strides[1],
+                strides: weight.strides.clone(),
+                name: weight.name.clone(),
+                data: weight.data.clone(),
+                dtype: weight.dtype,
+            };
+            // The host cannot hold the parts: the product stays whole.
+            let Some(data) = part.transposed() else {
+                break;
+            };
+            columns.push(data);
+        }
+        if columns.len() as i64 != p.parts {
+            continue;
+        }
+        let values = write_parts(g, id, c.x, &weight, columns, &p)?;
+        replace_node(g, p.split, &values);
+        let mut unread: Vec<NodeId> = p
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Bias { add, .. } => *add,
+                Step::Reshape { node, .. } => *node,
+            })
+            .collect();
+        unread.push(id);
+        unread.extend(dead);
+        remove_unread(g, &unread);
+        changed += 1;
+    }
+    Ok(changed)
+}
+
+/// The steps from product `id` to the `split` into equal parts along the last dim
+/// that alone reads its result, each read only by the next: at most one bias add
+/// over the rows and one reshape keeping the last dim, in either order.
+fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
+    let out = ValueId::first(id);
+    let n = *g.meta(out)?.shape.last()?;
+    let mut at = out;
+    let mut steps = Vec::new();
+    loop {
+        let user = sole_user(g, at)?;
+        let node = g.node(user)?;
+        let meta = node.outputs.first()?;
+        match &node.op {
+            Op::Reshape { .. } if meta.shape.last() == Some(&n) && steps.len() < 2 => {
+                if steps.iter().any(|s| matches!(s, Step::Reshape { .. })) {
+                    return None;
+                }
+                steps.push(Step::Reshape {
+                    node: user,
+                    shape: meta.shape.clone(),
+                });
+            }
+            Op::Binary {
+                op: BinaryOp::Add,
+                alpha,
+            } if alpha.is_none_or(|a| a.to_f64() == 1.0) && node.args.len() == 2 => {
+                if steps.iter().any(|s| matches!(s, Step::Bias { .. })) {
+                    return None;
+                }
+                let bias_at = node.args.iter().position(|a| a.value() != Some(at))?;
+                let bias = node.args[bias_at].value()?;
+                let bm = g.meta(bias)?;
+                let over_rows = bm.rank() >= 1
+                    && bm.shape.last() == Some(&n)
+                    && bm.shape[..bm.rank() - 1].iter().all(|&d| d == 1);
+                if !over_rows || bm.dtype != meta.dtype || meta.shape != g.meta(at)?.shape {
+                    return None;
+                }
+                steps.push(Step::Bias {
+                    add: user,
+                    bias,
+                    bias_at,
+                });
+            }
+            Op::Split { split_size, dim } => {
+                let rank = g.meta(at)?.rank();
+                let last = crate::graph::shape::wrap_dim(*dim, rank).ok()? + 1 == rank;
+                let width = *split_size;
+                if !last || width <= 0 || n % width != 0 || n / width < 2 {
+                    return None;
+                }
+                return Some(Parts {
+                    steps,
+                    split: user,
+                    parts: n / width,
+                    width,
+                });
+            }
+            Op::SplitWithSizes { sizes, dim } => {
+                let rank = g.meta(at)?.rank();
+                let last = crate::graph::shape::wrap_dim(*dim, rank).ok()? + 1 == rank;
+                let width = *sizes.first()?;
+                if !last || sizes.len() < 2 || sizes.iter().any(|&s| s != width || s <= 0) {
+                    return None;
+                }
+                return Some(Parts {
+                    steps,
+                    split: user,
+                    parts: sizes.len() as i64,
+                    width,
+                });
+            }
+            _ => return None,
+        }
+        at = ValueId::first(user);
+    }
+}
+
+/// Each part's product of `x` by a new constant of its weight `columns` (`[width,
+/// K]` rows, read through a permute as the `[K, width]` weight), then the part's
+/// steps: its slice of the bias, its reshape. Returns the parts' values.
+fn write_parts(
+    g: &mut Graph,
+    id: NodeId,
+    x: ValueId,
+    weight: &ConstantView,
+    columns: Vec<crate::graph::ConstData>,
+    p: &Parts,
+) -> Result<Vec<ValueId>, Error> {
+    let (name, line) = match g.node(id) {
+        Some(node) => (node.name.clone(), node.line),
+        None => {
+            return Err(Error::Unsupported {
+                node: format!("#{}", id.index()),
+                what: "a product vanished while it was split".into(),
+            })
+        }
+    };
+    let mut values = Vec::new();
+    for (j, data) in columns.into_iter().enumerate() {
+        let meta = TensorMeta::contiguous(vec![p.width, weight.shape[0]], weight.dtype);
+        let part_name = g.fresh_name(&format!("{}_part{j}", weight.name));
+        let rows = g.add_node(Node {
+            name: part_name,
+            op: Op::Constant { data },
+            args: vec![],
+            outputs: vec![meta],
+            line,
+        });
+        let mut op = |op: Op, args: Vec<ValueId>| {
+            let args = args.into_iter().map(Arg::Value).collect();
+            emit(g, PASS, &name, op, args, line)
+        };
+        let w = op(Op::Permute { dims: vec![1, 0] }, vec![ValueId::first(rows)])?;
+        let mut v = op(Op::Mm, vec![x, w])?;
+        let (start, end) = (j as i64 * p.width, (j as i64 + 1) * p.width);
+        for step in &p.steps {
+            v = match step {
+                Step::Bias { bias, bias_at, .. } => {
+                    let slice = Op::Slice {
+                        dim: -1,
+                        start: Some(start),
+                        end: Some(end),
+                        step: 1,
+                    };
+                    let b = op(slice, vec![*bias])?;
+                    let add = Op::Binary {
+                        op: BinaryOp::Add,
+                        alpha: None,
+                    };
+                    let args = if *bias_at == 0 {
+                        vec![b, v]
+                    } else {
+                        vec![v, b]
+                    };
+                    op(add, args)?
+                }
+                Step::Reshape { shape, .. } => {
+                    let mut shape = shape.clone();
+                    if let Some(last) = shape.last_mut() {
+                        *last = p.width;
+                    }
+                    op(Op::Reshape { shape, view: true }, vec![v])?
+                }
+            };
+        }
+        values.push(v);
+    }
+    Ok(values)
 }

@@ -255,7 +255,7 @@ fn bias_add(
 }
 
 /// The node that reads `v`, where exactly one does, once, and `v` is no graph output.
-fn sole_user(g: &Graph, v: ValueId) -> Option<NodeId> {
+pub(super) fn sole_user(g: &Graph, v: ValueId) -> Option<NodeId> {
     if g.outputs().contains(&v) {
         return None;
     }

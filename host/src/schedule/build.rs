@@ -315,8 +315,11 @@ impl<'a> KernelBuilder<'a> {
     }
 
     /// The store of `index_copy`'s source into `target` at the index along `dim`:
-    /// over the source's elements, in a pointwise kernel only (its stores land at
-    /// data-dependent places, which no reader in the same kernel can follow).
+    /// over the source's elements, in a pointwise kernel, or in a reduction kernel
+    /// one element a row (an epilogue of its reductions: a KV cache's write of the
+    /// key or value a one-row product computes). Its stores land at data-dependent
+    /// places, which no reader in the same kernel could follow: its readers come in
+    /// a later kernel (`fuse::push_buffer`).
     fn scatter(
         &mut self,
         s: &super::lower::SNode,
@@ -325,8 +328,10 @@ impl<'a> KernelBuilder<'a> {
         dim: usize,
         target: &super::ir::View,
     ) -> Built<Store> {
-        if self.space.r > 1 {
-            return Err(Illegal("a scatter joins pointwise kernels only".into()));
+        if self.space.r > 1 && s.meta.numel() != self.space.x {
+            return Err(Illegal(
+                "a scatter joins a reduction kernel only as one element a row".into(),
+            ));
         }
         let idx = space_index(&s.meta.shape, self.space).ok_or_else(|| {
             Illegal(format!(

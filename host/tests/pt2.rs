@@ -2884,8 +2884,10 @@ fn a_decoding_step_s_position_is_drawn_within_the_cache() {
 
 /// The decoding step as the Python wrapper of a Triton device runs it: each layer's new
 /// keys and values are stored into the cache inputs themselves by one kernel (a scatter
-/// at the position, no extern `index_copy`), and every output (the logits, the counters,
-/// the caches the state hands back) matches the interpreter's.
+/// at the position, no extern `index_copy`): the kernel of the layer's query, key and
+/// value products, three reductions (`passes::few_rows::split_parts`) whose epilogue the
+/// stores are. Every output (the logits, the counters, the caches the state hands back)
+/// matches the interpreter's.
 #[test]
 fn a_kernel_writes_the_static_cache_in_place_and_the_step_still_matches() {
     use kiln::schedule::ir::{BufferKind, ExternOp, Step};
@@ -2912,6 +2914,17 @@ fn a_kernel_writes_the_static_cache_in_place_and_the_step_still_matches() {
         [4, 5, 6, 7],
         "the four caches, one kernel a layer"
     );
+    let scattering: Vec<usize> = p
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Kernel(k) if k.stores.iter().any(|s| !s.indirect.is_empty()) => {
+                Some(k.reductions.len())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scattering, [3, 3], "a layer's q, k and v products scatter");
     assert!(!p
         .steps
         .iter()

@@ -636,11 +636,23 @@ fn one_row_product(rows: usize, weight: &str, dtype: &str) -> kiln::graph::Graph
     kiln::graph::parse_toml(&text).unwrap()
 }
 
-/// A one-row projection by a constant weight (`conv1d`: `[K, N]` read by `mm`, with a
-/// bias add; `linear`: `[N, K]`), plus its bias, viewed as `[1, 1, N]` and split along its
-/// columns into `sizes` (one size: `split`; several: `split_with_sizes`), each part scaled
-/// by its own factor: GPT-2's query, key and value.
-fn split_projection(weight: &str, sizes: &[i64]) -> kiln::graph::Graph {
+/// How [`split_projection`] builds its product's chain to the split.
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    /// `conv1d`: a `[K, N]` weight read by `mm`; `linear`: an `[N, K]` one.
+    weight: &'static str,
+    /// The bias add: none, on the `[1, N]` product, or after the view on `[1, 1, N]`.
+    bias: Option<&'static str>,
+    /// The product viewed as `[1, 1, N]` before the split.
+    view: bool,
+    dtype: &'static str,
+}
+
+/// A one-row projection by a constant weight, through `chain` (a bias add, a view),
+/// split along its columns into `sizes` (one size: `split` into three; several:
+/// `split_with_sizes`), each part scaled by its own factor: GPT-2's query, key and value.
+fn split_projection(chain: Chain, sizes: &[i64]) -> kiln::graph::Graph {
+    let parts = if sizes.len() == 1 { 3 } else { sizes.len() };
     let n: i64 = sizes.iter().sum::<i64>() * if sizes.len() == 1 { 3 } else { 1 };
     let values = |count: i64| -> String {
         (0..count)
@@ -648,30 +660,17 @@ fn split_projection(weight: &str, sizes: &[i64]) -> kiln::graph::Graph {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let (shape, product) = match weight {
-        "linear" => (
-            format!("[{n}, 8]"),
-            "[[nodes]]\nname = \"y\"\nop = \"linear\"\nargs = [\"x\", \"w\", \"b\"]\n".to_string(),
-        ),
-        _ => (
-            format!("[8, {n}]"),
-            "[[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"x\", \"w\"]\n\n\
-             [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"b\"]\n"
-                .to_string(),
-        ),
+    let (shape, op) = match chain.weight {
+        "linear" => (format!("[{n}, 8]"), "linear"),
+        _ => (format!("[8, {n}]"), "mm"),
     };
-    let split = match sizes {
-        [size] => format!("op = \"split\"\nargs = [\"v\", {size}, -1]"),
-        _ => format!("op = \"split_with_sizes\"\nargs = [\"v\", {sizes:?}, 2]"),
-    };
-    let parts = if sizes.len() == 1 { 3 } else { sizes.len() };
+    let dtype = chain.dtype;
     let mut text = format!(
         "format = \"kiln-graph/1\"\nname = \"parts\"\noutputs = [{}]\n\n\
-         [[inputs]]\nname = \"x\"\nshape = [1, 8]\ndtype = \"float32\"\n\n\
-         [[constants]]\nname = \"w\"\nshape = {shape}\ndtype = \"float32\"\nvalues = [{}]\n\n\
-         [[constants]]\nname = \"b\"\nshape = [{n}]\ndtype = \"float32\"\nvalues = [{}]\n\n\
-         {product}\n[[nodes]]\nname = \"v\"\nop = \"view\"\nargs = [\"y\", [1, 1, {n}]]\n\n\
-         [[nodes]]\nname = \"s\"\n{split}\n",
+         [[inputs]]\nname = \"x\"\nshape = [1, 8]\ndtype = \"{dtype}\"\n\n\
+         [[constants]]\nname = \"w\"\nshape = {shape}\ndtype = \"{dtype}\"\nvalues = [{}]\n\n\
+         [[constants]]\nname = \"b\"\nshape = [{n}]\ndtype = \"{dtype}\"\nvalues = [{}]\n\n\
+         [[nodes]]\nname = \"p\"\nop = \"{op}\"\nargs = [\"x\", \"w\"]\n",
         (0..parts)
             .map(|j| format!("\"o{j}\""))
             .collect::<Vec<_>>()
@@ -679,17 +678,55 @@ fn split_projection(weight: &str, sizes: &[i64]) -> kiln::graph::Graph {
         values(8 * n),
         values(n),
     );
+    let mut at = "p".to_string();
+    let mut node = |name: &str, body: String, at: &mut String| {
+        text.push_str(&format!("\n[[nodes]]\nname = \"{name}\"\n{body}\n"));
+        *at = name.to_string();
+    };
+    if chain.bias == Some("before") {
+        node(
+            "y",
+            format!("op = \"add\"\nargs = [\"b\", \"{at}\"]"),
+            &mut at,
+        );
+    }
+    if chain.view {
+        node(
+            "v",
+            format!("op = \"view\"\nargs = [\"{at}\", [1, 1, {n}]]"),
+            &mut at,
+        );
+    }
+    if chain.bias == Some("after") {
+        node(
+            "z",
+            format!("op = \"add\"\nargs = [\"{at}\", \"b\"]"),
+            &mut at,
+        );
+    }
+    let dim = if chain.view { 2 } else { 1 };
+    let split = match sizes {
+        [size] => format!("op = \"split\"\nargs = [\"{at}\", {size}, -1]"),
+        _ => format!("op = \"split_with_sizes\"\nargs = [\"{at}\", {sizes:?}, {dim}]"),
+    };
+    node("s", split, &mut at);
     for j in 0..parts {
-        text.push_str(&format!(
-            "\n[[nodes]]\nname = \"g{j}\"\nop = \"getitem\"\nargs = [\"s\", {j}]\n\n\
-             [[nodes]]\nname = \"o{j}\"\nop = \"mul\"\nargs = [\"g{j}\", {}.5]\n",
-            j + 1
-        ));
+        node(
+            &format!("g{j}"),
+            format!("op = \"getitem\"\nargs = [\"s\", {j}]"),
+            &mut at,
+        );
+        node(
+            &format!("o{j}"),
+            format!("op = \"mul\"\nargs = [\"g{j}\", {}.5]", j + 1),
+            &mut at,
+        );
     }
     kiln::graph::parse_toml(&text).unwrap()
 }
 
-/// A one-row product split into equal parts along its columns becomes one reduction a
+/// A one-row product split into equal parts along its columns (after a bias add and a
+/// view, each or neither, the add on either side of the view) becomes one reduction a
 /// part, by the part's own constant rows, which the scheduler computes in one kernel
 /// with the parts' bias adds and readers; parts of unequal widths stay one product.
 #[test]
@@ -703,36 +740,58 @@ fn a_one_row_product_split_into_equal_parts_is_a_reduction_a_part_in_one_kernel(
             .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Reduce { .. }))
             .count()
     };
-    for (weight, sizes) in [
-        ("conv1d", vec![4]),
-        ("linear", vec![4]),
-        ("conv1d", vec![4, 4, 4]),
-    ] {
-        let original = split_projection(weight, &sizes);
+    let mut chains = Vec::new();
+    for weight in ["conv1d", "linear"] {
+        for bias in [None, Some("before"), Some("after")] {
+            for view in [false, true] {
+                for dtype in ["float32", "bfloat16"] {
+                    if bias != Some("after") || view {
+                        chains.push(Chain {
+                            weight,
+                            bias,
+                            view,
+                            dtype,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for chain in chains {
+        let tol = if chain.dtype == "float32" { 1e-6 } else { 1e-2 };
+        for sizes in [vec![4], vec![4, 4, 4], vec![6, 6]] {
+            let original = split_projection(chain, &sizes);
+            let mut g = original.clone();
+            kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
+            let parts = if sizes.len() == 1 { 3 } else { sizes.len() };
+            assert!(products(&g).is_empty(), "{chain:?} {sizes:?}");
+            assert_eq!(reductions(&g), parts, "{chain:?} {sizes:?}");
+            // Each part's weight rows are a constant of their own (folded with their
+            // cast and unsqueeze), and the whole weight is gone.
+            let weights: Vec<Vec<i64>> = g
+                .node_ids()
+                .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Constant { .. }))
+                .map(|id| g.node(id).unwrap().outputs[0].shape.clone())
+                .filter(|shape| shape.len() >= 2)
+                .collect();
+            let width = 12 / parts as i64;
+            assert_eq!(
+                weights,
+                vec![vec![1, width, 8]; parts],
+                "{chain:?} {sizes:?}"
+            );
+            assert_all_outputs_close(&original, &g, tol);
+            assert_scheduled_close(&original, &g, tol);
+            let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
+            assert_eq!(scheduled.program.kernel_count(), 1, "{chain:?} {sizes:?}");
+        }
+        // Unequal parts: one product, one reduction.
+        let original = split_projection(chain, &[8, 2, 2]);
         let mut g = original.clone();
         kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
-        assert!(products(&g).is_empty(), "{weight} {sizes:?}");
-        assert_eq!(reductions(&g), 3, "{weight} {sizes:?}");
-        // Each part's weight rows are a constant of their own, [4, 8] (folded with their
-        // cast and unsqueeze), and the whole weight is gone.
-        let weights: Vec<Vec<i64>> = g
-            .node_ids()
-            .filter(|&id| matches!(g.node(id).unwrap().op, kiln::graph::Op::Constant { .. }))
-            .map(|id| g.node(id).unwrap().outputs[0].shape.clone())
-            .filter(|shape| shape.len() >= 2)
-            .collect();
-        assert_eq!(weights, vec![vec![1, 4, 8]; 3], "{weight} {sizes:?}");
-        assert_all_outputs_close(&original, &g, 1e-6);
-        assert_scheduled_close(&original, &g, 1e-6);
-        let scheduled = kiln::schedule::schedule_with(&g, &Default::default()).unwrap();
-        assert_eq!(scheduled.program.kernel_count(), 1, "{weight} {sizes:?}");
+        assert_eq!(reductions(&g), 1, "{chain:?}");
+        assert_all_outputs_close(&original, &g, tol);
     }
-    // Unequal parts: one product, one reduction.
-    let original = split_projection("conv1d", &[8, 2, 2]);
-    let mut g = original.clone();
-    kiln::passes::run_pipeline_with(&mut g, &options).unwrap();
-    assert_eq!(reductions(&g), 1);
-    assert_all_outputs_close(&original, &g, 1e-6);
 }
 
 #[test]

@@ -293,30 +293,30 @@ fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
                 });
             }
             Op::Split { split_size, dim } => {
-                let rank = g.meta(at)?.rank();
-                let last = crate::graph::shape::wrap_dim(*dim, rank).ok()? + 1 == rank;
                 let width = *split_size;
-                if !last || width <= 0 || n % width != 0 || n / width < 2 {
-                    return None;
-                }
-                return Some(Parts {
+                let count = if width > 0 && n % width == 0 {
+                    n / width
+                } else {
+                    0
+                };
+                return equal_split(g, at, *dim, (width, count)).map(|(width, parts)| Parts {
                     steps,
                     split: user,
-                    parts: n / width,
+                    parts,
                     width,
                 });
             }
             Op::SplitWithSizes { sizes, dim } => {
-                let rank = g.meta(at)?.rank();
-                let last = crate::graph::shape::wrap_dim(*dim, rank).ok()? + 1 == rank;
                 let width = *sizes.first()?;
-                if !last || sizes.len() < 2 || sizes.iter().any(|&s| s != width || s <= 0) {
-                    return None;
-                }
-                return Some(Parts {
+                let count = if sizes.iter().all(|&s| s == width) {
+                    sizes.len() as i64
+                } else {
+                    0
+                };
+                return equal_split(g, at, *dim, (width, count)).map(|(width, parts)| Parts {
                     steps,
                     split: user,
-                    parts: sizes.len() as i64,
+                    parts,
                     width,
                 });
             }
@@ -324,6 +324,14 @@ fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
         }
         at = ValueId::first(user);
     }
+}
+
+/// `(width, count)` where a split of `at` along `dim` into `count` parts of `width`
+/// splits its last dim into two or more positive parts.
+fn equal_split(g: &Graph, at: ValueId, dim: i64, (width, count): (i64, i64)) -> Option<(i64, i64)> {
+    let rank = g.meta(at)?.rank();
+    let last = crate::graph::shape::wrap_dim(dim, rank).ok()? + 1 == rank;
+    (last && width > 0 && count >= 2).then_some((width, count))
 }
 
 /// Each part's product of `x` by a new constant of its weight `columns` (`[width,

@@ -47,7 +47,8 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
     kiln::passes::run_pipeline(&mut lowered).expect("passes");
     // Without optional features, and with every one (in-place buffers, the
     // products' biases in their calls, convolutions in channels-last, state
-    // written by kernels, norms taken into the reductions after them).
+    // written by kernels, norms taken into the reductions after them, small
+    // pointwise kernels side by side in one).
     let all = kiln::schedule::Options {
         features: kiln_plugin_api::BackendFeatures::all(),
         tiling: kiln::schedule::Tiling::Flat,
@@ -57,6 +58,7 @@ fn check(graph: Graph, tolerance: f64) -> kiln::schedule::Scheduled {
         attention_units: 132,
         state_scatter: true,
         broadcast_rows: true,
+        horizontal: true,
     };
     // And as a Triton device schedules it (pointwise kernels tiled where that
     // coalesces their accesses), and as a C++ device does (rows whose
@@ -197,6 +199,7 @@ fn a_matmul_epilogue_writes_in_place_only_when_the_device_allows_it() {
         attention_units: 0,
         state_scatter: false,
         broadcast_rows: false,
+        horizontal: false,
     };
     assert_eq!(
         reuses(&inplace),
@@ -957,4 +960,93 @@ fn a_bias_kernels_compute_is_computed_first_for_the_epilogue_unless_made_from_th
         let got = kiln::schedule::eval::run(&scheduled, &inputs).expect("evaluation");
         assert!(rel_error(&got, &want) < 1e-5);
     }
+}
+
+/// Two results of a graph that read nothing of each other: `exp` of an input of
+/// `a` elements and `neg` of one of `b`, and where `sum` is set, also the sum of the
+/// second input (a reduction, whose kernel follows theirs).
+fn side_by_side(a: &[i64], b: &[i64], sum: bool) -> Graph {
+    let extra = if sum {
+        "\n[[nodes]]\nname = \"z\"\nop = \"sum\"\nargs = [\"y\", [0]]\n"
+    } else {
+        ""
+    };
+    let outputs = if sum {
+        "[\"p\", \"q\", \"z\"]"
+    } else {
+        "[\"p\", \"q\"]"
+    };
+    let text = format!(
+        "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = {outputs}\n\n\
+         [[inputs]]\nname = \"x\"\nshape = {a:?}\ndtype = \"float32\"\n\n\
+         [[inputs]]\nname = \"y\"\nshape = {b:?}\ndtype = \"float32\"\n\n\
+         [[nodes]]\nname = \"p\"\nop = \"exp\"\nargs = [\"x\"]\n\n\
+         [[nodes]]\nname = \"q\"\nop = \"neg\"\nargs = [\"y\"]\n{extra}"
+    );
+    kiln::graph::parse_toml(&text).expect("graph")
+}
+
+#[test]
+fn small_pointwise_kernels_that_read_nothing_of_each_other_run_as_one() {
+    let side = kiln::schedule::Options {
+        horizontal: true,
+        ..Default::default()
+    };
+    let kernels = |graph: &Graph, options: &kiln::schedule::Options| {
+        let mut g = graph.clone();
+        kiln::passes::run_pipeline(&mut g).expect("passes");
+        let s = kiln::schedule::schedule_with(&g, options).expect("schedule");
+        s.program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                kiln::schedule::ir::Step::Kernel(k) => Some(k.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let guarded = |k: &kiln::schedule::Kernel| {
+        k.stores
+            .iter()
+            .map(|s| s.guards.iter().map(|g| (g.lo, g.hi)).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    // Spaces of 256 and 1024 elements, either first: one kernel over 1024, the
+    // smaller part's loads and stores guarded to its 256; its values match.
+    for (a, b) in [
+        (vec![4i64, 64], vec![16i64, 64]),
+        (vec![16, 64], vec![4, 64]),
+    ] {
+        let graph = side_by_side(&a, &b, false);
+        assert_eq!(kernels(&graph, &Default::default()).len(), 2);
+        let merged = kernels(&graph, &side);
+        assert_eq!(merged.len(), 1, "{a:?} {b:?}");
+        assert_eq!(merged[0].space, kiln::schedule::ir::Space::rows(1024, 1));
+        let want = if a[0] < b[0] {
+            vec![vec![(0, 256)], vec![]]
+        } else {
+            vec![vec![], vec![(0, 256)]]
+        };
+        assert_eq!(guarded(&merged[0]), want);
+        check(graph, 1e-6);
+    }
+    // Over one space: no guards.
+    let merged = kernels(&side_by_side(&[8, 8], &[64], false), &side);
+    assert_eq!(merged.len(), 1);
+    assert_eq!(guarded(&merged[0]), vec![vec![], vec![]]);
+    // A reduction after them keeps its own kernel.
+    let graph = side_by_side(&[4, 64], &[16, 64], true);
+    let ks = kernels(&graph, &side);
+    assert_eq!(
+        ks.len(),
+        2,
+        "{:?}",
+        ks.iter().map(|k| k.space).collect::<Vec<_>>()
+    );
+    assert!(ks.iter().any(|k| k.is_reduction()));
+    check(graph, 1e-6);
+    // Kernels that move more than a few hundred kilobytes each stay apart:
+    // merged, their launch would no longer be most of their time.
+    let big = side_by_side(&[256, 1024], &[1024, 1024], false);
+    assert_eq!(kernels(&big, &side).len(), 2);
 }

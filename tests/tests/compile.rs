@@ -1262,6 +1262,36 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
     assert_eq!(wrapper.matches("{ // kiln_index_copy_1").count(), 4);
 }
 
+/// Small pointwise results that read nothing of each other, over spaces of different
+/// sizes, run as one kernel on a Triton device, each part's loads and stores guarded to
+/// its own space, and the kernel's results match PyTorch's under Triton's interpreter,
+/// with the C++ wrapper taking the same kernel; the cpu's C++ keeps a kernel per result.
+#[test]
+fn small_independent_pointwise_kernels_run_as_one_guarded_kernel_on_triton_devices() {
+    let tmp = TempDir::new("side-by-side");
+    let graph = repo_root().join("tests/graphs/side_by_side_pointwise.toml");
+    for device in ["cuda", "gxu"] {
+        let out = tmp.path().join(device);
+        let (ok, stderr) = compile(&graph, device, &out, &[]);
+        assert!(ok, "{stderr}");
+        let (output, stdout, stderr) = run(Command::new(torch_python())
+            .arg(repo_root().join("tests/support/interpret_side_by_side.py"))
+            .arg(out.join("output_code.py")));
+        assert!(output.status.success(), "{device}: {stdout}\n{stderr}");
+        assert_eq!(stdout.matches("ok: ").count(), 5, "{device}: {stdout}");
+    }
+    let cpp = tmp.path().join("cuda-cpp");
+    let (ok, stderr) = compile(&graph, "cuda", &cpp, &["--wrapper", "cpp"]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(cpp.join("wrapper.cpp")).unwrap();
+    assert_eq!(wrapper.matches("{ // kiln_poi_").count(), 1, "{wrapper}");
+    let cpu = tmp.path().join("cpu");
+    let (ok, stderr) = compile(&graph, "cpu", &cpu, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(cpu.join("wrapper.cpp")).unwrap();
+    assert_eq!(code.matches("static void cpp_poi_").count(), 3, "{code}");
+}
+
 /// Attention of a query row or two over a long cache, with fewer (batch, head) pairs than
 /// the device has units, splits its keys across programs (flash-decoding) and combines the
 /// partial results in a second kernel, in both Triton wrappers, and the two kernels' results

@@ -472,6 +472,7 @@ pub fn compile_for(
         state_scatter: target.spec.scheduling == SchedulingKind::Triton
             && target.wrapper == WrapperKind::Python,
         broadcast_rows: target.spec.scheduling == SchedulingKind::Triton,
+        horizontal: target.spec.scheduling == SchedulingKind::Triton,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
     let schedule = start.elapsed();

@@ -194,6 +194,7 @@ impl<'a> KernelBuilder<'a> {
                         index,
                         value: e,
                         indirect: vec![],
+                        guards: vec![],
                     },
                 ));
             }
@@ -265,6 +266,7 @@ impl<'a> KernelBuilder<'a> {
                         index,
                         value: e,
                         indirect: vec![],
+                        guards: vec![],
                     },
                 ));
             }
@@ -358,6 +360,7 @@ impl<'a> KernelBuilder<'a> {
                 // PyTorch's index_copy refuses a negative index.
                 nonnegative: true,
             }],
+            guards: vec![],
         })
     }
 

@@ -235,10 +235,7 @@ fn eval_all(
                 guards,
                 indirect,
             } => {
-                if guards.iter().all(|g| {
-                    let i = g.index.eval(x, r);
-                    g.lo <= i && i < g.hi
-                }) {
+                if holds(guards, x, r) {
                     let at = index.eval(x, r) + indirect_offset(indirect, vals)?;
                     element(cells, *buf, at)?
                 } else {
@@ -327,6 +324,14 @@ fn indirect_offset(
     Ok(at)
 }
 
+/// Whether every condition of `guards` holds at `(x, r)`.
+fn holds(guards: &[super::ir::Cond], x: i64, r: i64) -> bool {
+    guards.iter().all(|g| {
+        let i = g.index.eval(x, r);
+        g.lo <= i && i < g.hi
+    })
+}
+
 /// Row `x` of kernel `k`: its reductions, then its stores.
 fn run_row(
     p: &Program,
@@ -352,6 +357,9 @@ fn run_row(
         let rs = if *varies { k.space.r } else { 1 };
         let dtype = p.buffer(s.buf).dtype;
         for r in 0..rs {
+            if !holds(&s.guards, x, r) {
+                continue;
+            }
             eval_all(k, x, r, red, cells, vals)?;
             let off = usize::try_from(s.index.eval(x, r) + indirect_offset(&s.indirect, vals)?)
                 .map_err(|_| Error(format!("negative store offset in buffer {}", s.buf.0)))?;

@@ -344,6 +344,10 @@ pub struct Store {
     /// for a plain store. An index out of range is never stored, as a load never
     /// reads one.
     pub indirect: Vec<Indirect>,
+    /// Conditions on the index under which the value is stored; empty for a store
+    /// at every place of the kernel's space (a part of a horizontally fused kernel
+    /// stores over its own, smaller, space: [`super::horizontal`]).
+    pub guards: Vec<Cond>,
 }
 
 /// How a kernel uses a buffer it takes as a pointer parameter.

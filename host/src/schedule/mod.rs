@@ -10,6 +10,7 @@
 pub mod build;
 pub mod eval;
 pub mod fuse;
+pub mod horizontal;
 pub mod ids;
 pub mod index;
 pub mod ir;
@@ -136,6 +137,10 @@ pub struct Options {
     /// launch fewer): for a device whose programs run side by side and read
     /// the repeated rows from cache (a GPU's).
     pub broadcast_rows: bool,
+    /// Adjacent small pointwise kernels that share no buffer they write run as one
+    /// kernel ([`horizontal`]): for a device where a launch costs more than such a
+    /// kernel's work (a GPU's).
+    pub horizontal: bool,
 }
 
 /// How the scheduler may re-split a pointwise kernel's flat space into rows
@@ -258,6 +263,9 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                 covers.push(cover);
             }
         }
+    }
+    if options.horizontal {
+        (kept, covers) = horizontal::merge_small_pointwise(kept, covers, &low.buffers);
     }
     let mut program = Program {
         name: graph.name.clone(),

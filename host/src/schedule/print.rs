@@ -27,9 +27,7 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
                 let mut t = format!("load {}[{index}", program.buffer(*buf).name);
                 indirect_text(&mut t, indirect);
                 t.push(']');
-                for g in guards {
-                    let _ = write!(t, " if {} <= {} < {}", g.lo, g.index, g.hi);
-                }
+                guards_text(&mut t, guards);
                 t
             }
             Expr::Literal(l) => literal(*l),
@@ -57,14 +55,22 @@ pub fn kernel_text(program: &Program, k: &Kernel) -> String {
     for s in &k.stores {
         let mut at = s.index.to_string();
         indirect_text(&mut at, &s.indirect);
+        let mut value = format!("t{}", s.value.0);
+        guards_text(&mut value, &s.guards);
         let _ = writeln!(
             out,
-            "    store {}[{at}] = t{}",
-            program.buffer(s.buf).name,
-            s.value.0
+            "    store {}[{at}] = {value}",
+            program.buffer(s.buf).name
         );
     }
     out
+}
+
+/// Each condition of `guards`, ` if lo <= index < hi`.
+fn guards_text(t: &mut String, guards: &[crate::schedule::ir::Cond]) {
+    for g in guards {
+        let _ = write!(t, " if {} <= {} < {}", g.lo, g.index, g.hi);
+    }
 }
 
 /// The data-dependent parts of an offset, ` + stride * index(tN of size)` each.

@@ -482,14 +482,29 @@ impl Writer<'_> {
         } else {
             store_conversion(from, to, &self.renderer.operand(s.value))
         };
+        // A guarded store (a part of a horizontally fused kernel) is made where its
+        // conditions hold.
+        let when = match s.guards.as_slice() {
+            [] => String::new(),
+            guards => {
+                let conds: Vec<String> = guards
+                    .iter()
+                    .map(|g| cond_text(g, self.style(r_zero)))
+                    .collect();
+                format!("if ({}) ", conds.join(" && "))
+            }
+        };
         if let Some(tile) = self.staged_tile(s.buf, &s.index) {
             let at = format!("{tile}[r * {} + xi]", self.stage_block);
-            self.line(depth, &format!("{at} = {value};"));
+            self.line(depth, &format!("{when}{at} = {value};"));
             return Ok(());
         }
         self.line(
             depth,
-            &format!("{ptr}[{}] = {value};", self.offset_text(&s.index, r_zero)),
+            &format!(
+                "{when}{ptr}[{}] = {value};",
+                self.offset_text(&s.index, r_zero)
+            ),
         );
         Ok(())
     }

@@ -408,6 +408,7 @@ impl KernelWriter<'_> {
         Some(deferred)
     }
 
+    /// The mask of an access: the tile's, and each of its guards.
     fn load_mask(&self, index_uses_r: bool, guards: &[crate::schedule::ir::Cond]) -> String {
         let mut mask = if index_uses_r {
             "xmask & rmask".to_string()
@@ -518,7 +519,7 @@ impl KernelWriter<'_> {
             }
             _ => self.renderer.operand(s.value, false),
         };
-        let mut mask = if uses_r { "xmask & rmask" } else { "xmask" }.to_string();
+        let mut mask = self.load_mask(uses_r, &s.guards);
         let mut offset = block_offset(&s.index);
         let name = format!("{}_at", Renderer::var(s.value));
         self.indirect_parts(depth, &name, &s.indirect, &mut mask, &mut offset);

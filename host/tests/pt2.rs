@@ -2886,8 +2886,9 @@ fn a_decoding_step_s_position_is_drawn_within_the_cache() {
 /// keys and values are stored into the cache inputs themselves by one kernel (a scatter
 /// at the position, no extern `index_copy`): the kernel of the layer's query, key and
 /// value products, three reductions (`passes::few_rows::split_parts`) whose epilogue the
-/// stores are. Every output (the logits, the counters, the caches the state hands back)
-/// matches the interpreter's.
+/// stores are. The position counters are stored into their inputs by the kernel that
+/// computes them. Every output (the logits, the counters, the caches the state hands
+/// back) matches the interpreter's.
 #[test]
 fn a_kernel_writes_the_static_cache_in_place_and_the_step_still_matches() {
     use kiln::schedule::ir::{BufferKind, ExternOp, Step};
@@ -2925,6 +2926,11 @@ fn a_kernel_writes_the_static_cache_in_place_and_the_step_still_matches() {
         })
         .collect();
     assert_eq!(scattering, [3, 3], "a layer's q, k and v products scatter");
+    // The counters too: each state's new value is stored into the state's input by
+    // the kernel that computes it, so that the wrapper copies nothing back.
+    for s in g.state() {
+        assert_eq!(p.outputs[s.output].buf, p.inputs[s.input], "{}", s.name);
+    }
     assert!(!p
         .steps
         .iter()

@@ -16,6 +16,7 @@ pub mod index;
 pub mod ir;
 pub mod lower;
 pub mod print;
+pub mod state;
 pub mod tile;
 
 use std::collections::{HashMap, HashSet};
@@ -129,7 +130,8 @@ pub struct Options {
     /// Triton device, whose caller keeps the tensor): an `index_copy` into state that
     /// nothing else reads becomes a kernel storing the source's slices at the index,
     /// into the state itself, fused with the source's producer (a KV cache's write:
-    /// the key or value's bias add). Otherwise it is an extern call.
+    /// the key or value's bias add). Otherwise it is an extern call. A kernel that
+    /// computes a state's whole new value stores it into the state too ([`state`]).
     pub state_scatter: bool,
     /// A reduction may take in the reduction kernel of fewer rows that its input
     /// broadcasts across its rows, computing each of those rows again per row
@@ -282,6 +284,9 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
         (true, false) => InPlace::Pointwise,
         (true, true) => InPlace::AlsoReductions,
     };
+    if options.state_scatter {
+        state::write_state_in_place(&mut program, graph.state());
+    }
     let memory = plan_memory(&program, inplace);
     let state: Vec<BufferId> = graph
         .state()

@@ -474,6 +474,31 @@ impl Kernel {
         (uses_r, phase)
     }
 
+    /// For every expression: whether it is the same for every row of the kernel
+    /// (it reads nothing at a place that depends on the row: a one-row product's
+    /// input row, a norm of that row taken into the product). A generator may
+    /// compute such a value once for a tile of rows.
+    pub fn same_for_every_row(&self) -> IdVec<ExprId, bool> {
+        let mut same = IdVec::filled(self.exprs.len(), false);
+        for (id, e, _) in self.exprs.iter() {
+            same[id] = match e {
+                Expr::Load {
+                    index,
+                    guards,
+                    indirect,
+                    ..
+                } => {
+                    !index.uses(Var::X)
+                        && guards.iter().all(|g| !g.index.uses(Var::X))
+                        && indirect.iter().all(|i| same[i.value])
+                }
+                Expr::Reduced(r) => self.reductions.get(*r).is_some_and(|red| same[red.value]),
+                _ => self.exprs.operands(id).iter().all(|o| same[*o]),
+            };
+        }
+        same
+    }
+
     /// The passes a kernel that loops along its rows makes over each row: one
     /// more than the latest phase of a value along the row that it stores or
     /// reduces (1: every reduction reads the row as it goes; more: a value

@@ -143,6 +143,11 @@ pub(super) fn write_kernel(
         eviction: Eviction::None,
         runtime_rows: options.runtime_rows,
         dependent,
+        same_rows: if reduction && !k.is_tiled() {
+            k.same_for_every_row()
+        } else {
+            IdVec::filled(k.exprs.len(), false)
+        },
     };
     w.header(&names, reduction, &candidates, options)?;
     if k.is_tiled() {
@@ -190,6 +195,12 @@ struct KernelWriter<'a> {
     eviction: Eviction,
     /// Whether the kernel waits for the kernel before it ([`DEPENDENT_WAIT`]).
     dependent: bool,
+    /// Per expression of a reduction kernel: the same for every row of the tile
+    /// ([`Kernel::same_for_every_row`]), so computed on one row of the tile
+    /// (`[1, RBLOCK]`) and broadcast where it meets a row's values: a layer norm
+    /// of the row a one-row product reads, taken into the product, is computed
+    /// once per program rather than once per row of its tile.
+    same_rows: IdVec<ExprId, bool>,
 }
 
 /// How the loads of one loop over a row mark their lines for L2, as Inductor
@@ -408,6 +419,16 @@ impl KernelWriter<'_> {
         Some(deferred)
     }
 
+    /// The mask of a load along the row that is the same for every row of the
+    /// tile: the row elements', and each of its guards (`[1, RBLOCK]`).
+    fn row_mask(&self, guards: &[crate::schedule::ir::Cond]) -> String {
+        let mut mask = "rmask".to_string();
+        for g in guards {
+            let _ = write!(mask, " & {}", cond_text(g));
+        }
+        mask
+    }
+
     /// The mask of an access: the tile's, and each of its guards.
     fn load_mask(&self, index_uses_r: bool, guards: &[crate::schedule::ir::Cond]) -> String {
         let mut mask = if index_uses_r {
@@ -440,7 +461,11 @@ impl KernelWriter<'_> {
                     .get(buf)
                     .ok_or_else(|| self.unsupported("a load of an unlisted buffer".into()))?
                     .clone();
-                let mut mask = self.load_mask(uses_r, guards);
+                let mut mask = if uses_r && self.same_rows[id] {
+                    self.row_mask(guards)
+                } else {
+                    self.load_mask(uses_r, guards)
+                };
                 let mut offset = block_offset(index);
                 let name = Renderer::var(id);
                 self.indirect_parts(depth, &name, indirect, &mut mask, &mut offset);
@@ -642,6 +667,14 @@ impl KernelWriter<'_> {
         Ok(())
     }
 
+    /// Whether reduction `r` reduces a value the same for every row of the tile,
+    /// on one row of it (an online softmax's pair stays on the whole tile).
+    fn row_only(&self, plan: &RowPlan, r: usize) -> bool {
+        self.same_rows[self.k.reductions[r].value]
+            && !plan.is_online_sum(r)
+            && plan.online_sum_of(r).is_none()
+    }
+
     /// Finishes the reductions accumulated in phase `p`'s loop (`red{r}` from
     /// `acc{r}`), an online softmax's max and sum together.
     fn finish_reductions(&mut self, plan: &RowPlan, p: usize) {
@@ -680,10 +713,15 @@ impl KernelWriter<'_> {
         for &r in reds {
             let red = &self.k.reductions[r];
             let init = neutral(red.kind, red.acc_dtype);
+            let rows = if self.row_only(plan, r) {
+                "1"
+            } else {
+                "XBLOCK"
+            };
             self.line(
                 2,
                 &format!(
-                    "acc{r} = tl.full([XBLOCK, RBLOCK], {init}, {})",
+                    "acc{r} = tl.full([{rows}, RBLOCK], {init}, {})",
                     tl_dtype(red.acc_dtype)
                 ),
             );
@@ -742,8 +780,13 @@ impl KernelWriter<'_> {
             }
             let red = self.k.reductions[r].clone();
             let value = self.renderer.operand(red.value, true);
+            let tile = if self.row_only(plan, r) {
+                "rmask"
+            } else {
+                "xmask & rmask"
+            };
             let masked = format!(
-                "tl.where(xmask & rmask, {value}, {})",
+                "tl.where({tile}, {value}, {})",
                 neutral(red.kind, red.acc_dtype)
             );
             if let Some(b) = plan.online_sum_of(r) {

@@ -1402,12 +1402,13 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
 
-/// A one-row product after an RMS norm of its row takes the norm into its kernel on a
-/// Triton device (`fuse::takes_in`): one launch a norm fewer in a decoding step. A norm
-/// whose output is also read elsewhere, and a layer norm (two reductions in series,
-/// which cost more per program than the launch saves), keep kernels of their own.
+/// A one-row product after an RMS norm or a layer norm of its row takes the norm into
+/// its kernel on a Triton device (`fuse::takes_in`): one launch a norm fewer in a
+/// decoding step. The norm's reductions are computed on one row of each program's
+/// tile (`tl.where(rmask, ...)`), the product's on the whole tile. A norm whose output
+/// is also read elsewhere keeps a kernel of its own.
 #[test]
-fn a_one_row_product_takes_in_the_rms_norm_of_its_row() {
+fn a_one_row_product_takes_in_the_norm_of_its_row() {
     let tmp = TempDir::new("norm-into-product");
     let graph = repo_root().join("tests/graphs/norm_into_one_row_product.toml");
     let out = tmp.path().join("cuda");
@@ -1415,22 +1416,39 @@ fn a_one_row_product_takes_in_the_rms_norm_of_its_row() {
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
     let kernels = fused_kernels(&code);
-    assert_eq!(kernels.len(), 5, "{code}");
-    // The norm's mean of squares, then the product over the normed row, whose weight
-    // each program reads one output column of.
+    assert_eq!(kernels.len(), 4, "{code}");
+    // The norm's reductions, then the product over the normed row, whose weight each
+    // program reads one output column of: the RMS norm's one, the layer norm's two
+    // (its mean, then its variance about it).
     let fused: Vec<&&str> = kernels
         .iter()
         .filter(|k| k.contains("96*xindex + rindex") && k.contains("rsqrt"))
         .collect();
-    assert_eq!(fused.len(), 1, "{code}");
-    assert_eq!(fused[0].matches("tl.sum(").count(), 2, "{}", fused[0]);
-    // The other norms are kernels of their own, without a product.
+    assert_eq!(fused.len(), 2, "{code}");
+    for (kernel, norm_reductions) in fused.iter().zip([1, 2]) {
+        assert_eq!(
+            kernel.matches("tl.sum(").count(),
+            norm_reductions + 1,
+            "{kernel}"
+        );
+        assert_eq!(
+            kernel.matches("tl.sum(tl.where(rmask, ").count(),
+            norm_reductions,
+            "{kernel}"
+        );
+        assert_eq!(
+            kernel.matches("tl.sum(tl.where(xmask & rmask, ").count(),
+            1,
+            "{kernel}"
+        );
+    }
+    // The norm also read as an output is a kernel of its own, without a product.
     assert_eq!(
         kernels
             .iter()
             .filter(|k| k.contains("rsqrt") && !k.contains("xindex + rindex"))
             .count(),
-        2,
+        1,
         "{code}"
     );
 }

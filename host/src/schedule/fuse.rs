@@ -310,14 +310,14 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
 /// - `id` reads a buffer of a whole element per row and row element (the
 ///   product's weight), which the repeated work is small beside;
 /// - nothing else reads what the group computes (it is then stored by no row);
-/// - the group reduces once (an RMS norm): each of its reductions is one more
-///   reduction over the row, in series, in every program. On the H100 a layer
-///   norm's two (the mean, then the variance about it) cost GPT-2 small's bf16
-///   decoding step more than the two launches a layer they saved (0.400 ->
-///   0.426 ms), while the 170 M Llama's RMS norms saved (0.351 -> 0.342 ms;
-///   `bench/gpu/results/2026-11-26-norm-into-product-h100.txt`). With the
-///   kernels launched as programmatic dependents the layer norm lost again
-///   (0.317 -> 0.361 ms; `2026-11-26-decode-rejected-h100.txt`).
+/// - the group reduces at most twice (an RMS norm, or a layer norm's mean and
+///   its variance about it): each of its reductions is one more reduction over
+///   the row, in series, in every program. The Triton generator computes them
+///   on one row of each program's tile (`same_for_every_row`); computed on the
+///   whole tile, a layer norm's two held so many registers that GPT-2 small's
+///   bf16 decoding step lost (0.317 -> 0.361 ms), where on one row it gains
+///   (0.265 -> 0.257 ms; float32 0.335 -> 0.337; the 170 M Llama's RMS norms
+///   the same; `bench/gpu/results/2026-11-27-horizontal-state-h100.txt`).
 fn takes_in(
     low: &Lowered,
     readers: &IdVec<SNodeId, Vec<SNodeId>>,
@@ -341,7 +341,7 @@ fn takes_in(
         .count();
     let outputs: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
     reads_whole
-        && reductions <= 1
+        && reductions <= 2
         && members.iter().all(|m| {
             !outputs.contains(&low.snodes[*m].buf)
                 && readers[*m].iter().all(|r| *r == id || members.contains(r))

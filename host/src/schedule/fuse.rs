@@ -252,7 +252,7 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
                 space
             } else if !is_reduction && space_index(&low.snodes[id].meta.shape, *gspace).is_some() {
                 *gspace
-            } else if broadcast && takes_in(low, &readers, members, *gspace, id, &reads, space) {
+            } else if broadcast && takes_in(graph, low, &readers, members, *gspace, id, &reads) {
                 space
             } else {
                 continue;
@@ -309,7 +309,9 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
 /// launch goes. Only where that pays and stays exact:
 /// - `id` reads a buffer of a whole element per row and row element (the
 ///   product's weight), which the repeated work is small beside;
-/// - nothing else reads what the group computes (it is then stored by no row);
+/// - nothing else reads what the group computes (it is then stored by no row),
+///   but other reductions over `id`'s space, which join the kernel after it (a
+///   query's, key's and value's products of one normed row, `split_parts`);
 /// - the group reduces at most twice (an RMS norm, or a layer norm's mean and
 ///   its variance about it): each of its reductions is one more reduction over
 ///   the row, in series, in every program. The Triton generator computes them
@@ -319,17 +321,25 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
 ///   (0.265 -> 0.257 ms; float32 0.335 -> 0.337; the 170 M Llama's RMS norms
 ///   the same; `bench/gpu/results/2026-11-27-horizontal-state-h100.txt`).
 fn takes_in(
+    graph: &Graph,
     low: &Lowered,
     readers: &IdVec<SNodeId, Vec<SNodeId>>,
     members: &[SNodeId],
     group: Space,
     id: SNodeId,
     reads: &Reads,
-    space: Space,
 ) -> bool {
+    let Some(space) = natural_space(low, graph, id) else {
+        return false;
+    };
     if group.r != space.r || broadcast_rows(group.x, space).is_none() {
         return false;
     }
+    // Another reduction over the same space, which joins the kernel after `id`.
+    let sibling = |r: SNodeId| {
+        matches!(low.snodes[r].kind, SKind::Reduction { .. })
+            && natural_space(low, graph, r) == Some(space)
+    };
     let whole = space.x.saturating_mul(space.r);
     let reads_whole = reads
         .buffers
@@ -344,6 +354,8 @@ fn takes_in(
         && reductions <= 2
         && members.iter().all(|m| {
             !outputs.contains(&low.snodes[*m].buf)
-                && readers[*m].iter().all(|r| *r == id || members.contains(r))
+                && readers[*m]
+                    .iter()
+                    .all(|r| *r == id || members.contains(r) || sibling(*r))
         })
 }

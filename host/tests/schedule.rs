@@ -1045,6 +1045,26 @@ fn small_pointwise_kernels_that_read_nothing_of_each_other_run_as_one() {
     );
     assert!(ks.iter().any(|k| k.is_reduction()));
     check(graph, 1e-6);
+    // A small kernel after a reduction that it shares nothing with joins the one
+    // before the reduction, moving over it.
+    let text = "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"p\", \"z\", \"q\"]\n\n\
+        [[inputs]]\nname = \"x\"\nshape = [4, 64]\ndtype = \"float32\"\n\n\
+        [[inputs]]\nname = \"w\"\nshape = [64, 64]\ndtype = \"float32\"\n\n\
+        [[inputs]]\nname = \"y\"\nshape = [16, 64]\ndtype = \"float32\"\n\n\
+        [[nodes]]\nname = \"p\"\nop = \"exp\"\nargs = [\"x\"]\n\n\
+        [[nodes]]\nname = \"z\"\nop = \"amax\"\nargs = [\"w\", [1]]\n\n\
+        [[nodes]]\nname = \"q\"\nop = \"neg\"\nargs = [\"y\"]\n";
+    let graph = kiln::graph::parse_toml(text).expect("graph");
+    assert_eq!(kernels(&graph, &Default::default()).len(), 3);
+    let ks = kernels(&graph, &side);
+    assert_eq!(
+        ks.len(),
+        2,
+        "{:?}",
+        ks.iter().map(|k| k.space).collect::<Vec<_>>()
+    );
+    assert_eq!(ks.iter().filter(|k| k.is_reduction()).count(), 1);
+    check(graph, 1e-6);
     // Kernels that move more than a few hundred kilobytes each stay apart:
     // merged, their launch would no longer be most of their time.
     let big = side_by_side(&[256, 1024], &[1024, 1024], false);

@@ -1,6 +1,8 @@
-//! Horizontal fusion: adjacent pointwise kernels that share no buffer they
-//! write, each too small for its bandwidth to matter, become one kernel over
-//! the larger space, each part's loads and stores guarded to its own.
+//! Horizontal fusion: pointwise kernels that share no buffer they write, each
+//! too small for its bandwidth to matter, become one kernel over the larger
+//! space, each part's loads and stores guarded to its own. A kernel joins the
+//! one before it, or one a few steps earlier where it shares no written buffer
+//! with the steps between (it then runs before them).
 //!
 //! A decoding step computes a few hundred elements at a time between its
 //! products: the 170 M Llama's key/value rope and cache write (256 elements)
@@ -20,8 +22,12 @@ use crate::graph::ir::NodeId;
 /// small beside the launch it saves.
 const SMALL_BYTES: i64 = 1 << 20;
 
-/// Merges each run of adjacent steps that are small, independent pointwise
-/// kernels into one kernel; `covers` (the graph nodes of each step) follows.
+/// Most steps a small pointwise kernel moves back over to join an earlier one.
+const LOOK_BACK: usize = 3;
+
+/// Merges each small pointwise kernel into an earlier one, the step before it or
+/// one of the [`LOOK_BACK`] steps before, where it shares no buffer either writes
+/// with the steps it moves over; `covers` (the graph nodes of each step) follows.
 pub(super) fn merge_small_pointwise(
     steps: Vec<Step>,
     covers: Vec<Vec<NodeId>>,
@@ -30,34 +36,62 @@ pub(super) fn merge_small_pointwise(
     let mut out_steps: Vec<Step> = Vec::with_capacity(steps.len());
     let mut out_covers: Vec<Vec<NodeId>> = Vec::with_capacity(covers.len());
     for (step, cover) in steps.into_iter().zip(covers) {
-        if let (Some(Step::Kernel(last)), Step::Kernel(next)) = (out_steps.last_mut(), &step) {
-            if let Some(merged) = merged(last, next, buffers) {
-                *last = merged;
-                if let Some(c) = out_covers.last_mut() {
-                    c.extend(cover);
-                }
-                continue;
+        match joined(&mut out_steps, &step, buffers) {
+            Some(at) => out_covers[at].extend(cover),
+            None => {
+                out_steps.push(step);
+                out_covers.push(cover);
             }
         }
-        out_steps.push(step);
-        out_covers.push(cover);
     }
     (out_steps, out_covers)
 }
 
-/// `a` and `b` as one kernel, where both are flat pointwise kernels, `b`
-/// neither reads nor writes what `a` writes nor writes what `a` reads, and
+/// Merges `step` into one of the last [`LOOK_BACK`] kernels of `steps` that it may
+/// join, the latest first, moving it over the steps between where it shares no
+/// buffer either writes with them; the merged step's position.
+fn joined(steps: &mut [Step], step: &Step, buffers: &IdVec<BufferId, Buffer>) -> Option<usize> {
+    let Step::Kernel(next) = step else {
+        return None;
+    };
+    let first = steps.len().saturating_sub(LOOK_BACK);
+    for at in (first..steps.len()).rev() {
+        if let Step::Kernel(earlier) = &steps[at] {
+            if let Some(merged) = merged(earlier, next, buffers) {
+                steps[at] = Step::Kernel(merged);
+                return Some(at);
+            }
+        }
+        // `step` may move over this one only if neither writes what the other touches.
+        if !apart(
+            (steps[at].reads(), steps[at].writes()),
+            (step.reads(), step.writes()),
+        ) {
+            return None;
+        }
+    }
+    None
+}
+
+/// Whether neither of two steps, each given by the buffers it reads and those it
+/// writes, writes a buffer the other reads or writes: either may run first.
+fn apart(a: (Vec<BufferId>, Vec<BufferId>), b: (Vec<BufferId>, Vec<BufferId>)) -> bool {
+    let ((a_reads, a_writes), (b_reads, b_writes)) = (a, b);
+    !a_writes
+        .iter()
+        .any(|w| b_reads.contains(w) || b_writes.contains(w))
+        && !b_writes.iter().any(|w| a_reads.contains(w))
+}
+
+/// `a` and `b` as one kernel, where both are flat pointwise kernels, neither
+/// writes what the other reads or writes, and
 /// the two together move at most [`SMALL_BYTES`].
 fn merged(a: &Kernel, b: &Kernel, buffers: &IdVec<BufferId, Buffer>) -> Option<Kernel> {
     let flat = |k: &Kernel| !k.is_reduction() && k.space.r == 1 && k.space.inner == 1;
     if !flat(a) || !flat(b) {
         return None;
     }
-    let (a_writes, b_writes) = (a.writes(), b.writes());
-    let independent = !b.reads().iter().any(|r| a_writes.contains(r))
-        && !b_writes
-            .iter()
-            .any(|w| a_writes.contains(w) || a.reads().contains(w));
+    let independent = apart((a.reads(), a.writes()), (b.reads(), b.writes()));
     if !independent || bytes_moved(a, buffers).saturating_add(bytes_moved(b, buffers)) > SMALL_BYTES
     {
         return None;

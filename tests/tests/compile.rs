@@ -1215,13 +1215,10 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
             ", c_model_transformer_h_{layer}_attn_lifted_tensor_{k}, \
              c_model_transformer_h_{layer}_attn_lifted_tensor_{v}, "
         );
+        // (The second layer's kernel also takes in its layer norm, whose ops lead its name.)
         let launch = code
             .lines()
-            .find(|l| {
-                l.contains("KERNELS.kiln_red_fused_")
-                    && l.contains("index_copy")
-                    && l.contains(&caches)
-            })
+            .find(|l| l.contains("KERNELS.kiln_red_fused_") && l.contains(&caches))
             .unwrap_or_else(|| panic!("one kernel writing {caches:?} in:\n{code}"));
         assert!(launch.contains("cache_position"), "{launch}");
     }

@@ -84,8 +84,8 @@ fn apart(a: (Vec<BufferId>, Vec<BufferId>), b: (Vec<BufferId>, Vec<BufferId>)) -
 }
 
 /// `a` and `b` as one kernel, where both are flat pointwise kernels, neither
-/// writes what the other reads or writes, and
-/// the two together move at most [`SMALL_BYTES`].
+/// writes what the other reads or writes, and the two together move at most
+/// [`SMALL_BYTES`].
 fn merged(a: &Kernel, b: &Kernel, buffers: &IdVec<BufferId, Buffer>) -> Option<Kernel> {
     let flat = |k: &Kernel| !k.is_reduction() && k.space.r == 1 && k.space.inner == 1;
     if !flat(a) || !flat(b) {

@@ -17,8 +17,8 @@ use crate::graph::ir::State;
 /// it into the state's input, which the state's output then is, where that is
 /// safe: no step after that kernel reads or writes the input (every read of the
 /// old value finished before it), the kernel reads it only where it stores it,
-/// and no other output views the input. A
-/// buffer that then has no reader left is no longer stored.
+/// and no other output views the input. A buffer that then has no reader left
+/// is no longer stored.
 pub(super) fn write_state_in_place(program: &mut Program, state: &[State]) {
     let mut redirected = Vec::new();
     for s in state {

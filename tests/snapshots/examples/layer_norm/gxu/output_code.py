@@ -40,9 +40,9 @@ def kiln_red_fused_mean_mul_sub_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0,
             tmp0 = tl.load(in_ptr0 + (4096*xindex + rindex), xmask & rmask, eviction_policy='evict_first', other=0)
             tmp4 = (tmp0 - tmp3)
             tmp11 = (tmp4 * tmp10)
-            tmp12 = tl.load(in_ptr1 + (rindex), xmask & rmask, eviction_policy='evict_last', other=0)
+            tmp12 = tl.load(in_ptr1 + (rindex), rmask, eviction_policy='evict_last', other=0)
             tmp13 = (tmp11 * tmp12)
-            tmp14 = tl.load(in_ptr2 + (rindex), xmask & rmask, eviction_policy='evict_last', other=0)
+            tmp14 = tl.load(in_ptr2 + (rindex), rmask, eviction_policy='evict_last', other=0)
             tmp15 = (tmp13 + tmp14)
             tl.store(out_ptr0 + (4096*xindex + rindex), tmp15, xmask & rmask)
 

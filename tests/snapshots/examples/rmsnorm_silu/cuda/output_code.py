@@ -36,7 +36,7 @@ def kiln_red_fused_mean_mul_rsqrt_add_sigmoid_0(in_ptr0, in_ptr1, in_ptr2, out_p
         tmp6 = (tmp4 + 1e-6)
         tmp7 = libdevice.rsqrt(tmp6)
         tmp8 = (tmp0 * tmp7)
-        tmp9 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+        tmp9 = tl.load(in_ptr1 + (rindex), rmask, other=0)
         tmp10 = (tmp8 * tmp9)
         tmp11 = tl.sigmoid(tmp10)
         tmp12 = (tmp10 * tmp11)

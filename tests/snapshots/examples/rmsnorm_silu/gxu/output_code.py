@@ -30,7 +30,7 @@ def kiln_red_fused_mean_mul_rsqrt_add_sigmoid_0(in_ptr0, in_ptr1, in_ptr2, out_p
             rmask = rindex < rnumel
             tmp0 = tl.load(in_ptr0 + (4096*xindex + rindex), xmask & rmask, eviction_policy='evict_first', other=0)
             tmp8 = (tmp0 * tmp7)
-            tmp9 = tl.load(in_ptr1 + (rindex), xmask & rmask, eviction_policy='evict_last', other=0)
+            tmp9 = tl.load(in_ptr1 + (rindex), rmask, eviction_policy='evict_last', other=0)
             tmp10 = (tmp8 * tmp9)
             tmp11 = tl.sigmoid(tmp10)
             tmp12 = (tmp10 * tmp11)

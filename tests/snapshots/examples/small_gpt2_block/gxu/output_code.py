@@ -44,9 +44,9 @@ def kiln_red_fused_mean_mul_sub_reshape_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, o
         tmp9 = (tmp7 + 1e-5)
         tmp10 = libdevice.rsqrt(tmp9)
         tmp11 = (tmp4 * tmp10)
-        tmp12 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+        tmp12 = tl.load(in_ptr1 + (rindex), rmask, other=0)
         tmp13 = (tmp11 * tmp12)
-        tmp14 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+        tmp14 = tl.load(in_ptr2 + (rindex), rmask, other=0)
         tmp15 = (tmp13 + tmp14)
         tl.store(out_ptr0 + (24*xindex + rindex), tmp15, xmask & rmask)
 
@@ -117,7 +117,7 @@ def kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
         kiln_dependent_wait()
         tmp0 = tl.load(in_ptr0 + (24*xindex + rindex), xmask & rmask, other=0)
         tmp1 = tl.load(in_ptr1 + (24*xindex + rindex), xmask & rmask, other=0)
-        tmp2 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+        tmp2 = tl.load(in_ptr2 + (rindex), rmask, other=0)
         tmp3 = (tmp1 + tmp2)
         tmp4 = (tmp0 + tmp3)
         red0 = tl.sum(tl.where(xmask & rmask, tmp4, 0.0), 1)[:, None]
@@ -130,9 +130,9 @@ def kiln_red_fused_add_reshape_mean_mul_sub_rsqrt_4(in_ptr0, in_ptr1, in_ptr2, i
         tmp13 = (tmp11 + 1e-5)
         tmp14 = libdevice.rsqrt(tmp13)
         tmp15 = (tmp8 * tmp14)
-        tmp16 = tl.load(in_ptr3 + (rindex), xmask & rmask, other=0)
+        tmp16 = tl.load(in_ptr3 + (rindex), rmask, other=0)
         tmp17 = (tmp15 * tmp16)
-        tmp18 = tl.load(in_ptr4 + (rindex), xmask & rmask, other=0)
+        tmp18 = tl.load(in_ptr4 + (rindex), rmask, other=0)
         tmp19 = (tmp17 + tmp18)
         tl.store(out_ptr1 + (24*xindex + rindex), tmp19, xmask & rmask)
 

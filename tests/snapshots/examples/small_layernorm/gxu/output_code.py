@@ -40,9 +40,9 @@ def kiln_red_fused_mean_mul_sub_add_rsqrt_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0,
         tmp9 = (tmp7 + 1e-5)
         tmp10 = libdevice.rsqrt(tmp9)
         tmp11 = (tmp4 * tmp10)
-        tmp12 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+        tmp12 = tl.load(in_ptr1 + (rindex), rmask, other=0)
         tmp13 = (tmp11 * tmp12)
-        tmp14 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+        tmp14 = tl.load(in_ptr2 + (rindex), rmask, other=0)
         tmp15 = (tmp13 + tmp14)
         tl.store(out_ptr1 + (8*xindex + rindex), tmp15, xmask & rmask)
 

@@ -37,7 +37,7 @@ def kiln_red_fused_amax_mul_to_copy_exp_sub_sum_0(in_ptr0, in_ptr1, out_ptr0, ou
         tmp0 = tl.load(in_ptr0 + (64*xindex + rindex), xmask & rmask, other=0)
         tmp1 = tmp0.to(tl.float32)
         tmp3 = (tmp1 * 0.5)
-        tmp6 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+        tmp6 = tl.load(in_ptr1 + (rindex), rmask, other=0)
         tmp7 = tmp6.to(tl.float32)
         tmp8 = (tmp1 * tmp7)
         red0 = tl.reduce(tl.where(xmask & rmask, tmp3, float("-inf")), 1, kiln_max_combine)[:, None]

@@ -11,29 +11,18 @@ It needs PyTorch and Triton (the interpreter runs programs one after another on 
 cpu). Prints `ok: WHAT` per check; exits 1 on the first failure.
 """
 
-import os
 import re
 import sys
 import types
 
-os.environ["TRITON_INTERPRET"] = "1"
+from interpreted import check, kernels_of  # first: it turns the interpreter on
 
-import torch  # noqa: E402
-
-
-def check(what, ok, detail=""):
-    """Prints `ok: what`, or fails with `detail`."""
-    if not ok:
-        print(f"FAILED: {what} {detail}", file=sys.stderr)
-        sys.exit(1)
-    print(f"ok: {what}")
+import torch
 
 
 def main():
     source = open(sys.argv[1]).read()
-    # The kernels: everything before the runtime's loader.
-    kernels = {}
-    exec(compile(source[: source.index("def _kiln_runtime")], "kernels", "exec"), kernels)
+    kernels = kernels_of(source)
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 1, 64), torch.randn(1, 4, 1024, 64), torch.randn(1, 4, 1024, 64)
     kg, q2 = torch.randn(1, 2, 1024, 64), torch.randn(1, 4, 2, 64)

@@ -11,21 +11,12 @@ It needs PyTorch and Triton. Prints `ok: WHAT` per check; exits 1 on the first f
 """
 
 import contextlib
-import os
 import sys
 import types
 
-os.environ["TRITON_INTERPRET"] = "1"
+from interpreted import check, kernels_of  # first: it turns the interpreter on
 
-import torch  # noqa: E402
-
-
-def check(what, ok, detail=""):
-    """Prints `ok: what`, or fails with `detail`."""
-    if not ok:
-        print(f"FAILED: {what} {detail}", file=sys.stderr)
-        sys.exit(1)
-    print(f"ok: {what}")
+import torch
 
 
 class Launcher:
@@ -58,8 +49,7 @@ def filled(size, stride, dtype):
 
 def main():
     source = open(sys.argv[1]).read()
-    scope = {}
-    exec(compile(source[: source.index("def _kiln_runtime")], "kernels", "exec"), scope)
+    scope = kernels_of(source)
     launches = [line for line in source.splitlines() if "KERNELS." in line and "[(" in line]
     check("one kernel computes the three results", len(launches) == 1, "\n".join(launches))
     check("the smaller parts' stores are guarded",

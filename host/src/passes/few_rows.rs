@@ -292,28 +292,8 @@ fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
                     bias_at,
                 });
             }
-            Op::Split { split_size, dim } => {
-                let width = *split_size;
-                let count = if width > 0 && n % width == 0 {
-                    n / width
-                } else {
-                    0
-                };
-                return equal_split(g, at, *dim, (width, count)).map(|(width, parts)| Parts {
-                    steps,
-                    split: user,
-                    parts,
-                    width,
-                });
-            }
-            Op::SplitWithSizes { sizes, dim } => {
-                let width = *sizes.first()?;
-                let count = if sizes.iter().all(|&s| s == width) {
-                    sizes.len() as i64
-                } else {
-                    0
-                };
-                return equal_split(g, at, *dim, (width, count)).map(|(width, parts)| Parts {
+            Op::Split { .. } | Op::SplitWithSizes { .. } => {
+                return equal_split(g, at, &node.op, n).map(|(width, parts)| Parts {
                     steps,
                     split: user,
                     parts,
@@ -326,9 +306,23 @@ fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
     }
 }
 
-/// `(width, count)` where a split of `at` along `dim` into `count` parts of `width`
-/// splits its last dim into two or more positive parts.
-fn equal_split(g: &Graph, at: ValueId, dim: i64, (width, count): (i64, i64)) -> Option<(i64, i64)> {
+/// `(width, count)` where `split` (a `split` or `split_with_sizes` of `at`, whose
+/// last dim has `n` elements) cuts that last dim into two or more parts of one
+/// positive width.
+fn equal_split(g: &Graph, at: ValueId, split: &Op, n: i64) -> Option<(i64, i64)> {
+    let (dim, width, count) = match split {
+        Op::Split { split_size, dim } => {
+            let width = *split_size;
+            let whole = width > 0 && n % width == 0;
+            (*dim, width, if whole { n / width } else { 0 })
+        }
+        Op::SplitWithSizes { sizes, dim } => {
+            let width = *sizes.first()?;
+            let equal = sizes.iter().all(|&s| s == width);
+            (*dim, width, if equal { sizes.len() as i64 } else { 0 })
+        }
+        _ => return None,
+    };
     let rank = g.meta(at)?.rank();
     let last = crate::graph::shape::wrap_dim(dim, rank).ok()? + 1 == rank;
     (last && width > 0 && count >= 2).then_some((width, count))

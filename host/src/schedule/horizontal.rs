@@ -139,33 +139,10 @@ fn copy_exprs(part: &Kernel, guards: &[Cond], exprs: &mut ExprArena) -> IdVec<Ex
     let mut ids: IdVec<ExprId, ExprId> = IdVec::filled(part.exprs.len(), ExprId(0));
     // Operands come before their users, so each is mapped when it is needed.
     for (id, e, dtype) in part.exprs.iter() {
-        let m = |o: &ExprId| ids[*o];
-        let copy = match e {
-            Expr::Load {
-                buf,
-                index,
-                guards: own,
-                indirect,
-            } => Expr::Load {
-                buf: *buf,
-                index: index.clone(),
-                guards: own.iter().chain(guards).cloned().collect(),
-                indirect: indirect
-                    .iter()
-                    .map(|i| super::ir::Indirect {
-                        value: m(&i.value),
-                        ..i.clone()
-                    })
-                    .collect(),
-            },
-            Expr::Literal(l) => Expr::Literal(*l),
-            Expr::Unary(op, x) => Expr::Unary(*op, m(x)),
-            Expr::Binary(op, x, y) => Expr::Binary(*op, m(x), m(y)),
-            Expr::Where(c, x, y) => Expr::Where(m(c), m(x), m(y)),
-            Expr::Cast(x) => Expr::Cast(m(x)),
-            Expr::Select(c, x, y) => Expr::Select(c.clone(), m(x), m(y)),
-            Expr::Reduced(n) => Expr::Reduced(*n),
-        };
+        let mut copy = e.with_operands(|o| ids[o]);
+        if let Expr::Load { guards: own, .. } = &mut copy {
+            own.extend(guards.iter().cloned());
+        }
         ids[id] = exprs.intern(copy, dtype);
     }
     ids

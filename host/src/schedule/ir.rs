@@ -241,6 +241,39 @@ pub enum Expr {
     Reduced(usize),
 }
 
+impl Expr {
+    /// The same expression over other operands: each operand `o` becomes `m(o)`
+    /// (a load's index values too).
+    pub fn with_operands(&self, m: impl Fn(ExprId) -> ExprId) -> Expr {
+        match self {
+            Expr::Load {
+                buf,
+                index,
+                guards,
+                indirect,
+            } => Expr::Load {
+                buf: *buf,
+                index: index.clone(),
+                guards: guards.clone(),
+                indirect: indirect
+                    .iter()
+                    .map(|i| Indirect {
+                        value: m(i.value),
+                        ..i.clone()
+                    })
+                    .collect(),
+            },
+            Expr::Literal(l) => Expr::Literal(*l),
+            Expr::Unary(op, x) => Expr::Unary(*op, m(*x)),
+            Expr::Binary(op, x, y) => Expr::Binary(*op, m(*x), m(*y)),
+            Expr::Where(c, x, y) => Expr::Where(m(*c), m(*x), m(*y)),
+            Expr::Cast(x) => Expr::Cast(m(*x)),
+            Expr::Select(c, x, y) => Expr::Select(c.clone(), m(*x), m(*y)),
+            Expr::Reduced(n) => Expr::Reduced(*n),
+        }
+    }
+}
+
 /// An expression in an [`ExprArena`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExprId(pub u32);

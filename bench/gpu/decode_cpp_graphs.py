@@ -6,7 +6,8 @@ models, compiled by `host compile --wrapper cpp --cuda-graph` and called through
 captures and every later one replays: the cache is passed as both a state input and its
 output (written in place), and each other new state value (a position counter) is copied
 back into its input after the call. Greedy tokens are checked against eager's for `--steps`
-steps from position 0, then a step is timed (CUDA events over 200 replays).
+steps from position 0, then a step is timed (CUDA events over 200 replays), against Kiln's
+Python wrapper and Inductor (`mode="reduce-overhead"`), both under graphs, in the same process.
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_cpp_graphs.py \\
         [--models gpt2,llama] [--dtypes fp32,bf16] [--cache 1024] [--steps 16]
@@ -110,8 +111,12 @@ def row(name: str, dtype: str, a) -> str:
         cpp_ms = events_ms(step)
         kwargs = {"input_ids": step.ids.clone(), "cache_position": step.pos.clone()}
         python_ms = events_ms(lambda: python(**kwargs))
+        inductor = torch.compile(eager, mode="reduce-overhead")
+        for _ in range(3):  # cudagraph trees record on a later call than the first
+            inductor(**kwargs)
+        inductor_ms = events_ms(lambda: inductor(**kwargs))
     return (f"| {name} | {dtype} | {agree}/{a.steps} | {err:.1e} | {cpp_ms:.3f} | {python_ms:.3f} | "
-            f"{cpp_ms / python_ms:.2f} |")
+            f"{inductor_ms:.3f} | {cpp_ms / python_ms:.2f} | {cpp_ms / inductor_ms:.2f} |")
 
 
 def main() -> None:
@@ -129,8 +134,8 @@ def main() -> None:
     print(f"# bench/gpu/decode_cpp_graphs.py on {torch.cuda.get_device_name(0)}, torch {torch.__version__}; "
           f"cache {a.cache}, batch 1; steps from position 0, greedy tokens against eager's")
     print("| model | dtype | greedy tokens as eager's | last step's error vs eager | C++ wrapper graphs ms | "
-          "Python wrapper graphs ms | C++ / Python |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "Python wrapper graphs ms | inductor reduce-overhead ms | C++ / Python | C++ / inductor |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in a.models.split(","):
         for dtype in a.dtypes.split(","):
             try:

@@ -47,6 +47,7 @@ fn cuda_compiles_every_example_and_archive_ahead_and_its_wrapper_builds_on_the_d
             .filter(|p| p.extension().is_some_and(|e| e == "pt2")),
     );
     assert!(sources.len() >= 20, "{sources:?}");
+    let mut dependent_launches = 0;
     for source in &sources {
         let stem = source.file_stem().unwrap().to_string_lossy().to_string();
         let out = tmp.path().join(&stem);
@@ -77,6 +78,34 @@ fn cuda_compiles_every_example_and_archive_ahead_and_its_wrapper_builds_on_the_d
             wrapper.contains("CUDA_DRIVER_CHECK(cuLaunchKernel("),
             "{stem}"
         );
+        // Compiled for sm_90, a kernel that waits for the one before it (Triton's
+        // `launch_pdl`, in its metadata) is launched as its programmatic dependent;
+        // any other plainly.
+        for (name, key) in &kernels {
+            let meta = out.join("kernels").join(key).join(format!("{name}.json"));
+            let meta: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap();
+            let launch = if meta["launch_pdl"] == serde_json::Value::Bool(true) {
+                "launchKernelDependent"
+            } else {
+                "launchKernel"
+            };
+            let handle = wrapper
+                .lines()
+                .find_map(|l| {
+                    let l = l.trim();
+                    let (left, right) = l.split_once(" = loadKernel(")?;
+                    right
+                        .contains(&format!("\"{name}\","))
+                        .then(|| left.rsplit(' ').next().unwrap_or(left).to_string())
+                })
+                .unwrap_or_else(|| panic!("{stem}: {name} not loaded"));
+            assert!(
+                wrapper.contains(&format!("{launch}({handle}, ")),
+                "{stem}: {name} ({handle}) not launched by {launch}"
+            );
+        }
+        dependent_launches += wrapper.matches("launchKernelDependent(k").count();
         assert!(
             !wrapper.contains("torch") && !wrapper.contains("c10::"),
             "{stem}"
@@ -87,6 +116,7 @@ fn cuda_compiles_every_example_and_archive_ahead_and_its_wrapper_builds_on_the_d
             assert!(wrapper.contains("kiln_read_weights(path.c_str()"), "{stem}");
         }
     }
+    assert!(dependent_launches > 0);
     // A matrix product is a cuBLAS call on the caller's stream.
     let gpt2 = std::fs::read_to_string(tmp.path().join("gpt2_block/wrapper.cpp")).unwrap();
     assert!(
@@ -107,6 +137,8 @@ fn gxu_and_xpu_wrappers_build_on_their_own_driver_texts() {
         let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
         assert!(wrapper.contains("#include <gxu.h>"));
         assert!(wrapper.contains("GXU_DRIVER_CHECK(gxuLaunchKernel("));
+        // Its driver text has no dependent launch: every kernel goes through launchKernel.
+        assert!(!wrapper.contains("launchKernelDependent"), "{example}");
         syntax_check(&out.join("wrapper.cpp")).unwrap_or_else(|e| panic!("gxu {example}: {e}"));
     }
 

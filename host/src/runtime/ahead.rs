@@ -94,7 +94,8 @@ pub enum Binaries {
     /// the kernels, and `DIR/kernels` links to it (`host run`).
     Cached(PathBuf),
     /// Nothing is compiled: each kernel stands in as
-    /// `kernels/NAME/NAME.EXTENSION` with no shared memory, for checking the
+    /// `kernels/NAME/NAME.EXTENSION` with no shared memory (launched as a
+    /// programmatic dependent where it waits for the one before), for checking the
     /// wrapper's text where this Triton has no backend for the device
     /// (conformance, the tests).
     StandIn {
@@ -182,7 +183,18 @@ pub fn write_wrapper(
             link_dir(&cached, &folder)?;
             (read_binaries(dir, &names)?, cached, report)
         }
-        Binaries::StandIn { extension } => (stand_ins(&names, extension), folder, None),
+        Binaries::StandIn { extension } => {
+            // As a compile with `launch_pdl` makes them: every kernel that waits for the
+            // one before it (the generated ones that say so, and the templates).
+            let waits = |name: &String| {
+                plan.kernels
+                    .info
+                    .iter()
+                    .find(|k| &k.name == name)
+                    .is_none_or(|k| k.dependent)
+            };
+            (stand_ins(&names, extension, waits), folder, None)
+        }
     };
     let (path, info) = artifacts.write_cpp_wrapper(dir, &found)?;
     Ok(Wrapper {
@@ -313,8 +325,13 @@ fn link_dir(target: &Path, link: &Path) -> Result<(), Error> {
     })
 }
 
-/// Stand-in binaries for `kernels`: only their names reach the text.
-fn stand_ins(kernels: &[String], extension: &str) -> HashMap<String, triton_cpp::Binary> {
+/// Stand-in binaries for `kernels`: only their names, and whether each `waits`
+/// for the kernel before it, reach the text.
+fn stand_ins(
+    kernels: &[String],
+    extension: &str,
+    waits: impl Fn(&String) -> bool,
+) -> HashMap<String, triton_cpp::Binary> {
     kernels
         .iter()
         .map(|k| {
@@ -322,6 +339,7 @@ fn stand_ins(kernels: &[String], extension: &str) -> HashMap<String, triton_cpp:
                 path: format!("kernels/{k}/{k}.{extension}"),
                 function: k.clone(),
                 shared: 0,
+                dependent: waits(k),
             };
             (k.clone(), binary)
         })
@@ -426,5 +444,8 @@ fn read_binary(folder: &Path, name: &str) -> Result<triton_cpp::Binary, Error> {
         path,
         function,
         shared,
+        // Compiled with `launch_pdl`: it calls `griddepcontrol.wait` before it reads
+        // what the kernel before it wrote.
+        dependent: meta.get("launch_pdl").and_then(serde_json::Value::as_bool) == Some(true),
     })
 }

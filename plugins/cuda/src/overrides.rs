@@ -119,6 +119,36 @@ static inline void launchKernel(
         @WARP_SIZE@ * numWarps, 1, 1,
         sharedMemBytes, stream, args, nullptr));
 }
+
+// A kernel compiled to wait for the one before it (Triton's launch_pdl: it runs
+// griddepcontrol.wait before it reads that kernel's results), launched as that
+// kernel's programmatic dependent: its programs may start while the kernel before
+// ends, as Triton's own launcher does on sm_90 and later.
+static inline void launchKernelDependent(
+        CUfunction func,
+        uint32_t gridX,
+        uint32_t gridY,
+        uint32_t gridZ,
+        uint32_t numWarps,
+        uint32_t sharedMemBytes,
+        void* args[],
+        cudaStream_t stream) {
+    CUlaunchAttribute attribute[1];
+    attribute[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute[0].value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config;
+    config.gridDimX = gridX;
+    config.gridDimY = gridY;
+    config.gridDimZ = gridZ;
+    config.blockDimX = @WARP_SIZE@ * numWarps;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = sharedMemBytes;
+    config.hStream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    CUDA_DRIVER_CHECK(cuLaunchKernelEx(&config, func, args, nullptr));
+}
 "#;
 
 /// Matrix products for Kiln's C++ wrapper, through cuBLAS: row-major

@@ -106,6 +106,9 @@ fn kernel_driver_uses_the_driver_api() {
         "cudaStream_t stream",
         "cuLaunchKernel(",
         "32 * numWarps",
+        "static inline void launchKernelDependent(",
+        "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION",
+        "cuLaunchKernelEx(&config, func, args, nullptr)",
     ] {
         assert!(driver.contains(needle), "missing {needle}");
     }

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use super::check::{gemm, Gemm};
 use super::init::FAIL;
 use super::text::{scalar_type, scalar_value};
-use super::{Error, Writer};
+use super::{Error, Writer, DEPENDENT_LAUNCH_FUNCTION};
 use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::index_copy::IndexCopyLaunch;
 use crate::codegen::triton::KernelInfo;
@@ -192,11 +192,17 @@ impl Writer<'_> {
     ) -> Result<(), Error> {
         args.extend(["&kiln_scratch".to_string(), "&kiln_scratch".to_string()]);
         let handle = self.plan.handle(kernel)?;
-        let shared = self.binary(kernel)?.shared;
+        let binary = self.binary(kernel)?;
+        let shared = binary.shared;
+        let launch = if binary.dependent && self.dependent_launch {
+            DEPENDENT_LAUNCH_FUNCTION
+        } else {
+            "launchKernel"
+        };
         writeln!(
             self.out,
             "            void* args[] = {{{}}};\n            \
-             launchKernel({handle}, {}u, {}u, {}u, {warps}u, {shared}u, args, stream);\n        \
+             {launch}({handle}, {}u, {}u, {}u, {warps}u, {shared}u, args, stream);\n        \
              }}",
             args.join(", "),
             grid[0],

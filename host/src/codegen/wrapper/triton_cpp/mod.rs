@@ -96,6 +96,14 @@ pub const GRAPH_FUNCTIONS: [&str; 5] = [
 /// `kernel_driver` defines it.
 pub const GEMM_FUNCTION: &str = "kilnGemm";
 
+/// The launch the wrapper calls, where the plugin's `kernel_driver` defines it,
+/// for a kernel compiled to wait for the kernel before it ([`Binary::dependent`]):
+/// `launchKernel`'s parameters, launching the kernel as a programmatic dependent
+/// of the work before it on the stream (CUDA's programmatic stream
+/// serialization), so that its programs start while that kernel ends. Other
+/// kernels, and every kernel of a driver without it, go through `launchKernel`.
+pub const DEPENDENT_LAUNCH_FUNCTION: &str = "launchKernelDependent";
+
 /// Every name `wrapper.cpp` binds or uses besides the buffers' and what the
 /// plugin's strings and the weights reader bring: its statics, entry points
 /// and locals, and the standard names it calls. A graph name never becomes
@@ -161,6 +169,7 @@ pub const RESERVED: &[&str] = &[
     // What it calls or names from the driver text and the standard library.
     "loadKernel",
     "launchKernel",
+    "launchKernelDependent",
     "kilnGemm",
     "kilnDeviceAlloc",
     "kilnDeviceFree",
@@ -269,6 +278,10 @@ pub struct Binary {
     pub function: String,
     /// Dynamic shared memory it launches with, in bytes.
     pub shared: u32,
+    /// It was compiled to wait for the kernel before it (Triton's `launch_pdl`): it
+    /// may be launched as that kernel's programmatic dependent
+    /// ([`DEPENDENT_LAUNCH_FUNCTION`]).
+    pub dependent: bool,
 }
 
 /// The plugin's strings the wrapper is built from.
@@ -468,6 +481,8 @@ struct Writer<'a> {
     /// The workspace of intermediates.
     layout: Layout,
     workspace_bytes: u64,
+    /// The driver defines [`DEPENDENT_LAUNCH_FUNCTION`].
+    dependent_launch: bool,
 }
 
 impl<'a> Writer<'a> {
@@ -528,6 +543,10 @@ pub fn write(
         constants_bytes,
         layout,
         workspace_bytes,
+        dependent_launch: crate::plugins::cpp_text::defines_function(
+            &plan.strings.driver,
+            DEPENDENT_LAUNCH_FUNCTION,
+        ),
     };
     w.head()?;
     w.statics()?;

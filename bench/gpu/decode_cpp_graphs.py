@@ -3,9 +3,8 @@
 same export in eager and Kiln's Python wrapper under graphs: bench/gpu/decode_step.py's
 models, compiled by `host compile --wrapper cpp --cuda-graph` and called through kiln.so
 (aot_loader.py). The step's inputs and its state keep their addresses, so the first call
-captures and every later one replays: the cache is passed as both a state input and its
-output (written in place), and each other new state value (a position counter) is copied
-back into its input after the call. Greedy tokens are checked against eager's for `--steps`
+captures and every later one replays: each state (a cache, a position counter) is passed as
+both its input and its output, which the wrapper updates in place. Greedy tokens are checked against eager's for `--steps`
 steps from position 0, then a step is timed (CUDA events over 200 replays), against Kiln's
 Python wrapper and Inductor (`mode="reduce-overhead"`), both under graphs, in the same process.
 
@@ -52,8 +51,6 @@ class CppStep:
         rows = json.loads((folder / "state.json").read_text())["state"]
         tensors = {**ep.state_dict, **ep.constants}
         self.state = [tensors[r["name"]].detach().to("cuda", copy=True).contiguous() for r in rows]
-        # A cache (more than one element) is written in place; a counter into a buffer of its own.
-        self.new_state = [s if s.numel() > 1 else torch.empty_like(s) for s in self.state]
         shape, dtype = self.module.outputs[0]
         self.logits = torch.empty(shape, dtype=dtype, device="cuda")
         self.ids = torch.zeros(1, 1, dtype=torch.int64, device="cuda")
@@ -61,8 +58,8 @@ class CppStep:
         # By the positions state.json gives: the user inputs and the logits come first.
         ins = [self.ids, self.pos] + [None] * len(rows)
         outs = [self.logits] + [None] * len(rows)
-        for r, old, new in zip(rows, self.state, self.new_state):
-            ins[r["input"]], outs[r["output"]] = old, new
+        for r, state in zip(rows, self.state):
+            ins[r["input"]], outs[r["output"]] = state, state
         import ctypes
 
         self._in = (ctypes.c_void_p * len(ins))(*[t.data_ptr() for t in ins])
@@ -73,9 +70,6 @@ class CppStep:
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             self.module._call(self._in, self._out, self.stream.cuda_stream)
-            for old, new in zip(self.state, self.new_state):
-                if new is not old:
-                    old.copy_(new)
         torch.cuda.current_stream().wait_stream(self.stream)
         return self.logits
 

@@ -1199,8 +1199,8 @@ fn library_builds_the_cpu_wrapper_into_kiln_so_and_a_triton_device_refuses_it() 
 /// at the position: the query, key and value projection's kernel, its reductions' epilogue
 /// with their bias adds; the copied slices only) and returns
 /// that tensor as the new state; `state.json` lists the state; the C++ wrapper of a Triton
-/// device writes them with Kiln's index_copy kernel, after copying the cache into the
-/// state's output unless the caller passed one buffer as both.
+/// device runs the same kernels on each state kept in its output, the input copied there
+/// first unless the caller passed one buffer as both.
 #[test]
 fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
     let tmp = TempDir::new("state");
@@ -1254,9 +1254,17 @@ fn a_static_cache_is_written_in_place_and_listed_in_state_json() {
     let (ok, stderr) = compile(&step, "cuda", &cpp, &["--wrapper", "cpp"]);
     assert!(ok, "{stderr}");
     let wrapper = std::fs::read_to_string(cpp.join("wrapper.cpp")).unwrap();
-    let copy = "b_c_model_transformer_h_0_attn_lifted_tensor_2 && 512 > 0) kilnCopyOnDevice(";
-    assert_eq!(wrapper.matches(copy).count(), 1, "{wrapper}");
-    assert_eq!(wrapper.matches("{ // kiln_index_copy_1").count(), 4);
+    let kept = "void* b_c_model_transformer_h_0_attn_lifted_tensor_2 = outputs[3];\n        \
+                if (outputs[3] != inputs[4] && 512 > 0) kilnCopyOnDevice(outputs[3], inputs[4], 512, stream);";
+    assert_eq!(wrapper.matches(kept).count(), 1, "{wrapper}");
+    // Six states (two counters, four caches), each kept so; nothing copied back after.
+    assert_eq!(wrapper.matches("] != inputs[").count(), 6, "{wrapper}");
+    assert!(!wrapper.contains("kiln_index_copy"), "{wrapper}");
+    assert!(
+        !wrapper.contains("kilnCopyOnDevice(outputs[3], b_"),
+        "{wrapper}"
+    );
+    kiln_tests::names::cpp_syntax_check(&cpp.join("wrapper.cpp")).unwrap();
 }
 
 /// Small pointwise results that read nothing of each other, over spaces of different

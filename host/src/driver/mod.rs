@@ -468,9 +468,9 @@ pub fn compile_for(
             0
         },
         // The Python wrapper's caller keeps the state tensors a kernel writes in
-        // place; the C interfaces of the C++ wrappers take inputs read-only.
-        state_scatter: target.spec.scheduling == SchedulingKind::Triton
-            && target.wrapper == WrapperKind::Python,
+        // place; a Triton device's C++ wrapper keeps them in the state's output (the
+        // input copied there first unless the caller passes one buffer as both).
+        state_scatter: target.spec.scheduling == SchedulingKind::Triton,
         broadcast_rows: target.spec.scheduling == SchedulingKind::Triton,
         horizontal: target.spec.scheduling == SchedulingKind::Triton,
     };

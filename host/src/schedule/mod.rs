@@ -126,8 +126,9 @@ pub struct Options {
     /// units idle, the keys are split across more programs ([`split_attention`]).
     /// 0: never split.
     pub attention_units: u32,
-    /// The wrapper lets a kernel write into a state input (the Python wrapper of a
-    /// Triton device, whose caller keeps the tensor): an `index_copy` into state that
+    /// The wrapper lets a kernel write into a state input (a Triton device's: the
+    /// Python wrapper's caller keeps the tensor; the C++ wrapper keeps it in the
+    /// state's output): an `index_copy` into state that
     /// nothing else reads becomes a kernel storing the source's slices at the index,
     /// into the state itself, fused with the source's producer (a KV cache's write:
     /// the key or value's bias add). Otherwise it is an extern call. A kernel that

@@ -49,7 +49,7 @@ impl Writer<'_> {
             }
         }
         for (i, v) in p.outputs.iter().enumerate() {
-            if self.layout.in_place(i, v) {
+            if self.layout.in_place(i, v) || self.state_output(v.buf) == Some(i) {
                 continue;
             }
             let bytes =
@@ -124,10 +124,24 @@ impl Writer<'_> {
         let p = self.p;
         for (i, b) in p.inputs.iter().enumerate() {
             let name = self.name(*b)?;
-            writeln!(
-                self.out,
-                "        [[maybe_unused]] void* {name} = const_cast<void*>(inputs[{i}]);"
-            )?;
+            match self.state_output(*b) {
+                // State the program updates in place (a KV cache's slices, a position
+                // counter) lives in its output: the input is copied there first, unless
+                // the caller passed one buffer as both.
+                Some(o) => {
+                    let bytes = p.buffer(*b).bytes().max(0);
+                    writeln!(
+                        self.out,
+                        "        [[maybe_unused]] void* {name} = outputs[{o}];\n        \
+                         if (outputs[{o}] != inputs[{i}] && {bytes} > 0) \
+                         kilnCopyOnDevice(outputs[{o}], inputs[{i}], {bytes}, stream);"
+                    )?;
+                }
+                None => writeln!(
+                    self.out,
+                    "        [[maybe_unused]] void* {name} = const_cast<void*>(inputs[{i}]);"
+                )?,
+            }
         }
         for &(b, offset) in &self.constants {
             let name = self.name(b)?;
@@ -149,6 +163,21 @@ impl Writer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The output that gives input buffer `b`'s new value, where a step writes `b`
+    /// (state the scheduler made a kernel update in place: `schedule::Options::
+    /// state_scatter`).
+    fn state_output(&self, b: BufferId) -> Option<usize> {
+        let p = self.p;
+        if !p.steps.iter().any(|s| s.writes().contains(&b)) {
+            return None;
+        }
+        let whole = |v: &View| {
+            let buf = p.buffer(v.buf);
+            v.buf == b && v.offset == 0 && v.shape == buf.shape && v.strides == buf.strides
+        };
+        p.outputs.iter().position(whole)
     }
 
     /// A view as a device pointer expression (its buffer from the view's offset).

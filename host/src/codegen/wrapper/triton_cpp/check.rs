@@ -45,6 +45,22 @@ pub fn check(
             )));
         }
     }
+    // An input a step writes is state the program updates in place: the wrapper keeps
+    // it in the output that gives its new value, as a whole.
+    let p = &scheduled.program;
+    for &b in &p.inputs {
+        let written = p.steps.iter().any(|s| s.writes().contains(&b));
+        let buf = p.buffer(b);
+        let whole = p.outputs.iter().any(|v| {
+            v.buf == b && v.offset == 0 && v.shape == buf.shape && v.strides == buf.strides
+        });
+        if written && !whole {
+            return Err(Error::Unsupported(format!(
+                "input `{}` is written in place, and no output of the program gives its whole new                  value (a bug in Kiln's scheduler: please report)",
+                buf.name
+            )));
+        }
+    }
     if let Some(k) = kernels.info.iter().find(|k| k.candidates.len() > 1) {
         return Err(Error::Unsupported(format!(
             "kernel `{}` is autotuned, which needs Triton at run time: leave --autotune out for --wrapper cpp",

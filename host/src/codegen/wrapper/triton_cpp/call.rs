@@ -165,19 +165,9 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// The output that gives input buffer `b`'s new value, where a step writes `b`
-    /// (state the scheduler made a kernel update in place: `schedule::Options::
-    /// state_scatter`).
+    /// The output that gives input buffer `b`'s new value, where a step writes `b`.
     fn state_output(&self, b: BufferId) -> Option<usize> {
-        let p = self.p;
-        if !p.steps.iter().any(|s| s.writes().contains(&b)) {
-            return None;
-        }
-        let whole = |v: &View| {
-            let buf = p.buffer(v.buf);
-            v.buf == b && v.offset == 0 && v.shape == buf.shape && v.strides == buf.strides
-        };
-        p.outputs.iter().position(whole)
+        super::check::state_output(self.p, b)
     }
 
     /// A view as a device pointer expression (its buffer from the view's offset).

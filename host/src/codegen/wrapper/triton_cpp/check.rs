@@ -6,7 +6,7 @@ use crate::codegen::triton;
 use crate::graph::dtype::DType;
 use crate::graph::shape::is_dense;
 use crate::plugins::cpp_text::defines_function;
-use crate::schedule::ir::{ExternCall, ExternOp, Program, Step, View};
+use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
 /// What the wrapper can do without the binaries: refuses programs it cannot
@@ -48,18 +48,16 @@ pub fn check(
     // An input a step writes is state the program updates in place: the wrapper keeps
     // it in the output that gives its new value, as a whole.
     let p = &scheduled.program;
-    for &b in &p.inputs {
-        let written = p.steps.iter().any(|s| s.writes().contains(&b));
-        let buf = p.buffer(b);
-        let whole = p.outputs.iter().any(|v| {
-            v.buf == b && v.offset == 0 && v.shape == buf.shape && v.strides == buf.strides
-        });
-        if written && !whole {
-            return Err(Error::Unsupported(format!(
-                "input `{}` is written in place, and no output of the program gives its whole new                  value (a bug in Kiln's scheduler: please report)",
-                buf.name
-            )));
-        }
+    if let Some(&b) = p
+        .inputs
+        .iter()
+        .find(|&&b| written(p, b) && state_output(p, b).is_none())
+    {
+        return Err(Error::Unsupported(format!(
+            "input `{}` is written in place, and no output of the program gives its whole new \
+             value (a bug in Kiln's scheduler: please report)",
+            p.buffer(b).name
+        )));
     }
     if let Some(k) = kernels.info.iter().find(|k| k.candidates.len() > 1) {
         return Err(Error::Unsupported(format!(
@@ -242,6 +240,24 @@ pub(super) fn gemm(p: &Program, e: &ExternCall) -> Result<Gemm, Error> {
         a: operand(a, m, k, "first")?,
         b: operand(b, k, n, "second")?,
         c: (n.max(1), m * n),
+    })
+}
+
+/// Whether a step writes buffer `b`.
+fn written(p: &Program, b: BufferId) -> bool {
+    p.steps.iter().any(|s| s.writes().contains(&b))
+}
+
+/// The output that gives input buffer `b`'s new value as a whole, where a step writes
+/// `b` (state the scheduler made a kernel update in place: `schedule::Options::
+/// state_scatter`); `None` for an input no step writes.
+pub(super) fn state_output(p: &Program, b: BufferId) -> Option<usize> {
+    if !written(p, b) {
+        return None;
+    }
+    let buf = p.buffer(b);
+    p.outputs.iter().position(|v| {
+        v.buf == b && v.offset == 0 && v.shape == buf.shape && v.strides == buf.strides
     })
 }
 

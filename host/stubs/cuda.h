@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#define CUDA_VERSION 12080
+
 typedef enum cudaError_enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 } CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;

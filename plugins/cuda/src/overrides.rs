@@ -123,7 +123,8 @@ static inline void launchKernel(
 // A kernel compiled to wait for the one before it (Triton's launch_pdl: it runs
 // griddepcontrol.wait before it reads that kernel's results), launched as that
 // kernel's programmatic dependent: its programs may start while the kernel before
-// ends, as Triton's own launcher does on sm_90 and later.
+// ends, as Triton's own launcher does on sm_90 and later. A toolkit before CUDA 12
+// has no cuLaunchKernelEx: there it is launched plainly, and its wait returns at once.
 static inline void launchKernelDependent(
         CUfunction func,
         uint32_t gridX,
@@ -133,6 +134,7 @@ static inline void launchKernelDependent(
         uint32_t sharedMemBytes,
         void* args[],
         cudaStream_t stream) {
+#if CUDA_VERSION >= 12000
     CUlaunchAttribute attribute[1];
     attribute[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attribute[0].value.programmaticStreamSerializationAllowed = 1;
@@ -148,6 +150,9 @@ static inline void launchKernelDependent(
     config.attrs = attribute;
     config.numAttrs = 1;
     CUDA_DRIVER_CHECK(cuLaunchKernelEx(&config, func, args, nullptr));
+#else
+    launchKernel(func, gridX, gridY, gridZ, numWarps, sharedMemBytes, args, stream);
+#endif
 }
 "#;
 

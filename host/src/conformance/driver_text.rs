@@ -209,69 +209,63 @@ pub fn compiles(plugin: &Plugin) -> Outcome {
 
 /// `driver.signatures`.
 pub fn signatures(plugin: &Plugin) -> Outcome {
-    let run =
-        || -> Result<Outcome, Outcome> {
-            applies(plugin)?;
-            let options = driver::Options {
-                wrapper: Some(WrapperKind::Cpp),
-                ..driver::Options::default()
-            };
-            let target =
-                driver::Target::query(plugin, &options).map_err(|e| Outcome::fail(report(&e)))?;
-            let driver = text(plugin, Override::KernelDriver)?;
-            let gemm = defines_function(&driver, triton_cpp::GEMM_FUNCTION);
-            let dependent = defines_function(&driver, triton_cpp::DEPENDENT_LAUNCH_FUNCTION);
-            let (name, graph_text) = if gemm {
-                ("small_gpt2_block", GEMM_GRAPH)
-            } else {
-                ("small_layernorm", KERNEL_GRAPH)
-            };
-            let graph = crate::graph::parse_toml(graph_text)
-                .map_err(|e| Outcome::fail(format!("{name}: {e}")))?;
-            let artifacts = driver::compile_for(graph, plugin, target, &options).map_err(|e| {
-                Outcome::fail(format!("the C++ wrapper refuses {name}: {}", report(&e)))
-            })?;
-            let scratch = Scratch::new("signatures")?;
-            // Stand-in binaries: only their names reach the text.
-            let binaries = crate::runtime::ahead::Binaries::StandIn {
-                extension: "bin".into(),
-            };
-            let wrapper =
-                crate::runtime::ahead::write_wrapper(&artifacts, scratch.path(), &binaries)
-                    .map_err(|e| {
-                        Outcome::fail(format!(
-                            "the C++ wrapper of {name} was refused: {}",
-                            report(&e)
-                        ))
-                    })?;
-            let (path, info) = (wrapper.path, wrapper.info);
-            syntax_check(&scratch, &path).map_err(|o| {
-                if o.status != super::Status::Fail {
-                    return o;
-                }
-                Outcome::fail(format!(
-                "the wrapper.cpp Kiln generates for {name} does not compile with this driver text \
-                 (loadKernel, launchKernel{}, the kiln* device-memory functions{} must have the \
-                 signatures docs/writing-a-plugin.md gives): {}",
-                if dependent { ", launchKernelDependent" } else { "" },
-                if gemm { " and kilnGemm" } else { "" },
-                o.reason
+    wrapper_compiles(plugin).unwrap_or_else(|o| o)
+}
+
+/// The wrapper.cpp Kiln writes around the plugin's driver text, checked by the C++
+/// compiler: with the optional functions the text defines (`kilnGemm` picks a graph
+/// with matrix products; `launchKernelDependent` launches the kernels that wait).
+fn wrapper_compiles(plugin: &Plugin) -> Result<Outcome, Outcome> {
+    applies(plugin)?;
+    let options = driver::Options {
+        wrapper: Some(WrapperKind::Cpp),
+        ..driver::Options::default()
+    };
+    let target = driver::Target::query(plugin, &options).map_err(|e| Outcome::fail(report(&e)))?;
+    let driver = text(plugin, Override::KernelDriver)?;
+    let optional: Vec<&str> = [
+        triton_cpp::DEPENDENT_LAUNCH_FUNCTION,
+        triton_cpp::GEMM_FUNCTION,
+    ]
+    .into_iter()
+    .filter(|f| defines_function(&driver, f))
+    .collect();
+    let (name, graph_text) = if optional.contains(&triton_cpp::GEMM_FUNCTION) {
+        ("small_gpt2_block", GEMM_GRAPH)
+    } else {
+        ("small_layernorm", KERNEL_GRAPH)
+    };
+    let graph =
+        crate::graph::parse_toml(graph_text).map_err(|e| Outcome::fail(format!("{name}: {e}")))?;
+    let artifacts = driver::compile_for(graph, plugin, target, &options)
+        .map_err(|e| Outcome::fail(format!("the C++ wrapper refuses {name}: {}", report(&e))))?;
+    let scratch = Scratch::new("signatures")?;
+    // Stand-in binaries: only their names, and which kernels wait, reach the text.
+    let binaries = crate::runtime::ahead::Binaries::StandIn {
+        extension: "bin".into(),
+    };
+    let wrapper = crate::runtime::ahead::write_wrapper(&artifacts, scratch.path(), &binaries)
+        .map_err(|e| {
+            Outcome::fail(format!(
+                "the C++ wrapper of {name} was refused: {}",
+                report(&e)
             ))
-            })?;
-            Ok(Outcome::pass(format!(
-                "the wrapper.cpp of {name} ({} launches{}{}) compiles against the driver text",
-                info.kernels,
-                if dependent {
-                    ", dependent ones through launchKernelDependent"
-                } else {
-                    ""
-                },
-                if gemm {
-                    ", matrix products through kilnGemm"
-                } else {
-                    ""
-                }
-            )))
-        };
-    run().unwrap_or_else(|o| o)
+        })?;
+    let also: String = optional.iter().map(|f| format!(", {f}")).collect();
+    syntax_check(&scratch, &wrapper.path).map_err(|o| {
+        if o.status != super::Status::Fail {
+            return o;
+        }
+        Outcome::fail(format!(
+            "the wrapper.cpp Kiln generates for {name} does not compile with this driver text \
+             (loadKernel, launchKernel, the kiln* device-memory functions{also} must have the \
+             signatures docs/writing-a-plugin.md gives): {}",
+            o.reason
+        ))
+    })?;
+    Ok(Outcome::pass(format!(
+        "the wrapper.cpp of {name} ({} launches, calling loadKernel, launchKernel{also}) compiles \
+         against the driver text",
+        wrapper.info.kernels
+    )))
 }

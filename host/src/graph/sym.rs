@@ -18,7 +18,9 @@
 use std::fmt::Write as _;
 
 mod parse;
+mod size;
 pub use parse::parse;
+pub use size::Size;
 
 /// A size expression of an export (either form) as Python writes it, its symbols by name
 /// and without ranges; `None` where it does not parse.
@@ -39,6 +41,16 @@ pub fn pretty(text: &str) -> Option<String> {
     Some(shown)
 }
 
+/// How [`Expr::display_with`] writes an expression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Syntax {
+    /// Python's: `//`, `%` and `**`, `min` and `max` (a Python wrapper, Triton).
+    Python,
+    /// C's, with Python's floor division and remainder spelled out (C++ kernels and
+    /// wrappers).
+    C,
+}
+
 /// A symbol of a [`Symbols`] table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SymId(pub u32);
@@ -52,6 +64,9 @@ pub struct Symbol {
     pub lo: i64,
     /// The largest value, inclusive.
     pub hi: i64,
+    /// The value decisions are made at (launch configs, tiling, fusion thresholds): the
+    /// example's size. Never read for correctness.
+    pub hint: i64,
 }
 
 /// Why a symbolic expression cannot be built, parsed or evaluated.
@@ -106,8 +121,40 @@ impl Symbols {
             name: name.to_string(),
             lo,
             hi,
+            hint: lo,
         });
         Ok(id)
+    }
+
+    /// A table of no symbols, for what is static.
+    pub fn none() -> &'static Symbols {
+        static NONE: Symbols = Symbols { list: Vec::new() };
+        &NONE
+    }
+
+    /// Makes `value` symbol `id`'s hint (it starts at the range's low end), refusing a
+    /// value outside the range.
+    pub fn set_hint(&mut self, id: SymId, value: i64) -> Result<(), SymError> {
+        let Some(s) = self.list.get_mut(id.0 as usize) else {
+            return Err(SymError::Symbol {
+                name: format!("#{}", id.0),
+                why: "not in this table".into(),
+            });
+        };
+        if value < s.lo || value > s.hi {
+            return Err(SymError::Symbol {
+                name: s.name.clone(),
+                why: format!("a hint {value} outside {}..={}", s.lo, s.hi),
+            });
+        }
+        s.hint = value;
+        Ok(())
+    }
+
+    /// Symbol `id`'s hint; 1 for an id of no symbol here (which only a bug makes, and
+    /// 1 keeps arithmetic on it defined).
+    pub fn hint(&self, id: SymId) -> i64 {
+        self.get(id).map_or(1, |s| s.hint)
     }
 
     /// The symbol named `name`.
@@ -327,6 +374,37 @@ impl Expr {
             out = out.mul(self)?;
         }
         Ok(out)
+    }
+
+    /// `self / d` where that is exact for every value of the symbols: each term divides
+    /// by a constant `d`, or by `d`'s one term. `None` where the rules cannot show it.
+    pub fn exact_div(&self, d: &Expr) -> Option<Expr> {
+        if let (Some(a), Some(b)) = (self.as_const(), d.as_const()) {
+            return (b != 0 && a % b == 0).then(|| Expr::constant(a / b));
+        }
+        let [(dm, dc)] = d.terms.as_slice() else {
+            return None;
+        };
+        let quotient: Option<Vec<(Monomial, i128)>> = self
+            .terms
+            .iter()
+            .map(|(m, c)| {
+                let q = divide_monomial(m, dm)?;
+                (c % dc == 0).then(|| (q, i128::from(c / dc)))
+            })
+            .collect();
+        Expr::from_terms(quotient?).ok()
+    }
+
+    /// Whether every value is a multiple of `k` (each coefficient is: the atoms are
+    /// integers).
+    pub fn is_multiple_of(&self, k: i64) -> bool {
+        k != 0 && self.terms.iter().all(|(_, c)| c % k == 0)
+    }
+
+    /// Whether no term has a symbol or an atom: [`Expr::as_const`] is `Some`.
+    pub fn is_const(&self) -> bool {
+        self.as_const().is_some()
     }
 
     /// `self // d` (floor division), simplified where `symbols`' ranges allow.
@@ -576,6 +654,19 @@ impl Expr {
     /// The expression in Python's syntax, each symbol by its name in `symbols`
     /// (`2*s0 + 1`, `(s0 + 1)//2`, `max(1, s0)`): what a Python wrapper computes.
     pub fn display(&self, symbols: &Symbols) -> String {
+        self.display_with(
+            &|s| {
+                symbols
+                    .get(s)
+                    .map_or_else(|| format!("<symbol {}>", s.0), |s| s.name.clone())
+            },
+            Syntax::Python,
+        )
+    }
+
+    /// [`Expr::display`] with each symbol written as `name` gives it: generated code
+    /// names a symbol by its id (`ks0`), never by a name from an input file.
+    pub fn display_with(&self, name: &dyn Fn(SymId) -> String, syntax: Syntax) -> String {
         if self.terms.is_empty() {
             return "0".into();
         }
@@ -607,11 +698,11 @@ impl Expr {
             let factors: Vec<String> = m
                 .iter()
                 .map(|(a, p)| {
-                    let a = atom_text(a, symbols);
-                    if *p == 1 {
-                        a
-                    } else {
-                        format!("{a}**{p}")
+                    let a = atom_text(a, name, syntax);
+                    match (p, syntax) {
+                        (1, _) => a,
+                        (p, Syntax::Python) => format!("{a}**{p}"),
+                        (p, Syntax::C) => vec![a; *p as usize].join("*"),
                     }
                 })
                 .collect();
@@ -622,7 +713,7 @@ impl Expr {
 
     /// Whether the printed expression is one operand as it stands: a constant of at
     /// least zero, or one atom.
-    fn is_operand(&self) -> bool {
+    pub fn is_operand(&self) -> bool {
         match self.terms.as_slice() {
             [] => true,
             [(m, c)] if m.is_empty() => *c >= 0,
@@ -632,29 +723,40 @@ impl Expr {
     }
 }
 
-fn atom_text(a: &Atom, symbols: &Symbols) -> String {
+fn atom_text(a: &Atom, name: &dyn Fn(SymId) -> String, syntax: Syntax) -> String {
     let wrapped = |e: &Expr| {
-        let t = e.display(symbols);
+        let t = e.display_with(name, syntax);
         if e.is_operand() {
             t
         } else {
             format!("({t})")
         }
     };
-    let list = |xs: &[Expr]| {
-        xs.iter()
-            .map(|x| x.display(symbols))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match a {
-        Atom::Sym(s) => symbols
-            .get(*s)
-            .map_or_else(|| format!("<symbol {}>", s.0), |s| s.name.clone()),
-        Atom::FloorDiv(x, y) => format!("({}//{})", wrapped(x), wrapped(y)),
-        Atom::Mod(x, y) => format!("({} % {})", wrapped(x), wrapped(y)),
-        Atom::Min(xs) => format!("min({})", list(xs)),
-        Atom::Max(xs) => format!("max({})", list(xs)),
+    let texts =
+        |xs: &[Expr]| -> Vec<String> { xs.iter().map(|x| x.display_with(name, syntax)).collect() };
+    match (a, syntax) {
+        (Atom::Sym(s), _) => name(*s),
+        (Atom::FloorDiv(x, y), Syntax::Python) => format!("({}//{})", wrapped(x), wrapped(y)),
+        (Atom::Mod(x, y), Syntax::Python) => format!("({} % {})", wrapped(x), wrapped(y)),
+        (Atom::Min(xs), Syntax::Python) => format!("min({})", texts(xs).join(", ")),
+        (Atom::Max(xs), Syntax::Python) => format!("max({})", texts(xs).join(", ")),
+        // C's `/` and `%` truncate: adjust to Python's floor where the signs differ.
+        (Atom::FloorDiv(x, y), Syntax::C) => {
+            let (x, y) = (wrapped(x), wrapped(y));
+            format!("({x} / {y} - (({x} % {y} != 0) && (({x} < 0) != ({y} < 0))))")
+        }
+        (Atom::Mod(x, y), Syntax::C) => {
+            let (x, y) = (wrapped(x), wrapped(y));
+            format!("({x} % {y} + ((({x} % {y} != 0) && (({x} < 0) != ({y} < 0))) ? {y} : 0))")
+        }
+        (Atom::Min(xs) | Atom::Max(xs), Syntax::C) => {
+            let op = if matches!(a, Atom::Min(_)) { "<" } else { ">" };
+            let mut parts = texts(xs).into_iter();
+            let first = parts.next().unwrap_or_else(|| "0".into());
+            parts.fold(first, |acc, b| {
+                format!("(({acc}) {op} ({b}) ? ({acc}) : ({b}))")
+            })
+        }
     }
 }
 

@@ -35,7 +35,7 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
     let numel: i64 = shape.iter().product();
     // One value per row (an epilogue of the kernel's reductions) or per element.
     if numel == space.x {
-        return Some(unflatten(Index::var(Var::X), shape, ranges));
+        return Some(unflatten(Index::var(Var::X), shape, &ranges));
     }
     if numel != space.x.saturating_mul(space.r) {
         return None;
@@ -47,16 +47,16 @@ pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
             return None;
         }
         let (o, i) = (
-            Index::var(Var::X).div(space.inner, ranges),
-            Index::var(Var::X).rem(space.inner, ranges),
+            Index::var(Var::X).div(space.inner, &ranges),
+            Index::var(Var::X).rem(space.inner, &ranges),
         );
         let flat = o
             .times(space.r.saturating_mul(space.inner))
             .plus(Index::var(Var::R).times(space.inner))
             .plus(i);
-        return Some(unflatten(flat, shape, ranges));
+        return Some(unflatten(flat, shape, &ranges));
     }
-    rows_then_elements(shape, space.x, Index::var(Var::X), ranges)
+    rows_then_elements(shape, space.x, Index::var(Var::X), &ranges)
 }
 
 /// The index over `shape` whose leading dims make `rows` rows, at row `row`, and
@@ -66,7 +66,7 @@ fn rows_then_elements(
     shape: &[i64],
     rows: i64,
     row: Index,
-    ranges: super::index::Ranges,
+    ranges: &super::index::Ranges,
 ) -> Option<Vec<Index>> {
     let mut prefix = 1i64;
     for k in 0..=shape.len() {
@@ -223,8 +223,8 @@ impl<'a> KernelBuilder<'a> {
                         self.space
                     )));
                 }
-                let xs = unflatten(self.row_of(id), &kept, ranges);
-                let rs = unflatten(Index::var(Var::R), &reduced, ranges);
+                let xs = unflatten(self.row_of(id), &kept, &ranges);
+                let rs = unflatten(Index::var(Var::R), &reduced, &ranges);
                 let (mut xi, mut ri) = (xs.into_iter(), rs.into_iter());
                 let idx: Vec<Index> = (0..in_shape.len())
                     .map(|d| {
@@ -233,7 +233,7 @@ impl<'a> KernelBuilder<'a> {
                         } else {
                             xi.next()
                         }
-                        .unwrap_or(Index::Const(0))
+                        .unwrap_or(Index::constant(0))
                     })
                     .collect();
                 let value = self.load(*input, &idx)?;
@@ -257,7 +257,7 @@ impl<'a> KernelBuilder<'a> {
                 self.members.insert(id, Some(n));
                 let e = self.reduced_value(id)?;
                 let e = self.cast(e, s.meta.dtype);
-                let out_idx = unflatten(self.row_of(id), &s.meta.shape, ranges);
+                let out_idx = unflatten(self.row_of(id), &s.meta.shape, &ranges);
                 let index = linear(&out_idx, &contiguous_strides(&s.meta.shape), 0);
                 self.stores.push((
                     id,
@@ -289,7 +289,7 @@ impl<'a> KernelBuilder<'a> {
     /// that divided by the member's divisor.
     fn row_of(&self, id: SNodeId) -> Index {
         match self.divisors.get(&id) {
-            Some(&d) => Index::var(Var::X).div(d, self.space.ranges()),
+            Some(&d) => Index::var(Var::X).div(d, &self.space.ranges()),
             None => Index::var(Var::X),
         }
     }
@@ -309,8 +309,8 @@ impl<'a> KernelBuilder<'a> {
                     self.space
                 ))
             })?;
-        let row = Index::var(Var::X).div(divisor, self.space.ranges());
-        let idx = rows_then_elements(shape, numel / r, row, self.space.ranges())
+        let row = Index::var(Var::X).div(divisor, &self.space.ranges());
+        let idx = rows_then_elements(shape, numel / r, row, &self.space.ranges())
             .ok_or_else(|| Illegal(format!("shape {shape:?} has no rows of {r}")))?;
         self.divisors.insert(id, divisor);
         Ok(idx)
@@ -348,7 +348,7 @@ impl<'a> KernelBuilder<'a> {
             _ => self.load(index, &idx[dim..=dim])?,
         };
         let mut fixed = idx;
-        fixed[dim] = Index::Const(0);
+        fixed[dim] = Index::constant(0);
         Ok(Store {
             buf: target.buf,
             index: linear(&fixed, &target.strides, target.offset),
@@ -443,7 +443,7 @@ impl<'a> KernelBuilder<'a> {
             Def::Node(n) => match self.members.get(&n).copied() {
                 Some(Some(_)) => {
                     let s = &self.low.snodes[n];
-                    let expected = unflatten(self.row_of(n), &s.meta.shape, self.space.ranges());
+                    let expected = unflatten(self.row_of(n), &s.meta.shape, &self.space.ranges());
                     if idx != expected.as_slice() {
                         return Err(Illegal(
                             "a reduction is read at another row than the kernel's".into(),
@@ -500,7 +500,7 @@ impl<'a> KernelBuilder<'a> {
                     .enumerate()
                     .map(|(d, &s)| {
                         if s == 1 {
-                            Index::Const(0)
+                            Index::constant(0)
                         } else {
                             idx[d + lead].clone()
                         }
@@ -565,7 +565,7 @@ impl<'a> KernelBuilder<'a> {
         }
         let refs: Vec<&[i64]> = shapes.iter().map(Vec::as_slice).collect();
         let plan = index_plan(&view.shape, indexed, &refs).map_err(|e| Illegal(e.to_string()))?;
-        let mut at = Index::Const(view.offset);
+        let mut at = Index::constant(view.offset);
         for (o, dim) in plan.out_dims.iter().enumerate() {
             if let Some(d) = dim {
                 at = at.plus(idx[o].clone().times(view.strides[*d]));
@@ -602,10 +602,10 @@ impl<'a> KernelBuilder<'a> {
                 stride: 0,
                 nonnegative: false,
             }];
-            return Ok(self.indirect_load(&view, Index::Const(view.offset), indirect));
+            return Ok(self.indirect_load(&view, Index::constant(view.offset), indirect));
         }
         let d = wrap_dim(dim, view.shape.len()).map_err(|e| Illegal(e.to_string()))?;
-        let mut at = Index::Const(view.offset);
+        let mut at = Index::constant(view.offset);
         for (k, i) in idx.iter().enumerate() {
             if k != d {
                 at = at.plus(i.clone().times(view.strides[k]));
@@ -733,7 +733,7 @@ impl<'a> KernelBuilder<'a> {
             op if views::describes(op) => {
                 let src = arg0()?;
                 let in_shape = self.meta(src)?.shape.clone();
-                let sub = view_index(op, &in_shape, idx, v.output, ranges)
+                let sub = view_index(op, &in_shape, idx, v.output, &ranges)
                     .ok_or_else(|| Illegal(format!("cannot index through `{}`", op.name())))?;
                 self.load(src, &sub)?
             }
@@ -836,7 +836,7 @@ impl<'a> KernelBuilder<'a> {
             return Ok(self.lit(0.0, cd));
         };
         let mut sub = idx.to_vec();
-        sub[d] = idx[d].clone().plus(Index::Const(-last_off));
+        sub[d] = idx[d].clone().plus(Index::constant(-last_off));
         let cond_last = Cond {
             index: idx[d].clone(),
             lo: last_off,
@@ -853,7 +853,7 @@ impl<'a> KernelBuilder<'a> {
                 hi: off + size,
             };
             let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().plus(Index::Const(-off));
+            sub[d] = idx[d].clone().plus(Index::constant(-off));
             self.guards.push(cond.clone());
             e = self.load(v, &sub);
             self.guards.pop();
@@ -902,7 +902,7 @@ pub fn view_index(
     in_shape: &[i64],
     idx: &[Index],
     output: u32,
-    ranges: super::index::Ranges,
+    ranges: &super::index::Ranges,
 ) -> Option<Vec<Index>> {
     let map = views::view_map(op, in_shape, output).ok()?;
     if idx.len() != map.out_shape.len() {
@@ -916,9 +916,9 @@ pub fn view_index(
         IndexMap::Affine(dims) => dims
             .iter()
             .map(|d| match *d {
-                InDim::Fixed(i) => Index::Const(i),
+                InDim::Fixed(i) => Index::constant(i),
                 InDim::Out { dim, step, start } => {
-                    idx[dim].clone().times(step).plus(Index::Const(start))
+                    idx[dim].clone().times(step).plus(Index::constant(start))
                 }
             })
             .collect(),

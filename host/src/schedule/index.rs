@@ -9,6 +9,13 @@
 
 use std::fmt;
 
+use crate::graph::sym::{self, SymId, Symbols};
+
+/// A size free of the loop variables: an integer, or an expression over the size
+/// symbols of a dynamic compile. A static compile's sizes are all constants, and
+/// take [`Size::as_const`]'s fast path everywhere here.
+pub use crate::graph::sym::Size;
+
 /// A kernel loop variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Var {
@@ -23,25 +30,88 @@ pub enum Var {
 pub enum Index {
     /// A loop variable.
     Var(Var),
-    /// A constant.
-    Const(i64),
+    /// A size: a constant, or an expression over size symbols.
+    Const(Size),
     /// A sum of terms.
     Add(Vec<Index>),
-    /// A product with a constant factor.
-    Mul(Box<Index>, i64),
-    /// Floor division by a positive constant (operands are never negative).
-    Div(Box<Index>, i64),
-    /// Remainder by a positive constant (operands are never negative).
-    Mod(Box<Index>, i64),
+    /// A product with a size.
+    Mul(Box<Index>, Size),
+    /// Floor division by a positive size (operands are never negative).
+    Div(Box<Index>, Size),
+    /// Remainder by a positive size (operands are never negative).
+    Mod(Box<Index>, Size),
 }
 
-/// The exclusive upper bounds of the loop variables, for simplification.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ranges {
+/// The exclusive upper bounds of the loop variables, and the ranges of the size
+/// symbols, for simplification.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ranges<'a> {
     /// `x` ranges over `0..x`.
-    pub x: i64,
+    pub x: Size,
     /// `r` ranges over `0..r`.
-    pub r: i64,
+    pub r: Size,
+    /// The size symbols the sizes read.
+    pub symbols: &'a Symbols,
+}
+
+impl Ranges<'static> {
+    /// The ranges of a static kernel.
+    pub fn fixed(x: i64, r: i64) -> Ranges<'static> {
+        Ranges {
+            x: Size::from(x),
+            r: Size::from(r),
+            symbols: Symbols::none(),
+        }
+    }
+}
+
+impl Ranges<'_> {
+    /// The interval that holds every value of `s`.
+    fn bounds(&self, s: &Size) -> (i128, i128) {
+        s.bounds(self.symbols)
+    }
+}
+
+/// The interval of a size over no symbols' ranges: exact for a constant, unbounded
+/// for a symbolic size (used where no ranges are at hand).
+fn const_bounds(s: &Size) -> (i128, i128) {
+    s.as_const()
+        .map_or((i128::from(i64::MIN), i128::from(i64::MAX)), |c| {
+            (c.into(), c.into())
+        })
+}
+
+/// `a + b`, or `None` past 64 bits.
+fn size_add(a: &Size, b: &Size) -> Option<Size> {
+    match (a.as_const(), b.as_const()) {
+        (Some(a), Some(b)) => a.checked_add(b).map(Size::from),
+        _ => a.add(b).ok(),
+    }
+}
+
+/// `a * b`, or `None` past 64 bits.
+fn size_mul(a: &Size, b: &Size) -> Option<Size> {
+    match (a.as_const(), b.as_const()) {
+        (Some(a), Some(b)) => a.checked_mul(b).map(Size::from),
+        _ => a.mul(b).ok(),
+    }
+}
+
+/// `a / k` where that is exact for every value of the symbols.
+fn size_exact_div(a: &Size, k: &Size) -> Option<Size> {
+    match (a.as_const(), k.as_const()) {
+        (Some(a), Some(k)) => (k != 0 && a % k == 0).then(|| Size::from(a / k)),
+        _ => a.exact_div(k),
+    }
+}
+
+fn floor_div_i128(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if a % b != 0 && (a < 0) != (b < 0) {
+        q - 1
+    } else {
+        q
+    }
 }
 
 impl Index {
@@ -52,118 +122,169 @@ impl Index {
 
     /// A constant.
     pub fn constant(c: i64) -> Index {
-        Index::Const(c)
+        Index::Const(Size::from(c))
+    }
+
+    /// The constant, where the expression is one integer.
+    pub fn as_const(&self) -> Option<i64> {
+        match self {
+            Index::Const(c) => c.as_const(),
+            _ => None,
+        }
     }
 
     /// The largest value this expression can take, if it can be bounded.
-    pub fn max_value(&self, ranges: Ranges) -> Option<i64> {
+    pub fn max_value(&self, ranges: &Ranges) -> Option<i128> {
         match self {
-            Index::Var(Var::X) => Some(ranges.x - 1),
-            Index::Var(Var::R) => Some(ranges.r - 1),
-            Index::Const(c) => Some(*c),
+            Index::Var(Var::X) => Some(ranges.bounds(&ranges.x).1 - 1),
+            Index::Var(Var::R) => Some(ranges.bounds(&ranges.r).1 - 1),
+            Index::Const(c) => Some(ranges.bounds(c).1),
             Index::Add(terms) => terms
                 .iter()
-                .try_fold(0i64, |acc, t| acc.checked_add(t.max_value(ranges)?)),
-            Index::Mul(e, k) if *k >= 0 => e.max_value(ranges)?.checked_mul(*k),
-            Index::Mul(..) => None,
-            Index::Div(e, k) => Some(e.max_value(ranges)? / k),
-            Index::Mod(e, k) => Some(e.max_value(ranges)?.min(k - 1)),
+                .try_fold(0i128, |acc, t| acc.checked_add(t.max_value(ranges)?)),
+            Index::Mul(e, k) => {
+                let (lo, hi) = ranges.bounds(k);
+                let m = e.max_value(ranges)?;
+                (lo >= 0).then_some(())?;
+                m.checked_mul(if m >= 0 { hi } else { lo })
+            }
+            Index::Div(e, k) => {
+                let (lo, hi) = ranges.bounds(k);
+                let m = e.max_value(ranges)?;
+                (lo >= 1).then(|| floor_div_i128(m, if m >= 0 { lo } else { hi }))
+            }
+            Index::Mod(e, k) => Some(e.max_value(ranges)?.min(ranges.bounds(k).1 - 1)),
         }
     }
 
     /// `self + other`, flattened and with constants folded.
     pub fn plus(self, other: Index) -> Index {
         let mut terms = Vec::new();
-        let mut constant = 0i64;
+        let mut constant = Size::default();
+        let mut fold = |c: Size, terms: &mut Vec<Index>| match size_add(&constant, &c) {
+            Some(sum) => constant = sum,
+            None => terms.push(Index::Const(c)),
+        };
         for t in [self, other] {
             match t {
                 Index::Add(inner) => {
                     for i in inner {
                         match i {
-                            Index::Const(c) => constant += c,
+                            Index::Const(c) => fold(c, &mut terms),
                             other => terms.push(other),
                         }
                     }
                 }
-                Index::Const(c) => constant += c,
+                Index::Const(c) => fold(c, &mut terms),
                 other => terms.push(other),
             }
         }
         recombine_div_mod(&mut terms);
-        if constant != 0 {
+        if constant != Size::default() {
             terms.push(Index::Const(constant));
         }
         match terms.len() {
-            0 => Index::Const(0),
-            1 => terms.pop().unwrap_or(Index::Const(0)),
+            0 => Index::constant(0),
+            1 => terms.pop().unwrap_or(Index::constant(0)),
             _ => Index::Add(terms),
         }
     }
 
     /// `self * k`.
-    pub fn times(self, k: i64) -> Index {
-        match (self, k) {
-            (_, 0) => Index::Const(0),
-            (e, 1) => e,
-            (Index::Const(c), k) => Index::Const(c * k),
-            (Index::Mul(e, a), k) => Index::Mul(e, a * k),
-            (Index::Add(terms), k) => terms
+    pub fn times(self, k: impl Into<Size>) -> Index {
+        let k: Size = k.into();
+        match k.as_const() {
+            Some(0) => return Index::constant(0),
+            Some(1) => return self,
+            _ => {}
+        }
+        match self {
+            Index::Const(c) => match size_mul(&c, &k) {
+                Some(ck) => Index::Const(ck),
+                None => Index::Mul(Box::new(Index::Const(c)), k),
+            },
+            Index::Mul(e, a) => match size_mul(&a, &k) {
+                Some(ak) => Index::Mul(e, ak),
+                None => Index::Mul(Box::new(Index::Mul(e, a)), k),
+            },
+            Index::Add(terms) => terms
                 .into_iter()
-                .map(|t| t.times(k))
-                .fold(Index::Const(0), Index::plus),
-            (e, k) => Index::Mul(Box::new(e), k),
+                .map(|t| t.times(k.clone()))
+                .fold(Index::constant(0), Index::plus),
+            e => Index::Mul(Box::new(e), k),
         }
     }
 
     /// `self // k` for a positive `k`.
-    pub fn div(self, k: i64, ranges: Ranges) -> Index {
-        if k == 1 {
+    pub fn div(self, k: impl Into<Size>, ranges: &Ranges) -> Index {
+        let k: Size = k.into();
+        if k.as_const() == Some(1) {
             return self;
         }
-        if let Index::Const(c) = self {
-            return Index::Const(c.div_euclid(k));
+        if let Index::Const(c) = &self {
+            if let Ok(q) = c.floor_div(&k, ranges.symbols) {
+                return Index::Const(q);
+            }
         }
-        if self.max_value(ranges).is_some_and(|m| m < k) {
-            return Index::Const(0);
+        if self
+            .max_value(ranges)
+            .is_some_and(|m| m < ranges.bounds(&k).0)
+        {
+            return Index::constant(0);
         }
-        if let Some((multiples, _)) = split_multiples(&self, k, ranges) {
+        if let Some((multiples, _)) = split_multiples(&self, &k, ranges) {
             // (k*a + b) // k == a when 0 <= b < k.
             return multiples;
         }
-        if let Some((g, a, _)) = split_common_factor(&self, k, ranges) {
+        if let Some((g, a, _)) = split_common_factor(&self, &k, ranges) {
             // (g*a + b) // k == a // (k/g) when g divides k and 0 <= b < g.
-            return a.div(k / g, ranges);
+            return a.div(k.as_const().map_or(1, |k| k / g), ranges);
         }
         match self {
             // (e * a) // k with k dividing a.
-            Index::Mul(e, a) if a % k == 0 => e.times(a / k),
+            Index::Mul(e, a) => match size_exact_div(&a, &k) {
+                Some(q) => e.times(q),
+                None => Index::Div(Box::new(Index::Mul(e, a)), k),
+            },
             // (e // a) // k == e // (a * k).
-            Index::Div(e, a) => e.div(a * k, ranges),
+            Index::Div(e, a) => match size_mul(&a, &k) {
+                Some(ak) => e.div(ak, ranges),
+                None => Index::Div(Box::new(Index::Div(e, a)), k),
+            },
             other => Index::Div(Box::new(other), k),
         }
     }
 
     /// `self % k` for a positive `k`.
-    pub fn rem(self, k: i64, ranges: Ranges) -> Index {
-        if k == 1 {
-            return Index::Const(0);
+    pub fn rem(self, k: impl Into<Size>, ranges: &Ranges) -> Index {
+        let k: Size = k.into();
+        if k.as_const() == Some(1) {
+            return Index::constant(0);
         }
-        if let Index::Const(c) = self {
-            return Index::Const(c.rem_euclid(k));
+        if let Index::Const(c) = &self {
+            if let Ok(m) = c.modulo(&k, ranges.symbols) {
+                return Index::Const(m);
+            }
         }
-        if self.max_value(ranges).is_some_and(|m| m < k) {
+        if self
+            .max_value(ranges)
+            .is_some_and(|m| m < ranges.bounds(&k).0)
+        {
             return self;
         }
-        if let Some((_, rest)) = split_multiples(&self, k, ranges) {
+        if let Some((_, rest)) = split_multiples(&self, &k, ranges) {
             // (k*a + b) % k == b when 0 <= b < k.
             return rest;
         }
-        if let Some((g, a, b)) = split_common_factor(&self, k, ranges) {
+        if let Some((g, a, b)) = split_common_factor(&self, &k, ranges) {
             // (g*a + b) % k == g*(a % (k/g)) + b when g divides k and 0 <= b < g.
-            return a.rem(k / g, ranges).times(g).plus(b);
+            return a
+                .rem(k.as_const().map_or(1, |k| k / g), ranges)
+                .times(g)
+                .plus(b);
         }
         match self {
-            Index::Mul(_, a) if a % k == 0 => Index::Const(0),
+            Index::Mul(_, a) if size_exact_div(&a, &k).is_some() => Index::constant(0),
             other => Index::Mod(Box::new(other), k),
         }
     }
@@ -178,10 +299,31 @@ impl Index {
         }
     }
 
+    /// The size symbols the expression reads, sorted.
+    pub fn symbols(&self) -> Vec<SymId> {
+        let mut out = Vec::new();
+        self.collect_symbols(&mut out);
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn collect_symbols(&self, out: &mut Vec<SymId>) {
+        match self {
+            Index::Var(_) => {}
+            Index::Const(c) => out.extend(c.symbols()),
+            Index::Add(terms) => terms.iter().for_each(|t| t.collect_symbols(out)),
+            Index::Mul(e, k) | Index::Div(e, k) | Index::Mod(e, k) => {
+                out.extend(k.symbols());
+                e.collect_symbols(out);
+            }
+        }
+    }
+
     /// How far the expression moves when `v` grows by one, when that is the
     /// same everywhere: `Some(0)` when it does not use `v`, `Some(k)` when `v`
-    /// appears only in sums and products (never under a division or a
-    /// remainder), `None` otherwise.
+    /// appears only in sums and products by constants (never under a division or
+    /// a remainder), `None` otherwise.
     pub fn step_along(&self, v: Var) -> Option<i64> {
         match self {
             Index::Var(w) => Some(i64::from(*w == v)),
@@ -189,7 +331,10 @@ impl Index {
             Index::Add(terms) => terms
                 .iter()
                 .try_fold(0i64, |acc, t| acc.checked_add(t.step_along(v)?)),
-            Index::Mul(e, k) => e.step_along(v)?.checked_mul(*k),
+            Index::Mul(e, k) => match e.step_along(v)? {
+                0 => Some(0),
+                s => s.checked_mul(k.as_const()?),
+            },
             Index::Div(e, _) | Index::Mod(e, _) => (!e.uses(v)).then_some(0),
         }
     }
@@ -215,14 +360,18 @@ impl Index {
         match self {
             Index::Var(w) if *w == v => Some((1, true)),
             Index::Var(_) => Some((0, false)),
-            Index::Const(c) => Some((0, c % block == 0)),
+            Index::Const(c) => Some((0, c.is_multiple_of(block))),
             Index::Add(terms) => terms.iter().try_fold((0i64, true), |(step, aligned), t| {
                 let (s, a) = t.block_walk(v, block)?;
                 Some((step.checked_add(s)?, aligned && a))
             }),
             Index::Mul(e, k) => {
                 let (s, a) = e.block_walk(v, block)?;
-                Some((s.checked_mul(*k)?, a || k % block == 0))
+                let step = match s {
+                    0 => 0,
+                    s => s.checked_mul(k.as_const()?)?,
+                };
+                Some((step, a || k.is_multiple_of(block)))
             }
             Index::Div(e, k) | Index::Mod(e, k) => {
                 if !e.uses(v) {
@@ -235,7 +384,8 @@ impl Index {
                     // Constant inside the block, and so is any quotient or remainder.
                     return Some((0, false));
                 }
-                if s != 1 || !a || *k <= 0 || k % block != 0 {
+                let positive = const_bounds(k).0 > 0 || !k.is_const();
+                if s != 1 || !a || !positive || !k.is_multiple_of(block) {
                     return None;
                 }
                 match self {
@@ -246,16 +396,53 @@ impl Index {
         }
     }
 
-    /// Evaluates the expression for concrete loop variables (tests, the interpreter of the loop IR).
+    /// The value for concrete loop variables, each size at its hint (the decisions a
+    /// compile makes; [`Index::eval_at`] computes a call's values).
     pub fn eval(&self, x: i64, r: i64) -> i64 {
+        self.eval_with(x, r, &Size::hint)
+    }
+
+    /// The value for concrete loop variables and size symbols (each at `size`), in
+    /// Python's floor arithmetic, saturating past 64 bits; a division or remainder by
+    /// zero, which only an empty iteration space can hold, gives 0.
+    pub fn eval_at(&self, x: i64, r: i64, size: &dyn Fn(SymId) -> i64) -> i64 {
+        self.eval_with(x, r, &|s: &Size| s.eval(size).unwrap_or(0))
+    }
+
+    fn eval_with(&self, x: i64, r: i64, value: &dyn Fn(&Size) -> i64) -> i64 {
+        let k = |s: &Size| s.as_const().unwrap_or_else(|| value(s));
         match self {
             Index::Var(Var::X) => x,
             Index::Var(Var::R) => r,
-            Index::Const(c) => *c,
-            Index::Add(terms) => terms.iter().map(|t| t.eval(x, r)).sum(),
-            Index::Mul(e, k) => e.eval(x, r) * k,
-            Index::Div(e, k) => e.eval(x, r).div_euclid(*k),
-            Index::Mod(e, k) => e.eval(x, r).rem_euclid(*k),
+            Index::Const(c) => k(c),
+            Index::Add(terms) => terms
+                .iter()
+                .fold(0i64, |acc, t| acc.saturating_add(t.eval_with(x, r, value))),
+            Index::Mul(e, c) => e.eval_with(x, r, value).saturating_mul(k(c)),
+            Index::Div(e, c) => match k(c) {
+                0 => 0,
+                c => e.eval_with(x, r, value).div_euclid(c),
+            },
+            Index::Mod(e, c) => match k(c) {
+                0 => 0,
+                c => e.eval_with(x, r, value).rem_euclid(c),
+            },
+        }
+    }
+}
+
+/// A size as kernel text: its integer, or its expression with each symbol as the
+/// kernel argument `ks<id>`, parenthesised unless it is one operand.
+pub fn size_text(s: &Size, syntax: sym::Syntax) -> String {
+    match s.as_const() {
+        Some(c) => c.to_string(),
+        None => {
+            let text = s.display_with(&|id| format!("ks{}", id.0), syntax);
+            if s.is_operand() {
+                text
+            } else {
+                format!("({text})")
+            }
         }
     }
 }
@@ -267,11 +454,11 @@ impl fmt::Display for Index {
         match self {
             Index::Var(Var::X) => f.write_str("xindex"),
             Index::Var(Var::R) => f.write_str("rindex"),
-            Index::Const(c) => write!(f, "{c}"),
+            Index::Const(c) => f.write_str(&size_text(c, sym::Syntax::Python)),
             Index::Add(terms) => {
                 for (i, t) in terms.iter().enumerate() {
-                    match t {
-                        Index::Const(c) if i > 0 && *c < 0 => write!(f, " - {}", c.unsigned_abs())?,
+                    match t.as_const() {
+                        Some(c) if i > 0 && c < 0 => write!(f, " - {}", c.unsigned_abs())?,
                         _ if i > 0 => write!(f, " + {t}")?,
                         _ => write!(f, "{t}")?,
                     }
@@ -279,42 +466,48 @@ impl fmt::Display for Index {
                 Ok(())
             }
             Index::Mul(e, k) => match **e {
-                Index::Add(_) => write!(f, "{k}*({e})"),
-                _ => write!(f, "{k}*{e}"),
+                Index::Add(_) => write!(f, "{}*({e})", size_text(k, sym::Syntax::Python)),
+                _ => write!(f, "{}*{e}", size_text(k, sym::Syntax::Python)),
             },
-            Index::Div(e, k) => write!(f, "(({e}) // {k})"),
-            Index::Mod(e, k) => write!(f, "(({e}) % {k})"),
+            Index::Div(e, k) => write!(f, "(({e}) // {})", size_text(k, sym::Syntax::Python)),
+            Index::Mod(e, k) => write!(f, "(({e}) % {})", size_text(k, sym::Syntax::Python)),
         }
     }
 }
 
 /// For a sum `k*a + b` whose terms split into multiples of `k` and a
 /// remainder `b` known to lie in `0..k`: `(a, b)`.
-fn split_multiples(e: &Index, k: i64, ranges: Ranges) -> Option<(Index, Index)> {
+fn split_multiples(e: &Index, k: &Size, ranges: &Ranges) -> Option<(Index, Index)> {
     let Index::Add(terms) = e else { return None };
-    let mut multiples = Index::Const(0);
-    let mut rest = Index::Const(0);
+    let mut multiples = Index::constant(0);
+    let mut rest = Index::constant(0);
     for t in terms {
-        match t {
-            Index::Mul(inner, c) if c % k == 0 => {
-                multiples = multiples.plus((**inner).clone().times(c / k))
-            }
-            Index::Const(c) if c % k == 0 => multiples = multiples.plus(Index::Const(c / k)),
-            other => rest = rest.plus(other.clone()),
+        let quotient = match t {
+            Index::Mul(inner, c) => size_exact_div(c, k).map(|q| (**inner).clone().times(q)),
+            Index::Const(c) => size_exact_div(c, k).map(Index::Const),
+            _ => None,
+        };
+        match quotient {
+            Some(q) => multiples = multiples.plus(q),
+            None => rest = rest.plus(t.clone()),
         }
     }
-    let bounded = rest.max_value(ranges).is_some_and(|m| m < k) && nonnegative(&rest);
-    (bounded && multiples != Index::Const(0)).then_some((multiples, rest))
+    let bounded = rest
+        .max_value(ranges)
+        .is_some_and(|m| m < ranges.bounds(k).0)
+        && nonnegative(&rest, ranges);
+    (bounded && multiples.as_const() != Some(0)).then_some((multiples, rest))
 }
 
-/// For a sum `g*a + b` with `g` a proper divisor of `k` taken from a term's
-/// coefficient and `b` known to lie in `0..g`: `(g, a, b)`.
-fn split_common_factor(e: &Index, k: i64, ranges: Ranges) -> Option<(i64, Index, Index)> {
+/// For a sum `g*a + b` with `g` a proper divisor of a constant `k` taken from a
+/// term's constant coefficient and `b` known to lie in `0..g`: `(g, a, b)`.
+fn split_common_factor(e: &Index, k: &Size, ranges: &Ranges) -> Option<(i64, Index, Index)> {
     let Index::Add(terms) = e else { return None };
+    let k = k.as_const()?;
     let mut factors: Vec<i64> = terms
         .iter()
         .filter_map(|t| match t {
-            Index::Mul(_, c) if *c > 1 => Some(gcd(*c, k)),
+            Index::Mul(_, c) => c.as_const().filter(|c| *c > 1).map(|c| gcd(c, k)),
             _ => None,
         })
         .filter(|g| *g > 1 && *g < k)
@@ -323,7 +516,7 @@ fn split_common_factor(e: &Index, k: i64, ranges: Ranges) -> Option<(i64, Index,
     factors.dedup();
     factors
         .into_iter()
-        .find_map(|g| split_multiples(e, g, ranges).map(|(a, b)| (g, a, b)))
+        .find_map(|g| split_multiples(e, &Size::from(g), ranges).map(|(a, b)| (g, a, b)))
 }
 
 fn gcd(a: i64, b: i64) -> i64 {
@@ -334,21 +527,21 @@ fn gcd(a: i64, b: i64) -> i64 {
     a
 }
 
-fn nonnegative(e: &Index) -> bool {
+fn nonnegative(e: &Index, ranges: &Ranges) -> bool {
     match e {
         Index::Var(_) => true,
-        Index::Const(c) => *c >= 0,
-        Index::Add(t) => t.iter().all(nonnegative),
-        Index::Mul(e, k) => *k >= 0 && nonnegative(e),
-        Index::Div(e, _) | Index::Mod(e, _) => nonnegative(e),
+        Index::Const(c) => ranges.bounds(c).0 >= 0,
+        Index::Add(t) => t.iter().all(|t| nonnegative(t, ranges)),
+        Index::Mul(e, k) => ranges.bounds(k).0 >= 0 && nonnegative(e, ranges),
+        Index::Div(e, _) | Index::Mod(e, _) => nonnegative(e, ranges),
     }
 }
 
 /// A term as `(coefficient, expression)`.
-fn coefficient(term: &Index) -> (i64, &Index) {
+fn coefficient(term: &Index) -> (Size, &Index) {
     match term {
-        Index::Mul(e, k) => (*k, e),
-        other => (1, other),
+        Index::Mul(e, k) => (k.clone(), e),
+        other => (Size::from(1), other),
     }
 }
 
@@ -362,14 +555,17 @@ fn recombine_div_mod(terms: &mut Vec<Index>) {
             let (c, inner) = coefficient(t);
             let Index::Mod(m, k) = inner else { continue };
             let (base, a) = match &**m {
-                Index::Div(e, a) => (&**e, *a),
-                other => (other, 1),
+                Index::Div(e, a) => (&**e, a.clone()),
+                other => (other, Size::from(1)),
+            };
+            let (Some(ak), Some(ck)) = (size_mul(&a, k), size_mul(&c, k)) else {
+                continue;
             };
             for (j, u) in terms.iter().enumerate() {
                 let (cu, inner_u) = coefficient(u);
                 if let Index::Div(eu, ku) = inner_u {
-                    if i != j && *ku == a * k && &**eu == base && cu == c * k {
-                        let merged = if a == 1 {
+                    if i != j && *ku == ak && &**eu == base && cu == ck {
+                        let merged = if a.as_const() == Some(1) {
                             base.clone()
                         } else {
                             Index::Div(Box::new(base.clone()), a)
@@ -386,192 +582,55 @@ fn recombine_div_mod(terms: &mut Vec<Index>) {
         terms.remove(lo);
         match merged {
             Index::Add(inner) => terms.extend(inner),
-            Index::Const(0) => {}
+            m if m.as_const() == Some(0) => {}
             other => terms.push(other),
         }
     }
 }
 
-/// Splits a flat index over `shape` (row-major) into one index per dim.
-pub fn unflatten(flat: Index, shape: &[i64], ranges: Ranges) -> Vec<Index> {
-    let mut out = vec![Index::Const(0); shape.len()];
-    let mut stride = 1i64;
+/// Splits a flat index over `shape` (row-major; integers or [`Size`]s) into one
+/// index per dim.
+pub fn unflatten<S: Clone + Into<Size>>(flat: Index, shape: &[S], ranges: &Ranges) -> Vec<Index> {
+    let mut out = vec![Index::constant(0); shape.len()];
+    let mut stride = Size::from(1);
     for d in (0..shape.len()).rev() {
-        let size = shape[d];
+        let size: &Size = &shape[d].clone().into();
         // A size-1 dim has only index 0; a size-0 dim has none (nothing iterates over
         // an empty space, so any index will do).
-        out[d] = if size <= 1 {
-            Index::Const(0)
+        out[d] = if ranges.bounds(size).1 <= 1 {
+            Index::constant(0)
         } else {
-            let q = flat.clone().div(stride, ranges);
+            let q = flat.clone().div(stride.clone(), ranges);
             if d == 0 {
                 q
             } else {
-                q.rem(size, ranges)
+                q.rem(size.clone(), ranges)
             }
         };
-        stride = stride.saturating_mul(size.max(1));
+        stride = match size.as_const() {
+            Some(c) => size_mul(&stride, &Size::from(c.max(1))),
+            // A symbolic size that can be 0 holds an empty space, where no stride is read.
+            None => size_mul(&stride, size),
+        }
+        .unwrap_or_else(|| Size::from(i64::MAX));
     }
     out
 }
 
-/// The linear offset of a multi-dimensional index with these strides.
-pub fn linear(index: &[Index], strides: &[i64], offset: i64) -> Index {
+/// The linear offset of a multi-dimensional index with these strides (integers or
+/// [`Size`]s).
+pub fn linear<S: Clone + Into<Size>>(
+    index: &[Index],
+    strides: &[S],
+    offset: impl Into<Size>,
+) -> Index {
     index
         .iter()
         .zip(strides)
-        .fold(Index::Const(offset), |acc, (i, s)| {
-            acc.plus(i.clone().times(*s))
+        .fold(Index::Const(offset.into()), |acc, (i, s)| {
+            acc.plus(i.clone().times(s.clone()))
         })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const R: Ranges = Ranges { x: 64, r: 16 };
-
-    #[test]
-    fn block_steps_hold_for_every_aligned_block() {
-        let x = || Box::new(Index::Var(Var::X));
-        let r = || Box::new(Index::Var(Var::R));
-        // (expression, block, the step it must claim or None)
-        let cases = [
-            // [.., 32, 512] reduced over the 32: x = (outer, inner 512).
-            (
-                Index::Add(vec![
-                    Index::Mul(Box::new(Index::Div(x(), 512)), 131072),
-                    Index::Mul(r(), 512),
-                    Index::Mod(x(), 512),
-                ]),
-                512,
-                Some(1),
-            ),
-            // Nested: 262144 * (x / 8192) + 8192 * r + 128 * ((x / 128) % 64) + x % 128.
-            (
-                Index::Add(vec![
-                    Index::Mul(Box::new(Index::Div(x(), 8192)), 262144),
-                    Index::Mul(r(), 8192),
-                    Index::Mul(
-                        Box::new(Index::Mod(Box::new(Index::Div(x(), 128)), 64)),
-                        128,
-                    ),
-                    Index::Mod(x(), 128),
-                ]),
-                128,
-                Some(1),
-            ),
-            // The same at a block the remainders' period does not divide.
-            (
-                Index::Add(vec![
-                    Index::Mul(Box::new(Index::Div(x(), 8192)), 262144),
-                    Index::Mod(x(), 128),
-                ]),
-                256,
-                None,
-            ),
-            // A per-row value: constant inside blocks of 64.
-            (Index::Div(x(), 64), 64, Some(0)),
-            // An offset that is not a multiple of the block shifts the remainder.
-            (
-                Index::Mod(
-                    Box::new(Index::Add(vec![Index::Var(Var::X), Index::Const(3)])),
-                    64,
-                ),
-                16,
-                None,
-            ),
-            (
-                Index::Mod(
-                    Box::new(Index::Add(vec![Index::Var(Var::X), Index::Const(32)])),
-                    64,
-                ),
-                16,
-                Some(1),
-            ),
-            // r inside the division: unknown alignment.
-            (
-                Index::Div(
-                    Box::new(Index::Add(vec![Index::Var(Var::X), Index::Var(Var::R)])),
-                    64,
-                ),
-                16,
-                None,
-            ),
-        ];
-        for (e, block, want) in cases {
-            let got = e.block_step(Var::X, block);
-            assert_eq!(got, want, "{e} in blocks of {block}");
-            let Some(step) = got else { continue };
-            for x0 in (0..4 * 8192).step_by(block as usize) {
-                for rv in [0, 1, 7] {
-                    let base = e.eval(x0, rv);
-                    for i in [0, 1, block / 2, block - 1] {
-                        assert_eq!(
-                            e.eval(x0 + i, rv),
-                            base + step * i,
-                            "{e} at x0 {x0} + {i}, r {rv}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn unflatten_then_linear_is_the_identity_for_contiguous_strides() {
-        let shape = [4, 4, 4];
-        let idx = unflatten(Index::var(Var::X), &shape, R);
-        let back = linear(&idx, &[16, 4, 1], 0);
-        assert_eq!(back, Index::var(Var::X));
-        let scaled = linear(&unflatten(Index::var(Var::X), &[2, 3], R), &[24, 8], 0);
-        assert_eq!(scaled, Index::var(Var::X).times(8));
-    }
-
-    #[test]
-    fn simplification_uses_the_loop_ranges() {
-        assert_eq!(Index::var(Var::R).rem(16, R), Index::var(Var::R));
-        assert_eq!(Index::var(Var::R).div(16, R), Index::Const(0));
-        assert_eq!(
-            Index::var(Var::X).times(4).div(2, R),
-            Index::var(Var::X).times(2)
-        );
-        assert_eq!(
-            Index::var(Var::X).div(4, R).div(4, R),
-            Index::Div(Box::new(Index::var(Var::X)), 16)
-        );
-        assert_eq!(Index::var(Var::X).plus(Index::Const(0)), Index::var(Var::X));
-    }
-
-    #[test]
-    fn division_of_a_sum_with_a_bounded_remainder() {
-        let e = Index::var(Var::X).times(768).plus(Index::var(Var::R));
-        let r = Ranges { x: 4096, r: 768 };
-        assert_eq!(e.clone().div(768, r), Index::var(Var::X));
-        assert_eq!(e.clone().rem(768, r), Index::var(Var::R));
-        // Unflattening a reshape of [4096, 768] into [8, 512, 768] gives the row's own dims.
-        let idx = unflatten(e, &[8, 512, 768], r);
-        assert_eq!(
-            idx,
-            unflatten(Index::var(Var::X), &[8, 512], r)
-                .into_iter()
-                .chain([Index::var(Var::R)])
-                .collect::<Vec<_>>()
-        );
-        // The remainder must be bounded: r ranges past 768 here.
-        let wide = Ranges { x: 4096, r: 1024 };
-        let f = Index::var(Var::X).times(768).plus(Index::var(Var::R));
-        assert!(matches!(f.div(768, wide), Index::Div(..)));
-    }
-
-    #[test]
-    fn permuted_access_evaluates_like_the_strided_tensor() {
-        // A [2, 3] contiguous tensor read transposed as [3, 2].
-        let r = Ranges { x: 6, r: 1 };
-        let idx = unflatten(Index::var(Var::X), &[3, 2], r);
-        let access = linear(&idx, &[1, 3], 0);
-        let got: Vec<i64> = (0..6).map(|x| access.eval(x, 0)).collect();
-        assert_eq!(got, [0, 3, 1, 4, 2, 5]);
-        assert_eq!(access.to_string(), "((xindex) // 2) + 3*((xindex) % 2)");
-    }
-}
+mod tests;

@@ -118,11 +118,8 @@ impl Space {
     }
 
     /// The loop ranges, for index simplification.
-    pub fn ranges(self) -> super::index::Ranges {
-        super::index::Ranges {
-            x: self.x.max(1),
-            r: self.r.max(1),
-        }
+    pub fn ranges(self) -> super::index::Ranges<'static> {
+        super::index::Ranges::fixed(self.x.max(1), self.r.max(1))
     }
 }
 

@@ -8,7 +8,8 @@
 
 use crate::graph::dtype::DType;
 use crate::graph::ops::{BinaryOp, UnaryOp};
-use crate::schedule::index::{Index, Var};
+use crate::graph::sym::Syntax;
+use crate::schedule::index::{size_text, Index, Size, Var};
 use crate::schedule::ir::{Cond, Expr, ExprArena, ExprId, Literal, ReduceKind};
 
 /// The C++ type a value of `d` is computed in.
@@ -137,34 +138,28 @@ pub fn fits_i32(i: &Index, x_extent: i64, r_extent: i64) -> bool {
     // (bound on |value|, largest bound in the subtree), in i128 so that
     // nothing overflows on the way.
     fn walk(i: &Index, x: i128, r: i128) -> (i128, i128) {
+        // A symbolic size is bounded by nothing here: it never fits.
+        let mag = |k: &Size| k.as_const().map_or(i128::MAX, |k| i128::from(k).abs());
         let (b, inner) = match i {
             Index::Var(Var::X) => (x, 0),
             Index::Var(Var::R) => (r, 0),
-            Index::Const(c) => (i128::from(*c).abs(), 0),
+            Index::Const(c) => (mag(c), 0),
             Index::Add(terms) => terms.iter().fold((0i128, 0i128), |(sum, m), t| {
                 let (tb, tm) = walk(t, x, r);
                 (sum.saturating_add(tb), m.max(tm))
             }),
             Index::Mul(e, k) => {
                 let (eb, em) = walk(e, x, r);
-                (
-                    eb.saturating_mul(i128::from(*k).abs()),
-                    em.max(i128::from(*k).abs()),
-                )
+                (eb.saturating_mul(mag(k)), em.max(mag(k)))
             }
             Index::Div(e, k) => {
                 let (eb, em) = walk(e, x, r);
-                (
-                    eb / i128::from(*k).abs().max(1),
-                    em.max(i128::from(*k).abs()),
-                )
+                let divisor = k.as_const().map_or(1, |k| i128::from(k).abs().max(1));
+                (eb / divisor, em.max(mag(k)))
             }
             Index::Mod(e, k) => {
                 let (eb, em) = walk(e, x, r);
-                (
-                    eb.min(i128::from(*k).abs()),
-                    em.max(eb).max(i128::from(*k).abs()),
-                )
+                (eb.min(mag(k)), em.max(eb).max(mag(k)))
             }
         };
         (b, inner.max(b))
@@ -181,20 +176,25 @@ pub fn index_text(i: &Index, style: IndexStyle) -> String {
         (true, true) => format!("({c})"),
         (false, _) => int_text(c),
     };
+    // A symbolic size is its expression over the kernel's `int64_t` size arguments.
+    let size = |k: &Size| match k.as_const() {
+        Some(c) => int(c),
+        None => size_text(k, Syntax::C),
+    };
     match i {
         Index::Var(Var::R) if style.r_zero => int(0),
         Index::Var(Var::R) if style.r_block_start => "rs".to_string(),
         Index::Var(Var::X) if style.x_block_start => "xs".to_string(),
         Index::Var(Var::X) => "x".to_string(),
         Index::Var(Var::R) => "r".to_string(),
-        Index::Const(c) => int(*c),
+        Index::Const(c) => size(c),
         Index::Add(terms) => {
             let parts: Vec<String> = terms.iter().map(|t| index_text(t, style)).collect();
             format!("({})", parts.join(" + "))
         }
-        Index::Mul(e, k) => format!("({} * {})", int(*k), index_text(e, style)),
-        Index::Div(e, k) => format!("({} / {})", index_text(e, style), int(*k)),
-        Index::Mod(e, k) => format!("({} % {})", index_text(e, style), int(*k)),
+        Index::Mul(e, k) => format!("({} * {})", size(k), index_text(e, style)),
+        Index::Div(e, k) => format!("({} / {})", index_text(e, style), size(k)),
+        Index::Mod(e, k) => format!("({} % {})", index_text(e, style), size(k)),
     }
 }
 
@@ -443,8 +443,11 @@ mod tests {
     #[test]
     fn indices_use_truncating_operators_on_non_negative_operands() {
         let i = Index::Add(vec![
-            Index::Div(Box::new(Index::Var(Var::X)), 2),
-            Index::Mul(Box::new(Index::Mod(Box::new(Index::Var(Var::R)), 2)), 3),
+            Index::Div(Box::new(Index::Var(Var::X)), Size::from(2)),
+            Index::Mul(
+                Box::new(Index::Mod(Box::new(Index::Var(Var::R)), Size::from(2))),
+                Size::from(3),
+            ),
         ]);
         assert_eq!(
             index_text(&i, IndexStyle::WIDE),
@@ -475,19 +478,22 @@ mod tests {
     fn indices_are_narrow_only_when_every_part_fits() {
         let x = || Box::new(Index::Var(Var::X));
         // x % 3072 over 786432 elements: fits.
-        assert!(fits_i32(&Index::Mod(x(), 3072), 786_432, 1));
+        assert!(fits_i32(&Index::Mod(x(), Size::from(3072)), 786_432, 1));
         // The final value is small, but x itself is not.
-        assert!(!fits_i32(&Index::Mod(x(), 3072), 1 << 31, 1));
+        assert!(!fits_i32(&Index::Mod(x(), Size::from(3072)), 1 << 31, 1));
         // A product that leaves the range on the way to a small quotient.
         assert!(!fits_i32(
-            &Index::Div(Box::new(Index::Mul(x(), 1 << 20)), 1 << 20),
+            &Index::Div(
+                Box::new(Index::Mul(x(), Size::from(1 << 20))),
+                Size::from(1 << 20)
+            ),
             1 << 12,
             1
         ));
         // Negative factors (flips) count by magnitude.
-        let flip = Index::Add(vec![Index::Mul(x(), -1), Index::Const(99)]);
+        let flip = Index::Add(vec![Index::Mul(x(), Size::from(-1)), Index::constant(99)]);
         assert!(fits_i32(&flip, 100, 1));
-        assert!(!fits_i32(&Index::Mul(x(), i64::MIN), 2, 1));
+        assert!(!fits_i32(&Index::Mul(x(), Size::from(i64::MIN)), 2, 1));
         assert!(fits_i32(&Index::Var(Var::R), 1, (1 << 31) - 1));
         assert!(!fits_i32(&Index::Var(Var::R), 1, (1 << 31) + 1));
     }

@@ -73,9 +73,10 @@ pub fn cond_text(c: &Cond) -> String {
 fn index_nonnegative(i: &Index) -> bool {
     match i {
         Index::Var(_) => true,
-        Index::Const(c) => *c >= 0,
+        // A symbolic size may be anything its range allows: no claim.
+        Index::Const(c) => c.as_const().is_some_and(|c| c >= 0),
         Index::Add(t) => t.iter().all(index_nonnegative),
-        Index::Mul(e, k) => *k >= 0 && index_nonnegative(e),
+        Index::Mul(e, k) => k.as_const().is_some_and(|k| k >= 0) && index_nonnegative(e),
         Index::Div(e, _) | Index::Mod(e, _) => index_nonnegative(e),
     }
 }

@@ -240,3 +240,29 @@ fn an_expression_without_ranges_reads_as_python_writes_it() {
     );
     assert_eq!(pretty("TruncToInt(u0)"), None);
 }
+
+#[test]
+fn a_size_carries_its_value_at_the_hints() {
+    let mut t = table();
+    t.set_hint(SymId(0), 4).unwrap();
+    t.set_hint(SymId(1), 10).unwrap();
+    assert!(t.set_hint(SymId(1), 65).is_err(), "a hint outside 2..=64");
+    let (b, s) = (Size::symbol(SymId(0), &t), Size::symbol(SymId(1), &t));
+    let rows = b.mul(&s).unwrap();
+    assert_eq!(rows.hint(), 40);
+    assert_eq!(rows.scale(768).unwrap().hint(), 30720);
+    let half = s
+        .add(&Size::from(1))
+        .unwrap()
+        .floor_div(&Size::from(2), &t)
+        .unwrap();
+    assert_eq!(
+        (half.hint(), half.expr().display(&t)),
+        (5, "((s1 + 1)//2)".to_string())
+    );
+    assert_eq!(s.modulo(&Size::from(4), &t).unwrap().hint(), 2);
+    assert_eq!(rows.exact_div(&s), Some(b.clone()));
+    assert_eq!(Size::of(read("s0*s1 - 1"), &t).unwrap().hint(), 39);
+    // At any binding, a size evaluates as its expression does.
+    assert_eq!(rows.eval(&|id| if id.0 == 0 { 3 } else { 7 }), Ok(21));
+}

@@ -269,13 +269,14 @@ fn convolutions_read_and_write_channels_last_without_copies() {
     let s = scheduled(&g, true);
     let convs = convolutions(&s);
     assert_eq!(convs.len(), 2);
-    let cl = |shape: &[i64]| {
-        vec![
+    let cl = |shape: &[kiln::graph::sym::Size]| {
+        let shape = kiln::schedule::index::hints(shape);
+        kiln::schedule::index::sizes(&[
             shape[1] * shape[2] * shape[3],
             1,
             shape[3] * shape[1],
             shape[1],
-        ]
+        ])
     };
     for e in &convs {
         let out = s.program.buffer(e.out);
@@ -293,12 +294,9 @@ fn convolutions_read_and_write_channels_last_without_copies() {
     let s = scheduled(&g, false);
     for e in convolutions(&s) {
         let out = s.program.buffer(e.out);
-        assert_eq!(
-            out.strides,
-            kiln::graph::shape::contiguous_strides(&out.shape)
-        );
+        assert_eq!(out.strides, kiln::schedule::index::contiguous(&out.shape));
         for a in &e.args {
-            assert_eq!(a.strides, kiln::graph::shape::contiguous_strides(&a.shape));
+            assert_eq!(a.strides, kiln::schedule::index::contiguous(&a.shape));
         }
     }
     let got = kiln::schedule::eval::run(&s, &inputs).unwrap();
@@ -349,13 +347,14 @@ fn resnet_and_mobilenet_v2_run_channels_last_between_their_convolutions() {
         let s = scheduled(&g, true);
         let convs = convolutions(&s);
         assert!(convs.len() > 10, "{model}: {} convolutions", convs.len());
-        let cl = |shape: &[i64]| {
-            vec![
+        let cl = |shape: &[kiln::graph::sym::Size]| {
+            let shape = kiln::schedule::index::hints(shape);
+            kiln::schedule::index::sizes(&[
                 shape[1] * shape[2] * shape[3],
                 1,
                 shape[3] * shape[1],
                 shape[1],
-            ]
+            ])
         };
         let input = s.program.inputs[0];
         for (i, e) in convs.iter().enumerate() {

@@ -34,7 +34,7 @@ fn outputs(artifacts: &Artifacts, library: &Path) -> Vec<kiln::tensor::Tensor> {
         .iter()
         .map(|b| {
             let buf = artifacts.scheduled.program.buffer(*b);
-            kiln::graph::TensorMeta::contiguous(buf.shape.clone(), buf.dtype)
+            kiln::graph::TensorMeta::contiguous(buf.shape_hint(), buf.dtype)
         })
         .collect();
     // Integer inputs (token ids, token types, masks) as 0 or 1: in range for every model.

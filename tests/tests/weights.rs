@@ -44,7 +44,7 @@ fn inputs(artifacts: &Artifacts) -> Vec<kiln::tensor::Tensor> {
         .iter()
         .map(|b| {
             let buf = artifacts.scheduled.program.buffer(*b);
-            kiln::graph::TensorMeta::contiguous(buf.shape.clone(), buf.dtype)
+            kiln::graph::TensorMeta::contiguous(buf.shape_hint(), buf.dtype)
         })
         .collect();
     kiln::tensor_io::random_inputs(&metas, 7)

@@ -113,7 +113,7 @@ impl Weights {
                     key: key.clone(),
                     buffer: b,
                     dtype: buf.dtype,
-                    shape: buf.shape.iter().map(|&d| d.max(0) as usize).collect(),
+                    shape: buf.shape.iter().map(|d| d.hint().max(0) as usize).collect(),
                     data: data.clone(),
                 })
             })

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use super::{compile, Error, Loaded, Prepared, Slot};
 use crate::codegen::wrapper::triton_cpp;
 use crate::graph::dtype::DType;
+use crate::schedule::index::hints;
 use crate::schedule::Scheduled;
 use crate::tensor::Tensor;
 
@@ -94,12 +95,12 @@ impl DeviceModule {
         let expected_inputs: Vec<Slot> = p
             .inputs
             .iter()
-            .map(|b| dense(p.buffer(*b).dtype, &p.buffer(*b).shape))
+            .map(|b| dense(p.buffer(*b).dtype, &p.buffer(*b).shape_hint()))
             .collect();
         let expected_outputs: Vec<Slot> = p
             .outputs
             .iter()
-            .map(|v| dense(p.buffer(v.buf).dtype, &v.shape))
+            .map(|v| dense(p.buffer(v.buf).dtype, &hints(&v.shape)))
             .collect();
         for (what, found, expected) in [
             ("inputs", &slots[0], &expected_inputs),

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::weights::Weights;
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
+use crate::schedule::index::hints;
 use crate::schedule::Scheduled;
 use crate::tensor::Tensor;
 
@@ -240,8 +241,8 @@ impl Module {
                 let buf = p.buffer(*b);
                 Slot {
                     dtype: buf.dtype,
-                    shape: buf.shape.clone(),
-                    strides: buf.strides.clone(),
+                    shape: buf.shape_hint(),
+                    strides: buf.strides_hint(),
                 }
             })
             .collect();
@@ -250,8 +251,8 @@ impl Module {
             .iter()
             .map(|v| Slot {
                 dtype: p.buffer(v.buf).dtype,
-                shape: v.shape.clone(),
-                strides: crate::graph::shape::contiguous_strides(&v.shape),
+                shape: hints(&v.shape),
+                strides: crate::graph::shape::contiguous_strides(&hints(&v.shape)),
             })
             .collect();
         let expected = (
@@ -475,7 +476,7 @@ pub fn memory_needed(scheduled: &Scheduled) -> Option<u64> {
         let n = v
             .shape
             .iter()
-            .fold(1i64, |n, &d| n.saturating_mul(d.max(0)));
+            .fold(1i64, |n, d| n.saturating_mul(d.hint().max(0)));
         let buf = p.buffer(v.buf);
         crate::memory::total([crate::memory::elements(n, dtype_bytes(buf)), f64_bytes(n)])
     });

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::index::{linear, unflatten, Index, Var};
+use super::index::{consts, linear, unflatten, Index, Size, Var};
 use super::ir::{
     Cond, Expr, ExprArena, ExprId, Indirect, Literal, ReduceKind, Reduction, Space, Store,
 };
@@ -351,12 +351,12 @@ impl<'a> KernelBuilder<'a> {
         fixed[dim] = Index::constant(0);
         Ok(Store {
             buf: target.buf,
-            index: linear(&fixed, &target.strides, target.offset),
+            index: linear(&fixed, &target.strides, target.offset.clone()),
             value,
             indirect: vec![Indirect {
                 value: at,
-                size: target.shape[dim],
-                stride: target.strides[dim],
+                size: target.shape[dim].clone(),
+                stride: target.strides[dim].clone(),
                 // PyTorch's index_copy refuses a negative index.
                 nonnegative: true,
             }],
@@ -564,11 +564,13 @@ impl<'a> KernelBuilder<'a> {
             shapes.push(self.meta(t)?.shape.clone());
         }
         let refs: Vec<&[i64]> = shapes.iter().map(Vec::as_slice).collect();
-        let plan = index_plan(&view.shape, indexed, &refs).map_err(|e| Illegal(e.to_string()))?;
-        let mut at = Index::constant(view.offset);
+        let shape = consts(&view.shape)
+            .ok_or_else(|| Illegal("advanced indexing of a symbolic shape".into()))?;
+        let plan = index_plan(&shape, indexed, &refs).map_err(|e| Illegal(e.to_string()))?;
+        let mut at = Index::Const(view.offset.clone());
         for (o, dim) in plan.out_dims.iter().enumerate() {
             if let Some(d) = dim {
-                at = at.plus(idx[o].clone().times(view.strides[*d]));
+                at = at.plus(idx[o].clone().times(view.strides[*d].clone()));
             }
         }
         let k = plan.index_shape.len();
@@ -578,8 +580,8 @@ impl<'a> KernelBuilder<'a> {
             let value = self.operand(&args[1 + j], &plan.index_shape, &bidx, DType::Int64)?;
             indirect.push(Indirect {
                 value,
-                size: view.shape[d],
-                stride: view.strides[d],
+                size: view.shape[d].clone(),
+                stride: view.strides[d].clone(),
                 nonnegative,
             });
         }
@@ -598,23 +600,24 @@ impl<'a> KernelBuilder<'a> {
         if view.shape.is_empty() {
             let indirect = vec![Indirect {
                 value,
-                size: 1,
-                stride: 0,
+                size: Size::from(1),
+                stride: Size::from(0),
                 nonnegative: false,
             }];
-            return Ok(self.indirect_load(&view, Index::constant(view.offset), indirect));
+            let at = Index::Const(view.offset.clone());
+            return Ok(self.indirect_load(&view, at, indirect));
         }
         let d = wrap_dim(dim, view.shape.len()).map_err(|e| Illegal(e.to_string()))?;
-        let mut at = Index::constant(view.offset);
+        let mut at = Index::Const(view.offset.clone());
         for (k, i) in idx.iter().enumerate() {
             if k != d {
-                at = at.plus(i.clone().times(view.strides[k]));
+                at = at.plus(i.clone().times(view.strides[k].clone()));
             }
         }
         let indirect = vec![Indirect {
             value,
-            size: view.shape[d],
-            stride: view.strides[d],
+            size: view.shape[d].clone(),
+            stride: view.strides[d].clone(),
             nonnegative: false,
         }];
         Ok(self.indirect_load(&view, at, indirect))

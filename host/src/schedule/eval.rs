@@ -10,7 +10,7 @@
 //! hidden by a sequential order); products use a blocked matrix product.
 
 use super::ids::IdVec;
-use super::index::Var;
+use super::index::{hints, Var};
 use super::ir::ExprId;
 use super::ir::{
     BufferId, BufferKind, Expr, ExternCall, ExternOp, Kernel, Literal, Program, ReduceKind, Step,
@@ -53,7 +53,7 @@ pub fn memory_needed(s: &Scheduled) -> Option<u64> {
         f64_bytes(
             v.shape
                 .iter()
-                .fold(1i64, |n, &d| n.saturating_mul(d.max(0))),
+                .fold(1i64, |n, d| n.saturating_mul(d.hint().max(0))),
         )
     });
     crate::memory::total(buffers.chain(outputs))
@@ -176,9 +176,9 @@ fn view_tensor(p: &Program, v: &View, storage: &Storage) -> Result<Tensor, Error
     let values = &storage[v.buf];
     Ok(Tensor {
         dtype: p.buffer(v.buf).dtype,
-        shape: v.shape.clone(),
-        strides: v.strides.clone(),
-        offset: v.offset,
+        shape: hints(&v.shape),
+        strides: hints(&v.strides),
+        offset: v.offset.hint(),
         data: std::sync::Arc::new(copy_of(values, values.len())?),
     })
 }
@@ -314,12 +314,12 @@ fn indirect_offset(
         let value = vals[i.value];
         let what = "an index tensor";
         let w = if i.nonnegative {
-            crate::interp::model::checked_nonnegative_index(value, i.size, what)
+            crate::interp::model::checked_nonnegative_index(value, i.size.hint(), what)
         } else {
-            crate::interp::model::checked_index(value, i.size, what)
+            crate::interp::model::checked_index(value, i.size.hint(), what)
         }
         .map_err(Error)?;
-        at += w * i.stride;
+        at += w * i.stride.hint();
     }
     Ok(at)
 }
@@ -410,7 +410,7 @@ fn interpreted(
     op: &crate::graph::Op,
 ) -> Result<Vec<f64>, Error> {
     let out = p.buffer(e.out);
-    let meta = crate::graph::TensorMeta::contiguous(out.shape.clone(), out.dtype);
+    let meta = crate::graph::TensorMeta::contiguous(out.shape_hint(), out.dtype);
     let tensors = e
         .args
         .iter()
@@ -443,7 +443,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         let out = p.buffer(e.out);
         let values = interpreted(p, e, storage, &op)?;
         // A result planned channels-last lies in its buffer's strides.
-        storage[e.out] = laid_out(values, &out.shape, &out.strides)?;
+        storage[e.out] = laid_out(values, &out.shape_hint(), &out.strides_hint())?;
         return Ok(());
     }
     if let ExternOp::IndexCopy { dim, .. } = &e.op {
@@ -461,7 +461,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     {
         let out = p.buffer(e.out);
         // The result is `[B, H, L, Ev]`; a `heads_inner` buffer holds it `[B, L, H, Ev]`.
-        let mut shape = out.shape.clone();
+        let mut shape = out.shape_hint();
         if *heads_inner {
             if shape.len() != 4 {
                 return Err(Error(format!(
@@ -517,7 +517,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
             e.op, a.shape, b.shape
         )));
     }
-    let out_shape = crate::graph::infer::matmul_shape(&a.shape, &b.shape)
+    let out_shape = crate::graph::infer::matmul_shape(&hints(&a.shape), &hints(&b.shape))
         .map_err(|err| Error(format!("extern product: {err}")))?;
     let product = crate::interp::matmul_raw(
         &view_tensor(p, a, storage)?,

@@ -617,6 +617,49 @@ pub fn unflatten<S: Clone + Into<Size>>(flat: Index, shape: &[S], ranges: &Range
     out
 }
 
+/// Sizes of integers (a static shape or strides).
+pub fn sizes(values: &[i64]) -> Vec<Size> {
+    values.iter().map(|&v| Size::from(v)).collect()
+}
+
+/// The product of `sizes` (past 64 bits: `i64::MAX`, which no allocation meets).
+pub fn product(sizes: &[Size]) -> Size {
+    sizes
+        .iter()
+        .try_fold(Size::from(1), |acc, s| acc.mul(s))
+        .unwrap_or_else(|_| Size::from(i64::MAX))
+}
+
+/// Row-major strides of `shape` (a dim of size 0 or 1 steps as if it were 1, as
+/// `graph::shape::contiguous_strides` does).
+pub fn contiguous(shape: &[Size]) -> Vec<Size> {
+    let mut strides = vec![Size::from(1); shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        let next = &shape[d + 1];
+        let step = match next.as_const() {
+            Some(c) => Size::from(c.max(1)),
+            None => next.clone(),
+        };
+        strides[d] = strides[d + 1]
+            .mul(&step)
+            .unwrap_or_else(|_| Size::from(i64::MAX));
+    }
+    strides
+}
+
+/// The integers of sizes that are all constants; `None` where one is symbolic, and
+/// the caller takes its general path (a copy instead of a view, say) or refuses.
+pub fn consts(sizes: &[Size]) -> Option<Vec<i64>> {
+    sizes.iter().map(Size::as_const).collect()
+}
+
+/// The sizes at their hints: what decisions read. (Until the code generators take
+/// symbolic sizes, step 4 of `docs/dynamic-shapes.md`, no program with size symbols
+/// reaches them, so they may also read these as the values.)
+pub fn hints(sizes: &[Size]) -> Vec<i64> {
+    sizes.iter().map(Size::hint).collect()
+}
+
 /// The linear offset of a multi-dimensional index with these strides (integers or
 /// [`Size`]s).
 pub fn linear<S: Clone + Into<Size>>(

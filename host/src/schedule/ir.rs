@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use super::ids::{entity_id, EntityId, IdVec};
-use super::index::{Index, Var};
+use super::index::{Index, Size, Var};
 use crate::graph::dtype::DType;
 use crate::graph::ops::{BinaryOp, UnaryOp};
 
@@ -47,24 +47,34 @@ pub struct Buffer {
     /// Element type.
     pub dtype: DType,
     /// Sizes.
-    pub shape: Vec<i64>,
+    pub shape: Vec<Size>,
     /// Strides in elements.
-    pub strides: Vec<i64>,
+    pub strides: Vec<Size>,
     /// Where the storage comes from.
     pub kind: BufferKind,
 }
 
 impl Buffer {
-    /// Elements.
+    /// Elements, at the size symbols' hints (what decisions read).
     pub fn numel(&self) -> i64 {
         self.shape
             .iter()
-            .fold(1i64, |n, &d| n.saturating_mul(d.max(0)))
+            .fold(1i64, |n, d| n.saturating_mul(d.hint().max(0)))
     }
 
-    /// Bytes of storage.
+    /// Bytes of storage, at the hints.
     pub fn bytes(&self) -> i64 {
         self.numel().saturating_mul(self.dtype.size_bytes() as i64)
+    }
+
+    /// The sizes at the hints.
+    pub fn shape_hint(&self) -> Vec<i64> {
+        self.shape.iter().map(Size::hint).collect()
+    }
+
+    /// The strides at the hints.
+    pub fn strides_hint(&self) -> Vec<i64> {
+        self.strides.iter().map(Size::hint).collect()
     }
 }
 
@@ -199,9 +209,9 @@ pub struct Indirect {
     /// The index value (an integer expression of the kernel).
     pub value: ExprId,
     /// The size of the dim it indexes.
-    pub size: i64,
+    pub size: Size,
     /// Elements per step along that dim.
-    pub stride: i64,
+    pub stride: Size,
     /// A negative value is out of range instead of counted from the end
     /// (`embedding`, as PyTorch's embedding refuses one; `index` and `gather` wrap it).
     pub nonnegative: bool,
@@ -681,11 +691,11 @@ pub struct View {
     /// The buffer.
     pub buf: BufferId,
     /// Sizes of the view.
-    pub shape: Vec<i64>,
+    pub shape: Vec<Size>,
     /// Strides of the view.
-    pub strides: Vec<i64>,
+    pub strides: Vec<Size>,
     /// Offset in elements.
-    pub offset: i64,
+    pub offset: Size,
 }
 
 /// An extern call writing `out`.

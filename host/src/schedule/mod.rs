@@ -26,6 +26,7 @@ pub use ir::{Buffer, BufferId, BufferKind, Kernel, Program, Step};
 use crate::graph::ir::Graph;
 use build::KernelBuilder;
 use fuse::Group;
+use index::Size;
 use lower::SKind;
 
 /// Why a graph cannot be scheduled.
@@ -422,9 +423,13 @@ fn split_attention(
     if rank < 3 || k.shape.len() != rank || v.shape.len() != rank {
         return;
     }
-    let rows = q.shape[rank - 2];
-    let pairs: i64 = q.shape[..rank - 2].iter().product();
-    let keys = k.shape[rank - 2];
+    // Decided at the sizes' hints; the scratch buffer is sized for every size.
+    let pair_dims = index::product(&q.shape[..rank - 2]);
+    let (rows, pairs, keys) = (
+        q.shape[rank - 2].hint(),
+        pair_dims.hint(),
+        k.shape[rank - 2].hint(),
+    );
     let units = i64::from(units);
     if units == 0 || rows > 16 || pairs <= 0 || pairs >= units {
         return;
@@ -438,13 +443,18 @@ fn split_attention(
     }
     // The largest power of two within the cap (the combining kernel's range of splits).
     let n = 1i64 << (63 - cap.leading_zeros());
-    let ev = v.shape[rank - 1];
-    let size = pairs * rows * n * (ev + 2);
+    let per_row = v.shape[rank - 1]
+        .add(&Size::from(2))
+        .and_then(|e| e.scale(n));
+    let Ok(row_values) = per_row else {
+        return;
+    };
+    let size = index::product(&[pair_dims, q.shape[rank - 2].clone(), row_values]);
     let scratch = buffers.push(ir::Buffer {
         name: "attention_splits".into(),
         dtype: crate::graph::dtype::DType::Float32,
         shape: vec![size],
-        strides: vec![1],
+        strides: vec![Size::from(1)],
         kind: BufferKind::Computed,
     });
     *splits = n as u32;
@@ -466,7 +476,8 @@ fn index_copies_in_place(program: &mut Program, memory: &MemoryPlan, state: &[Bu
             continue;
         };
         let (old, new) = (program.buffer(x.buf), program.buffer(e.out));
-        let whole = x.offset == 0 && x.shape == old.shape && x.strides == old.strides;
+        let whole =
+            x.offset.as_const() == Some(0) && x.shape == old.shape && x.strides == old.strides;
         let ok = whole
             && state.contains(&x.buf)
             && (&old.shape, &old.strides, old.dtype) == (&new.shape, &new.strides, new.dtype)

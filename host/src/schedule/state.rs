@@ -9,7 +9,7 @@
 //! each, `memcpy32_post` in a profile), twelve per step; stored by the kernel
 //! that computes them, they cost nothing.
 
-use super::index::{Index, Var};
+use super::index::{Index, Size, Var};
 use super::ir::{BufferId, BufferKind, Cond, Expr, Kernel, Program, Step, Store, View};
 use crate::graph::ir::State;
 
@@ -28,7 +28,9 @@ pub(super) fn write_state_in_place(program: &mut Program, state: &[State]) {
             continue;
         };
         let (old, new) = (program.buffer(input), program.buffer(out.buf));
-        let whole = out.offset == 0 && out.shape == new.shape && out.strides == new.strides;
+        let whole = out.offset.as_const() == Some(0)
+            && out.shape == new.shape
+            && out.strides == new.strides;
         let same = (&old.shape, &old.strides, old.dtype) == (&new.shape, &new.strides, new.dtype);
         if out.buf == input || !whole || !same || !matches!(new.kind, BufferKind::Computed) {
             continue;
@@ -70,7 +72,7 @@ pub(super) fn write_state_in_place(program: &mut Program, state: &[State]) {
             buf: input,
             shape,
             strides,
-            offset: 0,
+            offset: Size::from(0),
         };
     }
     for buf in redirected {

@@ -497,4 +497,33 @@ mod tests {
         assert!(fits_i32(&Index::Var(Var::R), 1, (1 << 31) - 1));
         assert!(!fits_i32(&Index::Var(Var::R), 1, (1 << 31) + 1));
     }
+
+    #[test]
+    fn a_symbolic_size_is_a_c_expression_and_never_narrow() {
+        let mut table = crate::graph::sym::Symbols::default();
+        let s0 = table.add("batch", 1, 64).unwrap();
+        let batch = Size::symbol(s0, &table);
+        let i = Index::var(Var::X)
+            .times(batch.scale(768).unwrap())
+            .plus(Index::Const(
+                batch
+                    .add(&Size::from(-3))
+                    .unwrap()
+                    .floor_div(&Size::from(2), &table)
+                    .unwrap(),
+            ));
+        let c = index_text(&i, IndexStyle::WIDE);
+        // The symbol by its id (never its name from the input), and Python's floor
+        // division spelled out in C.
+        assert!(
+            c.contains("768*ks0") && !c.contains("batch") && !c.contains("//"),
+            "{c}"
+        );
+        assert!(
+            c.contains("((ks0 - 3) / 2 - (((ks0 - 3) % 2 != 0) && (((ks0 - 3) < 0) != (2 < 0))))"),
+            "{c}"
+        );
+        // No claim of 32-bit arithmetic over a size the kernel does not know.
+        assert!(!fits_i32(&i, 4, 1));
+    }
 }

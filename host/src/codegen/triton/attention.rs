@@ -36,6 +36,7 @@ use crate::codegen::heuristics::LaunchHeuristics;
 use crate::codegen::namer::Namer;
 use crate::graph::dtype::DType;
 use crate::plugins::defaults;
+use crate::schedule::index::{hints, Size};
 use crate::schedule::ir::{ExternCall, ExternOp, Program, Step, View};
 
 /// One generated attention kernel (shared by every launch with the same
@@ -116,8 +117,8 @@ pub struct Attention {
 /// one head) or 4, with stride 0 wherever the view's size is 1 and the query's
 /// is not (a broadcast).
 fn strides4(v: &View, want: &[i64]) -> [i64; 4] {
-    let mut shape = v.shape.clone();
-    let mut strides = v.strides.clone();
+    let mut shape = hints(&v.shape);
+    let mut strides = hints(&v.strides);
     // Right-align to the wanted rank (a mask may have fewer dims).
     while shape.len() < want.len() {
         shape.insert(0, 1);
@@ -276,7 +277,7 @@ fn aligned_params(
 ) -> Vec<String> {
     let pointers = launch.pointers.iter().map(|v| {
         let bytes = program.buffer(v.buf).dtype.size_bytes() as i64;
-        v.offset.saturating_mul(bytes) % 16 == 0
+        v.offset.hint().saturating_mul(bytes) % 16 == 0
     });
     let scalars = launch
         .scalars
@@ -298,8 +299,8 @@ fn wide(launch: &AttentionLaunch) -> bool {
             .shape
             .iter()
             .zip(&v.strides)
-            .map(|(&d, &s)| (d - 1).max(0).saturating_mul(s.abs()))
-            .fold(v.offset, i64::saturating_add);
+            .map(|(d, s)| (d.hint() - 1).max(0).saturating_mul(s.hint().abs()))
+            .fold(v.offset.hint(), i64::saturating_add);
         last >= i64::from(i32::MAX)
     })
 }
@@ -440,16 +441,17 @@ impl<'a> Operands<'a> {
                 v.shape.len()
             )));
         }
+        let (qh, kh, vh) = (hints(&q.shape), hints(&k.shape), hints(&v.shape));
         let (z, h) = if rank == 4 {
-            (q.shape[0], q.shape[1])
+            (qh[0], qh[1])
         } else {
-            (q.shape[0], 1)
+            (qh[0], 1)
         };
-        let (l, e_q) = (q.shape[rank - 2], q.shape[rank - 1]);
-        let (s, e_v) = (k.shape[rank - 2], v.shape[rank - 1]);
-        let hk = if rank == 4 { k.shape[1] } else { 1 };
+        let (l, e_q) = (qh[rank - 2], qh[rank - 1]);
+        let (s, e_v) = (kh[rank - 2], vh[rank - 1]);
+        let hk = if rank == 4 { kh[1] } else { 1 };
         let group = if hk > 1 && h % hk == 0 { h / hk } else { 1 };
-        let mut q_full = q.shape.clone();
+        let mut q_full = qh.clone();
         let qs = strides4(q, &q_full);
         // Key/value: batch and head dims broadcast from 1 where the query's are larger,
         // except grouped heads, which the kernel indexes as h / GROUP.
@@ -458,8 +460,8 @@ impl<'a> Operands<'a> {
             if rank == 4 {
                 want[1] = if group > 1 { hk } else { h };
             }
-            want[rank - 2] = t.shape[rank - 2];
-            want[rank - 1] = t.shape[rank - 1];
+            want[rank - 2] = t.shape[rank - 2].hint();
+            want[rank - 1] = t.shape[rank - 1].hint();
             want
         };
         let ks = strides4(k, &kv_want(k));
@@ -482,9 +484,9 @@ impl<'a> Operands<'a> {
             buf: e.out,
             shape,
             strides,
-            offset: 0,
+            offset: Size::from(0),
         };
-        let os = strides4(&out, &out.shape);
+        let os = strides4(&out, &hints(&out.shape));
         Ok(Operands {
             q,
             k,
@@ -679,7 +681,7 @@ fn plan(
                 buf: scratch,
                 shape: buf.shape.clone(),
                 strides: buf.strides.clone(),
-                offset: 0,
+                offset: Size::from(0),
             };
             pointers.push(view.clone());
             let rows = heads.saturating_mul(ops.l);

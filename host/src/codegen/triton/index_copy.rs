@@ -15,6 +15,7 @@ use super::Error;
 use crate::codegen::heuristics::LaunchHeuristics;
 use crate::codegen::namer::Namer;
 use crate::graph::dtype::DType;
+use crate::schedule::index::{hints, Size};
 use crate::schedule::ir::{ExternOp, Program, Step, View};
 
 /// Elements one program copies per step: few, so that even a decoding step's one row
@@ -55,9 +56,9 @@ pub fn write(
             continue;
         }
         let pad = 4 - rank;
-        let four = |v: &[i64], fill: i64| -> Vec<i64> {
+        let four = |v: &[Size], fill: i64| -> Vec<i64> {
             std::iter::repeat_n(fill, pad)
-                .chain(v.iter().copied())
+                .chain(v.iter().map(Size::hint))
                 .collect()
         };
         let out = program.buffer(e.out);
@@ -68,16 +69,16 @@ pub fn write(
                 buf: e.out,
                 shape: out.shape.clone(),
                 strides: out.strides.clone(),
-                offset: 0,
+                offset: Size::from(0),
             }
         };
         let dim4 = (*dim + pad) as i64;
-        let numel: i64 = source.shape.iter().product();
+        let numel: i64 = hints(&source.shape).iter().product();
         let mut scalars = four(&source.shape, 1);
         scalars.extend(four(&source.strides, 0));
         scalars.extend(four(&dst.strides, 0));
-        scalars.push(index.strides.first().copied().unwrap_or(0));
-        scalars.extend([dst.shape[*dim], numel]);
+        scalars.push(index.strides.first().map_or(0, Size::hint));
+        scalars.extend([dst.shape[*dim].hint(), numel]);
         let dtype = out.dtype;
         // 32-bit index arithmetic (64-bit division costs a GPU tens of instructions)
         // unless an offset into an operand reaches 2^31.
@@ -143,8 +144,8 @@ fn extent(v: &View) -> i64 {
     v.shape
         .iter()
         .zip(&v.strides)
-        .map(|(&d, &s)| (d - 1).max(0).saturating_mul(s.abs()))
-        .fold(v.offset.saturating_add(1), i64::saturating_add)
+        .map(|(d, s)| (d.hint() - 1).max(0).saturating_mul(s.hint().abs()))
+        .fold(v.offset.hint().saturating_add(1), i64::saturating_add)
 }
 
 /// The plugin's warps for a pointwise kernel of `numel` elements (its first config), at

@@ -10,7 +10,7 @@ use super::{Expr, SymError, SymId, Symbols, Syntax};
 
 /// A size: an integer, or an expression over size symbols with its value at their
 /// hints ([module docs](self)).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Size {
     expr: Expr,
     hint: i64,
@@ -22,6 +22,24 @@ impl From<i64> for Size {
             expr: Expr::constant(c),
             hint: c,
         }
+    }
+}
+
+impl std::fmt::Display for Size {
+    /// The integer, or the expression in Python's syntax with each symbol as `ks<id>`
+    /// (as kernels name them).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.as_const() {
+            Some(c) => write!(f, "{c}"),
+            None => f.write_str(&self.display_with(&|s| format!("ks{}", s.0), Syntax::Python)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Size {
+    /// As [`Display`](std::fmt::Display): a list of sizes reads `[2, 8*ks0]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 

@@ -22,6 +22,7 @@ use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, NodeId, ValueId};
 use crate::graph::ops::{BinaryOp, Op};
 use crate::graph::views;
+use crate::schedule::index::Size;
 use crate::schedule::ir::{ExternOp, View};
 use crate::schedule::Error;
 
@@ -191,9 +192,9 @@ fn only_reader(graph: &Graph, value: ValueId, reader: NodeId) -> bool {
 fn as_bias(view: &View, rank: usize, n: i64) -> View {
     View {
         buf: view.buf,
-        shape: vec![n],
-        strides: vec![view.strides[rank - 1]],
-        offset: view.offset,
+        shape: vec![Size::from(n)],
+        strides: vec![view.strides[rank - 1].clone()],
+        offset: view.offset.clone(),
     }
 }
 

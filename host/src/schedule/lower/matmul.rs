@@ -4,6 +4,7 @@ use super::{contiguous_view, first_value, meta_of, node_of, Def, Lowered, SKind,
 use crate::graph::ir::{Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::shape::contiguous_strides;
 use crate::graph::views::view_strides;
+use crate::schedule::index::{consts, sizes, Size};
 use crate::schedule::ir::{ExternOp, View};
 use crate::schedule::Error;
 
@@ -41,8 +42,12 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
     // operand whose batch dims cannot be flattened as strided (a transposed head dim,
     // say) is copied to contiguous memory first.
     let flattened = |va: &View, vb: &View| -> Result<Flattened, Error> {
-        let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
-        let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
+        let fixed = |v: &View| Some((consts(&v.shape)?, consts(&v.strides)?));
+        let (Some((mut a_shape, mut a_strides)), Some((mut b_shape, mut b_strides))) =
+            (fixed(va), fixed(vb))
+        else {
+            return Err(unsupported("a batched matmul over symbolic sizes"));
+        };
         if a_shape.len() == 1 {
             a_shape.insert(0, 1);
             a_strides.insert(0, 0);
@@ -77,9 +82,9 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
                 let st = view_strides(shape, strides, &[bsize, rows, cols])?;
                 Some(View {
                     buf: view.buf,
-                    shape: vec![bsize, rows, cols],
-                    strides: st,
-                    offset: view.offset,
+                    shape: sizes(&[bsize, rows, cols]),
+                    strides: sizes(&st),
+                    offset: view.offset.clone(),
                 })
             };
         Ok((
@@ -129,9 +134,9 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
         v0,
         Def::Strided(View {
             buf,
-            shape: out_meta.shape.clone(),
-            strides: contiguous_strides(&out_meta.shape),
-            offset: 0,
+            shape: sizes(&out_meta.shape),
+            strides: sizes(&contiguous_strides(&out_meta.shape)),
+            offset: Size::from(0),
         }),
     );
     Ok(())

@@ -20,6 +20,7 @@ mod matmul;
 use std::collections::HashMap;
 
 use super::ids::{entity_id, IdVec};
+use super::index::{consts, contiguous, hints, sizes, Size};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
@@ -181,9 +182,9 @@ pub struct Lowered {
 fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
     View {
         buf,
-        shape: shape.to_vec(),
-        strides: contiguous_strides(shape),
-        offset: 0,
+        shape: sizes(shape),
+        strides: sizes(&contiguous_strides(shape)),
+        offset: Size::from(0),
     }
 }
 
@@ -197,8 +198,8 @@ impl Lowered {
         self.buffers.push(super::ir::Buffer {
             name: name.to_string(),
             dtype: meta.dtype,
-            shape: meta.shape.clone(),
-            strides: contiguous_strides(&meta.shape),
+            shape: sizes(&meta.shape),
+            strides: sizes(&contiguous_strides(&meta.shape)),
             kind,
         })
     }
@@ -245,8 +246,9 @@ impl Lowered {
                 let base = self.as_view(graph, src, through_nodes)?;
                 let view = view_of_view(&node.op, &base, *output)?;
                 // The graph's metadata and the view agree on a validated graph.
-                (Some(&view.shape) == node.outputs.get(*output as usize).map(|m| &m.shape))
-                    .then_some(view)
+                (Some(view.shape.clone())
+                    == node.outputs.get(*output as usize).map(|m| sizes(&m.shape)))
+                .then_some(view)
             }
             Def::Literal { .. } => None,
         }
@@ -266,13 +268,13 @@ impl Lowered {
 /// The strided view output `output` of view op `op` makes of `base`, if
 /// strides can express it (`graph::views` describes every view once).
 fn view_of_view(op: &Op, base: &View, output: u32) -> Option<View> {
-    let map = views::view_map(op, &base.shape, output).ok()?;
-    let (strides, offset) = map.restride(&base.strides, base.offset)?;
+    let map = views::view_map(op, &consts(&base.shape)?, output).ok()?;
+    let (strides, offset) = map.restride(&consts(&base.strides)?, base.offset.as_const()?)?;
     Some(View {
         buf: base.buf,
-        shape: map.out_shape,
-        strides,
-        offset,
+        shape: sizes(&map.out_shape),
+        strides: sizes(&strides),
+        offset: Size::from(offset),
     })
 }
 
@@ -561,9 +563,10 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
         } else {
             low.realize_view(graph, value)?
         };
-        let last = low.conv_channels_last && is_channels_last(&view.shape, &view.strides);
+        let last =
+            low.conv_channels_last && is_channels_last(&hints(&view.shape), &hints(&view.strides));
         channels_last |= last;
-        let dense = last || view.strides == contiguous_strides(&view.shape);
+        let dense = last || view.strides == contiguous(&view.shape);
         args.push(if dense {
             view
         } else {
@@ -579,13 +582,13 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
         let s = &low.snodes[sid];
         let (buf, shape) = (s.buf, s.meta.shape.clone());
         let strides = channels_last_strides(&shape);
-        low.buffers[buf].strides = strides.clone();
+        low.buffers[buf].strides = sizes(&strides);
         // Readers see the buffer through its strides, as they see an input's.
         let view = View {
             buf,
-            shape,
-            strides,
-            offset: 0,
+            shape: sizes(&shape),
+            strides: sizes(&strides),
+            offset: Size::from(0),
         };
         low.defs.insert(v0, Def::Strided(view));
     }
@@ -668,7 +671,9 @@ fn scatter_target(graph: &Graph, low: &Lowered, id: NodeId) -> Option<View> {
         return None;
     }
     match low.defs.get(&x)? {
-        Def::Strided(view) if view.offset == 0 && view.shape == low.buffers[view.buf].shape => {
+        Def::Strided(view)
+            if view.offset.as_const() == Some(0) && view.shape == low.buffers[view.buf].shape =>
+        {
             Some(view.clone())
         }
         _ => None,
@@ -785,9 +790,9 @@ fn lower_attention(
         v0,
         Def::Strided(View {
             buf,
-            shape: meta.shape.clone(),
-            strides: vec![strides[0], strides[2], strides[1], strides[3]],
-            offset: 0,
+            shape: sizes(&meta.shape),
+            strides: sizes(&[strides[0], strides[2], strides[1], strides[3]]),
+            offset: Size::from(0),
         }),
     );
     Ok(())

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::schedule::index::{hints, product};
 use crate::schedule::ir::{BufferId, View};
 use crate::schedule::Scheduled;
 
@@ -116,9 +117,9 @@ impl Layout {
         }
         for (i, v) in p.outputs.iter().enumerate() {
             let buf = p.buffer(v.buf);
-            let whole = v.offset == 0
-                && v.shape.iter().product::<i64>() == buf.numel()
-                && crate::graph::shape::is_dense(&v.shape, &v.strides)
+            let whole = v.offset.as_const() == Some(0)
+                && product(&v.shape) == product(&buf.shape)
+                && crate::graph::shape::is_dense(&hints(&v.shape), &hints(&v.strides))
                 && buf.numel() > 0
                 && !fills.contains(&v.buf);
             if let Some(&s) = slot_of.get(&v.buf) {

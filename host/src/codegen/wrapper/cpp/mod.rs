@@ -47,6 +47,8 @@ use super::super::namer::{sanitize, word_set, Namer, WordSet};
 use super::super::weights;
 use crate::graph::dtype::DType;
 use crate::graph::ops::ConstData;
+use crate::graph::sym::Syntax;
+use crate::schedule::index::{hints, size_text, Size};
 use crate::schedule::ir::{BufferId, BufferKind, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 use layout::Layout;
@@ -533,24 +535,25 @@ fn conv_call(
         ));
     };
     let y = p.buffer(e.out);
+    let (x_shape, w_shape, y_shape) = (hints(&x.shape), hints(&w.shape), y.shape_hint());
     // [N, C, L] with [O, C/g, K] is [N, C, 1, L] with [O, C/g, 1, K]: the same memory.
     let (xs, ws, ys, stride, padding, dilation) = match (x.shape.len(), stride.len()) {
         (3, 1) if w.shape.len() == 3 && y.shape.len() == 3 => {
             let tall = |s: &[i64]| vec![s[0], s[1], 1, s[2]];
             let pair = |v: &[i64], unit: i64| vec![unit, v.first().copied().unwrap_or(unit)];
             (
-                tall(&x.shape),
-                tall(&w.shape),
-                tall(&y.shape),
+                tall(&x_shape),
+                tall(&w_shape),
+                tall(&y_shape),
                 pair(stride, 1),
                 pair(padding, 0),
                 pair(dilation, 1),
             )
         }
         (4, 2) if w.shape.len() == 4 && y.shape.len() == 4 => (
-            x.shape.clone(),
-            w.shape.clone(),
-            y.shape.clone(),
+            x_shape,
+            w_shape,
+            y_shape,
             stride.to_vec(),
             padding.to_vec(),
             dilation.to_vec(),
@@ -582,7 +585,7 @@ fn conv_call(
             numel(&ws),
             numel(&ys)
         )?;
-        for (v, buf, off) in [("kiln_cx", x.buf, x.offset), ("kiln_cw", w.buf, w.offset)] {
+        for (v, buf, off) in [("kiln_cx", x.buf, &x.offset), ("kiln_cw", w.buf, &w.offset)] {
             writeln!(
                 out,
                 "    for (size_t i = 0; i < {v}.size(); ++i) {v}[i] = {};",
@@ -597,7 +600,13 @@ fn conv_call(
             "kiln_cy.data()".to_string(),
         )
     } else {
-        (name(x.buf), x.offset, name(w.buf), w.offset, name(e.out))
+        (
+            name(x.buf),
+            x.offset.hint(),
+            name(w.buf),
+            w.offset.hint(),
+            name(e.out),
+        )
     };
     writeln!(
         out,
@@ -687,12 +696,16 @@ fn extern_call(
     }
     // (batch, stride) then the two matrix dims.
     let (batch, a_sb, b_sb) = if rank == 3 {
-        (a.shape[0], a.strides[0], b.strides[0])
+        (a.shape[0].hint(), a.strides[0].hint(), b.strides[0].hint())
     } else {
         (1, 0, 0)
     };
     let o = rank - 2;
-    let (m, k, n) = (a.shape[o], a.shape[o + 1], b.shape[o + 1]);
+    let (m, k, n) = (
+        a.shape[o].hint(),
+        a.shape[o + 1].hint(),
+        b.shape[o + 1].hint(),
+    );
     let d = p.buffer(e.out).dtype;
     if d == DType::Bool {
         return Err(Error::Unsupported("a matrix product of bool".into()));
@@ -747,25 +760,26 @@ fn index_copy_call(
             x.shape, ix.shape, src.shape
         )));
     }
+    let c = |s: &Size| size_text(s, Syntax::C);
     // A loop per dim over `shape`, around `body` (with `i{d}` the indices; `dim` is `j`
     // where `skip` says so).
-    let nest = |out: &mut String, shape: &[i64], skip: Option<usize>, body: &str| {
+    let nest = |out: &mut String, shape: &[Size], skip: Option<usize>, body: &str| {
         let mut text = String::new();
         for (d, n) in shape.iter().enumerate() {
             if Some(d) != skip {
-                text += &format!("for (int64_t i{d} = 0; i{d} < {n}; ++i{d}) ");
+                text += &format!("for (int64_t i{d} = 0; i{d} < {}; ++i{d}) ", c(n));
             }
         }
         writeln!(out, "        {text}{body}")
     };
-    let at = |offset: i64, strides: &[i64], dim_as: Option<(usize, &str)>| -> String {
-        let mut terms = vec![offset.to_string()];
+    let at = |offset: &Size, strides: &[Size], dim_as: Option<(usize, &str)>| -> String {
+        let mut terms = vec![c(offset)];
         for (d, s) in strides.iter().enumerate() {
             let i = match dim_as {
                 Some((k, v)) if k == d => v.to_string(),
                 _ => format!("i{d}"),
             };
-            terms.push(format!("{i} * {s}"));
+            terms.push(format!("{i} * {}", c(s)));
         }
         terms.join(" + ")
     };
@@ -773,29 +787,30 @@ fn index_copy_call(
     writeln!(out, "    {{  // index_copy along dim {dim}")?;
     let copy = format!(
         "{o}[{}] = {}[{}];",
-        at(0, &dst.strides, None),
+        at(&Size::from(0), &dst.strides, None),
         name(x.buf),
-        at(x.offset, &x.strides, None)
+        at(&x.offset, &x.strides, None)
     );
     nest(out, &x.shape, None, &copy)?;
     // A 0-d index is one index.
     let (k, step) = (
-        ix.shape.first().copied().unwrap_or(1),
-        ix.strides.first().copied().unwrap_or(0),
+        ix.shape.first().cloned().unwrap_or(Size::from(1)),
+        ix.strides.first().cloned().unwrap_or(Size::from(0)),
     );
-    writeln!(out, "        for (int64_t j = 0; j < {k}; ++j) {{")?;
+    writeln!(out, "        for (int64_t j = 0; j < {}; ++j) {{", c(&k))?;
     writeln!(
         out,
-        "        const int64_t t = kiln_index_nonnegative(static_cast<int64_t>({}[{} + j * {step}]), {});",
+        "        const int64_t t = kiln_index_nonnegative(static_cast<int64_t>({}[{} + j * {}]), {});",
         name(ix.buf),
-        ix.offset,
-        dst.shape[dim]
+        c(&ix.offset),
+        c(&step),
+        c(&dst.shape[dim])
     )?;
     let write = format!(
         "{o}[{}] = {}[{}];",
-        at(0, &dst.strides, Some((dim, "t"))),
+        at(&Size::from(0), &dst.strides, Some((dim, "t"))),
         name(src.buf),
-        at(src.offset, &src.strides, Some((dim, "j")))
+        at(&src.offset, &src.strides, Some((dim, "j")))
     );
     nest(out, &src.shape, Some(dim), &write)?;
     writeln!(out, "        }}")?;
@@ -812,16 +827,16 @@ fn copy_out(
 ) -> Result<(), Error> {
     let d = p.buffer(v.buf).dtype;
     let ty = storage_type(d);
-    let numel: i64 = v.shape.iter().product();
+    let (shape, strides, offset) = (hints(&v.shape), hints(&v.strides), v.offset.hint());
+    let numel: i64 = shape.iter().product();
     if numel <= 0 {
         return Ok(());
     }
-    if crate::graph::shape::is_dense(&v.shape, &v.strides) {
+    if crate::graph::shape::is_dense(&shape, &strides) {
         writeln!(
             out,
-            "    std::memcpy(outputs[{i}], {} + {}, sizeof({ty}) * {numel});",
+            "    std::memcpy(outputs[{i}], {} + {offset}, sizeof({ty}) * {numel});",
             name(v.buf),
-            v.offset
         )?;
     } else {
         let list = |xs: &[i64]| {
@@ -834,11 +849,11 @@ fn copy_out(
             out,
             "    {{\n        static const int64_t shape[] = {{{}}};\n        static const int64_t strides[] = {{{}}};\n        \
              kiln_copy_out(outputs[{i}], {}, sizeof({ty}), {}, shape, strides, {});\n    }}",
-            list(&v.shape),
-            list(&v.strides),
+            list(&shape),
+            list(&strides),
             name(v.buf),
-            v.shape.len(),
-            v.offset
+            shape.len(),
+            offset
         )?;
     }
     Ok(())

@@ -186,7 +186,7 @@ impl CallWriter<'_> {
     /// the storage's, and read such an input from the wrong place).
     fn view(&self, v: &View) -> String {
         let b = self.program().buffer(v.buf);
-        if v.shape == b.shape && v.strides == b.strides && v.offset == 0 {
+        if v.shape == b.shape && v.strides == b.strides && v.offset.as_const() == Some(0) {
             self.name(v.buf).to_string()
         } else {
             format!(
@@ -526,7 +526,7 @@ impl CallWriter<'_> {
     /// A view as a kernel's pointer argument: the buffer, or the buffer from
     /// the view's offset on (the kernel takes the strides separately).
     fn pointer(&self, v: &View) -> String {
-        if v.offset == 0 {
+        if v.offset.as_const() == Some(0) {
             self.name(v.buf).to_string()
         } else {
             format!("{}[{}:]", self.flat(v.buf), v.offset)
@@ -540,7 +540,7 @@ impl CallWriter<'_> {
             .shape
             .iter()
             .zip(&buf.strides)
-            .map(|(&d, &s)| (d - 1).max(0) * s)
+            .map(|(d, s)| (d.hint() - 1).max(0) * s.hint())
             .sum::<i64>()
             + 1;
         format!("reinterpret_tensor({}, ({extent},), (1,), 0)", self.name(b))

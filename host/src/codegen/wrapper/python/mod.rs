@@ -167,17 +167,15 @@ pub fn torch_dtype(d: DType) -> &'static str {
     }
 }
 
-/// A Python tuple of integers.
-fn tuple(values: &[i64]) -> String {
+/// A Python tuple of integers or sizes (a symbolic size as `ks<id>`, the name the
+/// wrapper binds it to).
+fn tuple<T: std::fmt::Display>(values: &[T]) -> String {
     match values {
         [] => "()".to_string(),
         [one] => format!("({one},)"),
         many => format!(
             "({})",
-            many.iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            many.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
         ),
     }
 }

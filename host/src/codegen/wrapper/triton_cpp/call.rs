@@ -14,6 +14,7 @@ use super::{Error, Writer, DEPENDENT_LAUNCH_FUNCTION};
 use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::index_copy::IndexCopyLaunch;
 use crate::codegen::triton::KernelInfo;
+use crate::schedule::index::{hints, Size};
 use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Step, View};
 
 impl Writer<'_> {
@@ -52,8 +53,8 @@ impl Writer<'_> {
             if self.layout.in_place(i, v) || self.state_output(v.buf) == Some(i) {
                 continue;
             }
-            let bytes =
-                v.shape.iter().product::<i64>().max(0) * p.buffer(v.buf).dtype.size_bytes() as i64;
+            let numel = hints(&v.shape).iter().product::<i64>().max(0);
+            let bytes = numel * p.buffer(v.buf).dtype.size_bytes() as i64;
             if bytes > 0 {
                 let from = self.pointer(v)?;
                 writeln!(
@@ -173,10 +174,10 @@ impl Writer<'_> {
     /// A view as a device pointer expression (its buffer from the view's offset).
     fn pointer(&self, v: &View) -> Result<String, Error> {
         let name = self.name(v.buf)?;
-        Ok(if v.offset == 0 {
+        Ok(if v.offset.as_const() == Some(0) {
             name.to_string()
         } else {
-            let bytes = v.offset * self.p.buffer(v.buf).dtype.size_bytes() as i64;
+            let bytes = v.offset.hint() * self.p.buffer(v.buf).dtype.size_bytes() as i64;
             format!("static_cast<void*>(static_cast<unsigned char*>({name}) + {bytes})")
         })
     }
@@ -327,8 +328,8 @@ impl Writer<'_> {
         let x = &e.args[0];
         let result = self.name(e.out)?.to_string();
         let from = self.pointer(x)?;
-        let bytes =
-            x.shape.iter().product::<i64>().max(0) * self.p.buffer(x.buf).dtype.size_bytes() as i64;
+        let numel = hints(&x.shape).iter().product::<i64>().max(0);
+        let bytes = numel * self.p.buffer(x.buf).dtype.size_bytes() as i64;
         let in_place = matches!(e.op, ExternOp::IndexCopy { in_place: true, .. });
         let skip = if in_place {
             format!("{result} != {from} && ")
@@ -359,7 +360,7 @@ impl Writer<'_> {
             buf: e.out,
             shape: out.shape.clone(),
             strides: out.strides.clone(),
-            offset: 0,
+            offset: Size::from(0),
         };
         let (a, b, c) = (self.pointer(a)?, self.pointer(b)?, self.pointer(&out_view)?);
         writeln!(

@@ -6,6 +6,7 @@ use crate::codegen::triton;
 use crate::graph::dtype::DType;
 use crate::graph::shape::is_dense;
 use crate::plugins::cpp_text::defines_function;
+use crate::schedule::index::hints;
 use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
@@ -99,7 +100,9 @@ pub fn check(
                 }
                 ExternOp::IndexCopy { .. } => {
                     let x = &e.args[0];
-                    if !kernels.index_copies.contains_key(&i) || !is_dense(&x.shape, &x.strides) {
+                    if !kernels.index_copies.contains_key(&i)
+                        || !is_dense(&hints(&x.shape), &hints(&x.strides))
+                    {
                         return Err(Error::Unsupported(format!(
                             "an index_copy of {} dims into a tensor of strides {:?}: Kiln's C++ \
                              wrapper for Triton devices copies at most four dims, into a dense \
@@ -121,7 +124,7 @@ pub fn check(
         }
     }
     for (i, v) in p.outputs.iter().enumerate() {
-        if !is_dense(&v.shape, &v.strides) {
+        if !is_dense(&hints(&v.shape), &hints(&v.strides)) {
             return Err(Error::Unsupported(format!(
                 "output {i} is a strided view (sizes {:?}, strides {:?}) of another tensor: Kiln's \
                  C++ wrapper for Triton devices returns dense tensors only (make it contiguous in \
@@ -202,17 +205,21 @@ pub(super) fn gemm(p: &Program, e: &ExternCall) -> Result<Gemm, Error> {
         )));
     }
     let o = rank - 2;
-    let (m, k, n) = (a.shape[o], a.shape[o + 1], b.shape[o + 1]);
-    let batch = if rank == 3 { a.shape[0] } else { 1 };
-    if !is_dense(&out.shape, &out.strides) {
+    let (m, k, n) = (
+        a.shape[o].hint(),
+        a.shape[o + 1].hint(),
+        b.shape[o + 1].hint(),
+    );
+    let batch = if rank == 3 { a.shape[0].hint() } else { 1 };
+    if !is_dense(&out.shape_hint(), &out.strides_hint()) {
         return Err(Error::Unsupported(format!(
             "`{}` into a strided buffer",
             e.op.name()
         )));
     }
     let operand = |v: &View, rows: i64, cols: i64, what: &str| {
-        blas_operand(rows, cols, v.strides[o], v.strides[o + 1])
-            .map(|(t, ld)| (t, ld, if rank == 3 { v.strides[0] } else { 0 }))
+        blas_operand(rows, cols, v.strides[o].hint(), v.strides[o + 1].hint())
+            .map(|(t, ld)| (t, ld, if rank == 3 { v.strides[0].hint() } else { 0 }))
             .ok_or_else(|| {
                 Error::Unsupported(format!(
                     "`{}` whose {what} operand (sizes {:?}, strides {:?}) has no unit-stride dim, \
@@ -257,7 +264,10 @@ pub(super) fn state_output(p: &Program, b: BufferId) -> Option<usize> {
     }
     let buf = p.buffer(b);
     p.outputs.iter().position(|v| {
-        v.buf == b && v.offset == 0 && v.shape == buf.shape && v.strides == buf.strides
+        v.buf == b
+            && v.offset.as_const() == Some(0)
+            && v.shape == buf.shape
+            && v.strides == buf.strides
     })
 }
 

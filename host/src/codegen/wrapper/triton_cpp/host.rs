@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::{Error, Writer};
 use crate::graph::dtype::DType;
+use crate::schedule::index::hints;
 use crate::schedule::ir::Program;
 
 impl Writer<'_> {
@@ -38,12 +39,12 @@ fn write_run_host(out: &mut String, p: &Program, stream_type: &str) -> std::fmt:
     let ins: Vec<i64> = p
         .inputs
         .iter()
-        .map(|b| bytes(&p.buffer(*b).shape, p.buffer(*b).dtype))
+        .map(|b| bytes(&p.buffer(*b).shape_hint(), p.buffer(*b).dtype))
         .collect();
     let outs: Vec<i64> = p
         .outputs
         .iter()
-        .map(|v| bytes(&v.shape, p.buffer(v.buf).dtype))
+        .map(|v| bytes(&hints(&v.shape), p.buffer(v.buf).dtype))
         .collect();
     writeln!(
         out,
@@ -90,12 +91,12 @@ fn write_signature(out: &mut String, p: &Program) -> std::fmt::Result {
     let inputs: Vec<(Vec<i64>, DType)> = p
         .inputs
         .iter()
-        .map(|b| (p.buffer(*b).shape.clone(), p.buffer(*b).dtype))
+        .map(|b| (p.buffer(*b).shape_hint(), p.buffer(*b).dtype))
         .collect();
     let outputs: Vec<(Vec<i64>, DType)> = p
         .outputs
         .iter()
-        .map(|v| (v.shape.clone(), p.buffer(v.buf).dtype))
+        .map(|v| (hints(&v.shape), p.buffer(v.buf).dtype))
         .collect();
     for (what, tensors) in [("input", inputs), ("output", outputs)] {
         let ranks: Vec<String> = tensors.iter().map(|(s, _)| s.len().to_string()).collect();

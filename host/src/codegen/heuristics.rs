@@ -240,8 +240,8 @@ pub fn kernel_configs(
         .unwrap_or(4);
     let (configs, method) = if k.is_reduction() {
         let query = ReductionQuery {
-            rows: k.space.x.max(0) as u64,
-            row_len: k.space.r.max(0) as u64,
+            rows: k.space.x_hint().max(0) as u64,
+            row_len: k.space.r_hint().max(0) as u64,
             element_bytes,
         };
         let hint = reduction_hint(program, k);
@@ -254,7 +254,7 @@ pub fn kernel_configs(
                     // A plugin that cannot see the passes: the host prefers
                     // whole rows for an outer reduction that reads them again.
                     if hint == ReductionHint::Outer && passes > 1 {
-                        prefer_whole_rows(&mut configs, k.space.r);
+                        prefer_whole_rows(&mut configs, k.space.r_hint());
                     }
                     (configs, "hinted_reduction_configs")
                 }
@@ -263,7 +263,7 @@ pub fn kernel_configs(
         }
     } else {
         let query = PointwiseQuery {
-            numel: k.space.x.max(0) as u64,
+            numel: k.space.x_hint().max(0) as u64,
             element_bytes,
         };
         (heuristics.pointwise_configs(query)?, "pointwise_configs")

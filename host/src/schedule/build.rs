@@ -30,8 +30,9 @@ type Built<T> = Result<T, Illegal>;
 
 /// The index over `shape` of a node placed in `space`, if its shape splits
 /// into the kernel's rows and reduction elements, or is one value per row.
-pub fn space_index(shape: &[i64], space: Space) -> Option<Vec<Index>> {
+pub fn space_index(shape: &[i64], space: &Space) -> Option<Vec<Index>> {
     let ranges = space.ranges();
+    let space = space.fixed()?;
     let numel: i64 = shape.iter().product();
     // One value per row (an epilogue of the kernel's reductions) or per element.
     if numel == space.x {
@@ -87,7 +88,8 @@ fn rows_then_elements(
 /// computes its row `x / divisor` (a layer norm's statistics over one token,
 /// read by every output column of a one-row product, `passes::few_rows`).
 /// Each of its rows is then computed `divisor` times, once per kernel row.
-pub fn broadcast_rows(rows: i64, space: Space) -> Option<i64> {
+pub fn broadcast_rows(rows: i64, space: &Space) -> Option<i64> {
+    let space = space.fixed()?;
     (space.r > 1 && space.inner == 1 && rows > 0 && rows < space.x && space.x % rows == 0)
         .then(|| space.x / rows)
 }
@@ -102,9 +104,9 @@ pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space>
             let r: i64 = dims.iter().map(|&d| shape[d]).product();
             let x: i64 = shape.iter().product::<i64>() / r.max(1);
             Some(Space {
-                x,
-                r,
-                inner: reduction_inner(shape, dims),
+                x: Size::from(x),
+                r: Size::from(r),
+                inner: Size::from(reduction_inner(shape, dims)),
             })
         }
         SKind::Extern { .. } => None,
@@ -179,7 +181,7 @@ impl<'a> KernelBuilder<'a> {
         }
         match &s.kind {
             SKind::Pointwise { value } => {
-                let idx = match space_index(&s.meta.shape, self.space) {
+                let idx = match space_index(&s.meta.shape, &self.space) {
                     Some(idx) => idx,
                     None => self.broadcast_index(id, &s.meta.shape)?,
                 };
@@ -208,15 +210,16 @@ impl<'a> KernelBuilder<'a> {
                     .collect();
                 let reduced: Vec<i64> = dims.iter().map(|&d| in_shape[d]).collect();
                 let rows = kept.iter().product::<i64>();
-                let divisor = broadcast_rows(rows, self.space).filter(|_| {
+                let extents = self.extents()?;
+                let divisor = broadcast_rows(rows, &self.space).filter(|_| {
                     reduction_inner(&in_shape, dims) == 1
-                        && reduced.iter().product::<i64>() == self.space.r
+                        && reduced.iter().product::<i64>() == extents.r
                 });
                 if let Some(divisor) = divisor {
                     self.divisors.insert(id, divisor);
-                } else if rows != self.space.x
-                    || reduced.iter().product::<i64>() != self.space.r
-                    || reduction_inner(&in_shape, dims) != self.space.inner
+                } else if rows != extents.x
+                    || reduced.iter().product::<i64>() != extents.r
+                    || reduction_inner(&in_shape, dims) != extents.inner
                 {
                     return Err(Illegal(format!(
                         "reduction space differs from {:?}",
@@ -285,6 +288,14 @@ impl<'a> KernelBuilder<'a> {
         Ok(())
     }
 
+    /// The kernel's extents as integers; a symbolic space is not built yet (step 3 of
+    /// `docs/dynamic-shapes.md`).
+    fn extents(&self) -> Built<super::ir::Extents> {
+        self.space
+            .fixed()
+            .ok_or_else(|| Illegal(format!("a symbolic iteration space {:?}", self.space)))
+    }
+
     /// The row of member `id` that the kernel's row computes: the kernel's own, or
     /// that divided by the member's divisor.
     fn row_of(&self, id: SNodeId) -> Index {
@@ -299,9 +310,9 @@ impl<'a> KernelBuilder<'a> {
     /// rows the kernel's divided.
     fn broadcast_index(&mut self, id: SNodeId, shape: &[i64]) -> Built<Vec<Index>> {
         let numel: i64 = shape.iter().product();
-        let r = self.space.r.max(1);
+        let r = self.extents()?.r.max(1);
         let divisor = (numel % r == 0)
-            .then(|| broadcast_rows(numel / r, self.space))
+            .then(|| broadcast_rows(numel / r, &self.space))
             .flatten()
             .ok_or_else(|| {
                 Illegal(format!(
@@ -330,12 +341,13 @@ impl<'a> KernelBuilder<'a> {
         dim: usize,
         target: &super::ir::View,
     ) -> Built<Store> {
-        if self.space.r > 1 && s.meta.numel() != self.space.x {
+        let extents = self.extents()?;
+        if extents.r > 1 && s.meta.numel() != extents.x {
             return Err(Illegal(
                 "a scatter joins a reduction kernel only as one element a row".into(),
             ));
         }
-        let idx = space_index(&s.meta.shape, self.space).ok_or_else(|| {
+        let idx = space_index(&s.meta.shape, &self.space).ok_or_else(|| {
             Illegal(format!(
                 "shape {:?} does not split into {:?}",
                 s.meta.shape, self.space

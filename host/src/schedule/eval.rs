@@ -288,7 +288,7 @@ fn run_kernel(p: &Program, k: &Kernel, storage: &mut Storage) -> Result<(), Erro
         .map(|s| varies[s.value] || s.index.uses(Var::R))
         .collect();
     let cells = cells(storage);
-    let rows = usize::try_from(k.space.x).unwrap_or(0);
+    let rows = usize::try_from(k.space.x_hint()).unwrap_or(0);
     (0..rows)
         .into_par_iter()
         .with_min_len(ROWS_PER_TASK)
@@ -344,7 +344,7 @@ fn run_row(
 ) -> Result<(), Error> {
     for (n, reduction) in k.reductions.iter().enumerate() {
         let mut acc = neutral(reduction.kind);
-        for r in 0..k.space.r {
+        for r in 0..k.space.r_hint() {
             eval_all(k, x, r, red, cells, vals)?;
             acc = round(
                 reduction.acc_dtype,
@@ -354,7 +354,7 @@ fn run_row(
         red[n] = acc;
     }
     for (s, varies) in k.stores.iter().zip(uses_r) {
-        let rs = if *varies { k.space.r } else { 1 };
+        let rs = if *varies { k.space.r_hint() } else { 1 };
         let dtype = p.buffer(s.buf).dtype;
         for r in 0..rs {
             if !holds(&s.guards, x, r) {

@@ -241,19 +241,19 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
             if members.len() >= MAX_KERNEL_NODES {
                 continue;
             }
-            let is_reduction = space.r > 1;
+            let is_reduction = space.is_reduction();
             // A pointwise kernel a reduction joins is re-tiled into its rows: each
             // member must be one value per row or per element (one broadcast across
             // the rows would be computed again per row: `takes_in` says where that pays).
-            let fits = |m: &SNodeId| space_index(&low.snodes[*m].meta.shape, space).is_some();
+            let fits = |m: &SNodeId| space_index(&low.snodes[*m].meta.shape, &space).is_some();
             let target = if *gspace == space
-                || (gspace.r == 1 && is_reduction && members.iter().all(fits))
+                || (gspace.r.as_const() == Some(1) && is_reduction && members.iter().all(fits))
             {
-                space
-            } else if !is_reduction && space_index(&low.snodes[id].meta.shape, *gspace).is_some() {
-                *gspace
-            } else if broadcast && takes_in(graph, low, &readers, members, *gspace, id, &reads) {
-                space
+                space.clone()
+            } else if !is_reduction && space_index(&low.snodes[id].meta.shape, gspace).is_some() {
+                gspace.clone()
+            } else if broadcast && takes_in(graph, low, &readers, members, gspace, id, &reads) {
+                space.clone()
             } else {
                 continue;
             };
@@ -274,7 +274,7 @@ pub fn fuse(graph: &Graph, low: &Lowered, broadcast: bool) -> Vec<Group> {
             }
             let mut trial = members.clone();
             trial.push(id);
-            if buildable(graph, low, &trial, target) {
+            if buildable(graph, low, &trial, target.clone()) {
                 best = Some((saved, g, target));
             }
         }
@@ -325,22 +325,25 @@ fn takes_in(
     low: &Lowered,
     readers: &IdVec<SNodeId, Vec<SNodeId>>,
     members: &[SNodeId],
-    group: Space,
+    group: &Space,
     id: SNodeId,
     reads: &Reads,
 ) -> bool {
     let Some(space) = natural_space(low, graph, id) else {
         return false;
     };
-    if group.r != space.r || broadcast_rows(group.x, space).is_none() {
+    let Some(rows) = group.x.as_const() else {
+        return false;
+    };
+    if group.r != space.r || broadcast_rows(rows, &space).is_none() {
         return false;
     }
     // Another reduction over the same space, which joins the kernel after `id`.
     let sibling = |r: SNodeId| {
         matches!(low.snodes[r].kind, SKind::Reduction { .. })
-            && natural_space(low, graph, r) == Some(space)
+            && natural_space(low, graph, r).as_ref() == Some(&space)
     };
-    let whole = space.x.saturating_mul(space.r);
+    let whole = space.x_hint().saturating_mul(space.r_hint());
     let reads_whole = reads
         .buffers
         .iter()

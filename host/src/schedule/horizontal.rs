@@ -87,7 +87,9 @@ fn apart(a: (Vec<BufferId>, Vec<BufferId>), b: (Vec<BufferId>, Vec<BufferId>)) -
 /// writes what the other reads or writes, and the two together move at most
 /// [`SMALL_BYTES`].
 fn merged(a: &Kernel, b: &Kernel, buffers: &IdVec<BufferId, Buffer>) -> Option<Kernel> {
-    let flat = |k: &Kernel| !k.is_reduction() && k.space.r == 1 && k.space.inner == 1;
+    let flat = |k: &Kernel| {
+        !k.is_reduction() && k.space.r.as_const() == Some(1) && k.space.inner.as_const() == Some(1)
+    };
     if !flat(a) || !flat(b) {
         return None;
     }
@@ -96,16 +98,18 @@ fn merged(a: &Kernel, b: &Kernel, buffers: &IdVec<BufferId, Buffer>) -> Option<K
     {
         return None;
     }
-    let space = Space::rows(a.space.x.max(b.space.x), 1);
+    let (ax, bx) = (a.space.x.as_const()?, b.space.x.as_const()?);
+    let space = Space::rows(ax.max(bx), 1);
     let mut exprs = ExprArena::default();
     let mut stores = Vec::new();
     for part in [a, b] {
         // Places past a smaller part's own space neither read nor store.
-        let guards: Vec<Cond> = if part.space.x < space.x {
+        let part_x = if std::ptr::eq(part, a) { ax } else { bx };
+        let guards: Vec<Cond> = if part_x < ax.max(bx) {
             vec![Cond {
                 index: Index::var(Var::X),
                 lo: 0,
-                hi: part.space.x,
+                hi: part_x,
             }]
         } else {
             Vec::new()

@@ -87,50 +87,103 @@ impl Buffer {
 /// (every reduction over trailing dims, every pointwise kernel) a row is a
 /// contiguous run; `x - x.mean(1, keepdim=True)` of a `[b, n, c]` tensor has
 /// `inner = c`, and the mean and the subtraction share one kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Space {
     /// Rows, or elements of a pointwise kernel.
-    pub x: i64,
+    pub x: Size,
     /// Elements reduced per row; 1 for a pointwise kernel.
-    pub r: i64,
+    pub r: Size,
     /// Elements after the reduced ones in a full value's layout; 1 when the
     /// reduced elements are innermost.
-    pub inner: i64,
+    pub inner: Size,
 }
 
 impl Space {
     /// A space whose rows are contiguous runs of `r` elements (`inner` 1).
-    pub fn rows(x: i64, r: i64) -> Space {
-        Space { x, r, inner: 1 }
-    }
-
-    /// Whether the kernel reduces.
-    pub fn is_reduction(self) -> bool {
-        self.r > 1
-    }
-
-    /// How an access at `index` of `element_bytes`-byte elements walks memory
-    /// in this space: the bytes it moves (every row and row element it is
-    /// indexed by), and whether it steps by one element along the row or across
-    /// rows. Steps are read off the index at the origin, so an access that
-    /// divides or wraps its index counts by its first step.
-    pub fn access(self, index: &super::index::Index, element_bytes: i64) -> MemoryWalk {
-        use super::index::Var;
-        let along = |var, extent: i64| if index.uses(var) { extent.max(1) } else { 1 };
-        let at = index.eval(0, 0);
-        MemoryWalk {
-            bytes: element_bytes
-                .saturating_mul(along(Var::X, self.x))
-                .saturating_mul(along(Var::R, self.r)),
-            unit_along_row: self.r > 1 && (index.eval(0, 1) - at).abs() == 1,
-            unit_across_rows: self.x > 1 && (index.eval(1, 0) - at).abs() == 1,
+    pub fn rows(x: impl Into<Size>, r: impl Into<Size>) -> Space {
+        Space {
+            x: x.into(),
+            r: r.into(),
+            inner: Size::from(1),
         }
     }
 
-    /// The loop ranges, for index simplification.
-    pub fn ranges(self) -> super::index::Ranges<'static> {
-        super::index::Ranges::fixed(self.x.max(1), self.r.max(1))
+    /// Whether the kernel reduces: `r` is more than 1, or symbolic (a loop over a
+    /// size that varies is a reduction loop even where it runs once).
+    pub fn is_reduction(&self) -> bool {
+        self.r.as_const().is_none_or(|r| r > 1)
     }
+
+    /// The extents, where all three are integers: what code that does not yet take
+    /// symbolic sizes reads (it then refuses a symbolic space, or takes a general
+    /// path).
+    pub fn fixed(&self) -> Option<Extents> {
+        Some(Extents {
+            x: self.x.as_const()?,
+            r: self.r.as_const()?,
+            inner: self.inner.as_const()?,
+        })
+    }
+
+    /// `x` at the size symbols' hints: what decisions read.
+    pub fn x_hint(&self) -> i64 {
+        self.x.hint()
+    }
+
+    /// `r` at the hints.
+    pub fn r_hint(&self) -> i64 {
+        self.r.hint()
+    }
+
+    /// `inner` at the hints.
+    pub fn inner_hint(&self) -> i64 {
+        self.inner.hint()
+    }
+
+    /// How an access at `index` of `element_bytes`-byte elements walks memory
+    /// in this space, at the hints: the bytes it moves (every row and row element
+    /// it is indexed by), and whether it steps by one element along the row or
+    /// across rows. Steps are read off the index at the origin, so an access that
+    /// divides or wraps its index counts by its first step.
+    pub fn access(&self, index: &super::index::Index, element_bytes: i64) -> MemoryWalk {
+        use super::index::Var;
+        let along = |var, extent: i64| if index.uses(var) { extent.max(1) } else { 1 };
+        let at = index.eval(0, 0);
+        let (x, r) = (self.x_hint(), self.r_hint());
+        MemoryWalk {
+            bytes: element_bytes
+                .saturating_mul(along(Var::X, x))
+                .saturating_mul(along(Var::R, r)),
+            unit_along_row: r > 1 && (index.eval(0, 1) - at).abs() == 1,
+            unit_across_rows: x > 1 && (index.eval(1, 0) - at).abs() == 1,
+        }
+    }
+
+    /// The loop ranges, for index simplification. (A symbolic extent is bounded by
+    /// its symbols' ranges once programs carry their symbols; until then by none,
+    /// which only forgoes simplifications.)
+    pub fn ranges(&self) -> super::index::Ranges<'static> {
+        let at_least_one = |s: &Size| match s.as_const() {
+            Some(c) => Size::from(c.max(1)),
+            None => s.clone(),
+        };
+        super::index::Ranges {
+            x: at_least_one(&self.x),
+            r: at_least_one(&self.r),
+            symbols: crate::graph::sym::Symbols::none(),
+        }
+    }
+}
+
+/// A [`Space`]'s extents as integers ([`Space::fixed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Extents {
+    /// [`Space::x`]
+    pub x: i64,
+    /// [`Space::r`]
+    pub r: i64,
+    /// [`Space::inner`]
+    pub inner: i64,
 }
 
 /// How one load or store walks memory ([`Space::access`]).

@@ -194,11 +194,11 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
         match group {
             Group::Kernel { members, space } => {
                 let space = &match options.tiling {
-                    Tiling::Flat => *space,
-                    Tiling::Tiles => tile::tiled_space(graph, &low, members, *space),
-                    Tiling::Rows => tile::row_space(graph, &low, members, *space),
+                    Tiling::Flat => space.clone(),
+                    Tiling::Tiles => tile::tiled_space(graph, &low, members, space.clone()),
+                    Tiling::Rows => tile::row_space(graph, &low, members, space.clone()),
                 };
-                let mut b = KernelBuilder::new(graph, &low, *space);
+                let mut b = KernelBuilder::new(graph, &low, space.clone());
                 for m in members {
                     b.add(*m).map_err(|e| {
                         Error::Internal(format!("a fused node no longer builds: {}", e.0))
@@ -216,7 +216,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
                     b.covers.clone(),
                     Pending::Kernel {
                         ops,
-                        space: *space,
+                        space: space.clone(),
                         exprs: b.exprs,
                         reductions: b.reductions,
                         stores: b.stores.into_iter().map(|(_, s)| s).collect(),
@@ -328,13 +328,13 @@ pub fn pre_fusion_text(graph: &Graph, options: &Options) -> Result<String, Error
                 let _ = writeln!(out, "  node {i} `{name}`: extern {}", s.op_name);
             }
             Some(space) => {
-                let mut b = KernelBuilder::new(graph, &low, space);
+                let mut b = KernelBuilder::new(graph, &low, space.clone());
                 b.add(id).map_err(|e| {
                     Error::Internal(format!("node `{name}` does not build alone: {}", e.0))
                 })?;
                 let k = Kernel::new(
                     vec![s.op_name],
-                    space,
+                    space.clone(),
                     b.exprs,
                     b.reductions,
                     b.stores.into_iter().map(|(_, s)| s).collect(),

@@ -134,8 +134,8 @@ fn reads_old_in_place(k: &Kernel, input: BufferId, numel: i64, stores: &[&Store]
 /// part's bound (`0 <= x < n`, [`super::horizontal`]); `None` for other guards.
 fn places(k: &Kernel, guards: &[Cond]) -> Option<i64> {
     match guards {
-        [] => Some(k.space.x),
-        [g] if g.index == Index::var(Var::X) && g.lo == 0 => Some(g.hi.min(k.space.x)),
+        [] => k.space.x.as_const(),
+        [g] if g.index == Index::var(Var::X) && g.lo == 0 => Some(g.hi.min(k.space.x.as_const()?)),
         _ => None,
     }
 }
@@ -144,7 +144,7 @@ fn places(k: &Kernel, guards: &[Cond]) -> Option<i64> {
 fn rebuilt(k: &Kernel, stores: Vec<Store>) -> Kernel {
     Kernel::new(
         k.ops.clone(),
-        k.space,
+        k.space.clone(),
         k.exprs.clone(),
         k.reductions.clone(),
         stores,

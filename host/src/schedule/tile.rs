@@ -19,10 +19,14 @@ const MIN_SIDE: i64 = 16;
 /// rows × row elements when that coalesces at least a quarter more of the
 /// bytes the kernel moves.
 pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space) -> Space {
-    if space.r != 1 || space.x < MIN_SIDE * MIN_SIDE {
+    // A symbolic space runs flat (tiles split its extent exactly).
+    let Some(extents) = space.fixed() else {
+        return space;
+    };
+    if extents.r != 1 || extents.x < MIN_SIDE * MIN_SIDE {
         return space;
     }
-    let Some((flat, total)) = coalesced_bytes(graph, low, members, space) else {
+    let Some((flat, total)) = coalesced_bytes(graph, low, members, &space) else {
         return space;
     };
     if flat >= total {
@@ -36,12 +40,12 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {
         rows *= size;
-        let row_len = space.x / rows.max(1);
+        let row_len = extents.x / rows.max(1);
         if size == 1 || rows < MIN_SIDE || row_len < MIN_SIDE {
             continue;
         }
         let tiled = Space::rows(rows, row_len);
-        if let Some((bytes, _)) = coalesced_bytes(graph, low, members, tiled) {
+        if let Some((bytes, _)) = coalesced_bytes(graph, low, members, &tiled) {
             if bytes > best.0 {
                 best = (bytes, tiled);
             }
@@ -58,14 +62,17 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
 /// split into rows of `n`, it steps by one. Among splits that do equally
 /// well, the longest rows win (fewer, longer vector loops).
 pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space) -> Space {
-    if space.r != 1 || space.x < MIN_ROW_SPLIT {
+    let Some(extents) = space.fixed() else {
+        return space;
+    };
+    if extents.r != 1 || extents.x < MIN_ROW_SPLIT {
         return space;
     }
-    let simd = |space: Space, index: &Index, _: i64| {
-        let inner = if space.r > 1 { Var::R } else { Var::X };
+    let simd = |space: &Space, index: &Index, _: i64| {
+        let inner = if space.is_reduction() { Var::R } else { Var::X };
         matches!(index.step_along(inner), Some(-1..=1))
     };
-    let Some((flat, total)) = walked_bytes(graph, low, members, space, simd) else {
+    let Some((flat, total)) = walked_bytes(graph, low, members, &space, simd) else {
         return space;
     };
     if flat >= total {
@@ -75,16 +82,16 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
         return space;
     };
     let shape = &low.snodes[*first].meta.shape;
-    let mut best = (flat, space);
+    let mut best = (flat, space.clone());
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {
         rows *= size;
-        let row_len = space.x / rows.max(1);
+        let row_len = extents.x / rows.max(1);
         if size == 1 || rows < 2 || row_len < MIN_ROW {
             continue;
         }
         let split = Space::rows(rows, row_len);
-        if let Some((bytes, _)) = walked_bytes(graph, low, members, split, simd) {
+        if let Some((bytes, _)) = walked_bytes(graph, low, members, &split, simd) {
             if bytes > best.0 {
                 best = (bytes, split);
             }
@@ -109,9 +116,9 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
     //   and an unstaged tile runs element by element ([64, 256, 256] ->
     //   (0, 2, 1) in float32 before staging: 2.2 ms flat, 3.7 tiled).
     if best.0 < total {
-        let tiled = tiled_space(graph, low, members, space);
-        if tiled.r > 1 {
-            let pays = |space: Space, index: &Index, bytes: i64| {
+        let tiled = tiled_space(graph, low, members, space.clone());
+        if tiled.is_reduction() {
+            let pays = |space: &Space, index: &Index, bytes: i64| {
                 let walk = space.access(index, 1);
                 let stride = (index.eval(0, 1) - index.eval(0, 0)).abs();
                 let staged = matches!(bytes, 2 | 4 | 8)
@@ -122,8 +129,8 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
                 walk.unit_across_rows && !walk.unit_along_row && (staged || stride >= PAGE_ELEMENTS)
             };
             let tile_pays =
-                walked_bytes(graph, low, members, tiled, pays).is_some_and(|(bytes, _)| bytes > 0);
-            if let Some((bytes, _)) = coalesced_bytes(graph, low, members, tiled) {
+                walked_bytes(graph, low, members, &tiled, pays).is_some_and(|(bytes, _)| bytes > 0);
+            if let Some((bytes, _)) = coalesced_bytes(graph, low, members, &tiled) {
                 if tile_pays && bytes >= best.0.saturating_add(total / 4) {
                     return tiled;
                 }
@@ -154,7 +161,7 @@ fn coalesced_bytes(
     graph: &Graph,
     low: &Lowered,
     members: &[SNodeId],
-    space: Space,
+    space: &Space,
 ) -> Option<(i64, i64)> {
     walked_bytes(graph, low, members, space, |space, index, _| {
         let access = space.access(index, 1);
@@ -169,10 +176,10 @@ fn walked_bytes(
     graph: &Graph,
     low: &Lowered,
     members: &[SNodeId],
-    space: Space,
-    good: impl Fn(Space, &Index, i64) -> bool,
+    space: &Space,
+    good: impl Fn(&Space, &Index, i64) -> bool,
 ) -> Option<(i64, i64)> {
-    let mut b = KernelBuilder::new(graph, low, space);
+    let mut b = KernelBuilder::new(graph, low, space.clone());
     for m in members {
         b.add(*m).ok()?;
     }

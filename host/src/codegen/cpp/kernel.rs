@@ -59,7 +59,7 @@ pub(super) fn write_kernel(
         })?;
 
     // Every index of the kernel, guards and selects included, decides together.
-    let (xe, re) = (k.space.x, k.space.r.max(1));
+    let (xe, re) = (k.space.x_hint(), k.space.r_hint().max(1));
     let mut indices: Vec<&crate::schedule::index::Index> =
         k.stores.iter().map(|s| &s.index).collect();
     for (id, _, _) in k.exprs.iter() {
@@ -97,7 +97,8 @@ pub(super) fn write_kernel(
     writeln!(
         w.out,
         "// {} x {}; parallel chunk {chunk} from the plugin's heuristics.",
-        k.space.x, k.space.r
+        k.space.x_hint(),
+        k.space.r_hint()
     )?;
     writeln!(w.out, "static void {name}({}) {{", params.join(", "))?;
     if pointwise {
@@ -110,7 +111,7 @@ pub(super) fn write_kernel(
     {
         w.outer_body(chunk, false)?;
     } else if !k.reductions.is_empty()
-        && (2..i64::from(r_step)).contains(&k.space.r)
+        && (2..i64::from(r_step)).contains(&k.space.r_hint())
         && RowPhases::of(k)
             .loops
             .iter()
@@ -234,7 +235,7 @@ impl Writer<'_> {
     /// block's first row (`x = xb`, `r = 0`); `load` reads the run into the
     /// tile, otherwise the tile is written to the run.
     fn stage_copy(&mut self, depth: usize, ptr: &str, index: &Index, tile: &str, load: bool) {
-        let (it, r, block) = (self.index_type(), self.k.space.r, self.stage_block);
+        let (it, r, block) = (self.index_type(), self.k.space.r_hint(), self.stage_block);
         self.line(depth, "{");
         self.line(
             depth + 1,
@@ -510,7 +511,7 @@ impl Writer<'_> {
     }
 
     fn pointwise_body(&mut self, chunk: u32) -> Result<(), Error> {
-        let x = self.k.space.x;
+        let x = self.k.space.x_hint();
         // Threads take whole chunks; inside one, a plain `omp simd` loop, which
         // compilers vectorise (GCC leaves a combined `parallel for simd` with a
         // chunked schedule scalar).
@@ -560,7 +561,7 @@ impl Writer<'_> {
     /// to row then reads (or writes) whole cache lines within the tile instead
     /// of one element of a line per element.
     fn tiled_body(&mut self, chunk: u32) -> Result<(), Error> {
-        let (x, r) = (self.k.space.x, self.k.space.r);
+        let (x, r) = (self.k.space.x_hint(), self.k.space.r_hint());
         let it = self.index_type();
         self.line(
             1,
@@ -734,7 +735,7 @@ impl Writer<'_> {
             fixed,
         } = RowPhases::of(k);
         let needed = self.needed();
-        let (x, r) = (k.space.x, k.space.r);
+        let (x, r) = (k.space.x_hint(), k.space.r_hint());
         let mut cache = RowCache::plan(k, &uses_r, r, &loops);
         // Nothing for what the stores only move (16-bit floats' bits).
         cache.keep_only(&needed);

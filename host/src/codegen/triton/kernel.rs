@@ -34,10 +34,10 @@ fn launches(
         .iter()
         .map(|c| {
             let x_block = c.x_block.max(1);
-            let programs = ceil_div(k.space.x, i64::from(x_block)).max(1) as u64;
+            let programs = ceil_div(k.space.x_hint(), i64::from(x_block)).max(1) as u64;
             // A tiled pointwise kernel also spreads its row elements over programs.
             let row_programs = if k.is_tiled() {
-                ceil_div(k.space.r, i64::from(c.r_block.max(1))).max(1) as u64
+                ceil_div(k.space.r_hint(), i64::from(c.r_block.max(1))).max(1) as u64
             } else {
                 1
             };
@@ -108,19 +108,19 @@ pub(super) fn write_kernel(
     let reduction = k.is_reduction();
     let configs = kernel_configs(program, k, heuristics).map_err(heuristics_failed)?;
     let first = configs[0];
-    let persistent = reduction && i64::from(first.r_block) >= k.space.r;
+    let persistent = reduction && i64::from(first.r_block) >= k.space.r_hint();
     let offered: Vec<LaunchConfig> = if options.autotune {
         configs
             .iter()
             .copied()
-            .filter(|c| !persistent || i64::from(c.r_block) >= k.space.r)
+            .filter(|c| !persistent || i64::from(c.r_block) >= k.space.r_hint())
             .collect()
     } else {
         vec![first]
     };
     let candidates = launches(k, &offered, heuristics).map_err(heuristics_failed)?;
     let launch = candidates[0].clone();
-    let int64_index = k.space.x.saturating_mul(k.space.r) >= i64::from(i32::MAX)
+    let int64_index = k.space.x_hint().saturating_mul(k.space.r_hint()) >= i64::from(i32::MAX)
         || k.params
             .iter()
             .any(|p| program.buffer(p.buf).numel() >= i64::from(i32::MAX));
@@ -166,10 +166,14 @@ pub(super) fn write_kernel(
             .map(|p| pointer_type(program.buffer(p.buf).dtype))
             .collect(),
         args: k.params.iter().map(|p| p.buf).collect(),
-        aligned: aligned_params(&names, k.space.x, reduction.then_some(k.space.r)),
+        aligned: aligned_params(
+            &names,
+            k.space.x_hint(),
+            reduction.then_some(k.space.r_hint()),
+        ),
         arg_names: names,
-        xnumel: k.space.x,
-        rnumel: reduction.then_some(k.space.r),
+        xnumel: k.space.x_hint(),
+        rnumel: reduction.then_some(k.space.r_hint()),
         int64_index,
         launch,
         dependent,
@@ -301,10 +305,10 @@ impl KernelWriter<'_> {
         // (`Options::runtime_rows`).
         if !int64 {
             if !self.runtime_rows {
-                self.line(1, &format!("xnumel = {}", self.k.space.x));
+                self.line(1, &format!("xnumel = {}", self.k.space.x_hint()));
             }
             if reduction {
-                self.line(1, &format!("rnumel = {}", self.k.space.r));
+                self.line(1, &format!("rnumel = {}", self.k.space.r_hint()));
             }
         }
         let shape = if reduction { "[:, None]" } else { "" };
@@ -396,7 +400,7 @@ impl KernelWriter<'_> {
             .iter()
             .any(|s| plan.phase[s.value] == 0 && !plan.uses_r[s.value]);
         // A row of no elements runs no loop step, and would never wait.
-        if !self.dependent || roots.is_empty() || stores_before || k.space.r <= 0 {
+        if !self.dependent || roots.is_empty() || stores_before || k.space.r_hint() <= 0 {
             return None;
         }
         let mut loop_needs = HashSet::new();

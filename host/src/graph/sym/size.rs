@@ -9,7 +9,8 @@
 use super::{Expr, SymError, SymId, Symbols, Syntax};
 
 /// A size: an integer, or an expression over size symbols with its value at their
-/// hints ([module docs](self)).
+/// hints ([module docs](self)). `Ord` is a canonical order for sorting and maps, not
+/// a comparison of values: compare [`Size::hint`]s to decide, and bounds to prove.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Size {
     expr: Expr,

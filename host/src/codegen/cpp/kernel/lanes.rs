@@ -40,7 +40,7 @@ impl Writer<'_> {
         cache: &RowCache,
         lanes: i64,
     ) -> Result<(), Error> {
-        let r = self.k.space.r;
+        let r = self.k.space.r_hint();
         let it = self.index_type();
         let whole = r / lanes * lanes;
         if reds.is_empty() {
@@ -215,7 +215,7 @@ impl Writer<'_> {
         whole: i64,
     ) -> Result<(), Error> {
         let k = self.k;
-        let r = k.space.r;
+        let r = k.space.r_hint();
         let it = self.index_type();
         let written: Vec<BufferId> = k.stores.iter().map(|s| s.buf).collect();
         let reads_written = k.exprs.iter().any(

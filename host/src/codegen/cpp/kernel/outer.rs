@@ -27,7 +27,7 @@ impl Writer<'_> {
         let k = self.k;
         let rows = RowPhases::of(k);
         let needed = self.needed();
-        let x = k.space.x;
+        let x = k.space.x_hint();
         let block = self.outer_block(chunk, stage);
         let it = self.index_type();
         // The block loop counts in the index type where the last block's end
@@ -83,7 +83,7 @@ impl Writer<'_> {
     /// Short rows staged in tiles take fewer at a time (a tile of 256 rows of up
     /// to 63 elements stays in L1 and L2).
     fn outer_block(&mut self, chunk: u32, stage: bool) -> i64 {
-        let x = self.k.space.x;
+        let x = self.k.space.x_hint();
         let block = ((i64::from(chunk) + 15) / 16)
             .saturating_mul(16)
             .clamp(16, OUTER_BLOCK)
@@ -126,7 +126,7 @@ impl Writer<'_> {
         staged_stores: &[StagedStore],
     ) -> Result<(), Error> {
         let k = self.k;
-        let (it, bt, r) = (self.index_type(), self.block_type, k.space.r);
+        let (it, bt, r) = (self.index_type(), self.block_type, k.space.r_hint());
         let simd = self.outer_simd();
         let (reds, stores) = &rows.loops[p];
         if p > 0 {
@@ -245,7 +245,7 @@ impl Writer<'_> {
     /// stores (buffer, index, pointer, tile).
     fn stage_rows(&mut self, block: i64) -> Result<Vec<StagedStore>, Error> {
         let k = self.k;
-        let r = k.space.r;
+        let r = k.space.r_hint();
         let contiguous = |index: &Index| {
             index.step_along(Var::R) == Some(1) && index.step_along(Var::X) == Some(r)
         };

@@ -854,8 +854,8 @@ impl<'a> KernelBuilder<'a> {
         sub[d] = idx[d].clone().plus(Index::constant(-last_off));
         let cond_last = Cond {
             index: idx[d].clone(),
-            lo: last_off,
-            hi: offset,
+            lo: Size::from(last_off),
+            hi: Size::from(offset),
         };
         self.guards.push(cond_last);
         let mut e = self.load(last, &sub);
@@ -864,8 +864,8 @@ impl<'a> KernelBuilder<'a> {
         for &(v, off, size) in pieces.iter().rev().skip(1) {
             let cond = Cond {
                 index: idx[d].clone(),
-                lo: off,
-                hi: off + size,
+                lo: Size::from(off),
+                hi: Size::from(off + size),
             };
             let mut sub = idx.to_vec();
             sub[d] = idx[d].clone().plus(Index::constant(-off));

@@ -259,7 +259,7 @@ fn eval_all(
             Expr::Cast(a) => v(*a),
             Expr::Select(c, a, b) => {
                 let i = c.index.eval(x, r);
-                if c.lo <= i && i < c.hi {
+                if c.lo.hint() <= i && i < c.hi.hint() {
                     v(*a)
                 } else {
                     v(*b)
@@ -328,7 +328,7 @@ fn indirect_offset(
 fn holds(guards: &[super::ir::Cond], x: i64, r: i64) -> bool {
     guards.iter().all(|g| {
         let i = g.index.eval(x, r);
-        g.lo <= i && i < g.hi
+        g.lo.hint() <= i && i < g.hi.hint()
     })
 }
 

@@ -12,7 +12,7 @@
 //! as one. Kernels over one space merge with no guards at all.
 
 use super::ids::IdVec;
-use super::index::{Index, Var};
+use super::index::{Index, Size, Var};
 use super::ir::{Buffer, BufferId, Cond, Expr, ExprArena, ExprId, Kernel, Space, Step, Store};
 use crate::graph::ir::NodeId;
 
@@ -108,8 +108,8 @@ fn merged(a: &Kernel, b: &Kernel, buffers: &IdVec<BufferId, Buffer>) -> Option<K
         let guards: Vec<Cond> = if part_x < ax.max(bx) {
             vec![Cond {
                 index: Index::var(Var::X),
-                lo: 0,
-                hi: part_x,
+                lo: Size::from(0),
+                hi: Size::from(part_x),
             }]
         } else {
             Vec::new()

@@ -203,9 +203,9 @@ pub struct Cond {
     /// The index tested.
     pub index: Index,
     /// Inclusive lower bound.
-    pub lo: i64,
+    pub lo: Size,
     /// Exclusive upper bound.
-    pub hi: i64,
+    pub hi: Size,
 }
 
 /// A literal of an expression.

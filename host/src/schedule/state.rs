@@ -135,7 +135,9 @@ fn reads_old_in_place(k: &Kernel, input: BufferId, numel: i64, stores: &[&Store]
 fn places(k: &Kernel, guards: &[Cond]) -> Option<i64> {
     match guards {
         [] => k.space.x.as_const(),
-        [g] if g.index == Index::var(Var::X) && g.lo == 0 => Some(g.hi.min(k.space.x.as_const()?)),
+        [g] if g.index == Index::var(Var::X) && g.lo.as_const() == Some(0) => {
+            Some(g.hi.as_const()?.min(k.space.x.as_const()?))
+        }
         _ => None,
     }
 }

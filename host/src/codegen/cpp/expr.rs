@@ -202,11 +202,11 @@ pub fn index_text(i: &Index, style: IndexStyle) -> String {
 /// in `int64_t`, so that the comparison is exact whatever the index's type).
 pub fn cond_text(c: &Cond, style: IndexStyle) -> String {
     let idx = index_text(&c.index, style);
-    format!(
-        "({} <= {idx} && {idx} < {})",
-        int_text(c.lo),
-        int_text(c.hi)
-    )
+    let bound = |s: &Size| match s.as_const() {
+        Some(c) => int_text(c),
+        None => size_text(s, Syntax::C),
+    };
+    format!("({} <= {idx} && {idx} < {})", bound(&c.lo), bound(&c.hi))
 }
 
 /// The neutral element of a reduction accumulating in `d`.
@@ -525,5 +525,15 @@ mod tests {
         );
         // No claim of 32-bit arithmetic over a size the kernel does not know.
         assert!(!fits_i32(&i, 4, 1));
+        // A cat piece's bounds over the symbol.
+        let piece = Cond {
+            index: Index::var(Var::X),
+            lo: batch.clone(),
+            hi: batch.scale(2).unwrap(),
+        };
+        assert_eq!(
+            cond_text(&piece, IndexStyle::WIDE),
+            "(ks0 <= x && x < (2*ks0))"
+        );
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::graph::dtype::DType;
 use crate::graph::ops::{BinaryOp, UnaryOp};
-use crate::schedule::index::Index;
+use crate::graph::sym::Syntax;
+use crate::schedule::index::{size_text, Index};
 use crate::schedule::ir::{Cond, Expr, ExprArena, ExprId, Literal, ReduceKind};
 
 /// The Triton dtype of a Kiln dtype.
@@ -63,10 +64,14 @@ pub fn literal_text(l: Literal) -> String {
 /// An index condition as a Triton boolean expression.
 pub fn cond_text(c: &Cond) -> String {
     let idx = format!("({})", c.index);
-    if c.lo <= 0 && index_nonnegative(&c.index) {
-        format!("({idx} < {})", c.hi)
+    let (lo, hi) = (
+        size_text(&c.lo, Syntax::Python),
+        size_text(&c.hi, Syntax::Python),
+    );
+    if c.lo.as_const().is_some_and(|lo| lo <= 0) && index_nonnegative(&c.index) {
+        format!("({idx} < {hi})")
     } else {
-        format!("(({} <= {idx}) & ({idx} < {}))", c.lo, c.hi)
+        format!("(({lo} <= {idx}) & ({idx} < {hi}))")
     }
 }
 

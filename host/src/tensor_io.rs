@@ -74,7 +74,7 @@ pub fn read_tensor(path: &Path, meta: &TensorMeta) -> Result<Tensor, Error> {
             expected,
             found,
             dtype: meta.dtype,
-            shape: meta.shape.clone(),
+            shape: meta.hint_shape(),
         });
     }
     let what = || format!("reading {}", path.display());
@@ -86,7 +86,7 @@ pub fn read_tensor(path: &Path, meta: &TensorMeta) -> Result<Tensor, Error> {
     for block in bytes.chunks(meta.dtype.size_bytes() << 16) {
         values.extend(meta.dtype.decode_le(block));
     }
-    Ok(Tensor::new(meta.shape.clone(), meta.dtype, values))
+    Ok(Tensor::new(meta.hint_shape(), meta.dtype, values))
 }
 
 /// Reads the inputs from `dir`: `NAME.bin` by name, else `inputN.bin` by position.
@@ -199,7 +199,7 @@ pub fn random_inputs(metas: &[TensorMeta], seed: u64) -> Vec<Tensor> {
         .map(|m| {
             let mut values = Vec::new();
             draw(m, None, &mut next, &mut values);
-            Tensor::new(m.shape.clone(), m.dtype, values)
+            Tensor::new(m.hint_shape(), m.dtype, values)
         })
         .collect()
 }
@@ -222,7 +222,7 @@ pub fn random_inputs_bounded(
             let what = || format!("drawing random input {i} ({}{:?})", m.dtype, m.shape);
             let mut values = crate::memory::try_vec(what, m.numel().max(0) as usize)?;
             draw(m, bound, &mut next, &mut values);
-            Ok(Tensor::new(m.shape.clone(), m.dtype, values))
+            Ok(Tensor::new(m.hint_shape(), m.dtype, values))
         })
         .collect()
 }

@@ -51,7 +51,12 @@ pub fn toml_graph(data: &[u8]) {
         .node_ids()
         .filter_map(|id| graph.node(id))
         .flat_map(|n| n.outputs.iter())
-        .map(|m| m.shape.iter().map(|&d| d.max(1) as u64).product::<u64>())
+        .map(|m| {
+            m.hint_shape()
+                .iter()
+                .map(|&d| d.max(1) as u64)
+                .product::<u64>()
+        })
         .fold(0u64, u64::saturating_add);
     if elements <= MAX_PASS_ELEMENTS {
         let _ = kiln::passes::run_pipeline(&mut graph);

@@ -190,7 +190,7 @@ impl InputArgs {
             };
             let n = meta.numel().max(0) as usize;
             let values = (0..n).map(|i| s.init.get(i)).collect();
-            inputs.push(Tensor::new(meta.shape.clone(), meta.dtype, values));
+            inputs.push(Tensor::new(meta.hint_shape(), meta.dtype, values));
         }
         Ok(inputs)
     }

@@ -527,7 +527,11 @@ fn dense_outputs(graph: &mut Graph) {
         else {
             continue;
         };
-        if crate::graph::shape::is_dense(&meta.shape, &meta.strides) {
+        if meta.strides == crate::graph::shape::contiguous_sizes(&meta.shape)
+            || meta
+                .fixed()
+                .is_some_and(|m| crate::graph::shape::is_dense(&m.shape, &m.strides))
+        {
             continue;
         }
         let name = graph.fresh_name("dense_output");
@@ -535,7 +539,7 @@ fn dense_outputs(graph: &mut Graph) {
             name,
             op: crate::graph::ops::Op::Clone,
             args: vec![Arg::Value(*v)],
-            outputs: vec![TensorMeta::contiguous(meta.shape.clone(), meta.dtype)],
+            outputs: vec![TensorMeta::contiguous_sizes(meta.shape.clone(), meta.dtype)],
             line: None,
         });
         *v = crate::graph::ir::ValueId { node, output: 0 };

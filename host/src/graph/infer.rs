@@ -10,7 +10,7 @@ mod linalg;
 pub mod model;
 mod pointwise;
 mod reduce;
-use super::ir::{Scalar, TensorMeta};
+use super::ir::{FixedMeta, Scalar};
 use super::ops::{BinaryOp, Op};
 use super::shape::{
     broadcast, contiguous_strides, numel, wrap_dim, wrap_dim_set, Shape, ShapeError,
@@ -22,7 +22,7 @@ use model as infer_model;
 #[derive(Clone, Copy, Debug)]
 pub enum ArgMeta<'a> {
     /// a tensor
-    Tensor(&'a TensorMeta),
+    Tensor(&'a FixedMeta),
     /// a number
     Scalar(Scalar),
 }
@@ -55,7 +55,7 @@ fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
     Err(InferError::Invalid(msg.into()))
 }
 
-fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a TensorMeta, InferError> {
+fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a FixedMeta, InferError> {
     match args.get(i) {
         Some(ArgMeta::Tensor(t)) => Ok(t),
         Some(ArgMeta::Scalar(s)) => invalid(format!(
@@ -90,9 +90,9 @@ pub fn elementwise(args: &[ArgMeta]) -> Result<(Shape, DType), InferError> {
     Ok((shape, dtype))
 }
 
-fn out(shape: Shape, dtype: DType) -> Result<Vec<TensorMeta>, InferError> {
+fn out(shape: Shape, dtype: DType) -> Result<Vec<FixedMeta>, InferError> {
     numel(&shape)?;
-    Ok(vec![TensorMeta::contiguous(shape, dtype)])
+    Ok(vec![FixedMeta::contiguous(shape, dtype)])
 }
 
 fn float_of(d: DType) -> DType {
@@ -118,7 +118,7 @@ fn op_name(op: BinaryOp) -> &'static str {
 }
 
 /// The output metadata of `op` applied to `args`.
-pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     match op {
         Op::Input { .. } | Op::Constant { .. } => {
             invalid("inputs and constants declare their own metadata")
@@ -241,7 +241,7 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
 
 /// Every output of a view op: the shape its [`views::view_map`] gives, with
 /// PyTorch's strides (a copy, or a reshape that cannot be a view, is contiguous).
-fn view(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+fn view(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     (0..views::output_count(op, &t.shape)?)
@@ -251,7 +251,7 @@ fn view(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
                 Some((strides, _)) if !views::copies(op) => strides,
                 _ => contiguous_strides(&map.out_shape),
             };
-            Ok(TensorMeta {
+            Ok(FixedMeta {
                 shape: map.out_shape,
                 strides,
                 dtype: t.dtype,
@@ -260,7 +260,7 @@ fn view(op: &Op, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
         .collect()
 }
 
-fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<TensorMeta>, InferError> {
+fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<FixedMeta>, InferError> {
     let first = tensor(args, 0)?;
     if first.rank() == 0 {
         return invalid("cat of 0-d tensors");
@@ -292,7 +292,7 @@ fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<TensorMeta>, InferError> {
     out(shape, dtype)
 }
 
-fn same_dtype(ts: &[&TensorMeta]) -> Result<(), InferError> {
+fn same_dtype(ts: &[&FixedMeta]) -> Result<(), InferError> {
     if let Some(t) = ts.iter().find(|t| t.dtype != ts[0].dtype) {
         return invalid(format!(
             "operands must have the same dtype, found {} and {}",
@@ -302,7 +302,7 @@ fn same_dtype(ts: &[&TensorMeta]) -> Result<(), InferError> {
     Ok(())
 }
 
-fn check_norm(t: &TensorMeta, ns: &[i64], params: &[ArgMeta]) -> Result<(), InferError> {
+fn check_norm(t: &FixedMeta, ns: &[i64], params: &[ArgMeta]) -> Result<(), InferError> {
     if ns.is_empty() || ns.len() > t.rank() || t.shape[t.rank() - ns.len()..] != *ns {
         return Err(InferError::Mismatch {
             what: "normalized_shape must be the input's trailing dims".into(),
@@ -346,7 +346,7 @@ pub fn reduced_shape(
     Ok(s)
 }
 
-fn mm_shape(a: &TensorMeta, b: &TensorMeta) -> Result<Shape, InferError> {
+fn mm_shape(a: &FixedMeta, b: &FixedMeta) -> Result<Shape, InferError> {
     if a.rank() != 2 || b.rank() != 2 || a.shape[1] != b.shape[0] {
         return Err(InferError::Mismatch {
             what: "mm needs [n, k] and [k, m]".into(),

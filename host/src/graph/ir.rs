@@ -9,7 +9,8 @@
 use super::dtype::DType;
 use super::ops::Op;
 pub use super::ops::Scalar;
-use super::shape::{contiguous_strides, Shape};
+use super::shape::{contiguous_sizes, contiguous_strides, sizes, Shape};
+use super::sym::Size;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
@@ -62,22 +63,24 @@ impl Arg {
     }
 }
 
-/// Shape, strides and dtype of a value.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub struct TensorMeta {
+/// Shape, strides and dtype of a value whose sizes are all integers: what shape
+/// inference's rules and the code that does not take symbolic sizes yet read
+/// ([`TensorMeta::fixed`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FixedMeta {
     /// sizes, outermost first
     pub shape: Shape,
-    /// strides in elements; views keep their input's strides as PyTorch does
+    /// strides in elements
     pub strides: Vec<i64>,
     /// element type
     pub dtype: DType,
 }
 
-impl TensorMeta {
+impl FixedMeta {
     /// A contiguous tensor.
-    pub fn contiguous(shape: Shape, dtype: DType) -> TensorMeta {
+    pub fn contiguous(shape: Shape, dtype: DType) -> FixedMeta {
         let strides = contiguous_strides(&shape);
-        TensorMeta {
+        FixedMeta {
             shape,
             strides,
             dtype,
@@ -94,6 +97,108 @@ impl TensorMeta {
         self.shape
             .iter()
             .fold(1i64, |a, &d| a.saturating_mul(d.max(0)))
+    }
+}
+
+impl From<FixedMeta> for TensorMeta {
+    fn from(m: FixedMeta) -> TensorMeta {
+        TensorMeta {
+            shape: sizes(&m.shape),
+            strides: sizes(&m.strides),
+            dtype: m.dtype,
+        }
+    }
+}
+
+/// Shape, strides and dtype of a value. Sizes are [`Size`]s: integers, or expressions
+/// over the graph's size symbols.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct TensorMeta {
+    /// sizes, outermost first
+    pub shape: Vec<Size>,
+    /// strides in elements; views keep their input's strides as PyTorch does
+    pub strides: Vec<Size>,
+    /// element type
+    pub dtype: DType,
+}
+
+impl TensorMeta {
+    /// A contiguous tensor of a static shape.
+    pub fn contiguous(shape: Shape, dtype: DType) -> TensorMeta {
+        let strides = contiguous_strides(&shape);
+        TensorMeta {
+            shape: sizes(&shape),
+            strides: sizes(&strides),
+            dtype,
+        }
+    }
+
+    /// A contiguous tensor of sizes that may be symbolic.
+    pub fn contiguous_sizes(shape: Vec<Size>, dtype: DType) -> TensorMeta {
+        let strides = contiguous_sizes(&shape);
+        TensorMeta {
+            shape,
+            strides,
+            dtype,
+        }
+    }
+
+    /// A tensor of a static shape and strides.
+    pub fn strided(shape: &[i64], strides: &[i64], dtype: DType) -> TensorMeta {
+        TensorMeta {
+            shape: sizes(shape),
+            strides: sizes(strides),
+            dtype,
+        }
+    }
+
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Element count at the size symbols' hints (saturating; validated shapes never
+    /// saturate): what decisions read, and exact for a static shape.
+    pub fn numel(&self) -> i64 {
+        self.shape
+            .iter()
+            .fold(1i64, |a, d| a.saturating_mul(d.hint().max(0)))
+    }
+
+    /// The metadata with integer sizes, where all are; `None` where one is symbolic
+    /// (the caller refuses, or takes a general path).
+    pub fn fixed(&self) -> Option<FixedMeta> {
+        Some(FixedMeta {
+            shape: self.fixed_shape()?,
+            strides: self.fixed_strides()?,
+            dtype: self.dtype,
+        })
+    }
+
+    /// The sizes, where all are integers; `None` where one is symbolic (the caller
+    /// refuses, or takes a general path).
+    pub fn fixed_shape(&self) -> Option<Shape> {
+        self.shape.iter().map(Size::as_const).collect()
+    }
+
+    /// The strides, where all are integers.
+    pub fn fixed_strides(&self) -> Option<Vec<i64>> {
+        self.strides.iter().map(Size::as_const).collect()
+    }
+
+    /// The sizes at the hints: what decisions read.
+    pub fn hint_shape(&self) -> Shape {
+        self.shape.iter().map(Size::hint).collect()
+    }
+
+    /// The strides at the hints.
+    pub fn hint_strides(&self) -> Vec<i64> {
+        self.strides.iter().map(Size::hint).collect()
+    }
+
+    /// Whether no size or stride is symbolic.
+    pub fn is_static(&self) -> bool {
+        self.shape.iter().chain(&self.strides).all(Size::is_const)
     }
 }
 
@@ -280,6 +385,12 @@ impl Graph {
         self.node(v.node)?.outputs.get(v.output as usize)
     }
 
+    /// Value `v`'s metadata with integer sizes; `None` where it has none or a
+    /// symbolic size (passes that rewrite by shape leave such a value alone).
+    pub fn fixed_meta(&self, v: ValueId) -> Option<FixedMeta> {
+        self.meta(v)?.fixed()
+    }
+
     /// All node ids in an unspecified order.
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.g.node_indices().map(NodeId)
@@ -321,7 +432,7 @@ impl Graph {
                         .first()
                         .and_then(|a| a.value())
                         .and_then(|v| self.meta(v))
-                        .map(|m| m.shape.clone())
+                        .map(TensorMeta::hint_shape)
                 };
                 let size = match &node.op {
                     Op::Index { indexed, .. } if u.operand >= 1 => {

@@ -22,7 +22,9 @@ pub use dtype::DType;
 pub use front::{
     is_pt2, load, load_toml, load_toml_with, load_with, parse_toml, parse_toml_with, LoadOptions,
 };
-pub use ir::{Arg, Graph, Node, NodeId, Scalar, SizeChoice, State, TensorMeta, Use, ValueId};
+pub use ir::{
+    Arg, FixedMeta, Graph, Node, NodeId, Scalar, SizeChoice, State, TensorMeta, Use, ValueId,
+};
 pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, PadMode, ReduceOp, UnaryOp};
 pub use verify::{infer_node, revalidate, validate, verify};
 

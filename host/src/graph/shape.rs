@@ -4,8 +4,33 @@
 //! Pure functions on small vectors; this module must never know about nodes or ops, so
 //! that the interpreter and the later lowering can share it.
 
+use super::sym::Size;
+
 /// A tensor's sizes, outermost first.
 pub type Shape = Vec<i64>;
+
+/// [`Size`]s of integers.
+pub fn sizes(values: &[i64]) -> Vec<Size> {
+    values.iter().map(|&v| Size::from(v)).collect()
+}
+
+/// Row-major strides of sizes that may be symbolic (a size of 0 or 1 counts as 1, as
+/// [`contiguous_strides`] does; a symbolic size counts as itself, and the strides of
+/// an empty tensor are never read).
+pub fn contiguous_sizes(shape: &[Size]) -> Vec<Size> {
+    let mut strides = vec![Size::from(1); shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        let next = &shape[d + 1];
+        let step = match next.as_const() {
+            Some(c) => Size::from(c.max(1)),
+            None => next.clone(),
+        };
+        strides[d] = strides[d + 1]
+            .mul(&step)
+            .unwrap_or_else(|_| Size::from(i64::MAX));
+    }
+    strides
+}
 
 /// Why a shape computation failed; the caller adds the node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

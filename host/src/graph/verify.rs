@@ -32,11 +32,31 @@ pub fn infer_outputs(g: &Graph, id: NodeId) -> Result<Vec<super::TensorMeta>, Er
     if matches!(node.op, Op::Input { .. } | Op::Constant { .. }) {
         return Ok(node.outputs.clone());
     }
+    // The rules take integer sizes: a symbolic operand is refused by name until they
+    // take symbols (docs/dynamic-shapes.md).
+    let mut fixed = Vec::with_capacity(node.args.len());
+    for a in &node.args {
+        if let Arg::Value(v) = a {
+            if let Some(m) = g.meta(*v) {
+                let f = m.fixed().ok_or_else(|| Error::Infer {
+                    at: at(g, id),
+                    op: node.op.name().into(),
+                    source: Box::new(super::infer::InferError::Invalid(format!(
+                        "an operand of symbolic sizes {:?}: this op's shape rule takes integer \
+                         sizes; compile at one size (--specialize)",
+                        m.shape
+                    ))),
+                })?;
+                fixed.push((*v, f));
+            }
+        }
+    }
+    let find = |v: &super::ValueId| fixed.iter().find(|(w, _)| w == v).map(|(_, m)| m);
     let mut metas = Vec::with_capacity(node.args.len());
     for a in &node.args {
         metas.push(match a {
             Arg::Scalar(s) => ArgMeta::Scalar(*s),
-            Arg::Value(v) => match g.meta(*v) {
+            Arg::Value(v) => match find(v) {
                 Some(m) => ArgMeta::Tensor(m),
                 None => {
                     let producer = g.node(v.node).map_or("?".to_string(), |p| p.name.clone());
@@ -53,11 +73,12 @@ pub fn infer_outputs(g: &Graph, id: NodeId) -> Result<Vec<super::TensorMeta>, Er
             },
         });
     }
-    infer(&node.op, &metas).map_err(|source| Error::Infer {
+    let outputs = infer(&node.op, &metas).map_err(|source| Error::Infer {
         at: at(g, id),
         op: node.op.name().into(),
         source: Box::new(source),
-    })
+    })?;
+    Ok(outputs.into_iter().map(super::TensorMeta::from).collect())
 }
 
 /// Infers and stores node `id`'s output metadata.

@@ -5,7 +5,7 @@
 use super::reduce::{matmul, matmul_raw, norm, reduce, softmax, var};
 use super::{map_n, OpError, Val};
 use crate::graph::dtype::{result_type, OperandKind};
-use crate::graph::{BinaryOp, DType, GeluApprox, Op, Scalar, TensorMeta, UnaryOp};
+use crate::graph::{BinaryOp, DType, FixedMeta, GeluApprox, Op, Scalar, UnaryOp};
 use crate::tensor::Tensor;
 
 fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
@@ -176,8 +176,8 @@ pub(crate) fn binary(op: BinaryOp, a: f64, b: f64, alpha: f64, int: bool) -> f64
 pub(crate) fn eval(
     op: &Op,
     args: &[Val],
-    out: &TensorMeta,
-    outs: &[TensorMeta],
+    out: &FixedMeta,
+    outs: &[FixedMeta],
 ) -> Result<Vec<Tensor>, OpError> {
     let t = match op {
         Op::Unary(u) => map_n(args, out, |x| unary(*u, x[0]))?,
@@ -247,7 +247,7 @@ fn binary_op(
     op: BinaryOp,
     alpha: Option<Scalar>,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let compute = compute_dtype(args)?;
     let alpha = alpha.map_or(1.0, |a| a.to_f64());
@@ -262,7 +262,7 @@ fn clamp(
     min: Option<Scalar>,
     max: Option<Scalar>,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let (lo, hi) = (
         min.map(|s| out.dtype.round(s.to_f64())),
@@ -288,7 +288,7 @@ fn layer_norm(
     bias: bool,
     native: bool,
     args: &[Val],
-    outs: &[TensorMeta],
+    outs: &[FixedMeta],
 ) -> Result<Vec<Tensor>, OpError> {
     let w = if weight { Some(tensor(args, 1)?) } else { None };
     let b = if bias {
@@ -311,7 +311,7 @@ fn rms_norm(
     eps: Option<f64>,
     weight: bool,
     args: &[Val],
-    outs: &[TensorMeta],
+    outs: &[FixedMeta],
 ) -> Result<Vec<Tensor>, OpError> {
     let w = if weight { Some(tensor(args, 1)?) } else { None };
     let x = tensor(args, 0)?;
@@ -320,7 +320,7 @@ fn rms_norm(
 }
 
 /// `linear(x, w, bias?)`: `x` times `w` transposed, plus the bias.
-fn linear(bias: bool, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn linear(bias: bool, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     if !bias {
         return matmul(tensor(args, 0)?, tensor(args, 1)?, out, true);
     }
@@ -330,7 +330,7 @@ fn linear(bias: bool, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError>
 }
 
 /// `addmm(c, a, b) = beta * c + alpha * a @ b`, the product kept in float64.
-fn addmm(beta: Scalar, alpha: Scalar, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn addmm(beta: Scalar, alpha: Scalar, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let p = matmul_raw(tensor(args, 1)?, tensor(args, 2)?, &out.shape, false)?;
     let p = Tensor {
         dtype: DType::Float64,

@@ -7,11 +7,11 @@ use super::model::tensor;
 use super::{collect, elements, filled, room, OpError, Val};
 use crate::graph::infer::layout::{pad_amounts, scatter_slice};
 use crate::graph::shape::{for_each_index, wrap_dim};
-use crate::graph::{Op, PadMode, TensorMeta};
+use crate::graph::{FixedMeta, Op, PadMode};
 use crate::tensor::Tensor;
 
 /// Evaluates one of the layout ops; `None` when `op` is not one of them.
-pub(crate) fn eval(op: &Op, args: &[Val], out: &TensorMeta) -> Option<Result<Tensor, OpError>> {
+pub(crate) fn eval(op: &Op, args: &[Val], out: &FixedMeta) -> Option<Result<Tensor, OpError>> {
     Some(match op {
         Op::Pad { pads, mode, value } => pad(pads, *mode, *value, args, out),
         Op::Roll { shifts, dims } => roll(shifts, dims, args, out),
@@ -61,7 +61,7 @@ fn pad(
     mode: PadMode,
     value: f64,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let mut before = vec![0i64; x.shape.len()];
@@ -85,7 +85,7 @@ fn pad(
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn roll(shifts: &[i64], dims: &[i64], args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     if dims.is_empty() {
         let xv = elements(x)?;
@@ -121,7 +121,7 @@ fn slice_scatter(
     step: i64,
     select: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let (x, src) = (tensor(args, 0)?, tensor(args, 1)?);
     let (d, lo, len, _) =
@@ -146,7 +146,7 @@ fn slice_scatter(
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn copy(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn copy(args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let n = out.numel() as usize;
     match args.get(1) {
         Some(Val::Scalar(s)) => Ok(Tensor::new(
@@ -166,7 +166,7 @@ fn copy(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     }
 }
 
-fn repeat(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn repeat(args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let lead = out.shape.len() - x.shape.len();
     let mut vals = room(out.numel() as usize)?;
@@ -180,7 +180,7 @@ fn repeat(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn type_as(args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn type_as(args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     Ok(Tensor::new(out.shape.clone(), out.dtype, elements(x)?))
 }
@@ -190,7 +190,7 @@ fn as_strided(
     stride: &[i64],
     offset: i64,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let xv = elements(tensor(args, 0)?)?;
     let mut vals = room(out.numel() as usize)?;

@@ -17,7 +17,7 @@ mod reduce;
 pub(crate) use reduce::matmul_raw;
 mod views;
 
-use crate::graph::{Arg, ConstData, Graph, NodeId, Op, TensorMeta};
+use crate::graph::{Arg, ConstData, FixedMeta, Graph, NodeId, Op};
 use crate::tensor::walk::{Walk, CHUNK};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -167,15 +167,27 @@ pub fn evaluate_with(
             node: node.name.clone(),
             message,
         };
+        // The interpreter computes at integer sizes (binding a dynamic graph's symbols
+        // from its inputs is a later step of docs/dynamic-shapes.md).
+        let metas = node
+            .outputs
+            .iter()
+            .map(|m| {
+                m.fixed().ok_or_else(|| {
+                    fail(format!(
+                        "symbolic sizes {:?}: the reference interpreter takes a graph of one size \
+                         (--specialize)",
+                        m.shape
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let outs = match &node.op {
             Op::Input { index } => {
                 let t = inputs
                     .get(*index)
                     .ok_or_else(|| fail("missing input".into()))?;
-                let m = node
-                    .outputs
-                    .first()
-                    .ok_or_else(|| fail("no metadata".into()))?;
+                let m = metas.first().ok_or_else(|| fail("no metadata".into()))?;
                 if t.shape != m.shape || t.dtype != m.dtype {
                     return Err(Error::InputMismatch {
                         name: node.name.clone(),
@@ -188,10 +200,7 @@ pub fn evaluate_with(
                 vec![t.clone()]
             }
             Op::Constant { data } => {
-                let m = node
-                    .outputs
-                    .first()
-                    .ok_or_else(|| fail("no metadata".into()))?;
+                let m = metas.first().ok_or_else(|| fail("no metadata".into()))?;
                 vec![constant(m, data).map_err(|mut refused| {
                     refused.what = format!("constant `{}` ({})", node.name, refused.what);
                     refused
@@ -218,7 +227,7 @@ pub fn evaluate_with(
                         ),
                     });
                 }
-                eval_op(op, &args, &node.outputs).map_err(|e| match e {
+                eval_op(op, &args, &metas).map_err(|e| match e {
                     OpError::Invalid(message) => fail(message),
                     OpError::OutOfMemory(mut refused) => {
                         refused.what = format!("node `{}` ({})", node.name, refused.what);
@@ -393,7 +402,7 @@ fn at(g: &Graph, n: NodeId) -> crate::graph::At {
 
 /// The tensor a constant node holds, or the refusal when the process cannot
 /// allocate its float64 values.
-pub fn constant(m: &TensorMeta, data: &ConstData) -> Result<Tensor, crate::memory::OutOfMemory> {
+pub fn constant(m: &FixedMeta, data: &ConstData) -> Result<Tensor, crate::memory::OutOfMemory> {
     let n = m.numel().max(0) as usize;
     Ok(match data {
         // A fill is one stored element read through zero strides.
@@ -432,7 +441,7 @@ pub enum Val<'a> {
 }
 
 /// Evaluates one op on evaluated operands; `outs` is the node's output metadata.
-pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>, OpError> {
+pub fn eval_op(op: &Op, args: &[Val], outs: &[FixedMeta]) -> Result<Vec<Tensor>, OpError> {
     let out = outs.first().ok_or("node has no output metadata")?;
     if let Some(r) = views::eval_view(op, args, outs)? {
         return Ok(r);
@@ -451,7 +460,7 @@ pub fn eval_op(op: &Op, args: &[Val], outs: &[TensorMeta]) -> Result<Vec<Tensor>
 /// (no op of the IR maps more).
 pub(crate) fn map_n(
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
     f: impl Fn(&[f64]) -> f64 + Sync,
 ) -> Result<Tensor, OpError> {
     let tensors: Vec<(usize, &Tensor)> = args
@@ -502,7 +511,7 @@ pub(crate) fn map_n(
 fn map_k<const K: usize>(
     args: &[Val],
     tensors: [(usize, &Tensor); K],
-    out: &TensorMeta,
+    out: &FixedMeta,
     f: &(impl Fn(&[f64]) -> f64 + Sync),
 ) -> Result<Tensor, crate::memory::OutOfMemory> {
     let strides = tensors.map(|(_, t)| t.broadcast_strides(&out.shape));
@@ -622,11 +631,11 @@ mod tests {
             other => panic!("expected a refusal, got {other:?}"),
         }
         // A constant's values are allocated the same way.
-        let huge = TensorMeta::contiguous(vec![1 << 24, 1 << 24], crate::graph::DType::Float32);
+        let huge = FixedMeta::contiguous(vec![1 << 24, 1 << 24], crate::graph::DType::Float32);
         let values = ConstData::Values(vec![1.0].into());
         let refused = constant(&huge, &values).expect_err("2 PiB");
         assert_eq!(refused.bytes, 1 << 51);
-        let small = TensorMeta::contiguous(vec![2], crate::graph::DType::Float32);
+        let small = FixedMeta::contiguous(vec![2], crate::graph::DType::Float32);
         let bytes = ConstData::Bytes {
             dtype: crate::graph::DType::Float32,
             bytes: [1.5f32, -2.0]

@@ -7,7 +7,7 @@
 use super::{collect, elements, filled, room, OpError, Val};
 use crate::graph::infer::model::{arange_dtype, index_plan, pool_out};
 use crate::graph::shape::{contiguous_strides, wrap_dim};
-use crate::graph::{DType, Op, Scalar, TensorMeta};
+use crate::graph::{DType, FixedMeta, Op, Scalar};
 use crate::tensor::Tensor;
 
 pub(super) fn tensor<'a>(args: &[Val<'a>], i: usize) -> Result<&'a Tensor, String> {
@@ -66,7 +66,7 @@ pub fn checked_nonnegative_index(value: f64, size: i64, what: &str) -> Result<i6
 pub(crate) fn eval(
     op: &Op,
     args: &[Val],
-    outs: &[TensorMeta],
+    outs: &[FixedMeta],
 ) -> Option<Result<Vec<Tensor>, OpError>> {
     let out = outs.first()?;
     let r = match op {
@@ -180,7 +180,7 @@ fn arange(
     end: Scalar,
     step: Scalar,
     dtype: Option<DType>,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let n = out.numel() as usize;
     let d = arange_dtype(start, end, step, dtype);
@@ -196,7 +196,7 @@ fn index(
     indexed: &[bool],
     nonnegative: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let ixs: Vec<&Tensor> = (1..args.len())
@@ -238,7 +238,7 @@ fn index(
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
 }
 
-fn gather(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn gather(dim: i64, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let (x, ix) = (tensor(args, 0)?, tensor(args, 1)?);
     let rank = x.shape.len();
     let d = wrap_dim(dim, rank.max(1)).map_err(|e| e.to_string())?;
@@ -271,7 +271,7 @@ fn gather(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
 /// `index_copy`: `self`'s slices `index[k]` along `dim` replaced by `source`'s slices
 /// `k`, in order (a repeated index takes the last); an index out of `[0, size)` is an
 /// error, as PyTorch's.
-fn index_copy(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn index_copy(dim: i64, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let (x, ix, src) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
     let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
     let mut vals = elements(x)?;
@@ -300,7 +300,7 @@ fn around(shape: &[i64], d: usize) -> (usize, usize, usize) {
     (outer as usize, shape[d] as usize, inner as usize)
 }
 
-fn cumsum(dim: i64, args: &[Val], out: &TensorMeta) -> Result<Tensor, OpError> {
+fn cumsum(dim: i64, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let mut vals = elements(x)?;
     vals.iter_mut().for_each(|v| *v = out.dtype.round(*v));
@@ -327,7 +327,7 @@ fn diff(
     prepend: bool,
     append: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let d = wrap_dim(dim, x.shape.len()).map_err(|e| e.to_string())?;
@@ -392,7 +392,7 @@ fn attention(
     scale: Option<f64>,
     gqa: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let (q, k, v) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
     let m = if mask { Some(tensor(args, 3)?) } else { None };
@@ -477,7 +477,7 @@ fn conv(
     groups: i64,
     bias: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let (x, w) = (tensor(args, 0)?, tensor(args, 1)?);
     let bv = if bias {
@@ -537,7 +537,7 @@ fn batch_norm(
     weight: bool,
     bias: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let mut k = 1;
@@ -579,7 +579,7 @@ fn max_pool(
     dilation: &[i64],
     ceil: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<(Tensor, Tensor), OpError> {
     let x = tensor(args, 0)?;
     let r = x.shape.len();
@@ -639,7 +639,7 @@ fn group_norm(
     weight: bool,
     bias: bool,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<(Tensor, Vec<f64>, Vec<f64>), OpError> {
     let x = tensor(args, 0)?;
     let w = if weight {
@@ -697,7 +697,7 @@ fn planes_hw(shape: &[i64], spatial: usize) -> (i64, i64, i64) {
     }
 }
 
-fn adaptive_avg_pool(args: &[Val], out: &TensorMeta, spatial: usize) -> Result<Tensor, OpError> {
+fn adaptive_avg_pool(args: &[Val], out: &FixedMeta, spatial: usize) -> Result<Tensor, OpError> {
     // Separable: the mean over a box of windows is the mean along each spatial dim in
     // turn, each over its own window.
     let x = tensor(args, 0)?;
@@ -750,7 +750,7 @@ fn avg_pool(
     count_include_pad: bool,
     divisor_override: Option<i64>,
     args: &[Val],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<Tensor, OpError> {
     let x = tensor(args, 0)?;
     let k = kernel.len();

@@ -8,7 +8,7 @@
 use super::{dense, elements, filled, OpError};
 use crate::graph::infer::matmul_shape;
 use crate::graph::shape::{contiguous_strides, wrap_dim, wrap_dim_set};
-use crate::graph::{DType, ReduceOp, TensorMeta};
+use crate::graph::{DType, FixedMeta, ReduceOp};
 use crate::tensor::walk::{Walk, CHUNK};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -145,7 +145,7 @@ fn reduce_raw(
 pub(crate) fn reduce(
     x: &Tensor,
     dims: Option<&[i64]>,
-    out: &TensorMeta,
+    out: &FixedMeta,
     op: ReduceOp,
     cast: Option<DType>,
 ) -> Result<Tensor, OpError> {
@@ -157,7 +157,7 @@ pub(crate) fn reduce(
 pub(crate) fn var(
     x: &Tensor,
     dims: Option<&[i64]>,
-    out: &TensorMeta,
+    out: &FixedMeta,
     correction: f64,
 ) -> Result<Tensor, OpError> {
     let mean = reduce_raw(x, dims, ReduceOp::Mean, None)?;
@@ -173,12 +173,7 @@ pub(crate) fn var(
 }
 
 /// `softmax` / `log_softmax` along `dim`, computed stably (max subtracted).
-pub(crate) fn softmax(
-    x: &Tensor,
-    dim: i64,
-    log: bool,
-    out: &TensorMeta,
-) -> Result<Tensor, OpError> {
+pub(crate) fn softmax(x: &Tensor, dim: i64, log: bool, out: &FixedMeta) -> Result<Tensor, OpError> {
     if x.shape.is_empty() {
         let v = x
             .data
@@ -252,7 +247,7 @@ pub(crate) fn norm(
     w: Option<&Tensor>,
     b: Option<&Tensor>,
     rms: bool,
-    outs: &[TensorMeta],
+    outs: &[FixedMeta],
 ) -> Result<Vec<Tensor>, OpError> {
     let out = outs.first().ok_or("no output metadata")?;
     let x = dense(x)?;
@@ -436,7 +431,7 @@ pub(crate) fn matmul_raw(
 pub(crate) fn matmul(
     a: &Tensor,
     b: &Tensor,
-    out: &TensorMeta,
+    out: &FixedMeta,
     transpose_b: bool,
 ) -> Result<Tensor, OpError> {
     let p = matmul_raw(a, b, &out.shape, transpose_b)?;
@@ -486,8 +481,8 @@ mod tests {
         ]
     }
 
-    fn meta(shape: Vec<i64>) -> TensorMeta {
-        TensorMeta::contiguous(shape, DType::Float64)
+    fn meta(shape: Vec<i64>) -> FixedMeta {
+        FixedMeta::contiguous(shape, DType::Float64)
     }
 
     fn close(got: &[f64], want: &[f64], what: &str) {

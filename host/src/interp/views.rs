@@ -6,7 +6,7 @@
 use super::{dense, elements, room, OpError, Val};
 use crate::graph::shape::wrap_dim;
 use crate::graph::views::{self, ViewMap};
-use crate::graph::{Op, TensorMeta};
+use crate::graph::{FixedMeta, Op};
 use crate::tensor::Tensor;
 
 fn t0<'a>(args: &[Val<'a>]) -> Result<&'a Tensor, String> {
@@ -20,7 +20,7 @@ fn t0<'a>(args: &[Val<'a>]) -> Result<&'a Tensor, String> {
 pub(crate) fn eval_view(
     op: &Op,
     args: &[Val],
-    outs: &[TensorMeta],
+    outs: &[FixedMeta],
 ) -> Result<Option<Vec<Tensor>>, OpError> {
     let out = outs.first().ok_or("no output metadata")?;
     let r = match op {

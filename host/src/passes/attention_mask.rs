@@ -45,9 +45,10 @@ pub fn run(g: &mut Graph, enabled: bool) -> Result<Stats, Error> {
         ) else {
             continue;
         };
-        let (Some(dtype), Some(DType::Bool)) =
-            (g.meta(q).map(|t| t.dtype), g.meta(m).map(|t| t.dtype))
-        else {
+        let (Some(dtype), Some(DType::Bool)) = (
+            g.fixed_meta(q).map(|t| t.dtype),
+            g.fixed_meta(m).map(|t| t.dtype),
+        ) else {
             continue;
         };
         if !matches!(dtype, DType::Float16 | DType::BFloat16) {
@@ -90,7 +91,10 @@ fn additive_of(
             _ => break,
         }
     }
-    let count = |v: &ValueId| g.meta(*v).map_or(i64::MAX, |m| m.shape.iter().product());
+    let count = |v: &ValueId| {
+        g.fixed_meta(*v)
+            .map_or(i64::MAX, |m| m.shape.iter().product())
+    };
     let start = (0..values.len())
         .min_by_key(|&i| (count(&values[i]), i))
         .unwrap_or(0);
@@ -152,7 +156,7 @@ mod tests {
                 let n = g.node(id)?;
                 matches!(n.op, Op::Attention { .. }).then(|| {
                     let m = n.args[3].value().expect("a mask value");
-                    (m, g.meta(m).expect("meta").dtype)
+                    (m, g.fixed_meta(m).expect("meta").dtype)
                 })
             })
             .collect()

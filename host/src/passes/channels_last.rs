@@ -167,7 +167,7 @@ fn conv_in(g: &Graph, node: &Node, dtypes: DTypes) -> bool {
         node.args
             .get(i)
             .and_then(Arg::value)
-            .and_then(|v| g.meta(v))
+            .and_then(|v| g.fixed_meta(v))
     };
     match (meta(0), meta(1)) {
         (Some(x), Some(w)) => x.rank() == 4 && w.rank() == 4 && dtypes.contains(x.dtype),
@@ -222,7 +222,9 @@ fn channels_last_constant(g: &mut Graph, w: ValueId) -> Result<Option<ValueId>, 
     let Some(node) = g.node(w.node) else {
         return Ok(None);
     };
-    let (Op::Constant { data }, Some(meta)) = (&node.op, node.outputs.first()) else {
+    let (Op::Constant { data }, Some(meta)) =
+        (&node.op, node.outputs.first().and_then(|m| m.fixed()))
+    else {
         return Ok(None);
     };
     let &[o, i, kh, kw] = meta.shape.as_slice() else {
@@ -349,7 +351,7 @@ fn to_nhwc(
         }
         None => {}
     }
-    let meta = g.meta(v).cloned().ok_or_else(|| Error::Unsupported {
+    let meta = g.fixed_meta(v).ok_or_else(|| Error::Unsupported {
         node: base.to_string(),
         what: "an operand has no metadata".into(),
     })?;

@@ -45,7 +45,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
                 match g.node(v.node).map(|p| (&p.op, p.outputs.first())) {
                     Some((Op::Constant { data }, Some(m))) if m.numel() <= MAX_FOLD_ELEMENTS => {
                         // A constant that cannot be allocated is not folded.
-                        let Ok(t) = constant(m, data) else {
+                        let Some(Ok(t)) = m.fixed().map(|m| constant(&m, data)) else {
                             all_const = false;
                             break;
                         };
@@ -73,7 +73,15 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
             })
             .collect();
         // A fold the interpreter cannot do is simply not done.
-        let Ok(result) = eval_op(&node.op, &vals, &node.outputs) else {
+        let Some(outs) = node
+            .outputs
+            .iter()
+            .map(TensorMeta::fixed)
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let Ok(result) = eval_op(&node.op, &vals, &outs) else {
             continue;
         };
         let Some(t) = result.first() else { continue };

@@ -11,7 +11,7 @@ mod norm;
 
 use super::{emit, replace_node, Error, Stats};
 use crate::graph::{
-    Arg, BinaryOp, DType, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, TensorMeta, UnaryOp,
+    Arg, BinaryOp, DType, FixedMeta, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, UnaryOp,
     ValueId,
 };
 
@@ -27,7 +27,7 @@ impl B<'_> {
     /// cannot be flattened into one strided batch dim (lowering copies the expansion).
     /// `None` when both operands flatten as they are.
     fn matmul_operands(&mut self, x: ValueId, y: ValueId) -> Option<Vec<Arg>> {
-        let (ma, mb) = (self.g.meta(x).cloned()?, self.g.meta(y).cloned()?);
+        let (ma, mb) = (self.g.fixed_meta(x)?, self.g.fixed_meta(y)?);
         if ma.rank() < 2 || mb.rank() < 2 {
             return None;
         }
@@ -37,7 +37,7 @@ impl B<'_> {
         if batch.is_empty() {
             return None;
         }
-        let whole = |m: &crate::graph::TensorMeta| {
+        let whole = |m: &crate::graph::FixedMeta| {
             let own = &m.shape[..m.rank() - 2];
             own == batch.as_slice() || own.iter().product::<i64>() == 1
         };
@@ -92,7 +92,7 @@ impl B<'_> {
         )
     }
     fn dtype(&self, v: ValueId) -> DType {
-        self.g.meta(v).map_or(DType::Float32, |m| m.dtype)
+        self.g.fixed_meta(v).map_or(DType::Float32, |m| m.dtype)
     }
     /// Casts to `d` unless already of that dtype.
     fn cast(&mut self, x: ValueId, d: DType) -> Result<ValueId, Error> {
@@ -153,9 +153,9 @@ struct Site {
     x: ValueId,
     args: Vec<Arg>,
     /// every output's metadata
-    outs: Vec<TensorMeta>,
+    outs: Vec<FixedMeta>,
     /// the first output's metadata
-    out: TensorMeta,
+    out: FixedMeta,
     /// the rank of `x`
     rank: i64,
 }
@@ -188,13 +188,19 @@ fn site(g: &mut Graph, id: NodeId) -> Option<(Op, Site, B<'_>)> {
     if !node.op.is_composite() {
         return None;
     }
-    let out = node.outputs.first().cloned()?;
+    // The rules rewrite at integer sizes: a node of symbolic sizes stays as it is.
+    let outs = node
+        .outputs
+        .iter()
+        .map(crate::graph::TensorMeta::fixed)
+        .collect::<Option<Vec<_>>>()?;
+    let out = outs.first().cloned()?;
     let x = value(node.args.first())?;
     let site = Site {
         id,
         x,
         args: node.args.clone(),
-        outs: node.outputs.clone(),
+        outs,
         out,
         rank: g.meta(x).map_or(0, |m| m.rank()) as i64,
     };
@@ -391,7 +397,7 @@ fn linear(b: &mut B, s: &Site, bias: bool) -> Rewrite {
     let x = s.x;
     let wt = b.op(Op::Permute { dims: vec![1, 0] }, vec![Arg::Value(w)])?;
     let in_f =
-        b.g.meta(w)
+        b.g.fixed_meta(w)
             .and_then(|m| m.shape.get(1).copied())
             .unwrap_or(1);
     let x2 = if s.rank == 2 {
@@ -428,7 +434,7 @@ fn addmm(b: &mut B, s: &Site, beta: Scalar, alpha: Scalar) -> Rewrite {
         return Ok(None);
     };
     // `baddbmm` is the batched form.
-    let mm = if b.g.meta(m1).is_some_and(|m| m.rank() == 3) {
+    let mm = if b.g.fixed_meta(m1).is_some_and(|m| m.rank() == 3) {
         Op::Bmm
     } else {
         Op::Mm

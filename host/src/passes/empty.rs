@@ -26,7 +26,7 @@ fn empty_reduction(g: &Graph, node: &crate::graph::Node) -> Option<f64> {
         _ => return None,
     };
     let input = node.args.first()?.value()?;
-    let shape = &g.meta(input)?.shape;
+    let shape = &g.fixed_meta(input)?.shape;
     let reduced = wrap_dim_set(dims.as_deref(), shape.len()).ok()?;
     reduced.iter().any(|&d| shape[d] == 0).then_some(value)
 }
@@ -51,7 +51,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
         } else {
             continue;
         };
-        let meta = TensorMeta::contiguous(meta.shape.clone(), meta.dtype);
+        let meta = TensorMeta::contiguous_sizes(meta.shape.clone(), meta.dtype);
         if let Some(n) = g.node_mut(id) {
             n.op = Op::Constant {
                 data: ConstData::Fill(fill),

@@ -84,7 +84,7 @@ fn candidate(g: &Graph, id: NodeId, max_rows: i64) -> Option<Candidate> {
         return None;
     };
     let out = node.outputs.first()?;
-    let (xm, wm) = (g.meta(*x)?, g.meta(*w)?);
+    let (xm, wm) = (g.fixed_meta(*x)?, g.fixed_meta(*w)?);
     let few = xm.rank() == 2 && wm.rank() == 2 && xm.shape[0] <= max_rows && xm.shape[1] > 0;
     if !few || !out.dtype.is_float() || xm.dtype != out.dtype || wm.dtype != out.dtype {
         return None;
@@ -253,13 +253,13 @@ fn split_parts(g: &mut Graph, max_rows: i64) -> Result<usize, Error> {
 /// over the rows and one reshape keeping the last dim, in either order.
 fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
     let out = ValueId::first(id);
-    let n = *g.meta(out)?.shape.last()?;
+    let n = *g.fixed_meta(out)?.shape.last()?;
     let mut at = out;
     let mut steps = Vec::new();
     loop {
         let user = sole_user(g, at)?;
         let node = g.node(user)?;
-        let meta = node.outputs.first()?;
+        let meta = node.outputs.first()?.fixed()?;
         match &node.op {
             Op::Reshape { .. } if meta.shape.last() == Some(&n) && steps.len() < 2 => {
                 if steps.iter().any(|s| matches!(s, Step::Reshape { .. })) {
@@ -279,11 +279,11 @@ fn parts_of(g: &Graph, id: NodeId) -> Option<Parts> {
                 }
                 let bias_at = node.args.iter().position(|a| a.value() != Some(at))?;
                 let bias = node.args[bias_at].value()?;
-                let bm = g.meta(bias)?;
+                let bm = g.fixed_meta(bias)?;
                 let over_rows = bm.rank() >= 1
                     && bm.shape.last() == Some(&n)
                     && bm.shape[..bm.rank() - 1].iter().all(|&d| d == 1);
-                if !over_rows || bm.dtype != meta.dtype || meta.shape != g.meta(at)?.shape {
+                if !over_rows || bm.dtype != meta.dtype || meta.shape != g.fixed_meta(at)?.shape {
                     return None;
                 }
                 steps.push(Step::Bias {
@@ -323,7 +323,7 @@ fn equal_split(g: &Graph, at: ValueId, split: &Op, n: i64) -> Option<(i64, i64)>
         }
         _ => return None,
     };
-    let rank = g.meta(at)?.rank();
+    let rank = g.fixed_meta(at)?.rank();
     let last = crate::graph::shape::wrap_dim(dim, rank).ok()? + 1 == rank;
     (last && width > 0 && count >= 2).then_some((width, count))
 }

@@ -16,7 +16,9 @@
 //! for `decompose` to lower.
 
 use super::{emit, replace_node, Error, Stats};
-use crate::graph::{Arg, ConstData, DType, Graph, Node, NodeId, Op, Scalar, TensorMeta, ValueId};
+use crate::graph::{
+    Arg, ConstData, DType, FixedMeta, Graph, Node, NodeId, Op, Scalar, TensorMeta, ValueId,
+};
 use std::sync::Arc;
 
 const PASS: &str = "fold_bn";
@@ -56,12 +58,12 @@ struct Fold {
 
 /// The elements of a constant value of a floating-point dtype whose stored data covers
 /// its shape, decoded at once (never element by element), with its metadata.
-fn constant(g: &Graph, v: ValueId) -> Option<(TensorMeta, Vec<f64>)> {
+fn constant(g: &Graph, v: ValueId) -> Option<(FixedMeta, Vec<f64>)> {
     let node = g.node(v.node)?;
     let Op::Constant { data } = &node.op else {
         return None;
     };
-    let meta = node.outputs.get(v.output as usize)?;
+    let meta = node.outputs.get(v.output as usize)?.fixed()?;
     if v.output != 0 || !meta.dtype.is_float() {
         return None;
     }
@@ -76,7 +78,7 @@ fn constant(g: &Graph, v: ValueId) -> Option<(TensorMeta, Vec<f64>)> {
         }
         _ => return None,
     };
-    Some((meta.clone(), values))
+    Some((meta, values))
 }
 
 /// The fold of batch norm `bn`, or `None` where it cannot be shown to be the same
@@ -117,7 +119,7 @@ fn plan(g: &Graph, bn: NodeId) -> Option<Fold> {
     let (x, w) = (conv_args[0], conv_args[1]);
     let (weight_meta, w_values) = constant(g, w)?;
     let dtype = weight_meta.dtype;
-    let out = conv.outputs.first()?;
+    let out = conv.outputs.first()?.fixed()?;
     let channels = *weight_meta.shape.first()?;
     if weight_meta.rank() < 3
         || out.dtype != dtype
@@ -218,7 +220,11 @@ fn apply(g: &mut Graph, bn: NodeId, fold: Fold) -> Result<(), Error> {
     let Some(node) = g.node(bn) else {
         return Ok(());
     };
-    let (base, line, extra) = (node.name.clone(), node.line, node.outputs[1..].to_vec());
+    let (base, line) = (node.name.clone(), node.line);
+    let extra: Vec<FixedMeta> = node.outputs[1..]
+        .iter()
+        .filter_map(TensorMeta::fixed)
+        .collect();
     let conv_name = g.node(fold.conv).map_or(base.clone(), |n| n.name.clone());
     let channels = fold.bias.len() as i64;
     let w = add_constant(

@@ -28,14 +28,14 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
         ) else {
             continue;
         };
-        let heads = match g.meta(q) {
+        let heads = match g.fixed_meta(q) {
             Some(m) if m.rank() == 4 => m.shape[1],
             _ => continue,
         };
         let (Some((k0, rk)), Some((v0, rv))) = (repeated(g, k), repeated(g, v)) else {
             continue;
         };
-        if rk != rv || rk < 2 || g.meta(k0).map(|m| m.shape[1] * rk) != Some(heads) {
+        if rk != rv || rk < 2 || g.fixed_meta(k0).map(|m| m.shape[1] * rk) != Some(heads) {
             continue;
         }
         let mut args = node.args.clone();
@@ -71,10 +71,10 @@ fn repeated(g: &Graph, value: ValueId) -> Option<(ValueId, i64)> {
     }
     let x = unsqueeze.args.first()?.value()?;
     let (xs, us, es, rs) = (
-        &g.meta(x)?.shape,
-        &g.meta(unsqueezed)?.shape,
-        &g.meta(expanded)?.shape,
-        &g.meta(value)?.shape,
+        &g.fixed_meta(x)?.shape,
+        &g.fixed_meta(unsqueezed)?.shape,
+        &g.fixed_meta(expanded)?.shape,
+        &g.fixed_meta(value)?.shape,
     );
     if xs.len() != 4 {
         return None;

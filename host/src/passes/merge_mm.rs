@@ -122,7 +122,7 @@ fn member(g: &Graph, id: NodeId) -> Option<Member> {
         return None;
     };
     let out = node.outputs.first()?;
-    let (lm, rm) = (g.meta(*left)?, g.meta(*right)?);
+    let (lm, rm) = (g.fixed_meta(*left)?, g.fixed_meta(*right)?);
     if lm.rank() != 2 || rm.rank() != 2 || !out.dtype.is_float() {
         return None;
     }
@@ -165,7 +165,7 @@ fn member(g: &Graph, id: NodeId) -> Option<Member> {
 fn input_source(g: &Graph, v: ValueId) -> Option<(ValueId, bool, Vec<NodeId>)> {
     let row_major = |v: ValueId| {
         let node = g.node(v.node)?;
-        let meta = g.meta(v)?;
+        let meta = g.fixed_meta(v)?;
         (matches!(node.op, Op::Input { .. })
             && meta.rank() == 2
             && crate::graph::shape::is_dense(&meta.shape, &meta.strides))
@@ -200,7 +200,7 @@ fn bias_add(
     let mut nodes = Vec::new();
     let node = g.node(user)?;
     if matches!(node.op, Op::Reshape { .. }) {
-        let meta = node.outputs.first()?;
+        let meta = node.outputs.first()?.fixed()?;
         if meta.shape.last() != Some(&n) {
             return None;
         }
@@ -229,7 +229,7 @@ fn bias_add(
         .iter()
         .filter_map(Arg::value)
         .find(|v| *v != read)?;
-    let bm = g.meta(bias)?;
+    let bm = g.fixed_meta(bias)?;
     let over_rows =
         bm.shape.last() == Some(&n) && bm.shape[..bm.rank() - 1].iter().all(|&d| d == 1);
     if bm.dtype != dtype || bm.rank() > 2 || !over_rows || add.args.len() != 2 {
@@ -306,7 +306,7 @@ fn merge(g: &mut Graph, group: &[Member]) -> Result<bool, Error> {
     let operands = match first.right {
         Operand::Constant(_) => merged_constants(g, group, (k, total), &base, line)?,
         Operand::Input { transposed, .. } => {
-            let rows = g.meta(first.left).map_or(0, |m| m.shape[0]);
+            let rows = g.fixed_meta(first.left).map_or(0, |m| m.shape[0]);
             let copied_once = rows.saturating_mul(k + total) >= k.saturating_mul(total);
             if copied_once && first.dtype == DType::Float32 {
                 merged_inputs(g, group, transposed, &base, line)?

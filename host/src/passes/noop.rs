@@ -32,7 +32,7 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
         {
             *v
         }
-        (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(op, &g.meta(*v)?.shape) => *v,
+        (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(op, &g.fixed_meta(*v)?.shape) => *v,
         (Op::Binary { op, alpha }, [a, b]) => {
             let alpha = alpha.map_or(1.0, |a| a.to_f64());
             match (a, b) {
@@ -53,14 +53,14 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
     };
     // Same values: same shape and dtype (strides may differ; re-inference after the pass
     // gives users the operand's layout, and values never depend on layout).
-    let (m, o) = (g.meta(candidate)?, node.outputs.first()?);
+    let (m, o) = (g.fixed_meta(candidate)?, node.outputs.first()?.fixed()?);
     (m.shape == o.shape && m.dtype == o.dtype && node.outputs.len() == 1).then_some(candidate)
 }
 
 /// Whether a reduction of `v` over `dims` (all of them when `None`) reduces
 /// one element into each result.
 fn reduces_one_element(g: &Graph, v: ValueId, dims: Option<&[i64]>) -> bool {
-    let Some(meta) = g.meta(v) else {
+    let Some(meta) = g.fixed_meta(v) else {
         return false;
     };
     crate::graph::shape::wrap_dim_set(dims, meta.shape.len())
@@ -79,7 +79,7 @@ fn copy_is_needed(g: &Graph, id: crate::graph::NodeId, v: ValueId) -> bool {
     if outputs.contains(&v) {
         return true;
     }
-    let Some(meta) = g.meta(v) else {
+    let Some(meta) = g.fixed_meta(v) else {
         return true;
     };
     let dense = meta

@@ -74,7 +74,7 @@ fn plan(g: &Graph, id: NodeId, alignment: u32, min_runtime_macs: i64) -> Option<
         return None;
     }
     let (a, b) = (node.args.first()?.value()?, node.args.get(1)?.value()?);
-    let (ma, mb) = (g.meta(a)?, g.meta(b)?);
+    let (ma, mb) = (g.fixed_meta(a)?, g.fixed_meta(b)?);
     let rank = ma.rank();
     if !(2..=3).contains(&rank) || mb.rank() != rank || !ma.dtype.is_low_precision() {
         return None;
@@ -163,7 +163,7 @@ fn pad_last_two(
             return Ok(ValueId::first(id));
         }
     }
-    let rank = g.meta(v).ok_or_else(|| vanished(v.node))?.rank();
+    let rank = g.fixed_meta(v).ok_or_else(|| vanished(v.node))?.rank();
     let mut y = v;
     for (dim, extra) in [(rank - 2, rows), (rank - 1, cols)] {
         if extra > 0 {
@@ -181,7 +181,7 @@ fn cat_zeros(
     extra: i64,
     line: Option<u32>,
 ) -> Result<ValueId, Error> {
-    let meta = g.meta(v).cloned().ok_or_else(|| vanished(v.node))?;
+    let meta = g.fixed_meta(v).ok_or_else(|| vanished(v.node))?;
     let mut shape = meta.shape.clone();
     shape[dim] = extra;
     let zeros = Op::Full {
@@ -286,7 +286,7 @@ pub(super) fn constant_source(g: &Graph, v: ValueId) -> Option<ConstantView> {
     let node = g.node(v.node)?;
     match &node.op {
         Op::Constant { data } if !matches!(data, ConstData::Fill(_)) => {
-            let meta = node.outputs.first()?;
+            let meta = node.outputs.first()?.fixed()?;
             Some(ConstantView {
                 name: node.name.clone(),
                 data: data.clone(),

@@ -91,7 +91,7 @@ fn plan(g: &Graph, id: NodeId, device: Device) -> Option<Split> {
         return None;
     }
     let input = node.args.first()?.value()?;
-    let shape = g.meta(input)?.shape.clone();
+    let shape = g.fixed_meta(input)?.shape.clone();
     let reduced = wrap_dim_set(dims.as_deref(), shape.len()).ok()?;
     let r: i64 = reduced.iter().map(|&d| shape[d]).product();
     let kept: i64 = shape.iter().product::<i64>() / r.max(1);
@@ -196,11 +196,11 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
         };
         let (Some(input), Some(out)) = (
             node.args.first().and_then(Arg::value),
-            node.outputs.first().cloned(),
+            node.outputs.first().and_then(|m| m.fixed()),
         ) else {
             continue;
         };
-        let Some(shape) = g.meta(input).map(|m| m.shape.clone()) else {
+        let Some(shape) = g.fixed_meta(input).map(|m| m.shape.clone()) else {
             continue;
         };
         let Ok(reduced) = wrap_dim_set(dims.as_deref(), shape.len()) else {
@@ -268,7 +268,7 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
             vec![Arg::Value(partial)],
             line,
         )?;
-        if g.meta(result).map(|m| m.dtype) != Some(out.dtype) {
+        if g.fixed_meta(result).map(|m| m.dtype) != Some(out.dtype) {
             result = emit(
                 g,
                 "split",
@@ -279,7 +279,7 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
             )?;
         }
         // A merged cut kept one dim where the node kept `merge`.
-        if g.meta(result).map(|m| &m.shape) != Some(&out.shape) {
+        if g.fixed_meta(result).map(|m| m.shape) != Some(out.shape.clone()) {
             result = emit(
                 g,
                 "split",

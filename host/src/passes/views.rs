@@ -22,7 +22,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
     let mut changed = 0;
     for id in order {
         let Some(node) = g.node(id) else { continue };
-        let Some(out) = node.outputs.first().cloned() else {
+        let Some(out) = node.outputs.first().and_then(|m| m.fixed()) else {
             continue;
         };
         if let Op::Transpose { dim0, dim1 } = node.op {

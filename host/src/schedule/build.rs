@@ -100,7 +100,7 @@ pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space>
     match &s.kind {
         SKind::Pointwise { .. } | SKind::Scatter { .. } => Some(Space::rows(s.meta.numel(), 1)),
         SKind::Reduction { input, dims, .. } => {
-            let shape = &graph.meta(*input)?.shape;
+            let shape = &graph.meta(*input)?.fixed_shape()?;
             let r: i64 = dims.iter().map(|&d| shape[d]).product();
             let x: i64 = shape.iter().product::<i64>() / r.max(1);
             Some(Space {
@@ -376,10 +376,12 @@ impl<'a> KernelBuilder<'a> {
         })
     }
 
-    fn meta(&self, v: ValueId) -> Built<&'a crate::graph::ir::TensorMeta> {
+    fn meta(&self, v: ValueId) -> Built<crate::graph::ir::FixedMeta> {
         self.graph
             .meta(v)
-            .ok_or_else(|| Illegal(format!("no metadata for {v:?}")))
+            .ok_or_else(|| Illegal(format!("no metadata for {v:?}")))?
+            .fixed()
+            .ok_or_else(|| Illegal(format!("symbolic sizes of {v:?}")))
     }
 
     fn lit(&mut self, value: f64, dtype: DType) -> ExprId {
@@ -655,7 +657,10 @@ impl<'a> KernelBuilder<'a> {
             .outputs
             .get(v.output as usize)
             .ok_or_else(|| Illegal("no such output".into()))?;
-        let (out_shape, out_dtype) = (out.shape.clone(), out.dtype);
+        let out_shape = out
+            .fixed_shape()
+            .ok_or_else(|| Illegal(format!("symbolic sizes {:?}", out.shape)))?;
+        let out_dtype = out.dtype;
         let cd = compute_dtype(out_dtype);
         let ranges = self.space.ranges();
         let args = node.args.clone();

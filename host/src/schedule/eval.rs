@@ -410,7 +410,7 @@ fn interpreted(
     op: &crate::graph::Op,
 ) -> Result<Vec<f64>, Error> {
     let out = p.buffer(e.out);
-    let meta = crate::graph::TensorMeta::contiguous(out.shape_hint(), out.dtype);
+    let meta = crate::graph::FixedMeta::contiguous(out.shape_hint(), out.dtype);
     let tensors = e
         .args
         .iter()
@@ -470,7 +470,7 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
             }
             shape.swap(1, 2);
         }
-        let meta = crate::graph::TensorMeta::contiguous(shape.clone(), out.dtype);
+        let meta = crate::graph::FixedMeta::contiguous(shape.clone(), out.dtype);
         let tensors = e
             .args
             .iter()

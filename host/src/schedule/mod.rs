@@ -183,9 +183,29 @@ pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
     schedule_with(graph, &Options::default())
 }
 
+/// The lowering takes a graph of one size: a value of symbolic sizes is refused by
+/// name (docs/dynamic-shapes.md says what takes symbols so far).
+fn refuse_symbolic(graph: &Graph) -> Result<(), Error> {
+    for id in graph.node_ids() {
+        let Some(node) = graph.node(id) else { continue };
+        if let Some(m) = node.outputs.iter().find(|m| !m.is_static()) {
+            return Err(Error::Unsupported {
+                node: node.name.clone(),
+                what: format!(
+                    "symbolic sizes {:?}: Kiln schedules a graph of one size; compile it at one \
+                     size (--specialize)",
+                    m.shape
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Lowers, fuses and plans a validated graph (after the passes) for a device.
 pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
+    refuse_symbolic(graph)?;
     let mut low = lower::lower_with(graph, options)?;
     let groups = fuse::fuse(graph, &low, options.broadcast_rows);
     let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();
@@ -358,6 +378,12 @@ pub fn pre_fusion_text(graph: &Graph, options: &Options) -> Result<String, Error
 /// reduction: it is then made in the final pass over each row, after every
 /// pass that reads the row for a reduction (a layer norm's normalized row over
 /// its input).
+/// Whether two buffers of one dtype take the same storage for every size: their
+/// element counts are one expression (equal at the hints is not enough).
+fn same_storage(a: &Buffer, b: &Buffer) -> bool {
+    index::product(&a.shape) == index::product(&b.shape)
+}
+
 fn inplace_ok(
     program: &Program,
     step: &Step,
@@ -372,7 +398,7 @@ fn inplace_ok(
     let (a, b) = (program.buffer(old), program.buffer(out));
     let after_reductions = |value| k.exprs.reductions_used(value).len() == k.reductions.len();
     if !matches!(a.kind, BufferKind::Computed)
-        || a.bytes() != b.bytes()
+        || !same_storage(a, b)
         || a.dtype != b.dtype
         || k.stores.len() != 1
     {
@@ -551,7 +577,7 @@ pub fn plan_memory(program: &Program, inplace: InPlace) -> MemoryPlan {
                     .iter()
                     .position(|d| {
                         let donor = program.buffer(*d);
-                        donor.bytes() == buf.bytes() && donor.dtype == buf.dtype
+                        same_storage(donor, buf) && donor.dtype == buf.dtype
                     })
                     .map(|p| free_pool.remove(p));
             }

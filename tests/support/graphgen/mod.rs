@@ -1981,8 +1981,8 @@ fn values(graph: &Graph, spec: &GraphSpec) -> Vec<Val> {
                     .unwrap_or(false);
         out.push(Val {
             name: name.to_string(),
-            shape: meta.shape.clone(),
-            strides: meta.strides.clone(),
+            shape: meta.hint_shape(),
+            strides: meta.hint_strides(),
             dtype: meta.dtype,
             exact,
         });

@@ -4,7 +4,7 @@
 
 use super::model::{count, invalid, one, tensor};
 use super::{ArgMeta, InferError};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::ops::PadMode;
 use crate::graph::shape::{broadcast, numel, slice_bounds, wrap_dim, Shape};
 
@@ -28,7 +28,7 @@ pub(super) fn pad(
     pads: &[i64],
     mode: PadMode,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     let mut shape = x.shape.clone();
@@ -72,7 +72,7 @@ pub(super) fn roll(
     shifts: &[i64],
     dims: &[i64],
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     if dims.is_empty() {
@@ -143,7 +143,7 @@ pub(super) fn slice_scatter(
     step: i64,
     select: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     let op = if select {
         "select_scatter"
     } else {
@@ -161,7 +161,7 @@ pub(super) fn slice_scatter(
     one(x.shape.clone(), x.dtype)
 }
 
-pub(super) fn copy(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn copy(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     let x = tensor(args, 0)?;
     if let Some(ArgMeta::Tensor(src)) = args.get(1) {
@@ -175,7 +175,7 @@ pub(super) fn copy(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
     one(x.shape.clone(), x.dtype)
 }
 
-pub(super) fn repeat(repeats: &[i64], args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn repeat(repeats: &[i64], args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     if repeats.len() < x.rank() || repeats.iter().any(|&r| r < 0) {
@@ -194,7 +194,7 @@ pub(super) fn repeat(repeats: &[i64], args: &[ArgMeta]) -> Result<Vec<TensorMeta
     one(shape, x.dtype)
 }
 
-pub(super) fn type_as(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn type_as(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     let (x, other) = (tensor(args, 0)?, tensor(args, 1)?);
     one(x.shape.clone(), other.dtype)
@@ -205,7 +205,7 @@ pub(super) fn as_strided(
     stride: &[i64],
     offset: i64,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     if size.len() != stride.len() {

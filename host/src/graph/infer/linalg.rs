@@ -2,12 +2,12 @@
 //! and `matmul`. Operands must share a dtype.
 
 use super::{count, infer, matmul_shape, mm_shape, out, same_dtype, tensor, ArgMeta, InferError};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::ops::Op;
 use crate::graph::shape::broadcast;
 
 /// `linear(x, w, bias?)`: `x`'s last dim times `w` of `[out, in]`.
-pub(super) fn linear(bias: bool, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn linear(bias: bool, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2 + bias as usize)?;
     let x = tensor(args, 0)?;
     let w = tensor(args, 1)?;
@@ -34,7 +34,7 @@ pub(super) fn linear(bias: bool, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, In
 }
 
 /// `addmm(c, a, b)` (`baddbmm` when batched): `c` expands to the product's shape.
-pub(super) fn addmm(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn addmm(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 3)?;
     let (c, a, b) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
     // `baddbmm` is the batched form: [b, n, k] @ [b, k, m].
@@ -57,7 +57,7 @@ pub(super) fn addmm(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
 }
 
 /// `mm` of `[n, k]` and `[k, m]`.
-pub(super) fn mm(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn mm(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     let (a, b) = (tensor(args, 0)?, tensor(args, 1)?);
     same_dtype(&[a, b])?;
@@ -65,7 +65,7 @@ pub(super) fn mm(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
 }
 
 /// `bmm` of `[b, n, k]` and `[b, k, m]`.
-pub(super) fn bmm(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn bmm(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     let (a, b) = (tensor(args, 0)?, tensor(args, 1)?);
     same_dtype(&[a, b])?;
@@ -80,7 +80,7 @@ pub(super) fn bmm(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
 }
 
 /// `matmul` with `torch.matmul`'s rules ([`matmul_shape`]).
-pub(super) fn matmul(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn matmul(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     let (a, b) = (tensor(args, 0)?, tensor(args, 1)?);
     same_dtype(&[a, b])?;

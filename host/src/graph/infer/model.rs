@@ -5,14 +5,14 @@
 
 use super::{ArgMeta, InferError};
 use crate::graph::dtype::{promote, DType};
-use crate::graph::ir::{Scalar, TensorMeta};
+use crate::graph::ir::{FixedMeta, Scalar};
 use crate::graph::shape::{broadcast, numel, wrap_dim, Shape};
 
 pub(super) fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
     Err(InferError::Invalid(msg.into()))
 }
 
-pub(super) fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a TensorMeta, InferError> {
+pub(super) fn tensor<'a>(args: &[ArgMeta<'a>], i: usize) -> Result<&'a FixedMeta, InferError> {
     match args.get(i) {
         Some(ArgMeta::Tensor(t)) => Ok(t),
         Some(ArgMeta::Scalar(s)) => invalid(format!(
@@ -29,9 +29,9 @@ pub(super) fn count(args: &[ArgMeta], n: usize) -> Result<(), InferError> {
     Ok(())
 }
 
-pub(super) fn one(shape: Shape, dtype: DType) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn one(shape: Shape, dtype: DType) -> Result<Vec<FixedMeta>, InferError> {
     numel(&shape)?;
-    Ok(vec![TensorMeta::contiguous(shape, dtype)])
+    Ok(vec![FixedMeta::contiguous(shape, dtype)])
 }
 
 fn is_index_dtype(d: DType) -> bool {
@@ -81,7 +81,7 @@ pub(super) fn arange(
     step: Scalar,
     dtype: Option<DType>,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 0)?;
     let n = arange_len(start, end, step)?;
     let d = arange_dtype(start, end, step, dtype);
@@ -96,7 +96,7 @@ pub(super) fn full(
     value: Scalar,
     dtype: Option<DType>,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     let like = match args.len() {
         0 => None,
         1 => Some(tensor(args, 0)?),
@@ -212,7 +212,7 @@ pub fn index_plan(
     })
 }
 
-pub(super) fn index(indexed: &[bool], args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn index(indexed: &[bool], args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     let t = tensor(args, 0)?;
     let mut shapes = vec![];
     for i in 1..args.len() {
@@ -234,7 +234,7 @@ pub(super) fn index(indexed: &[bool], args: &[ArgMeta]) -> Result<Vec<TensorMeta
     one(plan.out_shape, t.dtype)
 }
 
-pub(super) fn gather(dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn gather(dim: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     let (t, ix) = (tensor(args, 0)?, tensor(args, 1)?);
     if !is_index_dtype(ix.dtype) {
@@ -264,7 +264,7 @@ pub(super) fn gather(dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, Infe
     one(ix.shape.clone(), t.dtype)
 }
 
-pub(super) fn index_copy(dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn index_copy(dim: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 3)?;
     let (t, ix, src) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
     if ix.rank() > 1 || ix.dtype != DType::Int64 {
@@ -292,7 +292,7 @@ pub(super) fn cumsum(
     dim: i64,
     dtype: Option<DType>,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     wrap_dim(dim, t.rank().max(1))?;
@@ -304,7 +304,7 @@ pub(super) fn cumsum(
     one(t.shape.clone(), d)
 }
 
-pub(super) fn diff(n: i64, dim: i64, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn diff(n: i64, dim: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     let t = tensor(args, 0)?;
     if t.rank() == 0 {
         return invalid("diff needs at least one dim");
@@ -347,7 +347,7 @@ pub(super) fn attention(
     mask: bool,
     gqa: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 3 + mask as usize)?;
     let (q, k, v) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
     if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
@@ -450,7 +450,7 @@ pub(super) fn conv(
     groups: i64,
     bias: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2 + bias as usize)?;
     let (x, w) = (tensor(args, 0)?, tensor(args, 1)?);
     let spatial = w.rank().saturating_sub(2);
@@ -529,7 +529,7 @@ pub(super) fn batch_norm(
     bias: bool,
     native: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 3 + weight as usize + bias as usize)?;
     let x = tensor(args, 0)?;
     if x.rank() < 2 || !x.dtype.is_float() {
@@ -551,7 +551,7 @@ pub(super) fn batch_norm(
     }
     let mut outs = one(x.shape.clone(), x.dtype)?;
     if native {
-        let empty = TensorMeta::contiguous(vec![0], x.dtype);
+        let empty = FixedMeta::contiguous(vec![0], x.dtype);
         outs.push(empty.clone());
         outs.push(empty);
     }
@@ -583,7 +583,7 @@ pub(super) fn max_pool(
     ceil: bool,
     with_indices: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     if !(3..=4).contains(&x.rank()) {
@@ -631,7 +631,7 @@ pub(super) fn max_pool(
     }
     let mut outs = one(shape.clone(), x.dtype)?;
     if with_indices {
-        outs.push(TensorMeta::contiguous(shape, DType::Int64));
+        outs.push(FixedMeta::contiguous(shape, DType::Int64));
     }
     Ok(outs)
 }
@@ -639,7 +639,7 @@ pub(super) fn max_pool(
 pub(super) fn adaptive_avg_pool(
     output_size: &[i64],
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     let k = output_size.len();
@@ -675,7 +675,7 @@ pub(super) fn group_norm(
     bias: bool,
     native: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1 + weight as usize + bias as usize)?;
     let x = tensor(args, 0)?;
     if x.rank() < 2 || !x.dtype.is_float() {
@@ -702,7 +702,7 @@ pub(super) fn group_norm(
     let mut outs = one(x.shape.clone(), x.dtype)?;
     if native {
         for _ in 0..2 {
-            outs.push(TensorMeta::contiguous(vec![x.shape[0], groups], x.dtype));
+            outs.push(FixedMeta::contiguous(vec![x.shape[0], groups], x.dtype));
         }
     }
     Ok(outs)
@@ -715,7 +715,7 @@ pub(super) fn avg_pool(
     padding: &[i64],
     ceil: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let x = tensor(args, 0)?;
     let k = kernel.len();

@@ -4,11 +4,11 @@
 
 use super::{count, elementwise, float_of, invalid, op_name, out, tensor, ArgMeta, InferError};
 use crate::graph::dtype::{result_type, DType, OperandKind};
-use crate::graph::ir::{Scalar, TensorMeta};
+use crate::graph::ir::{FixedMeta, Scalar};
 use crate::graph::ops::{BinaryOp, UnaryOp};
 
 /// A unary function: integer inputs of the functions that need it become float.
-pub(super) fn unary(u: UnaryOp, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn unary(u: UnaryOp, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     let d = if u.promotes_int_to_float() {
@@ -29,7 +29,7 @@ pub(super) fn unary(u: UnaryOp, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, Inf
 }
 
 /// `gelu`, of floating-point tensors only.
-pub(super) fn gelu(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn gelu(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     if !t.dtype.is_float() {
@@ -42,7 +42,7 @@ pub(super) fn gelu(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
 }
 
 /// A binary op: comparisons give bool, `div` a float.
-pub(super) fn binary(op: BinaryOp, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn binary(op: BinaryOp, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     if !args.iter().any(|a| matches!(a, ArgMeta::Tensor(_))) {
         return invalid("at least one operand must be a tensor");
@@ -75,7 +75,7 @@ pub(super) fn binary(op: BinaryOp, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, 
 }
 
 /// `where(cond, a, b)`: a bool condition, the branches' promoted dtype.
-pub(super) fn where_(args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn where_(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 3)?;
     let c = tensor(args, 0)?;
     if c.dtype != DType::Bool {
@@ -91,7 +91,7 @@ pub(super) fn clamp(
     min: Option<Scalar>,
     max: Option<Scalar>,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     if min.is_none() && max.is_none() {
@@ -112,7 +112,7 @@ pub(super) fn clamp(
 }
 
 /// A cast to `dtype`.
-pub(super) fn cast(dtype: DType, args: &[ArgMeta]) -> Result<Vec<TensorMeta>, InferError> {
+pub(super) fn cast(dtype: DType, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     out(tensor(args, 0)?.shape.clone(), dtype)
 }

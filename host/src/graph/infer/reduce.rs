@@ -5,7 +5,7 @@ use super::{
     check_norm, count, float_of, invalid, out, reduced_shape, tensor, ArgMeta, InferError,
 };
 use crate::graph::dtype::DType;
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::ops::ReduceOp;
 use crate::graph::shape::{wrap_dim, wrap_dim_set};
 
@@ -17,7 +17,7 @@ pub(super) fn reduce(
     keepdim: bool,
     dtype: Option<DType>,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     let shape = reduced_shape(&t.shape, dims, keepdim)?;
@@ -50,7 +50,7 @@ pub(super) fn var(
     dims: Option<&[i64]>,
     keepdim: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     if !t.dtype.is_float() {
@@ -68,7 +68,7 @@ pub(super) fn softmax(
     half_to_float: bool,
     dtype: Option<DType>,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
     wrap_dim(dim, t.rank())?;
@@ -94,7 +94,7 @@ pub(super) fn layer_norm(
     bias: bool,
     native: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     let n = 1 + weight as usize + bias as usize;
     count(args, n)?;
     let t = tensor(args, 0)?;
@@ -116,7 +116,7 @@ pub(super) fn layer_norm(
             DType::Float16 | DType::BFloat16 => DType::Float32,
             d => d,
         };
-        let stat = TensorMeta::contiguous(s, acc);
+        let stat = FixedMeta::contiguous(s, acc);
         outs.push(stat.clone());
         outs.push(stat);
     }
@@ -128,7 +128,7 @@ pub(super) fn rms_norm(
     normalized_shape: &[i64],
     weight: bool,
     args: &[ArgMeta],
-) -> Result<Vec<TensorMeta>, InferError> {
+) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1 + weight as usize)?;
     let t = tensor(args, 0)?;
     check_norm(t, normalized_shape, &args[1..])?;

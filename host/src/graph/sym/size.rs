@@ -37,6 +37,24 @@ impl std::fmt::Display for Size {
     }
 }
 
+impl PartialEq<i64> for Size {
+    /// Whether the size is the integer `c` (a symbolic size never is, whatever values
+    /// its range holds).
+    fn eq(&self, c: &i64) -> bool {
+        self.as_const() == Some(*c)
+    }
+}
+
+impl serde::Serialize for Size {
+    /// An integer as a number; a symbolic size as its text (`ks<id>` symbols).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.as_const() {
+            Some(c) => s.serialize_i64(c),
+            None => s.serialize_str(&self.to_string()),
+        }
+    }
+}
+
 impl std::fmt::Debug for Size {
     /// As [`Display`](std::fmt::Display): a list of sizes reads `[2, 8*ks0]`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

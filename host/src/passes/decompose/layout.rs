@@ -10,7 +10,7 @@
 use super::B;
 use crate::graph::infer::layout::{pad_amounts, scatter_slice};
 use crate::graph::shape::{is_row_major, numel, wrap_dim};
-use crate::graph::{Arg, BinaryOp, DType, Op, PadMode, Scalar, TensorMeta, ValueId};
+use crate::graph::{Arg, BinaryOp, DType, FixedMeta, Op, PadMode, Scalar, ValueId};
 use crate::interp::layout::pad_source;
 use crate::interp::model::avg_pool_divisor;
 use crate::passes::Error;
@@ -103,7 +103,7 @@ pub(super) fn pad(
     pads: &[i64],
     mode: PadMode,
     value: f64,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let rank = b.shape(x).len();
     let amounts = pad_amounts(pads, rank).map_err(|e| Error::Unsupported {
@@ -134,7 +134,7 @@ pub(super) fn roll(
     x: ValueId,
     shifts: &[i64],
     dims: &[i64],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     if dims.is_empty() {
         let n = numel(&out.shape).unwrap_or(0);
@@ -144,7 +144,7 @@ pub(super) fn roll(
             flat,
             shifts,
             &[0],
-            &TensorMeta::contiguous(vec![n], out.dtype),
+            &FixedMeta::contiguous(vec![n], out.dtype),
         )?;
         return b.reshape(rolled, out.shape.clone());
     }
@@ -189,7 +189,7 @@ pub(super) fn slice_scatter(
     end: Option<i64>,
     step: i64,
     select: bool,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let (d, lo, len, _) =
         scatter_slice(&out.shape, dim, start, end, step, select).map_err(|e| {
@@ -245,7 +245,7 @@ pub(super) fn slice_scatter(
     fresh(b, y, out.dtype)
 }
 
-pub(super) fn copy(b: &mut B, src: Option<&Arg>, out: &TensorMeta) -> Result<ValueId, Error> {
+pub(super) fn copy(b: &mut B, src: Option<&Arg>, out: &FixedMeta) -> Result<ValueId, Error> {
     match src {
         Some(Arg::Scalar(s)) => b.op(
             Op::Full {
@@ -280,7 +280,7 @@ pub(super) fn repeat(
     b: &mut B,
     x: ValueId,
     repeats: &[i64],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let shape = b.shape(x);
     let lead = repeats.len() - shape.len();
@@ -305,7 +305,7 @@ pub(super) fn as_strided(
     size: &[i64],
     stride: &[i64],
     offset: i64,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let n = numel(size).unwrap_or(0);
     let have = numel(&b.shape(x)).unwrap_or(0);
@@ -344,7 +344,7 @@ pub(super) fn avg_pool(
     b: &mut B,
     x: ValueId,
     w: &Window,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let k = w.kernel.len();
     let rank = out.shape.len();

@@ -7,8 +7,8 @@
 
 use super::B;
 use crate::graph::{
-    Arg, BinaryOp, ConstData, DType, Graph, Node, NodeId, Op, ReduceOp, Scalar, TensorMeta,
-    UnaryOp, ValueId,
+    Arg, BinaryOp, ConstData, DType, FixedMeta, Graph, Node, NodeId, Op, ReduceOp, Scalar, UnaryOp,
+    ValueId,
 };
 use crate::interp::model::adaptive_window;
 use crate::passes::Error;
@@ -48,14 +48,17 @@ impl B<'_> {
                 data: ConstData::Values(Arc::from(values)),
             },
             args: vec![],
-            outputs: vec![TensorMeta::contiguous(shape, dtype)],
+            outputs: vec![FixedMeta::contiguous(shape, dtype).into()],
             line: self.line,
         });
         ValueId::first(id)
     }
 
     pub(super) fn shape(&self, v: ValueId) -> Vec<i64> {
-        self.g.meta(v).map(|m| m.shape.clone()).unwrap_or_default()
+        self.g
+            .fixed_meta(v)
+            .map(|m| m.shape.clone())
+            .unwrap_or_default()
     }
 
     pub(super) fn full(
@@ -101,7 +104,7 @@ impl B<'_> {
 /// `cumsum(x, dim)`: `y[.., i, ..] = sum_j x[.., j, ..] * (j <= i)`, a reduction over a
 /// broadcast of `x` against a constant lower-triangular mask. Exact for integers (the
 /// sum is in int64); for floats it adds in another order than a sequential scan.
-pub(super) fn cumsum(b: &mut B, x: ValueId, dim: i64, out: &TensorMeta) -> Result<ValueId, Error> {
+pub(super) fn cumsum(b: &mut B, x: ValueId, dim: i64, out: &FixedMeta) -> Result<ValueId, Error> {
     let xc = b.cast(x, out.dtype)?;
     let shape = b.shape(x);
     if shape.is_empty() {
@@ -146,7 +149,7 @@ pub(super) fn diff(
     append: Option<ValueId>,
     n: i64,
     dim: i64,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     // n = 0 is a copy of self: prepend and append are only checked.
     let (prepend, append) = if n == 0 {
@@ -197,7 +200,7 @@ pub(super) fn attention(
     causal: bool,
     scale: Option<f64>,
     gqa: bool,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let qs = b.shape(q);
     let (l, e) = (qs[qs.len() - 2], qs[qs.len() - 1]);
@@ -308,12 +311,13 @@ pub fn fusable_attention(g: &crate::graph::Graph, id: crate::graph::NodeId) -> b
         node.args
             .get(i)
             .and_then(Arg::value)
-            .and_then(|v| g.node(v.node)?.outputs.get(v.output as usize))
+            .and_then(|v| g.fixed_meta(v))
     };
-    let (Some(q), Some(k), Some(v), Some(out)) = (meta(0), meta(1), meta(2), node.outputs.first())
-    else {
+    let out = node.outputs.first().and_then(|m| m.fixed());
+    let (Some(q), Some(k), Some(v), Some(out)) = (meta(0), meta(1), meta(2), out) else {
         return false;
     };
+    let (q, k, v) = (&q, &k, &v);
     let rank = q.shape.len();
     let float = |d: DType| matches!(d, DType::Float16 | DType::BFloat16 | DType::Float32);
     if !(rank == 3 || rank == 4)
@@ -388,7 +392,7 @@ pub(super) fn batch_norm(
     mean: ValueId,
     var: ValueId,
     eps: f64,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let rank = b.shape(x).len();
     let var = b.upcast(var)?;
@@ -425,7 +429,7 @@ pub(super) fn group_norm(
     eps: f64,
     weight: Option<ValueId>,
     bias: Option<ValueId>,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<(ValueId, ValueId, ValueId), Error> {
     let shape = b.shape(x);
     let n = shape[0];
@@ -463,7 +467,7 @@ pub(super) fn max_pool(
     stride: &[i64],
     padding: &[i64],
     dilation: &[i64],
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let shape = b.shape(x);
     let r = shape.len();
@@ -520,7 +524,7 @@ pub(super) fn adaptive_avg_pool(
     b: &mut B,
     x: ValueId,
     spatial: usize,
-    out: &TensorMeta,
+    out: &FixedMeta,
 ) -> Result<ValueId, Error> {
     let r = b.shape(x).len();
     let xc = b.upcast(x)?;
@@ -633,7 +637,7 @@ pub(super) fn conv3d_as_2d(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     }
     let args = node.args.clone();
     let (Some(out), Some(x), Some(w)) = (
-        node.outputs.first().cloned(),
+        node.outputs.first().and_then(|m| m.fixed()),
         args.first().and_then(Arg::value),
         args.get(1).and_then(Arg::value),
     ) else {

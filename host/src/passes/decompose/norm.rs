@@ -124,7 +124,10 @@ pub(super) fn var(
 ) -> Result<ValueId, Error> {
     let xc = b.upcast(s.x)?;
     let ds = dims.unwrap_or_else(|| (0..s.rank).collect());
-    let shape = b.g.meta(s.x).map(|m| m.shape.clone()).unwrap_or_default();
+    let shape =
+        b.g.fixed_meta(s.x)
+            .map(|m| m.shape.clone())
+            .unwrap_or_default();
     let wrapped = crate::graph::shape::wrap_dim_set(Some(&ds), shape.len()).unwrap_or_default();
     let n: f64 = wrapped
         .iter()

@@ -1,7 +1,7 @@
 //! Matrix products: `mm`, `bmm` and `matmul` as extern calls on strided views.
 
 use super::{contiguous_view, first_value, meta_of, node_of, Def, Lowered, SKind, SNode};
-use crate::graph::ir::{Graph, NodeId, TensorMeta, ValueId};
+use crate::graph::ir::{FixedMeta, Graph, NodeId, ValueId};
 use crate::graph::shape::contiguous_strides;
 use crate::graph::views::view_strides;
 use crate::schedule::index::{consts, sizes, Size};
@@ -114,7 +114,7 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
         ));
     };
     // The product is computed as [B, M, N]; the graph's value is a view of it.
-    let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
+    let product_meta = FixedMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
     let buf = low.add_buffer(
         &node.name,
         &product_meta,

@@ -24,7 +24,7 @@ use super::index::{consts, contiguous, hints, sizes, Size};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
-use crate::graph::ir::{Arg, Graph, NodeId, TensorMeta, ValueId};
+use crate::graph::ir::{Arg, FixedMeta, Graph, NodeId, ValueId};
 use crate::graph::ops::{ConstData, Op, ReduceOp};
 use crate::graph::shape::{contiguous_strides, wrap_dim_set};
 use crate::graph::views;
@@ -143,7 +143,7 @@ pub struct SNode {
     /// The graph value it defines.
     pub value: ValueId,
     /// Its output shape (the reduction result with `keepdim` as the graph has it).
-    pub meta: TensorMeta,
+    pub meta: FixedMeta,
     /// The (contiguous) buffer it writes when its value is needed in memory.
     pub buf: BufferId,
     /// A short op name for kernel names.
@@ -192,7 +192,7 @@ impl Lowered {
     fn add_buffer(
         &mut self,
         name: &str,
-        meta: &TensorMeta,
+        meta: &FixedMeta,
         kind: super::ir::BufferKind,
     ) -> BufferId {
         self.buffers.push(super::ir::Buffer {
@@ -246,9 +246,8 @@ impl Lowered {
                 let base = self.as_view(graph, src, through_nodes)?;
                 let view = view_of_view(&node.op, &base, *output)?;
                 // The graph's metadata and the view agree on a validated graph.
-                (Some(view.shape.clone())
-                    == node.outputs.get(*output as usize).map(|m| sizes(&m.shape)))
-                .then_some(view)
+                (Some(&view.shape) == node.outputs.get(*output as usize).map(|m| &m.shape))
+                    .then_some(view)
             }
             Def::Literal { .. } => None,
         }
@@ -284,10 +283,14 @@ fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> 
         .ok_or_else(|| Error::Internal(format!("node {id:?} vanished during lowering")))
 }
 
-fn meta_of(graph: &Graph, v: ValueId) -> Result<&TensorMeta, Error> {
+/// Value `v`'s metadata, of integer sizes: the lowering takes a graph of one size
+/// (`schedule` refuses one of symbolic sizes before it starts).
+fn meta_of(graph: &Graph, v: ValueId) -> Result<FixedMeta, Error> {
     graph
         .meta(v)
-        .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))
+        .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))?
+        .fixed()
+        .ok_or_else(|| Error::Internal(format!("value {v:?} has symbolic sizes")))
 }
 
 fn first_value(graph: &Graph, id: NodeId, i: usize) -> Result<ValueId, Error> {
@@ -775,7 +778,7 @@ fn lower_attention(
     // takes a copy kernel before the output projection; the library's flash
     // and cuDNN kernels write this layout too. The graph's value is a view of it.
     let (b, h, l, ev) = (meta.shape[0], meta.shape[1], meta.shape[2], meta.shape[3]);
-    let stored = TensorMeta::contiguous(vec![b, l, h, ev], meta.dtype);
+    let stored = FixedMeta::contiguous(vec![b, l, h, ev], meta.dtype);
     let name = node_of(graph, id)?.name.clone();
     let buf = low.add_buffer(&name, &stored, super::ir::BufferKind::Computed);
     low.snodes.push(SNode {
@@ -849,7 +852,7 @@ fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
 
 /// Value `v` as a constant buffer of the program holding `data`, read as a
 /// contiguous view.
-fn constant_buffer(low: &mut Lowered, name: &str, v: ValueId, meta: &TensorMeta, data: ConstData) {
+fn constant_buffer(low: &mut Lowered, name: &str, v: ValueId, meta: &FixedMeta, data: ConstData) {
     let kind = super::ir::BufferKind::Constant { data };
     let buf = low.add_buffer(name, meta, kind);
     low.defs

@@ -746,7 +746,8 @@ fn check_as_strided_input(attrs: &[(String, Raw)], scope: &Scope, node: &str) ->
     else {
         return Ok(());
     };
-    if crate::graph::shape::is_row_major(&meta.shape, strides, *offset) {
+    let shape = meta.hint_shape();
+    if crate::graph::shape::is_row_major(&shape, strides, *offset) {
         return Ok(());
     }
     Err(Pt2Error::Argument {

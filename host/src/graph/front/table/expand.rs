@@ -16,7 +16,7 @@
 
 use super::rewrite::wrap;
 use super::{Metas, Raw, SigError};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
 
 mod conv_transpose;
@@ -245,7 +245,7 @@ pub enum Step {
         /// the tensor it makes
         out: String,
         /// its shape and dtype
-        meta: TensorMeta,
+        meta: FixedMeta,
         /// its values
         values: Vec<f64>,
     },
@@ -277,7 +277,7 @@ impl Steps<'_> {
         let out = self.name();
         self.steps.push(Step::Const {
             out: out.clone(),
-            meta: TensorMeta::contiguous(shape, dtype),
+            meta: FixedMeta::contiguous(shape, dtype),
             values,
         });
         out
@@ -341,14 +341,14 @@ fn cat_without_legacy_empties(
     let Some(Raw::List(items)) = get(attrs, "tensors") else {
         return None;
     };
-    let operands: Vec<(&Raw, TensorMeta)> = items
+    let operands: Vec<(&Raw, FixedMeta)> = items
         .iter()
         .map(|r| match r {
             Raw::Str(name) => metas(name).map(|m| (r, m)),
             _ => None,
         })
         .collect::<Option<_>>()?;
-    let legacy = |m: &TensorMeta| m.shape == [0];
+    let legacy = |m: &FixedMeta| m.shape == [0];
     if !operands.iter().any(|(_, m)| legacy(m)) || operands.iter().all(|(_, m)| m.rank() == 1) {
         return None;
     }
@@ -585,7 +585,7 @@ impl Args<'_> {
     }
 
     /// Tensor argument `name` and its metadata.
-    fn tensor(&self, name: &str) -> Result<(String, TensorMeta), SigError> {
+    fn tensor(&self, name: &str) -> Result<(String, FixedMeta), SigError> {
         match self.get(name) {
             Some(Raw::Str(x)) => (self.metas)(x)
                 .map(|m| (x.clone(), m))
@@ -629,7 +629,7 @@ impl Args<'_> {
     }
 
     /// The tensors of list argument `name`.
-    fn tensors(&self, name: &str) -> Result<Vec<(String, TensorMeta)>, SigError> {
+    fn tensors(&self, name: &str) -> Result<Vec<(String, FixedMeta)>, SigError> {
         let Some(Raw::List(xs)) = self.get(name) else {
             return Err(invalid(format!("needs the list `{name}`")));
         };
@@ -890,7 +890,7 @@ fn interpolate(s: &mut Steps<'_>, op: &str, a: &Args<'_>) -> Result<String, SigE
     }
     let mut out = inp.shape.clone();
     out[lead..].copy_from_slice(&sizes);
-    let outm = TensorMeta::contiguous(out, inp.dtype);
+    let outm = FixedMeta::contiguous(out, inp.dtype);
     upsample::upsample(s, &x, &inp, &outm, mode, a.flag("align_corners"), &scales).map_err(invalid)
 }
 

@@ -30,7 +30,7 @@ mod rewrite;
 pub use bind::{Operand, Raw, SigError};
 pub use expand::{Expansion, Step};
 
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::ops::Op;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -155,7 +155,7 @@ pub enum Lowered {
 
 /// The metadata of the tensors a front end has built: `None` for a name that is no
 /// tensor (yet).
-pub type Metas<'a> = &'a dyn Fn(&str) -> Option<TensorMeta>;
+pub type Metas<'a> = &'a dyn Fn(&str) -> Option<FixedMeta>;
 
 /// Lowers one call through the table: rewrites are followed to the op they name,
 /// expansions spelled out, and bindings built. `metas` gives the operands' shapes

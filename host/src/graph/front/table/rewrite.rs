@@ -14,7 +14,7 @@
 //! A rewrite reads the operands' metadata and the arguments only, never an output's.
 
 use super::{Metas, Raw, SigError};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
 
 /// The ops [`rewrite`] turns into other ops of the table, with their parameters in
@@ -101,7 +101,7 @@ pub(super) fn tensor_arg(
     attrs: &[(String, Raw)],
     name: &str,
     metas: Metas<'_>,
-) -> Result<TensorMeta, SigError> {
+) -> Result<FixedMeta, SigError> {
     match attrs.iter().find(|(k, _)| k == name) {
         Some((_, Raw::Str(t))) => metas(t).ok_or_else(|| {
             SigError::Invalid(format!("`{name}` (`{t}`) names no tensor known here"))

@@ -285,7 +285,10 @@ pub(super) fn write_into(
         .get(chain[chain.len() - 1].as_str())
         .cloned()
     {
-        let shape = scope.metas.get(view.base.as_str()).map(|m| m.shape.clone());
+        let shape = scope
+            .metas
+            .get(view.base.as_str())
+            .and_then(|m| m.fixed_shape());
         let Some(back) = write_back(&view.op, shape.as_deref()) else {
             reached_root = false;
             break;

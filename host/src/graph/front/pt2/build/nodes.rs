@@ -180,7 +180,7 @@ fn import_aten(
         kwargs: &attrs,
     };
     let metas = &scope.metas;
-    let lowered = table::lower(&call, &|t| metas.get(t).cloned())
+    let lowered = table::lower(&call, &|t| metas.get(t).and_then(TensorMeta::fixed))
         .map_err(|e| signature_error(&fx.shown, fx_op, e))?;
     let (op, operands) = match lowered {
         Lowered::Expansion(x) => {
@@ -407,7 +407,7 @@ fn import_steps(
                     data: ConstData::Values(values.into()),
                 },
                 vec![],
-                vec![meta],
+                vec![meta.into()],
             ),
         };
         let id = g.add_node(Node {

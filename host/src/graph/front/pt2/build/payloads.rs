@@ -59,7 +59,7 @@ impl<R: Read + Seek> Payloads<'_, R> {
                 });
             }
             let member = format!("{}{dir}{path_name}", self.prefix);
-            if dtype != want.dtype || shape != want.shape {
+            if dtype != want.dtype || Some(&shape) != want.fixed_shape().as_ref() {
                 return Err(Pt2Error::Weight {
                     name: key.into(),
                     message: format!(

@@ -10,7 +10,7 @@
 //! dim) and `unbind` (a select per index).
 
 use super::{int_list, ints, invalid, t, wrap, Args, Raw, SigError, Steps};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
 
 /// The largest finite value of a float dtype (`nan_to_num`'s default for +inf).
@@ -504,7 +504,7 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             } else {
                 index
             };
-            let entries = [(d, index, TensorMeta::contiguous(vec![k], DType::Int64))];
+            let entries = [(d, index, FixedMeta::contiguous(vec![k], DType::Int64))];
             one(index_put(s, &x, &m, &source, &entries, false).map_err(invalid)?)
         }
         _ => Ok(None),
@@ -656,9 +656,9 @@ const INDEX_PUT_ELEMENTS: i64 = 1 << 24;
 pub(super) fn index_put(
     s: &mut Steps<'_>,
     x: &str,
-    m: &TensorMeta,
+    m: &FixedMeta,
     v: &str,
-    entries: &[(usize, String, TensorMeta)],
+    entries: &[(usize, String, FixedMeta)],
     accumulate: bool,
 ) -> Result<String, String> {
     let dtype = Raw::Str(m.dtype.name().into());
@@ -799,7 +799,7 @@ pub(super) fn index_put(
 fn arg_extreme(
     s: &mut Steps<'_>,
     x: &str,
-    m: &TensorMeta,
+    m: &FixedMeta,
     dim: Option<i64>,
     keepdim: bool,
     max: bool,

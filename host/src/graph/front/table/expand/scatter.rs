@@ -7,7 +7,7 @@
 
 use super::more::index_put;
 use super::{ints, invalid, t, wrap, Args, Raw, SigError, Steps};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
 
 /// The most elements of a scatter's one-hot match.
@@ -61,7 +61,7 @@ fn index_add(s: &mut Steps<'_>, args: &Args<'_>) -> Result<String, SigError> {
     } else {
         index
     };
-    let entries = [(d, index, TensorMeta::contiguous(vec![k], im.dtype))];
+    let entries = [(d, index, FixedMeta::contiguous(vec![k], im.dtype))];
     index_put(s, &x, &m, &source, &entries, true).map_err(invalid)
 }
 

@@ -2,7 +2,7 @@
 //! weighted by constants computed here as ATen computes them.
 
 use super::{t, Raw, Steps};
-use crate::graph::ir::TensorMeta;
+use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
 
 /// How an `upsample_*` op maps output positions to input ones.
@@ -104,8 +104,8 @@ fn taps(mode: Mode, input: i64, output: i64, align: bool, scale: Option<f64>) ->
 pub(super) fn upsample(
     s: &mut Steps<'_>,
     x: &str,
-    inp: &TensorMeta,
-    out: &TensorMeta,
+    inp: &FixedMeta,
+    out: &FixedMeta,
     mode: Mode,
     align: bool,
     scales: &[Option<f64>],

@@ -376,7 +376,7 @@ fn a_contiguous_transpose_output_is_a_tiled_copy_not_a_view_of_the_input() {
         let out = &scheduled.program.outputs[0];
         assert_eq!(
             out.strides,
-            kiln::schedule::index::contiguous(&out.shape),
+            kiln::graph::shape::contiguous_sizes(&out.shape),
             "{shape:?}: the output is dense"
         );
     }

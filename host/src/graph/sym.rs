@@ -413,18 +413,8 @@ impl Expr {
             return self.floor_div_const(b, symbols);
         }
         // Exact division by one term that divides every term (`(s0*s1)//s1`).
-        if let [(dm, dc)] = d.terms.as_slice() {
-            let quotient: Option<Vec<(Monomial, i128)>> = self
-                .terms
-                .iter()
-                .map(|(m, c)| {
-                    let q = divide_monomial(m, dm)?;
-                    (c % dc == 0).then(|| (q, i128::from(c / dc)))
-                })
-                .collect();
-            if let Some(terms) = quotient {
-                return Expr::from_terms(terms);
-            }
+        if let Some(q) = self.exact_div(d) {
+            return Ok(q);
         }
         Ok(Expr::atom(Atom::FloorDiv(
             Box::new(self.clone()),

@@ -14,6 +14,7 @@ use crate::graph::sym::{self, SymId, Symbols};
 /// A size free of the loop variables: an integer, or an expression over the size
 /// symbols of a dynamic compile. A static compile's sizes are all constants, and
 /// take [`Size::as_const`]'s fast path everywhere here.
+pub use crate::graph::shape::{contiguous_sizes, sizes};
 pub use crate::graph::sym::Size;
 
 /// A kernel loop variable.
@@ -617,34 +618,12 @@ pub fn unflatten<S: Clone + Into<Size>>(flat: Index, shape: &[S], ranges: &Range
     out
 }
 
-/// Sizes of integers (a static shape or strides).
-pub fn sizes(values: &[i64]) -> Vec<Size> {
-    values.iter().map(|&v| Size::from(v)).collect()
-}
-
 /// The product of `sizes` (past 64 bits: `i64::MAX`, which no allocation meets).
 pub fn product(sizes: &[Size]) -> Size {
     sizes
         .iter()
         .try_fold(Size::from(1), |acc, s| acc.mul(s))
         .unwrap_or_else(|_| Size::from(i64::MAX))
-}
-
-/// Row-major strides of `shape` (a dim of size 0 or 1 steps as if it were 1, as
-/// `graph::shape::contiguous_strides` does).
-pub fn contiguous(shape: &[Size]) -> Vec<Size> {
-    let mut strides = vec![Size::from(1); shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        let next = &shape[d + 1];
-        let step = match next.as_const() {
-            Some(c) => Size::from(c.max(1)),
-            None => next.clone(),
-        };
-        strides[d] = strides[d + 1]
-            .mul(&step)
-            .unwrap_or_else(|_| Size::from(i64::MAX));
-    }
-    strides
 }
 
 /// The integers of sizes that are all constants; `None` where one is symbolic, and

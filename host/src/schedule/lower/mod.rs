@@ -20,7 +20,7 @@ mod matmul;
 use std::collections::HashMap;
 
 use super::ids::{entity_id, IdVec};
-use super::index::{consts, contiguous, hints, sizes, Size};
+use super::index::{consts, contiguous_sizes, hints, sizes, Size};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
@@ -569,7 +569,7 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
         let last =
             low.conv_channels_last && is_channels_last(&hints(&view.shape), &hints(&view.strides));
         channels_last |= last;
-        let dense = last || view.strides == contiguous(&view.shape);
+        let dense = last || view.strides == contiguous_sizes(&view.shape);
         args.push(if dense {
             view
         } else {

@@ -359,3 +359,166 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
         "{inferred}"
     );
 }
+
+/// An MLP with a layer norm over `[batch, seq, 64]`, both sizes symbols: shape inference
+/// gives every value its size over the symbols, which evaluates at any binding to what
+/// the same graph infers at that size; operands that agree only at some sizes are refused.
+#[test]
+fn shape_inference_over_symbols_matches_the_integer_rules_at_every_size() {
+    use kiln::graph::sym::{Size, Symbols};
+    use kiln::graph::{
+        Arg, BinaryOp, ConstData, DType, GeluApprox, Graph, Node, Op, ReduceOp, TensorMeta, ValueId,
+    };
+    let mut symbols = Symbols::default();
+    let batch = symbols.add("batch", 1, 8).unwrap();
+    let seq = symbols.add("seq", 1, 128).unwrap();
+    symbols.set_hint(seq, 16).unwrap();
+    let (b, s) = (Size::symbol(batch, &symbols), Size::symbol(seq, &symbols));
+    // The graph over sizes `dims` (symbolic, or one binding of them).
+    let build = |dims: [Size; 2]| -> (Graph, Vec<ValueId>) {
+        let mut g = Graph::new("mlp");
+        let node =
+            |g: &mut Graph, name: &str, op: Op, args: Vec<ValueId>, out: Option<TensorMeta>| {
+                let id = g.add_node(Node {
+                    name: name.into(),
+                    op,
+                    args: args.into_iter().map(Arg::Value).collect(),
+                    outputs: out.into_iter().collect(),
+                    line: None,
+                });
+                if g.node(id).unwrap().outputs.is_empty() {
+                    kiln::graph::infer_node(g, id)
+                        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+                }
+                ValueId::first(id)
+            };
+        let constant = |shape: Vec<i64>| {
+            (
+                Op::Constant {
+                    data: ConstData::Fill(0.5),
+                },
+                Some(TensorMeta::contiguous(shape, DType::Float32)),
+            )
+        };
+        let x_meta = TensorMeta::contiguous_sizes(
+            vec![dims[0].clone(), dims[1].clone(), Size::from(64)],
+            DType::Float32,
+        );
+        let x = node(&mut g, "x", Op::Input { index: 0 }, vec![], Some(x_meta));
+        let weight = |g: &mut Graph, name: &str, shape: Vec<i64>| {
+            let (op, meta) = constant(shape);
+            node(g, name, op, vec![], meta)
+        };
+        let (w1, b1, w2) = (
+            weight(&mut g, "w1", vec![256, 64]),
+            weight(&mut g, "b1", vec![256]),
+            weight(&mut g, "w2", vec![64, 256]),
+        );
+        let (lw, lb) = (
+            weight(&mut g, "lw", vec![64]),
+            weight(&mut g, "lb", vec![64]),
+        );
+        let h = node(
+            &mut g,
+            "h",
+            Op::Linear { bias: true },
+            vec![x, w1, b1],
+            None,
+        );
+        let a = node(
+            &mut g,
+            "a",
+            Op::Gelu {
+                approximate: GeluApprox::None,
+            },
+            vec![h],
+            None,
+        );
+        let y = node(&mut g, "y", Op::Linear { bias: false }, vec![a, w2], None);
+        let z = node(
+            &mut g,
+            "z",
+            Op::Binary {
+                op: BinaryOp::Add,
+                alpha: None,
+            },
+            vec![y, x],
+            None,
+        );
+        let ln = Op::LayerNorm {
+            normalized_shape: vec![64],
+            eps: 1e-5,
+            weight: true,
+            bias: true,
+            native: false,
+        };
+        let n = node(&mut g, "n", ln, vec![z, lw, lb], None);
+        let mean = Op::Reduce {
+            op: ReduceOp::Mean,
+            dims: Some(vec![-1]),
+            keepdim: true,
+            dtype: None,
+        };
+        let m = node(&mut g, "m", mean, vec![n], None);
+        let sum = Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: Some(vec![1]),
+            keepdim: false,
+            dtype: None,
+        };
+        let r = node(&mut g, "r", sum, vec![m], None);
+        (g, vec![h, a, y, z, n, m, r])
+    };
+    let (g, values) = build([b.clone(), s.clone()]);
+    let shapes: Vec<Vec<Size>> = values
+        .iter()
+        .map(|v| g.meta(*v).unwrap().shape.clone())
+        .collect();
+    let text = format!("{:?}", shapes.last().unwrap());
+    assert_eq!(text, "[ks0, 1]");
+    assert_eq!(format!("{:?}", shapes[0]), "[ks0, ks1, 256]");
+    for (bv, sv) in [(1, 1), (3, 16), (8, 128)] {
+        let (fixed, _) = build([Size::from(bv), Size::from(sv)]);
+        for (v, shape) in values.iter().zip(&shapes) {
+            let at: Vec<i64> = shape
+                .iter()
+                .map(|d| d.eval(&|id| if id == batch { bv } else { sv }).unwrap())
+                .collect();
+            assert_eq!(
+                fixed.meta(*v).unwrap().hint_shape(),
+                at,
+                "batch {bv}, seq {sv}"
+            );
+        }
+    }
+    // Sizes that agree only where the symbols happen to match are refused.
+    let mut g = g;
+    let q = g.add_node(Node {
+        name: "q".into(),
+        op: Op::Input { index: 1 },
+        args: vec![],
+        outputs: vec![TensorMeta::contiguous_sizes(
+            vec![s.clone(), s.clone(), Size::from(64)],
+            DType::Float32,
+        )],
+        line: None,
+    });
+    let bad = g.add_node(Node {
+        name: "bad".into(),
+        op: Op::Binary {
+            op: BinaryOp::Add,
+            alpha: None,
+        },
+        args: vec![Arg::Value(values[3]), Arg::Value(ValueId::first(q))],
+        outputs: vec![],
+        line: None,
+    });
+    let refused = kiln::graph::infer_node(&mut g, bad)
+        .map(|_| ())
+        .unwrap_err();
+    let refused = kiln::diag::report(&refused);
+    assert!(
+        refused.contains("do not broadcast for every value"),
+        "{refused}"
+    );
+}

@@ -10,6 +10,7 @@ mod linalg;
 pub mod model;
 mod pointwise;
 mod reduce;
+pub mod symbolic;
 use super::ir::{FixedMeta, Scalar};
 use super::ops::{BinaryOp, Op};
 use super::shape::{

@@ -32,8 +32,15 @@ pub fn infer_outputs(g: &Graph, id: NodeId) -> Result<Vec<super::TensorMeta>, Er
     if matches!(node.op, Op::Input { .. } | Op::Constant { .. }) {
         return Ok(node.outputs.clone());
     }
-    // The rules take integer sizes: a symbolic operand is refused by name until they
-    // take symbols (docs/dynamic-shapes.md).
+    if let Some(outputs) = infer_over_symbols(g, node) {
+        return outputs.map_err(|source| Error::Infer {
+            at: at(g, id),
+            op: node.op.name().into(),
+            source: Box::new(source),
+        });
+    }
+    // The other rules take integer sizes: a symbolic operand is refused by name until
+    // they take symbols (docs/dynamic-shapes.md).
     let mut fixed = Vec::with_capacity(node.args.len());
     for a in &node.args {
         if let Arg::Value(v) = a {
@@ -79,6 +86,31 @@ pub fn infer_outputs(g: &Graph, id: NodeId) -> Result<Vec<super::TensorMeta>, Er
         source: Box::new(source),
     })?;
     Ok(outputs.into_iter().map(super::TensorMeta::from).collect())
+}
+
+/// `node`'s outputs by the symbolic rules, where an operand has a symbolic size and a
+/// rule covers the op (`infer::symbolic`); `None` otherwise.
+fn infer_over_symbols(
+    g: &Graph,
+    node: &super::Node,
+) -> Option<Result<Vec<super::TensorMeta>, super::infer::InferError>> {
+    use super::infer::symbolic::{infer_symbolic, SymArg};
+    let mut args = Vec::with_capacity(node.args.len());
+    let mut symbolic = false;
+    for a in &node.args {
+        args.push(match a {
+            Arg::Scalar(s) => SymArg::Scalar(*s),
+            Arg::Value(v) => {
+                let m = g.meta(*v)?;
+                symbolic |= !m.is_static();
+                SymArg::Tensor(m)
+            }
+        });
+    }
+    if !symbolic {
+        return None;
+    }
+    infer_symbolic(&node.op, &args)
 }
 
 /// Infers and stores node `id`'s output metadata.

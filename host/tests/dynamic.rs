@@ -337,10 +337,12 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
     .map(|_| ())
     .unwrap_err()
     .to_string();
+    // The interpreter binds a symbol that is an input's dim; `3*ks0` is none.
     assert!(
-        interpreted.contains("symbolic sizes [3*ks0, 8]"),
+        interpreted.contains("[3*ks0, 8] read ks0, which no input's dim gives"),
         "{interpreted}"
     );
+    // An elementwise op has a symbolic rule; a permute has none yet, and says so.
     let relu = g.add_node(Node {
         name: "relu".into(),
         op: Op::Unary(UnaryOp::Relu),
@@ -348,12 +350,24 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
         outputs: vec![],
         line: None,
     });
-    let inferred = kiln::graph::infer_node(&mut g, relu)
+    kiln::graph::infer_node(&mut g, relu).unwrap();
+    assert_eq!(
+        format!("{:?}", g.meta(ValueId::first(relu)).unwrap().shape),
+        "[3*ks0, 8]"
+    );
+    let permute = g.add_node(Node {
+        name: "permute".into(),
+        op: Op::Permute { dims: vec![1, 0] },
+        args: vec![Arg::Value(ValueId::first(relu))],
+        outputs: vec![],
+        line: None,
+    });
+    let inferred = kiln::graph::infer_node(&mut g, permute)
         .map(|_| ())
         .unwrap_err();
     let inferred = kiln::diag::report(&inferred);
     assert!(
-        inferred.contains("relu")
+        inferred.contains("permute")
             && inferred.contains("[3*ks0, 8]")
             && inferred.contains("integer sizes"),
         "{inferred}"
@@ -491,8 +505,30 @@ fn shape_inference_over_symbols_matches_the_integer_rules_at_every_size() {
             );
         }
     }
-    // Sizes that agree only where the symbols happen to match are refused.
+    // The interpreter runs the symbolic graph at each size, binding the symbols from
+    // the input, as it runs the graph made at that size.
     let mut g = g;
+    g.set_outputs(vec![values[4], values[6]]);
+    for (bv, sv) in [(1, 1), (2, 5), (4, 33)] {
+        let (mut fixed, fixed_values) = build([Size::from(bv), Size::from(sv)]);
+        fixed.set_outputs(vec![fixed_values[4], fixed_values[6]]);
+        let n = (bv * sv * 64) as usize;
+        let x = Tensor::new(
+            vec![bv, sv, 64],
+            DType::Float32,
+            (0..n).map(|i| (i % 7) as f64 - 3.0).collect(),
+        );
+        let got = kiln::interp::evaluate(&g, std::slice::from_ref(&x)).unwrap();
+        let want = kiln::interp::evaluate(&fixed, &[x]).unwrap();
+        for (a, w) in got.iter().zip(&want) {
+            assert_eq!(
+                (&a.shape, a.to_vec()),
+                (&w.shape, w.to_vec()),
+                "batch {bv}, seq {sv}"
+            );
+        }
+    }
+    // Sizes that agree only where the symbols happen to match are refused.
     let q = g.add_node(Node {
         name: "q".into(),
         op: Op::Input { index: 1 },

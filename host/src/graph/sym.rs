@@ -402,6 +402,17 @@ impl Expr {
         k != 0 && self.terms.iter().all(|(_, c)| c % k == 0)
     }
 
+    /// The symbol, when the expression is exactly one symbol.
+    pub fn as_symbol(&self) -> Option<SymId> {
+        match self.terms.as_slice() {
+            [(m, 1)] => match m.as_slice() {
+                [(Atom::Sym(s), 1)] => Some(*s),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Whether no term has a symbol or an atom: [`Expr::as_const`] is `Some`.
     pub fn is_const(&self) -> bool {
         self.as_const().is_some()

@@ -17,10 +17,12 @@ mod reduce;
 pub(crate) use reduce::matmul_raw;
 mod views;
 
-use crate::graph::{Arg, ConstData, FixedMeta, Graph, NodeId, Op};
+use crate::graph::sym::SymId;
+use crate::graph::{Arg, ConstData, FixedMeta, Graph, NodeId, Op, TensorMeta};
 use crate::tensor::walk::{Walk, CHUNK};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
+use std::collections::HashMap;
 
 /// Interpreter errors.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +138,67 @@ pub struct Progress<'a> {
     pub op: &'a str,
 }
 
+/// The value of each size symbol that an input's dim is, read from `inputs` (a graph's
+/// symbolic sizes are bound by its inputs, as a compiled program's are).
+fn bind_sizes(g: &Graph, inputs: &[Tensor]) -> Result<HashMap<SymId, i64>, Error> {
+    let mut sizes = HashMap::new();
+    for (&id, t) in g.inputs().iter().zip(inputs) {
+        let Some(node) = g.node(id) else { continue };
+        let Some(m) = node.outputs.first() else {
+            continue;
+        };
+        for (d, size) in m.shape.iter().enumerate() {
+            let (Some(s), Some(&value)) = (size.as_symbol(), t.shape.get(d)) else {
+                continue;
+            };
+            if let Some(&bound) = sizes.get(&s) {
+                if bound != value {
+                    return Err(Error::Node {
+                        node: node.name.clone(),
+                        message: format!(
+                            "dim {d} is {value}, but the size it shares ({size}) is {bound} \
+                             in an input before it"
+                        ),
+                    });
+                }
+            }
+            sizes.insert(s, value);
+        }
+    }
+    Ok(sizes)
+}
+
+/// `m` at the bound sizes.
+fn at_sizes(m: &TensorMeta, sizes: &HashMap<SymId, i64>) -> Result<FixedMeta, String> {
+    if let Some(f) = m.fixed() {
+        return Ok(f);
+    }
+    let unbound = std::cell::Cell::new(None);
+    let value = |s: SymId| {
+        sizes.get(&s).copied().unwrap_or_else(|| {
+            unbound.set(Some(s));
+            0
+        })
+    };
+    let eval = |v: &[crate::graph::sym::Size]| -> Result<Vec<i64>, String> {
+        v.iter()
+            .map(|d| d.eval(&value).map_err(|e| format!("size {d}: {e}")))
+            .collect()
+    };
+    let (shape, strides) = (eval(&m.shape)?, eval(&m.strides)?);
+    if let Some(s) = unbound.get() {
+        return Err(format!(
+            "sizes {:?} read ks{}, which no input's dim gives",
+            m.shape, s.0
+        ));
+    }
+    Ok(FixedMeta {
+        shape,
+        strides,
+        dtype: m.dtype,
+    })
+}
+
 /// Evaluates `g` on `inputs` (in the graph's input order) and returns its outputs.
 pub fn evaluate(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
     evaluate_with(g, inputs, &mut |_| {})
@@ -158,6 +221,7 @@ pub fn evaluate_with(
     let order = g
         .topo_order()
         .map_err(|n| crate::graph::Error::Cycle(at(g, n)))?;
+    let sizes = bind_sizes(g, inputs)?;
     let last_use = last_uses(g, &order);
     let mut env: Vec<Option<Vec<Tensor>>> =
         vec![None; order.iter().map(|n| n.index() + 1).max().unwrap_or(0)];
@@ -167,20 +231,11 @@ pub fn evaluate_with(
             node: node.name.clone(),
             message,
         };
-        // The interpreter computes at integer sizes (binding a dynamic graph's symbols
-        // from its inputs is a later step of docs/dynamic-shapes.md).
+        // Each size at the inputs' binding of its symbols.
         let metas = node
             .outputs
             .iter()
-            .map(|m| {
-                m.fixed().ok_or_else(|| {
-                    fail(format!(
-                        "symbolic sizes {:?}: the reference interpreter takes a graph of one size \
-                         (--specialize)",
-                        m.shape
-                    ))
-                })
-            })
+            .map(|m| at_sizes(m, &sizes).map_err(&fail))
             .collect::<Result<Vec<_>, _>>()?;
         let outs = match &node.op {
             Op::Input { index } => {

@@ -104,6 +104,11 @@ impl Size {
         self.expr.as_const()
     }
 
+    /// The symbol, when the size is exactly one symbol.
+    pub fn as_symbol(&self) -> Option<SymId> {
+        self.expr.as_symbol()
+    }
+
     /// Whether the size is an integer.
     pub fn is_const(&self) -> bool {
         self.expr.is_const()

@@ -9,20 +9,28 @@
 use super::{Expr, SymError, SymId, Symbols, Syntax};
 
 /// A size: an integer, or an expression over size symbols with its value at their
-/// hints ([module docs](self)). `Ord` is a canonical order for sorting and maps, not
-/// a comparison of values: compare [`Size::hint`]s to decide, and bounds to prove.
-#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Size {
-    expr: Expr,
-    hint: i64,
+/// hints ([module docs](self)). An integer is held as itself (no allocation: a static
+/// compile's sizes are all integers). `Ord` is a canonical order for sorting and maps,
+/// not a comparison of values: compare [`Size::hint`]s to decide, and bounds to prove.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Size(Repr);
+
+/// An integer, or an expression that is not one (so that each size has one form).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Repr {
+    Const(i64),
+    Sym { expr: Expr, hint: i64 },
+}
+
+impl Default for Size {
+    fn default() -> Size {
+        Size(Repr::Const(0))
+    }
 }
 
 impl From<i64> for Size {
     fn from(c: i64) -> Size {
-        Size {
-            expr: Expr::constant(c),
-            hint: c,
-        }
+        Size(Repr::Const(c))
     }
 }
 
@@ -77,133 +85,192 @@ fn floor_div(a: i64, b: i64) -> i64 {
 impl Size {
     /// Symbol `id` of `symbols`, at its hint.
     pub fn symbol(id: SymId, symbols: &Symbols) -> Size {
-        Size {
+        Size(Repr::Sym {
             expr: Expr::symbol(id),
             hint: symbols.hint(id),
-        }
+        })
     }
 
     /// `expr` with each symbol at its hint in `symbols`.
     pub fn of(expr: Expr, symbols: &Symbols) -> Result<Size, SymError> {
         let hint = expr.eval(&|s| symbols.hint(s))?;
-        Ok(Size { expr, hint })
+        Ok(Size::with(expr, Some(hint)).unwrap_or(Size::from(hint)))
     }
 
     /// The expression.
-    pub fn expr(&self) -> &Expr {
-        &self.expr
+    pub fn expr(&self) -> Expr {
+        match &self.0 {
+            Repr::Const(c) => Expr::constant(*c),
+            Repr::Sym { expr, .. } => expr.clone(),
+        }
     }
 
     /// The value at the symbols' hints: what decisions read, never correctness.
     pub fn hint(&self) -> i64 {
-        self.hint
+        match &self.0 {
+            Repr::Const(c) => *c,
+            Repr::Sym { hint, .. } => *hint,
+        }
     }
 
     /// The value, when the size is an integer.
     pub fn as_const(&self) -> Option<i64> {
-        self.expr.as_const()
+        match &self.0 {
+            Repr::Const(c) => Some(*c),
+            Repr::Sym { .. } => None,
+        }
     }
 
     /// The symbol, when the size is exactly one symbol.
     pub fn as_symbol(&self) -> Option<SymId> {
-        self.expr.as_symbol()
+        match &self.0 {
+            Repr::Const(_) => None,
+            Repr::Sym { expr, .. } => expr.as_symbol(),
+        }
     }
 
     /// Whether the size is an integer.
     pub fn is_const(&self) -> bool {
-        self.expr.is_const()
+        matches!(self.0, Repr::Const(_))
     }
 
+    /// The size of `expr` with value `hint` at the hints, in its one form.
     fn with(expr: Expr, hint: Option<i64>) -> Result<Size, SymError> {
+        if let Some(c) = expr.as_const() {
+            return Ok(Size(Repr::Const(c)));
+        }
         let hint = hint.ok_or_else(|| SymError::Overflow("a size's hint".into()))?;
-        Ok(Size { expr, hint })
+        Ok(Size(Repr::Sym { expr, hint }))
+    }
+
+    /// Applies an integer operation where both sizes are integers, else the
+    /// expression's, with the hints combined by `on_hints`.
+    fn combine(
+        &self,
+        other: &Size,
+        on_ints: impl Fn(i64, i64) -> Option<i64>,
+        on_exprs: impl Fn(&Expr, &Expr) -> Result<Expr, SymError>,
+        what: &str,
+    ) -> Result<Size, SymError> {
+        if let (Some(a), Some(b)) = (self.as_const(), other.as_const()) {
+            return on_ints(a, b)
+                .map(Size::from)
+                .ok_or_else(|| SymError::Overflow(what.into()));
+        }
+        let hint = on_ints(self.hint(), other.hint());
+        Size::with(on_exprs(&self.expr(), &other.expr())?, hint)
     }
 
     /// `self + other`.
     pub fn add(&self, other: &Size) -> Result<Size, SymError> {
-        Size::with(
-            self.expr.add(&other.expr)?,
-            self.hint.checked_add(other.hint),
-        )
+        self.combine(other, i64::checked_add, Expr::add, "a sum")
     }
 
     /// `self - other`.
     pub fn sub(&self, other: &Size) -> Result<Size, SymError> {
-        Size::with(
-            self.expr.sub(&other.expr)?,
-            self.hint.checked_sub(other.hint),
-        )
+        self.combine(other, i64::checked_sub, Expr::sub, "a difference")
     }
 
     /// `c * self`.
     pub fn scale(&self, c: i64) -> Result<Size, SymError> {
-        Size::with(self.expr.scale(c)?, self.hint.checked_mul(c))
+        self.combine(&Size::from(c), i64::checked_mul, Expr::mul, "a product")
     }
 
     /// `self * other`.
     pub fn mul(&self, other: &Size) -> Result<Size, SymError> {
-        Size::with(
-            self.expr.mul(&other.expr)?,
-            self.hint.checked_mul(other.hint),
-        )
+        self.combine(other, i64::checked_mul, Expr::mul, "a product")
     }
 
     /// `self // d` (floor), simplified where `symbols`' ranges allow.
     pub fn floor_div(&self, d: &Size, symbols: &Symbols) -> Result<Size, SymError> {
-        Size::with(
-            self.expr.floor_div(&d.expr, symbols)?,
-            Some(floor_div(self.hint, d.hint)),
+        if d.as_const() == Some(0) {
+            return Err(SymError::DivisionByZero(format!("{self} // 0")));
+        }
+        self.combine(
+            d,
+            |a, b| Some(floor_div(a, b)),
+            |a, b| a.floor_div(b, symbols),
+            "a quotient",
         )
     }
 
     /// `self % d` (Python's), simplified where `symbols`' ranges allow.
     pub fn modulo(&self, d: &Size, symbols: &Symbols) -> Result<Size, SymError> {
-        let q = floor_div(self.hint, d.hint);
-        let hint = q.checked_mul(d.hint).and_then(|p| self.hint.checked_sub(p));
-        Size::with(self.expr.modulo(&d.expr, symbols)?, hint)
+        if d.as_const() == Some(0) {
+            return Err(SymError::DivisionByZero(format!("{self} % 0")));
+        }
+        self.combine(
+            d,
+            |a, b| {
+                floor_div(a, b)
+                    .checked_mul(b)
+                    .and_then(|p| a.checked_sub(p))
+            },
+            |a, b| a.modulo(b, symbols),
+            "a remainder",
+        )
     }
 
     /// `self / d` where that is exact for every value of the symbols
     /// ([`Expr::exact_div`]).
     pub fn exact_div(&self, d: &Size) -> Option<Size> {
-        let expr = self.expr.exact_div(&d.expr)?;
-        let hint = if d.hint == 0 { 0 } else { self.hint / d.hint };
-        Some(Size { expr, hint })
+        if let (Some(a), Some(b)) = (self.as_const(), d.as_const()) {
+            return (b != 0 && a % b == 0).then(|| Size::from(a / b));
+        }
+        let expr = self.expr().exact_div(&d.expr())?;
+        let hint = if d.hint() == 0 {
+            0
+        } else {
+            self.hint() / d.hint()
+        };
+        Size::with(expr, Some(hint)).ok()
     }
 
     /// Whether every value is a multiple of `k`.
     pub fn is_multiple_of(&self, k: i64) -> bool {
-        self.expr.is_multiple_of(k)
+        match &self.0 {
+            Repr::Const(c) => k != 0 && c % k == 0,
+            Repr::Sym { expr, .. } => expr.is_multiple_of(k),
+        }
     }
 
     /// The interval that holds every value over `symbols`' ranges.
     pub fn bounds(&self, symbols: &Symbols) -> (i128, i128) {
-        match self.as_const() {
-            Some(c) => (c.into(), c.into()),
-            None => self.expr.bounds(symbols),
+        match &self.0 {
+            Repr::Const(c) => ((*c).into(), (*c).into()),
+            Repr::Sym { expr, .. } => expr.bounds(symbols),
         }
     }
 
     /// The value with each symbol at `value(id)`.
     pub fn eval(&self, value: &dyn Fn(SymId) -> i64) -> Result<i64, SymError> {
-        match self.as_const() {
-            Some(c) => Ok(c),
-            None => self.expr.eval(value),
+        match &self.0 {
+            Repr::Const(c) => Ok(*c),
+            Repr::Sym { expr, .. } => expr.eval(value),
         }
     }
 
     /// The symbols the size reads, sorted.
     pub fn symbols(&self) -> Vec<SymId> {
-        self.expr.symbols()
+        match &self.0 {
+            Repr::Const(_) => Vec::new(),
+            Repr::Sym { expr, .. } => expr.symbols(),
+        }
     }
 
     /// [`Expr::display_with`].
     pub fn display_with(&self, name: &dyn Fn(SymId) -> String, syntax: Syntax) -> String {
-        self.expr.display_with(name, syntax)
+        match &self.0 {
+            Repr::Const(c) => c.to_string(),
+            Repr::Sym { expr, .. } => expr.display_with(name, syntax),
+        }
     }
 
     /// [`Expr::is_operand`].
     pub fn is_operand(&self) -> bool {
-        self.expr.is_operand()
+        match &self.0 {
+            Repr::Const(c) => *c >= 0,
+            Repr::Sym { expr, .. } => expr.is_operand(),
+        }
     }
 }

@@ -413,11 +413,6 @@ impl Expr {
         }
     }
 
-    /// Whether no term has a symbol or an atom: [`Expr::as_const`] is `Some`.
-    pub fn is_const(&self) -> bool {
-        self.as_const().is_some()
-    }
-
     /// `self // d` (floor division), simplified where `symbols`' ranges allow.
     pub fn floor_div(&self, d: &Expr, symbols: &Symbols) -> Result<Expr, SymError> {
         if let Some(b) = d.as_const() {

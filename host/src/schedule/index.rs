@@ -73,15 +73,6 @@ impl Ranges<'_> {
     }
 }
 
-/// The interval of a size over no symbols' ranges: exact for a constant, unbounded
-/// for a symbolic size (used where no ranges are at hand).
-fn const_bounds(s: &Size) -> (i128, i128) {
-    s.as_const()
-        .map_or((i128::from(i64::MIN), i128::from(i64::MAX)), |c| {
-            (c.into(), c.into())
-        })
-}
-
 /// `a + b`, or `None` past 64 bits.
 fn size_add(a: &Size, b: &Size) -> Option<Size> {
     match (a.as_const(), b.as_const()) {
@@ -385,7 +376,8 @@ impl Index {
                     // Constant inside the block, and so is any quotient or remainder.
                     return Some((0, false));
                 }
-                let positive = const_bounds(k).0 > 0 || !k.is_const();
+                // A symbolic divisor is a positive size by construction.
+                let positive = k.as_const().is_none_or(|k| k > 0);
                 if s != 1 || !a || !positive || !k.is_multiple_of(block) {
                     return None;
                 }

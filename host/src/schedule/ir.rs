@@ -135,11 +135,6 @@ impl Space {
         self.r.hint()
     }
 
-    /// `inner` at the hints.
-    pub fn inner_hint(&self) -> i64 {
-        self.inner.hint()
-    }
-
     /// How an access at `index` of `element_bytes`-byte elements walks memory
     /// in this space, at the hints: the bytes it moves (every row and row element
     /// it is indexed by), and whether it steps by one element along the row or

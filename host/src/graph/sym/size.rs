@@ -91,12 +91,6 @@ impl Size {
         })
     }
 
-    /// `expr` with each symbol at its hint in `symbols`.
-    pub fn of(expr: Expr, symbols: &Symbols) -> Result<Size, SymError> {
-        let hint = expr.eval(&|s| symbols.hint(s))?;
-        Ok(Size::with(expr, Some(hint)).unwrap_or(Size::from(hint)))
-    }
-
     /// The expression.
     pub fn expr(&self) -> Expr {
         match &self.0 {

@@ -82,6 +82,60 @@ fn each_dynamic_export_matches_pytorch_at_sizes_across_its_range() {
     }
 }
 
+/// Each archive imported once with its symbols kept: every input's dims are the export's
+/// symbols, every value's size is an expression over them that equals what PyTorch
+/// recorded (the importer checks each), and the reference interpreter runs the one graph
+/// at every size of cases.json, matching PyTorch.
+#[test]
+fn one_symbolic_import_matches_pytorch_at_every_size() {
+    let cases = cases();
+    for (archive, case) in cases.as_object().expect("an object") {
+        let options = LoadOptions {
+            dynamic: true,
+            ..Default::default()
+        };
+        let g = load_with(fixtures().join(format!("{archive}.pt2")), &options)
+            .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        let symbols = g.symbols();
+        for (dim, name) in case["dims"].as_object().expect("dims") {
+            let (input, d) = dim.split_once(':').unwrap();
+            let k = (0..g.inputs().len())
+                .find(|&k| g.node(g.inputs()[k]).is_some_and(|n| n.name == input))
+                .unwrap_or_else(|| panic!("{archive}: no input {input}"));
+            let size = &g.input_meta(k).unwrap().shape[d.parse::<usize>().unwrap()];
+            let id = symbols
+                .find(name.as_str().unwrap())
+                .expect("the symbol is kept");
+            assert_eq!(size.as_symbol(), Some(id), "{archive}: {dim} is {size}");
+            let range = &case["ranges"][name.as_str().unwrap()];
+            let s = symbols.get(id).unwrap();
+            assert_eq!(
+                [s.lo, s.hi],
+                [range[0].as_i64().unwrap(), range[1].as_i64().unwrap()]
+            );
+        }
+        for size in case["sizes"].as_array().unwrap() {
+            let (b, l) = (
+                size["batch"].as_i64().unwrap(),
+                size["seq"].as_i64().unwrap(),
+            );
+            let what = format!("{archive} at batch {b}, sequence {l}");
+            let mut inputs = vec![];
+            for (k, file) in size["inputs"].as_array().unwrap().iter().enumerate() {
+                let meta = g.input_meta(k).unwrap();
+                let bytes = std::fs::read(fixtures().join(file.as_str().unwrap())).unwrap();
+                let mut shape = vec![b, l];
+                shape.extend(meta.shape[2..].iter().map(|d| d.as_const().unwrap()));
+                inputs.push(Tensor::new(shape, meta.dtype, meta.dtype.decode_le(&bytes)));
+            }
+            let want = common::read_f32(&fixtures().join(size["expected"].as_str().unwrap()));
+            let got = kiln::interp::evaluate(&g, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let err = rel_err(&got[0], &want);
+            assert!(err <= 1e-4, "{what}: relative error {err:e}");
+        }
+    }
+}
+
 /// Without `--specialize`, an export compiles at its example's sizes (batch 2, sequence 8).
 #[test]
 fn a_dynamic_export_takes_its_examples_sizes_by_default() {
@@ -342,7 +396,7 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
         interpreted.contains("[3*ks0, 8] read ks0, which no input's dim gives"),
         "{interpreted}"
     );
-    // An elementwise op has a symbolic rule; a permute has none yet, and says so.
+    // An elementwise op and a view have symbolic rules; `cat` has none yet, and says so.
     let relu = g.add_node(Node {
         name: "relu".into(),
         op: Op::Unary(UnaryOp::Relu),
@@ -362,12 +416,25 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
         outputs: vec![],
         line: None,
     });
-    let inferred = kiln::graph::infer_node(&mut g, permute)
+    kiln::graph::infer_node(&mut g, permute).unwrap();
+    let permuted = g.meta(ValueId::first(permute)).unwrap();
+    assert_eq!(
+        format!("{:?} {:?}", permuted.shape, permuted.strides),
+        "[8, 3*ks0] [1, 8]"
+    );
+    let cat = g.add_node(Node {
+        name: "cat".into(),
+        op: Op::Cat { dim: 0 },
+        args: vec![Arg::Value(ValueId::first(relu))],
+        outputs: vec![],
+        line: None,
+    });
+    let inferred = kiln::graph::infer_node(&mut g, cat)
         .map(|_| ())
         .unwrap_err();
     let inferred = kiln::diag::report(&inferred);
     assert!(
-        inferred.contains("permute")
+        inferred.contains("cat")
             && inferred.contains("[3*ks0, 8]")
             && inferred.contains("integer sizes"),
         "{inferred}"

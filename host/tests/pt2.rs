@@ -530,6 +530,7 @@ fn unsafe_member_names() {
 fn decompressed_size_over_the_cap() {
     let small = Pt2Options {
         specialize: vec![],
+        dynamic: false,
         params_as_inputs: false,
         limits: Limits {
             budget: Budget {

@@ -478,7 +478,7 @@ fn split_reductions_keep_their_values_and_make_two_reductions() {
         .node_ids()
         .filter_map(|id| g.node(id))
         .find_map(|n| match &n.op {
-            Op::Reshape { shape, .. } if shape.len() == 2 => Some(shape[0]),
+            Op::Reshape { shape, .. } if shape.len() == 2 => shape[0].as_const(),
             _ => None,
         });
     assert!(chunks.is_some_and(|c| c >= 264), "{chunks:?}");

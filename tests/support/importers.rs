@@ -26,6 +26,7 @@ const MAX_PASS_ELEMENTS: u64 = 1 << 16;
 fn options() -> Pt2Options {
     Pt2Options {
         specialize: vec![],
+        dynamic: false,
         params_as_inputs: false,
         limits: Limits {
             max_members: 10_000,

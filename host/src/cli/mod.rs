@@ -134,6 +134,7 @@ impl GraphFile {
                     ..Default::default()
                 },
                 specialize: self.specialize.clone(),
+                dynamic: false,
             },
         )
     }

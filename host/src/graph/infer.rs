@@ -11,11 +11,9 @@ pub mod model;
 mod pointwise;
 mod reduce;
 pub mod symbolic;
-use super::ir::{FixedMeta, Scalar};
+use super::ir::{FixedMeta, Scalar, TensorMeta};
 use super::ops::{BinaryOp, Op};
-use super::shape::{
-    broadcast, contiguous_strides, numel, wrap_dim, wrap_dim_set, Shape, ShapeError,
-};
+use super::shape::{broadcast, numel, wrap_dim, wrap_dim_set, Shape, ShapeError};
 use super::views;
 use model as infer_model;
 
@@ -47,6 +45,9 @@ pub enum InferError {
     /// A view op does not apply to its operand.
     #[error(transparent)]
     View(#[from] super::views::ViewError),
+    /// Arithmetic on symbolic sizes failed (an overflow, a division by zero).
+    #[error(transparent)]
+    Sym(#[from] super::sym::SymError),
     /// Anything else (wrong operand count or kind, unsupported dtype, ...).
     #[error("{0}")]
     Invalid(String),
@@ -166,7 +167,7 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
             end,
             step,
             dtype,
-        } => infer_model::arange(*start, *end, *step, *dtype, args),
+        } => infer_model::arange(*start, end.hint(), *step, *dtype, args),
         Op::Full { size, value, dtype } => infer_model::full(size.as_deref(), *value, *dtype, args),
         Op::Index { indexed, .. } => infer_model::index(indexed, args),
         Op::Gather { dim } => infer_model::gather(*dim, args),
@@ -245,14 +246,37 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
 fn view(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     let t = tensor(args, 0)?;
+    let meta = TensorMeta::strided(&t.shape, &t.strides, t.dtype);
+    let outs = view_metas(op, &meta, crate::graph::sym::Symbols::none())?;
+    outs.iter()
+        .map(|m| {
+            m.fixed().ok_or_else(|| {
+                InferError::Invalid(format!(
+                    "sizes {:?} over symbols the graph does not define",
+                    m.shape
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Every output's metadata for view op `op` of a tensor `t`: the shape its
+/// [`views::view_map`] gives, with PyTorch's strides (a copy, or a reshape that cannot be a
+/// view, is contiguous). Shape inference reads this for integer and symbolic sizes
+/// alike.
+pub(crate) fn view_metas(
+    op: &Op,
+    t: &TensorMeta,
+    symbols: &crate::graph::sym::Symbols,
+) -> Result<Vec<TensorMeta>, views::ViewError> {
     (0..views::output_count(op, &t.shape)?)
         .map(|k| {
-            let map = views::view_map(op, &t.shape, k as u32)?;
-            let strides = match map.restride(&t.strides, 0) {
+            let map = views::view_map(op, &t.shape, k as u32, symbols)?;
+            let strides = match map.restride(&t.strides, &crate::graph::sym::Size::from(0)) {
                 Some((strides, _)) if !views::copies(op) => strides,
-                _ => contiguous_strides(&map.out_shape),
+                _ => super::shape::contiguous_sizes(&map.out_shape),
             };
-            Ok(FixedMeta {
+            Ok(TensorMeta {
                 shape: map.out_shape,
                 strides,
                 dtype: t.dtype,

@@ -10,7 +10,7 @@ use super::dtype::DType;
 use super::ops::Op;
 pub use super::ops::Scalar;
 use super::shape::{contiguous_sizes, contiguous_strides, sizes, Shape};
-use super::sym::Size;
+use super::sym::{Size, Symbols};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
@@ -244,6 +244,8 @@ pub struct Graph {
     state: Vec<State>,
     /// The named sizes the graph was made at ([`SizeChoice`]).
     sizes: Vec<SizeChoice>,
+    /// The size symbols its metadata and size arguments read, with their ranges.
+    symbols: Symbols,
 }
 
 /// A size that varies between compiles, at the value this graph was made at: a symbol of
@@ -487,7 +489,7 @@ impl Graph {
             Arg::Value(v) => match &self.node(v.node)?.op {
                 Op::Arange {
                     start: Scalar::Int(start),
-                    end: Scalar::Int(end),
+                    end: super::ops::Bound::Scalar(Scalar::Int(end)),
                     step: Scalar::Int(step),
                     ..
                 } if *start >= 0 && *step > 0 && end > start => {
@@ -546,6 +548,18 @@ impl Graph {
     /// Records the named sizes the graph was made at.
     pub fn set_sizes(&mut self, sizes: Vec<SizeChoice>) {
         self.sizes = sizes;
+    }
+
+    /// The size symbols that the graph's symbolic sizes read, each with its range and
+    /// hint: empty for a graph of integer sizes.
+    pub fn symbols(&self) -> &Symbols {
+        &self.symbols
+    }
+
+    /// Sets the size symbols (an importer that keeps an export's symbols does, before
+    /// it adds the nodes that read them).
+    pub fn set_symbols(&mut self, symbols: Symbols) {
+        self.symbols = symbols;
     }
 
     /// Sets the tensors the program keeps between calls; each names one of the

@@ -25,7 +25,7 @@ pub use front::{
 pub use ir::{
     Arg, FixedMeta, Graph, Node, NodeId, Scalar, SizeChoice, State, TensorMeta, Use, ValueId,
 };
-pub use ops::{BinaryOp, ConstData, GeluApprox, NoOpKind, Op, PadMode, ReduceOp, UnaryOp};
+pub use ops::{BinaryOp, Bound, ConstData, GeluApprox, NoOpKind, Op, PadMode, ReduceOp, UnaryOp};
 pub use verify::{infer_node, revalidate, validate, verify};
 
 use std::fmt;

@@ -5,11 +5,45 @@
 //! must never parse text or compute shapes; see `front/table/` and `infer.rs`.
 
 use super::dtype::DType;
+use super::sym::Size;
 use std::fmt;
 use std::sync::Arc;
 
 mod bits;
 mod class;
+
+/// A number that may be a size over symbols (an export's `SymInt`): `arange`'s end.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub enum Bound {
+    /// a number
+    Scalar(Scalar),
+    /// a size that is not an integer (an integer is a [`Bound::Scalar`])
+    Size(Size),
+}
+
+impl Bound {
+    /// The number, where the bound is one.
+    pub fn scalar(&self) -> Option<Scalar> {
+        match self {
+            Bound::Scalar(s) => Some(*s),
+            Bound::Size(_) => None,
+        }
+    }
+
+    /// The value at the sizes' hints, as a number.
+    pub fn hint(&self) -> Scalar {
+        match self {
+            Bound::Scalar(s) => *s,
+            Bound::Size(s) => Scalar::Int(s.hint()),
+        }
+    }
+}
+
+impl From<Scalar> for Bound {
+    fn from(s: Scalar) -> Bound {
+        Bound::Scalar(s)
+    }
+}
 
 /// A number given where a tensor operand may appear (`mul(x, 2.0)`). Its kind matters
 /// for type promotion: a float scalar never changes a float tensor's dtype.
@@ -537,8 +571,8 @@ pub enum Op {
     Matmul,
     /// `reshape` / `view` (one -1 allowed)
     Reshape {
-        /// target shape as given
-        shape: Vec<i64>,
+        /// target shape as given (sizes may be symbolic; an integer -1 is the one inferred)
+        shape: Vec<Size>,
         /// spelled `view` in the file
         view: bool,
     },
@@ -566,8 +600,8 @@ pub enum Op {
     },
     /// `expand` (-1 keeps a size)
     Expand {
-        /// target sizes
-        sizes: Vec<i64>,
+        /// target sizes (the integer -1 keeps a size)
+        sizes: Vec<Size>,
     },
     /// `select(dim, index)`
     Select {
@@ -581,9 +615,9 @@ pub enum Op {
         /// the dim
         dim: i64,
         /// first index
-        start: Option<i64>,
+        start: Option<Size>,
         /// one past the last
-        end: Option<i64>,
+        end: Option<Size>,
         /// stride, > 0
         step: i64,
     },
@@ -622,7 +656,7 @@ pub enum Op {
         /// first value
         start: Scalar,
         /// bound (exclusive)
-        end: Scalar,
+        end: Bound,
         /// increment, non-zero
         step: Scalar,
         /// the dtype; `None` is PyTorch's default (int64 for integer arguments)
@@ -832,6 +866,64 @@ pub enum Op {
 }
 
 impl Op {
+    /// The size arguments that are not integers (an export's `SymInt`s): a `view`'s or
+    /// `expand`'s sizes, a `slice`'s bounds, an `arange`'s end.
+    pub fn symbolic_sizes(&self) -> Vec<&Size> {
+        let sym = |s: &&Size| !s.is_const();
+        match self {
+            Op::Reshape { shape: v, .. } | Op::Expand { sizes: v } => {
+                v.iter().filter(sym).collect()
+            }
+            Op::Slice { start, end, .. } => start.iter().chain(end).filter(sym).collect(),
+            Op::Arange {
+                end: Bound::Size(s),
+                ..
+            } => vec![s],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The op with every symbolic size argument evaluated with each symbol at
+    /// `value(id)`: what the reference interpreter runs at one call's sizes.
+    pub fn at_sizes(
+        &self,
+        value: &dyn Fn(super::sym::SymId) -> i64,
+    ) -> Result<Op, super::sym::SymError> {
+        let at = |s: &Size| s.eval(value).map(Size::from);
+        let all = |v: &[Size]| v.iter().map(at).collect::<Result<Vec<_>, _>>();
+        let opt = |s: &Option<Size>| s.as_ref().map(at).transpose();
+        Ok(match self {
+            Op::Reshape { shape, view } => Op::Reshape {
+                shape: all(shape)?,
+                view: *view,
+            },
+            Op::Expand { sizes } => Op::Expand { sizes: all(sizes)? },
+            Op::Slice {
+                dim,
+                start,
+                end,
+                step,
+            } => Op::Slice {
+                dim: *dim,
+                start: opt(start)?,
+                end: opt(end)?,
+                step: *step,
+            },
+            Op::Arange {
+                start,
+                end: Bound::Size(end),
+                step,
+                dtype,
+            } => Op::Arange {
+                start: *start,
+                end: Bound::Scalar(Scalar::Int(end.eval(value)?)),
+                step: *step,
+                dtype: *dtype,
+            },
+            other => other.clone(),
+        })
+    }
+
     /// Whether PyTorch returns a list or tuple from this op (even of one tensor, as
     /// `split` of a dim into one piece does): its outputs are read through `getitem`.
     pub fn returns_sequence(&self) -> bool {

@@ -14,6 +14,12 @@ pub fn sizes(values: &[i64]) -> Vec<Size> {
     values.iter().map(|&v| Size::from(v)).collect()
 }
 
+/// The integers of sizes that are all constants; `None` where one is symbolic, and
+/// the caller takes its general path (a copy instead of a view, say) or refuses.
+pub fn consts(sizes: &[Size]) -> Option<Vec<i64>> {
+    sizes.iter().map(Size::as_const).collect()
+}
+
 /// Row-major strides of sizes that may be symbolic (a size of 0 or 1 counts as 1, as
 /// [`contiguous_strides`] does; a symbolic size counts as itself, and the strides of
 /// an empty tensor are never read).

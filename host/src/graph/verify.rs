@@ -96,7 +96,7 @@ fn infer_over_symbols(
 ) -> Option<Result<Vec<super::TensorMeta>, super::infer::InferError>> {
     use super::infer::symbolic::{infer_symbolic, SymArg};
     let mut args = Vec::with_capacity(node.args.len());
-    let mut symbolic = false;
+    let mut symbolic = !node.op.symbolic_sizes().is_empty();
     for a in &node.args {
         args.push(match a {
             Arg::Scalar(s) => SymArg::Scalar(*s),
@@ -110,7 +110,7 @@ fn infer_over_symbols(
     if !symbolic {
         return None;
     }
-    infer_symbolic(&node.op, &args)
+    infer_symbolic(&node.op, &args, g.symbols())
 }
 
 /// Infers and stores node `id`'s output metadata.

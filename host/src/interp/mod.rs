@@ -168,6 +168,33 @@ fn bind_sizes(g: &Graph, inputs: &[Tensor]) -> Result<HashMap<SymId, i64>, Error
     Ok(sizes)
 }
 
+/// `op` with its symbolic size arguments at the bound sizes (the op itself where it
+/// has none).
+fn at_call<'a>(
+    op: &'a Op,
+    sizes: &HashMap<SymId, i64>,
+) -> Result<std::borrow::Cow<'a, Op>, String> {
+    if op.symbolic_sizes().is_empty() {
+        return Ok(std::borrow::Cow::Borrowed(op));
+    }
+    let unbound = std::cell::Cell::new(None);
+    let value = |s: SymId| {
+        sizes.get(&s).copied().unwrap_or_else(|| {
+            unbound.set(Some(s));
+            0
+        })
+    };
+    let bound = op.at_sizes(&value).map_err(|e| e.to_string())?;
+    match unbound.get() {
+        Some(s) => Err(format!(
+            "its sizes {:?} read ks{}, which no input's dim gives",
+            op.symbolic_sizes(),
+            s.0
+        )),
+        None => Ok(std::borrow::Cow::Owned(bound)),
+    }
+}
+
 /// `m` at the bound sizes.
 fn at_sizes(m: &TensorMeta, sizes: &HashMap<SymId, i64>) -> Result<FixedMeta, String> {
     if let Some(f) = m.fixed() {
@@ -282,7 +309,8 @@ pub fn evaluate_with(
                         ),
                     });
                 }
-                eval_op(op, &args, &metas).map_err(|e| match e {
+                let op = at_call(op, &sizes).map_err(&fail)?;
+                eval_op(&op, &args, &metas).map_err(|e| match e {
                     OpError::Invalid(message) => fail(message),
                     OpError::OutOfMemory(mut refused) => {
                         refused.what = format!("node `{}` ({})", node.name, refused.what);

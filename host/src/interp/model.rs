@@ -75,7 +75,12 @@ pub(crate) fn eval(
             end,
             step,
             dtype,
-        } => arange(*start, *end, *step, *dtype, out).map(|t| vec![t]),
+        } => match end.scalar() {
+            Some(end) => arange(*start, end, *step, *dtype, out).map(|t| vec![t]),
+            None => Err(OpError::from(format!(
+                "arange's end {end:?} is a symbolic size the call has not bound"
+            ))),
+        },
         Op::Full { value, .. } => filled(out.numel() as usize, value.to_f64())
             .map(|values| vec![Tensor::new(out.shape.clone(), out.dtype, values)])
             .map_err(OpError::from),

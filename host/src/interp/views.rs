@@ -4,7 +4,8 @@
 //! never compute element values.
 
 use super::{dense, elements, room, OpError, Val};
-use crate::graph::shape::wrap_dim;
+use crate::graph::shape::{consts, sizes, wrap_dim};
+use crate::graph::sym::{Size, Symbols};
 use crate::graph::views::{self, ViewMap};
 use crate::graph::{FixedMeta, Op};
 use crate::tensor::Tensor;
@@ -52,10 +53,12 @@ pub(crate) fn eval_view(
         op if views::copies(op) => vec![dense(t0(args)?)?],
         op if views::describes(op) => {
             let t = t0(args)?;
-            let count = views::output_count(op, &t.shape).map_err(|e| e.to_string())?;
+            let shape = sizes(&t.shape);
+            let count = views::output_count(op, &shape).map_err(|e| e.to_string())?;
             (0..count)
                 .map(|k| {
-                    let map = views::view_map(op, &t.shape, k as u32).map_err(|e| e.to_string())?;
+                    let map = views::view_map(op, &shape, k as u32, Symbols::none())
+                        .map_err(|e| e.to_string())?;
                     view_of(t, &map)
                 })
                 .collect::<Result<Vec<_>, OpError>>()?
@@ -66,15 +69,26 @@ pub(crate) fn eval_view(
 }
 
 /// The view `map` makes of `t`: its own storage when strides can express it,
-/// else (a reshape PyTorch would copy) a contiguous copy's.
+/// else (a reshape PyTorch would copy) a contiguous copy's. The interpreter binds
+/// every size before it runs an op, so the map's sizes are integers.
 fn view_of(t: &Tensor, map: &ViewMap) -> Result<Tensor, OpError> {
-    if let Some((strides, offset)) = map.restride(&t.strides, t.offset) {
-        return Ok(t.view(map.out_shape.clone(), strides, offset));
+    let ints = |v: &[Size]| -> Result<Vec<i64>, OpError> {
+        consts(v).ok_or_else(|| OpError::from(format!("a view of unbound sizes {v:?}")))
+    };
+    let out_shape = ints(&map.out_shape)?;
+    let restride = |strides: &[i64], offset: i64| -> Result<Option<(Vec<i64>, i64)>, OpError> {
+        match map.restride(&sizes(strides), &Size::from(offset)) {
+            Some((s, o)) => Ok(Some((ints(&s)?, ints(&[o])?[0]))),
+            None => Ok(None),
+        }
+    };
+    if let Some((strides, offset)) = restride(&t.strides, t.offset)? {
+        return Ok(t.view(out_shape, strides, offset));
     }
     let copy = dense(t)?;
-    Ok(match map.restride(&copy.strides, copy.offset) {
-        Some((strides, offset)) => copy.view(map.out_shape.clone(), strides, offset),
+    Ok(match restride(&copy.strides, copy.offset)? {
+        Some((strides, offset)) => copy.view(out_shape, strides, offset),
         // A contiguous tensor can always be viewed; keep the values regardless.
-        None => Tensor::new(map.out_shape.clone(), copy.dtype, elements(&copy)?),
+        None => Tensor::new(out_shape, copy.dtype, elements(&copy)?),
     })
 }

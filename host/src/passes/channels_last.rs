@@ -362,7 +362,10 @@ fn to_nhwc(
     if meta.rank() < 4 {
         let mut shape = vec![1; 4 - meta.rank()];
         shape.extend_from_slice(&meta.shape);
-        let reshape = Op::Reshape { shape, view: true };
+        let reshape = Op::Reshape {
+            shape: crate::graph::shape::sizes(&shape),
+            view: true,
+        };
         x = emit(g, PASS, base, reshape, vec![Arg::Value(x)], line)?;
     }
     let permute = Op::Permute {

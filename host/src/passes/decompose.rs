@@ -51,7 +51,13 @@ impl B<'_> {
             } else {
                 let mut sizes = batch.clone();
                 sizes.extend_from_slice(&m.shape[m.rank() - 2..]);
-                self.op(Op::Expand { sizes }, vec![Arg::Value(v)]).ok()?
+                self.op(
+                    Op::Expand {
+                        sizes: crate::graph::shape::sizes(&sizes),
+                    },
+                    vec![Arg::Value(v)],
+                )
+                .ok()?
             }));
         }
         Some(operands)
@@ -405,7 +411,7 @@ fn linear(b: &mut B, s: &Site, bias: bool) -> Rewrite {
     } else {
         b.op(
             Op::Reshape {
-                shape: vec![-1, in_f],
+                shape: crate::graph::shape::sizes(&[-1, in_f]),
                 view: false,
             },
             vec![Arg::Value(x)],
@@ -415,7 +421,7 @@ fn linear(b: &mut B, s: &Site, bias: bool) -> Rewrite {
     if s.rank != 2 {
         y = b.op(
             Op::Reshape {
-                shape: s.out.shape.clone(),
+                shape: crate::graph::shape::sizes(&s.out.shape),
                 view: false,
             },
             vec![Arg::Value(y)],
@@ -614,7 +620,7 @@ fn group_norm(
         for (v, m) in [mean, rstd].into_iter().zip(&s.outs[1..]) {
             let v = b.op(
                 Op::Reshape {
-                    shape: m.shape.clone(),
+                    shape: crate::graph::shape::sizes(&m.shape),
                     view: false,
                 },
                 vec![Arg::Value(v)],

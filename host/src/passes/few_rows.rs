@@ -371,8 +371,8 @@ fn write_parts(
                 Step::Bias { bias, bias_at, .. } => {
                     let slice = Op::Slice {
                         dim: -1,
-                        start: Some(start),
-                        end: Some(end),
+                        start: Some(crate::graph::sym::Size::from(start)),
+                        end: Some(crate::graph::sym::Size::from(end)),
                         step: 1,
                     };
                     let b = op(slice, vec![*bias])?;
@@ -392,7 +392,13 @@ fn write_parts(
                     if let Some(last) = shape.last_mut() {
                         *last = p.width;
                     }
-                    op(Op::Reshape { shape, view: true }, vec![v])?
+                    op(
+                        Op::Reshape {
+                            shape: crate::graph::shape::sizes(&shape),
+                            view: true,
+                        },
+                        vec![v],
+                    )?
                 }
             };
         }

@@ -344,15 +344,15 @@ fn merge(g: &mut Graph, group: &[Member]) -> Result<bool, Error> {
     for m in group {
         let slice = Op::Slice {
             dim: 1,
-            start: Some(start),
-            end: Some(start + m.n),
+            start: Some(crate::graph::sym::Size::from(start)),
+            end: Some(crate::graph::sym::Size::from(start + m.n)),
             step: 1,
         };
         start += m.n;
         let mut value = emit(g, PASS, &base, slice, vec![Arg::Value(merged)], line)?;
         if let Some(shape) = &m.reshaped {
             let reshape = Op::Reshape {
-                shape: shape.clone(),
+                shape: crate::graph::shape::sizes(shape),
                 view: false,
             };
             value = emit(g, PASS, &base, reshape, vec![Arg::Value(value)], line)?;

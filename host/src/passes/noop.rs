@@ -5,6 +5,7 @@
 //! changes the dtype (an int tensor plus `0.0`) stays.
 
 use super::{replace_node, Error, Stats};
+use crate::graph::sym::Symbols;
 use crate::graph::views::view_map;
 use crate::graph::{Arg, BinaryOp, Graph, Op, ValueId};
 
@@ -113,7 +114,8 @@ fn copy_is_needed(g: &Graph, id: crate::graph::NodeId, v: ValueId) -> bool {
 /// index (the transpose of a square matrix keeps the shape and moves every
 /// value; a transpose of two size-1 dims moves none).
 fn reads_in_place(op: &Op, shape: &[i64]) -> bool {
-    view_map(op, shape, 0).is_ok_and(|m| m.is_identity())
+    view_map(op, &crate::graph::shape::sizes(shape), 0, Symbols::none())
+        .is_ok_and(|m| m.is_identity())
 }
 
 /// Runs no-op removal.

@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use super::{emit, replace_node, Error, Stats};
 use crate::graph::dtype::DType;
-use crate::graph::shape::contiguous_strides;
+use crate::graph::shape::{consts, contiguous_strides};
+use crate::graph::sym::{Size, Symbols};
 use crate::graph::views;
 use crate::graph::{Arg, ConstData, Graph, Node, NodeId, Op, Scalar, TensorMeta, ValueId};
 
@@ -116,8 +117,8 @@ fn rewrite(g: &mut Graph, id: NodeId, p: &Plan) -> Result<(), Error> {
     let product = emit(g, PASS, &name, op, vec![Arg::Value(a), Arg::Value(b)], line)?;
     let slice = Op::Slice {
         dim: -1,
-        start: Some(0),
-        end: Some(p.n),
+        start: Some(crate::graph::sym::Size::from(0)),
+        end: Some(crate::graph::sym::Size::from(p.n)),
         step: 1,
     };
     let out = emit(g, PASS, &name, slice, vec![Arg::Value(product)], line)?;
@@ -299,12 +300,14 @@ pub(super) fn constant_source(g: &Graph, v: ValueId) -> Option<ConstantView> {
         op if views::describes(op) && !views::copies(op) => {
             let input = node.args.first()?.value()?;
             let base = constant_source(g, input)?;
-            let map = views::view_map(op, &base.shape, v.output).ok()?;
-            let (strides, offset) = map.restride(&base.strides, base.offset)?;
+            let shape = crate::graph::shape::sizes(&base.shape);
+            let map = views::view_map(op, &shape, v.output, Symbols::none()).ok()?;
+            let strides = crate::graph::shape::sizes(&base.strides);
+            let (strides, offset) = map.restride(&strides, &Size::from(base.offset))?;
             Some(ConstantView {
-                shape: map.out_shape,
-                strides,
-                offset,
+                shape: consts(&map.out_shape)?,
+                strides: consts(&strides)?,
+                offset: offset.as_const()?,
                 ..base
             })
         }

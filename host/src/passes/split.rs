@@ -217,7 +217,7 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
             "split",
             &node.name,
             Op::Reshape {
-                shape: cut,
+                shape: crate::graph::shape::sizes(&cut),
                 view: false,
             },
             vec![Arg::Value(input)],
@@ -285,7 +285,7 @@ pub fn run(g: &mut Graph, device: Device) -> Result<Stats, Error> {
                 "split",
                 &node.name,
                 Op::Reshape {
-                    shape: out.shape.clone(),
+                    shape: crate::graph::shape::sizes(&out.shape),
                     view: false,
                 },
                 vec![Arg::Value(result)],

@@ -48,7 +48,7 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
         let [Arg::Value(source)] = producer.args[..] else {
             continue;
         };
-        let out_shape = out.shape.clone();
+        let out_shape = crate::graph::shape::sizes(&out.shape);
         let rewrite = match (&producer.op, &node.op) {
             (p, v) if reshape_like(p) && reshape_like(v) => Some(Op::Reshape {
                 shape: out_shape,

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::index::{consts, linear, unflatten, Index, Size, Var};
+use super::index::{consts, contiguous_sizes, linear, sizes, unflatten, Index, Size, Var};
 use super::ir::{
     Cond, Expr, ExprArena, ExprId, Indirect, Literal, ReduceKind, Reduction, Space, Store,
 };
@@ -924,22 +924,23 @@ pub fn view_index(
     output: u32,
     ranges: &super::index::Ranges,
 ) -> Option<Vec<Index>> {
-    let map = views::view_map(op, in_shape, output).ok()?;
+    let map = views::view_map(op, &sizes(in_shape), output, ranges.symbols).ok()?;
     if idx.len() != map.out_shape.len() {
         return None;
     }
     Some(match &map.map {
         IndexMap::RowMajor => {
-            let flat = linear(idx, &contiguous_strides(&map.out_shape), 0);
+            let flat = linear(idx, &contiguous_sizes(&map.out_shape), 0);
             unflatten(flat, in_shape, ranges)
         }
         IndexMap::Affine(dims) => dims
             .iter()
-            .map(|d| match *d {
-                InDim::Fixed(i) => Index::constant(i),
-                InDim::Out { dim, step, start } => {
-                    idx[dim].clone().times(step).plus(Index::constant(start))
-                }
+            .map(|d| match d {
+                InDim::Fixed(i) => Index::constant(i.clone()),
+                InDim::Out { dim, step, start } => idx[*dim]
+                    .clone()
+                    .times(*step)
+                    .plus(Index::constant(start.clone())),
             })
             .collect(),
     })

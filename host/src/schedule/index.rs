@@ -14,7 +14,7 @@ use crate::graph::sym::{self, SymId, Symbols};
 /// A size free of the loop variables: an integer, or an expression over the size
 /// symbols of a dynamic compile. A static compile's sizes are all constants, and
 /// take [`Size::as_const`]'s fast path everywhere here.
-pub use crate::graph::shape::{contiguous_sizes, sizes};
+pub use crate::graph::shape::{consts, contiguous_sizes, sizes};
 pub use crate::graph::sym::Size;
 
 /// A kernel loop variable.
@@ -113,8 +113,8 @@ impl Index {
     }
 
     /// A constant.
-    pub fn constant(c: i64) -> Index {
-        Index::Const(Size::from(c))
+    pub fn constant(c: impl Into<Size>) -> Index {
+        Index::Const(c.into())
     }
 
     /// The constant, where the expression is one integer.
@@ -616,12 +616,6 @@ pub fn product(sizes: &[Size]) -> Size {
         .iter()
         .try_fold(Size::from(1), |acc, s| acc.mul(s))
         .unwrap_or_else(|_| Size::from(i64::MAX))
-}
-
-/// The integers of sizes that are all constants; `None` where one is symbolic, and
-/// the caller takes its general path (a copy instead of a view, say) or refuses.
-pub fn consts(sizes: &[Size]) -> Option<Vec<i64>> {
-    sizes.iter().map(Size::as_const).collect()
 }
 
 /// The sizes at their hints: what decisions read. (Until the code generators take

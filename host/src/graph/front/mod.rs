@@ -30,6 +30,9 @@ pub struct LoadOptions {
     /// ([`pt2::Pt2Options::specialize`]), a graph file's `[dims]`
     /// ([`toml::parse_toml_with`]).
     pub specialize: Vec<(String, i64)>,
+    /// Keep a `.pt2` export's symbols rather than specialise it
+    /// ([`pt2::Pt2Options::dynamic`]).
+    pub dynamic: bool,
 }
 
 /// Whether `path` is a `.pt2` archive rather than a TOML graph: a zip's magic bytes
@@ -58,6 +61,7 @@ pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Graph,
             params_as_inputs: options.params_as_inputs,
             limits: options.archive,
             specialize: options.specialize.clone(),
+            dynamic: options.dynamic,
         };
         pt2::load_pt2(path, &pt2_options)
     } else {

@@ -1,6 +1,8 @@
 //! Shape inference over symbolic sizes, for the op families whose rules take them so
-//! far: elementwise ops, reductions over dims, softmax and the norms, and the matrix
-//! products `mm`, `addmm` and `linear`.
+//! far: elementwise ops, reductions over dims, softmax and the norms, the matrix
+//! products `mm`, `addmm` and `linear`, attention, advanced indexing and `gather`,
+//! `cumsum` and `diff`, `full`, `arange` of a symbolic length, and every view
+//! (through `graph::views`, which takes symbolic sizes itself).
 //!
 //! Each rule computes the output's shape over [`Size`]s. Everything else (the dtype, the
 //! operand checks) comes from the integer rule run at the sizes' hints, and that rule's
@@ -9,10 +11,11 @@
 //! PyTorch would guard `s0 == 8` (an export that did so has made the size 8 already).
 
 use super::{infer, ArgMeta, InferError};
-use crate::graph::ir::{FixedMeta, TensorMeta};
-use crate::graph::ops::Op;
-use crate::graph::shape::{contiguous_sizes, contiguous_strides, wrap_dim_set};
-use crate::graph::sym::Size;
+use crate::graph::ir::{FixedMeta, Scalar, TensorMeta};
+use crate::graph::ops::{Bound, Op};
+use crate::graph::shape::{contiguous_sizes, contiguous_strides, sizes, wrap_dim, wrap_dim_set};
+use crate::graph::sym::{Size, Symbols};
+use crate::graph::views;
 
 /// An operand as the symbolic rules see it.
 #[derive(Clone, Copy, Debug)]
@@ -23,10 +26,21 @@ pub enum SymArg<'a> {
     Scalar(crate::graph::ir::Scalar),
 }
 
-/// The outputs of `op` over operands of which some have symbolic sizes; `None` where
-/// no symbolic rule covers the op (the caller refuses it by name).
-pub fn infer_symbolic(op: &Op, args: &[SymArg]) -> Option<Result<Vec<TensorMeta>, InferError>> {
-    let shapes = match output_shapes(op, args)? {
+/// The outputs of `op` over operands of which some have symbolic sizes, or with
+/// symbolic size arguments, over `symbols`; `None` where no symbolic rule covers the
+/// op (the caller refuses it by name).
+pub fn infer_symbolic(
+    op: &Op,
+    args: &[SymArg],
+    symbols: &Symbols,
+) -> Option<Result<Vec<TensorMeta>, InferError>> {
+    if views::describes(op) {
+        return Some(view(op, args, symbols));
+    }
+    if let Op::Arange { .. } = op {
+        return Some(arange(op, args, symbols));
+    }
+    let shapes = match output_shapes(op, args, symbols)? {
         Ok(shapes) => shapes,
         Err(e) => return Some(Err(e)),
     };
@@ -89,8 +103,56 @@ fn with_integer_rule(
         .collect()
 }
 
+/// A view's outputs: `graph::views` gives shapes and strides over the symbols.
+fn view(op: &Op, args: &[SymArg], symbols: &Symbols) -> Result<Vec<TensorMeta>, InferError> {
+    match args {
+        [SymArg::Tensor(t)] => Ok(super::view_metas(op, t, symbols)?),
+        _ => Err(InferError::Invalid(format!(
+            "`{}` takes one tensor operand",
+            op.name()
+        ))),
+    }
+}
+
+/// `arange` with a symbolic end: `ceil((end - start) / step)` elements for an integer
+/// start and a positive integer step; the dtype is the integer rule's at the hints.
+fn arange(op: &Op, args: &[SymArg], symbols: &Symbols) -> Result<Vec<TensorMeta>, InferError> {
+    let Op::Arange {
+        start: Scalar::Int(start),
+        end: Bound::Size(end),
+        step: Scalar::Int(step),
+        ..
+    } = op
+    else {
+        return Err(InferError::Invalid(
+            "arange over a symbolic end takes an integer start and step".into(),
+        ));
+    };
+    if *step <= 0 || !args.is_empty() {
+        return Err(InferError::Invalid(
+            "arange over a symbolic end takes a positive step and no operands".into(),
+        ));
+    }
+    let hinted = infer(op, &[])?;
+    let dtype = hinted
+        .first()
+        .map(|m| m.dtype)
+        .ok_or_else(|| InferError::Invalid("arange gives one output".into()))?;
+    let span = end
+        .sub(&Size::from(*start))?
+        .maximum(&Size::from(0), symbols)?;
+    let len = span
+        .add(&Size::from(step - 1))?
+        .floor_div(&Size::from(*step), symbols)?;
+    Ok(vec![TensorMeta::contiguous_sizes(vec![len], dtype)])
+}
+
 /// The shapes of `op`'s outputs over the symbols; `None` for an op no rule here covers.
-fn output_shapes(op: &Op, args: &[SymArg]) -> Option<Result<Vec<Vec<Size>>, InferError>> {
+fn output_shapes(
+    op: &Op,
+    args: &[SymArg],
+    symbols: &Symbols,
+) -> Option<Result<Vec<Vec<Size>>, InferError>> {
     let tensors: Vec<&TensorMeta> = args
         .iter()
         .filter_map(|a| match a {
@@ -105,8 +167,23 @@ fn output_shapes(op: &Op, args: &[SymArg]) -> Option<Result<Vec<Vec<Size>>, Infe
             one(Ok(first.shape.clone()))
         }
         Op::Binary { .. } | Op::Where => one(broadcast_all(&tensors)),
-        Op::Softmax { .. } => one(Ok(first.shape.clone())),
+        Op::Softmax { .. } | Op::Cumsum { .. } => one(Ok(first.shape.clone())),
         Op::LayerNorm { native: false, .. } | Op::RmsNorm { .. } => one(Ok(first.shape.clone())),
+        Op::LayerNorm {
+            native: true,
+            normalized_shape,
+            ..
+        } => {
+            let k = first.rank().checked_sub(normalized_shape.len())?;
+            let mut stats = first.shape[..k].to_vec();
+            stats.extend(std::iter::repeat_n(Size::from(1), normalized_shape.len()));
+            Some(Ok(vec![first.shape.clone(), stats.clone(), stats]))
+        }
+        Op::Full { size, .. } => one(Ok(size.as_deref().map_or(first.shape.clone(), sizes))),
+        Op::Gather { .. } => one(Ok(tensors.get(1)?.shape.clone())),
+        Op::Index { indexed, .. } => one(index(&first.shape, indexed, &tensors[1..])),
+        Op::Diff { n, dim, .. } => one(diff(&tensors, *n, *dim, symbols)),
+        Op::Attention { mask, gqa, .. } => one(attention(&tensors, *mask, *gqa)),
         Op::Reduce { dims, keepdim, .. } | Op::Var { dims, keepdim, .. } => {
             one(reduced(&first.shape, dims.as_deref(), *keepdim))
         }
@@ -216,4 +293,101 @@ fn expands_to(operand: &[Size], out: Vec<Size>) -> Result<Vec<Size>, InferError>
             &out,
         )),
     }
+}
+
+/// `self[indices]`: the structure (where the index dims go) from the integer plan at
+/// the hints, which depends only on the ranks; the sizes over the symbols.
+fn index(
+    shape: &[Size],
+    indexed: &[bool],
+    indices: &[&TensorMeta],
+) -> Result<Vec<Size>, InferError> {
+    let hinted: Vec<Vec<i64>> = indices.iter().map(|t| t.hint_shape()).collect();
+    let refs: Vec<&[i64]> = hinted.iter().map(Vec::as_slice).collect();
+    let self_hint: Vec<i64> = shape.iter().map(Size::hint).collect();
+    let plan = super::model::index_plan(&self_hint, indexed, &refs)?;
+    let index_shape = indices
+        .iter()
+        .try_fold(Vec::new(), |acc, t| broadcast_sizes(&acc, &t.shape))?;
+    let mut k = 0;
+    plan.out_dims
+        .iter()
+        .map(|o| match o {
+            Some(d) => Ok(shape[*d].clone()),
+            None => {
+                k += 1;
+                index_shape.get(k - 1).cloned().ok_or_else(|| {
+                    InferError::Invalid("index: the index shapes' ranks differ".into())
+                })
+            }
+        })
+        .collect()
+}
+
+/// `diff(self, n, dim, prepend, append)`: dim `dim` grows by the extra operands' and
+/// shrinks by `n` (to no less than 0).
+fn diff(
+    tensors: &[&TensorMeta],
+    n: i64,
+    dim: i64,
+    symbols: &Symbols,
+) -> Result<Vec<Size>, InferError> {
+    let t = tensors[0];
+    let d = wrap_dim(dim, t.rank())?;
+    let mut shape = t.shape.clone();
+    if n == 0 {
+        return Ok(shape);
+    }
+    for p in &tensors[1..] {
+        let along = p.shape.get(d).ok_or_else(|| {
+            disagree(
+                "diff: prepend/append must have self's number of dims",
+                &p.shape,
+                &t.shape,
+            )
+        })?;
+        shape[d] = shape[d].add(along)?;
+    }
+    shape[d] = shape[d]
+        .sub(&Size::from(n))?
+        .maximum(&Size::from(0), symbols)?;
+    Ok(shape)
+}
+
+/// `scaled_dot_product_attention(q, k, v[, mask])`: `[*batch, L, Ev]`, with the batch
+/// dims of `q` and of `k` (and `v`, which must equal `k`'s) broadcast.
+fn attention(tensors: &[&TensorMeta], mask: bool, gqa: bool) -> Result<Vec<Size>, InferError> {
+    let (q, k, v) = match tensors {
+        [q, k, v, ..] => (&q.shape, &k.shape, &v.shape),
+        _ => return Err(InferError::Invalid("attention takes q, k and v".into())),
+    };
+    let split = |s: &[Size]| -> Result<(Vec<Size>, Size, Size), InferError> {
+        match s {
+            [batch @ .., a, b] => Ok((batch.to_vec(), a.clone(), b.clone())),
+            _ => Err(InferError::Invalid(
+                "attention needs operands of at least 2 dims".into(),
+            )),
+        }
+    };
+    let ((qb, l, e), (kb, s, ek), (vb, sv, ev)) = (split(q)?, split(k)?, split(v)?);
+    if e != ek || s != sv || kb != vb {
+        return Err(disagree("attention: q, k and v's sizes", q, k));
+    }
+    // Grouped heads (`enable_gqa`, checked by the integer rule): k's become q's.
+    let mut kb = kb;
+    if let (true, Some(h), true) = (gqa, qb.len().checked_sub(1), kb.len() == qb.len()) {
+        kb[h] = qb[h].clone();
+    }
+    let mut out = broadcast_sizes(&qb, &kb)?;
+    if mask {
+        let m = &tensors
+            .get(3)
+            .ok_or_else(|| InferError::Invalid("attention's mask is missing".into()))?
+            .shape;
+        let mut scores = out.clone();
+        scores.extend([l.clone(), s]);
+        expands_to(m, scores)?;
+    }
+    out.extend([l, ev]);
+    Ok(out)
 }

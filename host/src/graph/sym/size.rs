@@ -91,6 +91,12 @@ impl Size {
         })
     }
 
+    /// The size of `expr`, its hint its value at `symbols`' hints.
+    pub fn new(expr: Expr, symbols: &Symbols) -> Result<Size, SymError> {
+        let hint = expr.eval(&|id| symbols.hint(id))?;
+        Size::with(expr, Some(hint))
+    }
+
     /// The expression.
     pub fn expr(&self) -> Expr {
         match &self.0 {
@@ -202,6 +208,26 @@ impl Size {
             },
             |a, b| a.modulo(b, symbols),
             "a remainder",
+        )
+    }
+
+    /// The lesser of `self` and `other`, decided by `symbols`' ranges where they can.
+    pub fn minimum(&self, other: &Size, symbols: &Symbols) -> Result<Size, SymError> {
+        self.combine(
+            other,
+            |a, b| Some(a.min(b)),
+            |a, b| Expr::min(&[a.clone(), b.clone()], symbols),
+            "a minimum",
+        )
+    }
+
+    /// The greater of `self` and `other`, likewise.
+    pub fn maximum(&self, other: &Size, symbols: &Symbols) -> Result<Size, SymError> {
+        self.combine(
+            other,
+            |a, b| Some(a.max(b)),
+            |a, b| Expr::max(&[a.clone(), b.clone()], symbols),
+            "a maximum",
         )
     }
 

@@ -260,7 +260,7 @@ pub(super) fn copy(b: &mut B, src: Option<&Arg>, out: &FixedMeta) -> Result<Valu
             if b.shape(y) != out.shape {
                 y = b.op(
                     Op::Expand {
-                        sizes: out.shape.clone(),
+                        sizes: crate::graph::shape::sizes(&out.shape),
                     },
                     vec![Arg::Value(y)],
                 )?;
@@ -291,7 +291,12 @@ pub(super) fn repeat(
         wide.extend([r, s]);
     }
     let y = b.reshape(x, split)?;
-    let y = b.op(Op::Expand { sizes: wide }, vec![Arg::Value(y)])?;
+    let y = b.op(
+        Op::Expand {
+            sizes: crate::graph::shape::sizes(&wide),
+        },
+        vec![Arg::Value(y)],
+    )?;
     let y = b.op(Op::Contiguous, vec![Arg::Value(y)])?;
     let y = b.reshape(y, out.shape.clone())?;
     fresh(b, y, out.dtype)

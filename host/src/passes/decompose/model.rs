@@ -88,8 +88,8 @@ impl B<'_> {
         self.op(
             Op::Slice {
                 dim,
-                start: Some(start),
-                end: Some(end),
+                start: Some(crate::graph::sym::Size::from(start)),
+                end: Some(crate::graph::sym::Size::from(end)),
                 step,
             },
             vec![Arg::Value(x)],
@@ -97,7 +97,13 @@ impl B<'_> {
     }
 
     pub(super) fn reshape(&mut self, x: ValueId, shape: Vec<i64>) -> Result<ValueId, Error> {
-        self.op(Op::Reshape { shape, view: false }, vec![Arg::Value(x)])
+        self.op(
+            Op::Reshape {
+                shape: crate::graph::shape::sizes(&shape),
+                view: false,
+            },
+            vec![Arg::Value(x)],
+        )
     }
 }
 
@@ -219,7 +225,12 @@ pub(super) fn attention(
                 let u = b.op(Op::Unsqueeze { dim: h as i64 + 1 }, vec![Arg::Value(t)])?;
                 let mut wide = shape.clone();
                 wide.insert(h + 1, group);
-                let ex = b.op(Op::Expand { sizes: wide }, vec![Arg::Value(u)])?;
+                let ex = b.op(
+                    Op::Expand {
+                        sizes: crate::graph::shape::sizes(&wide),
+                    },
+                    vec![Arg::Value(u)],
+                )?;
                 shape[h] = hq;
                 b.reshape(ex, shape)
             };
@@ -283,7 +294,7 @@ pub(super) fn attention(
     let y = if b.shape(y) != out.shape {
         b.op(
             Op::Expand {
-                sizes: out.shape.clone(),
+                sizes: crate::graph::shape::sizes(&out.shape),
             },
             vec![Arg::Value(y)],
         )?
@@ -558,7 +569,7 @@ fn pool_axis(b: &mut B, x: ValueId, axis: usize, n: i64) -> Result<ValueId, Erro
         split.splice(axis..=axis, [n, size / n]);
         let v = b.op(
             Op::Reshape {
-                shape: split,
+                shape: crate::graph::shape::sizes(&split),
                 view: false,
             },
             vec![Arg::Value(x)],

@@ -79,11 +79,12 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
         let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
         let flat =
             |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
-                let st = view_strides(shape, strides, &[bsize, rows, cols])?;
+                let shape3 = sizes(&[bsize, rows, cols]);
+                let st = view_strides(&sizes(shape), &sizes(strides), &shape3)?;
                 Some(View {
                     buf: view.buf,
-                    shape: sizes(&[bsize, rows, cols]),
-                    strides: sizes(&st),
+                    shape: shape3,
+                    strides: st,
                     offset: view.offset.clone(),
                 })
             };

@@ -20,13 +20,14 @@ mod matmul;
 use std::collections::HashMap;
 
 use super::ids::{entity_id, IdVec};
-use super::index::{consts, contiguous_sizes, hints, sizes, Size};
+use super::index::{contiguous_sizes, hints, sizes, Size};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, FixedMeta, Graph, NodeId, ValueId};
 use crate::graph::ops::{ConstData, Op, ReduceOp};
 use crate::graph::shape::{contiguous_strides, wrap_dim_set};
+use crate::graph::sym::Symbols;
 use crate::graph::views;
 
 /// The deepest inline chain before a value is computed into memory instead:
@@ -267,13 +268,13 @@ impl Lowered {
 /// The strided view output `output` of view op `op` makes of `base`, if
 /// strides can express it (`graph::views` describes every view once).
 fn view_of_view(op: &Op, base: &View, output: u32) -> Option<View> {
-    let map = views::view_map(op, &consts(&base.shape)?, output).ok()?;
-    let (strides, offset) = map.restride(&consts(&base.strides)?, base.offset.as_const()?)?;
+    let map = views::view_map(op, &base.shape, output, Symbols::none()).ok()?;
+    let (strides, offset) = map.restride(&base.strides, &base.offset)?;
     Some(View {
         buf: base.buf,
-        shape: sizes(&map.out_shape),
-        strides: sizes(&strides),
-        offset: Size::from(offset),
+        shape: map.out_shape,
+        strides,
+        offset,
     })
 }
 

@@ -15,6 +15,7 @@ use super::{Pt2Error, Pt2Options, SUPPORTED_MAJOR};
 use crate::graph::front::table::{self, Call, Lowered, Operand, Raw, SigError, Step};
 use crate::graph::ir::{Arg, Graph, Node, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, NoOpKind, Op};
+use crate::graph::sym::Symbols;
 use crate::graph::{verify, At, Error, UnknownOp};
 use aliases::{aliases_operand, current, view_step, write_into, Aliases, ViewOf};
 use nodes::import_nodes;
@@ -221,11 +222,11 @@ pub(super) fn build<R: Read + Seek>(
     name: &str,
     options: &Pt2Options,
 ) -> Result<Graph, Error> {
-    let (prefix, model, sizes) = read_model(archive, options)?;
+    let (prefix, model, sizes, symbols) = read_model(archive, options)?;
     let gm = &model.graph_module;
 
     // Symbolic sizes first: every later message would be about their consequences.
-    let metas = tensor_metas(&gm.graph.tensor_values)?;
+    let metas = tensor_metas(&gm.graph.tensor_values, &symbols)?;
 
     // Unsupported ops, each listed once with every node using it (in subgraphs too).
     let mut unknown: Vec<UnknownOp> = vec![];
@@ -236,6 +237,7 @@ pub(super) fn build<R: Read + Seek>(
 
     let mut g = Graph::new(name);
     g.set_sizes(sizes);
+    g.set_symbols(symbols);
     let specs = gm
         .signature
         .input_specs
@@ -297,7 +299,7 @@ pub(super) fn build<R: Read + Seek>(
 fn read_model<R: Read + Seek>(
     archive: &mut Archive<R>,
     options: &Pt2Options,
-) -> Result<(String, Model, Vec<crate::graph::SizeChoice>), Error> {
+) -> Result<(String, Model, Vec<crate::graph::SizeChoice>, Symbols), Error> {
     let prefix = find_prefix(archive)?;
     let byteorder = format!("{prefix}byteorder");
     if archive.has(&byteorder) {
@@ -313,7 +315,12 @@ fn read_model<R: Read + Seek>(
     let member = format!("{prefix}{MODEL_JSON}");
     let mut raw: serde_json::Value = json(archive, &member)?;
     let mut sizes = vec![];
-    if let Some(s) = super::specialize::specialize(&mut raw, &options.specialize)? {
+    let mut symbols = Symbols::default();
+    if options.dynamic && options.specialize.is_empty() {
+        if let Some(s) = super::specialize::keep_symbols(&mut raw)? {
+            symbols = s;
+        }
+    } else if let Some(s) = super::specialize::specialize(&mut raw, &options.specialize)? {
         let how = if s.at_example {
             "the example's sizes"
         } else {
@@ -343,7 +350,7 @@ fn read_model<R: Read + Seek>(
         }
         .into());
     }
-    Ok((prefix, model, sizes))
+    Ok((prefix, model, sizes, symbols))
 }
 
 /// The graph's inputs: the user inputs first (so that `inputN.bin` counts user inputs
@@ -571,15 +578,17 @@ struct Produced {
     want: Option<TensorMeta>,
 }
 
-/// A graph's `tensor_values` as Kiln metadata (static sizes only).
-fn tensor_metas(
-    values: &std::collections::BTreeMap<String, schema::TensorMeta>,
-) -> Result<HashMap<&str, TensorMeta>, Pt2Error> {
+/// A graph's `tensor_values` as Kiln metadata: integer sizes, or expressions over
+/// `symbols` where the importer keeps an export's symbols.
+fn tensor_metas<'a>(
+    values: &'a std::collections::BTreeMap<String, schema::TensorMeta>,
+    symbols: &Symbols,
+) -> Result<HashMap<&'a str, TensorMeta>, Pt2Error> {
     let mut metas = HashMap::with_capacity(values.len());
     for (t, m) in values {
-        let shape = schema::sizes(m, t)?;
+        let shape = schema::sizes(m, t, symbols)?;
         let dtype = schema::dtype(m.dtype, t)?;
-        metas.insert(t.as_str(), TensorMeta::contiguous(shape, dtype));
+        metas.insert(t.as_str(), TensorMeta::contiguous_sizes(shape, dtype));
     }
     Ok(metas)
 }
@@ -795,9 +804,9 @@ fn getitem_args(n: &schema::Node, node: &str) -> Result<(Raw, i64), Pt2Error> {
             "expected two arguments (a multi-output value and an index)",
         ));
     };
-    let source =
-        schema::argument(node, "self", &source.arg)?.ok_or_else(|| bad("the source is None"))?;
-    match schema::argument(node, "index", &index.arg)? {
+    let source = schema::argument(node, "self", &source.arg, Symbols::none())?
+        .ok_or_else(|| bad("the source is None"))?;
+    match schema::argument(node, "index", &index.arg, Symbols::none())? {
         Some(Raw::Int(i)) if i >= 0 => Ok((source, i)),
         _ => Err(bad("the index must be a non-negative integer")),
     }

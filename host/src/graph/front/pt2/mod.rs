@@ -35,6 +35,11 @@ pub struct Pt2Options {
     /// For an export with dynamic shapes: the value of each named symbol to specialise
     /// it at (`s27 = 128`); a symbol not named takes the example's size.
     pub specialize: Vec<(String, i64)>,
+    /// For an export with dynamic shapes: keep its symbols, so that one graph covers
+    /// every size in their ranges (no `specialize` given). The compile of such a graph
+    /// is refused until the scheduler takes symbolic sizes (docs/dynamic-shapes.md);
+    /// the reference interpreter runs it at any size.
+    pub dynamic: bool,
 }
 
 /// What is wrong with a `.pt2` archive (beyond what the graph layer reports).

@@ -10,6 +10,7 @@
 use super::Pt2Error;
 use crate::graph::dtype::DType;
 use crate::graph::front::table::Raw;
+use crate::graph::sym::{Size, Symbols};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -141,23 +142,63 @@ pub(super) fn sym_int(v: &Value, tensor: &str) -> Result<i64, Pt2Error> {
     }
 }
 
+/// A `SymInt` that is an integer or, where the importer keeps an export's symbols
+/// (`symbols` is not empty), an expression over them.
+pub(super) fn sym_size(v: &Value, tensor: &str, symbols: &Symbols) -> Result<Size, Pt2Error> {
+    if let (Some(("as_expr", e)), false) = (variant(v), symbols.is_empty()) {
+        let text = e.get("expr_str").and_then(Value::as_str).unwrap_or("?");
+        let mut find = |name: &str| {
+            symbols
+                .find(name)
+                .ok_or_else(|| format!("`{name}` has no range in the archive"))
+        };
+        return crate::graph::sym::parse(text, symbols, &mut find)
+            .and_then(|e| Size::new(e, symbols))
+            .map_err(|e| Pt2Error::Schema(format!("tensor `{tensor}`: size `{text}`: {e}")));
+    }
+    sym_int(v, tensor).map(Size::from)
+}
+
+/// The sizes of a tensor: integers, which must be non-negative, or expressions over
+/// `symbols` (see [`sym_size`]).
+pub(super) fn sizes(
+    m: &TensorMeta,
+    tensor: &str,
+    symbols: &Symbols,
+) -> Result<Vec<Size>, Pt2Error> {
+    let out = m
+        .sizes
+        .iter()
+        .map(|s| sym_size(s, tensor, symbols))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(ints) = crate::graph::shape::consts(&out) {
+        int_checked(&ints, tensor)?;
+    }
+    Ok(out)
+}
+
 /// The sizes of a tensor, which must all be static and non-negative.
-pub(super) fn sizes(m: &TensorMeta, tensor: &str) -> Result<Vec<i64>, Pt2Error> {
+pub(super) fn int_sizes(m: &TensorMeta, tensor: &str) -> Result<Vec<i64>, Pt2Error> {
     let out = m
         .sizes
         .iter()
         .map(|s| sym_int(s, tensor))
         .collect::<Result<Vec<_>, _>>()?;
+    int_checked(&out, tensor)?;
+    Ok(out)
+}
+
+fn int_checked(out: &[i64], tensor: &str) -> Result<(), Pt2Error> {
     if let Some(bad) = out.iter().find(|&&d| d < 0) {
         return Err(Pt2Error::Schema(format!(
             "tensor `{tensor}` has a negative size {bad}"
         )));
     }
-    crate::graph::shape::numel(&out).map_err(|e| Pt2Error::Overflow {
+    crate::graph::shape::numel(out).map_err(|e| Pt2Error::Overflow {
         tensor: tensor.into(),
         message: e.to_string(),
     })?;
-    Ok(out)
+    Ok(())
 }
 
 /// The export schema's `ScalarType` code as a Kiln dtype.
@@ -192,7 +233,12 @@ const STRIDED: i64 = 7;
 /// An argument as a signature-table value, or `None` where it means "the default" and is
 /// left out (`as_none`, a dense memory format, the strided layout, a device, a pinning
 /// or blocking flag: Kiln places the tensors itself).
-pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Raw>, Pt2Error> {
+pub(super) fn argument(
+    node: &str,
+    param: &str,
+    arg: &Value,
+    symbols: &Symbols,
+) -> Result<Option<Raw>, Pt2Error> {
     let bad = |message: String| Pt2Error::Argument {
         node: node.into(),
         param: param.into(),
@@ -309,6 +355,14 @@ pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Ra
             )));
         }
         "as_device" => return Ok(None),
+        // Sizes in the canonical form `specialize::keep_symbols` writes.
+        "as_sym_int" if !symbols.is_empty() => raw_size(sym_size(v, node, symbols)?),
+        "as_sym_ints" if !symbols.is_empty() => Raw::List(
+            list(v)?
+                .iter()
+                .map(|x| sym_size(x, node, symbols).map(raw_size))
+                .collect::<Result<_, _>>()?,
+        ),
         "as_sym_int" | "as_sym_ints" | "as_sym_float" | "as_sym_floats" | "as_sym_bool"
         | "as_sym_bools" => {
             return Err(Pt2Error::Symbolic {
@@ -318,6 +372,14 @@ pub(super) fn argument(node: &str, param: &str, arg: &Value) -> Result<Option<Ra
         }
         other => return Err(bad(format!("argument kind `{other}` is not supported"))),
     }))
+}
+
+/// A size argument: an integer as itself.
+fn raw_size(s: Size) -> Raw {
+    match s.as_const() {
+        Some(c) => Raw::Int(c),
+        None => Raw::Size(s),
+    }
 }
 
 /// The symbol names in a symbolic argument (`{"as_name": "s0"}` or a list of them).
@@ -351,7 +413,7 @@ mod tests {
 
     #[test]
     fn arguments() {
-        let arg = |v| argument("n", "p", &v).map_err(|e| e.to_string());
+        let arg = |v| argument("n", "p", &v, Symbols::none()).map_err(|e| e.to_string());
         assert_eq!(arg(json!({"as_int": -1})), Ok(Some(Raw::Int(-1))));
         assert_eq!(arg(json!({"as_none": true})), Ok(None));
         assert_eq!(arg(json!({"as_memory_format": 1})), Ok(None));

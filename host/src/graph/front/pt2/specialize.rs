@@ -324,3 +324,140 @@ pub(super) fn specialize(
         at_example,
     }))
 }
+
+/// The expression a `SymInt` object (`as_expr`, `as_name` or `as_int`) stands for.
+fn expr_of(
+    v: &Value,
+    names: &BTreeMap<String, Expr>,
+    symbols: &Symbols,
+) -> Result<Option<Expr>, Pt2Error> {
+    let Some(m) = v.as_object().filter(|m| m.len() == 1) else {
+        return Ok(None);
+    };
+    if let Some(n) = m.get("as_int") {
+        return Ok(n.as_i64().map(Expr::constant));
+    }
+    if let Some(name) = m.get("as_name").and_then(Value::as_str) {
+        return names
+            .get(name)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| schema(format!("the size `{name}` is used but never defined")));
+    }
+    if let Some(e) = m.get("as_expr") {
+        let text = e
+            .get("expr_str")
+            .and_then(Value::as_str)
+            .ok_or_else(|| schema(format!("a size without `expr_str`: {e}")))?;
+        return parse(text, symbols).map(Some);
+    }
+    Ok(None)
+}
+
+/// A size in the one form the importer reads after [`keep_symbols`]: `as_int` for an
+/// integer, else `as_expr` with the canonical text (symbols by their archive names).
+fn size_json(e: &Expr, symbols: &Symbols) -> Value {
+    match e.as_const() {
+        Some(c) => json!({ "as_int": c }),
+        None => json!({ "as_expr": { "expr_str": e.display(symbols) } }),
+    }
+}
+
+/// Writes every size argument and recorded size in `v` in [`size_json`]'s form:
+/// `as_sym_int(s)` arguments keep their kind with each item so written.
+fn canonical(
+    v: &mut Value,
+    names: &BTreeMap<String, Expr>,
+    symbols: &Symbols,
+) -> Result<(), Pt2Error> {
+    let item = |s: &Value| -> Result<Value, Pt2Error> {
+        let e = expr_of(s, names, symbols)?
+            .ok_or_else(|| schema(format!("a size argument Kiln cannot read: {s}")))?;
+        Ok(size_json(&e, symbols))
+    };
+    match v {
+        Value::Object(m) => {
+            if m.len() == 1 && m.contains_key("as_expr") {
+                *v = item(v)?;
+                return Ok(());
+            }
+            if let (1, Some(s)) = (m.len(), m.get("as_sym_int")) {
+                *v = json!({ "as_sym_int": item(s)? });
+                return Ok(());
+            }
+            if let (1, Some(Value::Array(items))) = (m.len(), m.get("as_sym_ints")) {
+                let items = items.iter().map(item).collect::<Result<Vec<_>, _>>()?;
+                *v = json!({ "as_sym_ints": items });
+                return Ok(());
+            }
+            for x in m.values_mut() {
+                canonical(x, names, symbols)?;
+            }
+        }
+        Value::Array(items) => {
+            for x in items {
+                canonical(x, names, symbols)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Keeps an export's dynamic shapes: returns its symbols (each with its range, and the
+/// example's size as its hint), with every size in `model` written in one canonical
+/// form that the importer reads with them, and the nodes that only compute sizes
+/// gone; `None` for a static export.
+pub(super) fn keep_symbols(model: &mut Value) -> Result<Option<Symbols>, Pt2Error> {
+    let mut symbols = symbols_of(model);
+    let (used, hints) = uses_and_hints(model, &symbols);
+    if symbols.is_empty() || used.iter().all(|u| !u) {
+        return Ok(None);
+    }
+    let ids: Vec<SymId> = symbols.iter().map(|(id, _)| id).collect();
+    for id in ids {
+        if let Some(h) = hints[id.0 as usize] {
+            symbols
+                .set_hint(id, h)
+                .map_err(|e| schema(format!("the example's size: {e}")))?;
+        }
+    }
+    let graph = model
+        .pointer_mut("/graph_module/graph")
+        .ok_or_else(|| schema("model.json has no graph_module.graph".into()))?;
+    let asserts = graph
+        .get("nodes")
+        .and_then(Value::as_array)
+        .is_some_and(|nodes| {
+            nodes.iter().any(|n| {
+                n.get("target")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.starts_with("torch.ops.aten._assert_scalar"))
+            })
+        });
+    if asserts {
+        return Err(schema(
+            "the export asserts relations between its sizes, which Kiln does not check at \
+             run time yet: compile it at one size (--specialize)"
+                .into(),
+        ));
+    }
+    let mut names = BTreeMap::new();
+    if let Some(Value::Object(defs)) = graph.get("sym_int_values") {
+        for (name, def) in defs {
+            if let Some(e) = expr_of(def, &names, &symbols)? {
+                names.insert(name.clone(), e);
+            }
+        }
+    }
+    if let Some(Value::Array(nodes)) = graph.get_mut("nodes") {
+        nodes.retain(|n| !computes_sizes(n));
+    }
+    for key in ["sym_int_values", "sym_bool_values", "sym_float_values"] {
+        if let Some(m) = graph.get_mut(key).and_then(Value::as_object_mut) {
+            m.clear();
+        }
+    }
+    canonical(graph, &names, &symbols)?;
+    Ok(Some(symbols))
+}

@@ -165,16 +165,23 @@ pub(super) fn write_back(op: &Option<Op>, base: Option<&[i64]>) -> Option<WriteB
     Some(match *op {
         Op::Slice {
             dim,
-            start,
-            end,
+            ref start,
+            ref end,
             step,
-        } => WriteBack::Scatter(Op::SliceScatter {
-            dim,
-            start,
-            end,
-            step,
-            select: false,
-        }),
+        } => {
+            // A write through a slice of symbolic bounds is not taken yet.
+            let int = |b: &Option<crate::graph::sym::Size>| match b {
+                None => Some(None),
+                Some(s) => s.as_const().map(Some),
+            };
+            WriteBack::Scatter(Op::SliceScatter {
+                dim,
+                start: int(start)?,
+                end: int(end)?,
+                step,
+                select: false,
+            })
+        }
         Op::Select { dim, index } => WriteBack::Scatter(Op::SliceScatter {
             dim,
             start: Some(index),
@@ -184,7 +191,7 @@ pub(super) fn write_back(op: &Option<Op>, base: Option<&[i64]>) -> Option<WriteB
         }),
         Op::Reshape { .. } | Op::Flatten { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
             WriteBack::Undo(Op::Reshape {
-                shape: base?.to_vec(),
+                shape: crate::graph::shape::sizes(base?),
                 view: false,
             })
         }

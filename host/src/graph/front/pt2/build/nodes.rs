@@ -130,7 +130,12 @@ fn import_getitem(scope: &mut Scope<'_>, fx: &FxNode<'_>) -> Result<(Op, Vec<Arg
 /// The arguments of an ATen node by their ATen names; for an in-place op whose
 /// functional form names its operand otherwise (`dropout_(self)`, `dropout(input)`),
 /// `self` renamed to the functional form's first parameter.
-fn aten_arguments(fx: &FxNode<'_>, op: &str, in_place: bool) -> Result<Vec<(String, Raw)>, Error> {
+fn aten_arguments(
+    fx: &FxNode<'_>,
+    op: &str,
+    in_place: bool,
+    symbols: &crate::graph::sym::Symbols,
+) -> Result<Vec<(String, Raw)>, Error> {
     let mut attrs: Vec<(String, Raw)> = Vec::with_capacity(fx.n.inputs.len());
     for a in &fx.n.inputs {
         if a.name.is_empty() {
@@ -141,7 +146,7 @@ fn aten_arguments(fx: &FxNode<'_>, op: &str, in_place: bool) -> Result<Vec<(Stri
             }
             .into());
         }
-        if let Some(raw) = schema::argument(&fx.shown, &a.name, &a.arg)? {
+        if let Some(raw) = schema::argument(&fx.shown, &a.name, &a.arg, symbols)? {
             attrs.push((a.name.clone(), raw));
         }
     }
@@ -168,7 +173,7 @@ fn import_aten(
     fx_op: &str,
     in_place: bool,
 ) -> Result<Option<(Op, Vec<Arg>)>, Error> {
-    let attrs = aten_arguments(fx, fx_op, in_place)?;
+    let attrs = aten_arguments(fx, fx_op, in_place, g.symbols())?;
     if fx_op == "as_strided" {
         check_as_strided_input(&attrs, scope, &fx.shown)?;
     }
@@ -508,7 +513,7 @@ fn inline_wrap(
     let mut inner = Scope {
         values: HashMap::with_capacity(placeholders.len() + graph.nodes.len()),
         multi: HashMap::new(),
-        metas: tensor_metas(&graph.tensor_values)?,
+        metas: tensor_metas(&graph.tensor_values, g.symbols())?,
         prefix: format!("{}{prefix}_", outer.prefix),
         layouts: tensor_layouts(&graph.tensor_values),
         aliases: Aliases::default(),

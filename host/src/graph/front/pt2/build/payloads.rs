@@ -98,7 +98,7 @@ pub(super) type Layout = (crate::graph::DType, Vec<i64>, Vec<i64>, i64);
 
 pub(super) fn layout(m: &schema::TensorMeta, key: &str) -> Result<Layout, Pt2Error> {
     let dtype = schema::dtype(m.dtype, key)?;
-    let shape = schema::sizes(m, key)?;
+    let shape = schema::int_sizes(m, key)?;
     let strides = if m.strides.is_empty() {
         crate::graph::shape::contiguous_strides(&shape)
     } else {

@@ -139,8 +139,17 @@ fn elementwise(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
 fn creation(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
     Ok(Some(match name {
         "arange" => {
-            let (start, end) = match (b.scalar("start")?, b.scalar("end")?) {
-                (Some(s), Some(e)) => (s, e),
+            let (start, end) = match (b.bound("start")?, b.bound("end")?) {
+                (Some(s), Some(e)) => match s.scalar() {
+                    Some(s) => (s, e),
+                    None => {
+                        return Err(bad(
+                            "start",
+                            "an integer (a symbolic start is not taken)",
+                            &raw_of(&s),
+                        ))
+                    }
+                },
                 (Some(e), None) | (None, Some(e)) => (Scalar::Int(0), e),
                 (None, None) => {
                     return Err(SigError::Missing {
@@ -463,11 +472,11 @@ fn shapes(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
         },
         "detach" | "lift_fresh_copy" => Op::NoOp(NoOpKind::Alias),
         "reshape" => Op::Reshape {
-            shape: b.list("shape")?,
+            shape: b.sizes("shape")?,
             view: false,
         },
         "view" => Op::Reshape {
-            shape: b.list("size")?,
+            shape: b.sizes("size")?,
             view: true,
         },
         "permute" => Op::Permute {
@@ -484,7 +493,7 @@ fn shapes(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
             dims: b.ints("dim")?,
         },
         "expand" => Op::Expand {
-            sizes: b.list("size")?,
+            sizes: b.sizes("size")?,
         },
         "select" => Op::Select {
             dim: b.int_or("dim", 0)?,
@@ -497,8 +506,8 @@ fn shapes(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
             }
             Op::Slice {
                 dim: b.int_or("dim", 0)?,
-                start: b.int("start")?,
-                end: b.int("end")?,
+                start: b.size("start")?,
+                end: b.size("end")?,
                 step,
             }
         }
@@ -649,4 +658,14 @@ fn pools(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
         }
         _ => return Ok(None),
     }))
+}
+
+/// A bound as the file gave it, for messages.
+fn raw_of(b: &crate::graph::ops::Bound) -> Raw {
+    match b {
+        crate::graph::ops::Bound::Scalar(Scalar::Int(i)) => Raw::Int(*i),
+        crate::graph::ops::Bound::Scalar(Scalar::Float(f)) => Raw::Float(*f),
+        crate::graph::ops::Bound::Scalar(Scalar::Bool(v)) => Raw::Bool(*v),
+        crate::graph::ops::Bound::Size(s) => Raw::Size(s.clone()),
+    }
 }

@@ -10,6 +10,7 @@ mod signatures;
 use crate::graph::dtype::DType;
 use crate::graph::ir::Scalar;
 use crate::graph::ops::{Op, UnaryOp};
+use crate::graph::sym::Size;
 use signatures::{signature, Sig, K, SIGNATURES};
 
 /// A parsed argument value, before it is typed by a signature.
@@ -23,6 +24,9 @@ pub enum Raw {
     Float(f64),
     /// a bool
     Bool(bool),
+    /// a size over symbols that is not an integer (an export's `SymInt`; an integer
+    /// size is a [`Raw::Int`])
+    Size(crate::graph::sym::Size),
     /// a list
     List(Vec<Raw>),
     /// `None` inside a list (`index.Tensor`'s optional indices); a missing argument is
@@ -35,6 +39,7 @@ impl Raw {
         match self {
             Raw::Str(_) => "a string",
             Raw::Int(_) => "an integer",
+            Raw::Size(_) => "a symbolic size",
             Raw::Float(_) => "a float",
             Raw::Bool(_) => "a bool",
             Raw::List(_) => "a list",
@@ -49,6 +54,7 @@ impl std::fmt::Display for Raw {
         match self {
             Raw::Str(s) => write!(f, "{s:?}"),
             Raw::Int(i) => write!(f, "{i}"),
+            Raw::Size(s) => write!(f, "{s}"),
             Raw::Float(x) => write!(f, "{x:?}"),
             Raw::Bool(b) => write!(f, "{b}"),
             Raw::List(items) => {
@@ -202,6 +208,33 @@ impl<'a> Bound<'a> {
             Some(r) => Err(bad(name, "a list of integers", r)),
         }
     }
+    /// A size: an integer, or a symbolic size.
+    fn size(&self, name: &str) -> Result<Option<Size>, SigError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Raw::Int(i)) => Ok(Some(Size::from(*i))),
+            Some(Raw::Size(s)) => Ok(Some(s.clone())),
+            Some(r) => Err(bad(name, "an integer", r)),
+        }
+    }
+    /// A list of sizes (integers or symbolic), empty where it is absent.
+    fn sizes(&self, name: &str) -> Result<Vec<Size>, SigError> {
+        let item = |x: &Raw| match x {
+            Raw::Int(i) => Some(Size::from(*i)),
+            Raw::Size(s) => Some(s.clone()),
+            _ => None,
+        };
+        match self.get(name) {
+            None => Ok(Vec::new()),
+            Some(r @ Raw::List(l)) => l
+                .iter()
+                .map(|x| item(x).ok_or_else(|| bad(name, "a list of integers", r)))
+                .collect(),
+            Some(r) => item(r)
+                .map(|s| vec![s])
+                .ok_or_else(|| bad(name, "a list of integers", r)),
+        }
+    }
     fn float(&self, name: &str) -> Result<Option<f64>, SigError> {
         match self.get(name) {
             None => Ok(None),
@@ -243,6 +276,13 @@ impl<'a> Bound<'a> {
             Some(r) => to_scalar(r)
                 .map(Some)
                 .ok_or_else(|| bad(name, "a number", r)),
+        }
+    }
+    /// A number, or a symbolic size (`arange`'s end).
+    fn bound(&self, name: &str) -> Result<Option<crate::graph::ops::Bound>, SigError> {
+        match self.get(name) {
+            Some(Raw::Size(s)) => Ok(Some(crate::graph::ops::Bound::Size(s.clone()))),
+            _ => Ok(self.scalar(name)?.map(crate::graph::ops::Bound::Scalar)),
         }
     }
     /// An integer list, empty where it is absent.

@@ -475,6 +475,17 @@ pub fn compile_for(
         horizontal: target.spec.scheduling == SchedulingKind::Triton,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
+    if let Some((name, shape)) = crate::schedule::symbolic_buffer(&scheduled.program) {
+        return Err(crate::schedule::Error::Unsupported {
+            node: name.to_string(),
+            what: format!(
+                "symbolic sizes {shape:?}: Kiln schedules a graph of dynamic shapes, but \
+                 generates code for one size only so far; compile it at one size \
+                 (--specialize)"
+            ),
+        }
+        .into());
+    }
     let schedule = start.elapsed();
     let start = Instant::now();
     let (file_name, code, info) = generate(&scheduled, plugin, &target, options)?;

@@ -98,7 +98,7 @@ impl B<'_> {
         )
     }
     fn dtype(&self, v: ValueId) -> DType {
-        self.g.fixed_meta(v).map_or(DType::Float32, |m| m.dtype)
+        self.g.meta(v).map_or(DType::Float32, |m| m.dtype)
     }
     /// Casts to `d` unless already of that dtype.
     fn cast(&mut self, x: ValueId, d: DType) -> Result<ValueId, Error> {
@@ -158,10 +158,15 @@ struct Site {
     /// its first operand
     x: ValueId,
     args: Vec<Arg>,
-    /// every output's metadata
+    /// every output's metadata, with integer sizes (at the hints where a size is
+    /// symbolic: only a rule that [`takes_symbols`] runs then, reading dtypes and ranks)
     outs: Vec<FixedMeta>,
-    /// the first output's metadata
+    /// the first output's metadata, likewise
     out: FixedMeta,
+    /// every output's metadata as the graph has it (sizes that may be symbolic)
+    metas: Vec<crate::graph::TensorMeta>,
+    /// whether a size of an output is symbolic
+    symbolic: bool,
     /// the rank of `x`
     rank: i64,
 }
@@ -194,20 +199,27 @@ fn site(g: &mut Graph, id: NodeId) -> Option<(Op, Site, B<'_>)> {
     if !node.op.is_composite() {
         return None;
     }
-    // The rules rewrite at integer sizes: a node of symbolic sizes stays as it is.
-    let outs = node
+    let outs: Vec<FixedMeta> = node
         .outputs
         .iter()
-        .map(crate::graph::TensorMeta::fixed)
-        .collect::<Option<Vec<_>>>()?;
+        .map(|m| FixedMeta {
+            shape: m.hint_shape(),
+            strides: m.hint_strides(),
+            dtype: m.dtype,
+        })
+        .collect();
     let out = outs.first().cloned()?;
     let x = value(node.args.first())?;
+    let symbolic = !node.outputs.iter().all(crate::graph::TensorMeta::is_static)
+        || g.meta(x).is_some_and(|m| !m.is_static());
     let site = Site {
         id,
         x,
         args: node.args.clone(),
         outs,
         out,
+        metas: node.outputs.clone(),
+        symbolic,
         rank: g.meta(x).map_or(0, |m| m.rank()) as i64,
     };
     let (op, base, line) = (node.op.clone(), node.name.clone(), node.line);
@@ -219,6 +231,10 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     let Some((op, s, mut b)) = site(g, id) else {
         return Ok(false);
     };
+    if s.symbolic && !takes_symbols(&op) {
+        // The other rules rewrite at integer sizes: the node stays as it is.
+        return Ok(false);
+    }
     let x = s.x;
     let rewrite = match op {
         Op::Matmul => matmul(&mut b, &s),
@@ -354,6 +370,26 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
     Ok(true)
 }
 
+/// Whether `op`'s rule takes symbolic sizes: it reads only its output's dtype and the
+/// ranks, or its sizes as they are.
+fn takes_symbols(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Matmul
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::Gelu { .. }
+            | Op::Unary(UnaryOp::Silu)
+            | Op::Linear { .. }
+            | Op::Addmm { .. }
+            | Op::Reduce {
+                op: ReduceOp::Any | ReduceOp::All,
+                ..
+            }
+    )
+}
+
 /// `matmul` whose batch dims broadcast in part: its operands expanded.
 fn matmul(b: &mut B, s: &Site) -> Rewrite {
     let Some(y) = s.arg(1) else {
@@ -421,7 +457,7 @@ fn linear(b: &mut B, s: &Site, bias: bool) -> Rewrite {
     if s.rank != 2 {
         y = b.op(
             Op::Reshape {
-                shape: crate::graph::shape::sizes(&s.out.shape),
+                shape: s.metas[0].shape.clone(),
                 view: false,
             },
             vec![Arg::Value(y)],
@@ -440,7 +476,7 @@ fn addmm(b: &mut B, s: &Site, beta: Scalar, alpha: Scalar) -> Rewrite {
         return Ok(None);
     };
     // `baddbmm` is the batched form.
-    let mm = if b.g.fixed_meta(m1).is_some_and(|m| m.rank() == 3) {
+    let mm = if b.g.meta(m1).is_some_and(|m| m.rank() == 3) {
         Op::Bmm
     } else {
         Op::Mm

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::index::{consts, contiguous_sizes, linear, sizes, unflatten, Index, Size, Var};
+use super::index::{contiguous_sizes, hints, linear, product, sizes, unflatten, Index, Size, Var};
 use super::ir::{
     Cond, Expr, ExprArena, ExprId, Indirect, Literal, ReduceKind, Reduction, Space, Store,
 };
@@ -19,7 +19,7 @@ use crate::graph::dtype::{promote, DType};
 use crate::graph::infer::model::index_plan;
 use crate::graph::ir::{Arg, Graph, Scalar, ValueId};
 use crate::graph::ops::{BinaryOp, GeluApprox, Op, UnaryOp};
-use crate::graph::shape::{contiguous_strides, wrap_dim};
+use crate::graph::shape::wrap_dim;
 use crate::graph::views::{self, InDim, IndexMap};
 
 /// Why a node cannot join a kernel (not an error: the scheduler tries elsewhere).
@@ -29,55 +29,53 @@ pub struct Illegal(pub String);
 type Built<T> = Result<T, Illegal>;
 
 /// The index over `shape` of a node placed in `space`, if its shape splits
-/// into the kernel's rows and reduction elements, or is one value per row.
-pub fn space_index(shape: &[i64], space: &Space) -> Option<Vec<Index>> {
+/// into the kernel's rows and reduction elements, or is one value per row. Sizes
+/// may be symbolic: counts match only as the same expression.
+pub fn space_index(shape: &[Size], space: &Space) -> Option<Vec<Index>> {
     let ranges = space.ranges();
-    let space = space.fixed()?;
-    let numel: i64 = shape.iter().product();
+    let numel = product(shape);
     // One value per row (an epilogue of the kernel's reductions) or per element.
     if numel == space.x {
         return Some(unflatten(Index::var(Var::X), shape, &ranges));
     }
-    if numel != space.x.saturating_mul(space.r) {
+    if numel != space.x.mul(&space.r).ok()? {
         return None;
     }
-    if space.inner > 1 {
+    if space.inner != 1 {
         // Reduced elements between outer and inner ones: the flat position of
         // row (o, i)'s element r is (o * r_total + r) * inner + i.
-        if space.x % space.inner != 0 {
-            return None;
-        }
+        space.x.exact_div(&space.inner)?;
         let (o, i) = (
-            Index::var(Var::X).div(space.inner, &ranges),
-            Index::var(Var::X).rem(space.inner, &ranges),
+            Index::var(Var::X).div(space.inner.clone(), &ranges),
+            Index::var(Var::X).rem(space.inner.clone(), &ranges),
         );
         let flat = o
-            .times(space.r.saturating_mul(space.inner))
-            .plus(Index::var(Var::R).times(space.inner))
+            .times(space.r.mul(&space.inner).ok()?)
+            .plus(Index::var(Var::R).times(space.inner.clone()))
             .plus(i);
         return Some(unflatten(flat, shape, &ranges));
     }
-    rows_then_elements(shape, space.x, Index::var(Var::X), &ranges)
+    rows_then_elements(shape, &space.x, Index::var(Var::X), &ranges)
 }
 
 /// The index over `shape` whose leading dims make `rows` rows, at row `row`, and
 /// whose other dims are the row's elements, at the kernel's `r`; None where no
 /// leading dims multiply to `rows`.
 fn rows_then_elements(
-    shape: &[i64],
-    rows: i64,
+    shape: &[Size],
+    rows: &Size,
     row: Index,
     ranges: &super::index::Ranges,
 ) -> Option<Vec<Index>> {
-    let mut prefix = 1i64;
+    let mut prefix = Size::from(1);
     for k in 0..=shape.len() {
-        if prefix == rows {
+        if prefix == *rows {
             let mut idx = unflatten(row, &shape[..k], ranges);
             idx.extend(unflatten(Index::var(Var::R), &shape[k..], ranges));
             return Some(idx);
         }
         if k < shape.len() {
-            prefix *= shape[k];
+            prefix = prefix.mul(&shape[k]).ok()?;
         }
     }
     None
@@ -88,8 +86,8 @@ fn rows_then_elements(
 /// computes its row `x / divisor` (a layer norm's statistics over one token,
 /// read by every output column of a one-row product, `passes::few_rows`).
 /// Each of its rows is then computed `divisor` times, once per kernel row.
-pub fn broadcast_rows(rows: i64, space: &Space) -> Option<i64> {
-    let space = space.fixed()?;
+pub fn broadcast_rows(rows: &Size, space: &Space) -> Option<i64> {
+    let (rows, space) = (rows.as_const()?, space.fixed()?);
     (space.r > 1 && space.inner == 1 && rows > 0 && rows < space.x && space.x % rows == 0)
         .then(|| space.x / rows)
 }
@@ -98,15 +96,25 @@ pub fn broadcast_rows(rows: i64, space: &Space) -> Option<i64> {
 pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space> {
     let s = &low.snodes[id];
     match &s.kind {
-        SKind::Pointwise { .. } | SKind::Scatter { .. } => Some(Space::rows(s.meta.numel(), 1)),
+        SKind::Pointwise { .. } | SKind::Scatter { .. } => {
+            Some(Space::rows(product(&s.meta.shape), 1))
+        }
         SKind::Reduction { input, dims, .. } => {
-            let shape = &graph.meta(*input)?.fixed_shape()?;
-            let r: i64 = dims.iter().map(|&d| shape[d]).product();
-            let x: i64 = shape.iter().product::<i64>() / r.max(1);
+            let shape = &graph.meta(*input)?.shape;
+            let reduced: Vec<Size> = dims
+                .iter()
+                .map(|&d| shape.get(d).cloned())
+                .collect::<Option<_>>()?;
+            let r = product(&reduced);
+            let x = if r == 0 {
+                product(shape)
+            } else {
+                product(shape).exact_div(&r)?
+            };
             Some(Space {
-                x: Size::from(x),
-                r: Size::from(r),
-                inner: Size::from(reduction_inner(shape, dims)),
+                x,
+                r,
+                inner: reduction_inner(shape, dims),
             })
         }
         SKind::Extern { .. } => None,
@@ -116,17 +124,21 @@ pub fn natural_space(low: &Lowered, graph: &Graph, id: SNodeId) -> Option<Space>
 /// A reduction's [`Space::inner`]: the elements after its reduced dims when
 /// those are one run of consecutive dims (`[b, n, c]` over dim 1: `c`), else 1
 /// (its rows are then not a layout a full-size value of the kernel can share).
-fn reduction_inner(shape: &[i64], dims: &[usize]) -> i64 {
+fn reduction_inner(shape: &[Size], dims: &[usize]) -> Size {
     let mut sorted: Vec<usize> = dims.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
     let (Some(&first), Some(&last)) = (sorted.first(), sorted.last()) else {
-        return 1;
+        return Size::from(1);
     };
     if last - first + 1 != sorted.len() || last >= shape.len() {
-        return 1;
+        return Size::from(1);
     }
-    shape[last + 1..].iter().product::<i64>().max(1)
+    let inner = product(&shape[last + 1..]);
+    match inner.as_const() {
+        Some(c) => Size::from(c.max(1)),
+        None => inner,
+    }
 }
 
 /// Builds one kernel.
@@ -188,7 +200,7 @@ impl<'a> KernelBuilder<'a> {
                 self.members.insert(id, None);
                 let e = self.inline_value(*value, &idx)?;
                 let e = self.cast(e, s.meta.dtype);
-                let index = linear(&idx, &contiguous_strides(&s.meta.shape), 0);
+                let index = linear(&idx, &contiguous_sizes(&s.meta.shape), 0);
                 self.stores.push((
                     id,
                     Store {
@@ -203,23 +215,25 @@ impl<'a> KernelBuilder<'a> {
             SKind::Reduction {
                 input, kind, dims, ..
             } => {
-                let in_shape = self.meta(*input)?.shape.clone();
-                let kept: Vec<i64> = (0..in_shape.len())
+                let in_shape = self.meta(*input)?.shape;
+                let kept: Vec<Size> = (0..in_shape.len())
                     .filter(|d| !dims.contains(d))
-                    .map(|d| in_shape[d])
+                    .map(|d| in_shape[d].clone())
                     .collect();
-                let reduced: Vec<i64> = dims.iter().map(|&d| in_shape[d]).collect();
-                let rows = kept.iter().product::<i64>();
-                let extents = self.extents()?;
-                let divisor = broadcast_rows(rows, &self.space).filter(|_| {
-                    reduction_inner(&in_shape, dims) == 1
-                        && reduced.iter().product::<i64>() == extents.r
-                });
+                let reduced: Vec<Size> = dims
+                    .iter()
+                    .map(|&d| in_shape.get(d).cloned())
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| Illegal("a reduced dim out of range".into()))?;
+                let rows = product(&kept);
+                let inner = reduction_inner(&in_shape, dims);
+                let divisor = broadcast_rows(&rows, &self.space)
+                    .filter(|_| inner == 1 && product(&reduced) == self.space.r);
                 if let Some(divisor) = divisor {
                     self.divisors.insert(id, divisor);
-                } else if rows != extents.x
-                    || reduced.iter().product::<i64>() != extents.r
-                    || reduction_inner(&in_shape, dims) != extents.inner
+                } else if rows != self.space.x
+                    || product(&reduced) != self.space.r
+                    || inner != self.space.inner
                 {
                     return Err(Illegal(format!(
                         "reduction space differs from {:?}",
@@ -261,7 +275,7 @@ impl<'a> KernelBuilder<'a> {
                 let e = self.reduced_value(id)?;
                 let e = self.cast(e, s.meta.dtype);
                 let out_idx = unflatten(self.row_of(id), &s.meta.shape, &ranges);
-                let index = linear(&out_idx, &contiguous_strides(&s.meta.shape), 0);
+                let index = linear(&out_idx, &contiguous_sizes(&s.meta.shape), 0);
                 self.stores.push((
                     id,
                     Store {
@@ -288,14 +302,6 @@ impl<'a> KernelBuilder<'a> {
         Ok(())
     }
 
-    /// The kernel's extents as integers; a symbolic space is not built yet (step 3 of
-    /// `docs/dynamic-shapes.md`).
-    fn extents(&self) -> Built<super::ir::Extents> {
-        self.space
-            .fixed()
-            .ok_or_else(|| Illegal(format!("a symbolic iteration space {:?}", self.space)))
-    }
-
     /// The row of member `id` that the kernel's row computes: the kernel's own, or
     /// that divided by the member's divisor.
     fn row_of(&self, id: SNodeId) -> Index {
@@ -308,12 +314,15 @@ impl<'a> KernelBuilder<'a> {
     /// The index of a pointwise member of `shape` whose rows are broadcast across
     /// the kernel's ([`broadcast_rows`]): its row elements are the kernel's, its
     /// rows the kernel's divided.
-    fn broadcast_index(&mut self, id: SNodeId, shape: &[i64]) -> Built<Vec<Index>> {
-        let numel: i64 = shape.iter().product();
-        let r = self.extents()?.r.max(1);
-        let divisor = (numel % r == 0)
-            .then(|| broadcast_rows(numel / r, &self.space))
-            .flatten()
+    fn broadcast_index(&mut self, id: SNodeId, shape: &[Size]) -> Built<Vec<Index>> {
+        let r = match self.space.r.as_const() {
+            Some(r) => Size::from(r.max(1)),
+            None => self.space.r.clone(),
+        };
+        let rows = product(shape).exact_div(&r);
+        let divisor = rows
+            .as_ref()
+            .and_then(|rows| broadcast_rows(rows, &self.space))
             .ok_or_else(|| {
                 Illegal(format!(
                     "shape {shape:?} does not split into {:?}",
@@ -321,7 +330,8 @@ impl<'a> KernelBuilder<'a> {
                 ))
             })?;
         let row = Index::var(Var::X).div(divisor, &self.space.ranges());
-        let idx = rows_then_elements(shape, numel / r, row, &self.space.ranges())
+        let rows = rows.unwrap_or_default();
+        let idx = rows_then_elements(shape, &rows, row, &self.space.ranges())
             .ok_or_else(|| Illegal(format!("shape {shape:?} has no rows of {r}")))?;
         self.divisors.insert(id, divisor);
         Ok(idx)
@@ -341,8 +351,7 @@ impl<'a> KernelBuilder<'a> {
         dim: usize,
         target: &super::ir::View,
     ) -> Built<Store> {
-        let extents = self.extents()?;
-        if extents.r > 1 && s.meta.numel() != extents.x {
+        if self.space.is_reduction() && product(&s.meta.shape) != self.space.x {
             return Err(Illegal(
                 "a scatter joins a reduction kernel only as one element a row".into(),
             ));
@@ -376,12 +385,11 @@ impl<'a> KernelBuilder<'a> {
         })
     }
 
-    fn meta(&self, v: ValueId) -> Built<crate::graph::ir::FixedMeta> {
+    fn meta(&self, v: ValueId) -> Built<crate::graph::ir::TensorMeta> {
         self.graph
             .meta(v)
-            .ok_or_else(|| Illegal(format!("no metadata for {v:?}")))?
-            .fixed()
-            .ok_or_else(|| Illegal(format!("symbolic sizes of {v:?}")))
+            .cloned()
+            .ok_or_else(|| Illegal(format!("no metadata for {v:?}")))
     }
 
     fn lit(&mut self, value: f64, dtype: DType) -> ExprId {
@@ -475,7 +483,7 @@ impl<'a> KernelBuilder<'a> {
                 }
                 None => {
                     let s = &self.low.snodes[n];
-                    let index = linear(idx, &contiguous_strides(&s.meta.shape), 0);
+                    let index = linear(idx, &contiguous_sizes(&s.meta.shape), 0);
                     let e = self.exprs.intern(
                         Expr::Load {
                             buf: s.buf,
@@ -500,20 +508,20 @@ impl<'a> KernelBuilder<'a> {
     fn operand(
         &mut self,
         arg: &Arg,
-        out_shape: &[i64],
+        out_shape: &[Size],
         idx: &[Index],
         dtype: DType,
     ) -> Built<ExprId> {
         match arg {
             Arg::Scalar(s) => Ok(self.lit(s.to_f64(), dtype)),
             Arg::Value(v) => {
-                let shape = self.meta(*v)?.shape.clone();
+                let shape = self.meta(*v)?.shape;
                 let lead = out_shape.len().saturating_sub(shape.len());
                 let sub: Vec<Index> = shape
                     .iter()
                     .enumerate()
-                    .map(|(d, &s)| {
-                        if s == 1 {
+                    .map(|(d, s)| {
+                        if *s == 1 {
                             Index::constant(0)
                         } else {
                             idx[d + lead].clone()
@@ -575,12 +583,14 @@ impl<'a> KernelBuilder<'a> {
             let t = a
                 .value()
                 .ok_or_else(|| Illegal("an index that is no tensor".into()))?;
-            shapes.push(self.meta(t)?.shape.clone());
+            shapes.push(self.meta(t)?.hint_shape());
         }
+        // The plan's structure (where the index dims go) depends on the ranks only:
+        // it is read at the hints.
         let refs: Vec<&[i64]> = shapes.iter().map(Vec::as_slice).collect();
-        let shape = consts(&view.shape)
-            .ok_or_else(|| Illegal("advanced indexing of a symbolic shape".into()))?;
-        let plan = index_plan(&shape, indexed, &refs).map_err(|e| Illegal(e.to_string()))?;
+        let plan =
+            index_plan(&hints(&view.shape), indexed, &refs).map_err(|e| Illegal(e.to_string()))?;
+        let index_shape = sizes(&plan.index_shape);
         let mut at = Index::Const(view.offset.clone());
         for (o, dim) in plan.out_dims.iter().enumerate() {
             if let Some(d) = dim {
@@ -591,7 +601,7 @@ impl<'a> KernelBuilder<'a> {
         let bidx = idx[plan.index_at..plan.index_at + k].to_vec();
         let mut indirect = vec![];
         for (j, &d) in plan.indexed_dims.iter().enumerate() {
-            let value = self.operand(&args[1 + j], &plan.index_shape, &bidx, DType::Int64)?;
+            let value = self.operand(&args[1 + j], &index_shape, &bidx, DType::Int64)?;
             indirect.push(Indirect {
                 value,
                 size: view.shape[d].clone(),
@@ -609,7 +619,7 @@ impl<'a> KernelBuilder<'a> {
             .get(1)
             .and_then(Arg::value)
             .ok_or_else(|| Illegal("gather without an index".into()))?;
-        let ix_shape = self.meta(ix)?.shape.clone();
+        let ix_shape = self.meta(ix)?.shape;
         let value = self.operand(&args[1], &ix_shape, idx, DType::Int64)?;
         if view.shape.is_empty() {
             let indirect = vec![Indirect {
@@ -657,9 +667,7 @@ impl<'a> KernelBuilder<'a> {
             .outputs
             .get(v.output as usize)
             .ok_or_else(|| Illegal("no such output".into()))?;
-        let out_shape = out
-            .fixed_shape()
-            .ok_or_else(|| Illegal(format!("symbolic sizes {:?}", out.shape)))?;
+        let out_shape = out.shape.clone();
         let out_dtype = out.dtype;
         let cd = compute_dtype(out_dtype);
         let ranges = self.space.ranges();
@@ -752,7 +760,7 @@ impl<'a> KernelBuilder<'a> {
             }
             op if views::describes(op) => {
                 let src = arg0()?;
-                let in_shape = self.meta(src)?.shape.clone();
+                let in_shape = self.meta(src)?.shape;
                 let sub = view_index(op, &in_shape, idx, v.output, &ranges)
                     .ok_or_else(|| Illegal(format!("cannot index through `{}`", op.name())))?;
                 self.load(src, &sub)?
@@ -837,7 +845,7 @@ impl<'a> KernelBuilder<'a> {
         &mut self,
         args: &[Arg],
         dim: i64,
-        out_shape: &[i64],
+        out_shape: &[Size],
         idx: &[Index],
         cd: DType,
     ) -> Built<ExprId> {
@@ -846,7 +854,12 @@ impl<'a> KernelBuilder<'a> {
         let mut offset = 0i64;
         for a in args {
             let v = a.value().ok_or_else(|| Illegal("cat of a number".into()))?;
-            let size = self.meta(v)?.shape.get(d).copied().unwrap_or(0);
+            let size = match self.meta(v)?.shape.get(d) {
+                None => 0,
+                Some(s) => s
+                    .as_const()
+                    .ok_or_else(|| Illegal("cat along a symbolic dim".into()))?,
+            };
             if size > 0 {
                 pieces.push((v, offset, size));
             }
@@ -919,12 +932,12 @@ fn comparison_dtype(args: &[Arg], a: DType, b: DType) -> DType {
 /// index arithmetic).
 pub fn view_index(
     op: &Op,
-    in_shape: &[i64],
+    in_shape: &[Size],
     idx: &[Index],
     output: u32,
     ranges: &super::index::Ranges,
 ) -> Option<Vec<Index>> {
-    let map = views::view_map(op, &sizes(in_shape), output, ranges.symbols).ok()?;
+    let map = views::view_map(op, in_shape, output, ranges.symbols).ok()?;
     if idx.len() != map.out_shape.len() {
         return None;
     }

@@ -59,16 +59,66 @@ pub fn memory_needed(s: &Scheduled) -> Option<u64> {
     crate::memory::total(buffers.chain(outputs))
 }
 
-/// Runs the program on `inputs` (one per graph input) and returns its outputs.
+/// The value of each size symbol that an input's dim is, read from `inputs`, and
+/// `p` at those sizes (`p` itself where its sizes are all integers).
+fn bound<'p>(p: &'p Program, inputs: &[Tensor]) -> Result<std::borrow::Cow<'p, Program>, Error> {
+    let mut values = std::collections::HashMap::new();
+    for (b, t) in p.inputs.iter().zip(inputs) {
+        let buf = p.buffer(*b);
+        for (size, &dim) in buf.shape.iter().zip(&t.shape) {
+            if let Some(s) = size.as_symbol() {
+                if *values.entry(s).or_insert(dim) != dim {
+                    return Err(Error(format!(
+                        "input `{}` gives {size} = {dim}, another input {}",
+                        buf.name, values[&s]
+                    )));
+                }
+            }
+        }
+    }
+    let symbolic = p
+        .buffers
+        .iter()
+        .any(|b| b.shape.iter().any(|s| !s.is_const()));
+    if !symbolic {
+        return Ok(std::borrow::Cow::Borrowed(p));
+    }
+    let unbound = std::cell::Cell::new(None);
+    let value = |s: crate::graph::sym::SymId| {
+        values.get(&s).copied().unwrap_or_else(|| {
+            unbound.set(Some(s));
+            0
+        })
+    };
+    let at = super::bind::at_sizes(p, &value).map_err(|e| Error(e.to_string()))?;
+    if let Some(s) = unbound.get() {
+        return Err(Error(format!("size ks{} is no input's dim", s.0)));
+    }
+    for (b, t) in at.inputs.iter().zip(inputs) {
+        let buf = at.buffer(*b);
+        if hints(&buf.shape) != t.shape {
+            return Err(Error(format!(
+                "input `{}` is {:?}, the program takes {:?} there",
+                buf.name,
+                t.shape,
+                p.buffer(*b).shape
+            )));
+        }
+    }
+    Ok(std::borrow::Cow::Owned(at))
+}
+
+/// Runs the program on `inputs` (one per graph input) and returns its outputs. A
+/// program of symbolic sizes runs at the sizes its inputs give.
 pub fn run(s: &Scheduled, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
-    let p = &s.program;
-    if inputs.len() != p.inputs.len() {
+    if inputs.len() != s.program.inputs.len() {
         return Err(Error(format!(
             "{} inputs given, {} expected",
             inputs.len(),
-            p.inputs.len()
+            s.program.inputs.len()
         )));
     }
+    let p = &*bound(&s.program, inputs)?;
     let mut storage: Storage = p
         .buffers
         .iter()

@@ -16,6 +16,7 @@ use std::collections::HashSet;
 
 use super::build::{broadcast_rows, natural_space, space_index, KernelBuilder};
 use super::ids::IdVec;
+use super::index::Size;
 use super::ir::{BufferId, Space};
 use super::lower::{Def, Lowered, SKind, SNodeId};
 use crate::graph::ir::{Arg, Graph, NodeId, ValueId};
@@ -335,7 +336,7 @@ fn takes_in(
     let Some(rows) = group.x.as_const() else {
         return false;
     };
-    if group.r != space.r || broadcast_rows(rows, &space).is_none() {
+    if group.r != space.r || broadcast_rows(&Size::from(rows), &space).is_none() {
         return false;
     }
     // Another reduction over the same space, which joins the kernel after `id`.

@@ -352,6 +352,19 @@ impl ExprArena {
         id
     }
 
+    /// An arena of these nodes, in this order (ids are their positions; a node equal
+    /// to an earlier one keeps its own id).
+    pub fn from_nodes(nodes: Vec<(Expr, DType)>) -> ExprArena {
+        let mut lookup = HashMap::with_capacity(nodes.len());
+        for (i, node) in nodes.iter().enumerate() {
+            lookup.entry(node.clone()).or_insert(ExprId(i as u32));
+        }
+        ExprArena {
+            nodes: nodes.into(),
+            lookup,
+        }
+    }
+
     /// The node of `id`.
     pub fn get(&self, id: ExprId) -> &Expr {
         &self.nodes[id].0

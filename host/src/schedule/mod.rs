@@ -7,6 +7,7 @@
 //! later one may reuse. Nothing here knows a device: the code generators turn
 //! the [`Program`] into code with the plugin's launch configs and strings.
 
+pub mod bind;
 pub mod build;
 pub mod eval;
 pub mod fuse;
@@ -177,35 +178,25 @@ enum Pending {
     Extern(ir::ExternCall),
 }
 
+/// A buffer of `program` with a symbolic size, and its shape: the code generators
+/// take integer sizes only so far (docs/dynamic-shapes.md, step 4).
+pub fn symbolic_buffer(program: &Program) -> Option<(&str, &[Size])> {
+    program
+        .buffers
+        .iter()
+        .find(|b| b.shape.iter().any(|s| !s.is_const()))
+        .map(|b| (b.name.as_str(), b.shape.as_slice()))
+}
+
 /// Lowers, fuses and plans a validated graph (after the passes), using no
 /// optional backend feature.
 pub fn schedule(graph: &Graph) -> Result<Scheduled, Error> {
     schedule_with(graph, &Options::default())
 }
 
-/// The lowering takes a graph of one size: a value of symbolic sizes is refused by
-/// name (docs/dynamic-shapes.md says what takes symbols so far).
-fn refuse_symbolic(graph: &Graph) -> Result<(), Error> {
-    for id in graph.node_ids() {
-        let Some(node) = graph.node(id) else { continue };
-        if let Some(m) = node.outputs.iter().find(|m| !m.is_static()) {
-            return Err(Error::Unsupported {
-                node: node.name.clone(),
-                what: format!(
-                    "symbolic sizes {:?}: Kiln schedules a graph of one size; compile it at one \
-                     size (--specialize)",
-                    m.shape
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// Lowers, fuses and plans a validated graph (after the passes) for a device.
 pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Error> {
     let _span = tracing::debug_span!("schedule", graph = %graph.name).entered();
-    refuse_symbolic(graph)?;
     let mut low = lower::lower_with(graph, options)?;
     let groups = fuse::fuse(graph, &low, options.broadcast_rows);
     let mut needed: HashSet<BufferId> = low.outputs.iter().map(|v| v.buf).collect();

@@ -6,7 +6,7 @@
 //! square-ish tiles, every access steps by one element along one of the two.
 
 use super::build::KernelBuilder;
-use super::index::{Index, Var};
+use super::index::{consts, Index, Var};
 use super::ir::{Expr, Space};
 use super::lower::{Lowered, SNodeId};
 use crate::graph::ir::Graph;
@@ -35,7 +35,9 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
     let Some(first) = members.first() else {
         return space;
     };
-    let shape = &low.snodes[*first].meta.shape;
+    let Some(shape) = consts(&low.snodes[*first].meta.shape) else {
+        return space;
+    };
     let mut best = (flat + total / 4, space);
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {
@@ -81,7 +83,9 @@ pub fn row_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space
     let Some(first) = members.first() else {
         return space;
     };
-    let shape = &low.snodes[*first].meta.shape;
+    let Some(shape) = consts(&low.snodes[*first].meta.shape) else {
+        return space;
+    };
     let mut best = (flat, space.clone());
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {

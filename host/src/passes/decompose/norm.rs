@@ -65,8 +65,12 @@ pub(super) fn layer_norm(
     let mut r = vec![b.cast(y, out.dtype)?];
     if native {
         let stat = s.outs.get(1).map_or(out.dtype, |m| m.dtype);
-        let k = out.shape.len().saturating_sub(normalized.len());
-        if out.shape[k..].contains(&0) {
+        let shape = &s.metas[0].shape;
+        let k = shape.len().saturating_sub(normalized.len());
+        if shape[k..].iter().any(|d| *d == 0) {
+            if s.symbolic {
+                return Ok(None);
+            }
             // Rows of nothing: mean 0 and rstd NaN, as PyTorch's CUDA kernel
             // gives (its moments start from 0; the variance is 0 / 0).
             for v in [0.0, f64::NAN] {

@@ -22,7 +22,7 @@ use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, Graph, NodeId, ValueId};
 use crate::graph::ops::{BinaryOp, Op};
 use crate::graph::views;
-use crate::schedule::index::Size;
+use crate::schedule::index::{self, Size};
 use crate::schedule::ir::{ExternOp, View};
 use crate::schedule::Error;
 
@@ -113,12 +113,12 @@ fn plan(
     else {
         return Ok(None);
     };
-    let n = *s.meta.shape.last().unwrap_or(&0);
+    let n = s.meta.shape.last().cloned().unwrap_or_default();
     // The sum reads the product's buffer in its own order, and nothing else reads it.
     let dense = contiguous_view(s.buf, &out.shape);
     if low.as_view(graph, product, true).as_ref() != Some(&dense)
         || out.shape.last() != Some(&n)
-        || out.numel() != s.meta.numel()
+        || index::product(&out.shape) != index::product(&s.meta.shape)
         || !only_reader(graph, product, sum.node)
         || (mm_value != product && !only_reader(graph, mm_value, product.node))
     {
@@ -126,7 +126,7 @@ fn plan(
     }
     // The bias: `[N]`, or ones before it, in memory.
     let rank = bm.shape.len();
-    if rank == 0 || bm.shape[rank - 1] != n || bm.shape[..rank - 1].iter().any(|&d| d != 1) {
+    if rank == 0 || bm.shape[rank - 1] != n || bm.shape[..rank - 1].iter().any(|d| *d != 1) {
         return Ok(None);
     }
     // (Never the product's own buffer: `add(p, p)` of a one-row product.)
@@ -139,7 +139,7 @@ fn plan(
     Ok(Some(Plan {
         snode,
         consumed,
-        bias: view.map(|v| as_bias(&v, rank, n)),
+        bias: view.map(|v| as_bias(&v, rank, n.clone())),
         value: (bias, rank),
     }))
 }
@@ -189,18 +189,18 @@ fn only_reader(graph: &Graph, value: ValueId, reader: NodeId) -> bool {
 }
 
 /// A bias of `rank` dims (`[N]`, or ones before it) in memory as a `[N]` view.
-fn as_bias(view: &View, rank: usize, n: i64) -> View {
+fn as_bias(view: &View, rank: usize, n: Size) -> View {
     View {
         buf: view.buf,
-        shape: vec![Size::from(n)],
+        shape: vec![n],
         strides: vec![view.strides[rank - 1].clone()],
         offset: view.offset.clone(),
     }
 }
 
 fn apply(graph: &Graph, low: &mut Lowered, sum: ValueId, plan: Plan) -> Result<(), Error> {
-    let out_shape = meta_of(graph, sum)?.shape.clone();
-    let n = *out_shape.last().unwrap_or(&0);
+    let out_shape = meta_of(graph, sum)?.shape;
+    let n = out_shape.last().cloned().unwrap_or_default();
     let bias = match plan.bias {
         Some(bias) => bias,
         None => as_bias(&low.realize_view(graph, plan.value.0)?, plan.value.1, n),

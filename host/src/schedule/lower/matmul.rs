@@ -1,10 +1,9 @@
 //! Matrix products: `mm`, `bmm` and `matmul` as extern calls on strided views.
 
 use super::{contiguous_view, first_value, meta_of, node_of, Def, Lowered, SKind, SNode};
-use crate::graph::ir::{FixedMeta, Graph, NodeId, ValueId};
-use crate::graph::shape::contiguous_strides;
+use crate::graph::ir::{Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::views::view_strides;
-use crate::schedule::index::{consts, sizes, Size};
+use crate::schedule::index::{consts, contiguous_sizes, sizes, Size};
 use crate::schedule::ir::{ExternOp, View};
 use crate::schedule::Error;
 
@@ -115,7 +114,7 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
         ));
     };
     // The product is computed as [B, M, N]; the graph's value is a view of it.
-    let product_meta = FixedMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
+    let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
     let buf = low.add_buffer(
         &node.name,
         &product_meta,
@@ -135,8 +134,8 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
         v0,
         Def::Strided(View {
             buf,
-            shape: sizes(&out_meta.shape),
-            strides: sizes(&contiguous_strides(&out_meta.shape)),
+            strides: contiguous_sizes(&out_meta.shape),
+            shape: out_meta.shape,
             offset: Size::from(0),
         }),
     );

@@ -24,7 +24,7 @@ use super::index::{contiguous_sizes, hints, sizes, Size};
 use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
-use crate::graph::ir::{Arg, FixedMeta, Graph, NodeId, ValueId};
+use crate::graph::ir::{Arg, FixedMeta, Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::ops::{ConstData, Op, ReduceOp};
 use crate::graph::shape::{contiguous_strides, wrap_dim_set};
 use crate::graph::sym::Symbols;
@@ -143,8 +143,9 @@ pub struct SNode {
     pub kind: SKind,
     /// The graph value it defines.
     pub value: ValueId,
-    /// Its output shape (the reduction result with `keepdim` as the graph has it).
-    pub meta: FixedMeta,
+    /// Its output shape (the reduction result with `keepdim` as the graph has it);
+    /// sizes may be symbolic.
+    pub meta: TensorMeta,
     /// The (contiguous) buffer it writes when its value is needed in memory.
     pub buf: BufferId,
     /// A short op name for kernel names.
@@ -180,11 +181,11 @@ pub struct Lowered {
     state_scatter: bool,
 }
 
-fn contiguous_view(buf: BufferId, shape: &[i64]) -> View {
+fn contiguous_view(buf: BufferId, shape: &[Size]) -> View {
     View {
         buf,
-        shape: sizes(shape),
-        strides: sizes(&contiguous_strides(shape)),
+        shape: shape.to_vec(),
+        strides: contiguous_sizes(shape),
         offset: Size::from(0),
     }
 }
@@ -193,14 +194,14 @@ impl Lowered {
     fn add_buffer(
         &mut self,
         name: &str,
-        meta: &FixedMeta,
+        meta: &TensorMeta,
         kind: super::ir::BufferKind,
     ) -> BufferId {
         self.buffers.push(super::ir::Buffer {
             name: name.to_string(),
             dtype: meta.dtype,
-            shape: sizes(&meta.shape),
-            strides: sizes(&contiguous_strides(&meta.shape)),
+            shape: meta.shape.clone(),
+            strides: contiguous_sizes(&meta.shape),
             kind,
         })
     }
@@ -284,14 +285,26 @@ fn node_of(graph: &Graph, id: NodeId) -> Result<&crate::graph::ir::Node, Error> 
         .ok_or_else(|| Error::Internal(format!("node {id:?} vanished during lowering")))
 }
 
-/// Value `v`'s metadata, of integer sizes: the lowering takes a graph of one size
-/// (`schedule` refuses one of symbolic sizes before it starts).
-fn meta_of(graph: &Graph, v: ValueId) -> Result<FixedMeta, Error> {
+/// Value `v`'s metadata (sizes that may be symbolic).
+fn meta_of(graph: &Graph, v: ValueId) -> Result<TensorMeta, Error> {
     graph
         .meta(v)
-        .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))?
-        .fixed()
-        .ok_or_else(|| Error::Internal(format!("value {v:?} has symbolic sizes")))
+        .cloned()
+        .ok_or_else(|| Error::Internal(format!("value {v:?} has no metadata")))
+}
+
+/// Value `v`'s metadata where its sizes are integers; a lowering rule that takes
+/// only those refuses a symbolic value by name (`node`), with what to do.
+fn fixed_meta_of(graph: &Graph, node: NodeId, v: ValueId) -> Result<FixedMeta, Error> {
+    let meta = meta_of(graph, v)?;
+    meta.fixed().ok_or_else(|| Error::Unsupported {
+        node: graph.node(node).map_or_else(String::new, |n| n.name.clone()),
+        what: format!(
+            "`{}` over symbolic sizes {:?} is not scheduled yet; compile at one size              (--specialize)",
+            graph.node(node).map_or("?", |n| n.op.name()),
+            meta.shape
+        ),
+    })
 }
 
 fn first_value(graph: &Graph, id: NodeId, i: usize) -> Result<ValueId, Error> {
@@ -459,10 +472,20 @@ fn lower_reduce(
     })?;
     let (kind, divisor) = match op {
         ReduceOp::Sum => (ReduceKind::Sum, None),
-        ReduceOp::Mean => (
-            ReduceKind::Sum,
-            Some(dims.iter().map(|&d| in_meta.shape[d]).product()),
-        ),
+        ReduceOp::Mean => {
+            let reduced: Vec<Size> = dims.iter().map(|&d| in_meta.shape[d].clone()).collect();
+            let count =
+                super::index::product(&reduced)
+                    .as_const()
+                    .ok_or_else(|| Error::Unsupported {
+                        node: node.name.clone(),
+                        what: format!(
+                            "a mean over symbolic sizes {reduced:?} is not scheduled yet; compile \
+                         at one size (--specialize)"
+                        ),
+                    })?;
+            (ReduceKind::Sum, Some(count))
+        }
         ReduceOp::Amax => (ReduceKind::Max, None),
         ReduceOp::Amin => (ReduceKind::Min, None),
         // `decompose` rewrites these as counts.
@@ -584,7 +607,10 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
     let sid = low.add_snode(graph, v0, kind, "convolution")?;
     if channels_last {
         let s = &low.snodes[sid];
-        let (buf, shape) = (s.buf, s.meta.shape.clone());
+        let (buf, shape) = (s.buf, s.meta.hint_shape());
+        if !s.meta.is_static() {
+            return Err(Error::Internal("a convolution of symbolic sizes".into()));
+        }
         let strides = channels_last_strides(&shape);
         low.buffers[buf].strides = sizes(&strides);
         // Readers see the buffer through its strides, as they see an input's.
@@ -752,11 +778,17 @@ fn lower_attention(
         let value = first_value(graph, id, i)?;
         args.push(low.realize_view(graph, value)?);
     }
-    let e = meta_of(graph, first_value(graph, id, 0)?)?
-        .shape
-        .last()
-        .copied()
-        .unwrap_or(1);
+    let q = meta_of(graph, first_value(graph, id, 0)?)?;
+    let e = match q.shape.last().map(Size::as_const) {
+        Some(Some(e)) => e,
+        None => 1,
+        Some(None) => {
+            return Err(Error::Unsupported {
+                node: node_of(graph, id)?.name.clone(),
+                what: format!("attention over a symbolic head size {:?}", q.shape),
+            })
+        }
+    };
     let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
     let v0 = ValueId::first(id);
     let meta = meta_of(graph, v0)?.clone();
@@ -778,8 +810,9 @@ fn lower_attention(
     // to `[B, L, H * Ev]` after it, are views, where a `[B, H, L, Ev]` buffer
     // takes a copy kernel before the output projection; the library's flash
     // and cuDNN kernels write this layout too. The graph's value is a view of it.
-    let (b, h, l, ev) = (meta.shape[0], meta.shape[1], meta.shape[2], meta.shape[3]);
-    let stored = FixedMeta::contiguous(vec![b, l, h, ev], meta.dtype);
+    let [b, h, l, ev] = [0, 1, 2, 3].map(|d| meta.shape[d].clone());
+    let stored_shape = vec![b, l, h, ev];
+    let stored = TensorMeta::contiguous_sizes(stored_shape.clone(), meta.dtype);
     let name = node_of(graph, id)?.name.clone();
     let buf = low.add_buffer(&name, &stored, super::ir::BufferKind::Computed);
     low.snodes.push(SNode {
@@ -789,13 +822,13 @@ fn lower_attention(
         buf,
         op_name: "attention",
     });
-    let strides = contiguous_strides(&[b, l, h, ev]);
+    let s = contiguous_sizes(&stored_shape);
     low.defs.insert(
         v0,
         Def::Strided(View {
             buf,
-            shape: sizes(&meta.shape),
-            strides: sizes(&[strides[0], strides[2], strides[1], strides[3]]),
+            shape: meta.shape,
+            strides: vec![s[0].clone(), s[2].clone(), s[1].clone(), s[3].clone()],
             offset: Size::from(0),
         }),
     );
@@ -839,7 +872,7 @@ fn read_transposed(graph: &Graph, id: NodeId, d0: usize, d1: usize) -> bool {
 fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
     let node = node_of(graph, id)?;
     let v0 = ValueId::first(id);
-    let meta = meta_of(graph, v0)?.clone();
+    let meta = fixed_meta_of(graph, id, v0)?;
     let t = crate::interp::eval_op(&node.op, &[], std::slice::from_ref(&meta)).map_err(|what| {
         Error::Unsupported {
             node: node.name.clone(),
@@ -847,13 +880,14 @@ fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Erro
         }
     })?;
     let values = t.first().map(|t| t.to_vec()).unwrap_or_default();
+    let meta = TensorMeta::contiguous(meta.shape, meta.dtype);
     constant_buffer(low, &node.name, v0, &meta, ConstData::Values(values.into()));
     Ok(())
 }
 
 /// Value `v` as a constant buffer of the program holding `data`, read as a
 /// contiguous view.
-fn constant_buffer(low: &mut Lowered, name: &str, v: ValueId, meta: &FixedMeta, data: ConstData) {
+fn constant_buffer(low: &mut Lowered, name: &str, v: ValueId, meta: &TensorMeta, data: ConstData) {
     let kind = super::ir::BufferKind::Constant { data };
     let buf = low.add_buffer(name, meta, kind);
     low.defs

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""The exports with dynamic shapes of tests/fixtures/dynamic on the GPU machine: each archive,
-compiled by `host compile --specialize` at each size of cases.json for cuda and gxu (CUDA
-standing in for GXU), run through its output_code.py on that size's inputs and checked against
-PyTorch's outputs recorded there (float32, TF32 off). The first call's time and the Triton
-compiles it made (new binaries in the run's own caches: $KILN_CACHE_DIR/triton, where Kiln's
-runtime keeps them, and $TRITON_CACHE_DIR) show what a new size costs once others were
-compiled.
+"""The exports with dynamic shapes of tests/fixtures/dynamic on the GPU machine, for cuda and
+gxu (CUDA standing in for GXU), checked against PyTorch's outputs recorded in cases.json
+(float32, TF32 off).
 
-    python3 bench/gpu/dynamic_cases.py HOST [--devices cuda,gxu]
+- `--mode specialize` (the default): each archive compiled by `host compile --specialize` at
+  each size of cases.json, and run at that size.
+- `--mode dynamic`: each archive compiled once, by `host compile --dynamic`, and that one
+  output_code.py run at every size of cases.json, then at sizes across the range against
+  the exported program itself. A compile Kiln refuses is reported with its message.
+
+The first call's time at each size and the Triton compiles it made (new binaries in the run's
+own caches: $KILN_CACHE_DIR/triton, where Kiln's runtime keeps them, and $TRITON_CACHE_DIR)
+show what a new size costs once others ran.
+
+    python3 bench/gpu/dynamic_cases.py HOST [--devices cuda,gxu] [--mode dynamic]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("host")
     p.add_argument("--devices", default="cuda,gxu")
+    p.add_argument("--mode", choices=["specialize", "dynamic"], default="specialize")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -53,6 +60,10 @@ def main() -> None:
 
     def compiled() -> int:
         return sum(sum(1 for _ in c.rglob("*.cubin")) for c in caches if c.exists())
+    if a.mode == "dynamic":
+        failed = dynamic(a, cases, out_root, compiled)
+        print(f"# {failed} failed")
+        sys.exit(1 if failed else 0)
     for archive, case in cases.items():
         dims = case["dims"]
         first = next(iter(dims)).split(":")[0]
@@ -82,6 +93,68 @@ def main() -> None:
                       f"{'yes' if ok else 'NO'} |", flush=True)
     print(f"# {failed} failed")
     sys.exit(1 if failed else 0)
+
+
+def inputs_of(archive: str, size: dict) -> list:
+    shape = (size["batch"], size["seq"], 32) if archive.startswith("mlp") else (size["batch"], size["seq"])
+    dtype = DTYPES["float32" if archive.startswith("mlp") else "int64"]
+    return [tensor(FIXTURES / f, dtype, shape) for f in size["inputs"]]
+
+
+def random_inputs(archive: str, b: int, seq: int, g: torch.Generator) -> list:
+    if archive.startswith("mlp"):
+        return [torch.randn(b, seq, 32, generator=g).cuda()]
+    ids = torch.randint(0, 32, (b, seq), generator=g).cuda()
+    if archive == "gpt2":
+        return [ids]
+    mask = torch.ones(b, seq, dtype=torch.int64, device="cuda")
+    mask[0, seq - 1:] = 0
+    return [ids, mask]
+
+
+def dynamic(a, cases: dict, out_root: Path, compiled) -> int:
+    """One `--dynamic` compile per archive and device, run at every size."""
+    failed = 0
+    g = torch.Generator().manual_seed(0)
+    for archive, case in cases.items():
+        symbols = list(dict.fromkeys(case["dims"].values()))
+        (lo_b, hi_b), (lo_s, hi_s) = [case["ranges"][s] for s in symbols]
+        extra = [(lo_b, lo_s), (hi_b, hi_s), (3, 17), (hi_b // 2 + 1, hi_s - 1)]
+        ep = None
+        for device in a.devices.split(","):
+            out = out_root / f"{archive}-{device}-dynamic"
+            cmd = [a.host, "compile", str(FIXTURES / f"{archive}.pt2"), "--device", device, "-o", str(out),
+                   "--dynamic"]
+            start = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            host_s = time.perf_counter() - start
+            if done.returncode:
+                reason = " ".join(done.stderr.split())[-240:]
+                print(f"| {archive} | {device} | all | refused: {reason} | | | refused |", flush=True)
+                continue
+            module = load_module(out / "output_code.py", device)
+            runs = [(s["batch"], s["seq"], inputs_of(archive, s),
+                     tensor(FIXTURES / s["expected"], torch.float32, s["shape"])) for s in case["sizes"]]
+            if ep is None:
+                ep = torch.export.load(str(FIXTURES / f"{archive}.pt2")).module().cuda()
+            for b, seq in extra:
+                xs = random_inputs(archive, b, seq, g)
+                names = ["x"] if archive.startswith("mlp") else ["input_ids", "attention_mask"][:len(xs)]
+                with torch.no_grad():
+                    runs.append((b, seq, xs, ep(**dict(zip(names, xs)))))
+            for i, (b, seq, xs, want) in enumerate(runs):
+                before, start = compiled(), time.perf_counter()
+                got = module.call(list(xs))[0]
+                torch.cuda.synchronize()
+                first_s, compiles = time.perf_counter() - start, compiled() - before
+                err = rel_error(got, want)
+                ok = err <= 1e-4 and (i == 0 or compiles == 0)
+                failed += not ok
+                print(f"| {archive} | {device} | {b} x {seq} | {err:.1e} | {first_s:.3f} | {compiles} | "
+                      f"{'yes' if ok else 'NO'} |", flush=True)
+            print(f"# {archive} {device}: one host compile ({host_s:.2f} s with process start) for "
+                  f"{len(runs)} sizes", flush=True)
+    return failed
 
 
 if __name__ == "__main__":

@@ -1407,6 +1407,56 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
     assert!(output.status.success(), "{stderr}\n{stdout}");
 }
 
+/// The MLP with layer norm exported with a dynamic batch and sequence length, compiled
+/// once with `--dynamic` for a Triton device: `output_code.py` reads both sizes from its
+/// input at each call (checked against their ranges and the input's layout), sizes its
+/// buffers and launches from them, and its kernels, which take the row counts and the
+/// sizes they index with as arguments, compile with Triton. A target whose code
+/// generator takes one size only (the cpu's C++) refuses, naming what to do.
+#[test]
+fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
+    let tmp = TempDir::new("dynamic-once");
+    let mlp = repo_root().join("tests/fixtures/dynamic/mlp_ln.pt2");
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/dynamic/cases.json")).unwrap(),
+    )
+    .unwrap();
+    let (batch, seq) = (
+        cases["mlp_ln"]["dims"]["x:0"].as_str().unwrap(),
+        cases["mlp_ln"]["dims"]["x:1"].as_str().unwrap(),
+    );
+    for device in ["cuda", "gxu"] {
+        let out = tmp.path().join(device);
+        let (ok, stderr) = compile(&mlp, device, &out, &["--dynamic"]);
+        assert!(ok, "{device}: {stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        for want in [
+            format!("SIZE_SYMBOLS = ((\"ks0\", \"{batch}\", 0, 0, 1, 16), (\"ks1\", \"{seq}\", 0, 1, 2, 64))"),
+            "return ((ks0, ks1, 32),), ((32*ks1, 32, 1),)".to_string(),
+            "(ks0, ks1,) = check((x,)) if check is not None else (x.shape[0], x.shape[1],)"
+                .to_string(),
+            "empty_strided_device((ks0*ks1, 64), (64, 1), torch.float32)".to_string(),
+            "reinterpret_tensor(x, (ks0*ks1, 32), (32, 1), 0)".to_string(),
+            "grid_of(KERNEL_GRIDS[".to_string(),
+        ] {
+            assert!(code.contains(&want), "{device}: no `{want}` in\n{code}");
+        }
+        // The row counts come from the launch: no kernel fixes them.
+        assert!(!code.contains("xnumel = "), "{code}");
+    }
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let (output, stdout, stderr) = run(std::process::Command::new(python)
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg(tmp.path()));
+    assert!(output.status.success(), "{stderr}\n{stdout}");
+    let (ok, stderr) = compile(&mlp, "cpu", &tmp.path().join("cpu"), &["--dynamic"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("symbolic sizes") && stderr.contains("--specialize"),
+        "{stderr}"
+    );
+}
+
 /// A one-row product after an RMS norm or a layer norm of its row takes the norm into
 /// its kernel on a Triton device (`fuse::takes_in`): one launch a norm fewer in a
 /// decoding step. The norm's reductions are computed on one row of each program's

@@ -102,11 +102,18 @@ pub struct GraphFile {
     pub params_as_inputs: bool,
     /// For a `.pt2` export with dynamic shapes (`dynamic_shapes=`), or a graph file with
     /// named sizes (`[dims]`): compile at this value of the named symbol or size
-    /// (`s27=128`, `batch=8`), within its range; repeatable. Kiln compiles static shapes:
-    /// each is taken at the example's size (a graph file's `example`, else its `min`)
+    /// (`s27=128`, `batch=8`), within its range; repeatable. Without `--dynamic`, each
+    /// is taken at the example's size (a graph file's `example`, else its `min`)
     /// except where this says otherwise, and the compile says which values it took.
     #[arg(long, value_name = "SYMBOL=VALUE", value_parser = symbol_value)]
     pub specialize: Vec<(String, i64)>,
+    /// For a `.pt2` export with dynamic shapes: keep its size symbols, so that one
+    /// compile serves every size in their ranges. The program reads each size from
+    /// its inputs at every call and refuses one outside its range. Taken so far by a
+    /// Triton device's Python wrapper (`output_code.py`), for programs of kernels and
+    /// matrix products; elsewhere the compile says what takes one size only.
+    #[arg(long, conflicts_with = "specialize")]
+    pub dynamic: bool,
 }
 
 /// `s27=128` as a symbol and its value.
@@ -134,7 +141,7 @@ impl GraphFile {
                     ..Default::default()
                 },
                 specialize: self.specialize.clone(),
-                dynamic: false,
+                dynamic: self.dynamic,
             },
         )
     }

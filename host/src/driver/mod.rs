@@ -475,17 +475,7 @@ pub fn compile_for(
         horizontal: target.spec.scheduling == SchedulingKind::Triton,
     };
     let scheduled = crate::schedule::schedule_with(&graph, &schedule_options)?;
-    if let Some((name, shape)) = crate::schedule::symbolic_buffer(&scheduled.program) {
-        return Err(crate::schedule::Error::Unsupported {
-            node: name.to_string(),
-            what: format!(
-                "symbolic sizes {shape:?}: Kiln schedules a graph of dynamic shapes, but \
-                 generates code for one size only so far; compile it at one size \
-                 (--specialize)"
-            ),
-        }
-        .into());
-    }
+    refuse_dynamic(&scheduled.program, &target)?;
     let schedule = start.elapsed();
     let start = Instant::now();
     let (file_name, code, info) = generate(&scheduled, plugin, &target, options)?;
@@ -522,6 +512,41 @@ pub fn compile_for(
         },
         state,
     })
+}
+
+/// Refuses a program of dynamic shapes that its target's code generator does not
+/// take yet: the Python wrapper of a Triton device takes kernels and matrix products
+/// over symbolic sizes; the C++ wrappers, and the templates of attention, `index_copy`
+/// and convolution, take one size so far (docs/dynamic-shapes.md).
+fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Result<(), Error> {
+    use crate::schedule::ir::{ExternOp, Step};
+    let Some((name, shape)) = crate::schedule::symbolic_buffer(program) else {
+        return Ok(());
+    };
+    let python =
+        target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Python;
+    let template = program.steps.iter().find_map(|s| match s {
+        Step::Extern(e) if !matches!(e.op, ExternOp::Mm | ExternOp::Bmm | ExternOp::Addmm) => {
+            Some(e.op.name())
+        }
+        _ => None,
+    });
+    let what = match (python, template) {
+        (true, None) => return Ok(()),
+        (true, Some(op)) => format!(
+            "symbolic sizes {shape:?}: the program calls `{op}`, which Kiln generates for \
+             one size only so far; compile it at one size (--specialize)"
+        ),
+        (false, _) => format!(
+            "symbolic sizes {shape:?}: Kiln generates code over dynamic shapes for a Triton \
+             device's Python wrapper only so far; compile it at one size (--specialize)"
+        ),
+    };
+    Err(crate::schedule::Error::Unsupported {
+        node: name.to_string(),
+        what,
+    }
+    .into())
 }
 
 /// Makes every graph output that is a strided view (a transpose, a slice)

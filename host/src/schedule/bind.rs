@@ -162,5 +162,6 @@ pub fn at_sizes(p: &Program, value: Value) -> Result<Program, SymError> {
             .map(|o| view(o, value))
             .collect::<Result<_, _>>()?,
         steps,
+        symbols: crate::graph::sym::Symbols::default(),
     })
 }

@@ -490,6 +490,46 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The size symbols the kernel's code reads (in its indexes, guards and indirect
+    /// sizes; its extents come as `xnumel` and `rnumel`), sorted: the size arguments
+    /// after its pointers and those two.
+    pub fn symbols(&self) -> Vec<crate::graph::sym::SymId> {
+        let mut out = Vec::new();
+        let cond = |c: &Cond, out: &mut Vec<_>| {
+            out.extend(c.index.symbols());
+            out.extend(c.lo.symbols());
+            out.extend(c.hi.symbols());
+        };
+        let indirect = |i: &Indirect, out: &mut Vec<_>| {
+            out.extend(i.size.symbols());
+            out.extend(i.stride.symbols());
+        };
+        for (_, e, _) in self.exprs.iter() {
+            match e {
+                Expr::Load {
+                    index,
+                    guards,
+                    indirect: parts,
+                    ..
+                } => {
+                    out.extend(index.symbols());
+                    guards.iter().for_each(|c| cond(c, &mut out));
+                    parts.iter().for_each(|i| indirect(i, &mut out));
+                }
+                Expr::Select(c, _, _) => cond(c, &mut out),
+                _ => {}
+            }
+        }
+        for s in &self.stores {
+            out.extend(s.index.symbols());
+            s.guards.iter().for_each(|c| cond(c, &mut out));
+            s.indirect.iter().for_each(|i| indirect(i, &mut out));
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// A kernel of these values and stores, with its parameter list.
     pub fn new(
         ops: Vec<&'static str>,
@@ -813,6 +853,9 @@ pub struct Program {
     pub outputs: Vec<View>,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// The size symbols its sizes read, with their ranges (empty for a program of
+    /// one size).
+    pub symbols: crate::graph::sym::Symbols,
 }
 
 impl Program {

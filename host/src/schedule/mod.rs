@@ -288,6 +288,7 @@ pub fn schedule_with(graph: &Graph, options: &Options) -> Result<Scheduled, Erro
         inputs: low.inputs,
         outputs: low.outputs,
         steps: kept,
+        symbols: graph.symbols().clone(),
     };
     let inplace = options
         .features
@@ -325,6 +326,7 @@ pub fn pre_fusion_text(graph: &Graph, options: &Options) -> Result<String, Error
         inputs: low.inputs.clone(),
         outputs: low.outputs.clone(),
         steps: Vec::new(),
+        symbols: graph.symbols().clone(),
     };
     let mut out = format!(
         "graph {}: {} scheduler node(s) before fusion\n",

@@ -17,8 +17,9 @@ use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Rend
 use super::{Error, KernelInfo, Launch, Options};
 use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
+use crate::graph::sym::SymId;
 use crate::schedule::ids::IdVec;
-use crate::schedule::index::{Index, Var};
+use crate::schedule::index::{Index, Size, Var};
 use crate::schedule::ir::{BufferId, BufferKind, Expr, ExprId, Kernel, Program, ReduceKind, Store};
 
 fn ceil_div(a: i64, b: i64) -> i64 {
@@ -75,15 +76,43 @@ fn launches(
 /// compiled to assume (Triton's `tt.divisibility`, as its JIT specializes):
 /// every pointer, since the wrapper passes whole buffers (its own allocations,
 /// constants, and inputs it copies when misaligned), and the sizes that are.
-fn aligned_params(pointers: &[String], xnumel: i64, rnumel: Option<i64>) -> Vec<String> {
+fn aligned_params(pointers: &[String], xnumel: &Size, rnumel: Option<&Size>) -> Vec<String> {
     let mut aligned = pointers.to_vec();
-    if xnumel % 16 == 0 {
+    if xnumel.is_multiple_of(16) {
         aligned.push("xnumel".to_string());
     }
-    if rnumel.is_some_and(|r| r % 16 == 0) {
+    if rnumel.is_some_and(|r| r.is_multiple_of(16)) {
         aligned.push("rnumel".to_string());
     }
     aligned
+}
+
+/// The grid for each bucket of program counts a kernel of symbolic rows may need,
+/// up to `most` programs: `grids[k]` serves `2^(k-1) + 1 ..= 2^k` programs, with the
+/// plugin's grid rule applied to `2^k` (the grid-stride loop is correct for any
+/// grid; the wrapper picks the bucket at each call).
+fn grid_buckets(
+    most: u64,
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<Vec<Grid>, HeuristicsError> {
+    let mut grids = Vec::new();
+    let mut programs = 1u64;
+    loop {
+        grids.push(heuristics.adjust_grid(Grid::new(programs, 1, 1))?);
+        if programs >= most {
+            return Ok(grids);
+        }
+        programs = programs.saturating_mul(2);
+    }
+}
+
+/// The Triton type of an integer argument whose values lie within `bounds`.
+fn int_type(bounds: (i128, i128)) -> &'static str {
+    if bounds.0 >= i128::from(i32::MIN) && bounds.1 <= i128::from(i32::MAX) {
+        "i32"
+    } else {
+        "i64"
+    }
 }
 
 /// Writes one kernel of `program` as a Triton function, with its launch.
@@ -106,24 +135,52 @@ pub(super) fn write_kernel(
         .map(|(p, n)| (p.buf, n.clone()))
         .collect();
     let reduction = k.is_reduction();
+    let symbols = &program.symbols;
+    // Decisions are made at the sizes' hints; what correctness needs holds over the
+    // symbols' ranges: a persistent reduction's one block covers every row length,
+    // and 32-bit indexes every element.
+    let (x_most, r_most) = (k.space.x.bounds(symbols).1, k.space.r.bounds(symbols).1);
+    let dynamic = !k.space.x.is_const() || !k.space.r.is_const();
     let configs = kernel_configs(program, k, heuristics).map_err(heuristics_failed)?;
     let first = configs[0];
-    let persistent = reduction && i64::from(first.r_block) >= k.space.r_hint();
-    let offered: Vec<LaunchConfig> = if options.autotune {
+    let persistent = reduction && i128::from(first.r_block) >= r_most;
+    let offered: Vec<LaunchConfig> = if options.autotune && !dynamic {
         configs
             .iter()
             .copied()
-            .filter(|c| !persistent || i64::from(c.r_block) >= k.space.r_hint())
+            .filter(|c| !persistent || i128::from(c.r_block) >= r_most)
             .collect()
     } else {
         vec![first]
     };
     let candidates = launches(k, &offered, heuristics).map_err(heuristics_failed)?;
     let launch = candidates[0].clone();
-    let int64_index = k.space.x_hint().saturating_mul(k.space.r_hint()) >= i64::from(i32::MAX)
-        || k.params
-            .iter()
-            .any(|p| program.buffer(p.buf).numel() >= i64::from(i32::MAX));
+    let int64_index = x_most.saturating_mul(r_most) >= i128::from(i32::MAX)
+        || k.params.iter().any(|p| {
+            crate::schedule::index::product(&program.buffer(p.buf).shape)
+                .bounds(symbols)
+                .1
+                >= i128::from(i32::MAX)
+        });
+    let grids = if dynamic {
+        let block = i128::from(launch.x_block.max(1));
+        let most = u64::try_from((x_most + block - 1) / block)
+            .unwrap_or(u64::MAX)
+            .max(1);
+        grid_buckets(most, heuristics).map_err(heuristics_failed)?
+    } else {
+        Vec::new()
+    };
+    let sizes: Vec<(SymId, &'static str)> = k
+        .symbols()
+        .into_iter()
+        .map(|s| {
+            let bounds = symbols
+                .get(s)
+                .map_or((0, i128::MAX), |v| (v.lo.into(), v.hi.into()));
+            (s, int_type(bounds))
+        })
+        .collect();
 
     // Launched as a programmatic dependent where its grid is small enough; an
     // autotuned kernel is launched by Triton's autotuner, never so.
@@ -131,7 +188,7 @@ pub(super) fn write_kernel(
         .properties()
         .map_or(0, |p| p.multi_processor_count);
     let programs = launch.grid.x * launch.grid.y * launch.grid.z;
-    let dependent = !(options.autotune && candidates.len() > 1)
+    let dependent = !(dynamic || options.autotune && candidates.len() > 1)
         && programs <= DEPENDENT_PROGRAMS_PER_UNIT * u64::from(units.max(1));
     let mut w = KernelWriter {
         k,
@@ -149,7 +206,7 @@ pub(super) fn write_kernel(
             IdVec::filled(k.exprs.len(), false)
         },
     };
-    w.header(&names, reduction, &candidates, options)?;
+    w.header(&names, &sizes, reduction, &candidates, options)?;
     if k.is_tiled() {
         w.tiled_body(int64_index)?;
     } else if reduction {
@@ -166,14 +223,12 @@ pub(super) fn write_kernel(
             .map(|p| pointer_type(program.buffer(p.buf).dtype))
             .collect(),
         args: k.params.iter().map(|p| p.buf).collect(),
-        aligned: aligned_params(
-            &names,
-            k.space.x_hint(),
-            reduction.then_some(k.space.r_hint()),
-        ),
+        aligned: aligned_params(&names, &k.space.x, reduction.then_some(&k.space.r)),
         arg_names: names,
-        xnumel: k.space.x_hint(),
-        rnumel: reduction.then_some(k.space.r_hint()),
+        xnumel: k.space.x.clone(),
+        rnumel: reduction.then(|| k.space.r.clone()),
+        sizes,
+        grids,
         int64_index,
         launch,
         dependent,
@@ -245,6 +300,7 @@ impl KernelWriter<'_> {
     fn header(
         &mut self,
         names: &[String],
+        sizes: &[(SymId, &'static str)],
         reduction: bool,
         candidates: &[Launch],
         options: &Options,
@@ -279,6 +335,9 @@ impl KernelWriter<'_> {
         if reduction {
             params.push_str(", rnumel");
         }
+        for (s, _) in sizes {
+            let _ = write!(params, ", ks{}", s.0);
+        }
         params.push_str(", XBLOCK: tl.constexpr");
         if reduction {
             params.push_str(", RBLOCK: tl.constexpr");
@@ -304,11 +363,11 @@ impl KernelWriter<'_> {
         // sizes vary between compiles, the rows come from the launch
         // (`Options::runtime_rows`).
         if !int64 {
-            if !self.runtime_rows {
-                self.line(1, &format!("xnumel = {}", self.k.space.x_hint()));
+            if let (false, Some(x)) = (self.runtime_rows, self.k.space.x.as_const()) {
+                self.line(1, &format!("xnumel = {x}"));
             }
-            if reduction {
-                self.line(1, &format!("rnumel = {}", self.k.space.r_hint()));
+            if let (true, Some(r)) = (reduction, self.k.space.r.as_const()) {
+                self.line(1, &format!("rnumel = {r}"));
             }
         }
         let shape = if reduction { "[:, None]" } else { "" };

@@ -19,6 +19,8 @@ use kiln_plugin_api::Grid;
 use super::heuristics::LaunchHeuristics;
 use super::namer::Namer;
 pub use super::KernelError as Error;
+use crate::graph::sym::SymId;
+use crate::schedule::index::Size;
 use crate::schedule::ir::{BufferId, Program};
 
 /// The names the kernels' text binds or uses at module level in
@@ -88,10 +90,17 @@ pub struct KernelInfo {
     /// The parameters every launch passes divisible by 16 (pointers by their
     /// address), which the kernel is compiled to assume.
     pub aligned: Vec<String>,
-    /// `xnumel`.
-    pub xnumel: i64,
+    /// `xnumel` (an expression over the size symbols for a kernel of dynamic shapes).
+    pub xnumel: Size,
     /// `rnumel`, for reduction kernels.
-    pub rnumel: Option<i64>,
+    pub rnumel: Option<Size>,
+    /// The size symbols the kernel takes after `xnumel`/`rnumel` (`ks<id>`), each
+    /// with its Triton type.
+    pub sizes: Vec<(SymId, &'static str)>,
+    /// For a kernel of symbolic rows: the grid for each count of programs the rows
+    /// need, by bucket (`grids[k]` serves up to `2^k` programs), from the plugin's
+    /// grid rule; empty for a kernel of one size (`launch.grid`).
+    pub grids: Vec<Grid>,
     /// Whether index arithmetic needs 64 bits.
     pub int64_index: bool,
     /// The config launched (the first candidate).

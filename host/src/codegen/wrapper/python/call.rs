@@ -31,6 +31,51 @@ pub(super) struct CallWriter<'a> {
     /// The positions of the inputs kernels read through a pointer, which
     /// `call` copies when they are not 16-byte aligned.
     pub aligned: &'a [usize],
+    /// Where each size symbol is read from (empty for a program of one size).
+    pub sources: &'a [SymbolSource],
+}
+
+/// An input dim that a size symbol is: where `call` reads the symbol's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SymbolSource {
+    /// The symbol.
+    pub symbol: crate::graph::sym::SymId,
+    /// The graph input.
+    pub input: usize,
+    /// Its dim.
+    pub dim: usize,
+}
+
+/// Where `call` reads each size symbol of `p`: the first input dim that is the
+/// symbol itself. `Err` names a symbol that no input's dim is (its value could not be
+/// known from a call's inputs).
+pub(super) fn symbol_sources(p: &Program) -> Result<Vec<SymbolSource>, String> {
+    let mut out: Vec<SymbolSource> = Vec::new();
+    for (input, b) in p.inputs.iter().enumerate() {
+        for (dim, size) in p.buffer(*b).shape.iter().enumerate() {
+            if let Some(symbol) = size.as_symbol() {
+                if !out.iter().any(|s| s.symbol == symbol) {
+                    out.push(SymbolSource { symbol, input, dim });
+                }
+            }
+        }
+    }
+    let used = p
+        .buffers
+        .iter()
+        .flat_map(|b| b.shape.iter().flat_map(|s| s.symbols()));
+    for s in used {
+        if !out.iter().any(|o| o.symbol == s) {
+            let name = p
+                .symbols
+                .get(s)
+                .map_or_else(|| format!("ks{}", s.0), |v| v.name.clone());
+            return Err(format!(
+                "the size symbol `{name}` is no input's dim, so a call cannot give its value"
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// The positions of the graph inputs some kernel reads through a pointer
@@ -244,6 +289,9 @@ impl CallWriter<'_> {
     /// default, and the check of them all that `call` makes.
     fn input_table(&self, out: &mut String) -> std::fmt::Result {
         let p = self.program();
+        if !self.sources.is_empty() {
+            return self.symbolic_input_table(out);
+        }
         let rows = |f: &dyn Fn(BufferId) -> String| -> String {
             let items: Vec<String> = p.inputs.iter().map(|b| f(*b)).collect();
             match items.as_slice() {
@@ -283,6 +331,75 @@ impl CallWriter<'_> {
         )
     }
 
+    /// The input table of a program of dynamic shapes: the size symbols, where each
+    /// is read and its range, and the inputs' sizes and strides as a function of
+    /// them, which the check compares every call's inputs with.
+    fn symbolic_input_table(&self, out: &mut String) -> std::fmt::Result {
+        let p = self.program();
+        let names: Vec<String> = p
+            .inputs
+            .iter()
+            .map(|b| format!("\"{}\"", self.name(*b)))
+            .collect();
+        writeln!(out, "# Each input's name.")?;
+        writeln!(out, "INPUT_NAMES = {}", tuple(&names))?;
+        writeln!(
+            out,
+            "# The size symbols the program takes: (name in the kernels, name in the source,\n\
+             # the input and dim it is read from, least, most)."
+        )?;
+        let rows: Vec<String> = self
+            .sources
+            .iter()
+            .map(|s| {
+                let sym = p.symbols.get(s.symbol);
+                format!(
+                    "(\"ks{}\", {}, {}, {}, {}, {})",
+                    s.symbol.0,
+                    super::py_str(sym.map_or("?", |v| v.name.as_str())),
+                    s.input,
+                    s.dim,
+                    sym.map_or(0, |v| v.lo),
+                    sym.map_or(i64::MAX, |v| v.hi)
+                )
+            })
+            .collect();
+        writeln!(out, "SIZE_SYMBOLS = {}", tuple(&rows))?;
+        let params: Vec<String> = self
+            .sources
+            .iter()
+            .map(|s| format!("ks{}", s.symbol.0))
+            .collect();
+        writeln!(
+            out,
+            "# Every input's sizes and strides at the symbols' values."
+        )?;
+        writeln!(out, "def input_layouts({}):", params.join(", "))?;
+        let sizes: Vec<String> = p
+            .inputs
+            .iter()
+            .map(|b| tuple(&p.buffer(*b).shape))
+            .collect();
+        let strides: Vec<String> = p
+            .inputs
+            .iter()
+            .map(|b| tuple(&p.buffer(*b).strides))
+            .collect();
+        writeln!(out, "    return {}, {}", tuple(&sizes), tuple(&strides))?;
+        let aligned: Vec<i64> = self.aligned.iter().map(|&i| i as i64).collect();
+        writeln!(
+            out,
+            "# The inputs kernels read through a pointer, which they assume 16-byte aligned:\n\
+             # `call` copies each that is not (`aligned` may name fewer). `check=None` skips\n\
+             # the check of the sizes' ranges and the inputs' layouts."
+        )?;
+        writeln!(out, "ALIGNED_INPUTS = {}", tuple(&aligned))?;
+        writeln!(
+            out,
+            "check_inputs = kiln_runtime.symbolic_input_check(torch, INPUT_NAMES, SIZE_SYMBOLS, input_layouts)"
+        )
+    }
+
     /// Aligns and unpacks `args`, checks every input's size and stride, and
     /// binds the constants.
     fn inputs(&self, out: &mut String) -> std::fmt::Result {
@@ -297,14 +414,30 @@ impl CallWriter<'_> {
             many => writeln!(out, "    {} = args", many.join(", "))?,
         }
         writeln!(out, "    args.clear()")?;
-        match inputs.as_slice() {
-            [] => {}
-            [one] => writeln!(out, "    if check is not None:\n        check(({one},))")?,
-            many => writeln!(
+        let all = match inputs.as_slice() {
+            [one] => format!("({one},)"),
+            many => format!("({})", many.join(", ")),
+        };
+        if !self.sources.is_empty() {
+            // The sizes of this call, checked against their ranges (or only read).
+            let names: Vec<String> = self
+                .sources
+                .iter()
+                .map(|s| format!("ks{}", s.symbol.0))
+                .collect();
+            let read: Vec<String> = self
+                .sources
+                .iter()
+                .map(|s| format!("{}.shape[{}]", inputs[s.input], s.dim))
+                .collect();
+            writeln!(
                 out,
-                "    if check is not None:\n        check(({}))",
-                many.join(", ")
-            )?,
+                "    ({},) = check({all}) if check is not None else ({},)",
+                names.join(", "),
+                read.join(", ")
+            )?;
+        } else if !inputs.is_empty() {
+            writeln!(out, "    if check is not None:\n        check({all})")?;
         }
         let constants: Vec<&str> = super::constant_buffers(p)
             .into_iter()
@@ -426,9 +559,10 @@ impl CallWriter<'_> {
             .map(|b| self.name(*b).to_string())
             .collect();
         args.push(info.xnumel.to_string());
-        if let Some(r) = info.rnumel {
+        if let Some(r) = &info.rnumel {
             args.push(r.to_string());
         }
+        args.extend(info.sizes.iter().map(|(s, _)| format!("ks{}", s.0)));
         if info.candidates.len() > 1 {
             let grids: Vec<String> = info
                 .candidates
@@ -456,11 +590,19 @@ impl CallWriter<'_> {
         if let Some(r) = l.r_block {
             args.push(r.to_string());
         }
+        // A kernel of dynamic rows takes its grid from the bucket of its row count.
+        let grid = if info.grids.is_empty() {
+            grid_text(l)
+        } else {
+            format!(
+                "grid_of(KERNEL_GRIDS[\"{}\"], {}, {})",
+                info.name, info.xnumel, l.x_block
+            )
+        };
         writeln!(
             out,
-            "        KERNELS.{}[{}]({}, stream=stream0)",
+            "        KERNELS.{}[{grid}]({}, stream=stream0)",
             info.name,
-            grid_text(l),
             args.join(", ")
         )
     }

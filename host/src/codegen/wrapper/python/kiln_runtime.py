@@ -691,6 +691,55 @@ def input_check(torch, names, sizes, strides):
     return check
 
 
+class SizeError(ValueError):
+    """A call's size outside the range the program was compiled for."""
+
+
+def symbolic_input_check(torch, names, symbols, layouts):
+    """The check of a program of dynamic shapes: reads each size symbol from the
+    input dim `symbols` names (`(kernel_name, source_name, input, dim, least,
+    most)`), refuses a value outside its range (SizeError, naming the input, the
+    dim and the range), then checks every input against the sizes and strides
+    `layouts(*values)` gives (two inputs that share a size must agree), as
+    `input_check` does. Returns the values, in `symbols`' order."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    grouped = getattr(guards, "assert_size_stride_grouped", None)
+
+    def check(tensors):
+        values = []
+        for _, source, i, d, least, most in symbols:
+            shape = tensors[i].shape
+            if d >= len(shape):
+                raise SizeError(f"input `{names[i]}` has {len(shape)} dims; the program "
+                                f"reads its size {source} from dim {d}")
+            n = shape[d]
+            if not least <= n <= most:
+                raise SizeError(f"input `{names[i]}` dim {d} is {n}: the program was compiled "
+                                f"for {source} in {least}..={most}; compile again for a range "
+                                f"that holds it")
+            values.append(n)
+        sizes, strides = layouts(*values)
+        if grouped is not None:
+            try:
+                grouped(tensors, sizes, strides, "input")
+                return values
+            except AssertionError:
+                pass
+        for tensor, name, size, stride in zip(tensors, names, sizes, strides):
+            assert_size_stride(tensor, size, stride, name)
+        return values
+
+    return check
+
+
+def grid_of(grids, numel, block):
+    """The grid of a kernel of dynamic rows for `numel` rows, `block` a program: the
+    plugin's grid for the power of two of programs that covers them (`grids[k]`
+    serves up to 2**k programs; the kernels' grid-stride loops take any grid)."""
+    programs = max(-(-numel // block), 1)
+    return grids[min((programs - 1).bit_length(), len(grids) - 1)]
+
+
 def align_inputs(args, indices):
     """Copies each of `args[indices]` that is not 16-byte aligned (a view into the
     middle of a storage) to fresh memory, keeping its strides: the kernels are

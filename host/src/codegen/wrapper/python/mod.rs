@@ -81,6 +81,9 @@ pub enum Error {
         /// The step.
         step: usize,
     },
+    /// The program's sizes cannot be known from a call's inputs.
+    #[error("dynamic shapes: {0}")]
+    Symbols(String),
     /// Writing text failed.
     #[error("formatting failed")]
     Fmt(#[from] std::fmt::Error),
@@ -105,6 +108,10 @@ pub const RESERVED: &[&str] = &[
     "INPUT_NAMES",
     "INPUT_SIZES",
     "INPUT_STRIDES",
+    "SIZE_SYMBOLS",
+    "input_layouts",
+    "KERNEL_GRIDS",
+    "grid_of",
     "ALIGNED_INPUTS",
     "check_inputs",
     "aligned",
@@ -190,6 +197,11 @@ pub fn write(
     namer: &mut Namer,
 ) -> Result<(String, Info), Error> {
     let p = &scheduled.program;
+    // The size symbols' names (`ks<id>`, as kernels take them) are `call`'s locals.
+    for (id, _) in p.symbols.iter() {
+        namer.reserve(&format!("ks{}", id.0));
+    }
+    let sources = call::symbol_sources(p).map_err(Error::Symbols)?;
     let names = buffer_names(p, namer);
     let mut by_step: HashMap<usize, &KernelInfo> = HashMap::new();
     for k in &kernels.info {
@@ -216,6 +228,7 @@ pub fn write(
         .iter()
         .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. })));
     torch_part(&mut out, strings, options, !aligned.is_empty(), convs)?;
+    write_grids(&mut out, &kernels.info)?;
     let signatures = call::attention_signatures(p, &kernels.attention.launches);
     let biases = call::bias_signatures(p);
     if !signatures.rows.is_empty() || biases.count > 0 {
@@ -233,6 +246,7 @@ pub fn write(
         biases: &biases.of_step,
         strings,
         aligned: &aligned,
+        sources: &sources,
     };
     writer.write(&mut out)?;
     write_benchmark(&mut out, p, strings)?;
@@ -399,6 +413,36 @@ fn torch_part(
         writeln!(out, "in_layout = kiln_runtime.in_layout")?;
     }
     Ok(())
+}
+
+/// `KERNEL_GRIDS`: for each kernel of dynamic rows, the plugin's grid per bucket of
+/// program counts (`kiln_runtime.grid_of` picks one at each launch).
+fn write_grids(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
+    let rows: Vec<String> = kernels
+        .iter()
+        .filter(|k| !k.grids.is_empty())
+        .map(|k| {
+            let grids: Vec<String> = k
+                .grids
+                .iter()
+                .map(|g| format!("({}, {}, {})", g.x, g.y, g.z))
+                .collect();
+            format!("    \"{}\": {},", k.name, tuple(&grids))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "# Grids of the kernels of dynamic rows, by bucket of program counts."
+    )?;
+    writeln!(out, "KERNEL_GRIDS = {{")?;
+    for r in rows {
+        writeln!(out, "{r}")?;
+    }
+    writeln!(out, "}}")?;
+    writeln!(out, "grid_of = kiln_runtime.grid_of")
 }
 
 /// `_kiln_synchronize()`, the plugin's device synchronization, which the
@@ -631,6 +675,9 @@ fn write_meta(
         if info.rnumel.is_some() {
             sig.push(format!("\"rnumel\": \"{index}\""));
         }
+        for (s, t) in &info.sizes {
+            sig.push(format!("\"ks{}\": \"{t}\"", s.0));
+        }
         let l = &info.launch;
         let mut constants = vec![format!("\"XBLOCK\": {}", l.x_block)];
         if let Some(r) = l.r_block {
@@ -703,7 +750,8 @@ fn write_benchmark(out: &mut String, p: &Program, strings: &DeviceStrings) -> st
     writeln!(out, "    return [")?;
     for b in &p.inputs {
         let buf = p.buffer(*b);
-        let shape = tuple(&buf.shape);
+        // Dynamic sizes at the example's (the symbols' hints).
+        let shape = tuple(&crate::schedule::index::hints(&buf.shape));
         let text = match buf.dtype {
             DType::Bool => format!("(torch.rand({shape}, generator=gen) < 0.5)"),
             DType::Int32 | DType::Int64 => {

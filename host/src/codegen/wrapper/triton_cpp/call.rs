@@ -193,7 +193,7 @@ impl Writer<'_> {
         writeln!(self.out, "        {{ // {}", k.name)?;
         writeln!(self.out, "            {index} xnumel = {};", k.xnumel)?;
         args.push("&xnumel".into());
-        if let Some(r) = k.rnumel {
+        if let Some(r) = &k.rnumel {
             writeln!(self.out, "            {index} rnumel = {r};")?;
             args.push("&rnumel".into());
         }

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Speed of one dynamic compile against static ones, on the GPU machine: a model exported
+with a dynamic batch and sequence length (`torch.export`, `dynamic_shapes=`) at a realistic
+size, compiled once by `host compile --dynamic` and once per shape by `host compile
+--specialize`, timed at several shapes in one process against eager and
+`torch.compile(dynamic=True)` (Inductor), each the median of `triton.testing.do_bench`.
+
+    python3 bench/gpu/dynamic_speed.py HOST [--model mlp_ln] [--dtype float32]
+        [--shapes 8x128,16x512,32x1024] [--device cuda]
+
+Models:
+- `mlp_ln`: linear 1024 -> 4096, GELU, linear back, residual and layer norm over
+  `x` `[batch, seq, 1024]`.
+
+Prints one table row per shape: ms per call of each, and the ratios the issue sets bars
+for (dynamic / static, dynamic / Inductor dynamic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from run import load_module, rel_error  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class MlpLn(torch.nn.Module):
+    def __init__(self, width: int = 1024, hidden: int = 4096):
+        super().__init__()
+        self.up = torch.nn.Linear(width, hidden)
+        self.down = torch.nn.Linear(hidden, width)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, x):
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+def exported(model: torch.nn.Module, dtype, path: Path, batch: tuple, seq: tuple):
+    """The model exported with a dynamic batch and sequence length, saved to `path`, and
+    the names of those two symbols in the archive."""
+    b, s = torch.export.Dim("batch", min=batch[0], max=batch[1]), torch.export.Dim("seq", min=seq[0], max=seq[1])
+    x = torch.randn(2, 8, 1024, dtype=dtype, device="cuda")
+    ep = torch.export.export(model, (x,), dynamic_shapes={"x": {0: b, 1: s}})
+    torch.export.save(ep, str(path))
+    val = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "x").meta["val"]
+    return str(val.shape[0]), str(val.shape[1])
+
+
+def host_compile(host: str, archive: Path, out: Path, device: str, extra: list) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([host, "compile", str(archive), "--device", device, "-o", str(out), *extra],
+                          capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"host compile {' '.join(extra)} failed:\n{done.stderr}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("host")
+    p.add_argument("--model", default="mlp_ln", choices=["mlp_ln"])
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--shapes", default="8x128,16x512,32x1024,3x77")
+    p.add_argument("--device", default="cuda")
+    a = p.parse_args()
+    from triton.testing import do_bench
+
+    dtype = DTYPES[a.dtype]
+    torch.manual_seed(0)
+    model = MlpLn().to("cuda", dtype).eval()
+    root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-speed-"))
+    archive = root / f"{a.model}.pt2"
+    with torch.no_grad():
+        sb, ss = exported(model, dtype, archive, (1, 64), (2, 2048))
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
+    dyn_s = host_compile(a.host, archive, root / "dynamic", a.device, ["--dynamic"])
+    dynamic = load_module(root / "dynamic" / "output_code.py", a.device)
+    inductor = torch.compile(model, dynamic=True)
+    print(f"# bench/gpu/dynamic_speed.py on {torch.cuda.get_device_name(0)}, torch {torch.__version__}: "
+          f"{a.model} {a.dtype}, device {a.device}; one --dynamic host compile: {dyn_s:.2f} s")
+    print("| batch x seq | eager ms | Inductor dynamic ms | Kiln static ms | Kiln dynamic ms | "
+          "dynamic / static | dynamic / Inductor | rel error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    ratios = []
+    for b, s in shapes:
+        static_dir = root / f"static-{b}x{s}"
+        host_compile(a.host, archive, static_dir, a.device, ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
+        static = load_module(static_dir / "output_code.py", a.device)
+        x = torch.randn(b, s, 1024, dtype=dtype, device="cuda")
+        with torch.no_grad():
+            want = model(x)
+            inductor(x)
+            got = dynamic.call([x])[0]
+            static.call([x])
+            torch.cuda.synchronize()
+            times = {
+                "eager": do_bench(lambda: model(x)),
+                "inductor": do_bench(lambda: inductor(x)),
+                "static": do_bench(lambda: static.call([x])),
+                "dynamic": do_bench(lambda: dynamic.call([x])),
+            }
+        err = rel_error(got.float(), want.float())
+        r_static, r_ind = times["dynamic"] / times["static"], times["dynamic"] / times["inductor"]
+        ratios.append(r_static)
+        print(f"| {b} x {s} | {times['eager']:.4f} | {times['inductor']:.4f} | {times['static']:.4f} | "
+              f"{times['dynamic']:.4f} | {r_static:.3f} | {r_ind:.3f} | {err:.1e} |", flush=True)
+    geo = 1.0
+    for r in ratios:
+        geo *= r
+    print(f"# geometric mean of dynamic / static: {geo ** (1 / len(ratios)):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -5,12 +5,15 @@ size, compiled once by `host compile --dynamic` and once per shape by `host comp
 --specialize`, timed at several shapes in one process against eager and
 `torch.compile(dynamic=True)` (Inductor), each the median of `triton.testing.do_bench`.
 
-    python3 bench/gpu/dynamic_speed.py HOST [--model mlp_ln] [--dtype float32]
+    python3 bench/gpu/dynamic_speed.py HOST [--model mlp_ln|gpt2|bert] [--dtype float32]
         [--shapes 8x128,16x512,32x1024] [--device cuda]
 
-Models:
+Models (random weights, exported as tools/export_dynamic.py exports its small ones):
 - `mlp_ln`: linear 1024 -> 4096, GELU, linear back, residual and layer norm over
-  `x` `[batch, seq, 1024]`.
+  `x` `[batch, seq, 1024]`;
+- `gpt2`: GPT-2 small (12 layers, 768 wide) LM logits over `input_ids`;
+- `bert`: BERT base (12 layers, 768 wide) hidden states over `input_ids` and an
+  `attention_mask` with padding.
 
 Prints one table row per shape: ms per call of each, and the ratios the issue sets bars
 for (dynamic / static, dynamic / Inductor dynamic).
@@ -45,14 +48,51 @@ class MlpLn(torch.nn.Module):
         return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
 
 
-def exported(model: torch.nn.Module, dtype, path: Path, batch: tuple, seq: tuple):
+class Gpt2Logits(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False).logits
+
+
+class BertHidden(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def model_of(name: str):
+    """The model, the largest sequence its positions allow, and its inputs at a size."""
+    if name == "mlp_ln":
+        return MlpLn(), 2048, lambda b, s, dtype: {"x": torch.randn(b, s, 1024, dtype=dtype, device="cuda")}
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+    def ids(b, s, _):
+        return {"input_ids": torch.randint(0, 30000, (b, s), device="cuda")}
+    if name == "gpt2":
+        return Gpt2Logits(GPT2LMHeadModel(GPT2Config())), 1024, ids
+
+    def masked(b, s, dtype):
+        mask = torch.ones(b, s, dtype=torch.int64, device="cuda")
+        mask[0, s - 1:] = 0
+        return {**ids(b, s, dtype), "attention_mask": mask}
+    return BertHidden(BertModel(BertConfig())), 512, masked
+
+
+def exported(model: torch.nn.Module, inputs, path: Path, batch: tuple, seq: tuple):
     """The model exported with a dynamic batch and sequence length, saved to `path`, and
     the names of those two symbols in the archive."""
     b, s = torch.export.Dim("batch", min=batch[0], max=batch[1]), torch.export.Dim("seq", min=seq[0], max=seq[1])
-    x = torch.randn(2, 8, 1024, dtype=dtype, device="cuda")
-    ep = torch.export.export(model, (x,), dynamic_shapes={"x": {0: b, 1: s}})
+    example = inputs(2, 8)
+    ep = torch.export.export(model, (), example, dynamic_shapes={k: {0: b, 1: s} for k in example}, strict=False)
     torch.export.save(ep, str(path))
-    val = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "x").meta["val"]
+    first = next(iter(example))
+    val = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == first).meta["val"]
     return str(val.shape[0]), str(val.shape[1])
 
 
@@ -68,7 +108,7 @@ def host_compile(host: str, archive: Path, out: Path, device: str, extra: list) 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("host")
-    p.add_argument("--model", default="mlp_ln", choices=["mlp_ln"])
+    p.add_argument("--model", default="mlp_ln", choices=["mlp_ln", "gpt2", "bert"])
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--shapes", default="8x128,16x512,32x1024,3x77")
     p.add_argument("--device", default="cuda")
@@ -77,11 +117,13 @@ def main() -> None:
 
     dtype = DTYPES[a.dtype]
     torch.manual_seed(0)
-    model = MlpLn().to("cuda", dtype).eval()
+    model, longest, make = model_of(a.model)
+    model = model.to("cuda", dtype).eval()
+    inputs = lambda b, s: make(b, s, dtype)  # noqa: E731
     root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-speed-"))
     archive = root / f"{a.model}.pt2"
     with torch.no_grad():
-        sb, ss = exported(model, dtype, archive, (1, 64), (2, 2048))
+        sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
     dyn_s = host_compile(a.host, archive, root / "dynamic", a.device, ["--dynamic"])
     dynamic = load_module(root / "dynamic" / "output_code.py", a.device)
@@ -96,19 +138,26 @@ def main() -> None:
         static_dir = root / f"static-{b}x{s}"
         host_compile(a.host, archive, static_dir, a.device, ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
         static = load_module(static_dir / "output_code.py", a.device)
-        x = torch.randn(b, s, 1024, dtype=dtype, device="cuda")
+        kw = inputs(b, s)
+        xs = list(kw.values())
         with torch.no_grad():
-            want = model(x)
-            inductor(x)
-            got = dynamic.call([x])[0]
-            static.call([x])
+            want = model(**kw)
+            inductor(**kw)
+            got = dynamic.call(list(xs))[0]
+            static.call(list(xs))
             torch.cuda.synchronize()
-            times = {
-                "eager": do_bench(lambda: model(x)),
-                "inductor": do_bench(lambda: inductor(x)),
-                "static": do_bench(lambda: static.call([x])),
-                "dynamic": do_bench(lambda: dynamic.call([x])),
+            # Interleaved rounds, the median of each: the machine is noisy.
+            runs = {
+                "eager": lambda: model(**kw),
+                "inductor": lambda: inductor(**kw),
+                "static": lambda: static.call(list(xs)),
+                "dynamic": lambda: dynamic.call(list(xs)),
             }
+            samples = {k: [] for k in runs}
+            for _ in range(5):
+                for k, f in runs.items():
+                    samples[k].append(do_bench(f, warmup=5, rep=50))
+            times = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
         err = rel_error(got.float(), want.float())
         r_static, r_ind = times["dynamic"] / times["static"], times["dynamic"] / times["inductor"]
         ratios.append(r_static)

@@ -85,10 +85,13 @@ fn each_dynamic_export_matches_pytorch_at_sizes_across_its_range() {
 /// Each archive imported once with its symbols kept: every input's dims are the export's
 /// symbols, every value's size is an expression over them that equals what PyTorch
 /// recorded (the importer checks each), and the reference interpreter runs the one graph,
-/// as imported and after the pass pipeline, at every size of cases.json, matching PyTorch.
+/// as imported and after the pass pipeline, at every size of cases.json, matching PyTorch;
+/// so does the program of one compile for a Triton device (its loop IR, evaluated at
+/// each size).
 #[test]
 fn one_symbolic_import_matches_pytorch_at_every_size() {
     let cases = cases();
+    let cuda = common::plugin("cuda");
     for (archive, case) in cases.as_object().expect("an object") {
         let options = LoadOptions {
             dynamic: true,
@@ -118,11 +121,11 @@ fn one_symbolic_import_matches_pytorch_at_every_size() {
         let mut passed = g.clone();
         kiln::passes::run_pipeline(&mut passed)
             .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
-        // The MLP schedules over the symbols: one program, evaluated at each size.
-        let scheduled = archive.starts_with("mlp").then(|| {
-            kiln::schedule::schedule(&passed)
-                .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)))
-        });
+        // One compile for a Triton device over the symbols, its program evaluated
+        // at each size.
+        let compiled = kiln::driver::compile(g.clone(), &cuda, &Default::default())
+            .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        let scheduled = &compiled.scheduled;
         for size in case["sizes"].as_array().unwrap() {
             let (b, l) = (
                 size["batch"].as_i64().unwrap(),
@@ -144,12 +147,10 @@ fn one_symbolic_import_matches_pytorch_at_every_size() {
                 let err = rel_err(&got[0], &want);
                 assert!(err <= 1e-4, "{what}, {when}: relative error {err:e}");
             }
-            if let Some(scheduled) = &scheduled {
-                let got = kiln::schedule::eval::run(scheduled, &inputs)
-                    .unwrap_or_else(|e| panic!("{what}, the loop IR: {e}"));
-                let err = rel_err(&got[0], &want);
-                assert!(err <= 1e-4, "{what}, the loop IR: relative error {err:e}");
-            }
+            let got = kiln::schedule::eval::run(scheduled, &inputs)
+                .unwrap_or_else(|e| panic!("{what}, the loop IR: {e}"));
+            let err = rel_err(&got[0], &want);
+            assert!(err <= 1e-4, "{what}, the loop IR: relative error {err:e}");
         }
     }
 }

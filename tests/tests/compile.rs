@@ -1411,8 +1411,9 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
 /// once with `--dynamic` for a Triton device: `output_code.py` reads both sizes from its
 /// input at each call (checked against their ranges and the input's layout), sizes its
 /// buffers and launches from them, and its kernels, which take the row counts and the
-/// sizes they index with as arguments, compile with Triton. A target whose code
-/// generator takes one size only (the cpu's C++) refuses, naming what to do.
+/// sizes they index with as arguments, compile with Triton; so do GPT-2's and BERT's. A
+/// target whose code generator takes one size only (the cpu's C++) refuses, naming what
+/// to do.
 #[test]
 fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
     let tmp = TempDir::new("dynamic-once");
@@ -1443,6 +1444,16 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         }
         // The row counts come from the launch: no kernel fixes them.
         assert!(!code.contains("xnumel = "), "{code}");
+    }
+    // GPT-2 and BERT (attention, embeddings, positions from `arange`, a causal mask
+    // from `cumsum` and `diff`) compile once too: their attention is the library's.
+    for model in ["gpt2", "bert"] {
+        let archive = repo_root().join(format!("tests/fixtures/dynamic/{model}.pt2"));
+        let out = tmp.path().join(model);
+        let (ok, stderr) = compile(&archive, "cuda", &out, &["--dynamic"]);
+        assert!(ok, "{model}: {stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        assert!(code.contains("= dynamic_attention("), "{code}");
     }
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let (output, stdout, stderr) = run(std::process::Command::new(python)

@@ -526,7 +526,12 @@ fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Re
     let python =
         target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Python;
     let template = program.steps.iter().find_map(|s| match s {
-        Step::Extern(e) if !matches!(e.op, ExternOp::Mm | ExternOp::Bmm | ExternOp::Addmm) => {
+        Step::Extern(e)
+            if !matches!(
+                e.op,
+                ExternOp::Mm | ExternOp::Bmm | ExternOp::Addmm | ExternOp::Attention { .. }
+            ) =>
+        {
             Some(e.op.name())
         }
         _ => None,

@@ -44,7 +44,8 @@ pub fn pretty(text: &str) -> Option<String> {
 /// How [`Expr::display_with`] writes an expression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Syntax {
-    /// Python's: `//`, `%` and `**`, `min` and `max` (a Python wrapper, Triton).
+    /// Python's: `//` and `%`, `min` and `max`, powers as products (a Python wrapper,
+    /// Triton).
     Python,
     /// C's, with Python's floor division and remainder spelled out (C++ kernels and
     /// wrappers).
@@ -697,8 +698,9 @@ impl Expr {
                     let a = atom_text(a, name, syntax);
                     match (p, syntax) {
                         (1, _) => a,
-                        (p, Syntax::Python) => format!("{a}**{p}"),
-                        (p, Syntax::C) => vec![a; *p as usize].join("*"),
+                        // A product rather than `**`, which Triton's JIT may not take
+                        // on integer arguments.
+                        (p, _) => vec![a; *p as usize].join("*"),
                     }
                 })
                 .collect();

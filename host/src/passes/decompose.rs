@@ -383,6 +383,8 @@ fn takes_symbols(op: &Op) -> bool {
             | Op::Unary(UnaryOp::Silu)
             | Op::Linear { .. }
             | Op::Addmm { .. }
+            | Op::Cumsum { .. }
+            | Op::Diff { .. }
             | Op::Reduce {
                 op: ReduceOp::Any | ReduceOp::All,
                 ..

@@ -850,43 +850,43 @@ impl<'a> KernelBuilder<'a> {
         cd: DType,
     ) -> Built<ExprId> {
         let d = wrap_dim(dim, out_shape.len()).map_err(|e| Illegal(e.to_string()))?;
+        // Each piece's place along the dim: sizes that may be symbolic (a piece whose
+        // size is the integer 0 reads nothing).
+        let overflow = |e: crate::graph::sym::SymError| Illegal(e.to_string());
         let mut pieces = Vec::new();
-        let mut offset = 0i64;
+        let mut offset = Size::from(0);
         for a in args {
             let v = a.value().ok_or_else(|| Illegal("cat of a number".into()))?;
-            let size = match self.meta(v)?.shape.get(d) {
-                None => 0,
-                Some(s) => s
-                    .as_const()
-                    .ok_or_else(|| Illegal("cat along a symbolic dim".into()))?,
-            };
-            if size > 0 {
-                pieces.push((v, offset, size));
+            let size = self.meta(v)?.shape.get(d).cloned().unwrap_or_default();
+            let end = offset.add(&size).map_err(overflow)?;
+            if size != 0 {
+                pieces.push((v, offset.clone(), end.clone()));
             }
-            offset += size;
+            offset = end;
         }
-        let Some(&(last, last_off, _)) = pieces.last() else {
+        let Some((last, last_off, last_end)) = pieces.last().cloned() else {
             return Ok(self.lit(0.0, cd));
         };
+        let minus = |off: &Size| off.scale(-1).map(Index::constant).map_err(overflow);
         let mut sub = idx.to_vec();
-        sub[d] = idx[d].clone().plus(Index::constant(-last_off));
+        sub[d] = idx[d].clone().plus(minus(&last_off)?);
         let cond_last = Cond {
             index: idx[d].clone(),
-            lo: Size::from(last_off),
-            hi: Size::from(offset),
+            lo: last_off,
+            hi: last_end,
         };
         self.guards.push(cond_last);
         let mut e = self.load(last, &sub);
         self.guards.pop();
         let mut acc = self.cast(e?, cd);
-        for &(v, off, size) in pieces.iter().rev().skip(1) {
+        for (v, off, end) in pieces.iter().rev().skip(1).cloned() {
             let cond = Cond {
                 index: idx[d].clone(),
-                lo: Size::from(off),
-                hi: Size::from(off + size),
+                lo: off.clone(),
+                hi: end,
             };
             let mut sub = idx.to_vec();
-            sub[d] = idx[d].clone().plus(Index::constant(-off));
+            sub[d] = idx[d].clone().plus(minus(&off)?);
             self.guards.push(cond.clone());
             e = self.load(v, &sub);
             self.guards.pop();

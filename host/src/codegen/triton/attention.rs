@@ -162,6 +162,12 @@ pub fn write(
         else {
             continue;
         };
+        // Kiln's kernel is generated for one size: a step of dynamic shapes takes the
+        // library's attention (the Python wrapper's `dynamic_attention`).
+        let symbolic = |v: &crate::schedule::ir::View| v.shape.iter().any(|s| !s.is_const());
+        if e.args.iter().any(symbolic) {
+            continue;
+        }
         let attrs = (*causal, f64::from_bits(*scale_bits), *mask, *heads_inner);
         let launch = plan(program, e, attrs, *splits, heuristics, target)?;
         let q = &e.args[0];

@@ -184,6 +184,7 @@ fn output_shapes(
         Op::Index { indexed, .. } => one(index(&first.shape, indexed, &tensors[1..])),
         Op::Diff { n, dim, .. } => one(diff(&tensors, *n, *dim, symbols)),
         Op::Attention { mask, gqa, .. } => one(attention(&tensors, *mask, *gqa)),
+        Op::Cat { dim } => one(cat(&tensors, *dim)),
         Op::Reduce { dims, keepdim, .. } | Op::Var { dims, keepdim, .. } => {
             one(reduced(&first.shape, dims.as_deref(), *keepdim))
         }
@@ -390,4 +391,32 @@ fn attention(tensors: &[&TensorMeta], mask: bool, gqa: bool) -> Result<Vec<Size>
     }
     out.extend([l, ev]);
     Ok(out)
+}
+
+/// `cat(tensors, dim)`: the sizes along `dim` added, the others equal (a tensor whose
+/// only dim is the integer 0 is skipped, as PyTorch skips it).
+fn cat(tensors: &[&TensorMeta], dim: i64) -> Result<Vec<Size>, InferError> {
+    let parts: Vec<&TensorMeta> = tensors
+        .iter()
+        .copied()
+        .filter(|t| !(t.rank() == 1 && t.shape[0] == 0))
+        .collect();
+    let Some(first) = parts.first() else {
+        return Ok(tensors.first().map_or_else(Vec::new, |t| t.shape.clone()));
+    };
+    let d = wrap_dim(dim, first.rank())?;
+    let mut shape = first.shape.clone();
+    for t in &parts[1..] {
+        let same =
+            t.rank() == shape.len() && (0..shape.len()).all(|k| k == d || t.shape[k] == shape[k]);
+        if !same {
+            return Err(disagree(
+                "cat: sizes outside the dim",
+                &t.shape,
+                &first.shape,
+            ));
+        }
+        shape[d] = shape[d].add(&t.shape[d])?;
+    }
+    Ok(shape)
 }

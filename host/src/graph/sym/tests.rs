@@ -38,10 +38,8 @@ fn both_export_forms_read_as_one_expression() {
     );
     assert_eq!(read("Add(Integer(-1), Symbol('s1'))"), read("s1 - 1"));
     assert_eq!(shown("-s1 + 10"), "-s1 + 10");
-    assert_eq!(
-        shown("s1**2 + 2*s0*s1 + 1"),
-        "s0*s1*2 + s1**2 + 1".replace("s0*s1*2", "2*s0*s1")
-    );
+    // A power prints as a product (Triton's JIT takes no `**` of integer arguments).
+    assert_eq!(shown("s1**2 + 2*s0*s1 + 1"), "2*s0*s1 + s1*s1 + 1");
 }
 
 #[test]

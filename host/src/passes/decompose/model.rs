@@ -6,6 +6,7 @@
 //! with the interpreter's direct rule for the op (`interp::model`).
 
 use super::B;
+use crate::graph::sym::Size;
 use crate::graph::{
     Arg, BinaryOp, ConstData, DType, FixedMeta, Graph, Node, NodeId, Op, ReduceOp, Scalar, UnaryOp,
     ValueId,
@@ -61,6 +62,11 @@ impl B<'_> {
             .unwrap_or_default()
     }
 
+    /// `v`'s sizes as the graph has them (integers, or expressions over symbols).
+    pub(super) fn sizes(&self, v: ValueId) -> Vec<Size> {
+        self.g.meta(v).map(|m| m.shape.clone()).unwrap_or_default()
+    }
+
     pub(super) fn full(
         &mut self,
         shape: Vec<i64>,
@@ -112,24 +118,46 @@ impl B<'_> {
 /// sum is in int64); for floats it adds in another order than a sequential scan.
 pub(super) fn cumsum(b: &mut B, x: ValueId, dim: i64, out: &FixedMeta) -> Result<ValueId, Error> {
     let xc = b.cast(x, out.dtype)?;
-    let shape = b.shape(x);
-    if shape.is_empty() {
+    let sizes = b.sizes(x);
+    if sizes.is_empty() {
         return Ok(xc);
     }
-    let rank = shape.len() as i64;
+    let rank = sizes.len() as i64;
     let d = dim.rem_euclid(rank);
-    let n = shape[d as usize];
-    mask_size(b, n, n, "cumsum")?;
-    // tri[i, j] = j <= i, shaped [n, n, 1, ...] to broadcast over the dims after d.
-    let mut tri = Vec::with_capacity((n * n) as usize);
-    for i in 0..n {
-        for j in 0..n {
-            tri.push(f64::from(u8::from(j <= i)));
+    let tri = match sizes[d as usize].as_const() {
+        Some(n) => {
+            mask_size(b, n, n, "cumsum")?;
+            // tri[i, j] = j <= i, shaped [n, n, 1, ...] to broadcast over the dims after d.
+            let mut tri = Vec::with_capacity((n * n) as usize);
+            for i in 0..n {
+                for j in 0..n {
+                    tri.push(f64::from(u8::from(j <= i)));
+                }
+            }
+            let mut tri_shape = vec![n, n];
+            tri_shape.extend(std::iter::repeat_n(1, (rank - 1 - d) as usize));
+            b.constant(tri_shape, DType::Bool, tri)
         }
-    }
-    let mut tri_shape = vec![n, n];
-    tri_shape.extend(std::iter::repeat_n(1, (rank - 1 - d) as usize));
-    let tri = b.constant(tri_shape, DType::Bool, tri);
+        // Of a symbolic length: the same mask from two positions, `arange(n)`.
+        None => {
+            let at = b.op(
+                Op::Arange {
+                    start: Scalar::Int(0),
+                    end: crate::graph::ops::Bound::Size(sizes[d as usize].clone()),
+                    step: Scalar::Int(1),
+                    dtype: Some(DType::Int64),
+                },
+                vec![],
+            )?;
+            let i = b.op(Op::Unsqueeze { dim: 1 }, vec![Arg::Value(at)])?;
+            let j = b.op(Op::Unsqueeze { dim: 0 }, vec![Arg::Value(at)])?;
+            let mut tri = b.vv(crate::graph::ops::BinaryOp::Le, j, i)?;
+            for _ in 0..rank - 1 - d {
+                tri = b.op(Op::Unsqueeze { dim: -1 }, vec![Arg::Value(tri)])?;
+            }
+            tri
+        }
+    };
     let xu = b.op(Op::Unsqueeze { dim: d }, vec![Arg::Value(xc)])?;
     let masked = b.op(
         Op::Where,
@@ -180,14 +208,30 @@ pub(super) fn diff(
         BinaryOp::Sub
     };
     for _ in 0..n {
-        let shape = b.shape(c);
-        let d = dim.rem_euclid(shape.len() as i64) as usize;
-        if shape[d] == 0 {
+        let sizes = b.sizes(c);
+        let d = dim.rem_euclid(sizes.len() as i64) as usize;
+        if sizes[d] == 0 {
             break;
         }
-        let len = shape[d];
-        let hi = b.slice(c, d as i64, 1, len, 1)?;
-        let lo = b.slice(c, d as i64, 0, len - 1, 1)?;
+        let (hi, lo) = match sizes[d].as_const() {
+            Some(len) => (
+                b.slice(c, d as i64, 1, len, 1)?,
+                b.slice(c, d as i64, 0, len - 1, 1)?,
+            ),
+            // Of a symbolic length: `x[1:]` and `x[:-1]`.
+            None => {
+                let part = |start: i64, end: Option<i64>| Op::Slice {
+                    dim: d as i64,
+                    start: Some(Size::from(start)),
+                    end: end.map(Size::from),
+                    step: 1,
+                };
+                (
+                    b.op(part(1, None), vec![Arg::Value(c)])?,
+                    b.op(part(0, Some(-1)), vec![Arg::Value(c)])?,
+                )
+            }
+        };
         c = b.vv(op, hi, lo)?;
     }
     b.cast(c, out.dtype)

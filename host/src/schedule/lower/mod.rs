@@ -25,7 +25,7 @@ use super::ir::{BufferId, ExternOp, ReduceKind, View};
 use super::Error;
 use crate::graph::dtype::DType;
 use crate::graph::ir::{Arg, FixedMeta, Graph, NodeId, TensorMeta, ValueId};
-use crate::graph::ops::{ConstData, Op, ReduceOp};
+use crate::graph::ops::{Bound, ConstData, Op, ReduceOp, Scalar};
 use crate::graph::shape::{contiguous_strides, wrap_dim_set};
 use crate::graph::sym::Symbols;
 use crate::graph::views;
@@ -298,9 +298,12 @@ fn meta_of(graph: &Graph, v: ValueId) -> Result<TensorMeta, Error> {
 fn fixed_meta_of(graph: &Graph, node: NodeId, v: ValueId) -> Result<FixedMeta, Error> {
     let meta = meta_of(graph, v)?;
     meta.fixed().ok_or_else(|| Error::Unsupported {
-        node: graph.node(node).map_or_else(String::new, |n| n.name.clone()),
+        node: graph
+            .node(node)
+            .map_or_else(String::new, |n| n.name.clone()),
         what: format!(
-            "`{}` over symbolic sizes {:?} is not scheduled yet; compile at one size              (--specialize)",
+            "`{}` over symbolic sizes {:?} is not scheduled yet; compile at one size \
+             (--specialize)",
             graph.node(node).map_or("?", |n| n.op.name()),
             meta.shape
         ),
@@ -581,6 +584,8 @@ fn computes(graph: &Graph, low: &Lowered, value: ValueId) -> bool {
 /// operand is, as ATen answers on cuDNN (`cudnn_conv_suggest_memory_format`),
 /// so that the wrapper binds the library's result without a copy.
 fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Result<(), Error> {
+    // ATen's convolution is called at one size so far.
+    fixed_meta_of(graph, id, ValueId::first(id))?;
     let mut args = vec![];
     let mut channels_last = false;
     for i in 0..2 {
@@ -608,9 +613,6 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
     if channels_last {
         let s = &low.snodes[sid];
         let (buf, shape) = (s.buf, s.meta.hint_shape());
-        if !s.meta.is_static() {
-            return Err(Error::Internal("a convolution of symbolic sizes".into()));
-        }
         let strides = channels_last_strides(&shape);
         low.buffers[buf].strides = sizes(&strides);
         // Readers see the buffer through its strides, as they see an input's.
@@ -868,21 +870,77 @@ fn read_transposed(graph: &Graph, id: NodeId, d0: usize, d1: usize) -> bool {
     users.peek().is_some() && users.all(|(user, _)| swaps(user))
 }
 
-/// `arange`: a constant of the program (const_fold folds the small ones earlier).
+/// The most elements an `arange` of a symbolic length is stored for: its values at
+/// the longest length its range allows, of which each call reads a prefix.
+const MAX_ARANGE: i128 = 1 << 20;
+
+/// `arange`: a constant of the program (const_fold folds the small ones earlier). One
+/// of a symbolic length is the prefix of the constant at its longest (positions
+/// `0..seq` of a sequence of any length up to the range's end).
 fn lower_arange(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
     let node = node_of(graph, id)?;
     let v0 = ValueId::first(id);
-    let meta = fixed_meta_of(graph, id, v0)?;
-    let t = crate::interp::eval_op(&node.op, &[], std::slice::from_ref(&meta)).map_err(|what| {
+    let meta = meta_of(graph, v0)?;
+    let (op, fixed) = match meta.fixed() {
+        Some(fixed) => (node.op.clone(), fixed),
+        None => longest_arange(graph, id, &meta)?,
+    };
+    let t = crate::interp::eval_op(&op, &[], std::slice::from_ref(&fixed)).map_err(|what| {
         Error::Unsupported {
             node: node.name.clone(),
             what: what.to_string(),
         }
     })?;
     let values = t.first().map(|t| t.to_vec()).unwrap_or_default();
-    let meta = TensorMeta::contiguous(meta.shape, meta.dtype);
-    constant_buffer(low, &node.name, v0, &meta, ConstData::Values(values.into()));
+    let stored = TensorMeta::contiguous(fixed.shape, fixed.dtype);
+    let kind = super::ir::BufferKind::Constant {
+        data: ConstData::Values(values.into()),
+    };
+    let buf = low.add_buffer(&node.name, &stored, kind);
+    low.defs
+        .insert(v0, Def::Strided(contiguous_view(buf, &meta.shape)));
     Ok(())
+}
+
+/// An `arange` of the symbolic length `meta` gives, at its longest: the op with its
+/// end at the symbols' largest values, and that length's metadata.
+fn longest_arange(graph: &Graph, id: NodeId, meta: &TensorMeta) -> Result<(Op, FixedMeta), Error> {
+    let node = node_of(graph, id)?;
+    let refuse = |what: String| Error::Unsupported {
+        node: node.name.clone(),
+        what,
+    };
+    let (
+        Op::Arange {
+            start,
+            end: Bound::Size(end),
+            step,
+            dtype,
+        },
+        [len],
+    ) = (&node.op, meta.shape.as_slice())
+    else {
+        return Err(refuse(format!(
+            "an arange of symbolic sizes {:?}",
+            meta.shape
+        )));
+    };
+    let symbols = graph.symbols();
+    let (most_end, most_len) = (end.bounds(symbols).1, len.bounds(symbols).1);
+    if most_len > MAX_ARANGE || most_end > i128::from(i64::MAX) {
+        return Err(refuse(format!(
+            "an arange of symbolic length {len} (up to {most_len}) is stored at its longest, \
+             at most {MAX_ARANGE} elements; give its size a smaller range, or compile at one \
+             size (--specialize)"
+        )));
+    }
+    let op = Op::Arange {
+        start: *start,
+        end: Bound::Scalar(Scalar::Int(most_end as i64)),
+        step: *step,
+        dtype: *dtype,
+    };
+    Ok((op, FixedMeta::contiguous(vec![most_len as i64], meta.dtype)))
 }
 
 /// Value `v` as a constant buffer of the program holding `data`, read as a

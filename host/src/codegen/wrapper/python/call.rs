@@ -470,7 +470,7 @@ impl CallWriter<'_> {
             Step::Extern(e) if matches!(e.op, ExternOp::IndexCopy { in_place: true, .. }) => {
                 Some(e.out)
             }
-            Step::Extern(e) if self.attention.contains_key(&i) => Some(e.out),
+            Step::Extern(e) if matches!(e.op, ExternOp::Attention { .. }) => Some(e.out),
             _ => None,
         };
         for a in &memory.allocs[i] {
@@ -724,6 +724,36 @@ impl CallWriter<'_> {
                 writeln!(out, "        {name}.copy_({x})")?;
             }
             return writeln!(out, "        {name}.index_copy_({dim}, {index}, {source})");
+        }
+        if let ExternOp::Attention {
+            causal,
+            scale_bits,
+            mask,
+            heads_inner,
+            ..
+        } = &e.op
+        {
+            // A step of dynamic shapes (Kiln's kernel takes one size): the library's,
+            // into the buffer's layout at this call's sizes.
+            let buf = self.program().buffer(e.out);
+            let mask = match args.get(3).filter(|_| *mask) {
+                Some(m) => m.clone(),
+                None => "None".to_string(),
+            };
+            return writeln!(
+                out,
+                "        {} = dynamic_attention({}, {}, {}, {mask}, {}, {}, {}, {}, {}, {})",
+                self.name(e.out),
+                args[0],
+                args[1],
+                args[2],
+                tuple(&buf.shape),
+                tuple(&buf.strides),
+                torch_dtype(buf.dtype),
+                py_bool(*causal),
+                float_text(f64::from_bits(*scale_bits)),
+                py_bool(*heads_inner)
+            );
         }
         if let Some(signature) = self.biases.get(&i) {
             return writeln!(

@@ -910,6 +910,88 @@ class DeviceTiming:
         return best
 
 
+def library_attention(sdpa, ops, buffer, causal, scale):
+    """The library's attention of these operands as a function of the
+    query, key, value and mask, with Kiln's semantics, its result as the
+    step's `buffer` (size, stride, dtype, heads_inner): key and value batch
+    or head dims of 1 are expanded, key and value heads that divide the
+    query's are grouped (`enable_gqa`, or each repeated where the library
+    has no such argument), and the result is copied into the planned
+    strides only where the library chose others (its flash and cuDNN
+    kernels write `[B, L, H, Ev]`). Raises where the library cannot take
+    the step."""
+    size, stride, dtype, heads_inner = buffer
+    q, k, v, mask = ops
+    rank = len(q.shape)
+    if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
+        raise ValueError(f"operands of rank {rank}, {len(k.shape)} and {len(v.shape)}")
+    if causal and mask is not None:
+        # The library takes a mask or `is_causal`, not both.
+        raise ValueError("a causal attention with a mask")
+    if q.dtype != dtype or k.dtype != dtype or v.dtype != dtype:
+        raise ValueError(f"operands of {q.dtype}, {k.dtype} and {v.dtype} into {dtype}")
+    # Batch (and, with rank 4, head) dims of 1 broadcast over the query's.
+    lead = list(q.shape[:rank - 2])
+    group = 1
+    if rank == 4:
+        h, hk = q.shape[1], k.shape[1]
+        if hk != v.shape[1]:
+            raise ValueError(f"key and value of {hk} and {v.shape[1]} heads")
+        if hk not in (1, h):
+            if h % hk:
+                raise ValueError(f"{h} query heads over {hk} key/value heads")
+            group, lead[1] = h // hk, hk
+    expand = tuple(k.shape[:rank - 2]) != tuple(lead)
+
+    def grown(t):
+        return t.expand(*lead, *t.shape[rank - 2:]) if expand else t
+
+    # The result's size and strides in the buffer.
+    want_size, want_stride = list(size), list(stride)
+    if heads_inner:
+        if rank != 4:
+            raise ValueError(f"a [B, L, H, Ev] buffer for operands of rank {rank}")
+        want_size[1], want_size[2] = want_size[2], want_size[1]
+        want_stride[1], want_stride[2] = want_stride[2], want_stride[1]
+    want_size, want_stride = tuple(want_size), tuple(want_stride)
+
+    def bound(t):
+        if t.stride() != want_stride or t.storage_offset() != 0:
+            t = t.new_empty_strided(want_size, want_stride).copy_(t)
+        return t.transpose(1, 2) if heads_inner else t
+
+    def call(q, k, v, mask):
+        return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale))
+
+    def grouped(q, k, v, mask):
+        return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale,
+                          enable_gqa=True))
+
+    def repeated(q, k, v, mask):
+        k = grown(k).repeat_interleave(group, dim=1)
+        v = grown(v).repeat_interleave(group, dim=1)
+        return bound(sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale))
+
+    if group == 1:
+        return call
+    try:
+        grouped(*ops)
+        return grouped
+    except TypeError:  # a library without `enable_gqa`
+        return repeated
+
+
+def dynamic_attention(sdpa):
+    """The attention of a step of dynamic shapes: the library's, at each call's sizes
+    (Kiln's attention kernel is generated for one size). `size` and `stride` are
+    the step's buffer at those sizes."""
+    def run(q, k, v, mask, size, stride, dtype, causal, scale, heads_inner):
+        call = library_attention(sdpa, (q, k, v, mask), (size, stride, dtype, heads_inner), causal, scale)
+        return call(q, k, v, mask)
+
+    return run
+
+
 class Attention:
     """The choice between Kiln's attention kernel and the library's for each
     attention signature of a generated file (`signatures[i]` is the output
@@ -1017,75 +1099,8 @@ class Attention:
         return theirs if faster else mine
 
     def library_call(self, ops, buffer, causal, scale):
-        """The library's attention of these operands as a function of the
-        query, key, value and mask, with Kiln's semantics, its result as the
-        step's `buffer` (size, stride, dtype, heads_inner): key and value batch
-        or head dims of 1 are expanded, key and value heads that divide the
-        query's are grouped (`enable_gqa`, or each repeated where the library
-        has no such argument), and the result is copied into the planned
-        strides only where the library chose others (its flash and cuDNN
-        kernels write `[B, L, H, Ev]`). Raises where the library cannot take
-        the step."""
-        size, stride, dtype, heads_inner = buffer
-        q, k, v, mask = ops
-        rank = len(q.shape)
-        if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
-            raise ValueError(f"operands of rank {rank}, {len(k.shape)} and {len(v.shape)}")
-        if causal and mask is not None:
-            # The library takes a mask or `is_causal`, not both.
-            raise ValueError("a causal attention with a mask")
-        if q.dtype != dtype or k.dtype != dtype or v.dtype != dtype:
-            raise ValueError(f"operands of {q.dtype}, {k.dtype} and {v.dtype} into {dtype}")
-        sdpa = self._sdpa
-        # Batch (and, with rank 4, head) dims of 1 broadcast over the query's.
-        lead = list(q.shape[:rank - 2])
-        group = 1
-        if rank == 4:
-            h, hk = q.shape[1], k.shape[1]
-            if hk != v.shape[1]:
-                raise ValueError(f"key and value of {hk} and {v.shape[1]} heads")
-            if hk not in (1, h):
-                if h % hk:
-                    raise ValueError(f"{h} query heads over {hk} key/value heads")
-                group, lead[1] = h // hk, hk
-        expand = tuple(k.shape[:rank - 2]) != tuple(lead)
-
-        def grown(t):
-            return t.expand(*lead, *t.shape[rank - 2:]) if expand else t
-
-        # The result's size and strides in the buffer.
-        want_size, want_stride = list(size), list(stride)
-        if heads_inner:
-            if rank != 4:
-                raise ValueError(f"a [B, L, H, Ev] buffer for operands of rank {rank}")
-            want_size[1], want_size[2] = want_size[2], want_size[1]
-            want_stride[1], want_stride[2] = want_stride[2], want_stride[1]
-        want_size, want_stride = tuple(want_size), tuple(want_stride)
-
-        def bound(t):
-            if t.stride() != want_stride or t.storage_offset() != 0:
-                t = t.new_empty_strided(want_size, want_stride).copy_(t)
-            return t.transpose(1, 2) if heads_inner else t
-
-        def call(q, k, v, mask):
-            return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale))
-
-        def grouped(q, k, v, mask):
-            return bound(sdpa(q, grown(k), grown(v), attn_mask=mask, is_causal=causal, scale=scale,
-                              enable_gqa=True))
-
-        def repeated(q, k, v, mask):
-            k = grown(k).repeat_interleave(group, dim=1)
-            v = grown(v).repeat_interleave(group, dim=1)
-            return bound(sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale))
-
-        if group == 1:
-            return call
-        try:
-            grouped(*ops)
-            return grouped
-        except TypeError:  # a library without `enable_gqa`
-            return repeated
+        """`library_attention` with this object's library function."""
+        return library_attention(self._sdpa, ops, buffer, causal, scale)
 
     @staticmethod
     def agree(mine, theirs, dtype):

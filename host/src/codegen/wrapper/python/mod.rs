@@ -112,6 +112,7 @@ pub const RESERVED: &[&str] = &[
     "input_layouts",
     "KERNEL_GRIDS",
     "grid_of",
+    "dynamic_attention",
     "ALIGNED_INPUTS",
     "check_inputs",
     "aligned",
@@ -229,6 +230,17 @@ pub fn write(
         .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. })));
     torch_part(&mut out, strings, options, !aligned.is_empty(), convs)?;
     write_grids(&mut out, &kernels.info)?;
+    let dynamic_attention = p.steps.iter().enumerate().any(|(i, s)| {
+        matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Attention { .. }))
+            && !kernels.attention.launches.contains_key(&i)
+    });
+    if dynamic_attention {
+        writeln!(
+            out,
+            "# Attention of dynamic shapes: the library's, at each call's sizes.\n\
+             dynamic_attention = kiln_runtime.dynamic_attention(torch.nn.functional.scaled_dot_product_attention)"
+        )?;
+    }
     let signatures = call::attention_signatures(p, &kernels.attention.launches);
     let biases = call::bias_signatures(p);
     if !signatures.rows.is_empty() || biases.count > 0 {

@@ -417,7 +417,7 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
         interpreted.contains("[3*ks0, 8] read ks0, which no input's dim gives"),
         "{interpreted}"
     );
-    // An elementwise op and a view have symbolic rules; `cat` has none yet, and says so.
+    // An elementwise op and a view have symbolic rules; `roll` has none yet, and says so.
     let relu = g.add_node(Node {
         name: "relu".into(),
         op: Op::Unary(UnaryOp::Relu),
@@ -443,19 +443,22 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
         format!("{:?} {:?}", permuted.shape, permuted.strides),
         "[8, 3*ks0] [1, 8]"
     );
-    let cat = g.add_node(Node {
-        name: "cat".into(),
-        op: Op::Cat { dim: 0 },
+    let roll = g.add_node(Node {
+        name: "roll".into(),
+        op: Op::Roll {
+            shifts: vec![1],
+            dims: vec![0],
+        },
         args: vec![Arg::Value(ValueId::first(relu))],
         outputs: vec![],
         line: None,
     });
-    let inferred = kiln::graph::infer_node(&mut g, cat)
+    let inferred = kiln::graph::infer_node(&mut g, roll)
         .map(|_| ())
         .unwrap_err();
     let inferred = kiln::diag::report(&inferred);
     assert!(
-        inferred.contains("cat")
+        inferred.contains("roll")
             && inferred.contains("[3*ks0, 8]")
             && inferred.contains("integer sizes"),
         "{inferred}"

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use super::pad_mm::{constant_source, ConstantView};
 use super::{emit, Error, Stats};
 use crate::graph::dtype::DType;
+use crate::graph::sym::Size;
 use crate::graph::views;
 use crate::graph::{Arg, BinaryOp, ConstData, Graph, Node, NodeId, Op, TensorMeta, ValueId};
 
@@ -109,7 +110,7 @@ struct Member {
     bias: Option<Operand>,
     /// The view between the product and its bias add (a linear layer's reshape
     /// back to the input's rank), as the add's result's shape.
-    reshaped: Option<Vec<i64>>,
+    reshaped: Option<Vec<Size>>,
     /// The value the merged product's slice replaces: the product, or its bias add.
     tail: ValueId,
     /// The nodes the merge leaves without readers.
@@ -122,7 +123,8 @@ fn member(g: &Graph, id: NodeId) -> Option<Member> {
         return None;
     };
     let out = node.outputs.first()?;
-    let (lm, rm) = (g.fixed_meta(*left)?, g.fixed_meta(*right)?);
+    // The activation's rows may be symbolic (a dynamic batch and sequence).
+    let (lm, rm) = (g.meta(*left)?, g.fixed_meta(*right)?);
     if lm.rank() != 2 || rm.rank() != 2 || !out.dtype.is_float() {
         return None;
     }
@@ -194,14 +196,14 @@ fn bias_add(
     product: ValueId,
     n: i64,
     dtype: DType,
-) -> Option<(Operand, Option<Vec<i64>>, ValueId, Vec<NodeId>)> {
+) -> Option<(Operand, Option<Vec<Size>>, ValueId, Vec<NodeId>)> {
     let mut user = sole_user(g, product)?;
     let mut reshaped = None;
     let mut nodes = Vec::new();
     let node = g.node(user)?;
     if matches!(node.op, Op::Reshape { .. }) {
-        let meta = node.outputs.first()?.fixed()?;
-        if meta.shape.last() != Some(&n) {
+        let meta = node.outputs.first()?;
+        if meta.shape.last().is_none_or(|d| *d != n) {
             return None;
         }
         reshaped = Some(meta.shape.clone());
@@ -306,7 +308,8 @@ fn merge(g: &mut Graph, group: &[Member]) -> Result<bool, Error> {
     let operands = match first.right {
         Operand::Constant(_) => merged_constants(g, group, (k, total), &base, line)?,
         Operand::Input { transposed, .. } => {
-            let rows = g.fixed_meta(first.left).map_or(0, |m| m.shape[0]);
+            // Decided at the rows' hint.
+            let rows = g.meta(first.left).map_or(0, |m| m.shape[0].hint());
             let copied_once = rows.saturating_mul(k + total) >= k.saturating_mul(total);
             if copied_once && first.dtype == DType::Float32 {
                 merged_inputs(g, group, transposed, &base, line)?
@@ -352,7 +355,7 @@ fn merge(g: &mut Graph, group: &[Member]) -> Result<bool, Error> {
         let mut value = emit(g, PASS, &base, slice, vec![Arg::Value(merged)], line)?;
         if let Some(shape) = &m.reshaped {
             let reshape = Op::Reshape {
-                shape: crate::graph::shape::sizes(shape),
+                shape: shape.clone(),
                 view: false,
             };
             value = emit(g, PASS, &base, reshape, vec![Arg::Value(value)], line)?;

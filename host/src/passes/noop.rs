@@ -5,7 +5,6 @@
 //! changes the dtype (an int tensor plus `0.0`) stays.
 
 use super::{replace_node, Error, Stats};
-use crate::graph::sym::Symbols;
 use crate::graph::views::view_map;
 use crate::graph::{Arg, BinaryOp, Graph, Op, ValueId};
 
@@ -33,7 +32,7 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
         {
             *v
         }
-        (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(op, &g.fixed_meta(*v)?.shape) => *v,
+        (op, [Arg::Value(v)]) if op.is_view() && reads_in_place(g, op, &g.meta(*v)?.shape) => *v,
         (Op::Binary { op, alpha }, [a, b]) => {
             let alpha = alpha.map_or(1.0, |a| a.to_f64());
             match (a, b) {
@@ -53,8 +52,9 @@ fn passthrough(g: &Graph, id: crate::graph::NodeId) -> Option<ValueId> {
         _ => return None,
     };
     // Same values: same shape and dtype (strides may differ; re-inference after the pass
-    // gives users the operand's layout, and values never depend on layout).
-    let (m, o) = (g.fixed_meta(candidate)?, node.outputs.first()?.fixed()?);
+    // gives users the operand's layout, and values never depend on layout). Sizes that
+    // may be symbolic are the same expressions.
+    let (m, o) = (g.meta(candidate)?, node.outputs.first()?);
     (m.shape == o.shape && m.dtype == o.dtype && node.outputs.len() == 1).then_some(candidate)
 }
 
@@ -113,9 +113,8 @@ fn copy_is_needed(g: &Graph, id: crate::graph::NodeId, v: ValueId) -> bool {
 /// Whether view `op` reads every element of an input of `shape` at its own
 /// index (the transpose of a square matrix keeps the shape and moves every
 /// value; a transpose of two size-1 dims moves none).
-fn reads_in_place(op: &Op, shape: &[i64]) -> bool {
-    view_map(op, &crate::graph::shape::sizes(shape), 0, Symbols::none())
-        .is_ok_and(|m| m.is_identity())
+fn reads_in_place(g: &Graph, op: &Op, shape: &[crate::graph::sym::Size]) -> bool {
+    view_map(op, shape, 0, g.symbols()).is_ok_and(|m| m.is_identity())
 }
 
 /// Runs no-op removal.

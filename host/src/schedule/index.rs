@@ -228,9 +228,9 @@ impl Index {
             // (k*a + b) // k == a when 0 <= b < k.
             return multiples;
         }
-        if let Some((g, a, _)) = split_common_factor(&self, &k, ranges) {
+        if let Some((_, rest, a, _)) = split_common_factor(&self, &k, ranges) {
             // (g*a + b) // k == a // (k/g) when g divides k and 0 <= b < g.
-            return a.div(k.as_const().map_or(1, |k| k / g), ranges);
+            return a.div(rest, ranges);
         }
         match self {
             // (e * a) // k with k dividing a.
@@ -268,12 +268,9 @@ impl Index {
             // (k*a + b) % k == b when 0 <= b < k.
             return rest;
         }
-        if let Some((g, a, b)) = split_common_factor(&self, &k, ranges) {
+        if let Some((g, rest, a, b)) = split_common_factor(&self, &k, ranges) {
             // (g*a + b) % k == g*(a % (k/g)) + b when g divides k and 0 <= b < g.
-            return a
-                .rem(k.as_const().map_or(1, |k| k / g), ranges)
-                .times(g)
-                .plus(b);
+            return a.rem(rest, ranges).times(g).plus(b);
         }
         match self {
             Index::Mul(_, a) if size_exact_div(&a, &k).is_some() => Index::constant(0),
@@ -494,22 +491,28 @@ fn split_multiples(e: &Index, k: &Size, ranges: &Ranges) -> Option<(Index, Index
 
 /// For a sum `g*a + b` with `g` a proper divisor of a constant `k` taken from a
 /// term's constant coefficient and `b` known to lie in `0..g`: `(g, a, b)`.
-fn split_common_factor(e: &Index, k: &Size, ranges: &Ranges) -> Option<(i64, Index, Index)> {
+fn split_common_factor(e: &Index, k: &Size, ranges: &Ranges) -> Option<(i64, Size, Index, Index)> {
     let Index::Add(terms) = e else { return None };
-    let k = k.as_const()?;
+    // Each term's constant factor, or its largest one that divides an integer `k`; a
+    // symbolic `k` takes a factor it is a multiple of for every value of its symbols
+    // (`(16*x + r) // (16*s)`).
+    let candidate = |c: i64| match k.as_const() {
+        Some(k) => Some(gcd(c, k)).filter(|g| *g > 1 && *g < k),
+        None => k.is_multiple_of(c).then_some(c),
+    };
     let mut factors: Vec<i64> = terms
         .iter()
         .filter_map(|t| match t {
-            Index::Mul(_, c) => c.as_const().filter(|c| *c > 1).map(|c| gcd(c, k)),
+            Index::Mul(_, c) => c.as_const().filter(|c| *c > 1).and_then(candidate),
             _ => None,
         })
-        .filter(|g| *g > 1 && *g < k)
         .collect();
     factors.sort_unstable_by(|a, b| b.cmp(a));
     factors.dedup();
-    factors
-        .into_iter()
-        .find_map(|g| split_multiples(e, &Size::from(g), ranges).map(|(a, b)| (g, a, b)))
+    factors.into_iter().find_map(|g| {
+        let (a, b) = split_multiples(e, &Size::from(g), ranges)?;
+        Some((g, size_exact_div(k, &Size::from(g))?, a, b))
+    })
 }
 
 fn gcd(a: i64, b: i64) -> i64 {

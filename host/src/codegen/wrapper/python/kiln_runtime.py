@@ -984,9 +984,19 @@ def library_attention(sdpa, ops, buffer, causal, scale):
 def dynamic_attention(sdpa):
     """The attention of a step of dynamic shapes: the library's, at each call's sizes
     (Kiln's attention kernel is generated for one size). `size` and `stride` are
-    the step's buffer at those sizes."""
+    the step's buffer at those sizes. The library call is planned once per set of
+    operand shapes and buffer (the layers of a model share one)."""
+    plans = {}
+
     def run(q, k, v, mask, size, stride, dtype, causal, scale, heads_inner):
-        call = library_attention(sdpa, (q, k, v, mask), (size, stride, dtype, heads_inner), causal, scale)
+        key = (q.shape, k.shape, v.shape, None if mask is None else mask.shape, size, stride, dtype, causal,
+               scale, heads_inner)
+        call = plans.get(key)
+        if call is None:
+            call = library_attention(sdpa, (q, k, v, mask), (size, stride, dtype, heads_inner), causal, scale)
+            if len(plans) > 4096:
+                plans.clear()
+            plans[key] = call
         return call(q, k, v, mask)
 
     return run

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Where a dynamic compile's time goes against a static one at one shape: both
+compiled from one export (bench/gpu/dynamic_speed.py's models), the static one running
+the library's attention as the dynamic one does, each profiled over calls
+(torch.profiler): the device time per kernel, and the host time per call.
+
+    python3 bench/gpu/dynamic_profile.py HOST [--model gpt2] [--shape 1x128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from dynamic_speed import exported, host_compile, model_of  # noqa: E402
+from run import load_module  # noqa: E402
+
+
+def profile(name: str, fn, calls: int = 20) -> None:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    device = sum(e.device_time_total for e in events) / calls / 1e3
+    print(f"## {name}: {host * 1e3:.3f} ms a call on the host (queueing), {device:.3f} ms of device time")
+    for e in sorted(events, key=lambda e: -e.device_time_total)[:12]:
+        print(f"  {e.device_time_total / calls / 1e3:8.4f} ms  x{e.count // calls:<3} {e.key[:90]}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("host")
+    p.add_argument("--model", default="gpt2", choices=["mlp_ln", "gpt2", "bert"])
+    p.add_argument("--shape", default="1x128")
+    a = p.parse_args()
+    b, s = (int(v) for v in a.shape.split("x"))
+    torch.manual_seed(0)
+    model, longest, make = model_of(a.model)
+    model = model.eval()
+    root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-profile-"))
+    archive = root / f"{a.model}.pt2"
+    inputs = lambda b_, s_, device="cuda": make(b_, s_, torch.float32, device)  # noqa: E731
+    with torch.no_grad():
+        sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
+    host_compile(a.host, archive, root / "dynamic", "cuda", ["--dynamic"])
+    host_compile(a.host, archive, root / "static", "cuda", ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
+    dynamic = load_module(root / "dynamic" / "output_code.py", "cuda")
+    static = load_module(root / "static" / "output_code.py", "cuda")
+    if getattr(static, "ATTENTION", None) is not None:
+        static.ATTENTION.mode = "library"
+    xs = list(inputs(b, s).values())
+    print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} fp32 at {b} x {s}")
+    with torch.no_grad():
+        profile("static (library attention)", lambda: static.call(list(xs)))
+        profile("dynamic", lambda: dynamic.call(list(xs)))
+
+
+if __name__ == "__main__":
+    main()

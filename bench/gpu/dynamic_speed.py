@@ -32,6 +32,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from export_dynamic import BertHidden, Gpt2Logits  # noqa: E402
 from run import load_module, rel_error  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -46,24 +48,6 @@ class MlpLn(torch.nn.Module):
 
     def forward(self, x):
         return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
-
-
-class Gpt2Logits(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids):
-        return self.m(input_ids=input_ids, use_cache=False).logits
-
-
-class BertHidden(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids, attention_mask):
-        return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
 def model_of(name: str):

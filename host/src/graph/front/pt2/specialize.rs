@@ -149,45 +149,27 @@ fn binding(
 }
 
 /// The integer a `SymInt` object (`{"as_expr": ...}`, `{"as_name": ...}` or
-/// `{"as_int": ...}`) stands for.
+/// `{"as_int": ...}`) stands for at `values`.
 fn value_of(
     v: &Value,
-    names: &BTreeMap<String, i64>,
+    names: &BTreeMap<String, Expr>,
     symbols: &Symbols,
     values: &[i64],
 ) -> Result<Option<i64>, Pt2Error> {
-    let Some(m) = v.as_object().filter(|m| m.len() == 1) else {
+    let Some(e) = expr_of(v, names, symbols)? else {
         return Ok(None);
     };
-    if let Some(n) = m.get("as_int") {
-        return Ok(n.as_i64());
-    }
-    if let Some(name) = m.get("as_name").and_then(Value::as_str) {
-        return names
-            .get(name)
-            .copied()
-            .map(Some)
-            .ok_or_else(|| schema(format!("the size `{name}` is used but never defined")));
-    }
-    if let Some(e) = m.get("as_expr") {
-        let text = e
-            .get("expr_str")
-            .and_then(Value::as_str)
-            .ok_or_else(|| schema(format!("a size without `expr_str`: {e}")))?;
-        let at = |id: SymId| values[id.0 as usize];
-        return parse(text, symbols)?
-            .eval(&at)
-            .map(Some)
-            .map_err(|err| schema(format!("size `{text}`: {err}")));
-    }
-    Ok(None)
+    let at = |id: SymId| values[id.0 as usize];
+    e.eval(&at)
+        .map(Some)
+        .map_err(|err| schema(format!("size `{}`: {err}", e.display(symbols))))
 }
 
 /// Replaces every symbolic size in `v` by its value: `as_expr` objects and the
 /// `as_sym_int(s)` arguments (becoming `as_int(s)`).
 fn rewrite(
     v: &mut Value,
-    names: &BTreeMap<String, i64>,
+    names: &BTreeMap<String, Expr>,
     symbols: &Symbols,
     values: &[i64],
 ) -> Result<(), Pt2Error> {
@@ -273,14 +255,7 @@ pub(super) fn specialize(
         .pointer_mut("/graph_module/graph")
         .ok_or_else(|| schema("model.json has no graph_module.graph".into()))?;
     // The named sizes (`sym_size_int_9`) first: arguments refer to them.
-    let mut names = BTreeMap::new();
-    if let Some(Value::Object(defs)) = graph.get("sym_int_values") {
-        for (name, def) in defs {
-            if let Some(n) = value_of(def, &names, &symbols, &values)? {
-                names.insert(name.clone(), n);
-            }
-        }
-    }
+    let names = named_sizes(graph, &symbols)?;
     if !at_example {
         let asserts = graph
             .get("nodes")
@@ -352,6 +327,20 @@ fn expr_of(
         return parse(text, symbols).map(Some);
     }
     Ok(None)
+}
+
+/// The expression of each named size of the graph (`sym_size_int_9`), which arguments
+/// refer to.
+fn named_sizes(graph: &Value, symbols: &Symbols) -> Result<BTreeMap<String, Expr>, Pt2Error> {
+    let mut names = BTreeMap::new();
+    if let Some(Value::Object(defs)) = graph.get("sym_int_values") {
+        for (name, def) in defs {
+            if let Some(e) = expr_of(def, &names, symbols)? {
+                names.insert(name.clone(), e);
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// A size in the one form the importer reads after [`keep_symbols`]: `as_int` for an
@@ -442,14 +431,7 @@ pub(super) fn keep_symbols(model: &mut Value) -> Result<Option<Symbols>, Pt2Erro
                 .into(),
         ));
     }
-    let mut names = BTreeMap::new();
-    if let Some(Value::Object(defs)) = graph.get("sym_int_values") {
-        for (name, def) in defs {
-            if let Some(e) = expr_of(def, &names, &symbols)? {
-                names.insert(name.clone(), e);
-            }
-        }
-    }
+    let names = named_sizes(graph, &symbols)?;
     if let Some(Value::Array(nodes)) = graph.get_mut("nodes") {
         nodes.retain(|n| !computes_sizes(n));
     }

@@ -90,3 +90,17 @@ fn the_runtime_chooses_the_faster_float32_bias_once_per_signature() {
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
     assert_eq!(checks, 9, "{stdout}");
 }
+
+#[test]
+fn the_runtime_checks_dynamic_sizes_against_their_ranges_and_picks_grids_by_bucket() {
+    let tmp = TempDir::new("runtime-dynamic");
+    let runtime = tmp.path().join(RUNTIME_FILE);
+    std::fs::write(&runtime, RUNTIME).unwrap();
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let (output, stdout, stderr) = run(Command::new(&python)
+        .arg(repo_root().join("tests/support/runtime_dynamic.py"))
+        .arg(&runtime));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
+    assert_eq!(checks, 10, "{stdout}");
+}

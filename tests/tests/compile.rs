@@ -1446,14 +1446,18 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         assert!(!code.contains("xnumel = "), "{code}");
     }
     // GPT-2 and BERT (attention, embeddings, positions from `arange`, a causal mask
-    // from `cumsum` and `diff`) compile once too: their attention is the library's.
+    // from `cumsum` and `diff`) compile once too: their attention is Kiln's kernel,
+    // taking the call's lengths and strides, on a grid per bucket of programs.
     for model in ["gpt2", "bert"] {
         let archive = repo_root().join(format!("tests/fixtures/dynamic/{model}.pt2"));
         let out = tmp.path().join(model);
         let (ok, stderr) = compile(&archive, "cuda", &out, &["--dynamic"]);
         assert!(ok, "{model}: {stderr}");
         let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
-        assert!(code.contains("= dynamic_attention("), "{code}");
+        assert!(
+            code.contains("KERNELS.kiln_flash_attention_0[grid_of(KERNEL_GRIDS[\"step"),
+            "{code}"
+        );
     }
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let (output, stdout, stderr) = run(std::process::Command::new(python)

@@ -78,6 +78,10 @@ pub struct AttentionLaunch {
     pub num_stages: u32,
     /// The grid launched (after `adjust_grid`).
     pub grid: Grid,
+    /// For a step of dynamic shapes: the programs its tiles need, an expression over
+    /// the size symbols, and the plugin's grid per bucket of that count (as a dynamic
+    /// kernel's, `kernel::grid_buckets`); `None` for one size (`grid`).
+    pub dynamic: Option<(Size, Vec<Grid>)>,
     /// Where the keys are split across programs (flash-decoding): the launch that
     /// combines their partial results into the output, after this one (pointers: the
     /// scratch buffer and the output; scalars: [`COMBINE_PARAMS`]).
@@ -116,24 +120,30 @@ pub struct Attention {
 /// The 4-D `[B, H, rows, cols]` strides of a view of rank 3 (`[N, rows, cols]`,
 /// one head) or 4, with stride 0 wherever the view's size is 1 and the query's
 /// is not (a broadcast).
-fn strides4(v: &View, want: &[i64]) -> [i64; 4] {
-    let mut shape = hints(&v.shape);
-    let mut strides = hints(&v.strides);
+fn strides4(v: &View, want: &[Size]) -> [Size; 4] {
+    let mut shape = v.shape.clone();
+    let mut strides = v.strides.clone();
     // Right-align to the wanted rank (a mask may have fewer dims).
     while shape.len() < want.len() {
-        shape.insert(0, 1);
-        strides.insert(0, 0);
+        shape.insert(0, Size::from(1));
+        strides.insert(0, Size::from(0));
     }
-    let mut s: Vec<i64> = shape
+    let mut s: Vec<Size> = shape
         .iter()
         .zip(&strides)
         .zip(want)
-        .map(|((&have, &stride), &w)| if have == 1 && w != 1 { 0 } else { stride })
+        .map(|((have, stride), w)| {
+            if *have == 1 && *w != 1 {
+                Size::from(0)
+            } else {
+                stride.clone()
+            }
+        })
         .collect();
     if s.len() == 3 {
-        s.insert(1, 0);
+        s.insert(1, Size::from(0));
     }
-    [s[0], s[1], s[2], s[3]]
+    [s[0].clone(), s[1].clone(), s[2].clone(), s[3].clone()]
 }
 
 fn next_pow2_at_least_16(n: i64) -> i64 {
@@ -162,10 +172,12 @@ pub fn write(
         else {
             continue;
         };
-        // Kiln's kernel is generated for one size: a step of dynamic shapes takes the
-        // library's attention (the Python wrapper's `dynamic_attention`).
+        // A step of dynamic shapes with split keys (planned for one size), or one the
+        // kernel does not index (symbolic heads), takes the library's attention (the
+        // Python wrapper's `dynamic_attention`).
         let symbolic = |v: &crate::schedule::ir::View| v.shape.iter().any(|s| !s.is_const());
-        if e.args.iter().any(symbolic) {
+        let dynamic = e.args.iter().any(symbolic);
+        if dynamic && (*splits > 1 || Operands::of(program, e, *mask, *heads_inner).is_err()) {
             continue;
         }
         let attrs = (*causal, f64::from_bits(*scale_bits), *mask, *heads_inner);
@@ -184,7 +196,7 @@ pub fn write(
             mask_dtype,
             program.buffer(*o).dtype,
             launch.scalars.len(),
-            wide(&launch),
+            wide(program, &launch),
         );
         let aligned = aligned_params(program, &types, &launch);
         // Innermost strides of 1 become compile-time constants, as Triton's JIT
@@ -283,7 +295,7 @@ fn aligned_params(
 ) -> Vec<String> {
     let pointers = launch.pointers.iter().map(|v| {
         let bytes = program.buffer(v.buf).dtype.size_bytes() as i64;
-        v.offset.hint().saturating_mul(bytes) % 16 == 0
+        v.offset.scale(bytes).is_ok_and(|o| o.is_multiple_of(16))
     });
     let scalars = launch
         .scalars
@@ -298,16 +310,20 @@ fn aligned_params(
 }
 
 /// Whether index arithmetic needs 64 bits: an element offset of any operand
-/// reaches 2^31.
-fn wide(launch: &AttentionLaunch) -> bool {
+/// reaches 2^31 (at the sizes' largest values, for a step of dynamic shapes).
+fn wide(program: &Program, launch: &AttentionLaunch) -> bool {
+    let most = |s: &Size| {
+        let (lo, hi) = s.bounds(&program.symbols);
+        lo.saturating_abs().max(hi.saturating_abs())
+    };
     launch.pointers.iter().any(|v| {
-        let last: i64 = v
+        let last: i128 = v
             .shape
             .iter()
             .zip(&v.strides)
-            .map(|(d, s)| (d.hint() - 1).max(0).saturating_mul(s.hint().abs()))
-            .fold(v.offset.hint(), i64::saturating_add);
-        last >= i64::from(i32::MAX)
+            .map(|(d, s)| (most(d) - 1).max(0).saturating_mul(most(s)))
+            .fold(most(&v.offset), i128::saturating_add);
+        last >= i128::from(i32::MAX)
     })
 }
 
@@ -413,18 +429,21 @@ struct Operands<'a> {
     /// `[N, L, Ev]`) view: the buffer itself, or its transpose where it is
     /// `[B, L, H, Ev]` (`heads_inner`).
     out: View,
-    /// Batch, query heads, query rows, key rows.
+    /// Batch, query heads, query rows, key rows, at the sizes' hints (what decisions
+    /// read).
     z: i64,
     h: i64,
     l: i64,
     s: i64,
+    /// The same four, exact (expressions over size symbols in a dynamic compile).
+    sizes: [Size; 4],
     /// The head sizes of the query (and key) and of the value.
     e_q: i64,
     e_v: i64,
     /// Query heads per key/value head (grouped-query attention), else 1.
     group: i64,
     /// The strides of the query, key, value, mask and output.
-    strides: [[i64; 4]; 5],
+    strides: [[Size; 4]; 5],
 }
 
 impl<'a> Operands<'a> {
@@ -455,26 +474,54 @@ impl<'a> Operands<'a> {
         };
         let (l, e_q) = (qh[rank - 2], qh[rank - 1]);
         let (s, e_v) = (kh[rank - 2], vh[rank - 1]);
+        // The head sizes and head counts are the kernel's constants: integers.
+        let heads: Vec<&Size> = [&q.shape[rank - 1], &v.shape[rank - 1]]
+            .into_iter()
+            .chain(
+                (rank == 4)
+                    .then(|| [&q.shape[1], &k.shape[1]])
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        if heads.iter().any(|d| !d.is_const()) {
+            return Err(unsupported(format!(
+                "fused attention over symbolic head sizes or counts {:?}",
+                q.shape
+            )));
+        }
         let hk = if rank == 4 { kh[1] } else { 1 };
         let group = if hk > 1 && h % hk == 0 { h / hk } else { 1 };
-        let mut q_full = qh.clone();
+        let one = Size::from(1);
+        let exact = [
+            q.shape[0].clone(),
+            if rank == 4 {
+                q.shape[1].clone()
+            } else {
+                one.clone()
+            },
+            q.shape[rank - 2].clone(),
+            k.shape[rank - 2].clone(),
+        ];
+        let mut q_full = q.shape.clone();
         let qs = strides4(q, &q_full);
         // Key/value: batch and head dims broadcast from 1 where the query's are larger,
         // except grouped heads, which the kernel indexes as h / GROUP.
         let kv_want = |t: &View| {
             let mut want = q_full.clone();
             if rank == 4 {
-                want[1] = if group > 1 { hk } else { h };
+                want[1] = Size::from(if group > 1 { hk } else { h });
             }
-            want[rank - 2] = t.shape[rank - 2].hint();
-            want[rank - 1] = t.shape[rank - 1].hint();
+            want[rank - 2] = t.shape[rank - 2].clone();
+            want[rank - 1] = t.shape[rank - 1].clone();
             want
         };
         let ks = strides4(k, &kv_want(k));
         let vs = strides4(v, &kv_want(v));
-        q_full[rank - 1] = s;
+        q_full[rank - 1] = exact[3].clone();
         let mask = e.args.get(3).filter(|_| mask);
-        let ms = mask.map_or([0; 4], |m| strides4(m, &q_full));
+        let zero = || Size::from(0);
+        let ms = mask.map_or([zero(), zero(), zero(), zero()], |m| strides4(m, &q_full));
         let buffer = p.buffer(e.out);
         let (mut shape, mut strides) = (buffer.shape.clone(), buffer.strides.clone());
         if heads_inner {
@@ -492,7 +539,7 @@ impl<'a> Operands<'a> {
             strides,
             offset: Size::from(0),
         };
-        let os = strides4(&out, &hints(&out.shape));
+        let os = strides4(&out, &out.shape.clone());
         Ok(Operands {
             q,
             k,
@@ -503,6 +550,7 @@ impl<'a> Operands<'a> {
             h,
             l,
             s,
+            sizes: exact,
             e_q,
             e_v,
             group,
@@ -691,7 +739,7 @@ fn plan(
             };
             pointers.push(view.clone());
             let rows = heads.saturating_mul(ops.l);
-            let os = ops.strides[4];
+            let os = &ops.strides[4];
             let grid = heuristics
                 .adjust_grid(Grid {
                     x: rows.max(1) as u64,
@@ -705,7 +753,16 @@ fn plan(
             Some(TemplateLaunch {
                 kernel: String::new(),
                 pointers: vec![view, ops.out.clone()],
-                scalars: vec![os[0], os[1], os[2], os[3], ops.h, ops.l, rows],
+                // Split keys are planned for one size: a dynamic step has none.
+                scalars: vec![
+                    os[0].hint(),
+                    os[1].hint(),
+                    os[2].hint(),
+                    os[3].hint(),
+                    ops.h,
+                    ops.l,
+                    rows,
+                ],
                 constants: vec![
                     ("SPLITS", splits),
                     ("EV", ops.e_v),
@@ -721,10 +778,10 @@ fn plan(
         }
     };
     let mut scalars = vec![super::expr::float_text(scale)];
-    for st in ops.strides {
-        scalars.extend(st.iter().map(i64::to_string));
+    for st in &ops.strides {
+        scalars.extend(st.iter().map(Size::to_string));
     }
-    scalars.extend([ops.z, ops.h, ops.l, ops.s].iter().map(i64::to_string));
+    scalars.extend(ops.sizes.iter().map(Size::to_string));
     let mask_kind = match ops.mask {
         Some(m) if p.buffer(m.buf).dtype == DType::Bool => 1,
         Some(_) => 2,
@@ -745,6 +802,7 @@ fn plan(
     if combine.is_some() {
         constants.push(("SPLITS", splits));
     }
+    let dynamic = dynamic_programs(p, &ops, tiles.block_m, splits, heuristics)?;
     Ok(AttentionLaunch {
         kernel: String::new(),
         pointers,
@@ -753,8 +811,42 @@ fn plan(
         num_warps,
         num_stages: u32::try_from(tiles.stages).unwrap_or(1),
         grid,
+        dynamic,
         combine,
     })
+}
+
+/// For a step of symbolic sizes: the programs its tiles need (`ceil(L / BLOCK_M) * Z *
+/// H * splits`, over the symbols) and the plugin's grid per bucket of program counts.
+fn dynamic_programs(
+    p: &Program,
+    ops: &Operands<'_>,
+    block_m: i64,
+    splits: i64,
+    heuristics: &dyn LaunchHeuristics,
+) -> Result<Option<(Size, Vec<Grid>)>, Error> {
+    if ops.sizes.iter().all(Size::is_const) {
+        return Ok(None);
+    }
+    let overflow = |e: crate::graph::sym::SymError| unsupported(e.to_string());
+    let [z, h, l, _] = &ops.sizes;
+    let tiles_m = l
+        .add(&Size::from(block_m - 1))
+        .and_then(|n| n.floor_div(&Size::from(block_m), &p.symbols))
+        .map_err(overflow)?;
+    let programs = tiles_m
+        .mul(z)
+        .and_then(|n| n.mul(h))
+        .and_then(|n| n.scale(splits))
+        .map_err(overflow)?;
+    let most = u64::try_from(programs.bounds(&p.symbols).1).unwrap_or(u64::MAX);
+    let grids = super::kernel::grid_buckets(most.max(1), heuristics).map_err(|source| {
+        Error::Heuristics {
+            kernel: "attention".into(),
+            source,
+        }
+    })?;
+    Ok(Some((programs, grids)))
 }
 
 /// The warps of each program (the plugin's, for a reduction over the key

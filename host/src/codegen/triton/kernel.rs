@@ -91,7 +91,7 @@ fn aligned_params(pointers: &[String], xnumel: &Size, rnumel: Option<&Size>) -> 
 /// up to `most` programs: `grids[k]` serves `2^(k-1) + 1 ..= 2^k` programs, with the
 /// plugin's grid rule applied to `2^k` (the grid-stride loop is correct for any
 /// grid; the wrapper picks the bucket at each call).
-fn grid_buckets(
+pub(super) fn grid_buckets(
     most: u64,
     heuristics: &dyn LaunchHeuristics,
 ) -> Result<Vec<Grid>, HeuristicsError> {

@@ -9,6 +9,7 @@ use super::{py_bool, torch_dtype, tuple, DeviceStrings};
 use crate::codegen::triton::attention::AttentionLaunch;
 use crate::codegen::triton::expr::float_text;
 use crate::codegen::triton::{KernelInfo, Launch};
+use crate::schedule::index::Size;
 use crate::schedule::ir::{BufferId, BufferKind, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
@@ -133,6 +134,10 @@ pub(super) fn attention_signatures(
         let (Some(Step::Extern(e)), Some(l)) = (p.steps.get(i), attention.get(&i)) else {
             continue;
         };
+        // A step of dynamic shapes launches Kiln's kernel directly: no choice to make.
+        if l.dynamic.is_some() {
+            continue;
+        }
         let ExternOp::Attention {
             causal,
             scale_bits,
@@ -470,7 +475,12 @@ impl CallWriter<'_> {
             Step::Extern(e) if matches!(e.op, ExternOp::IndexCopy { in_place: true, .. }) => {
                 Some(e.out)
             }
-            Step::Extern(e) if matches!(e.op, ExternOp::Attention { .. }) => Some(e.out),
+            Step::Extern(e)
+                if matches!(e.op, ExternOp::Attention { .. })
+                    && self.attention.get(&i).is_none_or(|l| l.dynamic.is_none()) =>
+            {
+                Some(e.out)
+            }
             _ => None,
         };
         for a in &memory.allocs[i] {
@@ -638,6 +648,26 @@ impl CallWriter<'_> {
             Some(m) => self.view(m),
             None => "None".to_string(),
         });
+        if let Some((programs, _)) = &l.dynamic {
+            // Dynamic shapes: Kiln's kernel into the step's buffer, on the grid of this
+            // call's program count.
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    if a == OUT_PARAM {
+                        self.name(e.out).to_string()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            return writeln!(
+                out,
+                "        KERNELS.{}[grid_of(KERNEL_GRIDS[\"step{i}\"], {programs}, 1)]({}, stream=stream0)",
+                l.kernel,
+                args.join(", ")
+            );
+        }
         let mut kiln = format!(
             "KERNELS.{}[{}]({}, stream=stream0)",
             l.kernel,
@@ -678,13 +708,21 @@ impl CallWriter<'_> {
     /// A buffer as one flat dim over its storage.
     fn flat(&self, b: BufferId) -> String {
         let buf = self.program().buffer(b);
-        let extent: i64 = buf
+        // The last element's offset, plus one: sizes over the symbols where they vary
+        // (every size of a dynamic compile is at least one).
+        let one = Size::from(1);
+        let extent = buf
             .shape
             .iter()
             .zip(&buf.strides)
-            .map(|(d, s)| (d.hint() - 1).max(0) * s.hint())
-            .sum::<i64>()
-            + 1;
+            .try_fold(one.clone(), |acc, (d, s)| {
+                let last = match d.as_const() {
+                    Some(c) => Size::from((c - 1).max(0)),
+                    None => d.sub(&one).ok()?,
+                };
+                acc.add(&last.mul(s).ok()?).ok()
+            })
+            .unwrap_or(Size::from(i64::MAX));
         format!("reinterpret_tensor({}, ({extent},), (1,), 0)", self.name(b))
     }
 

@@ -229,7 +229,7 @@ pub fn write(
         .iter()
         .any(|s| matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Conv { .. })));
     torch_part(&mut out, strings, options, !aligned.is_empty(), convs)?;
-    write_grids(&mut out, &kernels.info)?;
+    write_grids(&mut out, &kernels.info, &kernels.attention.launches)?;
     let dynamic_attention = p.steps.iter().enumerate().any(|(i, s)| {
         matches!(s, Step::Extern(e) if matches!(e.op, ExternOp::Attention { .. }))
             && !kernels.attention.launches.contains_key(&i)
@@ -429,19 +429,30 @@ fn torch_part(
 
 /// `KERNEL_GRIDS`: for each kernel of dynamic rows, the plugin's grid per bucket of
 /// program counts (`kiln_runtime.grid_of` picks one at each launch).
-fn write_grids(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
-    let rows: Vec<String> = kernels
+fn write_grids(
+    out: &mut String,
+    kernels: &[KernelInfo],
+    attention: &HashMap<usize, triton::attention::AttentionLaunch>,
+) -> std::fmt::Result {
+    let row = |key: &str, grids: &[kiln_plugin_api::Grid]| {
+        let grids: Vec<String> = grids
+            .iter()
+            .map(|g| format!("({}, {}, {})", g.x, g.y, g.z))
+            .collect();
+        format!("    \"{key}\": {},", tuple(&grids))
+    };
+    let mut rows: Vec<String> = kernels
         .iter()
         .filter(|k| !k.grids.is_empty())
-        .map(|k| {
-            let grids: Vec<String> = k
-                .grids
-                .iter()
-                .map(|g| format!("({}, {}, {})", g.x, g.y, g.z))
-                .collect();
-            format!("    \"{}\": {},", k.name, tuple(&grids))
-        })
+        .map(|k| row(&k.name, &k.grids))
         .collect();
+    // Attention steps of dynamic shapes, by step (kernel names never start so).
+    let mut steps: Vec<(&usize, &Vec<kiln_plugin_api::Grid>)> = attention
+        .iter()
+        .filter_map(|(i, l)| l.dynamic.as_ref().map(|(_, g)| (i, g)))
+        .collect();
+    steps.sort_by_key(|(i, _)| **i);
+    rows.extend(steps.into_iter().map(|(i, g)| row(&format!("step{i}"), g)));
     if rows.is_empty() {
         return Ok(());
     }

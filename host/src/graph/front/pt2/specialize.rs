@@ -256,24 +256,12 @@ pub(super) fn specialize(
         .ok_or_else(|| schema("model.json has no graph_module.graph".into()))?;
     // The named sizes (`sym_size_int_9`) first: arguments refer to them.
     let names = named_sizes(graph, &symbols)?;
-    if !at_example {
-        let asserts = graph
-            .get("nodes")
-            .and_then(Value::as_array)
-            .is_some_and(|nodes| {
-                nodes.iter().any(|n| {
-                    n.get("target")
-                        .and_then(Value::as_str)
-                        .is_some_and(|t| t.starts_with("torch.ops.aten._assert_scalar"))
-                })
-            });
-        if asserts {
-            return Err(schema(
-                "the export asserts relations between its sizes that Kiln cannot check at other values: \
-                 specialise it at the example's sizes (no --specialize), or export at the sizes you want"
-                    .into(),
-            ));
-        }
+    if !at_example && asserts_sizes(graph) {
+        return Err(schema(
+            "the export asserts relations between its sizes that Kiln cannot check at other values: \
+             specialise it at the example's sizes (no --specialize), or export at the sizes you want"
+                .into(),
+        ));
     }
     if let Some(Value::Array(nodes)) = graph.get_mut("nodes") {
         nodes.retain(|n| !computes_sizes(n));
@@ -327,6 +315,20 @@ fn expr_of(
         return parse(text, symbols).map(Some);
     }
     Ok(None)
+}
+
+/// Whether the graph asserts relations between its sizes (`_assert_scalar` nodes).
+fn asserts_sizes(graph: &Value) -> bool {
+    graph
+        .get("nodes")
+        .and_then(Value::as_array)
+        .is_some_and(|nodes| {
+            nodes.iter().any(|n| {
+                n.get("target")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.starts_with("torch.ops.aten._assert_scalar"))
+            })
+        })
 }
 
 /// The expression of each named size of the graph (`sym_size_int_9`), which arguments
@@ -414,17 +416,7 @@ pub(super) fn keep_symbols(model: &mut Value) -> Result<Option<Symbols>, Pt2Erro
     let graph = model
         .pointer_mut("/graph_module/graph")
         .ok_or_else(|| schema("model.json has no graph_module.graph".into()))?;
-    let asserts = graph
-        .get("nodes")
-        .and_then(Value::as_array)
-        .is_some_and(|nodes| {
-            nodes.iter().any(|n| {
-                n.get("target")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| t.starts_with("torch.ops.aten._assert_scalar"))
-            })
-        });
-    if asserts {
+    if asserts_sizes(graph) {
         return Err(schema(
             "the export asserts relations between its sizes, which Kiln does not check at \
              run time yet: compile it at one size (--specialize)"

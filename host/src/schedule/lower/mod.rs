@@ -246,7 +246,7 @@ impl Lowered {
                 }
                 let src = node.args.first()?.value()?;
                 let base = self.as_view(graph, src, through_nodes)?;
-                let view = view_of_view(&node.op, &base, *output)?;
+                let view = view_of_view(&node.op, &base, *output, graph.symbols())?;
                 // The graph's metadata and the view agree on a validated graph.
                 (Some(&view.shape) == node.outputs.get(*output as usize).map(|m| &m.shape))
                     .then_some(view)
@@ -268,8 +268,8 @@ impl Lowered {
 
 /// The strided view output `output` of view op `op` makes of `base`, if
 /// strides can express it (`graph::views` describes every view once).
-fn view_of_view(op: &Op, base: &View, output: u32) -> Option<View> {
-    let map = views::view_map(op, &base.shape, output, Symbols::none()).ok()?;
+fn view_of_view(op: &Op, base: &View, output: u32, symbols: &Symbols) -> Option<View> {
+    let map = views::view_map(op, &base.shape, output, symbols).ok()?;
     let (strides, offset) = map.restride(&base.strides, &base.offset)?;
     Some(View {
         buf: base.buf,
@@ -727,7 +727,7 @@ fn realize_under_views(graph: &Graph, low: &mut Lowered, value: ValueId) -> Resu
     if matches!(&node.op, Op::Permute { dims } if dims.as_slice() == [0, 3, 1, 2]) {
         if let Some(source) = node.args.first().and_then(Arg::value) {
             let base = low.realize_view(graph, source)?;
-            if let Some(v) = view_of_view(&node.op, &base, value.output) {
+            if let Some(v) = view_of_view(&node.op, &base, value.output, graph.symbols()) {
                 return Ok(v);
             }
         }

@@ -763,16 +763,19 @@ impl CallWriter<'_> {
             }
             return writeln!(out, "        {name}.index_copy_({dim}, {index}, {source})");
         }
-        if let ExternOp::Attention {
-            causal,
-            scale_bits,
-            mask,
-            heads_inner,
-            ..
-        } = &e.op
+        if let (
+            ExternOp::Attention {
+                causal,
+                scale_bits,
+                mask,
+                heads_inner,
+                ..
+            },
+            [q, k, v, ..],
+        ) = (&e.op, args.as_slice())
         {
-            // A step of dynamic shapes (Kiln's kernel takes one size): the library's,
-            // into the buffer's layout at this call's sizes.
+            // A step Kiln's kernel does not take (split keys over dynamic shapes): the
+            // library's, into the buffer's layout at this call's sizes.
             let buf = self.program().buffer(e.out);
             let mask = match args.get(3).filter(|_| *mask) {
                 Some(m) => m.clone(),
@@ -782,9 +785,9 @@ impl CallWriter<'_> {
                 out,
                 "        {} = dynamic_attention({}, {}, {}, {mask}, {}, {}, {}, {}, {}, {})",
                 self.name(e.out),
-                args[0],
-                args[1],
-                args[2],
+                q,
+                k,
+                v,
                 tuple(&buf.shape),
                 tuple(&buf.strides),
                 torch_dtype(buf.dtype),

@@ -237,7 +237,7 @@ pub fn write(
     if dynamic_attention {
         writeln!(
             out,
-            "# Attention of dynamic shapes: the library's, at each call's sizes.\n\
+            "# Attention steps Kiln's kernel does not take (split keys over dynamic shapes): the library's.\n\
              dynamic_attention = kiln_runtime.dynamic_attention(torch.nn.functional.scaled_dot_product_attention)"
         )?;
     }

@@ -132,15 +132,7 @@ fn one_symbolic_import_matches_pytorch_at_every_size() {
                 size["seq"].as_i64().unwrap(),
             );
             let what = format!("{archive} at batch {b}, sequence {l}");
-            let mut inputs = vec![];
-            for (k, file) in size["inputs"].as_array().unwrap().iter().enumerate() {
-                let meta = g.input_meta(k).unwrap();
-                let bytes = std::fs::read(fixtures().join(file.as_str().unwrap())).unwrap();
-                let mut shape = vec![b, l];
-                shape.extend(meta.shape[2..].iter().map(|d| d.as_const().unwrap()));
-                inputs.push(Tensor::new(shape, meta.dtype, meta.dtype.decode_le(&bytes)));
-            }
-            let want = common::read_f32(&fixtures().join(size["expected"].as_str().unwrap()));
+            let (inputs, want) = inputs_at(&g, size);
             for (graph, when) in [(&g, "as imported"), (&passed, "after the passes")] {
                 let got = kiln::interp::evaluate(graph, &inputs)
                     .unwrap_or_else(|e| panic!("{what}, {when}: {e}"));
@@ -153,6 +145,105 @@ fn one_symbolic_import_matches_pytorch_at_every_size() {
             assert!(err <= 1e-4, "{what}, the loop IR: relative error {err:e}");
         }
     }
+}
+
+/// The inputs of one size of cases.json (`[batch, seq, ...]`, the rest of each input's
+/// dims as `g` has them), and PyTorch's output there.
+fn inputs_at(g: &kiln::graph::Graph, size: &Value) -> (Vec<Tensor>, Vec<f64>) {
+    let (b, l) = (
+        size["batch"].as_i64().unwrap(),
+        size["seq"].as_i64().unwrap(),
+    );
+    let mut inputs = vec![];
+    for (k, file) in size["inputs"].as_array().unwrap().iter().enumerate() {
+        let meta = g.input_meta(k).unwrap();
+        let bytes = std::fs::read(fixtures().join(file.as_str().unwrap())).unwrap();
+        let mut shape = vec![b, l];
+        shape.extend(meta.shape[2..].iter().map(|d| d.as_const().unwrap()));
+        inputs.push(Tensor::new(shape, meta.dtype, meta.dtype.decode_le(&bytes)));
+    }
+    let want = common::read_f32(&fixtures().join(size["expected"].as_str().unwrap()));
+    (inputs, want)
+}
+
+/// Each archive compiled once for the cpu device with its symbols kept: one C++ library,
+/// built once, runs at every size of cases.json and matches PyTorch there. Each call
+/// reads its sizes from its inputs; one outside the range, or inputs whose sizes disagree
+/// (BERT's mask against its ids), is refused with the input, the dim and what it needed.
+#[test]
+fn one_cpu_library_runs_every_size_in_the_range() {
+    let cases = cases();
+    let cpu = common::plugin("cpu");
+    for (archive, case) in cases.as_object().expect("an object") {
+        let options = LoadOptions {
+            dynamic: true,
+            ..Default::default()
+        };
+        let g = load_with(fixtures().join(format!("{archive}.pt2")), &options)
+            .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        let compiled = kiln::driver::compile(g.clone(), &cpu, &Default::default())
+            .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        assert!(
+            compiled.code.contains("kiln_call_shaped"),
+            "{archive}: a library of a range of sizes"
+        );
+        let (module, _) =
+            kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)
+                .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        for size in case["sizes"].as_array().unwrap() {
+            let what = format!("{archive} at {}x{}", size["batch"], size["seq"]);
+            let (inputs, want) = inputs_at(&g, size);
+            let got = module
+                .run(&inputs)
+                .unwrap_or_else(|e| panic!("{what}: {}", kiln::diag::report(&e)));
+            assert_eq!(got[0].numel(), want.len(), "{what}");
+            let err = rel_err(&got[0], &want);
+            assert!(err <= 1e-4, "{what}: relative error {err:e}");
+        }
+        // A batch past the range: the first input's dim 0.
+        let (mut inputs, _) = inputs_at(&g, &case["sizes"][0]);
+        let batch = case["dims"].as_object().unwrap().values().next().unwrap();
+        let [lo, hi] = [0, 1].map(|i| case["ranges"][batch.as_str().unwrap()][i].as_i64().unwrap());
+        let t = &inputs[0];
+        let mut shape = t.shape.clone();
+        shape[0] = hi + 1;
+        let n: i64 = shape.iter().product();
+        inputs[0] = Tensor::new(shape, t.dtype, vec![0.0; n as usize]);
+        let err = kiln::diag::report(&module.run(&inputs).unwrap_err());
+        let name = g.node(g.inputs()[0]).unwrap().name.clone();
+        assert!(
+            err.contains(&format!(
+                "input 0 ({name}) has size {} in dim 0, outside the range the library was \
+                 compiled for: {} from {lo} to {hi}",
+                hi + 1,
+                batch.as_str().unwrap()
+            )),
+            "{archive}: {err}"
+        );
+    }
+    // BERT's mask one position longer than its ids.
+    let g = load_with(
+        fixtures().join("bert.pt2"),
+        &LoadOptions {
+            dynamic: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let compiled = kiln::driver::compile(g.clone(), &cpu, &Default::default()).unwrap();
+    let (module, _) =
+        kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)
+            .unwrap();
+    let (mut inputs, _) = inputs_at(&g, &cases["bert"]["sizes"][1]);
+    let mask = &inputs[1];
+    let shape = vec![mask.shape[0], mask.shape[1] + 1];
+    let n: i64 = shape.iter().product();
+    inputs[1] = Tensor::new(shape, mask.dtype, vec![1.0; n as usize]);
+    let err = kiln::diag::report(&module.run(&inputs).unwrap_err());
+    assert!(
+        err.contains("input 1 (attention_mask) has size 9 in dim 1, where the program needs"),
+        "{err}"
+    );
 }
 
 /// Without `--specialize`, an export compiles at its example's sizes (batch 2, sequence 8).
@@ -393,15 +484,31 @@ fn stages_that_take_integer_sizes_refuse_a_symbolic_value_by_name() {
     });
     g.set_outputs(vec![ValueId::first(x)]);
     assert!(!g.meta(ValueId::first(x)).unwrap().is_static());
-    // The scheduler takes symbols; code generation refuses them by name so far.
+    // The scheduler takes symbols; the C++ wrapper of a Triton device refuses them by
+    // name so far.
     assert!(kiln::schedule::schedule(&g).is_ok());
-    let compiled = kiln::driver::compile(g.clone(), &common::plugin("cpu"), &Default::default())
+    let cpp_wrapper = kiln::driver::Options {
+        wrapper: Some(kiln::plugins::WrapperKind::Cpp),
+        ..Default::default()
+    };
+    let compiled = kiln::driver::compile(g.clone(), &common::plugin("cuda"), &cpp_wrapper)
         .map(|_| ())
         .unwrap_err();
     let compiled = kiln::diag::report(&compiled);
     assert!(
         compiled.contains("`x`")
             && compiled.contains("[3*ks0, 8]")
+            && compiled.contains("--specialize"),
+        "{compiled}"
+    );
+    // The cpu device takes symbols, but `3*ks0` is no input dim that a call could
+    // read `ks0` from.
+    let compiled = kiln::driver::compile(g.clone(), &common::plugin("cpu"), &Default::default())
+        .map(|_| ())
+        .unwrap_err();
+    let compiled = kiln::diag::report(&compiled);
+    assert!(
+        compiled.contains("the size symbol `ks0` is no input's dim")
             && compiled.contains("--specialize"),
         "{compiled}"
     );

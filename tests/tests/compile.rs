@@ -1411,8 +1411,9 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
 /// once with `--dynamic` for a Triton device: `output_code.py` reads both sizes from its
 /// input at each call (checked against their ranges and the input's layout), sizes its
 /// buffers and launches from them, and its kernels, which take the row counts and the
-/// sizes they index with as arguments, compile with Triton; so do GPT-2's and BERT's. A
-/// target whose code generator takes one size only (the cpu's C++) refuses, naming what
+/// sizes they index with as arguments, compile with Triton; so do GPT-2's and BERT's.
+/// The cpu's `wrapper.cpp` takes the sizes at each call too. A target whose code
+/// generator takes one size only (a Triton device's C++ wrapper) refuses, naming what
 /// to do.
 #[test]
 fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
@@ -1464,7 +1465,25 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         .arg(repo_root().join("tools/check_triton.py"))
         .arg(tmp.path()));
     assert!(output.status.success(), "{stderr}\n{stdout}");
+    // The cpu device's C++ takes the sizes at each call too.
     let (ok, stderr) = compile(&mlp, "cpu", &tmp.path().join("cpu"), &["--dynamic"]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(tmp.path().join("cpu/wrapper.cpp")).unwrap();
+    for want in [
+        "extern \"C\" int kiln_call_shaped(const int64_t* const* input_shapes,",
+        "kiln_size_out_of_range(0, \"x\", 0, ks[0], ",
+        "const int64_t ks0, const int64_t ks1)",
+    ] {
+        assert!(code.contains(want), "no `{want}` in\n{code}");
+    }
+    // A target whose code generator takes one size only (a Triton device's C++
+    // wrapper) refuses, naming what to do.
+    let (ok, stderr) = compile(
+        &mlp,
+        "cuda",
+        &tmp.path().join("cuda-cpp"),
+        &["--dynamic", "--wrapper", "cpp"],
+    );
     assert!(!ok);
     assert!(
         stderr.contains("symbolic sizes") && stderr.contains("--specialize"),

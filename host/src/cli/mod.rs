@@ -109,9 +109,11 @@ pub struct GraphFile {
     pub specialize: Vec<(String, i64)>,
     /// For a `.pt2` export with dynamic shapes: keep its size symbols, so that one
     /// compile serves every size in their ranges. The program reads each size from
-    /// its inputs at every call and refuses one outside its range. Taken so far by a
-    /// Triton device's Python wrapper (`output_code.py`), for programs of kernels and
-    /// matrix products; elsewhere the compile says what takes one size only.
+    /// its inputs at every call and refuses one outside its range. Taken by a Triton
+    /// device's Python wrapper (`output_code.py`) and the cpu device's `wrapper.cpp`
+    /// (`kiln_call_shaped`), for programs of kernels, matrix products and attention;
+    /// elsewhere (a Triton device's C++ wrapper, convolutions) the compile says what
+    /// takes one size only. `host run` runs it at the example's sizes.
     #[arg(long, conflicts_with = "specialize")]
     pub dynamic: bool,
 }

@@ -515,16 +515,20 @@ pub fn compile_for(
 }
 
 /// Refuses a program of dynamic shapes that its target's code generator does not
-/// take yet: the Python wrapper of a Triton device takes kernels and matrix products
-/// over symbolic sizes; the C++ wrappers, and the templates of attention, `index_copy`
-/// and convolution, take one size so far (docs/dynamic-shapes.md).
+/// take yet: the Python wrapper of a Triton device and the C++ of a C++-scheduled
+/// device (the cpu) take kernels, matrix products and (on a Triton device)
+/// attention over symbolic sizes; a Triton device's C++ wrapper, and the
+/// `index_copy` and convolution templates, take one size so far
+/// (docs/dynamic-shapes.md).
 fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Result<(), Error> {
     use crate::schedule::ir::{ExternOp, Step};
     let Some((name, shape)) = crate::schedule::symbolic_buffer(program) else {
         return Ok(());
     };
-    let python =
-        target.spec.scheduling == SchedulingKind::Triton && target.wrapper == WrapperKind::Python;
+    let takes_symbols = match target.spec.scheduling {
+        SchedulingKind::Triton => target.wrapper == WrapperKind::Python,
+        SchedulingKind::Cpp => target.wrapper == WrapperKind::Cpp,
+    };
     let template = program.steps.iter().find_map(|s| match s {
         Step::Extern(e)
             if !matches!(
@@ -536,7 +540,7 @@ fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Re
         }
         _ => None,
     });
-    let what = match (python, template) {
+    let what = match (takes_symbols, template) {
         (true, None) => return Ok(()),
         (true, Some(op)) => format!(
             "symbolic sizes {shape:?}: the program calls `{op}`, which Kiln generates for \
@@ -544,7 +548,8 @@ fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Re
         ),
         (false, _) => format!(
             "symbolic sizes {shape:?}: Kiln generates code over dynamic shapes for a Triton \
-             device's Python wrapper only so far; compile it at one size (--specialize)"
+             device's Python wrapper and a C++ device's wrapper.cpp so far, not for a Triton \
+             device's C++ wrapper; compile it at one size (--specialize)"
         ),
     };
     Err(crate::schedule::Error::Unsupported {

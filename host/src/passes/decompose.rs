@@ -385,6 +385,7 @@ fn takes_symbols(op: &Op) -> bool {
             | Op::Addmm { .. }
             | Op::Cumsum { .. }
             | Op::Diff { .. }
+            | Op::Attention { .. }
             | Op::Reduce {
                 op: ReduceOp::Any | ReduceOp::All,
                 ..
@@ -554,9 +555,10 @@ fn attention(
         return Ok(None);
     };
     let m = if mask { s.arg(3) } else { None };
-    one(model::attention(
-        b, s.x, k, v, m, causal, scale, gqa, &s.out,
-    ))
+    let Some(out) = s.metas.first() else {
+        return Ok(None);
+    };
+    Ok(model::attention(b, s.x, k, v, m, causal, scale, gqa, out)?.map(|y| vec![y]))
 }
 
 /// `batch_norm` in inference form; the native form's saved statistics are zeros.

@@ -172,7 +172,7 @@ impl Loaded for DeviceModule {
 
     /// The outputs of the last call.
     fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
-        super::outputs(&self.outputs, prepared)
+        super::outputs(prepared)
     }
 }
 

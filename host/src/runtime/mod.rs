@@ -64,6 +64,9 @@ pub enum Error {
     /// `kiln_call` reported that no weights were loaded.
     #[error("the compiled program was called before its weights were loaded (kiln_load_weights or kiln_set_weights)")]
     NoWeights,
+    /// A library compiled for a range of sizes refused the inputs' sizes.
+    #[error("the compiled program refused the inputs' sizes: {0}")]
+    Sizes(String),
     /// `kiln_call` reported a failure.
     #[error("the compiled program failed with status {0} (out of memory)")]
     Call(i32),
@@ -85,6 +88,17 @@ type SetWeightsFn = unsafe extern "C" fn(*const *const u8) -> i32;
 type LoadWeightsFn = unsafe extern "C" fn(*const std::ffi::c_char) -> i32;
 type ErrorFn = unsafe extern "C" fn() -> *const std::ffi::c_char;
 type NameFn = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
+type ShapedCallFn =
+    unsafe extern "C" fn(*const *const i64, *const *const u8, *const *mut u8) -> i32;
+type OutputShapesFn = unsafe extern "C" fn(*const *const i64, *const *mut i64) -> i32;
+
+/// The entry points of a library compiled for a range of sizes
+/// (`codegen/wrapper/cpp/sizes.rs`).
+#[derive(Clone, Copy)]
+struct Shaped {
+    call: ShapedCallFn,
+    output_shapes: OutputShapesFn,
+}
 
 /// A tensor layout of the program's boundary.
 #[derive(Clone, Debug, PartialEq)]
@@ -126,8 +140,12 @@ pub struct Module {
     // The weights handed to the library, kept alive while it may read them.
     weights: Vec<Held>,
     path: PathBuf,
+    /// The inputs' and outputs' layouts; for a library of a range of sizes,
+    /// at the size symbols' hints (each call's come from its inputs).
     inputs: Vec<Slot>,
     outputs: Vec<Slot>,
+    /// Present for a library compiled for a range of sizes.
+    shaped: Option<Shaped>,
 }
 
 /// A weight's storage handed to the library.
@@ -151,6 +169,10 @@ impl Held {
 pub struct Prepared {
     inputs: Vec<Vec<u64>>,
     outputs: Vec<Vec<u64>>,
+    /// Each input's sizes, for a library of a range of sizes.
+    input_shapes: Vec<Vec<i64>>,
+    /// The outputs' layouts at these inputs' sizes.
+    output_slots: Vec<Slot>,
 }
 
 impl Prepared {
@@ -197,6 +219,28 @@ impl Module {
             let n_out: libloading::Symbol<CountFn> =
                 lib.get(b"kiln_num_outputs\0").map_err(load)?;
             (*call, abi(), n_in(), n_out())
+        };
+        // A program of symbolic sizes: its library takes each call's sizes.
+        let symbolic = !crate::codegen::wrapper::symbol_sources(p)
+            .map_err(|what| Error::Mismatch {
+                path: path.to_path_buf(),
+                what,
+            })?
+            .is_empty();
+        let shaped = if symbolic {
+            // SAFETY: the signatures `wrapper/cpp/sizes.rs` writes.
+            unsafe {
+                let call: libloading::Symbol<ShapedCallFn> =
+                    lib.get(b"kiln_call_shaped\0").map_err(load)?;
+                let output_shapes: libloading::Symbol<OutputShapesFn> =
+                    lib.get(b"kiln_output_shapes\0").map_err(load)?;
+                Some(Shaped {
+                    call: *call,
+                    output_shapes: *output_shapes,
+                })
+            }
+        } else {
+            None
         };
         let expected_abi = crate::codegen::wrapper::cpp::ABI_VERSION;
         if abi != expected_abi {
@@ -279,6 +323,7 @@ impl Module {
             path: path.to_path_buf(),
             inputs,
             outputs,
+            shaped,
         };
         if !weights.is_empty() {
             module.set_weights(weights);
@@ -325,11 +370,7 @@ impl Module {
         // SAFETY: a NUL-terminated path; the library copies what it reads.
         let status = unsafe { (self.load_weights)(text.as_ptr()) };
         if status != 0 {
-            // SAFETY: the library returns a NUL-terminated static buffer.
-            let why = unsafe { std::ffi::CStr::from_ptr((self.last_error)()) }
-                .to_string_lossy()
-                .into_owned();
-            return Err(Error::Weights(why));
+            return Err(Error::Weights(self.last_error()));
         }
         self.weights.clear();
         Ok(())
@@ -340,21 +381,91 @@ impl Module {
         &self.path
     }
 
-    /// Lays out `inputs` (one per graph input) for [`Module::call`].
+    /// Lays out `inputs` (one per graph input) for [`Module::call`]. A library
+    /// of a range of sizes takes each input at its own sizes (dense), and says
+    /// the outputs' sizes.
     pub fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
-        prepare(&self.inputs, &self.outputs, inputs)
+        let Some(shaped) = self.shaped else {
+            return prepare(&self.inputs, &self.outputs, inputs);
+        };
+        let slots: Vec<Slot> = self
+            .inputs
+            .iter()
+            .zip(inputs)
+            .map(|(slot, t)| Slot {
+                dtype: slot.dtype,
+                shape: if t.shape.len() == slot.shape.len() {
+                    t.shape.clone()
+                } else {
+                    slot.shape.clone()
+                },
+                strides: crate::graph::shape::contiguous_strides(&t.shape),
+            })
+            .collect();
+        let input_shapes: Vec<Vec<i64>> = slots.iter().map(|s| s.shape.clone()).collect();
+        let shape_ptrs: Vec<*const i64> = input_shapes.iter().map(|s| s.as_ptr()).collect();
+        let mut out_shapes: Vec<Vec<i64>> = self
+            .outputs
+            .iter()
+            .map(|s| vec![0; s.shape.len()])
+            .collect();
+        let out_ptrs: Vec<*mut i64> = out_shapes.iter_mut().map(|s| s.as_mut_ptr()).collect();
+        // Each input's rank is checked by `prepare` below before the library reads
+        // its sizes: read them now only when every rank agrees.
+        if inputs.len() == slots.len()
+            && inputs
+                .iter()
+                .zip(&self.inputs)
+                .all(|(t, s)| t.shape.len() == s.shape.len())
+        {
+            // SAFETY: one pointer per input to as many sizes as its rank, and one
+            // per output to room for as many as its rank.
+            let status = unsafe { (shaped.output_shapes)(shape_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+            if status != 0 {
+                return Err(Error::Sizes(self.last_error()));
+            }
+        }
+        let outputs: Vec<Slot> = self
+            .outputs
+            .iter()
+            .zip(out_shapes)
+            .map(|(slot, shape)| Slot {
+                dtype: slot.dtype,
+                strides: crate::graph::shape::contiguous_strides(&shape),
+                shape,
+            })
+            .collect();
+        let mut prepared = prepare(&slots, &outputs, inputs)?;
+        prepared.input_shapes = input_shapes;
+        Ok(prepared)
+    }
+
+    /// `kiln_last_error()`.
+    fn last_error(&self) -> String {
+        // SAFETY: the library returns a NUL-terminated buffer that lives on.
+        unsafe { std::ffi::CStr::from_ptr((self.last_error)()) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// Runs the program once on prepared inputs.
     pub fn call(&self, prepared: &mut Prepared) -> Result<(), Error> {
+        let shapes: Vec<*const i64> = prepared.input_shapes.iter().map(|s| s.as_ptr()).collect();
         let (ins, outs) = prepared.pointers();
         // SAFETY: every pointer spans the storage its tensor's layout needs
-        // (checked in `prepare`), and the library was checked at load.
-        let status = unsafe { (self.call)(ins.as_ptr(), outs.as_ptr()) };
+        // (checked in `prepare`), and the library was checked at load; a
+        // shaped call's sizes are each input's, as `prepare` laid it out.
+        let status = unsafe {
+            match self.shaped {
+                Some(shaped) => (shaped.call)(shapes.as_ptr(), ins.as_ptr(), outs.as_ptr()),
+                None => (self.call)(ins.as_ptr(), outs.as_ptr()),
+            }
+        };
         match status {
             0 => {}
             2 => return Err(Error::IndexOutOfRange),
             3 => return Err(Error::NoWeights),
+            4 => return Err(Error::Sizes(self.last_error())),
             s => return Err(Error::Call(s)),
         }
         Ok(())
@@ -362,7 +473,7 @@ impl Module {
 
     /// The outputs of the last call.
     pub fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
-        outputs(&self.outputs, prepared)
+        outputs(prepared)
     }
 
     /// Runs the program on `inputs` and returns its outputs.
@@ -431,16 +542,18 @@ fn prepare(slots: &[Slot], outputs: &[Slot], inputs: &[Tensor]) -> Result<Prepar
         });
         staged.push(words);
     }
-    let outputs = outputs.iter().map(|s| vec![0u64; s.words()]).collect();
     Ok(Prepared {
         inputs: staged,
-        outputs,
+        outputs: outputs.iter().map(|s| vec![0u64; s.words()]).collect(),
+        input_shapes: Vec::new(),
+        output_slots: outputs.to_vec(),
     })
 }
 
-/// The tensors in `prepared`'s outputs, laid out as `slots` say.
-fn outputs(slots: &[Slot], prepared: &mut Prepared) -> Vec<Tensor> {
-    slots
+/// The tensors in `prepared`'s outputs, laid out as its slots say.
+fn outputs(prepared: &mut Prepared) -> Vec<Tensor> {
+    prepared
+        .output_slots
         .iter()
         .zip(prepared.outputs.iter_mut())
         .map(|(slot, words)| {

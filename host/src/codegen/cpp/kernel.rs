@@ -23,8 +23,9 @@ use super::{Error, KernelInfo};
 use crate::codegen::heuristics::{kernel_configs, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::dtype::DType;
+use crate::graph::sym::Syntax;
 use crate::schedule::ids::IdVec;
-use crate::schedule::index::{Index, Var};
+use crate::schedule::index::{size_text, Index, Size, Var};
 use crate::schedule::ir::{
     Access, BufferId, Cond, Expr, ExprId, Kernel, Program, ReduceKind, Store,
 };
@@ -48,6 +49,9 @@ pub(super) fn write_kernel(
             Access::Write => format!("{ty}* __restrict__ {param}"),
         });
     }
+    // The size symbols its loops and indexes read, after the pointers.
+    let symbols = kernel_symbols(k);
+    params.extend(symbols.iter().map(|s| format!("const int64_t ks{}", s.0)));
     let pointwise = !k.is_reduction();
     // The parallel chunk is the first config's block; a reduction's r block
     // is how many row elements the plugin reduces at a time (its lanes).
@@ -58,8 +62,9 @@ pub(super) fn write_kernel(
             source,
         })?;
 
-    // Every index of the kernel, guards and selects included, decides together.
-    let (xe, re) = (k.space.x_hint(), k.space.r_hint().max(1));
+    // Every index of the kernel, guards and selects included, decides together,
+    // at the largest extents the symbols' ranges allow.
+    let (xe, re) = (most(&k.space.x, program), most(&k.space.r, program).max(1));
     let mut indices: Vec<&crate::schedule::index::Index> =
         k.stores.iter().map(|s| &s.index).collect();
     for (id, _, _) in k.exprs.iter() {
@@ -97,12 +102,16 @@ pub(super) fn write_kernel(
     writeln!(
         w.out,
         "// {} x {}; parallel chunk {chunk} from the plugin's heuristics.",
-        k.space.x_hint(),
-        k.space.r_hint()
+        extent(&k.space.x),
+        extent(&k.space.r)
     )?;
     writeln!(w.out, "static void {name}({}) {{", params.join(", "))?;
     if pointwise {
         w.pointwise_body(chunk)?;
+    } else if k.space.fixed().is_none() {
+        // Sizes known at the call only: rows one at a time, each an `omp simd`
+        // loop (the other forms pick blocks and vectors by the extents).
+        w.reduction_body(chunk, i64::from(r_step))?;
     } else if k.is_tiled() && reads_across_rows(k) {
         w.tiled_body(chunk)?;
     } else if !k.reductions.is_empty()
@@ -139,6 +148,7 @@ pub(super) fn write_kernel(
         step: named.step,
         name: name.to_string(),
         args: k.params.iter().map(|p| p.buf).collect(),
+        symbols,
         chunk,
     };
     Ok((w.out, info))
@@ -314,7 +324,8 @@ impl Writer<'_> {
             };
             offset = format!(
                 "{offset} + {check}(static_cast<int64_t>({v}), {}) * {}",
-                i.size, i.stride
+                extent(&i.size),
+                extent(&i.stride)
             );
         }
         Ok(if self.program.buffer(*buf).dtype == DType::Bool {
@@ -511,7 +522,7 @@ impl Writer<'_> {
     }
 
     fn pointwise_body(&mut self, chunk: u32) -> Result<(), Error> {
-        let x = self.k.space.x_hint();
+        let x = extent(&self.k.space.x);
         // Threads take whole chunks; inside one, a plain `omp simd` loop, which
         // compilers vectorise (GCC leaves a combined `parallel for simd` with a
         // chunked schedule scalar).
@@ -735,14 +746,18 @@ impl Writer<'_> {
             fixed,
         } = RowPhases::of(k);
         let needed = self.needed();
-        let (x, r) = (k.space.x_hint(), k.space.r_hint());
-        let mut cache = RowCache::plan(k, &uses_r, r, &loops);
+        let (x, r) = (extent(&k.space.x), extent(&k.space.r));
+        // A row of a symbolic length caches at its longest (a row cache is an
+        // array on the stack).
+        let fixed_r = k.space.r.as_const();
+        let row_most = most(&k.space.r, self.program);
+        let mut cache = RowCache::plan(k, &uses_r, row_most, &loops);
         // Nothing for what the stores only move (16-bit floats' bits).
         cache.keep_only(&needed);
         // Row elements that are a view's flattened dims (`r / 256`, `r % 256`,
         // a reduction over dims 0 and 2): loops over blocks aligned to their
         // period read whole runs.
-        self.elem_block = aligned_block(k, Var::R, r.min(OUTER_BLOCK));
+        self.elem_block = fixed_r.and_then(|r| aligned_block(k, Var::R, r.min(OUTER_BLOCK)));
         self.line(
             1,
             &format!("#pragma omp parallel for schedule(static, {chunk}) if ({x} > {chunk})"),
@@ -755,7 +770,7 @@ impl Writer<'_> {
             .collect::<std::collections::BTreeMap<_, _>>()
         {
             let ty = compute_type(k.exprs.dtype(id));
-            self.line(2, &format!("alignas(64) {ty} row{}[{r}];", id.0));
+            self.line(2, &format!("alignas(64) {ty} row{}[{row_most}];", id.0));
         }
         for (p, (reds, stores)) in loops.iter().enumerate() {
             if p > 0 {
@@ -783,7 +798,11 @@ impl Writer<'_> {
             // Rows of at least one vector loop a vector at a time into
             // accumulators of a vector's lanes (see `laned_loop`); the rest as
             // one `omp simd` loop with OpenMP's reduction clauses.
-            if simd && self.elem_block.is_none() && lanes >= 2 && r >= lanes {
+            if simd
+                && self.elem_block.is_none()
+                && lanes >= 2
+                && fixed_r.is_some_and(|r| r >= lanes)
+            {
                 self.laned_loop(p, reds, stores, &cache, lanes)?;
                 continue;
             }
@@ -945,6 +964,33 @@ fn as_compute_type(stored: DType, ty: &str, value: String) -> String {
     } else {
         format!("static_cast<{ty}>({value})")
     }
+}
+
+/// A loop extent or a size in C++: the integer, or the expression over the
+/// kernel's `ks<id>` arguments.
+fn extent(s: &Size) -> String {
+    size_text(s, Syntax::C)
+}
+
+/// The largest value `s` takes over the program's symbols' ranges (`i64::MAX`
+/// where unbounded): what a decision that must hold at every size reads.
+fn most(s: &Size, program: &Program) -> i64 {
+    s.as_const().unwrap_or_else(|| {
+        let (_, hi) = s.bounds(&program.symbols);
+        i64::try_from(hi).unwrap_or(i64::MAX)
+    })
+}
+
+/// The size symbols a kernel's function takes (`const int64_t ks<id>`), sorted:
+/// those its indexes, guards and loop extents read.
+fn kernel_symbols(k: &Kernel) -> Vec<crate::graph::sym::SymId> {
+    let mut out = k.symbols();
+    for s in [&k.space.x, &k.space.r, &k.space.inner] {
+        out.extend(s.symbols());
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The tiles of [`Writer::tiled_body`] ([`crate::schedule::tile::CPP_TILE`]).

@@ -48,6 +48,8 @@ pub struct KernelInfo {
     /// Buffers passed as pointer arguments, in order (the scheduled kernel's
     /// parameters).
     pub args: Vec<BufferId>,
+    /// The size symbols passed after the pointers (`ks<id>`), in order.
+    pub symbols: Vec<crate::graph::sym::SymId>,
     /// The OpenMP chunk (elements or rows per thread at a time).
     pub chunk: u32,
 }

@@ -189,6 +189,7 @@ fn output_shapes(
             one(reduced(&first.shape, dims.as_deref(), *keepdim))
         }
         Op::Mm => one(product(&first.shape, &tensors.get(1)?.shape)),
+        Op::Matmul => one(matmul(&first.shape, &tensors.get(1)?.shape)),
         Op::Addmm { .. } => {
             let s = product(&tensors.get(1)?.shape, &tensors.get(2)?.shape);
             one(s.and_then(|s| expands_to(&first.shape, s)))
@@ -267,6 +268,33 @@ fn product(a: &[Size], b: &[Size]) -> Result<Vec<Size>, InferError> {
     match (a, b) {
         ([m, k], [k2, n]) if k == k2 => Ok(vec![m.clone(), n.clone()]),
         _ => Err(disagree("mm needs [m, k] and [k, n]", a, b)),
+    }
+}
+
+/// `torch.matmul`: a 1-D operand is a row (first) or a column (second) whose dim
+/// the result drops; the dims before the last two broadcast.
+fn matmul(a: &[Size], b: &[Size]) -> Result<Vec<Size>, InferError> {
+    let (Some(k), Some(k2)) = (a.last(), b.get(b.len().saturating_sub(2))) else {
+        return Err(disagree("matmul of a 0-d operand", a, b));
+    };
+    if k != k2 {
+        return Err(disagree("matmul needs [.., k] and [.., k, n]", a, b));
+    }
+    let rows = &a[..a.len() - 1];
+    match (a.len(), b.len()) {
+        (1, 1) => Ok(vec![]),
+        (_, 1) => Ok(rows.to_vec()),
+        (1, _) => {
+            let mut out = b[..b.len() - 2].to_vec();
+            out.extend(b.last().cloned());
+            Ok(out)
+        }
+        _ => {
+            let mut out = broadcast_sizes(&a[..a.len() - 2], &b[..b.len() - 2])?;
+            out.extend(rows.last().cloned());
+            out.extend(b.last().cloned());
+            Ok(out)
+        }
     }
 }
 

@@ -250,33 +250,36 @@ pub(super) fn attention(
     causal: bool,
     scale: Option<f64>,
     gqa: bool,
-    out: &FixedMeta,
-) -> Result<ValueId, Error> {
-    let qs = b.shape(q);
-    let (l, e) = (qs[qs.len() - 2], qs[qs.len() - 1]);
-    let ks = b.shape(k);
-    let s = ks[ks.len() - 2];
-    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    out: &crate::graph::TensorMeta,
+) -> Result<Option<ValueId>, Error> {
+    let (qs, ks) = (b.sizes(q), b.sizes(k));
+    let (Some([l, e]), Some(s)) = (qs.last_chunk::<2>(), ks.iter().rev().nth(1)) else {
+        return Ok(None);
+    };
+    let (l, s) = (l.clone(), s.clone());
+    // The default scale reads the head size: an integer in every model.
+    let scale = match (scale, e.as_const()) {
+        (Some(scale), _) => scale,
+        (None, Some(e)) => 1.0 / (e as f64).sqrt(),
+        (None, None) => return Ok(None),
+    };
     let (mut k, mut v) = (b.upcast(k)?, b.upcast(v)?);
     let q = b.upcast(q)?;
     if gqa && qs.len() >= 3 && ks.len() == qs.len() {
         let h = qs.len() - 3;
-        let (hq, hk) = (qs[h], ks[h]);
+        let (Some(hq), Some(hk)) = (qs[h].as_const(), ks[h].as_const()) else {
+            return Ok(None);
+        };
         if hk != hq && hk > 0 {
             let group = hq / hk;
             let repeat = |b: &mut B, t: ValueId| -> Result<ValueId, Error> {
-                let mut shape = b.shape(t);
+                let mut shape = b.sizes(t);
                 let u = b.op(Op::Unsqueeze { dim: h as i64 + 1 }, vec![Arg::Value(t)])?;
                 let mut wide = shape.clone();
-                wide.insert(h + 1, group);
-                let ex = b.op(
-                    Op::Expand {
-                        sizes: crate::graph::shape::sizes(&wide),
-                    },
-                    vec![Arg::Value(u)],
-                )?;
-                shape[h] = hq;
-                b.reshape(ex, shape)
+                wide.insert(h + 1, Size::from(group));
+                let ex = b.op(Op::Expand { sizes: wide }, vec![Arg::Value(u)])?;
+                shape[h] = Size::from(hq);
+                b.op(Op::Reshape { shape, view: false }, vec![Arg::Value(ex)])
             };
             k = repeat(b, k)?;
             v = repeat(b, v)?;
@@ -286,11 +289,7 @@ pub(super) fn attention(
     let scores = b.matmul(q, kt)?;
     let mut scores = b.vs(BinaryOp::Mul, scores, scale)?;
     if causal {
-        mask_size(b, l, s, "causal attention")?;
-        let tril: Vec<f64> = (0..l)
-            .flat_map(|i| (0..s).map(move |j| f64::from(u8::from(j <= i))))
-            .collect();
-        let keep = b.constant(vec![l, s], DType::Bool, tril);
+        let keep = causal_mask(b, &l, &s)?;
         scores = b.op(
             Op::Where,
             vec![
@@ -335,17 +334,45 @@ pub(super) fn attention(
         )?;
     }
     let y = b.matmul(p, v)?;
-    let y = if b.shape(y) != out.shape {
+    let y = if b.sizes(y) != out.shape {
         b.op(
             Op::Expand {
-                sizes: crate::graph::shape::sizes(&out.shape),
+                sizes: out.shape.clone(),
             },
             vec![Arg::Value(y)],
         )?
     } else {
         y
     };
-    b.cast(y, out.dtype)
+    b.cast(y, out.dtype).map(Some)
+}
+
+/// The mask of causal attention, `[L, S]`: key `j` is kept for query `i` where
+/// `j <= i` (the top-left lower triangle, as PyTorch's `is_causal`). A constant
+/// at integer sizes; of symbolic ones, built from two `arange`s.
+fn causal_mask(b: &mut B, l: &Size, s: &Size) -> Result<ValueId, Error> {
+    if let (Some(l), Some(s)) = (l.as_const(), s.as_const()) {
+        mask_size(b, l, s, "causal attention")?;
+        let tril: Vec<f64> = (0..l)
+            .flat_map(|i| (0..s).map(move |j| f64::from(u8::from(j <= i))))
+            .collect();
+        return Ok(b.constant(vec![l, s], DType::Bool, tril));
+    }
+    let positions = |b: &mut B, n: &Size| {
+        b.op(
+            Op::Arange {
+                start: Scalar::Int(0),
+                end: crate::graph::ops::Bound::Size(n.clone()),
+                step: Scalar::Int(1),
+                dtype: Some(DType::Int64),
+            },
+            vec![],
+        )
+    };
+    let (qi, kj) = (positions(b, l)?, positions(b, s)?);
+    let i = b.op(Op::Unsqueeze { dim: 1 }, vec![Arg::Value(qi)])?;
+    let j = b.op(Op::Unsqueeze { dim: 0 }, vec![Arg::Value(kj)])?;
+    b.vv(BinaryOp::Le, j, i)
 }
 
 /// Whether node `id` is an attention the fused kernel of a Triton target
@@ -362,17 +389,18 @@ pub fn fusable_attention(g: &crate::graph::Graph, id: crate::graph::NodeId) -> b
     let Op::Attention { mask, gqa, .. } = node.op else {
         return false;
     };
+    // Sizes may be symbolic: the head sizes must be integers; the others compare as
+    // expressions.
     let meta = |i: usize| {
         node.args
             .get(i)
             .and_then(Arg::value)
-            .and_then(|v| g.fixed_meta(v))
+            .and_then(|v| g.meta(v))
     };
-    let out = node.outputs.first().and_then(|m| m.fixed());
+    let out = node.outputs.first();
     let (Some(q), Some(k), Some(v), Some(out)) = (meta(0), meta(1), meta(2), out) else {
         return false;
     };
-    let (q, k, v) = (&q, &k, &v);
     let rank = q.shape.len();
     let float = |d: DType| matches!(d, DType::Float16 | DType::BFloat16 | DType::Float32);
     if !(rank == 3 || rank == 4)
@@ -385,24 +413,28 @@ pub fn fusable_attention(g: &crate::graph::Graph, id: crate::graph::NodeId) -> b
     {
         return false;
     }
-    let (l, e) = (q.shape[rank - 2], q.shape[rank - 1]);
-    let (s, ev) = (k.shape[rank - 2], v.shape[rank - 1]);
-    if k.shape[rank - 1] != e
-        || v.shape[rank - 2] != s
-        || !(1..=256).contains(&e)
-        || !(1..=256).contains(&ev)
-        || l < 1
-        || s < 1
+    let (l, e) = (&q.shape[rank - 2], &q.shape[rank - 1]);
+    let (s, ev) = (&k.shape[rank - 2], &v.shape[rank - 1]);
+    let head = |d: &Size| d.as_const().is_some_and(|d| (1..=256).contains(&d));
+    let positive = |d: &Size| d.as_const().is_none_or(|d| d >= 1);
+    if k.shape[rank - 1] != *e
+        || v.shape[rank - 2] != *s
+        || !head(e)
+        || !head(ev)
+        || !positive(l)
+        || !positive(s)
     {
         return false;
     }
     // Batch dims: equal or broadcast from 1; heads may also be shared by groups.
     for t in [k, v] {
         for d in 0..rank - 2 {
-            let (want, have) = (q.shape[d], t.shape[d]);
+            let (want, have) = (&q.shape[d], &t.shape[d]);
             let heads = rank == 4 && d == 1;
-            let grouped = heads && gqa && have > 0 && want % have == 0;
-            if have != want && have != 1 && !grouped {
+            let grouped = heads
+                && gqa
+                && matches!((want.as_const(), have.as_const()), (Some(w), Some(h)) if h > 0 && w % h == 0);
+            if have != want && *have != 1 && !grouped {
                 return false;
             }
         }
@@ -411,7 +443,7 @@ pub fn fusable_attention(g: &crate::graph::Graph, id: crate::graph::NodeId) -> b
         return false;
     }
     let mut expected = q.shape.clone();
-    expected[rank - 1] = ev;
+    expected[rank - 1] = ev.clone();
     if out.shape != expected {
         return false;
     }
@@ -423,12 +455,12 @@ pub fn fusable_attention(g: &crate::graph::Graph, id: crate::graph::NodeId) -> b
             return false;
         }
         let mut full = q.shape.clone();
-        full[rank - 1] = s;
+        full[rank - 1] = s.clone();
         let skip = rank - m.shape.len();
         if m.shape
             .iter()
             .zip(&full[skip..])
-            .any(|(&have, &want)| have != want && have != 1)
+            .any(|(have, want)| have != want && *have != 1)
         {
             return false;
         }

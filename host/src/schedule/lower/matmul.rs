@@ -3,13 +3,13 @@
 use super::{contiguous_view, first_value, meta_of, node_of, Def, Lowered, SKind, SNode};
 use crate::graph::ir::{Graph, NodeId, TensorMeta, ValueId};
 use crate::graph::views::view_strides;
-use crate::schedule::index::{consts, contiguous_sizes, sizes, Size};
+use crate::schedule::index::{contiguous_sizes, product, Size};
 use crate::schedule::ir::{ExternOp, View};
 use crate::schedule::Error;
 
 /// A matmul's operands flattened to `[B, M, K]` and `[B, K, N]` (each `None` when its
-/// strides cannot express that), with `B`, `M`, `K` and `N`.
-type Flattened = (Option<View>, Option<View>, i64, i64, i64, i64);
+/// strides cannot express that), with `B`, `M` and `N`.
+type Flattened = (Option<View>, Option<View>, Size, Size, Size);
 
 /// `mm`, `bmm` and `matmul` as extern calls on strided views; `matmul`'s
 /// broadcasting becomes views onto a `bmm` (or a `mm` when there is no batch).
@@ -41,63 +41,60 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
     // operand whose batch dims cannot be flattened as strided (a transposed head dim,
     // say) is copied to contiguous memory first.
     let flattened = |va: &View, vb: &View| -> Result<Flattened, Error> {
-        let fixed = |v: &View| Some((consts(&v.shape)?, consts(&v.strides)?));
-        let (Some((mut a_shape, mut a_strides)), Some((mut b_shape, mut b_strides))) =
-            (fixed(va), fixed(vb))
-        else {
-            return Err(unsupported("a batched matmul over symbolic sizes"));
-        };
+        let (mut a_shape, mut a_strides) = (va.shape.clone(), va.strides.clone());
+        let (mut b_shape, mut b_strides) = (vb.shape.clone(), vb.strides.clone());
         if a_shape.len() == 1 {
-            a_shape.insert(0, 1);
-            a_strides.insert(0, 0);
+            a_shape.insert(0, Size::from(1));
+            a_strides.insert(0, Size::from(0));
         }
         if b_shape.len() == 1 {
-            b_shape.push(1);
-            b_strides.push(0);
+            b_shape.push(Size::from(1));
+            b_strides.push(Size::from(0));
         }
-        let (m, k) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
-        let n = b_shape[b_shape.len() - 1];
+        let (m, k) = (&a_shape[a_shape.len() - 2], &a_shape[a_shape.len() - 1]);
+        let n = &b_shape[b_shape.len() - 1];
         let a_batch = &a_shape[..a_shape.len() - 2];
         let b_batch = &b_shape[..b_shape.len() - 2];
-        let batch = crate::graph::shape::broadcast(a_batch, b_batch)
+        let batch = crate::graph::infer::symbolic::broadcast_sizes(a_batch, b_batch)
             .map_err(|e| unsupported(&e.to_string()))?;
-        let bsize: i64 = batch.iter().product();
-        let expand =
-            |shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> (Vec<i64>, Vec<i64>) {
-                let lead = batch.len() + 2 - shape.len();
-                let mut st = vec![0i64; lead];
-                for (d, &s) in shape[..shape.len() - 2].iter().enumerate() {
-                    st.push(if s == 1 { 0 } else { strides[d] });
-                }
-                st.extend_from_slice(&strides[strides.len() - 2..]);
-                let mut sh = batch.clone();
-                sh.extend([rows, cols]);
-                (sh, st)
-            };
+        let bsize = product(&batch);
+        let expand = |shape: &[Size], strides: &[Size], rows: &Size, cols: &Size| {
+            let lead = batch.len() + 2 - shape.len();
+            let mut st = vec![Size::from(0); lead];
+            for (d, s) in shape[..shape.len() - 2].iter().enumerate() {
+                st.push(if *s == 1 {
+                    Size::from(0)
+                } else {
+                    strides[d].clone()
+                });
+            }
+            st.extend_from_slice(&strides[strides.len() - 2..]);
+            let mut sh = batch.clone();
+            sh.extend([rows.clone(), cols.clone()]);
+            (sh, st)
+        };
         let (ea_shape, ea_strides) = expand(&a_shape, &a_strides, m, k);
         let (eb_shape, eb_strides) = expand(&b_shape, &b_strides, k, n);
-        let flat =
-            |view: &View, shape: &[i64], strides: &[i64], rows: i64, cols: i64| -> Option<View> {
-                let shape3 = sizes(&[bsize, rows, cols]);
-                let st = view_strides(&sizes(shape), &sizes(strides), &shape3)?;
-                Some(View {
-                    buf: view.buf,
-                    shape: shape3,
-                    strides: st,
-                    offset: view.offset.clone(),
-                })
-            };
+        let flat = |view: &View, shape: &[Size], strides: &[Size], rows: &Size, cols: &Size| {
+            let shape3 = vec![bsize.clone(), rows.clone(), cols.clone()];
+            let st = view_strides(shape, strides, &shape3)?;
+            Some(View {
+                buf: view.buf,
+                shape: shape3,
+                strides: st,
+                offset: view.offset.clone(),
+            })
+        };
         Ok((
             flat(va, &ea_shape, &ea_strides, m, k),
             flat(vb, &eb_shape, &eb_strides, k, n),
-            bsize,
-            m,
-            k,
-            n,
+            bsize.clone(),
+            m.clone(),
+            n.clone(),
         ))
     };
     let (mut va, mut vb) = (va, vb);
-    let (mut fa, mut fb, bsize, m, _, n) = flattened(&va, &vb)?;
+    let (mut fa, mut fb, bsize, m, n) = flattened(&va, &vb)?;
     if fa.is_none() || fb.is_none() {
         for (f, v, value) in [(&fa, &mut va, a), (&fb, &mut vb, b)] {
             if f.is_none() {
@@ -114,7 +111,7 @@ pub(super) fn lower_matmul(graph: &Graph, low: &mut Lowered, id: NodeId) -> Resu
         ));
     };
     // The product is computed as [B, M, N]; the graph's value is a view of it.
-    let product_meta = TensorMeta::contiguous(vec![bsize, m, n], out_meta.dtype);
+    let product_meta = TensorMeta::contiguous_sizes(vec![bsize, m, n], out_meta.dtype);
     let buf = low.add_buffer(
         &node.name,
         &product_meta,

@@ -60,10 +60,12 @@ pub const CONV: Header = header!("conv.h");
 pub const COPY_OUT: Header = header!("copy_out.h");
 /// `kiln_read_weights`: the weights file read and checked.
 pub const WEIGHTS: Header = header!("weights.h");
+/// The checks of a call's sizes in a library compiled for a range of them.
+pub const SIZES: Header = header!("sizes.h");
 
 /// Every header, in dependency order (one includes only headers before it).
-pub const HEADERS: [Header; 9] = [
-    SCALAR, ARENA, TRANSPOSE, LANES, BLAS, MATMUL, CONV, COPY_OUT, WEIGHTS,
+pub const HEADERS: [Header; 10] = [
+    SCALAR, ARENA, TRANSPOSE, LANES, BLAS, MATMUL, CONV, COPY_OUT, WEIGHTS, SIZES,
 ];
 
 /// A part of the runtime that `host run` compiles once into an object file
@@ -86,7 +88,7 @@ pub struct Linked {
 
 /// Every header's text, for the [`Namer`](crate::codegen::namer::Namer) to
 /// reserve their identifiers.
-pub fn texts() -> [&'static str; 9] {
+pub fn texts() -> [&'static str; 10] {
     HEADERS.map(|h| h.text)
 }
 

@@ -33,50 +33,7 @@ pub(super) struct CallWriter<'a> {
     /// `call` copies when they are not 16-byte aligned.
     pub aligned: &'a [usize],
     /// Where each size symbol is read from (empty for a program of one size).
-    pub sources: &'a [SymbolSource],
-}
-
-/// An input dim that a size symbol is: where `call` reads the symbol's value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct SymbolSource {
-    /// The symbol.
-    pub symbol: crate::graph::sym::SymId,
-    /// The graph input.
-    pub input: usize,
-    /// Its dim.
-    pub dim: usize,
-}
-
-/// Where `call` reads each size symbol of `p`: the first input dim that is the
-/// symbol itself. `Err` names a symbol that no input's dim is (its value could not be
-/// known from a call's inputs).
-pub(super) fn symbol_sources(p: &Program) -> Result<Vec<SymbolSource>, String> {
-    let mut out: Vec<SymbolSource> = Vec::new();
-    for (input, b) in p.inputs.iter().enumerate() {
-        for (dim, size) in p.buffer(*b).shape.iter().enumerate() {
-            if let Some(symbol) = size.as_symbol() {
-                if !out.iter().any(|s| s.symbol == symbol) {
-                    out.push(SymbolSource { symbol, input, dim });
-                }
-            }
-        }
-    }
-    let used = p
-        .buffers
-        .iter()
-        .flat_map(|b| b.shape.iter().flat_map(|s| s.symbols()));
-    for s in used {
-        if !out.iter().any(|o| o.symbol == s) {
-            let name = p
-                .symbols
-                .get(s)
-                .map_or_else(|| format!("ks{}", s.0), |v| v.name.clone());
-            return Err(format!(
-                "the size symbol `{name}` is no input's dim, so a call cannot give its value"
-            ));
-        }
-    }
-    Ok(out)
+    pub sources: &'a [super::super::SymbolSource],
 }
 
 /// The positions of the graph inputs some kernel reads through a pointer

@@ -202,7 +202,7 @@ pub fn write(
     for (id, _) in p.symbols.iter() {
         namer.reserve(&format!("ks{}", id.0));
     }
-    let sources = call::symbol_sources(p).map_err(Error::Symbols)?;
+    let sources = super::symbol_sources(p).map_err(Error::Symbols)?;
     let names = buffer_names(p, namer);
     let mut by_step: HashMap<usize, &KernelInfo> = HashMap::new();
     for k in &kernels.info {

@@ -3,26 +3,7 @@
 
 use super::Error;
 
-/// A C++ string literal of `text`.
-pub(super) fn c_str(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '?' => out.push_str("\\?"),
-            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-            c => {
-                let mut bytes = [0u8; 4];
-                for b in c.encode_utf8(&mut bytes).bytes() {
-                    out.push_str(&format!("\\{b:03o}"));
-                }
-            }
-        }
-    }
-    out.push('"');
-    out
-}
+pub(super) use super::super::c_str;
 
 /// The C++ type of a Triton scalar signature type.
 pub(super) fn scalar_type(triton: &str) -> Result<&'static str, Error> {

@@ -6,8 +6,9 @@
 - ``kiln.compile(module_or_exported_program, example_inputs, device=...)``: the whole
   module, exported with ``torch.export``, as one callable with the module's own signature
   (positional and keyword inputs, outputs in the module's own structure). An exported
-  program with dynamic shapes gives a ``Dynamic``: called at any sizes in its ranges, each
-  size compiled at its first call.
+  program with dynamic shapes gives a ``Dynamic``: called at any sizes in its ranges,
+  compiled once for the whole range (each size at its first call where the target takes
+  one size only).
 
 Both run ``host compile`` (the Kiln compiler this package carries, or ``$KILN_HOST``) on
 the exported graph, keep the result in a cache shared by every process

@@ -67,7 +67,7 @@ class Compiled:
     positional and keyword inputs (tensors of the example's sizes and dtypes, other
     values as the example's), the outputs in the module's own structure."""
 
-    def __init__(self, program, device: str, plugins=(), mode=None, sizes=None):
+    def __init__(self, program, device: str, plugins=(), mode=None, sizes=None, dynamic=False):
         import torch.utils._pytree as pytree
 
         if mode not in (None, "default", "reduce-overhead"):
@@ -77,9 +77,11 @@ class Compiled:
         self._in_spec = program.call_spec.in_spec
         self._out_spec = program.call_spec.out_spec
         self._pytree = pytree
-        inputs, outputs = _user_values(program, sizes)
+        # `dynamic`: one compile for the export's whole range (`host compile --dynamic`);
+        # a symbolic dim is then None here, and the code checks each call's sizes.
+        inputs, outputs = _user_values(program, sizes, dynamic)
         self._inputs = inputs
-        self.folder = build(program, device, tuple(str(p) for p in plugins), sizes)
+        self.folder = build(program, device, tuple(str(p) for p in plugins), sizes, dynamic)
         graphs = graphs_module(device) if mode == "reduce-overhead" else None
         self._state = _State.of(self.folder, program, device, fixed=graphs is not None)
         extra = self._state.outputs if self._state is not None else []
@@ -132,7 +134,8 @@ class Compiled:
                             f"{len(self._inputs)}")
         check_device(self.device, tensors)
         for i, (t, (shape, dtype)) in enumerate(zip(tensors, self._inputs)):
-            if tuple(t.shape) != shape or t.dtype != dtype:
+            fits = t.dim() == len(shape) and all(d is None or d == n for d, n in zip(shape, t.shape))
+            if not fits or t.dtype != dtype:
                 raise KilnError(f"input {i} is {t.dtype}{list(t.shape)}; the graph was compiled for "
                                 f"{dtype}{list(shape)} (Kiln compiles static shapes: compile again for these)")
 
@@ -313,9 +316,11 @@ class Dynamic:
     """An export with dynamic shapes, called like the module at any sizes within the
     ranges the export gives its symbols: each call's sizes are read from its inputs and
     checked (a size outside its range, or two dims the export makes one size that differ,
-    is an error naming them), and the program is compiled for those sizes at their first
-    call (`--specialize`) and kept. Kiln's graphs have static shapes until symbolic dims
-    reach its scheduler (docs/dynamic-shapes.md): `compiles` counts the sizes compiled."""
+    is an error naming them). The first call compiles the program once for the whole
+    range (`host compile --dynamic`), whose code reads the sizes at every call. Where the
+    target takes one size only (a mode of device graphs, a convolution; the compile says
+    what), each size is compiled at its first call instead (`--specialize`) and kept.
+    `compiles` counts the compiles (docs/dynamic-shapes.md)."""
 
     def __init__(self, program, device: str, plugins, mode, dims):
         import torch.utils._pytree as pytree
@@ -324,11 +329,25 @@ class Dynamic:
         self._dims = dims
         self._pytree = pytree
         self.compiled: dict = {}
+        # The one compile for every size; None until the first call, or where the
+        # target took one size only (`per_size` then says why).
+        self.whole: Compiled | None = None
+        self.per_size: str | None = "device graphs replay one size" if mode == "reduce-overhead" else None
 
     @property
     def compiles(self) -> int:
-        """The sizes compiled so far."""
-        return len(self.compiled)
+        """The compiles so far: 1 for the one compile of the whole range, else the sizes."""
+        return len(self.compiled) + (self.whole is not None)
+
+    def _compile_whole(self) -> None:
+        """Compiles the program once for its whole range, unless the target takes one
+        size only (its refusal names `--specialize`): then each size compiles apart."""
+        try:
+            self.whole = Compiled(self._program, self.device, self._plugins, self._mode, dynamic=True)
+        except KilnError as error:
+            if "--specialize" not in str(error):
+                raise
+            self.per_size = str(error)
 
     def sizes_of(self, tensors) -> dict:
         """Each symbol's value in a call of these tensor inputs, checked."""
@@ -351,6 +370,10 @@ class Dynamic:
 
         flat, _ = self._pytree.tree_flatten((args, kwargs))
         sizes = self.sizes_of([x for x in flat if isinstance(x, torch.Tensor)])
+        if self.whole is None and self.per_size is None:
+            self._compile_whole()
+        if self.whole is not None:
+            return self.whole(*args, **kwargs)
         key = tuple(sorted(sizes.items()))
         compiled = self.compiled.get(key)
         if compiled is None:
@@ -359,13 +382,16 @@ class Dynamic:
         return compiled(*args, **kwargs)
 
 
-def _size(d, sizes) -> int:
+def _size(d, sizes, dynamic=False) -> int | None:
     """A dim as an integer: a symbolic one (an export with dynamic shapes) at `sizes`, its
-    symbols' values by name, without the guard `int()` would add to the program."""
+    symbols' values by name, without the guard `int()` would add to the program; None for
+    a symbolic one of a compile for the whole range (`dynamic`)."""
     import torch
 
     if not isinstance(d, torch.SymInt):
         return int(d)
+    if dynamic:
+        return None
     expr = d.node.expr
     missing = [str(s) for s in expr.free_symbols if str(s) not in (sizes or {})]
     if missing:
@@ -373,9 +399,10 @@ def _size(d, sizes) -> int:
     return int(expr.xreplace({s: sizes[str(s)] for s in expr.free_symbols}))
 
 
-def _user_values(program, sizes=None):
+def _user_values(program, sizes=None, dynamic=False):
     """The (shape, dtype) of each tensor user input, and of each user output, in order
-    (for an export with dynamic shapes, at `sizes`)."""
+    (for an export with dynamic shapes, at `sizes`; or, compiled for its whole range, with
+    None for each symbolic dim)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
@@ -385,7 +412,7 @@ def _user_values(program, sizes=None):
             continue
         val = placeholders[spec.arg.name].meta.get("val")
         if hasattr(val, "shape"):
-            inputs.append((tuple(_size(d, sizes) for d in val.shape), val.dtype))
+            inputs.append((tuple(_size(d, sizes, dynamic) for d in val.shape), val.dtype))
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     values = list(output_node.args[0])
     outputs = []
@@ -394,11 +421,12 @@ def _user_values(program, sizes=None):
             val = node.meta.get("val") if hasattr(node, "meta") else None
             if not hasattr(val, "shape"):
                 raise KilnError(f"output `{spec.arg.name}` is not a tensor; Kiln's graphs return tensors")
-            outputs.append((tuple(_size(d, sizes) for d in val.shape), val.dtype))
+            outputs.append((tuple(_size(d, sizes, dynamic) for d in val.shape), val.dtype))
     return inputs, outputs
 
 
-def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dict, sizes=None) -> str:
+def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dict, sizes=None,
+            dynamic=False) -> str:
     """The cache key: the compiler's version, the device, its plugin (name, versions,
     library path, size and modification time) and the plugin folders, the graph's code
     and signature, every input's metadata, and every constant's bytes."""
@@ -408,7 +436,8 @@ def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dic
 
     h = hashlib.sha256()
     for part in (host_version, device, json.dumps(plugin, sort_keys=True), *plugins, program.graph_module.code,
-                 str(program.graph_signature), str(program.call_spec), json.dumps(sorted((sizes or {}).items()))):
+                 str(program.graph_signature), str(program.call_spec), json.dumps(sorted((sizes or {}).items())),
+                 "dynamic" if dynamic else "static"):
         h.update(part.encode())
         h.update(b"\0")
     for node in program.graph.nodes:
@@ -427,16 +456,16 @@ def _digest(program, device: str, plugins: tuple, host_version: str, plugin: dic
     return h.hexdigest()[:32]
 
 
-def build(program, device: str, plugins: tuple = (), sizes: dict | None = None) -> Path:
+def build(program, device: str, plugins: tuple = (), sizes: dict | None = None, dynamic: bool = False) -> Path:
     """The folder of Kiln's compile of `program` for `device` (an export with dynamic
-    shapes specialised at `sizes`): from the cache, or compiled now (the archive saved with
-    torch.export.save, `host compile` into a fresh folder, renamed into place once
-    complete)."""
+    shapes specialised at `sizes`, or compiled for its whole range with `dynamic`): from
+    the cache, or compiled now (the archive saved with torch.export.save, `host compile`
+    into a fresh folder, renamed into place once complete)."""
     import torch
 
     host = _host.find_host()
     plugin = _host.plugin_of(host, device, plugins)
-    key = _digest(program, device, plugins, _host.version(host), plugin, sizes)
+    key = _digest(program, device, plugins, _host.version(host), plugin, sizes, dynamic)
     root = cache_root()
     folder = root / key
     if (folder / "kiln-complete").is_file():
@@ -447,7 +476,7 @@ def build(program, device: str, plugins: tuple = (), sizes: dict | None = None) 
         archive = stage / "graph.pt2"
         save_without_examples(program, archive)
         out = stage / "out"
-        _host.compile_archive(host, archive, device, out, plugins, sizes)
+        _host.compile_archive(host, archive, device, out, plugins, sizes, dynamic)
         archive.unlink()
         (out / "kiln-complete").write_text(f"{device}\n")
         try:
@@ -578,6 +607,13 @@ class _CpuLibrary:
         lib = ctypes.CDLL(str(folder / "kiln.so"))
         lib.kiln_call.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
         lib.kiln_call.restype = ctypes.c_int
+        # A library compiled for a range of sizes takes each call's (kiln_call_shaped).
+        self._shaped = hasattr(lib, "kiln_call_shaped")
+        if self._shaped:
+            sizes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
+            lib.kiln_output_shapes.argtypes = [sizes, sizes]
+            lib.kiln_call_shaped.argtypes = [sizes, ctypes.POINTER(ctypes.c_void_p),
+                                             ctypes.POINTER(ctypes.c_void_p)]
         lib.kiln_last_error.restype = ctypes.c_char_p
         lib.kiln_load_weights.argtypes = [ctypes.c_char_p]
         if lib.kiln_num_weights() > 0:
@@ -591,10 +627,39 @@ class _CpuLibrary:
     def __call__(self, tensors):
         import torch
 
+        if self._shaped:
+            return self._shaped_call(tensors)
         outs = [torch.empty(shape, dtype=dtype) for shape, dtype in self._outputs]
         ins = (ctypes.c_void_p * max(len(tensors), 1))(*[t.data_ptr() for t in tensors])
         ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
-        rc = self._lib.kiln_call(ins, ptrs)
-        if rc != 0:
-            raise KilnError(f"kiln_call failed ({rc}): {self._lib.kiln_last_error().decode()}")
+        self._status("kiln_call", self._lib.kiln_call(ins, ptrs))
+        return tuple(outs)
+
+    def _status(self, entry: str, rc: int) -> None:
+        """Raises KilnError for a failed call's status, saying why (docs/cpp-wrapper.md)."""
+        if rc == 0:
+            return
+        why = {1: "out of memory",
+               2: "an index tensor held a value outside the dim it indexes (an embedding's token id past the "
+                  "vocabulary, say)",
+               3: "the weights are not loaded"}.get(rc) or self._lib.kiln_last_error().decode()
+        raise KilnError(f"{entry} failed ({rc}): {why}")
+
+    def _shaped_call(self, tensors):
+        """A call of a library of a range of sizes: the outputs sized by
+        kiln_output_shapes at the inputs' sizes, then kiln_call_shaped."""
+        import torch
+
+        row = ctypes.POINTER(ctypes.c_int64)
+        table = lambda rows: (row * max(len(rows), 1))(*[ctypes.cast(r, row) for r in rows])  # noqa: E731
+        in_sizes = [(ctypes.c_int64 * max(t.dim(), 1))(*t.shape) for t in tensors]
+        out_sizes = [(ctypes.c_int64 * max(len(shape), 1))() for shape, _ in self._outputs]
+        in_table = table(in_sizes)
+        if self._lib.kiln_output_shapes(in_table, table(out_sizes)) != 0:
+            raise KilnError(self._lib.kiln_last_error().decode())
+        outs = [torch.empty(tuple(sizes[:len(shape)]), dtype=dtype)
+                for sizes, (shape, dtype) in zip(out_sizes, self._outputs)]
+        ins = (ctypes.c_void_p * max(len(tensors), 1))(*[t.data_ptr() for t in tensors])
+        ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
+        self._status("kiln_call_shaped", self._lib.kiln_call_shaped(in_table, ins, ptrs))
         return tuple(outs)

@@ -80,16 +80,19 @@ def plugin_of(host: Path, device: str, plugins: tuple[str, ...]) -> dict:
 
 
 def compile_archive(host: Path, archive: Path, device: str, out: Path, plugins: tuple[str, ...],
-                    sizes: dict | None = None) -> None:
+                    sizes: dict | None = None, dynamic: bool = False) -> None:
     """`host compile ARCHIVE --device DEVICE -o OUT` (with `--library` for the cpu, whose
     wrapper.cpp is built into OUT/kiln.so), an export with dynamic shapes specialised at
-    `sizes` (`{"s27": 128}`, `--specialize`). Raises KilnError with the compiler's message."""
+    `sizes` (`{"s27": 128}`, `--specialize`) or compiled for its whole range (`dynamic`,
+    `--dynamic`). Raises KilnError with the compiler's message."""
     cmd = [str(host)]
     for folder in plugins:
         cmd += ["--plugins", str(folder)]
     cmd += ["compile", str(archive), "--device", device, "-o", str(out)]
     for name, value in sorted((sizes or {}).items()):
         cmd += ["--specialize", f"{name}={value}"]
+    if dynamic:
+        cmd.append("--dynamic")
     if device.split(":")[0] == "cpu":
         cmd.append("--library")
     done = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where a dynamic compile's time goes against a static one at one shape: both
-compiled from one export (bench/gpu/dynamic_speed.py's models), the static one running
-the library's attention as the dynamic one does, each profiled over calls
-(torch.profiler): the device time per kernel, and the host time per call.
+compiled from one export (bench/gpu/dynamic_speed.py's models), each profiled over calls
+(torch.profiler): the device time per kernel, and the host time per call. Each chooses
+its attention as its first call measures (`--static-attention library` forces the
+static one's to the library's).
 
     python3 bench/gpu/dynamic_profile.py HOST [--model gpt2] [--shape 1x128]
 """
@@ -41,6 +42,24 @@ def profile(name: str, fn, calls: int = 20) -> None:
     print(f"## {name}: {host * 1e3:.3f} ms a call on the host (queueing), {device:.3f} ms of device time")
     for e in sorted(events, key=lambda e: -e.device_time_total)[:12]:
         print(f"  {e.device_time_total / calls / 1e3:8.4f} ms  x{e.count // calls:<3} {e.key[:90]}")
+    if PYTHON_PROFILE:
+        import cProfile
+        import io
+        import pstats
+
+        with cProfile.Profile() as prof:
+            for _ in range(calls):
+                fn()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+        print("  host time by function (cProfile, all calls):")
+        for line in text.getvalue().splitlines()[6:]:
+            if line.strip():
+                print("   ", line[:150])
+
+
+# `--python-profile`: also the host's time per Python function.
+PYTHON_PROFILE = False
 
 
 def main() -> None:
@@ -48,7 +67,11 @@ def main() -> None:
     p.add_argument("host")
     p.add_argument("--model", default="gpt2", choices=["mlp_ln", "gpt2", "bert"])
     p.add_argument("--shape", default="1x128")
+    p.add_argument("--static-attention", default="measure", choices=["measure", "library", "kiln"])
+    p.add_argument("--python-profile", action="store_true", help="the host's time per Python function too")
     a = p.parse_args()
+    global PYTHON_PROFILE
+    PYTHON_PROFILE = a.python_profile
     b, s = (int(v) for v in a.shape.split("x"))
     torch.manual_seed(0)
     model, longest, make = model_of(a.model)
@@ -63,11 +86,11 @@ def main() -> None:
     dynamic = load_module(root / "dynamic" / "output_code.py", "cuda")
     static = load_module(root / "static" / "output_code.py", "cuda")
     if getattr(static, "ATTENTION", None) is not None:
-        static.ATTENTION.mode = "library"
+        static.ATTENTION.mode = a.static_attention
     xs = list(inputs(b, s).values())
     print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} fp32 at {b} x {s}")
     with torch.no_grad():
-        profile("static (library attention)", lambda: static.call(list(xs)))
+        profile(f"static ({a.static_attention} attention)", lambda: static.call(list(xs)))
         profile("dynamic", lambda: dynamic.call(list(xs)))
 
 

@@ -5,7 +5,8 @@ and Kiln kernel, and a clock that each call advances by its cost.
 
 Usage: runtime_attention.py KILN_RUNTIME_PY
 
-Checks: the faster side is chosen, once per signature, and later calls run only it;
+Checks: the faster side is chosen, once per signature (a step of dynamic shapes: once
+per bucket of its sizes), and later calls run only it;
 the library is declined where it raises, disagrees with Kiln's kernel, or gets a
 causal attention with a mask; KILN_ATTENTION forces a side and refuses a value it
 does not know; with the device's sleep and events, the device's time decides; a
@@ -195,6 +196,27 @@ def main():
     check("the library's result in the planned strides is the step's buffer, not a copy",
           out.copied_from is None and out.stride() == contiguous(SIZE))
     check("each signature is chosen on its own", a.chosen[1] is None)
+
+    # A step of dynamic shapes: its signature has no size; each call gives its buffer's
+    # size and strides and its bucket of sizes, and each bucket is chosen on its own.
+    dynamic = (None, None) + SIGNATURE[2:]
+    w = World()
+    a = w.attention([dynamic])
+    small = (runtime.size_bucket((2, 9)), SIZE, contiguous(SIZE))
+    out = a.run(0, w.kiln, operands(), small)
+    check("a dynamic step's first call at a bucket of sizes times both, into the call's buffer",
+          small[0] == (2, 16) and a.by_size[(0, (2, 16))] not in (None, runtime.Attention.KILN)
+          and a.by_size_report[(0, (2, 16))]["kiln"] == 2.0 and out.shape == SIZE and a.chosen[0] is None,
+          a.by_size_report)
+    syncs = w.syncs
+    a.run(0, w.kiln, operands(), (runtime.size_bucket((2, 16)), SIZE, contiguous(SIZE)))
+    check("a size of the same bucket runs the bucket's choice, untimed", w.syncs == syncs)
+    w.kiln_s, w.library_s = 1.0, 3.0
+    big = (4, 4, 64, 32)
+    out = a.run(0, w.kiln, operands(), (runtime.size_bucket((3, 40)), big, contiguous(big)))
+    check("another bucket is timed and chosen on its own: Kiln's kernel there, into a buffer of its size",
+          a.by_size[(0, (4, 64))] is runtime.Attention.KILN and out.shape == big
+          and a.by_size[(0, (2, 16))] is not runtime.Attention.KILN, a.by_size_report)
 
     w = World(kiln_s=1.0, library_s=3.0)
     a = w.attention([SIGNATURE])

@@ -91,10 +91,6 @@ pub(super) fn attention_signatures(
         let (Some(Step::Extern(e)), Some(l)) = (p.steps.get(i), attention.get(&i)) else {
             continue;
         };
-        // A step of dynamic shapes launches Kiln's kernel directly: no choice to make.
-        if l.dynamic.is_some() {
-            continue;
-        }
         let ExternOp::Attention {
             causal,
             scale_bits,
@@ -120,10 +116,13 @@ pub(super) fn attention_signatures(
         let next = out.rows.len();
         let index = *by_key.entry(key).or_insert(next);
         if index == next {
+            // A step of dynamic shapes gives its buffer's size and strides at each call.
+            let (size, stride) = match l.dynamic {
+                Some(_) => ("None".to_string(), "None".to_string()),
+                None => (tuple(&buf.shape), tuple(&buf.strides)),
+            };
             out.rows.push(format!(
-                "({}, {}, {}, {}, {}, {})",
-                tuple(&buf.shape),
-                tuple(&buf.strides),
+                "({size}, {stride}, {}, {}, {}, {})",
                 torch_dtype(buf.dtype),
                 py_bool(causal),
                 float_text(f64::from_bits(scale_bits)),
@@ -432,12 +431,7 @@ impl CallWriter<'_> {
             Step::Extern(e) if matches!(e.op, ExternOp::IndexCopy { in_place: true, .. }) => {
                 Some(e.out)
             }
-            Step::Extern(e)
-                if matches!(e.op, ExternOp::Attention { .. })
-                    && self.attention.get(&i).is_none_or(|l| l.dynamic.is_none()) =>
-            {
-                Some(e.out)
-            }
+            Step::Extern(e) if matches!(e.op, ExternOp::Attention { .. }) => Some(e.out),
             _ => None,
         };
         for a in &memory.allocs[i] {
@@ -606,23 +600,26 @@ impl CallWriter<'_> {
             None => "None".to_string(),
         });
         if let Some((programs, _)) = &l.dynamic {
-            // Dynamic shapes: Kiln's kernel into the step's buffer, on the grid of this
-            // call's program count.
-            let args: Vec<String> = args
+            // Dynamic shapes: Kiln's kernel on the grid of this call's program count, or
+            // the library's, as the runtime chose for the signature at this bucket of
+            // sizes; the buffer's size and strides at this call's.
+            let buf = self.program().buffer(e.out);
+            let symbols: Vec<String> = self
+                .sources
                 .iter()
-                .map(|a| {
-                    if a == OUT_PARAM {
-                        self.name(e.out).to_string()
-                    } else {
-                        a.clone()
-                    }
-                })
+                .map(|s| format!("ks{}", s.symbol.0))
                 .collect();
             return writeln!(
                 out,
-                "        KERNELS.{}[grid_of(KERNEL_GRIDS[\"step{i}\"], {programs}, 1)]({}, stream=stream0)",
+                "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: KERNELS.{}[grid_of(KERNEL_GRIDS[\"step{i}\"], {programs}, 1)]({}, stream=stream0), lambda: ({}), (size_bucket({}), {}, {}))",
+                self.name(e.out),
+                self.signatures.get(&i).copied().unwrap_or(0),
                 l.kernel,
-                args.join(", ")
+                args.join(", "),
+                operands.join(", "),
+                tuple(&symbols),
+                tuple(&buf.shape),
+                tuple(&buf.strides),
             );
         }
         let mut kiln = format!(

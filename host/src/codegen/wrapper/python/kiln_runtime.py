@@ -740,6 +740,12 @@ def grid_of(grids, numel, block):
     return grids[min((programs - 1).bit_length(), len(grids) - 1)]
 
 
+def size_bucket(values):
+    """The bucket of a call's size symbols that a choice made at run time is kept
+    for: each value's next power of two."""
+    return tuple(1 << (max(v, 1) - 1).bit_length() for v in values)
+
+
 def align_inputs(args, indices):
     """Copies each of `args[indices]` that is not 16-byte aligned (a view into the
     middle of a storage) to fresh memory, keeping its strides: the kernels are
@@ -1011,8 +1017,13 @@ class Attention:
 
     `run(i, kiln, operands)` computes one step: `kiln(out)` launches Kiln's
     kernel into `out`, `operands()` gives the query, key, value and mask (or
-    None) as the library reads them. The first call of a signature outside a
-    graph capture times both (a warm-up, then the best of a few rounds between
+    None) as the library reads them. A step of dynamic shapes passes
+    `shape=(bucket, size, stride)`: its buffer's size and strides at this call
+    (the signature has None for them), and the call's bucket of sizes
+    (`size_bucket`), for which the choice is made and kept apart (`by_size`,
+    `by_size_report`), as a static compile's first call makes it for its one
+    size. The first call of a signature (or bucket) outside a graph capture
+    times both (a warm-up, then the best of a few rounds between
     device synchronizations: a few milliseconds), checks that they agree, and
     keeps the faster for the rest of the process. The library is never chosen
     where it raises (no such function on the device, a mask or layout it does
@@ -1045,32 +1056,50 @@ class Attention:
         self.chosen = [None] * len(self._signatures)
         # Per signature, what the choice measured: {"kiln": s, "library": s or None, "why": text}.
         self.report = [None] * len(self._signatures)
+        # The same for steps of dynamic shapes, by (signature, bucket of sizes).
+        self.by_size = {}
+        self.by_size_report = {}
 
     KILN = "kiln"
 
-    def run(self, i, kiln, operands):
-        side = self.chosen[i]
+    def run(self, i, kiln, operands, shape=None):
+        if shape is None:
+            slot, (size, stride) = i, self._signatures[i][:2]
+            side = self.chosen[i]
+        else:
+            bucket, size, stride = shape
+            slot = (i, bucket)
+            side = self.by_size.get(slot)
         if side is Attention.KILN:
-            return self._kiln(i, kiln)
+            return self._kiln(i, kiln, size, stride)
         if side is not None:
             return side(*operands())
         if self._capturing():
-            return self._kiln(i, kiln)
-        return self._choose(i, kiln, operands)
+            return self._kiln(i, kiln, size, stride)
+        return self._choose(slot, kiln, operands, size, stride)
 
-    def _kiln(self, i, kiln):
-        size, stride, dtype = self._signatures[i][:3]
-        out = self._empty(size, stride, dtype)
+    def _kiln(self, i, kiln, size, stride):
+        out = self._empty(size, stride, self._signatures[i][2])
         kiln(out)
         return out
 
-    def _choose(self, i, kiln, operands):
-        """The first call of signature i: chooses, and returns its result."""
+    def _keep(self, slot, side, report):
+        """Keeps the choice of a signature (an index) or of a bucket of one
+        (`(index, bucket)`)."""
+        if isinstance(slot, tuple):
+            self.by_size[slot], self.by_size_report[slot] = side, report
+        else:
+            self.chosen[slot], self.report[slot] = side, report
+
+    def _choose(self, slot, kiln, operands, size, stride):
+        """The first call of a signature (or of a bucket of one): chooses, and
+        returns its result."""
         import logging
 
         log = logging.getLogger("kiln.attention")
-        size, stride, dtype, causal, scale, heads_inner = self._signatures[i]
-        mine = self._kiln(i, kiln)
+        i = slot[0] if isinstance(slot, tuple) else slot
+        dtype, causal, scale, heads_inner = self._signatures[i][2:]
+        mine = self._kiln(i, kiln, size, stride)
         library, theirs, why = None, None, None
         if self.mode != "kiln":
             try:
@@ -1086,25 +1115,24 @@ class Attention:
 
                 warnings.warn(f"Kiln: KILN_ATTENTION=library, but the library cannot compute attention "
                               f"signature {i} ({why}); Kiln's kernel runs it", stacklevel=3)
-            self.chosen[i] = Attention.KILN
-            self.report[i] = {"kiln": None, "library": None, "why": why or f"KILN_ATTENTION={self.mode}"}
-            log.debug("attention signature %d: Kiln's kernel (%s)", i, self.report[i]["why"])
+            why = why or f"KILN_ATTENTION={self.mode}"
+            self._keep(slot, Attention.KILN, {"kiln": None, "library": None, "why": why})
+            log.debug("attention signature %s: Kiln's kernel (%s)", slot, why)
             return mine
         if self.mode == "library":
-            self.chosen[i] = library
-            self.report[i] = {"kiln": None, "library": None, "why": "KILN_ATTENTION=library"}
+            self._keep(slot, library, {"kiln": None, "library": None, "why": "KILN_ATTENTION=library"})
             return theirs
         ops = operands()
-        kiln_s = self._timing.time(lambda: self._kiln(i, kiln))
+        kiln_s = self._timing.time(lambda: self._kiln(i, kiln, size, stride))
         try:
             library_s = self._timing.time(lambda: library(*ops))
         except Exception as error:  # as above: Kiln's kernel runs it
             library_s, why = None, f"{type(error).__name__}: {error}"
         faster = library_s is not None and library_s < kiln_s
-        self.chosen[i] = library if faster else Attention.KILN
-        self.report[i] = {"kiln": kiln_s, "library": library_s, "why": why or "measured"}
-        log.debug("attention signature %d: %s (%s; Kiln's kernel %.1f µs, the library %s µs)",
-                  i, "the library" if faster else "Kiln's kernel", self.report[i]["why"], kiln_s * 1e6,
+        why = why or "measured"
+        self._keep(slot, library if faster else Attention.KILN, {"kiln": kiln_s, "library": library_s, "why": why})
+        log.debug("attention signature %s: %s (%s; Kiln's kernel %.1f µs, the library %s µs)",
+                  slot, "the library" if faster else "Kiln's kernel", why, kiln_s * 1e6,
                   "-" if library_s is None else f"{library_s * 1e6:.1f}")
         return theirs if faster else mine
 

@@ -112,6 +112,7 @@ pub const RESERVED: &[&str] = &[
     "input_layouts",
     "KERNEL_GRIDS",
     "grid_of",
+    "size_bucket",
     "dynamic_attention",
     "ALIGNED_INPUTS",
     "check_inputs",
@@ -452,6 +453,7 @@ fn write_grids(
         .filter_map(|(i, l)| l.dynamic.as_ref().map(|(_, g)| (i, g)))
         .collect();
     steps.sort_by_key(|(i, _)| **i);
+    let dynamic_attention = !steps.is_empty();
     rows.extend(steps.into_iter().map(|(i, g)| row(&format!("step{i}"), g)));
     if rows.is_empty() {
         return Ok(());
@@ -465,7 +467,12 @@ fn write_grids(
         writeln!(out, "{r}")?;
     }
     writeln!(out, "}}")?;
-    writeln!(out, "grid_of = kiln_runtime.grid_of")
+    writeln!(out, "grid_of = kiln_runtime.grid_of")?;
+    if dynamic_attention {
+        // Attention chooses its side per bucket of the call's sizes.
+        writeln!(out, "size_bucket = kiln_runtime.size_bucket")?;
+    }
+    Ok(())
 }
 
 /// `_kiln_synchronize()`, the plugin's device synchronization, which the

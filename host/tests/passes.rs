@@ -314,6 +314,75 @@ fn a_large_16_bit_product_of_activations_is_padded_by_a_copy_and_a_small_one_is_
     assert!(max_rel_err(&got[0].to_vec(), &want[0].to_vec(), 1.0) < 1e-2);
 }
 
+/// A dynamic compile's product of symbolic rows (`x: [rows, 24]`, bfloat16) by a
+/// constant weight of 13 columns: N is padded in the constant as at one size, the rows
+/// stay symbolic, and the graph computes the same values at every size.
+#[test]
+fn a_16_bit_product_of_symbolic_rows_pads_its_constant_weight() {
+    use kiln::graph::sym::{Size, Symbols};
+    use kiln::graph::{Arg, ConstData, DType, Graph, Node, Op, TensorMeta, ValueId};
+    let mut symbols = Symbols::default();
+    let rows = symbols.add("rows", 1, 64).unwrap();
+    let mut g = Graph::new("rows");
+    g.set_symbols(symbols.clone());
+    let x = g.add_node(Node {
+        name: "x".into(),
+        op: Op::Input { index: 0 },
+        args: vec![],
+        outputs: vec![TensorMeta::contiguous_sizes(
+            vec![Size::symbol(rows, &symbols), Size::from(24)],
+            DType::BFloat16,
+        )],
+        line: None,
+    });
+    let values: Vec<f64> = (0..13 * 24).map(|i| f64::from(i % 7) - 3.0).collect();
+    let w = g.add_node(Node {
+        name: "w".into(),
+        op: Op::Constant {
+            data: ConstData::Values(values.into()),
+        },
+        args: vec![],
+        outputs: vec![TensorMeta::contiguous(vec![13, 24], DType::BFloat16)],
+        line: None,
+    });
+    let y = g.add_node(Node {
+        name: "y".into(),
+        op: Op::Linear { bias: false },
+        args: vec![Arg::Value(ValueId::first(x)), Arg::Value(ValueId::first(w))],
+        outputs: vec![],
+        line: None,
+    });
+    kiln::graph::infer_node(&mut g, y).unwrap();
+    g.set_outputs(vec![ValueId::first(y)]);
+    let mut padded = g.clone();
+    let options = kiln::passes::Options {
+        matmul_alignment: 16,
+        ..Default::default()
+    };
+    kiln::passes::run_pipeline_with(&mut padded, &options).unwrap();
+    let mm: Vec<String> = padded
+        .node_ids()
+        .filter(|&id| matches!(padded.node(id).unwrap().op, Op::Mm))
+        .map(|id| {
+            let args = &padded.node(id).unwrap().args;
+            let shape = |i: usize| padded.meta(args[i].value().unwrap()).unwrap().shape.clone();
+            format!("{:?} {:?}", shape(0), shape(1))
+        })
+        .collect();
+    assert_eq!(mm, vec!["[ks0, 24] [24, 16]"]);
+    for n in [1, 5, 64] {
+        let input = kiln::tensor::Tensor::new(
+            vec![n, 24],
+            DType::BFloat16,
+            (0..n * 24).map(|i| f64::from((i % 5) as i32 - 2)).collect(),
+        );
+        let want = kiln::interp::evaluate(&g, std::slice::from_ref(&input)).unwrap();
+        let got = kiln::interp::evaluate(&padded, &[input]).unwrap();
+        assert_eq!(got[0].shape, vec![n, 13]);
+        assert_eq!(got[0].to_vec(), want[0].to_vec(), "{n} rows");
+    }
+}
+
 #[test]
 fn float32_products_and_aligned_ones_are_left_alone() {
     let mut aligned = product_graph(24, 16, false);

@@ -75,21 +75,35 @@ fn plan(g: &Graph, id: NodeId, alignment: u32, min_runtime_macs: i64) -> Option<
         return None;
     }
     let (a, b) = (node.args.first()?.value()?, node.args.get(1)?.value()?);
-    let (ma, mb) = (g.fixed_meta(a)?, g.fixed_meta(b)?);
+    // M and the batch may be symbolic (a dynamic compile); K and N are integers.
+    let (ma, mb) = (g.meta(a)?, g.meta(b)?);
     let rank = ma.rank();
     if !(2..=3).contains(&rank) || mb.rank() != rank || !ma.dtype.is_low_precision() {
         return None;
     }
     let per = (alignment as usize / ma.dtype.size_bytes()).max(1) as i64;
-    let (m, k, n) = (ma.shape[rank - 2], ma.shape[rank - 1], mb.shape[rank - 1]);
+    let (m, k, n) = (
+        &ma.shape[rank - 2],
+        ma.shape[rank - 1].as_const()?,
+        mb.shape[rank - 1].as_const()?,
+    );
     let (k_padded, n_padded) = (round_up(k, per), round_up(n, per));
-    if (k, n) == (k_padded, n_padded) || m == 0 || k == 0 || n == 0 {
+    if (k, n) == (k_padded, n_padded) || *m == 0 || k == 0 || n == 0 {
         return None;
     }
-    let batch: i64 = ma.shape[..rank - 2].iter().product();
-    let copies =
-        (k != k_padded && constant_source(g, a).is_none()) || constant_source(g, b).is_none();
-    let macs = batch.saturating_mul(m).saturating_mul(k).saturating_mul(n);
+    let a_copied = k != k_padded && constant_source(g, a).is_none();
+    let b_copied = constant_source(g, b).is_none();
+    // A copy pads an operand of integer sizes only.
+    if (a_copied && !ma.is_static()) || (b_copied && !mb.is_static()) {
+        return None;
+    }
+    let copies = a_copied || b_copied;
+    // At the size symbols' hints, as every decision reads them.
+    let batch: i64 = ma.shape[..rank - 2].iter().map(Size::hint).product();
+    let macs = batch
+        .saturating_mul(m.hint())
+        .saturating_mul(k)
+        .saturating_mul(n);
     if copies && macs < min_runtime_macs {
         return None;
     }

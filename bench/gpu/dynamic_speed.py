@@ -176,7 +176,7 @@ def main() -> None:
     print(f"# geometric mean of dynamic / static: {geo ** (1 / len(ratios)):.3f}")
     attention = getattr(dynamic, "ATTENTION", None)
     for (i, bucket), side in sorted(getattr(attention, "by_size", {}).items()):
-        pick = "kiln" if side == attention.KILN else "library"
+        pick = "library" if callable(side) else "kiln" if side == attention.KILN else f"kiln tile variant {side}"
         report = attention.by_size_report[(i, bucket)]
         times = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in report.items() if isinstance(v, float))
         print(f"# dynamic attention signature {i}, size bucket {bucket}: {pick} ({times or report['why']})")

@@ -218,6 +218,31 @@ def main():
           a.by_size[(0, (4, 64))] is runtime.Attention.KILN and out.shape == big
           and a.by_size[(0, (2, 16))] is not runtime.Attention.KILN, a.by_size_report)
 
+    # Tile variants of Kiln's kernel: each bucket takes the fastest (its index), or the library.
+    w = World(library_s=2.5)
+
+    def variant(cost, tag):
+        def launch(out):
+            w.now += cost
+            w.kiln_calls += 1
+            out.value, out.tag = 1.0, tag
+        return launch
+
+    kilns = (variant(3.0, "wide"), variant(1.5, "narrow"))
+    a = w.attention([dynamic])
+    out = a.run(0, kilns, operands(), small)
+    check("a dynamic step's tile variants are each timed, and the fastest is kept by its index",
+          a.by_size[(0, (2, 16))] == 1 and a.by_size_report[(0, (2, 16))]["variants"] == [3.0, 1.5]
+          and a.by_size_report[(0, (2, 16))]["library"] == 2.5, a.by_size_report)
+    syncs = w.syncs
+    out = a.run(0, kilns, operands(), small)
+    check("later calls of the bucket launch only the chosen variant, untimed",
+          out.tag == "narrow" and w.syncs == syncs)
+    w.library_s = 0.5
+    a.run(0, kilns, operands(), (runtime.size_bucket((4, 40)), big, contiguous(big)))
+    check("a library faster than every variant is chosen for its bucket",
+          a.by_size[(0, (4, 64))] not in (None, runtime.Attention.KILN, 0, 1), a.by_size_report)
+
     w = World(kiln_s=1.0, library_s=3.0)
     a = w.attention([SIGNATURE])
     a.run(0, w.kiln, operands())

@@ -1460,9 +1460,13 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
             code.contains("KERNELS.kiln_flash_attention_0[grid_of(KERNEL_GRIDS[\"step"),
             "{code}"
         );
-        // Kiln's kernel or the library's, as measured once per bucket of sizes.
+        // One of Kiln's tile variants (the hint's, and the tiles for 64 query rows)
+        // or the library's, as measured once per bucket of sizes.
         assert!(
-            code.contains("= ATTENTION.run(0, lambda _kiln_out: KERNELS.kiln_flash_attention_0[")
+            code.contains("= ATTENTION.run(0, (lambda _kiln_out: KERNELS.kiln_flash_attention_0[")
+                && code.contains(
+                    "lambda _kiln_out: KERNELS.kiln_flash_attention_1[grid_of(KERNEL_GRIDS[\"step"
+                )
                 && code.contains("(size_bucket((ks0, ks1)), (ks0, "),
             "{code}"
         );

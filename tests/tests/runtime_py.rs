@@ -73,7 +73,7 @@ fn the_runtime_chooses_the_faster_attention_once_per_signature_and_falls_back_to
         .arg(&runtime));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(checks, 27, "{stdout}");
+    assert_eq!(checks, 30, "{stdout}");
 }
 
 #[test]

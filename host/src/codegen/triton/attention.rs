@@ -70,6 +70,9 @@ pub struct AttentionLaunch {
     /// The runtime scalars after the pointers (`sm_scale`, strides, sizes), as
     /// Python literals.
     pub scalars: Vec<String>,
+    /// Per scalar: whether it is a multiple of 16 at every value of the size
+    /// symbols (a stride of `768*s1`, say), which the kernel may assume.
+    pub scalars_aligned: Vec<bool>,
     /// The `constexpr` values, by name.
     pub constants: Vec<(&'static str, i64)>,
     /// Warps per program.
@@ -82,6 +85,11 @@ pub struct AttentionLaunch {
     /// the size symbols, and the plugin's grid per bucket of that count (as a dynamic
     /// kernel's, `kernel::grid_buckets`); `None` for one size (`grid`).
     pub dynamic: Option<(Size, Vec<Grid>)>,
+    /// For a step of dynamic shapes: the launches of Kiln's kernel with the other
+    /// tiles the plugin's heuristics give at sizes across the range (each with its
+    /// own kernel and `dynamic`), which the runtime measures per bucket of sizes
+    /// beside this one; empty otherwise.
+    pub variants: Vec<AttentionLaunch>,
     /// Where the keys are split across programs (flash-decoding): the launch that
     /// combines their partial results into the output, after this one (pointers: the
     /// scratch buffer and the output; scalars: [`COMBINE_PARAMS`]).
@@ -181,7 +189,58 @@ pub fn write(
             continue;
         }
         let attrs = (*causal, f64::from_bits(*scale_bits), *mask, *heads_inner);
-        let launch = plan(program, e, attrs, *splits, heuristics, target)?;
+        let mut launch = plan(program, e, attrs, *splits, heuristics, target, None)?;
+        // Dynamic shapes: the tiles at sizes across the range, each launch distinct.
+        let mut variants: Vec<AttentionLaunch> = Vec::new();
+        if launch.dynamic.is_some() {
+            for at in variant_sizes(program, e, *mask, *heads_inner)? {
+                let v = plan(program, e, attrs, *splits, heuristics, target, Some(at))?;
+                let same = |l: &AttentionLaunch| {
+                    (&l.constants, l.num_warps, l.num_stages)
+                        == (&v.constants, v.num_warps, v.num_stages)
+                };
+                if !same(&launch) && !variants.iter().any(same) {
+                    variants.push(v);
+                }
+            }
+        }
+        let mut site = Site {
+            out: &mut out,
+            program,
+            e,
+            mask: *mask,
+            split: *splits > 1,
+            target,
+            by_key: &mut by_key,
+            namer,
+        };
+        site.register(&mut launch)?;
+        for v in &mut variants {
+            site.register(v)?;
+        }
+        launch.variants = variants;
+        out.launches.insert(i, launch);
+    }
+    Ok(out)
+}
+
+/// Where one attention step's launches get their kernels.
+struct Site<'a, 'b> {
+    out: &'a mut Attention,
+    program: &'a Program,
+    e: &'a ExternCall,
+    mask: bool,
+    split: bool,
+    target: Target,
+    by_key: &'a mut HashMap<String, usize>,
+    namer: &'b mut Namer,
+}
+
+impl Site<'_, '_> {
+    /// Names `launch`'s kernel (and its combining kernel's), writing each kernel
+    /// text the first time its key (dtypes, constants, alignment, warps) comes.
+    fn register(&mut self, launch: &mut AttentionLaunch) -> Result<(), Error> {
+        let (program, e, target) = (self.program, self.e, self.target);
         let q = &e.args[0];
         // The kernel writes the output, or, split, the partial results into the scratch.
         let o = &launch.pointers[4].buf;
@@ -189,16 +248,16 @@ pub fn write(
         let mask_dtype = e
             .args
             .get(3)
-            .filter(|_| *mask)
+            .filter(|_| self.mask)
             .map(|m| program.buffer(m.buf).dtype);
         let types: Vec<(String, String)> = signature(
             dtype,
             mask_dtype,
             program.buffer(*o).dtype,
             launch.scalars.len(),
-            wide(program, &launch),
+            wide(program, launch),
         );
-        let aligned = aligned_params(program, &types, &launch);
+        let aligned = aligned_params(program, &types, launch);
         // Innermost strides of 1 become compile-time constants, as Triton's JIT
         // specializes an integer argument of 1: loads along the head dim are then
         // known contiguous and vectorise (bfloat16 heads of 64 on an H100: 154 µs
@@ -219,12 +278,14 @@ pub fn write(
             "{types:?}{constants:?}{aligned:?}{}{}{precision:?}",
             launch.num_warps, launch.num_stages
         );
-        let index = match by_key.get(&key) {
+        let index = match self.by_key.get(&key) {
             Some(&k) => k,
             None => {
-                let name = namer.name(&format!("kiln_flash_attention_{}", out.kernels.len()));
-                kernel_text(&mut out.source, &name, precision, *splits > 1)?;
-                out.kernels.push(AttentionKernel {
+                let name = self
+                    .namer
+                    .name(&format!("kiln_flash_attention_{}", self.out.kernels.len()));
+                kernel_text(&mut self.out.source, &name, precision, self.split)?;
+                self.out.kernels.push(AttentionKernel {
                     name,
                     signature: types,
                     constants,
@@ -232,18 +293,16 @@ pub fn write(
                     num_warps: launch.num_warps,
                     num_stages: launch.num_stages,
                 });
-                by_key.insert(key, out.kernels.len() - 1);
-                out.kernels.len() - 1
+                self.by_key.insert(key, self.out.kernels.len() - 1);
+                self.out.kernels.len() - 1
             }
         };
-        let mut launch = launch;
-        launch.kernel = out.kernels[index].name.clone();
+        launch.kernel = self.out.kernels[index].name.clone();
         if let Some(c) = launch.combine.as_mut() {
-            c.kernel = combine_kernel(&mut out, program, c, &mut by_key, namer)?;
+            c.kernel = combine_kernel(self.out, program, c, self.by_key, self.namer)?;
         }
-        out.launches.insert(i, launch);
+        Ok(())
     }
-    Ok(out)
 }
 
 /// The kernel that combines split attention's results for `c` (one per output dtype,
@@ -297,10 +356,7 @@ fn aligned_params(
         let bytes = program.buffer(v.buf).dtype.size_bytes() as i64;
         v.offset.scale(bytes).is_ok_and(|o| o.is_multiple_of(16))
     });
-    let scalars = launch
-        .scalars
-        .iter()
-        .map(|s| s.parse::<i64>().is_ok_and(|n| n % 16 == 0));
+    let scalars = launch.scalars_aligned.iter().copied();
     types
         .iter()
         .zip(pointers.chain(scalars))
@@ -712,6 +768,9 @@ pub fn widest_heads(shared_memory: u64, tf32: bool) -> Vec<(&'static str, Option
 }
 
 /// The launch of one attention step (kernel name filled in by [`write`]).
+///
+/// `at`: the batch, heads, query and key rows the tiles and warps are chosen for
+/// (a tile variant of a step of dynamic shapes), instead of the sizes' hints.
 fn plan(
     p: &Program,
     e: &ExternCall,
@@ -719,8 +778,12 @@ fn plan(
     splits: u32,
     heuristics: &dyn LaunchHeuristics,
     target: Target,
+    at: Option<[i64; 4]>,
 ) -> Result<AttentionLaunch, Error> {
-    let ops = Operands::of(p, e, mask, heads_inner)?;
+    let mut ops = Operands::of(p, e, mask, heads_inner)?;
+    if let Some([z, h, l, s]) = at {
+        (ops.z, ops.h, ops.l, ops.s) = (z, h, l, s);
+    }
     let dtype = p.buffer(ops.q.buf).dtype;
     let heads = ops.z.saturating_mul(ops.h);
     let tiles = Tiles::choose(target, dtype, (ops.e_q, ops.e_v), ops.l, heads)?.for_keys(ops.s);
@@ -778,10 +841,11 @@ fn plan(
         }
     };
     let mut scalars = vec![super::expr::float_text(scale)];
-    for st in &ops.strides {
-        scalars.extend(st.iter().map(Size::to_string));
+    let mut scalars_aligned = vec![false];
+    for size in ops.strides.iter().flatten().chain(&ops.sizes) {
+        scalars.push(size.to_string());
+        scalars_aligned.push(size.is_multiple_of(16));
     }
-    scalars.extend(ops.sizes.iter().map(Size::to_string));
     let mask_kind = match ops.mask {
         Some(m) if p.buffer(m.buf).dtype == DType::Bool => 1,
         Some(_) => 2,
@@ -807,13 +871,52 @@ fn plan(
         kernel: String::new(),
         pointers,
         scalars,
+        scalars_aligned,
         constants,
         num_warps,
         num_stages: u32::try_from(tiles.stages).unwrap_or(1),
         grid,
         dynamic,
+        variants: Vec::new(),
         combine,
     })
+}
+
+/// The sizes a step of dynamic shapes chooses further tile variants at: its batch
+/// at 1, 4, 16 and 64 and its query rows (and key rows, where they are the same
+/// size) at 16, 64, 256 and 1024, each within its range (the hints' where a size is
+/// fixed). The tiles depend on the rows and on how many programs the heads give.
+fn variant_sizes(
+    p: &Program,
+    e: &ExternCall,
+    mask: bool,
+    heads_inner: bool,
+) -> Result<Vec<[i64; 4]>, Error> {
+    let ops = Operands::of(p, e, mask, heads_inner)?;
+    let [z, _, l, s] = &ops.sizes;
+    let within = |size: &Size, hint: i64, points: &[i64]| -> Vec<i64> {
+        if size.is_const() {
+            return vec![hint];
+        }
+        let (lo, hi) = size.bounds(&p.symbols);
+        let mut out: Vec<i64> = points
+            .iter()
+            .copied()
+            .filter(|&n| (lo..=hi).contains(&i128::from(n)))
+            .collect();
+        out.push(hint);
+        out
+    };
+    let mut at = Vec::new();
+    for zv in within(z, ops.z, &[1, 4, 16, 64]) {
+        for lv in within(l, ops.l, &[16, 64, 256, 1024]) {
+            let point = [zv, ops.h, lv, if s == l { lv } else { ops.s }];
+            if (zv, lv) != (ops.z, ops.l) && !at.contains(&point) {
+                at.push(point);
+            }
+        }
+    }
+    Ok(at)
 }
 
 /// For a step of symbolic sizes: the programs its tiles need (`ceil(L / BLOCK_M) * Z *

@@ -580,42 +580,42 @@ impl CallWriter<'_> {
         e: &ExternCall,
         l: &AttentionLaunch,
     ) -> std::fmt::Result {
-        let mut args: Vec<String> = l
-            .pointers
-            .iter()
-            .map(|v| {
-                if v.buf == e.out {
-                    OUT_PARAM.to_string()
-                } else {
-                    self.pointer(v)
-                }
-            })
-            .collect();
-        args.extend(l.scalars.iter().cloned());
-        args.extend(l.constants.iter().map(|(_, v)| v.to_string()));
+        let args = self.attention_args(e, l);
         let masked = matches!(e.op, ExternOp::Attention { mask: true, .. });
         let mut operands: Vec<String> = e.args.iter().take(3).map(|v| self.view(v)).collect();
         operands.push(match e.args.get(3).filter(|_| masked) {
             Some(m) => self.view(m),
             None => "None".to_string(),
         });
-        if let Some((programs, _)) = &l.dynamic {
-            // Dynamic shapes: Kiln's kernel on the grid of this call's program count, or
-            // the library's, as the runtime chose for the signature at this bucket of
-            // sizes; the buffer's size and strides at this call's.
+        if l.dynamic.is_some() {
+            // Dynamic shapes: one of Kiln's tile variants on the grid of this call's
+            // program count, or the library's, as the runtime chose for the signature
+            // at this bucket of sizes; the buffer's size and strides at this call's.
             let buf = self.program().buffer(e.out);
             let symbols: Vec<String> = self
                 .sources
                 .iter()
                 .map(|s| format!("ks{}", s.symbol.0))
                 .collect();
+            let launches: Vec<String> = std::iter::once(l)
+                .chain(&l.variants)
+                .enumerate()
+                .filter_map(|(n, v)| {
+                    let (programs, _) = v.dynamic.as_ref()?;
+                    Some(format!(
+                        "lambda {OUT_PARAM}: KERNELS.{}[grid_of(KERNEL_GRIDS[\"{}\"], {programs}, 1)]({}, stream=stream0)",
+                        v.kernel,
+                        attention_grid_key(i, n),
+                        self.attention_args(e, v).join(", ")
+                    ))
+                })
+                .collect();
             return writeln!(
                 out,
-                "        {} = ATTENTION.run({}, lambda {OUT_PARAM}: KERNELS.{}[grid_of(KERNEL_GRIDS[\"step{i}\"], {programs}, 1)]({}, stream=stream0), lambda: ({}), (size_bucket({}), {}, {}))",
+                "        {} = ATTENTION.run({}, {}, lambda: ({}), (size_bucket({}), {}, {}))",
                 self.name(e.out),
                 self.signatures.get(&i).copied().unwrap_or(0),
-                l.kernel,
-                args.join(", "),
+                tuple(&launches),
                 operands.join(", "),
                 tuple(&symbols),
                 tuple(&buf.shape),
@@ -647,6 +647,25 @@ impl CallWriter<'_> {
             self.signatures.get(&i).copied().unwrap_or(0),
             operands.join(", ")
         )
+    }
+
+    /// The arguments of an attention launch: its pointers (the output as
+    /// [`OUT_PARAM`]), scalars and constants.
+    fn attention_args(&self, e: &ExternCall, l: &AttentionLaunch) -> Vec<String> {
+        let mut args: Vec<String> = l
+            .pointers
+            .iter()
+            .map(|v| {
+                if v.buf == e.out {
+                    OUT_PARAM.to_string()
+                } else {
+                    self.pointer(v)
+                }
+            })
+            .collect();
+        args.extend(l.scalars.iter().cloned());
+        args.extend(l.constants.iter().map(|(_, v)| v.to_string()));
+        args
     }
 
     /// A view as a kernel's pointer argument: the buffer, or the buffer from
@@ -765,5 +784,14 @@ impl CallWriter<'_> {
             args.join(", "),
             self.name(e.out)
         )
+    }
+}
+
+/// The `KERNEL_GRIDS` key of tile variant `n` of the attention step `i` of dynamic
+/// shapes (kernel names never start so).
+pub(super) fn attention_grid_key(i: usize, n: usize) -> String {
+    match n {
+        0 => format!("step{i}"),
+        n => format!("step{i}v{n}"),
     }
 }

@@ -1022,7 +1022,9 @@ class Attention:
     (the signature has None for them), and the call's bucket of sizes
     (`size_bucket`), for which the choice is made and kept apart (`by_size`,
     `by_size_report`), as a static compile's first call makes it for its one
-    size. The first call of a signature (or bucket) outside a graph capture
+    size. Its `kiln` is a tuple of launches, Kiln's kernel with the tiles the
+    plugin's heuristics give at sizes across the range: each bucket takes the
+    fastest of them (its index), or the library's. The first call of a signature (or bucket) outside a graph capture
     times both (a warm-up, then the best of a few rounds between
     device synchronizations: a few milliseconds), checks that they agree, and
     keeps the faster for the rest of the process. The library is never chosen
@@ -1072,10 +1074,12 @@ class Attention:
             side = self.by_size.get(slot)
         if side is Attention.KILN:
             return self._kiln(i, kiln, size, stride)
+        if isinstance(side, int):  # one of a dynamic step's tile variants
+            return self._kiln(i, kiln[side], size, stride)
         if side is not None:
             return side(*operands())
         if self._capturing():
-            return self._kiln(i, kiln, size, stride)
+            return self._kiln(i, kiln[0] if isinstance(kiln, tuple) else kiln, size, stride)
         return self._choose(slot, kiln, operands, size, stride)
 
     def _kiln(self, i, kiln, size, stride):
@@ -1099,7 +1103,8 @@ class Attention:
         log = logging.getLogger("kiln.attention")
         i = slot[0] if isinstance(slot, tuple) else slot
         dtype, causal, scale, heads_inner = self._signatures[i][2:]
-        mine = self._kiln(i, kiln, size, stride)
+        kilns = kiln if isinstance(kiln, tuple) else (kiln,)
+        mine = self._kiln(i, kilns[0], size, stride)
         library, theirs, why = None, None, None
         if self.mode != "kiln":
             try:
@@ -1116,21 +1121,28 @@ class Attention:
                 warnings.warn(f"Kiln: KILN_ATTENTION=library, but the library cannot compute attention "
                               f"signature {i} ({why}); Kiln's kernel runs it", stacklevel=3)
             why = why or f"KILN_ATTENTION={self.mode}"
-            self._keep(slot, Attention.KILN, {"kiln": None, "library": None, "why": why})
-            log.debug("attention signature %s: Kiln's kernel (%s)", slot, why)
-            return mine
-        if self.mode == "library":
+            if len(kilns) == 1:
+                self._keep(slot, Attention.KILN, {"kiln": None, "library": None, "why": why})
+                log.debug("attention signature %s: Kiln's kernel (%s)", slot, why)
+                return mine
+        elif self.mode == "library":
             self._keep(slot, library, {"kiln": None, "library": None, "why": "KILN_ATTENTION=library"})
             return theirs
         ops = operands()
-        kiln_s = self._timing.time(lambda: self._kiln(i, kiln, size, stride))
-        try:
-            library_s = self._timing.time(lambda: library(*ops))
-        except Exception as error:  # as above: Kiln's kernel runs it
-            library_s, why = None, f"{type(error).__name__}: {error}"
+        times = [self._timing.time(lambda k=k: self._kiln(i, k, size, stride)) for k in kilns]
+        best = min(range(len(kilns)), key=times.__getitem__)
+        kiln_s, library_s = times[best], None
+        if library is not None:
+            try:
+                library_s = self._timing.time(lambda: library(*ops))
+            except Exception as error:  # as above: Kiln's kernel runs it
+                why = f"{type(error).__name__}: {error}"
         faster = library_s is not None and library_s < kiln_s
         why = why or "measured"
-        self._keep(slot, library if faster else Attention.KILN, {"kiln": kiln_s, "library": library_s, "why": why})
+        report = {"kiln": kiln_s, "library": library_s, "why": why}
+        if len(kilns) > 1:
+            report["variants"] = times
+        self._keep(slot, library if faster else (best if len(kilns) > 1 else Attention.KILN), report)
         log.debug("attention signature %s: %s (%s; Kiln's kernel %.1f µs, the library %s µs)",
                   slot, "the library" if faster else "Kiln's kernel", why, kiln_s * 1e6,
                   "-" if library_s is None else f"{library_s * 1e6:.1f}")

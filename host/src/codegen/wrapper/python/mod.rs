@@ -447,14 +447,20 @@ fn write_grids(
         .filter(|k| !k.grids.is_empty())
         .map(|k| row(&k.name, &k.grids))
         .collect();
-    // Attention steps of dynamic shapes, by step (kernel names never start so).
-    let mut steps: Vec<(&usize, &Vec<kiln_plugin_api::Grid>)> = attention
+    // Attention steps of dynamic shapes, by step and tile variant.
+    let mut steps: Vec<(&usize, &triton::attention::AttentionLaunch)> = attention
         .iter()
-        .filter_map(|(i, l)| l.dynamic.as_ref().map(|(_, g)| (i, g)))
+        .filter(|(_, l)| l.dynamic.is_some())
         .collect();
     steps.sort_by_key(|(i, _)| **i);
     let dynamic_attention = !steps.is_empty();
-    rows.extend(steps.into_iter().map(|(i, g)| row(&format!("step{i}"), g)));
+    for (i, l) in steps {
+        for (n, v) in std::iter::once(l).chain(&l.variants).enumerate() {
+            if let Some((_, grids)) = &v.dynamic {
+                rows.push(row(&call::attention_grid_key(*i, n), grids));
+            }
+        }
+    }
     if rows.is_empty() {
         return Ok(());
     }

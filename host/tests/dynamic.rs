@@ -367,6 +367,115 @@ fn a_graph_files_named_sizes_take_their_example_or_the_value_given() {
     }
 }
 
+/// With `--dynamic` a graph file's named sizes stay size symbols: the input is `[batch,
+/// seq, 16]`, the `view` takes them as sizes, and one cpu library runs at sizes across the
+/// ranges, equal to the graph written with those numbers.
+#[test]
+fn a_graph_files_named_sizes_stay_symbols_with_dynamic_and_one_library_serves_them() {
+    let named = named_sizes("\"batch\"", "\"seq\"", DIMS);
+    let g = kiln::graph::parse_toml_sized(&named, &[], true)
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let shape = &g.input_meta(0).unwrap().shape;
+    assert_eq!(format!("{shape:?}"), "[ks0, ks1, 16]");
+    let symbols = g.symbols();
+    let batch = symbols.get(symbols.find("batch").unwrap()).unwrap();
+    assert_eq!((batch.lo, batch.hi, batch.hint), (1, 64, 4));
+    let compiled = kiln::driver::compile(g.clone(), &common::plugin("cpu"), &Default::default())
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let (module, _) =
+        kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)
+            .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    for (b, l) in [(1, 2), (4, 9), (3, 128)] {
+        let fixed =
+            kiln::graph::parse_toml(&named_sizes(&b.to_string(), &l.to_string(), "")).unwrap();
+        let meta = fixed.input_meta(0).unwrap().clone();
+        let inputs = kiln::tensor_io::random_inputs(&[meta], 7);
+        let want = kiln::interp::evaluate(&fixed, &inputs).unwrap();
+        let got = module.run(&inputs).unwrap();
+        assert_eq!(got[0].shape, [b, l, 2, 8]);
+        let err = rel_err(&got[0], &want[0].to_vec());
+        assert!(err <= 1e-5, "{b}x{l}: relative error {err:e}");
+    }
+    // A constant cannot name a size that varies.
+    let text = named.replace("shape = [16, 16]", "shape = [\"batch\", 16]");
+    let err = kiln::graph::parse_toml_sized(&text, &[], true).unwrap_err();
+    assert!(
+        kiln::diag::report(&err).contains("a constant's values fix its size"),
+        "{}",
+        kiln::diag::report(&err)
+    );
+}
+
+/// `--dynamic x:0=1..64` on an export of static shapes (tests/fixtures/pt2/mlp.pt2, `x`
+/// `[8, 64]`): the batch becomes a size symbol hinted at 8, the graph is inferred again
+/// over it, and one cpu library gives PyTorch's rows at 1, 3 and 8 rows (the MLP's rows
+/// are independent, so the first rows of the recorded output). An export whose `view`
+/// fixes the size refuses, naming the node.
+#[test]
+fn dims_of_a_static_export_made_dynamic_on_the_command_line() {
+    use kiln::graph::front::dynamic_dims::DynamicDim;
+    let spec: DynamicDim = "x:0=1..64".parse().unwrap();
+    let options = LoadOptions {
+        dynamic: true,
+        dynamic_dims: vec![spec],
+        ..Default::default()
+    };
+    let g = load_with(common::pt2_fixtures().join("mlp.pt2"), &options)
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let meta = g.input_meta(0).unwrap().clone();
+    assert_eq!(format!("{:?}", meta.shape), "[ks0, 64]");
+    assert_eq!(
+        g.symbols()
+            .get(meta.shape[0].as_symbol().unwrap())
+            .unwrap()
+            .hint,
+        8
+    );
+    let compiled = kiln::driver::compile(g, &common::plugin("cpu"), &Default::default())
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let (module, _) =
+        kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)
+            .unwrap();
+    let x = common::read_f32(&common::pt2_fixtures().join("mlp.input0.bin"));
+    let want = common::read_f32(&common::pt2_fixtures().join("mlp.expected0.bin"));
+    for rows in [1usize, 3, 8] {
+        let input = Tensor::new(vec![rows as i64, 64], meta.dtype, x[..rows * 64].to_vec());
+        let got = module.run(&[input]).unwrap();
+        let err = rel_err(&got[0], &want[..rows * 32]);
+        assert!(err <= 1e-4, "{rows} rows: relative error {err:e}");
+    }
+    let attention = LoadOptions {
+        dynamic: true,
+        dynamic_dims: vec!["x:0=1..64".parse().unwrap()],
+        ..Default::default()
+    };
+    let err = kiln::diag::report(
+        &load_with(common::pt2_fixtures().join("attention.pt2"), &attention).unwrap_err(),
+    );
+    assert!(
+        err.contains("node `view`") && err.contains("export the model with dynamic_shapes="),
+        "{err}"
+    );
+    for (flag, want) in [
+        (
+            "y:0=1..64",
+            "the graph has no input `y`; its inputs are `x`",
+        ),
+        ("x:2=1..64", "input `x` has 2 dims"),
+        ("x:0=9..64", "the graph's size, 8, is outside that range"),
+    ] {
+        let options = LoadOptions {
+            dynamic: true,
+            dynamic_dims: vec![flag.parse().unwrap()],
+            ..Default::default()
+        };
+        let err = kiln::diag::report(
+            &load_with(common::pt2_fixtures().join("mlp.pt2"), &options).unwrap_err(),
+        );
+        assert!(err.contains(want), "{flag}: {err}");
+    }
+}
+
 #[test]
 fn named_sizes_that_are_unknown_empty_or_out_of_range_are_refused_with_the_place() {
     let named = named_sizes("\"batch\"", "\"seq\"", DIMS);

@@ -1487,6 +1487,21 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
     ] {
         assert!(code.contains(want), "no `{want}` in\n{code}");
     }
+    // A dim of an export of static shapes made dynamic on the command line.
+    let fixed = repo_root().join("tests/fixtures/pt2/mlp.pt2");
+    let out = tmp.path().join("marked");
+    let (ok, stderr) = compile(&fixed, "cuda", &out, &["--dynamic", "x:0=1..64"]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert!(
+        code.contains("SIZE_SYMBOLS = ((\"ks0\", \"x:0\", 0, 0, 1, 64),)"),
+        "{code}"
+    );
+    let (ok, stderr) = compile(&fixed, "cuda", &out, &["--dynamic", "x0"]);
+    assert!(
+        !ok && stderr.contains("expected INPUT:DIM=LO..HI"),
+        "{stderr}"
+    );
     // A target whose code generator takes one size only (a Triton device's C++
     // wrapper) refuses, naming what to do.
     let (ok, stderr) = compile(

@@ -114,8 +114,20 @@ pub struct GraphFile {
     /// (`kiln_call_shaped`), for programs of kernels, matrix products and attention;
     /// elsewhere (a Triton device's C++ wrapper, convolutions) the compile says what
     /// takes one size only. `host run` runs it at the example's sizes.
-    #[arg(long, conflicts_with = "specialize")]
-    pub dynamic: bool,
+    ///
+    /// `--dynamic INPUT:DIM=LO..HI` (after FILE; repeatable) makes that dim of a graph or
+    /// archive of static shapes a size from LO to HI (`input_ids:1=1..2048`;
+    /// `input_ids:1,attention_mask:1=1..2048` for dims of one size). The graph is inferred
+    /// again over it; a node whose arguments fix that size (a static export's `view`)
+    /// refuses, naming itself.
+    #[arg(
+        long,
+        conflicts_with = "specialize",
+        num_args = 0..=1,
+        action = clap::ArgAction::Append,
+        value_name = "INPUT:DIM=LO..HI"
+    )]
+    pub dynamic: Option<Vec<crate::graph::front::dynamic_dims::DynamicDim>>,
 }
 
 /// `s27=128` as a symbol and its value.
@@ -143,7 +155,8 @@ impl GraphFile {
                     ..Default::default()
                 },
                 specialize: self.specialize.clone(),
-                dynamic: self.dynamic,
+                dynamic: self.dynamic.is_some(),
+                dynamic_dims: self.dynamic.clone().unwrap_or_default(),
             },
         )
     }

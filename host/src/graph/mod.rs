@@ -20,7 +20,8 @@ pub mod views;
 
 pub use dtype::DType;
 pub use front::{
-    is_pt2, load, load_toml, load_toml_with, load_with, parse_toml, parse_toml_with, LoadOptions,
+    is_pt2, load, load_toml, load_toml_with, load_with, parse_toml, parse_toml_sized,
+    parse_toml_with, LoadOptions,
 };
 pub use ir::{
     Arg, FixedMeta, Graph, Node, NodeId, Scalar, SizeChoice, State, TensorMeta, Use, ValueId,
@@ -162,6 +163,9 @@ pub enum Error {
     /// the size's range.
     #[error("{0}")]
     Specialize(String),
+    /// `--dynamic INPUT:DIM=LO..HI` cannot make those dims vary.
+    #[error("{0}")]
+    Dynamic(String),
     /// The nodes form a cycle.
     #[error("{0} is on a cycle")]
     Cycle(At),

@@ -7,13 +7,14 @@
 //! The front ends only read and validate; they never rewrite a graph after it
 //! validates (that is `passes/`) and never evaluate tensors.
 
+pub mod dynamic_dims;
 pub mod pt2;
 pub mod table;
 pub mod toml;
 
 use std::path::Path;
 
-pub use self::toml::{load_toml, load_toml_with, parse_toml, parse_toml_with};
+pub use self::toml::{load_toml, load_toml_with, parse_toml, parse_toml_sized, parse_toml_with};
 use super::{Error, Graph};
 
 /// How [`load_with`] imports a graph file.
@@ -33,6 +34,9 @@ pub struct LoadOptions {
     /// Keep a `.pt2` export's symbols rather than specialise it
     /// ([`pt2::Pt2Options::dynamic`]).
     pub dynamic: bool,
+    /// Input dims of a static graph to make size symbols, with their ranges
+    /// (`--dynamic INPUT:DIM=LO..HI`, [`dynamic_dims::mark`]).
+    pub dynamic_dims: Vec<dynamic_dims::DynamicDim>,
 }
 
 /// Whether `path` is a `.pt2` archive rather than a TOML graph: a zip's magic bytes
@@ -65,6 +69,15 @@ pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Graph,
         };
         pt2::load_pt2(path, &pt2_options)
     } else {
-        load_toml_with(path, &options.specialize)
+        // `--dynamic` keeps a graph file's named sizes as symbols.
+        let dynamic = options.dynamic && options.dynamic_dims.is_empty();
+        self::toml::load_toml_sized(path, &options.specialize, dynamic)
     }
+    .and_then(|mut g| {
+        dynamic_dims::mark(&mut g, &options.dynamic_dims).map_err(|e| Error::InFile {
+            path: path.display().to_string(),
+            source: Box::new(e),
+        })?;
+        Ok(g)
+    })
 }

@@ -35,12 +35,22 @@ pub fn load_toml_with(
     path: impl AsRef<std::path::Path>,
     specialize: &[(String, i64)],
 ) -> Result<Graph, Error> {
+    load_toml_sized(path, specialize, false)
+}
+
+/// [`load_toml_with`]; with `dynamic`, the named sizes stay size symbols
+/// ([`parse_toml_sized`]).
+pub fn load_toml_sized(
+    path: impl AsRef<std::path::Path>,
+    specialize: &[(String, i64)],
+    dynamic: bool,
+) -> Result<Graph, Error> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse_toml_with(&text, specialize).map_err(|e| Error::InFile {
+    parse_toml_sized(&text, specialize, dynamic).map_err(|e| Error::InFile {
         path: path.display().to_string(),
         source: Box::new(e),
     })
@@ -80,10 +90,10 @@ fn to_raw(v: &Spanned<DeValue>, sizes: &sizes::Sizes) -> Result<Raw, Located> {
                 .map(|x| to_raw(x, sizes))
                 .collect::<Result<_, _>>()?,
         ),
-        DeValue::Table(t) => Raw::Int(sizes.reference(t).map_err(|message| Located {
+        DeValue::Table(t) => sizes.reference(t).map_err(|message| Located {
             at: v.span().start,
             message,
-        })?),
+        })?,
         other => {
             return Err(Located {
                 at: v.span().start,
@@ -111,6 +121,16 @@ pub fn parse_toml(text: &str) -> Result<Graph, Error> {
 /// [`parse_toml`], each named size of `[dims]` at its value in `specialize`, else at its
 /// `example`, else at its `min`.
 pub fn parse_toml_with(text: &str, specialize: &[(String, i64)]) -> Result<Graph, Error> {
+    parse_toml_sized(text, specialize, false)
+}
+
+/// [`parse_toml_with`]; with `dynamic` (`--dynamic`), each named size of `[dims]` is a
+/// size symbol over its range instead, hinted at its `example` (else its `min`).
+pub fn parse_toml_sized(
+    text: &str,
+    specialize: &[(String, i64)],
+    dynamic: bool,
+) -> Result<Graph, Error> {
     let lines = Lines::new(text);
     let located = |at: usize, message: String| {
         let (line, column) = lines.at(at);
@@ -128,13 +148,20 @@ pub fn parse_toml_with(text: &str, specialize: &[(String, i64)]) -> Result<Graph
     if raw.format != FORMAT {
         return Err(Error::Version(raw.format.into()));
     }
-    let sizes = sizes::Sizes::of(&raw.dims, specialize, &lines)?;
+    let sizes = if dynamic {
+        sizes::Sizes::symbolic(&raw.dims, &lines)?
+    } else {
+        sizes::Sizes::of(&raw.dims, specialize, &lines)?
+    };
     let mut b = Builder {
         g: Graph::new(raw.name),
         names: HashMap::with_capacity(raw.inputs.len() + raw.constants.len() + raw.nodes.len()),
         lines: &lines,
         sizes: &sizes,
     };
+    if let Some(symbols) = sizes.symbols() {
+        b.g.set_symbols(symbols.clone());
+    }
     b.declare_inputs(&raw.inputs)?;
     b.declare_constants(&raw.constants)?;
     // Unknown ops are reported all together before anything else about the nodes.
@@ -697,6 +724,15 @@ fn declared(
         )
     })?;
     let shape = sizes.shape(&t.shape, lines)?;
-    numel(&shape).map_err(|e| decl(kind, t.name, line, &e.to_string()))?;
-    Ok(TensorMeta::contiguous(shape, dtype))
+    if kind == "constant" && shape.iter().any(|s| !s.is_const()) {
+        return Err(decl(
+            kind,
+            t.name,
+            line,
+            "its shape names a size that --dynamic keeps varying; a constant's values fix its size",
+        ));
+    }
+    let hints: Vec<i64> = shape.iter().map(crate::graph::sym::Size::hint).collect();
+    numel(&hints).map_err(|e| decl(kind, t.name, line, &e.to_string()))?;
+    Ok(TensorMeta::contiguous_sizes(shape, dtype))
 }

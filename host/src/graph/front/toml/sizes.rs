@@ -1,17 +1,21 @@
 //! The named sizes of a graph file (`[dims]`): each takes one value within its range (the
 //! one `--specialize` gives, else its `example`, else its `min`), which the shapes naming
 //! it (`shape = ["batch", 128]`) and the node arguments referring to it
-//! (`{ dim = "batch" }`) stand for.
-//! Kiln's graphs have static shapes until symbolic dims reach its scheduler
-//! (docs/dynamic-shapes.md): a file with named sizes compiles at one value of each.
+//! (`{ dim = "batch" }`) stand for. With `--dynamic` each is a size symbol over its range
+//! instead (its value the hint), so that one compile serves the range
+//! (docs/dynamic-shapes.md).
 
 use super::raw::{RawDim, RawSize};
 use super::Lines;
+use crate::graph::front::table::Raw;
+use crate::graph::sym::{Size, Symbols};
 use crate::graph::{Error, SizeChoice};
 
 /// Each named size with its value and range.
 pub(super) struct Sizes {
     dims: Vec<SizeChoice>,
+    /// With `--dynamic`: each size a symbol of this table, by the same name.
+    symbols: Option<Symbols>,
 }
 
 fn located(lines: &Lines, at: usize, message: String) -> Error {
@@ -91,7 +95,10 @@ impl Sizes {
                 hi: d.max,
             });
         }
-        let sizes = Sizes { dims: out };
+        let sizes = Sizes {
+            dims: out,
+            symbols: None,
+        };
         if !sizes.dims.is_empty() {
             tracing::warn!(
                 "the graph has named sizes; compiled at {}: a call at other sizes is refused \
@@ -102,21 +109,59 @@ impl Sizes {
         Ok(sizes)
     }
 
-    /// Each size at its value, as the graph records them.
+    /// The sizes of `[dims]` as size symbols over their ranges, each hinted at its
+    /// example (`--dynamic`): a range must hold sizes of at least 1.
+    pub fn symbolic(dims: &[RawDim<'_>], lines: &Lines) -> Result<Sizes, Error> {
+        let mut sizes = Sizes::of(dims, &[], lines)?;
+        let mut symbols = Symbols::default();
+        for (d, raw) in sizes.dims.iter().zip(dims) {
+            let bad = |message: String| located(lines, raw.at, message);
+            if d.lo < 1 {
+                return Err(bad(format!(
+                    "size `{}`: with --dynamic a range starts at 1 or more, not {}",
+                    d.name, d.lo
+                )));
+            }
+            let id = symbols
+                .add(&d.name, d.lo, d.hi)
+                .map_err(|e| bad(e.to_string()))?;
+            symbols
+                .set_hint(id, d.value)
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        sizes.symbols = Some(symbols);
+        Ok(sizes)
+    }
+
+    /// Each size at its value, as the graph records them (none where they are symbols).
     pub fn choices(&self) -> Vec<SizeChoice> {
+        if self.symbols.is_some() {
+            return Vec::new();
+        }
         self.dims.clone()
     }
 
-    fn value(&self, name: &str) -> Option<i64> {
-        self.dims.iter().find(|d| d.name == name).map(|d| d.value)
+    /// The size symbols, with `--dynamic`.
+    pub fn symbols(&self) -> Option<&Symbols> {
+        self.symbols.as_ref()
     }
 
-    /// A declared shape's sizes, each name at its value; an unknown name is an error at
-    /// its place.
-    pub fn shape(&self, raw: &[RawSize], lines: &Lines) -> Result<Vec<i64>, Error> {
+    fn value(&self, name: &str) -> Option<Size> {
+        if let Some(symbols) = &self.symbols {
+            return symbols.find(name).map(|id| Size::symbol(id, symbols));
+        }
+        self.dims
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| Size::from(d.value))
+    }
+
+    /// A declared shape's sizes, each name at its value (its symbol, with `--dynamic`);
+    /// an unknown name is an error at its place.
+    pub fn shape(&self, raw: &[RawSize], lines: &Lines) -> Result<Vec<Size>, Error> {
         raw.iter()
             .map(|s| match s {
-                RawSize::Fixed(n) => Ok(*n),
+                RawSize::Fixed(n) => Ok(Size::from(*n)),
                 RawSize::Named { name, at } => self.value(name).ok_or_else(|| {
                     located(
                         lines,
@@ -131,8 +176,9 @@ impl Sizes {
             .collect()
     }
 
-    /// The value of a node argument `{ dim = "batch" }`: the named size's.
-    pub fn reference(&self, table: &toml::de::DeTable) -> Result<i64, String> {
+    /// The value of a node argument `{ dim = "batch" }`: the named size's (its symbol,
+    /// with `--dynamic`).
+    pub fn reference(&self, table: &toml::de::DeTable) -> Result<Raw, String> {
         let name =
             match table.iter().next() {
                 Some((k, v)) if table.len() == 1 && k.get_ref() == "dim" => match v.get_ref() {
@@ -144,8 +190,12 @@ impl Sizes {
                         .into(),
                 ),
             };
-        self.value(&name).ok_or_else(|| {
+        let size = self.value(&name).ok_or_else(|| {
             format!("unknown size `{name}` (sizes are the names of the file's [dims] table)")
+        })?;
+        Ok(match size.as_const() {
+            Some(n) => Raw::Int(n),
+            None => Raw::Size(size),
         })
     }
 }

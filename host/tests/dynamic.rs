@@ -93,12 +93,7 @@ fn one_symbolic_import_matches_pytorch_at_every_size() {
     let cases = cases();
     let cuda = common::plugin("cuda");
     for (archive, case) in cases.as_object().expect("an object") {
-        let options = LoadOptions {
-            dynamic: true,
-            ..Default::default()
-        };
-        let g = load_with(fixtures().join(format!("{archive}.pt2")), &options)
-            .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        let g = symbolic(archive);
         let symbols = g.symbols();
         for (dim, name) in case["dims"].as_object().expect("dims") {
             let (input, d) = dim.split_once(':').unwrap();
@@ -147,6 +142,16 @@ fn one_symbolic_import_matches_pytorch_at_every_size() {
     }
 }
 
+/// A fixture archive imported once with its size symbols kept (`--dynamic`).
+fn symbolic(archive: &str) -> kiln::graph::Graph {
+    let options = LoadOptions {
+        dynamic: true,
+        ..Default::default()
+    };
+    load_with(fixtures().join(format!("{archive}.pt2")), &options)
+        .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)))
+}
+
 /// The inputs of one size of cases.json (`[batch, seq, ...]`, the rest of each input's
 /// dims as `g` has them), and PyTorch's output there.
 fn inputs_at(g: &kiln::graph::Graph, size: &Value) -> (Vec<Tensor>, Vec<f64>) {
@@ -175,12 +180,7 @@ fn one_cpu_library_runs_every_size_in_the_range() {
     let cases = cases();
     let cpu = common::plugin("cpu");
     for (archive, case) in cases.as_object().expect("an object") {
-        let options = LoadOptions {
-            dynamic: true,
-            ..Default::default()
-        };
-        let g = load_with(fixtures().join(format!("{archive}.pt2")), &options)
-            .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
+        let g = symbolic(archive);
         let compiled = kiln::driver::compile(g.clone(), &cpu, &Default::default())
             .unwrap_or_else(|e| panic!("{archive}: {}", kiln::diag::report(&e)));
         assert!(
@@ -222,14 +222,7 @@ fn one_cpu_library_runs_every_size_in_the_range() {
         );
     }
     // BERT's mask one position longer than its ids.
-    let g = load_with(
-        fixtures().join("bert.pt2"),
-        &LoadOptions {
-            dynamic: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let g = symbolic("bert");
     let compiled = kiln::driver::compile(g.clone(), &cpu, &Default::default()).unwrap();
     let (module, _) =
         kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)

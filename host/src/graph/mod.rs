@@ -166,6 +166,13 @@ pub enum Error {
     /// `--dynamic INPUT:DIM=LO..HI` cannot make those dims vary.
     #[error("{0}")]
     Dynamic(String),
+    /// A node of a graph made dynamic with `--dynamic INPUT:DIM=LO..HI` fixes the size
+    /// the flag makes vary (its inference over the symbols fails).
+    #[error(
+        "with --dynamic, a node fixes a size the flag makes vary: export the model with \
+         dynamic_shapes= (or name the size in a graph file's [dims])"
+    )]
+    DynamicInfer(#[source] Box<Error>),
     /// The nodes form a cycle.
     #[error("{0} is on a cycle")]
     Cycle(At),

@@ -44,7 +44,7 @@ impl FromStr for DynamicDim {
                  graph file, keeps an export's own size symbols"
             )
         };
-        let (dims, range) = text.rsplit_once('=').ok_or_else(expected)?;
+        let (dims, range) = text.split_once('=').ok_or_else(expected)?;
         let (lo, hi) = range.split_once("..").ok_or_else(expected)?;
         let (lo, hi) = (
             lo.trim().parse::<i64>().map_err(|_| expected())?,
@@ -143,13 +143,7 @@ pub fn mark(g: &mut Graph, specs: &[DynamicDim]) -> Result<(), Error> {
         g.set_inferred(node, vec![TensorMeta::contiguous_sizes(shape, meta.dtype)]);
     }
     g.set_symbols(symbols);
-    crate::graph::verify::validate(g).map_err(|e| {
-        refuse(format!(
-            "{}; with --dynamic, that node fixes a size the flag makes vary: export the model \
-             with dynamic_shapes= (or name the size in a graph file's [dims])",
-            crate::diag::report(&e)
-        ))
-    })
+    crate::graph::verify::validate(g).map_err(|e| Error::DynamicInfer(Box::new(e)))
 }
 
 /// The position of the graph input named `name`.

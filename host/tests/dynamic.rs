@@ -228,6 +228,14 @@ fn one_cpu_library_runs_every_size_in_the_range() {
         kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)
             .unwrap();
     let (mut inputs, _) = inputs_at(&g, &cases["bert"]["sizes"][1]);
+    // Ids of another rank: refused before the library reads their sizes.
+    let ids = &inputs[0];
+    let flat = Tensor::new(vec![ids.numel() as i64], ids.dtype, ids.to_vec());
+    let err = module
+        .run(&[flat, inputs[1].clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("input 0: expected int64 of 2 dims"), "{err}");
     let mask = &inputs[1];
     let shape = vec![mask.shape[0], mask.shape[1] + 1];
     let n: i64 = shape.iter().product();

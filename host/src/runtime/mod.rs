@@ -388,20 +388,30 @@ impl Module {
         let Some(shaped) = self.shaped else {
             return prepare(&self.inputs, &self.outputs, inputs);
         };
-        let slots: Vec<Slot> = self
-            .inputs
-            .iter()
-            .zip(inputs)
-            .map(|(slot, t)| Slot {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::Input {
+                index: inputs.len().min(self.inputs.len()),
+                expected: format!("{} inputs", self.inputs.len()),
+                found: format!("{}", inputs.len()),
+            });
+        }
+        // Each input at its own sizes (the library checks them), of the graph's rank
+        // and dtype.
+        let mut slots = Vec::with_capacity(inputs.len());
+        for (i, (t, slot)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if t.shape.len() != slot.shape.len() || t.dtype != slot.dtype {
+                return Err(Error::Input {
+                    index: i,
+                    expected: format!("{} of {} dims", slot.dtype, slot.shape.len()),
+                    found: format!("{}{:?}", t.dtype, t.shape),
+                });
+            }
+            slots.push(Slot {
                 dtype: slot.dtype,
-                shape: if t.shape.len() == slot.shape.len() {
-                    t.shape.clone()
-                } else {
-                    slot.shape.clone()
-                },
+                shape: t.shape.clone(),
                 strides: crate::graph::shape::contiguous_strides(&t.shape),
-            })
-            .collect();
+            });
+        }
         let input_shapes: Vec<Vec<i64>> = slots.iter().map(|s| s.shape.clone()).collect();
         let shape_ptrs: Vec<*const i64> = input_shapes.iter().map(|s| s.as_ptr()).collect();
         let mut out_shapes: Vec<Vec<i64>> = self
@@ -410,20 +420,11 @@ impl Module {
             .map(|s| vec![0; s.shape.len()])
             .collect();
         let out_ptrs: Vec<*mut i64> = out_shapes.iter_mut().map(|s| s.as_mut_ptr()).collect();
-        // Each input's rank is checked by `prepare` below before the library reads
-        // its sizes: read them now only when every rank agrees.
-        if inputs.len() == slots.len()
-            && inputs
-                .iter()
-                .zip(&self.inputs)
-                .all(|(t, s)| t.shape.len() == s.shape.len())
-        {
-            // SAFETY: one pointer per input to as many sizes as its rank, and one
-            // per output to room for as many as its rank.
-            let status = unsafe { (shaped.output_shapes)(shape_ptrs.as_ptr(), out_ptrs.as_ptr()) };
-            if status != 0 {
-                return Err(Error::Sizes(self.last_error()));
-            }
+        // SAFETY: one pointer per input to as many sizes as its rank (checked above),
+        // and one per output to room for as many as its rank.
+        let status = unsafe { (shaped.output_shapes)(shape_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+        if status != 0 {
+            return Err(Error::Sizes(self.last_error()));
         }
         let outputs: Vec<Slot> = self
             .outputs

@@ -1502,6 +1502,16 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         !ok && stderr.contains("expected INPUT:DIM=LO..HI"),
         "{stderr}"
     );
+    // The flag before the file takes the file as its value: said so.
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg("--dynamic")
+        .arg(&fixed)
+        .args(["--device", "cuda"]));
+    assert!(
+        !output.status.success() && stderr.contains("is the graph file: put `--dynamic` after it"),
+        "{stderr}"
+    );
     // A target whose code generator takes one size only (a Triton device's C++
     // wrapper) refuses, naming what to do.
     let (ok, stderr) = compile(

@@ -37,6 +37,13 @@ impl FromStr for DynamicDim {
     type Err = String;
 
     fn from_str(text: &str) -> Result<DynamicDim, String> {
+        // `host compile --dynamic model.pt2`: the flag took the graph file as its value.
+        if !text.contains('=') && std::path::Path::new(text).is_file() {
+            return Err(format!(
+                "`{text}` is the graph file: put `--dynamic` after it (`host compile {text} \
+                 --dynamic`), or give the flag INPUT:DIM=LO..HI"
+            ));
+        }
         let expected = || {
             format!(
                 "`{text}`: expected INPUT:DIM=LO..HI (e.g. input_ids:1=1..2048), or several dims \

@@ -7,7 +7,8 @@ Each generated file names the Triton target its kernels were generated for
 them), defines its kernels as plain ``@triton.jit`` functions, and writes a
 literal ``KERNEL_META`` dict: for every kernel, its argument signature (Triton
 type strings such as ``*fp32`` or ``i32``), its ``constexpr`` values, and the
-launch's ``num_warps`` and ``num_stages``. This script reads them through
+launch's ``num_warps`` and ``num_stages`` (a launch variant of a kernel of
+dynamic sizes names the ``function`` it compiles with its own). This script reads them through
 Python's ``ast`` module (it never runs the wrapper, which needs torch and a
 device, nor loads the kernels' runtime, ``kiln_runtime.py`` beside the file:
 a file checks on its own), and for each file:
@@ -224,17 +225,19 @@ def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
 
         module.KILN_PDL = tl.constexpr(pdl)
     names = dict(kernels)
+    # A launch variant of a kernel of dynamic sizes names the function it compiles.
+    function = {name: info.get("function", name) for name, info in meta.items()}
     for name in meta:
-        if name not in names:
-            failures.append(f"{path}: {name}: in KERNEL_META but no @triton.jit function")
+        if function[name] not in names:
+            failures.append(f"{path}: {name}: in KERNEL_META but no @triton.jit function {function[name]}")
     # @triton.jit functions without a KERNEL_META entry are helpers the kernels call.
-    compiled = [n for n, _ in kernels if n in meta]
+    compiled = [n for n in meta if function[n] in names]
     failed = 0
     for name in compiled:
         info = meta[name]
         constexprs = dict(info.get("constants", {}))
         try:
-            fn = getattr(module, name)
+            fn = getattr(module, function[name])
             # In the kernel's parameter order: constants may sit among the runtime
             # parameters (an argument compiled in).
             runtime = dict(info["signature"])

@@ -5,7 +5,7 @@ compiled from one export (bench/gpu/dynamic_speed.py's models), each profiled ov
 its attention as its first call measures (`--static-attention library` forces the
 static one's to the library's).
 
-    python3 bench/gpu/dynamic_profile.py HOST [--model gpt2] [--shape 1x128]
+    python3 bench/gpu/dynamic_profile.py HOST [--model gpt2] [--shape 1x128] [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -20,18 +20,22 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from dynamic_speed import exported, host_compile, model_of  # noqa: E402
+from dynamic_speed import DTYPES, exported, host_compile, model_of  # noqa: E402
 from run import load_module  # noqa: E402
 
 
 def profile(name: str, fn, calls: int = 20) -> None:
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - start) / calls
+    # The host's time to queue a call: the median of 7 rounds, each from an idle device.
+    rounds = []
+    for _ in range(7):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - start) / calls)
+    host = sorted(rounds)[len(rounds) // 2]
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
@@ -51,8 +55,9 @@ def profile(name: str, fn, calls: int = 20) -> None:
             for _ in range(calls):
                 fn()
         text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
-        print("  host time by function (cProfile, all calls):")
+        stats = pstats.Stats(prof, stream=text)
+        stats.sort_stats("tottime").print_stats(30)
+        print(f"  host time by function (cProfile, {stats.total_calls // calls} Python calls a call):")
         for line in text.getvalue().splitlines()[6:]:
             if line.strip():
                 print("   ", line[:150])
@@ -67,6 +72,7 @@ def main() -> None:
     p.add_argument("host")
     p.add_argument("--model", default="gpt2", choices=["mlp_ln", "gpt2", "bert"])
     p.add_argument("--shape", default="1x128")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--static-attention", default="measure", choices=["measure", "library", "kiln"])
     p.add_argument("--python-profile", action="store_true", help="the host's time per Python function too")
     a = p.parse_args()
@@ -75,10 +81,11 @@ def main() -> None:
     b, s = (int(v) for v in a.shape.split("x"))
     torch.manual_seed(0)
     model, longest, make = model_of(a.model)
-    model = model.eval()
+    dtype = DTYPES[a.dtype]
+    model = model.to(dtype).eval()
     root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-profile-"))
     archive = root / f"{a.model}.pt2"
-    inputs = lambda b_, s_, device="cuda": make(b_, s_, torch.float32, device)  # noqa: E731
+    inputs = lambda b_, s_, device="cuda": make(b_, s_, dtype, device)  # noqa: E731
     with torch.no_grad():
         sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
     host_compile(a.host, archive, root / "dynamic", "cuda", ["--dynamic"])
@@ -88,7 +95,7 @@ def main() -> None:
     if getattr(static, "ATTENTION", None) is not None:
         static.ATTENTION.mode = a.static_attention
     xs = list(inputs(b, s).values())
-    print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} fp32 at {b} x {s}")
+    print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} {a.dtype} at {b} x {s}")
     with torch.no_grad():
         profile(f"static ({a.static_attention} attention)", lambda: static.call(list(xs)))
         profile("dynamic", lambda: dynamic.call(list(xs)))

@@ -866,3 +866,66 @@ fn shape_inference_over_symbols_matches_the_integer_rules_at_every_size() {
         "{refused}"
     );
 }
+
+/// A kernel of dynamic sizes launches, at each size, the config the plugin's heuristics
+/// give a static compile of that size, and as a programmatic dependent where that one
+/// would be: the MLP with layer norm's one compile against its
+/// compiles at 1 x 2, 4 x 16 and 16 x 64 (row counts that are powers of two, each the
+/// top of its bucket).
+#[test]
+fn a_dynamic_kernel_launches_at_each_size_the_config_a_static_compile_chooses() {
+    use kiln::codegen::{namer::Namer, triton};
+    let cuda = common::plugin("cuda");
+    let infos = |g: kiln::graph::Graph| -> (Vec<triton::KernelInfo>, kiln::graph::sym::Symbols) {
+        let a = kiln::driver::compile(g, &cuda, &Default::default()).expect("compiles");
+        let p = &a.scheduled.program;
+        let k = triton::write(p, &*cuda, &Default::default(), &mut Namer::new()).expect("writes");
+        (k.info, p.symbols.clone())
+    };
+    let (dynamic, symbols) = infos(symbolic("mlp_ln"));
+    assert!(dynamic.iter().all(|k| k.sized.is_some()), "{dynamic:?}");
+    // The plugin's configs differ across the range: some kernel has variants.
+    assert!(
+        dynamic
+            .iter()
+            .any(|k| k.sized.as_ref().unwrap().variants.len() > 1),
+        "{dynamic:?}"
+    );
+    let case = &cases()["mlp_ln"];
+    let (b, l) = (
+        case["dims"]["x:0"].as_str().unwrap().to_string(),
+        case["dims"]["x:1"].as_str().unwrap().to_string(),
+    );
+    let (bs, ls) = (symbols.find(&b).unwrap(), symbols.find(&l).unwrap());
+    for (batch, seq) in [(1, 2), (4, 16), (16, 64)] {
+        let (fixed, _) =
+            infos(specialized("mlp_ln", vec![(b.clone(), batch), (l.clone(), seq)]).unwrap());
+        assert_eq!(fixed.len(), dynamic.len(), "{batch}x{seq}");
+        let at = |id| {
+            if id == bs {
+                batch
+            } else if id == ls {
+                seq
+            } else {
+                0
+            }
+        };
+        for (d, s) in dynamic.iter().zip(&fixed) {
+            let sized = d.sized.as_ref().unwrap();
+            let x = d.xnumel.eval(&at).unwrap();
+            let r = d.rnumel.as_ref().map_or(1, |r| r.eval(&at).unwrap());
+            let bucket = |n: i64, from: u32| (triton::sized::bucket(n.into()) - from) as usize;
+            let row = &sized.table[bucket(x, sized.x_from).min(sized.table.len() - 1)];
+            let (n, grid) = row[bucket(r, sized.r_from).min(row.len() - 1)];
+            let v = sized.variants[n];
+            let l = &s.launch;
+            assert_eq!(
+                (v.x_block, v.r_block, v.num_warps, v.num_stages, v.dependent),
+                (l.x_block, l.r_block, l.num_warps, l.num_stages, s.dependent),
+                "{} at {batch}x{seq}",
+                d.name
+            );
+            assert_eq!(grid, l.grid, "{} at {batch}x{seq}", d.name);
+        }
+    }
+}

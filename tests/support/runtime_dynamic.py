@@ -9,7 +9,8 @@ Checks: `symbolic_input_check` reads each size from its input dim and returns th
 values; refuses a size outside its range (SizeError naming the input, the dim and the
 range) and an input with too few dims; refuses inputs that disagree on a size they
 share, or a layout the kernels were not generated for, naming the input, and allows any
-stride of a dim of size 1. `grid_of` picks the plugin's grid for the bucket of programs.
+stride of a dim of size 1. `grid_of` picks the plugin's grid for the bucket of programs, and
+`SizedLaunch` a kernel's variant and grid for the bucket of its sizes.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
 """
 
@@ -102,6 +103,58 @@ def main():
     picks = [rt.grid_of(grids, n, 128) for n in (0, 1, 128, 129, 512, 513, 1 << 20)]
     want = [(1, 1, 1), (1, 1, 1), (1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (8, 1, 1)]
     check("the grid is the bucket's that covers the programs, the last past them", picks == want, picks)
+    sized_launches(rt)
+
+
+class Launched:
+    """A stand-in KERNELS: each `KERNELS.name[grid](*args, stream=s)` is recorded."""
+
+    def __init__(self):
+        self.calls, self.bound, self.readied = [], 0, []
+
+    def ready(self, names):
+        self.readied.append(list(names))
+
+    def __getattr__(self, name):
+        outer = self
+
+        class Kernel:
+            def __getitem__(self, grid):
+                outer.bound += 1
+                return lambda *args, stream: outer.calls.append((name, grid, args, stream))
+
+        return Kernel()
+
+
+def sized_launches(rt):
+    """SizedLaunch launches, per bucket of the row count and row length, the variant the
+    table names with its constexprs appended, on the bucket's grid; sizes past the table
+    take its edge; each bucket is bound once."""
+    kernels = Launched()
+    # Row counts from bucket 2 (3..4), row lengths from bucket 4 (9..16).
+    table = (
+        ((0, (1, 1, 1)), (1, (1, 1, 1))),
+        ((0, (2, 1, 1)), (1, (2, 1, 1))),
+        ((2, (4, 1, 1)), (2, (4, 1, 1))),
+    )
+    sized = rt.SizedLaunch(kernels, (("k", (1, 16)), ("k_v1", (1, 32)), ("k_v2", (4, 32))), 2, 4, table)
+    sized(4, 16)("x", 4, 16, stream=7)
+    sized(5, 17)("y", 5, 17, stream=7)
+    sized(1 << 20, 1 << 20)("z", 1, 1, stream=8)
+    sized(1, 1)("w", 1, 1, stream=8)
+    sized(8, 20)("v", 8, 20, stream=9)
+    want = [
+        ("k", (1, 1, 1), ("x", 4, 16, 1, 16), 7),
+        ("k_v1", (2, 1, 1), ("y", 5, 17, 1, 32), 7),
+        ("k_v2", (4, 1, 1), ("z", 1, 1, 4, 32), 8),
+        ("k", (1, 1, 1), ("w", 1, 1, 1, 16), 8),
+        ("k_v1", (2, 1, 1), ("v", 8, 20, 1, 32), 9),
+    ]
+    check("a kernel of dynamic sizes launches its bucket's variant and grid", kernels.calls == want, kernels.calls)
+    check("each bucket binds its launch once", kernels.bound == 4, kernels.bound)
+    check("the first launch readies every variant, once", kernels.readied == [["k", "k_v1", "k_v2"]],
+          kernels.readied)
+    check("choice names the variant and grid", sized.choice(100, 2) == ("k_v2", (4, 1, 1)), sized.choice(100, 2))
 
 
 main()

@@ -310,6 +310,18 @@ def main():
     kept = os.path.join(cache, "triton", kernel.key)
     check("the binary is kiln_add_one's", binary.name == "kiln_add_one", binary.name)
     check("the binary is kept in the cache", os.path.isfile(os.path.join(kept, "kiln_add_one.json")), kept)
+    # A launch variant (a kernel of dynamic sizes) compiles the function it names with
+    # its own config, kept apart.
+    variant = kernels._kernels["kiln_add_one_v1"]
+    compiled = kernels.binary(variant)
+    check("a variant compiles its function with its own config",
+          compiled.name == "kiln_add_one" and compiled.metadata.num_warps == 2 and variant.key != kernel.key,
+          f"{compiled.name} {compiled.metadata.num_warps}")
+    check("a variant's binary is kept under its own key",
+          os.path.isfile(os.path.join(cache, "triton", variant.key, "kiln_add_one.json")), variant.key)
+    kernels.ready(["kiln_add_one", "kiln_add_one_v1"])
+    check("ready resolves each named kernel",
+          not any(isinstance(getattr(kernels, n), rt._KilnKernel) for n in ("kiln_add_one", "kiln_add_one_v1")))
     again = rt.KernelSet(scope_of(module), workers=0)
     check("a second set finds it", again._kernels["kiln_add_one"].folder == kept,
           again._kernels["kiln_add_one"].folder)
@@ -330,6 +342,10 @@ def main():
     check("a worker compiled the kernel", kernel.state == "done" and kernel.folder is not None,
           f"{kernel.state} {kernel.folder}")
     check("into the cache", kernel.folder.startswith(os.path.join(cache, "workers")), kernel.folder)
+    variant = pooled._kernels["kiln_add_one_v1"]
+    variant.done.wait(300)
+    check("a worker compiles a variant from its function", variant.state == "done" and variant.folder is not None
+          and os.path.isfile(os.path.join(variant.folder, "kiln_add_one.json")), f"{variant.state} {variant.folder}")
     os.environ["KILN_CACHE_DIR"] = cache
 
     # --precompile, as `host compile --precompile` runs it.
@@ -337,7 +353,7 @@ def main():
     run = subprocess.run([sys.executable, tiny, "--precompile", out, "--jobs", "1"],
                          capture_output=True, text=True)
     check("--precompile succeeds", run.returncode == 0, run.stderr)
-    check("--precompile reports", "1 of 1 kernel(s) compiled for cuda" in run.stdout, run.stdout)
+    check("--precompile reports", "2 of 2 kernel(s) compiled for cuda" in run.stdout, run.stdout)
     with open(os.path.join(out, "manifest.json")) as f:
         manifest = json.load(f)
     check("the manifest names the kernel's folder",

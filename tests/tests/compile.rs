@@ -1439,7 +1439,8 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
                 .to_string(),
             "empty_strided_device((ks0*ks1, 64), (64, 1), torch.float32)".to_string(),
             "reinterpret_tensor(x, (ks0*ks1, 32), (32, 1), 0)".to_string(),
-            "grid_of(KERNEL_GRIDS[".to_string(),
+            "KERNEL_LAUNCHES[\"".to_string(),
+            "kiln_runtime.SizedLaunch(KERNELS, ".to_string(),
         ] {
             assert!(code.contains(&want), "{device}: no `{want}` in\n{code}");
         }

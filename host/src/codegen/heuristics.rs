@@ -232,6 +232,19 @@ pub fn kernel_configs(
     k: &Kernel,
     heuristics: &dyn LaunchHeuristics,
 ) -> Result<Vec<LaunchConfig>, HeuristicsError> {
+    kernel_configs_at(program, k, heuristics, k.space.x_hint(), k.space.r_hint())
+}
+
+/// [`kernel_configs`] for kernel `k` run at `rows` rows (its elements, for a
+/// pointwise kernel) of `row_len` elements: a kernel of symbolic sizes asks at
+/// each bucket of the sizes it may be called with.
+pub fn kernel_configs_at(
+    program: &Program,
+    k: &Kernel,
+    heuristics: &dyn LaunchHeuristics,
+    rows: i64,
+    row_len: i64,
+) -> Result<Vec<LaunchConfig>, HeuristicsError> {
     let element_bytes = k
         .params
         .iter()
@@ -240,8 +253,8 @@ pub fn kernel_configs(
         .unwrap_or(4);
     let (configs, method) = if k.is_reduction() {
         let query = ReductionQuery {
-            rows: k.space.x_hint().max(0) as u64,
-            row_len: k.space.r_hint().max(0) as u64,
+            rows: rows.max(0) as u64,
+            row_len: row_len.max(0) as u64,
             element_bytes,
         };
         let hint = reduction_hint(program, k);
@@ -254,7 +267,7 @@ pub fn kernel_configs(
                     // A plugin that cannot see the passes: the host prefers
                     // whole rows for an outer reduction that reads them again.
                     if hint == ReductionHint::Outer && passes > 1 {
-                        prefer_whole_rows(&mut configs, k.space.r_hint());
+                        prefer_whole_rows(&mut configs, row_len);
                     }
                     (configs, "hinted_reduction_configs")
                 }
@@ -263,7 +276,7 @@ pub fn kernel_configs(
         }
     } else {
         let query = PointwiseQuery {
-            numel: k.space.x_hint().max(0) as u64,
+            numel: rows.max(0) as u64,
             element_bytes,
         };
         (heuristics.pointwise_configs(query)?, "pointwise_configs")

@@ -884,7 +884,7 @@ fn plan(
 
 /// The sizes a step of dynamic shapes chooses further tile variants at: its batch
 /// at 1, 4, 16 and 64 and its query rows (and key rows, where they are the same
-/// size) at 16, 64, 256 and 1024, each within its range (the hints' where a size is
+/// size) at each power of two from 16 to 1024, each within its range (the hints' where a size is
 /// fixed). The tiles depend on the rows and on how many programs the heads give.
 fn variant_sizes(
     p: &Program,
@@ -909,7 +909,7 @@ fn variant_sizes(
     };
     let mut at = Vec::new();
     for zv in within(z, ops.z, &[1, 4, 16, 64]) {
-        for lv in within(l, ops.l, &[16, 64, 256, 1024]) {
+        for lv in within(l, ops.l, &[16, 32, 64, 128, 256, 512, 1024]) {
             let point = [zv, ops.h, lv, if s == l { lv } else { ops.s }];
             if (zv, lv) != (ops.z, ops.l) && !at.contains(&point) {
                 at.push(point);

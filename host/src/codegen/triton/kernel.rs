@@ -14,7 +14,7 @@ use std::fmt::Write;
 use kiln_plugin_api::{Grid, LaunchConfig};
 
 use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Renderer};
-use super::{Error, KernelInfo, Launch, Options};
+use super::{sized, Error, KernelInfo, Launch, Options};
 use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::sym::SymId;
@@ -162,14 +162,31 @@ pub(super) fn write_kernel(
                 .1
                 >= i128::from(i32::MAX)
         });
-    let grids = if dynamic {
-        let block = i128::from(launch.x_block.max(1));
-        let most = u64::try_from((x_most + block - 1) / block)
-            .unwrap_or(u64::MAX)
-            .max(1);
-        grid_buckets(most, heuristics).map_err(heuristics_failed)?
+    // Launched as a programmatic dependent where its grid is small enough; an
+    // autotuned kernel is launched by Triton's autotuner, never so.
+    let units = heuristics
+        .properties()
+        .map_or(0, |p| p.multi_processor_count);
+    let dependent_programs = DEPENDENT_PROGRAMS_PER_UNIT * u64::from(units.max(1));
+    // Symbolic sizes: the plugin's config and grid per bucket of the call's sizes.
+    let sized = if dynamic {
+        if k.is_tiled() {
+            return Err(Error::Unsupported {
+                kernel: name.to_string(),
+                what: "a tiled kernel of symbolic sizes".into(),
+            });
+        }
+        let plan = sized::plan(
+            program,
+            k,
+            heuristics,
+            &first,
+            persistent,
+            dependent_programs,
+        );
+        Some(plan.map_err(heuristics_failed)?)
     } else {
-        Vec::new()
+        None
     };
     let sizes: Vec<(SymId, &'static str)> = k
         .symbols()
@@ -182,14 +199,12 @@ pub(super) fn write_kernel(
         })
         .collect();
 
-    // Launched as a programmatic dependent where its grid is small enough; an
-    // autotuned kernel is launched by Triton's autotuner, never so.
-    let units = heuristics
-        .properties()
-        .map_or(0, |p| p.multi_processor_count);
+    // A kernel of symbolic sizes waits where any of its variants launches so.
     let programs = launch.grid.x * launch.grid.y * launch.grid.z;
-    let dependent = !(dynamic || options.autotune && candidates.len() > 1)
-        && programs <= DEPENDENT_PROGRAMS_PER_UNIT * u64::from(units.max(1));
+    let dependent = match &sized {
+        Some(s) => s.variants.iter().any(|v| v.dependent),
+        None => !(options.autotune && candidates.len() > 1) && programs <= dependent_programs,
+    };
     let mut w = KernelWriter {
         k,
         program,
@@ -228,7 +243,7 @@ pub(super) fn write_kernel(
         xnumel: k.space.x.clone(),
         rnumel: reduction.then(|| k.space.r.clone()),
         sizes,
-        grids,
+        sized,
         int64_index,
         launch,
         dependent,

@@ -11,6 +11,7 @@ pub mod attention;
 pub mod expr;
 pub mod index_copy;
 mod kernel;
+pub mod sized;
 
 use std::collections::HashMap;
 
@@ -97,10 +98,9 @@ pub struct KernelInfo {
     /// The size symbols the kernel takes after `xnumel`/`rnumel` (`ks<id>`), each
     /// with its Triton type.
     pub sizes: Vec<(SymId, &'static str)>,
-    /// For a kernel of symbolic rows: the grid for each count of programs the rows
-    /// need, by bucket (`grids[k]` serves up to `2^k` programs), from the plugin's
-    /// grid rule; empty for a kernel of one size (`launch.grid`).
-    pub grids: Vec<Grid>,
+    /// For a kernel of symbolic sizes: its config and grid per bucket of the sizes a
+    /// call brings ([`sized`]); `None` for a kernel of one size (`launch`).
+    pub sized: Option<sized::SizedLaunch>,
     /// Whether index arithmetic needs 64 bits.
     pub int64_index: bool,
     /// The config launched (the first candidate).
@@ -138,7 +138,8 @@ pub fn write(
     let (texts, info) = super::write_kernels(program, "kiln", namer, |named| {
         kernel::write_kernel(program, named, heuristics, options)
     })?;
-    let (texts, info) = share_identical(texts, info);
+    let (texts, mut info) = share_identical(texts, info);
+    name_variants(&mut info, namer);
     let mut attention = attention::write(program, heuristics, namer)?;
     let index_copies = if options.index_copy_kernels {
         index_copy::write(program, heuristics, namer, &mut attention)?
@@ -216,12 +217,13 @@ fn share_identical(
             .map(|l| (l.x_block, l.r_block, l.num_warps, l.num_stages))
             .collect();
         let key = format!(
-            "{}\u{1}{:?}{:?}{}{:?}",
+            "{}\u{1}{:?}{:?}{}{:?}{:?}",
             replace_word(&text, &k.name, "\u{0}"),
             k.arg_types,
             k.aligned,
             k.int64_index,
-            configs
+            configs,
+            k.sized
         );
         match first.get(&key) {
             Some(name) => k.name = name.clone(),
@@ -232,6 +234,24 @@ fn share_identical(
         }
     }
     (kept, info)
+}
+
+/// Names the launch variants of each kernel of symbolic sizes: the first is the
+/// kernel itself, each other `<kernel>_v<n>`, compiled from the kernel's text
+/// with its own config. Kernels that share one function share its variants.
+fn name_variants(info: &mut [KernelInfo], namer: &mut Namer) {
+    let mut named: HashMap<String, Vec<String>> = HashMap::new();
+    for k in info.iter_mut() {
+        let Some(sized) = &mut k.sized else { continue };
+        let names = named.entry(k.name.clone()).or_insert_with(|| {
+            let mut names = vec![k.name.clone()];
+            for n in 1..sized.variants.len() {
+                names.push(namer.name(&format!("{}_v{n}", k.name)));
+            }
+            names
+        });
+        sized.names = names.clone();
+    }
 }
 
 /// `text` with every whole-word occurrence of the identifier `word` replaced.

@@ -545,25 +545,30 @@ impl CallWriter<'_> {
                 args.join(", ")
             );
         }
+        if info.sized.is_some() {
+            // Symbolic sizes: the variant and grid of the bucket of this call's sizes,
+            // which passes its own constexprs.
+            let mut sizes = vec![info.xnumel.to_string()];
+            sizes.extend(info.rnumel.as_ref().map(ToString::to_string));
+            return writeln!(
+                out,
+                "        KERNEL_LAUNCHES[\"{}\"]({})({}, stream=stream0)",
+                info.name,
+                sizes.join(", "),
+                args.join(", ")
+            );
+        }
         // Compiled ahead (KERNELS): every parameter in order, the constexprs too.
         let l = &info.launch;
         args.push(l.x_block.to_string());
         if let Some(r) = l.r_block {
             args.push(r.to_string());
         }
-        // A kernel of dynamic rows takes its grid from the bucket of its row count.
-        let grid = if info.grids.is_empty() {
-            grid_text(l)
-        } else {
-            format!(
-                "grid_of(KERNEL_GRIDS[\"{}\"], {}, {})",
-                info.name, info.xnumel, l.x_block
-            )
-        };
         writeln!(
             out,
-            "        KERNELS.{}[{grid}]({}, stream=stream0)",
+            "        KERNELS.{}[{}]({}, stream=stream0)",
             info.name,
+            grid_text(l),
             args.join(", ")
         )
     }

@@ -60,7 +60,7 @@ class KernelSet:
         self._helpers = KernelSet.helpers_digest(scope)
         for name, meta in scope["KERNEL_META"].items():
             if not meta.get("autotuned"):
-                kernel = _KilnKernel(self, name, scope[name], meta)
+                kernel = _KilnKernel(self, name, scope[meta.get("function", name)], meta)
                 self._kernels[name] = kernel
                 setattr(self, name, kernel)
         try:
@@ -176,7 +176,7 @@ class KernelSet:
 
         for folder in self._folders:
             path = os.path.join(folder, kernel.key)
-            if os.path.isfile(os.path.join(path, kernel.name + ".json")):
+            if os.path.isfile(os.path.join(path, kernel.jit.__name__ + ".json")):
                 return path
         return None
 
@@ -450,6 +450,15 @@ class KernelSet:
         setattr(self, kernel.name, launcher)
         return launcher
 
+    def ready(self, names):
+        """Makes sure each named kernel is compiled (or compiles it here), as its launch
+        would: a kernel of dynamic sizes readies every variant at its first launch, so no
+        later size compiles one."""
+        for name in names:
+            kernel = getattr(self, name, None)
+            if isinstance(kernel, _KilnKernel):
+                self.resolve(kernel)
+
     def precompile(self):
         """Compiles every kernel (this thread works the queue beside the workers);
         returns the failures as (name, error)."""
@@ -527,6 +536,22 @@ class Launches:
 
         return launch
 
+    def bind_with(self, grid, constants):
+        """A launch on `grid` that passes `constants` (the constexprs) after the
+        arguments it is given, in one call (a kernel of dynamic sizes' variant)."""
+        binary = self.binary
+        if Launches._hooked():
+            run = binary[grid]
+            return lambda *args, stream: run(*args, *constants, stream=stream)
+        binary._init_handles()
+        run, function, packed = binary.run, binary.function, binary.packed_metadata
+        x, y, z = grid
+
+        def launch(*args, stream):
+            run(x, y, z, stream, function, packed, None, None, None, *args, *constants)
+
+        return launch
+
     @staticmethod
     def _hooked():
         """Whether a launch hook is set (or Triton keeps them where this does not look)."""
@@ -590,7 +615,8 @@ def kernel_tool(scope, argv):
                 from triton.backends.compiler import GPUTarget
 
                 target = GPUTarget(*job["target"])
-                jit, meta = scope[job["name"]], scope["KERNEL_META"][job["name"]]
+                meta = scope["KERNEL_META"][job["name"]]
+                jit = scope[meta.get("function", job["name"])]
                 binary = KernelSet.compile(jit, meta, target)
                 reply = {"folder": KernelSet.keep(binary, job["store"], job["key"])}
                 _kiln_build_launcher(binary, target)
@@ -738,6 +764,59 @@ def grid_of(grids, numel, block):
     serves up to 2**k programs; the kernels' grid-stride loops take any grid)."""
     programs = max(-(-numel // block), 1)
     return grids[min((programs - 1).bit_length(), len(grids) - 1)]
+
+
+class SizedLaunch:
+    """A kernel of dynamic sizes, launched as `KERNEL_LAUNCHES[name](xnumel[, rnumel])(*args,
+    stream=stream)`: the variant compiled for the bucket of the call's row count and row
+    length (2**(b-1) < n <= 2**b), with its constexprs, on the plugin's grid for that bucket.
+    `variants` are (KERNELS name, constexprs); `table[i][j]` is (variant, grid) for the row
+    count's bucket `x_from + i` and the row length's `r_from + j` (a size past the table
+    takes its last row or column; the kernels' grid-stride loops take any grid)."""
+
+    __slots__ = ("_kernels", "_variants", "_x_from", "_r_from", "_table", "_bound")
+
+    def __init__(self, kernels, variants, x_from, r_from, table):
+        self._kernels, self._variants = kernels, variants
+        self._x_from, self._r_from, self._table = x_from, r_from, table
+        self._bound = {}
+
+    def __call__(self, xnumel, rnumel=1):
+        # Both sizes' buckets (SizedLaunch.bucket) in one key.
+        key = (xnumel - 1).bit_length() << 7 | (rnumel - 1).bit_length()
+        launch = self._bound.get(key)
+        if launch is None:
+            launch = self._bound[key] = self._bind(key >> 7, key & 127)
+        return launch
+
+    @staticmethod
+    def bucket(n):
+        """The bucket of a size: the least b with n <= 2**b (an empty launch, of 0, takes
+        bucket 1's: any grid does)."""
+        return (n - 1).bit_length()
+
+    def choice(self, xnumel, rnumel=1):
+        """The (variant name, grid) a call of these sizes launches."""
+        n, grid = self._cell(SizedLaunch.bucket(xnumel), SizedLaunch.bucket(rnumel))
+        return self._variants[n][0], grid
+
+    def _cell(self, x_bucket, r_bucket):
+        row = self._table[min(max(x_bucket - self._x_from, 0), len(self._table) - 1)]
+        return row[min(max(r_bucket - self._r_from, 0), len(row) - 1)]
+
+    def _bind(self, x_bucket, r_bucket):
+        if not self._bound:
+            # The first launch readies every variant: no later size compiles one.
+            ready = getattr(self._kernels, "ready", None)
+            if ready is not None:
+                ready([name for name, _ in self._variants])
+        n, grid = self._cell(x_bucket, r_bucket)
+        name, constants = self._variants[n]
+        kernel = getattr(self._kernels, name)
+        if hasattr(kernel, "bind_with"):  # a compiled kernel's launches
+            return kernel.bind_with(grid, constants)
+        run = kernel[grid]
+        return lambda *args, stream: run(*args, *constants, stream=stream)
 
 
 def size_bucket(values):

@@ -111,6 +111,7 @@ pub const RESERVED: &[&str] = &[
     "SIZE_SYMBOLS",
     "input_layouts",
     "KERNEL_GRIDS",
+    "KERNEL_LAUNCHES",
     "grid_of",
     "size_bucket",
     "dynamic_attention",
@@ -428,57 +429,105 @@ fn torch_part(
     Ok(())
 }
 
-/// `KERNEL_GRIDS`: for each kernel of dynamic rows, the plugin's grid per bucket of
-/// program counts (`kiln_runtime.grid_of` picks one at each launch).
+/// `KERNEL_LAUNCHES`: for each kernel of symbolic sizes, its variant and grid per
+/// bucket of the call's sizes (`kiln_runtime.SizedLaunch`); and `KERNEL_GRIDS`: for
+/// each attention step of dynamic shapes, the plugin's grid per bucket of program
+/// counts (`kiln_runtime.grid_of` picks one at each launch).
 fn write_grids(
     out: &mut String,
     kernels: &[KernelInfo],
     attention: &HashMap<usize, triton::attention::AttentionLaunch>,
 ) -> std::fmt::Result {
+    write_sized(out, kernels)?;
     let row = |key: &str, grids: &[kiln_plugin_api::Grid]| {
-        let grids: Vec<String> = grids
-            .iter()
-            .map(|g| format!("({}, {}, {})", g.x, g.y, g.z))
-            .collect();
+        let grids: Vec<String> = grids.iter().map(grid_literal).collect();
         format!("    \"{key}\": {},", tuple(&grids))
     };
-    let mut rows: Vec<String> = kernels
-        .iter()
-        .filter(|k| !k.grids.is_empty())
-        .map(|k| row(&k.name, &k.grids))
-        .collect();
     // Attention steps of dynamic shapes, by step and tile variant.
     let mut steps: Vec<(&usize, &triton::attention::AttentionLaunch)> = attention
         .iter()
         .filter(|(_, l)| l.dynamic.is_some())
         .collect();
+    if steps.is_empty() {
+        return Ok(());
+    }
     steps.sort_by_key(|(i, _)| **i);
-    let dynamic_attention = !steps.is_empty();
+    writeln!(
+        out,
+        "# Grids of the attention steps of dynamic shapes, by bucket of program counts."
+    )?;
+    writeln!(out, "KERNEL_GRIDS = {{")?;
     for (i, l) in steps {
         for (n, v) in std::iter::once(l).chain(&l.variants).enumerate() {
             if let Some((_, grids)) = &v.dynamic {
-                rows.push(row(&call::attention_grid_key(*i, n), grids));
+                writeln!(out, "{}", row(&call::attention_grid_key(*i, n), grids))?;
             }
         }
+    }
+    writeln!(out, "}}")?;
+    writeln!(out, "grid_of = kiln_runtime.grid_of")?;
+    // Attention chooses its side per bucket of the call's sizes.
+    writeln!(out, "size_bucket = kiln_runtime.size_bucket")
+}
+
+/// `KERNEL_LAUNCHES` (see [`write_grids`]); nothing where no kernel has symbolic sizes.
+fn write_sized(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
+    let mut written = std::collections::HashSet::new();
+    let mut rows = Vec::new();
+    for k in kernels {
+        let Some(s) = &k.sized else { continue };
+        // Identical kernels share one function and its launches: one entry.
+        if !written.insert(k.name.as_str()) {
+            continue;
+        }
+        let variants: Vec<String> = s
+            .variants
+            .iter()
+            .zip(&s.names)
+            .map(|(v, name)| {
+                let mut constants = vec![v.x_block.to_string()];
+                constants.extend(v.r_block.map(|r| r.to_string()));
+                format!("(\"{name}\", {})", tuple(&constants))
+            })
+            .collect();
+        let table: Vec<String> = s
+            .table
+            .iter()
+            .map(|row| {
+                let cells: Vec<String> = row
+                    .iter()
+                    .map(|(n, g)| format!("({n}, {})", grid_literal(g)))
+                    .collect();
+                tuple(&cells)
+            })
+            .collect();
+        rows.push(format!(
+            "    \"{}\": kiln_runtime.SizedLaunch(KERNELS, {}, {}, {}, {}),",
+            k.name,
+            tuple(&variants),
+            s.x_from,
+            s.r_from,
+            tuple(&table)
+        ));
     }
     if rows.is_empty() {
         return Ok(());
     }
-    writeln!(
-        out,
-        "# Grids of the kernels of dynamic rows, by bucket of program counts."
-    )?;
-    writeln!(out, "KERNEL_GRIDS = {{")?;
+    out.push_str(
+        "# The kernels of dynamic sizes: their variants (each compiled with the plugin's config for\n\
+         # some sizes), and for each bucket of the row count from the first given (2**(b-1) < n <= 2**b)\n\
+         # and of the row length from the second, the variant launched and its grid.\n",
+    );
+    writeln!(out, "KERNEL_LAUNCHES = {{")?;
     for r in rows {
         writeln!(out, "{r}")?;
     }
-    writeln!(out, "}}")?;
-    writeln!(out, "grid_of = kiln_runtime.grid_of")?;
-    if dynamic_attention {
-        // Attention chooses its side per bucket of the call's sizes.
-        writeln!(out, "size_bucket = kiln_runtime.size_bucket")?;
-    }
-    Ok(())
+    writeln!(out, "}}")
+}
+
+/// A grid as a Python tuple.
+fn grid_literal(g: &kiln_plugin_api::Grid) -> String {
+    format!("({}, {}, {})", g.x, g.y, g.z)
 }
 
 /// `_kiln_synchronize()`, the plugin's device synchronization, which the
@@ -714,23 +763,55 @@ fn write_meta(
         for (s, t) in &info.sizes {
             sig.push(format!("\"ks{}\": \"{t}\"", s.0));
         }
-        let l = &info.launch;
-        let mut constants = vec![format!("\"XBLOCK\": {}", l.x_block)];
-        if let Some(r) = l.r_block {
-            constants.push(format!("\"RBLOCK\": {r}"));
-        }
+        // A kernel of symbolic sizes compiles its function with its first variant's
+        // config, and each further variant under its own name.
+        let l = match &info.sized {
+            Some(s) => s.variants[0],
+            None => {
+                let l = &info.launch;
+                triton::sized::Variant {
+                    x_block: l.x_block,
+                    r_block: l.r_block,
+                    num_warps: l.num_warps,
+                    num_stages: l.num_stages,
+                    dependent: info.dependent,
+                }
+            }
+        };
+        let config = |x_block: u32, r_block: Option<u32>| {
+            let mut constants = vec![format!("\"XBLOCK\": {x_block}")];
+            constants.extend(r_block.map(|r| format!("\"RBLOCK\": {r}")));
+            constants.join(", ")
+        };
         writeln!(
             out,
             "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}, \"dependent\": {}}},",
             info.name,
             sig.join(", "),
-            constants.join(", "),
+            config(l.x_block, l.r_block),
             name_list(&info.aligned),
             l.num_warps,
             l.num_stages,
             py_bool(info.candidates.len() > 1),
-            py_bool(info.dependent)
+            py_bool(l.dependent)
         )?;
+        let variants = info
+            .sized
+            .iter()
+            .flat_map(|s| s.variants.iter().zip(&s.names));
+        for (v, name) in variants.skip(1) {
+            writeln!(
+                out,
+                "    \"{name}\": {{\"function\": \"{}\", \"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": False, \"dependent\": {}}},",
+                info.name,
+                sig.join(", "),
+                config(v.x_block, v.r_block),
+                name_list(&info.aligned),
+                v.num_warps,
+                v.num_stages,
+                py_bool(v.dependent),
+            )?;
+        }
     }
     for k in attention {
         let sig: Vec<String> = k

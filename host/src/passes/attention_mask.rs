@@ -45,10 +45,9 @@ pub fn run(g: &mut Graph, enabled: bool) -> Result<Stats, Error> {
         ) else {
             continue;
         };
-        let (Some(dtype), Some(DType::Bool)) = (
-            g.fixed_meta(q).map(|t| t.dtype),
-            g.fixed_meta(m).map(|t| t.dtype),
-        ) else {
+        let (Some(dtype), Some(DType::Bool)) =
+            (g.meta(q).map(|t| t.dtype), g.meta(m).map(|t| t.dtype))
+        else {
             continue;
         };
         if !matches!(dtype, DType::Float16 | DType::BFloat16) {
@@ -91,9 +90,13 @@ fn additive_of(
             _ => break,
         }
     }
+    // Sizes at their hints: a decision, which any point of the chain leaves correct.
     let count = |v: &ValueId| {
-        g.fixed_meta(*v)
-            .map_or(i64::MAX, |m| m.shape.iter().product())
+        g.meta(*v).map_or(i64::MAX, |m| {
+            m.hint_shape()
+                .iter()
+                .fold(1i64, |n, d| n.saturating_mul(*d))
+        })
     };
     let start = (0..values.len())
         .min_by_key(|&i| (count(&values[i]), i))
@@ -131,6 +134,10 @@ mod tests {
     use crate::graph::parse_toml;
 
     fn graph(dtype: &str, mask_dtype: &str, layers: usize) -> Graph {
+        parse_toml(&graph_text(dtype, mask_dtype, layers)).expect("the test graph parses")
+    }
+
+    fn graph_text(dtype: &str, mask_dtype: &str, layers: usize) -> String {
         let mut text = format!(
             "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = [\"a{}\"]\n\
              [[inputs]]\nname = \"q\"\ndtype = \"{dtype}\"\nshape = [2, 4, 8, 16]\n\
@@ -145,7 +152,19 @@ mod tests {
             ));
             last = format!("a{i}");
         }
-        parse_toml(&text).expect("the test graph parses")
+        text
+    }
+
+    /// The graph of [`graph`] over a batch and length of symbolic sizes (`[dims]`,
+    /// kept as symbols, as `--dynamic` keeps them).
+    fn symbolic(dtype: &str, layers: usize) -> Graph {
+        let text = graph_text(dtype, "bool", layers)
+            .replace("shape = [2, 4, 8, 16]", "shape = [\"b\", 4, \"l\", 16]")
+            .replace("shape = [2, 1, 8, 8]", "shape = [\"b\", 1, \"l\", \"l\"]");
+        let dims = "[dims]\nb = { min = 1, max = 64, example = 2 }\nl = { min = 2, max = 512, example = 8 }\n";
+        let text = text.replacen("[[inputs]]", &format!("{dims}[[inputs]]"), 1);
+        crate::graph::front::toml::parse_toml_sized(&text, &[], true)
+            .expect("the symbolic graph parses")
     }
 
     fn masks(g: &Graph) -> Vec<(ValueId, DType)> {
@@ -156,7 +175,7 @@ mod tests {
                 let n = g.node(id)?;
                 matches!(n.op, Op::Attention { .. }).then(|| {
                     let m = n.args[3].value().expect("a mask value");
-                    (m, g.fixed_meta(m).expect("meta").dtype)
+                    (m, g.meta(m).expect("meta").dtype)
                 })
             })
             .collect()
@@ -186,6 +205,21 @@ mod tests {
                 Arg::Scalar(Scalar::Float(f64::NEG_INFINITY))
             );
         }
+    }
+
+    #[test]
+    fn a_boolean_mask_over_symbolic_sizes_becomes_one_additive_mask_too() {
+        let mut g = symbolic("bfloat16", 3);
+        let stats = run(&mut g, true).expect("the pass runs");
+        assert_eq!(stats.changed, 3);
+        let read = masks(&g);
+        assert!(
+            read.iter()
+                .all(|&(v, d)| v == read[0].0 && d == DType::BFloat16),
+            "{read:?}"
+        );
+        let meta = g.meta(read[0].0).expect("the mask's meta");
+        assert!(!meta.shape[0].is_const(), "{meta:?}");
     }
 
     #[test]

@@ -914,9 +914,10 @@ fn a_dynamic_kernel_launches_at_each_size_the_config_a_static_compile_chooses() 
             let sized = d.sized.as_ref().unwrap();
             let x = d.xnumel.eval(&at).unwrap();
             let r = d.rnumel.as_ref().map_or(1, |r| r.eval(&at).unwrap());
-            let bucket = |n: i64, from: u32| (triton::sized::bucket(n.into()) - from) as usize;
-            let row = &sized.table[bucket(x, sized.x_from).min(sized.table.len() - 1)];
-            let (n, grid) = row[bucket(r, sized.r_from).min(row.len() - 1)];
+            let x_at = (triton::sized::row_key(x.into()) - sized.x_from) as usize;
+            let row = &sized.table[x_at.min(sized.table.len() - 1)];
+            let r_at = (triton::sized::bucket(r.into()) - sized.r_from) as usize;
+            let (n, grid) = row[r_at.min(row.len() - 1)];
             let v = sized.variants[n];
             let l = &s.launch;
             assert_eq!(

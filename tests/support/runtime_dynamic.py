@@ -127,28 +127,32 @@ class Launched:
 
 
 def sized_launches(rt):
-    """SizedLaunch launches, per bucket of the row count and row length, the variant the
-    table names with its constexprs appended, on the bucket's grid; sizes past the table
-    take its edge; each bucket is bound once."""
+    """SizedLaunch launches, per bucket of the row count (an eighth of a power of two) and
+    of the row length (a power of two), the variant the table names with its constexprs
+    appended, on the bucket's grid; sizes past the table take its edge; each bucket is
+    bound once."""
+    keys = [rt.SizedLaunch.row_key(n) for n in (1, 2, 3, 4, 16, 17, 18, 19, 20, 1024, 1025, 1152, 1153)]
+    check("a row count's key is an eighth of its power of two",
+          keys == [0, 9, 18, 19, 39, 40, 40, 41, 41, 87, 88, 88, 89], keys)
     kernels = Launched()
-    # Row counts from bucket 2 (3..4), row lengths from bucket 4 (9..16).
+    # Row counts from key 40 (17..18), row lengths from bucket 4 (9..16).
     table = (
         ((0, (1, 1, 1)), (1, (1, 1, 1))),
         ((0, (2, 1, 1)), (1, (2, 1, 1))),
         ((2, (4, 1, 1)), (2, (4, 1, 1))),
     )
-    sized = rt.SizedLaunch(kernels, (("k", (1, 16)), ("k_v1", (1, 32)), ("k_v2", (4, 32))), 2, 4, table)
-    sized(4, 16)("x", 4, 16, stream=7)
-    sized(5, 17)("y", 5, 17, stream=7)
+    sized = rt.SizedLaunch(kernels, (("k", (1, 16)), ("k_v1", (1, 32)), ("k_v2", (4, 32))), 40, 4, table)
+    sized(18, 16)("x", 18, 16, stream=7)
+    sized(19, 17)("y", 19, 17, stream=7)
     sized(1 << 20, 1 << 20)("z", 1, 1, stream=8)
     sized(1, 1)("w", 1, 1, stream=8)
-    sized(8, 20)("v", 8, 20, stream=9)
+    sized(20, 20)("v", 20, 20, stream=9)
     want = [
-        ("k", (1, 1, 1), ("x", 4, 16, 1, 16), 7),
-        ("k_v1", (2, 1, 1), ("y", 5, 17, 1, 32), 7),
+        ("k", (1, 1, 1), ("x", 18, 16, 1, 16), 7),
+        ("k_v1", (2, 1, 1), ("y", 19, 17, 1, 32), 7),
         ("k_v2", (4, 1, 1), ("z", 1, 1, 4, 32), 8),
         ("k", (1, 1, 1), ("w", 1, 1, 1, 16), 8),
-        ("k_v1", (2, 1, 1), ("v", 8, 20, 1, 32), 9),
+        ("k_v1", (2, 1, 1), ("v", 20, 20, 1, 32), 9),
     ]
     check("a kernel of dynamic sizes launches its bucket's variant and grid", kernels.calls == want, kernels.calls)
     check("each bucket binds its launch once", kernels.bound == 4, kernels.bound)

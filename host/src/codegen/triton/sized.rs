@@ -47,14 +47,14 @@ pub struct SizedLaunch {
     /// The names the variants are compiled under, in order: the kernel's own for
     /// the first (set when the kernels are named).
     pub names: Vec<String>,
-    /// The bucket of the least row count (elements, for a pointwise kernel) the
-    /// table starts at.
+    /// The row bucket ([`row_key`]) of the least row count (elements, for a
+    /// pointwise kernel) the table starts at.
     pub x_from: u32,
     /// The bucket of the least row length the table's rows start at (0 for a
     /// kernel without a reduction, or of one row length).
     pub r_from: u32,
-    /// `table[i][j]`: for a row count in bucket `x_from + i` and a row length in
-    /// bucket `r_from + j`, the variant launched and its grid.
+    /// `table[i][j]`: for a row count in row bucket `x_from + i` and a row length
+    /// in bucket `r_from + j`, the variant launched and its grid.
     pub table: Vec<Vec<(usize, Grid)>>,
 }
 
@@ -74,6 +74,46 @@ fn buckets(bounds: (i128, i128)) -> Vec<(u32, i64)> {
         .map(|b| {
             let top = (1i128 << b).clamp(lo, hi);
             (b, i64::try_from(top).unwrap_or(i64::MAX))
+        })
+        .collect()
+}
+
+/// Row-count buckets per power of two: a row count's bucket is finer than a row
+/// length's, since the grid follows it (a grid for the power of two above would
+/// launch up to twice the programs: on the H200, GPT-2's GELU over 16 x 512 x 3072
+/// took 11 % longer so).
+pub const ROW_STEPS: u32 = 8;
+
+/// The row bucket of a row count: `8 b + s`, `b` its [`bucket`] and `s` the three
+/// bits of `n - 1` after its leading one (its own low bits below 16), as the
+/// runtime computes it (`kiln_runtime.SizedLaunch.row_key`).
+pub fn row_key(n: i128) -> u32 {
+    let m = (n.max(1) - 1) as u128;
+    let b = (128 - m.leading_zeros()).min(TOP_BUCKET);
+    let s = if b > 4 { (m >> (b - 4)) & 7 } else { m & 7 };
+    b * ROW_STEPS + s as u32
+}
+
+/// The largest row count of row bucket `key`; `None` for a key no count has.
+fn row_key_top(key: u32) -> Option<i128> {
+    let (b, s) = (key / ROW_STEPS, i128::from(key % ROW_STEPS));
+    if b > 4 {
+        return Some((9 + s) << (b - 4));
+    }
+    let m = if b == 4 { 8 + s } else { s };
+    (128 - (m as u128).leading_zeros() == b).then_some(m + 1)
+}
+
+/// The row buckets a count within `bounds` may fall in, from the least one's to the
+/// greatest's, each with the count the heuristics are asked at: its top, within the
+/// bounds (a key no count has, never looked up, takes the one before it's).
+fn row_keys(bounds: (i128, i128)) -> Vec<(u32, i64)> {
+    let (lo, hi) = (bounds.0.max(1), bounds.1.max(1));
+    let mut last = lo;
+    (row_key(lo)..=row_key(hi))
+        .map(|key| {
+            last = row_key_top(key).map_or(last, |top| top.clamp(lo, hi));
+            (key, i64::try_from(last).unwrap_or(i64::MAX))
         })
         .collect()
 }
@@ -100,7 +140,7 @@ pub fn plan(
     let symbols: &Symbols = &program.symbols;
     let reduction = k.is_reduction();
     let r_most = k.space.r.bounds(symbols).1;
-    let rows = buckets(k.space.x.bounds(symbols));
+    let rows = row_keys(k.space.x.bounds(symbols));
     let lengths = if reduction && !k.space.r.is_const() {
         buckets(k.space.r.bounds(symbols))
     } else {
@@ -121,7 +161,7 @@ pub fn plan(
         wanted.push(row);
     }
     let work = |i: usize, j: usize| i128::from(rows[i].1) * i128::from(lengths[j].1.max(1));
-    let (variants, chosen) = keep_variants(&wanted, work);
+    let (variants, chosen) = keep_variants(&wanted, work, ROW_STEPS as usize);
     let mut table = Vec::with_capacity(rows.len());
     for (&(_, x), picks) in rows.iter().zip(&chosen) {
         let row: Result<Vec<(usize, Grid)>, HeuristicsError> = picks
@@ -141,10 +181,12 @@ pub fn plan(
 
 /// The variants kept of the configs `wanted` per bucket (at most [`MAX_VARIANTS`],
 /// those of the buckets of the most `work` first), and the variant each bucket
-/// takes: its own where kept, else that of the nearest bucket whose own was kept.
+/// takes: its own where kept, else that of the nearest bucket whose own was kept
+/// (`row_steps` row buckets to a power of two, as one row-length bucket).
 fn keep_variants(
     wanted: &[Vec<Variant>],
     work: impl Fn(usize, usize) -> i128,
+    row_steps: usize,
 ) -> (Vec<Variant>, Vec<Vec<usize>>) {
     let mut cells: Vec<(usize, usize)> = (0..wanted.len())
         .flat_map(|i| (0..wanted[i].len()).map(move |j| (i, j)))
@@ -170,7 +212,7 @@ fn keep_variants(
                     None => {
                         // Anchors come in order of work: the first nearest has the most.
                         let distance = |&&(ai, aj, _): &&(usize, usize, usize)| {
-                            ai.abs_diff(i) + aj.abs_diff(j)
+                            ai.abs_diff(i) + aj.abs_diff(j) * row_steps
                         };
                         anchors.iter().min_by_key(distance).map_or(0, |a| a.2)
                     }
@@ -212,7 +254,7 @@ fn grid(
 
 #[cfg(test)]
 mod tests {
-    use super::{bucket, buckets, keep_variants, Variant, MAX_VARIANTS};
+    use super::{bucket, buckets, keep_variants, row_key, row_keys, Variant, MAX_VARIANTS};
 
     fn v(x_block: u32) -> Variant {
         Variant {
@@ -230,14 +272,14 @@ mod tests {
         // with the work up to 1024.
         let blocks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 1024];
         let wanted = vec![blocks.iter().map(|&b| v(b)).collect::<Vec<_>>()];
-        let (variants, chosen) = keep_variants(&wanted, |_, j| 1 << j);
+        let (variants, chosen) = keep_variants(&wanted, |_, j| 1 << j, 1);
         assert_eq!(variants.len(), MAX_VARIANTS);
         assert_eq!(variants, vec![v(1024), v(512), v(256), v(128)]);
         // The small buckets take the smallest kept block, the nearest.
         assert_eq!(chosen, vec![vec![3, 3, 3, 3, 3, 3, 2, 1, 0, 0]]);
         // Few distinct configs: each bucket keeps its own.
         let wanted = vec![vec![v(1), v(2)], vec![v(2), v(2)]];
-        let (variants, chosen) = keep_variants(&wanted, |i, j| (i * 2 + j) as i128);
+        let (variants, chosen) = keep_variants(&wanted, |i, j| (i * 2 + j) as i128, 1);
         assert_eq!(variants, vec![v(2), v(1)]);
         assert_eq!(chosen, vec![vec![1, 0], vec![0, 0]]);
     }
@@ -251,5 +293,58 @@ mod tests {
         assert_eq!(buckets((3, 20)), vec![(2, 4), (3, 8), (4, 16), (5, 20)]);
         assert_eq!(buckets((1, 1)), vec![(0, 1)]);
         assert_eq!(buckets((0, 2)), vec![(0, 1), (1, 2)]);
+    }
+
+    #[test]
+    fn a_row_count_falls_in_an_eighth_of_its_power_of_two() {
+        // Below 17 each count is its own bucket; above, eight to a power of two.
+        let keys: Vec<u32> = [
+            1, 2, 3, 4, 16, 17, 18, 19, 20, 32, 33, 1024, 1025, 1152, 1153,
+        ]
+        .map(row_key)
+        .to_vec();
+        assert_eq!(
+            keys,
+            vec![0, 9, 18, 19, 39, 40, 40, 41, 41, 47, 48, 87, 88, 88, 89]
+        );
+        // Each is asked at its top, within the range; a key no count has takes the
+        // top before it.
+        assert_eq!(
+            row_keys((3, 20)),
+            vec![
+                (18, 3),
+                (19, 4),
+                (20, 4),
+                (21, 4),
+                (22, 4),
+                (23, 4),
+                (24, 4),
+                (25, 4),
+                (26, 4),
+                (27, 4),
+                (28, 5),
+                (29, 6),
+                (30, 7),
+                (31, 8),
+                (32, 9),
+                (33, 10),
+                (34, 11),
+                (35, 12),
+                (36, 13),
+                (37, 14),
+                (38, 15),
+                (39, 16),
+                (40, 18),
+                (41, 20),
+            ]
+        );
+        // Every count's key is the one whose top covers it, and the key before's does not.
+        for n in 1..5000i128 {
+            let key = row_key(n);
+            let top = super::row_key_top(key).unwrap();
+            assert!(n <= top, "{n}: {key} {top}");
+            let below = (0..key).rev().find_map(super::row_key_top).unwrap_or(0);
+            assert!(below < n, "{n}: {key} {below}");
+        }
     }
 }

@@ -769,10 +769,12 @@ def grid_of(grids, numel, block):
 class SizedLaunch:
     """A kernel of dynamic sizes, launched as `KERNEL_LAUNCHES[name](xnumel[, rnumel])(*args,
     stream=stream)`: the variant compiled for the bucket of the call's row count and row
-    length (2**(b-1) < n <= 2**b), with its constexprs, on the plugin's grid for that bucket.
-    `variants` are (KERNELS name, constexprs); `table[i][j]` is (variant, grid) for the row
-    count's bucket `x_from + i` and the row length's `r_from + j` (a size past the table
-    takes its last row or column; the kernels' grid-stride loops take any grid)."""
+    length, with its constexprs, on the plugin's grid for that bucket. A row length's bucket
+    is its power of two (`bucket`); a row count's an eighth of one (`row_key`), since the
+    grid follows it. `variants` are (KERNELS name, constexprs); `table[i][j]` is (variant,
+    grid) for the row count's key `x_from + i` and the row length's bucket `r_from + j` (a
+    size past the table takes its last row or column; the kernels' grid-stride loops take
+    any grid)."""
 
     __slots__ = ("_kernels", "_variants", "_x_from", "_r_from", "_table", "_bound")
 
@@ -782,8 +784,10 @@ class SizedLaunch:
         self._bound = {}
 
     def __call__(self, xnumel, rnumel=1):
-        # Both sizes' buckets (SizedLaunch.bucket) in one key.
-        key = (xnumel - 1).bit_length() << 7 | (rnumel - 1).bit_length()
+        # row_key(xnumel) and bucket(rnumel), in one key.
+        m = xnumel - 1
+        b = m.bit_length()
+        key = (b << 3 | ((m >> (b - 4)) & 7 if b > 4 else m & 7)) << 7 | (rnumel - 1).bit_length()
         launch = self._bound.get(key)
         if launch is None:
             launch = self._bound[key] = self._bind(key >> 7, key & 127)
@@ -791,26 +795,34 @@ class SizedLaunch:
 
     @staticmethod
     def bucket(n):
-        """The bucket of a size: the least b with n <= 2**b (an empty launch, of 0, takes
+        """A row length's bucket: the least b with n <= 2**b (an empty launch, of 0, takes
         bucket 1's: any grid does)."""
         return (n - 1).bit_length()
 
+    @staticmethod
+    def row_key(n):
+        """A row count's bucket: 8 * bucket(n) plus the three bits of n - 1 after its
+        leading one (its own low bits below 16)."""
+        m = n - 1
+        b = m.bit_length()
+        return b << 3 | ((m >> (b - 4)) & 7 if b > 4 else m & 7)
+
     def choice(self, xnumel, rnumel=1):
         """The (variant name, grid) a call of these sizes launches."""
-        n, grid = self._cell(SizedLaunch.bucket(xnumel), SizedLaunch.bucket(rnumel))
+        n, grid = self._cell(SizedLaunch.row_key(xnumel), SizedLaunch.bucket(rnumel))
         return self._variants[n][0], grid
 
-    def _cell(self, x_bucket, r_bucket):
-        row = self._table[min(max(x_bucket - self._x_from, 0), len(self._table) - 1)]
+    def _cell(self, x_key, r_bucket):
+        row = self._table[min(max(x_key - self._x_from, 0), len(self._table) - 1)]
         return row[min(max(r_bucket - self._r_from, 0), len(row) - 1)]
 
-    def _bind(self, x_bucket, r_bucket):
+    def _bind(self, x_key, r_bucket):
         if not self._bound:
             # The first launch readies every variant: no later size compiles one.
             ready = getattr(self._kernels, "ready", None)
             if ready is not None:
                 ready([name for name, _ in self._variants])
-        n, grid = self._cell(x_bucket, r_bucket)
+        n, grid = self._cell(x_key, r_bucket)
         name, constants = self._variants[n]
         kernel = getattr(self._kernels, name)
         if hasattr(kernel, "bind_with"):  # a compiled kernel's launches

@@ -501,13 +501,17 @@ fn write_sized(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
                 tuple(&cells)
             })
             .collect();
+        // One line per row bucket.
         rows.push(format!(
-            "    \"{}\": kiln_runtime.SizedLaunch(KERNELS, {}, {}, {}, {}),",
+            "    \"{}\": kiln_runtime.SizedLaunch(KERNELS, {}, {}, {}, (\n{}    )),",
             k.name,
             tuple(&variants),
             s.x_from,
             s.r_from,
-            tuple(&table)
+            table
+                .iter()
+                .map(|row| format!("        {row},\n"))
+                .collect::<String>()
         ));
     }
     if rows.is_empty() {
@@ -515,8 +519,9 @@ fn write_sized(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
     }
     out.push_str(
         "# The kernels of dynamic sizes: their variants (each compiled with the plugin's config for\n\
-         # some sizes), and for each bucket of the row count from the first given (2**(b-1) < n <= 2**b)\n\
-         # and of the row length from the second, the variant launched and its grid.\n",
+         # some sizes), and, one line per bucket of the row count (an eighth of a power of two, from\n\
+         # the first number given) and per bucket of the row length (2**(b-1) < n <= 2**b, from the\n\
+         # second), the variant launched and its grid (kiln_runtime.SizedLaunch).\n",
     );
     writeln!(out, "KERNEL_LAUNCHES = {{")?;
     for r in rows {

@@ -930,3 +930,47 @@ fn a_dynamic_kernel_launches_at_each_size_the_config_a_static_compile_chooses() 
         }
     }
 }
+
+/// A range without an upper bound (`torch.export`'s `int_oo`) plans launches up to
+/// 2^36 rows, not one bucket per eighth of a power of two to 2^62: the static MLP export
+/// with its rows made dynamic up to `i64::MAX`.
+#[test]
+fn an_unbounded_range_plans_a_bounded_table_of_launches() {
+    use kiln::codegen::{namer::Namer, triton};
+    use kiln::graph::front::dynamic_dims::DynamicDim;
+    let spec = DynamicDim {
+        dims: vec![("x".to_string(), 0)],
+        lo: 1,
+        hi: i64::MAX,
+    };
+    let options = LoadOptions {
+        dynamic: true,
+        dynamic_dims: vec![spec],
+        ..Default::default()
+    };
+    let g = load_with(common::pt2_fixtures().join("mlp.pt2"), &options)
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let cuda = common::plugin("cuda");
+    let a = kiln::driver::compile(g, &cuda, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let k = triton::write(
+        &a.scheduled.program,
+        &*cuda,
+        &Default::default(),
+        &mut Namer::new(),
+    )
+    .expect("writes");
+    for info in &k.info {
+        let sized = info.sized.as_ref().expect("a kernel of dynamic sizes");
+        let last = sized.x_from as usize + sized.table.len() - 1;
+        // The last row bucket is the one of the most rows the table plans for.
+        let most_numel = info.xnumel.eval(&|_| 1 << 36).unwrap().min(1 << 36);
+        assert_eq!(
+            last as u32,
+            triton::sized::row_key(most_numel.into()),
+            "{}",
+            info.name
+        );
+        assert!(sized.table.len() <= 37 * 8, "{}", sized.table.len());
+    }
+}

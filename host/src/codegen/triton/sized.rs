@@ -21,6 +21,13 @@ use crate::schedule::ir::{Kernel, Program};
 /// bucket's launch, which the kernels' grid-stride loops keep correct.
 const TOP_BUCKET: u32 = 62;
 
+/// The largest row count, and row length, the table of a kernel plans for: a range
+/// without an upper bound (`torch.export`'s `int_oo`) would otherwise ask at every
+/// bucket to `2^62`. A larger size takes the table's last launch, which the
+/// kernels' grid-stride and row loops keep correct.
+const MOST_ROWS: i128 = 1 << 36;
+const MOST_ROW_LENGTH: i128 = 1 << 31;
+
 /// One launch config a kernel of symbolic sizes is compiled with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Variant {
@@ -140,9 +147,10 @@ pub fn plan(
     let symbols: &Symbols = &program.symbols;
     let reduction = k.is_reduction();
     let r_most = k.space.r.bounds(symbols).1;
-    let rows = row_keys(k.space.x.bounds(symbols));
+    let most = |(lo, hi): (i128, i128), cap: i128| (lo.min(cap), hi.min(cap));
+    let rows = row_keys(most(k.space.x.bounds(symbols), MOST_ROWS));
     let lengths = if reduction && !k.space.r.is_const() {
-        buckets(k.space.r.bounds(symbols))
+        buckets(most(k.space.r.bounds(symbols), MOST_ROW_LENGTH))
     } else {
         vec![(0, k.space.r_hint())]
     };

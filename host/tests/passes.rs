@@ -213,6 +213,55 @@ fn reductions_of_one_element_per_result_leave_the_graph_and_keep_its_values() {
     }
 }
 
+/// A transposed constant folds into a contiguous constant while the `expand` of it that
+/// is too large to fold stays: the expand's strides follow the folded constant's, and
+/// the values are kept (core ATen's batched product with a weight, `x @ w.T`).
+#[test]
+fn a_folded_transpose_read_by_a_large_expand_keeps_the_expand_exact() {
+    let values: Vec<String> = (0..64)
+        .map(|i| format!("{}", (i % 7) as f64 - 3.0))
+        .collect();
+    let text = format!(
+        r#"format = "kiln-graph/1"
+outputs = ["y"]
+
+[[inputs]]
+name = "x"
+shape = [300, 4, 8]
+dtype = "float32"
+
+[[constants]]
+name = "w"
+shape = [8, 8]
+dtype = "float32"
+values = [{}]
+
+[[nodes]]
+name = "wt"
+op = "transpose"
+args = ["w", 0, 1]
+
+[[nodes]]
+name = "wb"
+op = "expand"
+args = ["wt", [300, 8, 8]]
+
+[[nodes]]
+name = "y"
+op = "bmm"
+args = ["x", "wb"]
+"#,
+        values.join(", ")
+    );
+    let mut g = kiln::graph::parse_toml(&text).unwrap();
+    let inputs = random_inputs(&g, 3);
+    let before = kiln::interp::evaluate(&g, &inputs).unwrap();
+    kiln::passes::run_pipeline(&mut g).unwrap();
+    kiln::graph::verify(&g).unwrap();
+    let after = kiln::interp::evaluate(&g, &inputs).unwrap();
+    assert!(max_rel_err(&after[0].to_vec(), &before[0].to_vec(), 1.0) < 1e-6);
+}
+
 /// A bfloat16 graph `y = x @ w.T` with `x: [16, k]` an input and `w: [n, k]` a
 /// constant (`linear`'s weight) or, with `w_input`, `y = x @ w` for an input `w: [k, n]`.
 fn product_graph(k: usize, n: usize, w_input: bool) -> kiln::graph::Graph {

@@ -87,6 +87,14 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
         let Some(t) = result.first() else { continue };
         let meta = TensorMeta::contiguous(t.shape.clone(), t.dtype);
         let data = ConstData::Values(Arc::from(t.to_vec()));
+        // A folded view (a transposed weight) becomes a contiguous constant: its users,
+        // which read its strides (an `expand` too large to fold), are inferred again.
+        if node.outputs.first() != Some(&meta) {
+            let users: Vec<_> = g.users(id).map(|(u, _)| u).collect();
+            for u in users {
+                g.node_mut(u);
+            }
+        }
         if let Some(n) = g.node_mut(id) {
             n.op = Op::Constant { data };
             n.outputs = vec![meta];

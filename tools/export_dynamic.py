@@ -5,8 +5,8 @@ PyTorch's outputs at several sizes in the range: the fixtures of tests/fixtures/
 Usage:
     python3 tools/export_dynamic.py OUT_DIR [--seed N]
 
-Writes, for each model, `NAME.pt2` (torch.export's IR; `mlp_ln` also `mlp_ln_core.pt2`, after
-`run_decompositions()`), and for each size `NAME.BxL.inputK.bin` and `NAME.BxL.expected0.bin`
+Writes, for each model, `NAME.pt2` (torch.export's IR) and `NAME_core.pt2` (after
+`run_decompositions()`: core ATen), and for each size `NAME.BxL.inputK.bin` and `NAME.BxL.expected0.bin`
 (raw little-endian tensors), and `cases.json`: per archive, the symbol of each dynamic input
 dim, its range, and the sizes with their files. The models are tiny with random weights:
 - `mlp_ln`: linear, GELU, linear, residual and layer norm over `x` `[batch, seq, 32]`;
@@ -106,9 +106,14 @@ def main() -> None:
         dynamic = {k: {0: batch, 1: seq} for k in example}
         with torch.no_grad():
             ep = torch.export.export(m, (), example, dynamic_shapes=dynamic, strict=False)
+        # Each model in both of torch.export's IR forms: as exported, and in core ATen where
+        # PyTorch can decompose it (its decomposition of GPT-2's attention over symbolic
+        # sizes fails in PyTorch 2.15: a view of a transposed tensor).
         archives = {name: ep}
-        if name == "mlp_ln":
+        try:
             archives[f"{name}_core"] = ep.run_decompositions()
+        except Exception as error:  # PyTorch's own failure: reported, the model kept as exported
+            print(f"{name}: no core ATen form ({type(error).__name__}: {str(error).splitlines()[0]})")
         sizes = []
         for b, seq in SIZES:
             xs = inputs(name, b, seq, g)

@@ -40,7 +40,11 @@ use common::rel_err;
 fn each_dynamic_export_matches_pytorch_at_sizes_across_its_range() {
     let cases = cases();
     let archives = cases.as_object().expect("an object");
-    assert_eq!(archives.len(), 4, "mlp_ln, mlp_ln_core, gpt2, bert");
+    assert_eq!(
+        archives.len(),
+        5,
+        "mlp_ln, mlp_ln_core, gpt2, bert, bert_core"
+    );
     let cpu = common::plugin("cpu");
     for (archive, case) in archives {
         let dims = case["dims"].as_object().expect("dims");
@@ -414,15 +418,7 @@ fn a_graph_files_named_sizes_stay_symbols_with_dynamic_and_one_library_serves_th
 /// fixes the size refuses, naming the node.
 #[test]
 fn dims_of_a_static_export_made_dynamic_on_the_command_line() {
-    use kiln::graph::front::dynamic_dims::DynamicDim;
-    let spec: DynamicDim = "x:0=1..64".parse().unwrap();
-    let options = LoadOptions {
-        dynamic: true,
-        dynamic_dims: vec![spec],
-        ..Default::default()
-    };
-    let g = load_with(common::pt2_fixtures().join("mlp.pt2"), &options)
-        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let g = marked_mlp("x:0=1..64".parse().unwrap());
     let meta = g.input_meta(0).unwrap().clone();
     assert_eq!(format!("{:?}", meta.shape), "[ks0, 64]");
     assert_eq!(
@@ -931,6 +927,17 @@ fn a_dynamic_kernel_launches_at_each_size_the_config_a_static_compile_chooses() 
     }
 }
 
+/// The static MLP export with the dims `spec` names made dynamic.
+fn marked_mlp(spec: kiln::graph::front::dynamic_dims::DynamicDim) -> kiln::graph::Graph {
+    let options = LoadOptions {
+        dynamic: true,
+        dynamic_dims: vec![spec],
+        ..Default::default()
+    };
+    load_with(common::pt2_fixtures().join("mlp.pt2"), &options)
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)))
+}
+
 /// A range without an upper bound (`torch.export`'s `int_oo`) plans launches up to
 /// 2^36 rows, not one bucket per eighth of a power of two to 2^62: the static MLP export
 /// with its rows made dynamic up to `i64::MAX`.
@@ -938,18 +945,11 @@ fn a_dynamic_kernel_launches_at_each_size_the_config_a_static_compile_chooses() 
 fn an_unbounded_range_plans_a_bounded_table_of_launches() {
     use kiln::codegen::{namer::Namer, triton};
     use kiln::graph::front::dynamic_dims::DynamicDim;
-    let spec = DynamicDim {
+    let g = marked_mlp(DynamicDim {
         dims: vec![("x".to_string(), 0)],
         lo: 1,
         hi: i64::MAX,
-    };
-    let options = LoadOptions {
-        dynamic: true,
-        dynamic_dims: vec![spec],
-        ..Default::default()
-    };
-    let g = load_with(common::pt2_fixtures().join("mlp.pt2"), &options)
-        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    });
     let cuda = common::plugin("cuda");
     let a = kiln::driver::compile(g, &cuda, &Default::default())
         .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));

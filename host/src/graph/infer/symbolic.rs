@@ -1,6 +1,6 @@
 //! Shape inference over symbolic sizes, for the op families whose rules take them so
 //! far: elementwise ops, reductions over dims, softmax and the norms, the matrix
-//! products `mm`, `addmm` and `linear`, attention, advanced indexing and `gather`,
+//! products `mm`, `bmm`, `addmm` and `linear`, attention, advanced indexing and `gather`,
 //! `cumsum` and `diff`, `full`, `arange` of a symbolic length, and every view
 //! (through `graph::views`, which takes symbolic sizes itself).
 //!
@@ -189,6 +189,7 @@ fn output_shapes(
             one(reduced(&first.shape, dims.as_deref(), *keepdim))
         }
         Op::Mm => one(product(&first.shape, &tensors.get(1)?.shape)),
+        Op::Bmm => one(batched_product(&first.shape, &tensors.get(1)?.shape)),
         Op::Matmul => one(matmul(&first.shape, &tensors.get(1)?.shape)),
         Op::Addmm { .. } => {
             let s = product(&tensors.get(1)?.shape, &tensors.get(2)?.shape);
@@ -268,6 +269,17 @@ fn product(a: &[Size], b: &[Size]) -> Result<Vec<Size>, InferError> {
     match (a, b) {
         ([m, k], [k2, n]) if k == k2 => Ok(vec![m.clone(), n.clone()]),
         _ => Err(disagree("mm needs [m, k] and [k, n]", a, b)),
+    }
+}
+
+/// `bmm`: `[b, m, k]` by `[b, k, n]`, the batches and the `k`s equal for every value
+/// of the symbols.
+fn batched_product(a: &[Size], b: &[Size]) -> Result<Vec<Size>, InferError> {
+    match (a, b) {
+        ([batch, m, k], [batch2, k2, n]) if batch == batch2 && k == k2 => {
+            Ok(vec![batch.clone(), m.clone(), n.clone()])
+        }
+        _ => Err(disagree("bmm needs [b, m, k] and [b, k, n]", a, b)),
     }
 }
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,8 +19,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from dynamic_speed import DTYPES, exported, host_compile, model_of  # noqa: E402
-from run import load_module  # noqa: E402
+from dynamic_profile import compiled_pair  # noqa: E402
+from dynamic_speed import DTYPES  # noqa: E402
 
 
 def queueing(fn, calls: int = 50, rounds: int = 9) -> float:
@@ -59,20 +58,7 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
     a = p.parse_args()
     b, s = (int(v) for v in a.shape.split("x"))
-    dtype = DTYPES[a.dtype]
-    torch.manual_seed(0)
-    model, longest, make = model_of(a.model)
-    model = model.to(dtype).eval()
-    root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-host-"))
-    archive = root / f"{a.model}.pt2"
-    inputs = lambda b_, s_, device="cuda": make(b_, s_, dtype, device)  # noqa: E731
-    with torch.no_grad():
-        sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
-    host_compile(a.host, archive, root / "dynamic", "cuda", ["--dynamic"])
-    host_compile(a.host, archive, root / "static", "cuda", ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
-    dynamic = load_module(root / "dynamic" / "output_code.py", "cuda")
-    static = load_module(root / "static" / "output_code.py", "cuda")
-    xs = list(inputs(b, s).values())
+    static, dynamic, xs = compiled_pair(a.host, a.model, DTYPES[a.dtype], b, s)
     print(f"# bench/gpu/dynamic_host.py on {torch.cuda.get_device_name(0)}: {a.model} {a.dtype} at {b} x {s}")
     runs = {
         "static": lambda: static.call(list(xs)),

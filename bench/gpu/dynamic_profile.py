@@ -63,6 +63,24 @@ def profile(name: str, fn, calls: int = 20) -> None:
                 print("   ", line[:150])
 
 
+def compiled_pair(host: str, model_name: str, dtype, b: int, s: int):
+    """The model exported with a dynamic batch and length, compiled by `host` static at
+    b x s and dynamic, both loaded for cuda, and its inputs at b x s."""
+    torch.manual_seed(0)
+    model, longest, make = model_of(model_name)
+    model = model.to(dtype).eval()
+    root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-pair-"))
+    archive = root / f"{model_name}.pt2"
+    inputs = lambda b_, s_, device="cuda": make(b_, s_, dtype, device)  # noqa: E731
+    with torch.no_grad():
+        sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
+    host_compile(host, archive, root / "dynamic", "cuda", ["--dynamic"])
+    host_compile(host, archive, root / "static", "cuda", ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
+    dynamic = load_module(root / "dynamic" / "output_code.py", "cuda")
+    static = load_module(root / "static" / "output_code.py", "cuda")
+    return static, dynamic, list(inputs(b, s).values())
+
+
 # `--python-profile`: also the host's time per Python function.
 PYTHON_PROFILE = False
 
@@ -79,22 +97,9 @@ def main() -> None:
     global PYTHON_PROFILE
     PYTHON_PROFILE = a.python_profile
     b, s = (int(v) for v in a.shape.split("x"))
-    torch.manual_seed(0)
-    model, longest, make = model_of(a.model)
-    dtype = DTYPES[a.dtype]
-    model = model.to(dtype).eval()
-    root = Path(tempfile.mkdtemp(prefix="kiln-dynamic-profile-"))
-    archive = root / f"{a.model}.pt2"
-    inputs = lambda b_, s_, device="cuda": make(b_, s_, dtype, device)  # noqa: E731
-    with torch.no_grad():
-        sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
-    host_compile(a.host, archive, root / "dynamic", "cuda", ["--dynamic"])
-    host_compile(a.host, archive, root / "static", "cuda", ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
-    dynamic = load_module(root / "dynamic" / "output_code.py", "cuda")
-    static = load_module(root / "static" / "output_code.py", "cuda")
+    static, dynamic, xs = compiled_pair(a.host, a.model, DTYPES[a.dtype], b, s)
     if getattr(static, "ATTENTION", None) is not None:
         static.ATTENTION.mode = a.static_attention
-    xs = list(inputs(b, s).values())
     print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} {a.dtype} at {b} x {s}")
     with torch.no_grad():
         profile(f"static ({a.static_attention} attention)", lambda: static.call(list(xs)))

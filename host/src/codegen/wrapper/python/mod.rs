@@ -783,39 +783,30 @@ fn write_meta(
                 }
             }
         };
-        let config = |x_block: u32, r_block: Option<u32>| {
-            let mut constants = vec![format!("\"XBLOCK\": {x_block}")];
-            constants.extend(r_block.map(|r| format!("\"RBLOCK\": {r}")));
-            constants.join(", ")
+        // One entry per compiled binary: a variant names the function it compiles.
+        let mut entry = |name: &str, function: Option<&str>, v: &triton::sized::Variant| {
+            let mut constants = vec![format!("\"XBLOCK\": {}", v.x_block)];
+            constants.extend(v.r_block.map(|r| format!("\"RBLOCK\": {r}")));
+            let function = function.map_or(String::new(), |f| format!("\"function\": \"{f}\", "));
+            writeln!(
+                out,
+                "    \"{name}\": {{{function}\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}, \"dependent\": {}}},",
+                sig.join(", "),
+                constants.join(", "),
+                name_list(&info.aligned),
+                v.num_warps,
+                v.num_stages,
+                py_bool(function.is_empty() && info.candidates.len() > 1),
+                py_bool(v.dependent)
+            )
         };
-        writeln!(
-            out,
-            "    \"{}\": {{\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}, \"dependent\": {}}},",
-            info.name,
-            sig.join(", "),
-            config(l.x_block, l.r_block),
-            name_list(&info.aligned),
-            l.num_warps,
-            l.num_stages,
-            py_bool(info.candidates.len() > 1),
-            py_bool(l.dependent)
-        )?;
+        entry(&info.name, None, &l)?;
         let variants = info
             .sized
             .iter()
             .flat_map(|s| s.variants.iter().zip(&s.names));
         for (v, name) in variants.skip(1) {
-            writeln!(
-                out,
-                "    \"{name}\": {{\"function\": \"{}\", \"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": False, \"dependent\": {}}},",
-                info.name,
-                sig.join(", "),
-                config(v.x_block, v.r_block),
-                name_list(&info.aligned),
-                v.num_warps,
-                v.num_stages,
-                py_bool(v.dependent),
-            )?;
+            entry(name, Some(&info.name), v)?;
         }
     }
     for k in attention {

@@ -974,3 +974,101 @@ fn an_unbounded_range_plans_a_bounded_table_of_launches() {
         assert!(sized.table.len() <= 37 * 8, "{}", sized.table.len());
     }
 }
+
+/// What the language models of many families do over symbolic sizes (bench/dynamic_sweep.py
+/// found them): a cache that starts as a 1-D tensor of no elements concatenated with a
+/// layer's keys (PyTorch skips such a tensor, whatever the others' rank), a `chunk` along a
+/// dim of fixed size, and `type_as`. The graph over symbols gives, at each size, what it
+/// gives written with those numbers.
+#[test]
+fn an_empty_cache_a_chunk_and_type_as_take_symbolic_sizes() {
+    let text = |b: &str, l: &str, dims: &str| {
+        format!(
+            r#"format = "kiln-graph/1"
+outputs = ["y"]
+{dims}
+[[inputs]]
+name = "x"
+shape = [{b}, {l}, 8]
+dtype = "float32"
+
+[[inputs]]
+name = "cache"
+shape = [0]
+dtype = "float32"
+
+[[inputs]]
+name = "ids"
+shape = [{b}, {l}]
+dtype = "int64"
+
+[[nodes]]
+name = "k"
+op = "cat"
+args = [["cache", "x"]]
+attrs = {{ dim = -2 }}
+
+[[nodes]]
+name = "parts"
+op = "chunk"
+args = ["k", 2, -1]
+
+[[nodes]]
+name = "a"
+op = "getitem"
+args = ["parts", 0]
+
+[[nodes]]
+name = "b"
+op = "getitem"
+args = ["parts", 1]
+
+[[nodes]]
+name = "f"
+op = "type_as"
+args = ["ids", "a"]
+
+[[nodes]]
+name = "u"
+op = "unsqueeze"
+args = ["f", -1]
+
+[[nodes]]
+name = "ab"
+op = "mul"
+args = ["a", "b"]
+
+[[nodes]]
+name = "y"
+op = "add"
+args = ["ab", "u"]
+"#
+        )
+    };
+    let dims = "[dims]\nbatch = { min = 1, max = 16, example = 2 }\nseq = { min = 2, max = 64 }\n";
+    let g = kiln::graph::parse_toml_sized(&text("\"batch\"", "\"seq\"", dims), &[], true)
+        .unwrap_or_else(|e| panic!("{}", kiln::diag::report(&e)));
+    let mut piped = g.clone();
+    kiln::passes::run_pipeline(&mut piped).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        format!("{:?}", piped.meta(piped.outputs()[0]).unwrap().shape),
+        "[ks0, ks1, 4]"
+    );
+    for device in ["cpu", "cuda"] {
+        kiln::driver::compile(g.clone(), &common::plugin(device), &Default::default())
+            .unwrap_or_else(|e| panic!("{device}: {}", kiln::diag::report(&e)));
+    }
+    for (b, l) in [(1, 2), (3, 17)] {
+        let fixed = kiln::graph::parse_toml(&text(&b.to_string(), &l.to_string(), "")).unwrap();
+        let metas: Vec<_> = (0..3)
+            .map(|i| fixed.input_meta(i).unwrap().clone())
+            .collect();
+        let inputs = kiln::tensor_io::random_inputs(&metas, 5);
+        let want = kiln::interp::evaluate(&fixed, &inputs).unwrap();
+        for graph in [&g, &piped] {
+            let got = kiln::interp::evaluate(graph, &inputs).unwrap();
+            assert_eq!(got[0].shape, [b, l, 4]);
+            assert_eq!(got[0].to_vec(), want[0].to_vec(), "{b}x{l}");
+        }
+    }
+}

@@ -286,7 +286,20 @@ pub(crate) fn view_metas(
 }
 
 fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<FixedMeta>, InferError> {
-    let first = tensor(args, 0)?;
+    // A 1-D tensor of no elements is skipped, whatever the others' rank, as PyTorch
+    // skips it (an empty cache concatenated with a layer's keys); it still takes part
+    // in the dtype.
+    let parts: Vec<usize> = (0..args.len())
+        .filter(|&i| tensor(args, i).map_or(true, |t| !is_legacy_empty(t)))
+        .collect();
+    let Some(&head) = parts.first() else {
+        let first = tensor(args, 0)?;
+        let dtype = (0..args.len()).try_fold(first.dtype, |d, i| {
+            tensor(args, i).map(|t| promote(d, t.dtype))
+        })?;
+        return out(first.shape.clone(), dtype);
+    };
+    let first = tensor(args, head)?;
     if first.rank() == 0 {
         return invalid("cat of 0-d tensors");
     }
@@ -296,6 +309,10 @@ fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<FixedMeta>, InferError> {
     shape[d] = 0;
     for i in 0..args.len() {
         let t = tensor(args, i)?;
+        if !parts.contains(&i) {
+            dtype = promote(dtype, t.dtype);
+            continue;
+        }
         let mut a = t.shape.clone();
         let mut b = first.shape.clone();
         if t.rank() == first.rank() {
@@ -315,6 +332,11 @@ fn cat(args: &[ArgMeta], dim: i64) -> Result<Vec<FixedMeta>, InferError> {
         dtype = promote(dtype, t.dtype);
     }
     out(shape, dtype)
+}
+
+/// A 1-D tensor of no elements, which `cat` skips.
+fn is_legacy_empty(t: &FixedMeta) -> bool {
+    t.shape == [0]
 }
 
 fn same_dtype(ts: &[&FixedMeta]) -> Result<(), InferError> {

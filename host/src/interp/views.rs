@@ -26,11 +26,12 @@ pub(crate) fn eval_view(
     let out = outs.first().ok_or("no output metadata")?;
     let r = match op {
         Op::Cat { dim } => {
+            // A 1-D tensor of no elements is skipped, as PyTorch skips it.
             let ts: Vec<&Tensor> = args
                 .iter()
                 .filter_map(|a| match a {
-                    Val::Tensor(t) => Some(*t),
-                    Val::Scalar(_) => None,
+                    Val::Tensor(t) if t.shape != [0] || out.shape.len() == 1 => Some(*t),
+                    _ => None,
                 })
                 .collect();
             let d = wrap_dim(*dim, out.shape.len()).map_err(|e| e.to_string())?;

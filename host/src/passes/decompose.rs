@@ -386,6 +386,7 @@ fn takes_symbols(op: &Op) -> bool {
             | Op::Cumsum { .. }
             | Op::Diff { .. }
             | Op::Attention { .. }
+            | Op::TypeAs
             | Op::Reduce {
                 op: ReduceOp::Any | ReduceOp::All,
                 ..

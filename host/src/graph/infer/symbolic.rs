@@ -163,7 +163,7 @@ fn output_shapes(
     let first = tensors.first()?;
     let one = |s: Result<Vec<Size>, InferError>| Some(s.map(|s| vec![s]));
     match op {
-        Op::Unary(_) | Op::Gelu { .. } | Op::Cast { .. } | Op::Clamp { .. } => {
+        Op::Unary(_) | Op::Gelu { .. } | Op::Cast { .. } | Op::Clamp { .. } | Op::TypeAs => {
             one(Ok(first.shape.clone()))
         }
         Op::Binary { .. } | Op::Where => one(broadcast_all(&tensors)),

@@ -344,7 +344,7 @@ fn cat_without_legacy_empties(
     let operands: Vec<(&Raw, FixedMeta)> = items
         .iter()
         .map(|r| match r {
-            Raw::Str(name) => metas(name).map(|m| (r, m)),
+            Raw::Str(name) => metas(name).and_then(|m| m.fixed()).map(|m| (r, m)),
             _ => None,
         })
         .collect::<Option<_>>()?;
@@ -490,11 +490,11 @@ fn check_constant_sizes(
     let mut dims = vec![];
     for (_, r) in attrs {
         match r {
-            Raw::Str(t) => dims.extend(metas(t).map(|m| m.shape).unwrap_or_default()),
+            Raw::Str(t) => dims.extend(fixed_shape(metas, t)),
             Raw::List(l) => {
                 for x in l {
                     if let Raw::Str(t) = x {
-                        dims.extend(metas(t).map(|m| m.shape).unwrap_or_default());
+                        dims.extend(fixed_shape(metas, t));
                     }
                 }
                 ints_in(r, &mut dims);
@@ -584,12 +584,24 @@ impl Args<'_> {
         get(self.attrs, name)
     }
 
+    /// The metadata of tensor `x`, its sizes integers: an expansion spells out its ops
+    /// at integer sizes, and refuses symbolic ones by name.
+    fn meta(&self, x: &str) -> Result<FixedMeta, SigError> {
+        let m =
+            (self.metas)(x).ok_or_else(|| invalid(format!("`{x}` names no tensor known here")))?;
+        m.fixed().ok_or_else(|| {
+            invalid(format!(
+                "`{x}` has symbolic sizes {:?}, which this op is expanded at integer sizes only \
+                 for so far; compile at one size (--specialize)",
+                m.shape
+            ))
+        })
+    }
+
     /// Tensor argument `name` and its metadata.
     fn tensor(&self, name: &str) -> Result<(String, FixedMeta), SigError> {
         match self.get(name) {
-            Some(Raw::Str(x)) => (self.metas)(x)
-                .map(|m| (x.clone(), m))
-                .ok_or_else(|| invalid(format!("`{name}` (`{x}`) names no tensor known here"))),
+            Some(Raw::Str(x)) => self.meta(x).map(|m| (x.clone(), m)),
             _ => Err(invalid(format!("needs the tensor `{name}`"))),
         }
     }
@@ -635,9 +647,7 @@ impl Args<'_> {
         };
         xs.iter()
             .map(|x| match x {
-                Raw::Str(x) => (self.metas)(x)
-                    .map(|m| (x.clone(), m))
-                    .ok_or_else(|| invalid(format!("`{x}` names no tensor known here"))),
+                Raw::Str(x) => self.meta(x).map(|m| (x.clone(), m)),
                 _ => Err(invalid(format!("`{name}` must name tensors"))),
             })
             .collect()
@@ -926,4 +936,12 @@ fn vector_norm(
     let p = s.bin("pow", t(&a), Raw::Float(ord));
     let sum = s.reduce("sum", &p, dims, keepdim);
     s.bin("pow", t(&sum), Raw::Float(1.0 / ord))
+}
+
+/// Tensor `name`'s sizes where they are all integers; none otherwise.
+fn fixed_shape(metas: Metas<'_>, name: &str) -> Vec<i64> {
+    metas(name)
+        .and_then(|m| m.fixed())
+        .map(|m| m.shape)
+        .unwrap_or_default()
 }

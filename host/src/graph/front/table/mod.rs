@@ -30,7 +30,6 @@ mod rewrite;
 pub use bind::{Operand, Raw, SigError};
 pub use expand::{Expansion, Step};
 
-use crate::graph::ir::FixedMeta;
 use crate::graph::ops::Op;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -153,9 +152,9 @@ pub enum Lowered {
     Expansion(Expansion),
 }
 
-/// The metadata of the tensors a front end has built: `None` for a name that is no
-/// tensor (yet).
-pub type Metas<'a> = &'a dyn Fn(&str) -> Option<FixedMeta>;
+/// The metadata of the tensors a front end has built, their sizes possibly symbolic:
+/// `None` for a name that is no tensor (yet).
+pub type Metas<'a> = &'a dyn Fn(&str) -> Option<crate::graph::ir::TensorMeta>;
 
 /// Lowers one call through the table: rewrites are followed to the op they name,
 /// expansions spelled out, and bindings built. `metas` gives the operands' shapes

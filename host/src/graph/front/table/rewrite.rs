@@ -14,7 +14,7 @@
 //! A rewrite reads the operands' metadata and the arguments only, never an output's.
 
 use super::{Metas, Raw, SigError};
-use crate::graph::ir::FixedMeta;
+use crate::graph::ir::{FixedMeta, TensorMeta};
 use crate::graph::DType;
 
 /// The ops [`rewrite`] turns into other ops of the table, with their parameters in
@@ -96,12 +96,29 @@ fn take(attrs: &mut Vec<(String, Raw)>, name: &str) -> Option<Raw> {
     Some(attrs.remove(i).1)
 }
 
-/// The metadata of tensor argument `name`.
+/// The metadata of tensor argument `name`, its sizes integers: a rewrite that reads
+/// them refuses symbolic ones by name.
 pub(super) fn tensor_arg(
     attrs: &[(String, Raw)],
     name: &str,
     metas: Metas<'_>,
 ) -> Result<FixedMeta, SigError> {
+    let m = tensor_meta_arg(attrs, name, metas)?;
+    m.fixed().ok_or_else(|| {
+        SigError::Invalid(format!(
+            "`{name}` has symbolic sizes {:?}, which this op is rewritten at integer sizes only \
+             for so far; compile at one size (--specialize)",
+            m.shape
+        ))
+    })
+}
+
+/// The metadata of tensor argument `name`, its sizes possibly symbolic.
+pub(super) fn tensor_meta_arg(
+    attrs: &[(String, Raw)],
+    name: &str,
+    metas: Metas<'_>,
+) -> Result<TensorMeta, SigError> {
     match attrs.iter().find(|(k, _)| k == name) {
         Some((_, Raw::Str(t))) => metas(t).ok_or_else(|| {
             SigError::Invalid(format!("`{name}` (`{t}`) names no tensor known here"))
@@ -190,14 +207,22 @@ pub(super) fn rewrite(
             }
         }
         "chunk" => {
-            let x = tensor_arg(attrs, "self", metas)?;
+            // Only the size along `dim` is read: the others may be symbolic.
+            let x = tensor_meta_arg(attrs, "self", metas)?;
             let chunks = int_arg(attrs, "chunks", None)?;
             if chunks < 1 {
                 return Err(invalid(format!("chunks must be positive, found {chunks}")));
             }
             let dim = int_arg(attrs, "dim", Some(0))?;
             let d = wrap_dim(dim, x.rank())?;
-            let size = x.shape.get(d).copied().unwrap_or(1);
+            let size = match x.shape.get(d).map(|s| s.as_const()) {
+                Some(Some(n)) => n,
+                None => 1,
+                Some(None) => return Err(invalid(format!(
+                    "chunk along dim {d} of symbolic size {:?}; compile at one size (--specialize)",
+                    x.shape[d]
+                ))),
+            };
             // PyTorch's chunk: pieces of ceil(size / chunks), the last one shorter.
             let piece = if size > 0 { (size - 1) / chunks + 1 } else { 1 };
             take(attrs, "chunks");

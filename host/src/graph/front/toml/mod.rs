@@ -290,8 +290,7 @@ impl<'t> Builder<'t> {
             op: r.op.into(),
             source: Box::new(source),
         };
-        let lowered =
-            table::lower(&call, &|t| self.meta_of(t).and_then(|m| m.fixed())).map_err(sig_err)?;
+        let lowered = table::lower(&call, &|t| self.meta_of(t)).map_err(sig_err)?;
         let bound = match lowered {
             Lowered::Op { op, operands } => {
                 let getitem = match op {

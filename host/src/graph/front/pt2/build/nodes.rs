@@ -185,7 +185,7 @@ fn import_aten(
         kwargs: &attrs,
     };
     let metas = &scope.metas;
-    let lowered = table::lower(&call, &|t| metas.get(t).and_then(TensorMeta::fixed))
+    let lowered = table::lower(&call, &|t| metas.get(t).cloned())
         .map_err(|e| signature_error(&fx.shown, fx_op, e))?;
     let (op, operands) = match lowered {
         Lowered::Expansion(x) => {

@@ -463,8 +463,7 @@ fn shapes(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             let mut entries = vec![];
             for (i, r) in list.iter().enumerate() {
                 if let Raw::Str(name) = r {
-                    let meta = (args.metas)(name)
-                        .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
+                    let meta = args.meta(name)?;
                     entries.push((i, name.clone(), meta));
                 }
             }

@@ -203,8 +203,7 @@ fn written_values(
 ) -> Result<String, SigError> {
     Ok(match args.get("src").or_else(|| args.get("value")) {
         Some(Raw::Str(name)) => {
-            let sm = (args.metas)(name)
-                .ok_or_else(|| invalid(format!("`{name}` names no tensor known here")))?;
+            let sm = args.meta(name)?;
             if sm.rank() != ishape.len() {
                 return Err(invalid(format!(
                     "`src` of {:?} for an index of {:?}: they need as many dims",

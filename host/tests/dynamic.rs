@@ -978,11 +978,20 @@ fn an_unbounded_range_plans_a_bounded_table_of_launches() {
 /// What the language models of many families do over symbolic sizes (bench/dynamic_sweep.py
 /// found them): a cache that starts as a 1-D tensor of no elements concatenated with a
 /// layer's keys (PyTorch skips such a tensor, whatever the others' rank), a `chunk` along a
-/// dim of fixed size, and `type_as`. The graph over symbols gives, at each size, what it
-/// gives written with those numbers.
+/// dim of fixed size, `type_as`, and `ones` of the batch and length (OPT's positions, a
+/// `cumsum` of it). The graph over symbols gives, at each size, what it gives written with
+/// those numbers.
 #[test]
-fn an_empty_cache_a_chunk_and_type_as_take_symbolic_sizes() {
+fn an_empty_cache_a_chunk_type_as_and_ones_take_symbolic_sizes() {
     let text = |b: &str, l: &str, dims: &str| {
+        let arg = |s: &str| {
+            if s.starts_with('"') {
+                format!("{{ dim = {s} }}")
+            } else {
+                s.to_string()
+            }
+        };
+        let (b_arg, l_arg) = (arg(b), arg(l));
         format!(
             r#"format = "kiln-graph/1"
 outputs = ["y"]
@@ -1039,9 +1048,24 @@ op = "mul"
 args = ["a", "b"]
 
 [[nodes]]
-name = "y"
+name = "o"
+op = "ones"
+args = [[{b_arg}, {l_arg}, 1]]
+
+[[nodes]]
+name = "pos"
+op = "cumsum"
+args = ["o", 1]
+
+[[nodes]]
+name = "abu"
 op = "add"
 args = ["ab", "u"]
+
+[[nodes]]
+name = "y"
+op = "add"
+args = ["abu", "pos"]
 "#
         )
     };

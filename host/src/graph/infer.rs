@@ -168,7 +168,13 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
             step,
             dtype,
         } => infer_model::arange(*start, end.hint(), *step, *dtype, args),
-        Op::Full { size, value, dtype } => infer_model::full(size.as_deref(), *value, *dtype, args),
+        Op::Full { size, value, dtype } => {
+            // Symbolic sizes at their hints (the symbolic rule gives the shape over them).
+            let size: Option<Vec<i64>> = size
+                .as_ref()
+                .map(|s| s.iter().map(crate::graph::sym::Size::hint).collect());
+            infer_model::full(size.as_deref(), *value, *dtype, args)
+        }
         Op::Index { indexed, .. } => infer_model::index(indexed, args),
         Op::Gather { dim } => infer_model::gather(*dim, args),
         Op::IndexCopy { dim } => infer_model::index_copy(*dim, args),

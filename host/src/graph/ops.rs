@@ -666,8 +666,8 @@ pub enum Op {
     /// With an operand (`full_like`, `new_ones`), its shape (unless `size` is given) and
     /// its dtype (unless `dtype` is given) are the defaults.
     Full {
-        /// the shape; `None` takes the operand's
-        size: Option<Vec<i64>>,
+        /// the shape (its sizes possibly symbolic); `None` takes the operand's
+        size: Option<Vec<Size>>,
         /// the element
         value: Scalar,
         /// the dtype; `None` takes the operand's, or PyTorch's default for `value`
@@ -871,9 +871,9 @@ impl Op {
     pub fn symbolic_sizes(&self) -> Vec<&Size> {
         let sym = |s: &&Size| !s.is_const();
         match self {
-            Op::Reshape { shape: v, .. } | Op::Expand { sizes: v } => {
-                v.iter().filter(sym).collect()
-            }
+            Op::Reshape { shape: v, .. }
+            | Op::Expand { sizes: v }
+            | Op::Full { size: Some(v), .. } => v.iter().filter(sym).collect(),
             Op::Slice { start, end, .. } => start.iter().chain(end).filter(sym).collect(),
             Op::Arange {
                 end: Bound::Size(s),
@@ -898,6 +898,15 @@ impl Op {
                 view: *view,
             },
             Op::Expand { sizes } => Op::Expand { sizes: all(sizes)? },
+            Op::Full {
+                size: Some(size),
+                value,
+                dtype,
+            } => Op::Full {
+                size: Some(all(size)?),
+                value: *value,
+                dtype: *dtype,
+            },
             Op::Slice {
                 dim,
                 start,

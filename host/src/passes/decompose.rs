@@ -580,7 +580,7 @@ fn batch_norm(b: &mut B, s: &Site, eps: f64, weight: bool, bias: bool, native: b
         for m in &s.outs[1..] {
             r.push(b.op(
                 Op::Full {
-                    size: Some(m.shape.clone()),
+                    size: Some(crate::graph::shape::sizes(&m.shape)),
                     value: Scalar::Int(0),
                     dtype: Some(m.dtype),
                 },
@@ -629,7 +629,7 @@ fn max_pool(
         // Unread (checked above): a placeholder of the right metadata.
         r.push(b.op(
             Op::Full {
-                size: Some(s.out.shape.clone()),
+                size: Some(crate::graph::shape::sizes(&s.out.shape)),
                 value: Scalar::Int(0),
                 dtype: Some(DType::Int64),
             },

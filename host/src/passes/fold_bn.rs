@@ -255,7 +255,7 @@ fn apply(g: &mut Graph, bn: NodeId, fold: Fold) -> Result<(), Error> {
             PASS,
             &base,
             Op::Full {
-                size: Some(m.shape.clone()),
+                size: Some(crate::graph::shape::sizes(&m.shape)),
                 value: Scalar::Int(0),
                 dtype: Some(m.dtype),
             },

@@ -200,7 +200,7 @@ fn cat_zeros(
     let mut shape = meta.shape.clone();
     shape[dim] = extra;
     let zeros = Op::Full {
-        size: Some(shape),
+        size: Some(crate::graph::shape::sizes(&shape)),
         value: Scalar::Float(0.0),
         dtype: Some(meta.dtype),
     };

@@ -13,7 +13,7 @@
 use super::{infer, ArgMeta, InferError};
 use crate::graph::ir::{FixedMeta, Scalar, TensorMeta};
 use crate::graph::ops::{Bound, Op};
-use crate::graph::shape::{contiguous_sizes, contiguous_strides, sizes, wrap_dim, wrap_dim_set};
+use crate::graph::shape::{contiguous_sizes, contiguous_strides, wrap_dim, wrap_dim_set};
 use crate::graph::sym::{Size, Symbols};
 use crate::graph::views;
 
@@ -39,6 +39,13 @@ pub fn infer_symbolic(
     }
     if let Op::Arange { .. } = op {
         return Some(arange(op, args, symbols));
+    }
+    if let Op::Full {
+        size: Some(size), ..
+    } = op
+    {
+        // A factory of symbolic sizes (`ones(batch, seq)`): no operand to take them from.
+        return Some(with_integer_rule(op, args, vec![size.clone()]));
     }
     let shapes = match output_shapes(op, args, symbols)? {
         Ok(shapes) => shapes,
@@ -179,7 +186,7 @@ fn output_shapes(
             stats.extend(std::iter::repeat_n(Size::from(1), normalized_shape.len()));
             Some(Ok(vec![first.shape.clone(), stats.clone(), stats]))
         }
-        Op::Full { size, .. } => one(Ok(size.as_deref().map_or(first.shape.clone(), sizes))),
+        Op::Full { size, .. } => one(Ok(size.clone().unwrap_or_else(|| first.shape.clone()))),
         Op::Gather { .. } => one(Ok(tensors.get(1)?.shape.clone())),
         Op::Index { indexed, .. } => one(index(&first.shape, indexed, &tensors[1..])),
         Op::Diff { n, dim, .. } => one(diff(&tensors, *n, *dim, symbols)),

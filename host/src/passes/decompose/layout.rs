@@ -249,7 +249,7 @@ pub(super) fn copy(b: &mut B, src: Option<&Arg>, out: &FixedMeta) -> Result<Valu
     match src {
         Some(Arg::Scalar(s)) => b.op(
             Op::Full {
-                size: Some(out.shape.clone()),
+                size: Some(crate::graph::shape::sizes(&out.shape)),
                 value: *s,
                 dtype: Some(out.dtype),
             },

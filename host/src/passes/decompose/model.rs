@@ -75,7 +75,7 @@ impl B<'_> {
     ) -> Result<ValueId, Error> {
         self.op(
             Op::Full {
-                size: Some(shape),
+                size: Some(crate::graph::shape::sizes(&shape)),
                 value: Scalar::Float(value),
                 dtype: Some(dtype),
             },

@@ -76,7 +76,7 @@ pub(super) fn layer_norm(
             for v in [0.0, f64::NAN] {
                 r.push(b.op(
                     Op::Full {
-                        size: Some(s.outs[1].shape.clone()),
+                        size: Some(crate::graph::shape::sizes(&s.outs[1].shape)),
                         value: Scalar::Float(v),
                         dtype: Some(stat),
                     },
@@ -147,7 +147,7 @@ pub(super) fn var(
         };
         return b.op(
             Op::Full {
-                size: Some(s.out.shape.clone()),
+                size: Some(crate::graph::shape::sizes(&s.out.shape)),
                 value: Scalar::Float(v),
                 dtype: Some(s.out.dtype),
             },

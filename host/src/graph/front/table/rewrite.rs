@@ -218,10 +218,12 @@ pub(super) fn rewrite(
             let size = match x.shape.get(d).map(|s| s.as_const()) {
                 Some(Some(n)) => n,
                 None => 1,
-                Some(None) => return Err(invalid(format!(
+                Some(None) => {
+                    return Err(invalid(format!(
                     "chunk along dim {d} of symbolic size {:?}; compile at one size (--specialize)",
                     x.shape[d]
-                ))),
+                )))
+                }
             };
             // PyTorch's chunk: pieces of ceil(size / chunks), the last one shorter.
             let piece = if size > 0 { (size - 1) / chunks + 1 } else { 1 };

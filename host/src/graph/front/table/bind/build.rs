@@ -184,7 +184,7 @@ fn creation(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
             let size = match name {
                 "scalar_tensor" => Some(vec![]),
                 "full_like" | "zeros_like" | "ones_like" => None,
-                _ => Some(b.list("size")?),
+                _ => Some(b.sizes("size")?),
             };
             // `scalar_tensor`, `zeros` and `ones` default to float32 (the default
             // dtype) whatever their value's kind; `full` takes its value's kind.

@@ -286,18 +286,20 @@ fn sizes_outside_the_range_and_unknown_symbols_are_refused_with_what_the_archive
     assert!(err.contains("the archive has static shapes"), "{err}");
 }
 
+/// A size as a node's argument in a graph file: a quoted name as `{ dim = "NAME" }`, a
+/// number as itself.
+fn size_arg(s: &str) -> String {
+    if s.starts_with('"') {
+        format!("{{ dim = {s} }}")
+    } else {
+        s.to_string()
+    }
+}
+
 /// A graph file with named sizes: `x` `[batch, seq, 16]`, a product, heads split by a
 /// `view` whose sizes name them, a transpose and a softmax.
 fn named_sizes(batch: &str, seq: &str, dims: &str) -> String {
-    // In a node's arguments a size is `{ dim = "NAME" }`.
-    let arg = |s: &str| {
-        if s.starts_with('"') {
-            format!("{{ dim = {s} }}")
-        } else {
-            s.to_string()
-        }
-    };
-    let (b_arg, l_arg) = (arg(batch), arg(seq));
+    let (b_arg, l_arg) = (size_arg(batch), size_arg(seq));
     format!(
         r#"format = "kiln-graph/1"
 outputs = ["y"]
@@ -984,14 +986,7 @@ fn an_unbounded_range_plans_a_bounded_table_of_launches() {
 #[test]
 fn an_empty_cache_a_chunk_type_as_and_ones_take_symbolic_sizes() {
     let text = |b: &str, l: &str, dims: &str| {
-        let arg = |s: &str| {
-            if s.starts_with('"') {
-                format!("{{ dim = {s} }}")
-            } else {
-                s.to_string()
-            }
-        };
-        let (b_arg, l_arg) = (arg(b), arg(l));
+        let (b_arg, l_arg) = (size_arg(b), size_arg(l));
         format!(
             r#"format = "kiln-graph/1"
 outputs = ["y"]

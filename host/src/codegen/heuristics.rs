@@ -91,6 +91,25 @@ pub trait LaunchHeuristics {
     }
 }
 
+/// The grid launched for `wanted` programs: the plugin's `adjust_grid`, refused where
+/// it answers with an empty grid (nothing would run).
+pub fn launch_grid(
+    heuristics: &dyn LaunchHeuristics,
+    wanted: Grid,
+) -> Result<Grid, HeuristicsError> {
+    let grid = heuristics.adjust_grid(wanted)?;
+    if grid.x == 0 || grid.y == 0 || grid.z == 0 {
+        return Err(HeuristicsError::Unusable {
+            method: "adjust_grid",
+            what: format!(
+                "returned an empty grid for {} × {} × {} programs",
+                wanted.x, wanted.y, wanted.z
+            ),
+        });
+    }
+    Ok(grid)
+}
+
 fn provided<T>(
     plugin: &Plugin,
     method: &'static str,

@@ -15,7 +15,7 @@ use kiln_plugin_api::{Grid, LaunchConfig};
 
 use super::expr::{cond_text, literal_text, neutral, pointer_type, tl_dtype, Renderer};
 use super::{sized, Error, KernelInfo, Launch, Options};
-use crate::codegen::heuristics::{kernel_configs, HeuristicsError, LaunchHeuristics};
+use crate::codegen::heuristics::{kernel_configs, launch_grid, HeuristicsError, LaunchHeuristics};
 use crate::codegen::{param_names, NamedKernel};
 use crate::graph::sym::SymId;
 use crate::schedule::ids::IdVec;
@@ -52,15 +52,7 @@ fn launches(
             } else {
                 Grid::new(programs, row_programs, 1)
             };
-            let grid = heuristics.adjust_grid(dims)?;
-            if grid.x == 0 || grid.y == 0 {
-                return Err(HeuristicsError::Unusable {
-                    method: "adjust_grid",
-                    what: format!(
-                        "returned an empty grid for {programs} × {row_programs} programs"
-                    ),
-                });
-            }
+            let grid = launch_grid(heuristics, dims)?;
             Ok(Launch {
                 x_block,
                 r_block: k.is_reduction().then_some(c.r_block.max(1)),

@@ -13,7 +13,9 @@
 
 use kiln_plugin_api::{Grid, LaunchConfig};
 
-use crate::codegen::heuristics::{kernel_configs_at, HeuristicsError, LaunchHeuristics};
+use crate::codegen::heuristics::{
+    kernel_configs_at, launch_grid, HeuristicsError, LaunchHeuristics,
+};
 use crate::graph::sym::Symbols;
 use crate::schedule::ir::{Kernel, Program};
 
@@ -154,8 +156,8 @@ pub fn plan(
     } else {
         vec![(0, k.space.r_hint())]
     };
-    // The plugin's config at each bucket.
-    let mut wanted: Vec<Vec<Variant>> = Vec::with_capacity(rows.len());
+    // The plugin's config at each bucket, with its grid.
+    let mut wanted: Vec<Vec<(Variant, Grid)>> = Vec::with_capacity(rows.len());
     for &(_, x) in &rows {
         let mut row = Vec::with_capacity(lengths.len());
         for &(_, r) in &lengths {
@@ -164,17 +166,29 @@ pub fn plan(
             let config = configs.iter().find(fits).unwrap_or(fallback);
             let g = grid(x, config.x_block, heuristics)?;
             let dependent = g.x * g.y * g.z <= dependent_programs;
-            row.push(variant_of(config, reduction, dependent));
+            row.push((variant_of(config, reduction, dependent), g));
         }
         wanted.push(row);
     }
     let work = |i: usize, j: usize| i128::from(rows[i].1) * i128::from(lengths[j].1.max(1));
-    let (variants, chosen) = keep_variants(&wanted, work, ROW_STEPS as usize);
+    let configs: Vec<Vec<Variant>> = wanted
+        .iter()
+        .map(|row| row.iter().map(|(v, _)| *v).collect())
+        .collect();
+    let (variants, chosen) = keep_variants(&configs, work, ROW_STEPS as usize);
+    // A bucket that takes another's variant launches that variant's grid.
     let mut table = Vec::with_capacity(rows.len());
-    for (&(_, x), picks) in rows.iter().zip(&chosen) {
+    for ((&(_, x), picks), own) in rows.iter().zip(&chosen).zip(&wanted) {
         let row: Result<Vec<(usize, Grid)>, HeuristicsError> = picks
             .iter()
-            .map(|&n| Ok((n, grid(x, variants[n].x_block, heuristics)?)))
+            .zip(own)
+            .map(|(&n, &(v, g))| {
+                if variants[n] == v {
+                    Ok((n, g))
+                } else {
+                    Ok((n, grid(x, variants[n].x_block, heuristics)?))
+                }
+            })
             .collect();
         table.push(row?);
     }
@@ -250,14 +264,7 @@ fn grid(
     heuristics: &dyn LaunchHeuristics,
 ) -> Result<Grid, HeuristicsError> {
     let programs = (rows.max(1) as u64).div_ceil(u64::from(x_block.max(1)));
-    let grid = heuristics.adjust_grid(Grid::new(programs, 1, 1))?;
-    if grid.x == 0 || grid.y == 0 || grid.z == 0 {
-        return Err(HeuristicsError::Unusable {
-            method: "adjust_grid",
-            what: format!("returned an empty grid for {programs} programs"),
-        });
-    }
-    Ok(grid)
+    launch_grid(heuristics, Grid::new(programs, 1, 1))
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ again when wrapper.cpp is newer) with the system C++ compiler against the
 CUDA toolkit's headers, the driver library and cuBLAS, loads it with ctypes,
 and calls `kiln_init(folder)`. `call(args)` allocates the outputs with torch
 (sizes and dtypes from the library's kiln_output_* functions) and runs
-`kiln_call(inputs, outputs, stream)` on torch's current CUDA stream. Nothing of
+`kiln_call(inputs, outputs, stream)` on torch's current CUDA stream. A wrapper
+compiled for a range of sizes (`--dynamic`) is called at each call's sizes:
+`kiln_output_shapes` sizes the outputs, and `kiln_call_shaped` runs it. Nothing of
 torch is linked into the library: torch only allocates the tensors here.
 
 The toolkit is $CUDA_HOME (else the folder above nvcc's, else /usr/local/cuda);
@@ -107,6 +109,14 @@ class AotModule:
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         self.lib = lib
+        # A wrapper of a range of sizes takes each call's sizes.
+        self.shaped = hasattr(lib, "kiln_num_symbols")
+        if self.shaped:
+            shapes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
+            lib.kiln_output_shapes.restype = ctypes.c_int
+            lib.kiln_output_shapes.argtypes = [shapes, shapes]
+            lib.kiln_call_shaped.restype = ctypes.c_int
+            lib.kiln_call_shaped.argtypes = [shapes, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         torch.cuda.init()  # the wrapper runs in the context torch made current
         torch.empty(1, device="cuda")
         if lib.kiln_init(folder.encode()) != 0:
@@ -133,7 +143,17 @@ class AotModule:
                 t = t.contiguous().clone()
             ins.append(t)
         args.clear()
-        outs = [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in self.outputs]
+        self.input_shapes = None
+        if self.shaped:
+            sizes, in_rows = self._shapes([list(t.shape) for t in ins])
+            out_sizes, out_rows = self._shapes([[0] * len(shape) for shape, _ in self.outputs])
+            if self.lib.kiln_output_shapes(sizes, out_sizes) != 0:
+                raise RuntimeError(f"kiln_output_shapes: {self.lib.kiln_last_error().decode()}")
+            self.input_shapes = (sizes, in_rows)
+            shapes = [list(row)[:len(shape)] for row, (shape, _) in zip(out_rows, self.outputs)]
+        else:
+            shapes = [shape for shape, _ in self.outputs]
+        outs = [torch.empty(shape, dtype=dtype, device="cuda") for shape, (_, dtype) in zip(shapes, self.outputs)]
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[t.data_ptr() for t in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[t.data_ptr() for t in outs])
         if self.graphs:
@@ -153,10 +173,23 @@ class AotModule:
         self._call(in_ptrs, out_ptrs, torch.cuda.current_stream().cuda_stream)
         return tuple(outs)
 
+    @staticmethod
+    def _shapes(shapes):
+        """`const int64_t* const*` of `shapes`, kept alive by the array it returns."""
+        rows = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
+        array = (ctypes.POINTER(ctypes.c_int64) * max(len(rows), 1))(
+            *[ctypes.cast(r, ctypes.POINTER(ctypes.c_int64)) for r in rows])
+        return array, rows
+
     def _call(self, in_ptrs, out_ptrs, stream):
-        status = self.lib.kiln_call(in_ptrs, out_ptrs, stream)
+        if self.shaped:
+            status = self.lib.kiln_call_shaped(self.input_shapes[0], in_ptrs, out_ptrs, stream)
+            name = "kiln_call_shaped"
+        else:
+            status = self.lib.kiln_call(in_ptrs, out_ptrs, stream)
+            name = "kiln_call"
         if status != 0:
-            raise RuntimeError(f"kiln_call returned {status}: {self.lib.kiln_last_error().decode()}")
+            raise RuntimeError(f"{name} returned {status}: {self.lib.kiln_last_error().decode()}")
 
 
 if __name__ == "__main__":

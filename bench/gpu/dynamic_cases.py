@@ -8,12 +8,16 @@ gxu (CUDA standing in for GXU), checked against PyTorch's outputs recorded in ca
 - `--mode dynamic`: each archive compiled once, by `host compile --dynamic`, and that one
   output_code.py run at every size of cases.json, then at sizes across the range against
   the exported program itself. A compile Kiln refuses is reported with its message.
+  - `--wrapper cpp` (cuda): the C++ wrapper instead (`wrapper.cpp`'s `kiln_call_shaped`,
+    built and called through bench/gpu/aot_loader.py), with `--cuda-graph` too when given;
+    then a size past the range, which must be refused naming it.
 
 The first call's time at each size and the Triton compiles it made (new binaries in the run's
 own caches: $KILN_CACHE_DIR/triton, where Kiln's runtime keeps them, and $TRITON_CACHE_DIR)
 show what a new size costs once others ran.
 
     python3 bench/gpu/dynamic_cases.py HOST [--devices cuda,gxu] [--mode dynamic]
+    python3 bench/gpu/dynamic_cases.py HOST --devices cuda --mode dynamic --wrapper cpp [--cuda-graph]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from aot_loader import AotModule  # noqa: E402
 from run import load_module, rel_error  # noqa: E402
 
 FIXTURES = HERE.parent.parent / "tests/fixtures/dynamic"
@@ -46,6 +51,8 @@ def main() -> None:
     p.add_argument("host")
     p.add_argument("--devices", default="cuda,gxu")
     p.add_argument("--mode", choices=["specialize", "dynamic"], default="specialize")
+    p.add_argument("--wrapper", choices=["python", "cpp"], default="python")
+    p.add_argument("--cuda-graph", action="store_true", help="with --wrapper cpp: capture CUDA graphs")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -125,6 +132,8 @@ def dynamic(a, cases: dict, out_root: Path, compiled) -> int:
             out = out_root / f"{archive}-{device}-dynamic"
             cmd = [a.host, "compile", str(FIXTURES / f"{archive}.pt2"), "--device", device, "-o", str(out),
                    "--dynamic"]
+            if a.wrapper == "cpp":
+                cmd += ["--wrapper", "cpp"] + (["--cuda-graph"] if a.cuda_graph else [])
             start = time.perf_counter()
             done = subprocess.run(cmd, capture_output=True, text=True)
             host_s = time.perf_counter() - start
@@ -132,7 +141,7 @@ def dynamic(a, cases: dict, out_root: Path, compiled) -> int:
                 reason = " ".join(done.stderr.split())[-240:]
                 print(f"| {archive} | {device} | all | refused: {reason} | | | refused |", flush=True)
                 continue
-            module = load_module(out / "output_code.py", device)
+            module = AotModule(str(out)) if a.wrapper == "cpp" else load_module(out / "output_code.py", device)
             runs = [(s["batch"], s["seq"], inputs_of(archive, s),
                      tensor(FIXTURES / s["expected"], torch.float32, s["shape"])) for s in case["sizes"]]
             if ep is None:
@@ -156,7 +165,21 @@ def dynamic(a, cases: dict, out_root: Path, compiled) -> int:
                       f"{'yes' if ok else 'NO'} |", flush=True)
             print(f"# {archive} {device}: one host compile ({host_s:.2f} s with process start) for "
                   f"{len(runs)} sizes", flush=True)
+            if a.wrapper == "cpp":
+                failed += not refused_past_range(module, archive, hi_b, hi_s + 1, g)
     return failed
+
+
+def refused_past_range(module, archive: str, b: int, seq: int, g: torch.Generator) -> bool:
+    """Whether a call of `b x seq`, a length past the range, is refused naming the range."""
+    try:
+        module.call(random_inputs(archive, b, seq, g))
+    except RuntimeError as e:
+        ok = "outside the range" in str(e)
+        print(f"# {archive} at {b} x {seq}, past the range: refused ({'ok' if ok else 'NO'}): {e}", flush=True)
+        return ok
+    print(f"# {archive} at {b} x {seq}, past the range: NOT refused", flush=True)
+    return False
 
 
 if __name__ == "__main__":

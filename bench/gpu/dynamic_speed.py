@@ -6,7 +6,10 @@ size, compiled once by `host compile --dynamic` and once per shape by `host comp
 `torch.compile(dynamic=True)` (Inductor), each the median of `triton.testing.do_bench`.
 
     python3 bench/gpu/dynamic_speed.py HOST [--model mlp_ln|gpt2|bert] [--dtype float32]
-        [--shapes 8x128,16x512,32x1024] [--device cuda]
+        [--shapes 8x128,16x512,32x1024] [--device cuda] [--wrapper cpp]
+
+`--wrapper cpp` compiles both for the C++ wrapper (`wrapper.cpp`, built and called
+through bench/gpu/aot_loader.py: `kiln_call_shaped` for the dynamic one).
 
 Models (random weights, exported as tools/export_dynamic.py exports its small ones):
 - `mlp_ln`: linear 1024 -> 4096, GELU, linear back, residual and layer norm over
@@ -34,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 from export_dynamic import BertHidden, Gpt2Logits  # noqa: E402
+from aot_loader import AotModule  # noqa: E402
 from run import load_module, rel_error  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,7 +103,12 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--shapes", default="8x128,16x512,32x1024,3x77")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--wrapper", choices=["python", "cpp"], default="python")
     a = p.parse_args()
+    wrapper = ["--wrapper", "cpp"] if a.wrapper == "cpp" else []
+
+    def load(folder: Path):
+        return AotModule(str(folder)) if a.wrapper == "cpp" else load_module(folder / "output_code.py", a.device)
     from triton.testing import do_bench
 
     dtype = DTYPES[a.dtype]
@@ -113,19 +122,20 @@ def main() -> None:
         sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
     model = model.to("cuda")
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
-    dyn_s = host_compile(a.host, archive, root / "dynamic", a.device, ["--dynamic"])
-    dynamic = load_module(root / "dynamic" / "output_code.py", a.device)
+    dyn_s = host_compile(a.host, archive, root / "dynamic", a.device, ["--dynamic", *wrapper])
+    dynamic = load(root / "dynamic")
     inductor = torch.compile(model, dynamic=True)
     print(f"# bench/gpu/dynamic_speed.py on {torch.cuda.get_device_name(0)}, torch {torch.__version__}: "
-          f"{a.model} {a.dtype}, device {a.device}; one --dynamic host compile: {dyn_s:.2f} s")
+          f"{a.model} {a.dtype}, device {a.device}, {a.wrapper} wrapper; one --dynamic host compile: {dyn_s:.2f} s")
     print("| batch x seq | eager ms | Inductor dynamic ms | Kiln static ms | Kiln static, library attention ms | "
           "Kiln dynamic ms | dynamic / static | dynamic / Inductor | rel error |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     ratios = []
     for b, s in shapes:
         static_dir = root / f"static-{b}x{s}"
-        host_compile(a.host, archive, static_dir, a.device, ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
-        static = load_module(static_dir / "output_code.py", a.device)
+        host_compile(a.host, archive, static_dir, a.device,
+                     ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}", *wrapper])
+        static = load(static_dir)
         kw = inputs(b, s)
         xs = list(kw.values())
         with torch.no_grad():

@@ -581,3 +581,90 @@ fn a_buffer_the_plan_does_not_name_is_an_error_naming_it() {
     );
     assert!(!tmp.path().join("wrapper.cpp").exists());
 }
+
+/// Exports of dynamic shapes compiled once for cuda's C++ wrapper (`--dynamic`):
+/// `kiln_call_shaped` reads the sizes from the inputs' shapes and refuses one outside
+/// the range (`kiln/sizes.h`, written beside it), lays the workspace out at the call's
+/// sizes, launches each kernel's variant and grid by the bucket of its sizes, and runs
+/// the matrix products and attention at the call's sizes; `kiln_call` and
+/// `kiln_run_host`, which take no sizes, refuse. Every variant is loaded from the
+/// binary of the function it compiles. A `--cuda-graph` wrapper keys its graph by the
+/// sizes too.
+#[test]
+fn a_dynamic_export_compiles_once_for_the_cpp_wrapper_taking_each_calls_sizes() {
+    let tmp = TempDir::new("aot-dynamic");
+    for model in ["mlp_ln", "gpt2", "bert"] {
+        let archive = repo_root().join(format!("tests/fixtures/dynamic/{model}.pt2"));
+        let out = tmp.path().join(model);
+        let (ok, stderr) = compile_cpp(&archive, "cuda", &out, &["--dynamic"]);
+        assert!(ok, "{model}: {stderr}");
+        let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+        for want in [
+            "extern \"C\" int kiln_call_shaped(const int64_t* const* input_shapes, const void* const* inputs, void* const* outputs, void* stream_handle) {",
+            "if (kiln_bind_sizes(input_shapes, ks) != 0) return 4;",
+            "return kiln_size_out_of_range(0, ",
+            "unsigned char* const ws = kiln_workspace_at(arena_bytes, stream);",
+            "const KilnSizedCell& cell = kiln_sized_cell(table, ",
+            "extern \"C\" int kiln_call(const void* const*, void* const*, void*) { return kiln_sizes_needed(); }",
+            "extern \"C\" int kiln_run_host(const void* const*, void* const*) { return kiln_sizes_needed(); }",
+            "status = kiln_call_shaped(input_shapes, din.data(), dout.data(), nullptr);",
+            "#include \"kiln/sizes.h\"",
+        ] {
+            assert!(wrapper.contains(want), "{model}: no `{want}` in\n{wrapper}");
+        }
+        assert!(out.join("kiln/sizes.h").is_file(), "{model}");
+        // Every compiled kernel, variants too, is loaded from its binary: a variant
+        // (`NAME_v1`) from the files of the function it compiles.
+        let kernels = manifest(&out);
+        assert_eq!(
+            wrapper.matches("= loadKernel(").count(),
+            kernels.len(),
+            "{model}"
+        );
+        fn variant_of(name: &str) -> Option<&str> {
+            let (function, n) = name.rsplit_once("_v")?;
+            (!n.is_empty() && n.chars().all(|c| c.is_ascii_digit())).then_some(function)
+        }
+        let variants: Vec<(&String, &str)> = kernels
+            .iter()
+            .filter_map(|(name, key)| Some((key, variant_of(name)?)))
+            .collect();
+        assert!(!variants.is_empty(), "{model}: {kernels:?}");
+        for (key, function) in variants {
+            let file = format!("\"kernels/{key}/{function}.cubin\", \"{function}\"");
+            assert!(wrapper.contains(&file), "{model}: {file} not loaded");
+        }
+        syntax_check(&out.join("wrapper.cpp")).unwrap_or_else(|e| panic!("{model}: {e}"));
+    }
+    // The MLP's input sizes vary in both leading dims: described as -1.
+    let mlp = std::fs::read_to_string(tmp.path().join("mlp_ln/wrapper.cpp")).unwrap();
+    assert!(
+        mlp.contains("static const long long kiln_input_sizes[] = {-1LL, -1LL, 32LL};"),
+        "{mlp}"
+    );
+    // GPT-2's attention takes the tiles planned nearest the call's batch and rows, on
+    // the grid of its programs; its products take the call's rows.
+    let gpt2 = std::fs::read_to_string(tmp.path().join("gpt2/wrapper.cpp")).unwrap();
+    for want in [
+        "switch (kiln_nearest_tiles(tiles, ",
+        "const int64_t programs = ",
+        "if ((ks0*ks1) > 0) kilnGemm(0, false, false, (ks0*ks1), ",
+    ] {
+        assert!(gpt2.contains(want), "no `{want}` in\n{gpt2}");
+    }
+    // With --cuda-graph, a graph is kept per set of pointers and sizes.
+    let archive = repo_root().join("tests/fixtures/dynamic/gpt2.pt2");
+    let out = tmp.path().join("gpt2-graph");
+    let (ok, stderr) = compile_cpp(&archive, "cuda", &out, &["--dynamic", "--cuda-graph"]);
+    assert!(ok, "{stderr}");
+    let graph = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    for want in [
+        "static int kiln_launch(const int64_t* const* input_shapes, ",
+        "static std::array<const void*, 5> kiln_graph_key{};",
+        "for (int j = 0; j < 2; ++j) key[3 + j] = ",
+        "status = kiln_launch(input_shapes, inputs, outputs, stream_handle);",
+    ] {
+        assert!(graph.contains(want), "no `{want}` in\n{graph}");
+    }
+    syntax_check(&out.join("wrapper.cpp")).unwrap();
+}

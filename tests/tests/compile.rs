@@ -1412,9 +1412,8 @@ fn a_dynamic_export_compiles_at_the_sizes_specialize_gives() {
 /// input at each call (checked against their ranges and the input's layout), sizes its
 /// buffers and launches from them, and its kernels, which take the row counts and the
 /// sizes they index with as arguments, compile with Triton; so do GPT-2's and BERT's.
-/// The cpu's `wrapper.cpp` takes the sizes at each call too. A target whose code
-/// generator takes one size only (a Triton device's C++ wrapper) refuses, naming what
-/// to do.
+/// The cpu's `wrapper.cpp` takes the sizes at each call too (and a Triton device's C++
+/// wrapper: `aot.rs`).
 #[test]
 fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
     let tmp = TempDir::new("dynamic-once");
@@ -1511,19 +1510,6 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         .args(["--device", "cuda"]));
     assert!(
         !output.status.success() && stderr.contains("is the graph file: put `--dynamic` after it"),
-        "{stderr}"
-    );
-    // A target whose code generator takes one size only (a Triton device's C++
-    // wrapper) refuses, naming what to do.
-    let (ok, stderr) = compile(
-        &mlp,
-        "cuda",
-        &tmp.path().join("cuda-cpp"),
-        &["--dynamic", "--wrapper", "cpp"],
-    );
-    assert!(!ok);
-    assert!(
-        stderr.contains("symbolic sizes") && stderr.contains("--specialize"),
         "{stderr}"
     );
 }

@@ -110,10 +110,11 @@ pub struct GraphFile {
     /// For a `.pt2` export with dynamic shapes: keep its size symbols, so that one
     /// compile serves every size in their ranges. The program reads each size from
     /// its inputs at every call and refuses one outside its range. Taken by a Triton
-    /// device's Python wrapper (`output_code.py`) and the cpu device's `wrapper.cpp`
-    /// (`kiln_call_shaped`), for programs of kernels, matrix products and attention;
-    /// elsewhere (a Triton device's C++ wrapper, convolutions) the compile says what
-    /// takes one size only. `host run` runs it at the example's sizes.
+    /// device's wrappers (`output_code.py`; `wrapper.cpp`'s `kiln_call_shaped`) and
+    /// the cpu device's `wrapper.cpp` (`kiln_call_shaped`), for programs of kernels,
+    /// matrix products and attention; elsewhere (convolutions, `index_copy`) the
+    /// compile says what takes one size only. `host run` runs it at the example's
+    /// sizes.
     ///
     /// `--dynamic INPUT:DIM=LO..HI` (after FILE; repeatable) makes that dim of a graph or
     /// archive of static shapes a size from LO to HI (`input_ids:1=1..2048`;

@@ -316,6 +316,10 @@ impl Artifacts {
                     let header = cpp::runtime::WEIGHTS;
                     files.push((header.path, header.text));
                 }
+                if plan.is_dynamic() {
+                    let header = cpp::runtime::SIZES;
+                    files.push((header.path, header.text));
+                }
             }
         }
         if let Some(state) = &self.state {
@@ -515,18 +519,17 @@ pub fn compile_for(
 }
 
 /// Refuses a program of dynamic shapes that its target's code generator does not
-/// take yet: the Python wrapper of a Triton device and the C++ of a C++-scheduled
-/// device (the cpu) take kernels, matrix products and (on a Triton device)
-/// attention over symbolic sizes; a Triton device's C++ wrapper, and the
-/// `index_copy` and convolution templates, take one size so far
-/// (docs/dynamic-shapes.md).
+/// take yet: every wrapper (a Triton device's Python and C++ wrappers, the C++ of
+/// a C++-scheduled device) takes kernels, matrix products and (on a Triton device)
+/// attention over symbolic sizes; the `index_copy` and convolution templates take
+/// one size so far (docs/dynamic-shapes.md).
 fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Result<(), Error> {
     use crate::schedule::ir::{ExternOp, Step};
     let Some((name, shape)) = crate::schedule::symbolic_buffer(program) else {
         return Ok(());
     };
     let takes_symbols = match target.spec.scheduling {
-        SchedulingKind::Triton => target.wrapper == WrapperKind::Python,
+        SchedulingKind::Triton => true,
         SchedulingKind::Cpp => target.wrapper == WrapperKind::Cpp,
     };
     let template = program.steps.iter().find_map(|s| match s {
@@ -548,8 +551,9 @@ fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Re
         ),
         (false, _) => format!(
             "symbolic sizes {shape:?}: Kiln generates code over dynamic shapes for a Triton \
-             device's Python wrapper and a C++ device's wrapper.cpp so far, not for a Triton \
-             device's C++ wrapper; compile it at one size (--specialize)"
+             device's wrappers and a C++ device's wrapper.cpp, not for this device's {} \
+             wrapper; compile it at one size (--specialize)",
+            wrapper_label(target.wrapper)
         ),
     };
     Err(crate::schedule::Error::Unsupported {

@@ -172,16 +172,17 @@ pub fn write_wrapper(
     };
     let files = artifacts.write_to(dir)?;
     let names = plan.kernel_names();
+    let kernel_files = plan.kernel_files();
     let folder = dir.join("kernels");
     let (found, kernels, precompiled) = match binaries {
         Binaries::Compile => {
             let report = precompile(&dir.join(artifacts.file_name), Purpose::Wrapper)?;
-            (read_binaries(dir, &names)?, folder, Some(report))
+            (read_binaries(dir, &kernel_files)?, folder, Some(report))
         }
         Binaries::Cached(cache) => {
             let (cached, report) = cached_kernels(cache, &artifacts.code)?;
             link_dir(&cached, &folder)?;
-            (read_binaries(dir, &names)?, cached, report)
+            (read_binaries(dir, &kernel_files)?, cached, report)
         }
         Binaries::StandIn { extension } => {
             // As a compile with `launch_pdl` makes them: every kernel that waits for the
@@ -356,11 +357,12 @@ fn read(path: &Path) -> Result<String, Error> {
 }
 
 /// The binaries `kernels.py --precompile` wrote into `dir/kernels` for
-/// `kernels` (by name), from its `manifest.json` and each kernel's Triton
-/// metadata (`NAME.json`: the function's name and its shared memory).
+/// `kernels` (by name, each with the function whose files its folder holds),
+/// from its `manifest.json` and each kernel's Triton metadata (`FUNCTION.json`:
+/// the function's name and its shared memory).
 pub fn read_binaries(
     dir: &Path,
-    kernels: &[String],
+    kernels: &[(String, String)],
 ) -> Result<HashMap<String, triton_cpp::Binary>, Error> {
     let folder = dir.join("kernels");
     let manifest_path = folder.join("manifest.json");
@@ -371,7 +373,7 @@ pub fn read_binaries(
             source,
         })?;
     let mut binaries = HashMap::new();
-    for name in kernels {
+    for (name, function) in kernels {
         let key = manifest.get(name).ok_or_else(|| {
             Error::Binaries(format!(
                 "kernel `{name}` was not compiled ({} does not list it)",
@@ -384,7 +386,7 @@ pub fn read_binaries(
                 manifest_path.display()
             )));
         }
-        let binary = read_binary(&folder.join(key), name)?;
+        let binary = read_binary(&folder.join(key), function)?;
         binaries.insert(
             name.clone(),
             triton_cpp::Binary {

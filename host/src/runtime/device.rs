@@ -8,7 +8,7 @@
 use std::ffi::{c_char, CStr, CString};
 use std::path::{Path, PathBuf};
 
-use super::{compile, Error, Loaded, Prepared, Slot};
+use super::{compile, Error, Loaded, OutputShapesFn, Prepared, Slot};
 use crate::codegen::wrapper::triton_cpp;
 use crate::graph::dtype::DType;
 use crate::schedule::index::hints;
@@ -22,6 +22,15 @@ type ErrorFn = unsafe extern "C" fn() -> *const c_char;
 type RankFn = unsafe extern "C" fn(i32) -> i32;
 type SizeFn = unsafe extern "C" fn(i32, i32) -> i64;
 type DtypeFn = unsafe extern "C" fn(i32) -> *const c_char;
+type RunHostShapedFn =
+    unsafe extern "C" fn(*const *const i64, *const *const u8, *const *mut u8) -> i32;
+
+/// The entry points of a wrapper compiled for a range of sizes.
+#[derive(Clone, Copy)]
+struct Shaped {
+    run_host: RunHostShapedFn,
+    output_shapes: OutputShapesFn,
+}
 
 /// A loaded and initialised wrapper of a Triton device.
 pub struct DeviceModule {
@@ -29,8 +38,11 @@ pub struct DeviceModule {
     // outlive a call, and unloading under them is undefined.
     _lib: std::mem::ManuallyDrop<libloading::Library>,
     run_host: RunHostFn,
+    /// For a wrapper of a range of sizes: the entry points that take them.
+    shaped: Option<Shaped>,
     last_error: ErrorFn,
     path: PathBuf,
+    /// The inputs and outputs at the example's sizes.
     inputs: Vec<Slot>,
     outputs: Vec<Slot>,
 }
@@ -102,13 +114,24 @@ impl DeviceModule {
             .iter()
             .map(|v| dense(p.buffer(v.buf).dtype, &hints(&v.shape)))
             .collect();
-        for (what, found, expected) in [
-            ("inputs", &slots[0], &expected_inputs),
-            ("outputs", &slots[1], &expected_outputs),
+        // The wrapper describes a size that varies between calls as -1.
+        let fixed = |shape: &[crate::schedule::index::Size]| -> Vec<i64> {
+            shape.iter().map(|s| s.as_const().unwrap_or(-1)).collect()
+        };
+        let input_shapes: Vec<Vec<i64>> = p
+            .inputs
+            .iter()
+            .map(|b| fixed(&p.buffer(*b).shape))
+            .collect();
+        let output_shapes: Vec<Vec<i64>> = p.outputs.iter().map(|v| fixed(&v.shape)).collect();
+        for (what, found, expected, shapes) in [
+            ("inputs", &slots[0], &expected_inputs, &input_shapes),
+            ("outputs", &slots[1], &expected_outputs, &output_shapes),
         ] {
             let described: Vec<(Vec<i64>, String)> = expected
                 .iter()
-                .map(|s| (s.shape.clone(), s.dtype.name().to_string()))
+                .zip(shapes)
+                .map(|(s, shape)| (shape.clone(), s.dtype.name().to_string()))
                 .collect();
             if *found != described {
                 return Err(mismatch(format!(
@@ -116,6 +139,24 @@ impl DeviceModule {
                 )));
             }
         }
+        let symbolic = !crate::codegen::wrapper::symbol_sources(p)
+            .map_err(mismatch)?
+            .is_empty();
+        let shaped = if symbolic {
+            // SAFETY: the signatures `codegen/wrapper/triton_cpp` writes for a range of sizes.
+            unsafe {
+                let run: libloading::Symbol<RunHostShapedFn> =
+                    lib.get(b"kiln_run_host_shaped\0").map_err(load)?;
+                let shapes: libloading::Symbol<OutputShapesFn> =
+                    lib.get(b"kiln_output_shapes\0").map_err(load)?;
+                Some(Shaped {
+                    run_host: *run,
+                    output_shapes: *shapes,
+                })
+            }
+        } else {
+            None
+        };
         let dir_text = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| {
             mismatch(format!(
                 "the folder {} has a NUL byte in its path",
@@ -134,6 +175,7 @@ impl DeviceModule {
         Ok(DeviceModule {
             _lib: std::mem::ManuallyDrop::new(lib),
             run_host,
+            shaped,
             last_error,
             path: path.to_path_buf(),
             inputs: expected_inputs,
@@ -150,24 +192,47 @@ impl DeviceModule {
 impl Loaded for DeviceModule {
     /// Lays out `inputs` (one per graph input, dense) for [`DeviceModule::call`].
     fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
-        super::prepare(&self.inputs, &self.outputs, inputs)
+        match self.shaped {
+            None => super::prepare(&self.inputs, &self.outputs, inputs),
+            Some(shaped) => super::prepare_shaped(
+                &self.inputs,
+                &self.outputs,
+                inputs,
+                shaped.output_shapes,
+                &|| error_text(self.last_error),
+            ),
+        }
     }
 
     /// Runs the program once: the inputs copied to the device, one call on
     /// its default stream, the outputs copied back.
     fn call(&self, prepared: &mut Prepared) -> Result<(), Error> {
+        let shapes: Vec<*const i64> = prepared.input_shapes.iter().map(|s| s.as_ptr()).collect();
         let (ins, outs) = prepared.pointers();
         // SAFETY: one pointer per input and output, each spanning its dense
-        // storage (laid out by `prepare` from the shapes checked at load).
-        let status = unsafe { (self.run_host)(ins.as_ptr(), outs.as_ptr()) };
-        if status != 0 {
-            return Err(Error::Device {
-                what: "kiln_run_host".into(),
+        // storage (laid out by `prepare` from the shapes checked at load, or, for
+        // a range of sizes, at the sizes `shapes` gives and the library checks).
+        let (status, what) = unsafe {
+            match self.shaped {
+                Some(shaped) => (
+                    (shaped.run_host)(shapes.as_ptr(), ins.as_ptr(), outs.as_ptr()),
+                    "kiln_run_host_shaped",
+                ),
+                None => (
+                    (self.run_host)(ins.as_ptr(), outs.as_ptr()),
+                    "kiln_run_host",
+                ),
+            }
+        };
+        match status {
+            0 => Ok(()),
+            4 if self.shaped.is_some() => Err(Error::Sizes(error_text(self.last_error))),
+            _ => Err(Error::Device {
+                what: what.into(),
                 status,
                 message: error_text(self.last_error),
-            });
+            }),
         }
-        Ok(())
     }
 
     /// The outputs of the last call.

@@ -385,60 +385,16 @@ impl Module {
     /// of a range of sizes takes each input at its own sizes (dense), and says
     /// the outputs' sizes.
     pub fn prepare(&self, inputs: &[Tensor]) -> Result<Prepared, Error> {
-        let Some(shaped) = self.shaped else {
-            return prepare(&self.inputs, &self.outputs, inputs);
-        };
-        if inputs.len() != self.inputs.len() {
-            return Err(Error::Input {
-                index: inputs.len().min(self.inputs.len()),
-                expected: format!("{} inputs", self.inputs.len()),
-                found: format!("{}", inputs.len()),
-            });
+        match self.shaped {
+            None => prepare(&self.inputs, &self.outputs, inputs),
+            Some(shaped) => prepare_shaped(
+                &self.inputs,
+                &self.outputs,
+                inputs,
+                shaped.output_shapes,
+                &|| self.last_error(),
+            ),
         }
-        // Each input at its own sizes (the library checks them), of the graph's rank
-        // and dtype.
-        let mut slots = Vec::with_capacity(inputs.len());
-        for (i, (t, slot)) in inputs.iter().zip(&self.inputs).enumerate() {
-            if t.shape.len() != slot.shape.len() || t.dtype != slot.dtype {
-                return Err(Error::Input {
-                    index: i,
-                    expected: format!("{} of {} dims", slot.dtype, slot.shape.len()),
-                    found: format!("{}{:?}", t.dtype, t.shape),
-                });
-            }
-            slots.push(Slot {
-                dtype: slot.dtype,
-                shape: t.shape.clone(),
-                strides: crate::graph::shape::contiguous_strides(&t.shape),
-            });
-        }
-        let input_shapes: Vec<Vec<i64>> = slots.iter().map(|s| s.shape.clone()).collect();
-        let shape_ptrs: Vec<*const i64> = input_shapes.iter().map(|s| s.as_ptr()).collect();
-        let mut out_shapes: Vec<Vec<i64>> = self
-            .outputs
-            .iter()
-            .map(|s| vec![0; s.shape.len()])
-            .collect();
-        let out_ptrs: Vec<*mut i64> = out_shapes.iter_mut().map(|s| s.as_mut_ptr()).collect();
-        // SAFETY: one pointer per input to as many sizes as its rank (checked above),
-        // and one per output to room for as many as its rank.
-        let status = unsafe { (shaped.output_shapes)(shape_ptrs.as_ptr(), out_ptrs.as_ptr()) };
-        if status != 0 {
-            return Err(Error::Sizes(self.last_error()));
-        }
-        let outputs: Vec<Slot> = self
-            .outputs
-            .iter()
-            .zip(out_shapes)
-            .map(|(slot, shape)| Slot {
-                dtype: slot.dtype,
-                strides: crate::graph::shape::contiguous_strides(&shape),
-                shape,
-            })
-            .collect();
-        let mut prepared = prepare(&slots, &outputs, inputs)?;
-        prepared.input_shapes = input_shapes;
-        Ok(prepared)
     }
 
     /// `kiln_last_error()`.
@@ -506,6 +462,63 @@ impl Loaded for Module {
     fn outputs(&self, prepared: &mut Prepared) -> Vec<Tensor> {
         Module::outputs(self, prepared)
     }
+}
+
+/// [`prepare`] for a library of a range of sizes: each input at its own sizes
+/// (dense, of the graph's rank and dtype; the library checks the sizes), the
+/// outputs at the sizes `output_shapes` gives for them. `last_error` reads the
+/// library's reason for a refusal.
+fn prepare_shaped(
+    slots: &[Slot],
+    outputs: &[Slot],
+    inputs: &[Tensor],
+    output_shapes: OutputShapesFn,
+    last_error: &dyn Fn() -> String,
+) -> Result<Prepared, Error> {
+    if inputs.len() != slots.len() {
+        return Err(Error::Input {
+            index: inputs.len().min(slots.len()),
+            expected: format!("{} inputs", slots.len()),
+            found: format!("{}", inputs.len()),
+        });
+    }
+    let mut at_sizes = Vec::with_capacity(inputs.len());
+    for (i, (t, slot)) in inputs.iter().zip(slots).enumerate() {
+        if t.shape.len() != slot.shape.len() || t.dtype != slot.dtype {
+            return Err(Error::Input {
+                index: i,
+                expected: format!("{} of {} dims", slot.dtype, slot.shape.len()),
+                found: format!("{}{:?}", t.dtype, t.shape),
+            });
+        }
+        at_sizes.push(Slot {
+            dtype: slot.dtype,
+            shape: t.shape.clone(),
+            strides: crate::graph::shape::contiguous_strides(&t.shape),
+        });
+    }
+    let input_shapes: Vec<Vec<i64>> = at_sizes.iter().map(|s| s.shape.clone()).collect();
+    let shape_ptrs: Vec<*const i64> = input_shapes.iter().map(|s| s.as_ptr()).collect();
+    let mut out_shapes: Vec<Vec<i64>> = outputs.iter().map(|s| vec![0; s.shape.len()]).collect();
+    let out_ptrs: Vec<*mut i64> = out_shapes.iter_mut().map(|s| s.as_mut_ptr()).collect();
+    // SAFETY: one pointer per input to as many sizes as its rank (checked above),
+    // and one per output to room for as many as its rank.
+    let status = unsafe { output_shapes(shape_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+    if status != 0 {
+        return Err(Error::Sizes(last_error()));
+    }
+    let outputs: Vec<Slot> = outputs
+        .iter()
+        .zip(out_shapes)
+        .map(|(slot, shape)| Slot {
+            dtype: slot.dtype,
+            strides: crate::graph::shape::contiguous_strides(&shape),
+            shape,
+        })
+        .collect();
+    let mut prepared = prepare(&at_sizes, &outputs, inputs)?;
+    prepared.input_shapes = input_shapes;
+    Ok(prepared)
 }
 
 /// Lays out `inputs` in the storage of `slots` (the program's inputs), with

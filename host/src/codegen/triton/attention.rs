@@ -70,6 +70,9 @@ pub struct AttentionLaunch {
     /// The runtime scalars after the pointers (`sm_scale`, strides, sizes), as
     /// Python literals.
     pub scalars: Vec<String>,
+    /// The integer scalars (`scalars[1..]`: the strides, then the sizes), as
+    /// expressions over the size symbols, for a wrapper in another language.
+    pub ints: Vec<Size>,
     /// Per scalar: whether it is a multiple of 16 at every value of the size
     /// symbols (a stride of `768*s1`, say), which the kernel may assume.
     pub scalars_aligned: Vec<bool>,
@@ -90,6 +93,11 @@ pub struct AttentionLaunch {
     /// own kernel and `dynamic`), which the runtime measures per bucket of sizes
     /// beside this one; empty otherwise.
     pub variants: Vec<AttentionLaunch>,
+    /// For a step of dynamic shapes: the batch and query rows (`Z`, `L`) the tiles
+    /// were planned at, each with the launch the plugin's heuristics give there (0
+    /// this one, `n` `variants[n - 1]`): a wrapper that does not measure them takes
+    /// the launch of the point nearest a call's sizes. Empty otherwise.
+    pub planned: Vec<([i64; 2], usize)>,
     /// Where the keys are split across programs (flash-decoding): the launch that
     /// combines their partial results into the output, after this one (pointers: the
     /// scratch buffer and the output; scalars: [`COMBINE_PARAMS`]).
@@ -192,16 +200,25 @@ pub fn write(
         let mut launch = plan(program, e, attrs, *splits, heuristics, target, None)?;
         // Dynamic shapes: the tiles at sizes across the range, each launch distinct.
         let mut variants: Vec<AttentionLaunch> = Vec::new();
+        let mut planned = Vec::new();
         if launch.dynamic.is_some() {
+            let ops = Operands::of(program, e, *mask, *heads_inner)?;
+            planned.push(([ops.z, ops.l], 0));
             for at in variant_sizes(program, e, *mask, *heads_inner)? {
                 let v = plan(program, e, attrs, *splits, heuristics, target, Some(at))?;
                 let same = |l: &AttentionLaunch| {
                     (&l.constants, l.num_warps, l.num_stages)
                         == (&v.constants, v.num_warps, v.num_stages)
                 };
-                if !same(&launch) && !variants.iter().any(same) {
+                let index = if same(&launch) {
+                    0
+                } else if let Some(n) = variants.iter().position(same) {
+                    n + 1
+                } else {
                     variants.push(v);
-                }
+                    variants.len()
+                };
+                planned.push(([at[0], at[2]], index));
             }
         }
         let mut site = Site {
@@ -219,6 +236,7 @@ pub fn write(
             site.register(v)?;
         }
         launch.variants = variants;
+        launch.planned = planned;
         out.launches.insert(i, launch);
     }
     Ok(out)
@@ -426,11 +444,22 @@ const UNIT_STRIDES: [&str; 5] = ["sqe", "ske", "sve", "smn", "soe"];
 /// The values of the scalars `kernel` takes at run time, in order: `launch`'s
 /// scalars less those compiled into the kernel as constants.
 pub fn runtime_scalars<'a>(kernel: &AttentionKernel, launch: &'a AttentionLaunch) -> Vec<&'a str> {
-    scalar_params()
-        .zip(&launch.scalars)
-        .filter(|(name, _)| !kernel.constants.iter().any(|(c, _)| c == name))
-        .map(|(_, value)| value.as_str())
+    runtime_scalar_indices(kernel, launch)
+        .map(|i| launch.scalars[i].as_str())
         .collect()
+}
+
+/// Which of `launch`'s scalars `kernel` takes at run time, in order: their indexes
+/// in `scalars` (0 `sm_scale`, `i` the integer `ints[i - 1]`).
+pub fn runtime_scalar_indices<'a>(
+    kernel: &'a AttentionKernel,
+    launch: &'a AttentionLaunch,
+) -> impl Iterator<Item = usize> + 'a {
+    scalar_params()
+        .take(launch.scalars.len())
+        .enumerate()
+        .filter(|(_, name)| !kernel.constants.iter().any(|(c, _)| c == name))
+        .map(|(i, _)| i)
 }
 
 /// What the attention kernel's shape depends on in the target device, as its
@@ -842,9 +871,11 @@ fn plan(
     };
     let mut scalars = vec![super::expr::float_text(scale)];
     let mut scalars_aligned = vec![false];
+    let mut ints = Vec::new();
     for size in ops.strides.iter().flatten().chain(&ops.sizes) {
         scalars.push(size.to_string());
         scalars_aligned.push(size.is_multiple_of(16));
+        ints.push(size.clone());
     }
     let mask_kind = match ops.mask {
         Some(m) if p.buffer(m.buf).dtype == DType::Bool => 1,
@@ -871,6 +902,7 @@ fn plan(
         kernel: String::new(),
         pointers,
         scalars,
+        ints,
         scalars_aligned,
         constants,
         num_warps,
@@ -878,6 +910,7 @@ fn plan(
         grid,
         dynamic,
         variants: Vec::new(),
+        planned: Vec::new(),
         combine,
     })
 }

@@ -260,7 +260,7 @@ impl Layout {
 /// Whether a view of `shape` and `strides` is dense row-major storage at every
 /// value of the size symbols: at the integers, by their values; otherwise each
 /// stride (but a dim of size 1's) is the product of the sizes after it.
-pub(super) fn is_dense(shape: &[Size], strides: &[Size]) -> bool {
+pub(in crate::codegen::wrapper) fn is_dense(shape: &[Size], strides: &[Size]) -> bool {
     if shape.iter().chain(strides).all(Size::is_const) {
         return crate::graph::shape::is_dense(&hints(shape), &hints(strides));
     }

@@ -33,7 +33,7 @@
 
 pub(super) mod layout;
 mod linked;
-mod sizes;
+pub(super) mod sizes;
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -246,6 +246,10 @@ pub fn write(
         )?;
     } else {
         sizes::write_entries(&mut out, p, &sources)?;
+        writeln!(
+            out,
+            "extern \"C\" int kiln_call(const void* const*, void* const*) {{ return kiln_sizes_needed(); }}\n"
+        )?;
         writeln!(
             out,
             "extern \"C\" int kiln_call_shaped(const int64_t* const* input_shapes, const void* const* inputs, void* const* outputs) {{"

@@ -36,10 +36,10 @@ pub const RESERVED: &[&str] = &[
 ];
 
 /// `kiln_bind_sizes(shapes, ks)`, which reads every symbol into `ks` and
-/// checks every input's dims, and the entry points besides `kiln_call_shaped`'s
-/// body: `kiln_num_symbols`, `kiln_output_shapes`, and `kiln_call`, which
-/// refuses.
-pub(super) fn write_entries(
+/// checks every input's dims, and the entry points besides `kiln_call_shaped`:
+/// `kiln_num_symbols` and `kiln_output_shapes` (a Triton device's C++ wrapper
+/// writes them too).
+pub(in crate::codegen::wrapper) fn write_entries(
     out: &mut String,
     p: &Program,
     sources: &[SymbolSource],
@@ -109,16 +109,15 @@ pub(super) fn write_entries(
             )?;
         }
     }
-    writeln!(out, "    return 0;\n}}")?;
-    writeln!(
-        out,
-        "extern \"C\" int kiln_call(const void* const*, void* const*) {{ return kiln_sizes_needed(); }}\n"
-    )
+    writeln!(out, "    return 0;\n}}")
 }
 
 /// The start of an entry point taking `input_shapes`: the symbols bound and
 /// checked (return 4 when refused), then each as the local `ks<id>`.
-pub(super) fn write_bind(out: &mut String, sources: &[SymbolSource]) -> std::fmt::Result {
+pub(in crate::codegen::wrapper) fn write_bind(
+    out: &mut String,
+    sources: &[SymbolSource],
+) -> std::fmt::Result {
     writeln!(
         out,
         "    int64_t ks[{}];\n    \

@@ -10,12 +10,43 @@ use std::fmt::Write;
 use super::check::{gemm, Gemm};
 use super::init::FAIL;
 use super::text::{scalar_type, scalar_value};
-use super::{Error, Writer, DEPENDENT_LAUNCH_FUNCTION};
-use crate::codegen::triton::attention::{runtime_scalars, AttentionLaunch, TemplateLaunch};
+use super::{sizes, Error, Writer, DEPENDENT_LAUNCH_FUNCTION};
+use crate::codegen::triton::attention::{runtime_scalar_indices, AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::index_copy::IndexCopyLaunch;
+use crate::codegen::triton::sized::SizedLaunch;
 use crate::codegen::triton::KernelInfo;
-use crate::schedule::index::{hints, Size};
+use crate::graph::dtype::DType;
+use crate::graph::sym::Syntax;
+use crate::schedule::index::{product, size_text, Size};
 use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Step, View};
+
+/// The C++ value of `size` (a number, or an expression over the `ks<id>` locals).
+fn c_size(size: &Size) -> String {
+    size_text(size, Syntax::C)
+}
+
+/// Bytes of `shape` in `dtype`, as C++: a number, or an expression over the
+/// `ks<id>` locals (saturating to the largest size on overflow, which the
+/// inputs' checks never let a call reach).
+fn c_bytes(shape: &[Size], dtype: DType) -> String {
+    let n = product(shape);
+    match n.as_const() {
+        Some(n) => (n.max(0) * dtype.size_bytes() as i64).to_string(),
+        None => n
+            .scale(dtype.size_bytes() as i64)
+            .map_or_else(|_| i64::MAX.to_string(), |b| c_size(&b)),
+    }
+}
+
+/// `statement` where `bytes` (C++) is above 0: as is where it is a positive
+/// number, guarded where it is an expression, nothing where it is 0.
+fn if_bytes(bytes: &str, statement: &str) -> String {
+    match bytes.parse::<i64>() {
+        Ok(n) if n > 0 => statement.to_string(),
+        Ok(_) => String::new(),
+        Err(_) => format!("if ({bytes} > 0) {statement}"),
+    }
+}
 
 impl Writer<'_> {
     /// `kiln_call` (or, with `--cuda-graph`, the `kiln_launch` it captures);
@@ -53,14 +84,14 @@ impl Writer<'_> {
             if self.layout.in_place(i, v) || self.state_output(v.buf) == Some(i) {
                 continue;
             }
-            let numel = hints(&v.shape).iter().product::<i64>().max(0);
-            let bytes = numel * p.buffer(v.buf).dtype.size_bytes() as i64;
-            if bytes > 0 {
-                let from = self.pointer(v)?;
-                writeln!(
-                    self.out,
-                    "        kilnCopyOnDevice(outputs[{i}], {from}, {bytes}, stream);"
-                )?;
+            let bytes = c_bytes(&v.shape, p.buffer(v.buf).dtype);
+            let from = self.pointer(v)?;
+            let copy = if_bytes(
+                &bytes,
+                &format!("kilnCopyOnDevice(outputs[{i}], {from}, {bytes}, stream);"),
+            );
+            if !copy.is_empty() {
+                writeln!(self.out, "        {copy}")?;
             }
         }
         writeln!(
@@ -75,23 +106,36 @@ impl Writer<'_> {
         Ok(launches)
     }
 
-    /// The signature, the readiness and alignment checks, and the stream.
+    /// The signature, the readiness, sizes and alignment checks, the stream and
+    /// the workspace.
     fn call_head(&mut self) -> Result<(), Error> {
         let p = self.p;
+        let dynamic = self.plan.is_dynamic();
+        let (name, sizes) = match (self.plan.options.graphs, dynamic) {
+            (true, _) => ("static int kiln_launch", dynamic),
+            (false, false) => ("extern \"C\" int kiln_call", false),
+            (false, true) => ("extern \"C\" int kiln_call_shaped", true),
+        };
+        let (shapes_param, shapes_note) = if sizes {
+            (
+                "const int64_t* const* input_shapes, ",
+                " input_shapes: each\n// input's sizes, within the compiled range.",
+            )
+        } else {
+            ("", "")
+        };
         writeln!(
             self.out,
-            "\n// Runs the graph on `stream`: device pointers, one dense tensor per input and output.\n\
-             {}(const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
+            "\n// Runs the graph on `stream`: device pointers, one dense tensor per input and output.{shapes_note}\n\
+             {name}({shapes_param}const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
              if (!kiln_ready) {{\n        \
              std::snprintf(kiln_error_text, sizeof kiln_error_text, \"%s\", \"kiln_init has not succeeded\");\n        \
              return 3;\n    \
-             }}",
-            if self.plan.options.graphs {
-                "static int kiln_launch"
-            } else {
-                "extern \"C\" int kiln_call"
-            }
+             }}"
         )?;
+        if dynamic {
+            sizes::write_bind(&mut self.out, &self.plan.sources)?;
+        }
         for (what, count) in [("inputs", p.inputs.len()), ("outputs", p.outputs.len())] {
             if count > 0 {
                 writeln!(
@@ -106,15 +150,28 @@ impl Writer<'_> {
                 )?;
             }
         }
+        let symbolic_arena = self.layout.uses_arena() && self.layout.is_symbolic();
+        if symbolic_arena {
+            writeln!(
+                self.out,
+                "    // The workspace, laid out at this call's sizes."
+            )?;
+            self.layout.write_symbolic(&mut self.out)?;
+        }
         writeln!(
             self.out,
             "    try {{\n        \
              // The driver's stream type, from the caller's handle (null: the default stream).\n        \
              {st} stream = ({st})stream_handle;\n        \
-             [[maybe_unused]] unsigned char* const ws = kiln_workspace;\n        \
+             [[maybe_unused]] unsigned char* const ws = {ws};\n        \
              // Triton's scratch parameters (global, profile): none of Kiln's kernels use them.\n        \
              [[maybe_unused]] void* kiln_scratch = nullptr;",
-            st = self.plan.strings.stream_type
+            st = self.plan.strings.stream_type,
+            ws = if symbolic_arena {
+                "kiln_workspace_at(arena_bytes, stream)"
+            } else {
+                "kiln_workspace"
+            }
         )?;
         Ok(())
     }
@@ -130,7 +187,8 @@ impl Writer<'_> {
                 // counter) lives in its output: the input is copied there first, unless
                 // the caller passed one buffer as both.
                 Some(o) => {
-                    let bytes = p.buffer(*b).bytes().max(0);
+                    let buf = p.buffer(*b);
+                    let bytes = c_bytes(&buf.shape, buf.dtype);
                     writeln!(
                         self.out,
                         "        [[maybe_unused]] void* {name} = outputs[{o}];\n        \
@@ -177,7 +235,7 @@ impl Writer<'_> {
         Ok(if v.offset.as_const() == Some(0) {
             name.to_string()
         } else {
-            let bytes = v.offset.hint() * self.p.buffer(v.buf).dtype.size_bytes() as i64;
+            let bytes = c_bytes(std::slice::from_ref(&v.offset), self.p.buffer(v.buf).dtype);
             format!("static_cast<void*>(static_cast<unsigned char*>({name}) + {bytes})")
         })
     }
@@ -186,19 +244,107 @@ impl Writer<'_> {
     /// parameters Triton appends, on the kernel's grid.
     fn launch(&mut self, k: &KernelInfo) -> Result<(), Error> {
         let index = if k.int64_index { "int64_t" } else { "int32_t" };
-        let mut args = Vec::with_capacity(k.args.len() + 4);
+        let mut args = Vec::with_capacity(k.args.len() + 4 + k.sizes.len());
         for b in &k.args {
             args.push(format!("&{}", self.name(*b)?));
         }
         writeln!(self.out, "        {{ // {}", k.name)?;
-        writeln!(self.out, "            {index} xnumel = {};", k.xnumel)?;
+        writeln!(
+            self.out,
+            "            {index} xnumel = {};",
+            c_size(&k.xnumel)
+        )?;
         args.push("&xnumel".into());
         if let Some(r) = &k.rnumel {
-            writeln!(self.out, "            {index} rnumel = {r};")?;
+            writeln!(self.out, "            {index} rnumel = {};", c_size(r))?;
             args.push("&rnumel".into());
         }
-        let g = &k.launch.grid;
-        self.launch_call(&k.name, args, [g.x, g.y, g.z], k.launch.num_warps)
+        // The size symbols the kernel reads, each of its parameter's type.
+        for (i, (symbol, ty)) in k.sizes.iter().enumerate() {
+            let c = scalar_type(ty)?;
+            writeln!(
+                self.out,
+                "            {c} s{i} = static_cast<{c}>(ks{});",
+                symbol.0
+            )?;
+            args.push(format!("&s{i}"));
+        }
+        match &k.sized {
+            Some(sized) => self.sized_launch(k, sized, args),
+            None => {
+                let g = &k.launch.grid;
+                self.launch_call(&k.name, args, [g.x, g.y, g.z], k.launch.num_warps)
+            }
+        }
+    }
+
+    /// The launch of a kernel of dynamic sizes: the variant and grid of the
+    /// bucket of this call's row count and row length, from the kernel's table
+    /// (`kiln_sized_cell`), closing the launch's block.
+    fn sized_launch(
+        &mut self,
+        k: &KernelInfo,
+        sized: &SizedLaunch,
+        mut args: Vec<String>,
+    ) -> Result<(), Error> {
+        args.extend(["&kiln_scratch".to_string(), "&kiln_scratch".to_string()]);
+        let cols = sized.table.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut cells = Vec::new();
+        for row in &sized.table {
+            for j in 0..cols {
+                if let Some((variant, g)) = row.get(j).or(row.last()) {
+                    cells.push(format!("{{{variant}, {}u, {}u, {}u}}", g.x, g.y, g.z));
+                }
+            }
+        }
+        if cells.len() != sized.table.len() * cols || cells.is_empty() {
+            return Err(Error::Unsupported(format!(
+                "kernel `{}` of dynamic sizes has no launch planned (a bug in Kiln: please report)",
+                k.name
+            )));
+        }
+        writeln!(
+            self.out,
+            "            void* args[] = {{{}}};\n            \
+             static const KilnSizedCell table[] = {{{}}};\n            \
+             const KilnSizedCell& cell = kiln_sized_cell(table, {}, {cols}, {}, {}, xnumel, {});\n            \
+             switch (cell.variant) {{",
+            args.join(", "),
+            cells.join(", "),
+            sized.table.len(),
+            sized.x_from,
+            sized.r_from,
+            if k.rnumel.is_some() { "rnumel" } else { "1" },
+        )?;
+        for (n, (name, v)) in sized.names.iter().zip(&sized.variants).enumerate() {
+            let (handle, shared, launch) = self.launch_target(name)?;
+            let label = if n == 0 {
+                "default".to_string()
+            } else {
+                format!("case {n}")
+            };
+            writeln!(
+                self.out,
+                "            {label}: {launch}({handle}, cell.x, cell.y, cell.z, {}u, {shared}u, args, stream); break;",
+                v.num_warps
+            )?;
+        }
+        writeln!(self.out, "            }}\n        }}")?;
+        Ok(())
+    }
+
+    /// Kernel `kernel`'s handle, its dynamic shared memory, and the launch
+    /// function it takes (a programmatic dependent's, where it was compiled to
+    /// wait and the driver defines it).
+    fn launch_target(&self, kernel: &str) -> Result<(String, u32, &'static str), Error> {
+        let handle = self.plan.handle(kernel)?.to_string();
+        let binary = self.binary(kernel)?;
+        let launch = if binary.dependent && self.dependent_launch {
+            DEPENDENT_LAUNCH_FUNCTION
+        } else {
+            "launchKernel"
+        };
+        Ok((handle, binary.shared, launch))
     }
 
     /// `launchKernel` of kernel `kernel` with `args` and the scratch
@@ -206,34 +352,92 @@ impl Writer<'_> {
     fn launch_call(
         &mut self,
         kernel: &str,
-        mut args: Vec<String>,
+        args: Vec<String>,
         grid: [u64; 3],
         warps: u32,
     ) -> Result<(), Error> {
+        self.launch_with(kernel, args, grid.map(|g| format!("{g}u")), warps)
+    }
+
+    /// `launchKernel` of kernel `kernel` with `args` and the scratch parameters
+    /// on `grid` (C++ values), closing the launch's block.
+    fn launch_with(
+        &mut self,
+        kernel: &str,
+        mut args: Vec<String>,
+        grid: [String; 3],
+        warps: u32,
+    ) -> Result<(), Error> {
         args.extend(["&kiln_scratch".to_string(), "&kiln_scratch".to_string()]);
-        let handle = self.plan.handle(kernel)?;
-        let binary = self.binary(kernel)?;
-        let shared = binary.shared;
-        let launch = if binary.dependent && self.dependent_launch {
-            DEPENDENT_LAUNCH_FUNCTION
-        } else {
-            "launchKernel"
-        };
+        let (handle, shared, launch) = self.launch_target(kernel)?;
+        let [x, y, z] = grid;
         writeln!(
             self.out,
             "            void* args[] = {{{}}};\n            \
-             {launch}({handle}, {}u, {}u, {}u, {warps}u, {shared}u, args, stream);\n        \
+             {launch}({handle}, {x}, {y}, {z}, {warps}u, {shared}u, args, stream);\n        \
              }}",
             args.join(", "),
-            grid[0],
-            grid[1],
-            grid[2],
         )?;
         Ok(())
     }
 
-    /// A fused attention kernel's launch: view pointers, then its runtime scalars.
+    /// A fused attention step's launch. A step of dynamic shapes launches the
+    /// tiles planned at the batch and query rows nearest this call's
+    /// (`kiln_nearest_tiles`).
     fn attention_launch(&mut self, l: &AttentionLaunch) -> Result<(), Error> {
+        if l.planned.is_empty() || l.variants.is_empty() {
+            self.attention_tiles(l)?;
+        } else {
+            let n = l.ints.len();
+            let (z, rows) = match (l.ints.get(n.wrapping_sub(4)), l.ints.get(n.wrapping_sub(2))) {
+                (Some(z), Some(rows)) if n >= 4 => (c_size(z), c_size(rows)),
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "attention kernel `{}` without its sizes",
+                        l.kernel
+                    )))
+                }
+            };
+            let points: Vec<String> = l
+                .planned
+                .iter()
+                .map(|([pz, pl], i)| format!("{{{pz}, {pl}, {i}}}"))
+                .collect();
+            writeln!(
+                self.out,
+                "        {{ // {}: the tiles planned nearest this call's batch and query rows\n            \
+                 static const int64_t tiles[][3] = {{{}}};\n            \
+                 switch (kiln_nearest_tiles(tiles, {}, {z}, {rows})) {{",
+                l.kernel,
+                points.join(", "),
+                points.len()
+            )?;
+            for (i, launch) in std::iter::once(l).chain(&l.variants).enumerate() {
+                let label = if i == 0 {
+                    "default".to_string()
+                } else {
+                    format!("case {i}")
+                };
+                writeln!(self.out, "            {label}:")?;
+                self.attention_tiles(launch)?;
+                writeln!(self.out, "            break;")?;
+            }
+            writeln!(self.out, "            }}\n        }}")?;
+        }
+        let Some(c) = &l.combine else { return Ok(()) };
+        // Split keys: the partial results combined into the output.
+        let pointers = c
+            .pointers
+            .iter()
+            .map(|v| self.pointer(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.template_launch(c, pointers)
+    }
+
+    /// One attention kernel's launch: view pointers, then its runtime scalars, on
+    /// its grid (for dynamic shapes, the plugin's for the bucket of this call's
+    /// programs).
+    fn attention_tiles(&mut self, l: &AttentionLaunch) -> Result<(), Error> {
         let kernel = self
             .plan
             .kernels
@@ -246,7 +450,7 @@ impl Writer<'_> {
             })?;
         let scalar_types = kernel.signature.get(l.pointers.len()..).unwrap_or(&[]);
         // The strides compiled into the kernel are not passed.
-        let scalars = runtime_scalars(kernel, l);
+        let scalars: Vec<usize> = runtime_scalar_indices(kernel, l).collect();
         if scalar_types.len() != scalars.len() {
             return Err(Error::Unsupported(format!(
                 "attention kernel `{}`: {} scalars for {} parameters",
@@ -262,25 +466,39 @@ impl Writer<'_> {
             writeln!(self.out, "            void* p{i} = {pointer};")?;
             args.push(format!("&p{i}"));
         }
-        for (i, (value, (_, ty))) in scalars.into_iter().zip(scalar_types).enumerate() {
+        for (i, (index, (_, ty))) in scalars.into_iter().zip(scalar_types).enumerate() {
             let c = scalar_type(ty)?;
-            writeln!(
-                self.out,
-                "            {c} s{i} = {};",
-                scalar_value(value, c)?
-            )?;
+            let value = match index.checked_sub(1).and_then(|j| l.ints.get(j)) {
+                Some(size) if !size.is_const() => format!("static_cast<{c}>({})", c_size(size)),
+                _ => scalar_value(&l.scalars[index], c)?,
+            };
+            writeln!(self.out, "            {c} s{i} = {value};")?;
             args.push(format!("&s{i}"));
         }
-        let g = &l.grid;
-        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)?;
-        let Some(c) = &l.combine else { return Ok(()) };
-        // Split keys: the partial results combined into the output.
-        let pointers = c
-            .pointers
-            .iter()
-            .map(|v| self.pointer(v))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.template_launch(c, pointers)
+        match &l.dynamic {
+            Some((programs, grids)) => {
+                let table: Vec<String> = grids
+                    .iter()
+                    .map(|g| format!("{{0, {}u, {}u, {}u}}", g.x, g.y, g.z))
+                    .collect();
+                writeln!(
+                    self.out,
+                    "            // The plugin's grid for the power of two of programs that covers them.\n            \
+                     static const KilnSizedCell grids[] = {{{}}};\n            \
+                     const int64_t programs = {};\n            \
+                     const KilnSizedCell& cell = grids[std::min<int>(kiln_bit_length(programs > 1 ? static_cast<uint64_t>(programs - 1) : 0), {})];",
+                    table.join(", "),
+                    c_size(programs),
+                    grids.len().saturating_sub(1),
+                )?;
+                let grid = ["cell.x", "cell.y", "cell.z"].map(String::from);
+                self.launch_with(&l.kernel, args, grid, l.num_warps)
+            }
+            None => {
+                let g = &l.grid;
+                self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
+            }
+        }
     }
 
     /// A template kernel's launch with integer scalars (of the kernel's signature's
@@ -328,8 +546,7 @@ impl Writer<'_> {
         let x = &e.args[0];
         let result = self.name(e.out)?.to_string();
         let from = self.pointer(x)?;
-        let numel = hints(&x.shape).iter().product::<i64>().max(0);
-        let bytes = numel * self.p.buffer(x.buf).dtype.size_bytes() as i64;
+        let bytes = c_bytes(&x.shape, self.p.buffer(x.buf).dtype);
         let in_place = matches!(e.op, ExternOp::IndexCopy { in_place: true, .. });
         let skip = if in_place {
             format!("{result} != {from} && ")
@@ -347,9 +564,13 @@ impl Writer<'_> {
         self.template_launch(l, pointers)
     }
 
-    /// A matrix product through the plugin's `kilnGemm`.
+    /// A matrix product through the plugin's `kilnGemm`. Over dynamic sizes it
+    /// runs where none is 0, and refuses (4) a size past BLAS's 32 bits.
     fn gemm_call(&mut self, e: &ExternCall, g: &Gemm) -> Result<(), Error> {
-        if g.m == 0 || g.n == 0 || g.batch == 0 {
+        let empty = [&g.m, &g.n, &g.batch]
+            .iter()
+            .any(|s| s.as_const() == Some(0));
+        if empty {
             return Ok(());
         }
         let [a, b] = e.args.as_slice() else {
@@ -363,22 +584,45 @@ impl Writer<'_> {
             offset: Size::from(0),
         };
         let (a, b, c) = (self.pointer(a)?, self.pointer(b)?, self.pointer(&out_view)?);
+        for size in &g.checked {
+            let value = c_size(size);
+            writeln!(
+                self.out,
+                "        if ({value} > 2147483647) {{\n            \
+                 std::snprintf(kiln_error_text, sizeof kiln_error_text, \"%s\", \"`{}`: a size of {} \
+                 at this call's sizes is over 2^31 - 1, which BLAS takes\");\n            \
+                 return 4;\n        \
+                 }}",
+                e.op.name(),
+                size_text(size, Syntax::Python).replace(['"', '\\'], ""),
+            )?;
+        }
+        let symbolic: Vec<String> = [&g.m, &g.n, &g.batch]
+            .iter()
+            .filter(|s| !s.is_const())
+            .map(|s| format!("{} > 0", c_size(s)))
+            .collect();
+        let guard = if symbolic.is_empty() {
+            String::new()
+        } else {
+            format!("if ({}) ", symbolic.join(" && "))
+        };
         writeln!(
             self.out,
-            "        kilnGemm({}, {}, {}, {}, {}, {}, {a}, {}, {}, {b}, {}, {}, {c}, {}, {}, {}, stream); // {}",
+            "        {guard}kilnGemm({}, {}, {}, {}, {}, {}, {a}, {}, {}, {b}, {}, {}, {c}, {}, {}, {}, stream); // {}",
             g.dtype,
             g.a.0,
             g.b.0,
-            g.m,
-            g.n,
-            g.k,
-            g.a.1,
-            g.a.2,
-            g.b.1,
-            g.b.2,
-            g.c.0,
-            g.c.1,
-            g.batch,
+            c_size(&g.m),
+            c_size(&g.n),
+            c_size(&g.k),
+            c_size(&g.a.1),
+            c_size(&g.a.2),
+            c_size(&g.b.1),
+            c_size(&g.b.2),
+            c_size(&g.c.0),
+            c_size(&g.c.1),
+            c_size(&g.batch),
             e.op.name()
         )?;
         Ok(())
@@ -393,18 +637,36 @@ impl Writer<'_> {
     /// calls on it launch directly.
     pub(super) fn graph_call(&mut self) -> Result<(), Error> {
         let (inputs, outputs) = (self.p.inputs.len(), self.p.outputs.len());
+        let symbols = self.plan.sources.len();
+        // A wrapper for a range of sizes keys its graph by the sizes too.
+        let (entry, shapes_param, shapes_arg, bind) = if self.plan.is_dynamic() {
+            (
+                "kiln_call_shaped",
+                "const int64_t* const* input_shapes, ",
+                "input_shapes, ",
+                format!(
+                    "    int64_t ks[{symbols}];\n    \
+                     if (kiln_bind_sizes(input_shapes, ks) != 0) return 4;\n    \
+                     for (int j = 0; j < {symbols}; ++j) key[{first} + j] = reinterpret_cast<const void*>(static_cast<uintptr_t>(ks[j]));\n",
+                    first = inputs + outputs + 1
+                ),
+            )
+        } else {
+            ("kiln_call", "", "", String::new())
+        };
         writeln!(
             self.out,
-            "\n// Runs the graph on `stream`: directly the first time these pointers and this stream are\n\
-             // seen (then captured into a device graph), as that graph while they stay the same.\n\
-             extern \"C\" int kiln_call(const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
+            "\n// Runs the graph on `stream`: directly the first time these pointers{sizes_note} and this stream\n\
+             // are seen (then captured into a device graph), as that graph while they stay the same.\n\
+             extern \"C\" int {entry}({shapes_param}const void* const* inputs, void* const* outputs, void* stream_handle) {{\n    \
              if (stream_handle == nullptr) {{\n        \
-             return kiln_launch(inputs, outputs, stream_handle);\n    \
+             return kiln_launch({shapes_arg}inputs, outputs, stream_handle);\n    \
              }}\n    \
              std::array<const void*, {key}> key{{}};\n    \
              for (int i = 0; i < {inputs}; ++i) key[i] = inputs[i];\n    \
              for (int i = 0; i < {outputs}; ++i) key[{inputs} + i] = outputs[i];\n    \
-             key[{last}] = stream_handle;\n    \
+             key[{last}] = stream_handle;\n\
+             {bind}    \
              {stream_type} stream = ({stream_type})stream_handle;\n    \
              try {{\n        \
              if (kiln_graph != nullptr && key == kiln_graph_key) {{\n            \
@@ -415,12 +677,12 @@ impl Writer<'_> {
              kiln_graph = nullptr;\n        \
              // New pointers: run directly, which also sets up what a launch creates lazily\n        \
              // (a BLAS handle and its workspace) outside the capture, then capture for next time.\n        \
-             int status = kiln_launch(inputs, outputs, stream_handle);\n        \
+             int status = kiln_launch({shapes_arg}inputs, outputs, stream_handle);\n        \
              if (status != 0) {{\n            \
              return status;\n        \
              }}\n        \
              kilnGraphBegin(stream);\n        \
-             status = kiln_launch(inputs, outputs, stream_handle);\n        \
+             status = kiln_launch({shapes_arg}inputs, outputs, stream_handle);\n        \
              if (status != 0) {{\n            \
              kilnGraphAbort(stream);\n            \
              return status;\n        \
@@ -433,7 +695,8 @@ impl Writer<'_> {
              }}\n    \
              return 0;\n\
              }}",
-            key = inputs + outputs + 1,
+            sizes_note = if symbols > 0 { ", sizes" } else { "" },
+            key = inputs + outputs + 1 + symbols,
             last = inputs + outputs,
             stream_type = self.plan.strings.stream_type,
         )?;

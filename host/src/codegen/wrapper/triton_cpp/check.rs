@@ -1,12 +1,12 @@
 //! What the C++ wrapper of a Triton device refuses, before anything is
 //! compiled, and a matrix product as BLAS (the plugin's `kilnGemm`) sees it.
 
+use super::super::cpp::layout::is_dense;
 use super::{Error, Options, Strings, GEMM_FUNCTION, GRAPH_FUNCTIONS, MEMORY_FUNCTIONS};
 use crate::codegen::triton;
 use crate::graph::dtype::DType;
-use crate::graph::shape::is_dense;
 use crate::plugins::cpp_text::defines_function;
-use crate::schedule::index::hints;
+use crate::schedule::index::Size;
 use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
@@ -100,9 +100,7 @@ pub fn check(
                 }
                 ExternOp::IndexCopy { .. } => {
                     let x = &e.args[0];
-                    if !kernels.index_copies.contains_key(&i)
-                        || !is_dense(&hints(&x.shape), &hints(&x.strides))
-                    {
+                    if !kernels.index_copies.contains_key(&i) || !is_dense(&x.shape, &x.strides) {
                         return Err(Error::Unsupported(format!(
                             "an index_copy of {} dims into a tensor of strides {:?}: Kiln's C++ \
                              wrapper for Triton devices copies at most four dims, into a dense \
@@ -124,7 +122,7 @@ pub fn check(
         }
     }
     for (i, v) in p.outputs.iter().enumerate() {
-        if !is_dense(&hints(&v.shape), &hints(&v.strides)) {
+        if !is_dense(&v.shape, &v.strides) {
             return Err(Error::Unsupported(format!(
                 "output {i} is a strided view (sizes {:?}, strides {:?}) of another tensor: Kiln's \
                  C++ wrapper for Triton devices returns dense tensors only (make it contiguous in \
@@ -137,17 +135,23 @@ pub fn check(
     Ok(())
 }
 
-/// A matrix product as BLAS sees it: row-major `C = op(A) · op(B)`.
+/// A matrix product as BLAS sees it: row-major `C = op(A) · op(B)`. Each size is
+/// an expression over the size symbols (a number in a compile of one size).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Gemm {
     pub(super) dtype: u8,
-    pub(super) batch: i64,
-    pub(super) m: i64,
-    pub(super) n: i64,
-    pub(super) k: i64,
-    pub(super) a: (bool, i64, i64),
-    pub(super) b: (bool, i64, i64),
-    pub(super) c: (i64, i64),
+    pub(super) batch: Size,
+    pub(super) m: Size,
+    pub(super) n: Size,
+    pub(super) k: Size,
+    /// Per operand: transposed, its leading dimension, its batch stride.
+    pub(super) a: (bool, Size, Size),
+    pub(super) b: (bool, Size, Size),
+    /// The result's leading dimension and batch stride.
+    pub(super) c: (Size, Size),
+    /// The sizes that may pass `2^31 - 1` within the ranges (BLAS takes 32-bit
+    /// sizes): the wrapper checks them at each call.
+    pub(super) checked: Vec<Size>,
 }
 
 /// One operand, `rows × cols` with strides `(s_rows, s_cols)`, as BLAS reads
@@ -165,6 +169,39 @@ fn blas_operand(rows: i64, cols: i64, s_rows: i64, s_cols: i64) -> Option<(bool,
         let ld = if cols == 1 { rows.max(1) } else { s_cols };
         if fits(ld, rows) {
             return Some((true, ld));
+        }
+    }
+    None
+}
+
+/// [`blas_operand`] over symbolic sizes: a dim is 1, or unit-stride, only where it
+/// is so at every size, and a leading dimension must cover its rows at every size
+/// (the same expression, or a least value at least the rows' greatest).
+fn blas_operand_sized(
+    p: &Program,
+    rows: &Size,
+    cols: &Size,
+    s_rows: &Size,
+    s_cols: &Size,
+) -> Option<(bool, Size)> {
+    if [rows, cols, s_rows, s_cols].iter().all(|s| s.is_const()) {
+        return blas_operand(rows.hint(), cols.hint(), s_rows.hint(), s_cols.hint())
+            .map(|(t, ld)| (t, Size::from(ld)));
+    }
+    let one = |s: &Size| s.as_const() == Some(1);
+    let fits = |ld: &Size, inner: &Size| {
+        ld == inner || ld.bounds(&p.symbols).0 >= inner.bounds(&p.symbols).1.max(1)
+    };
+    if one(cols) || one(s_cols) {
+        let ld = if one(rows) { cols } else { s_rows };
+        if fits(ld, cols) {
+            return Some((false, ld.clone()));
+        }
+    }
+    if one(rows) || one(s_rows) {
+        let ld = if one(cols) { rows } else { s_cols };
+        if fits(ld, rows) {
+            return Some((true, ld.clone()));
         }
     }
     None
@@ -205,21 +242,28 @@ pub(super) fn gemm(p: &Program, e: &ExternCall) -> Result<Gemm, Error> {
         )));
     }
     let o = rank - 2;
-    let (m, k, n) = (
-        a.shape[o].hint(),
-        a.shape[o + 1].hint(),
-        b.shape[o + 1].hint(),
-    );
-    let batch = if rank == 3 { a.shape[0].hint() } else { 1 };
-    if !is_dense(&out.shape_hint(), &out.strides_hint()) {
+    let (m, k, n) = (&a.shape[o], &a.shape[o + 1], &b.shape[o + 1]);
+    let batch = if rank == 3 {
+        a.shape[0].clone()
+    } else {
+        Size::from(1)
+    };
+    if !is_dense(&out.shape, &out.strides) {
         return Err(Error::Unsupported(format!(
             "`{}` into a strided buffer",
             e.op.name()
         )));
     }
-    let operand = |v: &View, rows: i64, cols: i64, what: &str| {
-        blas_operand(rows, cols, v.strides[o].hint(), v.strides[o + 1].hint())
-            .map(|(t, ld)| (t, ld, if rank == 3 { v.strides[0].hint() } else { 0 }))
+    let operand = |v: &View, rows: &Size, cols: &Size, what: &str| {
+        blas_operand_sized(p, rows, cols, &v.strides[o], &v.strides[o + 1])
+            .map(|(t, ld)| {
+                let batch_stride = if rank == 3 {
+                    v.strides[0].clone()
+                } else {
+                    Size::from(0)
+                };
+                (t, ld, batch_stride)
+            })
             .ok_or_else(|| {
                 Error::Unsupported(format!(
                     "`{}` whose {what} operand (sizes {:?}, strides {:?}) has no unit-stride dim, \
@@ -231,22 +275,40 @@ pub(super) fn gemm(p: &Program, e: &ExternCall) -> Result<Gemm, Error> {
                 ))
             })
     };
-    let too_big = [m, n, k, batch].iter().any(|&x| x > i64::from(i32::MAX));
-    if too_big {
+    let a_op = operand(a, m, k, "first")?;
+    let b_op = operand(b, k, n, "second")?;
+    let largest = |s: &Size| s.bounds(&p.symbols).1;
+    let over = |s: &Size| largest(s) > i128::from(i32::MAX);
+    let sizes = [m, n, k, &batch, &a_op.1, &b_op.1];
+    if let Some(s) = sizes.iter().find(|s| s.is_const() && over(s)) {
         return Err(Error::Unsupported(format!(
-            "`{}` with a dim over 2^31 - 1",
-            e.op.name()
+            "`{}` with a dim of {}, over 2^31 - 1",
+            e.op.name(),
+            s.hint()
         )));
     }
+    let checked = sizes
+        .iter()
+        .filter(|s| !s.is_const() && over(s))
+        .map(|s| (*s).clone())
+        .collect();
+    let c = (
+        match n.as_const() {
+            Some(n) => Size::from(n.max(1)),
+            None => n.clone(),
+        },
+        m.mul(n).map_err(|e| Error::Unsupported(e.to_string()))?,
+    );
     Ok(Gemm {
         dtype,
         batch,
-        m,
-        n,
-        k,
-        a: operand(a, m, k, "first")?,
-        b: operand(b, k, n, "second")?,
-        c: (n.max(1), m * n),
+        m: m.clone(),
+        n: n.clone(),
+        k: k.clone(),
+        a: a_op,
+        b: b_op,
+        c,
+        checked,
     })
 }
 

@@ -15,6 +15,72 @@ use crate::codegen::weights;
 use crate::graph::ops::ConstData;
 use crate::schedule::ir::{BufferId, BufferKind};
 
+/// The statics of a wrapper for a range of sizes (`KILN_STREAM_TYPE` is the
+/// driver's stream type).
+const DYNAMIC_STATICS: &str = r#"// The workspace's bytes: laid out at each call's sizes, and grown (by half again at
+// least, so that sizes growing call by call seldom reallocate it) when a call needs more.
+static uint64_t kiln_workspace_size = 0;
+static inline unsigned char* kiln_workspace_at(int64_t bytes, KILN_STREAM_TYPE stream) {
+    const uint64_t need = bytes > 0 ? static_cast<uint64_t>(bytes) : 0;
+    if (need > kiln_workspace_size) {
+        const uint64_t size = std::max<uint64_t>(need, kiln_workspace_size + kiln_workspace_size / 2);
+        // The last call's kernels may still read the old one.
+        kilnSynchronize(stream);
+        kilnDeviceFree(kiln_workspace);
+        kiln_workspace = nullptr;
+        kiln_workspace_size = 0;
+        kiln_workspace = static_cast<unsigned char*>(kilnDeviceAlloc(size));
+        kiln_workspace_size = size;
+    }
+    return kiln_workspace;
+}
+// The bits of n: the least b with n < 2^b.
+static inline int kiln_bit_length(uint64_t n) {
+    int b = 0;
+    while (b < 64 && (n >> b) != 0) ++b;
+    return b;
+}
+// A kernel of dynamic sizes' launch for one bucket of sizes: its variant and grid.
+struct KilnSizedCell {
+    int variant;
+    unsigned x, y, z;
+};
+// The cell of `table` (rows x cols, from row key x_from and bucket r_from) for a call
+// of `xnumel` rows of `rnumel`: a row count's key is 8 times its bucket plus the three
+// bits of n - 1 after its leading one (its own low bits below 16), a row length's its
+// bucket (the least b with n <= 2^b); sizes past the table take its edge.
+static inline const KilnSizedCell& kiln_sized_cell(const KilnSizedCell* table, int rows, int cols,
+                                                   int x_from, int r_from, int64_t xnumel,
+                                                   int64_t rnumel) {
+    const uint64_t m = xnumel > 1 ? static_cast<uint64_t>(xnumel - 1) : 0;
+    const int b = kiln_bit_length(m);
+    const int key = b * 8 + static_cast<int>(b > 4 ? (m >> (b - 4)) & 7 : m & 7);
+    const int r = kiln_bit_length(rnumel > 1 ? static_cast<uint64_t>(rnumel - 1) : 0);
+    const int i = std::min(std::max(key - x_from, 0), rows - 1);
+    const int j = std::min(std::max(r - r_from, 0), cols - 1);
+    return table[i * cols + j];
+}
+// Of the (batch, query rows, launch) points an attention step's tiles were planned at,
+// the launch of the one nearest (z, l), each measured by its bucket (the least b with
+// n <= 2^b); the first of equals.
+static inline int kiln_nearest_tiles(const int64_t (*points)[3], int n, int64_t z, int64_t l) {
+    const auto bucket = [](int64_t v) {
+        return kiln_bit_length(v > 1 ? static_cast<uint64_t>(v - 1) : 0);
+    };
+    int best = 0;
+    int best_distance = -1;
+    for (int i = 0; i < n; ++i) {
+        const int distance = std::abs(bucket(points[i][0]) - bucket(z)) +
+                             std::abs(bucket(points[i][1]) - bucket(l));
+        if (best_distance < 0 || distance < best_distance) {
+            best = static_cast<int>(points[i][2]);
+            best_distance = distance;
+        }
+    }
+    return best;
+}
+"#;
+
 /// What a caught exception leaves in `kiln_last_error()`.
 pub(super) const FAIL: &str =
     "std::snprintf(kiln_error_text, sizeof kiln_error_text, \"%s\", e.what());";
@@ -38,6 +104,18 @@ impl Writer<'_> {
             sanitize(&self.p.name),
             strings.device
         )?;
+        if self.plan.is_dynamic() {
+            writeln!(
+                self.out,
+                "// Compiled for a range of sizes: call instead
+                 //   int kiln_call_shaped(const int64_t* const* input_shapes, const void* const* inputs,
+                 //                        void* const* outputs, void* stream);
+                 //   int kiln_run_host_shaped(const int64_t* const* input_shapes, const void* const* inputs,
+                 //                            void* const* outputs);
+                 // input_shapes: each input's sizes; kiln_output_shapes(input_shapes, output_shapes) gives
+                 // the outputs'. They return 4 when the sizes are outside the compiled range."
+            )?;
+        }
         writeln!(
             self.out,
             "// Build: c++ -O2 -std=c++17 -shared -fPIC wrapper.cpp FLAGS -o kiln.so, FLAGS being the \
@@ -61,6 +139,10 @@ impl Writer<'_> {
             // The weights reader is the cpu runtime's, written beside this file.
             writeln!(self.out, "\n#include \"{}\"", runtime::WEIGHTS.path)?;
         }
+        if self.plan.is_dynamic() {
+            // The checks of a call's sizes, as the cpu runtime's, written beside this file.
+            writeln!(self.out, "#include \"{}\"", runtime::SIZES.path)?;
+        }
         Ok(())
     }
 
@@ -73,13 +155,16 @@ impl Writer<'_> {
         writeln!(self.out, "static unsigned char* kiln_constants = nullptr;")?;
         writeln!(self.out, "static unsigned char* kiln_workspace = nullptr;")?;
         writeln!(self.out, "static bool kiln_ready = false;")?;
+        if plan.is_dynamic() {
+            self.dynamic_statics()?;
+        }
         if plan.options.graphs {
             writeln!(
                 self.out,
                 "// The captured call, and the pointers and stream it was captured with.\n\
                  static void* kiln_graph = nullptr;\n\
                  static std::array<const void*, {}> kiln_graph_key{{}};",
-                p.inputs.len() + p.outputs.len() + 1
+                p.inputs.len() + p.outputs.len() + 1 + plan.sources.len()
             )?;
         }
         for (kernel, handle) in &plan.handles {
@@ -116,11 +201,16 @@ impl Writer<'_> {
              extern \"C\" uint64_t kiln_workspace_bytes(void) {{ return {}ull; }}\n\
              // 1 when kiln_call replays a captured device graph (--cuda-graph).\n\
              extern \"C\" int kiln_device_graphs(void) {{ return {}; }}\n\
-             extern \"C\" const char* kiln_last_error(void) {{ return kiln_error_text; }}",
+             extern \"C\" const char* kiln_last_error(void) {{ return {}; }}",
             p.inputs.len(),
             p.outputs.len(),
             self.workspace_bytes,
-            i32::from(plan.options.graphs)
+            i32::from(plan.options.graphs),
+            if plan.is_dynamic() {
+                "kiln_size_text[0] != 0 ? kiln_size_text : kiln_error_text"
+            } else {
+                "kiln_error_text"
+            },
         )?;
         writeln!(
             self.out,
@@ -134,14 +224,28 @@ impl Writer<'_> {
              }} catch (const std::exception&) {{\n    \
              }}\n    \
              kiln_constants = nullptr;\n    \
-             kiln_workspace = nullptr;\n\
+             kiln_workspace = nullptr;\n{}\
              }}",
             if plan.options.graphs {
                 "kilnGraphDestroy(kiln_graph);\n        kiln_graph = nullptr;\n        "
             } else {
                 ""
+            },
+            if plan.is_dynamic() {
+                "    kiln_workspace_size = 0;\n"
+            } else {
+                ""
             }
         )?;
+        Ok(())
+    }
+
+    /// The statics of a wrapper for a range of sizes: the workspace's size, grown
+    /// when a call's sizes need more, and the lookup of a kernel's launch by the
+    /// bucket of its sizes.
+    fn dynamic_statics(&mut self) -> Result<(), Error> {
+        self.out
+            .push_str(&DYNAMIC_STATICS.replace("KILN_STREAM_TYPE", &self.plan.strings.stream_type));
         Ok(())
     }
 
@@ -223,7 +327,7 @@ impl Writer<'_> {
         }
         writeln!(
             self.out,
-            "        kiln_workspace = static_cast<unsigned char*>(kilnDeviceAlloc({}ull));\n    \
+            "        kiln_workspace = static_cast<unsigned char*>(kilnDeviceAlloc({bytes}ull));{size}\n    \
              }} catch (const std::exception& e) {{\n        \
              {FAIL}\n        \
              kiln_release();\n        \
@@ -232,7 +336,12 @@ impl Writer<'_> {
              kiln_ready = true;\n    \
              return 0;\n\
              }}",
-            self.workspace_bytes
+            bytes = self.workspace_bytes,
+            size = if plan.is_dynamic() {
+                format!(" // at the example's sizes\n        kiln_workspace_size = {}ull;", self.workspace_bytes)
+            } else {
+                String::new()
+            }
         )?;
         Ok(())
     }
@@ -277,5 +386,100 @@ impl Writer<'_> {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DYNAMIC_STATICS;
+    use crate::codegen::triton::sized::{bucket, row_key};
+    use std::process::Command;
+
+    /// Compiles `main` after the wrapper's statics for a range of sizes (on stand-in
+    /// device-memory functions) with the system C++ compiler, runs it, and returns
+    /// what it printed.
+    fn run_cpp(main: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let source = format!(
+            "#include <algorithm>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n\
+             typedef void* Stream;\n\
+             static unsigned char* kiln_workspace = nullptr;\n\
+             static void kilnSynchronize(Stream) {{}}\n\
+             static void kilnDeviceFree(void* p) {{ std::free(p); }}\n\
+             static void* kilnDeviceAlloc(size_t bytes) {{ return std::malloc(bytes); }}\n\
+             {}\nint main() {{\n{main}\n    return 0;\n}}\n",
+            DYNAMIC_STATICS.replace("KILN_STREAM_TYPE", "Stream")
+        );
+        let path = dir.path().join("statics.cpp");
+        std::fs::write(&path, source).unwrap();
+        let exe = dir.path().join("statics");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let built = Command::new(&cxx)
+            .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cxx}: {e}"));
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let ran = Command::new(&exe).output().unwrap();
+        assert!(ran.status.success());
+        String::from_utf8(ran.stdout).unwrap()
+    }
+
+    /// The wrapper's lookup (`kiln_sized_cell`) puts a row count and a row length in
+    /// the buckets `sized` planned the table by, clamped to the table's edges.
+    #[test]
+    fn the_cpp_lookup_buckets_sizes_as_the_plan_does() {
+        let (rows, cols, x_from, r_from) = (100i64, 8i64, 2i64, 1i64);
+        let printed = run_cpp(&format!(
+            "    static KilnSizedCell table[{rows} * {cols}];\n    \
+             for (int i = 0; i < {rows}; ++i)\n        \
+             for (int j = 0; j < {cols}; ++j) table[i * {cols} + j] = {{0, unsigned(i), unsigned(j), 0u}};\n    \
+             for (int64_t n = 1; n <= 5000; ++n) {{\n        \
+             const KilnSizedCell& c = kiln_sized_cell(table, {rows}, {cols}, {x_from}, {r_from}, n, n);\n        \
+             std::printf(\"%u %u\\n\", c.x, c.y);\n    \
+             }}"
+        ));
+        let lines: Vec<&str> = printed.lines().collect();
+        assert_eq!(lines.len(), 5000);
+        for (n, line) in (1..=5000i128).zip(lines) {
+            let row = (i64::from(row_key(n)) - x_from).clamp(0, rows - 1);
+            let col = (i64::from(bucket(n)) - r_from).clamp(0, cols - 1);
+            assert_eq!(line, format!("{row} {col}"), "at {n}");
+        }
+    }
+
+    /// The workspace grows to what a call needs, by half again at least, and never
+    /// shrinks.
+    #[test]
+    fn the_workspace_grows_by_half_again_at_least() {
+        let printed = run_cpp(
+            "    const int64_t calls[] = {100, 120, 50, 400, 401};\n    \
+             for (int64_t bytes : calls) {\n        \
+             kiln_workspace_at(bytes, nullptr);\n        \
+             std::printf(\"%llu\\n\", static_cast<unsigned long long>(kiln_workspace_size));\n    \
+             }",
+        );
+        assert_eq!(printed, "100\n150\n150\n400\n600\n");
+    }
+
+    /// An attention step's tiles are the launch planned at the (batch, rows) point
+    /// nearest the call's, by buckets; the first of equals.
+    #[test]
+    fn the_nearest_planned_tiles_are_taken() {
+        let printed = run_cpp(
+            "    static const int64_t points[][3] = {{2, 8, 0}, {1, 16, 1}, {4, 16, 2}, {1, 64, 3}};\n    \
+             const int64_t calls[][2] = {{2, 8}, {3, 20}, {1, 100}, {2, 12}, {64, 1024}, {1, 1}};\n    \
+             for (const auto& c : calls) std::printf(\"%d\\n\", kiln_nearest_tiles(points, 4, c[0], c[1]));",
+        );
+        // (3, 20): buckets (2, 5), nearest (4, 16) at 1. (1, 100): (0, 7), nearest
+        // (1, 64). (2, 12): (1, 4), (2, 8) and (1, 16) both at 1: the first. (64,
+        // 1024): (6, 10), (4, 16) at 4 + 6 against (1, 64)'s 6 + 4: the first. (1,
+        // 1): (0, 0), (2, 8) and (1, 16) both at 4.
+        assert_eq!(printed, "0\n2\n3\n0\n2\n0\n");
     }
 }

@@ -52,9 +52,12 @@ mod init;
 mod text;
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write;
 use std::sync::OnceLock;
 
 use super::cpp::layout::Layout;
+use super::cpp::sizes;
+use super::{symbol_sources, SymbolSource};
 use crate::codegen::cpp::runtime;
 use crate::codegen::namer::{word_set, Namer, WordSet};
 use crate::codegen::triton::{self, KernelInfo};
@@ -142,6 +145,13 @@ pub const RESERVED: &[&str] = &[
     "kiln_output_rank",
     "kiln_output_size",
     "kiln_output_dtype",
+    "kiln_run_host_shaped",
+    "kiln_workspace_size",
+    "kiln_workspace_at",
+    "KilnSizedCell",
+    "kiln_bit_length",
+    "kiln_sized_cell",
+    "kiln_nearest_tiles",
     // Locals and parameters.
     "dir",
     "base",
@@ -166,6 +176,10 @@ pub const RESERVED: &[&str] = &[
     "out_bytes",
     "din",
     "dout",
+    "cell",
+    "out_shapes",
+    "out_ranks",
+    "tiles",
     // What it calls or names from the driver text and the standard library.
     "loadKernel",
     "launchKernel",
@@ -217,8 +231,13 @@ pub fn reserve(namer: &mut Namer, strings: &Strings) {
     static WORDS: OnceLock<WordSet> = OnceLock::new();
     namer.reserve_set(word_set(
         &WORDS,
-        &[RESERVED],
-        &[STD_HEADERS, runtime::WEIGHTS.text, text::ERROR_TEXT],
+        &[RESERVED, sizes::RESERVED],
+        &[
+            STD_HEADERS,
+            runtime::WEIGHTS.text,
+            runtime::SIZES.text,
+            text::ERROR_TEXT,
+        ],
     ));
     namer.reserve_identifiers_in(&strings.header);
     namer.reserve_identifiers_in(&strings.driver);
@@ -321,7 +340,10 @@ pub fn kernel_names(kernels: &triton::Kernels) -> Vec<String> {
     kernels
         .info
         .iter()
-        .map(|k| k.name.clone())
+        .flat_map(|k| match &k.sized {
+            Some(sized) => sized.names.clone(),
+            None => vec![k.name.clone()],
+        })
         .chain(kernels.attention.kernels.iter().map(|k| k.name.clone()))
         .filter(|n| seen.insert(n.clone()))
         .collect()
@@ -344,12 +366,41 @@ pub struct Plan {
     names: HashMap<BufferId, String>,
     /// Each loaded kernel's handle, by kernel name, in order of first use.
     handles: Vec<(String, String)>,
+    /// Where each size symbol is read from the inputs: empty for a program of one
+    /// size; otherwise the wrapper takes each call's sizes (`kiln_call_shaped`).
+    sources: Vec<SymbolSource>,
 }
 
 impl Plan {
     /// The kernels `kiln_init` loads, in order: the binaries to compile.
     pub fn kernel_names(&self) -> Vec<String> {
         self.handles.iter().map(|(k, _)| k.clone()).collect()
+    }
+
+    /// The kernels `kiln_init` loads, each with the function it compiles: its
+    /// own, or, for a variant of a kernel of dynamic sizes, the kernel's (its
+    /// binary's files take that name).
+    pub fn kernel_files(&self) -> Vec<(String, String)> {
+        let function = |name: &str| {
+            self.kernels
+                .info
+                .iter()
+                .find(|k| {
+                    k.sized
+                        .as_ref()
+                        .is_some_and(|s| s.names.iter().any(|n| n == name))
+                })
+                .map_or_else(|| name.to_string(), |k| k.name.clone())
+        };
+        self.handles
+            .iter()
+            .map(|(k, _)| (k.clone(), function(k)))
+            .collect()
+    }
+
+    /// Whether the wrapper serves a range of sizes (`kiln_call_shaped`).
+    pub fn is_dynamic(&self) -> bool {
+        !self.sources.is_empty()
     }
 
     /// Every buffer's identifier.
@@ -396,6 +447,7 @@ pub fn plan(
 ) -> Result<Plan, Error> {
     check(scheduled, &kernels, &strings, &options)?;
     let p = &scheduled.program;
+    let sources = symbol_sources(p).map_err(Error::Unsupported)?;
     let handles = kernel_names(&kernels)
         .into_iter()
         .enumerate()
@@ -404,12 +456,14 @@ pub fn plan(
             (k, handle)
         })
         .collect();
-    // The locals of an attention or index_copy launch's block: `p0`, `s0`, ...
+    // The locals of a launch's block: `p0`, `s0`, ... (pointers and scalars of an
+    // attention or index_copy launch, the size arguments of a kernel).
     let locals = kernels
         .attention
         .launches
         .values()
         .map(|l| l.pointers.len().max(l.scalars.len()))
+        .chain(kernels.info.iter().map(|k| k.sizes.len()))
         .chain(
             kernels
                 .index_copies
@@ -443,6 +497,7 @@ pub fn plan(
         weights,
         names,
         handles,
+        sources,
     })
 }
 
@@ -551,6 +606,13 @@ pub fn write(
     w.head()?;
     w.statics()?;
     w.init()?;
+    if plan.is_dynamic() {
+        sizes::write_entries(&mut w.out, p, &plan.sources)?;
+        writeln!(
+            w.out,
+            "extern \"C\" int kiln_call(const void* const*, void* const*, void*) {{ return kiln_sizes_needed(); }}"
+        )?;
+    }
     let launches = w.call()?;
     if plan.options.graphs {
         w.graph_call()?;

@@ -55,6 +55,7 @@ pub(super) fn scalar_value(text: &str, ty: &str) -> Result<String, Error> {
 /// The standard headers every wrapper starts with, before the plugin's text:
 /// what every driver text may rely on.
 pub const STD_HEADERS: &str = "\
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>

@@ -1,8 +1,9 @@
-// Kiln's cpu runtime: the checks of a library compiled for a range of sizes
-// (`host compile --dynamic`). `kiln_call_shaped` reads each size symbol from an
-// input's dim and checks it against its range, then every input dim against
-// its expression over the symbols; a refused call returns 4 and leaves the
-// reason, per calling thread, for `kiln_last_error`.
+// Kiln's runtime: the checks of a library compiled for a range of sizes
+// (`host compile --dynamic`), the cpu's `wrapper.cpp` or a Triton device's.
+// `kiln_call_shaped` reads each size symbol from an input's dim and checks it
+// against its range, then every input dim against its expression over the
+// symbols; a refused call returns 4 and leaves the reason, per calling thread,
+// for `kiln_last_error`.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -33,11 +34,12 @@ static inline int kiln_size_mismatch(int input, const char* name, int dim, int64
     return 4;
 }
 
-// `kiln_call`, which takes no sizes, on a library compiled for a range of them.
+// `kiln_call` (or `kiln_run_host`), which takes no sizes, on a library compiled
+// for a range of them.
 static inline int kiln_sizes_needed(void) {
     std::snprintf(kiln_size_text, sizeof kiln_size_text,
-                  "this library was compiled for a range of sizes: call "
-                  "kiln_call_shaped(input_shapes, inputs, outputs), with kiln_output_shapes "
-                  "for the outputs' sizes");
+                  "this library was compiled for a range of sizes: call kiln_call_shaped "
+                  "(kiln_run_host_shaped for host memory) with each input's sizes first, and "
+                  "kiln_output_shapes for the outputs' sizes");
     return 4;
 }

@@ -63,9 +63,10 @@ def profile(name: str, fn, calls: int = 20) -> None:
                 print("   ", line[:150])
 
 
-def compiled_pair(host: str, model_name: str, dtype, b: int, s: int):
+def compiled_pair(host: str, model_name: str, dtype, b: int, s: int, wrapper: str = "python"):
     """The model exported with a dynamic batch and length, compiled by `host` static at
-    b x s and dynamic, both loaded for cuda, and its inputs at b x s."""
+    b x s and dynamic, both loaded for cuda (the C++ wrapper's through
+    bench/gpu/aot_loader.py for `wrapper="cpp"`), and its inputs at b x s."""
     torch.manual_seed(0)
     model, longest, make = model_of(model_name)
     model = model.to(dtype).eval()
@@ -74,8 +75,14 @@ def compiled_pair(host: str, model_name: str, dtype, b: int, s: int):
     inputs = lambda b_, s_, device="cuda": make(b_, s_, dtype, device)  # noqa: E731
     with torch.no_grad():
         sb, ss = exported(model, inputs, archive, (1, 64), (2, longest))
-    host_compile(host, archive, root / "dynamic", "cuda", ["--dynamic"])
-    host_compile(host, archive, root / "static", "cuda", ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}"])
+    extra = ["--wrapper", "cpp"] if wrapper == "cpp" else []
+    host_compile(host, archive, root / "dynamic", "cuda", ["--dynamic", *extra])
+    host_compile(host, archive, root / "static", "cuda",
+                 ["--specialize", f"{sb}={b}", "--specialize", f"{ss}={s}", *extra])
+    if wrapper == "cpp":
+        from aot_loader import AotModule
+
+        return AotModule(str(root / "static")), AotModule(str(root / "dynamic")), list(inputs(b, s).values())
     dynamic = load_module(root / "dynamic" / "output_code.py", "cuda")
     static = load_module(root / "static" / "output_code.py", "cuda")
     return static, dynamic, list(inputs(b, s).values())
@@ -93,11 +100,12 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--static-attention", default="measure", choices=["measure", "library", "kiln"])
     p.add_argument("--python-profile", action="store_true", help="the host's time per Python function too")
+    p.add_argument("--wrapper", choices=["python", "cpp"], default="python")
     a = p.parse_args()
     global PYTHON_PROFILE
     PYTHON_PROFILE = a.python_profile
     b, s = (int(v) for v in a.shape.split("x"))
-    static, dynamic, xs = compiled_pair(a.host, a.model, DTYPES[a.dtype], b, s)
+    static, dynamic, xs = compiled_pair(a.host, a.model, DTYPES[a.dtype], b, s, a.wrapper)
     if getattr(static, "ATTENTION", None) is not None:
         static.ATTENTION.mode = a.static_attention
     print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} {a.dtype} at {b} x {s}")

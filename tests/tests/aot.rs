@@ -643,10 +643,13 @@ fn a_dynamic_export_compiles_once_for_the_cpp_wrapper_taking_each_calls_sizes() 
         "{mlp}"
     );
     // GPT-2's attention takes the tiles planned nearest the call's batch and rows, on
-    // the grid of its programs; its products take the call's rows.
+    // the grid of its programs, compiled for lengths of multiples of 16 where the
+    // call's are; its products take the call's rows.
     let gpt2 = std::fs::read_to_string(tmp.path().join("gpt2/wrapper.cpp")).unwrap();
     for want in [
         "switch (kiln_nearest_tiles(tiles, ",
+        // Each tile variant's twin for lengths of multiples of 16, behind its guard.
+        "if (ks1 % 16 == 0) { // lengths of multiples of 16",
         "const int64_t programs = ",
         "if ((ks0*ks1) > 0) kilnGemm(0, false, false, (ks0*ks1), ",
     ] {

@@ -1457,17 +1457,23 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         assert!(ok, "{model}: {stderr}");
         let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
         assert!(
-            code.contains("KERNELS.kiln_flash_attention_0[grid_of(KERNEL_GRIDS[\"step"),
+            code.contains(" else KERNELS.kiln_flash_attention_1)[grid_of(KERNEL_GRIDS[\"step"),
             "{code}"
         );
-        // One of Kiln's tile variants (the hint's, and the tiles for 64 query rows)
-        // or the library's, as measured once per bucket of sizes.
+        // One of Kiln's tile variants (the hint's, and the tiles for 64 query rows,
+        // each with its twin for lengths of multiples of 16) or the library's, as
+        // measured once per bucket of sizes.
         assert!(
-            code.contains("= ATTENTION.run(0, (lambda _kiln_out: KERNELS.kiln_flash_attention_0[")
-                && code.contains(
-                    "lambda _kiln_out: KERNELS.kiln_flash_attention_1[grid_of(KERNEL_GRIDS[\"step"
-                )
-                && code.contains("(size_bucket((ks0, ks1)), (ks0, "),
+            code.contains(
+                "= ATTENTION.run(0, (lambda _kiln_out: (KERNELS.kiln_flash_attention_0 if "
+            ) && code.contains("[grid_of(KERNEL_GRIDS[\"step")
+                && code.contains("(size_bucket((ks0, ks1)) + (ks1 % 16 == 0,), (ks0, "),
+            "{code}"
+        );
+        // Each tile variant has a twin compiled for a length of a multiple of 16 (a
+        // divisibility guard), launched where the call's length is one.
+        assert!(
+            code.contains("(KERNELS.kiln_flash_attention_0 if ks1 % 16 == 0 else KERNELS.kiln_flash_attention_1)"),
             "{code}"
         );
     }

@@ -403,6 +403,31 @@ impl Expr {
         k != 0 && self.terms.iter().all(|(_, c)| c % k == 0)
     }
 
+    /// Symbols that make every value a multiple of `k` when each of them is one: a
+    /// symbol of each term whose coefficient is not a multiple of `k` (the term is a
+    /// multiple then, its other atoms being integers). `None` where such a term has no
+    /// symbol (a constant, or divisions, remainders, minima and maxima alone).
+    pub fn multiple_of_given(&self, k: i64) -> Option<Vec<SymId>> {
+        if k == 0 {
+            return None;
+        }
+        let mut given: Vec<SymId> = Vec::new();
+        for (monomial, c) in &self.terms {
+            if c % k == 0 {
+                continue;
+            }
+            let symbol = monomial.iter().find_map(|(atom, _)| match atom {
+                Atom::Sym(s) => Some(*s),
+                _ => None,
+            })?;
+            if !given.contains(&symbol) {
+                given.push(symbol);
+            }
+        }
+        given.sort();
+        Some(given)
+    }
+
     /// The symbol, when the expression is exactly one symbol.
     pub fn as_symbol(&self) -> Option<SymId> {
         match self.terms.as_slice() {

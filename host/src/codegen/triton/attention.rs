@@ -25,6 +25,7 @@
 //! holds no device's number; where a plugin says nothing, the host's stated
 //! defaults (`plugins::defaults`) stand in.
 
+use crate::graph::sym::SymId;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -98,6 +99,11 @@ pub struct AttentionLaunch {
     /// this one, `n` `variants[n - 1]`): a wrapper that does not measure them takes
     /// the launch of the point nearest a call's sizes. Empty otherwise.
     pub planned: Vec<([i64; 2], usize)>,
+    /// For a launch of dynamic shapes: the size symbols that, each a multiple of 16,
+    /// make more of its strides and lengths multiples of 16 (a divisibility guard),
+    /// and this launch compiled assuming them so, which a wrapper launches where a
+    /// call's sizes pass the guard ([`divisible_twin`]).
+    pub divisible: Option<(Vec<SymId>, Box<AttentionLaunch>)>,
     /// Where the keys are split across programs (flash-decoding): the launch that
     /// combines their partial results into the output, after this one (pointers: the
     /// scratch buffer and the output; scalars: [`COMBINE_PARAMS`]).
@@ -231,9 +237,12 @@ pub fn write(
             by_key: &mut by_key,
             namer,
         };
-        site.register(&mut launch)?;
-        for v in &mut variants {
-            site.register(v)?;
+        for l in std::iter::once(&mut launch).chain(variants.iter_mut()) {
+            if let Some((guard, mut twin)) = divisible_twin(l) {
+                site.register(&mut twin)?;
+                l.divisible = Some((guard, Box::new(twin)));
+            }
+            site.register(l)?;
         }
         launch.variants = variants;
         launch.planned = planned;
@@ -911,8 +920,53 @@ fn plan(
         dynamic,
         variants: Vec::new(),
         planned: Vec::new(),
+        divisible: None,
         combine,
     })
+}
+
+/// For a launch of dynamic shapes: the same launch compiled assuming more of its
+/// strides and lengths (not the batch or head counts) multiples of 16, as a static
+/// compile of a length of a multiple of 16 knows them (Triton then vectorises their
+/// loads and masks), and the symbols whose being multiples of 16 proves it. A symbol
+/// of the batch is never guarded (a batch is seldom a multiple of 16). `None` where no
+/// symbol makes any more so.
+fn divisible_twin(launch: &AttentionLaunch) -> Option<(Vec<SymId>, AttentionLaunch)> {
+    let n = launch.ints.len();
+    if n < 4 || launch.dynamic.is_none() || launch.combine.is_some() {
+        return None;
+    }
+    // The sizes are last: Z, H, L, S.
+    let (z, h) = (n - 4, n - 3);
+    let batch = launch.ints[z].symbols();
+    let mut guard: Vec<SymId> = Vec::new();
+    let mut aligned = launch.scalars_aligned.clone();
+    for (j, size) in launch.ints.iter().enumerate() {
+        if j == z || j == h || aligned.get(j + 1).copied().unwrap_or(true) {
+            continue;
+        }
+        let Some(given) = size.multiple_of_given(16) else {
+            continue;
+        };
+        if given.is_empty() || given.iter().any(|s| batch.contains(s)) {
+            continue;
+        }
+        for s in given {
+            if !guard.contains(&s) {
+                guard.push(s);
+            }
+        }
+        aligned[j + 1] = true;
+    }
+    if guard.is_empty() {
+        return None;
+    }
+    guard.sort();
+    let twin = AttentionLaunch {
+        scalars_aligned: aligned,
+        ..launch.clone()
+    };
+    Some((guard, twin))
 }
 
 /// The sizes a step of dynamic shapes chooses further tile variants at: its batch

@@ -254,6 +254,15 @@ impl Size {
         }
     }
 
+    /// Symbols that make every value a multiple of `k` when each of them is one
+    /// ([`Expr::multiple_of_given`]): none for a multiple, `None` where no symbols do.
+    pub fn multiple_of_given(&self, k: i64) -> Option<Vec<SymId>> {
+        match &self.0 {
+            Repr::Const(c) => (k != 0 && c % k == 0).then(Vec::new),
+            Repr::Sym { expr, .. } => expr.multiple_of_given(k),
+        }
+    }
+
     /// The interval that holds every value over `symbols`' ranges.
     pub fn bounds(&self, symbols: &Symbols) -> (i128, i128) {
         match &self.0 {

@@ -42,6 +42,28 @@ fn both_export_forms_read_as_one_expression() {
     assert_eq!(shown("s1**2 + 2*s0*s1 + 1"), "2*s0*s1 + s1*s1 + 1");
 }
 
+/// The symbols whose being multiples of 16 makes an expression one: a symbol of
+/// each term whose coefficient is not; none where a term has no symbol.
+#[test]
+fn a_multiple_given_its_symbols_are_multiples() {
+    let id = |name: &str| table().find(name).unwrap();
+    assert_eq!(read("768*s1").multiple_of_given(16), Some(vec![]));
+    assert_eq!(read("s1*s1").multiple_of_given(16), Some(vec![id("s1")]));
+    assert_eq!(
+        read("s0*s1 + 32*s0 + 3*s2").multiple_of_given(16),
+        Some(vec![id("s0"), id("s2")])
+    );
+    // A constant term, or a division alone, is no multiple whatever the symbols.
+    assert_eq!(read("16*s1 + 8").multiple_of_given(16), None);
+    assert_eq!(read("s1 // 2").multiple_of_given(16), None);
+    // Checked at every value where the symbols given are multiples of 16.
+    let e = read("s0*s1 + 32*s0 + 3*s2");
+    for (a, b, c) in [(16, 5, 0), (32, 7, 16), (48, 64, 32)] {
+        let v = e.eval(&|s| [a, b, c][s.0 as usize]).unwrap();
+        assert_eq!(v % 16, 0, "{a} {b} {c}");
+    }
+}
+
 #[test]
 fn exact_divisions_and_remainders_below_the_divisor_simplify() {
     assert_eq!(read("(s0*s1)//s1"), read("s0"));

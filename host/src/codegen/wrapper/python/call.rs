@@ -607,22 +607,40 @@ impl CallWriter<'_> {
                 .enumerate()
                 .filter_map(|(n, v)| {
                     let (programs, _) = v.dynamic.as_ref()?;
+                    // Where the lengths are multiples of 16, the twin compiled so.
+                    let kernel = match &v.divisible {
+                        Some((guard, twin)) => format!(
+                            "(KERNELS.{} if {} else KERNELS.{})",
+                            twin.kernel,
+                            divisible_test(guard),
+                            v.kernel
+                        ),
+                        None => format!("KERNELS.{}", v.kernel),
+                    };
                     Some(format!(
-                        "lambda {OUT_PARAM}: KERNELS.{}[grid_of(KERNEL_GRIDS[\"{}\"], {programs}, 1)]({}, stream=stream0)",
-                        v.kernel,
+                        "lambda {OUT_PARAM}: {kernel}[grid_of(KERNEL_GRIDS[\"{}\"], {programs}, 1)]({}, stream=stream0)",
                         attention_grid_key(i, n),
                         self.attention_args(e, v).join(", ")
                     ))
                 })
                 .collect();
+            // The choice is kept per bucket of sizes, apart for lengths that pass the
+            // divisibility guard (their kernel is another).
+            let bucket = match &l.divisible {
+                Some((guard, _)) => format!(
+                    "size_bucket({}) + ({},)",
+                    tuple(&symbols),
+                    divisible_test(guard)
+                ),
+                None => format!("size_bucket({})", tuple(&symbols)),
+            };
             return writeln!(
                 out,
-                "        {} = ATTENTION.run({}, {}, lambda: ({}), (size_bucket({}), {}, {}))",
+                "        {} = ATTENTION.run({}, {}, lambda: ({}), ({bucket}, {}, {}))",
                 self.name(e.out),
                 self.signatures.get(&i).copied().unwrap_or(0),
                 tuple(&launches),
                 operands.join(", "),
-                tuple(&symbols),
                 tuple(&buf.shape),
                 tuple(&buf.strides),
             );
@@ -790,6 +808,15 @@ impl CallWriter<'_> {
             self.name(e.out)
         )
     }
+}
+
+/// Python's test of a divisibility guard: each symbol a multiple of 16.
+fn divisible_test(guard: &[crate::graph::sym::SymId]) -> String {
+    guard
+        .iter()
+        .map(|s| format!("ks{} % 16 == 0", s.0))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 /// The `KERNEL_GRIDS` key of tile variant `n` of the attention step `i` of dynamic

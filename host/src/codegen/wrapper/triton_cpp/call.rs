@@ -434,10 +434,32 @@ impl Writer<'_> {
         self.template_launch(c, pointers)
     }
 
+    /// One tile variant's launch: where it has a divisibility guard, its twin
+    /// compiled for lengths of multiples of 16 when this call's pass it, else itself.
+    fn attention_tiles(&mut self, l: &AttentionLaunch) -> Result<(), Error> {
+        let Some((guard, twin)) = &l.divisible else {
+            return self.attention_kernel(l);
+        };
+        let test: Vec<String> = guard
+            .iter()
+            .map(|s| format!("ks{} % 16 == 0", s.0))
+            .collect();
+        writeln!(
+            self.out,
+            "        if ({}) {{ // lengths of multiples of 16",
+            test.join(" && ")
+        )?;
+        self.attention_kernel(twin)?;
+        writeln!(self.out, "        }} else {{")?;
+        self.attention_kernel(l)?;
+        writeln!(self.out, "        }}")?;
+        Ok(())
+    }
+
     /// One attention kernel's launch: view pointers, then its runtime scalars, on
     /// its grid (for dynamic shapes, the plugin's for the bucket of this call's
     /// programs).
-    fn attention_tiles(&mut self, l: &AttentionLaunch) -> Result<(), Error> {
+    fn attention_kernel(&mut self, l: &AttentionLaunch) -> Result<(), Error> {
         let kernel = self
             .plan
             .kernels

@@ -671,3 +671,62 @@ fn a_dynamic_export_compiles_once_for_the_cpp_wrapper_taking_each_calls_sizes() 
     }
     syntax_check(&out.join("wrapper.cpp")).unwrap();
 }
+
+/// A kernel whose indexes need 64 bits only at its range's largest sizes (an MLP over
+/// up to 10^8 rows) is compiled in both widths (`INDEX64`), and each wrapper launches
+/// the 32-bit form where the call's sizes keep every index below 2^31 - 1, as a static
+/// compile of those sizes would. A range whose top fits has one width.
+#[test]
+fn a_kernel_wide_only_at_the_top_of_its_range_has_32_bit_forms_behind_a_guard() {
+    let tmp = TempDir::new("aot-narrow");
+    let mlp = repo_root().join("tests/fixtures/pt2/mlp.pt2");
+    let wide = ["--dynamic", "x:0=1..100000000"];
+    let out = tmp.path().join("cpp");
+    let (ok, stderr) = compile_cpp(&mlp, "cuda", &out, &wide);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    for want in [
+        "const bool narrow = (128*ks0) < 2147483647;",
+        "int32_t xnumel32 = static_cast<int32_t>(xnumel);",
+        "switch (narrow ? cell.variant + ",
+    ] {
+        assert!(wrapper.contains(want), "no `{want}` in\n{wrapper}");
+    }
+    // Both forms of every variant are compiled and loaded.
+    let kernels = manifest(&out);
+    let narrow: Vec<&String> = kernels.keys().filter(|k| k.ends_with("_i32")).collect();
+    assert!(!narrow.is_empty(), "{kernels:?}");
+    assert_eq!(narrow.len() * 2, kernels.len(), "{kernels:?}");
+    assert_eq!(wrapper.matches("= loadKernel(").count(), kernels.len());
+    syntax_check(&out.join("wrapper.cpp")).unwrap();
+    // The Python wrapper passes the guard to the kernel's launches.
+    let py = tmp.path().join("py");
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg(&mlp)
+        .args(["--device", "cuda", "-o"])
+        .arg(&py)
+        .args(wide));
+    assert!(output.status.success(), "{stderr}");
+    let code = std::fs::read_to_string(py.join("output_code.py")).unwrap();
+    for want in [
+        "XBLOCK: tl.constexpr, INDEX64: tl.constexpr):",
+        "    if INDEX64:\n        xbase = xbase.to(tl.int64)",
+        "(128*ks0, 1, 128*ks0 < 2147483647)(",
+        "\"xnumel\": \"i32\"}, \"constants\": {\"XBLOCK\": 1024, \"INDEX64\": 0}",
+        ", narrow=((\"",
+    ] {
+        assert!(code.contains(want), "no `{want}` in\n{code}");
+    }
+    // A range whose top keeps every index in 32 bits: one width.
+    let small = tmp.path().join("small");
+    let (output, _, stderr) = run(host(&host_bin())
+        .arg("compile")
+        .arg(&mlp)
+        .args(["--device", "cuda", "-o"])
+        .arg(&small)
+        .args(["--dynamic", "x:0=1..4096"]));
+    assert!(output.status.success(), "{stderr}");
+    let code = std::fs::read_to_string(small.join("output_code.py")).unwrap();
+    assert!(!code.contains("INDEX64"), "{code}");
+}

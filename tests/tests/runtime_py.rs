@@ -103,5 +103,5 @@ fn the_runtime_checks_dynamic_sizes_against_their_ranges_and_picks_launches_by_b
         .arg(&runtime));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(checks, 15, "{stdout}");
+    assert_eq!(checks, 19, "{stdout}");
 }

@@ -147,13 +147,21 @@ pub(super) fn write_kernel(
     };
     let candidates = launches(k, &offered, heuristics).map_err(heuristics_failed)?;
     let launch = candidates[0].clone();
-    let int64_index = x_most.saturating_mul(r_most) >= i128::from(i32::MAX)
-        || k.params.iter().any(|p| {
-            crate::schedule::index::product(&program.buffer(p.buf).shape)
-                .bounds(symbols)
-                .1
-                >= i128::from(i32::MAX)
-        });
+    // The sizes a 32-bit index must reach below: every element the kernel indexes,
+    // and every buffer's.
+    let mut reach = vec![k
+        .space
+        .x
+        .mul(&k.space.r)
+        .unwrap_or_else(|_| Size::from(i64::MAX))];
+    reach.extend(
+        k.params
+            .iter()
+            .map(|p| crate::schedule::index::product(&program.buffer(p.buf).shape)),
+    );
+    let wide = |s: &Size| s.bounds(symbols).1 >= i128::from(sized::NARROW_LIMIT);
+    let int64_index =
+        x_most.saturating_mul(r_most) >= i128::from(i32::MAX) || reach.iter().any(wide);
     // Launched as a programmatic dependent where its grid is small enough; an
     // autotuned kernel is launched by Triton's autotuner, never so.
     let units = heuristics
@@ -176,9 +184,28 @@ pub(super) fn write_kernel(
             persistent,
             dependent_programs,
         );
-        Some(plan.map_err(heuristics_failed)?)
+        let mut plan = plan.map_err(heuristics_failed)?;
+        // 64-bit indexes at the range's largest sizes: 32-bit forms for the others.
+        if int64_index {
+            let mut guard: Vec<Size> = Vec::new();
+            for s in reach.iter().filter(|s| wide(s)) {
+                if !guard.contains(s) {
+                    guard.push(s.clone());
+                }
+            }
+            plan.narrow = Some(sized::Narrow {
+                guard,
+                names: Vec::new(),
+            });
+        }
+        Some(plan)
     } else {
         None
+    };
+    let index = match &sized {
+        Some(s) if s.narrow.is_some() => IndexWidth::Chosen,
+        _ if int64_index => IndexWidth::Wide,
+        _ => IndexWidth::Narrow,
     };
     let sizes: Vec<(SymId, &'static str)> = k
         .symbols()
@@ -213,13 +240,13 @@ pub(super) fn write_kernel(
             IdVec::filled(k.exprs.len(), false)
         },
     };
-    w.header(&names, &sizes, reduction, &candidates, options)?;
+    w.header(&names, &sizes, reduction, &candidates, options, index)?;
     if k.is_tiled() {
-        w.tiled_body(int64_index)?;
+        w.tiled_body(index)?;
     } else if reduction {
-        w.reduction_body(persistent, int64_index)?;
+        w.reduction_body(persistent, index)?;
     } else {
-        w.pointwise_body(int64_index)?;
+        w.pointwise_body(index)?;
     }
     let info = KernelInfo {
         step: named.step,
@@ -246,6 +273,18 @@ pub(super) fn write_kernel(
         },
     };
     Ok((w.out, info))
+}
+
+/// The width of a kernel's indexes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IndexWidth {
+    /// 32 bits.
+    Narrow,
+    /// 64 bits.
+    Wide,
+    /// Chosen when it is compiled: 64 bits where the `INDEX64` constexpr is 1
+    /// (a kernel of dynamic sizes with 32-bit forms: [`sized::Narrow`]).
+    Chosen,
 }
 
 struct KernelWriter<'a> {
@@ -311,6 +350,7 @@ impl KernelWriter<'_> {
         reduction: bool,
         candidates: &[Launch],
         options: &Options,
+        index: IndexWidth,
     ) -> Result<(), Error> {
         if options.autotune && candidates.len() > 1 {
             writeln!(self.out, "@triton.autotune(")?;
@@ -349,6 +389,9 @@ impl KernelWriter<'_> {
         if reduction {
             params.push_str(", RBLOCK: tl.constexpr");
         }
+        if index == IndexWidth::Chosen {
+            params.push_str(", INDEX64: tl.constexpr");
+        }
         writeln!(self.out, "def {}({params}):", self.name)?;
         Ok(())
     }
@@ -362,7 +405,8 @@ impl KernelWriter<'_> {
     }
 
     /// The loop over blocks of rows, with programs along the grid's `axis`.
-    fn row_loop(&mut self, int64: bool, reduction: bool, axis: u8) {
+    fn row_loop(&mut self, index: IndexWidth, reduction: bool, axis: u8) {
+        let int64 = index == IndexWidth::Wide;
         // The sizes are known here: as literals (Inductor does the same), a mask
         // such as `rindex < 1000` lets Triton prove that runs of 8 lanes share
         // it and load them as vectors, which it cannot from a runtime argument
@@ -390,6 +434,13 @@ impl KernelWriter<'_> {
             self.line(1, "rbase = tl.arange(0, RBLOCK)[None, :].to(tl.int64)");
         } else if reduction {
             self.line(1, "rbase = tl.arange(0, RBLOCK)[None, :]");
+        }
+        if index == IndexWidth::Chosen {
+            self.line(1, "if INDEX64:");
+            self.line(2, "xbase = xbase.to(tl.int64)");
+            if reduction {
+                self.line(2, "rbase = rbase.to(tl.int64)");
+            }
         }
         // A grid-stride loop: correct for any grid the plugin launches.
         self.line(
@@ -625,8 +676,8 @@ impl KernelWriter<'_> {
         Ok(())
     }
 
-    fn pointwise_body(&mut self, int64: bool) -> Result<(), Error> {
-        self.row_loop(int64, false, 0);
+    fn pointwise_body(&mut self, index: IndexWidth) -> Result<(), Error> {
+        self.row_loop(index, false, 0);
         let early = self.dependent_wait(2, false)?;
         let needed = self.k.needed();
         for (id, _, _) in self.k.exprs.iter() {
@@ -642,8 +693,8 @@ impl KernelWriter<'_> {
 
     /// A pointwise kernel over tiles of rows by row elements: programs along
     /// the grid's x take row elements, along its y rows.
-    fn tiled_body(&mut self, int64: bool) -> Result<(), Error> {
-        self.row_loop(int64, true, 1);
+    fn tiled_body(&mut self, index: IndexWidth) -> Result<(), Error> {
+        self.row_loop(index, true, 1);
         let early = self.dependent_wait(2, false)?;
         self.line(
             2,
@@ -672,8 +723,8 @@ impl KernelWriter<'_> {
     /// reductions of the phase before, then the values and stores constant
     /// along the row, then the loop over the row (the one tile, for a
     /// persistent kernel) with its reductions and row-varying stores.
-    fn reduction_body(&mut self, persistent: bool, int64: bool) -> Result<(), Error> {
-        self.row_loop(int64, true, 0);
+    fn reduction_body(&mut self, persistent: bool, index: IndexWidth) -> Result<(), Error> {
+        self.row_loop(index, true, 0);
         let plan = RowPlan::of(self.k, persistent);
         if persistent {
             self.line(2, "rindex = rbase");

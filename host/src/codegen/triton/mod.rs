@@ -240,17 +240,29 @@ fn share_identical(
 /// kernel itself, each other `<kernel>_v<n>`, compiled from the kernel's text
 /// with its own config. Kernels that share one function share its variants.
 fn name_variants(info: &mut [KernelInfo], namer: &mut Namer) {
-    let mut named: HashMap<String, Vec<String>> = HashMap::new();
+    type Names = (Vec<String>, Vec<String>);
+    let mut named: HashMap<String, Names> = HashMap::new();
     for k in info.iter_mut() {
         let Some(sized) = &mut k.sized else { continue };
-        let names = named.entry(k.name.clone()).or_insert_with(|| {
+        let (names, narrow) = named.entry(k.name.clone()).or_insert_with(|| {
             let mut names = vec![k.name.clone()];
             for n in 1..sized.variants.len() {
                 names.push(namer.name(&format!("{}_v{n}", k.name)));
             }
-            names
+            // The 32-bit forms (`sized::Narrow`), each variant's.
+            let narrow = match &sized.narrow {
+                Some(_) => names
+                    .iter()
+                    .map(|n| namer.name(&format!("{n}_i32")))
+                    .collect(),
+                None => Vec::new(),
+            };
+            (names, narrow)
         });
         sized.names = names.clone();
+        if let Some(n) = &mut sized.narrow {
+            n.names = narrow.clone();
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use kiln_plugin_api::{Grid, LaunchConfig};
 use crate::codegen::heuristics::{
     kernel_configs_at, launch_grid, HeuristicsError, LaunchHeuristics,
 };
-use crate::graph::sym::Symbols;
+use crate::graph::sym::{Size, Symbols};
 use crate::schedule::ir::{Kernel, Program};
 
 /// The highest bucket a size is placed in (`2^62`): a size past it shares that
@@ -65,7 +65,28 @@ pub struct SizedLaunch {
     /// `table[i][j]`: for a row count in row bucket `x_from + i` and a row length
     /// in bucket `r_from + j`, the variant launched and its grid.
     pub table: Vec<Vec<(usize, Grid)>>,
+    /// For a kernel whose indexes need 64 bits only at the range's largest sizes:
+    /// its 32-bit forms, launched where a call's sizes pass their guard.
+    pub narrow: Option<Narrow>,
 }
+
+/// The 32-bit forms of a kernel of dynamic sizes whose indexes need 64 bits at
+/// some sizes of its range (a static compile of a size that fits takes 32 bits):
+/// the kernel's text compiled with `INDEX64=0`, launched where every size of
+/// `guard` is below `2^31 - 1` at the call, as a static compile of those sizes
+/// decides.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Narrow {
+    /// The sizes (the elements the kernel indexes, each buffer's) that must each
+    /// be below `2^31 - 1`.
+    pub guard: Vec<Size>,
+    /// Each variant's 32-bit form's name, in the order of `variants`.
+    pub names: Vec<String>,
+}
+
+/// The largest value a 32-bit index takes: a kernel whose sizes reach it indexes
+/// in 64 bits.
+pub const NARROW_LIMIT: i64 = i32::MAX as i64;
 
 /// The bucket of a size: the least `b` with `n <= 2^b` (0 for 1 and below).
 pub fn bucket(n: i128) -> u32 {
@@ -198,6 +219,7 @@ pub fn plan(
         x_from: rows.first().map_or(0, |r| r.0),
         r_from: lengths.first().map_or(0, |r| r.0),
         table,
+        narrow: None,
     })
 }
 

@@ -550,6 +550,18 @@ impl CallWriter<'_> {
             // which passes its own constexprs.
             let mut sizes = vec![info.xnumel.to_string()];
             sizes.extend(info.rnumel.as_ref().map(ToString::to_string));
+            // A kernel with 32-bit forms: whether this call's sizes let it take one.
+            if let Some(n) = info.sized.as_ref().and_then(|s| s.narrow.as_ref()) {
+                if info.rnumel.is_none() {
+                    sizes.push("1".into());
+                }
+                let tests: Vec<String> = n
+                    .guard
+                    .iter()
+                    .map(|g| format!("{g} < {}", crate::codegen::triton::sized::NARROW_LIMIT))
+                    .collect();
+                sizes.push(tests.join(" and "));
+            }
             return writeln!(
                 out,
                 "        KERNEL_LAUNCHES[\"{}\"]({})({}, stream=stream0)",

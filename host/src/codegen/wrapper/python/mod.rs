@@ -480,16 +480,26 @@ fn write_sized(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
         if !written.insert(k.name.as_str()) {
             continue;
         }
-        let variants: Vec<String> = s
-            .variants
-            .iter()
-            .zip(&s.names)
-            .map(|(v, name)| {
-                let mut constants = vec![v.x_block.to_string()];
-                constants.extend(v.r_block.map(|r| r.to_string()));
-                format!("(\"{name}\", {})", tuple(&constants))
-            })
-            .collect();
+        // Each variant's constexprs; a kernel with 32-bit forms takes its width too.
+        let variants_of = |names: &[String], index64: &str| -> Vec<String> {
+            s.variants
+                .iter()
+                .zip(names)
+                .map(|(v, name)| {
+                    let mut constants = vec![v.x_block.to_string()];
+                    constants.extend(v.r_block.map(|r| r.to_string()));
+                    if s.narrow.is_some() {
+                        constants.push(index64.to_string());
+                    }
+                    format!("(\"{name}\", {})", tuple(&constants))
+                })
+                .collect()
+        };
+        let variants = variants_of(&s.names, "1");
+        let narrow = match &s.narrow {
+            Some(n) => format!(", narrow={}", tuple(&variants_of(&n.names, "0"))),
+            None => String::new(),
+        };
         let table: Vec<String> = s
             .table
             .iter()
@@ -503,7 +513,7 @@ fn write_sized(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
             .collect();
         // One line per row bucket.
         rows.push(format!(
-            "    \"{}\": kiln_runtime.SizedLaunch(KERNELS, {}, {}, {}, (\n{}    )),",
+            "    \"{}\": kiln_runtime.SizedLaunch(KERNELS, {}, {}, {}, (\n{}    ){narrow}),",
             k.name,
             tuple(&variants),
             s.x_from,
@@ -754,20 +764,25 @@ fn write_meta(
         if !written.insert(info.name.as_str()) {
             continue;
         }
-        let index = if info.int64_index { "i64" } else { "i32" };
-        let mut sig: Vec<String> = info
-            .arg_names
-            .iter()
-            .zip(&info.arg_types)
-            .map(|(n, t)| format!("\"{n}\": \"{t}\""))
-            .collect();
-        sig.push(format!("\"xnumel\": \"{index}\""));
-        if info.rnumel.is_some() {
-            sig.push(format!("\"rnumel\": \"{index}\""));
-        }
-        for (s, t) in &info.sizes {
-            sig.push(format!("\"ks{}\": \"{t}\"", s.0));
-        }
+        let signature = |index: &str| {
+            let mut sig: Vec<String> = info
+                .arg_names
+                .iter()
+                .zip(&info.arg_types)
+                .map(|(n, t)| format!("\"{n}\": \"{t}\""))
+                .collect();
+            sig.push(format!("\"xnumel\": \"{index}\""));
+            if info.rnumel.is_some() {
+                sig.push(format!("\"rnumel\": \"{index}\""));
+            }
+            for (s, t) in &info.sizes {
+                sig.push(format!("\"ks{}\": \"{t}\"", s.0));
+            }
+            sig
+        };
+        let wide = signature(if info.int64_index { "i64" } else { "i32" });
+        let narrow = signature("i32");
+        let narrow_names = info.sized.as_ref().and_then(|s| s.narrow.as_ref());
         // A kernel of symbolic sizes compiles its function with its first variant's
         // config, and each further variant under its own name.
         let l = match &info.sized {
@@ -783,10 +798,18 @@ fn write_meta(
                 }
             }
         };
-        // One entry per compiled binary: a variant names the function it compiles.
-        let mut entry = |name: &str, function: Option<&str>, v: &triton::sized::Variant| {
+        // One entry per compiled binary: a variant names the function it compiles; a
+        // kernel with 32-bit forms takes its width as `INDEX64` (`sized::Narrow`).
+        let mut entry = |name: &str,
+                         function: Option<&str>,
+                         v: &triton::sized::Variant,
+                         index64: bool| {
             let mut constants = vec![format!("\"XBLOCK\": {}", v.x_block)];
             constants.extend(v.r_block.map(|r| format!("\"RBLOCK\": {r}")));
+            if narrow_names.is_some() {
+                constants.push(format!("\"INDEX64\": {}", i32::from(index64)));
+            }
+            let sig = if index64 { &wide } else { &narrow };
             let function = function.map_or(String::new(), |f| format!("\"function\": \"{f}\", "));
             writeln!(
                 out,
@@ -800,13 +823,21 @@ fn write_meta(
                 py_bool(v.dependent)
             )
         };
-        entry(&info.name, None, &l)?;
+        entry(&info.name, None, &l, info.int64_index)?;
         let variants = info
             .sized
             .iter()
             .flat_map(|s| s.variants.iter().zip(&s.names));
         for (v, name) in variants.skip(1) {
-            entry(name, Some(&info.name), v)?;
+            entry(name, Some(&info.name), v, info.int64_index)?;
+        }
+        let narrow_forms = info.sized.iter().flat_map(|s| {
+            s.variants
+                .iter()
+                .zip(s.narrow.iter().flat_map(|n| &n.names))
+        });
+        for (v, name) in narrow_forms {
+            entry(name, Some(&info.name), v, false)?;
         }
     }
     for k in attention {

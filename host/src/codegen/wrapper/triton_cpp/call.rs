@@ -13,7 +13,7 @@ use super::text::{scalar_type, scalar_value};
 use super::{sizes, Error, Writer, DEPENDENT_LAUNCH_FUNCTION};
 use crate::codegen::triton::attention::{runtime_scalar_indices, AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::index_copy::IndexCopyLaunch;
-use crate::codegen::triton::sized::SizedLaunch;
+use crate::codegen::triton::sized::{SizedLaunch, Variant, NARROW_LIMIT};
 use crate::codegen::triton::KernelInfo;
 use crate::graph::dtype::DType;
 use crate::graph::sym::Syntax;
@@ -307,8 +307,7 @@ impl Writer<'_> {
             self.out,
             "            void* args[] = {{{}}};\n            \
              static const KilnSizedCell table[] = {{{}}};\n            \
-             const KilnSizedCell& cell = kiln_sized_cell(table, {}, {cols}, {}, {}, xnumel, {});\n            \
-             switch (cell.variant) {{",
+             const KilnSizedCell& cell = kiln_sized_cell(table, {}, {cols}, {}, {}, xnumel, {});",
             args.join(", "),
             cells.join(", "),
             sized.table.len(),
@@ -316,7 +315,56 @@ impl Writer<'_> {
             sized.r_from,
             if k.rnumel.is_some() { "rnumel" } else { "1" },
         )?;
-        for (n, (name, v)) in sized.names.iter().zip(&sized.variants).enumerate() {
+        // The 32-bit forms (`sized::Narrow`) where this call's sizes allow them: cases
+        // after the variants', with the row counts as 32-bit arguments.
+        let mut forms: Vec<(&String, &Variant, &str)> = sized
+            .names
+            .iter()
+            .zip(&sized.variants)
+            .map(|(name, v)| (name, v, "args"))
+            .collect();
+        match &sized.narrow {
+            Some(narrow) => {
+                let tests: Vec<String> = narrow
+                    .guard
+                    .iter()
+                    .map(|g| format!("{} < {NARROW_LIMIT}", c_size(g)))
+                    .collect();
+                let narrow_args: Vec<String> = args
+                    .iter()
+                    .map(|a| match a.as_str() {
+                        "&xnumel" => "&xnumel32".to_string(),
+                        "&rnumel" => "&rnumel32".to_string(),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                writeln!(
+                    self.out,
+                    "            // 32 bits where this call's sizes allow them.\n            \
+                     const bool narrow = {};\n            \
+                     int32_t xnumel32 = static_cast<int32_t>(xnumel);{}\n            \
+                     void* args32[] = {{{}}};\n            \
+                     switch (narrow ? cell.variant + {} : cell.variant) {{",
+                    tests.join(" && "),
+                    if k.rnumel.is_some() {
+                        "\n            int32_t rnumel32 = static_cast<int32_t>(rnumel);"
+                    } else {
+                        ""
+                    },
+                    narrow_args.join(", "),
+                    sized.variants.len(),
+                )?;
+                forms.extend(
+                    narrow
+                        .names
+                        .iter()
+                        .zip(&sized.variants)
+                        .map(|(name, v)| (name, v, "args32")),
+                );
+            }
+            None => writeln!(self.out, "            switch (cell.variant) {{")?,
+        }
+        for (n, (name, v, args)) in forms.into_iter().enumerate() {
             let (handle, shared, launch) = self.launch_target(name)?;
             let label = if n == 0 {
                 "default".to_string()
@@ -325,7 +373,7 @@ impl Writer<'_> {
             };
             writeln!(
                 self.out,
-                "            {label}: {launch}({handle}, cell.x, cell.y, cell.z, {}u, {shared}u, args, stream); break;",
+                "            {label}: {launch}({handle}, cell.x, cell.y, cell.z, {}u, {shared}u, {args}, stream); break;",
                 v.num_warps
             )?;
         }

@@ -177,6 +177,10 @@ pub const RESERVED: &[&str] = &[
     "din",
     "dout",
     "cell",
+    "narrow",
+    "args32",
+    "xnumel32",
+    "rnumel32",
     "out_shapes",
     "out_ranks",
     "tiles",
@@ -341,7 +345,12 @@ pub fn kernel_names(kernels: &triton::Kernels) -> Vec<String> {
         .info
         .iter()
         .flat_map(|k| match &k.sized {
-            Some(sized) => sized.names.clone(),
+            Some(sized) => sized
+                .names
+                .iter()
+                .chain(sized.narrow.iter().flat_map(|n| &n.names))
+                .cloned()
+                .collect(),
             None => vec![k.name.clone()],
         })
         .chain(kernels.attention.kernels.iter().map(|k| k.name.clone()))
@@ -386,9 +395,12 @@ impl Plan {
                 .info
                 .iter()
                 .find(|k| {
-                    k.sized
-                        .as_ref()
-                        .is_some_and(|s| s.names.iter().any(|n| n == name))
+                    k.sized.as_ref().is_some_and(|s| {
+                        s.names
+                            .iter()
+                            .chain(s.narrow.iter().flat_map(|n| &n.names))
+                            .any(|n| n == name)
+                    })
                 })
                 .map_or_else(|| name.to_string(), |k| k.name.clone())
         };

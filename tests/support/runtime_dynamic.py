@@ -163,27 +163,31 @@ def sized_launches(rt):
 
 
 def narrow_launches(rt, table):
-    """A kernel with 32-bit forms launches the 32-bit form of its bucket's variant where the
-    call says its sizes allow one, the 64-bit one elsewhere, each bound apart; the first
-    launch readies both forms of every variant."""
+    """A kernel of further forms launches, in the form the call says its sizes allow, its
+    bucket's variant, each form bound apart; the first launch readies every variant of
+    every form."""
     kernels = Launched()
-    sized = rt.SizedLaunch(kernels, (("k", (1, 16, 1)), ("k_v1", (1, 32, 1)), ("k_v2", (4, 32, 1))), 40, 4, table,
-                           narrow=(("k_i32", (1, 16, 0)), ("k_v1_i32", (1, 32, 0)), ("k_v2_i32", (4, 32, 0))))
-    sized(18, 16, True)("x", 18, 16, stream=7)
-    sized(18, 16, False)("y", 18, 16, stream=7)
-    sized(18, 16, True)("z", 18, 16, stream=7)
+    wide = (("k", (1, 16, 1)), ("k_v1", (1, 32, 1)), ("k_v2", (4, 32, 1)))
+    narrow = (("k_i32", (1, 16, 0)), ("k_v1_i32", (1, 32, 0)), ("k_v2_i32", (4, 32, 0)))
+    aligned = (("k_a16", (1, 16, 1)), ("k_v1_a16", (1, 32, 1)), ("k_v2_a16", (4, 32, 1)))
+    sized = rt.SizedLaunch(kernels, wide, 40, 4, table, forms=(narrow, aligned, ()))
+    sized(18, 16, 1)("x", 18, 16, stream=7)
+    sized(18, 16, 0)("y", 18, 16, stream=7)
+    sized(18, 16, 1)("z", 18, 16, stream=7)
+    sized(18, 16, 2)("w", 18, 16, stream=7)
     want = [
         ("k_i32", (1, 1, 1), ("x", 18, 16, 1, 16, 0), 7),
         ("k", (1, 1, 1), ("y", 18, 16, 1, 16, 1), 7),
         ("k_i32", (1, 1, 1), ("z", 18, 16, 1, 16, 0), 7),
+        ("k_a16", (1, 1, 1), ("w", 18, 16, 1, 16, 1), 7),
     ]
-    check("a call whose sizes allow 32 bits launches the variant's 32-bit form", kernels.calls == want,
+    check("a call launches its bucket's variant in the form its sizes allow", kernels.calls == want,
           kernels.calls)
-    check("each form of a bucket binds once", kernels.bound == 2, kernels.bound)
-    check("the first launch readies both forms of every variant",
-          kernels.readied == [["k", "k_v1", "k_v2", "k_i32", "k_v1_i32", "k_v2_i32"]], kernels.readied)
-    check("choice names the 32-bit form", sized.choice(100, 2, True) == ("k_v2_i32", (4, 1, 1)),
-          sized.choice(100, 2, True))
-
+    check("each form of a bucket binds once", kernels.bound == 3, kernels.bound)
+    check("the first launch readies every variant of every form",
+          kernels.readied == [["k", "k_v1", "k_v2", "k_i32", "k_v1_i32", "k_v2_i32", "k_a16", "k_v1_a16",
+                               "k_v2_a16"]], kernels.readied)
+    check("choice names the variant in its form", sized.choice(100, 2, 1) == ("k_v2_i32", (4, 1, 1)),
+          sized.choice(100, 2, 1))
 
 main()

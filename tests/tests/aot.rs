@@ -672,13 +672,15 @@ fn a_dynamic_export_compiles_once_for_the_cpp_wrapper_taking_each_calls_sizes() 
     syntax_check(&out.join("wrapper.cpp")).unwrap();
 }
 
-/// A kernel whose indexes need 64 bits only at its range's largest sizes (an MLP over
-/// up to 10^8 rows) is compiled in both widths (`INDEX64`), and each wrapper launches
-/// the 32-bit form where the call's sizes keep every index below 2^31 - 1, as a static
-/// compile of those sizes would. A range whose top fits has one width.
+/// A kernel of dynamic sizes is also compiled in the forms a static compile of some of
+/// its sizes would take, and each wrapper launches the form a call's sizes allow:
+/// 32-bit indexes (`INDEX64` 0) where a kernel's indexes need 64 bits only at its
+/// range's largest sizes (an MLP over up to 10^8 rows), and an inner count known a
+/// multiple of 16 where it is one (GPT-2's causal mask over `s x s`). A range whose
+/// top fits, with counts of multiples of 16, has one form.
 #[test]
-fn a_kernel_wide_only_at_the_top_of_its_range_has_32_bit_forms_behind_a_guard() {
-    let tmp = TempDir::new("aot-narrow");
+fn kernels_of_dynamic_sizes_take_the_forms_a_calls_sizes_allow() {
+    let tmp = TempDir::new("aot-forms");
     let mlp = repo_root().join("tests/fixtures/pt2/mlp.pt2");
     let wide = ["--dynamic", "x:0=1..100000000"];
     let out = tmp.path().join("cpp");
@@ -686,9 +688,9 @@ fn a_kernel_wide_only_at_the_top_of_its_range_has_32_bit_forms_behind_a_guard() 
     assert!(ok, "{stderr}");
     let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
     for want in [
-        "const bool narrow = (128*ks0) < 2147483647;",
+        "const int form = ((128*ks0) < 2147483647 ? 1 : 0);",
         "int32_t xnumel32 = static_cast<int32_t>(xnumel);",
-        "switch (narrow ? cell.variant + ",
+        "switch (cell.variant + 4 * form) {",
     ] {
         assert!(wrapper.contains(want), "no `{want}` in\n{wrapper}");
     }
@@ -699,34 +701,59 @@ fn a_kernel_wide_only_at_the_top_of_its_range_has_32_bit_forms_behind_a_guard() 
     assert_eq!(narrow.len() * 2, kernels.len(), "{kernels:?}");
     assert_eq!(wrapper.matches("= loadKernel(").count(), kernels.len());
     syntax_check(&out.join("wrapper.cpp")).unwrap();
-    // The Python wrapper passes the guard to the kernel's launches.
-    let py = tmp.path().join("py");
-    let (output, _, stderr) = run(host(&host_bin())
-        .arg("compile")
-        .arg(&mlp)
-        .args(["--device", "cuda", "-o"])
-        .arg(&py)
-        .args(wide));
-    assert!(output.status.success(), "{stderr}");
-    let code = std::fs::read_to_string(py.join("output_code.py")).unwrap();
+    // The Python wrapper passes the form to the kernel's launches.
+    let compile_py = |archive: &Path, out: &Path, extra: &[&str]| {
+        let (output, _, stderr) = run(host(&host_bin())
+            .arg("compile")
+            .arg(archive)
+            .args(["--device", "cuda", "-o"])
+            .arg(out)
+            .args(extra));
+        assert!(output.status.success(), "{stderr}");
+        std::fs::read_to_string(out.join("output_code.py")).unwrap()
+    };
+    let code = compile_py(&mlp, &tmp.path().join("py"), &wide);
     for want in [
         "XBLOCK: tl.constexpr, INDEX64: tl.constexpr):",
         "    if INDEX64:\n        xbase = xbase.to(tl.int64)",
-        "(128*ks0, 1, 128*ks0 < 2147483647)(",
+        "(128*ks0, 1, (1 if (128*ks0) < 2147483647 else 0))(",
         "\"xnumel\": \"i32\"}, \"constants\": {\"XBLOCK\": 1024, \"INDEX64\": 0}",
-        ", narrow=((\"",
+        ", forms=(((\"",
     ] {
         assert!(code.contains(want), "no `{want}` in\n{code}");
     }
-    // A range whose top keeps every index in 32 bits: one width.
-    let small = tmp.path().join("small");
-    let (output, _, stderr) = run(host(&host_bin())
-        .arg("compile")
-        .arg(&mlp)
-        .args(["--device", "cuda", "-o"])
-        .arg(&small)
-        .args(["--dynamic", "x:0=1..4096"]));
-    assert!(output.status.success(), "{stderr}");
-    let code = std::fs::read_to_string(small.join("output_code.py")).unwrap();
-    assert!(!code.contains("INDEX64"), "{code}");
+    // A range whose top keeps every index in 32 bits, rows of 128 and 32: one form.
+    let code = compile_py(
+        &mlp,
+        &tmp.path().join("small"),
+        &["--dynamic", "x:0=1..4096"],
+    );
+    assert!(
+        !code.contains("INDEX64") && !code.contains("forms="),
+        "{code}"
+    );
+    // GPT-2's mask over `s x s` elements: a form for a count of a multiple of 16.
+    let gpt2 = repo_root().join("tests/fixtures/dynamic/gpt2.pt2");
+    let code = compile_py(&gpt2, &tmp.path().join("gpt2"), &["--dynamic"]);
+    assert!(
+        code.contains("(ks0*ks1*ks1, 1, (2 if (ks0*ks1*ks1) % 16 == 0 else 0))("),
+        "{code}"
+    );
+    let aligned = code
+        .lines()
+        .find(|l| l.contains("_a16\": {\"function\""))
+        .unwrap_or_else(|| panic!("no aligned form in\n{code}"));
+    assert!(
+        aligned.contains("\"xnumel\"]") || aligned.contains("\"rnumel\"]"),
+        "{aligned}"
+    );
+    let out = tmp.path().join("gpt2-cpp");
+    let (ok, stderr) = compile_cpp(&gpt2, "cuda", &out, &["--dynamic"]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    assert!(
+        wrapper.contains("const int form = ((ks0*ks1*ks1) % 16 == 0 ? 2 : 0);"),
+        "{wrapper}"
+    );
+    syntax_check(&out.join("wrapper.cpp")).unwrap();
 }

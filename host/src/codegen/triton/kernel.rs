@@ -147,21 +147,10 @@ pub(super) fn write_kernel(
     };
     let candidates = launches(k, &offered, heuristics).map_err(heuristics_failed)?;
     let launch = candidates[0].clone();
-    // The sizes a 32-bit index must reach below: every element the kernel indexes,
-    // and every buffer's.
-    let mut reach = vec![k
-        .space
-        .x
-        .mul(&k.space.r)
-        .unwrap_or_else(|_| Size::from(i64::MAX))];
-    reach.extend(
-        k.params
-            .iter()
-            .map(|p| crate::schedule::index::product(&program.buffer(p.buf).shape)),
-    );
-    let wide = |s: &Size| s.bounds(symbols).1 >= i128::from(sized::NARROW_LIMIT);
+    // The sizes that reach 2^31 - 1 somewhere in the range: 64-bit indexes.
+    let wide_sizes = wide_sizes(program, k);
     let int64_index =
-        x_most.saturating_mul(r_most) >= i128::from(i32::MAX) || reach.iter().any(wide);
+        x_most.saturating_mul(r_most) >= i128::from(i32::MAX) || !wide_sizes.is_empty();
     // Launched as a programmatic dependent where its grid is small enough; an
     // autotuned kernel is launched by Triton's autotuner, never so.
     let units = heuristics
@@ -185,25 +174,13 @@ pub(super) fn write_kernel(
             dependent_programs,
         );
         let mut plan = plan.map_err(heuristics_failed)?;
-        // 64-bit indexes at the range's largest sizes: 32-bit forms for the others.
-        if int64_index {
-            let mut guard: Vec<Size> = Vec::new();
-            for s in reach.iter().filter(|s| wide(s)) {
-                if !guard.contains(s) {
-                    guard.push(s.clone());
-                }
-            }
-            plan.narrow = Some(sized::Narrow {
-                guard,
-                names: Vec::new(),
-            });
-        }
+        plan.forms = further_forms(k, wide_sizes);
         Some(plan)
     } else {
         None
     };
-    let index = match &sized {
-        Some(s) if s.narrow.is_some() => IndexWidth::Chosen,
+    let index = match sized.as_ref().and_then(|s| s.forms.as_ref()) {
+        Some(f) if !f.narrow.is_empty() => IndexWidth::Chosen,
         _ if int64_index => IndexWidth::Wide,
         _ => IndexWidth::Narrow,
     };
@@ -275,6 +252,45 @@ pub(super) fn write_kernel(
     Ok((w.out, info))
 }
 
+/// The sizes a 32-bit index of kernel `k` must stay below (every element it indexes,
+/// and every buffer's) that reach [`sized::NARROW_LIMIT`] within the range, each once.
+fn wide_sizes(program: &Program, k: &Kernel) -> Vec<Size> {
+    let elements = k
+        .space
+        .x
+        .mul(&k.space.r)
+        .unwrap_or_else(|_| Size::from(i64::MAX));
+    let buffers = k
+        .params
+        .iter()
+        .map(|p| crate::schedule::index::product(&program.buffer(p.buf).shape));
+    let mut wide: Vec<Size> = Vec::new();
+    for s in std::iter::once(elements).chain(buffers) {
+        if s.bounds(&program.symbols).1 >= i128::from(sized::NARROW_LIMIT) && !wide.contains(&s) {
+            wide.push(s);
+        }
+    }
+    wide
+}
+
+/// The further forms of kernel `k` of dynamic sizes (`sized::Forms`), for the sizes
+/// where a static compile would know more: 32-bit indexes where `wide` (its sizes that
+/// reach 2^31 - 1 within the range) stay below, an inner count (the row count of a
+/// pointwise kernel, the row length of a reduction) of a multiple of 16.
+fn further_forms(k: &Kernel, wide: Vec<Size>) -> Option<sized::Forms> {
+    let (count, param) = if k.is_reduction() {
+        (&k.space.r, "rnumel")
+    } else {
+        (&k.space.x, "xnumel")
+    };
+    let aligned = (!count.is_const() && !count.is_multiple_of(16)).then(|| (count.clone(), param));
+    (!wide.is_empty() || aligned.is_some()).then(|| sized::Forms {
+        narrow: wide,
+        aligned,
+        names: Default::default(),
+    })
+}
+
 /// The width of a kernel's indexes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum IndexWidth {
@@ -283,7 +299,7 @@ enum IndexWidth {
     /// 64 bits.
     Wide,
     /// Chosen when it is compiled: 64 bits where the `INDEX64` constexpr is 1
-    /// (a kernel of dynamic sizes with 32-bit forms: [`sized::Narrow`]).
+    /// (a kernel of dynamic sizes with 32-bit forms: [`sized::Forms::NARROW`]).
     Chosen,
 }
 

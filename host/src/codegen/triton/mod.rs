@@ -240,28 +240,33 @@ fn share_identical(
 /// kernel itself, each other `<kernel>_v<n>`, compiled from the kernel's text
 /// with its own config. Kernels that share one function share its variants.
 fn name_variants(info: &mut [KernelInfo], namer: &mut Namer) {
-    type Names = (Vec<String>, Vec<String>);
+    type Names = (Vec<String>, [Vec<String>; 3]);
     let mut named: HashMap<String, Names> = HashMap::new();
     for k in info.iter_mut() {
         let Some(sized) = &mut k.sized else { continue };
-        let (names, narrow) = named.entry(k.name.clone()).or_insert_with(|| {
+        let (names, forms) = named.entry(k.name.clone()).or_insert_with(|| {
             let mut names = vec![k.name.clone()];
             for n in 1..sized.variants.len() {
                 names.push(namer.name(&format!("{}_v{n}", k.name)));
             }
-            // The 32-bit forms (`sized::Narrow`), each variant's.
-            let narrow = match &sized.narrow {
-                Some(_) => names
+            // The further forms (`sized::Forms`), each variant's.
+            let mut forms: [Vec<String>; 3] = Default::default();
+            for f in sized.forms.iter().flat_map(sized::Forms::present) {
+                let suffix = match f {
+                    sized::Forms::NARROW => "_i32",
+                    sized::Forms::ALIGNED => "_a16",
+                    _ => "_i32_a16",
+                };
+                forms[f - 1] = names
                     .iter()
-                    .map(|n| namer.name(&format!("{n}_i32")))
-                    .collect(),
-                None => Vec::new(),
-            };
-            (names, narrow)
+                    .map(|n| namer.name(&format!("{n}{suffix}")))
+                    .collect();
+            }
+            (names, forms)
         });
         sized.names = names.clone();
-        if let Some(n) = &mut sized.narrow {
-            n.names = narrow.clone();
+        if let Some(f) = &mut sized.forms {
+            f.names = forms.clone();
         }
     }
 }

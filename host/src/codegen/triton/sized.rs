@@ -16,7 +16,7 @@ use kiln_plugin_api::{Grid, LaunchConfig};
 use crate::codegen::heuristics::{
     kernel_configs_at, launch_grid, HeuristicsError, LaunchHeuristics,
 };
-use crate::graph::sym::{Size, Symbols};
+use crate::graph::sym::{Size, Symbols, Syntax};
 use crate::schedule::ir::{Kernel, Program};
 
 /// The highest bucket a size is placed in (`2^62`): a size past it shares that
@@ -65,23 +65,76 @@ pub struct SizedLaunch {
     /// `table[i][j]`: for a row count in row bucket `x_from + i` and a row length
     /// in bucket `r_from + j`, the variant launched and its grid.
     pub table: Vec<Vec<(usize, Grid)>>,
-    /// For a kernel whose indexes need 64 bits only at the range's largest sizes:
-    /// its 32-bit forms, launched where a call's sizes pass their guard.
-    pub narrow: Option<Narrow>,
+    /// Its further forms, each launched where a call's sizes give the facts it was
+    /// compiled under; `None` for a kernel of one form.
+    pub forms: Option<Forms>,
 }
 
-/// The 32-bit forms of a kernel of dynamic sizes whose indexes need 64 bits at
-/// some sizes of its range (a static compile of a size that fits takes 32 bits):
-/// the kernel's text compiled with `INDEX64=0`, launched where every size of
-/// `guard` is below `2^31 - 1` at the call, as a static compile of those sizes
-/// decides.
+/// The forms of a kernel of dynamic sizes beyond its base one: its one text compiled
+/// under facts that hold at some sizes of its range, as a static compile of such a size
+/// knows them, each launched where a call's sizes give its facts (a guard). Form `f` is a
+/// set of facts: [`Forms::NARROW`], 32-bit indexes (the base indexes in 64 bits, which
+/// the range's largest sizes need); [`Forms::ALIGNED`], the count along the kernel's
+/// inner loop a multiple of 16 (Triton then vectorises its masked loads and stores).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Narrow {
-    /// The sizes (the elements the kernel indexes, each buffer's) that must each
-    /// be below `2^31 - 1`.
-    pub guard: Vec<Size>,
-    /// Each variant's 32-bit form's name, in the order of `variants`.
-    pub names: Vec<String>,
+pub struct Forms {
+    /// For [`Forms::NARROW`]: the sizes (the elements the kernel indexes, each buffer's)
+    /// that must each be below [`NARROW_LIMIT`]; empty where the kernel has one width.
+    pub narrow: Vec<Size>,
+    /// For [`Forms::ALIGNED`]: the count (`xnumel` of a pointwise kernel, `rnumel` of a
+    /// reduction) and its parameter's name; `None` where it is a multiple of 16 anyway.
+    pub aligned: Option<(Size, &'static str)>,
+    /// `names[f - 1]`: each variant's name in form `f`, in the order of the variants;
+    /// empty for a form of a fact the kernel has no use for.
+    pub names: [Vec<String>; 3],
+}
+
+impl Forms {
+    /// The fact of 32-bit indexes.
+    pub const NARROW: usize = 1;
+    /// The fact of an inner count of a multiple of 16.
+    pub const ALIGNED: usize = 2;
+
+    /// The forms beyond the base the kernel has (1 to 3), each of facts it uses.
+    pub fn present(&self) -> impl Iterator<Item = usize> + '_ {
+        (1..4).filter(|f| {
+            (f & Self::NARROW == 0 || !self.narrow.is_empty())
+                && (f & Self::ALIGNED == 0 || self.aligned.is_some())
+        })
+    }
+
+    /// The form a call's sizes allow, as an expression of `syntax` over the size
+    /// symbols (`ks<id>`): the sum of the facts whose guards they pass.
+    pub fn test(&self, syntax: Syntax) -> String {
+        let size = |s: &Size| crate::schedule::index::size_text(s, syntax);
+        let python = syntax == Syntax::Python;
+        let and = if python { " and " } else { " && " };
+        let pick = |c: &str, bit: usize| {
+            if python {
+                format!("({bit} if {c} else 0)")
+            } else {
+                format!("({c} ? {bit} : 0)")
+            }
+        };
+        let mut terms = Vec::new();
+        if !self.narrow.is_empty() {
+            let tests: Vec<String> = self
+                .narrow
+                .iter()
+                .map(|g| format!("{} < {NARROW_LIMIT}", size(g)))
+                .collect();
+            terms.push(pick(&tests.join(and), Self::NARROW));
+        }
+        if let Some((count, _)) = &self.aligned {
+            terms.push(pick(&format!("{} % 16 == 0", size(count)), Self::ALIGNED));
+        }
+        terms.join(" + ")
+    }
+
+    /// The names of every variant in every further form.
+    pub fn all_names(&self) -> impl Iterator<Item = &String> {
+        self.names.iter().flatten()
+    }
 }
 
 /// The largest value a 32-bit index takes: a kernel whose sizes reach it indexes
@@ -219,7 +272,7 @@ pub fn plan(
         x_from: rows.first().map_or(0, |r| r.0),
         r_from: lengths.first().map_or(0, |r| r.0),
         table,
-        narrow: None,
+        forms: None,
     })
 }
 

@@ -9,6 +9,7 @@ use super::{py_bool, torch_dtype, tuple, DeviceStrings};
 use crate::codegen::triton::attention::AttentionLaunch;
 use crate::codegen::triton::expr::float_text;
 use crate::codegen::triton::{KernelInfo, Launch};
+use crate::graph::sym::Syntax;
 use crate::schedule::index::Size;
 use crate::schedule::ir::{BufferId, BufferKind, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
@@ -550,17 +551,12 @@ impl CallWriter<'_> {
             // which passes its own constexprs.
             let mut sizes = vec![info.xnumel.to_string()];
             sizes.extend(info.rnumel.as_ref().map(ToString::to_string));
-            // A kernel with 32-bit forms: whether this call's sizes let it take one.
-            if let Some(n) = info.sized.as_ref().and_then(|s| s.narrow.as_ref()) {
+            // A kernel of further forms: the form this call's sizes allow.
+            if let Some(forms) = info.sized.as_ref().and_then(|s| s.forms.as_ref()) {
                 if info.rnumel.is_none() {
                     sizes.push("1".into());
                 }
-                let tests: Vec<String> = n
-                    .guard
-                    .iter()
-                    .map(|g| format!("{g} < {}", crate::codegen::triton::sized::NARROW_LIMIT))
-                    .collect();
-                sizes.push(tests.join(" and "));
+                sizes.push(forms.test(Syntax::Python));
             }
             return writeln!(
                 out,

@@ -774,26 +774,26 @@ class SizedLaunch:
     grid follows it. `variants` are (KERNELS name, constexprs); `table[i][j]` is (variant,
     grid) for the row count's key `x_from + i` and the row length's bucket `r_from + j` (a
     size past the table takes its last row or column; the kernels' grid-stride loops take
-    any grid). A kernel whose indexes need 64 bits only at the range's largest sizes also has
-    `narrow`: each variant's 32-bit form, launched where the call says its sizes allow one
-    (`KERNEL_LAUNCHES[name](xnumel, rnumel, narrow)`)."""
+    any grid). A kernel of further forms (its text compiled under facts some sizes give:
+    1, 32-bit indexes; 2, an inner count of a multiple of 16; 3, both) has `forms`: for each,
+    every variant's (name, constexprs), or () for a form it has not; a call passes the form
+    its sizes allow (`KERNEL_LAUNCHES[name](xnumel, rnumel, form)`)."""
 
-    __slots__ = ("_kernels", "_variants", "_narrow", "_x_from", "_r_from", "_table", "_bound")
+    __slots__ = ("_kernels", "_variants", "_forms", "_x_from", "_r_from", "_table", "_bound")
 
-    def __init__(self, kernels, variants, x_from, r_from, table, narrow=()):
-        self._kernels, self._variants, self._narrow = kernels, variants, narrow
+    def __init__(self, kernels, variants, x_from, r_from, table, forms=((), (), ())):
+        self._kernels, self._variants, self._forms = kernels, variants, forms
         self._x_from, self._r_from, self._table = x_from, r_from, table
         self._bound = {}
 
-    def __call__(self, xnumel, rnumel=1, narrow=False):
-        # row_key(xnumel), bucket(rnumel) and the width, in one key.
+    def __call__(self, xnumel, rnumel=1, form=0):
+        # row_key(xnumel), bucket(rnumel) and the form, in one key.
         m = xnumel - 1
         b = m.bit_length()
-        key = ((b << 3 | ((m >> (b - 4)) & 7 if b > 4 else m & 7)) << 7 | (rnumel - 1).bit_length()) << 1 | (
-            1 if narrow and self._narrow else 0)
+        key = ((b << 3 | ((m >> (b - 4)) & 7 if b > 4 else m & 7)) << 7 | (rnumel - 1).bit_length()) << 2 | form
         launch = self._bound.get(key)
         if launch is None:
-            launch = self._bound[key] = self._bind(key >> 8, (key >> 1) & 127, key & 1)
+            launch = self._bound[key] = self._bind(key >> 9, (key >> 2) & 127, form)
         return launch
 
     @staticmethod
@@ -810,23 +810,26 @@ class SizedLaunch:
         b = m.bit_length()
         return b << 3 | ((m >> (b - 4)) & 7 if b > 4 else m & 7)
 
-    def choice(self, xnumel, rnumel=1, narrow=False):
+    def choice(self, xnumel, rnumel=1, form=0):
         """The (variant name, grid) a call of these sizes launches."""
         n, grid = self._cell(SizedLaunch.row_key(xnumel), SizedLaunch.bucket(rnumel))
-        return (self._narrow if narrow and self._narrow else self._variants)[n][0], grid
+        return self._in_form(form)[n][0], grid
+
+    def _in_form(self, form):
+        return self._forms[form - 1] if form else self._variants
 
     def _cell(self, x_key, r_bucket):
         row = self._table[min(max(x_key - self._x_from, 0), len(self._table) - 1)]
         return row[min(max(r_bucket - self._r_from, 0), len(row) - 1)]
 
-    def _bind(self, x_key, r_bucket, narrow=0):
+    def _bind(self, x_key, r_bucket, form=0):
         if not self._bound:
-            # The first launch readies every variant: no later size compiles one.
+            # The first launch readies every variant in every form: no later size compiles one.
             ready = getattr(self._kernels, "ready", None)
             if ready is not None:
-                ready([name for name, _ in list(self._variants) + list(self._narrow)])
+                ready([name for variants in (self._variants, *self._forms) for name, _ in variants])
         n, grid = self._cell(x_key, r_bucket)
-        name, constants = (self._narrow if narrow else self._variants)[n]
+        name, constants = self._in_form(form)[n]
         kernel = getattr(self._kernels, name)
         if hasattr(kernel, "bind_with"):  # a compiled kernel's launches
             return kernel.bind_with(grid, constants)

@@ -480,24 +480,32 @@ fn write_sized(out: &mut String, kernels: &[KernelInfo]) -> std::fmt::Result {
         if !written.insert(k.name.as_str()) {
             continue;
         }
-        // Each variant's constexprs; a kernel with 32-bit forms takes its width too.
-        let variants_of = |names: &[String], index64: &str| -> Vec<String> {
+        // Each variant's constexprs in form `f` (`sized::Forms`): a kernel with 32-bit
+        // forms takes its width too.
+        let narrowing = s.forms.as_ref().is_some_and(|f| !f.narrow.is_empty());
+        let variants_of = |names: &[String], f: usize| -> Vec<String> {
             s.variants
                 .iter()
                 .zip(names)
                 .map(|(v, name)| {
                     let mut constants = vec![v.x_block.to_string()];
                     constants.extend(v.r_block.map(|r| r.to_string()));
-                    if s.narrow.is_some() {
-                        constants.push(index64.to_string());
+                    if narrowing {
+                        let index64 = f & triton::sized::Forms::NARROW == 0;
+                        constants.push(i32::from(index64).to_string());
                     }
                     format!("(\"{name}\", {})", tuple(&constants))
                 })
                 .collect()
         };
-        let variants = variants_of(&s.names, "1");
-        let narrow = match &s.narrow {
-            Some(n) => format!(", narrow={}", tuple(&variants_of(&n.names, "0"))),
+        let variants = variants_of(&s.names, 0);
+        let narrow = match &s.forms {
+            Some(forms) => {
+                let each: Vec<String> = (1..4)
+                    .map(|f| tuple(&variants_of(&forms.names[f - 1], f)))
+                    .collect();
+                format!(", forms={}", tuple(&each))
+            }
             None => String::new(),
         };
         let table: Vec<String> = s
@@ -782,7 +790,8 @@ fn write_meta(
         };
         let wide = signature(if info.int64_index { "i64" } else { "i32" });
         let narrow = signature("i32");
-        let narrow_names = info.sized.as_ref().and_then(|s| s.narrow.as_ref());
+        let forms = info.sized.as_ref().and_then(|s| s.forms.as_ref());
+        let narrowing = forms.is_some_and(|f| !f.narrow.is_empty());
         // A kernel of symbolic sizes compiles its function with its first variant's
         // config, and each further variant under its own name.
         let l = match &info.sized {
@@ -798,46 +807,51 @@ fn write_meta(
                 }
             }
         };
-        // One entry per compiled binary: a variant names the function it compiles; a
-        // kernel with 32-bit forms takes its width as `INDEX64` (`sized::Narrow`).
+        // One entry per compiled binary: a variant names the function it compiles, in
+        // form `f` (`sized::Forms`): 32-bit indexes (`INDEX64` 0, the counts `i32`), its
+        // inner count known a multiple of 16.
         let mut entry = |name: &str,
                          function: Option<&str>,
                          v: &triton::sized::Variant,
-                         index64: bool| {
+                         f: usize| {
             let mut constants = vec![format!("\"XBLOCK\": {}", v.x_block)];
             constants.extend(v.r_block.map(|r| format!("\"RBLOCK\": {r}")));
-            if narrow_names.is_some() {
-                constants.push(format!("\"INDEX64\": {}", i32::from(index64)));
+            let narrowed = f & triton::sized::Forms::NARROW != 0;
+            if narrowing {
+                constants.push(format!("\"INDEX64\": {}", i32::from(!narrowed)));
             }
-            let sig = if index64 { &wide } else { &narrow };
+            let sig = if narrowed { &narrow } else { &wide };
+            let mut aligned = info.aligned.clone();
+            if let (true, Some((_, param))) = (
+                f & triton::sized::Forms::ALIGNED != 0,
+                forms.and_then(|f| f.aligned.as_ref()),
+            ) {
+                aligned.push((*param).to_string());
+            }
             let function = function.map_or(String::new(), |f| format!("\"function\": \"{f}\", "));
             writeln!(
                 out,
                 "    \"{name}\": {{{function}\"signature\": {{{}}}, \"constants\": {{{}}}, \"aligned\": {}, \"num_warps\": {}, \"num_stages\": {}, \"autotuned\": {}, \"dependent\": {}}},",
                 sig.join(", "),
                 constants.join(", "),
-                name_list(&info.aligned),
+                name_list(&aligned),
                 v.num_warps,
                 v.num_stages,
                 py_bool(function.is_empty() && info.candidates.len() > 1),
                 py_bool(v.dependent)
             )
         };
-        entry(&info.name, None, &l, info.int64_index)?;
-        let variants = info
-            .sized
-            .iter()
-            .flat_map(|s| s.variants.iter().zip(&s.names));
-        for (v, name) in variants.skip(1) {
-            entry(name, Some(&info.name), v, info.int64_index)?;
-        }
-        let narrow_forms = info.sized.iter().flat_map(|s| {
-            s.variants
-                .iter()
-                .zip(s.narrow.iter().flat_map(|n| &n.names))
-        });
-        for (v, name) in narrow_forms {
-            entry(name, Some(&info.name), v, false)?;
+        entry(&info.name, None, &l, 0)?;
+        if let Some(s) = &info.sized {
+            for (v, name) in s.variants.iter().zip(&s.names).skip(1) {
+                entry(name, Some(&info.name), v, 0)?;
+            }
+            for f in forms.iter().flat_map(|f| f.present()) {
+                let names = forms.map_or(&[][..], |forms| &forms.names[f - 1][..]);
+                for (v, name) in s.variants.iter().zip(names) {
+                    entry(name, Some(&info.name), v, f)?;
+                }
+            }
         }
     }
     for k in attention {

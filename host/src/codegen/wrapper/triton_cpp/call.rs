@@ -13,7 +13,7 @@ use super::text::{scalar_type, scalar_value};
 use super::{sizes, Error, Writer, DEPENDENT_LAUNCH_FUNCTION};
 use crate::codegen::triton::attention::{runtime_scalar_indices, AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::index_copy::IndexCopyLaunch;
-use crate::codegen::triton::sized::{SizedLaunch, Variant, NARROW_LIMIT};
+use crate::codegen::triton::sized::{Forms, SizedLaunch, Variant};
 use crate::codegen::triton::KernelInfo;
 use crate::graph::dtype::DType;
 use crate::graph::sym::Syntax;
@@ -315,56 +315,74 @@ impl Writer<'_> {
             sized.r_from,
             if k.rnumel.is_some() { "rnumel" } else { "1" },
         )?;
-        // The 32-bit forms (`sized::Narrow`) where this call's sizes allow them: cases
-        // after the variants', with the row counts as 32-bit arguments.
+        // The further forms (`sized::Forms`) where this call's sizes allow them: form
+        // `f`'s cases after form `f - 1`'s, a 32-bit form's with the counts as 32-bit
+        // arguments.
         let mut forms: Vec<(&String, &Variant, &str)> = sized
             .names
             .iter()
             .zip(&sized.variants)
             .map(|(name, v)| (name, v, "args"))
             .collect();
-        match &sized.narrow {
-            Some(narrow) => {
-                let tests: Vec<String> = narrow
-                    .guard
-                    .iter()
-                    .map(|g| format!("{} < {NARROW_LIMIT}", c_size(g)))
-                    .collect();
-                let narrow_args: Vec<String> = args
-                    .iter()
-                    .map(|a| match a.as_str() {
-                        "&xnumel" => "&xnumel32".to_string(),
-                        "&rnumel" => "&rnumel32".to_string(),
-                        other => other.to_string(),
-                    })
-                    .collect();
+        match &sized.forms {
+            Some(further) => {
+                if !further.narrow.is_empty() {
+                    let narrow_args: Vec<String> = args
+                        .iter()
+                        .map(|a| match a.as_str() {
+                            "&xnumel" => "&xnumel32".to_string(),
+                            "&rnumel" => "&rnumel32".to_string(),
+                            other => other.to_string(),
+                        })
+                        .collect();
+                    writeln!(
+                        self.out,
+                        "            int32_t xnumel32 = static_cast<int32_t>(xnumel);{}\n            \
+                         void* args32[] = {{{}}};",
+                        if k.rnumel.is_some() {
+                            "\n            int32_t rnumel32 = static_cast<int32_t>(rnumel);"
+                        } else {
+                            ""
+                        },
+                        narrow_args.join(", "),
+                    )?;
+                }
                 writeln!(
                     self.out,
-                    "            // 32 bits where this call's sizes allow them.\n            \
-                     const bool narrow = {};\n            \
-                     int32_t xnumel32 = static_cast<int32_t>(xnumel);{}\n            \
-                     void* args32[] = {{{}}};\n            \
-                     switch (narrow ? cell.variant + {} : cell.variant) {{",
-                    tests.join(" && "),
-                    if k.rnumel.is_some() {
-                        "\n            int32_t rnumel32 = static_cast<int32_t>(rnumel);"
-                    } else {
-                        ""
-                    },
-                    narrow_args.join(", "),
+                    "            // The form this call's sizes allow.\n            \
+                     const int form = {};\n            \
+                     switch (cell.variant + {} * form) {{",
+                    further.test(Syntax::C),
                     sized.variants.len(),
                 )?;
-                forms.extend(
-                    narrow
-                        .names
-                        .iter()
-                        .zip(&sized.variants)
-                        .map(|(name, v)| (name, v, "args32")),
-                );
+                for f in 1..4 {
+                    let args = if f & Forms::NARROW != 0 {
+                        "args32"
+                    } else {
+                        "args"
+                    };
+                    let names = &further.names[f - 1];
+                    if names.is_empty() {
+                        // A form of a fact the kernel has no use for: never chosen, its
+                        // cases keep the numbering.
+                        forms.extend(
+                            sized
+                                .names
+                                .iter()
+                                .zip(&sized.variants)
+                                .map(|(n, v)| (n, v, "")),
+                        );
+                        continue;
+                    }
+                    forms.extend(names.iter().zip(&sized.variants).map(|(n, v)| (n, v, args)));
+                }
             }
             None => writeln!(self.out, "            switch (cell.variant) {{")?,
         }
         for (n, (name, v, args)) in forms.into_iter().enumerate() {
+            if args.is_empty() {
+                continue;
+            }
             let (handle, shared, launch) = self.launch_target(name)?;
             let label = if n == 0 {
                 "default".to_string()

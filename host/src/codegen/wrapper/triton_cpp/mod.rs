@@ -177,7 +177,7 @@ pub const RESERVED: &[&str] = &[
     "din",
     "dout",
     "cell",
-    "narrow",
+    "form",
     "args32",
     "xnumel32",
     "rnumel32",
@@ -348,7 +348,7 @@ pub fn kernel_names(kernels: &triton::Kernels) -> Vec<String> {
             Some(sized) => sized
                 .names
                 .iter()
-                .chain(sized.narrow.iter().flat_map(|n| &n.names))
+                .chain(sized.forms.iter().flat_map(|f| f.all_names()))
                 .cloned()
                 .collect(),
             None => vec![k.name.clone()],
@@ -398,7 +398,7 @@ impl Plan {
                     k.sized.as_ref().is_some_and(|s| {
                         s.names
                             .iter()
-                            .chain(s.narrow.iter().flat_map(|n| &n.names))
+                            .chain(s.forms.iter().flat_map(|f| f.all_names()))
                             .any(|n| n == name)
                     })
                 })

@@ -57,34 +57,10 @@ fn write_run_host(out: &mut String, p: &Program, stream_type: &str) -> std::fmt:
          extern \"C\" int kiln_run_host(const void* const* inputs, void* const* outputs) {{\n    \
          static const uint64_t in_bytes[] = {{{}}};\n    \
          static const uint64_t out_bytes[] = {{{}}};\n    \
-         std::vector<void*> din({}, nullptr), dout({}, nullptr);\n    \
-         int status = 0;\n    \
-         try {{\n        \
-         for (size_t i = 0; i < din.size(); ++i) {{\n            \
-         din[i] = kilnDeviceAlloc(in_bytes[i]);\n            \
-         kilnCopyToDevice(din[i], inputs[i], in_bytes[i]);\n        \
-         }}\n        \
-         for (size_t i = 0; i < dout.size(); ++i) dout[i] = kilnDeviceAlloc(out_bytes[i]);\n        \
-         status = kiln_call(din.data(), dout.data(), nullptr);\n        \
-         if (status == 0) {{\n            \
-         kilnSynchronize(({stream_type})nullptr);\n            \
-         for (size_t i = 0; i < dout.size(); ++i) kilnCopyToHost(outputs[i], dout[i], out_bytes[i]);\n        \
-         }}\n    \
-         }} catch (const std::exception& e) {{\n        \
-         std::snprintf(kiln_error_text, sizeof kiln_error_text, \"%s\", e.what());\n        \
-         status = 5;\n    \
-         }}\n    \
-         try {{\n        \
-         for (void* d : din) kilnDeviceFree(d);\n        \
-         for (void* d : dout) kilnDeviceFree(d);\n    \
-         }} catch (const std::exception&) {{\n    \
-         }}\n    \
-         return status;\n\
-         }}",
+         {}",
         list(ins),
         list(outs),
-        p.inputs.len(),
-        p.outputs.len()
+        round_trip(p, "kiln_call(din.data(), dout.data(), nullptr)", stream_type),
     )
 }
 
@@ -137,7 +113,24 @@ fn write_run_host_shaped(out: &mut String, p: &Program, stream_type: &str) -> st
          out_bytes[i] = out_item[i];\n        \
          for (int d = 0; d < out_ranks[i]; ++d) out_bytes[i] *= static_cast<uint64_t>(out_shapes[i][d]);\n    \
          }}\n    \
-         std::vector<void*> din({n_in}, nullptr), dout({n_out}, nullptr);\n    \
+         {}\n\
+         extern \"C\" int kiln_run_host(const void* const*, void* const*) {{ return kiln_sizes_needed(); }}",
+        round_trip(p, "kiln_call_shaped(input_shapes, din.data(), dout.data(), nullptr)", stream_type),
+        in_ranks = ranks(in_ranks),
+        in_item = if in_sizes.is_empty() { "0".to_string() } else { in_sizes.join(", ") },
+        out_ranks = ranks(out_ranks),
+        out_item = if out_sizes.is_empty() { "0".to_string() } else { out_sizes.join(", ") },
+        n_in = p.inputs.len(),
+        n_out = p.outputs.len(),
+    )
+}
+
+/// The body of a host-memory entry after its `in_bytes` and `out_bytes`: each input
+/// copied to the device, `call` on the default stream, a wait, each output copied
+/// back, and the device memory freed; the function's closing brace.
+fn round_trip(p: &Program, call: &str, stream_type: &str) -> String {
+    format!(
+        "std::vector<void*> din({n_in}, nullptr), dout({n_out}, nullptr);\n    \
          int status = 0;\n    \
          try {{\n        \
          for (size_t i = 0; i < din.size(); ++i) {{\n            \
@@ -145,7 +138,7 @@ fn write_run_host_shaped(out: &mut String, p: &Program, stream_type: &str) -> st
          if (in_bytes[i] > 0) kilnCopyToDevice(din[i], inputs[i], in_bytes[i]);\n        \
          }}\n        \
          for (size_t i = 0; i < dout.size(); ++i) dout[i] = kilnDeviceAlloc(out_bytes[i]);\n        \
-         status = kiln_call_shaped(input_shapes, din.data(), dout.data(), nullptr);\n        \
+         status = {call};\n        \
          if (status == 0) {{\n            \
          kilnSynchronize(({stream_type})nullptr);\n            \
          for (size_t i = 0; i < dout.size(); ++i) {{\n                \
@@ -162,12 +155,7 @@ fn write_run_host_shaped(out: &mut String, p: &Program, stream_type: &str) -> st
          }} catch (const std::exception&) {{\n    \
          }}\n    \
          return status;\n\
-         }}\n\
-         extern \"C\" int kiln_run_host(const void* const*, void* const*) {{ return kiln_sizes_needed(); }}",
-        in_ranks = ranks(in_ranks),
-        in_item = if in_sizes.is_empty() { "0".to_string() } else { in_sizes.join(", ") },
-        out_ranks = ranks(out_ranks),
-        out_item = if out_sizes.is_empty() { "0".to_string() } else { out_sizes.join(", ") },
+         }}",
         n_in = p.inputs.len(),
         n_out = p.outputs.len(),
     )

@@ -450,14 +450,6 @@ fn scalar_params() -> impl Iterator<Item = &'static str> {
 /// The innermost strides, compiled in where they are 1.
 const UNIT_STRIDES: [&str; 5] = ["sqe", "ske", "sve", "smn", "soe"];
 
-/// The values of the scalars `kernel` takes at run time, in order: `launch`'s
-/// scalars less those compiled into the kernel as constants.
-pub fn runtime_scalars<'a>(kernel: &AttentionKernel, launch: &'a AttentionLaunch) -> Vec<&'a str> {
-    runtime_scalar_indices(kernel, launch)
-        .map(|i| launch.scalars[i].as_str())
-        .collect()
-}
-
 /// Which of `launch`'s scalars `kernel` takes at run time, in order: their indexes
 /// in `scalars` (0 `sm_scale`, `i` the integer `ints[i - 1]`).
 pub fn runtime_scalar_indices<'a>(

@@ -150,7 +150,7 @@ pub(super) fn write_kernel(
     // The sizes that reach 2^31 - 1 somewhere in the range: 64-bit indexes.
     let wide_sizes = wide_sizes(program, k);
     let int64_index =
-        x_most.saturating_mul(r_most) >= i128::from(i32::MAX) || !wide_sizes.is_empty();
+        x_most.saturating_mul(r_most) >= i128::from(sized::NARROW_LIMIT) || !wide_sizes.is_empty();
     // Launched as a programmatic dependent where its grid is small enough; an
     // autotuned kernel is launched by Triton's autotuner, never so.
     let units = heuristics

@@ -92,6 +92,40 @@ def compiled_pair(host: str, model_name: str, dtype, b: int, s: int, wrapper: st
 PYTHON_PROFILE = False
 
 
+def time_launches(module) -> dict:
+    """Wraps each Triton launch `module` binds from now on (its kiln_runtime's `Launches`) so
+    that its host time is summed per binary: {name: [calls, seconds]}."""
+    launches = module.kiln_runtime.Launches
+    times: dict = {}
+
+    def timed(bind):
+        def bind_timed(self, *a):
+            launch = bind(self, *a)
+            entry = times.setdefault(f"{getattr(self.binary, 'name', '?')} {a}", [0, 0.0])
+
+            def run(*args, stream):
+                start = time.perf_counter()
+                launch(*args, stream=stream)
+                entry[0] += 1
+                entry[1] += time.perf_counter() - start
+
+            return run
+
+        return bind_timed
+
+    launches._bind = timed(launches._bind)
+    launches.bind_with = timed(launches.bind_with)
+    return times
+
+
+def print_launch_times(times: dict, calls: int) -> None:
+    total = sum(t for _, t in times.values())
+    print(f"  host time in Triton launches: {total / calls * 1e3:.3f} ms a call")
+    launched = [(name, (n, t)) for name, (n, t) in times.items() if n]
+    for name, (n, t) in sorted(launched, key=lambda kv: -kv[1][1])[:12]:
+        print(f"    {t / calls * 1e6:8.1f} us  x{n // calls:<3} ({t / n * 1e6:5.1f} us each) {name[:70]}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("host")
@@ -101,6 +135,8 @@ def main() -> None:
     p.add_argument("--static-attention", default="measure", choices=["measure", "library", "kiln"])
     p.add_argument("--python-profile", action="store_true", help="the host's time per Python function too")
     p.add_argument("--wrapper", choices=["python", "cpp"], default="python")
+    p.add_argument("--launch-times", action="store_true",
+                   help="the host time of each Triton launch (the Python wrapper's), per kernel")
     a = p.parse_args()
     global PYTHON_PROFILE
     PYTHON_PROFILE = a.python_profile
@@ -109,9 +145,24 @@ def main() -> None:
     if getattr(static, "ATTENTION", None) is not None:
         static.ATTENTION.mode = a.static_attention
     print(f"# bench/gpu/dynamic_profile.py on {torch.cuda.get_device_name(0)}: {a.model} {a.dtype} at {b} x {s}")
+    timed = {}
+    if a.launch_times and a.wrapper == "python":
+        timed = {"static": time_launches(static), "dynamic": time_launches(dynamic)}
     with torch.no_grad():
         profile(f"static ({a.static_attention} attention)", lambda: static.call(list(xs)))
         profile("dynamic", lambda: dynamic.call(list(xs)))
+        for name, module in (("static", static), ("dynamic", dynamic)):
+            if name in timed:
+                for _ in range(3):
+                    module.call(list(xs))
+                for entry in timed[name].values():
+                    entry[:] = [0, 0.0]
+                torch.cuda.synchronize()
+                for _ in range(20):
+                    module.call(list(xs))
+                torch.cuda.synchronize()
+                print(f"## {name}, 20 calls:")
+                print_launch_times(timed[name], 20)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 //! for every Triton device, every kernel through the real Triton compiler, the
 //! debug layout, and the errors. (The golden files are `goldens.rs`'s.)
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -1457,18 +1458,52 @@ fn a_dynamic_export_compiles_once_for_every_size_in_its_range() {
         assert!(ok, "{model}: {stderr}");
         let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
         assert!(
-            code.contains(" else KERNELS.kiln_flash_attention_1)[grid_of(KERNEL_GRIDS[\"step"),
+            code.contains(" else KERNELS.kiln_flash_attention_1)[grid_of(KERNEL_GRIDS[0], "),
             "{code}"
         );
         // One of Kiln's tile variants (the hint's, and the tiles for 64 query rows,
         // each with its twin for lengths of multiples of 16) or the library's, as
         // measured once per bucket of sizes.
         assert!(
-            code.contains(
-                "= ATTENTION.run(0, (lambda _kiln_out: (KERNELS.kiln_flash_attention_0 if "
-            ) && code.contains("[grid_of(KERNEL_GRIDS[\"step")
-                && code.contains("(size_bucket((ks0, ks1)) + (ks1 % 16 == 0,), (ks0, "),
+            code.contains("= ATTENTION.run(0, (lambda _kiln_out: _kiln_at[")
+                && code.contains("            size_bucket((ks0, ks1)) + (ks1 % 16 == 0,),\n"),
             "{code}"
+        );
+        // What the call's sizes choose is computed once a call, before the first step:
+        // each sized kernel's launch and each tile variant's, and attention's bucket,
+        // however many layers launch them; equal grid tables are written once.
+        let per_call = code
+            .split("        _kiln_at = (\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n        )\n").next())
+            .unwrap_or_else(|| panic!("{model}: no `_kiln_at` in\n{code}"));
+        let items: Vec<&str> = per_call.lines().map(str::trim).collect();
+        let distinct: HashSet<&str> = items.iter().copied().collect();
+        assert_eq!(items.len(), distinct.len(), "{per_call}");
+        let launches = code.matches("KERNEL_LAUNCHES[\"").count();
+        let sized = items
+            .iter()
+            .filter(|i| i.starts_with("KERNEL_LAUNCHES[\""))
+            .count();
+        assert!(
+            sized > 0 && launches == sized,
+            "{launches} sized launches, {sized} once a call"
+        );
+        assert_eq!(code.matches("size_bucket((").count(), 1, "{code}");
+        let tables = code
+            .split("KERNEL_GRIDS = (\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n)\n").next())
+            .unwrap_or_default()
+            .lines()
+            .count();
+        let variants = code
+            .lines()
+            .find(|l| l.contains("= ATTENTION.run(0, "))
+            .map_or(0, |l| l.matches("lambda _kiln_out: ").count());
+        assert!(
+            (1..=variants).contains(&tables),
+            "{variants} tile variants, {tables} tables"
         );
         // Each tile variant has a twin compiled for a length of a multiple of 16 (a
         // divisibility guard), launched where the call's length is one.

@@ -2,6 +2,7 @@
 //! allocate (or reuse) buffers by the memory plan, launch each kernel or call
 //! each extern product, delete buffers as they die, and return the outputs.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
@@ -35,6 +36,56 @@ pub(super) struct CallWriter<'a> {
     pub aligned: &'a [usize],
     /// Where each size symbol is read from (empty for a program of one size).
     pub sources: &'a [super::super::SymbolSource],
+    /// What a call of dynamic shapes chooses once from its sizes (filled as the
+    /// steps are written).
+    pub per_call: RefCell<PerCall>,
+    /// The `KERNEL_GRIDS` table of each attention step's tile variant
+    /// ([`attention_grids`]).
+    pub grid_keys: &'a HashMap<(usize, usize), usize>,
+}
+
+/// The local that holds what a call of dynamic shapes chooses once from its sizes.
+pub(super) const PER_CALL: &str = "_kiln_at";
+
+/// What a call of dynamic shapes computes once, from its sizes, before its first
+/// step: each sized kernel's launch for the bucket of its sizes, attention's
+/// bucket and its tile variants' launches. A model's layers launch the same
+/// kernels at the same sizes, so each lookup is made once a call, not once a
+/// launch (each costs the host about a microsecond). They are the items of one
+/// tuple, [`PER_CALL`], in order of first use.
+#[derive(Debug, Default)]
+pub(super) struct PerCall {
+    items: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+impl PerCall {
+    /// `expr` (of the size symbols alone), computed once a call: the expression
+    /// that reads it.
+    fn at(&mut self, expr: String) -> String {
+        let next = self.items.len();
+        let i = *self.index.entry(expr.clone()).or_insert(next);
+        if i == next {
+            self.items.push(expr);
+        }
+        format!("{PER_CALL}[{i}]")
+    }
+
+    /// The line that computes them all (nothing where there are none).
+    fn write(&self, out: &mut String) -> std::fmt::Result {
+        if self.items.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "        # What this call's sizes choose, once: each sized kernel's launch, attention's bucket."
+        )?;
+        writeln!(out, "        {PER_CALL} = (")?;
+        for item in &self.items {
+            writeln!(out, "            {item},")?;
+        }
+        writeln!(out, "        )")
+    }
 }
 
 /// The positions of the graph inputs some kernel reads through a pointer
@@ -230,9 +281,12 @@ impl CallWriter<'_> {
             .flatten()
             .filter_map(|a| a.reuse)
             .collect();
+        let mut body = String::new();
         for (i, step) in self.program().steps.iter().enumerate() {
-            self.step(out, i, step, &donors)?;
+            self.step(&mut body, i, step, &donors)?;
         }
+        self.per_call.borrow().write(out)?;
+        out.push_str(&body);
         let outs: Vec<String> = self
             .program()
             .outputs
@@ -558,13 +612,12 @@ impl CallWriter<'_> {
                 }
                 sizes.push(forms.test(Syntax::Python));
             }
-            return writeln!(
-                out,
-                "        KERNEL_LAUNCHES[\"{}\"]({})({}, stream=stream0)",
+            let launch = self.per_call.borrow_mut().at(format!(
+                "KERNEL_LAUNCHES[\"{}\"]({})",
                 info.name,
-                sizes.join(", "),
-                args.join(", ")
-            );
+                sizes.join(", ")
+            ));
+            return writeln!(out, "        {launch}({}, stream=stream0)", args.join(", "));
         }
         // Compiled ahead (KERNELS): every parameter in order, the constexprs too.
         let l = &info.launch;
@@ -625,23 +678,26 @@ impl CallWriter<'_> {
                         ),
                         None => format!("KERNELS.{}", v.kernel),
                     };
+                    let launch = self.per_call.borrow_mut().at(format!(
+                        "{kernel}[grid_of(KERNEL_GRIDS[{}], {programs}, 1)]",
+                        self.grid_keys.get(&(i, n)).copied().unwrap_or(0)
+                    ));
                     Some(format!(
-                        "lambda {OUT_PARAM}: {kernel}[grid_of(KERNEL_GRIDS[\"{}\"], {programs}, 1)]({}, stream=stream0)",
-                        attention_grid_key(i, n),
+                        "lambda {OUT_PARAM}: {launch}({}, stream=stream0)",
                         self.attention_args(e, v).join(", ")
                     ))
                 })
                 .collect();
             // The choice is kept per bucket of sizes, apart for lengths that pass the
             // divisibility guard (their kernel is another).
-            let bucket = match &l.divisible {
+            let bucket = self.per_call.borrow_mut().at(match &l.divisible {
                 Some((guard, _)) => format!(
                     "size_bucket({}) + ({},)",
                     tuple(&symbols),
                     divisible_test(guard)
                 ),
                 None => format!("size_bucket({})", tuple(&symbols)),
-            };
+            });
             return writeln!(
                 out,
                 "        {} = ATTENTION.run({}, {}, lambda: ({}), ({bucket}, {}, {}))",
@@ -827,11 +883,35 @@ fn divisible_test(guard: &[crate::graph::sym::SymId]) -> String {
         .join(" and ")
 }
 
-/// The `KERNEL_GRIDS` key of tile variant `n` of the attention step `i` of dynamic
-/// shapes (kernel names never start so).
-pub(super) fn attention_grid_key(i: usize, n: usize) -> String {
-    match n {
-        0 => format!("step{i}"),
-        n => format!("step{i}v{n}"),
+/// The distinct grid tables of the attention steps of dynamic shapes
+/// (`KERNEL_GRIDS`), each the plugin's grid per bucket of program counts: a
+/// model's layers share theirs.
+#[derive(Debug, Default)]
+pub(super) struct AttentionGrids<'a> {
+    /// The tables, in order of first use.
+    pub tables: Vec<&'a [kiln_plugin_api::Grid]>,
+    /// The table of each step's tile variant `(step, n)`.
+    pub of: HashMap<(usize, usize), usize>,
+}
+
+/// The [`AttentionGrids`] of a program's attention launches.
+pub(super) fn attention_grids(attention: &HashMap<usize, AttentionLaunch>) -> AttentionGrids<'_> {
+    let mut steps: Vec<(&usize, &AttentionLaunch)> = attention.iter().collect();
+    steps.sort_by_key(|(i, _)| **i);
+    let mut out = AttentionGrids::default();
+    for (&i, l) in steps {
+        for (n, v) in std::iter::once(l).chain(&l.variants).enumerate() {
+            if let Some((_, grids)) = &v.dynamic {
+                let table = match out.tables.iter().position(|t| *t == grids.as_slice()) {
+                    Some(t) => t,
+                    None => {
+                        out.tables.push(grids);
+                        out.tables.len() - 1
+                    }
+                };
+                out.of.insert((i, n), table);
+            }
+        }
     }
+    out
 }

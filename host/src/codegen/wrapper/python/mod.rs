@@ -129,6 +129,7 @@ pub const RESERVED: &[&str] = &[
     "ATTENTION",
     "_kiln_synchronize",
     call::OUT_PARAM,
+    call::PER_CALL,
     "_GUARDS",
     "empty_strided_device",
     "reinterpret_tensor",
@@ -251,6 +252,7 @@ pub fn write(
     write_attention(&mut out, &signatures.rows)?;
     write_biases(&mut out, biases.count)?;
     let weights = write_constants(&mut out, p, &names)?;
+    let grid_keys = call::attention_grids(&kernels.attention.launches).of;
     let writer = call::CallWriter {
         scheduled,
         names: &names,
@@ -261,6 +263,8 @@ pub fn write(
         strings,
         aligned: &aligned,
         sources: &sources,
+        per_call: Default::default(),
+        grid_keys: &grid_keys,
     };
     writer.write(&mut out)?;
     write_benchmark(&mut out, p, strings)?;
@@ -439,32 +443,25 @@ fn write_grids(
     attention: &HashMap<usize, triton::attention::AttentionLaunch>,
 ) -> std::fmt::Result {
     write_sized(out, kernels)?;
-    let row = |key: &str, grids: &[kiln_plugin_api::Grid]| {
+    let row = |grids: &[kiln_plugin_api::Grid]| {
         let grids: Vec<String> = grids.iter().map(grid_literal).collect();
-        format!("    \"{key}\": {},", tuple(&grids))
+        format!("    {},", tuple(&grids))
     };
-    // Attention steps of dynamic shapes, by step and tile variant.
-    let mut steps: Vec<(&usize, &triton::attention::AttentionLaunch)> = attention
-        .iter()
-        .filter(|(_, l)| l.dynamic.is_some())
-        .collect();
-    if steps.is_empty() {
+    // The attention steps of dynamic shapes' distinct tables.
+    let tables = call::attention_grids(attention).tables;
+    if tables.is_empty() {
         return Ok(());
     }
-    steps.sort_by_key(|(i, _)| **i);
     writeln!(
         out,
-        "# Grids of the attention steps of dynamic shapes, by bucket of program counts."
+        "# Grids of the attention steps of dynamic shapes (tile variants a model's layers\n\
+         # share), each the plugin's grid per bucket of program counts."
     )?;
-    writeln!(out, "KERNEL_GRIDS = {{")?;
-    for (i, l) in steps {
-        for (n, v) in std::iter::once(l).chain(&l.variants).enumerate() {
-            if let Some((_, grids)) = &v.dynamic {
-                writeln!(out, "{}", row(&call::attention_grid_key(*i, n), grids))?;
-            }
-        }
+    writeln!(out, "KERNEL_GRIDS = (")?;
+    for grids in tables {
+        writeln!(out, "{}", row(grids))?;
     }
-    writeln!(out, "}}")?;
+    writeln!(out, ")")?;
     writeln!(out, "grid_of = kiln_runtime.grid_of")?;
     // Attention chooses its side per bucket of the call's sizes.
     writeln!(out, "size_bucket = kiln_runtime.size_bucket")

@@ -6,7 +6,8 @@ Usage:
     python3 tools/export_dynamic.py OUT_DIR [--seed N]
 
 Writes, for each model, `NAME.pt2` (torch.export's IR) and `NAME_core.pt2` (after
-`run_decompositions()`: core ATen), and for each size `NAME.BxL.inputK.bin` and `NAME.BxL.expected0.bin`
+`run_decompositions()`: core ATen; GPT-2's with its attention written out, which PyTorch
+decomposes over symbolic sizes where it cannot decompose `scaled_dot_product_attention`), and for each size `NAME.BxL.inputK.bin` and `NAME.BxL.expected0.bin`
 (raw little-endian tensors), and `cases.json`: per archive, the symbol of each dynamic input
 dim, its range, and the sizes with their files. The models are tiny with random weights:
 - `mlp_ln`: linear, GELU, linear, residual and layer norm over `x` `[batch, seq, 32]`;
@@ -89,6 +90,28 @@ def symbols(ep) -> dict:
     return {"dims": dims, "ranges": ranges}
 
 
+def core_aten(m, ep, example, dynamic):
+    """`ep` in core ATen (`run_decompositions()`). PyTorch 2.15 cannot decompose
+    `scaled_dot_product_attention` over symbolic sizes (a view of a transposed tensor), so a
+    transformers model whose decomposition fails is exported again with the same weights and
+    its attention written out (`attn_implementation="eager"`: matmuls, a mask and a softmax),
+    and that program decomposed."""
+    try:
+        return ep.run_decompositions()
+    except Exception:
+        config = getattr(getattr(m, "m", None), "config", None)
+        if config is None or getattr(config, "_attn_implementation", "eager") == "eager":
+            raise
+    kept = config._attn_implementation
+    config._attn_implementation = "eager"
+    try:
+        with torch.no_grad():
+            eager = torch.export.export(m, (), example, dynamic_shapes=dynamic, strict=False)
+        return eager.run_decompositions()
+    finally:
+        config._attn_implementation = kept
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
@@ -106,12 +129,10 @@ def main() -> None:
         dynamic = {k: {0: batch, 1: seq} for k in example}
         with torch.no_grad():
             ep = torch.export.export(m, (), example, dynamic_shapes=dynamic, strict=False)
-        # Each model in both of torch.export's IR forms: as exported, and in core ATen where
-        # PyTorch can decompose it (its decomposition of GPT-2's attention over symbolic
-        # sizes fails in PyTorch 2.15: a view of a transposed tensor).
+        # Each model in both of torch.export's IR forms: as exported, and in core ATen.
         archives = {name: ep}
         try:
-            archives[f"{name}_core"] = ep.run_decompositions()
+            archives[f"{name}_core"] = core_aten(m, ep, example, dynamic)
         except Exception as error:  # PyTorch's own failure: reported, the model kept as exported
             print(f"{name}: no core ATen form ({type(error).__name__}: {str(error).splitlines()[0]})")
         sizes = []

@@ -42,8 +42,8 @@ fn each_dynamic_export_matches_pytorch_at_sizes_across_its_range() {
     let archives = cases.as_object().expect("an object");
     assert_eq!(
         archives.len(),
-        5,
-        "mlp_ln, mlp_ln_core, gpt2, bert, bert_core"
+        6,
+        "mlp_ln, mlp_ln_core, gpt2, gpt2_core, bert, bert_core"
     );
     let cpu = common::plugin("cpu");
     for (archive, case) in archives {

@@ -716,7 +716,7 @@ fn kernels_of_dynamic_sizes_take_the_forms_a_calls_sizes_allow() {
     for want in [
         "XBLOCK: tl.constexpr, INDEX64: tl.constexpr):",
         "    if INDEX64:\n        xbase = xbase.to(tl.int64)",
-        "(128*ks0, 1, (1 if (128*ks0) < 2147483647 else 0))(",
+        "(128*ks0, 1, (1 if (128*ks0) < 2147483647 else 0)),\n",
         "\"xnumel\": \"i32\"}, \"constants\": {\"XBLOCK\": 1024, \"INDEX64\": 0}",
         ", forms=(((\"",
     ] {
@@ -736,7 +736,7 @@ fn kernels_of_dynamic_sizes_take_the_forms_a_calls_sizes_allow() {
     let gpt2 = repo_root().join("tests/fixtures/dynamic/gpt2.pt2");
     let code = compile_py(&gpt2, &tmp.path().join("gpt2"), &["--dynamic"]);
     assert!(
-        code.contains("(ks0*ks1*ks1, 1, (2 if (ks0*ks1*ks1) % 16 == 0 else 0))("),
+        code.contains("(ks0*ks1*ks1, 1, (2 if (ks0*ks1*ks1) % 16 == 0 else 0)),\n"),
         "{code}"
     );
     let aligned = code

@@ -112,7 +112,7 @@ def random_inputs(archive: str, b: int, seq: int, g: torch.Generator) -> list:
     if archive.startswith("mlp"):
         return [torch.randn(b, seq, 32, generator=g).cuda()]
     ids = torch.randint(0, 32, (b, seq), generator=g).cuda()
-    if archive == "gpt2":
+    if archive.startswith("gpt2"):
         return [ids]
     mask = torch.ones(b, seq, dtype=torch.int64, device="cuda")
     mask[0, seq - 1:] = 0

@@ -3,7 +3,8 @@
 //! a dynamic batch and sequence length): specialised at a size in the range, each imports at
 //! that size and matches PyTorch's outputs there, in the interpreter and through the program
 //! the cpu device ships. Sizes outside the range, unknown symbols and a static archive given
-//! sizes are refused with what the archive offers.
+//! sizes are refused with what the archive offers. Convolutional networks exported static take
+//! a batch made dynamic on the command line.
 
 mod common;
 
@@ -473,6 +474,65 @@ fn dims_of_a_static_export_made_dynamic_on_the_command_line() {
         );
         assert!(err.contains(want), "{flag}: {err}");
     }
+}
+
+/// Convolutional networks exported static (ResNet and MobileNetV2 of tests/fixtures/models:
+/// convolutions, batch norms, max and adaptive average pooling, residual adds) with their
+/// batch made dynamic on the command line: each compiles once for the cpu device, and one
+/// library runs batches of 1, 3 and 5. Each image of a batch is one of the example's two, so
+/// each output row must be PyTorch's for that image. A symbolic image size is refused by name.
+#[test]
+fn convolutional_networks_take_a_symbolic_batch() {
+    let dir = common::repo_root().join("tests/fixtures/models");
+    for model in ["resnet", "mobilenet_v2"] {
+        let options = LoadOptions {
+            dynamic: true,
+            dynamic_dims: vec!["x:0=1..64".parse().unwrap()],
+            ..Default::default()
+        };
+        let g = load_with(dir.join(format!("{model}.pt2")), &options)
+            .unwrap_or_else(|e| panic!("{model}: {}", kiln::diag::report(&e)));
+        let meta = g.input_meta(0).unwrap().clone();
+        assert_eq!(meta.shape[0].as_const(), None, "{model}: {:?}", meta.shape);
+        let compiled = kiln::driver::compile(g, &common::plugin("cpu"), &Default::default())
+            .unwrap_or_else(|e| panic!("{model}: {}", kiln::diag::report(&e)));
+        assert!(compiled.code.contains("kiln_conv2d<"), "{model}");
+        let (module, _) =
+            kiln::runtime::build_and_load(&compiled.code, &compiled.scheduled, &compiled.weights)
+                .unwrap_or_else(|e| panic!("{model}: {}", kiln::diag::report(&e)));
+        let x = common::read_f32(&dir.join(format!("{model}.input0.bin")));
+        let want = common::read_f32(&dir.join(format!("{model}.expected0.bin")));
+        let (image, row) = (x.len() / 2, want.len() / 2);
+        for picks in [vec![1], vec![1, 0, 1], vec![0, 1, 1, 0, 0]] {
+            let mut shape: Vec<i64> = meta.shape.iter().map(|d| d.hint()).collect();
+            shape[0] = picks.len() as i64;
+            let pick = |part: &[f64], n: usize| -> Vec<f64> {
+                picks
+                    .iter()
+                    .flat_map(|&i| part[i * n..(i + 1) * n].to_vec())
+                    .collect()
+            };
+            let input = Tensor::new(shape, meta.dtype, pick(&x, image));
+            let got = module
+                .run(&[input])
+                .unwrap_or_else(|e| panic!("{model} at {picks:?}: {}", kiln::diag::report(&e)));
+            let err = rel_err(&got[0], &pick(&want, row));
+            assert!(err <= 1e-4, "{model} at {picks:?}: relative error {err:e}");
+        }
+    }
+    // An image size that varies: the convolution names itself and what it takes.
+    let options = LoadOptions {
+        dynamic: true,
+        dynamic_dims: vec!["x:2,x:3=32..128".parse().unwrap()],
+        ..Default::default()
+    };
+    let err = kiln::diag::report(&load_with(dir.join("resnet.pt2"), &options).unwrap_err());
+    assert!(
+        err.contains("node `conv2d`")
+            && err.contains("takes a symbolic batch (dim 0) only")
+            && err.contains("--specialize"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -300,6 +300,36 @@ fn debug_writes_inductors_debug_layout_and_autotune_offers_every_config() {
     );
 }
 
+/// A convolutional network exported static, its batch made dynamic on the command line,
+/// compiles once for each Triton device: the Python wrapper calls the library's convolution
+/// at each call's batch and binds its result at the sizes over the batch's symbol. Its C++
+/// wrapper, which has no convolution yet, says so.
+#[test]
+fn a_convolutional_network_compiles_once_for_a_range_of_batches() {
+    let tmp = TempDir::new("dynamic-cnn");
+    let resnet = repo_root().join("tests/fixtures/models/resnet.pt2");
+    for device in ["cuda", "gxu"] {
+        let out = tmp.path().join(device);
+        let (ok, stderr) = compile(&resnet, device, &out, &["--dynamic", "x:0=1..64"]);
+        assert!(ok, "{device}: {stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        for want in [
+            "SIZE_SYMBOLS = ((\"ks0\", \"x:0\", 0, 0, 1, 64),)",
+            " = in_layout(torch.convolution(x, ",
+            "), (ks0, 8, 32, 32), (8192, 1024, 32, 1))",
+        ] {
+            assert!(code.contains(want), "{device}: no `{want}` in\n{code}");
+        }
+    }
+    let (ok, stderr) = compile(
+        &resnet,
+        "cuda",
+        &tmp.path().join("cpp"),
+        &["--wrapper", "cpp", "--dynamic", "x:0=1..64"],
+    );
+    assert!(!ok && stderr.contains("has no convolution yet"), "{stderr}");
+}
+
 #[test]
 fn compile_errors_name_the_device_and_what_is_missing() {
     let tmp = TempDir::new("errors");

@@ -161,13 +161,14 @@ enum NhwcForm {
     ConvResult,
 }
 
-/// Whether `node` is a 2-D convolution whose input is of a dtype in `dtypes`.
+/// Whether `node` is a 2-D convolution whose input is of a dtype in `dtypes` (its
+/// batch may be symbolic: the layout never reads it).
 fn conv_in(g: &Graph, node: &Node, dtypes: DTypes) -> bool {
     let meta = |i: usize| {
         node.args
             .get(i)
             .and_then(Arg::value)
-            .and_then(|v| g.fixed_meta(v))
+            .and_then(|v| g.meta(v))
     };
     match (meta(0), meta(1)) {
         (Some(x), Some(w)) => x.rank() == 4 && w.rank() == 4 && dtypes.contains(x.dtype),
@@ -351,7 +352,7 @@ fn to_nhwc(
         }
         None => {}
     }
-    let meta = g.fixed_meta(v).ok_or_else(|| Error::Unsupported {
+    let meta = g.meta(v).ok_or_else(|| Error::Unsupported {
         node: base.to_string(),
         what: "an operand has no metadata".into(),
     })?;
@@ -360,12 +361,9 @@ fn to_nhwc(
     }
     let mut x = v;
     if meta.rank() < 4 {
-        let mut shape = vec![1; 4 - meta.rank()];
+        let mut shape = vec![crate::graph::sym::Size::from(1); 4 - meta.rank()];
         shape.extend_from_slice(&meta.shape);
-        let reshape = Op::Reshape {
-            shape: crate::graph::shape::sizes(&shape),
-            view: true,
-        };
+        let reshape = Op::Reshape { shape, view: true };
         x = emit(g, PASS, base, reshape, vec![Arg::Value(x)], line)?;
     }
     let permute = Op::Permute {

@@ -391,6 +391,14 @@ fn takes_symbols(op: &Op) -> bool {
                 op: ReduceOp::Any | ReduceOp::All,
                 ..
             }
+            // Over a symbolic batch (shape inference takes no other symbolic size for
+            // them): their rules read the other dims, which are static.
+            | Op::Conv { .. }
+            | Op::BatchNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::MaxPool { .. }
+            | Op::AvgPool { .. }
+            | Op::AdaptiveAvgPool { .. }
     )
 }
 
@@ -629,7 +637,7 @@ fn max_pool(
         // Unread (checked above): a placeholder of the right metadata.
         r.push(b.op(
             Op::Full {
-                size: Some(crate::graph::shape::sizes(&s.out.shape)),
+                size: Some(s.metas[0].shape.clone()),
                 value: Scalar::Int(0),
                 dtype: Some(DType::Int64),
             },
@@ -658,10 +666,11 @@ fn group_norm(
     let (y, mean, rstd) = model::group_norm(b, s.x, groups, eps, w, bb, &s.out)?;
     let mut r = vec![y];
     if native {
-        for (v, m) in [mean, rstd].into_iter().zip(&s.outs[1..]) {
+        // `[N, G]`, of the input's batch (which may be symbolic).
+        for (v, m) in [mean, rstd].into_iter().zip(&s.metas[1..]) {
             let v = b.op(
                 Op::Reshape {
-                    shape: crate::graph::shape::sizes(&m.shape),
+                    shape: m.shape.clone(),
                     view: false,
                 },
                 vec![Arg::Value(v)],

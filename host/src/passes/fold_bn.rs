@@ -119,12 +119,13 @@ fn plan(g: &Graph, bn: NodeId) -> Option<Fold> {
     let (x, w) = (conv_args[0], conv_args[1]);
     let (weight_meta, w_values) = constant(g, w)?;
     let dtype = weight_meta.dtype;
-    let out = conv.outputs.first()?.fixed()?;
+    // Its batch may be symbolic; its channels are the weight's.
+    let out = conv.outputs.first()?;
     let channels = *weight_meta.shape.first()?;
     if weight_meta.rank() < 3
         || out.dtype != dtype
         || node.outputs.first()?.dtype != dtype
-        || out.shape.get(1) != Some(&channels)
+        || out.shape.get(1).and_then(crate::graph::sym::Size::as_const) != Some(channels)
         || channels < 1
     {
         return None;

@@ -1,8 +1,9 @@
 //! Shape inference over symbolic sizes, for the op families whose rules take them so
 //! far: elementwise ops, reductions over dims, softmax and the norms, the matrix
 //! products `mm`, `bmm`, `addmm` and `linear`, attention, advanced indexing and `gather`,
-//! `cumsum` and `diff`, `full`, `arange` of a symbolic length, and every view
-//! (through `graph::views`, which takes symbolic sizes itself).
+//! `cumsum` and `diff`, `full`, `arange` of a symbolic length, every view (through
+//! `graph::views`, which takes symbolic sizes itself), and convolution, the norms of
+//! images and the poolings over a symbolic batch.
 //!
 //! Each rule computes the output's shape over [`Size`]s. Everything else (the dtype, the
 //! operand checks) comes from the integer rule run at the sizes' hints, and that rule's
@@ -47,11 +48,112 @@ pub fn infer_symbolic(
         // A factory of symbolic sizes (`ones(batch, seq)`): no operand to take them from.
         return Some(with_integer_rule(op, args, vec![size.clone()]));
     }
+    if keeps_batch(op) {
+        return over_batch(op, args);
+    }
     let shapes = match output_shapes(op, args, symbols)? {
         Ok(shapes) => shapes,
         Err(e) => return Some(Err(e)),
     };
     Some(with_integer_rule(op, args, shapes))
+}
+
+/// Whether `op`'s outputs keep its first operand's batch (dim 0) while the rest of
+/// their sizes follow from that operand's other dims and the other operands:
+/// convolution, batch and group norm, and the poolings. Their rule ([`over_batch`])
+/// takes a symbolic batch, as a model served at many batch sizes has, and every other
+/// size static.
+fn keeps_batch(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Conv { .. }
+            | Op::BatchNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::MaxPool { .. }
+            | Op::AvgPool { .. }
+            | Op::AdaptiveAvgPool { .. }
+    )
+}
+
+/// The outputs of a [`keeps_batch`] op over an input whose batch alone is symbolic
+/// (its other dims and every other operand static): the integer rule at the hints,
+/// with the batch put back as the symbol in every output that carries it (the first,
+/// and each other of rank 2 or more: pooling's indices, group norm's `[N, G]`
+/// statistics; batch norm's saved statistics, `[0]`, carry none). Any other symbolic
+/// size (an image's) is refused, saying so.
+fn over_batch(op: &Op, args: &[SymArg]) -> Option<Result<Vec<TensorMeta>, InferError>> {
+    let mut tensors = args.iter().filter_map(|a| match a {
+        SymArg::Tensor(m) => Some(*m),
+        SymArg::Scalar(_) => None,
+    });
+    let x = tensors.next()?;
+    let (batch, rest) = x.shape.split_first()?;
+    if rest.iter().any(|d| d.as_const().is_none()) || !tensors.all(TensorMeta::is_static) {
+        return Some(Err(InferError::Invalid(format!(
+            "an input of sizes {:?}: this op takes a symbolic batch (dim 0) only, its other \
+             sizes and operands static; compile at one image size (--specialize)",
+            x.shape
+        ))));
+    }
+    if batch.as_const().is_some() {
+        return None;
+    }
+    let fixed = match infer(op, &at_hints(args, &hinted(args))) {
+        Ok(fixed) => fixed,
+        Err(e) => return Some(Err(e)),
+    };
+    let outputs = fixed
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut shape: Vec<Size> = f.shape.iter().map(|&d| Size::from(d)).collect();
+            if i == 0 || f.rank() >= 2 {
+                if f.shape.first() != Some(&batch.hint())
+                    || f.strides != contiguous_strides(&f.shape)
+                {
+                    return Err(InferError::Invalid(format!(
+                        "output {i} of the rule at the hints is {:?} (strides {:?}): not a \
+                         contiguous tensor of the input's batch {}",
+                        f.shape,
+                        f.strides,
+                        batch.hint()
+                    )));
+                }
+                shape[0] = batch.clone();
+            }
+            Ok(TensorMeta {
+                strides: contiguous_sizes(&shape),
+                shape,
+                dtype: f.dtype,
+            })
+        })
+        .collect();
+    Some(outputs)
+}
+
+/// Every tensor operand at its sizes' hints.
+fn hinted(args: &[SymArg]) -> Vec<FixedMeta> {
+    args.iter()
+        .filter_map(|a| match a {
+            SymArg::Tensor(m) => Some(FixedMeta {
+                shape: m.hint_shape(),
+                strides: m.hint_strides(),
+                dtype: m.dtype,
+            }),
+            SymArg::Scalar(_) => None,
+        })
+        .collect()
+}
+
+/// The operands as the integer rule takes them, the tensors from `hinted`.
+fn at_hints<'a>(args: &[SymArg], hinted: &'a [FixedMeta]) -> Vec<ArgMeta<'a>> {
+    let mut tensors = hinted.iter();
+    args.iter()
+        .filter_map(|a| match a {
+            SymArg::Tensor(_) => tensors.next().map(ArgMeta::Tensor),
+            SymArg::Scalar(s) => Some(ArgMeta::Scalar(*s)),
+        })
+        .collect()
 }
 
 /// The integer rule at the hints gives the dtypes and checks the operands; its shapes
@@ -62,26 +164,8 @@ fn with_integer_rule(
     args: &[SymArg],
     shapes: Vec<Vec<Size>>,
 ) -> Result<Vec<TensorMeta>, InferError> {
-    let hinted: Vec<FixedMeta> = args
-        .iter()
-        .filter_map(|a| match a {
-            SymArg::Tensor(m) => Some(FixedMeta {
-                shape: m.hint_shape(),
-                strides: m.hint_strides(),
-                dtype: m.dtype,
-            }),
-            SymArg::Scalar(_) => None,
-        })
-        .collect();
-    let mut tensors = hinted.iter();
-    let at_hints: Vec<ArgMeta> = args
-        .iter()
-        .filter_map(|a| match a {
-            SymArg::Tensor(_) => tensors.next().map(ArgMeta::Tensor),
-            SymArg::Scalar(s) => Some(ArgMeta::Scalar(*s)),
-        })
-        .collect();
-    let fixed = infer(op, &at_hints)?;
+    let hinted = hinted(args);
+    let fixed = infer(op, &at_hints(args, &hinted))?;
     if fixed.len() != shapes.len() {
         return Err(InferError::Invalid(format!(
             "{} outputs at the sizes' hints, {} over the symbols",
@@ -466,4 +550,110 @@ fn cat(tensors: &[&TensorMeta], dim: i64) -> Result<Vec<Size>, InferError> {
         shape[d] = shape[d].add(&t.shape[d])?;
     }
     Ok(shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::DType;
+
+    /// The ops of images over a symbolic batch: every output's shape over the symbol is
+    /// the integer rule's at each batch, the batch in the outputs that carry it.
+    #[test]
+    fn image_ops_keep_a_symbolic_batch_as_the_integer_rules_do_at_each_batch() {
+        let mut symbols = Symbols::default();
+        let n = symbols.add("batch", 1, 64).unwrap();
+        let batch = Size::symbol(n, &symbols);
+        let image = |b: Size| {
+            TensorMeta::contiguous_sizes(
+                vec![b, Size::from(8), Size::from(15), Size::from(15)],
+                DType::Float32,
+            )
+        };
+        let vector = TensorMeta::contiguous(vec![8], DType::Float32);
+        let weight = TensorMeta::contiguous(vec![4, 8, 3, 3], DType::Float32);
+        let ops: Vec<(Op, Vec<&TensorMeta>)> = vec![
+            (
+                Op::Conv {
+                    stride: vec![2, 2],
+                    padding: vec![1, 1],
+                    dilation: vec![1, 1],
+                    groups: 1,
+                    bias: false,
+                },
+                vec![&weight],
+            ),
+            (
+                Op::BatchNorm {
+                    eps: 1e-5,
+                    weight: true,
+                    bias: true,
+                    native: true,
+                },
+                vec![&vector; 4],
+            ),
+            (
+                Op::GroupNorm {
+                    groups: 2,
+                    eps: 1e-5,
+                    weight: true,
+                    bias: true,
+                    native: true,
+                },
+                vec![&vector; 2],
+            ),
+            (
+                Op::MaxPool {
+                    kernel: vec![3, 3],
+                    stride: vec![2, 2],
+                    padding: vec![1, 1],
+                    dilation: vec![1, 1],
+                    ceil_mode: true,
+                    with_indices: true,
+                },
+                vec![],
+            ),
+            (
+                Op::AdaptiveAvgPool {
+                    output_size: vec![4, 4],
+                },
+                vec![],
+            ),
+        ];
+        let symbolic = image(batch.clone());
+        for (op, rest) in &ops {
+            let args: Vec<SymArg> = std::iter::once(&symbolic)
+                .chain(rest.iter().copied())
+                .map(SymArg::Tensor)
+                .collect();
+            let outs = infer_symbolic(op, &args, &symbols)
+                .unwrap_or_else(|| panic!("{op:?}: no rule"))
+                .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            assert_eq!(outs[0].shape[0], batch, "{op:?}");
+            for b in [1, 5, 64] {
+                let x = FixedMeta::contiguous(vec![b, 8, 15, 15], DType::Float32);
+                let fixed: Vec<FixedMeta> = rest.iter().map(|m| m.fixed().unwrap()).collect();
+                let mut at = vec![ArgMeta::Tensor(&x)];
+                at.extend(fixed.iter().map(ArgMeta::Tensor));
+                let want = infer(op, &at).unwrap();
+                assert_eq!(want.len(), outs.len(), "{op:?}");
+                for (w, o) in want.iter().zip(&outs) {
+                    let got: Vec<i64> = o.shape.iter().map(|d| d.eval(&|_| b).unwrap()).collect();
+                    assert_eq!(got, w.shape, "{op:?} at batch {b}");
+                }
+            }
+        }
+        // An image size that varies is refused, saying what the op takes.
+        let wide = TensorMeta::contiguous_sizes(
+            vec![Size::from(2), Size::from(8), batch.clone(), Size::from(15)],
+            DType::Float32,
+        );
+        let (conv, rest) = &ops[0];
+        let args = [SymArg::Tensor(&wide), SymArg::Tensor(rest[0])];
+        let err = infer_symbolic(conv, &args, &symbols).unwrap().unwrap_err();
+        assert!(
+            err.to_string().contains("symbolic batch (dim 0) only"),
+            "{err}"
+        );
+    }
 }

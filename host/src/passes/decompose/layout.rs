@@ -10,6 +10,7 @@
 use super::B;
 use crate::graph::infer::layout::{pad_amounts, scatter_slice};
 use crate::graph::shape::{is_row_major, numel, wrap_dim};
+use crate::graph::sym::Size;
 use crate::graph::{Arg, BinaryOp, DType, FixedMeta, Op, PadMode, Scalar, ValueId};
 use crate::interp::layout::pad_source;
 use crate::interp::model::avg_pool_divisor;
@@ -48,8 +49,9 @@ pub(super) fn pad_constant(
     after: i64,
     value: f64,
 ) -> Result<ValueId, Error> {
-    let shape = b.shape(x);
-    let size = shape[d];
+    // Dim `d` is static; another (a batch) may be symbolic.
+    let shape = b.sizes(x);
+    let size = b.dim(x, d)?;
     let (lo, hi) = (before.min(0).saturating_neg(), size + after.min(0));
     let mut body = x;
     if lo > 0 || hi < size {
@@ -59,7 +61,7 @@ pub(super) fn pad_constant(
     let mut parts = vec![];
     let fill = |b: &mut B, n: i64| -> Result<ValueId, Error> {
         let mut s = shape.clone();
-        s[d] = n;
+        s[d] = Size::from(n);
         b.full(s, value, dtype)
     };
     if before > 0 {
@@ -353,7 +355,11 @@ pub(super) fn avg_pool(
 ) -> Result<ValueId, Error> {
     let k = w.kernel.len();
     let rank = out.shape.len();
-    let in_shape = b.shape(x);
+    // The pooled dims are static (a batch may be symbolic).
+    let mut in_shape = vec![0; rank];
+    for (d, size) in in_shape.iter_mut().enumerate().skip(rank - k) {
+        *size = b.dim(x, d)?;
+    }
     let mut xp = b.upcast(x)?;
     let cd = b.dtype(xp);
     // Padded with zeros to exactly the extent the windows cover (`ceil_mode` windows may

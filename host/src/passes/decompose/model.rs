@@ -67,15 +67,32 @@ impl B<'_> {
         self.g.meta(v).map(|m| m.shape.clone()).unwrap_or_default()
     }
 
+    /// The size of dim `d` of `v`, which a rule needs as an integer: a symbolic one
+    /// (only a batch is taken so far by the rules that call this) is refused by name.
+    pub(super) fn dim(&self, v: ValueId, d: usize) -> Result<i64, Error> {
+        let sizes = self.sizes(v);
+        sizes
+            .get(d)
+            .and_then(Size::as_const)
+            .ok_or_else(|| Error::Unsupported {
+                node: self.base.clone(),
+                what: format!(
+                    "dim {d} of an operand of sizes {sizes:?} is symbolic, and this op takes a \
+                 symbolic batch only; compile at one size (--specialize)"
+                ),
+            })
+    }
+
+    /// A tensor of `shape` (sizes that may be symbolic) filled with `value`.
     pub(super) fn full(
         &mut self,
-        shape: Vec<i64>,
+        shape: Vec<Size>,
         value: f64,
         dtype: DType,
     ) -> Result<ValueId, Error> {
         self.op(
             Op::Full {
-                size: Some(crate::graph::shape::sizes(&shape)),
+                size: Some(shape),
                 value: Scalar::Float(value),
                 dtype: Some(dtype),
             },
@@ -103,13 +120,12 @@ impl B<'_> {
     }
 
     pub(super) fn reshape(&mut self, x: ValueId, shape: Vec<i64>) -> Result<ValueId, Error> {
-        self.op(
-            Op::Reshape {
-                shape: crate::graph::shape::sizes(&shape),
-                view: false,
-            },
-            vec![Arg::Value(x)],
-        )
+        self.reshape_sizes(x, crate::graph::shape::sizes(&shape))
+    }
+
+    /// `x` reshaped to `shape` (sizes that may be symbolic).
+    pub(super) fn reshape_sizes(&mut self, x: ValueId, shape: Vec<Size>) -> Result<ValueId, Error> {
+        self.op(Op::Reshape { shape, view: false }, vec![Arg::Value(x)])
     }
 }
 
@@ -481,7 +497,7 @@ pub(super) fn batch_norm(
     eps: f64,
     out: &FixedMeta,
 ) -> Result<ValueId, Error> {
-    let rank = b.shape(x).len();
+    let rank = b.sizes(x).len();
     let var = b.upcast(var)?;
     let mean = b.upcast(mean)?;
     let ve = b.vs(BinaryOp::Add, var, eps)?;
@@ -518,11 +534,16 @@ pub(super) fn group_norm(
     bias: Option<ValueId>,
     out: &FixedMeta,
 ) -> Result<(ValueId, ValueId, ValueId), Error> {
-    let shape = b.shape(x);
-    let n = shape[0];
-    let rest = shape[1..].iter().product::<i64>() / groups.max(1);
+    // The batch may be symbolic; the rest is static.
+    let shape = b.sizes(x);
+    let n = shape.first().cloned().unwrap_or(Size::from(1));
+    let mut rest = 1;
+    for d in 1..shape.len() {
+        rest *= b.dim(x, d)?;
+    }
+    let rest = rest / groups.max(1);
     let xc = b.upcast(x)?;
-    let grouped = b.reshape(xc, vec![n, groups, rest])?;
+    let grouped = b.reshape_sizes(xc, vec![n, Size::from(groups), Size::from(rest)])?;
     let mean = b.reduce(ReduceOp::Mean, grouped, &[2])?;
     let d = b.vv(BinaryOp::Sub, grouped, mean)?;
     let sq = b.vv(BinaryOp::Mul, d, d)?;
@@ -530,7 +551,7 @@ pub(super) fn group_norm(
     let ve = b.vs(BinaryOp::Add, var, eps)?;
     let rstd = b.un(UnaryOp::Rsqrt, ve)?;
     let y = b.vv(BinaryOp::Mul, d, rstd)?;
-    let mut y = b.reshape(y, shape.clone())?;
+    let mut y = b.reshape_sizes(y, shape.clone())?;
     if let Some(w) = weight {
         let w = b.upcast(w)?;
         let w = per_channel(b, w, shape.len())?;
@@ -556,12 +577,11 @@ pub(super) fn max_pool(
     dilation: &[i64],
     out: &FixedMeta,
 ) -> Result<ValueId, Error> {
-    let shape = b.shape(x);
-    let r = shape.len();
+    let r = b.sizes(x).len();
     let mut xp = x;
     for i in 0..2 {
         let d = r - 2 + i;
-        let size = b.shape(xp)[d];
+        let size = b.dim(xp, d)?;
         let o = out.shape[d];
         // The windows span [-pad, (o - 1) * stride + dilation * (k - 1) - pad].
         let need = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1;
@@ -613,7 +633,7 @@ pub(super) fn adaptive_avg_pool(
     spatial: usize,
     out: &FixedMeta,
 ) -> Result<ValueId, Error> {
-    let r = b.shape(x).len();
+    let r = b.sizes(x).len();
     let xc = b.upcast(x)?;
     let mut y = xc;
     for axis in r - spatial..r {
@@ -624,8 +644,8 @@ pub(super) fn adaptive_avg_pool(
 
 /// Adaptive average pooling of dim `axis` of `x` down to `n` windows.
 fn pool_axis(b: &mut B, x: ValueId, axis: usize, n: i64) -> Result<ValueId, Error> {
-    let shape = b.shape(x);
-    let size = shape[axis];
+    let shape = b.sizes(x);
+    let size = b.dim(x, axis)?;
     if n == size {
         return Ok(x);
     }
@@ -642,14 +662,8 @@ fn pool_axis(b: &mut B, x: ValueId, axis: usize, n: i64) -> Result<ValueId, Erro
     };
     if size % n == 0 {
         let mut split = shape.clone();
-        split.splice(axis..=axis, [n, size / n]);
-        let v = b.op(
-            Op::Reshape {
-                shape: crate::graph::shape::sizes(&split),
-                view: false,
-            },
-            vec![Arg::Value(x)],
-        )?;
+        split.splice(axis..=axis, [Size::from(n), Size::from(size / n)]);
+        let v = b.reshape_sizes(x, split)?;
         return reduce(b, v, ReduceOp::Mean, axis + 1);
     }
     let windows: Vec<(i64, i64)> = (0..n).map(|i| adaptive_window(i, n, size)).collect();

@@ -584,8 +584,13 @@ fn computes(graph: &Graph, low: &Lowered, value: ValueId) -> bool {
 /// operand is, as ATen answers on cuDNN (`cudnn_conv_suggest_memory_format`),
 /// so that the wrapper binds the library's result without a copy.
 fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Result<(), Error> {
-    // ATen's convolution is called at one size so far.
-    fixed_meta_of(graph, id, ValueId::first(id))?;
+    // A library's convolution takes any batch; shape inference takes no other
+    // symbolic size for it.
+    let meta = meta_of(graph, ValueId::first(id))?;
+    if meta.shape.iter().skip(1).any(|d| d.as_const().is_none()) {
+        // Refused, naming the node and its sizes.
+        fixed_meta_of(graph, id, ValueId::first(id))?;
+    }
     let mut args = vec![];
     let mut channels_last = false;
     for i in 0..2 {
@@ -612,14 +617,15 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
     let sid = low.add_snode(graph, v0, kind, "convolution")?;
     if channels_last {
         let s = &low.snodes[sid];
-        let (buf, shape) = (s.buf, s.meta.hint_shape());
-        let strides = channels_last_strides(&shape);
-        low.buffers[buf].strides = sizes(&strides);
+        // Channels-last strides never read the batch, which alone may be symbolic.
+        let (buf, shape) = (s.buf, s.meta.shape.clone());
+        let strides = sizes(&channels_last_strides(&hints(&shape)));
+        low.buffers[buf].strides = strides.clone();
         // Readers see the buffer through its strides, as they see an input's.
         let view = View {
             buf,
-            shape: sizes(&shape),
-            strides: sizes(&strides),
+            shape,
+            strides,
             offset: Size::from(0),
         };
         low.defs.insert(v0, Def::Strided(view));

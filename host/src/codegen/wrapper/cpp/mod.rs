@@ -577,7 +577,8 @@ fn body(
 }
 
 /// A 1-D or 2-D convolution through the runtime's `kiln_conv2d` (contiguous operands);
-/// a 1-D one is a 2-D one of height 1.
+/// a 1-D one is a 2-D one of height 1. The batch may be symbolic (its size read at
+/// the call); every other size is static.
 fn conv_call(
     out: &mut String,
     p: &Program,
@@ -591,25 +592,25 @@ fn conv_call(
         ));
     };
     let y = p.buffer(e.out);
-    let (x_shape, w_shape, y_shape) = (hints(&x.shape), hints(&w.shape), y.shape_hint());
+    let c = |s: &Size| size_text(s, Syntax::C);
     // [N, C, L] with [O, C/g, K] is [N, C, 1, L] with [O, C/g, 1, K]: the same memory.
     let (xs, ws, ys, stride, padding, dilation) = match (x.shape.len(), stride.len()) {
         (3, 1) if w.shape.len() == 3 && y.shape.len() == 3 => {
-            let tall = |s: &[i64]| vec![s[0], s[1], 1, s[2]];
+            let tall = |s: &[Size]| vec![s[0].clone(), s[1].clone(), Size::from(1), s[2].clone()];
             let pair = |v: &[i64], unit: i64| vec![unit, v.first().copied().unwrap_or(unit)];
             (
-                tall(&x_shape),
-                tall(&w_shape),
-                tall(&y_shape),
+                tall(&x.shape),
+                tall(&w.shape),
+                tall(&y.shape),
                 pair(stride, 1),
                 pair(padding, 0),
                 pair(dilation, 1),
             )
         }
         (4, 2) if w.shape.len() == 4 && y.shape.len() == 4 => (
-            x_shape,
-            w_shape,
-            y_shape,
+            x.shape.clone(),
+            w.shape.clone(),
+            y.shape.clone(),
             stride.to_vec(),
             padding.to_vec(),
             dilation.to_vec(),
@@ -621,6 +622,16 @@ fn conv_call(
         )))
         }
     };
+    if [&xs[1..], &ws[..], &ys[1..]]
+        .iter()
+        .any(|dims| dims.iter().any(|d| d.as_const().is_none()))
+    {
+        return Err(Error::Unsupported(format!(
+            "a convolution of input {:?}: the cpu device's convolution takes a symbolic batch \
+             only",
+            x.shape
+        )));
+    }
     let d = y.dtype;
     if !d.is_float() || p.buffer(x.buf).dtype != d || p.buffer(w.buf).dtype != d {
         return Err(Error::Unsupported(
@@ -632,7 +643,7 @@ fn conv_call(
     // once, as PyTorch's CPU kernels accumulate them.
     let half = matches!(d, DType::Float16 | DType::BFloat16);
     let (xn, xo, wn, wo, yn) = if half {
-        let numel = |s: &[i64]| s.iter().product::<i64>();
+        let numel = |s: &[Size]| c(&crate::schedule::index::product(s));
         writeln!(out, "    {{")?;
         writeln!(
             out,
@@ -645,42 +656,35 @@ fn conv_call(
             writeln!(
                 out,
                 "    for (size_t i = 0; i < {v}.size(); ++i) {v}[i] = {};",
-                load_conversion(d, &format!("{}[{off} + i]", name(buf)))
+                load_conversion(d, &format!("{}[{} + i]", name(buf), c(off)))
             )?;
         }
         (
             "kiln_cx.data()".to_string(),
-            0,
+            "0".to_string(),
             "kiln_cw.data()".to_string(),
-            0,
+            "0".to_string(),
             "kiln_cy.data()".to_string(),
         )
     } else {
         (
             name(x.buf),
-            x.offset.hint(),
+            c(&x.offset),
             name(w.buf),
-            w.offset.hint(),
+            c(&w.offset),
             name(e.out),
         )
     };
+    let dims: Vec<String> = [
+        &xs[0], &xs[1], &xs[2], &xs[3], &ws[0], &ws[2], &ws[3], &ys[2], &ys[3],
+    ]
+    .into_iter()
+    .map(c)
+    .collect();
     writeln!(
         out,
-        "    if (kiln_conv2d<{acc}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})) return 1;",
-        xn,
-        xo,
-        wn,
-        wo,
-        yn,
-        xs[0],
-        xs[1],
-        xs[2],
-        xs[3],
-        ws[0],
-        ws[2],
-        ws[3],
-        ys[2],
-        ys[3],
+        "    if (kiln_conv2d<{acc}>({xn}, {xo}, {wn}, {wo}, {yn}, {}, {}, {}, {}, {}, {}, {}, {}, {})) return 1;",
+        dims.join(", "),
         stride[0],
         stride[1],
         padding[0],
@@ -688,7 +692,7 @@ fn conv_call(
         dilation[0],
         dilation[1],
         groups,
-        ws[1],
+        c(&ws[1]),
     )?;
     if half {
         writeln!(

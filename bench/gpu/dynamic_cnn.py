@@ -24,7 +24,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from dynamic_speed import DTYPES, host_compile  # noqa: E402
+from dynamic_speed import DTYPES, host_compile, interleaved  # noqa: E402
 from run import load_module, rel_error  # noqa: E402
 
 
@@ -38,7 +38,6 @@ def main() -> None:
     p.add_argument("--most", type=int, default=64, help="the largest batch of the range")
     a = p.parse_args()
     import torchvision
-    from triton.testing import do_bench
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -82,11 +81,7 @@ def main() -> None:
                 "static": lambda: static.call([x]),
                 "dynamic": lambda: dynamic.call([x]),
             }
-            samples = {k: [] for k in runs}
-            for _ in range(5):
-                for k, f in runs.items():
-                    samples[k].append(do_bench(f, warmup=5, rep=50))
-        times = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+            times = interleaved(runs)
         err = rel_error(got.float(), want.float())
         r_static, r_ind = times["dynamic"] / times["static"], times["dynamic"] / times["inductor"]
         ratios.append(r_static)

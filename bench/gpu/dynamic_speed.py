@@ -87,6 +87,18 @@ def exported(model: torch.nn.Module, inputs, path: Path, batch: tuple, seq: tupl
     return str(val.shape[0]), str(val.shape[1])
 
 
+def interleaved(runs: dict, rounds: int = 5) -> dict:
+    """Each function's ms per call: the median of `rounds` interleaved rounds of
+    `triton.testing.do_bench` (the machine is noisy)."""
+    from triton.testing import do_bench
+
+    samples = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, f in runs.items():
+            samples[k].append(do_bench(f, warmup=5, rep=50))
+    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+
+
 def host_compile(host: str, archive: Path, out: Path, device: str, extra: list) -> float:
     start = time.perf_counter()
     done = subprocess.run([host, "compile", str(archive), "--device", device, "-o", str(out), *extra],
@@ -109,7 +121,6 @@ def main() -> None:
 
     def load(folder: Path):
         return AotModule(str(folder)) if a.wrapper == "cpp" else load_module(folder / "output_code.py", a.device)
-    from triton.testing import do_bench
 
     dtype = DTYPES[a.dtype]
     torch.manual_seed(0)
@@ -169,11 +180,7 @@ def main() -> None:
                     static.ATTENTION.chosen[:] = saved
                     return out
                 runs["static_library"] = with_library
-            samples = {k: [] for k in runs}
-            for _ in range(5):
-                for k, f in runs.items():
-                    samples[k].append(do_bench(f, warmup=5, rep=50))
-            times = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+            times = interleaved(runs)
         err = rel_error(got.float(), want.float())
         r_static, r_ind = times["dynamic"] / times["static"], times["dynamic"] / times["inductor"]
         ratios.append(r_static)

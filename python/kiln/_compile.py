@@ -286,6 +286,15 @@ def compile(model, example_inputs=(), *, example_kwargs=None, device=None, plugi
     return Compiled(program, str(device), plugins, mode)
 
 
+def _bound(value, unbounded: int) -> int:
+    """A range's end as an integer, `unbounded` where it has none (sympy's infinity, or
+    torch's `int_oo`, which export gives a symbol with no upper bound)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return unbounded
+
+
 def _dynamic_dims(program) -> list:
     """For an export with dynamic shapes: each tensor user input's dim that is a symbol,
     as (input position, input name, dim, symbol name, least, greatest); empty for a static
@@ -293,8 +302,8 @@ def _dynamic_dims(program) -> list:
     import torch
     from torch.export.graph_signature import InputKind
 
-    ranges = {str(s): (int(r.lower), int(r.upper)) for s, r in program.range_constraints.items()
-              if r.lower.is_integer and r.upper.is_integer}
+    ranges = {str(s): (_bound(r.lower, 0), _bound(r.upper, sys.maxsize))
+              for s, r in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     dims, position = [], 0
     for spec in program.graph_signature.input_specs:

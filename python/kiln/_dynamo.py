@@ -48,7 +48,10 @@ def backend(gm, example_inputs, mode=None, options=None):
     graphs = _graphs_policy(mode, options.get("cudagraphs"))
     _workers.warm(device)  # the kernels' compile workers get ready while the graph is exported
     if _symbolic(example_inputs):
-        return _PerShape(gm, device, plugins, graphs, freeze)
+        sources = None if freeze or graphs == "replay" else _size_sources(gm)
+        if sources is None:
+            return _PerShape(gm, device, plugins, graphs, freeze)
+        return _OneCompile(gm, sources, device, plugins, graphs)
     return _compile_static(gm, example_inputs, device, plugins, graphs, freeze)
 
 
@@ -190,6 +193,137 @@ def _with_constants():
                              for i in range(self._n)])
 
     return WithConstants
+
+
+def _size_sources(gm):
+    """Where each argument of a graph dynamo traced with symbolic sizes comes from, when
+    every size argument it takes is one of its tensors' dims: ("tensor", k) for its k-th
+    tensor, ("size", k, d) for dim d of that tensor (dynamo passes each symbol as an int),
+    ("value", None) for another argument (passed as it is); None when some argument is
+    neither (a size that is an expression, a symbolic float), and the graph is compiled
+    per set of sizes instead."""
+    import torch
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.get("example_value") for n in placeholders]
+    dims, k = {}, 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            for d, size in enumerate(v.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    dims.setdefault(str(size.node.expr), (k, d))
+            k += 1
+    sources, k = [], 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            sources.append(("tensor", k))
+            k += 1
+        elif isinstance(v, torch.SymInt):
+            source = dims.get(str(v.node.expr)) if v.node.expr.is_Symbol else None
+            if source is None:
+                return None
+            sources.append(("size", *source))
+        elif isinstance(v, (torch.SymFloat, torch.SymBool)) or v is None:
+            return None
+        else:
+            sources.append(("value", None))
+    return sources
+
+
+class _OneCompile:
+    """A graph dynamo traced with symbolic sizes, compiled by Kiln once for every size
+    (`host compile --dynamic`, through `kiln.Dynamic`): at its first call it is exported
+    with each of its tensors' symbolic dims dynamic (from 2, as dynamo specialises sizes
+    0 and 1 apart), the size arguments dynamo passes read from those dims. A call with an
+    input that is not contiguous, and a graph that torch.export or Kiln cannot take
+    whole, go per set of sizes (`_PerShape`, which says why it falls back to eager where
+    it must). `compiles` counts Kiln's compiles."""
+
+    def __init__(self, gm, sources, device: str, plugins, graphs):
+        self._gm, self._sources, self._device, self._plugins = gm, sources, device, plugins
+        self._per_shape = _PerShape(gm, device, plugins, graphs)
+        self._tensors = [i for i, (kind, *_) in enumerate(sources) if kind == "tensor"]
+        self._pick = _picker(tuple(self._tensors))
+        self.whole = None  # the kiln.Dynamic, after the first call
+        self.refused: str | None = None  # why the graph goes per set of sizes
+
+    @property
+    def compiles(self) -> int:
+        whole = self.whole.compiles if self.whole is not None else 0
+        return whole + len(self._per_shape.compiled)
+
+    def __call__(self, *args):
+        tensors = self._pick(args)
+        if self.whole is None and self.refused is None:
+            self._export(args, tensors)
+        if self.whole is not None and all(map(_CONTIGUOUS, tensors)):
+            try:
+                return self.whole(*tensors)
+            except DeviceNotFound:
+                raise
+            except KilnError as error:
+                if self.whole.compiles:  # the compiled program's own error: the caller's
+                    raise
+                # Kiln cannot compile the graph whole: its sizes go one by one, each
+                # falling back to eager, with a warning, where Kiln cannot compile it.
+                self.whole, self.refused = None, str(error)
+        return self._per_shape(*args)
+
+    def _export(self, args, tensors) -> None:
+        from ._compile import Dynamic, _dynamic_dims
+
+        try:
+            program = _export_symbolic(self._gm, self._sources, args, tensors)
+            dims = _dynamic_dims(program)
+            if not dims:
+                raise KilnError("the export kept no size symbolic")
+            self.whole = Dynamic(program, self._device, self._plugins, None, dims)
+        except DeviceNotFound:
+            raise
+        except Exception as error:  # torch.export or Kiln: the sizes go one by one
+            self.refused = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+_CONTIGUOUS = operator.methodcaller("is_contiguous")
+
+
+def _export_symbolic(gm, sources, args, tensors):
+    """`gm` exported with `torch.export` as a function of its tensor arguments alone (each
+    size argument read from the dim `sources` gives), every symbolic dim of those tensors
+    dynamic: one `Dim` per symbol, shared by the dims dynamo gave it."""
+    import torch
+
+    values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    fixed = {i: a for i, (a, (kind, *_)) in enumerate(zip(args, sources)) if kind == "value"}
+
+    class BySizes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gm = gm
+
+        def forward(self, *ts):
+            full = []
+            for i, (kind, *where) in enumerate(sources):
+                if kind == "tensor":
+                    full.append(ts[where[0]])
+                elif kind == "size":
+                    full.append(ts[where[0]].shape[where[1]])
+                else:
+                    full.append(fixed[i])
+            return self.gm(*full)
+
+    dims: dict = {}
+    shapes = []
+    for v in (v for v in values if isinstance(v, torch.Tensor)):
+        spec = {}
+        for d, size in enumerate(v.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                name = str(size.node.expr)
+                spec[d] = dims.setdefault(name, torch.export.Dim(f"kiln_{name}", min=2))
+        shapes.append(spec or None)
+    with torch.no_grad():
+        # `forward(*ts)`: its one argument is the tuple of tensors.
+        return torch.export.export(BySizes(), tuple(tensors), dynamic_shapes=(tuple(shapes),), strict=False)
 
 
 class _PerShape:

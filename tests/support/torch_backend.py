@@ -33,10 +33,11 @@ Checks:
   outputs carry no gradient;
 - options={"freeze": True}: parameters and buffers compiled as constants; an in-place change
   to one (add_, load_state_dict) compiles the graph again;
-- graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): each set
-  of sizes compiled as it comes, every call matching eager;
-- kiln.compile of an export with dynamic shapes: each size in its ranges compiled at its first
-  call, every call eager's; a size outside a range, or two dims of one symbol that differ,
+- graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): compiled by
+  Kiln once for every size (one `--dynamic` compile), every call matching eager; an input that
+  is not contiguous compiles its own set of sizes;
+- kiln.compile of an export with dynamic shapes: compiled once for its ranges (a convolution
+  over a dynamic length: each length at its first call), every call eager's; a size outside a range, or two dims of one symbol that differ,
   refused with a message naming them;
 - mode="reduce-overhead": directly on the cpu; under a stand-in device's graphs, one
   capture after a warm-up, replays with the other inputs copied in, kept inputs (parameters)
@@ -271,16 +272,21 @@ def dynamic_export(repo: Path):
             runs.append((got.cpu(), eager(input_ids=ids, attention_mask=mask)))
     check("BERT with its mask compiles once and is eager's at two sizes of its range",
           compiled.compiles == 1 and all(close(g, w) for g, w in runs), compiled.compiles)
-    # A convolution takes one size so far: each size compiles at its first call.
+    # A convolution takes a symbolic batch, but one length only: over a dynamic batch it
+    # compiles once; over a dynamic length, each length compiles at its first call.
     conv = dev(torch.nn.Conv1d(4, 6, 3).eval())
-    with torch.no_grad():
-        ep = torch.export.export(conv, (dev(torch.randn(2, 4, 10)),),
-                                 dynamic_shapes=({0: torch.export.Dim("n", min=1, max=8)},))
-        compiled = kiln.compile(ep, device=DEVICE)
-        runs = [(compiled(v), conv(v)) for v in (dev(torch.randn(k, 4, 10)) for k in (2, 3, 2))]
-    check("a program whose target takes one size (a convolution) compiles each size at its first call",
-          compiled.whole is None and "--specialize" in (compiled.per_size or "") and compiled.compiles == 2
-          and all(close(g, w) for g, w in runs), (compiled.compiles, compiled.per_size))
+    counts = []
+    for dim, lo, shapes in ((0, 1, ((2, 4, 10), (3, 4, 10), (5, 4, 10))),
+                            (2, 4, ((2, 4, 10), (2, 4, 12), (2, 4, 10)))):
+        with torch.no_grad():
+            ep = torch.export.export(conv, (dev(torch.randn(2, 4, 10)),),
+                                     dynamic_shapes=({dim: torch.export.Dim("n", min=lo, max=16)},))
+            compiled = kiln.compile(ep, device=DEVICE)
+            runs = [(compiled(v), conv(v)) for v in (dev(torch.randn(*s)) for s in shapes)]
+        counts.append((compiled.compiles, compiled.whole is not None, "--specialize" in (compiled.per_size or "")))
+        counts[-1] += (all(close(g, w) for g, w in runs),)
+    check("a convolution over a dynamic batch compiles once; over a dynamic length, whose size it takes one at a "
+          "time, each length at its first call", counts == [(1, True, False, True), (2, False, True, True)], counts)
 
 
 def fixed_state():
@@ -432,19 +438,28 @@ def main(repo: Path):
     refused(b, x, {"device": other}, "a device other than the inputs' is an error saying where the inputs are, "
             "before anything runs", f"compiled for `{other}`", f"on {x.device}")
 
+    from kiln._dynamo import _OneCompile
+
     for dynamic in (None, True):
         torch._dynamo.reset()
         seq = dev(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval())
-        compiled_seq = torch.compile(seq, backend="kiln", dynamic=dynamic)
+        made = []
+        compiled_seq = torch.compile(seq, backend=recording_backend(made), dynamic=dynamic)
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
             warnings.simplefilter("always")
-            values = [dev(torch.randn(n, 8)) for n in (2, 3, 5, 3)] + [dev(torch.randn(8, 3)).t()]
+            values = [dev(torch.randn(n, 8)) for n in (2, 3, 5, 3, 7)]
             results = [(compiled_seq(v), seq(v)) for v in values]
+            once = [m.compiles for m in made if isinstance(m, _OneCompile)]
+            # A transposed input: dynamo traces it again, and Kiln compiles that graph at its sizes.
+            transposed = dev(torch.randn(8, 3)).t()
+            results.append((compiled_seq(transposed), seq(transposed)))
+        symbolic = [m for m in made if isinstance(m, _OneCompile)]
         fallbacks = [str(w.message) for w in caught if "Kiln" in str(w.message)]
         what = "dynamic=True" if dynamic else "a size that changes (dynamo's automatic dynamic shapes)"
-        check(f"{what}: each set of sizes (and strides: a transposed input) is compiled by Kiln as it comes, "
-              "every call eager's",
-              all(close(g, w) for g, w in results) and not fallbacks, fallbacks)
+        check(f"{what}: the graph of symbolic sizes is compiled by Kiln once for every size (a transposed input "
+              "compiles its own), every call eager's",
+              all(close(g, w) for g, w in results) and not fallbacks and once == [1]
+              and sum(m.compiles for m in symbolic) == 2, (fallbacks, once, [m.refused for m in symbolic]))
 
     if DEVICE == "cpu":
         torch._dynamo.reset()

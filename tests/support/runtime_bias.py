@@ -9,7 +9,8 @@ Checks: the faster side (the library's bias epilogue, or the product then an add
 place) is chosen once per signature and later calls run only it; both sides compute
 the same sum into the step's buffer; with the device's sleep and events the device's
 time decides; a call during a graph capture with no choice yet runs the epilogue and
-measures nothing; KILN_BIAS forces a side and refuses a value it does not know.
+measures nothing; over dynamic shapes each bucket of sizes chooses apart; KILN_BIAS forces
+a side and refuses a value it does not know.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
 """
 
@@ -147,11 +148,26 @@ def main():
           world.calls == ["addmm"] and world.syncs == 0 and c.chosen[0] is None and out.value == 7.0,
           world.calls)
 
+    # Dynamic shapes: the choice is made and kept per bucket of the call's sizes.
+    world = World(addmm_s=1.0, mm_s=1.0, add_s=0.5)
+    c = world.choice()
+    out = Tensor()
+    c.run(0, Tensor(1.0), Tensor(2.0), Tensor(3.0), out, (1, 128))
+    world.addmm_s = 3.0  # the epilogue slower at the next bucket's sizes
+    c.run(0, Tensor(1.0), Tensor(2.0), Tensor(3.0), out, (16, 512))
+    calls = len(world.calls)
+    c.run(0, Tensor(1.0), Tensor(2.0), Tensor(3.0), out, (1, 128))
+    check("over dynamic shapes each bucket of sizes chooses apart, and keeps its choice",
+          c.by_size == {(0, (1, 128)): runtime.BiasEpilogue.EPILOGUE, (0, (16, 512)): runtime.BiasEpilogue.ADD}
+          and world.calls[calls:] == ["addmm"] and c.chosen[0] is None and out.value == 7.0,
+          (c.by_size, world.calls[calls:]))
+
     world = World(addmm_s=1.0, mm_s=5.0)
     c = world.choice(environ={"KILN_BIAS": "add"})
     _, out = step(c)
-    check("KILN_BIAS=add forces the product and add, untimed",
-          world.calls == ["mm", "add_"] and world.syncs == 0 and out.value == 7.0, world.calls)
+    c.run(0, Tensor(1.0), Tensor(2.0), Tensor(3.0), Tensor(), (4, 64))
+    check("KILN_BIAS=add forces the product and add, untimed, at every bucket of sizes too",
+          world.calls == ["mm", "add_"] * 2 and world.syncs == 0 and out.value == 7.0, world.calls)
     try:
         world.choice(environ={"KILN_BIAS": "fastest"})
         check("an unknown KILN_BIAS is refused", False)

@@ -78,7 +78,7 @@ fn the_runtime_chooses_the_faster_attention_once_per_signature_and_falls_back_to
 }
 
 #[test]
-fn the_runtime_chooses_the_faster_float32_bias_once_per_signature() {
+fn the_runtime_chooses_the_faster_float32_bias_once_per_signature_and_bucket_of_sizes() {
     let tmp = TempDir::new("runtime-bias");
     let runtime = tmp.path().join(RUNTIME_FILE);
     std::fs::write(&runtime, RUNTIME).unwrap();
@@ -89,7 +89,7 @@ fn the_runtime_chooses_the_faster_float32_bias_once_per_signature() {
         .arg(&runtime));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(checks, 9, "{stdout}");
+    assert_eq!(checks, 10, "{stdout}");
 }
 
 #[test]

@@ -49,7 +49,7 @@ pub(super) const PER_CALL: &str = "_kiln_at";
 
 /// What a call of dynamic shapes computes once, from its sizes, before its first
 /// step: each sized kernel's launch for the bucket of its sizes, attention's
-/// bucket and its tile variants' launches. A model's layers launch the same
+/// bucket and its tile variants' launches, and the bias epilogue's bucket. A model's layers launch the same
 /// kernels at the same sizes, so each lookup is made once a call, not once a
 /// launch (each costs the host about a microsecond). They are the items of one
 /// tuple, [`PER_CALL`], in order of first use.
@@ -78,7 +78,8 @@ impl PerCall {
         }
         writeln!(
             out,
-            "        # What this call's sizes choose, once: each sized kernel's launch, attention's bucket."
+            "        # What this call's sizes choose, once: each sized kernel's launch, the buckets of\n\
+             \x20       # the runtime's choices (attention's, the bias epilogue's)."
         )?;
         writeln!(out, "        {PER_CALL} = (")?;
         for item in &self.items {
@@ -857,9 +858,24 @@ impl CallWriter<'_> {
             );
         }
         if let Some(signature) = self.biases.get(&i) {
+            // Over dynamic shapes the choice is kept per bucket of the call's sizes.
+            let bucket = if self.sources.is_empty() {
+                String::new()
+            } else {
+                let symbols: Vec<String> = self
+                    .sources
+                    .iter()
+                    .map(|s| format!("ks{}", s.symbol.0))
+                    .collect();
+                let at = self
+                    .per_call
+                    .borrow_mut()
+                    .at(format!("kiln_runtime.size_bucket({})", tuple(&symbols)));
+                format!(", {at}")
+            };
             return writeln!(
                 out,
-                "        BIASES.run({signature}, {}, {})",
+                "        BIASES.run({signature}, {}, {}{bucket})",
                 args.join(", "),
                 self.name(e.out)
             );

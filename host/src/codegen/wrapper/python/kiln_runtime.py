@@ -1277,8 +1277,11 @@ class BiasEpilogue:
     `run(i, bias, a, b, out)` computes one step into `out` and returns it. The
     first call of a signature outside a graph capture times both (DeviceTiming)
     and keeps the faster for the rest of the process; during a capture a
-    signature not chosen yet runs the epilogue, untimed. KILN_BIAS=epilogue or
-    =add forces a side; =measure, the default, measures."""
+    signature not chosen yet runs the epilogue, untimed. A step of dynamic shapes
+    passes the bucket of the call's sizes (`size_bucket`) as `bucket`: the choice
+    is then made and kept per signature and bucket (`by_size`, `by_size_report`),
+    as the faster side at one size may be the slower at another. KILN_BIAS=epilogue
+    or =add forces a side; =measure, the default, measures."""
 
     MODES = ("measure", "epilogue", "add")
     EPILOGUE = "epilogue"
@@ -1301,14 +1304,19 @@ class BiasEpilogue:
         self.chosen = [forced] * count
         # Per signature, what the choice measured: {"epilogue": s, "add": s}.
         self.report = [None] * count
+        self._forced = forced
+        # The same for steps of dynamic shapes, by (signature, bucket of sizes).
+        self.by_size = {}
+        self.by_size_report = {}
 
-    def run(self, i, bias, a, b, out):
-        side = self.chosen[i]
+    def run(self, i, bias, a, b, out, bucket=None):
+        slot = i if bucket is None else (i, bucket)
+        side = self.chosen[i] if bucket is None else self.by_size.get(slot, self._forced)
         if side is None:
             if self._capturing():
                 side = BiasEpilogue.EPILOGUE
             else:
-                side = self._choose(i, bias, a, b, out)
+                side = self._choose(slot, bias, a, b, out)
         if side == BiasEpilogue.EPILOGUE:
             self._addmm(bias, a, b, out=out)
         else:
@@ -1316,7 +1324,9 @@ class BiasEpilogue:
             out.add_(bias)
         return out
 
-    def _choose(self, i, bias, a, b, out):
+    def _choose(self, slot, bias, a, b, out):
+        """Times both sides for a signature (an index) or a bucket of one (`(index,
+        bucket)`), keeps the faster, and returns it."""
         import logging
 
         def epilogue():
@@ -1328,8 +1338,11 @@ class BiasEpilogue:
 
         times = {BiasEpilogue.EPILOGUE: self._timing.time(epilogue), BiasEpilogue.ADD: self._timing.time(add)}
         side = min(times, key=lambda k: (times[k], k != BiasEpilogue.EPILOGUE))
-        self.chosen[i], self.report[i] = side, times
+        if isinstance(slot, tuple):
+            self.by_size[slot], self.by_size_report[slot] = side, times
+        else:
+            self.chosen[slot], self.report[slot] = side, times
         logging.getLogger("kiln.bias").debug(
-            "bias signature %d: %s (epilogue %.1f µs, product and add %.1f µs)", i, side,
+            "bias signature %s: %s (epilogue %.1f µs, product and add %.1f µs)", slot, side,
             times[BiasEpilogue.EPILOGUE] * 1e6, times[BiasEpilogue.ADD] * 1e6)
         return side

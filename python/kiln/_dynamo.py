@@ -199,23 +199,27 @@ def _size_sources(gm):
     """Where each argument of a graph dynamo traced with symbolic sizes comes from, when
     every size argument it takes is one of its tensors' dims: ("tensor", k) for its k-th
     tensor, ("size", k, d) for dim d of that tensor (dynamo passes each symbol as an int),
-    ("value", None) for another argument (passed as it is); None when some argument is
-    neither (a size that is an expression, a symbolic float), and the graph is compiled
-    per set of sizes instead."""
+    ("scalar", None) for a Python float dynamo passes as a 0-d tensor (a module's `eps`,
+    which dynamic=True makes an input), ("value", None) for another argument (passed as it
+    is); None when some argument is neither (a size that is an expression, a symbolic
+    float), and the graph is compiled per set of sizes instead."""
     import torch
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values = [n.meta.get("example_value") for n in placeholders]
+    scalars = [_float_scalar(n.meta.get("grapharg")) for n in placeholders]
     dims, k = {}, 0
-    for v in values:
-        if isinstance(v, torch.Tensor):
+    for v, scalar in zip(values, scalars):
+        if isinstance(v, torch.Tensor) and not scalar:
             for d, size in enumerate(v.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                     dims.setdefault(str(size.node.expr), (k, d))
             k += 1
     sources, k = [], 0
-    for v in values:
-        if isinstance(v, torch.Tensor):
+    for v, scalar in zip(values, scalars):
+        if scalar:
+            sources.append(("scalar", None))
+        elif isinstance(v, torch.Tensor):
             sources.append(("tensor", k))
             k += 1
         elif isinstance(v, torch.SymInt):
@@ -230,20 +234,38 @@ def _size_sources(gm):
     return sources
 
 
+def _float_scalar(grapharg) -> bool:
+    """Whether dynamo passes this argument, a Python float, as a 0-d tensor."""
+    example = getattr(grapharg, "example", None) if getattr(grapharg, "pass_arg_as_tensor", False) else None
+    return example is not None and example.dim() == 0 and example.dtype.is_floating_point
+
+
+class _Scalar(float):
+    """A float that answers `.item()`, as the 0-d tensor dynamo passes for it would: the
+    graph reads the value with `.item()`, which the export then holds as a constant."""
+
+    def item(self) -> float:
+        return float(self)
+
+
 class _OneCompile:
     """A graph dynamo traced with symbolic sizes, compiled by Kiln once for every size
     (`host compile --dynamic`, through `kiln.Dynamic`): at its first call it is exported
     with each of its tensors' symbolic dims dynamic (from 2, as dynamo specialises sizes
-    0 and 1 apart), the size arguments dynamo passes read from those dims. A call with an
-    input that is not contiguous, and a graph that torch.export or Kiln cannot take
-    whole, go per set of sizes (`_PerShape`, which says why it falls back to eager where
-    it must). `compiles` counts Kiln's compiles."""
+    0 and 1 apart), the size arguments dynamo passes read from those dims. An input that
+    is not contiguous is copied to one that is. A graph that torch.export or Kiln cannot
+    take whole goes per set of sizes (`_PerShape`, which says why it falls back to eager
+    where it must). A float dynamo passes as a tensor (a module's `eps`) is compiled in as
+    its first call's value; a call with another value goes per set of sizes too.
+    `compiles` counts Kiln's compiles."""
 
     def __init__(self, gm, sources, device: str, plugins, graphs):
         self._gm, self._sources, self._device, self._plugins = gm, sources, device, plugins
         self._per_shape = _PerShape(gm, device, plugins, graphs)
         self._tensors = [i for i, (kind, *_) in enumerate(sources) if kind == "tensor"]
         self._pick = _picker(tuple(self._tensors))
+        self._scalars = [i for i, (kind, *_) in enumerate(sources) if kind == "scalar"]
+        self._values: list = []  # the scalars' values compiled in
         self.whole = None  # the kiln.Dynamic, after the first call
         self.refused: str | None = None  # why the graph goes per set of sizes
 
@@ -256,7 +278,9 @@ class _OneCompile:
         tensors = self._pick(args)
         if self.whole is None and self.refused is None:
             self._export(args, tensors)
-        if self.whole is not None and all(map(_CONTIGUOUS, tensors)):
+        if self.whole is not None and [args[i].item() for i in self._scalars] == self._values:
+            if not all(map(_CONTIGUOUS, tensors)):  # the compile reads dense inputs
+                tensors = [t.contiguous() for t in tensors]
             try:
                 return self.whole(*tensors)
             except DeviceNotFound:
@@ -273,6 +297,7 @@ class _OneCompile:
         from ._compile import Dynamic, _dynamic_dims
 
         try:
+            self._values = [args[i].item() for i in self._scalars]
             program = _export_symbolic(self._gm, self._sources, args, tensors)
             dims = _dynamic_dims(program)
             if not dims:
@@ -295,6 +320,7 @@ def _export_symbolic(gm, sources, args, tensors):
 
     values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
     fixed = {i: a for i, (a, (kind, *_)) in enumerate(zip(args, sources)) if kind == "value"}
+    fixed.update({i: _Scalar(a.item()) for i, (a, (kind, *_)) in enumerate(zip(args, sources)) if kind == "scalar"})
 
     class BySizes(torch.nn.Module):
         def __init__(self):
@@ -314,7 +340,7 @@ def _export_symbolic(gm, sources, args, tensors):
 
     dims: dict = {}
     shapes = []
-    for v in (v for v in values if isinstance(v, torch.Tensor)):
+    for v in (v for v, (kind, *_) in zip(values, sources) if kind == "tensor"):
         spec = {}
         for d, size in enumerate(v.shape):
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:

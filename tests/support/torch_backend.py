@@ -34,8 +34,8 @@ Checks:
 - options={"freeze": True}: parameters and buffers compiled as constants; an in-place change
   to one (add_, load_state_dict) compiles the graph again;
 - graphs dynamo traces with symbolic sizes (dynamic=True, or after a size changes): compiled by
-  Kiln once for every size (one `--dynamic` compile), every call matching eager; an input that
-  is not contiguous compiles its own set of sizes;
+  Kiln once for every size (one `--dynamic` compile), a layer norm's `eps` that dynamo passes as
+  a tensor too, every call matching eager;
 - kiln.compile of an export with dynamic shapes: compiled once for its ranges (a convolution
   over a dynamic length: each length at its first call), every call eager's; a size outside a range, or two dims of one symbol that differ,
   refused with a message naming them;
@@ -442,7 +442,8 @@ def main(repo: Path):
 
     for dynamic in (None, True):
         torch._dynamo.reset()
-        seq = dev(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval())
+        # A layer norm's `eps`, which dynamo passes to a graph of symbolic sizes as a tensor.
+        seq = dev(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.LayerNorm(8)).eval())
         made = []
         compiled_seq = torch.compile(seq, backend=recording_backend(made), dynamic=dynamic)
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
@@ -450,14 +451,14 @@ def main(repo: Path):
             values = [dev(torch.randn(n, 8)) for n in (2, 3, 5, 3, 7)]
             results = [(compiled_seq(v), seq(v)) for v in values]
             once = [m.compiles for m in made if isinstance(m, _OneCompile)]
-            # A transposed input: dynamo traces it again, and Kiln compiles that graph at its sizes.
+            # A transposed input: dynamo traces it again, and Kiln compiles that graph once too.
             transposed = dev(torch.randn(8, 3)).t()
             results.append((compiled_seq(transposed), seq(transposed)))
         symbolic = [m for m in made if isinstance(m, _OneCompile)]
         fallbacks = [str(w.message) for w in caught if "Kiln" in str(w.message)]
         what = "dynamic=True" if dynamic else "a size that changes (dynamo's automatic dynamic shapes)"
-        check(f"{what}: the graph of symbolic sizes is compiled by Kiln once for every size (a transposed input "
-              "compiles its own), every call eager's",
+        check(f"{what}: the graph of symbolic sizes (a layer norm's eps passed as a tensor) is compiled by Kiln "
+              "once for every size (a transposed input's graph once too), every call eager's",
               all(close(g, w) for g, w in results) and not fallbacks and once == [1]
               and sum(m.compiles for m in symbolic) == 2, (fallbacks, once, [m.refused for m in symbolic]))
 

@@ -521,8 +521,9 @@ pub fn compile_for(
 /// Refuses a program of dynamic shapes that its target's code generator does not
 /// take yet: every wrapper (a Triton device's Python and C++ wrappers, the C++ of
 /// a C++-scheduled device) takes kernels, matrix products, convolutions over a
-/// symbolic batch and (on a Triton device) attention over symbolic sizes; the
-/// `index_copy` template takes one size so far (docs/dynamic-shapes.md).
+/// symbolic batch (where it has a convolution at all) and (on a Triton device)
+/// attention over symbolic sizes; the `index_copy` template takes one size so far
+/// (docs/dynamic-shapes.md).
 fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Result<(), Error> {
     use crate::schedule::ir::{ExternOp, Step};
     let Some((name, shape)) = crate::schedule::symbolic_buffer(program) else {
@@ -533,18 +534,7 @@ fn refuse_dynamic(program: &crate::schedule::ir::Program, target: &Target) -> Re
         SchedulingKind::Cpp => target.wrapper == WrapperKind::Cpp,
     };
     let template = program.steps.iter().find_map(|s| match s {
-        Step::Extern(e)
-            if !matches!(
-                e.op,
-                ExternOp::Mm
-                    | ExternOp::Bmm
-                    | ExternOp::Addmm
-                    | ExternOp::Attention { .. }
-                    | ExternOp::Conv { .. }
-            ) =>
-        {
-            Some(e.op.name())
-        }
+        Step::Extern(e) if matches!(e.op, ExternOp::IndexCopy { .. }) => Some(e.op.name()),
         _ => None,
     });
     let what = match (takes_symbols, template) {

@@ -7,7 +7,11 @@ reduce-overhead step of the same export instead, to compare kernel by kernel.
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_profile.py \\
         [--model gpt2] [--dtype bf16] [--cache 1024] [--position 512] [--steps 20] [--top 25] \\
-        [--no-cache] [--inductor]
+        [--no-cache] [--inductor] [--timeline]
+
+With --timeline it prints, instead, one step's kernels in launch order with what each adds to
+the step's end: its end less the latest end before it. Under dependent launch a kernel's
+programs start early and wait, so its duration overstates it; what it adds does not.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--no-cache", action="store_true", help="the one-token forward without a cache")
     p.add_argument("--inductor", action="store_true", help="profile Inductor's reduce-overhead step instead")
+    p.add_argument("--timeline", action="store_true",
+                   help="one step's kernels in order, with what each adds to the step's end")
     a = p.parse_args()
     setup()
     step, kwargs = compiled_step(a)
@@ -68,6 +74,9 @@ def main() -> None:
             for _ in range(a.steps):
                 step(**kwargs)
             sync()
+    if a.timeline:
+        timeline(prof, a)
+        return
     per_name: dict = defaultdict(lambda: [0.0, 0])
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -82,6 +91,35 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     for name, (us, n) in sorted(per_name.items(), key=lambda kv: -kv[1][0])[:a.top]:
         print(f"| {name[:90]} | {us / a.steps:.1f} | {n / a.steps:.0f} | {us / a.steps / total:.1%} |")
+
+
+def timeline(prof, a) -> None:
+    """One step's kernels in order of start, and what each adds to the step's end, with the
+    sum of what each name adds per step over all steps."""
+    events = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda t: t[0])
+    per_step = len(events) // a.steps
+    adds: dict = defaultdict(float)
+    last_end = events[0][0]
+    rows = []
+    for i, (start, end, name) in enumerate(events[:per_step * a.steps]):
+        add = max(0.0, end - last_end)
+        adds[name] += add / a.steps
+        if i // per_step == a.steps - 1:
+            rows.append((name, start, end, add))
+        last_end = max(last_end, end)
+    first = rows[0][1]
+    total = rows[-1][2] - first
+    print(f"# {a.model} {a.dtype}: {torch.cuda.get_device_name(0)}; one step's {per_step} kernels, "
+          f"{total:.1f} us from the first start to the last end")
+    print("| # | kernel | start us | end us | adds us |")
+    print("| --- | --- | --- | --- | --- |")
+    for i, (name, start, end, add) in enumerate(rows):
+        print(f"| {i} | {name[:70]} | {start - first:.1f} | {end - first:.1f} | {add:.2f} |")
+    print("| kernel | adds us per step |")
+    print("| --- | --- |")
+    for name, us in sorted(adds.items(), key=lambda kv: -kv[1])[:a.top]:
+        print(f"| {name[:90]} | {us:.1f} |")
 
 
 if __name__ == "__main__":

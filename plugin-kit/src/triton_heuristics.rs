@@ -415,6 +415,15 @@ pub fn reduction_pass_configs(
 const DEPENDENT_MAX_X_BLOCK: u64 = 4;
 /// Elements of that tile per thread (a persistent tile of 4096 in 4 warps).
 const DEPENDENT_ELEMENTS_PER_THREAD: u64 = 32;
+/// The longest row (a power of two) such a reduction holds whole: all of its
+/// weight's loads are then issued before the wait, where a looped one issues its
+/// first step's. On the H100, GPT-2 small's second MLP product (rows of 3072) so
+/// took its bfloat16 decoding step from 0.245 to 0.236 ms under CUDA graphs, and a
+/// chain of its products ran at 1.9-2.0 us each with whole slices against 3.1 for
+/// one row a program (`bench/gpu/chain_probe.py`).
+const DEPENDENT_WHOLE_ROW: u64 = 4096;
+/// The most elements of such a tile.
+const DEPENDENT_TILE_ELEMENTS: u64 = 16384;
 
 /// [`reduction_pass_configs`] for a device whose kernels are launched as
 /// programmatic dependents of the kernel before them (CUDA's programmatic
@@ -425,7 +434,8 @@ const DEPENDENT_ELEMENTS_PER_THREAD: u64 = 32;
 /// projections, an RMS norm taken into one) then takes up to
 /// [`DEPENDENT_MAX_X_BLOCK`] rows per program first, as many as leave one
 /// program per multiprocessor, in the default step along the row (a persistent
-/// tile of at most [`PERSISTENT_TILE_ELEMENTS`]), with
+/// tile of at most [`PERSISTENT_TILE_ELEMENTS`]; a row of one pass of at most
+/// [`DEPENDENT_WHOLE_ROW`] whole, in at most [`DEPENDENT_TILE_ELEMENTS`]), with
 /// [`DEPENDENT_ELEMENTS_PER_THREAD`] elements per thread: fewer programs to
 /// start and to wait, each with more of the weight in flight. On the H100, in
 /// CUDA graphs of such launches each on a weight not in L2, one row by every
@@ -442,14 +452,20 @@ pub fn dependent_reduction_pass_configs(
     let Some(&first) = configs.first() else {
         return configs;
     };
-    let r_block = u64::from(first.r_block).max(1);
+    let mut r_block = u64::from(first.r_block).max(1);
+    // A row read once and no longer than DEPENDENT_WHOLE_ROW is held whole: every
+    // load of the weight is issued before the wait.
+    let row_p2 = next_pow2(query.row_len.max(1));
+    if passes <= 1 && r_block < query.row_len && row_p2 <= DEPENDENT_WHOLE_ROW {
+        r_block = row_p2;
+    }
     let persistent = r_block >= query.row_len;
     // Steps longer than Inductor's (rows of 8192 and more) keep theirs: one row
     // per program already holds as much of the row as the warps can.
     if hint != ReductionHint::Inner
         || first.x_block != 1
         || (passes > 1 && !persistent)
-        || r_block > LOOPED_MAX_RBLOCK
+        || u64::from(first.r_block) > LOOPED_MAX_RBLOCK
     {
         return configs;
     }
@@ -458,11 +474,11 @@ pub fn dependent_reduction_pass_configs(
     let mut x = 1;
     while x * 2 <= DEPENDENT_MAX_X_BLOCK
         && rows.div_ceil(x * 2) >= sms
-        && (!persistent || x * 2 * r_block <= PERSISTENT_TILE_ELEMENTS)
+        && (!persistent || x * 2 * r_block <= DEPENDENT_TILE_ELEMENTS)
     {
         x *= 2;
     }
-    if x == 1 {
+    if x == 1 && r_block == u64::from(first.r_block) {
         return configs;
     }
     let threads = x * r_block / DEPENDENT_ELEMENTS_PER_THREAD;
@@ -859,10 +875,20 @@ mod tests {
             (c.x_block, c.r_block, c.num_warps)
         };
         // GPT-2 small's projections: rows of 768 whole (4096 elements, four
-        // warps); rows of 3072 in steps of 2048, eight warps.
+        // warps); rows of 3072 whole too (a tile of 4 x 4096, eight warps), where
+        // a plain launch steps by 2048.
         assert_eq!(first(&WIDE_PERSISTENT, 2304, 768, 1), (4, 1024, 4));
         assert_eq!(first(&WIDE_PERSISTENT, 50257, 768, 1), (4, 1024, 4));
-        assert_eq!(first(&WIDE_PERSISTENT, 768, 3072, 1), (4, 2048, 8));
+        assert_eq!(first(&WIDE_PERSISTENT, 768, 3072, 1), (4, 4096, 8));
+        assert_eq!(
+            reduction_pass_configs(&WIDE_PERSISTENT, &red(768, 3072), ReductionHint::Inner, 1)[0]
+                .r_block,
+            2048
+        );
+        // Rows longer than 4096 keep their loop (a step of 4096 here, as a plain
+        // launch's); few rows take one a program.
+        assert_eq!(first(&WIDE_PERSISTENT, 4096, 5000, 1), (1, 4096, 16));
+        assert_eq!(first(&WIDE_PERSISTENT, 100, 3072, 1), (1, 4096, 4));
         // An RMS norm taken into the product: two passes, one tile.
         assert_eq!(first(&WIDE_PERSISTENT, 8192, 1024, 2), (4, 1024, 4));
         // Fewer rows per program where four would leave multiprocessors idle.

@@ -1343,10 +1343,21 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
     assert_eq!(
         code.matches("KERNELS.kiln_flash_combine_").count(),
-        4,
+        5,
         "{code}"
     );
     assert!(code.contains("SPLITS: tl.constexpr"), "{code}");
+    // A query of one row takes the one-row kernel (its sums in registers, ranges of 32
+    // keys, one warp per 32); the causal query of two rows, `tl.dot` tiles of 16 rows.
+    assert_eq!(
+        code.matches("# Split flash attention for one query row")
+            .count(),
+        4
+    );
+    assert_eq!(code.matches("\"BLOCK_M\": 1, \"BLOCK_N\": 32,").count(), 4);
+    assert_eq!(code.matches("\"BLOCK_M\": 16,").count(), 1, "{code}");
+    // The four kernels' and their combining kernel's.
+    assert_eq!(code.matches("\"SPLITS\": 32,").count(), 5, "{code}");
     assert!(
         code.contains("buf_attention_splits = empty_strided_device("),
         "{code}"
@@ -1355,14 +1366,14 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
         .arg(repo_root().join("tests/support/interpret_attention.py"))
         .arg(out.join("output_code.py")));
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(stdout.matches("ok: ").count(), 9, "{stdout}");
+    assert_eq!(stdout.matches("ok: ").count(), 11, "{stdout}");
     let cpp = tmp.path().join("gxu-cpp");
     let (ok, stderr) = compile(&graph, "gxu", &cpp, &["--wrapper", "cpp"]);
     assert!(ok, "{stderr}");
     let wrapper = std::fs::read_to_string(cpp.join("wrapper.cpp")).unwrap();
     assert_eq!(
         wrapper.matches("{ // kiln_flash_combine_").count(),
-        4,
+        5,
         "{wrapper}"
     );
 
@@ -1699,8 +1710,8 @@ fn a_one_row_product_is_a_reduction_that_reads_its_computed_operand_from_memory(
 /// (`kiln_dependent_wait`) after its loads of constants, so that launched as a
 /// programmatic dependent (CUDA's, from sm_90) it reads its weight while that kernel
 /// still runs: at the tile's start in a persistent product, inside the first loop
-/// over the row in a looped one (the residual it adds read after it), never after a
-/// store. A kernel of very many programs is launched plainly, without the wait.
+/// over the row in a looped one (rows of more than 4096; shorter ones are held whole),
+/// the residual it adds read after it, never after a store. A kernel of very many programs is launched plainly, without the wait.
 /// Triton compiles the wait for sm_90 (launched with `launch_pdl`), and to nothing for
 /// sm_80 or with KILN_PDL=0.
 #[test]
@@ -1717,17 +1728,17 @@ fn kernels_wait_for_the_kernel_before_them_after_their_loads_of_constants() {
         &graph,
         format!(
             "format = \"kiln-graph/1\"\nname = \"dependent\"\noutputs = [\"y\", \"z\", \"q\"]\n\n\
-             [[inputs]]\nname = \"x\"\nshape = [1, 1100]\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [1, 5000]\ndtype = \"float32\"\n\n\
              [[inputs]]\nname = \"r\"\nshape = [1, 24]\ndtype = \"float32\"\n\n\
              [[inputs]]\nname = \"x2\"\nshape = [1, 64]\ndtype = \"float32\"\n\n\
              [[inputs]]\nname = \"b\"\nshape = [40000000]\ndtype = \"float32\"\n\n\
-             [[constants]]\nname = \"w\"\nshape = [24, 1100]\ndtype = \"float32\"\nvalues = [{}]\n\n\
+             [[constants]]\nname = \"w\"\nshape = [24, 5000]\ndtype = \"float32\"\nvalues = [{}]\n\n\
              [[constants]]\nname = \"v\"\nshape = [16, 64]\ndtype = \"float32\"\nvalues = [{}]\n\n\
              [[nodes]]\nname = \"p\"\nop = \"linear\"\nargs = [\"x\", \"w\"]\n\n\
              [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"p\", \"r\"]\n\n\
              [[nodes]]\nname = \"z\"\nop = \"linear\"\nargs = [\"x2\", \"v\"]\n\n\
              [[nodes]]\nname = \"q\"\nop = \"relu\"\nargs = [\"b\"]\n",
-            values(24 * 1100),
+            values(24 * 5000),
             values(16 * 64)
         ),
     )
@@ -1746,10 +1757,10 @@ fn kernels_wait_for_the_kernel_before_them_after_their_loads_of_constants() {
     let at = |k: &str, text: &str| k.find(text).unwrap_or_else(|| panic!("{text}:\n{k}"));
     let wait = "kiln_dependent_wait()";
     // The looped product: its weight's step, the wait, then the row it multiplies.
-    let looped = kernel("1100*xindex + rindex");
-    assert!(at(looped, "for roffset") < at(looped, "1100*xindex + rindex"));
+    let looped = kernel("5000*xindex + rindex");
+    assert!(at(looped, "for roffset") < at(looped, "5000*xindex + rindex"));
     assert!(
-        at(looped, "1100*xindex + rindex") < at(looped, wait),
+        at(looped, "5000*xindex + rindex") < at(looped, wait),
         "{looped}"
     );
     let after = &looped[at(looped, wait)..];

@@ -416,15 +416,20 @@ fn inplace_ok(
 /// 128 took GPT-2 small's decoding step (12 heads: 16 ranges a head, not 8) from 0.304
 /// to 0.298 ms in bfloat16 and from 0.384 to 0.357 ms in float32, under CUDA graphs;
 /// the 170 M Llama's (16 heads: 16 ranges, not 8) took 0.98-1.00 of its time, and batches of 8 (enough
-/// heads for 4 ranges either way) the same. Ranges of 32 were slower than 64
-/// (`bench/gpu/results/2026-11-26-split-keys-h100.txt`).
+/// heads for 4 ranges either way) the same. Ranges of 32 were slower than 64 for that
+/// kernel of 16 query rows a tile (`bench/gpu/results/2026-11-26-split-keys-h100.txt`).
 const MAX_SPLITS: i64 = 64;
 const MIN_SPLIT_KEYS: i64 = 64;
+/// Fewest keys in one range where the query has one row: the split kernel then takes
+/// one row a program and sums in registers (`codegen::triton::attention`'s one-row
+/// form), and shorter ranges in more programs were faster (GPT-2 small's heads over
+/// a cache of 1024 on the H100: 4.0 us a layer in ranges of 32 keys, 4.3 in 64).
+const MIN_SPLIT_KEYS_ONE_ROW: i64 = 32;
 
 /// Splits the keys of fused attention `call` across programs (flash-decoding) where its
 /// query has few rows (at most 16: one block of them) and its (batch, head) pairs are
 /// fewer than `units`: about two programs a unit, each over at least [`MIN_SPLIT_KEYS`]
-/// keys, a power of two of them. The partial results (each row's values, running max
+/// keys ([`MIN_SPLIT_KEYS_ONE_ROW`] for a query of one row), a power of two of them. The partial results (each row's values, running max
 /// and sum) go to a float32 scratch buffer of the call's own.
 fn split_attention(
     call: &mut ir::ExternCall,
@@ -454,9 +459,14 @@ fn split_attention(
         return;
     }
     let wanted = ((2 * units + pairs - 1) / pairs) as u64;
+    let min_keys = if rows == 1 {
+        MIN_SPLIT_KEYS_ONE_ROW
+    } else {
+        MIN_SPLIT_KEYS
+    };
     let cap = wanted
         .next_power_of_two()
-        .min((keys / MIN_SPLIT_KEYS).clamp(0, MAX_SPLITS) as u64);
+        .min((keys / min_keys).clamp(0, MAX_SPLITS) as u64);
     if cap < 2 {
         return;
     }

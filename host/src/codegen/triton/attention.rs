@@ -311,7 +311,8 @@ impl Site<'_, '_> {
                 let name = self
                     .namer
                     .name(&format!("kiln_flash_attention_{}", self.out.kernels.len()));
-                kernel_text(&mut self.out.source, &name, precision, self.split)?;
+                let one_row = constants.contains(&("BLOCK_M", 1));
+                kernel_text(&mut self.out.source, &name, precision, self.split, one_row)?;
                 self.out.kernels.push(AttentionKernel {
                     name,
                     signature: types,
@@ -667,6 +668,15 @@ struct Tiles {
     stages: i64,
 }
 
+/// The most keys a block of the one-row split kernel takes.
+const ONE_ROW_BLOCK_N: i64 = 64;
+/// Keys of a block of the one-row split kernel per warp. On the H100, for GPT-2
+/// small's twelve heads over a cache of 1024 in bfloat16, a chain of twelve split
+/// attentions and their combines took 4.0 us a layer in 32 ranges of 32 keys with one
+/// warp, 4.3 in 16 ranges of 64 with one or two, and 5.7 in 16 with four; the
+/// `tl.dot` form 4.7 at best (`bench/gpu/attention_chain_probe.py`).
+const ONE_ROW_KEYS_PER_WARP: i64 = 32;
+
 /// The smallest block `tl.dot` takes along any dimension.
 const MIN_BLOCK: i64 = 16;
 
@@ -731,6 +741,17 @@ impl Tiles {
     /// without a cache attends over one key: in GPT-2's float32 step, over blocks of
     /// 64 keys, Kiln's kernel measured slower than the library's 12.8 µs a layer (its
     /// attention, the mask made and padded); over blocks of 16, 4.8 µs (H100).
+    /// One query row a program, for [`ONE_ROW_TEXT`] (a decoding step's split
+    /// kernel), over blocks of the keys one of `splits` ranges of `keys` holds, at
+    /// most [`ONE_ROW_BLOCK_N`].
+    fn one_row(mut self, keys: i64, splits: i64) -> Tiles {
+        let range = (keys + splits - 1) / splits.max(1);
+        self.block_m = 1;
+        self.block_n = next_pow2_at_least_16(range).min(ONE_ROW_BLOCK_N);
+        self.stages = 1;
+        self
+    }
+
     fn for_keys(mut self, keys: i64) -> Tiles {
         self.block_n = self.block_n.min(next_pow2_at_least_16(keys));
         if keys <= self.block_n {
@@ -816,9 +837,17 @@ fn plan(
     }
     let dtype = p.buffer(ops.q.buf).dtype;
     let heads = ops.z.saturating_mul(ops.h);
-    let tiles = Tiles::choose(target, dtype, (ops.e_q, ops.e_v), ops.l, heads)?.for_keys(ops.s);
+    let mut tiles = Tiles::choose(target, dtype, (ops.e_q, ops.e_v), ops.l, heads)?.for_keys(ops.s);
     let splits = i64::from(splits.max(1));
-    let (num_warps, grid) = launch_shape(&ops, dtype, tiles, splits, heuristics)?;
+    let one_row = splits > 1 && ops.l == 1;
+    if one_row {
+        tiles = tiles.one_row(ops.s, splits);
+    }
+    let (mut num_warps, grid) = launch_shape(&ops, dtype, tiles, splits, heuristics)?;
+    if one_row {
+        let wanted = (tiles.block_n / ONE_ROW_KEYS_PER_WARP).max(1);
+        num_warps = num_warps.min(u32::try_from(wanted).unwrap_or(1));
+    }
     let mut pointers = vec![ops.q.clone(), ops.k.clone(), ops.v.clone()];
     pointers.push(ops.mask.unwrap_or(ops.q).clone());
     let combine = match e.scratch.filter(|_| splits > 1) {
@@ -1084,6 +1113,7 @@ fn kernel_text(
     name: &str,
     precision: Option<&str>,
     split: bool,
+    one_row: bool,
 ) -> std::fmt::Result {
     let precision = precision.map_or(String::new(), |p| format!(", input_precision=\"{p}\""));
     writeln!(out, "\n\n@triton.jit")?;
@@ -1155,6 +1185,10 @@ fn kernel_text(
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{PRECISION})
             m_i = m_new
 {STORE}"#;
+    if split && one_row {
+        out.push_str(ONE_ROW_TEXT);
+        return Ok(());
+    }
     let (programs, range, store) = if split { SPLIT_PARTS } else { WHOLE_PARTS };
     let body = body
         .replace("{PROGRAMS}", programs)
@@ -1163,6 +1197,68 @@ fn kernel_text(
     out.push_str(&body.replace("{PRECISION}", &precision));
     Ok(())
 }
+
+/// The split kernel's body with one query row a program (`BLOCK_M` 1; Triton's
+/// `tl.dot` takes 16 rows at least): a decoding step's. The scores and the values'
+/// sum are products summed along a row in float32 rather than `tl.dot`s: the keys,
+/// values and mask of a block are loaded together, and nothing passes through
+/// shared memory but the reductions'. Partial results as [`SPLIT_PARTS`]' store.
+const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a program (a decoding step): the
+    # scores and the values' sum in float32, in registers.
+    kiln_dependent_wait()
+    LOG2E: tl.constexpr = 1.4426950408889634
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    qk_scale = sm_scale * LOG2E
+    chunk = tl.cdiv(tl.cdiv(S, SPLITS), BLOCK_N) * BLOCK_N
+    for pid in range(tl.program_id(0), L * Z * H * SPLITS, tl.num_programs(0)):
+        split = pid % SPLITS
+        row = (pid // SPLITS) % L
+        bh = (pid // SPLITS) // L
+        off_b = bh // H
+        off_h = bh % H
+        off_hk = off_h // GROUP
+        q = tl.load(Q + off_b * sqb + off_h * sqh + row * sqm + offs_e * sqe,
+                    mask=offs_e < E, other=0.0).to(tl.float32) * qk_scale
+        m_i = tl.max(tl.full([BLOCK_N], float("-inf"), tl.float32), 0)
+        l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)
+        acc = tl.zeros([BLOCK_EV], dtype=tl.float32)
+        lo = split * chunk
+        hi = tl.minimum(S, lo + chunk)
+        if CAUSAL:
+            hi = tl.minimum(hi, row + 1)
+        k_base = K + off_b * skb + off_hk * skh
+        v_base = V + off_b * svb + off_hk * svh
+        m_base = M + off_b * smb + off_h * smh + row * smm
+        for start_n in range(lo, hi, BLOCK_N):
+            offs_n = start_n + offs_n0
+            keep = offs_n < hi
+            k = tl.load(k_base + offs_n[:, None] * skn + offs_e[None, :] * ske,
+                        mask=keep[:, None] & (offs_e[None, :] < E), other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * svn + offs_ev[None, :] * sve,
+                        mask=keep[:, None] & (offs_ev[None, :] < EV), other=0.0)
+            if MASK_KIND != 0:
+                mv = tl.load(m_base + offs_n * smn, mask=keep, other=0)
+            qk = tl.sum(k.to(tl.float32) * q[None, :], 1)
+            if MASK_KIND == 1:
+                keep = keep & (mv != 0)
+            if MASK_KIND == 2:
+                qk = qk + mv.to(tl.float32) * LOG2E
+            qk = tl.where(keep, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 0))
+            # Nothing kept so far: max -inf, shift by 0 instead (no NaN).
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(qk - m_use)
+            alpha = tl.math.exp2(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 0)
+            acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
+            m_i = m_new
+        part = ((bh * L + row) * SPLITS + split) * (EV + 2)
+        tl.store(O + part + offs_ev, acc, mask=offs_ev < EV)
+        tl.store(O + part + EV, m_i)
+        tl.store(O + part + EV + 1, l_i)
+"#;
 
 /// The programs, the key range and the store of the kernel over all the keys.
 const WHOLE_PARTS: (&str, &str, &str) = (

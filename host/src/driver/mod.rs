@@ -625,7 +625,7 @@ fn generate_triton_cpp(
     triton_cpp::reserve(&mut namer, &strings);
     let p = &scheduled.program;
     let triton_options = triton::Options {
-        index_copy_kernels: true,
+        library_kernels: true,
         ..options.triton.clone()
     };
     let kernels =

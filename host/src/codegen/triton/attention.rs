@@ -468,7 +468,7 @@ pub fn runtime_scalar_indices<'a>(
 /// plugin states it (the host's defaults in [`crate::plugins::defaults`] where
 /// it does not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Target {
+pub(super) struct Target {
     /// The units that run programs in parallel (SMs); 0 when unknown.
     units: u32,
     /// Whether float32 products may be split into three TF32 products (the
@@ -481,7 +481,7 @@ struct Target {
 
 impl Target {
     /// The target `heuristics` describes.
-    fn of(heuristics: &dyn LaunchHeuristics) -> Target {
+    pub(super) fn of(heuristics: &dyn LaunchHeuristics) -> Target {
         Target {
             units: heuristics
                 .properties()
@@ -495,7 +495,7 @@ impl Target {
 
     /// `tl.dot`'s `input_precision` for operands of `dtype`: `None` keeps
     /// Triton's default (float16/bfloat16 multiply in their dtype).
-    fn precision(self, dtype: DType) -> Option<&'static str> {
+    pub(super) fn precision(self, dtype: DType) -> Option<&'static str> {
         match dtype {
             DType::Float32 if self.tf32 => Some("tf32x3"),
             DType::Float32 => Some("ieee"),

@@ -102,7 +102,7 @@ pub fn write(
                     signature,
                     constants: vec![("DIM", dim4), ("BLOCK", BLOCK)],
                     aligned: Vec::new(),
-                    num_warps: warps(heuristics, numel, dtype)?,
+                    num_warps: warps(heuristics, "index_copy", numel, dtype)?,
                     num_stages: 1,
                 });
                 by_key.insert((dtype, dim4, wide), name.clone());
@@ -148,16 +148,21 @@ fn extent(v: &View) -> i64 {
         .fold(v.offset.hint().saturating_add(1), i64::saturating_add)
 }
 
-/// The plugin's warps for a pointwise kernel of `numel` elements (its first config), at
-/// most four.
-fn warps(heuristics: &dyn LaunchHeuristics, numel: i64, dtype: DType) -> Result<u32, Error> {
+/// The plugin's warps for template `kernel` over `numel` elements (its first config for a
+/// pointwise kernel of so many), at most four.
+pub(super) fn warps(
+    heuristics: &dyn LaunchHeuristics,
+    kernel: &str,
+    numel: i64,
+    dtype: DType,
+) -> Result<u32, Error> {
     let configs = heuristics
         .pointwise_configs(PointwiseQuery {
             numel: numel.max(1) as u64,
             element_bytes: dtype.size_bytes() as u32,
         })
         .map_err(|source| Error::Heuristics {
-            kernel: "index_copy".into(),
+            kernel: kernel.into(),
             source,
         })?;
     Ok(configs.first().map_or(1, |c| c.num_warps).clamp(1, 4))

@@ -8,6 +8,7 @@
 //! in float32.
 
 pub mod attention;
+pub mod conv;
 pub mod expr;
 pub mod index_copy;
 mod kernel;
@@ -48,9 +49,10 @@ pub const RESERVED: &[&str] = &[
 pub struct Options {
     /// Offer every candidate config to `triton.autotune`.
     pub autotune: bool,
-    /// Write `index_copy` as Kiln's kernel ([`index_copy`]), for a wrapper without
-    /// ATen's (the C++ wrapper); the Python wrapper calls ATen's `index_copy_`.
-    pub index_copy_kernels: bool,
+    /// Write Kiln's own kernels for the steps the Python wrapper hands to ATen
+    /// (`index_copy`: [`index_copy`]; convolutions: [`conv`]), for a wrapper without
+    /// ATen (the C++ wrapper).
+    pub library_kernels: bool,
     /// Kernels read their number of rows (`xnumel`) from the launch rather than as a
     /// literal: for a graph whose sizes vary between compiles (a dynamic export
     /// specialised, a graph file's named sizes), so that a kernel whose work does not
@@ -121,10 +123,12 @@ pub struct Kernels {
     /// How to launch each kernel, in program order.
     pub info: Vec<KernelInfo>,
     /// The template kernels (fused attention, split attention's combining,
-    /// `index_copy`), and the attention steps' launches.
+    /// `index_copy`, convolution), and the attention steps' launches.
     pub attention: attention::Attention,
     /// The launch of each `index_copy` step, by step index.
     pub index_copies: HashMap<usize, index_copy::IndexCopyLaunch>,
+    /// The launch of each convolution step Kiln's kernel takes, by step index.
+    pub convs: HashMap<usize, attention::TemplateLaunch>,
 }
 
 /// Generates every kernel of `program`; `namer` names the kernels (call it
@@ -141,10 +145,13 @@ pub fn write(
     let (texts, mut info) = share_identical(texts, info);
     name_variants(&mut info, namer);
     let mut attention = attention::write(program, heuristics, namer)?;
-    let index_copies = if options.index_copy_kernels {
-        index_copy::write(program, heuristics, namer, &mut attention)?
+    let (index_copies, convs) = if options.library_kernels {
+        (
+            index_copy::write(program, heuristics, namer, &mut attention)?,
+            conv::write(program, heuristics, namer, &mut attention)?,
+        )
     } else {
-        HashMap::new()
+        (HashMap::new(), HashMap::new())
     };
     let calling: Vec<&str> = texts
         .iter()
@@ -169,6 +176,7 @@ pub fn write(
         info,
         attention,
         index_copies,
+        convs,
     })
 }
 

@@ -73,6 +73,14 @@ impl Writer<'_> {
                     } else if let Some(l) = self.plan.kernels.index_copies.get(&i) {
                         self.index_copy(e, l)?;
                         launches += 1;
+                    } else if let Some(l) = self.plan.kernels.convs.get(&i) {
+                        let pointers = l
+                            .pointers
+                            .iter()
+                            .map(|v| self.pointer(v))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        self.template_launch(l, pointers)?;
+                        launches += 1;
                     } else {
                         let g = gemm(p, e)?;
                         self.gemm_call(e, &g)?;

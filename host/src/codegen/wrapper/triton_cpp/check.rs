@@ -11,7 +11,7 @@ use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
 /// What the wrapper can do without the binaries: refuses programs it cannot
-/// run (autotuned kernels, convolutions, matrix products the plugin has no
+/// run (autotuned kernels, convolutions of 3 spatial dims or symbolic sizes, matrix products the plugin has no
 /// `kilnGemm` for or whose operands no BLAS reads, strided outputs) before
 /// anything is compiled.
 pub fn check(
@@ -91,12 +91,16 @@ pub fn check(
                     ))
                 }
                 ExternOp::Conv { .. } => {
-                    return Err(Error::Unsupported(
-                        "a convolution: Kiln's C++ wrapper for Triton devices has no convolution \
-                         yet; `host compile` without `--wrapper cpp` writes the Python wrapper \
-                         (output_code.py), which runs it"
-                            .into(),
-                    ))
+                    if !kernels.convs.contains_key(&i) {
+                        let x = &e.args[0];
+                        return Err(Error::Unsupported(format!(
+                            "a convolution over an input of sizes {:?}: Kiln's C++ wrapper for \
+                             Triton devices runs 1-D and 2-D convolutions of static sizes; \
+                             `host compile` without `--wrapper cpp` writes the Python wrapper \
+                             (output_code.py), which runs this one",
+                            x.shape
+                        )));
+                    }
                 }
                 ExternOp::IndexCopy { .. } => {
                     let x = &e.args[0];

@@ -469,7 +469,7 @@ pub fn plan(
         })
         .collect();
     // The locals of a launch's block: `p0`, `s0`, ... (pointers and scalars of an
-    // attention or index_copy launch, the size arguments of a kernel).
+    // attention, index_copy or convolution launch, the size arguments of a kernel).
     let locals = kernels
         .attention
         .launches
@@ -480,6 +480,7 @@ pub fn plan(
             kernels
                 .index_copies
                 .values()
+                .chain(kernels.convs.values())
                 .map(|l| l.pointers.len().max(l.scalars.len())),
         )
         .max()

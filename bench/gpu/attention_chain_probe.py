@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from graph_replays import best_replay_us, graphed
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS, HEADS, HEAD, CACHE, POSITION = 12, 12, 64, 1024, 512
@@ -121,31 +122,15 @@ def main():
         layer(0)
         torch.cuda.synchronize()
         errors[name] = (out.float() - want).abs().max().item() if "trivial" not in name else 0.0
-    graphs = {}
-    for name, layer in variants.items():
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(LAYERS):
-                layer(i)
-        graphs[name] = g
-    times = {name: [] for name in variants}
-    for _ in range(5):
-        for name, g in graphs.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            g.replay()
-            start.record()
-            for _ in range(args.rep):
-                g.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / args.rep * 1e3 / LAYERS)
+    chains = {name: (lambda layer=layer: [layer(i) for i in range(LAYERS)]) for name, layer in variants.items()}
+    times = best_replay_us({name: graphed(chain) for name, chain in chains.items()}, args.rep)
     print(f"# attention_chain_probe: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"triton {triton.__version__}, {args.dtype}; {LAYERS} layers of {HEADS} heads of {HEAD}, "
           f"cache {CACHE}, position {POSITION}; best of 5 rounds of {args.rep} replays")
     print("| form | us per layer (attention + combine) | max error vs PyTorch |")
     print("| --- | --- | --- |")
     for name in variants:
-        print(f"| {name} | {min(times[name]):.2f} | {errors[name]:.1e} |")
+        print(f"| {name} | {times[name] / LAYERS:.2f} | {errors[name]:.1e} |")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import argparse
 import torch
 import triton
 import triton.language as tl
+from graph_replays import chain_operands, chain_table
 
 SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)]  # (N, K) of each product
 LAYERS = 12
@@ -60,24 +61,12 @@ def slice_gemv(W, x, y, N: tl.constexpr, K: tl.constexpr, XB: tl.constexpr, KP: 
     tl.store(y + rows.reshape(XB), out.to(y.dtype.element_ty), mask=rows.reshape(XB) < N)
 
 
-def graphed(fn):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rep", type=int, default=200)
     args = ap.parse_args()
-    dev = torch.cuda.get_device_properties(0)
-    units = dev.multi_processor_count
-    torch.manual_seed(0)
-    W = [torch.randn(LAYERS * n * k, device="cuda", dtype=torch.bfloat16) / 30 for n, k in SHAPES]
-    vecs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for n in (768, 2304, 768, 3072)]
+    units = torch.cuda.get_device_properties(0).multi_processor_count
+    W, vecs = chain_operands(SHAPES, LAYERS)
 
     def chain(launch):
         def run():
@@ -110,46 +99,9 @@ def main():
             for early in (False, True):
                 forms[f"slice {per_unit} a unit, {warps} warps{', early' if early else ''}"] = \
                     slices(per_unit, warps, early)
-    results = {}
-    for name, fn in forms.items():
-        vecs[0].copy_(torch.linspace(-1, 1, 768, device="cuda").bfloat16())
-        fn()
-        torch.cuda.synchronize()
-        results[name] = vecs[0].float().clone()
-    base = next(iter(results.values()))
-    graphs = {name: graphed(fn) for name, fn in forms.items()}
-    times = {name: [] for name in forms}
-    for _ in range(5):
-        for name, g in graphs.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            g.replay()
-            start.record()
-            for _ in range(args.rep):
-                g.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / args.rep * 1e3)
-    weights = sum(w.numel() * 2 for w in W)
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    dst.copy_(src)
-    start.record()
-    for _ in range(20):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize()
-    bandwidth = 2 * src.numel() * 20 / (start.elapsed_time(end) / 1e3)
-    floor = weights / bandwidth * 1e6
-    print(f"# chain_probe: {dev.name}, {units} units, torch {torch.__version__}, triton {triton.__version__}; "
-          f"{LAYERS * len(SHAPES)} products, {weights / 1e6:.0f} MB of bf16 weights; floor {floor:.1f} us; "
-          f"best of 5 rounds of {args.rep} replays")
-    print("| form | us per chain | us per product | / floor | max diff vs the first |")
-    print("| --- | --- | --- | --- | --- |")
-    for name in forms:
-        us = min(times[name])
-        diff = (results[name] - base).abs().max().item()
-        print(f"| {name} | {us:.1f} | {us / (LAYERS * len(SHAPES)):.2f} | {us / floor:.2f} | {diff:.1e} |")
+    # The forms compute the same chain: each result against the first's.
+    chain_table("chain_probe", forms, vecs[0], sum(w.numel() * 2 for w in W), LAYERS * len(SHAPES), args.rep,
+                next(iter(forms)))
 
 
 if __name__ == "__main__":

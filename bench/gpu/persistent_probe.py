@@ -24,6 +24,7 @@ import argparse
 import torch
 import triton
 import triton.language as tl
+from graph_replays import chain_operands, chain_table
 
 SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)]  # (N, K) of each product
 LAYERS = 12
@@ -99,24 +100,12 @@ def persistent(W0, W1, W2, W3, v0, v1, v2, v3, count, LAYERS: tl.constexpr, PREF
         _phase(W3 + layer * 768 * 3072, v3, v0, count, 768, 3072, XB, RB, PREFETCH)
 
 
-def graphed(fn):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rep", type=int, default=200)
     args = ap.parse_args()
-    dev = torch.cuda.get_device_properties(0)
-    units = dev.multi_processor_count
-    torch.manual_seed(0)
-    W = [torch.randn(LAYERS * n * k, device="cuda", dtype=torch.bfloat16) / 30 for n, k in SHAPES]
-    vecs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for n in (768, 2304, 768, 3072)]
+    units = torch.cuda.get_device_properties(0).multi_processor_count
+    W, vecs = chain_operands(SHAPES, LAYERS)
     count = torch.zeros(1, device="cuda", dtype=torch.int64)
     XB, RB = 4, 256
 
@@ -143,47 +132,9 @@ def main():
     for per_unit in (1, 2, 4):
         forms[f"persistent, {per_unit} a unit"] = persistent_run(False, per_unit)
         forms[f"persistent+prefetch, {per_unit} a unit"] = persistent_run(True, per_unit)
-    # The forms compute the same chain: check against each other first.
-    results = {}
-    for name, fn in forms.items():
-        vecs[0].copy_(torch.linspace(-1, 1, 768, device="cuda").bfloat16())
-        fn()
-        torch.cuda.synchronize()
-        results[name] = vecs[0].float().clone()
-    base = results["launches"]
-    graphs = {name: graphed(fn) for name, fn in forms.items()}
-    times = {name: [] for name in forms}
-    for _ in range(5):
-        for name, g in graphs.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            g.replay()
-            start.record()
-            for _ in range(args.rep):
-                g.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / args.rep * 1e3)
-    weights = sum(w.numel() * 2 for w in W)
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    dst.copy_(src)
-    start.record()
-    for _ in range(20):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize()
-    bandwidth = 2 * src.numel() * 20 / (start.elapsed_time(end) / 1e3)
-    floor = weights / bandwidth * 1e6
-    print(f"# persistent_probe: {dev.name}, {units} units, torch {torch.__version__}, triton {triton.__version__}; "
-          f"{LAYERS * len(SHAPES)} products, {weights / 1e6:.0f} MB of bf16 weights; floor {floor:.1f} us; "
-          f"best of 5 rounds of {args.rep} replays")
-    print("| form | us per chain | us per product | / floor | max diff vs launches |")
-    print("| --- | --- | --- | --- | --- |")
-    for name in forms:
-        us = min(times[name])
-        diff = (results[name] - base).abs().max().item()
-        print(f"| {name} | {us:.1f} | {us / (LAYERS * len(SHAPES)):.2f} | {us / floor:.2f} | {diff:.1e} |")
+    # The forms compute the same chain: each result against that of the plain launches.
+    chain_table("persistent_probe", forms, vecs[0], sum(w.numel() * 2 for w in W), LAYERS * len(SHAPES), args.rep,
+                "launches")
 
 
 if __name__ == "__main__":

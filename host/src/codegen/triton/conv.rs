@@ -14,6 +14,7 @@ use kiln_plugin_api::Grid;
 
 use super::attention::{Attention, AttentionKernel, Target, TemplateLaunch};
 use super::expr::pointer_type;
+use super::index_copy::extent;
 use super::Error;
 use crate::codegen::heuristics::LaunchHeuristics;
 use crate::codegen::namer::Namer;
@@ -255,15 +256,6 @@ impl Shape {
             rows: ys[0] * ys[2] * ys[3],
         })
     }
-}
-
-/// One past the largest element offset `v` reaches.
-fn extent(v: &View) -> i64 {
-    v.shape
-        .iter()
-        .zip(&v.strides)
-        .map(|(d, s)| (d.hint() - 1).max(0).saturating_mul(s.hint().abs()))
-        .fold(v.offset.hint().saturating_add(1), i64::saturating_add)
 }
 
 /// The kernel's text; `precision` is `tl.dot`'s `input_precision` (float32).

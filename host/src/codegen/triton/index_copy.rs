@@ -140,7 +140,7 @@ pub fn write(
 }
 
 /// One past the largest element offset `v` reaches.
-fn extent(v: &View) -> i64 {
+pub(super) fn extent(v: &View) -> i64 {
     v.shape
         .iter()
         .zip(&v.strides)

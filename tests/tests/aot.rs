@@ -241,6 +241,28 @@ fn a_triton_devices_cpp_wrapper_runs_convolutions_with_kilns_kernel() {
     ] {
         assert!(report.contains(want), "no {want} case in {report}");
     }
+    // Over a symbolic batch: the two launches over `x` read the batch, and take the
+    // plugin's grid for the call's programs (the third's input keeps its batch of 1);
+    // the wrapper builds.
+    let source = repo_root().join("tests/graphs/conv2d_output_channel_lanes.toml");
+    let out = tmp.path().join("dynamic");
+    let (ok, stderr) = compile_cpp(&source, "cuda", &out, &["--dynamic", "x:0=1..16"]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    assert_eq!(
+        wrapper
+            .matches("int32_t s0 = static_cast<int32_t>(ks0);")
+            .count(),
+        2,
+        "{wrapper}"
+    );
+    assert_eq!(
+        wrapper
+            .matches("static const KilnSizedCell grids[]")
+            .count(),
+        2
+    );
+    syntax_check(&out.join("wrapper.cpp")).unwrap();
 }
 
 #[test]
@@ -260,7 +282,7 @@ fn what_the_cpp_wrapper_cannot_run_is_refused_by_name_and_strided_outputs_are_co
     assert!(!ok);
     assert!(
         stderr.contains("a convolution over an input of sizes [")
-            && stderr.contains("runs 1-D and 2-D convolutions of static sizes"),
+            && stderr.contains("runs 1-D and 2-D convolutions of static sizes but for the batch"),
         "{stderr}"
     );
     assert!(

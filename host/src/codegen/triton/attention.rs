@@ -126,6 +126,12 @@ pub struct TemplateLaunch {
     pub num_warps: u32,
     /// The grid launched (after `adjust_grid`).
     pub grid: Grid,
+    /// Scalars read from the call's sizes (a symbolic batch), by index into
+    /// `scalars` (whose entries there are the sizes' hints).
+    pub sizes: Vec<(usize, Size)>,
+    /// Over symbolic sizes: the programs the launch needs and the plugin's grid for
+    /// each power of two of them (`grid` is then the hints').
+    pub dynamic: Option<(Size, Vec<Grid>)>,
 }
 
 /// Every attention kernel of a program, and each attention step's launch.
@@ -892,6 +898,8 @@ fn plan(
                 ],
                 num_warps: 1,
                 grid,
+                sizes: Vec::new(),
+                dynamic: None,
             })
         }
         None => {

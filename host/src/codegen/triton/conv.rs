@@ -2,9 +2,9 @@
 //! (the C++ wrapper of a Triton device; the Python wrapper calls ATen's): an implicit
 //! matrix product whose rows are the output's (batch, y, x) positions and whose columns
 //! are one group's output channels, summed over the group's input channels at each of
-//! the kernel's taps. 1-D and 2-D convolutions of static sizes, any strides, padding,
-//! dilation and groups, operands as they lie (contiguous or channels-last: sizes and
-//! strides are arguments). `tl.dot` tiles where a group has 16 output channels or
+//! the kernel's taps. 1-D and 2-D convolutions whose sizes are static but for a
+//! symbolic batch (read at each call), any strides, padding, dilation and groups,
+//! operands as they lie (contiguous or channels-last: sizes and strides are arguments). `tl.dot` tiles where a group has 16 output channels or
 //! more; elementwise products summed in float32 otherwise (a depthwise convolution).
 
 use std::collections::HashMap;
@@ -32,6 +32,10 @@ const PARAMS: [&str; 30] = [
 
 /// Output positions a program takes ([`Tiles::choose`]).
 const BLOCK_M: i64 = 64;
+/// The elements of the pointwise kernel whose warps (the plugin's, at most four) a
+/// convolution's program takes: a large one's, whatever the convolution's size, as
+/// its tiles are.
+const WARPS_QUERY: i64 = 1 << 20;
 /// The most elements of the elementwise form's `[BLOCK_M, BLOCK_K, BLOCK_N]` products.
 const ELEMENTWISE_TILE: i64 = 4096;
 
@@ -93,8 +97,11 @@ pub fn write(
         } else {
             None
         };
-        // 32-bit index arithmetic unless an offset into an operand reaches 2^31.
-        let wide = shape.views.iter().any(|v| extent(v) >= i64::from(i32::MAX));
+        // 32-bit index arithmetic unless an offset into an operand reaches 2^31 (at the
+        // largest batch).
+        let wide = shape.views.iter().any(|v| {
+            extent(v).saturating_add(batch_reach(v, &shape, program)) >= i64::from(i32::MAX)
+        });
         let int = if wide { "i64" } else { "i32" };
         let constants = vec![
             ("KH", shape.kh),
@@ -104,7 +111,7 @@ pub fn write(
             ("BLOCK_K", tiles.block_k),
             ("DOT", i64::from(tiles.dot)),
         ];
-        let num_warps = super::index_copy::warps(heuristics, "convolution", shape.rows, dtype)?;
+        let num_warps = super::index_copy::warps(heuristics, "convolution", WARPS_QUERY, dtype)?;
         let key = format!("{dtype:?}{constants:?}{wide}{precision:?}{num_warps}");
         let kernel = match by_key.get(&key) {
             Some(k) => k.clone(),
@@ -128,19 +135,39 @@ pub fn write(
                 name
             }
         };
-        let tiles_m = (shape.rows + tiles.block_m - 1) / tiles.block_m;
-        let grid = heuristics
-            .adjust_grid(Grid {
-                x: tiles_m.max(1) as u64,
-                y: ((shape.kg + tiles.block_n - 1) / tiles.block_n).max(1) as u64,
-                z: shape.groups.max(1) as u64,
-            })
-            .map_err(|source| Error::Heuristics {
-                kernel: "convolution".into(),
-                source,
-            })?;
+        let grid_of = |x: i64| {
+            heuristics
+                .adjust_grid(Grid {
+                    x: x.max(1) as u64,
+                    y: ((shape.kg + tiles.block_n - 1) / tiles.block_n).max(1) as u64,
+                    z: shape.groups.max(1) as u64,
+                })
+                .map_err(|source| Error::Heuristics {
+                    kernel: "convolution".into(),
+                    source,
+                })
+        };
+        let rows = shape.rows.hint();
+        let tiles_m = (rows + tiles.block_m - 1) / tiles.block_m;
         let mut scalars = shape.scalars.clone();
-        scalars.extend([shape.rows, tiles_m]);
+        scalars.extend([rows, tiles_m]);
+        let (sizes, dynamic) = match shape.symbolic(program, tiles.block_m)? {
+            Some((sizes, programs)) => {
+                // The plugin's grid for each power of two of programs up to the most.
+                let most = programs.bounds(&program.symbols).1.max(1);
+                let mut grids = Vec::new();
+                let mut x = 1i64;
+                loop {
+                    grids.push(grid_of(x)?);
+                    if i128::from(x) >= most {
+                        break;
+                    }
+                    x = x.saturating_mul(2);
+                }
+                (sizes, Some((programs, grids)))
+            }
+            None => (Vec::new(), None),
+        };
         launches.insert(
             i,
             TemplateLaunch {
@@ -149,12 +176,17 @@ pub fn write(
                 scalars,
                 constants,
                 num_warps,
-                grid,
+                grid: grid_of(tiles_m)?,
+                sizes,
+                dynamic,
             },
         );
     }
     Ok(launches)
 }
+
+/// Scalars a launch reads from the call's sizes, by index into [`PARAMS`].
+type RuntimeScalars = Vec<(usize, Size)>;
 
 /// A convolution step's operands as the kernel takes them: 1-D ones as 2-D of height 1.
 struct Shape {
@@ -167,13 +199,15 @@ struct Shape {
     cg: i64,
     kg: i64,
     groups: i64,
+    /// The batch, which alone may be symbolic.
+    batch: Size,
     /// Output positions: batch x height x width.
-    rows: i64,
+    rows: Size,
 }
 
 impl Shape {
     /// `None` for a step that is no convolution of one or two spatial dims and
-    /// static sizes.
+    /// static sizes but for the batch.
     fn of(program: &Program, e: &ExternCall) -> Option<Shape> {
         let ExternOp::Conv {
             stride,
@@ -195,8 +229,15 @@ impl Shape {
             offset: Size::from(0),
         };
         let spatial = x.shape.len().checked_sub(2)?;
-        let fixed = |v: &View| -> Option<(Vec<i64>, Vec<i64>)> {
-            let sizes = v.shape.iter().map(Size::as_const).collect::<Option<_>>()?;
+        // Static but for the batch (dim 0 of the input and the output), at its hint.
+        let batch = x.shape.first()?.clone();
+        let fixed = |v: &View, batched: bool| -> Option<(Vec<i64>, Vec<i64>)> {
+            let (first, rest) = v.shape.split_first()?;
+            let first_ok = first.is_const() || (batched && *first == batch);
+            if !first_ok || rest.iter().any(|d| !d.is_const()) {
+                return None;
+            }
+            let sizes = v.shape.iter().map(Size::hint).collect();
             let strides = v
                 .strides
                 .iter()
@@ -204,7 +245,7 @@ impl Shape {
                 .collect::<Option<_>>()?;
             Some((sizes, strides))
         };
-        let ((xs, xt), (ws, wt), (ys, yt)) = (fixed(x)?, fixed(w)?, fixed(&y)?);
+        let ((xs, xt), (ws, wt), (ys, yt)) = (fixed(x, true)?, fixed(w, false)?, fixed(&y, true)?);
         let lists = [stride, padding, dilation];
         if !(1..=2).contains(&spatial)
             || [&ws, &ys].iter().any(|s| s.len() != spatial + 2)
@@ -253,8 +294,51 @@ impl Shape {
             cg,
             kg,
             groups: *groups,
-            rows: ys[0] * ys[2] * ys[3],
+            rows: batch.scale(ys[2] * ys[3]).ok()?,
+            batch,
         })
+    }
+
+    /// Over a symbolic batch: the scalars read at each call (the batch, the output
+    /// positions and their tiles, by index into [`PARAMS`]) and the programs the tiles
+    /// need; `None` over a static one.
+    fn symbolic(
+        &self,
+        program: &Program,
+        block_m: i64,
+    ) -> Result<Option<(RuntimeScalars, Size)>, Error> {
+        if self.batch.is_const() {
+            return Ok(None);
+        }
+        let overflow = |e: crate::graph::sym::SymError| Error::Unsupported {
+            kernel: "convolution".into(),
+            what: format!("its output positions over a symbolic batch: {e}"),
+        };
+        let tiles = self
+            .rows
+            .add(&Size::from(block_m - 1))
+            .and_then(|n| n.floor_div(&Size::from(block_m), &program.symbols))
+            .map_err(overflow)?;
+        let at = |name: &str| PARAMS.iter().position(|p| *p == name).unwrap_or(0);
+        let sizes = vec![
+            (at("n"), self.batch.clone()),
+            (at("rows"), self.rows.clone()),
+            (at("tiles_m"), tiles.clone()),
+        ];
+        Ok(Some((sizes, tiles)))
+    }
+}
+
+/// How much further than at its hint operand `v` reaches at the batch's largest value
+/// (0 for the weight, or over a static batch).
+fn batch_reach(v: &View, shape: &Shape, program: &Program) -> i64 {
+    match (v.shape.first(), v.strides.first()) {
+        (Some(first), Some(stride)) if *first == shape.batch && !first.is_const() => {
+            let most = i64::try_from(first.bounds(&program.symbols).1).unwrap_or(i64::MAX);
+            most.saturating_sub(first.hint())
+                .saturating_mul(stride.hint().abs())
+        }
+        _ => 0,
     }
 }
 

@@ -133,6 +133,8 @@ pub fn write(
                 constants: vec![("DIM", dim4), ("BLOCK", BLOCK)],
                 num_warps,
                 grid,
+                sizes: Vec::new(),
+                dynamic: None,
             },
         );
     }

@@ -7,6 +7,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+use kiln_plugin_api::Grid;
+
 use super::check::{gemm, Gemm};
 use super::init::FAIL;
 use super::text::{scalar_type, scalar_value};
@@ -573,21 +575,7 @@ impl Writer<'_> {
         }
         match &l.dynamic {
             Some((programs, grids)) => {
-                let table: Vec<String> = grids
-                    .iter()
-                    .map(|g| format!("{{0, {}u, {}u, {}u}}", g.x, g.y, g.z))
-                    .collect();
-                writeln!(
-                    self.out,
-                    "            // The plugin's grid for the power of two of programs that covers them.\n            \
-                     static const KilnSizedCell grids[] = {{{}}};\n            \
-                     const int64_t programs = {};\n            \
-                     const KilnSizedCell& cell = grids[std::min<int>(kiln_bit_length(programs > 1 ? static_cast<uint64_t>(programs - 1) : 0), {})];",
-                    table.join(", "),
-                    c_size(programs),
-                    grids.len().saturating_sub(1),
-                )?;
-                let grid = ["cell.x", "cell.y", "cell.z"].map(String::from);
+                let grid = self.bucket_grid(programs, grids)?;
                 self.launch_with(&l.kernel, args, grid, l.num_warps)
             }
             None => {
@@ -595,6 +583,27 @@ impl Writer<'_> {
                 self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
             }
         }
+    }
+
+    /// For a launch of symbolic sizes: the plugin's grid for the power of two of
+    /// `programs` that covers them, from the table of `grids` (one per power of two),
+    /// as the C++ values of its three dims.
+    fn bucket_grid(&mut self, programs: &Size, grids: &[Grid]) -> Result<[String; 3], Error> {
+        let table: Vec<String> = grids
+            .iter()
+            .map(|g| format!("{{0, {}u, {}u, {}u}}", g.x, g.y, g.z))
+            .collect();
+        writeln!(
+            self.out,
+            "            // The plugin's grid for the power of two of programs that covers them.\n            \
+             static const KilnSizedCell grids[] = {{{}}};\n            \
+             const int64_t programs = {};\n            \
+             const KilnSizedCell& cell = grids[std::min<int>(kiln_bit_length(programs > 1 ? static_cast<uint64_t>(programs - 1) : 0), {})];",
+            table.join(", "),
+            c_size(programs),
+            grids.len().saturating_sub(1),
+        )?;
+        Ok(["cell.x", "cell.y", "cell.z"].map(String::from))
     }
 
     /// A template kernel's launch with integer scalars (of the kernel's signature's
@@ -628,11 +637,27 @@ impl Writer<'_> {
             args.push(format!("&p{i}"));
         }
         for (i, (value, c)) in l.scalars.iter().zip(types).enumerate() {
-            writeln!(self.out, "            {c} s{i} = {value};")?;
+            // A size of the call's (a symbolic batch), else the number.
+            match l.sizes.iter().find(|(j, _)| *j == i) {
+                Some((_, size)) => writeln!(
+                    self.out,
+                    "            {c} s{i} = static_cast<{c}>({});",
+                    c_size(size)
+                )?,
+                None => writeln!(self.out, "            {c} s{i} = {value};")?,
+            }
             args.push(format!("&s{i}"));
         }
-        let g = &l.grid;
-        self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
+        match &l.dynamic {
+            Some((programs, grids)) => {
+                let grid = self.bucket_grid(programs, grids)?;
+                self.launch_with(&l.kernel, args, grid, l.num_warps)
+            }
+            None => {
+                let g = &l.grid;
+                self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
+            }
+        }
     }
 
     /// `index_copy` into its result: `self` copied there first, unless the caller passed

@@ -11,7 +11,7 @@ use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
 /// What the wrapper can do without the binaries: refuses programs it cannot
-/// run (autotuned kernels, convolutions of 3 spatial dims or symbolic sizes, matrix products the plugin has no
+/// run (autotuned kernels, convolutions of 3 spatial dims or a symbolic image size, matrix products the plugin has no
 /// `kilnGemm` for or whose operands no BLAS reads, strided outputs) before
 /// anything is compiled.
 pub fn check(
@@ -95,9 +95,9 @@ pub fn check(
                         let x = &e.args[0];
                         return Err(Error::Unsupported(format!(
                             "a convolution over an input of sizes {:?}: Kiln's C++ wrapper for \
-                             Triton devices runs 1-D and 2-D convolutions of static sizes; \
-                             `host compile` without `--wrapper cpp` writes the Python wrapper \
-                             (output_code.py), which runs this one",
+                             Triton devices runs 1-D and 2-D convolutions of static sizes but \
+                             for the batch; `host compile` without `--wrapper cpp` writes the \
+                             Python wrapper (output_code.py), which runs this one",
                             x.shape
                         )));
                     }

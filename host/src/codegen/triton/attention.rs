@@ -742,11 +742,6 @@ impl Tiles {
         tiles.fit(elem, budget)
     }
 
-    /// These tiles for `keys` key rows: blocks of no more keys than there are (at
-    /// least 16), and no pipelining where one block holds them all. A decoding step
-    /// without a cache attends over one key: in GPT-2's float32 step, over blocks of
-    /// 64 keys, Kiln's kernel measured slower than the library's 12.8 µs a layer (its
-    /// attention, the mask made and padded); over blocks of 16, 4.8 µs (H100).
     /// One query row a program, for [`ONE_ROW_TEXT`] (a decoding step's split
     /// kernel), over blocks of the keys one of `splits` ranges of `keys` holds, at
     /// most [`ONE_ROW_BLOCK_N`].
@@ -758,6 +753,11 @@ impl Tiles {
         self
     }
 
+    /// These tiles for `keys` key rows: blocks of no more keys than there are (at
+    /// least 16), and no pipelining where one block holds them all. A decoding step
+    /// without a cache attends over one key: in GPT-2's float32 step, over blocks of
+    /// 64 keys, Kiln's kernel measured slower than the library's 12.8 µs a layer (its
+    /// attention, the mask made and padded); over blocks of 16, 4.8 µs (H100).
     fn for_keys(mut self, keys: i64) -> Tiles {
         self.block_n = self.block_n.min(next_pow2_at_least_16(keys));
         if keys <= self.block_n {

@@ -11,9 +11,9 @@ use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 use crate::schedule::Scheduled;
 
 /// What the wrapper can do without the binaries: refuses programs it cannot
-/// run (autotuned kernels, convolutions of 3 spatial dims or a symbolic image size, matrix products the plugin has no
-/// `kilnGemm` for or whose operands no BLAS reads, strided outputs) before
-/// anything is compiled.
+/// run (autotuned kernels, convolutions of 3 spatial dims or a symbolic image
+/// size, matrix products the plugin has no `kilnGemm` for or whose operands no
+/// BLAS reads, strided outputs) before anything is compiled.
 pub fn check(
     scheduled: &Scheduled,
     kernels: &triton::Kernels,

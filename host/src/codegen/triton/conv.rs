@@ -74,8 +74,8 @@ impl Tiles {
 }
 
 /// The kernels and launches of every convolution step of `program` of one or two
-/// spatial dims and static sizes, the kernels added to `templates` (a wrapper without
-/// a launch for a step says why).
+/// spatial dims and static sizes but for the batch, the kernels added to `templates`
+/// (a wrapper without a launch for a step says why).
 pub fn write(
     program: &Program,
     heuristics: &dyn LaunchHeuristics,

@@ -573,15 +573,26 @@ impl Writer<'_> {
             writeln!(self.out, "            {c} s{i} = {value};")?;
             args.push(format!("&s{i}"));
         }
-        match &l.dynamic {
+        self.launch_on(&l.kernel, args, &l.grid, l.dynamic.as_ref(), l.num_warps)
+    }
+
+    /// `kernel`'s launch with `args` on `grid`, or over symbolic sizes (`dynamic`: the
+    /// programs and the plugin's grid per power of two of them) on the grid for this
+    /// call's programs.
+    fn launch_on(
+        &mut self,
+        kernel: &str,
+        args: Vec<String>,
+        grid: &Grid,
+        dynamic: Option<&(Size, Vec<Grid>)>,
+        warps: u32,
+    ) -> Result<(), Error> {
+        match dynamic {
             Some((programs, grids)) => {
                 let grid = self.bucket_grid(programs, grids)?;
-                self.launch_with(&l.kernel, args, grid, l.num_warps)
+                self.launch_with(kernel, args, grid, warps)
             }
-            None => {
-                let g = &l.grid;
-                self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
-            }
+            None => self.launch_call(kernel, args, [grid.x, grid.y, grid.z], warps),
         }
     }
 
@@ -648,16 +659,7 @@ impl Writer<'_> {
             }
             args.push(format!("&s{i}"));
         }
-        match &l.dynamic {
-            Some((programs, grids)) => {
-                let grid = self.bucket_grid(programs, grids)?;
-                self.launch_with(&l.kernel, args, grid, l.num_warps)
-            }
-            None => {
-                let g = &l.grid;
-                self.launch_call(&l.kernel, args, [g.x, g.y, g.z], l.num_warps)
-            }
-        }
+        self.launch_on(&l.kernel, args, &l.grid, l.dynamic.as_ref(), l.num_warps)
     }
 
     /// `index_copy` into its result: `self` copied there first, unless the caller passed

@@ -499,6 +499,11 @@ impl Target {
         }
     }
 
+    /// The bytes of shared memory one program may use.
+    pub(super) fn shared_memory(self) -> u64 {
+        self.shared_memory
+    }
+
     /// `tl.dot`'s `input_precision` for operands of `dtype`: `None` keeps
     /// Triton's default (float16/bfloat16 multiply in their dtype).
     pub(super) fn precision(self, dtype: DType) -> Option<&'static str> {

@@ -30,6 +30,12 @@ const PARAMS: [&str; 30] = [
     "tiles_m",
 ];
 
+/// Where [`PARAMS`] holds the batch, the output positions and their tiles: the
+/// scalars a launch over a symbolic batch reads at each call.
+const BATCH: usize = 0;
+const ROWS: usize = 28;
+const TILES_M: usize = 29;
+
 /// Output positions a program takes ([`Tiles::choose`]).
 const BLOCK_M: i64 = 64;
 /// The elements of the pointwise kernel whose warps (the plugin's, at most four) a
@@ -51,19 +57,34 @@ struct Tiles {
 impl Tiles {
     /// `tl.dot` tiles (each side at least 16) where a group has 16 output channels or
     /// more, its input channels padded to 16 where fewer (a network's first
-    /// convolution over 3); else one tile of the group's output channels and up to 8
-    /// input channels a step, summed elementwise.
-    fn choose(cg: i64, kg: i64) -> Tiles {
+    /// convolution over 3), their operands within `shared_memory` bytes of elements of
+    /// `elem` bytes (fewer positions, then fewer channels a tile); else one tile of the
+    /// group's output channels and up to 8 input channels a step, summed elementwise.
+    fn choose(cg: i64, kg: i64, elem: i64, shared_memory: u64) -> Tiles {
         let p2 = |n: i64| (n.max(1) as u64).next_power_of_two() as i64;
         if kg >= 16 {
-            return Tiles {
+            let mut t = Tiles {
                 block_m: BLOCK_M,
                 block_n: p2(kg).clamp(16, 64),
                 block_k: p2(cg).clamp(16, 32),
                 dot: true,
             };
+            let budget = i64::try_from(shared_memory).unwrap_or(i64::MAX);
+            let bytes = |t: &Tiles| (t.block_m + t.block_n) * t.block_k * elem;
+            while bytes(&t) > budget && (t.block_m > 16 || t.block_n > 16 || t.block_k > 16) {
+                if t.block_m > 16 {
+                    t.block_m /= 2;
+                } else if t.block_n > 16 {
+                    t.block_n /= 2;
+                } else {
+                    t.block_k /= 2;
+                }
+            }
+            if bytes(&t) <= budget {
+                return t;
+            }
         }
-        let (block_n, block_k) = (p2(kg), p2(cg).min(8));
+        let (block_n, block_k) = (p2(kg).min(16), p2(cg).min(8));
         Tiles {
             block_m: (ELEMENTWISE_TILE / (block_n * block_k)).clamp(16, 128),
             block_n,
@@ -90,8 +111,9 @@ pub fn write(
         let Some(shape) = Shape::of(program, e) else {
             continue;
         };
-        let tiles = Tiles::choose(shape.cg, shape.kg);
         let dtype = program.buffer(e.out).dtype;
+        let elem = dtype.size_bytes() as i64;
+        let tiles = Tiles::choose(shape.cg, shape.kg, elem, target.shared_memory());
         let precision = if tiles.dot {
             target.precision(dtype)
         } else {
@@ -319,11 +341,10 @@ impl Shape {
             .add(&Size::from(block_m - 1))
             .and_then(|n| n.floor_div(&Size::from(block_m), &program.symbols))
             .map_err(overflow)?;
-        let at = |name: &str| PARAMS.iter().position(|p| *p == name).unwrap_or(0);
         let sizes = vec![
-            (at("n"), self.batch.clone()),
-            (at("rows"), self.rows.clone()),
-            (at("tiles_m"), tiles.clone()),
+            (BATCH, self.batch.clone()),
+            (ROWS, self.rows.clone()),
+            (TILES_M, tiles.clone()),
         ];
         Ok(Some((sizes, tiles)))
     }
@@ -404,16 +425,31 @@ mod tests {
     #[test]
     fn tiles_take_dot_products_where_a_group_has_sixteen_output_channels() {
         // ResNet's first convolution: 3 channels in, padded to a step of 16.
-        let t = Tiles::choose(3, 64);
+        let big = 96 * 1024;
+        let t = Tiles::choose(3, 64, 4, big);
         assert_eq!((t.block_n, t.block_k, t.dot), (64, 16, true));
-        let t = Tiles::choose(256, 512);
+        let t = Tiles::choose(256, 512, 4, big);
         assert_eq!((t.block_m, t.block_n, t.block_k, t.dot), (64, 64, 32, true));
         // Depthwise: one channel a group, summed elementwise over long rows of positions.
-        let t = Tiles::choose(1, 1);
+        let t = Tiles::choose(1, 1, 4, big);
         assert_eq!((t.block_m, t.block_n, t.block_k, t.dot), (128, 1, 1, false));
         // Eight channels a group: a product of at most 4096 elements.
-        let t = Tiles::choose(8, 8);
+        let t = Tiles::choose(8, 8, 4, big);
         assert_eq!((t.block_m, t.block_n, t.block_k, t.dot), (64, 8, 8, false));
         assert!(t.block_m * t.block_n * t.block_k <= ELEMENTWISE_TILE);
+        // A device of little shared memory: smaller dot tiles, then the elementwise form.
+        let t = Tiles::choose(256, 512, 4, 8 * 1024);
+        assert_eq!((t.block_m, t.block_n, t.block_k, t.dot), (16, 32, 32, true));
+        let t = Tiles::choose(256, 512, 4, 1024);
+        assert!(!t.dot && t.block_n == 16, "{t:?}");
+        assert!(t.block_m * t.block_n * t.block_k <= ELEMENTWISE_TILE);
+    }
+
+    #[test]
+    fn the_runtime_scalars_name_their_parameters() {
+        assert_eq!(
+            (PARAMS[BATCH], PARAMS[ROWS], PARAMS[TILES_M]),
+            ("n", "rows", "tiles_m")
+        );
     }
 }

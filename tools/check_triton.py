@@ -27,7 +27,12 @@ a file checks on its own), and for each file:
   reported as skipped (``SKIPPED``), unless ``--require-backends`` makes that
   a failure.
 
-Usage: check_triton.py [--require-backends] FILE_OR_DIR...
+With ``--asm DIR``, each compiled kernel's assembly (PTX for CUDA, the backend's
+first text form elsewhere) is written to ``DIR/FOLDER/NAME.<form>``, FOLDER being
+the name of the folder the file is in: the code a target runs, read without its
+device.
+
+Usage: check_triton.py [--require-backends] [--asm DIR] FILE_OR_DIR...
 Exit status 0 when every check that could run passed; 1 otherwise, with each
 failure named on stderr (``FAILED path: ...``).
 """
@@ -195,7 +200,16 @@ def gpu_target(path: Path, tree: ast.Module):
     return target
 
 
-def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
+def write_asm(binary, name: str, asm_dir: Path) -> None:
+    """`name`'s assembly in `asm_dir`: its PTX where it has one, else its first text form."""
+    forms = [f for f, text in binary.asm.items() if isinstance(text, str)]
+    form = "ptx" if "ptx" in forms else (forms[0] if forms else None)
+    if form is not None:
+        asm_dir.mkdir(parents=True, exist_ok=True)
+        (asm_dir / f"{name}.{form}").write_text(binary.asm[form])
+
+
+def check_file(path: Path, scratch: Path, asm_dir: Path | None = None) -> tuple[list[str], str | None]:
     """The file's failures, and why its kernels were not compiled, if they were not."""
     import triton
     from triton.compiler import ASTSource, make_backend
@@ -261,6 +275,8 @@ def check_file(path: Path, scratch: Path) -> tuple[list[str], str | None]:
             binary = triton.compile(src, target=target, options=options)
             if not binary.asm:
                 raise RuntimeError("no code produced")
+            if asm_dir is not None:
+                write_asm(binary, name, asm_dir / path.resolve().parent.name)
         except Exception as error:  # report every kernel, not just the first
             failed += 1
             lines = [l for l in str(error).strip().splitlines() if l.strip()]
@@ -283,6 +299,9 @@ def main() -> int:
         action="store_true",
         help="fail, instead of skipping, a file whose Triton backend is not installed",
     )
+    parser.add_argument("--asm", type=Path, metavar="DIR",
+                        help="write each compiled kernel's assembly (PTX for CUDA) to DIR/FOLDER/NAME.<form>, "
+                             "FOLDER the name of the folder of its output_code.py")
     args = parser.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     files = []
@@ -295,7 +314,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for f in files:
             try:
-                found, skipped = check_file(f, Path(scratch))
+                found, skipped = check_file(f, Path(scratch), args.asm)
             except Exception as error:
                 failures.append(f"{f}: {error}")
                 continue

@@ -33,6 +33,7 @@ class Graphed:
         self._snapshot = snapshot
         self._graph = None
         self._inputs = self._outputs = None
+        self._copied = []
         self._addresses = {}
         self.captures = 0
 
@@ -41,10 +42,10 @@ class Graphed:
             return self._call(tensors)
         if self._graph is None or any(tensors[i].data_ptr() != a for i, a in self._addresses.items()):
             self._capture(tensors)
-        else:
-            for i, t in enumerate(tensors):
-                if i not in self._kept:
-                    self._inputs[i].copy_(t)
+        elif self._copied:
+            # One launch for all of them (a multi-tensor kernel where they share a
+            # dtype), rather than one copy each: a decoding step's token and position.
+            self._copy(self._copied_into, [tensors[i] for i in self._copied])
         self._graph.replay()
         return self._outputs
 
@@ -66,6 +67,11 @@ class Graphed:
         with device.graph(graph):
             outputs = self._call(inputs)
         self._graph, self._inputs, self._outputs = graph, inputs, outputs
+        self._copied = [i for i in range(len(tensors)) if i not in self._kept]
+        self._copied_into = [inputs[i] for i in self._copied]
+        import torch
+
+        self._copy = torch._foreach_copy_
         self._addresses = {i: tensors[i].data_ptr() for i in self._kept}
         self.captures += 1
 

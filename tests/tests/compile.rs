@@ -1407,6 +1407,49 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     assert!(!code.contains("kiln_flash_combine"), "{code}");
 }
 
+/// On a target that launches kernels as programmatic dependents (cuda, sm_90), the one-row
+/// split attention kernel prefetches its range's keys and values into L2 before it waits for
+/// the kernel before it, and the `tl.dot` form does not: read in the PTX the real Triton
+/// compiler makes of each kernel.
+#[test]
+fn one_row_split_attention_prefetches_its_keys_and_values_before_its_wait() {
+    let tmp = TempDir::new("split-prefetch");
+    let graph = repo_root().join("tests/graphs/attention_one_query_long_cache.toml");
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let asm = tmp.path().join("asm");
+    let (output, stdout, stderr) = run(Command::new(python())
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg("--asm")
+        .arg(&asm)
+        .arg(out.join("output_code.py")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let (mut one_row, mut tiles) = (0, 0);
+    for entry in std::fs::read_dir(asm.join("cuda")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if !name.starts_with("kiln_flash_attention_") {
+            continue;
+        }
+        let ptx = std::fs::read_to_string(&path).unwrap();
+        let wait = ptx.find("griddepcontrol.wait").expect("a dependent wait");
+        let text = &code[code.find(&format!("def {name}(")).unwrap()..];
+        let text = &text[..text[1..].find("\ndef ").map_or(text.len(), |n| n + 1)];
+        if text.contains("# Split flash attention for one query row") {
+            one_row += 1;
+            // The keys' and the values' prefetches, all before the wait.
+            assert!(ptx.matches("prefetch.global.L2").count() >= 2, "{name}");
+            assert!(ptx.rfind("prefetch.global.L2").unwrap() < wait, "{name}");
+        } else {
+            tiles += 1;
+            assert!(!ptx.contains("prefetch.global.L2"), "{name}");
+        }
+    }
+    assert_eq!((one_row, tiles), (4, 1), "{code}");
+}
+
 /// A BERT exported with a dynamic batch and sequence length (tests/fixtures/dynamic) compiles
 /// at the sizes `--specialize` gives: the cpu's C++ builds, runs and matches the reference
 /// there, a Triton device's scheduled program matches it and its kernels compile, and the

@@ -1218,13 +1218,35 @@ fn kernel_text(
 /// shared memory but the reductions'. Partial results as [`SPLIT_PARTS`]' store.
 const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a program (a decoding step): the
     # scores and the values' sum in float32, in registers.
-    kiln_dependent_wait()
     LOG2E: tl.constexpr = 1.4426950408889634
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     qk_scale = sm_scale * LOG2E
     chunk = tl.cdiv(tl.cdiv(S, SPLITS), BLOCK_N) * BLOCK_N
+    # Before the wait: the keys and values of this program's first range, one
+    # address a 128-byte line, prefetched into L2, where the loads after the wait
+    # find them (they see what the kernel before wrote: a prefetch reads nothing
+    # into the program).
+    pf = tl.program_id(0)
+    pf_bh = (pf // SPLITS) // L
+    pf_hk = (pf_bh % H) // GROUP
+    pf_lo = (pf % SPLITS) * chunk
+    pf_hi = tl.minimum(S, pf_lo + chunk)
+    if CAUSAL:
+        pf_hi = tl.minimum(pf_hi, (pf // SPLITS) % L + 1)
+    K_LINE: tl.constexpr = 1024 // K.dtype.element_ty.primitive_bitwidth
+    V_LINE: tl.constexpr = 1024 // V.dtype.element_ty.primitive_bitwidth
+    pf_e = tl.arange(0, (BLOCK_E + K_LINE - 1) // K_LINE) * K_LINE
+    pf_ev = tl.arange(0, (BLOCK_EV + V_LINE - 1) // V_LINE) * V_LINE
+    for start_n in range(pf_lo, pf_hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        keep = offs_n < pf_hi
+        kiln_prefetch_l2(K + (pf_bh // H) * skb + pf_hk * skh + offs_n[:, None] * skn + pf_e[None, :] * ske,
+                         keep[:, None] & (pf_e[None, :] < E))
+        kiln_prefetch_l2(V + (pf_bh // H) * svb + pf_hk * svh + offs_n[:, None] * svn + pf_ev[None, :] * sve,
+                         keep[:, None] & (pf_ev[None, :] < EV))
+    kiln_dependent_wait()
     for pid in range(tl.program_id(0), L * Z * H * SPLITS, tl.num_programs(0)):
         split = pid % SPLITS
         row = (pid // SPLITS) % L

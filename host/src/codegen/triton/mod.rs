@@ -39,6 +39,7 @@ pub const RESERVED: &[&str] = &[
     "kiln_online_softmax_update",
     "kiln_online_softmax_finish",
     "kiln_dependent_wait",
+    "kiln_prefetch_l2",
     "KILN_PDL",
     "kiln_autotune_cache",
     "inspect",

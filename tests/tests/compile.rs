@@ -1407,10 +1407,32 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     assert!(!code.contains("kiln_flash_combine"), "{code}");
 }
 
+/// Each attention kernel of `out`'s output_code.py (compiled for cuda) with its PTX, as the
+/// real Triton compiler makes it for sm_90 with dependent launch on.
+fn attention_ptx(out: &Path, asm: &Path) -> Vec<(String, String)> {
+    let (output, stdout, stderr) = run(Command::new(python())
+        .arg(repo_root().join("tools/check_triton.py"))
+        .arg("--asm")
+        .arg(asm)
+        .arg(out.join("output_code.py")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let folder = asm.join(out.file_name().unwrap());
+    let mut kernels = Vec::new();
+    for entry in std::fs::read_dir(folder).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if name.starts_with("kiln_flash_attention_") {
+            kernels.push((name, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    kernels
+}
+
 /// On a target that launches kernels as programmatic dependents (cuda, sm_90), the one-row
 /// split attention kernel prefetches its range's keys and values into L2 before it waits for
-/// the kernel before it, and the `tl.dot` form does not: read in the PTX the real Triton
-/// compiler makes of each kernel.
+/// the kernel before it, where the launch's keys and values fit 8 MiB, and the `tl.dot` form
+/// does not: read in the PTX the real Triton compiler makes of each kernel. Over a cache 16
+/// times as long (16 MiB of keys and values), none prefetches.
 #[test]
 fn one_row_split_attention_prefetches_its_keys_and_values_before_its_wait() {
     let tmp = TempDir::new("split-prefetch");
@@ -1418,22 +1440,9 @@ fn one_row_split_attention_prefetches_its_keys_and_values_before_its_wait() {
     let out = tmp.path().join("cuda");
     let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
     assert!(ok, "{stderr}");
-    let asm = tmp.path().join("asm");
-    let (output, stdout, stderr) = run(Command::new(python())
-        .arg(repo_root().join("tools/check_triton.py"))
-        .arg("--asm")
-        .arg(&asm)
-        .arg(out.join("output_code.py")));
-    assert!(output.status.success(), "{stdout}\n{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
     let (mut one_row, mut tiles) = (0, 0);
-    for entry in std::fs::read_dir(asm.join("cuda")).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        if !name.starts_with("kiln_flash_attention_") {
-            continue;
-        }
-        let ptx = std::fs::read_to_string(&path).unwrap();
+    for (name, ptx) in attention_ptx(&out, &tmp.path().join("asm")) {
         let wait = ptx.find("griddepcontrol.wait").expect("a dependent wait");
         let text = &code[code.find(&format!("def {name}(")).unwrap()..];
         let text = &text[..text[1..].find("\ndef ").map_or(text.len(), |n| n + 1)];
@@ -1448,6 +1457,23 @@ fn one_row_split_attention_prefetches_its_keys_and_values_before_its_wait() {
         }
     }
     assert_eq!((one_row, tiles), (4, 1), "{code}");
+
+    let long = tmp.path().join("long.toml");
+    let text = std::fs::read_to_string(&graph).unwrap();
+    std::fs::write(
+        &long,
+        text.replace("1024]", "16384]")
+            .replace("1024, 64]", "16384, 64]"),
+    )
+    .unwrap();
+    let out = tmp.path().join("long");
+    let (ok, stderr) = compile(&long, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert_eq!(code.matches("\"PREFETCH\": 0").count(), 5, "{code}");
+    for (name, ptx) in attention_ptx(&out, &tmp.path().join("asm")) {
+        assert!(!ptx.contains("prefetch.global.L2"), "{name}");
+    }
 }
 
 /// A BERT exported with a dynamic batch and sequence length (tests/fixtures/dynamic) compiles

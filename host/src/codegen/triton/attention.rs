@@ -688,6 +688,13 @@ const ONE_ROW_BLOCK_N: i64 = 64;
 /// `tl.dot` form 4.7 at best (`bench/gpu/attention_chain_probe.py`).
 const ONE_ROW_KEYS_PER_WARP: i64 = 32;
 
+/// The most bytes of keys and values a one-row split launch prefetches into L2
+/// before its wait (`PREFETCH`; [`ONE_ROW_TEXT`]): a sixth of an H100's L2. On the
+/// H100, GPT-2 small's decoding step at batch 1 (3 and 6 MB a layer in bfloat16 and
+/// float32) took 0.97 and 0.98 of its time with the prefetch; at batch 8 (24 and 48
+/// MB, more than L2 holds beside the weights read meanwhile) 1.02 and 1.035.
+const PREFETCH_MAX_BYTES: i64 = 8 << 20;
+
 /// The smallest block `tl.dot` takes along any dimension.
 const MIN_BLOCK: i64 = 16;
 
@@ -939,6 +946,16 @@ fn plan(
     let mut constants = constants;
     if combine.is_some() {
         constants.push(("SPLITS", splits));
+        let elem = dtype.size_bytes() as i64;
+        let keys = ops
+            .z
+            .saturating_mul(ops.h / ops.group.max(1))
+            .saturating_mul(ops.s);
+        let kv_bytes = keys.saturating_mul(ops.e_q + ops.e_v).saturating_mul(elem);
+        constants.push((
+            "PREFETCH",
+            i64::from(one_row && kv_bytes <= PREFETCH_MAX_BYTES),
+        ));
     }
     let dynamic = dynamic_programs(p, &ops, tiles.block_m, splits, heuristics)?;
     Ok(AttentionLaunch {
@@ -1139,7 +1156,11 @@ fn kernel_text(
          {pad}BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,\n\
          {pad}CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr{splits}):",
         pad = " ".repeat(name.len() + 5),
-        splits = if split { ", SPLITS: tl.constexpr" } else { "" }
+        splits = if split {
+            ", SPLITS: tl.constexpr, PREFETCH: tl.constexpr"
+        } else {
+            ""
+        }
     )?;
     let body = r#"    # Flash attention: BLOCK_M query rows of one (batch, head) per program,
     # online softmax in base 2 over blocks of BLOCK_N keys.
@@ -1224,28 +1245,29 @@ const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a pr
     offs_ev = tl.arange(0, BLOCK_EV)
     qk_scale = sm_scale * LOG2E
     chunk = tl.cdiv(tl.cdiv(S, SPLITS), BLOCK_N) * BLOCK_N
-    # Before the wait: the keys and values of this program's first range, one
-    # address a 128-byte line, prefetched into L2, where the loads after the wait
-    # find them (they see what the kernel before wrote: a prefetch reads nothing
-    # into the program).
-    pf = tl.program_id(0)
-    pf_bh = (pf // SPLITS) // L
-    pf_hk = (pf_bh % H) // GROUP
-    pf_lo = (pf % SPLITS) * chunk
-    pf_hi = tl.minimum(S, pf_lo + chunk)
-    if CAUSAL:
-        pf_hi = tl.minimum(pf_hi, (pf // SPLITS) % L + 1)
-    K_LINE: tl.constexpr = 1024 // K.dtype.element_ty.primitive_bitwidth
-    V_LINE: tl.constexpr = 1024 // V.dtype.element_ty.primitive_bitwidth
-    pf_e = tl.arange(0, (BLOCK_E + K_LINE - 1) // K_LINE) * K_LINE
-    pf_ev = tl.arange(0, (BLOCK_EV + V_LINE - 1) // V_LINE) * V_LINE
-    for start_n in range(pf_lo, pf_hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        keep = offs_n < pf_hi
-        kiln_prefetch_l2(K + (pf_bh // H) * skb + pf_hk * skh + offs_n[:, None] * skn + pf_e[None, :] * ske,
-                         keep[:, None] & (pf_e[None, :] < E))
-        kiln_prefetch_l2(V + (pf_bh // H) * svb + pf_hk * svh + offs_n[:, None] * svn + pf_ev[None, :] * sve,
-                         keep[:, None] & (pf_ev[None, :] < EV))
+    # Before the wait (where the launch's keys and values fit L2 beside the rest):
+    # those of this program's first range, one address a 128-byte line, prefetched
+    # into L2, where the loads after the wait find them (they see what the kernel
+    # before wrote: a prefetch reads nothing into the program).
+    if PREFETCH:
+        pf = tl.program_id(0)
+        pf_bh = (pf // SPLITS) // L
+        pf_hk = (pf_bh % H) // GROUP
+        pf_lo = (pf % SPLITS) * chunk
+        pf_hi = tl.minimum(S, pf_lo + chunk)
+        if CAUSAL:
+            pf_hi = tl.minimum(pf_hi, (pf // SPLITS) % L + 1)
+        K_LINE: tl.constexpr = 1024 // K.dtype.element_ty.primitive_bitwidth
+        V_LINE: tl.constexpr = 1024 // V.dtype.element_ty.primitive_bitwidth
+        pf_e = tl.arange(0, (BLOCK_E + K_LINE - 1) // K_LINE) * K_LINE
+        pf_ev = tl.arange(0, (BLOCK_EV + V_LINE - 1) // V_LINE) * V_LINE
+        for start_n in range(pf_lo, pf_hi, BLOCK_N):
+            offs_n = start_n + offs_n0
+            keep = offs_n < pf_hi
+            kiln_prefetch_l2(K + (pf_bh // H) * skb + pf_hk * skh + offs_n[:, None] * skn + pf_e[None, :] * ske,
+                             keep[:, None] & (pf_e[None, :] < E))
+            kiln_prefetch_l2(V + (pf_bh // H) * svb + pf_hk * svh + offs_n[:, None] * svn + pf_ev[None, :] * sve,
+                             keep[:, None] & (pf_ev[None, :] < EV))
     kiln_dependent_wait()
     for pid in range(tl.program_id(0), L * Z * H * SPLITS, tl.num_programs(0)):
         split = pid % SPLITS

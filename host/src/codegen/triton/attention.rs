@@ -1257,6 +1257,8 @@ const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a pr
         pf_hi = tl.minimum(S, pf_lo + chunk)
         if CAUSAL:
             pf_hi = tl.minimum(pf_hi, (pf // SPLITS) % L + 1)
+        # A program past the work (a grid a plugin rounded up) fetches nothing.
+        pf_hi = tl.where(pf < L * Z * H * SPLITS, pf_hi, pf_lo)
         K_LINE: tl.constexpr = 1024 // K.dtype.element_ty.primitive_bitwidth
         V_LINE: tl.constexpr = 1024 // V.dtype.element_ty.primitive_bitwidth
         pf_e = tl.arange(0, (BLOCK_E + K_LINE - 1) // K_LINE) * K_LINE

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What a decoding step's split attention costs in a chain of dependent launches, by form:
 Kiln's two split kernels (the `tl.dot` form of 16 query rows a tile, and the one-row form
-of float32 sums), at several split counts, warps and stages, each followed by its combining
-kernel, twelve layers in a row under a CUDA graph, each launch a programmatic dependent of
-the one before (as Kiln's runtime launches them on sm_90).
+of float32 sums, with and without its prefetch of keys and values before the wait), at
+several split counts, warps and stages, each followed by its combining kernel, twelve
+layers in a row under a CUDA graph, each launch a programmatic dependent of the one before
+(as Kiln's runtime launches them on sm_90).
 
 The kernels are Kiln's own: the script compiles tests/graphs/attention_one_query_long_cache
 with the host named by KILN_HOST (default target/release/host) and takes both forms from its
@@ -88,7 +89,7 @@ def main():
                                                             attn_mask=mask.float())
     scratch = torch.empty(HEADS * 64 * (HEAD + 2), device="cuda", dtype=torch.float32)
 
-    def attention(form, splits, warps, stages):
+    def attention(form, splits, warps, stages, prefetch=0):
         block_n = CACHE // splits
         block_m = 1 if form == "row" else 16
         kernel, combine = forms[form], forms["combine"]
@@ -98,7 +99,7 @@ def main():
             kernel[(HEADS * splits,)](
                 q, k, v, mask, scratch, HEAD ** -0.5,
                 *q.stride(), *k.stride(), *v.stride(), *mask.stride(), *out.stride(),
-                1, HEADS, 1, CACHE, 1, HEAD, HEAD, block_m, block_n, HEAD, HEAD, 0, 2, splits,
+                1, HEADS, 1, CACHE, 1, HEAD, HEAD, block_m, block_n, HEAD, HEAD, 0, 2, splits, prefetch,
                 num_warps=warps, num_stages=stages, launch_pdl=True)
             combine[(HEADS,)](scratch, out, *out.stride(), HEADS, 1, HEADS, splits, HEAD, HEAD,
                               num_warps=1, launch_pdl=True)
@@ -116,7 +117,8 @@ def main():
         for stages in (1, 3):
             variants[f"dot, {splits} splits, 4 warps, {stages} stages"] = attention("dot", splits, 4, stages)
         for warps in (1, 2, 4, 8):
-            variants[f"row, {splits} splits, {warps} warps"] = attention("row", splits, warps, 1)
+            variants[f"row, {splits} splits, {warps} warps"] = attention("row", splits, warps, 1, 1)
+        variants[f"row, {splits} splits, 1 warp, no prefetch"] = attention("row", splits, 1, 1, 0)
     errors = {}
     for name, layer in variants.items():
         layer(0)

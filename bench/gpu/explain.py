@@ -23,7 +23,6 @@ To compile the sweep's configs in parallel first (Triton keeps them on disk):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import os
 import sys

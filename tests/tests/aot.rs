@@ -265,6 +265,107 @@ fn a_triton_devices_cpp_wrapper_runs_convolutions_with_kilns_kernel() {
     syntax_check(&out.join("wrapper.cpp")).unwrap();
 }
 
+/// A graph of `cases` convolutions drawn from `seed`: 1-D and 2-D, batch, channels per
+/// group (of output channels, 16 or more for `tl.dot` tiles, else fewer), groups, kernel
+/// sizes of 2 to 4 (a 1 x 1 convolution is a matrix product), strides, padding and
+/// dilation, in float32, float16 and bfloat16; every output at least one position.
+fn random_convolutions(seed: u64, cases: usize) -> String {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut inputs = String::new();
+    let mut nodes = String::new();
+    let mut outputs = Vec::new();
+    for i in 0..cases {
+        let dims = if i % 3 == 2 { 1 } else { 2 };
+        let groups: i64 = [1, 1, 2, 3][rng.random_range(0..4)];
+        let cg: i64 = rng.random_range(1..=5);
+        let kg: i64 = if i % 2 == 0 {
+            rng.random_range(16..=20)
+        } else {
+            rng.random_range(1..=6)
+        };
+        let dtype = ["float32", "float16", "bfloat16"][i % 3];
+        let n: i64 = rng.random_range(1..=2);
+        let (mut size, mut kernel, mut attrs) = (Vec::new(), Vec::new(), [vec![], vec![], vec![]]);
+        for _ in 0..dims {
+            let (k, s, p, d): (i64, i64, i64, i64) = (
+                rng.random_range(2..=4),
+                rng.random_range(1..=3),
+                rng.random_range(0..=2),
+                rng.random_range(1..=2),
+            );
+            let least = (d * (k - 1) + 1 - 2 * p).max(1);
+            size.push(least + rng.random_range(0..=7));
+            kernel.push(k);
+            for (list, v) in attrs.iter_mut().zip([s, p, d]) {
+                list.push(v.to_string());
+            }
+        }
+        let shape = |lead: [i64; 2], rest: &[i64]| {
+            let all: Vec<String> = lead.iter().chain(rest).map(i64::to_string).collect();
+            format!("[{}]", all.join(", "))
+        };
+        inputs.push_str(&format!(
+            "[[inputs]]\nname = \"x{i}\"\nshape = {}\ndtype = \"{dtype}\"\n\n\
+             [[inputs]]\nname = \"w{i}\"\nshape = {}\ndtype = \"{dtype}\"\n\n",
+            shape([n, cg * groups], &size),
+            shape([kg * groups, cg], &kernel),
+        ));
+        let [stride, padding, dilation] = attrs.map(|a| a.join(", "));
+        nodes.push_str(&format!(
+            "[[nodes]]\nname = \"c{i}\"\nop = \"conv{dims}d\"\nargs = [\"x{i}\", \"w{i}\"]\n\
+             attrs = {{ stride = [{stride}], padding = [{padding}], dilation = [{dilation}], \
+             groups = {groups} }}\n\n"
+        ));
+        outputs.push(format!("\"c{i}\""));
+    }
+    format!(
+        "format = \"kiln-graph/1\"\nname = \"random_convolutions\"\noutputs = [{}]\n\n{inputs}{nodes}",
+        outputs.join(", ")
+    )
+}
+
+/// Convolutions drawn at random (`random_convolutions`, a fixed seed): every launch of
+/// Kiln's convolution kernel in the cuda C++ wrapper matches PyTorch's convolution under
+/// Triton's interpreter, as launched and over channels-last operands, in both of the
+/// kernel's forms and all three dtypes.
+#[test]
+fn random_convolutions_in_a_triton_devices_cpp_wrapper_match_pytorch() {
+    let tmp = TempDir::new("aot-conv-sweep");
+    let cases = 16;
+    let graph = tmp.path().join("random_convolutions.toml");
+    let text = random_convolutions(31, cases);
+    std::fs::write(&graph, &text).unwrap();
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile_cpp(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(out.join("wrapper.cpp")).unwrap();
+    assert_eq!(
+        wrapper.matches("{ // kiln_conv_").count(),
+        cases,
+        "{wrapper}"
+    );
+    let (output, stdout, stderr) = run(Command::new(torch_python())
+        .arg(repo_root().join("tests/support/interpret_conv.py"))
+        .arg(&out));
+    assert!(output.status.success(), "{stdout}\n{stderr}\n{text}");
+    assert_eq!(
+        stdout.matches(" matches PyTorch").count(),
+        2 * cases,
+        "{stdout}"
+    );
+    for want in [
+        "elementwise",
+        "tl.dot",
+        "float32",
+        "float16",
+        "bfloat16",
+        "groups 3",
+    ] {
+        assert!(stdout.contains(want), "no {want} case in {stdout}");
+    }
+}
+
 #[test]
 fn what_the_cpp_wrapper_cannot_run_is_refused_by_name_and_strided_outputs_are_copied() {
     let tmp = TempDir::new("aot-refusals");

@@ -1407,6 +1407,44 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     assert!(!code.contains("kiln_flash_combine"), "{code}");
 }
 
+/// The split attention graph in float16 and bfloat16 (its boolean mask's step left out: a
+/// 16-bit attention's mask is made additive by a kernel of its own): the one-row kernel's
+/// float32 sums and the `tl.dot` form's 16-bit products match PyTorch's attention under
+/// Triton's interpreter, to within the dtype's roundings.
+#[test]
+fn split_attention_in_16_bits_matches_pytorch_under_the_interpreter() {
+    let tmp = TempDir::new("split-attention-16");
+    let text = std::fs::read_to_string(
+        repo_root().join("tests/graphs/attention_one_query_long_cache.toml"),
+    )
+    .unwrap();
+    let mask_step = "[[nodes]]\nname = \"m\"\nop = \"scaled_dot_product_attention\"\n\
+                     args = [\"q\", \"k\", \"v\", \"keep\"]\n\n";
+    assert!(text.contains(mask_step));
+    for dtype in ["float16", "bfloat16"] {
+        let graph = tmp.path().join(format!("{dtype}.toml"));
+        let variant = text
+            .replace("\"float32\"", &format!("\"{dtype}\""))
+            .replace(mask_step, "")
+            .replace(
+                "[\"o\", \"g\", \"c\", \"m\", \"d\"]",
+                "[\"o\", \"g\", \"c\", \"d\"]",
+            );
+        std::fs::write(&graph, variant).unwrap();
+        let out = tmp.path().join(dtype);
+        let (ok, stderr) = compile(&graph, "gxu", &out, &[]);
+        assert!(ok, "{dtype}: {stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        assert_eq!(code.matches("\"BLOCK_M\": 16,").count(), 1, "{code}");
+        let (output, stdout, stderr) = run(Command::new(torch_python())
+            .arg(repo_root().join("tests/support/interpret_attention.py"))
+            .arg(out.join("output_code.py")));
+        assert!(output.status.success(), "{dtype}: {stdout}\n{stderr}");
+        assert_eq!(stdout.matches(") matches PyTorch").count(), 4, "{stdout}");
+        assert!(stdout.contains("ok: every attention step ran"), "{stdout}");
+    }
+}
+
 /// Each attention kernel of `out`'s output_code.py (compiled for cuda) with its PTX, as the
 /// real Triton compiler makes it for sm_90 with dependent launch on.
 fn attention_ptx(out: &Path, asm: &Path) -> Vec<(String, String)> {

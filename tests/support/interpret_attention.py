@@ -5,7 +5,10 @@ PyTorch's `scaled_dot_product_attention`: the keys split across programs, their 
 results written to a scratch buffer that starts as NaNs, then combined into the output
 by the second kernel of the step.
 
-Usage: interpret_attention.py OUTPUT_CODE_PY
+Usage: interpret_attention.py OUTPUT_CODE_PY [GRAPH_TOML]
+
+With GRAPH_TOML (the graph compiled, or one of its variants: other head counts, head
+sizes, cache lengths), the inputs take its shapes; without it, the repository graph's.
 
 The operands take the dtype the kernels were compiled for (the graph's: float32, or the
 graph made float16 or bfloat16, where the boolean mask's step `m` is left out: a 16-bit
@@ -35,12 +38,17 @@ def main():
     # form, the probabilities' before their product with the values (as flash attention
     # rounds them): 2^-9 (bfloat16) or 2^-12 (float16) of sums of |v| up to about 4 here.
     tolerance = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}[dtype]
+    shapes = {"q": [1, 4, 1, 64], "k": [1, 4, 1024, 64], "v": [1, 4, 1024, 64], "kg": [1, 2, 1024, 64],
+              "q2": [1, 4, 2, 64], "keep": [1, 1, 1, 1024]}
+    if len(sys.argv) > 2:
+        import tomllib
+
+        with open(sys.argv[2], "rb") as graph:
+            shapes.update({i["name"]: i["shape"] for i in tomllib.load(graph)["inputs"]})
     torch.manual_seed(0)
-    q, k, v = (torch.randn(1, 4, 1, 64).to(dtype), torch.randn(1, 4, 1024, 64).to(dtype),
-               torch.randn(1, 4, 1024, 64).to(dtype))
-    kg, q2 = torch.randn(1, 2, 1024, 64).to(dtype), torch.randn(1, 4, 2, 64).to(dtype)
-    keep = torch.rand(1, 1, 1, 1024) > 0.3
-    keep[..., :300] = False  # whole splits of the row hidden
+    q, k, v, kg, q2 = (torch.randn(*shapes[n]).to(dtype) for n in ("q", "k", "v", "kg", "q2"))
+    keep = torch.rand(*shapes["keep"]) > 0.3
+    keep[..., :shapes["keep"][-1] * 3 // 10] = False  # whole splits of the row hidden
     sdpa = torch.nn.functional.scaled_dot_product_attention
     f = {name: t.float() for name, t in (("q", q), ("k", k), ("v", v), ("kg", kg), ("q2", q2))}
     want = {

@@ -1445,6 +1445,66 @@ fn split_attention_in_16_bits_matches_pytorch_under_the_interpreter() {
     }
 }
 
+/// The split attention graph at shapes drawn from a fixed seed: heads (2 to 8, the grouped
+/// step's key/value heads a divisor of them), head sizes of 32, 64, 80 and 128, caches of
+/// 129 to 2100 keys (so that every step splits), in all three dtypes (in 16 bits without
+/// the boolean mask's step), on both devices of Triton kernels: every split step matches
+/// PyTorch under Triton's interpreter.
+#[test]
+fn split_attention_at_random_shapes_matches_pytorch_under_the_interpreter() {
+    use rand::{Rng, SeedableRng};
+    let tmp = TempDir::new("split-attention-shapes");
+    let source = repo_root().join("tests/graphs/attention_one_query_long_cache.toml");
+    let text = std::fs::read_to_string(&source).unwrap();
+    let mask_step = "[[nodes]]\nname = \"m\"\nop = \"scaled_dot_product_attention\"\n\
+                     args = [\"q\", \"k\", \"v\", \"keep\"]\n\n";
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+    for case in 0..6 {
+        let heads: i64 = [2, 3, 4, 6, 8][rng.random_range(0..5)];
+        let divisors: Vec<i64> = (1..=heads).filter(|d| heads % d == 0).collect();
+        let kv_heads = divisors[rng.random_range(0..divisors.len())];
+        let head: i64 = [32, 64, 80, 128][rng.random_range(0..4)];
+        let keys: i64 = rng.random_range(129..=2100);
+        let dtype = ["float32", "float16", "bfloat16"][case % 3];
+        let device = ["gxu", "cuda"][case % 2];
+        let mut variant = text
+            .replace("[1, 4, 1, 64]", &format!("[1, {heads}, 1, {head}]"))
+            .replace("[1, 4, 1024, 64]", &format!("[1, {heads}, {keys}, {head}]"))
+            .replace(
+                "[1, 2, 1024, 64]",
+                &format!("[1, {kv_heads}, {keys}, {head}]"),
+            )
+            .replace("[1, 4, 2, 64]", &format!("[1, {heads}, 2, {head}]"))
+            .replace("[1, 1, 1, 1024]", &format!("[1, 1, 1, {keys}]"))
+            .replace("\"float32\"", &format!("\"{dtype}\""));
+        if dtype != "float32" {
+            variant = variant.replace(mask_step, "").replace(
+                "[\"o\", \"g\", \"c\", \"m\", \"d\"]",
+                "[\"o\", \"g\", \"c\", \"d\"]",
+            );
+        }
+        let what = format!(
+            "{heads} heads ({kv_heads} grouped) of {head} over {keys} keys, {dtype}, {device}"
+        );
+        let graph = tmp.path().join(format!("case{case}.toml"));
+        std::fs::write(&graph, variant).unwrap();
+        let out = tmp.path().join(format!("case{case}"));
+        let (ok, stderr) = compile(&graph, device, &out, &[]);
+        assert!(ok, "{what}: {stderr}");
+        let (output, stdout, stderr) = run(Command::new(torch_python())
+            .arg(repo_root().join("tests/support/interpret_attention.py"))
+            .arg(out.join("output_code.py"))
+            .arg(&graph));
+        assert!(output.status.success(), "{what}: {stdout}\n{stderr}");
+        let steps = if dtype == "float32" { 5 } else { 4 };
+        assert_eq!(
+            stdout.matches(") matches PyTorch").count(),
+            steps,
+            "{what}: {stdout}"
+        );
+    }
+}
+
 /// Each attention kernel of `out`'s output_code.py (compiled for cuda) with its PTX, as the
 /// real Triton compiler makes it for sm_90 with dependent launch on.
 fn attention_ptx(out: &Path, asm: &Path) -> Vec<(String, String)> {

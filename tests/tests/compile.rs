@@ -1407,6 +1407,27 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
     assert!(!code.contains("kiln_flash_combine"), "{code}");
 }
 
+/// The split attention graph (tests/graphs) in `dtype`: in 16 bits without its boolean
+/// mask's step `m` (a 16-bit attention's mask is made additive by a kernel of its own, which
+/// `interpret_attention.py` does not run).
+fn split_attention_graph_in(dtype: &str) -> String {
+    let text = std::fs::read_to_string(
+        repo_root().join("tests/graphs/attention_one_query_long_cache.toml"),
+    )
+    .unwrap()
+    .replace("\"float32\"", &format!("\"{dtype}\""));
+    if dtype == "float32" {
+        return text;
+    }
+    let mask_step = "[[nodes]]\nname = \"m\"\nop = \"scaled_dot_product_attention\"\n\
+                     args = [\"q\", \"k\", \"v\", \"keep\"]\n\n";
+    assert!(text.contains(mask_step));
+    text.replace(mask_step, "").replace(
+        "[\"o\", \"g\", \"c\", \"m\", \"d\"]",
+        "[\"o\", \"g\", \"c\", \"d\"]",
+    )
+}
+
 /// The split attention graph in float16 and bfloat16 (its boolean mask's step left out: a
 /// 16-bit attention's mask is made additive by a kernel of its own): the one-row kernel's
 /// float32 sums and the `tl.dot` form's 16-bit products match PyTorch's attention under
@@ -1414,23 +1435,9 @@ fn attention_over_a_long_cache_splits_its_keys_where_heads_leave_units_idle() {
 #[test]
 fn split_attention_in_16_bits_matches_pytorch_under_the_interpreter() {
     let tmp = TempDir::new("split-attention-16");
-    let text = std::fs::read_to_string(
-        repo_root().join("tests/graphs/attention_one_query_long_cache.toml"),
-    )
-    .unwrap();
-    let mask_step = "[[nodes]]\nname = \"m\"\nop = \"scaled_dot_product_attention\"\n\
-                     args = [\"q\", \"k\", \"v\", \"keep\"]\n\n";
-    assert!(text.contains(mask_step));
     for dtype in ["float16", "bfloat16"] {
         let graph = tmp.path().join(format!("{dtype}.toml"));
-        let variant = text
-            .replace("\"float32\"", &format!("\"{dtype}\""))
-            .replace(mask_step, "")
-            .replace(
-                "[\"o\", \"g\", \"c\", \"m\", \"d\"]",
-                "[\"o\", \"g\", \"c\", \"d\"]",
-            );
-        std::fs::write(&graph, variant).unwrap();
+        std::fs::write(&graph, split_attention_graph_in(dtype)).unwrap();
         let out = tmp.path().join(dtype);
         let (ok, stderr) = compile(&graph, "gxu", &out, &[]);
         assert!(ok, "{dtype}: {stderr}");
@@ -1454,10 +1461,6 @@ fn split_attention_in_16_bits_matches_pytorch_under_the_interpreter() {
 fn split_attention_at_random_shapes_matches_pytorch_under_the_interpreter() {
     use rand::{Rng, SeedableRng};
     let tmp = TempDir::new("split-attention-shapes");
-    let source = repo_root().join("tests/graphs/attention_one_query_long_cache.toml");
-    let text = std::fs::read_to_string(&source).unwrap();
-    let mask_step = "[[nodes]]\nname = \"m\"\nop = \"scaled_dot_product_attention\"\n\
-                     args = [\"q\", \"k\", \"v\", \"keep\"]\n\n";
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
     for case in 0..6 {
         let heads: i64 = [2, 3, 4, 6, 8][rng.random_range(0..5)];
@@ -1467,7 +1470,7 @@ fn split_attention_at_random_shapes_matches_pytorch_under_the_interpreter() {
         let keys: i64 = rng.random_range(129..=2100);
         let dtype = ["float32", "float16", "bfloat16"][case % 3];
         let device = ["gxu", "cuda"][case % 2];
-        let mut variant = text
+        let variant = split_attention_graph_in(dtype)
             .replace("[1, 4, 1, 64]", &format!("[1, {heads}, 1, {head}]"))
             .replace("[1, 4, 1024, 64]", &format!("[1, {heads}, {keys}, {head}]"))
             .replace(
@@ -1475,14 +1478,7 @@ fn split_attention_at_random_shapes_matches_pytorch_under_the_interpreter() {
                 &format!("[1, {kv_heads}, {keys}, {head}]"),
             )
             .replace("[1, 4, 2, 64]", &format!("[1, {heads}, 2, {head}]"))
-            .replace("[1, 1, 1, 1024]", &format!("[1, 1, 1, {keys}]"))
-            .replace("\"float32\"", &format!("\"{dtype}\""));
-        if dtype != "float32" {
-            variant = variant.replace(mask_step, "").replace(
-                "[\"o\", \"g\", \"c\", \"m\", \"d\"]",
-                "[\"o\", \"g\", \"c\", \"d\"]",
-            );
-        }
+            .replace("[1, 1, 1, 1024]", &format!("[1, 1, 1, {keys}]"));
         let what = format!(
             "{heads} heads ({kv_heads} grouped) of {head} over {keys} keys, {dtype}, {device}"
         );

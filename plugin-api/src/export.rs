@@ -164,6 +164,15 @@ pub trait DevicePlugin: PluginSlot + Send + Sync + 'static {
         let _ = index;
         None
     }
+    /// The bytes of L2 cache of device `index` (API 1.8), where the device has
+    /// one that every program reads and writes through (a GPU's): the host
+    /// bounds what a kernel prefetches into it ahead of its loads (split
+    /// attention's keys and values, on a device whose kernels launch as
+    /// programmatic dependents). The default, `None`: nothing is prefetched.
+    fn l2_cache_bytes(&self, index: u32) -> Option<u64> {
+        let _ = index;
+        None
+    }
     /// Whether `tl.dot` of float32 operands may use TF32 products on the
     /// Triton target of [`DevicePlugin::triton_target`] (API 1.5): `true`
     /// where the target's matrix units multiply TF32, so that the host keeps
@@ -496,6 +505,14 @@ extern "C" fn shared_memory_per_block<P: DevicePlugin>(index: u32) -> PResult<RO
     })
 }
 
+#[cfg(not(any(
+    feature = "__shorter_root_for_compat_test",
+    feature = "__api_1_4_for_compat_test"
+)))]
+extern "C" fn l2_cache_bytes<P: DevicePlugin>(index: u32) -> PResult<ROption<u64>> {
+    with_plugin::<P, _>("l2_cache_bytes", |p| p.l2_cache_bytes(index).into())
+}
+
 #[cfg(not(feature = "__shorter_root_for_compat_test"))]
 extern "C" fn backend_spec<P: DevicePlugin>() -> PResult<BackendSpec> {
     with_plugin::<P, _>("backend_spec", |p| p.backend_spec())
@@ -623,6 +640,8 @@ pub fn root_module<P: DevicePlugin>() -> KilnPluginRef {
             device_properties: device_properties::<P>,
             #[cfg(not(feature = "__api_1_4_for_compat_test"))]
             shared_memory_per_block: shared_memory_per_block::<P>,
+            #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+            l2_cache_bytes: l2_cache_bytes::<P>,
         }
         .leak_into_prefix(),
         #[cfg(not(feature = "__shorter_root_for_compat_test"))]

@@ -129,6 +129,11 @@ pub struct DeviceModule {
     /// stated default (`kiln-host`'s `plugins::defaults`).
     #[cfg(not(feature = "__api_1_4_for_compat_test"))]
     pub shared_memory_per_block: extern "C" fn(u32) -> PResult<ROption<u64>>,
+    /// The bytes of L2 cache of device `index` (API 1.8): the host bounds what a
+    /// kernel prefetches into it ahead of its loads. `RNone`, or a plugin built
+    /// before 1.8: the host prefetches nothing.
+    #[cfg(not(feature = "__api_1_4_for_compat_test"))]
+    pub l2_cache_bytes: extern "C" fn(u32) -> PResult<ROption<u64>>,
 }
 
 /// Launch heuristics: the host never hard-codes a device's numbers.

@@ -1524,7 +1524,8 @@ fn attention_ptx(out: &Path, asm: &Path) -> Vec<(String, String)> {
 
 /// On a target that launches kernels as programmatic dependents (cuda, sm_90), the one-row
 /// split attention kernel prefetches its range's keys and values into L2 before it waits for
-/// the kernel before it, where the launch's keys and values fit 8 MiB, and the `tl.dot` form
+/// the kernel before it, where the launch's keys and values fit a sixth of the L2 the cuda
+/// plugin reports (50 MiB without a driver: an H100's), and the `tl.dot` form
 /// does not: read in the PTX the real Triton compiler makes of each kernel. Over a cache 16
 /// times as long (16 MiB of keys and values), none prefetches.
 #[test]

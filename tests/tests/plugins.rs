@@ -585,6 +585,11 @@ fn a_plugin_built_against_api_1_4_loads_and_gets_the_hosts_stated_defaults() {
         report["heuristics"]["matmul_alignment"],
         serde_json::json!({ "value": 0, "stated_by": "host default" })
     );
+    // Nor an L2 cache (API 1.8): nothing is prefetched.
+    assert_eq!(
+        report["device"]["l2_cache_bytes"],
+        serde_json::json!({ "value": 0, "stated_by": "host default" })
+    );
     // Nor its channels-last convolutions (API 1.7): every one stays NCHW.
     assert_eq!(
         report["heuristics"]["conv_channels_last"],

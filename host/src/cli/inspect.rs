@@ -207,6 +207,7 @@ pub fn report(plugin: &Plugin, errors: &mut Vec<String>) -> Value {
                 triton,
                 errors,
             ),
+            "l2_cache_bytes": stated_json(defaults::l2_cache_bytes(plugin, 0), triton, errors),
         },
         "backend": backend,
         // What a compile with each wrapper would get: "ok", or why not.
@@ -352,6 +353,10 @@ fn render_text(report: &Value) -> String {
     out.push_str(&format!(
         "Shared memory per block of device 0, bytes: {}\n",
         stated_text(&device["shared_memory_per_block"])
+    ));
+    out.push_str(&format!(
+        "L2 cache of device 0, bytes: {}\n",
+        stated_text(&device["l2_cache_bytes"])
     ));
     let backend = &report["backend"];
     out.push_str(&format!(

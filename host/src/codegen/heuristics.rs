@@ -89,6 +89,11 @@ pub trait LaunchHeuristics {
     fn tf32_dot(&self) -> Option<bool> {
         None
     }
+    /// The bytes of the device's L2 cache, where the plugin says (API 1.8):
+    /// what split attention may prefetch before its wait is bounded by it.
+    fn l2_cache_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The grid launched for `wanted` programs: the plugin's `adjust_grid`, refused where
@@ -187,6 +192,10 @@ impl LaunchHeuristics for Plugin {
 
     fn tf32_dot(&self) -> Option<bool> {
         Plugin::tf32_dot(self).ok().flatten()
+    }
+
+    fn l2_cache_bytes(&self) -> Option<u64> {
+        Plugin::l2_cache_bytes(self, 0).ok().flatten()
     }
 }
 

@@ -36,6 +36,13 @@ pub const MATMUL_ALIGNMENT: u32 = 0;
 /// channels-last), so only a plugin that has measured them asks for it.
 pub const CONV_CHANNELS_LAST: &[&str] = &[];
 
+/// The bytes of L2 cache, for a plugin that does not say (API 1.8 added the
+/// question): 0, so that nothing is prefetched into it, what every host before 1.8
+/// did. A prefetch larger than what the cache holds beside a kernel's other reads
+/// slows it (split attention's at batch 8 on an H100), so only a plugin that
+/// knows its cache gets one.
+pub const L2_CACHE_BYTES: u64 = 0;
+
 /// A value a compile uses, and whether the plugin stated it or the host's
 /// default stands in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -68,6 +75,15 @@ pub fn shared_memory_per_block(plugin: &Plugin, index: u32) -> Result<Stated<u64
     Ok(Stated::or_default(
         plugin.shared_memory_per_block(index)?,
         SHARED_MEMORY_PER_BLOCK,
+    ))
+}
+
+/// The bytes of device `index`'s L2 cache: the plugin's answer, or
+/// [`L2_CACHE_BYTES`].
+pub fn l2_cache_bytes(plugin: &Plugin, index: u32) -> Result<Stated<u64>, CallError> {
+    Ok(Stated::or_default(
+        plugin.l2_cache_bytes(index)?,
+        L2_CACHE_BYTES,
     ))
 }
 

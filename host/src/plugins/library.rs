@@ -358,6 +358,18 @@ impl Plugin {
         }
     }
 
+    /// `l2_cache_bytes(index)`: the bytes of the device's L2 cache; `None` when
+    /// the plugin does not say (it predates API 1.8, has no device module, or
+    /// returns `RNone`).
+    pub fn l2_cache_bytes(&self, index: u32) -> Result<Option<u64>, CallError> {
+        match self.device_module().and_then(|m| m.l2_cache_bytes()) {
+            None => Ok(None),
+            Some(f) => self
+                .fail("l2_cache_bytes", f(index))
+                .map(ROption::into_option),
+        }
+    }
+
     /// `tf32_dot()`: whether float32 `tl.dot` may use TF32 products; `None`
     /// when the plugin does not say (it predates API 1.5, has no heuristics,
     /// or returns `RNone`).

@@ -45,6 +45,8 @@ pub enum Attribute {
     WarpSize = 10,
     /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
     MultiprocessorCount = 16,
+    /// `CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE`, in bytes.
+    L2CacheSize = 38,
     /// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR`.
     MaxThreadsPerMultiprocessor = 39,
     /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.

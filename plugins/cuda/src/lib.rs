@@ -8,7 +8,8 @@
 //!   `cuDeviceGetAttribute`. Without a driver the plugin still loads: no
 //!   devices, and `device_properties` answers the documented defaults of an
 //!   H100 SXM marked as static ([`properties`]). `shared_memory_per_block` is
-//!   the driver's opt-in maximum (227 KiB on an H100, the static default).
+//!   the driver's opt-in maximum (227 KiB on an H100, the static default), and
+//!   `l2_cache_bytes` (API 1.8) its L2 size (50 MiB on an H100).
 //! - **Triton target**: device 0's compute capability; float32 `tl.dot` may
 //!   use TF32 (`tf32_dot`) from compute capability 8.0.
 //! - **Matrix products**: 16-bit products' K and N are padded to
@@ -179,6 +180,13 @@ impl DevicePlugin for Cuda {
             .device(index)
             .ok()
             .map(|d| d.shared_memory_per_block)
+    }
+
+    fn l2_cache_bytes(&self, index: u32) -> Option<u64> {
+        self.inventory()
+            .device(index)
+            .ok()
+            .map(|d| d.l2_cache_bytes)
     }
 
     fn backend_spec(&self) -> BackendSpec {

@@ -31,6 +31,8 @@ pub const H100_MAX_GRID: [u64; 3] = [2_147_483_647, 65_535, 65_535];
 /// H100: 227 KiB of shared memory per block with opt-in
 /// (`sharedMemPerBlockOptin`), of the 228 KiB of an SM.
 pub const H100_SHARED_MEMORY_PER_BLOCK: u64 = 227 * 1024;
+/// H100 SXM: 50 MiB of L2 cache (`l2CacheSize`).
+pub const H100_L2_CACHE_BYTES: u64 = 50 * 1024 * 1024;
 /// Compute capability (as PyTorch encodes it) from which tensor cores
 /// multiply TF32 (Ampere, 8.0).
 pub const TF32_MIN_CC: u32 = 80;
@@ -111,9 +113,18 @@ pub fn from_attributes(
 /// value that is not positive is an error.
 pub fn shared_memory_from_attributes(
     index: u32,
+    read: impl FnMut(Attribute) -> Result<i32, String>,
+) -> Result<u64, String> {
+    positive(index, Attribute::MaxSharedMemoryPerBlockOptin, read)
+}
+
+/// `attribute` of device `index`, in bytes, from an attribute reader; a value
+/// that is not positive is an error.
+fn positive(
+    index: u32,
+    attribute: Attribute,
     mut read: impl FnMut(Attribute) -> Result<i32, String>,
 ) -> Result<u64, String> {
-    let attribute = Attribute::MaxSharedMemoryPerBlockOptin;
     let value = read(attribute)?;
     u64::try_from(value)
         .ok()
@@ -128,6 +139,8 @@ pub struct Device {
     pub properties: DeviceProperties,
     /// The shared memory one block may use with opt-in, in bytes.
     pub shared_memory_per_block: u64,
+    /// Its L2 cache, in bytes.
+    pub l2_cache_bytes: u64,
 }
 
 impl Device {
@@ -136,6 +149,7 @@ impl Device {
         Device {
             properties: h100_defaults(index),
             shared_memory_per_block: H100_SHARED_MEMORY_PER_BLOCK,
+            l2_cache_bytes: H100_L2_CACHE_BYTES,
         }
     }
 
@@ -144,10 +158,12 @@ impl Device {
     fn read(index: u32, mut read: impl FnMut(Attribute) -> Result<i32, String>) -> Device {
         let properties = from_attributes(index, &mut read);
         let shared = shared_memory_from_attributes(index, &mut read);
-        match (properties, shared) {
-            (Ok(properties), Ok(shared_memory_per_block)) => Device {
+        let l2 = positive(index, Attribute::L2CacheSize, &mut read);
+        match (properties, shared, l2) {
+            (Ok(properties), Ok(shared_memory_per_block), Ok(l2_cache_bytes)) => Device {
                 properties,
                 shared_memory_per_block,
+                l2_cache_bytes,
             },
             _ => Device::h100_defaults(index),
         }
@@ -242,6 +258,7 @@ mod tests {
             Attribute::ComputeCapabilityMinor => 0,
             Attribute::MaxRegistersPerMultiprocessor => 65_536,
             Attribute::MaxSharedMemoryPerBlockOptin => 232_448,
+            Attribute::L2CacheSize => 52_428_800,
         })
     }
 
@@ -259,13 +276,28 @@ mod tests {
             other => fake_h100(other),
         });
         assert_eq!(ga102.shared_memory_per_block, 101_376);
+        assert_eq!(h100.l2_cache_bytes, Device::h100_defaults(0).l2_cache_bytes);
+        // An 8.6 part's 6 MiB of L2.
+        let l2 = Device::read(0, |a| match a {
+            Attribute::L2CacheSize => Ok(6 << 20),
+            other => fake_h100(other),
+        });
+        assert_eq!(l2.l2_cache_bytes, 6 << 20);
         // A driver that refuses the attribute, or answers nonsense: the defaults.
-        for answer in [Err("CUresult 1".to_string()), Ok(0), Ok(-4)] {
-            let device = Device::read(2, |a| match a {
-                Attribute::MaxSharedMemoryPerBlockOptin => answer.clone(),
-                other => fake_h100(other),
-            });
-            assert_eq!(device, Device::h100_defaults(2));
+        for attribute in [
+            Attribute::MaxSharedMemoryPerBlockOptin,
+            Attribute::L2CacheSize,
+        ] {
+            for answer in [Err("CUresult 1".to_string()), Ok(0), Ok(-4)] {
+                let device = Device::read(2, |a| {
+                    if a == attribute {
+                        answer.clone()
+                    } else {
+                        fake_h100(a)
+                    }
+                });
+                assert_eq!(device, Device::h100_defaults(2));
+            }
         }
     }
 

@@ -184,6 +184,7 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert_eq!(props.cc, 90);
         assert_eq!(props.max_grid, [2_147_483_647, 65_535, 65_535]);
         assert_eq!(p.shared_memory_per_block(0), Some(227 * 1024));
+        assert_eq!(p.l2_cache_bytes(0), Some(50 << 20));
         assert_eq!(p.tf32_dot(), Some(true));
         assert_eq!(p.matmul_alignment(), Some(16));
         assert_eq!(
@@ -199,6 +200,7 @@ fn without_a_gpu_properties_are_h100_defaults() {
         assert!(p.device_properties(p.device_count()).is_err());
         let shared = p.shared_memory_per_block(0).expect("queried");
         assert!(shared >= 48 * 1024, "{shared}");
+        assert!(p.l2_cache_bytes(0).is_some_and(|l2| l2 > 0));
         assert_eq!(p.tf32_dot(), Some(props.cc >= 80));
         assert_eq!(p.matmul_alignment(), Some(16));
         assert_eq!(

@@ -483,6 +483,9 @@ pub(super) struct Target {
     /// The bytes of shared memory one program may use (the plugin's
     /// `shared_memory_per_block`).
     shared_memory: u64,
+    /// The bytes of the device's L2 cache (the plugin's `l2_cache_bytes`, else
+    /// the host's stated default, 0).
+    l2: u64,
 }
 
 impl Target {
@@ -496,6 +499,9 @@ impl Target {
             shared_memory: heuristics
                 .shared_memory_per_block()
                 .unwrap_or(defaults::SHARED_MEMORY_PER_BLOCK),
+            l2: heuristics
+                .l2_cache_bytes()
+                .unwrap_or(defaults::L2_CACHE_BYTES),
         }
     }
 
@@ -688,12 +694,14 @@ const ONE_ROW_BLOCK_N: i64 = 64;
 /// `tl.dot` form 4.7 at best (`bench/gpu/attention_chain_probe.py`).
 const ONE_ROW_KEYS_PER_WARP: i64 = 32;
 
-/// The most bytes of keys and values a one-row split launch prefetches into L2
-/// before its wait (`PREFETCH`; [`ONE_ROW_TEXT`]): a sixth of an H100's L2. On the
-/// H100, GPT-2 small's decoding step at batch 1 (3 and 6 MB a layer in bfloat16 and
-/// float32) took 0.97 and 0.98 of its time with the prefetch; at batch 8 (24 and 48
-/// MB, more than L2 holds beside the weights read meanwhile) 1.02 and 1.035.
-const PREFETCH_MAX_BYTES: i64 = 8 << 20;
+/// The share of the device's L2 (the plugin's `l2_cache_bytes`) that a one-row
+/// split launch's keys and values may take for it to prefetch them before its wait
+/// (`PREFETCH`; [`ONE_ROW_TEXT`]): a sixth. On the H100 (50 MiB), GPT-2 small's
+/// decoding step at batch 1 (3 and 6 MB a layer in bfloat16 and float32) took 0.97
+/// and 0.98 of its time with the prefetch; at batch 8 (24 and 48 MB, more than L2
+/// holds beside the weights read meanwhile) 1.02 and 1.035. A device whose plugin
+/// does not say has nothing prefetched.
+const PREFETCH_L2_SHARE: u64 = 6;
 
 /// The smallest block `tl.dot` takes along any dimension.
 const MIN_BLOCK: i64 = 16;
@@ -816,6 +824,7 @@ pub fn widest_heads(shared_memory: u64, tf32: bool) -> Vec<(&'static str, Option
         units: 0,
         tf32,
         shared_memory,
+        l2: 0,
     };
     [
         ("float16", DType::Float16),
@@ -952,10 +961,8 @@ fn plan(
             .saturating_mul(ops.h / ops.group.max(1))
             .saturating_mul(ops.s);
         let kv_bytes = keys.saturating_mul(ops.e_q + ops.e_v).saturating_mul(elem);
-        constants.push((
-            "PREFETCH",
-            i64::from(one_row && kv_bytes <= PREFETCH_MAX_BYTES),
-        ));
+        let fits = u64::try_from(kv_bytes).is_ok_and(|b| b <= target.l2 / PREFETCH_L2_SHARE);
+        constants.push(("PREFETCH", i64::from(one_row && fits)));
     }
     let dynamic = dynamic_programs(p, &ops, tiles.block_m, splits, heuristics)?;
     Ok(AttentionLaunch {
@@ -1398,6 +1405,7 @@ mod tests {
             units,
             tf32,
             shared_memory,
+            l2: 0,
         }
     }
 

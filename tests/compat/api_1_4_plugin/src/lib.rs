@@ -1,8 +1,8 @@
 //! A Triton device built against plugin API 1.4: its device module and
 //! heuristics tables stop before `shared_memory_per_block` and `tf32_dot`
-//! (API 1.5), `matmul_alignment` (API 1.6) and `conv_channels_last` (API
-//! 1.7). The host must load it, compile for it, and use its stated defaults
-//! for all four.
+//! (API 1.5), `matmul_alignment` (API 1.6), `conv_channels_last` (API 1.7)
+//! and `l2_cache_bytes` (API 1.8). The host must load it, compile for it, and
+//! use its stated defaults for all five.
 
 use kiln_plugin_api::abi_stable::std_types::ROption::{RNone, RSome};
 use kiln_plugin_api::{

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""What a decoding step would gain without some of its launches: Kiln's reduce-overhead step
+(bench/gpu/decode_step.py's models, transformers' static cache), and the same compiled code with
+the launches of the kernels a pattern names replaced by nothing, each timed under CUDA graphs in
+interleaved rounds in one process. A step without a kernel computes garbage; its time bounds what
+removing that launch (folding its work into another kernel) could save. Also timed: the base
+step's graph replayed alone, without the call's input copies and Python.
+
+    PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_ablate.py \\
+        [--model gpt2] [--dtype bf16] [--batch 1] --drop combine=kiln_flash_combine \\
+        [--drop mask=where_le ...] [--out FILE]
+
+A pattern is a regular expression searched in each launched kernel's name; a label may name
+several patterns joined by `|`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from decode_step import DTYPES, model  # noqa: E402
+from precision_child import interleaved, setup, sync  # noqa: E402
+
+LAUNCH = re.compile(r"KERNELS\.(\w+)\[[^\]]*\]\([^()]*\)")
+
+
+def without(code: str, pattern: str) -> tuple[str, int]:
+    """`code` with each launch of a kernel whose name matches `pattern` replaced by `None`."""
+    found = re.compile(pattern)
+    count = 0
+
+    def drop(m):
+        nonlocal count
+        if not found.search(m.group(1)):
+            return m.group(0)
+        count += 1
+        return "None"
+
+    return LAUNCH.sub(drop, code), count
+
+
+def variant(folder: Path, label: str, pattern: str) -> tuple[Path, int]:
+    """A copy of the compiled folder (files linked, not copied) whose output_code.py drops the
+    launches `pattern` names."""
+    out = folder.parent / f"{folder.name}-drop-{label}"
+    out.mkdir(exist_ok=True)
+    for f in folder.iterdir():
+        if f.name != "output_code.py" and not (out / f.name).exists():
+            (out / f.name).symlink_to(f)
+    code, count = without((folder / "output_code.py").read_text(), pattern)
+    (out / "output_code.py").write_text(code)
+    return out, count
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--cache", type=int, default=1024)
+    p.add_argument("--position", type=int, default=512)
+    p.add_argument("--drop", action="append", default=[], help="label=pattern (repeatable)")
+    p.add_argument("--rep", type=float, default=200, help="ms per column per round")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args()
+    setup()
+    # Kiln's attention kernel whatever the library measures: a step without its combine
+    # disagrees with the library, which the first call's choice would then take.
+    os.environ["KILN_ATTENTION"] = "kiln"
+    import kiln
+    import kiln._compile as compiled_module
+    from generate import export_step
+
+    m = model(a.model, DTYPES[a.dtype], a.cache)
+    ep = export_step(m, a.cache, "cuda", a.batch)
+    kwargs = {"input_ids": torch.full((a.batch, 1), 7, dtype=torch.int64, device="cuda"),
+              "cache_position": torch.tensor([a.position], device="cuda")}
+    steps = {"base": kiln.compile(ep, device="cuda", mode="reduce-overhead")}
+    folder = steps["base"].folder
+    counts = {"base": 0}
+    build = compiled_module.build
+    try:
+        for spec in a.drop:
+            label, pattern = spec.split("=", 1)
+            path, counts[label] = variant(folder, label, pattern)
+            compiled_module.build = lambda *_args, _path=path, **_kw: _path
+            steps[label] = kiln.compile(ep, device="cuda", mode="reduce-overhead")
+    finally:
+        compiled_module.build = build
+    with torch.no_grad():
+        for step in steps.values():
+            step(**kwargs)
+            step(**kwargs)
+        sync()
+        timed = {label: (lambda s=s: s(**kwargs)) for label, s in steps.items()}
+        graph = steps["base"]._call._graph
+        timed["base replay only"] = graph.replay
+        ms = interleaved(timed, a.rep)
+    lines = [f"# bench/gpu/decode_ablate.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
+             f"torch {torch.__version__}; {a.model} {a.dtype} batch {a.batch}, position {a.position}; "
+             f"under CUDA graphs, median of interleaved rounds",
+             "| variant | launches dropped | ms | saves us |", "| --- | --- | --- | --- |"]
+    for label, t in ms.items():
+        lines.append(f"| {label} | {counts.get(label, 0)} | {t:.4f} | {(ms['base'] - t) * 1e3:.1f} |")
+    print("\n".join(lines), flush=True)
+    if a.out:
+        a.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

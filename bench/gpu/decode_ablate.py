@@ -3,12 +3,14 @@
 (bench/gpu/decode_step.py's models, transformers' static cache), and the same compiled code with
 the launches of the kernels a pattern names replaced by nothing, each timed under CUDA graphs in
 interleaved rounds in one process. A step without a kernel computes garbage; its time bounds what
-removing that launch (folding its work into another kernel) could save. Also timed: the base
+removing that launch (folding its work into another kernel) could save. `--edit NAME` times the
+code as `bench/gpu/decode_edits.py`'s edit NAME rewrites it instead: another launch config for a
+kernel, or a kernel's text changed (a probe, whose results may be wrong). Also timed: the base
 step's graph replayed alone, without the call's input copies and Python.
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_ablate.py \\
         [--model gpt2] [--dtype bf16] [--batch 1] --drop combine=kiln_flash_combine \\
-        [--drop mask=where_le ...] [--out FILE]
+        [--drop mask=where_le ...] [--edit lm_x8_w8 ...] [--out FILE]
 
 A pattern is a regular expression searched in each launched kernel's name; a label may name
 several patterns joined by `|`.
@@ -49,15 +51,15 @@ def without(code: str, pattern: str) -> tuple[str, int]:
     return LAUNCH.sub(drop, code), count
 
 
-def variant(folder: Path, label: str, pattern: str) -> tuple[Path, int]:
-    """A copy of the compiled folder (files linked, not copied) whose output_code.py drops the
-    launches `pattern` names."""
-    out = folder.parent / f"{folder.name}-drop-{label}"
+def variant(folder: Path, label: str, change) -> tuple[Path, int]:
+    """A copy of the compiled folder (files linked, not copied) whose output_code.py is `change`
+    of the original's text (which gives the new text and how many places it changed)."""
+    out = folder.parent / f"{folder.name}-{label}"
     out.mkdir(exist_ok=True)
     for f in folder.iterdir():
         if f.name != "output_code.py" and not (out / f.name).exists():
             (out / f.name).symlink_to(f)
-    code, count = without((folder / "output_code.py").read_text(), pattern)
+    code, count = change((folder / "output_code.py").read_text())
     (out / "output_code.py").write_text(code)
     return out, count
 
@@ -70,6 +72,7 @@ def main() -> None:
     p.add_argument("--cache", type=int, default=1024)
     p.add_argument("--position", type=int, default=512)
     p.add_argument("--drop", action="append", default=[], help="label=pattern (repeatable)")
+    p.add_argument("--edit", action="append", default=[], help="an edit of decode_edits.py (repeatable)")
     p.add_argument("--rep", type=float, default=200, help="ms per column per round")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
@@ -90,9 +93,13 @@ def main() -> None:
     counts = {"base": 0}
     build = compiled_module.build
     try:
-        for spec in a.drop:
-            label, pattern = spec.split("=", 1)
-            path, counts[label] = variant(folder, label, pattern)
+        import decode_edits
+
+        changes = [(label, lambda code, p=pattern: without(code, p))
+                   for label, pattern in (spec.split("=", 1) for spec in a.drop)]
+        changes += [(name, decode_edits.EDITS[name]) for name in a.edit]
+        for label, change in changes:
+            path, counts[label] = variant(folder, label, change)
             compiled_module.build = lambda *_args, _path=path, **_kw: _path
             steps[label] = kiln.compile(ep, device="cuda", mode="reduce-overhead")
     finally:
@@ -109,7 +116,7 @@ def main() -> None:
     lines = [f"# bench/gpu/decode_ablate.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
              f"torch {torch.__version__}; {a.model} {a.dtype} batch {a.batch}, position {a.position}; "
              f"under CUDA graphs, median of interleaved rounds",
-             "| variant | launches dropped | ms | saves us |", "| --- | --- | --- | --- |"]
+             "| variant | places changed | ms | saves us |", "| --- | --- | --- | --- |"]
     for label, t in ms.items():
         lines.append(f"| {label} | {counts.get(label, 0)} | {t:.4f} | {(ms['base'] - t) * 1e3:.1f} |")
     print("\n".join(lines), flush=True)

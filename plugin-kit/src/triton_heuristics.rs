@@ -424,6 +424,19 @@ const DEPENDENT_ELEMENTS_PER_THREAD: u64 = 32;
 const DEPENDENT_WHOLE_ROW: u64 = 4096;
 /// The most elements of such a tile.
 const DEPENDENT_TILE_ELEMENTS: u64 = 16384;
+/// Programs per multiprocessor from which such a launch runs in waves of one-warp
+/// programs ([`ONE_WARP_ELEMENTS_PER_THREAD`]).
+const WAVE_PROGRAMS_PER_UNIT: u64 = 32;
+/// The most elements per thread of a launch of [`WAVE_PROGRAMS_PER_UNIT`] programs a
+/// multiprocessor or more that then takes one warp a program. On the H100, GPT-2
+/// small's LM head (50257 rows of 768 after its layer norm: 12565 programs of 4
+/// rows, 128 elements a thread in one warp) took its bfloat16 decoding step at batch
+/// 1 from 0.215 to 0.212 ms under CUDA graphs (0.984; 0.986 and 0.978 in two earlier
+/// runs); two warps gained about half that, eight rows a program in four or eight
+/// warps lost up to 7 us. Its float32 step, the 170 M Llama's (32000 rows of 1024
+/// after its RMS norm) and every batch of 8 took 0.998-1.009 of their time, within
+/// the machine's spread (`bench/gpu/decode_ab.py`; `decode_ablate.py --edit lm_x4_w1`).
+const ONE_WARP_ELEMENTS_PER_THREAD: u64 = 128;
 /// The most elements of a reduction that holds its rows whole so: a larger one is
 /// bound by its reads, whose loop ran a few percent faster than the whole row (a sum
 /// over rows of 2048 and 4096 on the H100: 95.7 and 96.6 % of copy bandwidth against
@@ -442,7 +455,8 @@ const DEPENDENT_WHOLE_ROW_ELEMENTS: u64 = 1 << 25;
 /// program per multiprocessor, in the default step along the row (a persistent
 /// tile of at most [`PERSISTENT_TILE_ELEMENTS`]; a row of one pass of at most
 /// [`DEPENDENT_WHOLE_ROW`] whole, in at most [`DEPENDENT_TILE_ELEMENTS`]), with
-/// [`DEPENDENT_ELEMENTS_PER_THREAD`] elements per thread: fewer programs to
+/// [`DEPENDENT_ELEMENTS_PER_THREAD`] elements per thread (one warp for a launch of
+/// many waves, [`ONE_WARP_ELEMENTS_PER_THREAD`]): fewer programs to
 /// start and to wait, each with more of the weight in flight. On the H100, in
 /// CUDA graphs of such launches each on a weight not in L2, one row by every
 /// projection of GPT-2 small and of a 170 M Llama-style model, LM heads
@@ -495,7 +509,15 @@ pub fn dependent_reduction_pass_configs(
     let threads = x * r_block / DEPENDENT_ELEMENTS_PER_THREAD;
     let wanted =
         (threads / u64::from(limits.warp_size.max(1))).clamp(1, u64::from(MAX_REDUCTION_WARPS));
-    let warps = floor_pow2_u64(wanted).min(u64::from(limits.warp_cap()));
+    let mut warps = floor_pow2_u64(wanted).min(u64::from(limits.warp_cap()));
+    // Many waves of programs (a language model's head): one warp each, with no
+    // exchange between warps in its reductions (the layer norm taken in, then the
+    // product's), where its rows are whole and its tile fits one warp's registers.
+    let waves = rows.div_ceil(x) >= WAVE_PROGRAMS_PER_UNIT.saturating_mul(sms);
+    let one_warp = ONE_WARP_ELEMENTS_PER_THREAD.saturating_mul(u64::from(limits.warp_size.max(1)));
+    if waves && persistent && x * r_block <= one_warp {
+        warps = 1;
+    }
     configs.insert(
         0,
         LaunchConfig {
@@ -889,7 +911,13 @@ mod tests {
         // warps); rows of 3072 whole too (a tile of 4 x 4096, eight warps), where
         // a plain launch steps by 2048.
         assert_eq!(first(&WIDE_PERSISTENT, 2304, 768, 1), (4, 1024, 4));
-        assert_eq!(first(&WIDE_PERSISTENT, 50257, 768, 1), (4, 1024, 4));
+        // Its LM head: 12565 programs, 95 a multiprocessor, one warp each. Rows of
+        // 2048 (more than 2^25 elements: a loop along them) keep their warps.
+        assert_eq!(first(&WIDE_PERSISTENT, 50257, 768, 1), (4, 1024, 1));
+        assert_eq!(first(&WIDE_PERSISTENT, 50257, 2048, 1), (4, 1024, 4));
+        // 16895 rows: 4224 programs, exactly 32 a multiprocessor; one fewer row still.
+        assert_eq!(first(&WIDE_PERSISTENT, 16896, 768, 1), (4, 1024, 1));
+        assert_eq!(first(&WIDE_PERSISTENT, 16892, 768, 1), (4, 1024, 4));
         assert_eq!(first(&WIDE_PERSISTENT, 768, 3072, 1), (4, 4096, 8));
         assert_eq!(
             reduction_pass_configs(&WIDE_PERSISTENT, &red(768, 3072), ReductionHint::Inner, 1)[0]

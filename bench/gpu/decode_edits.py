@@ -1,0 +1,96 @@
+"""Edits of a compiled decoding step's output_code.py for `decode_ablate.py --edit NAME`: each
+takes the file's text and gives the new text and how many places it changed. Launch configs
+keep the step correct; a probe may not (it bounds what a change could save)."""
+
+from __future__ import annotations
+
+import re
+
+LAUNCH = re.compile(r"KERNELS\.(\w+)\[\((\d+), 1, 1\)\]\((.*), (\d+), (\d+), (\d+), (\d+), stream=stream0\)")
+
+
+def widest_reduction(code: str) -> str:
+    """The reduction kernel launched over the most rows (a language model's head)."""
+    return max(((m.group(1), int(m.group(4))) for m in LAUNCH.finditer(code)), key=lambda t: t[1])[0]
+
+
+def config(code: str, kernel: str, x_block: int, warps: int) -> tuple[str, int]:
+    """`kernel`'s launches with `x_block` rows a program (its grid one program per block of
+    rows) and `warps` warps."""
+    count = 0
+
+    def launch(m):
+        nonlocal count
+        if m.group(1) != kernel:
+            return m.group(0)
+        count += 1
+        rows = int(m.group(4))
+        grid = -(-rows // x_block)
+        return (f"KERNELS.{kernel}[({grid}, 1, 1)]({m.group(3)}, {rows}, {m.group(5)}, {x_block}, "
+                f"{m.group(7)}, stream=stream0)")
+
+    code = LAUNCH.sub(launch, code)
+    meta = re.compile(rf'("{kernel}": {{.*?"constants": {{"XBLOCK": )\d+(.*?"num_warps": )\d+')
+    code, n = meta.subn(rf"\g<1>{x_block}\g<2>{warps}", code)
+    assert n == 1, f"{kernel}'s meta"
+    return code, count
+
+
+def warps_of(pattern: str, warps: int):
+    """Every kernel whose name matches `pattern` in `warps` warps (its rows a program kept)."""
+    found = re.compile(pattern)
+
+    def edit(code: str) -> tuple[str, int]:
+        meta = re.compile(r'("(kiln_\w+)": {"signature".*?"num_warps": )(\d+)')
+        count = 0
+
+        def one(m):
+            nonlocal count
+            if not found.search(m.group(2)):
+                return m.group(0)
+            count += 1
+            return f"{m.group(1)}{warps}"
+
+        return meta.sub(one, code), count
+
+    return edit
+
+
+def lm(x_block: int, warps: int):
+    return lambda code: config(code, widest_reduction(code), x_block, warps)
+
+
+# Probe: the one-row split attention loads its keys and values before it waits for the kernel
+# before it (which writes this step's row of the cache: that row is then stale, and the results
+# wrong), then its query after. Bounds what a step that writes the cache elsewhere could save.
+WAIT = "    kiln_dependent_wait()\n    for pid in range(tl.program_id(0), L * Z * H * SPLITS, tl.num_programs(0)):\n"
+V_LOAD = ("            v = tl.load(v_base + offs_n[:, None] * svn + offs_ev[None, :] * sve,\n"
+          "                        mask=keep[:, None] & (offs_ev[None, :] < EV), other=0.0)\n")
+Q_AFTER = ("            kiln_dependent_wait()\n"
+           "            q = tl.load(Q + off_b * sqb + off_h * sqh + row * sqm + offs_e * sqe,\n"
+           "                        mask=offs_e < E, other=0.0).to(tl.float32) * qk_scale\n")
+
+
+def kv_before_wait(code: str) -> tuple[str, int]:
+    n = code.count(WAIT)
+    code = code.replace(WAIT, WAIT.replace("    kiln_dependent_wait()\n", "", 1))
+    code = code.replace(V_LOAD, V_LOAD + Q_AFTER)
+    return code, n
+
+
+EDITS = {
+    "lm_x8_w8": lm(8, 8),
+    "lm_x8_w4": lm(8, 4),
+    "lm_x4_w2": lm(4, 2),
+    "lm_x4_w1": lm(4, 1),
+    "lm_x2_w1": lm(2, 1),
+    "lm_x16_w8": lm(16, 8),
+    "kv_before_wait": kv_before_wait,
+}
+# GPT-2's products by their kernels' names: the q/k/v product (its layer norm taken in), the
+# attention's output projection, the MLP's first product (its layer norm taken in) and second.
+GPT2_PRODUCTS = {"qkv": r"view_add_6$|index_copy_permute_2$", "out": r"add_view_3$",
+                 "fc1": r"view_add_4$|view_add_46$", "fc2": r"add_view_5$|add_view_49$"}
+for role, pattern in GPT2_PRODUCTS.items():
+    for w in (1, 2, 8):
+        EDITS[f"{role}_w{w}"] = warps_of(pattern, w)

@@ -427,8 +427,13 @@ const DEPENDENT_TILE_ELEMENTS: u64 = 16384;
 /// Programs per multiprocessor from which such a launch runs in waves of one-warp
 /// programs ([`ONE_WARP_ELEMENTS_PER_THREAD`]).
 const WAVE_PROGRAMS_PER_UNIT: u64 = 32;
-/// The most elements per thread of a launch of [`WAVE_PROGRAMS_PER_UNIT`] programs a
-/// multiprocessor or more that then takes one warp a program. On the H100, GPT-2
+/// The most programs per multiprocessor of a grid the host launches as a
+/// programmatic dependent (its `DEPENDENT_PROGRAMS_PER_UNIT`): a larger one runs as
+/// a plain launch, for which one warp a program was not measured, and keeps its warps.
+const DEPENDENT_LAUNCH_PROGRAMS_PER_UNIT: u64 = 128;
+/// The most elements per thread of a launch of [`WAVE_PROGRAMS_PER_UNIT`] to
+/// [`DEPENDENT_LAUNCH_PROGRAMS_PER_UNIT`] programs a multiprocessor that then takes
+/// one warp a program. On the H100, GPT-2
 /// small's LM head (50257 rows of 768 after its layer norm: 12565 programs of 4
 /// rows, 128 elements a thread in one warp) took its bfloat16 decoding step at batch
 /// 1 from 0.215 to 0.212 ms under CUDA graphs (0.984; 0.986 and 0.978 in two earlier
@@ -513,7 +518,9 @@ pub fn dependent_reduction_pass_configs(
     // Many waves of programs (a language model's head): one warp each, with no
     // exchange between warps in its reductions (the layer norm taken in, then the
     // product's), where its rows are whole and its tile fits one warp's registers.
-    let waves = rows.div_ceil(x) >= WAVE_PROGRAMS_PER_UNIT.saturating_mul(sms);
+    let programs = rows.div_ceil(x);
+    let waves = programs >= WAVE_PROGRAMS_PER_UNIT.saturating_mul(sms)
+        && programs <= DEPENDENT_LAUNCH_PROGRAMS_PER_UNIT.saturating_mul(sms);
     let one_warp = ONE_WARP_ELEMENTS_PER_THREAD.saturating_mul(u64::from(limits.warp_size.max(1)));
     if waves && persistent && x * r_block <= one_warp {
         warps = 1;
@@ -915,9 +922,12 @@ mod tests {
         // 2048 (more than 2^25 elements: a loop along them) keep their warps.
         assert_eq!(first(&WIDE_PERSISTENT, 50257, 768, 1), (4, 1024, 1));
         assert_eq!(first(&WIDE_PERSISTENT, 50257, 2048, 1), (4, 1024, 4));
-        // 16895 rows: 4224 programs, exactly 32 a multiprocessor; one fewer row still.
+        // 16896 rows: 4224 programs, exactly 32 a multiprocessor; 64 rows fewer, fewer.
         assert_eq!(first(&WIDE_PERSISTENT, 16896, 768, 1), (4, 1024, 1));
-        assert_eq!(first(&WIDE_PERSISTENT, 16892, 768, 1), (4, 1024, 4));
+        assert_eq!(first(&WIDE_PERSISTENT, 16832, 768, 1), (4, 1024, 4));
+        // More than 128 programs a multiprocessor: a plain launch, its warps kept.
+        assert_eq!(first(&WIDE_PERSISTENT, 67584, 768, 1), (4, 1024, 1));
+        assert_eq!(first(&WIDE_PERSISTENT, 67600, 768, 1), (4, 1024, 4));
         assert_eq!(first(&WIDE_PERSISTENT, 768, 3072, 1), (4, 4096, 8));
         assert_eq!(
             reduction_pass_configs(&WIDE_PERSISTENT, &red(768, 3072), ReductionHint::Inner, 1)[0]

@@ -176,7 +176,7 @@ fn good_baseline_passes_every_check() {
 }
 
 /// Each broken fixture: the one check that must fail and a part of its reason.
-const BROKEN: [(&str, &str, &str); 16] = [
+const BROKEN: [(&str, &str, &str); 17] = [
     ("undeclared_in_driver", "driver.compiles", "baseMemPrefetch"),
     (
         "wrong_launch_signature",
@@ -202,6 +202,11 @@ const BROKEN: [(&str, &str, &str); 16] = [
         "shared_memory_in_kib",
         "properties.shared_memory",
         "shared_memory_per_block(0) is 48, outside",
+    ),
+    (
+        "l2_cache_in_kib",
+        "properties.l2_cache",
+        "l2_cache_bytes(0) is 51200, outside",
     ),
     (
         "matmul_alignment_of_3",
@@ -387,13 +392,13 @@ fn json_report_and_only_filter() {
     assert_eq!(output.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
     let checks = report["checks"].as_array().expect("checks");
-    assert_eq!(checks.len(), 6, "{report:#}");
+    assert_eq!(checks.len(), 7, "{report:#}");
     assert!(checks
         .iter()
         .all(|c| c["name"].as_str().unwrap().starts_with("properties.")));
     assert_eq!(
         (report["failed"].as_u64(), report["passed"].as_u64()),
-        (Some(1), Some(5))
+        (Some(1), Some(6))
     );
     assert_eq!(report["device"], "zerowarp");
 

@@ -52,6 +52,7 @@ pub const ABI_LAYOUT: &str = "load.abi_layout";
 const INIT: &str = "load.init";
 const PROPERTIES_QUERY: &str = "properties.query";
 const SHARED_MEMORY: &str = "properties.shared_memory";
+const L2_CACHE: &str = "properties.l2_cache";
 /// The check of `matmul_alignment`, which the checks that compile a graph
 /// need: a compile refuses an alignment it cannot pad to.
 const MATMUL_ALIGNMENT: &str = "heuristics.matmul_alignment";
@@ -85,6 +86,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("properties.warp_size", "warp_size, when given, is a power of two"),
         Check::new("properties.threads_per_block", "max_threads_per_block is a whole number of warps"),
         Check::new(SHARED_MEMORY, "shared_memory_per_block(0), where given (API 1.5), is 16 KiB to 4 MiB in bytes, and the flash-attention tiles the host fits in it hold heads of 128 elements (language models' usual) of float16, bfloat16 and float32"),
+        Check::new(L2_CACHE, "l2_cache_bytes(0), where given (API 1.8), is 256 KiB to 4 GiB in bytes: the L2 split attention's prefetch is bounded by"),
         Check::new("heuristics.pointwise_sweep", "pointwise_configs for 1 to 2^31 elements (powers of two and odd sizes) gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.reduction_sweep", "reduction_configs (and hinted_reduction_configs for each hint, and reduction_pass_configs for each hint and 1 to 3 passes, where provided) for 1 to 2^20 rows of 1 to 2^20 elements gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.thread_limit", "no config of either sweep needs more than max_threads_per_block threads (num_warps x warp_size)"),
@@ -206,6 +208,7 @@ fn run_loaded(plugin: &Plugin, name: &str) -> Outcome {
         "device.module" => device_module(plugin),
         PROPERTIES_QUERY => properties_query(plugin),
         SHARED_MEMORY => shared_memory(plugin),
+        L2_CACHE => l2_cache(plugin),
         BACKEND_SPEC => backend_spec(plugin),
         PYTHON_WRAPPER => wrapper(plugin, WrapperKind::Python),
         CPP_WRAPPER => wrapper(plugin, WrapperKind::Cpp),
@@ -437,6 +440,36 @@ fn shared_memory(plugin: &Plugin) -> Outcome {
         }
     }
     Outcome::from_problems(problems, format!("{bytes} bytes: {}", fits.join(", ")))
+}
+
+/// The range of `l2_cache_bytes` a device may plausibly report, in bytes: below it
+/// is more likely kibibytes than bytes (an H100's 50 MiB given as 51200), above it
+/// more likely the device's whole memory than its cache.
+const L2_CACHE_RANGE: std::ops::RangeInclusive<u64> = 256 * 1024..=4 * 1024 * 1024 * 1024;
+
+fn l2_cache(plugin: &Plugin) -> Outcome {
+    let bytes = match plugin.l2_cache_bytes(0) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
+            return Outcome::skip(format!(
+                "not stated: the host takes {} bytes, and split attention prefetches nothing",
+                crate::plugins::defaults::L2_CACHE_BYTES
+            ))
+        }
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    if !L2_CACHE_RANGE.contains(&bytes) {
+        return Outcome::fail(format!(
+            "l2_cache_bytes(0) is {bytes}, outside {} to {} bytes: it is in bytes, and the \
+             cache's size, not the device memory's",
+            L2_CACHE_RANGE.start(),
+            L2_CACHE_RANGE.end()
+        ));
+    }
+    Outcome::pass(format!(
+        "{bytes} bytes ({:.1} MiB)",
+        bytes as f64 / 1048576.0
+    ))
 }
 
 fn backend_spec(plugin: &Plugin) -> Outcome {

@@ -19,6 +19,8 @@ use kiln_plugin_api::{
 pub const WARP_SIZE: u32 = 32;
 /// The baseline device's shared memory per program, in bytes: 48 KiB.
 pub const SHARED_MEMORY_PER_BLOCK: u64 = 48 * 1024;
+/// The baseline device's L2 cache, in bytes: 4 MiB.
+pub const L2_CACHE_BYTES: u64 = 4 * 1024 * 1024;
 /// The byte multiple the baseline device's 16-bit products' K and N are
 /// padded to: 16, as the cuda plugin states (its kernels compile for sm_90).
 pub const MATMUL_ALIGNMENT: u32 = 16;
@@ -307,6 +309,10 @@ pub trait Device: Default + Send + Sync + 'static {
     fn shared_memory_per_block(&self, _index: u32) -> Option<u64> {
         Some(SHARED_MEMORY_PER_BLOCK)
     }
+    /// L2 cache: 4 MiB.
+    fn l2_cache_bytes(&self, _index: u32) -> Option<u64> {
+        Some(L2_CACHE_BYTES)
+    }
     /// Float32 products: exact (no TF32 units).
     fn tf32_dot(&self) -> Option<bool> {
         Some(false)
@@ -425,6 +431,9 @@ macro_rules! export_device {
             }
             fn shared_memory_per_block(&self, index: u32) -> Option<u64> {
                 $crate::Device::shared_memory_per_block(self, index)
+            }
+            fn l2_cache_bytes(&self, index: u32) -> Option<u64> {
+                $crate::Device::l2_cache_bytes(self, index)
             }
             fn tf32_dot(&self) -> Option<bool> {
                 $crate::Device::tf32_dot(self)

@@ -433,14 +433,15 @@ const WAVE_PROGRAMS_PER_UNIT: u64 = 32;
 const DEPENDENT_LAUNCH_PROGRAMS_PER_UNIT: u64 = 128;
 /// The most elements per thread of a launch of [`WAVE_PROGRAMS_PER_UNIT`] to
 /// [`DEPENDENT_LAUNCH_PROGRAMS_PER_UNIT`] programs a multiprocessor that then takes
-/// one warp a program. On the H100, GPT-2
-/// small's LM head (50257 rows of 768 after its layer norm: 12565 programs of 4
-/// rows, 128 elements a thread in one warp) took its bfloat16 decoding step at batch
-/// 1 from 0.215 to 0.212 ms under CUDA graphs (0.984; 0.986 and 0.978 in two earlier
-/// runs); two warps gained about half that, eight rows a program in four or eight
-/// warps lost up to 7 us. Its float32 step, the 170 M Llama's (32000 rows of 1024
-/// after its RMS norm) and every batch of 8 took 0.998-1.009 of their time, within
-/// the machine's spread (`bench/gpu/decode_ab.py`; `decode_ablate.py --edit lm_x4_w1`).
+/// one warp a program. On the H100, GPT-2 small's LM head (50257 rows of 768 after
+/// its layer norm: 12565 programs of 4 rows, 95 a multiprocessor, 128 elements a
+/// thread in one warp) took its bfloat16 decoding step at batch 1 from 0.215 to
+/// 0.212 ms under CUDA graphs (0.984 and 0.987 of its time in two runs, 0.978 and
+/// 0.986 in earlier ones); two warps gained about half that, eight rows a program
+/// in four or eight warps lost up to 7 us. The float32 steps took 1.003-1.009 of
+/// their time, the 170 M Llama's bfloat16 ones (32000 rows of 1024 after its RMS
+/// norm) 1.002-1.003, and every batch of 8 0.998-1.004: within the machine's spread
+/// (`bench/gpu/decode_ab.py`; `decode_ablate.py --edit lm_x4_w1`).
 const ONE_WARP_ELEMENTS_PER_THREAD: u64 = 128;
 /// The most elements of a reduction that holds its rows whole so: a larger one is
 /// bound by its reads, whose loop ran a few percent faster than the whole row (a sum

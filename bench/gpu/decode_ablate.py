@@ -30,6 +30,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from decode_edits import EDITS, substitute  # noqa: E402
 from decode_step import DTYPES, model  # noqa: E402
 from precision_child import interleaved, setup, sync  # noqa: E402
 
@@ -38,17 +39,7 @@ LAUNCH = re.compile(r"KERNELS\.(\w+)\[[^\]]*\]\([^()]*\)")
 
 def without(code: str, pattern: str) -> tuple[str, int]:
     """`code` with each launch of a kernel whose name matches `pattern` replaced by `None`."""
-    found = re.compile(pattern)
-    count = 0
-
-    def drop(m):
-        nonlocal count
-        if not found.search(m.group(1)):
-            return m.group(0)
-        count += 1
-        return "None"
-
-    return LAUNCH.sub(drop, code), count
+    return substitute(code, LAUNCH, pattern, lambda _: "None")
 
 
 def variant(folder: Path, label: str, change) -> tuple[Path, int]:
@@ -93,11 +84,9 @@ def main() -> None:
     counts = {"base": 0}
     build = compiled_module.build
     try:
-        import decode_edits
-
         changes = [(label, lambda code, p=pattern: without(code, p))
                    for label, pattern in (spec.split("=", 1) for spec in a.drop)]
-        changes += [(name, decode_edits.EDITS[name]) for name in a.edit]
+        changes += [(name, EDITS[name]) for name in a.edit]
         for label, change in changes:
             path, counts[label] = variant(folder, label, change)
             compiled_module.build = lambda *_args, _path=path, **_kw: _path

@@ -9,6 +9,22 @@ import re
 LAUNCH = re.compile(r"KERNELS\.(\w+)\[\((\d+), 1, 1\)\]\((.*), (\d+), (\d+), (\d+), (\d+), stream=stream0\)")
 
 
+def substitute(code: str, regex: re.Pattern, pattern: str, replacement) -> tuple[str, int]:
+    """`code` with each match of `regex` whose first group (a kernel's name) matches `pattern`
+    replaced by `replacement(match)`, and how many were."""
+    found = re.compile(pattern)
+    count = 0
+
+    def one(m):
+        nonlocal count
+        if not found.search(m.group(1)):
+            return m.group(0)
+        count += 1
+        return replacement(m)
+
+    return regex.sub(one, code), count
+
+
 def widest_reduction(code: str) -> str:
     """The reduction kernel launched over the most rows (a language model's head)."""
     return max(((m.group(1), int(m.group(4))) for m in LAUNCH.finditer(code)), key=lambda t: t[1])[0]
@@ -17,19 +33,13 @@ def widest_reduction(code: str) -> str:
 def config(code: str, kernel: str, x_block: int, warps: int) -> tuple[str, int]:
     """`kernel`'s launches with `x_block` rows a program (its grid one program per block of
     rows) and `warps` warps."""
-    count = 0
-
     def launch(m):
-        nonlocal count
-        if m.group(1) != kernel:
-            return m.group(0)
-        count += 1
         rows = int(m.group(4))
         grid = -(-rows // x_block)
         return (f"KERNELS.{kernel}[({grid}, 1, 1)]({m.group(3)}, {rows}, {m.group(5)}, {x_block}, "
                 f"{m.group(7)}, stream=stream0)")
 
-    code = LAUNCH.sub(launch, code)
+    code, count = substitute(code, LAUNCH, rf"^{kernel}$", launch)
     meta = re.compile(rf'("{kernel}": {{.*?"constants": {{"XBLOCK": )\d+(.*?"num_warps": )\d+')
     code, n = meta.subn(rf"\g<1>{x_block}\g<2>{warps}", code)
     assert n == 1, f"{kernel}'s meta"
@@ -38,22 +48,9 @@ def config(code: str, kernel: str, x_block: int, warps: int) -> tuple[str, int]:
 
 def warps_of(pattern: str, warps: int):
     """Every kernel whose name matches `pattern` in `warps` warps (its rows a program kept)."""
-    found = re.compile(pattern)
 
-    def edit(code: str) -> tuple[str, int]:
-        meta = re.compile(r'("(kiln_\w+)": {"signature".*?"num_warps": )(\d+)')
-        count = 0
-
-        def one(m):
-            nonlocal count
-            if not found.search(m.group(2)):
-                return m.group(0)
-            count += 1
-            return f"{m.group(1)}{warps}"
-
-        return meta.sub(one, code), count
-
-    return edit
+    meta = re.compile(r'"(kiln_\w+)": {"signature".*?"num_warps": \d+')
+    return lambda code: substitute(code, meta, pattern, lambda m: f"{m.group(0).rsplit(' ', 1)[0]} {warps}")
 
 
 def lm(x_block: int, warps: int):

@@ -86,7 +86,7 @@ pub fn catalogue() -> Vec<Check> {
         Check::new("properties.warp_size", "warp_size, when given, is a power of two"),
         Check::new("properties.threads_per_block", "max_threads_per_block is a whole number of warps"),
         Check::new(SHARED_MEMORY, "shared_memory_per_block(0), where given (API 1.5), is 16 KiB to 4 MiB in bytes, and the flash-attention tiles the host fits in it hold heads of 128 elements (language models' usual) of float16, bfloat16 and float32"),
-        Check::new(L2_CACHE, "l2_cache_bytes(0), where given (API 1.8), is 256 KiB to 4 GiB in bytes: the L2 split attention's prefetch is bounded by"),
+        Check::new(L2_CACHE, "l2_cache_bytes(0), where given (API 1.8), is 256 KiB to 4 GiB in bytes (split attention's prefetch into L2 takes at most a share of it)"),
         Check::new("heuristics.pointwise_sweep", "pointwise_configs for 1 to 2^31 elements (powers of two and odd sizes) gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.reduction_sweep", "reduction_configs (and hinted_reduction_configs for each hint, and reduction_pass_configs for each hint and 1 to 3 passes, where provided) for 1 to 2^20 rows of 1 to 2^20 elements gives at least one config, block sizes powers of two (x_block, for a C++ device a parallel chunk: at least 1), num_warps and num_stages at least 1"),
         Check::new("heuristics.thread_limit", "no config of either sweep needs more than max_threads_per_block threads (num_warps x warp_size)"),

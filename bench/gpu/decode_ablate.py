@@ -4,9 +4,10 @@
 the launches of the kernels a pattern names replaced by nothing, each timed under CUDA graphs in
 interleaved rounds in one process. A step without a kernel computes garbage; its time bounds what
 removing that launch (folding its work into another kernel) could save. `--edit NAME` times the
-code as `bench/gpu/decode_edits.py`'s edit NAME rewrites it instead: another launch config for a
-kernel, or a kernel's text changed (a probe, whose results may be wrong). Also timed: the base
-step's graph replayed alone, without the call's input copies and Python.
+code as the edit NAME of `bench/gpu/decode_edits.py` or `decode_probes.py` rewrites it instead:
+another launch config for a kernel, or a kernel's text changed (a probe, whose results may be
+wrong: each variant's logits are compared with the base's). Also timed: the base step's graph
+replayed alone, without the call's input copies and Python.
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/decode_ablate.py \\
         [--model gpt2] [--dtype bf16] [--batch 1] --drop combine=kiln_flash_combine \\
@@ -30,7 +31,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
-from decode_edits import EDITS, substitute  # noqa: E402
+from decode_edits import substitute  # noqa: E402
+from decode_probes import EDITS  # noqa: E402
 from decode_step import DTYPES, model  # noqa: E402
 from precision_child import interleaved, setup, sync  # noqa: E402
 
@@ -63,7 +65,8 @@ def main() -> None:
     p.add_argument("--cache", type=int, default=1024)
     p.add_argument("--position", type=int, default=512)
     p.add_argument("--drop", action="append", default=[], help="label=pattern (repeatable)")
-    p.add_argument("--edit", action="append", default=[], help="an edit of decode_edits.py (repeatable)")
+    p.add_argument("--edit", action="append", default=[],
+                   help="an edit of decode_edits.py or decode_probes.py (repeatable)")
     p.add_argument("--rep", type=float, default=200, help="ms per column per round")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
@@ -93,10 +96,15 @@ def main() -> None:
             steps[label] = kiln.compile(ep, device="cuda", mode="reduce-overhead")
     finally:
         compiled_module.build = build
+    errors = {}
     with torch.no_grad():
-        for step in steps.values():
+        for label, step in steps.items():
             step(**kwargs)
-            step(**kwargs)
+            out = step(**kwargs)
+            out = (out[0] if isinstance(out, (tuple, list)) else out).float()
+            if label == "base":
+                want = out.clone()
+            errors[label] = float((out - want).abs().max() / want.abs().max())
         sync()
         timed = {label: (lambda s=s: s(**kwargs)) for label, s in steps.items()}
         graph = steps["base"]._call._graph
@@ -105,9 +113,11 @@ def main() -> None:
     lines = [f"# bench/gpu/decode_ablate.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
              f"torch {torch.__version__}; {a.model} {a.dtype} batch {a.batch}, position {a.position}; "
              f"under CUDA graphs, median of interleaved rounds",
-             "| variant | places changed | ms | saves us |", "| --- | --- | --- | --- |"]
+             "| variant | places changed | ms | saves us | logits' error against base |",
+             "| --- | --- | --- | --- | --- |"]
     for label, t in ms.items():
-        lines.append(f"| {label} | {counts.get(label, 0)} | {t:.4f} | {(ms['base'] - t) * 1e3:.1f} |")
+        error = f"{errors[label]:.1e}" if label in errors else ""
+        lines.append(f"| {label} | {counts.get(label, 0)} | {t:.4f} | {(ms['base'] - t) * 1e3:.1f} | {error} |")
     print("\n".join(lines), flush=True)
     if a.out:
         a.out.write_text("\n".join(lines) + "\n")

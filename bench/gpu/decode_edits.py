@@ -84,10 +84,46 @@ EDITS = {
     "lm_x16_w8": lm(16, 8),
     "kv_before_wait": kv_before_wait,
 }
-# GPT-2's products by their kernels' names: the q/k/v product (its layer norm taken in), the
-# attention's output projection, the MLP's first product (its layer norm taken in) and second.
-GPT2_PRODUCTS = {"qkv": r"view_add_6$|index_copy_permute_2$", "out": r"add_view_3$",
-                 "fc1": r"view_add_4$|view_add_46$", "fc2": r"add_view_5$|add_view_49$"}
-for role, pattern in GPT2_PRODUCTS.items():
+
+
+def gpt2_role(name: str, rows: int, length: int) -> str | None:
+    """The role of a GPT-2 step's reduction kernel by its launch's rows and reduction length."""
+    if (rows, length) == (3072, 768):
+        return "fc1"
+    if (rows, length) == (768, 3072):
+        return "fc2"
+    if (rows, length) == (768, 768):
+        return "out" if "_add_view_" in name else "qkv"
+    return None
+
+
+def rows_of(role: str, x_block: int, warps: int):
+    """Every GPT-2 kernel of `role` with `x_block` rows a program and `warps` warps."""
+    def edit(code: str) -> tuple[str, int]:
+        names = {m.group(1) for m in LAUNCH.finditer(code)
+                 if gpt2_role(m.group(1), int(m.group(4)), int(m.group(5))) == role}
+        count = 0
+        for name in names:
+            code, n = config(code, name, x_block, warps)
+            count += n
+        return code, count
+    return edit
+
+
+def warps_of_role(role: str, warps: int):
+    """Every GPT-2 kernel of `role` in `warps` warps (its rows a program kept)."""
+    def edit(code: str) -> tuple[str, int]:
+        names = {m.group(1) for m in LAUNCH.finditer(code)
+                 if gpt2_role(m.group(1), int(m.group(4)), int(m.group(5))) == role}
+        return warps_of("^(" + "|".join(sorted(names)) + ")$", warps)(code) if names else (code, 0)
+    return edit
+
+
+# GPT-2's products by role (their kernels found by their launches' shapes): the q/k/v product (its
+# layer norm taken in), the attention's output projection, the MLP's first product (its layer norm
+# taken in) and second.
+for role in ("qkv", "out", "fc1", "fc2"):
     for w in (1, 2, 8):
-        EDITS[f"{role}_w{w}"] = warps_of(pattern, w)
+        EDITS[f"{role}_w{w}"] = warps_of_role(role, w)
+    for x_block, w in ((2, 2), (2, 4), (8, 4), (8, 8), (16, 8)):
+        EDITS[f"{role}_x{x_block}_w{w}"] = rows_of(role, x_block, w)

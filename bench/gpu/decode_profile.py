@@ -12,6 +12,9 @@ reduce-overhead step of the same export instead, to compare kernel by kernel.
 With --timeline it prints, instead, one step's kernels in launch order with what each adds to
 the step's end: its end less the latest end before it. Under dependent launch a kernel's
 programs start early and wait, so its duration overstates it; what it adds does not.
+
+With --edit NAME, Kiln's step is profiled as an edit of `bench/gpu/decode_edits.py` or
+`decode_probes.py` rewrites its compiled code (`no_wait`: no kernel waits for the one before).
 """
 
 from __future__ import annotations
@@ -48,7 +51,20 @@ def compiled_step(a):
     kwargs = {"input_ids": ids, "cache_position": torch.tensor([a.position], device="cuda")}
     if a.inductor:
         return torch.compile(ep.module(), mode="reduce-overhead"), kwargs
-    return kiln.compile(ep, device="cuda", mode="reduce-overhead"), kwargs
+    step = kiln.compile(ep, device="cuda", mode="reduce-overhead")
+    if a.edit:
+        import kiln._compile as compiled_module
+        from decode_ablate import variant
+        from decode_probes import EDITS
+
+        path, _ = variant(step.folder, a.edit, EDITS[a.edit])
+        build = compiled_module.build
+        compiled_module.build = lambda *_args, **_kw: path
+        try:
+            step = kiln.compile(ep, device="cuda", mode="reduce-overhead")
+        finally:
+            compiled_module.build = build
+    return step, kwargs
 
 
 def main() -> None:
@@ -63,6 +79,7 @@ def main() -> None:
     p.add_argument("--inductor", action="store_true", help="profile Inductor's reduce-overhead step instead")
     p.add_argument("--timeline", action="store_true",
                    help="one step's kernels in order, with what each adds to the step's end")
+    p.add_argument("--edit", help="profile Kiln's step as this edit (decode_edits.py, decode_probes.py) rewrites it")
     a = p.parse_args()
     setup()
     step, kwargs = compiled_step(a)

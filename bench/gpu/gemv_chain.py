@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""How close a chain of one-row products can come to the memory floor on this device: a decoding
+step's products alone (GPT-2 small's by default: per layer q/k/v, output, MLP up and down, then
+the LM head), each one Triton kernel that loads its weight rows, waits for the product before it
+and reads its vector, replayed under a CUDA graph. Nothing else of a step (norms, attention,
+their launches) is in it, so its time bounds what any step made of one launch per product can
+take. Timed in interleaved rounds: launched plainly, as programmatic dependents (the weights load
+while the product before runs, as Kiln launches them), as dependents that never wait (wrong
+results: the weights' streaming alone, with every launch's cost), and as one persistent launch
+whose programs wait for the tiles of the product before by spinning on counts (`--persistent`).
+`chain_probe.py` times the layers' products by launch shape, and `persistent_probe.py` a
+persistent kernel with a barrier between products; this chain adds the LM head, the launch without
+waits, and waits on counts.
+
+    python3 bench/gpu/gemv_chain.py [--hidden 768] [--layers 12] [--vocab 50257] \\
+        [--dtype bf16] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_step import copy_bandwidth  # noqa: E402
+from precision_child import interleaved, setup  # noqa: E402
+
+
+@triton.jit
+def gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr,
+         MODE: tl.constexpr):
+    # MODE 0: plain; 1: a programmatic dependent that waits; 2: one that never waits.
+    rows = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    cols = tl.arange(0, RBLOCK)[None, :]
+    keep = (rows < N) & (cols < K)
+    w = tl.load(w_ptr + rows * K + cols, keep, other=0.0)
+    if MODE != 0:
+        tl.extra.cuda.gdc_launch_dependents()
+    if MODE == 1:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_ptr + cols, cols < K, other=0.0).to(tl.float32)
+    y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), rows < N)
+
+
+@triton.jit
+def persistent(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr, tiles_ptr, STAGES,
+               XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # Every product of the chain in one launch of as many programs as the device holds: a
+    # program takes its tiles of each product in turn, loads a tile's weights, waits (spinning
+    # on the count of the product before's finished tiles) for the vector it multiplies, then
+    # counts its own tile finished.
+    cols = tl.arange(0, RBLOCK)[None, :]
+    for s in range(0, STAGES):
+        n = tl.load(n_ptr + s)
+        k = tl.load(k_ptr + s)
+        tiles = tl.load(tiles_ptr + s)
+        woff = tl.load(woff_ptr + s)
+        for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            rows = t * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+            keep = (rows < n) & (cols < k)
+            w = tl.load(w_ptr + woff + rows.to(tl.int64) * k + cols, keep, other=0.0)
+            if s > 0:
+                need = tl.load(tiles_ptr + s - 1)
+                done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
+                while done < need:
+                    done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
+            x = tl.load(v_ptr + tl.load(in_ptr + s) + cols, cols < k, other=0.0)
+            y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
+            tl.store(v_ptr + tl.load(out_ptr + s) + rows, y, rows < n)
+            tl.debug_barrier()
+            tl.atomic_add(count_ptr + s, 1, sem="release")
+
+
+def build_persistent(products, dtype, programs: int):
+    """The chain as one persistent launch (`persistent`), and its weights' bytes."""
+    x_block, rblock = 4, triton.next_power_of_2(max(k for _, k in products))
+    sizes = [r * k for r, k in products]
+    weights = torch.randn(sum(sizes), device="cuda", dtype=dtype) * 0.02
+    woff = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], device="cuda", dtype=torch.int64)
+    outs = [r for r, _ in products]
+    vectors = torch.randn(products[0][1] + sum(outs), device="cuda", dtype=torch.float32)
+    out_off = [products[0][1] + sum(outs[:i]) for i in range(len(outs))]
+    in_off = [0] + out_off[:-1]
+    table = {name: torch.tensor(values, device="cuda", dtype=torch.int32) for name, values in (
+        ("n", outs), ("k", [k for _, k in products]), ("in", in_off), ("out", out_off),
+        ("tiles", [triton.cdiv(r, x_block) for r in outs]))}
+    counts = torch.zeros(len(products), device="cuda", dtype=torch.int32)
+
+    def step():
+        counts.zero_()
+        persistent[(programs,)](weights, vectors, counts, woff, table["n"], table["k"], table["in"],
+                                table["out"], table["tiles"], len(products), x_block, rblock, num_warps=8)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.keep = (weights, vectors, woff, table, counts)
+    return graph, weights.numel() * weights.element_size()
+
+
+def chain(hidden: int, layers: int, vocab: int, dtype) -> list[tuple[int, int]]:
+    """(rows, length) of each product of one step, in order."""
+    per_layer = [(3 * hidden, hidden), (hidden, hidden), (4 * hidden, hidden), (hidden, 4 * hidden)]
+    return per_layer * layers + [(vocab, hidden)]
+
+
+def config(rows: int, length: int) -> tuple[int, int]:
+    """Rows a program and warps: Kiln's choices for GPT-2's products (4 rows; 8 warps for the
+    long reduction, 1 for the LM head's many rows)."""
+    if rows > 16 * length:
+        return 4, 1
+    return 4, 8 if length > 2048 else 4
+
+
+def build(products, dtype, mode: int):
+    weights = [torch.randn(r, k, device="cuda", dtype=dtype) * 0.02 for r, k in products]
+    vectors = [torch.randn(products[0][1], device="cuda", dtype=dtype)]
+    vectors += [torch.empty(r, device="cuda", dtype=dtype) for r, _ in products]
+
+    def step():
+        for i, ((rows, length), w) in enumerate(zip(products, weights)):
+            x_block, warps = config(rows, length)
+            # Each product reads the first `length` values of the one before's output.
+            source = vectors[i] if vectors[i].numel() >= length else vectors[0]
+            gemv[(triton.cdiv(rows, x_block),)](source, w, vectors[i + 1], rows, length, x_block,
+                                               triton.next_power_of_2(length), mode, num_warps=warps,
+                                               launch_pdl=mode != 0)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.keep = (weights, vectors)  # the replays read them
+    return graph, sum(w.numel() * w.element_size() for w in weights)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", type=int, default=768)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--rep", type=float, default=200)
+    p.add_argument("--persistent", type=lambda v: [int(x) for x in v.split(",") if x], default=[1],
+                   help="programs a multiprocessor of the persistent variants (comma-separated; empty: none)")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args()
+    setup()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
+    products = chain(a.hidden, a.layers, a.vocab, dtype)
+    graphs, nbytes = {}, 0
+    for label, mode in (("plain", 0), ("dependent", 1), ("dependent, no wait", 2)):
+        graphs[label], nbytes = build(products, dtype, mode)
+    units = torch.cuda.get_device_properties(0).multi_processor_count
+    for per_unit in a.persistent:
+        graphs[f"persistent, {per_unit} a unit"], _ = build_persistent(products, dtype, per_unit * units)
+    bandwidth = copy_bandwidth()
+    floor = nbytes / bandwidth * 1e3
+    ms = interleaved({label: g.replay for label, g in graphs.items()}, a.rep)
+    lines = [f"# bench/gpu/gemv_chain.py, {time.strftime('%Y-%m-%d %H:%M')}: {torch.cuda.get_device_name(0)}, "
+             f"torch {torch.__version__}, triton {triton.__version__}; {len(products)} products of hidden "
+             f"{a.hidden} x {a.layers} layers + vocab {a.vocab}, {a.dtype}: {nbytes / 1e6:.1f} MB, floor "
+             f"{floor:.4f} ms at {bandwidth / 1e12:.2f} TB/s copy bandwidth; graph replays, L2 flushed before each",
+             "| launch | ms | × floor |", "| --- | --- | --- |"]
+    lines += [f"| {label} | {t:.4f} | {t / floor:.2f} |" for label, t in ms.items()]
+    print("\n".join(lines), flush=True)
+    if a.out:
+        a.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

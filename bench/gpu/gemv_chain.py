@@ -8,7 +8,9 @@ take. Timed in interleaved rounds: launched plainly, as programmatic dependents 
 while the product before runs, as Kiln launches them), as dependents that never wait (wrong
 results: the weights' streaming alone, with every launch's cost), and as one persistent launch
 whose programs wait for the tiles of the product before by spinning on counts (`--persistent`).
-`chain_probe.py` times the layers' products by launch shape, and `persistent_probe.py` a
+With `--pipelined`, each program of the persistent launch also loads its next tile's weights and
+prefetches those of the tiles after it before it waits (untimed when this was written: a prototype
+for a persistent step). `chain_probe.py` times the layers' products by launch shape, and `persistent_probe.py` a
 persistent kernel with a barrier between products; this chain adds the LM head, the launch without
 waits, and waits on counts.
 
@@ -78,8 +80,71 @@ def persistent(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr,
             tl.atomic_add(count_ptr + s, 1, sem="release")
 
 
-def build_persistent(products, dtype, programs: int):
-    """The chain as one persistent launch (`persistent`), and its weights' bytes."""
+@triton.jit
+def _tile_weights(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g, total,
+                  XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    """Global tile `g`'s weight rows (none past `total`)."""
+    live = g < total
+    s = tl.load(stage_ptr + g, mask=live, other=0)
+    rows = tl.load(tile_ptr + g, mask=live, other=0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    cols = tl.arange(0, RBLOCK)[None, :]
+    k = tl.load(k_ptr + s)
+    keep = (rows < tl.where(live, tl.load(n_ptr + s), 0)) & (cols < k)
+    return tl.load(w_ptr + tl.load(woff_ptr + s) + rows.to(tl.int64) * k + cols, keep, other=0.0)
+
+
+@triton.jit
+def _prefetch_tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g, total,
+                   XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    """Global tile `g`'s weight rows into L2, one prefetch per 128-byte line."""
+    LINE: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth
+    live = g < total
+    s = tl.load(stage_ptr + g, mask=live, other=0)
+    rows = tl.load(tile_ptr + g, mask=live, other=0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    cols = (tl.arange(0, RBLOCK // LINE) * LINE)[None, :]
+    k = tl.load(k_ptr + s)
+    keep = (rows < tl.where(live, tl.load(n_ptr + s), 0)) & (cols < k)
+    ptrs = w_ptr + tl.load(woff_ptr + s) + rows.to(tl.int64) * k + cols
+    tl.inline_asm_elementwise(
+        "{ .reg .pred %p; setp.ne.b32 %p, $2, 0; @%p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+        "=r,l,r", [ptrs, keep.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr, tiles_ptr,
+                         stage_ptr, tile_ptr, total, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr,
+                         AHEAD: tl.constexpr):
+    # The chain's tiles in one global order (each product's after the one before's), a program
+    # taking every num_programs-th: the next tile's weights load into registers, and those of
+    # the AHEAD tiles after it into L2, before the program waits (spinning on the count of the
+    # product before's finished tiles) for the vector its tile multiplies.
+    step = tl.num_programs(0)
+    w = _tile_weights(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, tl.program_id(0), total, XBLOCK, RBLOCK)
+    cols = tl.arange(0, RBLOCK)[None, :]
+    for g in range(tl.program_id(0), total, step):
+        w_next = _tile_weights(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g + step, total, XBLOCK, RBLOCK)
+        for d in tl.static_range(2, AHEAD + 2):
+            _prefetch_tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g + d * step, total, XBLOCK, RBLOCK)
+        s = tl.load(stage_ptr + g)
+        rows = tl.load(tile_ptr + g) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+        n = tl.load(n_ptr + s)
+        k = tl.load(k_ptr + s)
+        if s > 0:
+            need = tl.load(tiles_ptr + s - 1)
+            done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
+            while done < need:
+                done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
+        x = tl.load(v_ptr + tl.load(in_ptr + s) + cols, cols < k, other=0.0)
+        y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
+        tl.store(v_ptr + tl.load(out_ptr + s) + rows, y, rows < n)
+        tl.debug_barrier()
+        tl.atomic_add(count_ptr + s, 1, sem="release")
+        w = w_next
+
+
+def build_persistent(products, dtype, programs: int, ahead: int | None = None):
+    """The chain as one persistent launch (`persistent`; with `ahead`, `persistent_pipelined`
+    prefetching that many tiles into L2), and its weights' bytes."""
     x_block, rblock = 4, triton.next_power_of_2(max(k for _, k in products))
     sizes = [r * k for r, k in products]
     weights = torch.randn(sum(sizes), device="cuda", dtype=dtype) * 0.02
@@ -92,18 +157,26 @@ def build_persistent(products, dtype, programs: int):
         ("n", outs), ("k", [k for _, k in products]), ("in", in_off), ("out", out_off),
         ("tiles", [triton.cdiv(r, x_block) for r in outs]))}
     counts = torch.zeros(len(products), device="cuda", dtype=torch.int32)
+    tiles = [triton.cdiv(r, x_block) for r in outs]
+    stage_of = torch.tensor([s for s, t in enumerate(tiles) for _ in range(t)], device="cuda", dtype=torch.int32)
+    tile_of = torch.tensor([i for t in tiles for i in range(t)], device="cuda", dtype=torch.int32)
 
     def step():
         counts.zero_()
-        persistent[(programs,)](weights, vectors, counts, woff, table["n"], table["k"], table["in"],
-                                table["out"], table["tiles"], len(products), x_block, rblock, num_warps=8)
+        if ahead is None:
+            persistent[(programs,)](weights, vectors, counts, woff, table["n"], table["k"], table["in"],
+                                    table["out"], table["tiles"], len(products), x_block, rblock, num_warps=8)
+        else:
+            persistent_pipelined[(programs,)](weights, vectors, counts, woff, table["n"], table["k"], table["in"],
+                                              table["out"], table["tiles"], stage_of, tile_of, stage_of.numel(),
+                                              x_block, rblock, ahead, num_warps=8)
 
     step()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    graph.keep = (weights, vectors, woff, table, counts)
+    graph.keep = (weights, vectors, woff, table, counts, stage_of, tile_of)
     return graph, weights.numel() * weights.element_size()
 
 
@@ -153,6 +226,9 @@ def main() -> None:
     p.add_argument("--rep", type=float, default=200)
     p.add_argument("--persistent", type=lambda v: [int(x) for x in v.split(",") if x], default=[1],
                    help="programs a multiprocessor of the persistent variants (comma-separated; empty: none)")
+    p.add_argument("--pipelined", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
+                   help="tiles each program of a pipelined persistent variant prefetches into L2 ahead of the next "
+                        "(comma-separated; one program a multiprocessor, the next tile's weights in registers)")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     setup()
@@ -164,6 +240,8 @@ def main() -> None:
     units = torch.cuda.get_device_properties(0).multi_processor_count
     for per_unit in a.persistent:
         graphs[f"persistent, {per_unit} a unit"], _ = build_persistent(products, dtype, per_unit * units)
+    for ahead in a.pipelined:
+        graphs[f"persistent, pipelined, {ahead} tiles ahead in L2"], _ = build_persistent(products, dtype, units, ahead)
     bandwidth = copy_bandwidth()
     floor = nbytes / bandwidth * 1e3
     ms = interleaved({label: g.replay for label, g in graphs.items()}, a.rep)

@@ -52,6 +52,22 @@ def gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: 
 
 
 @triton.jit
+def _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols):
+    """Product `s`'s tile of `rows` by weights `w`: waits (spinning) until every tile of the
+    product before is counted, multiplies its vector, stores, and counts the tile."""
+    if s > 0:
+        need = tl.load(tiles_ptr + s - 1)
+        done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
+        while done < need:
+            done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
+    x = tl.load(v_ptr + tl.load(in_ptr + s) + cols, cols < k, other=0.0)
+    y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
+    tl.store(v_ptr + tl.load(out_ptr + s) + rows, y, rows < n)
+    tl.debug_barrier()
+    tl.atomic_add(count_ptr + s, 1, sem="release")
+
+
+@triton.jit
 def persistent(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr, tiles_ptr, STAGES,
                XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # Every product of the chain in one launch of as many programs as the device holds: a
@@ -68,16 +84,7 @@ def persistent(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr,
             rows = t * XBLOCK + tl.arange(0, XBLOCK)[:, None]
             keep = (rows < n) & (cols < k)
             w = tl.load(w_ptr + woff + rows.to(tl.int64) * k + cols, keep, other=0.0)
-            if s > 0:
-                need = tl.load(tiles_ptr + s - 1)
-                done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
-                while done < need:
-                    done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
-            x = tl.load(v_ptr + tl.load(in_ptr + s) + cols, cols < k, other=0.0)
-            y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
-            tl.store(v_ptr + tl.load(out_ptr + s) + rows, y, rows < n)
-            tl.debug_barrier()
-            tl.atomic_add(count_ptr + s, 1, sem="release")
+            _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols)
 
 
 @triton.jit
@@ -129,16 +136,7 @@ def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr
         rows = tl.load(tile_ptr + g) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
         n = tl.load(n_ptr + s)
         k = tl.load(k_ptr + s)
-        if s > 0:
-            need = tl.load(tiles_ptr + s - 1)
-            done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
-            while done < need:
-                done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
-        x = tl.load(v_ptr + tl.load(in_ptr + s) + cols, cols < k, other=0.0)
-        y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
-        tl.store(v_ptr + tl.load(out_ptr + s) + rows, y, rows < n)
-        tl.debug_barrier()
-        tl.atomic_add(count_ptr + s, 1, sem="release")
+        _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols)
         w = w_next
 
 

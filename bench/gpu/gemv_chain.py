@@ -140,10 +140,10 @@ def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr
         w = w_next
 
 
-def build_persistent(products, dtype, programs: int, ahead: int | None = None):
+def build_persistent(products, dtype, programs: int, ahead: int | None = None, x_block: int = 4):
     """The chain as one persistent launch (`persistent`; with `ahead`, `persistent_pipelined`
-    prefetching that many tiles into L2), and its weights' bytes."""
-    x_block, rblock = 4, triton.next_power_of_2(max(k for _, k in products))
+    prefetching that many tiles into L2) in tiles of `x_block` rows, and its weights' bytes."""
+    rblock = triton.next_power_of_2(max(k for _, k in products))
     sizes = [r * k for r, k in products]
     weights = torch.randn(sum(sizes), device="cuda", dtype=dtype) * 0.02
     woff = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], device="cuda", dtype=torch.int64)
@@ -224,6 +224,7 @@ def main() -> None:
     p.add_argument("--rep", type=float, default=200)
     p.add_argument("--persistent", type=lambda v: [int(x) for x in v.split(",") if x], default=[1],
                    help="programs a multiprocessor of the persistent variants (comma-separated; empty: none)")
+    p.add_argument("--tile-rows", type=int, default=4, help="rows a tile of the persistent variants")
     p.add_argument("--pipelined", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
                    help="tiles each program of a pipelined persistent variant prefetches into L2 ahead of the next "
                         "(comma-separated; one program a multiprocessor, the next tile's weights in registers)")
@@ -237,9 +238,11 @@ def main() -> None:
         graphs[label], nbytes = build(products, dtype, mode)
     units = torch.cuda.get_device_properties(0).multi_processor_count
     for per_unit in a.persistent:
-        graphs[f"persistent, {per_unit} a unit"], _ = build_persistent(products, dtype, per_unit * units)
+        graphs[f"persistent, {per_unit} a unit"], _ = build_persistent(products, dtype, per_unit * units,
+                                                                       x_block=a.tile_rows)
     for ahead in a.pipelined:
-        graphs[f"persistent, pipelined, {ahead} tiles ahead in L2"], _ = build_persistent(products, dtype, units, ahead)
+        graphs[f"persistent, pipelined, {ahead} tiles ahead in L2"], _ = build_persistent(
+            products, dtype, units, ahead, a.tile_rows)
     bandwidth = copy_bandwidth()
     floor = nbytes / bandwidth * 1e3
     ms = interleaved({label: g.replay for label, g in graphs.items()}, a.rep)

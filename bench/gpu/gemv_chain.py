@@ -88,16 +88,17 @@ def persistent(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr,
 
 
 @triton.jit
-def _tile_weights(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g, total,
-                  XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
-    """Global tile `g`'s weight rows (none past `total`)."""
+def _tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g, total, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    """Global tile `g`'s weight rows (none past `total`), its product, rows, the product's rows
+    (0 past `total`) and length."""
     live = g < total
     s = tl.load(stage_ptr + g, mask=live, other=0)
     rows = tl.load(tile_ptr + g, mask=live, other=0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     cols = tl.arange(0, RBLOCK)[None, :]
+    n = tl.where(live, tl.load(n_ptr + s), 0)
     k = tl.load(k_ptr + s)
-    keep = (rows < tl.where(live, tl.load(n_ptr + s), 0)) & (cols < k)
-    return tl.load(w_ptr + tl.load(woff_ptr + s) + rows.to(tl.int64) * k + cols, keep, other=0.0)
+    w = tl.load(w_ptr + tl.load(woff_ptr + s) + rows.to(tl.int64) * k + cols, (rows < n) & (cols < k), other=0.0)
+    return w, s, rows, n, k
 
 
 @triton.jit
@@ -124,20 +125,19 @@ def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr
     # The chain's tiles in one global order (each product's after the one before's), a program
     # taking every num_programs-th: the next tile's weights load into registers, and those of
     # the AHEAD tiles after it into L2, before the program waits (spinning on the count of the
-    # product before's finished tiles) for the vector its tile multiplies.
+    # product before's finished tiles) for the vector its tile multiplies. The next tile's place
+    # in the tables is read with its weights, so that no table read waits after the wait.
     step = tl.num_programs(0)
-    w = _tile_weights(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, tl.program_id(0), total, XBLOCK, RBLOCK)
+    w, s, rows, n, k = _tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, tl.program_id(0), total,
+                             XBLOCK, RBLOCK)
     cols = tl.arange(0, RBLOCK)[None, :]
     for g in range(tl.program_id(0), total, step):
-        w_next = _tile_weights(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g + step, total, XBLOCK, RBLOCK)
+        w_next, s_next, rows_next, n_next, k_next = _tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr,
+                                                          g + step, total, XBLOCK, RBLOCK)
         for d in tl.static_range(2, AHEAD + 2):
             _prefetch_tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g + d * step, total, XBLOCK, RBLOCK)
-        s = tl.load(stage_ptr + g)
-        rows = tl.load(tile_ptr + g) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-        n = tl.load(n_ptr + s)
-        k = tl.load(k_ptr + s)
         _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols)
-        w = w_next
+        w, s, rows, n, k = w_next, s_next, rows_next, n_next, k_next
 
 
 def build_persistent(products, dtype, programs: int, ahead: int | None = None, x_block: int = 4):

@@ -15,12 +15,14 @@ persistent kernel with a barrier between products; this chain adds the LM head, 
 waits, and waits on counts.
 
     python3 bench/gpu/gemv_chain.py [--hidden 768] [--layers 12] [--vocab 50257] \\
-        [--dtype bf16] [--out FILE]
+        [--dtype bf16] [--persistent 1,2] [--pipelined 0,4] [--tile-rows 4] [--out FILE]
+    python3 bench/gpu/gemv_chain.py --check    # the persistent kernels in Triton's interpreter
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -140,42 +142,78 @@ def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr
         w, s, rows, n, k = w_next, s_next, rows_next, n_next, k_next
 
 
+class PersistentChain:
+    """A chain's operands laid out for the persistent kernels: every weight in one flat tensor,
+    the vectors between the products in one float32 tensor, the per-product tables, and each
+    global tile's product and tile; `run(programs, ahead)` launches `persistent` (`ahead` None)
+    or `persistent_pipelined`."""
+
+    def __init__(self, products, dtype, x_block: int, device: str, scale: float = 0.02):
+        self.products, self.x_block = products, x_block
+        self.rblock = triton.next_power_of_2(max(k for _, k in products))
+        sizes = [r * k for r, k in products]
+        self.weights = torch.randn(sum(sizes), device=device, dtype=dtype) * scale
+        self.woff = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], device=device, dtype=torch.int64)
+        outs = [r for r, _ in products]
+        self.vectors = torch.randn(products[0][1] + sum(outs), device=device, dtype=torch.float32)
+        self.out_off = [products[0][1] + sum(outs[:i]) for i in range(len(outs))]
+        tiles = [triton.cdiv(r, x_block) for r in outs]
+        self.table = {name: torch.tensor(values, device=device, dtype=torch.int32) for name, values in (
+            ("n", outs), ("k", [k for _, k in products]), ("in", [0] + self.out_off[:-1]), ("out", self.out_off),
+            ("tiles", tiles), ("stage_of", [s for s, t in enumerate(tiles) for _ in range(t)]),
+            ("tile_of", [i for t in tiles for i in range(t)]))}
+        self.counts = torch.zeros(len(products), device=device, dtype=torch.int32)
+
+    def run(self, programs: int, ahead: int | None) -> None:
+        t = self.table
+        self.counts.zero_()
+        if ahead is None:
+            persistent[(programs,)](self.weights, self.vectors, self.counts, self.woff, t["n"], t["k"], t["in"],
+                                    t["out"], t["tiles"], len(self.products), self.x_block, self.rblock, num_warps=8)
+        else:
+            persistent_pipelined[(programs,)](self.weights, self.vectors, self.counts, self.woff, t["n"], t["k"],
+                                              t["in"], t["out"], t["tiles"], t["stage_of"], t["tile_of"],
+                                              t["stage_of"].numel(), self.x_block, self.rblock, ahead, num_warps=8)
+
+    def reference(self) -> torch.Tensor:
+        """The chain's last vector computed by torch from the first."""
+        x = self.vectors[:self.products[0][1]].float()
+        for (r, k), off in zip(self.products, self.woff.tolist()):
+            x = self.weights[off:off + r * k].view(r, k).float() @ x[:k]
+        return x
+
+    def result(self) -> torch.Tensor:
+        return self.vectors[self.out_off[-1]:self.out_off[-1] + self.products[-1][0]]
+
+
 def build_persistent(products, dtype, programs: int, ahead: int | None = None, x_block: int = 4):
     """The chain as one persistent launch (`persistent`; with `ahead`, `persistent_pipelined`
     prefetching that many tiles into L2) in tiles of `x_block` rows, and its weights' bytes."""
-    rblock = triton.next_power_of_2(max(k for _, k in products))
-    sizes = [r * k for r, k in products]
-    weights = torch.randn(sum(sizes), device="cuda", dtype=dtype) * 0.02
-    woff = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))], device="cuda", dtype=torch.int64)
-    outs = [r for r, _ in products]
-    vectors = torch.randn(products[0][1] + sum(outs), device="cuda", dtype=torch.float32)
-    out_off = [products[0][1] + sum(outs[:i]) for i in range(len(outs))]
-    in_off = [0] + out_off[:-1]
-    table = {name: torch.tensor(values, device="cuda", dtype=torch.int32) for name, values in (
-        ("n", outs), ("k", [k for _, k in products]), ("in", in_off), ("out", out_off),
-        ("tiles", [triton.cdiv(r, x_block) for r in outs]))}
-    counts = torch.zeros(len(products), device="cuda", dtype=torch.int32)
-    tiles = [triton.cdiv(r, x_block) for r in outs]
-    stage_of = torch.tensor([s for s, t in enumerate(tiles) for _ in range(t)], device="cuda", dtype=torch.int32)
-    tile_of = torch.tensor([i for t in tiles for i in range(t)], device="cuda", dtype=torch.int32)
-
-    def step():
-        counts.zero_()
-        if ahead is None:
-            persistent[(programs,)](weights, vectors, counts, woff, table["n"], table["k"], table["in"],
-                                    table["out"], table["tiles"], len(products), x_block, rblock, num_warps=8)
-        else:
-            persistent_pipelined[(programs,)](weights, vectors, counts, woff, table["n"], table["k"], table["in"],
-                                              table["out"], table["tiles"], stage_of, tile_of, stage_of.numel(),
-                                              x_block, rblock, ahead, num_warps=8)
-
-    step()
+    operands = PersistentChain(products, dtype, x_block, "cuda")
+    operands.run(programs, ahead)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        step()
-    graph.keep = (weights, vectors, woff, table, counts, stage_of, tile_of)
-    return graph, weights.numel() * weights.element_size()
+        operands.run(programs, ahead)
+    graph.keep = operands  # the replays read its tensors
+    return graph, operands.weights.numel() * operands.weights.element_size()
+
+
+def check() -> int:
+    """Both persistent forms on a small float32 chain, with one program (which alone never waits
+    for another), in Triton's interpreter on the CPU, against torch: 0 where both match."""
+    torch.manual_seed(0)
+    failed = 0
+    for ahead in (None, 0):  # the interpreter runs no inline assembly: no L2 prefetches
+        operands = PersistentChain(chain(64, 2, 100, torch.float32), torch.float32, 4, "cpu", scale=0.1)
+        operands.run(1, ahead)
+        want = operands.reference()
+        error = float((operands.result() - want).abs().max() / want.abs().max())
+        counted = operands.counts.tolist() == operands.table["tiles"].tolist()
+        print(f"{'persistent' if ahead is None else 'persistent_pipelined'}: error {error:.1e}, "
+              f"every tile counted: {counted}")
+        failed += error > 1e-5 or not counted
+    return failed
 
 
 def chain(hidden: int, layers: int, vocab: int, dtype) -> list[tuple[int, int]]:
@@ -225,11 +263,17 @@ def main() -> None:
     p.add_argument("--persistent", type=lambda v: [int(x) for x in v.split(",") if x], default=[1],
                    help="programs a multiprocessor of the persistent variants (comma-separated; empty: none)")
     p.add_argument("--tile-rows", type=int, default=4, help="rows a tile of the persistent variants")
+    p.add_argument("--check", action="store_true",
+                   help="check the persistent kernels in Triton's interpreter on the CPU (no GPU) and exit")
     p.add_argument("--pipelined", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
                    help="tiles each program of a pipelined persistent variant prefetches into L2 ahead of the next "
                         "(comma-separated; one program a multiprocessor, the next tile's weights in registers)")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
+    if a.check:
+        if os.environ.get("TRITON_INTERPRET") != "1":  # read when the kernels are defined
+            os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "TRITON_INTERPRET": "1"})
+        sys.exit(check())
     setup()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     products = chain(a.hidden, a.layers, a.vocab, dtype)

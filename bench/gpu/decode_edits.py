@@ -97,13 +97,17 @@ def gpt2_role(name: str, rows: int, length: int) -> str | None:
     return None
 
 
+def kernels_of_role(code: str, role: str) -> set[str]:
+    """The names of the GPT-2 step's kernels of `role` (`gpt2_role`) in `code`."""
+    return {m.group(1) for m in LAUNCH.finditer(code)
+            if gpt2_role(m.group(1), int(m.group(4)), int(m.group(5))) == role}
+
+
 def rows_of(role: str, x_block: int, warps: int):
     """Every GPT-2 kernel of `role` with `x_block` rows a program and `warps` warps."""
     def edit(code: str) -> tuple[str, int]:
-        names = {m.group(1) for m in LAUNCH.finditer(code)
-                 if gpt2_role(m.group(1), int(m.group(4)), int(m.group(5))) == role}
         count = 0
-        for name in names:
+        for name in kernels_of_role(code, role):
             code, n = config(code, name, x_block, warps)
             count += n
         return code, count
@@ -113,8 +117,7 @@ def rows_of(role: str, x_block: int, warps: int):
 def warps_of_role(role: str, warps: int):
     """Every GPT-2 kernel of `role` in `warps` warps (its rows a program kept)."""
     def edit(code: str) -> tuple[str, int]:
-        names = {m.group(1) for m in LAUNCH.finditer(code)
-                 if gpt2_role(m.group(1), int(m.group(4)), int(m.group(5))) == role}
+        names = kernels_of_role(code, role)
         return warps_of("^(" + "|".join(sorted(names)) + ")$", warps)(code) if names else (code, 0)
     return edit
 

@@ -54,9 +54,10 @@ def gemv(x_ptr, w_ptr, y_ptr, N, K: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: 
 
 
 @triton.jit
-def _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols):
+def _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols, counted):
     """Product `s`'s tile of `rows` by weights `w`: waits (spinning) until every tile of the
-    product before is counted, multiplies its vector, stores, and counts the tile."""
+    product before is counted, multiplies its vector, stores, and adds `counted` tiles (this
+    one and any the program finished before it uncounted) to the product's count."""
     if s > 0:
         need = tl.load(tiles_ptr + s - 1)
         done = tl.atomic_add(count_ptr + s - 1, 0, sem="acquire")
@@ -65,8 +66,9 @@ def _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k,
     x = tl.load(v_ptr + tl.load(in_ptr + s) + cols, cols < k, other=0.0)
     y = tl.sum(w.to(tl.float32) * x, 1)[:, None]
     tl.store(v_ptr + tl.load(out_ptr + s) + rows, y, rows < n)
-    tl.debug_barrier()
-    tl.atomic_add(count_ptr + s, 1, sem="release")
+    if counted > 0:
+        tl.debug_barrier()
+        tl.atomic_add(count_ptr + s, counted, sem="release")
 
 
 @triton.jit
@@ -86,7 +88,7 @@ def persistent(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr, out_ptr,
             rows = t * XBLOCK + tl.arange(0, XBLOCK)[:, None]
             keep = (rows < n) & (cols < k)
             w = tl.load(w_ptr + woff + rows.to(tl.int64) * k + cols, keep, other=0.0)
-            _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols)
+            _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols, 1)
 
 
 @triton.jit
@@ -128,17 +130,23 @@ def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr
     # taking every num_programs-th: the next tile's weights load into registers, and those of
     # the AHEAD tiles after it into L2, before the program waits (spinning on the count of the
     # product before's finished tiles) for the vector its tile multiplies. The next tile's place
-    # in the tables is read with its weights, so that no table read waits after the wait.
+    # in the tables is read with its weights, so that no table read waits after the wait. A
+    # program counts its tiles of a product once, after its last (a product's readers wait
+    # for all of it): one barrier and atomic a product rather than a tile.
     step = tl.num_programs(0)
     w, s, rows, n, k = _tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, tl.program_id(0), total,
                              XBLOCK, RBLOCK)
     cols = tl.arange(0, RBLOCK)[None, :]
+    mine = 0
     for g in range(tl.program_id(0), total, step):
         w_next, s_next, rows_next, n_next, k_next = _tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr,
                                                           g + step, total, XBLOCK, RBLOCK)
         for d in tl.static_range(2, AHEAD + 2):
             _prefetch_tile(w_ptr, woff_ptr, n_ptr, k_ptr, stage_ptr, tile_ptr, g + d * step, total, XBLOCK, RBLOCK)
-        _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols)
+        mine += 1
+        last = (g + step >= total) | (s_next != s)
+        _finish_tile(w, v_ptr, count_ptr, in_ptr, out_ptr, tiles_ptr, s, rows, n, k, cols, tl.where(last, mine, 0))
+        mine = tl.where(last, 0, mine)
         w, s, rows, n, k = w_next, s_next, rows_next, n_next, k_next
 
 

@@ -57,6 +57,21 @@ def variant(folder: Path, label: str, change) -> tuple[Path, int]:
     return out, count
 
 
+def compiled_variant(ep, folder: Path, label: str, change):
+    """`kiln.compile` of export `ep` (mode reduce-overhead) from a copy of its compiled `folder`
+    whose output_code.py is `change` of it (`variant`), and how many places it changed."""
+    import kiln
+    import kiln._compile as compiled_module
+
+    path, count = variant(folder, label, change)
+    build = compiled_module.build
+    compiled_module.build = lambda *_args, **_kw: path
+    try:
+        return kiln.compile(ep, device="cuda", mode="reduce-overhead"), count
+    finally:
+        compiled_module.build = build
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="gpt2")
@@ -75,7 +90,6 @@ def main() -> None:
     # disagrees with the library, which the first call's choice would then take.
     os.environ["KILN_ATTENTION"] = "kiln"
     import kiln
-    import kiln._compile as compiled_module
     from generate import export_step
 
     m = model(a.model, DTYPES[a.dtype], a.cache)
@@ -85,17 +99,11 @@ def main() -> None:
     steps = {"base": kiln.compile(ep, device="cuda", mode="reduce-overhead")}
     folder = steps["base"].folder
     counts = {"base": 0}
-    build = compiled_module.build
-    try:
-        changes = [(label, lambda code, p=pattern: without(code, p))
-                   for label, pattern in (spec.split("=", 1) for spec in a.drop)]
-        changes += [(name, EDITS[name]) for name in a.edit]
-        for label, change in changes:
-            path, counts[label] = variant(folder, label, change)
-            compiled_module.build = lambda *_args, _path=path, **_kw: _path
-            steps[label] = kiln.compile(ep, device="cuda", mode="reduce-overhead")
-    finally:
-        compiled_module.build = build
+    changes = [(label, lambda code, p=pattern: without(code, p))
+               for label, pattern in (spec.split("=", 1) for spec in a.drop)]
+    changes += [(name, EDITS[name]) for name in a.edit]
+    for label, change in changes:
+        steps[label], counts[label] = compiled_variant(ep, folder, label, change)
     errors = {}
     with torch.no_grad():
         for label, step in steps.items():

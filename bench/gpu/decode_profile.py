@@ -53,17 +53,10 @@ def compiled_step(a):
         return torch.compile(ep.module(), mode="reduce-overhead"), kwargs
     step = kiln.compile(ep, device="cuda", mode="reduce-overhead")
     if a.edit:
-        import kiln._compile as compiled_module
-        from decode_ablate import variant
+        from decode_ablate import compiled_variant
         from decode_probes import EDITS
 
-        path, _ = variant(step.folder, a.edit, EDITS[a.edit])
-        build = compiled_module.build
-        compiled_module.build = lambda *_args, **_kw: path
-        try:
-            step = kiln.compile(ep, device="cuda", mode="reduce-overhead")
-        finally:
-            compiled_module.build = build
+        step, _ = compiled_variant(ep, step.folder, a.edit, EDITS[a.edit])
     return step, kwargs
 
 

@@ -150,6 +150,140 @@ def persistent_pipelined(w_ptr, v_ptr, count_ptr, woff_ptr, n_ptr, k_ptr, in_ptr
         w, s, rows, n, k = w_next, s_next, rows_next, n_next, k_next
 
 
+@triton.jit
+def _acquire(ptr, ASM: tl.constexpr):
+    """The int32 at `ptr`, loaded with acquire order at device scope (every thread loads it)."""
+    if ASM:
+        return tl.min(tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
+                                                [ptr + tl.arange(0, 1)], dtype=tl.int32, is_pure=False,
+                                                pack=1), 0)
+    else:  # Triton's interpreter runs no inline assembly
+        return tl.atomic_add(ptr, 0, sem="acquire")
+
+
+@triton.jit
+def _await(count_ptr, need, ASM: tl.constexpr):
+    """Spins until the count at `count_ptr` reaches `need`, or gives up after 2^22 reads (a
+    launch of more programs than the device holds at once would otherwise hang: its result
+    is then wrong, and `run_slab`'s callers check it)."""
+    done = _acquire(count_ptr, ASM)
+    spins = 0
+    while (done < need) & (spins < 4194304):
+        done = _acquire(count_ptr, ASM)
+        spins += 1
+
+
+@triton.jit
+def _prefetch_range(w_ptr, lo, hi, ASM: tl.constexpr):
+    """The weights from `lo` to `hi` into L2, one prefetch a 128-byte line, 256 lines a block."""
+    if ASM:
+        LINE: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth
+        for at in range(lo, hi, 256 * LINE):
+            ptrs = at + tl.arange(0, 256) * LINE
+            tl.inline_asm_elementwise(
+                "{ .reg .pred %p; setp.ne.b32 %p, $2, 0; @%p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+                "=r,l,r", [w_ptr + ptrs, (ptrs < hi).to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _slab_product(w_ptr, v_ptr, count_ptr, i, woff, in_off, out_off, pf_start, pf_size, total,
+                  N: tl.constexpr, K: tl.constexpr, P: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
+                  ASM: tl.constexpr, PROBE: tl.constexpr):
+    """Product `i` (N rows of K) for this program's slab of ceil(N / P) consecutive rows: loads
+    the slab's weights, prefetches its 1/P of the `pf_size` weights from `pf_start` (a later
+    product's) into L2, waits until all P programs have counted product i - 1, multiplies its
+    vector, stores, and counts product i. PROBE 1 never waits, 2 loads no weights (both give
+    wrong results: the streaming alone and the waits alone)."""
+    ROWS: tl.constexpr = (N + P - 1) // P
+    r = tl.arange(0, BR)
+    rows = tl.program_id(0) * ROWS + r
+    live = (r < ROWS) & (rows < N)
+    cols = tl.arange(0, BK)
+    w = tl.load(w_ptr + woff + rows[:, None] * K + cols[None, :],
+                live[:, None] & (cols < K)[None, :] & (PROBE != 2), other=0.0)
+    share = tl.cdiv(pf_size, P)
+    lo = pf_start + tl.program_id(0) * share
+    _prefetch_range(w_ptr, lo, tl.minimum(tl.minimum(lo + share, pf_start + pf_size), total), ASM & (PROBE != 2))
+    if (i > 0) & (PROBE != 1):
+        _await(count_ptr + i - 1, P, ASM)
+    x = tl.load(v_ptr + in_off + cols, cols < K, other=0.0)
+    tl.store(v_ptr + out_off + rows, tl.sum(w.to(tl.float32) * x[None, :], 1), live)
+    tl.debug_barrier()
+    tl.atomic_add(count_ptr + i, 1, sem="release")
+
+
+@triton.jit
+def slab_chain(w_ptr, v_ptr, count_ptr, LAYERS, VOCAB: tl.constexpr, H: tl.constexpr, P: tl.constexpr,
+               AHEAD: tl.constexpr, BR_QKV: tl.constexpr, BR_OUT: tl.constexpr, BR_UP: tl.constexpr,
+               BR_DOWN: tl.constexpr, BR_HEAD: tl.constexpr, BK: tl.constexpr, BK4: tl.constexpr,
+               ASM: tl.constexpr, PROBE: tl.constexpr):
+    # GPT-2's products chain (`chain`) in one launch of P programs, all resident: each program
+    # takes one slab of consecutive rows of every product, its addresses all arithmetic (no
+    # tables), loads the slab's weights and prefetches its share of the product AHEAD after
+    # into L2 before it waits (spinning on the product before's count of programs done).
+    # A layer's weights: q/k/v (3H x H), output (H x H), up (4H x H), down (H x 4H); its
+    # outputs in the vectors likewise (3H, H, 4H, H) after the input's H.
+    HH: tl.constexpr = H * H
+    total = LAYERS * 12 * HH + VOCAB * H
+    for layer in range(0, LAYERS):
+        base = layer * 12 * HH
+        outs = H + layer * 9 * H
+        for j in tl.static_range(4):
+            # The product AHEAD after this one: its layer's start and its offset and size there.
+            a = (j + AHEAD) % 4
+            pf = base + ((j + AHEAD) // 4) * 12 * HH + ((a >= 1) * 3 + (a >= 2) + (a >= 3) * 4) * HH
+            pf_size = (3 - 2 * (a == 1) + (a >= 2)) * HH
+            if j == 0:
+                _slab_product(w_ptr, v_ptr, count_ptr, 4 * layer, base, tl.where(layer == 0, 0, outs - H), outs,
+                              pf, pf_size, total, 3 * H, H, P, BR_QKV, BK, ASM, PROBE)
+            elif j == 1:
+                _slab_product(w_ptr, v_ptr, count_ptr, 4 * layer + 1, base + 3 * HH, outs, outs + 3 * H,
+                              pf, pf_size, total, H, H, P, BR_OUT, BK, ASM, PROBE)
+            elif j == 2:
+                _slab_product(w_ptr, v_ptr, count_ptr, 4 * layer + 2, base + 4 * HH, outs + 3 * H, outs + 4 * H,
+                              pf, pf_size, total, 4 * H, H, P, BR_UP, BK, ASM, PROBE)
+            else:
+                _slab_product(w_ptr, v_ptr, count_ptr, 4 * layer + 3, base + 8 * HH, outs + 4 * H, outs + 8 * H,
+                              pf, pf_size, total, H, 4 * H, P, BR_DOWN, BK4, ASM, PROBE)
+    # The LM head: this program's ceil(VOCAB / P) rows in blocks of BR_HEAD, the first block
+    # loaded before the wait, each next one prefetched into L2 while the one before is summed.
+    i = 4 * LAYERS
+    head = LAYERS * 12 * HH
+    ROWS: tl.constexpr = (VOCAB + P - 1) // P
+    first = tl.program_id(0) * ROWS
+    r = tl.arange(0, BR_HEAD)
+    cols = tl.arange(0, BK)
+    w = tl.load(w_ptr + head + (first + r)[:, None] * H + cols[None, :],
+                ((r < ROWS) & (first + r < VOCAB) & (PROBE != 2))[:, None] & (cols < H)[None, :], other=0.0)
+    if PROBE != 1:
+        _await(count_ptr + i - 1, P, ASM)
+    x = tl.load(v_ptr + H + LAYERS * 9 * H - H + cols, cols < H, other=0.0)
+    out = H + LAYERS * 9 * H
+    last = tl.minimum(first + ROWS, VOCAB)
+    for at in range(0, ROWS, BR_HEAD):
+        rows = first + at + r
+        live = (at + r < ROWS) & (rows < VOCAB)
+        if at > 0:
+            w = tl.load(w_ptr + head + rows[:, None] * H + cols[None, :],
+                        (live & (PROBE != 2))[:, None] & (cols < H)[None, :], other=0.0)
+        nxt = first + at + BR_HEAD
+        _prefetch_range(w_ptr, head + nxt * H, head + tl.minimum(nxt + BR_HEAD, last) * H, ASM & (PROBE != 2))
+        tl.store(v_ptr + out + rows, tl.sum(w.to(tl.float32) * x[None, :], 1), live)
+    tl.debug_barrier()
+    tl.atomic_add(count_ptr + i, 1, sem="release")
+
+
+def resident_programs(registers: int, shared: int, warps: int) -> int:
+    """How many programs of `warps` warps, `registers` a thread and `shared` bytes the device
+    runs at once (registers allocated 256 a warp at a time)."""
+    props = torch.cuda.get_device_properties(0)
+    per_warp = -(-registers * 32 // 256) * 256
+    by_registers = props.regs_per_multiprocessor // per_warp // warps
+    by_threads = props.max_threads_per_multi_processor // (32 * warps)
+    by_shared = props.shared_memory_per_multiprocessor // shared if shared else by_threads
+    return props.multi_processor_count * min(by_registers, by_threads, by_shared, 32)
+
+
 class PersistentChain:
     """A chain's operands laid out for the persistent kernels: every weight in one flat tensor,
     the vectors between the products in one float32 tensor, the per-product tables, and each
@@ -183,12 +317,36 @@ class PersistentChain:
                                               t["in"], t["out"], t["tiles"], t["stage_of"], t["tile_of"],
                                               t["stage_of"].numel(), self.x_block, self.rblock, ahead, num_warps=8)
 
+    def run_slab(self, programs: int, ahead: int, warps: int, head_rows: int = 16, asm: bool = True,
+                 probe: int = 0) -> None:
+        """`slab_chain` in `programs` programs of `warps` warps (GPT-2's layout of products:
+        `chain`), prefetching the product `ahead` after each into L2 (`probe`: its PROBE)."""
+        hidden, vocab = self.products[0][1], self.products[-1][0]
+        layers = (len(self.products) - 1) // 4
+        rows = [triton.next_power_of_2(triton.cdiv(n * hidden, programs)) for n in (3, 1, 4, 1)]
+        args = (self.weights, self.vectors, self.counts, layers, vocab, hidden, programs, ahead, *rows, head_rows,
+                triton.next_power_of_2(hidden), triton.next_power_of_2(4 * hidden), asm, probe)
+        if self.weights.is_cuda:
+            kernel = slab_chain.warmup(*args, grid=(programs,), num_warps=warps)
+            kernel._init_handles()
+            resident = resident_programs(kernel.n_regs, kernel.metadata.shared, warps)
+            if programs > resident:
+                raise ValueError(f"{programs} programs of {warps} warps and {kernel.n_regs} registers: the device "
+                                 f"holds {resident} at once, and the rest would wait for programs that spin")
+        self.counts.zero_()
+        slab_chain[(programs,)](*args, num_warps=warps)
+
     def reference(self) -> torch.Tensor:
         """The chain's last vector computed by torch from the first."""
         x = self.vectors[:self.products[0][1]].float()
         for (r, k), off in zip(self.products, self.woff.tolist()):
             x = self.weights[off:off + r * k].view(r, k).float() @ x[:k]
         return x
+
+    def error(self) -> float:
+        """The last vector's largest error against torch's, relative to torch's largest value."""
+        want = self.reference()
+        return float((self.result() - want).abs().max() / want.abs().max())
 
     def result(self) -> torch.Tensor:
         return self.vectors[self.out_off[-1]:self.out_off[-1] + self.products[-1][0]]
@@ -207,19 +365,34 @@ def build_persistent(products, dtype, programs: int, ahead: int | None = None, x
     return graph, operands.weights.numel() * operands.weights.element_size()
 
 
+def build_slab(products, dtype, programs: int, warps: int, ahead: int, probe: int = 0):
+    """The chain as one `slab_chain` launch under a CUDA graph, and its result's error."""
+    operands = PersistentChain(products, dtype, 4, "cuda")
+    operands.run_slab(programs, ahead, warps, probe=probe)
+    torch.cuda.synchronize()
+    error = operands.error()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        operands.run_slab(programs, ahead, warps, probe=probe)
+    graph.keep = operands
+    return graph, error
+
+
 def check() -> int:
-    """Both persistent forms on a small float32 chain, with one program (which alone never waits
-    for another), in Triton's interpreter on the CPU, against torch: 0 where both match."""
+    """The persistent forms on a small float32 chain, with one program (which alone never waits
+    for another), in Triton's interpreter on the CPU, against torch: 0 where all match."""
     torch.manual_seed(0)
     failed = 0
-    for ahead in (None, 0):  # the interpreter runs no inline assembly: no L2 prefetches
+    forms = {"persistent": lambda c: c.run(1, None),  # the interpreter runs no inline assembly:
+             "persistent_pipelined": lambda c: c.run(1, 0),  # no L2 prefetches
+             "slab_chain": lambda c: c.run_slab(1, 1, 4, asm=False)}
+    for name, run in forms.items():
         operands = PersistentChain(chain(64, 2, 100, torch.float32), torch.float32, 4, "cpu", scale=0.1)
-        operands.run(1, ahead)
-        want = operands.reference()
-        error = float((operands.result() - want).abs().max() / want.abs().max())
-        counted = operands.counts.tolist() == operands.table["tiles"].tolist()
-        print(f"{'persistent' if ahead is None else 'persistent_pipelined'}: error {error:.1e}, "
-              f"every tile counted: {counted}")
+        run(operands)
+        error = operands.error()
+        counted = operands.counts.tolist() == (operands.table["tiles"].tolist() if name != "slab_chain"
+                                               else [1] * len(operands.products))
+        print(f"{name}: error {error:.1e}, every tile counted: {counted}")
         failed += error > 1e-5 or not counted
     return failed
 
@@ -276,6 +449,10 @@ def main() -> None:
     p.add_argument("--pipelined", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
                    help="tiles each program of a pipelined persistent variant prefetches into L2 ahead of the next "
                         "(comma-separated; one program a multiprocessor, the next tile's weights in registers)")
+    p.add_argument("--slab", type=lambda v: [tuple(int(x) for x in c.split(":")) for c in v.split(",") if c],
+                   default=[], help="slab_chain variants as WARPS:AHEAD[:PER_UNIT[:PROBE]] (comma-separated): "
+                   "PER_UNIT programs a multiprocessor (1) of WARPS warps, prefetching the product AHEAD after "
+                   "each into L2; PROBE 1 never waits, 2 loads no weights")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     if a.check:
@@ -295,6 +472,15 @@ def main() -> None:
     for ahead in a.pipelined:
         graphs[f"persistent, pipelined, {ahead} tiles ahead in L2"], _ = build_persistent(
             products, dtype, units, ahead, a.tile_rows)
+    errors = {}
+    for warps, ahead, *more in a.slab:
+        per_unit, probe = (more + [1, 0][len(more):])[:2]
+        label = (f"slab, {per_unit} of {warps} warps a unit, product {ahead} ahead in L2"
+                 + ("", ", no waits", ", no weights")[probe])
+        try:
+            graphs[label], errors[label] = build_slab(products, dtype, per_unit * units, warps, ahead, probe)
+        except ValueError as why:
+            print(f"{label}: {why}", flush=True)
     bandwidth = copy_bandwidth()
     floor = nbytes / bandwidth * 1e3
     ms = interleaved({label: g.replay for label, g in graphs.items()}, a.rep)
@@ -302,8 +488,9 @@ def main() -> None:
              f"torch {torch.__version__}, triton {triton.__version__}; {len(products)} products of hidden "
              f"{a.hidden} x {a.layers} layers + vocab {a.vocab}, {a.dtype}: {nbytes / 1e6:.1f} MB, floor "
              f"{floor:.4f} ms at {bandwidth / 1e12:.2f} TB/s copy bandwidth; graph replays, L2 flushed before each",
-             "| launch | ms | × floor |", "| --- | --- | --- |"]
-    lines += [f"| {label} | {t:.4f} | {t / floor:.2f} |" for label, t in ms.items()]
+             "| launch | ms | × floor | error |", "| --- | --- | --- | --- |"]
+    error = {label: f"{e:.1e}" for label, e in errors.items()}
+    lines += [f"| {label} | {t:.4f} | {t / floor:.2f} | {error.get(label, '')} |" for label, t in ms.items()]
     print("\n".join(lines), flush=True)
     if a.out:
         a.out.write_text("\n".join(lines) + "\n")

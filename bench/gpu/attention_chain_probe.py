@@ -99,7 +99,7 @@ def main():
             kernel[(HEADS * splits,)](
                 q, k, v, mask, scratch, HEAD ** -0.5,
                 *q.stride(), *k.stride(), *v.stride(), *mask.stride(), *out.stride(),
-                1, HEADS, 1, CACHE, 1, HEAD, HEAD, block_m, block_n, HEAD, HEAD, 0, 2, splits, prefetch,
+                1, HEADS, 1, CACHE, 1, HEAD, HEAD, block_m, block_n, HEAD, HEAD, 0, 2, splits, prefetch, 0,
                 num_warps=warps, num_stages=stages, launch_pdl=True)
             combine[(HEADS,)](scratch, out, *out.stride(), HEADS, 1, HEADS, splits, HEAD, HEAD,
                               num_warps=1, launch_pdl=True)

@@ -181,7 +181,7 @@ PROBES.update({"cproj_64_w4": cproj(64, 4), "cproj_32_w2": cproj(32, 2), "cproj_
 
 
 # Probes of the one-row split attention's reads (GPT-2's launches: 12 heads, 64 wide, 32 splits).
-ATTENTION_TAIL = ", 1, 12, 1, 1024, 1, 64, 64, 1, 32, 64, 64, 0, 2, 32, 1, stream=stream0)"
+ATTENTION_TAIL = ", 1, 12, 1, 1024, 1, 64, 64, 1, 32, 64, 64, 0, 2, 32, 1, 32, stream=stream0)"
 
 
 def live_keys(keys: int):
@@ -195,7 +195,7 @@ def live_keys(keys: int):
 
 def no_prefetch(code: str) -> tuple[str, int]:
     n = code.count(ATTENTION_TAIL)
-    code = code.replace(ATTENTION_TAIL, ATTENTION_TAIL.replace(", 32, 1, stream", ", 32, 0, stream"))
+    code = code.replace(ATTENTION_TAIL, ATTENTION_TAIL.replace(", 32, 1, 32, stream", ", 32, 0, 32, stream"))
     return re.sub(r'("kiln_flash_attention_0": .*?"PREFETCH": )1', r"\g<1>0", code, count=1), n
 
 
@@ -406,7 +406,7 @@ def reader_combine(splits: int, x_block: int, warps: int):
     name = f"kiln_probe_rcproj_{splits}_{x_block}_{warps}"
 
     def edit(code: str) -> tuple[str, int]:
-        tail = ATTENTION_TAIL.replace(", 32, 1, stream", f", {splits}, 1, stream")
+        tail = ATTENTION_TAIL.replace(", 32, 1, 32, stream", f", {splits}, 1, 0, stream")
 
         def attention(line: str) -> str:
             return line.replace(ATTENTION_TAIL, tail).replace(

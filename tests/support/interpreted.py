@@ -1,10 +1,14 @@
 """What the scripts that run generated Triton kernels under Triton's interpreter on the
-cpu share (`interpret_attention.py`, `interpret_conv.py`, `interpret_side_by_side.py`):
-importing this module turns the interpreter on before Triton loads, and makes its
-bfloat16 `tl.dot` right."""
+cpu share (`interpret_attention.py`, `interpret_conv.py`, `interpret_side_by_side.py`,
+`interpret_position_mask.py`): importing this module turns the interpreter on before
+Triton loads, and makes its bfloat16 `tl.dot` right; `call_of` runs a generated file's
+whole `call` on the cpu."""
 
+import contextlib
+import importlib.util
 import os
 import sys
+import types
 
 os.environ["TRITON_INTERPRET"] = "1"
 
@@ -53,3 +57,84 @@ def kernels_of(source):
     scope = {}
     exec(compile(source[: source.index("def _kiln_runtime")], "kernels", "exec"), scope)
     return scope
+
+
+class Launcher:
+    """`KERNELS.name[grid](*args, stream=...)` as the wrapper writes it, on the interpreter."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        return lambda *args, stream=None: self.fn[grid](*args)
+
+
+class OnCpu:
+    """`torch` as the wrapper uses it, its device module (`torch.cuda`, `torch.gxu`) a
+    stand-in: the device guard does nothing, and buffers are the cpu's."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.device = types.SimpleNamespace(_DeviceGuard=lambda _: contextlib.nullcontext(),
+                                            set_device=lambda _: None)
+
+    def __getattr__(self, name):
+        torch = self.torch
+        return self.device if name == "cuda" or not hasattr(torch, name) else getattr(torch, name)
+
+
+def filled(size, stride, dtype):
+    """A buffer whose every element is NaN, or a sentinel integer."""
+    import torch
+
+    out = torch.empty_strided(size, stride, dtype=dtype)
+    out.fill_(float("nan") if dtype.is_floating_point else -12345)
+    return out
+
+
+class KilnAttention:
+    """`ATTENTION.run` as the wrapper calls it, always Kiln's kernels: the output, of the
+    query's size but the value's head, starts as NaNs."""
+
+    @staticmethod
+    def run(_, kiln, operands, shape=None):
+        import torch
+
+        q, _, v = operands()[:3]
+        size = tuple(q.shape[:-1]) + (v.shape[-1],)
+        out = filled(size, torch.empty(size, device="meta").stride(), q.dtype)
+        kiln(out)
+        return out
+
+
+def call_of(path):
+    """The `call` of the generated file at `path`, its kernels run by the interpreter on
+    the cpu, its buffers the cpu's and starting as NaNs (or a sentinel integer), its
+    constants read from the weights file beside it by the file's own runtime."""
+    import torch
+
+    source = open(path).read()
+    spec = importlib.util.spec_from_file_location(
+        "kiln_runtime", os.path.join(os.path.dirname(os.path.abspath(path)), "kiln_runtime.py"))
+    runtime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime)
+    scope = kernels_of(source)
+    env = {
+        "__file__": path,
+        "torch": OnCpu(),
+        "DEVICE": torch.device("cpu"),
+        "kiln_runtime": runtime,
+        "align_inputs": lambda args, aligned: None,
+        "get_raw_stream": lambda _: 0,
+        "empty_strided_device": filled,
+        "reinterpret_tensor": lambda base, size, stride, offset: base.as_strided(
+            size, stride, base.storage_offset() + offset),
+        "ATTENTION": KilnAttention,
+        "KERNELS": types.SimpleNamespace(
+            **{n: Launcher(f) for n, f in scope.items() if n.startswith("kiln_")}),
+    }
+    start = min(source.find(mark) for mark in ("WEIGHTS_FILE = ", "INPUT_NAMES = ") if mark in source)
+    exec(compile(source[start: source.index("def make_inputs(")], path, "exec"), env)
+    return lambda args: env["call"](list(args), check=None)

@@ -1504,6 +1504,13 @@ fn split_attention_at_random_shapes_matches_pytorch_under_the_interpreter() {
 /// Each attention kernel of `out`'s output_code.py (compiled for cuda) with its PTX, as the
 /// real Triton compiler makes it for sm_90 with dependent launch on.
 fn attention_ptx(out: &Path, asm: &Path) -> Vec<(String, String)> {
+    kernel_ptx(out, asm, "kiln_flash_attention_")
+}
+
+/// Each kernel of `out`'s output_code.py (compiled for cuda) whose name starts with
+/// `prefix`, with its PTX, as the real Triton compiler makes it for sm_90 with dependent
+/// launch on.
+fn kernel_ptx(out: &Path, asm: &Path, prefix: &str) -> Vec<(String, String)> {
     let (output, stdout, stderr) = run(Command::new(python())
         .arg(repo_root().join("tools/check_triton.py"))
         .arg("--asm")
@@ -1515,7 +1522,7 @@ fn attention_ptx(out: &Path, asm: &Path) -> Vec<(String, String)> {
     for entry in std::fs::read_dir(folder).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        if name.starts_with("kiln_flash_attention_") {
+        if name.starts_with(prefix) {
             kernels.push((name, std::fs::read_to_string(&path).unwrap()));
         }
     }
@@ -1569,6 +1576,68 @@ fn one_row_split_attention_prefetches_its_keys_and_values_before_its_wait() {
     for (name, ptx) in attention_ptx(&out, &tmp.path().join("asm")) {
         assert!(!ptx.contains("prefetch.global.L2"), "{name}");
     }
+}
+
+/// A decoding step's mask, made by a kernel of the step from the position (`arange <=
+/// position`, tests/graphs/attention_position_mask): the split attention reads it before its
+/// wait and reads no key or value past the position, and the mask's kernel waits without
+/// letting the kernels after it start early (so that it has finished when they start). Run
+/// under Triton's interpreter, the step matches PyTorch with the cache past the position NaN.
+/// In the PTX of sm_90 the mask's kernel waits but never triggers its dependents, and the
+/// attention loads the mask before its wait. A mask that is an input (which the work before
+/// the call may still be writing) is read after the wait, as before.
+#[test]
+fn split_attention_skips_the_keys_a_mask_its_step_made_removes() {
+    let tmp = TempDir::new("early-mask");
+    let graph = repo_root().join("tests/graphs/attention_position_mask.toml");
+    let out = tmp.path().join("cuda");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let kernels = fused_kernels(&code);
+    assert_eq!(kernels.len(), 1, "{code}");
+    let mask = kernels[0];
+    assert!(mask.contains("kiln_dependent_wait_whole()"), "{mask}");
+    assert!(!mask.contains("kiln_dependent_wait()"), "{mask}");
+    // One load of the mask a range of 32 keys.
+    assert!(code.contains("\"MASK_EARLY\": 32,"), "{code}");
+    let (output, stdout, stderr) = run(Command::new(torch_python())
+        .arg(repo_root().join("tests/support/interpret_position_mask.py"))
+        .arg(out.join("output_code.py")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("ok: position").count(), 4, "{stdout}");
+
+    let asm = tmp.path().join("asm");
+    let ptx = kernel_ptx(&out, &asm, "kiln_");
+    let (name, whole) = ptx
+        .iter()
+        .find(|(name, _)| code.contains(&format!("def {name}(in_ptr0")))
+        .expect("the mask kernel's PTX");
+    assert!(whole.contains("griddepcontrol.wait"), "{name}");
+    assert!(
+        !whole.contains("griddepcontrol.launch_dependents"),
+        "{name}"
+    );
+    let (name, attention) = ptx
+        .iter()
+        .find(|(name, _)| name.starts_with("kiln_flash_attention_"))
+        .expect("the attention kernel's PTX");
+    let wait = attention
+        .find("griddepcontrol.wait")
+        .expect("a dependent wait");
+    assert!(
+        attention.find("ld.global.cg").is_some_and(|at| at < wait),
+        "{name}"
+    );
+
+    // The mask an input: read after the wait.
+    let input = repo_root().join("tests/graphs/attention_one_query_long_cache.toml");
+    let out = tmp.path().join("input");
+    let (ok, stderr) = compile(&input, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    assert_eq!(code.matches("\"MASK_EARLY\": 0,").count(), 5, "{code}");
+    assert!(!code.contains("kiln_dependent_wait_whole"), "{code}");
 }
 
 /// A BERT exported with a dynamic batch and sequence length (tests/fixtures/dynamic) compiles

@@ -26,7 +26,7 @@
 //! defaults (`plugins::defaults`) stand in.
 
 use crate::graph::sym::SymId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use kiln_plugin_api::{Grid, ReductionQuery};
@@ -38,7 +38,7 @@ use crate::codegen::namer::Namer;
 use crate::graph::dtype::DType;
 use crate::plugins::defaults;
 use crate::schedule::index::{hints, Size};
-use crate::schedule::ir::{ExternCall, ExternOp, Program, Step, View};
+use crate::schedule::ir::{BufferId, ExternCall, ExternOp, Program, Step, View};
 
 /// One generated attention kernel (shared by every launch with the same
 /// constants).
@@ -209,7 +209,8 @@ pub fn write(
             continue;
         }
         let attrs = (*causal, f64::from_bits(*scale_bits), *mask, *heads_inner);
-        let mut launch = plan(program, e, attrs, *splits, heuristics, target, None)?;
+        let splits = (*splits, early_mask(program, i).is_some());
+        let mut launch = plan(program, e, attrs, splits, heuristics, target, None)?;
         // Dynamic shapes: the tiles at sizes across the range, each launch distinct.
         let mut variants: Vec<AttentionLaunch> = Vec::new();
         let mut planned = Vec::new();
@@ -217,7 +218,7 @@ pub fn write(
             let ops = Operands::of(program, e, *mask, *heads_inner)?;
             planned.push(([ops.z, ops.l], 0));
             for at in variant_sizes(program, e, *mask, *heads_inner)? {
-                let v = plan(program, e, attrs, *splits, heuristics, target, Some(at))?;
+                let v = plan(program, e, attrs, splits, heuristics, target, Some(at))?;
                 let same = |l: &AttentionLaunch| {
                     (&l.constants, l.num_warps, l.num_stages)
                         == (&v.constants, v.num_warps, v.num_stages)
@@ -238,7 +239,7 @@ pub fn write(
             program,
             e,
             mask: *mask,
-            split: *splits > 1,
+            split: splits.0 > 1,
             target,
             by_key: &mut by_key,
             namer,
@@ -255,6 +256,52 @@ pub fn write(
         out.launches.insert(i, launch);
     }
     Ok(out)
+}
+
+/// The mask that attention step `at` reads before its wait, to skip the keys it
+/// removes (`MASK_EARLY` of [`ONE_ROW_TEXT`]): a split step of one query row's, where
+/// the last step before it to write the mask is a generated kernel. That kernel never
+/// lets the kernels after it start early ([`super::kernel::DEPENDENT_WAIT_WHOLE`]), so
+/// it has finished when the attention starts. (An input may still be being written by
+/// the work before the call, which a programmatic dependent does not wait for.)
+///
+/// A decoding step over a static cache reads only the keys up to its position. On the
+/// H200, under CUDA graphs, transformers' bfloat16 steps over a cache of 1024 took, of
+/// their time without it, at positions 100, 512 and 1000: GPT-2 small at batch 1 0.98,
+/// 0.99, 1.005, at batch 8 0.89, 1.00, 1.03; the 170 M Llama at batch 1 0.99, 1.00,
+/// 1.00, at batch 8 0.90, 1.00, 1.00.
+fn early_mask(program: &Program, at: usize) -> Option<BufferId> {
+    let Step::Extern(e) = &program.steps[at] else {
+        return None;
+    };
+    let ExternOp::Attention {
+        mask: true,
+        splits,
+        heads_inner,
+        ..
+    } = &e.op
+    else {
+        return None;
+    };
+    let symbolic = e.args.iter().any(|v| v.shape.iter().any(|s| !s.is_const()));
+    let ops = Operands::of(program, e, true, *heads_inner).ok()?;
+    if *splits <= 1 || ops.l != 1 || symbolic {
+        return None;
+    }
+    let mask = ops.mask?.buf;
+    let writer = program.steps[..at]
+        .iter()
+        .rev()
+        .find(|s| s.writes().contains(&mask))?;
+    matches!(writer, Step::Kernel(_)).then_some(mask)
+}
+
+/// The buffers attention steps read before their waits ([`early_mask`]): the
+/// kernels that write them wait with [`super::kernel::DEPENDENT_WAIT_WHOLE`].
+pub fn masks_read_early(program: &Program) -> HashSet<BufferId> {
+    (0..program.steps.len())
+        .filter_map(|i| early_mask(program, i))
+        .collect()
 }
 
 /// Where one attention step's launches get their kernels.
@@ -703,6 +750,16 @@ const ONE_ROW_KEYS_PER_WARP: i64 = 32;
 /// does not say has nothing prefetched.
 const PREFETCH_L2_SHARE: u64 = 6;
 
+/// The most keys of a one-row split program's range whose mask it loads at once
+/// before its wait (`MASK_EARLY`): one load for every range of up to this many keys.
+/// The wait for the kernel before hides that load's latency only where that kernel
+/// still runs; after a library product, the range's keys wait for it. GPT-2 small's
+/// bfloat16 step at batch 8 (4 ranges of 256 keys a head, after cuBLAS products) at
+/// positions 512 and 1000 of a cache of 1024 took 1.02 and 1.05 of its time without
+/// the early read with the mask read in blocks of the 64 keys its loop takes, 1.00
+/// and 1.03 in one load (H200, `bench/gpu/results/2026-11-28-early-mask-h200.txt`).
+const MASK_BLOCK_MAX: u64 = 1024;
+
 /// The smallest block `tl.dot` takes along any dimension.
 const MIN_BLOCK: i64 = 16;
 
@@ -847,13 +904,15 @@ pub fn widest_heads(shared_memory: u64, tf32: bool) -> Vec<(&'static str, Option
 
 /// The launch of one attention step (kernel name filled in by [`write`]).
 ///
-/// `at`: the batch, heads, query and key rows the tiles and warps are chosen for
-/// (a tile variant of a step of dynamic shapes), instead of the sizes' hints.
+/// `splits`: the key ranges, and whether the kernel reads its mask before its wait
+/// ([`early_mask`]). `at`: the batch, heads, query and key rows the tiles and warps
+/// are chosen for (a tile variant of a step of dynamic shapes), instead of the
+/// sizes' hints.
 fn plan(
     p: &Program,
     e: &ExternCall,
     (causal, scale, mask, heads_inner): (bool, f64, bool, bool),
-    splits: u32,
+    (splits, mask_early): (u32, bool),
     heuristics: &dyn LaunchHeuristics,
     target: Target,
     at: Option<[i64; 4]>,
@@ -963,6 +1022,15 @@ fn plan(
         let kv_bytes = keys.saturating_mul(ops.e_q + ops.e_v).saturating_mul(elem);
         let fits = u64::try_from(kv_bytes).is_ok_and(|b| b <= target.l2 / PREFETCH_L2_SHARE);
         constants.push(("PREFETCH", i64::from(one_row && fits)));
+        // Read early, the mask of a program's range comes in blocks of MASK_EARLY keys:
+        // the whole range at once where it is at most MASK_BLOCK_MAX.
+        let range = (ops.s + splits - 1) / splits;
+        let chunk = (range + tiles.block_n - 1) / tiles.block_n * tiles.block_n;
+        let early = one_row && mask && mask_early;
+        let block = (chunk.max(1) as u64)
+            .next_power_of_two()
+            .min(MASK_BLOCK_MAX) as i64;
+        constants.push(("MASK_EARLY", if early { block } else { 0 }));
     }
     let dynamic = dynamic_programs(p, &ops, tiles.block_m, splits, heuristics)?;
     Ok(AttentionLaunch {
@@ -1164,7 +1232,7 @@ fn kernel_text(
          {pad}CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr{splits}):",
         pad = " ".repeat(name.len() + 5),
         splits = if split {
-            ", SPLITS: tl.constexpr, PREFETCH: tl.constexpr"
+            ", SPLITS: tl.constexpr, PREFETCH: tl.constexpr, MASK_EARLY: tl.constexpr"
         } else {
             ""
         }
@@ -1244,6 +1312,9 @@ fn kernel_text(
 /// sum are products summed along a row in float32 rather than `tl.dot`s: the keys,
 /// values and mask of a block are loaded together, and nothing passes through
 /// shared memory but the reductions'. Partial results as [`SPLIT_PARTS`]' store.
+/// Where the mask's kernel has finished when this one starts (`MASK_EARLY`, see
+/// [`early_mask`]), a program's first range is cut, before the wait, to the keys
+/// its mask keeps.
 const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a program (a decoding step): the
     # scores and the values' sum in float32, in registers.
     LOG2E: tl.constexpr = 1.4426950408889634
@@ -1252,20 +1323,42 @@ const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a pr
     offs_ev = tl.arange(0, BLOCK_EV)
     qk_scale = sm_scale * LOG2E
     chunk = tl.cdiv(tl.cdiv(S, SPLITS), BLOCK_N) * BLOCK_N
+    # This program's first range, before the wait. A program past the work (a grid
+    # a plugin rounded up) has none.
+    pf = tl.program_id(0)
+    pf_bh = (pf // SPLITS) // L
+    pf_hk = (pf_bh % H) // GROUP
+    pf_lo = (pf % SPLITS) * chunk
+    pf_hi = tl.minimum(S, pf_lo + chunk)
+    if CAUSAL:
+        pf_hi = tl.minimum(pf_hi, (pf // SPLITS) % L + 1)
+    pf_hi = tl.where(pf < L * Z * H * SPLITS, pf_hi, pf_lo)
+    # MASK_EARLY (the mask's kernel finished before this one started; the keys
+    # whose mask one load reads): the range cut to the whole blocks from its first
+    # key the mask keeps to its last, so that no key or value it removes is read (a
+    # decoding step's cache past the position). The blocks keep their places: the
+    # sums are those of the whole range.
+    if MASK_EARLY > 0:
+        pf_m = M + (pf_bh // H) * smb + (pf_bh % H) * smh + ((pf // SPLITS) % L) * smm
+        kept_lo = pf_hi
+        kept_hi = pf_lo
+        for start_n in range(pf_lo, pf_hi, MASK_EARLY):
+            offs_n = start_n + tl.arange(0, MASK_EARLY)
+            kept = offs_n < pf_hi
+            mv = tl.load(pf_m + offs_n * smn, mask=kept, other=0, cache_modifier=".cg")
+            if MASK_KIND == 1:
+                kept = kept & (mv != 0)
+            if MASK_KIND == 2:
+                kept = kept & (mv.to(tl.float32) != float("-inf"))
+            kept_lo = tl.minimum(kept_lo, tl.min(tl.where(kept, offs_n, pf_hi), 0))
+            kept_hi = tl.maximum(kept_hi, tl.max(tl.where(kept, offs_n + 1, pf_lo), 0))
+        pf_lo = pf_lo + (tl.maximum(kept_lo - pf_lo, 0) // BLOCK_N) * BLOCK_N
+        pf_hi = tl.maximum(kept_hi, pf_lo)
     # Before the wait (where the launch's keys and values fit L2 beside the rest):
-    # those of this program's first range, one address a 128-byte line, prefetched
-    # into L2, where the loads after the wait find them (they see what the kernel
-    # before wrote: a prefetch reads nothing into the program).
+    # the range's keys and values, one address a 128-byte line, prefetched into L2,
+    # where the loads after the wait find them (they see what the kernel before
+    # wrote: a prefetch reads nothing into the program).
     if PREFETCH:
-        pf = tl.program_id(0)
-        pf_bh = (pf // SPLITS) // L
-        pf_hk = (pf_bh % H) // GROUP
-        pf_lo = (pf % SPLITS) * chunk
-        pf_hi = tl.minimum(S, pf_lo + chunk)
-        if CAUSAL:
-            pf_hi = tl.minimum(pf_hi, (pf // SPLITS) % L + 1)
-        # A program past the work (a grid a plugin rounded up) fetches nothing.
-        pf_hi = tl.where(pf < L * Z * H * SPLITS, pf_hi, pf_lo)
         K_LINE: tl.constexpr = 1024 // K.dtype.element_ty.primitive_bitwidth
         V_LINE: tl.constexpr = 1024 // V.dtype.element_ty.primitive_bitwidth
         pf_e = tl.arange(0, (BLOCK_E + K_LINE - 1) // K_LINE) * K_LINE
@@ -1294,6 +1387,10 @@ const ONE_ROW_TEXT: &str = r#"    # Split flash attention for one query row a pr
         hi = tl.minimum(S, lo + chunk)
         if CAUSAL:
             hi = tl.minimum(hi, row + 1)
+        if MASK_EARLY > 0:
+            if pid == pf:
+                lo = pf_lo
+                hi = pf_hi
         k_base = K + off_b * skb + off_hk * skh
         v_base = V + off_b * svb + off_hk * svh
         m_base = M + off_b * smb + off_h * smh + row * smm

@@ -108,11 +108,14 @@ fn int_type(bounds: (i128, i128)) -> &'static str {
 }
 
 /// Writes one kernel of `program` as a Triton function, with its launch.
+/// `read_early`: a later kernel reads its outputs before its own wait
+/// ([`DEPENDENT_WAIT_WHOLE`]).
 pub(super) fn write_kernel(
     program: &Program,
     named: &NamedKernel,
     heuristics: &dyn LaunchHeuristics,
     options: &Options,
+    read_early: bool,
 ) -> Result<(String, KernelInfo), Error> {
     let (k, name) = (named.kernel, named.name.as_str());
     let heuristics_failed = |source| Error::Heuristics {
@@ -211,6 +214,11 @@ pub(super) fn write_kernel(
         eviction: Eviction::None,
         runtime_rows: options.runtime_rows,
         dependent,
+        wait: if read_early {
+            DEPENDENT_WAIT_WHOLE.0
+        } else {
+            DEPENDENT_WAIT.0
+        },
         same_rows: if reduction && !k.is_tiled() {
             k.same_for_every_row()
         } else {
@@ -316,6 +324,9 @@ struct KernelWriter<'a> {
     eviction: Eviction,
     /// Whether the kernel waits for the kernel before it ([`DEPENDENT_WAIT`]).
     dependent: bool,
+    /// The helper it waits with: [`DEPENDENT_WAIT`], or [`DEPENDENT_WAIT_WHOLE`]
+    /// where a later kernel reads its outputs before its own wait.
+    wait: &'static str,
     /// Per expression of a reduction kernel: the same for every row of the tile
     /// ([`Kernel::same_for_every_row`]), so computed on one row of the tile
     /// (`[1, RBLOCK]`) and broadcast where it meets a row's values: a layer norm
@@ -493,7 +504,7 @@ impl KernelWriter<'_> {
                 early.insert(id);
             }
         }
-        self.line(depth, &format!("{}()", DEPENDENT_WAIT.0));
+        self.line(depth, &format!("{}()", self.wait));
         Ok(early)
     }
 
@@ -897,7 +908,7 @@ impl KernelWriter<'_> {
                     self.emit_expr(depth, id)?;
                 }
             }
-            self.line(depth, &format!("{}()", DEPENDENT_WAIT.0));
+            self.line(depth, &format!("{}()", self.wait));
         }
         for (id, _, _) in self.k.exprs.iter() {
             if plan.uses_r[id] && wanted.contains(&id) {
@@ -1123,15 +1134,33 @@ const DEPENDENT_PROGRAMS_PER_UNIT: u64 = 128;
 /// kernel's may: those waiting never hold back one that must run.
 pub(super) const DEPENDENT_WAIT: (&str, &str) = (
     "kiln_dependent_wait",
-    r#"# Whether kernels are launched as programmatic dependents of the kernel before
-# them: set by kiln_runtime for the target they are compiled for.
-KILN_PDL = tl.constexpr(False)
-
-
-@triton.jit
+    r#"@triton.jit
 def kiln_dependent_wait():
     if KILN_PDL:
         tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+"#,
+);
+
+/// Whether kernels are launched as programmatic dependents ([`DEPENDENT_WAIT`]).
+const PDL_FLAG: (&str, &str) = (
+    "KILN_PDL",
+    r#"# Whether kernels are launched as programmatic dependents of the kernel before
+# them: set by kiln_runtime for the target they are compiled for.
+KILN_PDL = tl.constexpr(False)
+"#,
+);
+
+/// [`DEPENDENT_WAIT`] for a kernel whose outputs a later kernel reads before its
+/// own wait (a split attention's mask, read to skip the keys it removes): it waits,
+/// but never lets the kernel after it start early. That kernel then starts when
+/// this one has finished, and so does every kernel launched after it (each starts
+/// only once the one before it has started), whatever it reads.
+pub(super) const DEPENDENT_WAIT_WHOLE: (&str, &str) = (
+    "kiln_dependent_wait_whole",
+    r#"@triton.jit
+def kiln_dependent_wait_whole():
+    if KILN_PDL:
         tl.extra.cuda.gdc_wait()
 "#,
 );
@@ -1159,7 +1188,9 @@ def kiln_prefetch_l2(ptrs, keep):
 /// PyTorch's floor division, online softmax), by name, in the order they are
 /// written: a file holds those its kernels call ([`super::used_helpers`]).
 pub(super) const HELPERS: &[(&str, &str)] = &[
+    PDL_FLAG,
     DEPENDENT_WAIT,
+    DEPENDENT_WAIT_WHOLE,
     PREFETCH_L2,
     (
         "kiln_online_softmax_update",

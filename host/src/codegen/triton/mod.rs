@@ -39,6 +39,7 @@ pub const RESERVED: &[&str] = &[
     "kiln_online_softmax_update",
     "kiln_online_softmax_finish",
     "kiln_dependent_wait",
+    "kiln_dependent_wait_whole",
     "kiln_prefetch_l2",
     "KILN_PDL",
     "kiln_autotune_cache",
@@ -140,8 +141,10 @@ pub fn write(
     options: &Options,
     namer: &mut Namer,
 ) -> Result<Kernels, Error> {
+    let read_early = attention::masks_read_early(program);
     let (texts, info) = super::write_kernels(program, "kiln", namer, |named| {
-        kernel::write_kernel(program, named, heuristics, options)
+        let early = named.kernel.writes().iter().any(|b| read_early.contains(b));
+        kernel::write_kernel(program, named, heuristics, options, early)
     })?;
     let (texts, mut info) = share_identical(texts, info);
     name_variants(&mut info, namer);

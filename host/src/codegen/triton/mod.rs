@@ -340,9 +340,23 @@ mod tests {
                 "kiln_min_combine"
             ]
         );
-        // Each entry is the definition of the name it is found by.
+        // Each entry is the definition of the name it is found by: a function, or a
+        // module-level constant (KILN_PDL, which the waits read).
         for (name, text) in kernel::HELPERS {
-            assert!(text.contains(&format!("def {name}(")), "{name}");
+            let defines = text.contains(&format!("def {name}("))
+                || text.lines().any(|l| l.starts_with(&format!("{name} = ")));
+            assert!(defines, "{name}");
         }
+        // A wait brings the flag it reads, before it.
+        let used = used_helpers(&["        kiln_dependent_wait_whole()\n"]);
+        assert_eq!(used.len(), 2, "{used:?}");
+        assert!(
+            used[0].contains("\nKILN_PDL = tl.constexpr(False)"),
+            "{used:?}"
+        );
+        assert!(
+            used[1].contains("def kiln_dependent_wait_whole("),
+            "{used:?}"
+        );
     }
 }

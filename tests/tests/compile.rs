@@ -1582,7 +1582,8 @@ fn one_row_split_attention_prefetches_its_keys_and_values_before_its_wait() {
 /// position`, tests/graphs/attention_position_mask): the split attention reads it before its
 /// wait and reads no key or value past the position, and the mask's kernel waits without
 /// letting the kernels after it start early (so that it has finished when they start). Run
-/// under Triton's interpreter, the step matches PyTorch with the cache past the position NaN.
+/// under Triton's interpreter, the step matches PyTorch with the cache past the position NaN,
+/// in float32 (a boolean mask) and bfloat16 (the mask made additive by its kernel).
 /// In the PTX of sm_90 the mask's kernel waits but never triggers its dependents, and the
 /// attention loads the mask before its wait. A mask that is an input (which the work before
 /// the call may still be writing) is read after the wait, as before.
@@ -1606,6 +1607,25 @@ fn split_attention_skips_the_keys_a_mask_its_step_made_removes() {
         .arg(out.join("output_code.py")));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.matches("ok: position").count(), 4, "{stdout}");
+    // In bfloat16 the mask is made additive by its kernel, which waits so too.
+    let bf16 = tmp.path().join("bf16.toml");
+    let text = std::fs::read_to_string(&graph).unwrap();
+    std::fs::write(&bf16, text.replace("\"float32\"", "\"bfloat16\"")).unwrap();
+    let out16 = tmp.path().join("cuda-bf16");
+    let (ok, stderr) = compile(&bf16, "cuda", &out16, &[]);
+    assert!(ok, "{stderr}");
+    let code16 = std::fs::read_to_string(out16.join("output_code.py")).unwrap();
+    assert!(code16.contains("\"MASK_KIND\": 2,"), "{code16}");
+    assert!(code16.contains("\"MASK_EARLY\": 32,"), "{code16}");
+    let (output, stdout, stderr) = run(Command::new(torch_python())
+        .arg(repo_root().join("tests/support/interpret_position_mask.py"))
+        .arg(out16.join("output_code.py")));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("(torch.bfloat16): matches").count(),
+        4,
+        "{stdout}"
+    );
 
     let asm = tmp.path().join("asm");
     let ptx = kernel_ptx(&out, &asm, "kiln_");

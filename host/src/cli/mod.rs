@@ -174,7 +174,8 @@ impl Cli {
 /// Where the inputs of `host eval` and `host run` come from.
 #[derive(Debug, Args)]
 pub struct InputArgs {
-    /// Folder with one raw file per input (`NAME.bin` or `inputN.bin`); random inputs when absent.
+    /// Folder with one raw file for every input (`NAME.bin` or `inputN.bin`); without it,
+    /// the inputs are random.
     #[arg(long, value_name = "DIR")]
     pub inputs: Option<PathBuf>,
     /// Seed of the random inputs.

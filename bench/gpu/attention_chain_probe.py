@@ -11,13 +11,13 @@ with the host named by KILN_HOST (default target/release/host) and takes both fo
 output_code.py. The shapes are GPT-2 small's at batch 1: 12 heads of 64, a cache of 1024
 positions of which the first 513 are kept by an additive mask (position 512). Each layer
 reads its own cache. A chain of trivial kernels (wait, store one value) gives the cost of a
-launch alone. Also timed: `last_combines`, the one-row kernel whose last program of a head
-combines the head's partial results (a ticket from a count a head, set back to 0 by that
-program), without the combining launch. Prints a markdown table: us per layer (attention and
-combine) and the error of each form against PyTorch's attention.
+launch alone. Also timed: `last_combines`, Kiln's one-row kernel rewritten so that the last
+program of each (batch, head, row) combines its partial results (a ticket from a count a row,
+set back to 0 by that program), without the combining launch. Prints a markdown table: us
+per layer (attention and combine) and the error of each form against PyTorch's attention.
 
   KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/attention_chain_probe.py [--dtype bf16] [--rep 200]
-  python3 bench/gpu/attention_chain_probe.py --check   # last_combines in Triton's interpreter
+  KILN_HOST=HOST python3 bench/gpu/attention_chain_probe.py --check   # last_combines in the interpreter
 """
 
 import argparse
@@ -44,128 +44,110 @@ def trivial(x, y):
     tl.store(y + tl.program_id(0), tl.load(x + tl.program_id(0)) + 1.0)
 
 
-@triton.jit
-def last_combines(Q, K, V, M, P, C, O, sm_scale, S, H: tl.constexpr, E: tl.constexpr, SPLITS: tl.constexpr,
-                  BLOCK_N: tl.constexpr, PDL: tl.constexpr):
-    # Kiln's one-row split attention (batch 1, one query row, heads of E, unit inner strides,
-    # an additive mask) whose last program of each head combines the head's partial results:
-    # each program stores its range's values, running max and sum to P, then takes a ticket
-    # from the head's count C (acquire and release); the program holding the last ticket reads
-    # the head's SPLITS partial results (past L1), writes the head's output and sets the count
-    # back to 0 for the next call. No combining launch.
-    LOG2E: tl.constexpr = 1.4426950408889634
-    pid = tl.program_id(0)
-    split = pid % SPLITS
-    h = pid // SPLITS
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_e = tl.arange(0, E)
-    chunk = tl.cdiv(tl.cdiv(S, SPLITS), BLOCK_N) * BLOCK_N
-    lo = split * chunk
-    hi = tl.minimum(S, lo + chunk)
-    if PDL:
-        LINE: tl.constexpr = 1024 // K.dtype.element_ty.primitive_bitwidth
-        pf_e = tl.arange(0, (E + LINE - 1) // LINE) * LINE
-        for start_n in range(lo, hi, BLOCK_N):
-            offs_n = start_n + offs_n0
-            keep = ((offs_n < hi)[:, None] & (pf_e[None, :] < E)).to(tl.int32)
-            at = h * S * E + offs_n[:, None] * E + pf_e[None, :]
-            tl.inline_asm_elementwise(
-                "{ .reg .pred %p; setp.ne.b32 %p, $3, 0; @%p prefetch.global.L2 [$1]; "
-                "@%p prefetch.global.L2 [$2]; mov.u32 $0, 0; }",
-                "=r,l,l,r", [K + at, V + at, keep], dtype=tl.int32, is_pure=False, pack=1)
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    q = tl.load(Q + h * E + offs_e).to(tl.float32) * (sm_scale * LOG2E)
-    m_i = tl.max(tl.full([BLOCK_N], float("-inf"), tl.float32), 0)
-    l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)
-    acc = tl.zeros([E], dtype=tl.float32)
-    for start_n in range(lo, hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        keep = offs_n < hi
-        k = tl.load(K + h * S * E + offs_n[:, None] * E + offs_e[None, :], mask=keep[:, None], other=0.0)
-        v = tl.load(V + h * S * E + offs_n[:, None] * E + offs_e[None, :], mask=keep[:, None], other=0.0)
-        mv = tl.load(M + h * S + offs_n, mask=keep, other=0)
-        qk = tl.sum(k.to(tl.float32) * q[None, :], 1) + mv.to(tl.float32) * LOG2E
-        qk = tl.where(keep, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 0))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(qk - m_use)
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 0)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
-        m_i = m_new
-    part = (h * SPLITS + split) * (E + 2)
-    tl.store(P + part + offs_e, acc)
-    tl.store(P + part + E, m_i)
-    tl.store(P + part + E + 1, l_i)
-    tl.debug_barrier()
-    ticket = tl.atomic_add(C + h, 1, sem="acq_rel")
-    if ticket == SPLITS - 1:
-        offs_s = tl.arange(0, SPLITS)
-        parts = (h * SPLITS + offs_s) * (E + 2)
-        m_s = tl.load(P + parts + E, cache_modifier=".cg")
-        l_s = tl.load(P + parts + E + 1, cache_modifier=".cg")
-        m = tl.max(m_s, 0)
-        w = tl.math.exp2(m_s - tl.where(m == float("-inf"), 0.0, m))
-        l_sum = tl.sum(l_s * w, 0)
-        accs = tl.load(P + parts[:, None] + offs_e[None, :], cache_modifier=".cg")
-        y = tl.sum(accs * w[:, None], 0) / tl.where(l_sum == 0.0, 1.0, l_sum)
-        tl.store(O + h * E + offs_e, y.to(O.dtype.element_ty))
-        tl.store(C + h, 0)
+# What `last_combines` adds to Kiln's one-row split kernel: after a program stores its
+# partial results, it takes a ticket from its (batch, head, row)'s count C (acquire and
+# release); the holder of the last ticket reads the row's SPLITS partial results (past L1),
+# combines them as Kiln's combining kernel does, writes the output R, and sets the count
+# back to 0 for the next call.
+LAST_COMBINES = """        tl.debug_barrier()
+        ticket = tl.atomic_add(C + bh * L + row, 1, sem="acq_rel")
+        if ticket == SPLITS - 1:
+            offs_s = tl.arange(0, SPLITS)
+            parts = ((bh * L + row) * SPLITS + offs_s) * (EV + 2)
+            m_s = tl.load(O + parts + EV, cache_modifier=".cg")
+            l_s = tl.load(O + parts + EV + 1, cache_modifier=".cg")
+            m = tl.max(m_s, 0)
+            w = tl.math.exp2(m_s - tl.where(m == float("-inf"), 0.0, m))
+            l_sum = tl.sum(l_s * w, 0)
+            accs = tl.load(O + parts[:, None] + offs_ev[None, :], mask=offs_ev[None, :] < EV, other=0.0,
+                           cache_modifier=".cg")
+            y = tl.sum(accs * w[:, None], 0) / tl.where(l_sum == 0.0, 1.0, l_sum)
+            tl.store(R + (bh // H) * rob + (bh % H) * roh + row * rom + offs_ev * roe, y.to(R.dtype.element_ty),
+                     mask=offs_ev < EV)
+            tl.store(C + bh * L + row, 0)
+"""
+PARTIALS_STORED = "        tl.store(O + part + EV + 1, l_i)\n"
 
 
-def check_last_combines() -> int:
-    """`last_combines` in Triton's interpreter on the CPU (no prefetch, no dependent launch),
-    two calls in a row, against PyTorch's attention: 0 where both match and the counts are
-    back to 0."""
-    torch.manual_seed(0)
-    heads, cache, head, splits = 4, 256, 64, 8
-    q = torch.randn(1, heads, 1, head)
-    k, v = torch.randn(1, heads, cache, head), torch.randn(1, heads, cache, head)
-    mask = torch.zeros(1, heads, 1, cache)
-    mask[..., 100:] = float("-inf")
-    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    scratch = torch.full((heads * splits * (head + 2),), float("nan"))
-    counts = torch.zeros(heads, dtype=torch.int32)
-    failed = 0
-    for call in range(2):
-        out = torch.full((1, heads, 1, head), float("nan"))
-        last_combines[(heads * splits,)](q, k, v, mask, scratch, counts, out, head ** -0.5, cache, heads, head,
-                                         splits, 32, False)
-        error = (out - want).abs().max().item()
-        reset = counts.tolist() == [0] * heads
-        print(f"last_combines, call {call + 1}: error {error:.1e}, counts back to 0: {reset}")
-        failed += not (error < 1e-5 and reset)
-    return failed
+def last_combines_text(row_kernel: str) -> str:
+    """`kiln_probe_last_combines`: Kiln's one-row split kernel (its text, `row_kernel`)
+    taking, after its own parameters, the counts C and the output R with its strides, and
+    combining in the last program of each row ([`LAST_COMBINES`]): no combining launch."""
+    name = row_kernel[row_kernel.index("def ") + 4:row_kernel.index("(")]
+    head_end = row_kernel.index("):\n")
+    text = (row_kernel[:head_end] + ", C, R, rob, roh, rom, roe" + row_kernel[head_end:]).replace(
+        f"def {name}(", "def kiln_probe_last_combines(")
+    assert text.count(PARTIALS_STORED) == 1, "Kiln's one-row kernel no longer ends as this probe expects"
+    return text.replace(PARTIALS_STORED, PARTIALS_STORED + LAST_COMBINES)
 
 
-def kiln_kernels(dtype: str):
-    """Kiln's split attention kernels (by form) and its combining kernel, compiled with
-    programmatic dependent launch on. The graph is float32: for 16-bit inputs its `tl.dot`s
-    lose their float32 precision argument, as Kiln writes them for 16-bit graphs."""
+def kiln_kernels(dtype: str, pdl: bool = True):
+    """Kiln's split attention kernels (by form), its combining kernel, and `last_combines`
+    (the one-row kernel combining in its last program), compiled with programmatic dependent
+    launch on (`pdl`). The graph is float32: for 16-bit inputs its `tl.dot`s lose their
+    float32 precision argument, as Kiln writes them for 16-bit graphs."""
     host = os.environ.get("KILN_HOST", str(ROOT / "target/release/host"))
     out = Path(tempfile.mkdtemp())
     subprocess.run([host, "compile", str(ROOT / "tests/graphs/attention_one_query_long_cache.toml"),
                     "--device", "cuda", "-o", str(out)], check=True, capture_output=True)
     source = (out / "output_code.py").read_text()
     source = source[: source.index("def _kiln_runtime")].replace(
-        "KILN_PDL = tl.constexpr(False)", "KILN_PDL = tl.constexpr(True)")
+        "KILN_PDL = tl.constexpr(False)", f"KILN_PDL = tl.constexpr({pdl})")
     if dtype != "fp32":
         source = re.sub(r', input_precision="[a-z0-9]+"', "", source)
+    one_row = re.search(r"@triton\.jit\ndef kiln_flash_attention_\d+\(.*?# Split flash attention for one query row"
+                        r".*?(?=\n\n\n|\Z)", source, re.S)
+    source += "\n\n@triton.jit\n" + last_combines_text(one_row.group(0)[len("@triton.jit\n"):] + "\n")
     path = out / "kernels.py"  # Triton's jit reads its functions' source from a file
     path.write_text(source)
     sys.path.insert(0, str(out))
     import kernels  # noqa: E402
 
     forms = {}
-    for name in dir(kernels):
-        if name.startswith("kiln_flash_attention"):
-            fn = getattr(kernels, name)
-            form = "row" if "one query row a program" in fn.src else "dot"
-            forms.setdefault(form, fn)
-        if name.startswith("kiln_flash_combine"):
-            forms.setdefault("combine", getattr(kernels, name))
+    for text in source.split("@triton.jit\n"):
+        name = re.match(r"def (kiln_flash_(attention|combine)_\d+)\(", text)
+        if name and name.group(2) == "combine":
+            forms.setdefault("combine", getattr(kernels, name.group(1)))
+        elif name:
+            form = "row" if "one query row a program" in text else "dot"
+            forms.setdefault(form, getattr(kernels, name.group(1)))
+    forms["last"] = kernels.kiln_probe_last_combines
     return forms
+
+
+def kiln_args(q, k, v, mask, scratch, out, block_m: int, splits: int, prefetch: int) -> tuple:
+    """The arguments of Kiln's split kernels over one (batch 1) query row of q's heads, the
+    keys split into `splits` ranges of whole blocks."""
+    heads, cache, head = k.shape[1], k.shape[2], k.shape[3]
+    return (q, k, v, mask, scratch, head ** -0.5, *q.stride(), *k.stride(), *v.stride(), *mask.stride(),
+            *out.stride(), 1, heads, 1, cache, 1, head, head, block_m, cache // splits, head, head, 0, 2, splits,
+            prefetch, 0)
+
+
+def check_last_combines() -> int:
+    """`last_combines` in Triton's interpreter on the CPU (float32, no prefetch, no dependent
+    launch), two calls in a row, against PyTorch's attention: 0 where both match and the counts
+    are back to 0."""
+    last = kiln_kernels("fp32", pdl=False)["last"]
+    torch.manual_seed(0)
+    heads, cache, head, splits = 4, 256, 64, 8
+    q = torch.randn(1, heads, 1, head)
+    k, v = torch.randn(1, heads, cache, head), torch.randn(1, heads, cache, head)
+    mask = torch.zeros(1, 1, 1, cache)
+    mask[..., 100:] = float("-inf")
+    mask = mask.expand(1, heads, 1, cache)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scratch = torch.full((heads * splits * (head + 2),), float("nan"))
+    counts = torch.zeros(heads, dtype=torch.int32)
+    failed = 0
+    for call in range(2):
+        out = torch.full((1, heads, 1, head), float("nan"))
+        last[(heads * splits,)](*kiln_args(q, k, v, mask, scratch, out, 1, splits, 0), counts, out, *out.stride())
+        error = (out - want).abs().max().item()
+        reset = counts.tolist() == [0] * heads
+        print(f"last_combines, call {call + 1}: error {error:.1e}, counts back to 0: {reset}")
+        failed += not (error < 1e-5 and reset)
+    return failed
 
 
 def main():
@@ -194,29 +176,22 @@ def main():
     scratch = torch.empty(HEADS * 64 * (HEAD + 2), device="cuda", dtype=torch.float32)
 
     def attention(form, splits, warps, stages, prefetch=0):
-        block_n = CACHE // splits
         block_m = 1 if form == "row" else 16
         kernel, combine = forms[form], forms["combine"]
 
         def layer(i):
-            k, v = ks[i], vs[i]
-            kernel[(HEADS * splits,)](
-                q, k, v, mask, scratch, HEAD ** -0.5,
-                *q.stride(), *k.stride(), *v.stride(), *mask.stride(), *out.stride(),
-                1, HEADS, 1, CACHE, 1, HEAD, HEAD, block_m, block_n, HEAD, HEAD, 0, 2, splits, prefetch, 0,
-                num_warps=warps, num_stages=stages, launch_pdl=True)
+            kernel[(HEADS * splits,)](*kiln_args(q, ks[i], vs[i], mask, scratch, out, block_m, splits, prefetch),
+                                      num_warps=warps, num_stages=stages, launch_pdl=True)
             combine[(HEADS,)](scratch, out, *out.stride(), HEADS, 1, HEADS, splits, HEAD, HEAD,
                               num_warps=1, launch_pdl=True)
         return layer
 
     counts = torch.zeros(HEADS, device="cuda", dtype=torch.int32)
-    contiguous_mask = mask.contiguous()
 
     def fused(splits):
         def layer(i):
-            last_combines[(HEADS * splits,)](q, ks[i], vs[i], contiguous_mask, scratch, counts, out, HEAD ** -0.5,
-                                             CACHE, HEADS, HEAD, splits, CACHE // splits, True, num_warps=1,
-                                             launch_pdl=True)
+            forms["last"][(HEADS * splits,)](*kiln_args(q, ks[i], vs[i], mask, scratch, out, 1, splits, 1), counts,
+                                             out, *out.stride(), num_warps=1, launch_pdl=True)
         return layer
 
     x = torch.zeros(1024, device="cuda")

@@ -24,7 +24,7 @@ import re
 import sys
 import types
 
-from interpreted import check, kernels_of  # first: it turns the interpreter on
+from interpreted import attention_dtype, check, kernels_of  # first: it turns the interpreter on
 
 import torch
 
@@ -32,12 +32,7 @@ import torch
 def main():
     source = open(sys.argv[1]).read()
     kernels = kernels_of(source)
-    pointer = next(m["signature"]["Q"] for n, m in kernels["KERNEL_META"].items() if n.startswith("kiln_flash_attention"))
-    dtype = {"*fp32": torch.float32, "*fp16": torch.float16, "*bf16": torch.bfloat16}[pointer]
-    # float32 sums of float32 products; in 16 bits, the output's rounding and, in the `tl.dot`
-    # form, the probabilities' before their product with the values (as flash attention
-    # rounds them): 2^-9 (bfloat16) or 2^-12 (float16) of sums of |v| up to about 4 here.
-    tolerance = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}[dtype]
+    dtype, tolerance = attention_dtype(kernels)
     shapes = {"q": [1, 4, 1, 64], "k": [1, 4, 1024, 64], "v": [1, 4, 1024, 64], "kg": [1, 2, 1024, 64],
               "q2": [1, 4, 2, 64], "keep": [1, 1, 1, 1024]}
     if len(sys.argv) > 2:

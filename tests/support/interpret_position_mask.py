@@ -15,17 +15,13 @@ It needs PyTorch and Triton. Prints `ok: WHAT` per check; exits 1 on the first f
 
 import sys
 
-from interpreted import call_of, check, kernels_of  # first: it turns the interpreter on
+from interpreted import attention_dtype, call_of, check, kernels_of  # first: it turns the interpreter on
 
 import torch
 
 
 def main():
-    kernels = kernels_of(open(sys.argv[1]).read())["KERNEL_META"]
-    pointer = next(m["signature"]["Q"] for n, m in kernels.items() if n.startswith("kiln_flash_attention"))
-    dtype = {"*fp32": torch.float32, "*fp16": torch.float16, "*bf16": torch.bfloat16}[pointer]
-    # float32 sums; in 16 bits, the output's rounding of values up to about 4.
-    tolerance = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}[dtype]
+    dtype, tolerance = attention_dtype(kernels_of(open(sys.argv[1]).read()))
     call = call_of(sys.argv[1])
     torch.manual_seed(0)
     q = torch.randn(1, 4, 1, 64).to(dtype)

@@ -59,6 +59,20 @@ def kernels_of(source):
     return scope
 
 
+def attention_dtype(kernels):
+    """The dtype the attention kernels of `kernels` (`kernels_of`'s scope) were compiled for
+    (their query's), and the error its output may have against PyTorch's float32 attention
+    over the same values: float32 sums; in 16 bits, the output's rounding and, in the
+    `tl.dot` form, the probabilities' before their product with the values (as flash
+    attention rounds them): 2^-9 (bfloat16) or 2^-12 (float16) of sums of |v| up to about 4."""
+    import torch
+
+    pointer = next(m["signature"]["Q"] for n, m in kernels["KERNEL_META"].items()
+                   if n.startswith("kiln_flash_attention"))
+    dtype = {"*fp32": torch.float32, "*fp16": torch.float16, "*bf16": torch.bfloat16}[pointer]
+    return dtype, {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}[dtype]
+
+
 class Launcher:
     """`KERNELS.name[grid](*args, stream=...)` as the wrapper writes it, on the interpreter."""
 

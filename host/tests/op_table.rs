@@ -216,6 +216,11 @@ const CASES: &[Case] = &[
     ),
     c("conv1d", "x:f32[1,2,6] w:f32[3,2,3]", "input = 'x', weight = 'w'"),
     c(
+        "conv1d",
+        "x:f32[1,2,6] w:f32[3,2,4]",
+        "input = 'x', weight = 'w', padding = 'same', dilation = [2]",
+    ),
+    c(
         "conv2d",
         "x:f32[1,2,5,5] w:f32[3,2,3,3] b:f32[3]",
         "input = 'x', weight = 'w', bias = 'b', padding = [1]",
@@ -452,6 +457,12 @@ const CASES: &[Case] = &[
         "self = 'x', dim = 0, index = 'i', source = 'v'",
     ),
     m("unbind", 3, X, "self = 'x', dim = 1"),
+    m(
+        "meshgrid",
+        2,
+        "a:f32[3] b:f32[4]",
+        "tensors = ['a', 'b'], indexing = 'xy'",
+    ),
     c("outer", "a:f32[3] b:f32[4]", "self = 'a', vec2 = 'b'"),
     m("sort", 2, X, "self = 'x', dim = 1, descending = true"),
     c(

@@ -20,6 +20,71 @@ use crate::passes::Error;
 /// int64 in the generated code's weights.
 const MAX_GATHER_ELEMENTS: i64 = 1 << 24;
 
+/// The kernel offsets of one pooled dim whose taps reach the input at some output
+/// position, as the start of each one's strided slice of the input padded by `before`
+/// and `after` (negative amounts cut): the other offsets read only padding, which adds
+/// nothing to a sum and nothing to a maximum. A kernel far wider than its input (the
+/// head of transformers' EfficientNet pools a 2 x 2 map with a 2560-wide one, in
+/// `ceil_mode`) thus costs slices of the input only.
+pub(super) struct Taps {
+    pub starts: Vec<i64>,
+    pub before: i64,
+    pub after: i64,
+}
+
+impl Taps {
+    pub(super) fn of(
+        kernel: i64,
+        stride: i64,
+        dilation: i64,
+        padding: i64,
+        size: i64,
+        out: i64,
+    ) -> Taps {
+        // Offset a's taps are the input coordinates a * dilation - padding + o * stride.
+        let reaches = |a: i64| {
+            let lo = a * dilation - padding;
+            let hi = lo + (out - 1) * stride;
+            let first = if lo >= 0 {
+                lo
+            } else {
+                lo + (-lo + stride - 1) / stride * stride
+            };
+            first <= hi && first < size
+        };
+        let mut live: Vec<i64> = (0..kernel).filter(|&a| reaches(a)).collect();
+        if live.is_empty() {
+            // Windows of padding alone: offset 0 reads it.
+            live.push(0);
+        }
+        let first = live[0] * dilation - padding;
+        let last = live[live.len() - 1] * dilation - padding + (out - 1) * stride;
+        Taps {
+            starts: live
+                .iter()
+                .map(|a| a * dilation - padding - first)
+                .collect(),
+            before: -first,
+            after: last - (size - 1),
+        }
+    }
+
+    /// Every combination of one start per dim, the last dim's varying fastest.
+    pub(super) fn product(dims: &[Taps]) -> Vec<Vec<i64>> {
+        dims.iter().fold(vec![vec![]], |acc, t| {
+            acc.iter()
+                .flat_map(|p| {
+                    t.starts.iter().map(move |&a| {
+                        let mut q = p.clone();
+                        q.push(a);
+                        q
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
 /// An average pooling window's parameters, one entry per spatial dim.
 pub(super) struct Window<'a> {
     pub kernel: &'a [i64],
@@ -362,23 +427,25 @@ pub(super) fn avg_pool(
     }
     let mut xp = b.upcast(x)?;
     let cd = b.dtype(xp);
-    // Padded with zeros to exactly the extent the windows cover (`ceil_mode` windows may
-    // run past the padded input: the zeros add nothing, the divisor leaves them out).
+    // Padded with zeros (or cut) to exactly the extent the taps that reach the input
+    // cover (`ceil_mode` windows may run past the padded input: the zeros add nothing,
+    // the divisor leaves them out).
+    let mut taps = vec![];
     for i in 0..k {
         let d = rank - k + i;
-        let o = out.shape[d];
-        let need = (o - 1) * w.stride[i] + w.kernel[i];
-        let after = need - in_shape[d] - w.padding[i];
-        xp = pad_constant(b, xp, d, w.padding[i], after, 0.0)?;
+        let t = Taps::of(
+            w.kernel[i],
+            w.stride[i],
+            1,
+            w.padding[i],
+            in_shape[d],
+            out.shape[d],
+        );
+        xp = pad_constant(b, xp, d, t.before, t.after, 0.0)?;
+        taps.push(t);
     }
     let mut sum: Option<ValueId> = None;
-    let offsets: Vec<Vec<i64>> = match k {
-        1 => (0..w.kernel[0]).map(|a| vec![a]).collect(),
-        _ => (0..w.kernel[0])
-            .flat_map(|a| (0..w.kernel[1]).map(move |c| vec![a, c]))
-            .collect(),
-    };
-    for off in offsets {
+    for off in Taps::product(&taps) {
         let mut win = xp;
         for (i, &start) in off.iter().enumerate() {
             let d = rank - k + i;

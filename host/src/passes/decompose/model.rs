@@ -5,6 +5,7 @@
 //! adaptive average pooling as products with constant averaging matrices. Each agrees
 //! with the interpreter's direct rule for the op (`interp::model`).
 
+use super::layout::Taps;
 use super::B;
 use crate::graph::sym::Size;
 use crate::graph::{
@@ -567,7 +568,8 @@ pub(super) fn group_norm(
 
 /// Max pooling: the input padded with `-inf` to exactly the extent the windows cover,
 /// then the maximum (NaN-propagating, as PyTorch's) over one strided slice per window
-/// position: `kh * kw` slices of the output's shape.
+/// position that reaches the input ([`Taps`]): at most `kh * kw` slices of the output's
+/// shape.
 pub(super) fn max_pool(
     b: &mut B,
     x: ValueId,
@@ -579,40 +581,39 @@ pub(super) fn max_pool(
 ) -> Result<ValueId, Error> {
     let r = b.sizes(x).len();
     let mut xp = x;
+    let mut taps = vec![];
     for i in 0..2 {
         let d = r - 2 + i;
         let size = b.dim(xp, d)?;
-        let o = out.shape[d];
-        // The windows span [-pad, (o - 1) * stride + dilation * (k - 1) - pad].
-        let need = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1;
-        let after = need - size - padding[i];
-        xp = super::layout::pad_constant(b, xp, d, padding[i], after, f64::NEG_INFINITY)?;
+        let t = Taps::of(
+            kernel[i],
+            stride[i],
+            dilation[i],
+            padding[i],
+            size,
+            out.shape[d],
+        );
+        xp = super::layout::pad_constant(b, xp, d, t.before, t.after, f64::NEG_INFINITY)?;
+        taps.push(t);
     }
-    let (oh, ow) = (out.shape[r - 2], out.shape[r - 1]);
     let mut best: Option<ValueId> = None;
-    for a in 0..kernel[0] {
-        let y0 = a * dilation[0];
-        let rows = b.slice(
-            xp,
-            r as i64 - 2,
-            y0,
-            y0 + (oh - 1) * stride[0] + 1,
-            stride[0],
-        )?;
-        for c in 0..kernel[1] {
-            let z0 = c * dilation[1];
-            let win = b.slice(
-                rows,
-                r as i64 - 1,
-                z0,
-                z0 + (ow - 1) * stride[1] + 1,
-                stride[1],
+    for off in Taps::product(&taps) {
+        let mut win = xp;
+        for (i, &start) in off.iter().enumerate() {
+            let d = r - 2 + i;
+            let o = out.shape[d];
+            win = b.slice(
+                win,
+                d as i64,
+                start,
+                start + (o - 1) * stride[i] + 1,
+                stride[i],
             )?;
-            best = Some(match best {
-                None => win,
-                Some(m) => b.vv(BinaryOp::Maximum, m, win)?,
-            });
         }
+        best = Some(match best {
+            None => win,
+            Some(m) => b.vv(BinaryOp::Maximum, m, win)?,
+        });
     }
     let y = best.unwrap_or(x);
     // A lone window (1x1 kernel) is a view: copy it so the result is fresh.

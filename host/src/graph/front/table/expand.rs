@@ -19,6 +19,7 @@ use super::{Metas, Raw, SigError};
 use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
 
+mod conv_padding;
 mod conv_transpose;
 mod einsum;
 mod extra;
@@ -178,6 +179,7 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ),
     ("index_put", &["self", "indices", "values", "accumulate"]),
     ("unbind", &["self", "dim"]),
+    ("meshgrid", &["tensors", "indexing"]),
     ("_safe_softmax", &["self", "dim", "dtype"]),
     ("scatter", &["self", "dim", "index", "src"]),
     ("scatter_add", &["self", "dim", "index", "src"]),
@@ -522,13 +524,31 @@ pub(super) fn expand(
     if !ENTRIES.iter().any(|(n, _)| *n == op)
         && !matches!(
             op,
-            "max" | "min" | "clamp" | "convolution" | "index_copy" | "cat"
+            "max"
+                | "min"
+                | "clamp"
+                | "convolution"
+                | "conv1d"
+                | "conv2d"
+                | "conv3d"
+                | "index_copy"
+                | "cat"
         )
     {
         return Ok(None);
     }
     if op == "cat" {
         return Ok(cat_without_legacy_empties(out, attrs, metas));
+    }
+    if matches!(op, "conv1d" | "conv2d" | "conv3d") {
+        let mut s = Steps { out, steps: vec![] };
+        let a = Args { attrs, metas };
+        return Ok(
+            conv_padding::expand(&mut s, op, &a)?.map(|results| Expansion {
+                steps: s.steps,
+                results,
+            }),
+        );
     }
     if op == "convolution" || op.starts_with("conv_transpose") {
         // A transposed convolution is a direct one of the spread input (`convolution`

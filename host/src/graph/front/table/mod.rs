@@ -176,13 +176,22 @@ pub fn lower(call: &Call<'_>, metas: Metas<'_>) -> Result<Lowered, SigError> {
     } else {
         call.kwargs
     };
-    // `convolution`, `max`/`min`, `clamp`, `index_copy` and `cat` are bindings that a
-    // rewrite or an expansion refines (by the weight's rank; over a dim; with a tensor
-    // bound; of a 0-d tensor; without PyTorch's legacy empty operands).
+    // `convolution`, `conv1d/2d/3d`, `max`/`min`, `clamp`, `index_copy` and `cat` are
+    // bindings that a rewrite or an expansion refines (by the weight's rank; with a
+    // padding named by a string; over a dim; with a tensor bound; of a 0-d tensor;
+    // without PyTorch's legacy empty operands).
     if entry.how == How::Bind
         && !matches!(
             call.op,
-            "convolution" | "max" | "min" | "clamp" | "index_copy" | "cat"
+            "convolution"
+                | "conv1d"
+                | "conv2d"
+                | "conv3d"
+                | "max"
+                | "min"
+                | "clamp"
+                | "index_copy"
+                | "cat"
         )
     {
         let (op, operands) = bind::bind(call.op, call.args, kwargs)?;

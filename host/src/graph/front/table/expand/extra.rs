@@ -1,10 +1,10 @@
 //! Small ops of PyTorch's functional API, each as PyTorch defines it: `outer`,
 //! `isfinite`, `logaddexp`, `xlogy`, `fmin`/`fmax` (NaN ignored), `threshold`,
 //! `heaviside`, `frac`, `instance_norm` (a group norm of one channel per group, or a
-//! batch norm on running statistics), `logit`, `signbit`, `nanmean`, and `bucketize`/
-//! `searchsorted` (each value against every boundary of its row).
+//! batch norm on running statistics), `logit`, `signbit`, `nanmean`, `bucketize`/
+//! `searchsorted` (each value against every boundary of its row) and `meshgrid`.
 
-use super::{invalid, t, Args, Raw, SigError, Steps};
+use super::{ints, invalid, t, Args, Raw, SigError, Steps};
 
 /// An expansion's outputs, `None` where the op is not one of this module's.
 type Expanded = Result<Option<Vec<String>>, SigError>;
@@ -151,9 +151,67 @@ pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             one(s.bin("sub", t(&x), t(&whole)))
         }
         "instance_norm" => instance_norm(s, args),
+        "meshgrid" => meshgrid(s, args),
         "bucketize" | "searchsorted" => bucketize(s, op, args),
         _ => logs_and_signs(s, op, args),
     }
+}
+
+/// `meshgrid(tensors, indexing)`: each of the N 0-d or 1-d tensors expanded over the
+/// grid of all their lengths, along its own dim; with `indexing="xy"` the grid's first
+/// two dims are swapped (Cartesian order, NumPy's default; PyTorch's is "ij").
+fn meshgrid(s: &mut Steps<'_>, args: &Args<'_>) -> Expanded {
+    let xs = args.tensors("tensors")?;
+    let xy = match args.get("indexing") {
+        None | Some(Raw::None) => false,
+        Some(Raw::Str(m)) if m == "ij" => false,
+        Some(Raw::Str(m)) if m == "xy" => true,
+        Some(r) => {
+            return Err(invalid(format!(
+                "`indexing` must be \"ij\" or \"xy\", found {r:?}"
+            )))
+        }
+    };
+    let Some((_, first)) = xs.first() else {
+        return Err(invalid("meshgrid of no tensors".into()));
+    };
+    for (x, m) in &xs {
+        if m.rank() > 1 {
+            return Err(invalid(format!(
+                "meshgrid takes 0-d or 1-d tensors, and `{x}` has shape {:?}",
+                m.shape
+            )));
+        }
+        if m.dtype != first.dtype {
+            return Err(invalid(format!(
+                "meshgrid takes tensors of one dtype, found {} and {}",
+                first.dtype, m.dtype
+            )));
+        }
+    }
+    // The grid dim of tensor i.
+    let place = |i: usize| {
+        if xy && xs.len() > 1 && i < 2 {
+            1 - i
+        } else {
+            i
+        }
+    };
+    let mut grid = vec![0; xs.len()];
+    for (i, (_, m)) in xs.iter().enumerate() {
+        grid[place(i)] = m.shape.first().copied().unwrap_or(1);
+    }
+    let grids = xs
+        .iter()
+        .enumerate()
+        .map(|(i, (x, _))| {
+            let mut shape = vec![1; xs.len()];
+            shape[place(i)] = grid[place(i)];
+            let line = s.reshape(x, &shape);
+            s.op("expand", vec![("self", t(&line)), ("size", ints(&grid))])
+        })
+        .collect();
+    Ok(Some(grids))
 }
 
 /// `logit`, `signbit` and `nanmean`.

@@ -35,7 +35,23 @@ def export(model, args=(), kwargs=None):
     if isinstance(model, torch.export.ExportedProgram):
         return model
     with torch.no_grad():
-        return torch.export.export(model, tuple(args), kwargs=dict(kwargs or {}))
+        return without_transforms(torch.export.export(model, tuple(args), kwargs=dict(kwargs or {})))
+
+
+def without_transforms(program):
+    """`program` with the functorch transforms dynamo spells out (vmap's nesting levels and
+    batch dims, `torch._functorch.predispatch`; transformers' Mamba scans with vmap) traced
+    through to the ops they batch (`run_decompositions` with no decompositions). A graph
+    from a model exported directly has none, and is returned as it is."""
+    import torch
+
+    def transforms(graph) -> bool:
+        return any(getattr(n.target, "__module__", None) == "torch._functorch.predispatch" for n in graph.nodes)
+
+    if not any(transforms(m.graph) for m in program.graph_module.modules() if hasattr(m, "graph")):
+        return program
+    with torch.no_grad():
+        return program.run_decompositions({})
 
 
 def default_device(values) -> str:

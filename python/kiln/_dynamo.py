@@ -14,7 +14,7 @@ import operator
 import warnings
 
 from . import _host, _workers
-from ._compile import Compiled, check_device, default_device, export
+from ._compile import Compiled, check_device, default_device, export, without_transforms
 from ._errors import DeviceNotFound, KilnError
 from ._graphs import AutoGraphed, Graphed, graphs_module, kept_inputs
 
@@ -349,7 +349,8 @@ def _export_symbolic(gm, sources, args, tensors):
         shapes.append(spec or None)
     with torch.no_grad():
         # `forward(*ts)`: its one argument is the tuple of tensors.
-        return torch.export.export(BySizes(), tuple(tensors), dynamic_shapes=(tuple(shapes),), strict=False)
+        program = torch.export.export(BySizes(), tuple(tensors), dynamic_shapes=(tuple(shapes),), strict=False)
+        return without_transforms(program)
 
 
 class _PerShape:

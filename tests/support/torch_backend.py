@@ -44,6 +44,9 @@ Checks:
   read in place, a capture again when one moves;
 - the compile cache: a second process compiles nothing (`host compile` never runs in it), and
   a rebuilt compiler compiles again;
+- what a sweep of transformers' and torchvision's families found lacking (convolutions
+  padded by name, meshgrid, a pooling window wider than its input, torch.vmap) compiles
+  and matches eager;
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
@@ -477,12 +480,51 @@ def main(repo: Path):
     archive_as_torch_saves_it()
     trusted_alignment()
 
+    more_families()
     kept_state(repo)
     dynamic_export(repo)
     cache_across_processes(repo)
     zoo(repo)
     if DEVICE == "cuda":
         gxu_standing_in(repo)
+
+
+class MoreFamilies(torch.nn.Module):
+    """What a sweep of transformers' and torchvision's families found Kiln lacking:
+    convolutions padded by name (EfficientNet's "same", even kernels and dilation too),
+    `meshgrid` (BEiT's relative positions), a pooling window far wider than its input
+    (EfficientNet's head: 2560 over a 2 x 2 map, in ceil_mode) and `torch.vmap`, which
+    dynamo spells out as functorch's own calls (transformers' Mamba scans with it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.same = torch.nn.Conv2d(3, 4, (4, 3), padding="same", dilation=(1, 2))
+        self.same1 = torch.nn.Conv1d(4, 4, 4, padding="same", groups=2, bias=False)
+        self.valid = torch.nn.Conv3d(3, 2, (1, 2, 2), padding="valid")
+
+    def forward(self, x, v):
+        y = self.same(x)
+        z = self.same1(y.flatten(2))
+        w = self.valid(x.unsqueeze(2))
+        a, b = torch.meshgrid(torch.arange(5.0, device=v.device), v, indexing="ij")
+        c, d = torch.meshgrid(v, v[:2], indexing="xy")
+        wide = torch.nn.functional.avg_pool2d(x[:, :, :2, :2], 2560, ceil_mode=True)
+        pooled = torch.nn.functional.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True)
+        mapped = torch.vmap(lambda row: row.softmax(-1) * row.sum())(x.flatten(1))
+        return y, z, w, a * b, c - d, wide, pooled, mapped
+
+
+def more_families():
+    torch._dynamo.reset()
+    m = dev(MoreFamilies().eval())
+    x, v = dev(torch.randn(2, 3, 7, 8)), dev(torch.randn(3))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = m(x, v)
+        got = torch.compile(m, backend="kiln")(x, v)
+    fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
+    check("convolutions padded \"same\" and \"valid\", meshgrid, a pooling window wider than its input and "
+          "torch.vmap compile and match eager", close(got, want) and not fallbacks, fallbacks)
 
 
 class ConvNet(torch.nn.Module):

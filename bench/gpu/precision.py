@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 45's bar: seven real models in fp32, bf16 and fp16, Kiln against eager and Inductor.
+"""Issue 45's bar: real models (its seven, and four families beyond them) in fp32, bf16 and fp16, Kiln
+against eager and Inductor.
 
 On the GPU machine (one H100; PyTorch, Triton, transformers and torchvision; no Rust), for each
 model and dtype asked for, phase by phase:
@@ -65,13 +66,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "precision_child.py"
 
-MODELS = ["gpt2", "bert", "llama", "t5", "vit", "resnet50", "mobilenet_v2"]
+MODELS = ["gpt2", "bert", "llama", "t5", "vit", "resnet50", "mobilenet_v2", "qwen2", "convnext_tiny", "swin_t",
+          "efficientnet_b0"]
 DTYPES = ["fp32", "bf16", "fp16"]
 PHASES = ["export", "compile", "time", "graphs", "first"]
 LABELS = {
     "gpt2": "GPT-2 small (124 M)", "bert": "BERT-base",
     "llama": "Llama-style 1024/8 layers/16:4 heads/2816/32000", "t5": "T5-small encoder",
     "vit": "ViT-B/16", "resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2",
+    "qwen2": "Qwen2-0.5B shape (494 M)", "convnext_tiny": "ConvNeXt-T", "swin_t": "Swin-T",
+    "efficientnet_b0": "EfficientNet-B0",
 }
 # Kiln's outputs must be within this of eager's (precision_child.check says how it is measured).
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}

@@ -1,4 +1,5 @@
-"""The seven models of bench/gpu/precision.py at the sizes of issue 45, with random weights.
+"""The models of bench/gpu/precision.py (issue 45's seven, and four families beyond them) at their real
+sizes, with random weights.
 
 Every model is built the same way in every process: float32 on the CPU from seed 0, moved to
 the GPU, then converted with `module.to(dtype)`. The convolution networks' batch norms get
@@ -76,6 +77,23 @@ def mobilenet():
     return Tuple(mobilenet_v2(weights=None)), {"torchvision": "mobilenet_v2"}
 
 
+def qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    # Qwen2-0.5B's shape (494 M parameters, 14:2 heads, a 151936-token vocabulary tied to the
+    # LM head), written out as the others are.
+    cfg = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                      num_key_value_heads=2, vocab_size=151936, max_position_embeddings=2048,
+                      tie_word_embeddings=True, attn_implementation="sdpa")
+    return Outputs(Qwen2ForCausalLM(cfg), ["input_ids"], ["logits"], use_cache=False), cfg
+
+
+def torchvision_model(name: str):
+    def build():
+        import torchvision.models
+        return Tuple(getattr(torchvision.models, name)(weights=None)), {"torchvision": name}
+    return build
+
+
 # name: (builder, vocabulary of the token ids or None for images, takes an attention mask)
 MODELS = {
     "gpt2": (gpt2, 50257, False),
@@ -85,6 +103,11 @@ MODELS = {
     "vit": (vit, None, False),
     "resnet50": (resnet, None, False),
     "mobilenet_v2": (mobilenet, None, False),
+    # Families beyond issue 45's seven, at their real sizes.
+    "qwen2": (qwen2, 151936, False),
+    "convnext_tiny": (torchvision_model("convnext_tiny"), None, False),
+    "swin_t": (torchvision_model("swin_t"), None, False),
+    "efficientnet_b0": (torchvision_model("efficientnet_b0"), None, False),
 }
 
 

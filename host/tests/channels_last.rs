@@ -378,3 +378,82 @@ fn resnet_and_mobilenet_v2_run_channels_last_between_their_convolutions() {
         assert!(e < 1e-6, "{model}: {e}");
     }
 }
+
+/// A transformer after a convolution (Swin's patch embedding): the activations are made
+/// `NHWC` by the model itself, and its layer norm and residual `add` are not the
+/// convolution's to relayout. A bug once took any op of two 4-D operands for a
+/// convolution and its first operand for a convolution's input, so the layer norm's
+/// output was computed in the `NHWC` order of an `NHWC` tensor ([b, w, c, h]) and every
+/// later norm read its channels with a stride.
+#[test]
+fn activations_the_model_made_channels_last_are_left_alone() {
+    let weights: Vec<String> = (0..8 * 3 * 4 * 4)
+        .map(|i| format!("{:.3}", (f64::from(i) * 0.37).sin() * 0.5))
+        .collect();
+    let text = format!(
+        r#"format = "kiln-graph/1"
+name = "patches"
+outputs = ["y"]
+
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 20]
+dtype = "bfloat16"
+
+[[inputs]]
+name = "r"
+shape = [1, 4, 5, 8]
+dtype = "bfloat16"
+
+[[constants]]
+name = "w"
+shape = [8, 3, 4, 4]
+dtype = "bfloat16"
+values = [{}]
+
+[[nodes]]
+name = "c"
+op = "conv2d"
+args = ["x", "w"]
+attrs = {{ stride = [4, 4] }}
+
+[[nodes]]
+name = "p"
+op = "permute"
+args = ["c", [0, 2, 3, 1]]
+
+[[nodes]]
+name = "n"
+op = "layer_norm"
+attrs = {{ input = "p", normalized_shape = [8] }}
+
+[[nodes]]
+name = "y"
+op = "add"
+args = ["n", "r"]
+"#,
+        weights.join(", ")
+    );
+    let original = kiln::graph::parse_toml(&text).unwrap();
+    let mut g = original.clone();
+    kiln::passes::run_pipeline_with(&mut g, &options(&[DType::BFloat16])).unwrap();
+    let wrong: Vec<&str> = g
+        .node_ids()
+        .filter_map(|id| g.node(id))
+        .filter(|n| n.outputs.iter().any(|m| m.rank() == 4 && m.shape[1] == 5))
+        .map(|n| n.name.as_str())
+        .collect();
+    assert!(wrong.is_empty(), "relaid out NHWC values: {wrong:?}");
+    let mut plain = original.clone();
+    kiln::passes::run_pipeline_with(&mut plain, &options(&[])).unwrap();
+    let values = |g: &Graph| {
+        let metas: Vec<_> = g
+            .inputs()
+            .iter()
+            .map(|&id| g.node(id).unwrap().outputs[0].clone())
+            .collect();
+        let inputs = kiln::tensor_io::random_inputs(&metas, 5);
+        kiln::interp::evaluate(g, &inputs).unwrap()[0].to_vec()
+    };
+    assert_eq!(values(&g), values(&plain));
+}

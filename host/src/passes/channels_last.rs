@@ -162,8 +162,12 @@ enum NhwcForm {
 }
 
 /// Whether `node` is a 2-D convolution whose input is of a dtype in `dtypes` (its
-/// batch may be symbolic: the layout never reads it).
+/// batch may be symbolic: the layout never reads it). Any other op of two 4-D operands
+/// (an attention's batched product, a residual `add`) is not.
 fn conv_in(g: &Graph, node: &Node, dtypes: DTypes) -> bool {
+    if !matches!(node.op, Op::Conv { .. }) {
+        return false;
+    }
     let meta = |i: usize| {
         node.args
             .get(i)

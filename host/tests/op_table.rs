@@ -447,6 +447,11 @@ const CASES: &[Case] = &[
     c("unfold", "x:f32[2,6]", "self = 'x', dimension = 1, size = 2, step = 2"),
     c("max_pool1d", "x:f32[1,2,6]", "self = 'x', kernel_size = [2]"),
     c(
+        "max_pool3d",
+        "x:f32[1,2,4,5,6]",
+        "self = 'x', kernel_size = [3, 2, 3], stride = [2, 1, 2], padding = [1, 0, 1], ceil_mode = true",
+    ),
+    c(
         "index_put",
         "x:f32[4,3] i:i64[2] v:f32[2,3]",
         "self = 'x', indices = ['i'], values = 'v', accumulate = true",

@@ -45,8 +45,8 @@ Checks:
 - the compile cache: a second process compiles nothing (`host compile` never runs in it), and
   a rebuilt compiler compiles again;
 - what a sweep of transformers' and torchvision's families found lacking (convolutions
-  padded by name, meshgrid, a pooling window wider than its input, torch.vmap) compiles
-  and matches eager;
+  padded by name, meshgrid, a pooling window wider than its input, max_pool3d, torch.vmap)
+  compiles and matches eager;
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
@@ -493,8 +493,9 @@ class MoreFamilies(torch.nn.Module):
     """What a sweep of transformers' and torchvision's families found Kiln lacking:
     convolutions padded by name (EfficientNet's "same", even kernels and dilation too),
     `meshgrid` (BEiT's relative positions), a pooling window far wider than its input
-    (EfficientNet's head: 2560 over a 2 x 2 map, in ceil_mode) and `torch.vmap`, which
-    dynamo spells out as functorch's own calls (transformers' Mamba scans with it)."""
+    (EfficientNet's head: 2560 over a 2 x 2 map, in ceil_mode), `max_pool3d` (torchvision's
+    MViT) and `torch.vmap`, which dynamo spells out as functorch's own calls (transformers'
+    Mamba scans with it)."""
 
     def __init__(self):
         super().__init__()
@@ -511,7 +512,10 @@ class MoreFamilies(torch.nn.Module):
         wide = torch.nn.functional.avg_pool2d(x[:, :, :2, :2], 2560, ceil_mode=True)
         pooled = torch.nn.functional.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True)
         mapped = torch.vmap(lambda row: row.softmax(-1) * row.sum())(x.flatten(1))
-        return y, z, w, a * b, c - d, wide, pooled, mapped
+        clip = x.unsqueeze(2).expand(-1, -1, 5, -1, -1) * torch.arange(1.0, 6.0, device=x.device).view(5, 1, 1)
+        pooled3 = [torch.nn.functional.max_pool3d(clip, 3, (2, 1, 2), 1, ceil_mode=True),
+                   torch.nn.functional.max_pool3d(clip[0], (2, 3, 2), 1, (0, 1, 1), dilation=(2, 1, 1))]
+        return y, z, w, a * b, c - d, wide, pooled, mapped, *pooled3
 
 
 def more_families():
@@ -523,8 +527,8 @@ def more_families():
         want = m(x, v)
         got = torch.compile(m, backend="kiln")(x, v)
     fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
-    check("convolutions padded \"same\" and \"valid\", meshgrid, a pooling window wider than its input and "
-          "torch.vmap compile and match eager", close(got, want) and not fallbacks, fallbacks)
+    check("convolutions padded \"same\" and \"valid\", meshgrid, a pooling window wider than its input, max_pool3d "
+          "and torch.vmap compile and match eager", close(got, want) and not fallbacks, fallbacks)
 
 
 class ConvNet(torch.nn.Module):

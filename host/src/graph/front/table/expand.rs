@@ -24,6 +24,7 @@ mod conv_transpose;
 mod einsum;
 mod extra;
 mod fold;
+mod max_pool3d;
 mod more;
 mod scatter;
 mod sort;
@@ -168,6 +169,17 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("unfold", &["self", "dimension", "size", "step"]),
     (
         "max_pool1d",
+        &[
+            "self",
+            "kernel_size",
+            "stride",
+            "padding",
+            "dilation",
+            "ceil_mode",
+        ],
+    ),
+    (
+        "max_pool3d",
         &[
             "self",
             "kernel_size",

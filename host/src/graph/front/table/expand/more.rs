@@ -5,7 +5,7 @@
 //! `glu`, `prelu`, `log_sigmoid`, `softsign`, `hardshrink`, the logical ops, `isnan`/
 //! `isinf`/`nan_to_num`, `std`, `var_mean`/`std_mean`, `addcmul`/`addcdiv`, `lerp`,
 //! `one_hot`, `tile`, `exp2`, `clamp` with a tensor bound, `pixel_shuffle`/
-//! `pixel_unshuffle`, `unfold` (sliding windows), `max_pool1d`, `index_put`
+//! `pixel_unshuffle`, `unfold` (sliding windows), `max_pool1d`, `max_pool3d` (`max_pool3d.rs`), `index_put`
 //! (`x[mask] = v`, `x[idx] = v`, `x[idx] += v`), `index_copy` (an `index_put` along one
 //! dim) and `unbind` (a select per index).
 
@@ -538,7 +538,7 @@ fn unbind(s: &mut Steps<'_>, args: &Args<'_>) -> Expanded {
     Ok(Some(pieces))
 }
 
-/// Pixel shuffles, sliding windows and the 1-d max pool.
+/// Pixel shuffles, sliding windows and the 1-d and 3-d max pools.
 fn windows(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     match op {
         "pixel_shuffle" | "pixel_unshuffle" => {
@@ -614,6 +614,7 @@ fn windows(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
             let perm: Vec<usize> = (0..r).filter(|&i| i != d + 1).chain([d + 1]).collect();
             one(s.permute(&g, &perm))
         }
+        "max_pool3d" => super::max_pool3d::expand(s, args),
         "max_pool1d" => {
             let (x, _) = args.tensor("self")?;
             let pair = |name: &str, unit: i64| -> Raw {

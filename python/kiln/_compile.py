@@ -65,14 +65,16 @@ def default_device(values) -> str:
     return "cpu"
 
 
-def check_device(device: str, values) -> None:
+def check_device(device: str, values, skip=frozenset()) -> None:
     """Kiln's compiled code reads its inputs where they are: compiled for the cpu, every
-    tensor among `values` must be in host memory; compiled for another device, none may be."""
+    tensor among `values` must be in host memory; compiled for another device, none may be.
+    The positions in `skip` are not checked (the floats dynamo passes as 0-d host tensors,
+    which the compile takes in as values)."""
     import torch
 
     on_cpu = device.split(":")[0] == "cpu"
     for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor) and (v.device.type == "cpu") != on_cpu:
+        if i not in skip and isinstance(v, torch.Tensor) and (v.device.type == "cpu") != on_cpu:
             raise KilnError(f"input {i} is on {v.device}, but the graph is compiled for `{device}`, whose code "
                             f"reads its inputs where they are: move the model and its inputs to {device}, or "
                             f"compile for {v.device.type}")

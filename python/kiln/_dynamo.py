@@ -42,7 +42,9 @@ def backend(gm, example_inputs, mode=None, options=None):
     if isinstance(plugins, str):
         plugins = (plugins,)
     _host.plugin_of(_host.find_host(), device, tuple(str(p) for p in plugins))  # DeviceNotFound first
-    check_device(device, example_inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    scalars = {i for i, n in enumerate(placeholders) if _float_scalar(n.meta.get("grapharg"))}
+    check_device(device, example_inputs, scalars)
     _warn_if_training(gm, example_inputs)
     freeze = bool(options.get("freeze", False))
     graphs = _graphs_policy(mode, options.get("cudagraphs"))
@@ -367,6 +369,13 @@ class _PerShape:
 
     def __call__(self, *args):
         import torch
+
+        if self._device.split(":")[0] != "cpu":
+            # The floats dynamo passes as 0-d host tensors go to the device, as every
+            # input Kiln's code reads must.
+            placeholders = [n for n in self._gm.graph.nodes if n.op == "placeholder"]
+            args = tuple(a.to(self._device) if _float_scalar(n.meta.get("grapharg")) else a
+                         for a, n in zip(args, placeholders))
 
         # Strides too: each compile's function trusts its inputs' layouts as dynamo's guards
         # hold a static graph's (`Compiled.flat_call`), and this graph's guards are symbolic.

@@ -6,17 +6,19 @@ use common::max_rel_err;
 use kiln::graph::{Arg, DType, Graph, Op};
 use kiln::passes::channels_last::DTypes;
 
+/// `n` constant values for a graph file, `[..]`, from `seed`.
+fn values(n: i64, seed: f64) -> String {
+    let v: Vec<String> = (0..n)
+        .map(|i| format!("{:.3}", ((i as f64 * 0.37 + seed).sin()) * 0.5))
+        .collect();
+    format!("[{}]", v.join(", "))
+}
+
 /// `x -> conv(w1) + b -> relu -> conv(w2, groups) * s -> + the relu (residual)
 /// -> relu -> mean over H, W`, in `dtype`: a ResNet block with its batch norms
 /// as pointwise ops, its second convolution grouped (`groups`) or 1x1 (`k`).
 fn block(dtype: &str, groups: i64, k: i64) -> Graph {
     let c = 8;
-    let values = |n: i64, seed: f64| -> String {
-        let v: Vec<String> = (0..n)
-            .map(|i| format!("{:.3}", ((i as f64 * 0.37 + seed).sin()) * 0.5))
-            .collect();
-        format!("[{}]", v.join(", "))
-    };
     let pad = (k - 1) / 2;
     let text = format!(
         r#"format = "kiln-graph/1"
@@ -387,9 +389,6 @@ fn resnet_and_mobilenet_v2_run_channels_last_between_their_convolutions() {
 /// later norm read its channels with a stride.
 #[test]
 fn activations_the_model_made_channels_last_are_left_alone() {
-    let weights: Vec<String> = (0..8 * 3 * 4 * 4)
-        .map(|i| format!("{:.3}", (f64::from(i) * 0.37).sin() * 0.5))
-        .collect();
     let text = format!(
         r#"format = "kiln-graph/1"
 name = "patches"
@@ -409,7 +408,7 @@ dtype = "bfloat16"
 name = "w"
 shape = [8, 3, 4, 4]
 dtype = "bfloat16"
-values = [{}]
+values = {}
 
 [[nodes]]
 name = "c"
@@ -432,7 +431,7 @@ name = "y"
 op = "add"
 args = ["n", "r"]
 "#,
-        weights.join(", ")
+        values(8 * 3 * 4 * 4, 0.0)
     );
     let original = kiln::graph::parse_toml(&text).unwrap();
     let mut g = original.clone();

@@ -44,6 +44,16 @@ const CONV_TRANSPOSE: &[&str] = &[
     "dilation",
 ];
 
+/// The max pools' parameters, in ATen order.
+const MAX_POOL: &[&str] = &[
+    "self",
+    "kernel_size",
+    "stride",
+    "padding",
+    "dilation",
+    "ceil_mode",
+];
+
 /// The ops [`expand`] spells out, with their parameters in ATen order.
 pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("stack", &["tensors", "dim"]),
@@ -167,28 +177,8 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("pixel_shuffle", &["self", "upscale_factor"]),
     ("pixel_unshuffle", &["self", "downscale_factor"]),
     ("unfold", &["self", "dimension", "size", "step"]),
-    (
-        "max_pool1d",
-        &[
-            "self",
-            "kernel_size",
-            "stride",
-            "padding",
-            "dilation",
-            "ceil_mode",
-        ],
-    ),
-    (
-        "max_pool3d",
-        &[
-            "self",
-            "kernel_size",
-            "stride",
-            "padding",
-            "dilation",
-            "ceil_mode",
-        ],
-    ),
+    ("max_pool1d", MAX_POOL),
+    ("max_pool3d", MAX_POOL),
     ("index_put", &["self", "indices", "values", "accumulate"]),
     ("unbind", &["self", "dim"]),
     ("meshgrid", &["tensors", "indexing"]),

@@ -577,6 +577,18 @@ fn batch_norm(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The taps `a` of a window starting at `start` (`start + a * dilation`, `a` below
+/// `kernel`) that fall inside `0..size`: the others read padding only.
+fn taps(start: i64, kernel: i64, dilation: i64, size: i64) -> std::ops::Range<i64> {
+    let first = (-start).max(0).div_euclid(dilation) + i64::from((-start).max(0) % dilation != 0);
+    let end = if size - 1 - start < 0 {
+        0
+    } else {
+        (size - 1 - start).div_euclid(dilation) + 1
+    };
+    first..end.min(kernel).max(first)
+}
+
 fn max_pool(
     kernel: &[i64],
     stride: &[i64],
@@ -602,16 +614,10 @@ fn max_pool(
         for i in 0..oh {
             for j in 0..ow {
                 let (mut best, mut at) = (f64::NEG_INFINITY, -1i64);
-                for a in 0..kernel[0] {
+                for a in taps(i * stride[0] - padding[0], kernel[0], dilation[0], h) {
                     let y = i * stride[0] - padding[0] + a * dilation[0];
-                    if y < 0 || y >= h {
-                        continue;
-                    }
-                    for b in 0..kernel[1] {
+                    for b in taps(j * stride[1] - padding[1], kernel[1], dilation[1], w) {
                         let z = j * stride[1] - padding[1] + b * dilation[1];
-                        if z < 0 || z >= w {
-                            continue;
-                        }
                         let v = xv[((pl * h + y) * w + z) as usize];
                         if v > best || v.is_nan() && !best.is_nan() || at < 0 {
                             best = v;

@@ -20,6 +20,10 @@ use crate::passes::Error;
 /// int64 in the generated code's weights.
 const MAX_GATHER_ELEMENTS: i64 = 1 << 24;
 
+/// The most kernel offsets of one pooled dim whose taps may reach the input (a window's
+/// whole width in any real model's pool).
+const MAX_TAPS: i64 = 1 << 16;
+
 /// The kernel offsets of one pooled dim whose taps reach the input at some output
 /// position, as the start of each one's strided slice of the input padded by `before`
 /// and `after` (negative amounts cut): the other offsets read only padding, which adds
@@ -40,7 +44,7 @@ impl Taps {
         padding: i64,
         size: i64,
         out: i64,
-    ) -> Taps {
+    ) -> Result<Taps, String> {
         // Offset a's taps are the input coordinates a * dilation - padding + o * stride.
         let reaches = |a: i64| {
             let lo = a * dilation - padding;
@@ -52,21 +56,33 @@ impl Taps {
             };
             first <= hi && first < size
         };
-        let mut live: Vec<i64> = (0..kernel).filter(|&a| reaches(a)).collect();
+        // Only offsets from the first whose last tap is not before the input to the last
+        // whose first tap is not past it can reach it: a bounded range, however wide the
+        // kernel.
+        let from = ((padding - (out - 1) * stride).max(0) + dilation - 1) / dilation;
+        let to = ((padding + size - 1).max(-1) / dilation).min(kernel - 1);
+        if to - from >= MAX_TAPS {
+            return Err(format!(
+                "a pooling window of {kernel} taps reaches {} of its input's positions along a dim: Kiln \
+                 reads at most {MAX_TAPS} taps a dim",
+                to - from + 1
+            ));
+        }
+        let mut live: Vec<i64> = (from..=to).filter(|&a| reaches(a)).collect();
         if live.is_empty() {
             // Windows of padding alone: offset 0 reads it.
             live.push(0);
         }
         let first = live[0] * dilation - padding;
         let last = live[live.len() - 1] * dilation - padding + (out - 1) * stride;
-        Taps {
+        Ok(Taps {
             starts: live
                 .iter()
                 .map(|a| a * dilation - padding - first)
                 .collect(),
             before: -first,
             after: last - (size - 1),
-        }
+        })
     }
 
     /// Every combination of one start per dim, the last dim's varying fastest.
@@ -440,7 +456,11 @@ pub(super) fn avg_pool(
             w.padding[i],
             in_shape[d],
             out.shape[d],
-        );
+        )
+        .map_err(|what| Error::Unsupported {
+            node: b.base.clone(),
+            what,
+        })?;
         xp = pad_constant(b, xp, d, t.before, t.after, 0.0)?;
         taps.push(t);
     }

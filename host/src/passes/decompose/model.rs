@@ -592,7 +592,11 @@ pub(super) fn max_pool(
             padding[i],
             size,
             out.shape[d],
-        );
+        )
+        .map_err(|what| Error::Unsupported {
+            node: b.base.clone(),
+            what,
+        })?;
         xp = super::layout::pad_constant(b, xp, d, t.before, t.after, f64::NEG_INFINITY)?;
         taps.push(t);
     }

@@ -574,6 +574,93 @@ pub fn pool_out(input: i64, kernel: i64, stride: i64, pad: i64, dilation: i64, c
     n
 }
 
+/// The most kernel offsets of one pooled dim whose taps may reach the input (a window's
+/// whole width in any real model's pool).
+const MAX_TAPS: i64 = 1 << 16;
+
+/// The kernel offsets of one pooled dim whose taps reach the input at some output
+/// position, as the start of each one's strided slice of the input padded by `before`
+/// and `after` (negative amounts cut): the other offsets read only padding, which adds
+/// nothing to a sum and nothing to a maximum. A kernel far wider than its input (the
+/// head of transformers' EfficientNet pools a 2 x 2 map with a 2560-wide one, in
+/// `ceil_mode`) thus costs slices of the input only.
+pub struct Taps {
+    /// each live offset's slice start in the padded input
+    pub starts: Vec<i64>,
+    /// the padding before the input (negative: a cut)
+    pub before: i64,
+    /// the padding after it (negative: a cut)
+    pub after: i64,
+}
+
+impl Taps {
+    /// The taps of one dim: a window of `kernel` taps `dilation` apart, `out` windows
+    /// `stride` apart over an input of `size` padded by `padding` on each side; an error
+    /// where more than [`MAX_TAPS`] offsets may reach it.
+    pub fn of(
+        kernel: i64,
+        stride: i64,
+        dilation: i64,
+        padding: i64,
+        size: i64,
+        out: i64,
+    ) -> Result<Taps, String> {
+        // Offset a's taps are the input coordinates a * dilation - padding + o * stride.
+        let reaches = |a: i64| {
+            let lo = a * dilation - padding;
+            let hi = lo + (out - 1) * stride;
+            let first = if lo >= 0 {
+                lo
+            } else {
+                lo + (-lo + stride - 1) / stride * stride
+            };
+            first <= hi && first < size
+        };
+        // Only offsets from the first whose last tap is not before the input to the last
+        // whose first tap is not past it can reach it: a bounded range, however wide the
+        // kernel.
+        let from = ((padding - (out - 1) * stride).max(0) + dilation - 1) / dilation;
+        let to = ((padding + size - 1).max(-1) / dilation).min(kernel - 1);
+        if to - from >= MAX_TAPS {
+            return Err(format!(
+                "a pooling window of {kernel} taps reaches {} of its input's positions along a dim: Kiln \
+                 reads at most {MAX_TAPS} taps a dim",
+                to - from + 1
+            ));
+        }
+        let mut live: Vec<i64> = (from..=to).filter(|&a| reaches(a)).collect();
+        if live.is_empty() {
+            // Windows of padding alone: offset 0 reads it.
+            live.push(0);
+        }
+        let first = live[0] * dilation - padding;
+        let last = live[live.len() - 1] * dilation - padding + (out - 1) * stride;
+        Ok(Taps {
+            starts: live
+                .iter()
+                .map(|a| a * dilation - padding - first)
+                .collect(),
+            before: -first,
+            after: last - (size - 1),
+        })
+    }
+
+    /// Every combination of one start per dim, the last dim's varying fastest.
+    pub fn product(dims: &[Taps]) -> Vec<Vec<i64>> {
+        dims.iter().fold(vec![vec![]], |acc, t| {
+            acc.iter()
+                .flat_map(|p| {
+                    t.starts.iter().map(move |&a| {
+                        let mut q = p.clone();
+                        q.push(a);
+                        q
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn max_pool(
     kernel: &[i64],

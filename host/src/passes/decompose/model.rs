@@ -5,8 +5,8 @@
 //! adaptive average pooling as products with constant averaging matrices. Each agrees
 //! with the interpreter's direct rule for the op (`interp::model`).
 
-use super::layout::Taps;
 use super::B;
+use crate::graph::infer::model::Taps;
 use crate::graph::sym::Size;
 use crate::graph::{
     Arg, BinaryOp, ConstData, DType, FixedMeta, Graph, Node, NodeId, Op, ReduceOp, Scalar, UnaryOp,

@@ -2,9 +2,10 @@
 //! maximum over the kernel's depth taps of depth-strided slices of the input (padded
 //! with `-inf`), then the 2-D max pool of those over height and width. Both maxima
 //! propagate NaN, as PyTorch's pool does. Only depth taps that reach the input are
-//! read (the others see padding alone).
+//! read (the others see padding alone: [`Taps`]).
 
 use super::{int_list, ints, invalid, t, Args, Raw, SigError, Steps};
+use crate::graph::infer::model::{pool_out, Taps};
 
 /// `max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode)`.
 pub(super) fn expand(s: &mut Steps<'_>, args: &Args<'_>) -> Result<Option<Vec<String>>, SigError> {
@@ -41,37 +42,28 @@ pub(super) fn expand(s: &mut Steps<'_>, args: &Args<'_>) -> Result<Option<Vec<St
                 "kernel, stride and dilation must be positive, padding not negative".into(),
             ));
         }
-        if 2 * padding[i] > dilation[i] * (kernel[i] - 1) + 1 {
+        if padding[i].saturating_mul(2)
+            > dilation[i].saturating_mul(kernel[i] - 1).saturating_add(1)
+        {
             return Err(invalid(format!(
                 "padding {padding:?} must be at most half the dilated kernel {kernel:?}"
             )));
         }
     }
-    // The depth's output size, as ATen's `pooling_output_shape`.
-    let (depth, d) = (m.shape[r - 3], 0);
-    let span = depth + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1;
-    if span < 0 {
+    let (depth, h, w) = (m.shape[r - 3], m.shape[r - 2], m.shape[r - 1]);
+    let size = |i: usize, n: i64| pool_out(n, kernel[i], stride[i], padding[i], dilation[i], ceil);
+    let (out, oh, ow) = (size(0, depth), size(1, h), size(2, w));
+    if out < 1 || oh < 1 || ow < 1 {
         return Err(invalid(format!(
-            "a depth of {depth} is smaller than the kernel's {}",
-            dilation[d] * (kernel[d] - 1) + 1
+            "an input of {:?} is smaller than the kernel {kernel:?} with dilation {dilation:?}",
+            &m.shape[r - 3..]
         )));
     }
-    let mut out = (span + if ceil { stride[d] - 1 } else { 0 }) / stride[d] + 1;
-    if ceil && (out - 1) * stride[d] >= depth + padding[d] {
-        out -= 1;
-    }
     // The depth padded with -inf (or cut) to exactly what the taps that reach it read.
-    let reaches = |a: i64| {
-        (0..out).any(|o| (0..depth).contains(&(a * dilation[d] - padding[d] + o * stride[d])))
-    };
-    let taps: Vec<i64> = (0..kernel[d]).filter(|&a| reaches(a)).collect();
-    let (Some(&first), Some(&last)) = (taps.first(), taps.last()) else {
-        return Err(invalid("no window reaches the input".into()));
-    };
-    let lo = first * dilation[d] - padding[d];
-    let hi = last * dilation[d] - padding[d] + (out - 1) * stride[d];
+    let taps =
+        Taps::of(kernel[0], stride[0], dilation[0], padding[0], depth, out).map_err(invalid)?;
     let mut pad = vec![0i64; 4];
-    pad.extend([-lo, hi - (depth - 1)]);
+    pad.extend([taps.before, taps.after]);
     let padded = s.op(
         "constant_pad_nd",
         vec![
@@ -81,16 +73,15 @@ pub(super) fn expand(s: &mut Steps<'_>, args: &Args<'_>) -> Result<Option<Vec<St
         ],
     );
     let mut best: Option<String> = None;
-    for a in taps {
-        let start = a * dilation[d] - padding[d] - lo;
+    for &start in &taps.starts {
         let slice = s.op(
             "slice",
             vec![
                 ("self", t(&padded)),
                 ("dim", Raw::Int(r as i64 - 3)),
                 ("start", Raw::Int(start)),
-                ("end", Raw::Int(start + (out - 1) * stride[d] + 1)),
-                ("step", Raw::Int(stride[d])),
+                ("end", Raw::Int(start + (out - 1) * stride[0] + 1)),
+                ("step", Raw::Int(stride[0])),
             ],
         );
         best = Some(match best {
@@ -100,31 +91,18 @@ pub(super) fn expand(s: &mut Steps<'_>, args: &Args<'_>) -> Result<Option<Vec<St
     }
     let deep = best.unwrap_or(padded);
     // Height and width: one 2-D pool of every (leading, depth) plane.
-    let (h, w) = (m.shape[r - 2], m.shape[r - 1]);
     let planes: i64 = m.shape[..r - 3].iter().product::<i64>() * out;
     let flat = s.reshape(&deep, &[1, planes, h, w]);
-    let mut pool = vec![
+    let pool = vec![
         ("self", t(&flat)),
         ("kernel_size", ints(&kernel[1..])),
         ("stride", ints(&stride[1..])),
         ("padding", ints(&padding[1..])),
         ("dilation", ints(&dilation[1..])),
+        ("ceil_mode", Raw::Bool(ceil)),
     ];
-    pool.push(("ceil_mode", Raw::Bool(ceil)));
     let pooled = s.op("max_pool2d", pool);
-    let oh = pooled_size(h, kernel[1], stride[1], padding[1], dilation[1], ceil);
-    let ow = pooled_size(w, kernel[2], stride[2], padding[2], dilation[2], ceil);
     let mut shape = m.shape[..r - 3].to_vec();
     shape.extend([out, oh, ow]);
     Ok(Some(vec![s.reshape(&pooled, &shape)]))
-}
-
-/// ATen's `pooling_output_shape` for one dim.
-fn pooled_size(size: i64, k: i64, stride: i64, pad: i64, dilation: i64, ceil: bool) -> i64 {
-    let span = size + 2 * pad - dilation * (k - 1) - 1;
-    let mut out = (span + if ceil { stride - 1 } else { 0 }).div_euclid(stride) + 1;
-    if ceil && (out - 1) * stride >= size + pad {
-        out -= 1;
-    }
-    out
 }

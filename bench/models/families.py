@@ -110,6 +110,25 @@ def families():
         "mixtral": (hf(T.MixtralForCausalLM, T.MixtralConfig, vocab_size=256, num_local_experts=4,
                        num_experts_per_tok=2, **KV), text),
     }
+    # Mixtures of experts: routers, shared experts, biased and transposed expert weights.
+    moe = dict(vocab_size=256, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, **KV)
+    out.update({
+        "qwen2_moe": (hf(T.Qwen2MoeForCausalLM, T.Qwen2MoeConfig, shared_expert_intermediate_size=48, **moe), text),
+        "qwen3_moe": (hf(T.Qwen3MoeForCausalLM, T.Qwen3MoeConfig, **moe), text),
+        "olmoe": (hf(T.OlmoeForCausalLM, T.OlmoeConfig, vocab_size=256, num_experts=4, num_experts_per_tok=2,
+                     **KV), text),
+        "gpt_oss": (hf(T.GptOssForCausalLM, T.GptOssConfig, vocab_size=256, num_local_experts=4,
+                       num_experts_per_tok=2, head_dim=16, layer_types=["sliding_attention", "full_attention"],
+                       sliding_window=8, **KV), text),
+        "deepseek_v3": (hf(T.DeepseekV3ForCausalLM, T.DeepseekV3Config, vocab_size=256, n_routed_experts=8,
+                           num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=32,
+                           first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+                           qk_rope_head_dim=8, v_head_dim=16, **H), text),
+        "granitemoe": (hf(T.GraniteMoeForCausalLM, T.GraniteMoeConfig, vocab_size=256, num_local_experts=4,
+                          num_experts_per_tok=2, **KV), text),
+        "phimoe": (hf(T.PhimoeForCausalLM, T.PhimoeConfig, vocab_size=256, num_local_experts=4,
+                      num_experts_per_tok=2, **KV), text),
+    })
     for name in ("densenet121", "shufflenet_v2_x0_5", "efficientnet_b0", "regnet_y_400mf", "convnext_tiny",
                  "mobilenet_v3_small", "resnext50_32x4d"):
         out[f"tv_{name}"] = ((lambda n=name: getattr(tv, n)(num_classes=10)), px())

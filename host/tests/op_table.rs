@@ -278,6 +278,8 @@ const CASES: &[Case] = &[
     c("lift_fresh_copy", X, SELF),
     c("_assert_tensor_metadata", X, "a = 'x', dtype = 'float32'"),
     c("cat", XY, "tensors = ['x', 'y'], dim = 0"),
+    c("concat", XY, "tensors = ['x', 'y'], dim = 0"),
+    c("concatenate", XY, "tensors = ['x', 'y'], dim = 1"),
     c("repeat", X, "self = 'x', repeats = [2, 1]"),
     c("roll", X, "self = 'x', shifts = [1], dims = [1]"),
     // Gathers and scatters.
@@ -513,6 +515,17 @@ const CASES: &[Case] = &[
         "input = 'x', weight = 'w', bias = 'b', use_input_stats = true, eps = 1e-5",
     ),
     c("_safe_softmax", X, "self = 'x', dim = 1"),
+    c("histc", X, "self = 'x', bins = 4, min = -1.0, max = 1.0"),
+    c(
+        "_grouped_mm",
+        "a:f32[4,3] b:f32[2,3,5] o:i32[2]",
+        "self = 'a', mat2 = 'b', offs = 'o'",
+    ),
+    c(
+        "grouped_mm_fallback",
+        "a:f32[4,3] b:f32[2,3,5] o:i32[2]",
+        "input = 'a', weight = 'b', offs = 'o'",
+    ),
 ];
 
 /// The cases of every op name: `getitem` is exercised by every case of several
@@ -534,6 +547,7 @@ fn inputs(case: &Case) -> Vec<(&'static str, DType, Vec<i64>)> {
                 "f32" => DType::Float32,
                 "f16" => DType::Float16,
                 "i64" => DType::Int64,
+                "i32" => DType::Int32,
                 "bool" => DType::Bool,
                 other => panic!("dtype {other} in the cases"),
             };

@@ -47,6 +47,8 @@ Checks:
 - what a sweep of transformers' and torchvision's families found lacking (convolutions
   padded by name, meshgrid, a pooling window wider than its input, max_pool3d, torch.vmap)
   compiles and matches eager;
+- transformers' mixtures of experts (Mixtral: its router's top-2, `histc` and the grouped
+  products, by `_grouped_mm` or transformers' own `grouped_mm_fallback`) compile and match eager;
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
@@ -481,6 +483,7 @@ def main(repo: Path):
     trusted_alignment()
 
     more_families()
+    mixture_of_experts()
     kept_state(repo)
     dynamic_export(repo)
     cache_across_processes(repo)
@@ -529,6 +532,24 @@ def more_families():
     fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
     check("convolutions padded \"same\" and \"valid\", meshgrid, a pooling window wider than its input, max_pool3d "
           "and torch.vmap compile and match eager", close(got, want) and not fallbacks, fallbacks)
+
+
+def mixture_of_experts():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                           num_key_value_heads=2, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2)
+    m = dev(MixtralForCausalLM(config).eval())
+    ids = dev(torch.randint(0, 128, (2, 9)))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = m(input_ids=ids, use_cache=False).logits
+        got = torch.compile(m, backend="kiln")(input_ids=ids, use_cache=False).logits
+    fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
+    check("a mixture of experts (transformers' Mixtral: top-2 routing, histc, grouped products) compiles and "
+          "matches eager", close(got, want) and not fallbacks, fallbacks)
 
 
 class ConvNet(torch.nn.Module):

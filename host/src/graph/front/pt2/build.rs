@@ -47,6 +47,12 @@ enum Target<'a> {
     Unsupported,
 }
 
+/// Custom ops of libraries that models call, each an entry of the op table under its
+/// own name, as the library defines it: transformers' `grouped_mm_fallback`, the product
+/// its mixture-of-experts layers make per expert where PyTorch's `_grouped_mm` does not
+/// serve (float32 weights under `torch.compile`; `integrations/moe.py`).
+const LIBRARY_OPS: &[(&str, &str)] = &[("transformers", "grouped_mm_fallback")];
+
 fn target(t: &str) -> Target<'_> {
     if matches!(
         t,
@@ -59,11 +65,17 @@ fn target(t: &str) -> Target<'_> {
         return Target::WrapSetGradEnabled;
     }
     let mut parts = rest.split('.');
-    let (Some("aten"), Some(op), _, None) =
+    let (Some(namespace), Some(op), _, None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Target::Unsupported;
     };
+    if namespace != "aten" {
+        return match LIBRARY_OPS.contains(&(namespace, op)) {
+            true => Target::Aten(op),
+            false => Target::Unsupported,
+        };
+    }
     if op != "getitem" && table::is_known(op) {
         return Target::Aten(op);
     }
@@ -832,6 +844,11 @@ mod tests {
         assert_eq!(op("<built-in function getitem>"), "getitem");
         assert_eq!(op("torch.ops.aten.getitem.default"), "-");
         assert_eq!(op("torch.ops.prims.add.default"), "-");
+        assert_eq!(
+            op("torch.ops.transformers.grouped_mm_fallback.default"),
+            "grouped_mm_fallback"
+        );
+        assert_eq!(op("torch.ops.transformers.other_op.default"), "-");
         assert_eq!(op("torch.ops.aten.frobnicate.default"), "-");
         assert_eq!(op("torch.ops.aten.add.Tensor.extra"), "-");
         assert_eq!(op("torch.ops.aten.relu_.default"), "relu in place");

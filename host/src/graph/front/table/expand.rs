@@ -25,6 +25,7 @@ mod einsum;
 mod extra;
 mod fold;
 mod max_pool3d;
+mod moe;
 mod more;
 mod scatter;
 mod sort;
@@ -227,6 +228,12 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
             "cudnn_enabled",
         ],
     ),
+    ("histc", &["self", "bins", "min", "max"]),
+    (
+        "_grouped_mm",
+        &["self", "mat2", "offs", "bias", "out_dtype"],
+    ),
+    ("grouped_mm_fallback", &["input", "weight", "offs"]),
     ("conv_transpose1d", CONV_TRANSPOSE),
     ("conv_transpose2d", CONV_TRANSPOSE),
     ("conv_transpose3d", CONV_TRANSPOSE),
@@ -456,6 +463,9 @@ fn builds_constants(op: &str) -> bool {
             | "scatter"
             | "scatter_add"
             | "index_add"
+            | "histc"
+            | "_grouped_mm"
+            | "grouped_mm_fallback"
     ) || upsample_kind(op).is_some()
 }
 
@@ -583,6 +593,9 @@ pub(super) fn expand(
         }
         None if matches!(op, "scatter" | "scatter_add" | "index_add") => {
             scatter::expand(&mut s, op, &a)?.unwrap_or_default()
+        }
+        None if matches!(op, "histc" | "_grouped_mm" | "grouped_mm_fallback") => {
+            moe::expand(&mut s, op, &a)?.unwrap_or_default()
         }
         None => match extra::expand(&mut s, op, &a)? {
             Some(r) => r,

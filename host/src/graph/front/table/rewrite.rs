@@ -9,7 +9,7 @@
 //! down), `square` (a pow of 2), `swapaxes`/`swapdims` (a transpose), `movedim`/
 //! `moveaxis` (a permute), `narrow` (a slice), `tensor_split` (a split of sizes), `zero` (zeros like its operand), the channel and alpha
 //! dropouts (`dropout`), `convolution` (conv1d/2d/3d by the weight's rank), and ATen's
-//! other spellings of ops of the table (`multiply`, `__and__`, `clip`, `arctan2`, ...).
+//! other spellings of ops of the table (`multiply`, `__and__`, `clip`, `arctan2`, `concat`, ...).
 //!
 //! A rewrite reads the operands' metadata and the arguments only, never an output's.
 
@@ -63,6 +63,8 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
     ("absolute", &["self"]),
     ("clip", &["self", "min", "max"]),
     ("arctan2", &["self", "other"]),
+    ("concat", &["tensors", "dim"]),
+    ("concatenate", &["tensors", "dim"]),
     ("sgn", &["self"]),
     ("narrow", &["self", "dim", "start", "length"]),
     ("tensor_split", &["self", "sections", "dim", "indices"]),
@@ -87,6 +89,7 @@ fn spelling(op: &str) -> Option<&'static str> {
         "negative" => "neg",
         "absolute" => "abs",
         "clip" => "clamp",
+        "concat" | "concatenate" => "cat",
         _ => return None,
     })
 }

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Mixture-of-experts language models through `torch.compile(model, backend="kiln")`, against eager
+and Inductor, at their real layer sizes (fewer layers, random weights, seed 0).
+
+Each model runs a forward pass over one sequence of T tokens (T = 1 is a decoding step's shape
+without a cache; larger T a prefill's). Per model, dtype and T: the largest |Kiln - eager| over
+the largest |eager| of the logits, then the median time of a call (CUDA events, `--rep` calls
+after warm-up) of eager, Inductor (`torch.compile` default mode) and Kiln, all in this process,
+and Kiln's time over Inductor's.
+
+    PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/moe.py \\
+        [--models mixtral,olmoe,qwen3_moe] [--dtypes bf16] [--tokens 1,128] [--out FILE]
+
+Needs a CUDA device, PyTorch and transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def models():
+    """name: a function building the model at its real layer sizes, two layers."""
+    import transformers as T
+
+    def mixtral():  # Mixtral-8x7B's layers
+        return T.MixtralForCausalLM(T.MixtralConfig(
+            vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+            num_key_value_heads=8, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2))
+
+    def olmoe():  # OLMoE-1B-7B's layers
+        return T.OlmoeForCausalLM(T.OlmoeConfig(
+            vocab_size=50304, hidden_size=2048, intermediate_size=1024, num_attention_heads=16,
+            num_key_value_heads=16, num_hidden_layers=2, num_experts=64, num_experts_per_tok=8))
+
+    def qwen3_moe():  # Qwen3-30B-A3B's layers
+        return T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
+            vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+            num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_hidden_layers=2,
+            num_experts=128, num_experts_per_tok=8))
+
+    return {"mixtral": mixtral, "olmoe": olmoe, "qwen3_moe": qwen3_moe}
+
+
+def timed(call, rep: int) -> float:
+    """The median milliseconds of `call()` over `rep` calls, after three."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rep):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def one(name: str, make, dtype: str, tokens: int, rep: int) -> str:
+    from kiln import backend as kiln_backend  # the package's backend, installed or on PYTHONPATH
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = make().eval().to(DTYPES[dtype])
+    ids = torch.randint(3, 1000, (1, tokens), device="cuda")
+    call = lambda m: m(input_ids=ids, use_cache=False).logits  # noqa: E731
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = call(model)
+        start = time.time()
+        kiln = torch.compile(model, backend=kiln_backend)
+        got = call(kiln)
+        first = time.time() - start
+        eager_fallback = [w for w in caught if "Kiln cannot compile" in str(w.message)]
+        error = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+        inductor = torch.compile(model)
+        t_eager = timed(lambda: call(model), rep)
+        t_kiln = timed(lambda: call(kiln), rep)
+        t_ind = timed(lambda: call(inductor), rep)
+    note = " (a graph fell back to eager)" if eager_fallback else ""
+    del model, kiln, inductor
+    torch.cuda.empty_cache()
+    return (f"| {name} | {dtype} | {tokens} | {error:.1e} | {t_eager:.3f} | {t_ind:.3f} | {t_kiln:.3f} | "
+            f"{t_kiln / t_ind:.2f} | {first:.0f} s{note} |")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="mixtral,olmoe,qwen3_moe")
+    p.add_argument("--dtypes", default="bf16")
+    p.add_argument("--tokens", default="1,128")
+    p.add_argument("--rep", type=int, default=20)
+    p.add_argument("--out")
+    a = p.parse_args()
+    lines = [f"# {torch.cuda.get_device_name()}, torch {torch.__version__}",
+             "| model | dtype | tokens | error | eager ms | Inductor ms | Kiln ms | Kiln / Inductor | Kiln's first call |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    print("\n".join(lines), flush=True)
+    built = models()
+    for name in a.models.split(","):
+        for dtype in a.dtypes.split(","):
+            for tokens in map(int, a.tokens.split(",")):
+                try:
+                    line = one(name, built[name], dtype, tokens, a.rep)
+                except Exception as error:  # noqa: BLE001 (a failure is its row of the table)
+                    line = f"| {name} | {dtype} | {tokens} | {type(error).__name__}: {str(error)[:200]} |"
+                print(line, flush=True)
+                lines.append(line)
+                if a.out:
+                    with open(a.out, "w") as f:
+                        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

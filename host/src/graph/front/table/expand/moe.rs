@@ -1,0 +1,352 @@
+//! The ops a mixture-of-experts layer routes its tokens with, as PyTorch defines them:
+//! `histc` (the tokens each expert takes) and `_grouped_mm` (each expert's product over
+//! its rows), with transformers' `grouped_mm_fallback`, the same product by another name.
+//!
+//! A grouped product is written as what it computes, without a loop over groups: each
+//! row (or column, or slice of K) finds its group by counting the offsets at or below
+//! it, and reads that group's matrix through an index. The product is then a sum over K
+//! of elementwise products, which the scheduler computes in one reduction kernel that
+//! reads each row's matrix in place (the gathered `[rows, K, N]` operand is never in
+//! memory). A decoding step's few rows read only the experts they chose.
+
+use super::{ints, invalid, t, Args, Raw, SigError, Steps};
+use crate::graph::ir::FixedMeta;
+use crate::graph::DType;
+
+/// An expansion's outputs, `None` where the op is not one of this module's.
+type Expanded = Result<Option<Vec<String>>, SigError>;
+
+/// The most elements a `histc` compares with its bins (`elements * bins`).
+const MAX_HISTC_COMPARISONS: i64 = 1 << 26;
+
+/// The expansion of `op`, or `None` where this module does not take it.
+pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
+    match op {
+        "histc" => histc(s, args).map(|r| Some(vec![r])),
+        "_grouped_mm" => grouped_mm(s, args, ("self", "mat2")).map(|r| Some(vec![r])),
+        // transformers' stand-in for `_grouped_mm` (its `integrations/moe.py`), registered
+        // as the custom op `transformers::grouped_mm_fallback(input, weight, offs)`: the
+        // same product of a 2-D input by 3-D weights, with rows past the last offset zero.
+        "grouped_mm_fallback" => {
+            let (_, wm) = args.tensor("weight")?;
+            if wm.rank() != 3 {
+                return Err(invalid(format!(
+                    "`weight` must be 3-D (experts, K, N), found {:?}",
+                    wm.shape
+                )));
+            }
+            grouped_mm(s, args, ("input", "weight")).map(|r| Some(vec![r]))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `histc(self, bins, min, max)`: the count of elements in each of `bins` equal bins
+/// between `min` and `max` (the tensor's own least and greatest where both are equal,
+/// widened by one each side where those are equal too), in the input's dtype. An element
+/// goes to bin `trunc((x - min) * bins / (max - min))`, `max` itself to the last; those
+/// outside the range and NaN are not counted.
+fn histc(s: &mut Steps<'_>, args: &Args<'_>) -> Result<String, SigError> {
+    let (x, m) = args.tensor("self")?;
+    let bins = args.int_or("bins", 100)?;
+    if bins <= 0 {
+        return Err(invalid(format!("bins must be positive, found {bins}")));
+    }
+    let (lo, hi) = (args.num("min", 0.0), args.num("max", 0.0));
+    if lo > hi {
+        return Err(invalid(format!("max ({hi}) must be at least min ({lo})")));
+    }
+    if !(lo.is_finite() && hi.is_finite()) {
+        return Err(invalid(format!("the range [{lo}, {hi}] is not finite")));
+    }
+    if m.dtype == DType::Bool {
+        return Err(invalid(
+            "histc of a bool tensor: cast it to a number type".into(),
+        ));
+    }
+    let n: i64 = m.shape.iter().product();
+    if n.saturating_mul(bins) > MAX_HISTC_COMPARISONS {
+        return Err(invalid(format!(
+            "{n} elements into {bins} bins: Kiln compares every element with every bin, at most {MAX_HISTC_COMPARISONS} pairs"
+        )));
+    }
+    // The arithmetic of PyTorch's kernel, in the input's float type (float32 for 16-bit
+    // and integer inputs).
+    let work = if m.dtype == DType::Float64 {
+        DType::Float64
+    } else {
+        DType::Float32
+    };
+    let flat = s.reshape(&x, &[n, 1]);
+    let xf = cast(s, &flat, work);
+    let (lo, hi) = if lo == hi {
+        let least = s.reduce("amin", &xf, None, false);
+        let most = s.reduce("amax", &xf, None, false);
+        let same = s.bin("eq", t(&least), t(&most));
+        let below = s.bin("sub", t(&least), Raw::Float(1.0));
+        let above = s.bin("add", t(&most), Raw::Float(1.0));
+        (
+            t(&pick(s, &same, t(&below), t(&least))),
+            t(&pick(s, &same, t(&above), t(&most))),
+        )
+    } else {
+        (Raw::Float(lo), Raw::Float(hi))
+    };
+    let from = s.bin("sub", t(&xf), lo.clone());
+    let scaled = s.bin("mul", t(&from), Raw::Int(bins));
+    let width = match (&lo, &hi) {
+        (Raw::Float(a), Raw::Float(b)) => Raw::Float(b - a),
+        _ => t(&s.bin("sub", hi.clone(), lo.clone())),
+    };
+    let pos = s.bin("div", t(&scaled), width);
+    let pos = s.un("trunc", &pos);
+    let pos = s.op(
+        "clamp",
+        vec![("self", t(&pos)), ("max", Raw::Float((bins - 1) as f64))],
+    );
+    let bin_ids = s.konst(vec![1, bins], work, (0..bins).map(|b| b as f64).collect());
+    let at = s.bin("eq", t(&pos), t(&bin_ids));
+    let above_lo = s.bin("ge", t(&xf), lo);
+    let below_hi = s.bin("le", t(&xf), hi);
+    let inside = s.bin("bitwise_and", t(&above_lo), t(&below_hi));
+    let hit = s.bin("bitwise_and", t(&at), t(&inside));
+    let counts = s.op(
+        "sum",
+        vec![
+            ("self", t(&hit)),
+            ("dim", ints(&[0])),
+            ("keepdim", Raw::Bool(false)),
+            ("dtype", Raw::Str("int64".into())),
+        ],
+    );
+    Ok(cast(s, &counts, m.dtype))
+}
+
+/// `_grouped_mm(a, b, offs, bias, out_dtype)` on the operands named `names`: a product
+/// per group, in one of PyTorch's four layouts.
+/// - `a` 2-D `[M, K]`, `b` 3-D `[G, K, N]`: rows `offs[g-1]..offs[g]` of `a` times `b[g]`,
+///   `[M, N]` (a mixture of experts' forward product, rows sorted by expert);
+/// - `a` 3-D `[G, M, K]`, `b` 2-D `[K, N]`: columns `offs[g-1]..offs[g]` of `b` times
+///   `a[g]`, `[M, N]`;
+/// - both 2-D, `[M, K]` and `[K, N]`: `K` cut by `offs`, a product per group, `[G, M, N]`;
+/// - both 3-D: `bmm`, without `offs`.
+///
+/// Rows or columns past the last offset are zero (PyTorch leaves them unwritten). The
+/// products of 16-bit operands are summed in float32, as PyTorch's kernels do.
+fn grouped_mm(s: &mut Steps<'_>, args: &Args<'_>, names: (&str, &str)) -> Result<String, SigError> {
+    let (a, am) = args.tensor(names.0)?;
+    let (b, bm) = args.tensor(names.1)?;
+    check_operands(args, &am, &bm)?;
+    let offs = match args.get("offs") {
+        Some(Raw::Str(o)) => Some((o.clone(), args.meta(o)?)),
+        _ => None,
+    };
+    let out = match (am.rank(), bm.rank(), offs) {
+        (3, 3, None) => {
+            let p = s.op("bmm", vec![("self", t(&a)), ("mat2", t(&b))]);
+            return Ok(p);
+        }
+        (3, 3, Some(_)) => {
+            return Err(invalid(
+                "`offs` given for two 3-D operands, which are a batched product without groups"
+                    .into(),
+            ))
+        }
+        (_, _, None) => {
+            return Err(invalid(format!(
+                "`offs` is needed for a {}-D by {}-D grouped product",
+                am.rank(),
+                bm.rank()
+            )))
+        }
+        (2, 3, Some((o, om))) => {
+            let g = check_offs(&om, bm.shape[0], "b's groups")?;
+            rows_by_group(s, &a, &am, &b, &o, g)
+        }
+        (3, 2, Some((o, om))) => {
+            let g = check_offs(&om, am.shape[0], "a's groups")?;
+            columns_by_group(s, &a, &b, &bm, &o, g)
+        }
+        (2, 2, Some((o, om))) => {
+            let g = check_offs(&om, om.shape.first().copied().unwrap_or(0), "")?;
+            k_by_group(s, &a, &am, &b, &bm, &o, g)
+        }
+        (ra, rb, _) => {
+            return Err(invalid(format!(
+                "operands must be 2-D or 3-D, found {ra}-D and {rb}-D"
+            )))
+        }
+    };
+    Ok(cast(s, &out, am.dtype))
+}
+
+/// The dtypes and contraction sizes `_grouped_mm` takes.
+fn check_operands(args: &Args<'_>, am: &FixedMeta, bm: &FixedMeta) -> Result<(), SigError> {
+    let float = |d: DType| matches!(d, DType::Float32 | DType::Float16 | DType::BFloat16);
+    if !float(am.dtype) || am.dtype != bm.dtype {
+        return Err(invalid(format!(
+            "operands of one of float32, float16 and bfloat16, the same for both, found {} and {}",
+            am.dtype, bm.dtype
+        )));
+    }
+    if !matches!(args.get("bias"), None | Some(Raw::None)) {
+        return Err(invalid(
+            "a `bias`, which PyTorch's grouped product does not take: add it after".into(),
+        ));
+    }
+    if let Some(Raw::Str(d)) = args.get("out_dtype") {
+        if DType::parse(d) != Some(am.dtype) {
+            return Err(invalid(format!(
+                "out_dtype {d} for {} operands: the result has the operands' dtype",
+                am.dtype
+            )));
+        }
+    }
+    let ka = am.shape.last().copied();
+    let kb = bm.shape.get(bm.rank().wrapping_sub(2)).copied();
+    if ka != kb || am.rank() < 2 || bm.rank() < 2 {
+        return Err(invalid(format!(
+            "the contraction sizes differ: {:?} by {:?}",
+            am.shape, bm.shape
+        )));
+    }
+    if am.rank() == 3 && bm.rank() == 3 && am.shape[0] != bm.shape[0] {
+        return Err(invalid(format!(
+            "batches of {} and {}",
+            am.shape[0], bm.shape[0]
+        )));
+    }
+    Ok(())
+}
+
+/// The number of groups of a 1-D int32 `offs`, which must be `groups` long where that is
+/// given (`what` non-empty).
+fn check_offs(om: &FixedMeta, groups: i64, what: &str) -> Result<i64, SigError> {
+    if om.rank() != 1 || om.dtype != DType::Int32 {
+        return Err(invalid(format!(
+            "`offs` must be a 1-D int32 tensor, found {}{:?}",
+            om.dtype, om.shape
+        )));
+    }
+    if !what.is_empty() && om.shape[0] != groups {
+        return Err(invalid(format!(
+            "{} offsets for {groups} {what}",
+            om.shape[0]
+        )));
+    }
+    Ok(om.shape[0])
+}
+
+/// For each of `n` positions, its group by `offs` (the offsets at or below it), `[n]`
+/// int64 (`groups` past the last offset), and whether it is before the last offset.
+fn group_of(s: &mut Steps<'_>, offs: &str, n: i64, groups: i64) -> (String, String) {
+    let at = s.konst(vec![n, 1], DType::Int64, (0..n).map(|i| i as f64).collect());
+    let ends = s.op(
+        "_to_copy",
+        vec![("self", t(offs)), ("dtype", Raw::Str("int64".into()))],
+    );
+    let ends = s.reshape(&ends, &[1, groups]);
+    let passed = s.bin("le", t(&ends), t(&at));
+    let group = s.op(
+        "sum",
+        vec![
+            ("self", t(&passed)),
+            ("dim", ints(&[1])),
+            ("keepdim", Raw::Bool(false)),
+            ("dtype", Raw::Str("int64".into())),
+        ],
+    );
+    let kept = s.bin("lt", t(&group), Raw::Int(groups));
+    let group = s.op(
+        "clamp",
+        vec![("self", t(&group)), ("max", Raw::Int(groups - 1))],
+    );
+    (group, kept)
+}
+
+/// `[M, K]` rows by `[G, K, N]`: row m times `b[group(m)]`.
+fn rows_by_group(s: &mut Steps<'_>, a: &str, am: &FixedMeta, b: &str, o: &str, g: i64) -> String {
+    let m = am.shape[0];
+    let (group, kept) = group_of(s, o, m, g);
+    let picked = s.op(
+        "index",
+        vec![("self", t(b)), ("indices", Raw::List(vec![t(&group)]))],
+    ); // [M, K, N]
+    let rows = s.op("unsqueeze", vec![("self", t(a)), ("dim", Raw::Int(2))]); // [M, K, 1]
+    let sum = sum_of_products(s, &rows, &picked, 1); // [M, N]
+    let kept = s.reshape(&kept, &[m, 1]);
+    pick(s, &kept, t(&sum), Raw::Float(0.0))
+}
+
+/// `[G, M, K]` by `[K, N]` columns: column n times `a[group(n)]`.
+fn columns_by_group(
+    s: &mut Steps<'_>,
+    a: &str,
+    b: &str,
+    bm: &FixedMeta,
+    o: &str,
+    g: i64,
+) -> String {
+    let n = bm.shape[1];
+    let (group, kept) = group_of(s, o, n, g);
+    let picked = s.op(
+        "index",
+        vec![("self", t(a)), ("indices", Raw::List(vec![t(&group)]))],
+    ); // [N, M, K]
+    let cols = s.permute(b, &[1, 0]); // [N, K]
+    let cols = s.op("unsqueeze", vec![("self", t(&cols)), ("dim", Raw::Int(1))]); // [N, 1, K]
+    let sum = sum_of_products(s, &picked, &cols, 2); // [N, M]
+    let kept = s.reshape(&kept, &[n, 1]);
+    let sum = pick(s, &kept, t(&sum), Raw::Float(0.0));
+    s.permute(&sum, &[1, 0])
+}
+
+/// `[M, K]` by `[K, N]` with K cut into groups: `[G, M, N]`, group g summing over its
+/// slice of K only (zero for an empty one).
+fn k_by_group(
+    s: &mut Steps<'_>,
+    a: &str,
+    am: &FixedMeta,
+    b: &str,
+    bm: &FixedMeta,
+    o: &str,
+    g: i64,
+) -> String {
+    let k = am.shape[1];
+    let (group, kept) = group_of(s, o, k, g);
+    let ids = s.konst(vec![g, 1], DType::Int64, (0..g).map(|i| i as f64).collect());
+    let mine = s.bin("eq", t(&group), t(&ids)); // [G, K]
+    let mine = s.bin("bitwise_and", t(&mine), t(&kept));
+    let mine = s.op("unsqueeze", vec![("self", t(&mine)), ("dim", Raw::Int(1))]); // [G, 1, K]
+    let masked = pick(s, &mine, t(a), Raw::Float(0.0)); // [G, M, K]
+    let masked = cast(s, &masked, am.dtype);
+    let full = s.op(
+        "expand",
+        vec![("self", t(b)), ("size", ints(&[g, k, bm.shape[1]]))],
+    );
+    s.op("bmm", vec![("self", t(&masked)), ("mat2", t(&full))])
+}
+
+/// `sum(x * y, dim)` with 16-bit operands multiplied and summed in float32.
+fn sum_of_products(s: &mut Steps<'_>, x: &str, y: &str, dim: i64) -> String {
+    let xf = cast(s, x, DType::Float32);
+    let yf = cast(s, y, DType::Float32);
+    let p = s.bin("mul", t(&xf), t(&yf));
+    s.reduce("sum", &p, Some(&[dim]), false)
+}
+
+/// `x` as `dtype`.
+fn cast(s: &mut Steps<'_>, x: &str, dtype: DType) -> String {
+    s.op(
+        "_to_copy",
+        vec![("self", t(x)), ("dtype", Raw::Str(dtype.name().into()))],
+    )
+}
+
+/// `a` where `c`, else `b`.
+fn pick(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
+    s.op(
+        "where",
+        vec![("condition", t(c)), ("self", a), ("other", b)],
+    )
+}

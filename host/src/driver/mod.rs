@@ -420,6 +420,7 @@ pub fn compile_for(
     // gets its decomposition.
     let pass_options = crate::passes::Options {
         fused_attention: target.spec.scheduling == SchedulingKind::Triton,
+        grouped_mm_kernel: target.spec.scheduling == SchedulingKind::Triton,
         split_reductions_for: crate::passes::split::Device {
             units: target.parallel_units,
             program_warps: target.reduction_program_warps,

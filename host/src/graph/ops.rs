@@ -698,6 +698,12 @@ pub enum Op {
         /// the dim the slices are taken along
         dim: i64,
     },
+    /// `_grouped_mm(a, offs)` of a 2-D `a` `[M, K]` by a 3-D `b` `[G, K, N]`, operands
+    /// `[a, b, offs]` (a mixture of experts' product, its rows sorted by expert): rows
+    /// `offs[g-1]..offs[g]` of `a` times `b[g]`, rows past the last offset zero; `[M, N]`
+    /// in `a`'s dtype, 16-bit products summed in float32. The op table spells out
+    /// `_grouped_mm`'s other layouts.
+    GroupedMm,
     /// `cumsum(self, dim, dtype)`
     Cumsum {
         /// the dim
@@ -1012,6 +1018,7 @@ impl Op {
             Op::Index { .. } => "index",
             Op::Gather { .. } => "gather",
             Op::IndexCopy { .. } => "index_copy",
+            Op::GroupedMm => "_grouped_mm",
             Op::Cumsum { .. } => "cumsum",
             Op::Diff { .. } => "diff",
             Op::Attention { .. } => "scaled_dot_product_attention",

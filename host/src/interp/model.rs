@@ -90,6 +90,7 @@ pub(crate) fn eval(
         } => index(indexed, *nonnegative, args, out).map(|t| vec![t]),
         Op::Gather { dim } => gather(*dim, args, out).map(|t| vec![t]),
         Op::IndexCopy { dim } => index_copy(*dim, args, out).map(|t| vec![t]),
+        Op::GroupedMm => grouped_mm(args, out).map(|t| vec![t]),
         Op::Cumsum { dim, .. } => cumsum(*dim, args, out).map(|t| vec![t]),
         Op::Diff {
             n,
@@ -293,6 +294,29 @@ fn index_copy(dim: i64, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError
         for o in 0..outer {
             let (dst, from) = ((o * n + to) * inner, (o * k + j) * inner);
             vals[dst..dst + inner].copy_from_slice(&sv[from..from + inner]);
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+/// `_grouped_mm(a, b, offs)`: row m of `a` `[M, K]` times `b[g]` of `[G, K, N]`, g the
+/// number of offsets at or below m; rows past the last offset zero.
+fn grouped_mm(args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError> {
+    let (a, b, offs) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
+    let (av, bv, ov) = (elements(a)?, elements(b)?, elements(offs)?);
+    let (m, k) = (a.shape[0] as usize, a.shape[1] as usize);
+    let (g, n) = (b.shape[0] as usize, b.shape[2] as usize);
+    let mut vals = vec![0.0; m * n];
+    for (row, out_row) in vals.chunks_mut(n.max(1)).enumerate().take(m) {
+        let group = ov.iter().filter(|&&o| o <= row as f64).count();
+        if group >= g {
+            continue;
+        }
+        for (kk, &x) in av[row * k..(row + 1) * k].iter().enumerate() {
+            let w = &bv[(group * k + kk) * n..(group * k + kk + 1) * n];
+            for (o, &wv) in out_row.iter_mut().zip(w) {
+                *o += x * wv;
+            }
         }
     }
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))

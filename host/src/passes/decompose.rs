@@ -9,6 +9,8 @@ mod layout;
 mod model;
 mod norm;
 
+pub use model::GROUPED_MM_KERNEL_ROWS;
+
 use super::{emit, replace_node, Error, Stats};
 use crate::graph::{
     Arg, BinaryOp, DType, FixedMeta, GeluApprox, Graph, NodeId, Op, ReduceOp, Scalar, UnaryOp,
@@ -141,6 +143,9 @@ pub fn run_with(g: &mut Graph, options: &super::Options) -> Result<Stats, Error>
         if options.fused_attention && model::fusable_attention(g, id) {
             continue;
         }
+        if options.grouped_mm_kernel && model::grouped_mm_kept(g, id) {
+            continue;
+        }
         if options.convs_in_2d && model::conv3d_as_2d(g, id)? {
             changed += 1;
             continue;
@@ -269,6 +274,7 @@ fn decompose(g: &mut Graph, id: NodeId) -> Result<bool, Error> {
             ..
         } => one(any_all(&mut b, x, op, dims, keepdim)),
         Op::Cumsum { dim, .. } => one(model::cumsum(&mut b, x, dim, &s.out)),
+        Op::GroupedMm => one(model::grouped_mm(&mut b, &s.args, &s.out)),
         Op::Diff {
             n,
             dim,

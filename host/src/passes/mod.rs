@@ -96,6 +96,11 @@ pub struct Options {
     /// a Triton target takes it ([`decompose::run_with`]); the default
     /// decomposes it into matrix products and a softmax.
     pub fused_attention: bool,
+    /// `_grouped_mm` ([`crate::graph::Op::GroupedMm`]) of at least
+    /// [`decompose::GROUPED_MM_KERNEL_ROWS`] rows and static sizes stays one node, for a
+    /// target with Kiln's grouped product kernel (Triton); the default, and fewer
+    /// rows, spell it out as a reduction over K that reads each row's group's matrix.
+    pub grouped_mm_kernel: bool,
     /// Reductions of many elements into few results are split in two for
     /// this device ([`split::run`]); one of no units splits none.
     pub split_reductions_for: split::Device,

@@ -496,6 +496,10 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         storage[e.out] = laid_out(values, &out.shape_hint(), &out.strides_hint())?;
         return Ok(());
     }
+    if let ExternOp::GroupedMm = &e.op {
+        storage[e.out] = interpreted(p, e, storage, &crate::graph::Op::GroupedMm)?;
+        return Ok(());
+    }
     if let ExternOp::IndexCopy { dim, .. } = &e.op {
         let op = crate::graph::Op::IndexCopy { dim: *dim as i64 };
         storage[e.out] = interpreted(p, e, storage, &op)?;
@@ -559,7 +563,10 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
     let shape_ok = match e.op {
         ExternOp::Mm | ExternOp::Addmm => a.shape.len() == 2 && b.shape.len() == 2,
         ExternOp::Bmm => a.shape.len() == 3 && b.shape.len() == 3,
-        ExternOp::Conv { .. } | ExternOp::Attention { .. } | ExternOp::IndexCopy { .. } => false,
+        ExternOp::Conv { .. }
+        | ExternOp::Attention { .. }
+        | ExternOp::IndexCopy { .. }
+        | ExternOp::GroupedMm => false,
     };
     if !shape_ok {
         return Err(Error(format!(

@@ -770,6 +770,11 @@ pub enum ExternOp {
         /// slices written.
         in_place: bool,
     },
+    /// `_grouped_mm(a, b, offs)` on operands `[a, b, offs]`: `a` `[M, K]`, `b` `[G, K, N]`,
+    /// `offs` `[G]` int32; row m of the `[M, N]` result is `a[m]` times `b[g]`, g the
+    /// number of offsets at or below m, and zero past the last offset. Kiln's own
+    /// kernel on a Triton device.
+    GroupedMm,
 }
 
 impl ExternOp {
@@ -782,6 +787,7 @@ impl ExternOp {
             ExternOp::Conv { .. } => "convolution",
             ExternOp::Attention { .. } => "scaled_dot_product_attention",
             ExternOp::IndexCopy { .. } => "index_copy",
+            ExternOp::GroupedMm => "_grouped_mm",
         }
     }
 }

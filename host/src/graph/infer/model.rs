@@ -288,6 +288,27 @@ pub(super) fn index_copy(dim: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, I
     one(t.shape.clone(), t.dtype)
 }
 
+/// `_grouped_mm(a, b, offs)`: `a` `[M, K]`, `b` `[G, K, N]` of `a`'s float dtype, `offs`
+/// `[G]` int32; `[M, N]`.
+pub(super) fn grouped_mm(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
+    count(args, 3)?;
+    let (a, b, offs) = (tensor(args, 0)?, tensor(args, 1)?, tensor(args, 2)?);
+    let float = matches!(a.dtype, DType::Float32 | DType::Float16 | DType::BFloat16);
+    if a.rank() != 2 || b.rank() != 3 || a.shape[1] != b.shape[1] || !float || b.dtype != a.dtype {
+        return invalid(format!(
+            "a 2-D [M, K] by a 3-D [G, K, N] of one of float32, float16 and bfloat16, found {}{:?} and {}{:?}",
+            a.dtype, a.shape, b.dtype, b.shape
+        ));
+    }
+    if offs.rank() != 1 || offs.dtype != DType::Int32 || offs.shape[0] != b.shape[0] {
+        return invalid(format!(
+            "`offs` must be int32 [{}] (one offset per group), found {}{:?}",
+            b.shape[0], offs.dtype, offs.shape
+        ));
+    }
+    one(vec![a.shape[0], b.shape[2]], a.dtype)
+}
+
 pub(super) fn cumsum(
     dim: i64,
     dtype: Option<DType>,

@@ -280,6 +280,10 @@ fn output_shapes(
             one(reduced(&first.shape, dims.as_deref(), *keepdim))
         }
         Op::Mm => one(product(&first.shape, &tensors.get(1)?.shape)),
+        Op::GroupedMm => {
+            let (a, b) = (&first.shape, &tensors.get(1)?.shape);
+            (a.len() == 2 && b.len() == 3).then(|| Ok(vec![vec![a[0].clone(), b[2].clone()]]))
+        }
         Op::Bmm => one(batched_product(&first.shape, &tensors.get(1)?.shape)),
         Op::Matmul => one(matmul(&first.shape, &tensors.get(1)?.shape)),
         Op::Addmm { .. } => {

@@ -16,6 +16,7 @@ impl Op {
             | Op::Linear { .. }
             | Op::Addmm { .. }
             | Op::Matmul
+            | Op::GroupedMm
             | Op::Cumsum { .. }
             | Op::Diff { .. }
             | Op::Attention { .. }
@@ -143,7 +144,8 @@ impl Op {
             | Op::TypeAs
             | Op::Repeat { .. }
             | Op::AsStrided { .. }
-            | Op::IndexCopy { .. } => false,
+            | Op::IndexCopy { .. }
+            | Op::GroupedMm => false,
         }
     }
 }

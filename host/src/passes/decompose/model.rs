@@ -130,6 +130,126 @@ impl B<'_> {
     }
 }
 
+/// The fewest rows of a `_grouped_mm` that Kiln's kernel takes: one tile of `tl.dot`
+/// rows. Fewer (a decoding step's tokens times their experts) are a reduction over K
+/// per row ([`grouped_mm`]), which reads only the experts those rows chose.
+pub const GROUPED_MM_KERNEL_ROWS: i64 = 16;
+
+/// Whether node `id` is a `_grouped_mm` that stays whole for a target with the kernel:
+/// of static sizes, and at least [`GROUPED_MM_KERNEL_ROWS`] rows.
+pub fn grouped_mm_kept(g: &Graph, id: NodeId) -> bool {
+    let Some(node) = g.node(id) else {
+        return false;
+    };
+    if !matches!(node.op, Op::GroupedMm) {
+        return false;
+    }
+    let fixed = |a: &Arg| a.value().and_then(|v| g.fixed_meta(v));
+    let operands: Option<Vec<FixedMeta>> = node.args.iter().map(fixed).collect();
+    operands.is_some_and(|ms| {
+        ms.first()
+            .is_some_and(|a| a.shape[0] >= GROUPED_MM_KERNEL_ROWS)
+    })
+}
+
+/// `_grouped_mm(a, b, offs)` (`a` `[M, K]`, `b` `[G, K, N]`): row m's group g is the
+/// number of offsets at or below m, and its result the sum over K of `a[m, k] *
+/// b[g, k, n]` in float32, which the scheduler computes in one reduction kernel reading
+/// `b[g]` through the index in place; rows past the last offset are zero.
+pub(super) fn grouped_mm(b: &mut B, args: &[Arg], out: &FixedMeta) -> Result<ValueId, Error> {
+    let operand = |i: usize| -> Result<ValueId, Error> {
+        args.get(i)
+            .and_then(Arg::value)
+            .ok_or_else(|| Error::Unsupported {
+                node: String::new(),
+                what: format!("_grouped_mm without operand {i}"),
+            })
+    };
+    let (a, w, offs) = (operand(0)?, operand(1)?, operand(2)?);
+    let (m, groups) = (b.dim(a, 0)?, b.dim(w, 0)?);
+    let at = b.constant(vec![m, 1], DType::Int64, (0..m).map(|i| i as f64).collect());
+    let ends = b.op(
+        Op::Cast {
+            dtype: DType::Int64,
+        },
+        vec![Arg::Value(offs)],
+    )?;
+    let ends = b.reshape(ends, vec![1, groups])?;
+    let passed = b.op(
+        Op::Binary {
+            op: BinaryOp::Le,
+            alpha: None,
+        },
+        vec![Arg::Value(ends), Arg::Value(at)],
+    )?;
+    let group = b.op(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: Some(vec![1]),
+            keepdim: false,
+            dtype: Some(DType::Int64),
+        },
+        vec![Arg::Value(passed)],
+    )?;
+    let kept = b.op(
+        Op::Binary {
+            op: BinaryOp::Lt,
+            alpha: None,
+        },
+        vec![Arg::Value(group), Arg::Scalar(Scalar::Int(groups))],
+    )?;
+    let group = b.op(
+        Op::Clamp {
+            min: None,
+            max: Some(Scalar::Int(groups - 1)),
+        },
+        vec![Arg::Value(group)],
+    )?;
+    let picked = b.op(
+        Op::Index {
+            indexed: vec![true],
+            nonnegative: false,
+        },
+        vec![Arg::Value(w), Arg::Value(group)],
+    )?; // [M, K, N]
+    let rows = b.op(Op::Unsqueeze { dim: 2 }, vec![Arg::Value(a)])?; // [M, K, 1]
+    let f32 = |b: &mut B, v| {
+        b.op(
+            Op::Cast {
+                dtype: DType::Float32,
+            },
+            vec![Arg::Value(v)],
+        )
+    };
+    let (rows, picked) = (f32(b, rows)?, f32(b, picked)?);
+    let products = b.op(
+        Op::Binary {
+            op: BinaryOp::Mul,
+            alpha: None,
+        },
+        vec![Arg::Value(rows), Arg::Value(picked)],
+    )?;
+    let sum = b.op(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: Some(vec![1]),
+            keepdim: false,
+            dtype: None,
+        },
+        vec![Arg::Value(products)],
+    )?;
+    let kept = b.reshape(kept, vec![m, 1])?;
+    let y = b.op(
+        Op::Where,
+        vec![
+            Arg::Value(kept),
+            Arg::Value(sum),
+            Arg::Scalar(Scalar::Float(0.0)),
+        ],
+    )?;
+    b.op(Op::Cast { dtype: out.dtype }, vec![Arg::Value(y)])
+}
+
 /// `cumsum(x, dim)`: `y[.., i, ..] = sum_j x[.., j, ..] * (j <= i)`, a reduction over a
 /// broadcast of `x` against a constant lower-triangular mask. Exact for integers (the
 /// sum is in int64); for floats it adds in another order than a sequential scan.

@@ -403,6 +403,7 @@ fn lower_node(
         }
         Op::Arange { .. } => lower_arange(graph, low, id),
         Op::IndexCopy { dim } => lower_index_copy(graph, low, id, *dim),
+        Op::GroupedMm => lower_grouped_mm(graph, low, id),
         _ if low.bias_epilogue && epilogue::fold_bias(graph, low, id)? => Ok(()),
         op if op.reads_inline() => lower_inline(graph, low, outputs, id),
         other => Err(Error::Unsupported {
@@ -637,6 +638,22 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
 /// place, where it may ([`scatter_target`]); else an extern call on views of `self`,
 /// the index and the source (the scheduler decides after planning memory whether it
 /// writes `self` in place).
+/// `_grouped_mm(a, b, offs)` kept whole (`passes::Options::grouped_mm_kernel`): an
+/// extern call on the operands as they lie (Kiln's kernel takes any strides).
+fn lower_grouped_mm(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
+    let mut args = vec![];
+    for i in 0..3 {
+        let value = first_value(graph, id, i)?;
+        args.push(low.realize_view(graph, value)?);
+    }
+    let kind = SKind::Extern {
+        op: ExternOp::GroupedMm,
+        args,
+    };
+    low.add_snode(graph, ValueId::first(id), kind, "_grouped_mm")?;
+    Ok(())
+}
+
 fn lower_index_copy(graph: &Graph, low: &mut Lowered, id: NodeId, dim: i64) -> Result<(), Error> {
     let rank = meta_of(graph, ValueId::first(id))?.rank();
     let dim = crate::graph::shape::wrap_dim(dim, rank).map_err(|e| Error::Unsupported {

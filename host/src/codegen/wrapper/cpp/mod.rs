@@ -736,6 +736,13 @@ fn extern_call(
             ))
         }
         ExternOp::IndexCopy { dim, .. } => return index_copy_call(out, p, e, *dim, name),
+        ExternOp::GroupedMm => {
+            return Err(Error::Unsupported(
+                "a grouped product call: the C++ wrapper takes `_grouped_mm` decomposed \
+                 (the pass pipeline decomposes it for C++ targets)"
+                    .into(),
+            ))
+        }
     };
     let [a, b] = e.args.as_slice() else {
         return Err(Error::Unsupported(

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::{py_bool, torch_dtype, tuple, DeviceStrings};
-use crate::codegen::triton::attention::AttentionLaunch;
+use crate::codegen::triton::attention::{AttentionLaunch, TemplateLaunch};
 use crate::codegen::triton::expr::float_text;
 use crate::codegen::triton::{KernelInfo, Launch};
 use crate::graph::sym::Syntax;
@@ -25,6 +25,8 @@ pub(super) struct CallWriter<'a> {
     pub kernels: &'a HashMap<usize, &'a KernelInfo>,
     /// The fused attention launch of each attention step.
     pub attention: &'a HashMap<usize, AttentionLaunch>,
+    /// The launch of each `_grouped_mm` step (Kiln's kernel).
+    pub grouped: &'a HashMap<usize, TemplateLaunch>,
     /// Each attention step's signature, an index into [`AttentionSignatures::rows`].
     pub signatures: &'a HashMap<usize, usize>,
     /// Each float32 product-with-bias step's signature ([`bias_signatures`]).
@@ -95,12 +97,18 @@ pub(super) fn aligned_inputs(
     p: &Program,
     kernels: &[KernelInfo],
     attention: &HashMap<usize, AttentionLaunch>,
+    templates: &HashMap<usize, TemplateLaunch>,
 ) -> Vec<usize> {
     let read: HashSet<BufferId> = kernels
         .iter()
         .flat_map(|k| k.args.iter().copied())
         .chain(
             attention
+                .values()
+                .flat_map(|l| l.pointers.iter().map(|v| v.buf)),
+        )
+        .chain(
+            templates
                 .values()
                 .flat_map(|l| l.pointers.iter().map(|v| v.buf)),
         )
@@ -551,9 +559,10 @@ impl CallWriter<'_> {
                     self.launch(out, info)?;
                 }
             }
-            Step::Extern(e) => match self.attention.get(&i) {
-                Some(launch) => self.attention_step(out, i, e, launch)?,
-                None => self.extern_call(out, i, e)?,
+            Step::Extern(e) => match (self.attention.get(&i), self.grouped.get(&i)) {
+                (Some(launch), _) => self.attention_step(out, i, e, launch)?,
+                (None, Some(launch)) => self.template_launch(out, launch)?,
+                (None, None) => self.extern_call(out, i, e)?,
             },
         }
         let mut dead: Vec<&str> = memory.frees[i]
@@ -734,6 +743,21 @@ impl CallWriter<'_> {
             self.name(e.out),
             self.signatures.get(&i).copied().unwrap_or(0),
             operands.join(", ")
+        )
+    }
+
+    /// A launch of one of Kiln's template kernels into the step's buffer: its pointers,
+    /// scalars and constants.
+    fn template_launch(&self, out: &mut String, l: &TemplateLaunch) -> std::fmt::Result {
+        let mut args: Vec<String> = l.pointers.iter().map(|v| self.pointer(v)).collect();
+        args.extend(l.scalars.iter().map(i64::to_string));
+        args.extend(l.constants.iter().map(|(_, v)| v.to_string()));
+        writeln!(
+            out,
+            "        KERNELS.{}[{}]({}, stream=stream0)",
+            l.kernel,
+            grid_text_of(&l.grid),
+            args.join(", ")
         )
     }
 

@@ -226,7 +226,12 @@ pub fn write(
     writeln!(out)?;
     writeln!(out)?;
     out.push_str(RUNTIME_LOADER);
-    let aligned = call::aligned_inputs(p, &kernels.info, &kernels.attention.launches);
+    let aligned = call::aligned_inputs(
+        p,
+        &kernels.info,
+        &kernels.attention.launches,
+        &kernels.grouped,
+    );
     let convs = p
         .steps
         .iter()
@@ -258,6 +263,7 @@ pub fn write(
         names: &names,
         kernels: &by_step,
         attention: &kernels.attention.launches,
+        grouped: &kernels.grouped,
         signatures: &signatures.of_step,
         biases: &biases.of_step,
         strings,

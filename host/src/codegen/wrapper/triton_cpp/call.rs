@@ -75,7 +75,9 @@ impl Writer<'_> {
                     } else if let Some(l) = self.plan.kernels.index_copies.get(&i) {
                         self.index_copy(e, l)?;
                         launches += 1;
-                    } else if let Some(l) = self.plan.kernels.convs.get(&i) {
+                    } else if let Some(l) = (self.plan.kernels.convs.get(&i))
+                        .or_else(|| self.plan.kernels.grouped.get(&i))
+                    {
                         let pointers = l
                             .pointers
                             .iter()

@@ -115,6 +115,14 @@ pub fn check(
                         )));
                     }
                 }
+                ExternOp::GroupedMm => {
+                    if !kernels.grouped.contains_key(&i) {
+                        return Err(Error::Unsupported(
+                            "a `_grouped_mm` step without Kiln's kernel (its sizes are not static)"
+                                .into(),
+                        ));
+                    }
+                }
                 ExternOp::Attention { .. } => {
                     if !kernels.attention.launches.contains_key(&i) {
                         return Err(Error::Unsupported(

@@ -469,7 +469,8 @@ pub fn plan(
         })
         .collect();
     // The locals of a launch's block: `p0`, `s0`, ... (pointers and scalars of an
-    // attention, index_copy or convolution launch, the size arguments of a kernel).
+    // attention, index_copy, convolution or grouped product launch, the size arguments
+    // of a kernel).
     let locals = kernels
         .attention
         .launches
@@ -481,6 +482,7 @@ pub fn plan(
                 .index_copies
                 .values()
                 .chain(kernels.convs.values())
+                .chain(kernels.grouped.values())
                 .map(|l| l.pointers.len().max(l.scalars.len())),
         )
         .max()

@@ -229,10 +229,6 @@ pub(super) const ENTRIES: &[(&str, &[&str])] = &[
         ],
     ),
     ("histc", &["self", "bins", "min", "max"]),
-    (
-        "_grouped_mm",
-        &["self", "mat2", "offs", "bias", "out_dtype"],
-    ),
     ("grouped_mm_fallback", &["input", "weight", "offs"]),
     ("conv_transpose1d", CONV_TRANSPOSE),
     ("conv_transpose2d", CONV_TRANSPOSE),
@@ -545,6 +541,7 @@ pub(super) fn expand(
                 | "conv3d"
                 | "index_copy"
                 | "cat"
+                | "_grouped_mm"
         )
     {
         return Ok(None);
@@ -594,8 +591,12 @@ pub(super) fn expand(
         None if matches!(op, "scatter" | "scatter_add" | "index_add") => {
             scatter::expand(&mut s, op, &a)?.unwrap_or_default()
         }
+        // `_grouped_mm` of a 2-D by a 3-D operand binds as Kiln's op.
         None if matches!(op, "histc" | "_grouped_mm" | "grouped_mm_fallback") => {
-            moe::expand(&mut s, op, &a)?.unwrap_or_default()
+            match moe::expand(&mut s, op, &a)? {
+                Some(r) => r,
+                None => return Ok(None),
+            }
         }
         None => match extra::expand(&mut s, op, &a)? {
             Some(r) => r,

@@ -176,10 +176,10 @@ pub fn lower(call: &Call<'_>, metas: Metas<'_>) -> Result<Lowered, SigError> {
     } else {
         call.kwargs
     };
-    // `convolution`, `conv1d/2d/3d`, `max`/`min`, `clamp`, `index_copy` and `cat` are
-    // bindings that a rewrite or an expansion refines (by the weight's rank; with a
-    // padding named by a string; over a dim; with a tensor bound; of a 0-d tensor;
-    // without PyTorch's legacy empty operands).
+    // `convolution`, `conv1d/2d/3d`, `max`/`min`, `clamp`, `index_copy`, `cat` and
+    // `_grouped_mm` are bindings that a rewrite or an expansion refines (by the weight's
+    // rank; with a padding named by a string; over a dim; with a tensor bound; of a 0-d
+    // tensor; without PyTorch's legacy empty operands; in a layout other than 2-D by 3-D).
     if entry.how == How::Bind
         && !matches!(
             call.op,
@@ -192,6 +192,7 @@ pub fn lower(call: &Call<'_>, metas: Metas<'_>) -> Result<Lowered, SigError> {
                 | "clamp"
                 | "index_copy"
                 | "cat"
+                | "_grouped_mm"
         )
     {
         let (op, operands) = bind::bind(call.op, call.args, kwargs)?;

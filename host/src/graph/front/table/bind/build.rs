@@ -220,6 +220,7 @@ fn indexing(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
         "gather" => Op::Gather {
             dim: b.int_or("dim", 0)?,
         },
+        "_grouped_mm" => Op::GroupedMm,
         "index_copy" => Op::IndexCopy {
             dim: b.int_or("dim", 0)?,
         },

@@ -499,6 +499,18 @@ pub(super) const SIGNATURES: &[(&str, Sig)] = {
             ],
         ),
         (
+            "_grouped_mm",
+            // `bias` and `out_dtype`, which the table's expansion checks (none, and the
+            // operands' dtype), bind to nothing.
+            &[
+                ("self", T, true),
+                ("mat2", T, true),
+                ("offs", T, true),
+                ("bias", Ot, false),
+                ("out_dtype", D, false),
+            ],
+        ),
+        (
             "index_copy",
             &[
                 ("self", T, true),

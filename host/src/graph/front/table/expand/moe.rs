@@ -23,7 +23,7 @@ const MAX_HISTC_COMPARISONS: i64 = 1 << 26;
 pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     match op {
         "histc" => histc(s, args).map(|r| Some(vec![r])),
-        "_grouped_mm" => grouped_mm(s, args, ("self", "mat2")).map(|r| Some(vec![r])),
+        "_grouped_mm" => Ok(grouped_mm(s, args, ("self", "mat2"))?.map(|r| vec![r])),
         // transformers' stand-in for `_grouped_mm` (its `integrations/moe.py`), registered
         // as the custom op `transformers::grouped_mm_fallback(input, weight, offs)`: the
         // same product of a 2-D input by 3-D weights, with rows past the last offset zero.
@@ -35,7 +35,7 @@ pub(super) fn expand(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
                     wm.shape
                 )));
             }
-            grouped_mm(s, args, ("input", "weight")).map(|r| Some(vec![r]))
+            Ok(grouped_mm(s, args, ("input", "weight"))?.map(|r| vec![r]))
         }
         _ => Ok(None),
     }
@@ -133,7 +133,11 @@ fn histc(s: &mut Steps<'_>, args: &Args<'_>) -> Result<String, SigError> {
 ///
 /// Rows or columns past the last offset are zero (PyTorch leaves them unwritten). The
 /// products of 16-bit operands are summed in float32, as PyTorch's kernels do.
-fn grouped_mm(s: &mut Steps<'_>, args: &Args<'_>, names: (&str, &str)) -> Result<String, SigError> {
+fn grouped_mm(
+    s: &mut Steps<'_>,
+    args: &Args<'_>,
+    names: (&str, &str),
+) -> Result<Option<String>, SigError> {
     let (a, am) = args.tensor(names.0)?;
     let (b, bm) = args.tensor(names.1)?;
     check_operands(args, &am, &bm)?;
@@ -143,8 +147,7 @@ fn grouped_mm(s: &mut Steps<'_>, args: &Args<'_>, names: (&str, &str)) -> Result
     };
     let out = match (am.rank(), bm.rank(), offs) {
         (3, 3, None) => {
-            let p = s.op("bmm", vec![("self", t(&a)), ("mat2", t(&b))]);
-            return Ok(p);
+            return Ok(Some(s.op("bmm", vec![("self", t(&a)), ("mat2", t(&b))])));
         }
         (3, 3, Some(_)) => {
             return Err(invalid(
@@ -160,8 +163,13 @@ fn grouped_mm(s: &mut Steps<'_>, args: &Args<'_>, names: (&str, &str)) -> Result
             )))
         }
         (2, 3, Some((o, om))) => {
-            let g = check_offs(&om, bm.shape[0], "b's groups")?;
-            rows_by_group(s, &a, &am, &b, &o, g)
+            check_offs(&om, bm.shape[0], "b's groups")?;
+            // Kiln's op (`Op::GroupedMm`): bound as it is, or the step that binds it.
+            if names.0 == "self" {
+                return Ok(None);
+            }
+            let attrs = vec![("self", t(&a)), ("mat2", t(&b)), ("offs", t(&o))];
+            return Ok(Some(s.op("_grouped_mm", attrs)));
         }
         (3, 2, Some((o, om))) => {
             let g = check_offs(&om, am.shape[0], "a's groups")?;
@@ -177,7 +185,7 @@ fn grouped_mm(s: &mut Steps<'_>, args: &Args<'_>, names: (&str, &str)) -> Result
             )))
         }
     };
-    Ok(cast(s, &out, am.dtype))
+    Ok(Some(cast(s, &out, am.dtype)))
 }
 
 /// The dtypes and contraction sizes `_grouped_mm` takes.
@@ -262,20 +270,6 @@ fn group_of(s: &mut Steps<'_>, offs: &str, n: i64, groups: i64) -> (String, Stri
         vec![("self", t(&group)), ("max", Raw::Int(groups - 1))],
     );
     (group, kept)
-}
-
-/// `[M, K]` rows by `[G, K, N]`: row m times `b[group(m)]`.
-fn rows_by_group(s: &mut Steps<'_>, a: &str, am: &FixedMeta, b: &str, o: &str, g: i64) -> String {
-    let m = am.shape[0];
-    let (group, kept) = group_of(s, o, m, g);
-    let picked = s.op(
-        "index",
-        vec![("self", t(b)), ("indices", Raw::List(vec![t(&group)]))],
-    ); // [M, K, N]
-    let rows = s.op("unsqueeze", vec![("self", t(a)), ("dim", Raw::Int(2))]); // [M, K, 1]
-    let sum = sum_of_products(s, &rows, &picked, 1); // [M, N]
-    let kept = s.reshape(&kept, &[m, 1]);
-    pick(s, &kept, t(&sum), Raw::Float(0.0))
 }
 
 /// `[G, M, K]` by `[K, N]` columns: column n times `a[group(n)]`.

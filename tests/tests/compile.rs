@@ -2108,3 +2108,46 @@ fn kernels_wait_for_the_kernel_before_them_after_their_loads_of_constants() {
         }
     }
 }
+
+/// A mixture of experts' grouped product of a static number of rows (20) is one launch of
+/// Kiln's kernel in both Triton wrappers, its sizes and strides compiled in; over any number
+/// of rows (`--dynamic`) it is the reduction over K, which reads each row's group's matrix
+/// through an index. Each form's program matches the reference interpreter on every device.
+#[test]
+fn grouped_products_launch_kilns_kernel_at_static_sizes_and_reduce_over_any_rows() {
+    let tmp = TempDir::new("grouped-mm");
+    let graph = repo_root().join("tests/graphs/grouped_mm_rows_of_any_count.toml");
+    let out = tmp.path().join("python");
+    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    for want in [
+        "def kiln_grouped_mm_0(A, B, O, C, m: tl.constexpr,",
+        "KERNELS.kiln_grouped_mm_0[(1, 1, 5)](a, w, offs, buf_h, 20, 10, 8, ",
+    ] {
+        assert!(code.contains(want), "no `{want}` in\n{code}");
+    }
+    let cpp = tmp.path().join("cpp");
+    let (ok, stderr) = compile(&graph, "cuda", &cpp, &["--wrapper", "cpp"]);
+    assert!(ok, "{stderr}");
+    let wrapper = std::fs::read_to_string(cpp.join("wrapper.cpp")).unwrap();
+    assert!(wrapper.contains("{ // kiln_grouped_mm_0"), "{wrapper}");
+    let dynamic = tmp.path().join("dynamic");
+    let (ok, stderr) = compile(&graph, "cuda", &dynamic, &["--dynamic"]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(dynamic.join("output_code.py")).unwrap();
+    assert!(!code.contains("kiln_grouped_mm"), "{code}");
+    for device in ["cuda", "gxu", "cpu"] {
+        for extra in [&[][..], &["--dynamic"][..]] {
+            let (output, stdout, stderr) = run(host(&host_bin())
+                .arg("eval")
+                .arg(&graph)
+                .args(["--device", device, "--check"])
+                .args(extra));
+            assert!(
+                output.status.success(),
+                "{device} {extra:?}:\n{stdout}\n{stderr}"
+            );
+        }
+    }
+}

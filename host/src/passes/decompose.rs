@@ -382,6 +382,7 @@ fn takes_symbols(op: &Op) -> bool {
     matches!(
         op,
         Op::Matmul
+            | Op::GroupedMm
             | Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::RmsNorm { .. }

@@ -166,8 +166,23 @@ pub(super) fn grouped_mm(b: &mut B, args: &[Arg], out: &FixedMeta) -> Result<Val
             })
     };
     let (a, w, offs) = (operand(0)?, operand(1)?, operand(2)?);
-    let (m, groups) = (b.dim(a, 0)?, b.dim(w, 0)?);
-    let at = b.constant(vec![m, 1], DType::Int64, (0..m).map(|i| i as f64).collect());
+    // The rows may be symbolic (a prompt of any length); the groups are not.
+    let rows = b.sizes(a).first().cloned().unwrap_or(Size::from(0));
+    let groups = b.dim(w, 0)?;
+    let end = match rows.as_const() {
+        Some(m) => crate::graph::Bound::Scalar(Scalar::Int(m)),
+        None => crate::graph::Bound::Size(rows),
+    };
+    let at = b.op(
+        Op::Arange {
+            start: Scalar::Int(0),
+            end,
+            step: Scalar::Int(1),
+            dtype: Some(DType::Int64),
+        },
+        vec![],
+    )?;
+    let at = b.op(Op::Unsqueeze { dim: 1 }, vec![Arg::Value(at)])?; // [M, 1]
     let ends = b.op(
         Op::Cast {
             dtype: DType::Int64,
@@ -238,7 +253,7 @@ pub(super) fn grouped_mm(b: &mut B, args: &[Arg], out: &FixedMeta) -> Result<Val
         },
         vec![Arg::Value(products)],
     )?;
-    let kept = b.reshape(kept, vec![m, 1])?;
+    let kept = b.op(Op::Unsqueeze { dim: 1 }, vec![Arg::Value(kept)])?;
     let y = b.op(
         Op::Where,
         vec![
@@ -280,7 +295,7 @@ pub(super) fn cumsum(b: &mut B, x: ValueId, dim: i64, out: &FixedMeta) -> Result
             let at = b.op(
                 Op::Arange {
                     start: Scalar::Int(0),
-                    end: crate::graph::ops::Bound::Size(sizes[d as usize].clone()),
+                    end: crate::graph::Bound::Size(sizes[d as usize].clone()),
                     step: Scalar::Int(1),
                     dtype: Some(DType::Int64),
                 },
@@ -499,7 +514,7 @@ fn causal_mask(b: &mut B, l: &Size, s: &Size) -> Result<ValueId, Error> {
         b.op(
             Op::Arange {
                 start: Scalar::Int(0),
-                end: crate::graph::ops::Bound::Size(n.clone()),
+                end: crate::graph::Bound::Size(n.clone()),
                 step: Scalar::Int(1),
                 dtype: Some(DType::Int64),
             },

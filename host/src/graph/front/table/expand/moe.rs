@@ -138,9 +138,16 @@ fn grouped_mm(
     args: &Args<'_>,
     names: (&str, &str),
 ) -> Result<Option<String>, SigError> {
-    let (a, am) = args.tensor(names.0)?;
+    let (a, am, symbolic_rows) = rows_operand(args, names.0)?;
     let (b, bm) = args.tensor(names.1)?;
     check_operands(args, &am, &bm)?;
+    if symbolic_rows && (am.rank(), bm.rank()) != (2, 3) {
+        return Err(invalid(format!(
+            "`{}` has symbolic sizes, which a grouped product takes in its 2-D by 3-D layout only \
+             so far; compile at one size (--specialize)",
+            names.0
+        )));
+    }
     let offs = match args.get("offs") {
         Some(Raw::Str(o)) => Some((o.clone(), args.meta(o)?)),
         _ => None,
@@ -186,6 +193,24 @@ fn grouped_mm(
         }
     };
     Ok(Some(cast(s, &out, am.dtype)))
+}
+
+/// Tensor argument `name` with its metadata, its first size at its hint where that
+/// alone is symbolic (a 2-D input's rows: the tokens of a prompt of any length), and
+/// whether it was.
+fn rows_operand(args: &Args<'_>, name: &str) -> Result<(String, FixedMeta, bool), SigError> {
+    let Some(Raw::Str(x)) = args.get(name) else {
+        return Err(invalid(format!("needs the tensor `{name}`")));
+    };
+    let m = (args.metas)(x).ok_or_else(|| invalid(format!("`{x}` names no tensor known here")))?;
+    if let Some(fixed) = m.fixed() {
+        return Ok((x.clone(), fixed, false));
+    }
+    if m.rank() != 2 || m.shape[1].as_const().is_none() {
+        return args.tensor(name).map(|(x, m)| (x, m, false));
+    }
+    let shape = m.shape.iter().map(|d| d.hint()).collect();
+    Ok((x.clone(), FixedMeta::contiguous(shape, m.dtype), true))
 }
 
 /// The dtypes and contraction sizes `_grouped_mm` takes.

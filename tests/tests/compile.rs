@@ -2151,3 +2151,45 @@ fn grouped_products_launch_kilns_kernel_at_static_sizes_and_reduce_over_any_rows
         }
     }
 }
+
+/// A sort of 8192 elements and the inverse of its permutation (a mixture of experts'
+/// (token, expert) pairs of a long prefill, sorted by expert) compare every pair in
+/// reduction kernels, with no buffer of the pairs; a longer dim than Kiln sorts is
+/// refused with the limit named.
+#[test]
+fn long_sorts_compare_every_pair_without_a_buffer_of_pairs() {
+    let tmp = TempDir::new("long-sort");
+    let graph = |n: usize| {
+        format!(
+            "format = \"kiln-graph/1\"\nname = \"sort\"\noutputs = [\"v\", \"inv\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [{n}]\ndtype = \"int64\"\n\n\
+             [[nodes]]\nname = \"s\"\nop = \"sort\"\nargs = [\"x\"]\n\n\
+             [[nodes]]\nname = \"v\"\nop = \"getitem\"\nargs = [\"s\", 0]\n\n\
+             [[nodes]]\nname = \"p\"\nop = \"getitem\"\nargs = [\"s\", 1]\n\n\
+             [[nodes]]\nname = \"e\"\nop = \"empty_like\"\nargs = [\"p\"]\n\n\
+             [[nodes]]\nname = \"r\"\nop = \"arange\"\nargs = [{n}]\n\n\
+             [[nodes]]\nname = \"inv\"\nop = \"index_put\"\nargs = [\"e\", [\"p\"], \"r\"]\n"
+        )
+    };
+    let path = tmp.path().join("sort.toml");
+    std::fs::write(&path, graph(8192)).unwrap();
+    let out = tmp.path().join("out");
+    let (ok, stderr) = compile(&path, "cuda", &out, &[]);
+    assert!(ok, "{stderr}");
+    let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+    let most = code
+        .lines()
+        .filter_map(|l| l.split("empty_strided_device((").nth(1))
+        .map(|shape| {
+            let dims = shape.split(')').next().unwrap_or("");
+            dims.split(',')
+                .filter_map(|d| d.trim().parse::<u64>().ok())
+                .product::<u64>()
+        })
+        .max()
+        .expect("buffers");
+    assert!(most <= 16 * 8192, "a buffer of {most} elements in\n{code}");
+    std::fs::write(&path, graph(40000)).unwrap();
+    let (ok, stderr) = compile(&path, "cuda", &tmp.path().join("big"), &[]);
+    assert!(!ok && stderr.contains("at most 32768 long"), "{stderr}");
+}

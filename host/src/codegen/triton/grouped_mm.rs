@@ -259,23 +259,23 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
             for g in range(g_lo + tl.program_id(2), g_hi + 1, tl.num_programs(2)):
                 start = tl.sum(tl.where(gi == g - 1, ends, 0), 0)
                 end = tl.where(g < G, tl.sum(tl.where(gi == g, ends, 0), 0), m)
-                if end > start:
-                    rows = m_ok & (offs_m >= start) & (offs_m < end)
-                    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                    if g < G:
-                        b_at = B + g.to(tl.int64) * sbg
-                        for k0 in range(0, k, BLOCK_K):
-                            kk = k0 + tl.arange(0, BLOCK_K)
-                            if WIDE:
-                                kk = kk.to(tl.int64)
-                            k_ok = kk < k
-                            av = tl.load(A + offs_m[:, None] * sam + kk[None, :] * sak,
-                                         mask=rows[:, None] & k_ok[None, :], other=0.0)
-                            bv = tl.load(b_at + kk[:, None] * sbk + offs_n[None, :] * sbn,
-                                         mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-                            acc += tl.dot(av, bv{PRECISION})
-                    tl.store(C + offs_m[:, None] * scm + offs_n[None, :] * scn, acc.to(C.dtype.element_ty),
-                             mask=rows[:, None] & n_ok[None, :])
+                rows = m_ok & (offs_m >= start) & (offs_m < end)
+                # The tail (g == G) and an empty group read nothing: no steps of K.
+                k_end = tl.where((g < G) & (end > start), k, 0)
+                b_at = B + g.to(tl.int64) * sbg
+                acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                for k0 in range(0, k_end, BLOCK_K):
+                    kk = k0 + tl.arange(0, BLOCK_K)
+                    if WIDE:
+                        kk = kk.to(tl.int64)
+                    k_ok = kk < k
+                    av = tl.load(A + offs_m[:, None] * sam + kk[None, :] * sak,
+                                 mask=rows[:, None] & k_ok[None, :], other=0.0)
+                    bv = tl.load(b_at + kk[:, None] * sbk + offs_n[None, :] * sbn,
+                                 mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+                    acc += tl.dot(av, bv{PRECISION})
+                tl.store(C + offs_m[:, None] * scm + offs_n[None, :] * scn, acc.to(C.dtype.element_ty),
+                         mask=rows[:, None] & n_ok[None, :])
 "#;
     out.push_str(&body.replace("{PRECISION}", &precision));
     Ok(())

@@ -644,8 +644,10 @@ fn windows(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     }
 }
 
-/// The most elements [`index_put`]'s one-hot expansion of integer indices builds.
-const INDEX_PUT_ELEMENTS: i64 = 1 << 24;
+/// The most elements [`index_put`]'s one-hot expansion of integer indices compares (in
+/// reduction kernels, without a buffer of them): a permutation of a mixture of experts'
+/// 32768 (token, expert) pairs inverted.
+const INDEX_PUT_ELEMENTS: i64 = 1 << 30;
 
 /// `index_put(x, indices, v, accumulate)` for the static cases: one bool mask over
 /// consecutive dims with a one-element value (`x[mask] = v`: a where), and integer

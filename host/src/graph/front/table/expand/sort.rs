@@ -8,10 +8,12 @@
 use super::{ints, invalid, t, wrap, Args, Raw, SigError, Steps};
 use crate::graph::DType;
 
-/// The longest dim sorted (`n * n` comparisons per row).
-const MAX_SORTED: i64 = 4096;
+/// The longest dim sorted (`n * n` comparisons per row, computed in a reduction kernel
+/// without an `n x n` buffer): a mixture of experts' (token, expert) pairs of a prefill of
+/// 4096 tokens by 8 experts.
+const MAX_SORTED: i64 = 1 << 15;
 /// The most comparisons of a whole call.
-const MAX_COMPARISONS: i64 = 1 << 26;
+const MAX_COMPARISONS: i64 = 1 << 31;
 
 /// The expansion of `op`: (values, indices), or indices alone for `argsort`.
 pub(super) fn expand(
@@ -107,13 +109,10 @@ fn positions(s: &mut Steps<'_>, x: &str, n: i64, k: i64, descending: bool) -> St
     let eq = s.bin("eq", t(&b), t(&a));
     let both_nan = s.bin("bitwise_and", t(&na), t(&nb));
     let tie = s.bin("bitwise_or", t(&eq), t(&both_nan));
-    let earlier = s.konst(
-        vec![n, n],
-        DType::Bool,
-        (0..n)
-            .flat_map(|i| (0..n).map(move |j| f64::from(u8::from(j < i))))
-            .collect(),
-    );
+    // j < i, from the positions along each side (no n x n constant).
+    let i_at = s.konst(vec![n, 1], DType::Int64, (0..n).map(|i| i as f64).collect());
+    let j_at = s.konst(vec![1, n], DType::Int64, (0..n).map(|j| j as f64).collect());
+    let earlier = s.bin("lt", t(&j_at), t(&i_at));
     let tie_first = s.bin("bitwise_and", t(&tie), t(&earlier));
     let before = s.bin("bitwise_or", t(&ahead), t(&tie_first));
     let before = s.op(

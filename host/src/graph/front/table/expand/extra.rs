@@ -14,7 +14,7 @@ fn one(r: String) -> Expanded {
 }
 
 /// `a` if `c`, else `b`.
-fn pick(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
+pub(super) fn pick(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
     s.op(
         "where",
         vec![("condition", t(c)), ("self", a), ("other", b)],

@@ -2,13 +2,13 @@
 //! `histc` (the tokens each expert takes) and `_grouped_mm` (each expert's product over
 //! its rows), with transformers' `grouped_mm_fallback`, the same product by another name.
 //!
-//! A grouped product is written as what it computes, without a loop over groups: each
-//! row (or column, or slice of K) finds its group by counting the offsets at or below
-//! it, and reads that group's matrix through an index. The product is then a sum over K
-//! of elementwise products, which the scheduler computes in one reduction kernel that
-//! reads each row's matrix in place (the gathered `[rows, K, N]` operand is never in
-//! memory). A decoding step's few rows read only the experts they chose.
+//! A 2-D input by 3-D weights (the forward product) is Kiln's op, `Op::GroupedMm`: a
+//! Triton device's kernel, or the passes' reduction over K (`passes/decompose/model.rs`).
+//! A 3-D input by 2-D weights (columns grouped) is that op on the transposed operands; a
+//! 2-D by 2-D product with K grouped is a batched product of the input masked to each
+//! group's slice of K; 3-D by 3-D is `bmm`.
 
+use super::extra::pick;
 use super::{ints, invalid, t, Args, Raw, SigError, Steps};
 use crate::graph::ir::FixedMeta;
 use crate::graph::DType;
@@ -179,8 +179,13 @@ fn grouped_mm(
             return Ok(Some(s.op("_grouped_mm", attrs)));
         }
         (3, 2, Some((o, om))) => {
-            let g = check_offs(&om, am.shape[0], "a's groups")?;
-            columns_by_group(s, &a, &b, &bm, &o, g)
+            check_offs(&om, am.shape[0], "a's groups")?;
+            // Column n of `b` times `a[g]`: row n of `b`'s transpose times `a[g]`'s.
+            let rows = s.permute(&b, &[1, 0]); // [N, K]
+            let mats = s.permute(&a, &[0, 2, 1]); // [G, K, M]
+            let attrs = vec![("self", t(&rows)), ("mat2", t(&mats)), ("offs", t(&o))];
+            let product = s.op("_grouped_mm", attrs); // [N, M]
+            return Ok(Some(s.permute(&product, &[1, 0])));
         }
         (2, 2, Some((o, om))) => {
             let g = check_offs(&om, om.shape.first().copied().unwrap_or(0), "")?;
@@ -297,29 +302,6 @@ fn group_of(s: &mut Steps<'_>, offs: &str, n: i64, groups: i64) -> (String, Stri
     (group, kept)
 }
 
-/// `[G, M, K]` by `[K, N]` columns: column n times `a[group(n)]`.
-fn columns_by_group(
-    s: &mut Steps<'_>,
-    a: &str,
-    b: &str,
-    bm: &FixedMeta,
-    o: &str,
-    g: i64,
-) -> String {
-    let n = bm.shape[1];
-    let (group, kept) = group_of(s, o, n, g);
-    let picked = s.op(
-        "index",
-        vec![("self", t(a)), ("indices", Raw::List(vec![t(&group)]))],
-    ); // [N, M, K]
-    let cols = s.permute(b, &[1, 0]); // [N, K]
-    let cols = s.op("unsqueeze", vec![("self", t(&cols)), ("dim", Raw::Int(1))]); // [N, 1, K]
-    let sum = sum_of_products(s, &picked, &cols, 2); // [N, M]
-    let kept = s.reshape(&kept, &[n, 1]);
-    let sum = pick(s, &kept, t(&sum), Raw::Float(0.0));
-    s.permute(&sum, &[1, 0])
-}
-
 /// `[M, K]` by `[K, N]` with K cut into groups: `[G, M, N]`, group g summing over its
 /// slice of K only (zero for an empty one).
 fn k_by_group(
@@ -346,26 +328,10 @@ fn k_by_group(
     s.op("bmm", vec![("self", t(&masked)), ("mat2", t(&full))])
 }
 
-/// `sum(x * y, dim)` with 16-bit operands multiplied and summed in float32.
-fn sum_of_products(s: &mut Steps<'_>, x: &str, y: &str, dim: i64) -> String {
-    let xf = cast(s, x, DType::Float32);
-    let yf = cast(s, y, DType::Float32);
-    let p = s.bin("mul", t(&xf), t(&yf));
-    s.reduce("sum", &p, Some(&[dim]), false)
-}
-
 /// `x` as `dtype`.
 fn cast(s: &mut Steps<'_>, x: &str, dtype: DType) -> String {
     s.op(
         "_to_copy",
         vec![("self", t(x)), ("dtype", Raw::Str(dtype.name().into()))],
-    )
-}
-
-/// `a` where `c`, else `b`.
-fn pick(s: &mut Steps<'_>, c: &str, a: Raw, b: Raw) -> String {
-    s.op(
-        "where",
-        vec![("condition", t(c)), ("self", a), ("other", b)],
     )
 }

@@ -14,9 +14,10 @@ Needs a CUDA device and PyTorch.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
+
+from moe import timed  # bench/gpu/moe.py, beside this file
 
 # rows, K, N, groups: decoding batches (fewer than 16 rows: Kiln's reduction over K, not its
 # kernel) and prefills of Mixtral-, OLMoE- and Qwen3-MoE-like layers.
@@ -32,21 +33,6 @@ class GroupedMm(torch.nn.Module):
 
     def forward(self, a, w, offs):
         return torch._grouped_mm(a, w.transpose(-2, -1), offs)
-
-
-def timed(call, rep: int = 20) -> float:
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rep):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def case(rows, k, n, groups, dtype) -> str:
@@ -65,9 +51,9 @@ def case(rows, k, n, groups, dtype) -> str:
     got = compiled(a, w, offs)
     error = ((got.float() - want).abs().max() / want.abs().max()).item()
     ok = "ok" if error <= TOLERANCE[dtype] else "MISMATCH"
-    t_kiln = timed(lambda: compiled(a, w, offs))
+    t_kiln = timed(lambda: compiled(a, w, offs), 20)
     try:
-        t_torch = f"{timed(lambda: torch._grouped_mm(a, b, offs)):.3f}"
+        t_torch = f"{timed(lambda: torch._grouped_mm(a, b, offs), 20):.3f}"
     except RuntimeError as e:  # PyTorch's kernel takes some dtypes and devices only
         t_torch = f"- ({str(e).splitlines()[0][:60]})"
     return f"| {rows} | {k} | {n} | {groups} | {dtype} | {error:.1e} {ok} | {t_kiln:.3f} | {t_torch} |"

@@ -42,17 +42,17 @@ struct Tiles {
 
 impl Tiles {
     /// `tl.dot` tiles (each side at least 16) for `m` rows, `n` columns and `k`
-    /// contracted of `elem` bytes: 128 x 128 where the rows fill such tiles (of 16-bit
-    /// operands; 64 x 64 of float32), else the rows rounded up to a power of two (at
-    /// least 16) by 64 columns, and 64 of K (32 of float32), in three stages; the
-    /// columns, then K, then stages, then the rows halved until they fit in
-    /// `shared_memory` bytes.
+    /// contracted of `elem` bytes: 128 x 256 where the rows fill such tiles (of 16-bit
+    /// operands, as Triton's own matrix product takes them on a Hopper; 64 x 64 of
+    /// float32), else the rows rounded up to a power of two (at least 16) by 64 columns,
+    /// and 64 of K (32 of float32), in three stages; the columns, then K, then stages,
+    /// then the rows halved until they fit in `shared_memory` bytes.
     fn choose(m: i64, n: i64, k: i64, elem: i64, shared_memory: u64) -> Tiles {
         let p2 = |x: i64| (x.max(1) as u64).next_power_of_two() as i64;
-        let big = if elem <= 2 { 128 } else { 64 };
+        let (big_m, big_n) = if elem <= 2 { (128, 256) } else { (64, 64) };
         let mut t = Tiles {
-            block_m: p2(m).clamp(16, big),
-            block_n: p2(n).clamp(16, if m >= big { big } else { 64 }),
+            block_m: p2(m).clamp(16, big_m),
+            block_n: p2(n).clamp(16, if m < big_m { 64 } else { big_n }),
             block_k: p2(k).clamp(16, if elem <= 2 { 64 } else { 32 }),
             stages: 3,
         };
@@ -142,6 +142,7 @@ pub fn write(
         let mut constants: Vec<(&'static str, i64)> = PARAMS.iter().copied().zip(scalars).collect();
         constants.extend([
             ("WIDE", i64::from(wide)),
+            ("EVEN_K", i64::from(k % tiles.block_k == 0)),
             ("G", groups),
             ("GP", (groups.max(1) as u64).next_power_of_two() as i64),
             ("BLOCK_M", tiles.block_m),
@@ -150,7 +151,7 @@ pub fn write(
         ]);
         // The plugin's warps (at most four), twice that for the largest tiles.
         let warps = super::index_copy::warps(heuristics, "_grouped_mm", WARPS_QUERY, dtype)?;
-        let num_warps = if warps >= 4 && tiles.block_m * tiles.block_n >= 128 * 128 {
+        let num_warps = if warps >= 4 && tiles.block_m * tiles.block_n >= 128 * 256 {
             8
         } else {
             warps
@@ -227,7 +228,7 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
     writeln!(out, "\n\n@triton.jit")?;
     writeln!(
         out,
-        "def {name}(A, B, O, C, {},\n{pad}WIDE: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, \
+        "def {name}(A, B, O, C, {},\n{pad}WIDE: tl.constexpr, EVEN_K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, \
          BLOCK_M: tl.constexpr,\n{pad}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):",
         PARAMS.map(|p| format!("{p}: tl.constexpr")).join(", "),
         pad = " ".repeat(name.len() + 5)
@@ -268,11 +269,15 @@ fn kernel_text(out: &mut String, name: &str, precision: Option<&str>) -> std::fm
                     kk = k0 + tl.arange(0, BLOCK_K)
                     if WIDE:
                         kk = kk.to(tl.int64)
-                    k_ok = kk < k
-                    av = tl.load(A + offs_m[:, None] * sam + kk[None, :] * sak,
-                                 mask=rows[:, None] & k_ok[None, :], other=0.0)
-                    bv = tl.load(b_at + kk[:, None] * sbk + offs_n[None, :] * sbn,
-                                 mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+                    a_at = A + offs_m[:, None] * sam + kk[None, :] * sak
+                    b_in = b_at + kk[:, None] * sbk + offs_n[None, :] * sbn
+                    if EVEN_K:
+                        av = tl.load(a_at, mask=rows[:, None], other=0.0)
+                        bv = tl.load(b_in, mask=n_ok[None, :], other=0.0)
+                    else:
+                        k_ok = kk < k
+                        av = tl.load(a_at, mask=rows[:, None] & k_ok[None, :], other=0.0)
+                        bv = tl.load(b_in, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
                     acc += tl.dot(av, bv{PRECISION})
                 tl.store(C + offs_m[:, None] * scm + offs_n[None, :] * scn, acc.to(C.dtype.element_ty),
                          mask=rows[:, None] & n_ok[None, :])
@@ -288,12 +293,15 @@ mod tests {
     #[test]
     fn tiles_fit_the_rows_and_the_shared_memory() {
         let big = 224 * 1024;
-        // A prefill's many rows of 16-bit operands: 128 x 128 tiles, three stages.
+        // A prefill's many rows of 16-bit operands: 128 x 256 tiles, three stages.
         let t = Tiles::choose(4096, 14336, 4096, 2, big);
         assert_eq!(
             (t.block_m, t.block_n, t.block_k, t.stages),
-            (128, 128, 64, 3)
+            (128, 256, 64, 3)
         );
+        // Float32: 64 x 64 by 32 of K.
+        let t = Tiles::choose(4096, 14336, 4096, 4, big);
+        assert_eq!((t.block_m, t.block_n, t.block_k, t.stages), (64, 64, 32, 3));
         // A few rows: one tile of 16; float32 takes 32 of K.
         let t = Tiles::choose(16, 768, 2048, 4, big);
         assert_eq!((t.block_m, t.block_n, t.block_k, t.stages), (16, 64, 32, 3));

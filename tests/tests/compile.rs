@@ -2193,3 +2193,54 @@ fn long_sorts_compare_every_pair_without_a_buffer_of_pairs() {
     let (ok, stderr) = compile(&path, "cuda", &tmp.path().join("big"), &[]);
     assert!(!ok && stderr.contains("at most 32768 long"), "{stderr}");
 }
+
+/// A grouped product's operands that PyTorch's would refuse are errors that say what is
+/// wrong: no groups, offsets that do not count the weights' groups, offsets of another
+/// dtype, and operands of different dtypes.
+#[test]
+fn grouped_product_errors_name_the_operand_and_what_it_must_be() {
+    let tmp = TempDir::new("grouped-mm-errors");
+    let graph = |w: &str, offs: &str, a_dtype: &str| {
+        format!(
+            "format = \"kiln-graph/1\"\nname = \"g\"\noutputs = [\"h\"]\n\n\
+             [[inputs]]\nname = \"a\"\nshape = [4, 8]\ndtype = \"{a_dtype}\"\n\n\
+             [[inputs]]\nname = \"w\"\nshape = {w}\ndtype = \"float32\"\n\n\
+             [[inputs]]\nname = \"offs\"\n{offs}\n\n\
+             [[nodes]]\nname = \"h\"\nop = \"_grouped_mm\"\nargs = [\"a\", \"w\", \"offs\"]\n"
+        )
+    };
+    for (w, offs, a_dtype, want) in [
+        (
+            "[0, 8, 10]",
+            "shape = [0]\ndtype = \"int32\"",
+            "float32",
+            "`offs` is empty",
+        ),
+        (
+            "[2, 8, 10]",
+            "shape = [3]\ndtype = \"int32\"",
+            "float32",
+            "3 offsets for the 2 groups of `mat2`",
+        ),
+        (
+            "[2, 8, 10]",
+            "shape = [2]\ndtype = \"int64\"",
+            "float32",
+            "`offs` must be a 1-D int32 tensor, found int64[2]",
+        ),
+        (
+            "[2, 8, 10]",
+            "shape = [2]\ndtype = \"int32\"",
+            "bfloat16",
+            "the same for both, found bfloat16 and float32",
+        ),
+    ] {
+        let path = tmp.path().join("g.toml");
+        std::fs::write(&path, graph(w, offs, a_dtype)).unwrap();
+        let (ok, stderr) = compile(&path, "cuda", &tmp.path().join("out"), &[]);
+        assert!(
+            !ok && stderr.contains("node `h`") && stderr.contains(want),
+            "{want}: {stderr}"
+        );
+    }
+}

@@ -170,7 +170,7 @@ fn grouped_mm(
             )))
         }
         (2, 3, Some((o, om))) => {
-            check_offs(&om, bm.shape[0], "b's groups")?;
+            check_offs(&om, bm.shape[0], names.1)?;
             // Kiln's op (`Op::GroupedMm`): bound as it is, or the step that binds it.
             if names.0 == "self" {
                 return Ok(None);
@@ -179,7 +179,7 @@ fn grouped_mm(
             return Ok(Some(s.op("_grouped_mm", attrs)));
         }
         (3, 2, Some((o, om))) => {
-            check_offs(&om, am.shape[0], "a's groups")?;
+            check_offs(&om, am.shape[0], names.0)?;
             // Column n of `b` times `a[g]`: row n of `b`'s transpose times `a[g]`'s.
             let rows = s.permute(&b, &[1, 0]); // [N, K]
             let mats = s.permute(&a, &[0, 2, 1]); // [G, K, M]
@@ -266,9 +266,14 @@ fn check_offs(om: &FixedMeta, groups: i64, what: &str) -> Result<i64, SigError> 
             om.dtype, om.shape
         )));
     }
+    if om.shape[0] == 0 {
+        return Err(invalid(
+            "`offs` is empty: a grouped product needs a group".into(),
+        ));
+    }
     if !what.is_empty() && om.shape[0] != groups {
         return Err(invalid(format!(
-            "{} offsets for {groups} {what}",
+            "{} offsets for the {groups} groups of `{what}`",
             om.shape[0]
         )));
     }

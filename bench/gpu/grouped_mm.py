@@ -17,7 +17,7 @@ import argparse
 
 import torch
 
-from moe import timed  # bench/gpu/moe.py, beside this file
+from moe import add_row, timed  # bench/gpu/moe.py, beside this file
 
 # rows, K, N, groups: decoding batches (fewer than 16 rows: Kiln's reduction over K, not its
 # kernel) and prefills of Mixtral-, OLMoE- and Qwen3-MoE-like layers.
@@ -76,11 +76,7 @@ def main():
                 line = case(rows, k, n, groups, dtype)
             except Exception as error:  # noqa: BLE001 (a failure is its row of the table)
                 line = f"| {rows} | {k} | {n} | {groups} | {dtype} | {type(error).__name__}: {str(error)[:200]} |"
-            print(line, flush=True)
-            lines.append(line)
-            if a.out:
-                with open(a.out, "w") as f:
-                    f.write("\n".join(lines) + "\n")
+            add_row(lines, line, a.out)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,15 @@ def timed(call, rep: int) -> float:
     return statistics.median(times)
 
 
+def add_row(lines: list, line: str, out: str | None) -> None:
+    """Prints a row of the table and writes the table so far to `out`, so a run cut short keeps its rows."""
+    print(line, flush=True)
+    lines.append(line)
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 def one(name: str, make, dtype: str, tokens: int, rep: int) -> str:
     from kiln import backend as kiln_backend  # the package's backend, installed or on PYTHONPATH
 
@@ -118,11 +127,7 @@ def main():
                     line = one(name, built[name], dtype, tokens, a.rep)
                 except Exception as error:  # noqa: BLE001 (a failure is its row of the table)
                     line = f"| {name} | {dtype} | {tokens} | {type(error).__name__}: {str(error)[:200]} |"
-                print(line, flush=True)
-                lines.append(line)
-                if a.out:
-                    with open(a.out, "w") as f:
-                        f.write("\n".join(lines) + "\n")
+                add_row(lines, line, a.out)
 
 
 if __name__ == "__main__":

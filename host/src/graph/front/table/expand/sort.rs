@@ -62,7 +62,7 @@ pub(super) fn expand(
     let mut perm: Vec<usize> = (0..rank).filter(|&i| i != d).collect();
     perm.push(d);
     let last = s.permute(&x, &perm);
-    let index = positions(s, &last, n, k, descending);
+    let index = positions(s, &last, n, k, descending, m.dtype.is_float());
     let values = s.op(
         "gather",
         vec![
@@ -85,30 +85,31 @@ pub(super) fn expand(
 }
 
 /// The indices (int64, `[..., k]`) of the elements of ranks 0..k of each row of `x`
-/// (`[..., n]`).
-fn positions(s: &mut Steps<'_>, x: &str, n: i64, k: i64, descending: bool) -> String {
+/// (`[..., n]`); `float`: `x` may hold NaN (an integer or bool `x` needs no NaN test).
+fn positions(s: &mut Steps<'_>, x: &str, n: i64, k: i64, descending: bool, float: bool) -> String {
     let a = s.op("unsqueeze", vec![("self", t(x)), ("dim", Raw::Int(-1))]); // [.., n(i), 1]
     let b = s.op("unsqueeze", vec![("self", t(x)), ("dim", Raw::Int(-2))]); // [.., 1, n(j)]
-    let (na, nb) = (s.bin("ne", t(&a), t(&a)), s.bin("ne", t(&b), t(&b)));
+    let beyond = s.bin(if descending { "gt" } else { "lt" }, t(&b), t(&a));
+    let eq = s.bin("eq", t(&b), t(&a));
     // j comes before i: beyond it in the order, or NaN where i is a number (NaN is the
     // largest: first when descending), or equal (both NaN) and earlier.
-    let (beyond, nan_first) = if descending {
-        let a_num = s.op("logical_not", vec![("self", t(&na))]);
+    let (ahead, tie) = if float {
+        let (na, nb) = (s.bin("ne", t(&a), t(&a)), s.bin("ne", t(&b), t(&b)));
+        let nan_first = if descending {
+            let a_num = s.op("logical_not", vec![("self", t(&na))]);
+            s.bin("bitwise_and", t(&nb), t(&a_num))
+        } else {
+            let b_num = s.op("logical_not", vec![("self", t(&nb))]);
+            s.bin("bitwise_and", t(&na), t(&b_num))
+        };
+        let both_nan = s.bin("bitwise_and", t(&na), t(&nb));
         (
-            s.bin("gt", t(&b), t(&a)),
-            s.bin("bitwise_and", t(&nb), t(&a_num)),
+            s.bin("bitwise_or", t(&beyond), t(&nan_first)),
+            s.bin("bitwise_or", t(&eq), t(&both_nan)),
         )
     } else {
-        let b_num = s.op("logical_not", vec![("self", t(&nb))]);
-        (
-            s.bin("lt", t(&b), t(&a)),
-            s.bin("bitwise_and", t(&na), t(&b_num)),
-        )
+        (beyond, eq)
     };
-    let ahead = s.bin("bitwise_or", t(&beyond), t(&nan_first));
-    let eq = s.bin("eq", t(&b), t(&a));
-    let both_nan = s.bin("bitwise_and", t(&na), t(&nb));
-    let tie = s.bin("bitwise_or", t(&eq), t(&both_nan));
     // j < i, from the positions along each side (no n x n constant).
     let i_at = s.konst(vec![n, 1], DType::Int64, (0..n).map(|i| i as f64).collect());
     let j_at = s.konst(vec![1, n], DType::Int64, (0..n).map(|j| j as f64).collect());

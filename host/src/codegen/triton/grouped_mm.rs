@@ -122,10 +122,15 @@ pub fn write(
         let tiles = Tiles::choose(m, n, k, dtype.size_bytes() as i64, target.shared_memory());
         let precision = target.precision(dtype);
         // 32-bit index arithmetic unless an offset into an operand reaches 2^31 (a group's
-        // matrix is found in 64 bits whatever the width).
-        let wide = [a, &c].iter().any(|v| extent(v) >= i64::from(i32::MAX))
-            || bsh[1..].iter().product::<i64>() >= i64::from(i32::MAX);
+        // matrix is found in 64 bits whatever the width, so of `b` only the reach within
+        // one group's matrix counts).
         let stride = |v: &View, d: usize| v.strides[d].hint();
+        let in_group = (k - 1)
+            .max(0)
+            .saturating_mul(stride(b, 1).abs())
+            .saturating_add((n - 1).max(0).saturating_mul(stride(b, 2).abs()));
+        let wide = [a, &c].iter().any(|v| extent(v) >= i64::from(i32::MAX))
+            || in_group >= i64::from(i32::MAX);
         let scalars = [
             m,
             n,

@@ -145,6 +145,31 @@ pub struct Attention {
     pub launches: HashMap<usize, AttentionLaunch>,
 }
 
+impl Attention {
+    /// The template kernel `key` stands for: the one an earlier step of the same key
+    /// made, else a new one, named after `prefix`, its text written by `text` and its
+    /// signature and launch given by `kernel` (of its name). Kiln's kernels for extern
+    /// steps (`index_copy`, convolution, `_grouped_mm`) share one per key this way.
+    pub(super) fn template<K: Eq + std::hash::Hash>(
+        &mut self,
+        by_key: &mut HashMap<K, String>,
+        key: K,
+        namer: &mut Namer,
+        prefix: &str,
+        text: impl FnOnce(&mut String, &str) -> std::fmt::Result,
+        kernel: impl FnOnce(String) -> Result<AttentionKernel, Error>,
+    ) -> Result<String, Error> {
+        if let Some(name) = by_key.get(&key) {
+            return Ok(name.clone());
+        }
+        let name = namer.name(&format!("{prefix}_{}", self.kernels.len()));
+        text(&mut self.source, &name)?;
+        self.kernels.push(kernel(name.clone())?);
+        by_key.insert(key, name.clone());
+        Ok(name)
+    }
+}
+
 /// The 4-D `[B, H, rows, cols]` strides of a view of rank 3 (`[N, rows, cols]`,
 /// one head) or 4, with stride 0 wherever the view's size is 1 and the query's
 /// is not (a broadcast).

@@ -135,28 +135,28 @@ pub fn write(
         ];
         let num_warps = super::index_copy::warps(heuristics, "convolution", WARPS_QUERY, dtype)?;
         let key = format!("{dtype:?}{constants:?}{wide}{precision:?}{num_warps}");
-        let kernel = match by_key.get(&key) {
-            Some(k) => k.clone(),
-            None => {
-                let name = namer.name(&format!("kiln_conv_{}", templates.kernels.len()));
-                kernel_text(&mut templates.source, &name, precision)?;
+        let kernel = templates.template(
+            &mut by_key,
+            key,
+            namer,
+            "kiln_conv",
+            |out, name| kernel_text(out, name, precision),
+            |name| {
                 let mut signature: Vec<(String, String)> = ["X", "W", "Y"]
                     .iter()
                     .map(|p| (p.to_string(), pointer_type(dtype).to_string()))
                     .collect();
                 signature.extend(PARAMS.iter().map(|p| (p.to_string(), int.to_string())));
-                templates.kernels.push(AttentionKernel {
-                    name: name.clone(),
+                Ok(AttentionKernel {
+                    name,
                     signature,
                     constants: constants.clone(),
                     aligned: Vec::new(),
                     num_warps,
                     num_stages: 1,
-                });
-                by_key.insert(key, name.clone());
-                name
-            }
-        };
+                })
+            },
+        )?;
         let grid_of = |x: i64| {
             heuristics
                 .adjust_grid(Grid {

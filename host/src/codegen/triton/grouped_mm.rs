@@ -166,11 +166,13 @@ pub fn write(
             .map(|v| format!("{:?}", v.offset))
             .collect();
         let key = format!("{dtype:?}{constants:?}{offsets:?}{precision:?}{num_warps}{tiles:?}");
-        let kernel = match by_key.get(&key) {
-            Some(k) => k.clone(),
-            None => {
-                let name = namer.name(&format!("kiln_grouped_mm_{}", templates.kernels.len()));
-                kernel_text(&mut templates.source, &name, precision)?;
+        let kernel = templates.template(
+            &mut by_key,
+            key,
+            namer,
+            "kiln_grouped_mm",
+            |out, name| kernel_text(out, name, precision),
+            |name| {
                 let signature: Vec<(String, String)> = vec![
                     ("A".into(), pointer_type(dtype).into()),
                     ("B".into(), pointer_type(dtype).into()),
@@ -187,18 +189,16 @@ pub fn write(
                     })
                     .map(|(p, _)| p.to_string())
                     .collect();
-                templates.kernels.push(AttentionKernel {
-                    name: name.clone(),
+                Ok(AttentionKernel {
+                    name,
                     signature,
                     constants: constants.clone(),
                     aligned,
                     num_warps,
                     num_stages: tiles.stages,
-                });
-                by_key.insert(key, name.clone());
-                name
-            }
-        };
+                })
+            },
+        )?;
         debug_assert_eq!(osh, [m, n]);
         let grid = heuristics
             .adjust_grid(Grid {

@@ -86,29 +86,29 @@ pub fn write(
             .iter()
             .any(|v| extent(v) >= i64::from(i32::MAX));
         let int = if wide { "i64" } else { "i32" };
-        let kernel = match by_key.get(&(dtype, dim4, wide)) {
-            Some(k) => k.clone(),
-            None => {
-                let name = namer.name(&format!("kiln_index_copy_{}", templates.kernels.len()));
-                kernel_text(&mut templates.source, &name)?;
+        let kernel = templates.template(
+            &mut by_key,
+            (dtype, dim4, wide),
+            namer,
+            "kiln_index_copy",
+            kernel_text,
+            |name| {
                 let mut signature = vec![
                     ("D".to_string(), pointer_type(dtype).to_string()),
                     ("I".to_string(), pointer_type(DType::Int64).to_string()),
                     ("S".to_string(), pointer_type(dtype).to_string()),
                 ];
                 signature.extend(PARAMS.iter().map(|p| (p.to_string(), int.to_string())));
-                templates.kernels.push(AttentionKernel {
-                    name: name.clone(),
+                Ok(AttentionKernel {
+                    name,
                     signature,
                     constants: vec![("DIM", dim4), ("BLOCK", BLOCK)],
                     aligned: Vec::new(),
                     num_warps: warps(heuristics, "index_copy", numel, dtype)?,
                     num_stages: 1,
-                });
-                by_key.insert((dtype, dim4, wide), name.clone());
-                name
-            }
-        };
+                })
+            },
+        )?;
         let num_warps = templates
             .kernels
             .iter()

@@ -11,7 +11,10 @@ after warm-up) of eager, Inductor (`torch.compile` default mode) and Kiln, all i
 and Kiln's time over Inductor's.
 
     PYTHONPATH=python KILN_HOST=bench/gpu/ab/NAME/host python3 bench/gpu/moe.py \\
-        [--models mixtral,olmoe,qwen3_moe] [--dtypes bf16] [--tokens 1,128] [--out FILE]
+        [--models mixtral,olmoe,qwen3_moe] [--dtypes bf16] [--tokens 1,128] [--out FILE] [--profile N]
+
+With --profile N it also lists, per row, the N kernels that take the most device time in a call
+of Kiln's and of Inductor's (torch.profiler over five calls), to say where a ratio comes from.
 
 Needs a CUDA device, PyTorch and transformers.
 """
@@ -76,7 +79,25 @@ def add_row(lines: list, line: str, out: str | None) -> None:
             f.write("\n".join(lines) + "\n")
 
 
-def one(name: str, make, dtype: str, tokens: int, rep: int) -> str:
+def kernels(call, top: int) -> list[str]:
+    """The `top` kernels of most device time in one call of `call()` (the mean over five calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            call()
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in rows) / 5
+    out = [f"#   all kernels: {total / 1000:.3f} ms a call"]
+    for e in rows[:top]:
+        out.append(f"#   {e.device_time_total / 5 / 1000:7.3f} ms {e.count // 5:4d}x {e.key[:110]}")
+    return out
+
+
+def one(name: str, make, dtype: str, tokens: int, rep: int, top: int = 0) -> str:
     from kiln import backend as kiln_backend  # the package's backend, installed or on PYTHONPATH
 
     torch.manual_seed(0)
@@ -99,11 +120,16 @@ def one(name: str, make, dtype: str, tokens: int, rep: int) -> str:
         t_eager = timed(lambda: call(model), rep)
         t_kiln = timed(lambda: call(kiln), rep)
         t_ind = timed(lambda: call(inductor), rep)
+        profiles = []
+        if top:
+            profiles = ([f"# {name} {dtype} {tokens} tokens, Kiln:"] + kernels(lambda: call(kiln), top)
+                        + [f"# {name} {dtype} {tokens} tokens, Inductor:"] + kernels(lambda: call(inductor), top))
     note = " (a graph fell back to eager)" if eager_fallback else ""
     del model, kiln, inductor
     torch.cuda.empty_cache()
-    return (f"| {name} | {dtype} | {tokens} | {error:.1e} | {ind_error:.1e} | {t_eager:.3f} | {t_ind:.3f} | {t_kiln:.3f} | "
-            f"{t_kiln / t_ind:.2f} | {first:.0f} s{note} |")
+    return "\n".join(profiles + [
+        f"| {name} | {dtype} | {tokens} | {error:.1e} | {ind_error:.1e} | {t_eager:.3f} | {t_ind:.3f} | {t_kiln:.3f} | "
+        f"{t_kiln / t_ind:.2f} | {first:.0f} s{note} |"])
 
 
 def main():
@@ -113,6 +139,8 @@ def main():
     p.add_argument("--tokens", default="1,128")
     p.add_argument("--rep", type=int, default=20)
     p.add_argument("--out")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also list the N kernels of most device time in Kiln's call and in Inductor's")
     a = p.parse_args()
     lines = [f"# {torch.cuda.get_device_name()}, torch {torch.__version__}",
              "| model | dtype | tokens | Kiln's error | Inductor's error | eager ms | Inductor ms | Kiln ms | "
@@ -124,7 +152,7 @@ def main():
         for dtype in a.dtypes.split(","):
             for tokens in map(int, a.tokens.split(",")):
                 try:
-                    line = one(name, built[name], dtype, tokens, a.rep)
+                    line = one(name, built[name], dtype, tokens, a.rep, a.profile)
                 except Exception as error:  # noqa: BLE001 (a failure is its row of the table)
                     line = f"| {name} | {dtype} | {tokens} | {type(error).__name__}: {str(error)[:200]} |"
                 add_row(lines, line, a.out)

@@ -644,17 +644,19 @@ fn windows(s: &mut Steps<'_>, op: &str, args: &Args<'_>) -> Expanded {
     }
 }
 
-/// The most elements [`index_put`]'s one-hot expansion of integer indices compares (in
-/// reduction kernels, without a buffer of them): a permutation of a mixture of experts'
-/// 32768 (token, expert) pairs inverted.
+/// The most elements an accumulating [`index_put`]'s one-hot expansion compares and
+/// adds (in reduction kernels, without a buffer of them).
 const INDEX_PUT_ELEMENTS: i64 = 1 << 30;
 
 /// `index_put(x, indices, v, accumulate)` for the static cases: one bool mask over
 /// consecutive dims with a one-element value (`x[mask] = v`: a where), and integer
 /// index tensors over consecutive dims, broadcast together (`x[i, j] = v`, `+=` with
-/// accumulate), through a one-hot match of each index against each position: without
-/// accumulate the last write to a position wins, with it every write adds. An index
-/// out of range matches no position (PyTorch raises).
+/// accumulate). Without accumulate the indexed slices are scattered (`index_copy` along
+/// the indexed dims flattened into one, negative indices counted from the end), so a
+/// mixture of experts' inverse permutation costs one write per element; which of several
+/// writes to one place lands is left open, as in PyTorch. With accumulate each index is
+/// matched against each position (a one-hot) and every write adds. An index out of range
+/// writes nothing on a device (PyTorch raises; Kiln's interpreter does too).
 pub(super) fn index_put(
     s: &mut Steps<'_>,
     x: &str,
@@ -739,60 +741,45 @@ pub(super) fn index_put(
     let (pp, qq) = (pre.iter().product::<i64>(), post.iter().product::<i64>());
     let n: i64 = m.shape[p..p + k].iter().product();
     let kk: i64 = shape_s.iter().product();
-    let size = if accumulate { kk * n * pp * qq } else { kk * n };
-    if size > INDEX_PUT_ELEMENTS {
-        return Err(format!(
-            "{kk} index positions into {n} places: {size} elements in Kiln's one-hot expansion of index_put, above its limit of {INDEX_PUT_ELEMENTS}"
-        ));
-    }
-    let lin = s.op("expand", vec![("self", t(&lin)), ("size", ints(&shape_s))]);
-    let lin = s.reshape(&lin, &[kk, 1]);
-    let places = s.konst(vec![1, n], DType::Int64, (0..n).map(|i| i as f64).collect());
-    let hit = s.bin("eq", t(&lin), t(&places));
-    let x3 = s.reshape(x, &[pp, n, qq]);
     let full: Vec<i64> = pre.iter().chain(&shape_s).chain(&post).copied().collect();
     let vfull = s.op("expand", vec![("self", t(&v)), ("size", ints(&full))]);
     let v3 = s.reshape(&vfull, &[pp, kk, qq]);
-    let out3 = if accumulate {
-        let h = s.op("_to_copy", vec![("self", t(&hit)), ("dtype", dtype)]);
-        let h = s.reshape(&h, &[1, kk, n, 1]);
-        let v4 = s.reshape(&v3, &[pp, kk, 1, qq]);
-        let prod = s.bin("mul", t(&v4), t(&h));
-        let add = s.reduce("sum", &prod, Some(&[1]), false);
-        s.bin("add", t(&x3), t(&add))
-    } else {
-        // The last index k (1-based) that writes each place, 0 for none.
-        let h = s.op(
+    let x3 = s.reshape(x, &[pp, n, qq]);
+    let lin = s.op("expand", vec![("self", t(&lin)), ("size", ints(&shape_s))]);
+    if !accumulate {
+        // A scatter of each index's slice (`index_copy`): where several indices write
+        // one place, which write lands is left open, as PyTorch leaves it.
+        let lin = s.reshape(&lin, &[kk]);
+        let lin = s.op(
             "_to_copy",
-            vec![("self", t(&hit)), ("dtype", Raw::Str("int64".into()))],
+            vec![("self", t(&lin)), ("dtype", Raw::Str("int64".into()))],
         );
-        let order = s.konst(
-            vec![kk, 1],
-            DType::Int64,
-            (1..=kk).map(|i| i as f64).collect(),
-        );
-        let w = s.bin("mul", t(&h), t(&order));
-        let last = s.reduce("amax", &w, Some(&[0]), false);
-        let written = s.bin("gt", t(&last), Raw::Int(0));
-        let pick = s.bin("sub", t(&last), Raw::Int(1));
-        let pick = s.op("clamp", vec![("self", t(&pick)), ("min", Raw::Int(0))]);
-        let src = s.op(
-            "index",
+        let out3 = s.op(
+            "index_copy",
             vec![
-                ("self", t(&v3)),
-                ("indices", Raw::List(vec![Raw::None, t(&pick)])),
+                ("self", t(&x3)),
+                ("dim", Raw::Int(1)),
+                ("index", t(&lin)),
+                ("source", t(&v3)),
             ],
         );
-        let written = s.reshape(&written, &[1, n, 1]);
-        s.op(
-            "where",
-            vec![
-                ("condition", t(&written)),
-                ("self", t(&src)),
-                ("other", t(&x3)),
-            ],
-        )
-    };
+        return Ok(s.reshape(&out3, &m.shape));
+    }
+    let size = kk * n * pp * qq;
+    if size > INDEX_PUT_ELEMENTS {
+        return Err(format!(
+            "{kk} index positions accumulated into {n} places: {size} elements in Kiln's one-hot expansion of index_put, above its limit of {INDEX_PUT_ELEMENTS}"
+        ));
+    }
+    let lin = s.reshape(&lin, &[kk, 1]);
+    let places = s.konst(vec![1, n], DType::Int64, (0..n).map(|i| i as f64).collect());
+    let hit = s.bin("eq", t(&lin), t(&places));
+    let h = s.op("_to_copy", vec![("self", t(&hit)), ("dtype", dtype)]);
+    let h = s.reshape(&h, &[1, kk, n, 1]);
+    let v4 = s.reshape(&v3, &[pp, kk, 1, qq]);
+    let prod = s.bin("mul", t(&v4), t(&h));
+    let add = s.reduce("sum", &prod, Some(&[1]), false);
+    let out3 = s.bin("add", t(&x3), t(&add));
     Ok(s.reshape(&out3, &m.shape))
 }
 

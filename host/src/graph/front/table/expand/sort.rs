@@ -15,6 +15,13 @@ const MAX_SORTED: i64 = 1 << 15;
 /// The most comparisons of a whole call.
 const MAX_COMPARISONS: i64 = 1 << 31;
 
+/// How a sort orders: `descending`, and whether its elements may be NaN (`float`).
+#[derive(Clone, Copy)]
+struct Order {
+    descending: bool,
+    float: bool,
+}
+
 /// The expansion of `op`: (values, indices), or indices alone for `argsort`.
 pub(super) fn expand(
     s: &mut Steps<'_>,
@@ -62,7 +69,12 @@ pub(super) fn expand(
     let mut perm: Vec<usize> = (0..rank).filter(|&i| i != d).collect();
     perm.push(d);
     let last = s.permute(&x, &perm);
-    let index = positions(s, &last, n, k, descending, m.dtype.is_float());
+    let lead: Vec<i64> = perm[..rank - 1].iter().map(|&i| m.shape[i]).collect();
+    let order = Order {
+        descending,
+        float: m.dtype.is_float(),
+    };
+    let index = positions(s, &last, &lead, n, k, order);
     let values = s.op(
         "gather",
         vec![
@@ -85,8 +97,17 @@ pub(super) fn expand(
 }
 
 /// The indices (int64, `[..., k]`) of the elements of ranks 0..k of each row of `x`
-/// (`[..., n]`); `float`: `x` may hold NaN (an integer or bool `x` needs no NaN test).
-fn positions(s: &mut Steps<'_>, x: &str, n: i64, k: i64, descending: bool, float: bool) -> String {
+/// (`[lead.., n]`); `float`: `x` may hold NaN (an integer or bool `x` needs no NaN test).
+fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, order: Order) -> String {
+    let Order { descending, float } = order;
+    if n == 0 || k == 0 {
+        let mut shape = lead.to_vec();
+        shape.push(k);
+        return s.op(
+            "zeros",
+            vec![("size", ints(&shape)), ("dtype", Raw::Str("int64".into()))],
+        );
+    }
     let a = s.op("unsqueeze", vec![("self", t(x)), ("dim", Raw::Int(-1))]); // [.., n(i), 1]
     let b = s.op("unsqueeze", vec![("self", t(x)), ("dim", Raw::Int(-2))]); // [.., 1, n(j)]
     let beyond = s.bin(if descending { "gt" } else { "lt" }, t(&b), t(&a));
@@ -110,39 +131,76 @@ fn positions(s: &mut Steps<'_>, x: &str, n: i64, k: i64, descending: bool, float
     } else {
         (beyond, eq)
     };
-    // j < i, from the positions along each side (no n x n constant).
-    let i_at = s.konst(vec![n, 1], DType::Int64, (0..n).map(|i| i as f64).collect());
-    let j_at = s.konst(vec![1, n], DType::Int64, (0..n).map(|j| j as f64).collect());
+    // j < i, from the positions along each side (no n x n constant). Ranks count in
+    // int32: a dim is at most MAX_SORTED long.
+    let i_at = s.konst(vec![n, 1], DType::Int32, (0..n).map(|i| i as f64).collect());
+    let j_at = s.konst(vec![1, n], DType::Int32, (0..n).map(|j| j as f64).collect());
     let earlier = s.bin("lt", t(&j_at), t(&i_at));
     let tie_first = s.bin("bitwise_and", t(&tie), t(&earlier));
     let before = s.bin("bitwise_or", t(&ahead), t(&tie_first));
-    let before = s.op(
-        "_to_copy",
-        vec![("self", t(&before)), ("dtype", Raw::Str("int64".into()))],
-    );
     let rank = s.op(
         "sum",
         vec![
             ("self", t(&before)),
             ("dim", ints(&[-1])),
-            ("keepdim", Raw::Bool(true)),
+            ("dtype", Raw::Str("int32".into())),
+        ],
+    ); // [.., n]
+    // Position r of a row takes the i of rank r: each i written at its rank (the ranks
+    // of a row are a permutation), the rows flattened into one scatter.
+    let rows: i64 = lead.iter().product();
+    let row_at = s.op(
+        "arange",
+        vec![
+            ("start", Raw::Int(0)),
+            ("end", Raw::Int(rows * n)),
+            ("step", Raw::Int(n)),
+            ("dtype", Raw::Str("int64".into())),
         ],
     );
-    // Output position r takes the i of rank r.
-    let wanted = s.konst(vec![1, k], DType::Int64, (0..k).map(|r| r as f64).collect());
-    let hit = s.bin("eq", t(&rank), t(&wanted)); // [.., n(i), k]
-    let hit = s.op(
+    let row_at = s.reshape(&row_at, &[rows, 1]);
+    let rank = s.op(
         "_to_copy",
-        vec![("self", t(&hit)), ("dtype", Raw::Str("int64".into()))],
+        vec![("self", t(&rank)), ("dtype", Raw::Str("int64".into()))],
     );
-    let at = s.konst(vec![n, 1], DType::Int64, (0..n).map(|i| i as f64).collect());
-    let picked = s.bin("mul", t(&hit), t(&at));
-    s.op(
-        "sum",
+    let rank = s.reshape(&rank, &[rows, n]);
+    let to = s.bin("add", t(&rank), t(&row_at));
+    let to = s.reshape(&to, &[rows * n]);
+    let at = s.konst(vec![1, n], DType::Int64, (0..n).map(|i| i as f64).collect());
+    let from = s.op(
+        "expand",
+        vec![("self", t(&at)), ("size", ints(&[rows, n]))],
+    );
+    let from = s.reshape(&from, &[rows * n]);
+    let unset = s.op(
+        "zeros",
         vec![
-            ("self", t(&picked)),
-            ("dim", ints(&[-2])),
-            ("keepdim", Raw::Bool(false)),
+            ("size", ints(&[rows * n])),
+            ("dtype", Raw::Str("int64".into())),
+        ],
+    );
+    let order = s.op(
+        "index_copy",
+        vec![
+            ("self", t(&unset)),
+            ("dim", Raw::Int(0)),
+            ("index", t(&to)),
+            ("source", t(&from)),
+        ],
+    );
+    let mut shape = lead.to_vec();
+    shape.push(n);
+    let order = s.reshape(&order, &shape);
+    if k == n {
+        return order;
+    }
+    s.op(
+        "slice",
+        vec![
+            ("self", t(&order)),
+            ("dim", Raw::Int(-1)),
+            ("start", Raw::Int(0)),
+            ("end", Raw::Int(k)),
         ],
     )
 }

@@ -49,6 +49,8 @@ Checks:
   compiles and matches eager;
 - transformers' mixtures of experts (Mixtral: its router's top-2, `histc` and the grouped
   products, by `_grouped_mm` or transformers' own `grouped_mm_fallback`) compile and match eager;
+- sorts (stable, descending, NaN, ties, integers, along any dim), `topk` and `x[i, j] = v`
+  (negative indices, an int32 index, a permutation inverted) match eager;
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
@@ -484,6 +486,7 @@ def main(repo: Path):
 
     more_families()
     mixture_of_experts()
+    sorts_and_scatters()
     kept_state(repo)
     dynamic_export(repo)
     cache_across_processes(repo)
@@ -550,6 +553,41 @@ def mixture_of_experts():
     fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
     check("a mixture of experts (transformers' Mixtral: top-2 routing, histc, grouped products) compiles and "
           "matches eager", close(got, want) and not fallbacks, fallbacks)
+
+
+class Sorts(torch.nn.Module):
+    def forward(self, x, ids, y, v):
+        values, order = torch.sort(x, dim=1, descending=True, stable=True)
+        along_0 = torch.argsort(x, dim=0, stable=True)
+        top_values, top = torch.topk(x, 3, dim=-1, largest=False)
+        by_id, perm = torch.sort(ids, stable=True)
+        inverse = torch.zeros_like(perm)
+        inverse[perm] = torch.arange(perm.numel(), device=perm.device)
+        i = torch.tensor([-1, 0, 2], device=x.device)
+        j = torch.tensor([1, -2, 5], dtype=torch.int32, device=x.device)
+        put = y.clone()
+        put[:, i, j] = v
+        return values, order, along_0, top_values, torch.gather(x, -1, top), by_id, perm, inverse, put
+
+
+def sorts_and_scatters():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x = torch.randn(4, 9, 6).round()  # ties
+    x[0, 2, 1] = x[1, 0, 0] = float("nan")
+    x[2, 3, 3] = -0.0
+    ids = torch.randint(0, 5, (300,))  # a router's expert ids: many ties
+    y, v = torch.randn(2, 5, 6), torch.randn(2, 3)
+    args = [dev(t) for t in (x, ids, y, v)]
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = Sorts()(*args)
+        got = torch.compile(Sorts(), backend="kiln")(*args)
+    fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
+    same = [torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan())
+            if a.is_floating_point() else torch.equal(a, b) for a, b in zip(want, got)]
+    check("sorts (stable, descending, NaN, ties, integers, along any dim), topk and x[i, j] = v (negative and int32 "
+          "indices, a permutation inverted) match eager", all(same) and not fallbacks, (same, fallbacks))
 
 
 class ConvNet(torch.nn.Module):

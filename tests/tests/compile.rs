@@ -2153,8 +2153,10 @@ fn grouped_products_launch_kilns_kernel_at_static_sizes_and_reduce_over_any_rows
 }
 
 /// A sort of 8192 elements and the inverse of its permutation (a mixture of experts'
-/// (token, expert) pairs of a long prefill, sorted by expert) compare every pair in
-/// reduction kernels, with no buffer of the pairs; a longer dim than Kiln sorts is
+/// (token, expert) pairs of a long prefill, sorted by expert): the ranks compare every
+/// pair in a reduction kernel, with no buffer of the pairs, and both the sort's
+/// placement by rank and the inverse (`inv[perm] = arange`) are scatters (`index_copy`),
+/// not matches of every index against every place; a longer dim than Kiln sorts is
 /// refused with the limit named.
 #[test]
 fn long_sorts_compare_every_pair_without_a_buffer_of_pairs() {
@@ -2189,6 +2191,13 @@ fn long_sorts_compare_every_pair_without_a_buffer_of_pairs() {
         .max()
         .expect("buffers");
     assert!(most <= 16 * 8192, "a buffer of {most} elements in\n{code}");
+    let scatters = code.matches(".index_copy_(").count();
+    assert_eq!(
+        scatters, 2,
+        "the placement and the inverse as scatters in\n{code}"
+    );
+    let reductions = code.matches("KERNELS.kiln_red_").count();
+    assert_eq!(reductions, 1, "one reduction (the ranks) in\n{code}");
     std::fs::write(&path, graph(40000)).unwrap();
     let (ok, stderr) = compile(&path, "cuda", &tmp.path().join("big"), &[]);
     assert!(!ok && stderr.contains("at most 32768 long"), "{stderr}");

@@ -21,5 +21,5 @@ fn the_python_package_compiles_from_pytorch_falls_back_on_unknown_ops_and_caches
         .arg(repo_root()));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let checks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(checks, 58, "{stdout}");
+    assert_eq!(checks, 59, "{stdout}");
 }

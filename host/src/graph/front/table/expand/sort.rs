@@ -146,8 +146,8 @@ fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, order: Or
             ("dtype", Raw::Str("int32".into())),
         ],
     ); // [.., n]
-    // Position r of a row takes the i of rank r: each i written at its rank (the ranks
-    // of a row are a permutation), the rows flattened into one scatter.
+       // Position r of a row takes the i of rank r: each i written at its rank (the ranks
+       // of a row are a permutation), the rows flattened into one scatter.
     let rows: i64 = lead.iter().product();
     let row_at = s.op(
         "arange",
@@ -167,10 +167,7 @@ fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, order: Or
     let to = s.bin("add", t(&rank), t(&row_at));
     let to = s.reshape(&to, &[rows * n]);
     let at = s.konst(vec![1, n], DType::Int64, (0..n).map(|i| i as f64).collect());
-    let from = s.op(
-        "expand",
-        vec![("self", t(&at)), ("size", ints(&[rows, n]))],
-    );
+    let from = s.op("expand", vec![("self", t(&at)), ("size", ints(&[rows, n]))]);
     let from = s.reshape(&from, &[rows * n]);
     let unset = s.op(
         "zeros",

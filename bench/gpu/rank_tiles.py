@@ -14,15 +14,18 @@ whether its result is torch's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import load_module  # noqa: E402
 
 GRAPH = """format = "kiln-graph/1"
 name = "sort"
@@ -63,14 +66,6 @@ def variant(text: str, kernel: str, config, rows: int) -> str:
                   rf"\g<1>[({-(-rows // x)}, 1, 1)]\g<2>, {x}, {r}, stream=", text)
 
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.DEVICE = torch.device("cuda", 0)
-    return module
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=16384)
@@ -93,7 +88,7 @@ def main() -> None:
     for i, config in enumerate([own] + [c for c in CONFIGS if c != own]):
         path = work / "out" / f"variant_{i}.py"
         path.write_text(variant(text, kernel, config, a.n) if i else text)
-        module = load(path, f"variant_{i}")
+        module = load_module(path, "cuda")
         got = module.call([x])
         ok = torch.equal(got[0], want.values) and torch.equal(got[1], want.indices)
         us = do_bench(lambda: module.call([x])) * 1000

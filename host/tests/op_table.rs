@@ -488,6 +488,12 @@ const CASES: &[Case] = &[
         "self = 'x', dim = 0, index = 'i', source = 'v', alpha = 2.0",
     ),
     c("argsort", X, "self = 'x', dim = 1"),
+    c("sort_runs", X, "self = 'x', descending = true, run = 2"),
+    c(
+        "merge_runs",
+        "x:f32[2,3] r:i64[2,3]",
+        "self = 'x', runs = 'r', run = 2",
+    ),
     m("topk", 2, X, "self = 'x', k = 2, dim = 1"),
     c("isfinite", X, SELF),
     c("logaddexp", XY, SELF_OTHER),

@@ -49,8 +49,9 @@ Checks:
   compiles and matches eager;
 - transformers' mixtures of experts (Mixtral: its router's top-2, `histc` and the grouped
   products, by `_grouped_mm` or transformers' own `grouped_mm_fallback`) compile and match eager;
-- sorts (stable, descending, NaN, ties, integers, along any dim), `topk` and `x[i, j] = v`
-  (negative indices, an int32 index, a permutation inverted) match eager;
+- sorts (stable, descending, NaN, ties, integers, along any dim, rows longer than one of
+  Kiln's sort runs, in every key dtype), `topk` and `x[i, j] = v` (negative indices, an
+  int32 index, a permutation inverted) match eager;
 - every model of the zoo (tools/model_zoo.py) through torch.compile(backend="kiln")
   matches eager.
 Prints `ok: WHAT` per check; exits 1 on the first failure.
@@ -556,7 +557,7 @@ def mixture_of_experts():
 
 
 class Sorts(torch.nn.Module):
-    def forward(self, x, ids, y, v):
+    def forward(self, x, ids, y, v, long_ids, f, h, d, i32):
         values, order = torch.sort(x, dim=1, descending=True, stable=True)
         along_0 = torch.argsort(x, dim=0, stable=True)
         top_values, top = torch.topk(x, 3, dim=-1, largest=False)
@@ -567,7 +568,14 @@ class Sorts(torch.nn.Module):
         j = torch.tensor([1, -2, 5], dtype=torch.int32, device=x.device)
         put = y.clone()
         put[:, i, j] = v
-        return values, order, along_0, top_values, torch.gather(x, -1, top), by_id, perm, inverse, put
+        # Rows longer than one run of Kiln's sort (1024), in every key form.
+        long_by_id, long_perm = torch.sort(long_ids, stable=True)
+        f_values, f_order = torch.sort(f, dim=-1, descending=True, stable=True)
+        f_top_values, f_top = torch.topk(f, 7)
+        return (values, order, along_0, top_values, torch.gather(x, -1, top), by_id, perm, inverse, put,
+                long_by_id, long_perm, f_values, f_order, f_top_values, torch.gather(f, -1, f_top),
+                torch.argsort(h, stable=True), torch.argsort(d, descending=True, stable=True),
+                torch.argsort(i32, stable=True))
 
 
 def sorts_and_scatters():
@@ -578,7 +586,14 @@ def sorts_and_scatters():
     x[2, 3, 3] = -0.0
     ids = torch.randint(0, 5, (300,))  # a router's expert ids: many ties
     y, v = torch.randn(2, 5, 6), torch.randn(2, 3)
-    args = [dev(t) for t in (x, ids, y, v)]
+    long_ids = torch.randint(0, 64, (5000,))
+    f = (torch.randn(2, 2500) * 4).round()
+    f[0, ::97] = float("nan")
+    f[1, ::89] = -0.0
+    h = torch.randn(1500).to(torch.bfloat16)
+    d = torch.randn(1100, dtype=torch.float64).round()
+    i32 = torch.randint(-50, 50, (2049,), dtype=torch.int32)
+    args = [dev(t) for t in (x, ids, y, v, long_ids, f, h, d, i32)]
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         want = Sorts()(*args)
@@ -586,8 +601,9 @@ def sorts_and_scatters():
     fallbacks = [str(w.message) for w in caught if "Kiln cannot compile" in str(w.message)]
     same = [torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan())
             if a.is_floating_point() else torch.equal(a, b) for a, b in zip(want, got)]
-    check("sorts (stable, descending, NaN, ties, integers, along any dim), topk and x[i, j] = v (negative and int32 "
-          "indices, a permutation inverted) match eager", all(same) and not fallbacks, (same, fallbacks))
+    check("sorts (stable, descending, NaN, ties, integers, along any dim, rows of several runs), topk and "
+          "x[i, j] = v (negative and int32 indices, a permutation inverted) match eager",
+          all(same) and not fallbacks, (same, fallbacks))
 
 
 class ConvNet(torch.nn.Module):

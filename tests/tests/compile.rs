@@ -2153,13 +2153,12 @@ fn grouped_products_launch_kilns_kernel_at_static_sizes_and_reduce_over_any_rows
 }
 
 /// A sort of 8192 elements and the inverse of its permutation (a mixture of experts'
-/// (token, expert) pairs of a long prefill, sorted by expert): the ranks compare every
-/// pair in a reduction kernel, with no buffer of the pairs, and both the sort's
-/// placement by rank and the inverse (`inv[perm] = arange`) are scatters (`index_copy`),
-/// not matches of every index against every place; a longer dim than Kiln sorts is
-/// refused with the limit named.
+/// (token, expert) pairs of a long prefill, sorted by expert): Kiln's sort kernels, runs
+/// of 256 sorted and merged in five pairwise passes, with no buffer of pairs of elements
+/// and no reduction comparing every pair, and the inverse (`inv[perm] = arange`) a
+/// scatter (`index_copy`); a longer dim than Kiln sorts is refused with the limit named.
 #[test]
-fn long_sorts_compare_every_pair_without_a_buffer_of_pairs() {
+fn long_sorts_run_kilns_sort_kernels_without_a_buffer_of_pairs() {
     let tmp = TempDir::new("long-sort");
     let graph = |n: usize| {
         format!(
@@ -2191,16 +2190,22 @@ fn long_sorts_compare_every_pair_without_a_buffer_of_pairs() {
         .max()
         .expect("buffers");
     assert!(most <= 16 * 8192, "a buffer of {most} elements in\n{code}");
-    let scatters = code.matches(".index_copy_(").count();
+    let launches = |kernel: &str| code.matches(&format!("KERNELS.{kernel}")).count();
+    assert_eq!(launches("kiln_sort_runs_"), 1, "{code}");
+    assert_eq!(launches("kiln_merge_runs_"), 5, "8192 = 256 * 2^5: {code}");
     assert_eq!(
-        scatters, 2,
-        "the placement and the inverse as scatters in\n{code}"
+        launches("kiln_red_"),
+        0,
+        "no reduction over pairs in\n{code}"
     );
-    let reductions = code.matches("KERNELS.kiln_red_").count();
-    assert_eq!(reductions, 1, "one reduction (the ranks) in\n{code}");
-    std::fs::write(&path, graph(40000)).unwrap();
+    let scatters = code.matches(".index_copy_(").count();
+    assert_eq!(scatters, 1, "the inverse as a scatter in\n{code}");
+    std::fs::write(&path, graph(1 << 25)).unwrap();
     let (ok, stderr) = compile(&path, "cuda", &tmp.path().join("big"), &[]);
-    assert!(!ok && stderr.contains("at most 32768 long"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("Kiln sorts a dim of at most 16777216"),
+        "{stderr}"
+    );
 }
 
 /// A grouped product's operands that PyTorch's would refuse are errors that say what is

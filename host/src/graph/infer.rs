@@ -179,6 +179,8 @@ pub fn infer(op: &Op, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
         Op::Gather { dim } => infer_model::gather(*dim, args),
         Op::IndexCopy { dim } => infer_model::index_copy(*dim, args),
         Op::GroupedMm => infer_model::grouped_mm(args),
+        Op::SortRuns { run, .. } => infer_model::sort_runs(*run, args),
+        Op::MergeRuns { run, .. } => infer_model::merge_runs(*run, args),
         Op::Cumsum { dim, dtype } => infer_model::cumsum(*dim, *dtype, args),
         Op::Diff { n, dim, .. } => infer_model::diff(*n, *dim, args),
         Op::Attention { mask, gqa, .. } => infer_model::attention(*mask, *gqa, args),

@@ -698,6 +698,29 @@ pub enum Op {
         /// the dim the slices are taken along
         dim: i64,
     },
+    /// Kiln's sort along the last dim, its first step: each run of `run` elements of a
+    /// row (the last run shorter) ordered on its own, as the positions within the row
+    /// of the run's elements in that order (int64, `self`'s shape). The order is
+    /// PyTorch's stable one: ascending (or descending) values, NaN the largest, -0.0
+    /// equal to 0.0, and equal values by position. [`Op::MergeRuns`] is the second step.
+    SortRuns {
+        /// largest first
+        descending: bool,
+        /// elements in a run: a power of two
+        run: i64,
+    },
+    /// Kiln's sort, a merge: operands `[x, runs]`, `runs` ordered in runs of `run`
+    /// elements (by [`Op::SortRuns`] or a merge of half that run, with the same
+    /// order); the positions within each row of `x` (int64, `x`'s shape) with each
+    /// pair of neighbouring runs merged into one of `2 * run`. Each element's place
+    /// is its place in its run plus the count of the other run's elements before it
+    /// (by binary search).
+    MergeRuns {
+        /// largest first
+        descending: bool,
+        /// elements in a run: a power of two
+        run: i64,
+    },
     /// `_grouped_mm(a, offs)` of a 2-D `a` `[M, K]` by a 3-D `b` `[G, K, N]`, operands
     /// `[a, b, offs]` (a mixture of experts' product, its rows sorted by expert): rows
     /// `offs[g-1]..offs[g]` of `a` times `b[g]`, rows past the last offset zero; `[M, N]`
@@ -1019,6 +1042,8 @@ impl Op {
             Op::Gather { .. } => "gather",
             Op::IndexCopy { .. } => "index_copy",
             Op::GroupedMm => "_grouped_mm",
+            Op::SortRuns { .. } => "sort_runs",
+            Op::MergeRuns { .. } => "merge_runs",
             Op::Cumsum { .. } => "cumsum",
             Op::Diff { .. } => "diff",
             Op::Attention { .. } => "scaled_dot_product_attention",

@@ -91,6 +91,15 @@ pub(crate) fn eval(
         Op::Gather { dim } => gather(*dim, args, out).map(|t| vec![t]),
         Op::IndexCopy { dim } => index_copy(*dim, args, out).map(|t| vec![t]),
         Op::GroupedMm => grouped_mm(args, out).map(|t| vec![t]),
+        Op::SortRuns { descending, run } => {
+            sorted_rows(args, out, *descending, *run as usize).map(|t| vec![t])
+        }
+        // The runs only make the device's merge cheaper: the result is the order of each
+        // pair of them.
+        Op::MergeRuns { descending, run } => {
+            let merged = (*run as usize).saturating_mul(2);
+            sorted_rows(args, out, *descending, merged).map(|t| vec![t])
+        }
         Op::Cumsum { dim, .. } => cumsum(*dim, args, out).map(|t| vec![t]),
         Op::Diff {
             n,
@@ -294,6 +303,47 @@ fn index_copy(dim: i64, args: &[Val], out: &FixedMeta) -> Result<Tensor, OpError
         for o in 0..outer {
             let (dst, from) = ((o * n + to) * inner, (o * k + j) * inner);
             vals[dst..dst + inner].copy_from_slice(&sv[from..from + inner]);
+        }
+    }
+    Ok(Tensor::new(out.shape.clone(), out.dtype, vals))
+}
+
+/// How two elements of a sort compare: NaN the largest (equal to another NaN), -0.0
+/// equal to 0.0; reversed when `descending`.
+fn sort_order(a: f64, b: f64, descending: bool) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let order = match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    };
+    if descending {
+        order.reverse()
+    } else {
+        order
+    }
+}
+
+/// The positions within each row (the last dim) of its elements in stable sorted
+/// order, each run of `run` elements of a row sorted on its own (`sort_runs`, and a
+/// merge with twice its operand's run).
+fn sorted_rows(
+    args: &[Val],
+    out: &FixedMeta,
+    descending: bool,
+    run: usize,
+) -> Result<Tensor, OpError> {
+    let x = tensor(args, 0)?;
+    let xv = elements(x)?;
+    let n = x.shape.last().copied().unwrap_or(1).max(0) as usize;
+    let mut vals = Vec::with_capacity(xv.len());
+    for row in xv.chunks(n.max(1)) {
+        for (r, chunk) in row.chunks(run.min(n).max(1)).enumerate() {
+            let start = r * run.min(n).max(1);
+            let mut order: Vec<usize> = (0..chunk.len()).collect();
+            order.sort_by(|&a, &b| sort_order(chunk[a], chunk[b], descending));
+            vals.extend(order.into_iter().map(|i| (start + i) as f64));
         }
     }
     Ok(Tensor::new(out.shape.clone(), out.dtype, vals))

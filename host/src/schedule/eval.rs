@@ -496,8 +496,18 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         storage[e.out] = laid_out(values, &out.shape_hint(), &out.strides_hint())?;
         return Ok(());
     }
-    if let ExternOp::GroupedMm = &e.op {
-        storage[e.out] = interpreted(p, e, storage, &crate::graph::Op::GroupedMm)?;
+    let own = match &e.op {
+        ExternOp::GroupedMm => Some(crate::graph::Op::GroupedMm),
+        &ExternOp::SortRuns { descending, run } => {
+            Some(crate::graph::Op::SortRuns { descending, run })
+        }
+        &ExternOp::MergeRuns { descending, run } => {
+            Some(crate::graph::Op::MergeRuns { descending, run })
+        }
+        _ => None,
+    };
+    if let Some(op) = own {
+        storage[e.out] = interpreted(p, e, storage, &op)?;
         return Ok(());
     }
     if let ExternOp::IndexCopy { dim, .. } = &e.op {
@@ -566,7 +576,9 @@ fn run_extern(p: &Program, e: &ExternCall, storage: &mut Storage) -> Result<(), 
         ExternOp::Conv { .. }
         | ExternOp::Attention { .. }
         | ExternOp::IndexCopy { .. }
-        | ExternOp::GroupedMm => false,
+        | ExternOp::GroupedMm
+        | ExternOp::SortRuns { .. }
+        | ExternOp::MergeRuns { .. } => false,
     };
     if !shape_ok {
         return Err(Error(format!(

@@ -775,6 +775,23 @@ pub enum ExternOp {
     /// number of offsets at or below m, and zero past the last offset. Kiln's own
     /// kernel on a Triton device.
     GroupedMm,
+    /// Kiln's sort, first step ([`crate::graph::Op::SortRuns`]) on operand `[x]`: the
+    /// positions within each row (the last dim) of each run's elements in order.
+    SortRuns {
+        /// largest first
+        descending: bool,
+        /// elements in a run: a power of two
+        run: i64,
+    },
+    /// Kiln's sort, a merge ([`crate::graph::Op::MergeRuns`]) on operands `[x, runs]`:
+    /// the positions within each row of its elements, each pair of runs of `run`
+    /// merged into one.
+    MergeRuns {
+        /// largest first
+        descending: bool,
+        /// elements in a run: a power of two
+        run: i64,
+    },
 }
 
 impl ExternOp {
@@ -788,6 +805,8 @@ impl ExternOp {
             ExternOp::Attention { .. } => "scaled_dot_product_attention",
             ExternOp::IndexCopy { .. } => "index_copy",
             ExternOp::GroupedMm => "_grouped_mm",
+            ExternOp::SortRuns { .. } => "sort_runs",
+            ExternOp::MergeRuns { .. } => "merge_runs",
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod grouped_mm;
 pub mod index_copy;
 mod kernel;
 pub mod sized;
+pub mod sort;
 
 use std::collections::HashMap;
 
@@ -126,15 +127,15 @@ pub struct Kernels {
     /// How to launch each kernel, in program order.
     pub info: Vec<KernelInfo>,
     /// The template kernels (fused attention, split attention's combining,
-    /// `index_copy`, convolution, `_grouped_mm`), and the attention steps' launches.
+    /// `index_copy`, convolution, `_grouped_mm`, sorts), and the attention steps' launches.
     pub attention: attention::Attention,
     /// The launch of each `index_copy` step, by step index.
     pub index_copies: HashMap<usize, index_copy::IndexCopyLaunch>,
     /// The launch of each convolution step Kiln's kernel takes, by step index.
     pub convs: HashMap<usize, attention::TemplateLaunch>,
-    /// The launch of each `_grouped_mm` step, by step index (Kiln's kernel, in both
-    /// wrappers).
-    pub grouped: HashMap<usize, attention::TemplateLaunch>,
+    /// The launch of each step of Kiln's own template kernels that both wrappers
+    /// launch as they are: `_grouped_mm` and the two steps of a sort, by step index.
+    pub templates: HashMap<usize, attention::TemplateLaunch>,
 }
 
 /// Generates every kernel of `program`; `namer` names the kernels (call it
@@ -161,7 +162,8 @@ pub fn write(
     } else {
         (HashMap::new(), HashMap::new())
     };
-    let grouped = grouped_mm::write(program, heuristics, namer, &mut attention)?;
+    let mut templates = grouped_mm::write(program, heuristics, namer, &mut attention)?;
+    templates.extend(sort::write(program, heuristics, namer, &mut attention)?);
     let calling: Vec<&str> = texts
         .iter()
         .map(String::as_str)
@@ -186,7 +188,7 @@ pub fn write(
         attention,
         index_copies,
         convs,
-        grouped,
+        templates,
     })
 }
 

@@ -288,6 +288,40 @@ pub(super) fn index_copy(dim: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, I
     one(t.shape.clone(), t.dtype)
 }
 
+/// A run of Kiln's sort: a power of two.
+fn check_run(run: i64) -> Result<(), InferError> {
+    if run < 1 || run.count_ones() != 1 {
+        return invalid(format!("`run` must be a power of two, found {run}"));
+    }
+    Ok(())
+}
+
+/// `sort_runs(x)`: the positions of each run's elements in order, int64 of `x`'s shape
+/// (at least one dim).
+pub(super) fn sort_runs(run: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
+    count(args, 1)?;
+    check_run(run)?;
+    let x = tensor(args, 0)?;
+    if x.rank() == 0 {
+        return invalid("sorts a tensor of at least one dim, found a 0-d one");
+    }
+    one(x.shape.clone(), DType::Int64)
+}
+
+/// `merge_runs(x, runs)`: `runs` int64 of `x`'s shape; int64 of `x`'s shape.
+pub(super) fn merge_runs(run: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
+    count(args, 2)?;
+    check_run(run)?;
+    let (x, runs) = (tensor(args, 0)?, tensor(args, 1)?);
+    if x.rank() == 0 || runs.shape != x.shape || runs.dtype != DType::Int64 {
+        return invalid(format!(
+            "merges int64 runs of the sorted tensor's shape {:?}, found {}{:?}",
+            x.shape, runs.dtype, runs.shape
+        ));
+    }
+    one(x.shape.clone(), DType::Int64)
+}
+
 /// `_grouped_mm(a, b, offs)`: `a` `[M, K]`, `b` `[G, K, N]` of `a`'s float dtype, `offs`
 /// `[G]` int32; `[M, N]`.
 pub(super) fn grouped_mm(args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {

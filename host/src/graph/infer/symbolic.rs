@@ -272,6 +272,7 @@ fn output_shapes(
         }
         Op::Full { size, .. } => one(Ok(size.clone().unwrap_or_else(|| first.shape.clone()))),
         Op::Gather { .. } => one(Ok(tensors.get(1)?.shape.clone())),
+        Op::SortRuns { .. } | Op::MergeRuns { .. } => one(Ok(first.shape.clone())),
         Op::Index { indexed, .. } => one(index(&first.shape, indexed, &tensors[1..])),
         Op::Diff { n, dim, .. } => one(diff(&tensors, *n, *dim, symbols)),
         Op::Attention { mask, gqa, .. } => one(attention(&tensors, *mask, *gqa)),

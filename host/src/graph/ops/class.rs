@@ -64,7 +64,9 @@ impl Op {
             | Op::Full { .. }
             | Op::Index { .. }
             | Op::Gather { .. }
-            | Op::IndexCopy { .. } => false,
+            | Op::IndexCopy { .. }
+            | Op::SortRuns { .. }
+            | Op::MergeRuns { .. } => false,
         }
     }
 
@@ -145,6 +147,8 @@ impl Op {
             | Op::Repeat { .. }
             | Op::AsStrided { .. }
             | Op::IndexCopy { .. }
+            | Op::SortRuns { .. }
+            | Op::MergeRuns { .. }
             | Op::GroupedMm => false,
         }
     }

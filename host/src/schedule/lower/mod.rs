@@ -403,7 +403,21 @@ fn lower_node(
         }
         Op::Arange { .. } => lower_arange(graph, low, id),
         Op::IndexCopy { dim } => lower_index_copy(graph, low, id, *dim),
-        Op::GroupedMm => lower_grouped_mm(graph, low, id),
+        Op::GroupedMm => lower_extern(graph, low, id, ExternOp::GroupedMm),
+        Op::SortRuns { descending, run } => {
+            let op = ExternOp::SortRuns {
+                descending: *descending,
+                run: *run,
+            };
+            lower_extern(graph, low, id, op)
+        }
+        Op::MergeRuns { descending, run } => {
+            let op = ExternOp::MergeRuns {
+                descending: *descending,
+                run: *run,
+            };
+            lower_extern(graph, low, id, op)
+        }
         _ if low.bias_epilogue && epilogue::fold_bias(graph, low, id)? => Ok(()),
         op if op.reads_inline() => lower_inline(graph, low, outputs, id),
         other => Err(Error::Unsupported {
@@ -638,19 +652,18 @@ fn lower_conv(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Res
 /// place, where it may ([`scatter_target`]); else an extern call on views of `self`,
 /// the index and the source (the scheduler decides after planning memory whether it
 /// writes `self` in place).
-/// `_grouped_mm(a, b, offs)` kept whole (`passes::Options::grouped_mm_kernel`): an
-/// extern call on the operands as they lie (Kiln's kernel takes any strides).
-fn lower_grouped_mm(graph: &Graph, low: &mut Lowered, id: NodeId) -> Result<(), Error> {
+/// An op of Kiln's own kernels as an extern call on its operands as they lie (the
+/// kernels take any strides): `_grouped_mm(a, b, offs)` kept whole
+/// (`passes::Options::grouped_mm_kernel`), and the two steps of a sort.
+fn lower_extern(graph: &Graph, low: &mut Lowered, id: NodeId, op: ExternOp) -> Result<(), Error> {
+    let operands = node_of(graph, id)?.args.len();
     let mut args = vec![];
-    for i in 0..3 {
+    for i in 0..operands {
         let value = first_value(graph, id, i)?;
         args.push(low.realize_view(graph, value)?);
     }
-    let kind = SKind::Extern {
-        op: ExternOp::GroupedMm,
-        args,
-    };
-    low.add_snode(graph, ValueId::first(id), kind, "_grouped_mm")?;
+    let name = op.name();
+    low.add_snode(graph, ValueId::first(id), SKind::Extern { op, args }, name)?;
     Ok(())
 }
 

@@ -736,6 +736,13 @@ fn extern_call(
             ))
         }
         ExternOp::IndexCopy { dim, .. } => return index_copy_call(out, p, e, *dim, name),
+        &ExternOp::SortRuns { descending, run } => {
+            return sort_call(out, p, e, (descending, run), name)
+        }
+        // A merge's runs are sorted again, each pair as one run.
+        &ExternOp::MergeRuns { descending, run } => {
+            return sort_call(out, p, e, (descending, run.saturating_mul(2)), name)
+        }
         ExternOp::GroupedMm => {
             return Err(Error::Unsupported(
                 "a grouped product call: the C++ wrapper takes `_grouped_mm` decomposed \
@@ -804,6 +811,88 @@ fn extern_call(
 /// source written at its index (an index out of range raises the fault `kiln_call`
 /// reports as status 2). The cpu device writes no input in place: its C interface
 /// takes them read-only.
+/// A sort's step: each run of `run` elements of each row (the last dim) of the first
+/// operand in stable order, written as the positions within the row (`sort_runs`, and
+/// `merge_runs` with twice its operand's run). `order`: (descending, run).
+fn sort_call(
+    out: &mut String,
+    p: &Program,
+    e: &crate::schedule::ir::ExternCall,
+    order: (bool, i64),
+    name: &dyn Fn(BufferId) -> String,
+) -> Result<(), Error> {
+    let (descending, run) = order;
+    let (Some(x), dst) = (e.args.first(), p.buffer(e.out)) else {
+        return Err(Error::Unsupported(format!(
+            "`{}` of no operand",
+            e.op.name()
+        )));
+    };
+    let Some(last) = x
+        .shape
+        .len()
+        .checked_sub(1)
+        .filter(|_| x.shape == dst.shape)
+    else {
+        return Err(Error::Unsupported(format!(
+            "`{}` of {:?} into {:?}",
+            e.op.name(),
+            x.shape,
+            dst.shape
+        )));
+    };
+    let c = |s: &Size| size_text(s, Syntax::C);
+    let n = c(&x.shape[last]);
+    let run = run.max(1);
+    let mut loops = String::new();
+    let (mut base, mut obase) = (c(&x.offset), "0".to_string());
+    for d in 0..last {
+        loops += &format!("for (int64_t i{d} = 0; i{d} < {}; ++i{d}) ", c(&x.shape[d]));
+        base += &format!(" + i{d} * {}", c(&x.strides[d]));
+        obase += &format!(" + i{d} * {}", c(&dst.strides[d]));
+    }
+    let element = |at: &str| {
+        load_conversion(
+            p.buffer(x.buf).dtype,
+            &format!("{}[base + {at} * {}]", name(x.buf), c(&x.strides[last])),
+        )
+    };
+    writeln!(out, "    {{  // {}", e.op.name())?;
+    writeln!(out, "        std::vector<int64_t> kiln_order({n});")?;
+    writeln!(out, "        {loops}{{")?;
+    writeln!(
+        out,
+        "            const int64_t base = {base}, obase = {obase};"
+    )?;
+    writeln!(
+        out,
+        "            for (int64_t start = 0; start < {n}; start += {run}) {{"
+    )?;
+    writeln!(
+        out,
+        "                const int64_t end = std::min<int64_t>({n}, start + {run});"
+    )?;
+    writeln!(
+        out,
+        "                for (int64_t j = start; j < end; ++j) kiln_order[j] = j;"
+    )?;
+    writeln!(
+        out,
+        "                std::stable_sort(kiln_order.begin() + start, kiln_order.begin() + end, \
+         [&](int64_t a, int64_t b) {{ return kiln_sorts_before({}, {}, {descending}); }});",
+        element("a"),
+        element("b")
+    )?;
+    writeln!(
+        out,
+        "                for (int64_t j = start; j < end; ++j) {}[obase + j * {}] = kiln_order[j];",
+        name(e.out),
+        c(&dst.strides[last])
+    )?;
+    writeln!(out, "            }}\n        }}\n    }}")?;
+    Ok(())
+}
+
 fn index_copy_call(
     out: &mut String,
     p: &Program,

@@ -25,8 +25,8 @@ pub(super) struct CallWriter<'a> {
     pub kernels: &'a HashMap<usize, &'a KernelInfo>,
     /// The fused attention launch of each attention step.
     pub attention: &'a HashMap<usize, AttentionLaunch>,
-    /// The launch of each `_grouped_mm` step (Kiln's kernel).
-    pub grouped: &'a HashMap<usize, TemplateLaunch>,
+    /// The launch of each step of Kiln's own template kernels (`_grouped_mm`, sorts).
+    pub templates: &'a HashMap<usize, TemplateLaunch>,
     /// Each attention step's signature, an index into [`AttentionSignatures::rows`].
     pub signatures: &'a HashMap<usize, usize>,
     /// Each float32 product-with-bias step's signature ([`bias_signatures`]).
@@ -559,7 +559,7 @@ impl CallWriter<'_> {
                     self.launch(out, info)?;
                 }
             }
-            Step::Extern(e) => match (self.attention.get(&i), self.grouped.get(&i)) {
+            Step::Extern(e) => match (self.attention.get(&i), self.templates.get(&i)) {
                 (Some(launch), _) => self.attention_step(out, i, e, launch)?,
                 (None, Some(launch)) => self.template_launch(out, launch)?,
                 (None, None) => self.extern_call(out, i, e)?,

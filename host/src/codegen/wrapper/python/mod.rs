@@ -230,7 +230,7 @@ pub fn write(
         p,
         &kernels.info,
         &kernels.attention.launches,
-        &kernels.grouped,
+        &kernels.templates,
     );
     let convs = p
         .steps
@@ -263,7 +263,7 @@ pub fn write(
         names: &names,
         kernels: &by_step,
         attention: &kernels.attention.launches,
-        grouped: &kernels.grouped,
+        templates: &kernels.templates,
         signatures: &signatures.of_step,
         biases: &biases.of_step,
         strings,

@@ -76,7 +76,7 @@ impl Writer<'_> {
                         self.index_copy(e, l)?;
                         launches += 1;
                     } else if let Some(l) = (self.plan.kernels.convs.get(&i))
-                        .or_else(|| self.plan.kernels.grouped.get(&i))
+                        .or_else(|| self.plan.kernels.templates.get(&i))
                     {
                         let pointers = l
                             .pointers

@@ -115,12 +115,12 @@ pub fn check(
                         )));
                     }
                 }
-                ExternOp::GroupedMm => {
-                    if !kernels.grouped.contains_key(&i) {
-                        return Err(Error::Unsupported(
-                            "a `_grouped_mm` step without Kiln's kernel (its sizes are not static)"
-                                .into(),
-                        ));
+                ExternOp::GroupedMm | ExternOp::SortRuns { .. } | ExternOp::MergeRuns { .. } => {
+                    if !kernels.templates.contains_key(&i) {
+                        return Err(Error::Unsupported(format!(
+                            "a `{}` step without Kiln's kernel (its sizes are not static)",
+                            e.op.name()
+                        )));
                     }
                 }
                 ExternOp::Attention { .. } => {

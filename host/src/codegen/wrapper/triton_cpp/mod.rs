@@ -482,7 +482,7 @@ pub fn plan(
                 .index_copies
                 .values()
                 .chain(kernels.convs.values())
-                .chain(kernels.grouped.values())
+                .chain(kernels.templates.values())
                 .map(|l| l.pointers.len().max(l.scalars.len())),
         )
         .max()

@@ -153,6 +153,13 @@ static inline int64_t kiln_index_nonnegative(int64_t i, int64_t size) {
     }
     return i;
 }
+// A sort's order (PyTorch's): NaN the largest, -0.0 equal to 0.0; `descending` reverses
+// it. Equal elements are left to the caller's stable sort.
+template <typename T> static inline bool kiln_sorts_before(T a, T b, bool descending) {
+    const bool an = a != a, bn = b != b;
+    if (an || bn) return descending ? (an && !bn) : (!an && bn);
+    return descending ? b < a : a < b;
+}
 template <typename T> static inline T kiln_divtrunc(T a, T b) { return b == 0 ? T(0) : T(a / b); }
 template <typename T> static inline T kiln_divfloor(T a, T b) {
     if (b == 0) return T(0);

@@ -221,6 +221,14 @@ fn indexing(name: &str, b: &Bound) -> Result<Option<Op>, SigError> {
             dim: b.int_or("dim", 0)?,
         },
         "_grouped_mm" => Op::GroupedMm,
+        "sort_runs" => Op::SortRuns {
+            descending: b.boolean("descending")?,
+            run: b.int_or("run", 0)?,
+        },
+        "merge_runs" => Op::MergeRuns {
+            descending: b.boolean("descending")?,
+            run: b.int_or("run", 0)?,
+        },
         "index_copy" => Op::IndexCopy {
             dim: b.int_or("dim", 0)?,
         },

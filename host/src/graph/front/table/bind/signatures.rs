@@ -511,6 +511,23 @@ pub(super) const SIGNATURES: &[(&str, Sig)] = {
             ],
         ),
         (
+            "sort_runs",
+            &[
+                ("self", T, true),
+                ("descending", B, false),
+                ("run", I, true),
+            ],
+        ),
+        (
+            "merge_runs",
+            &[
+                ("self", T, true),
+                ("runs", T, true),
+                ("descending", B, false),
+                ("run", I, true),
+            ],
+        ),
+        (
             "index_copy",
             &[
                 ("self", T, true),

@@ -65,7 +65,20 @@ pub fn write(
         let (Some(shape), Some(strides)) = (fixed(&x.shape), fixed(&x.strides)) else {
             continue;
         };
-        if !(1..=4).contains(&rank) || out.shape != x.shape || run < 1 || run.count_ones() != 1 {
+        // The result (and a merge's runs) are dense rows, as the wrappers allocate them.
+        let dense = |v: &View| v.strides.last().is_none_or(|s| *s == 1) && is_row_major(v);
+        let out_view = View {
+            buf: e.out,
+            shape: out.shape.clone(),
+            strides: out.strides.clone(),
+            offset: Size::from(0),
+        };
+        if !(1..=4).contains(&rank)
+            || out.shape != x.shape
+            || run < 1
+            || run.count_ones() != 1
+            || !dense(&out_view)
+        {
             continue;
         }
         let n = shape[rank - 1];
@@ -85,17 +98,9 @@ pub fn write(
         scalars.push(n);
         scalars.extend(lead(&strides, 0));
         scalars.push(strides[rank - 1]);
-        let mut pointers = vec![
-            x.clone(),
-            View {
-                buf: e.out,
-                shape: out.shape.clone(),
-                strides: out.strides.clone(),
-                offset: Size::from(0),
-            },
-        ];
+        let mut pointers = vec![x.clone(), out_view];
         if merge {
-            let Some(runs) = e.args.get(1).filter(|r| r.shape == x.shape) else {
+            let Some(runs) = e.args.get(1).filter(|r| r.shape == x.shape && dense(r)) else {
                 continue;
             };
             scalars.push(row_stride(&runs.strides));
@@ -165,6 +170,21 @@ pub fn write(
         );
     }
     Ok(launches)
+}
+
+/// Whether `v`'s rows lie one after another: each dim's stride the next one's times its
+/// size, but for dims of one element.
+fn is_row_major(v: &View) -> bool {
+    let dims: Vec<(i64, i64)> = v
+        .shape
+        .iter()
+        .zip(&v.strides)
+        .filter_map(|(d, s)| Some((d.as_const()?, s.as_const()?)))
+        .collect();
+    dims.len() == v.shape.len()
+        && dims
+            .windows(2)
+            .all(|w| w[0].0 == 1 || w[0].1 == w[1].1 * w[1].0)
 }
 
 /// The key helper's body for elements of `dtype` (`x` loaded, `DESC` the order): an

@@ -297,23 +297,27 @@ fn check_run(run: i64) -> Result<(), InferError> {
 }
 
 /// `sort_runs(x)`: the positions of each run's elements in order, int64 of `x`'s shape
-/// (at least one dim).
+/// (1 to 4 dims: the kernels take rows of up to three).
 pub(super) fn sort_runs(run: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 1)?;
     check_run(run)?;
     let x = tensor(args, 0)?;
-    if x.rank() == 0 {
-        return invalid("sorts a tensor of at least one dim, found a 0-d one");
+    if !(1..=4).contains(&x.rank()) {
+        return invalid(format!(
+            "sorts the last dim of a tensor of 1 to 4 dims, found {:?}",
+            x.shape
+        ));
     }
     one(x.shape.clone(), DType::Int64)
 }
 
-/// `merge_runs(x, runs)`: `runs` int64 of `x`'s shape; int64 of `x`'s shape.
+/// `merge_runs(x, runs)`: `runs` int64 of `x`'s shape (1 to 4 dims); int64 of `x`'s
+/// shape.
 pub(super) fn merge_runs(run: i64, args: &[ArgMeta]) -> Result<Vec<FixedMeta>, InferError> {
     count(args, 2)?;
     check_run(run)?;
     let (x, runs) = (tensor(args, 0)?, tensor(args, 1)?);
-    if x.rank() == 0 || runs.shape != x.shape || runs.dtype != DType::Int64 {
+    if !(1..=4).contains(&x.rank()) || runs.shape != x.shape || runs.dtype != DType::Int64 {
         return invalid(format!(
             "merges int64 runs of the sorted tensor's shape {:?}, found {}{:?}",
             x.shape, runs.dtype, runs.shape

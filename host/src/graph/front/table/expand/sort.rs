@@ -100,6 +100,10 @@ fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, descendin
         ("descending", Raw::Bool(descending)),
         ("run", Raw::Int(run)),
     ];
+    // The rows flattened into one dim: Kiln's sort takes rows of at most three.
+    let rows: i64 = lead.iter().product();
+    let flat = s.reshape(x, &[rows, n]);
+    let x = flat.as_str();
     let mut attrs = vec![("self", t(x))];
     attrs.extend(order.clone());
     let mut sorted = s.op("sort_runs", attrs);
@@ -114,16 +118,16 @@ fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, descendin
         sorted = s.op("merge_runs", attrs);
         run *= 2;
     }
-    if k == n {
-        return sorted;
+    if k < n {
+        sorted = s.op(
+            "slice",
+            vec![
+                ("self", t(&sorted)),
+                ("dim", Raw::Int(-1)),
+                ("start", Raw::Int(0)),
+                ("end", Raw::Int(k)),
+            ],
+        );
     }
-    s.op(
-        "slice",
-        vec![
-            ("self", t(&sorted)),
-            ("dim", Raw::Int(-1)),
-            ("start", Raw::Int(0)),
-            ("end", Raw::Int(k)),
-        ],
-    )
+    s.reshape(&sorted, &shape)
 }

@@ -25,6 +25,7 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from precision_child import capture  # noqa: E402
 from run import load_module  # noqa: E402
 
 GRAPH = """format = "kiln-graph/1"
@@ -84,15 +85,7 @@ def one(work: Path, shape, dtype: str, descending: bool) -> str:
 
 def device_us(call) -> float:
     """The median microseconds of `call()` captured in a CUDA graph and replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph, _ = capture(call)
     return do_bench(graph.replay) * 1000
 
 

@@ -737,11 +737,10 @@ fn extern_call(
         }
         ExternOp::IndexCopy { dim, .. } => return index_copy_call(out, p, e, *dim, name),
         &ExternOp::SortRuns { descending, run } => {
-            return sort_call(out, p, e, (descending, run), name)
+            return sort_call(out, p, e, (descending, run, false), name)
         }
-        // A merge's runs are sorted again, each pair as one run.
         &ExternOp::MergeRuns { descending, run } => {
-            return sort_call(out, p, e, (descending, run.saturating_mul(2)), name)
+            return sort_call(out, p, e, (descending, run, true), name)
         }
         ExternOp::GroupedMm => {
             return Err(Error::Unsupported(
@@ -811,17 +810,18 @@ fn extern_call(
 /// source written at its index (an index out of range raises the fault `kiln_call`
 /// reports as status 2). The cpu device writes no input in place: its C interface
 /// takes them read-only.
-/// A sort's step: each run of `run` elements of each row (the last dim) of the first
-/// operand in stable order, written as the positions within the row (`sort_runs`, and
-/// `merge_runs` with twice its operand's run). `order`: (descending, run).
+/// A sort's step, each row the last dim of the first operand, written as the positions
+/// within the row: each run of `run` elements in stable order (`sort_runs`), or with
+/// `merge` each pair of the second operand's runs of `run` merged (`merge_runs`:
+/// `std::inplace_merge`, stable). `order`: (descending, run, merge).
 fn sort_call(
     out: &mut String,
     p: &Program,
     e: &crate::schedule::ir::ExternCall,
-    order: (bool, i64),
+    order: (bool, i64, bool),
     name: &dyn Fn(BufferId) -> String,
 ) -> Result<(), Error> {
-    let (descending, run) = order;
+    let (descending, run, merge) = order;
     let (Some(x), dst) = (e.args.first(), p.buffer(e.out)) else {
         return Err(Error::Unsupported(format!(
             "`{}` of no operand",
@@ -844,12 +844,23 @@ fn sort_call(
     let c = |s: &Size| size_text(s, Syntax::C);
     let n = c(&x.shape[last]);
     let run = run.max(1);
+    let runs = e.args.get(1).filter(|r| merge && r.shape == x.shape);
+    if merge && runs.is_none() {
+        return Err(Error::Unsupported(format!(
+            "`merge_runs` of {:?} without runs of its shape",
+            x.shape
+        )));
+    }
     let mut loops = String::new();
     let (mut base, mut obase) = (c(&x.offset), "0".to_string());
+    let mut rbase = runs.map_or("0".to_string(), |r| c(&r.offset));
     for d in 0..last {
         loops += &format!("for (int64_t i{d} = 0; i{d} < {}; ++i{d}) ", c(&x.shape[d]));
         base += &format!(" + i{d} * {}", c(&x.strides[d]));
         obase += &format!(" + i{d} * {}", c(&dst.strides[d]));
+        if let Some(r) = runs {
+            rbase += &format!(" + i{d} * {}", c(&r.strides[d]));
+        }
     }
     let element = |at: &str| {
         load_conversion(
@@ -862,27 +873,51 @@ fn sort_call(
     writeln!(out, "        {loops}{{")?;
     writeln!(
         out,
-        "            const int64_t base = {base}, obase = {obase};"
+        "            const int64_t base = {base}, obase = {obase}, rbase = {rbase};"
     )?;
-    writeln!(
-        out,
-        "            for (int64_t start = 0; start < {n}; start += {run}) {{"
-    )?;
-    writeln!(
-        out,
-        "                const int64_t end = std::min<int64_t>({n}, start + {run});"
-    )?;
-    writeln!(
-        out,
-        "                for (int64_t j = start; j < end; ++j) kiln_order[j] = j;"
-    )?;
-    writeln!(
-        out,
-        "                std::stable_sort(kiln_order.begin() + start, kiln_order.begin() + end, \
-         [&](int64_t a, int64_t b) {{ return kiln_sorts_before({}, {}, {descending}); }});",
+    let before = format!(
+        "[&](int64_t a, int64_t b) {{ return kiln_sorts_before({}, {}, {descending}); }}",
         element("a"),
         element("b")
+    );
+    let step = if merge { 2 * run } else { run };
+    writeln!(
+        out,
+        "            for (int64_t start = 0; start < {n}; start += {step}) {{"
     )?;
+    writeln!(
+        out,
+        "                const int64_t end = std::min<int64_t>({n}, start + {step});"
+    )?;
+    match runs {
+        Some(r) => {
+            writeln!(
+                out,
+                "                for (int64_t j = start; j < end; ++j) kiln_order[j] = {}[rbase + j * {}];",
+                name(r.buf),
+                c(&r.strides[last])
+            )?;
+            writeln!(
+                out,
+                "                const int64_t mid = std::min<int64_t>(end, start + {run});"
+            )?;
+            writeln!(
+                out,
+                "                std::inplace_merge(kiln_order.begin() + start, kiln_order.begin() + mid, \
+                 kiln_order.begin() + end, {before});"
+            )?;
+        }
+        None => {
+            writeln!(
+                out,
+                "                for (int64_t j = start; j < end; ++j) kiln_order[j] = j;"
+            )?;
+            writeln!(
+                out,
+                "                std::stable_sort(kiln_order.begin() + start, kiln_order.begin() + end, {before});"
+            )?;
+        }
+    }
     writeln!(
         out,
         "                for (int64_t j = start; j < end; ++j) {}[obase + j * {}] = kiln_order[j];",

@@ -40,9 +40,9 @@ const MERGE_PARAMS: [&str; 10] = [
     "a0", "a1", "a2", "n", "x0", "x1", "x2", "xs", "r_row", "o_row",
 ];
 
-/// The launches of every sort step of `program` (rows of at most three dims, static
-/// sizes), their kernels added to `templates`; a step without one is left to the
-/// wrapper, which says so.
+/// The launches of every sort step of `program`, their kernels added to `templates`.
+/// A step the kernels do not take (symbolic sizes, a result that is not dense rows) is
+/// an error naming it: no library call stands in for Kiln's sort.
 pub fn write(
     program: &Program,
     heuristics: &dyn LaunchHeuristics,
@@ -58,12 +58,21 @@ pub fn write(
             ExternOp::MergeRuns { descending, run } => (true, descending, run),
             _ => continue,
         };
-        let Some(x) = e.args.first() else { continue };
+        let unsupported = |what: String| Error::Unsupported {
+            kernel: e.op.name().into(),
+            what,
+        };
+        let Some(x) = e.args.first() else {
+            return Err(unsupported("no operand".into()));
+        };
         let out = program.buffer(e.out);
         let rank = x.shape.len();
         let fixed = |v: &[Size]| v.iter().map(Size::as_const).collect::<Option<Vec<i64>>>();
         let (Some(shape), Some(strides)) = (fixed(&x.shape), fixed(&x.strides)) else {
-            continue;
+            return Err(unsupported(format!(
+                "Kiln's sort takes static sizes, found {:?}",
+                x.shape
+            )));
         };
         // The result (and a merge's runs) are dense rows, as the wrappers allocate them.
         let dense = |v: &View| v.strides.last().is_none_or(|s| *s == 1) && is_row_major(v);
@@ -79,7 +88,11 @@ pub fn write(
             || run.count_ones() != 1
             || !dense(&out_view)
         {
-            continue;
+            return Err(unsupported(format!(
+                "a sort of {:?} in runs of {run} into a result of strides {:?}: the kernels take 1 to \
+                 4 dims, runs of a power of two, and a dense result",
+                x.shape, out.strides
+            )));
         }
         let n = shape[rank - 1];
         let row_stride = |v: &[Size]| -> i64 {
@@ -101,7 +114,10 @@ pub fn write(
         let mut pointers = vec![x.clone(), out_view];
         if merge {
             let Some(runs) = e.args.get(1).filter(|r| r.shape == x.shape && dense(r)) else {
-                continue;
+                return Err(unsupported(format!(
+                    "a merge of {:?} without dense runs of its shape",
+                    x.shape
+                )));
             };
             scalars.push(row_stride(&runs.strides));
             pointers.insert(1, runs.clone());

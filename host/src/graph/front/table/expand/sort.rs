@@ -1,10 +1,9 @@
 //! `sort`, `argsort` and `topk` along a dim of static size, as Kiln's sort of the dim
 //! moved last: `sort_runs` orders each run of [`RUN`] elements of a row, and each
 //! `merge_runs` merges pairs of runs into one until one holds the row (`Op::SortRuns`,
-//! `Op::MergeRuns`). The order is
-//! PyTorch's stable one: larger first for a descending sort, NaN the largest, -0.0 equal
-//! to 0.0, equal elements in their order. `topk` is the sort's first k; the values are
-//! gathered at the positions.
+//! `Op::MergeRuns`). The order is PyTorch's stable one: larger first for a descending
+//! sort, NaN the largest, -0.0 equal to 0.0, equal elements in their order. `topk` is the
+//! sort's first k; the values are gathered at the positions.
 
 use super::{ints, invalid, t, wrap, Args, Raw, SigError, Steps};
 
@@ -85,7 +84,7 @@ pub(super) fn expand(
 
 /// The indices (int64, `[..., k]`) of the elements of ranks 0..k of each row of `x`
 /// (`[lead.., n]`): Kiln's sort, runs of [`RUN`] elements each sorted (`sort_runs`),
-/// then merged (`merge_runs`) where a row has more than one.
+/// then merged in pairs (`merge_runs`) until one run holds the row.
 fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, descending: bool) -> String {
     let mut shape = lead.to_vec();
     shape.push(k);
@@ -95,19 +94,19 @@ fn positions(s: &mut Steps<'_>, x: &str, lead: &[i64], n: i64, k: i64, descendin
             vec![("size", ints(&shape)), ("dtype", Raw::Str("int64".into()))],
         );
     }
-    let run = RUN.min((n as u64).next_power_of_two() as i64);
-    let order = [
-        ("descending", Raw::Bool(descending)),
-        ("run", Raw::Int(run)),
-    ];
+    let mut run = RUN.min((n as u64).next_power_of_two() as i64);
     // The rows flattened into one dim: Kiln's sort takes rows of at most three.
     let rows: i64 = lead.iter().product();
     let flat = s.reshape(x, &[rows, n]);
     let x = flat.as_str();
-    let mut attrs = vec![("self", t(x))];
-    attrs.extend(order.clone());
-    let mut sorted = s.op("sort_runs", attrs);
-    let mut run = run;
+    let mut sorted = s.op(
+        "sort_runs",
+        vec![
+            ("self", t(x)),
+            ("descending", Raw::Bool(descending)),
+            ("run", Raw::Int(run)),
+        ],
+    );
     while run < n {
         let attrs = vec![
             ("self", t(x)),

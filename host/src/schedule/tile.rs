@@ -16,8 +16,8 @@ use crate::graph::ir::Graph;
 const MIN_SIDE: i64 = 16;
 
 /// The space a pointwise group of `members` runs best in: `space` itself, or
-/// rows × row elements when that coalesces at least a quarter more of the
-/// bytes the kernel moves.
+/// rows × row elements when that takes at least a quarter of the bytes the
+/// flat kernel moves off uncoalesced accesses.
 pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Space) -> Space {
     // A symbolic space runs flat (tiles split its extent exactly).
     let Some(extents) = space.fixed() else {
@@ -38,7 +38,8 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
     let Some(shape) = consts(&low.snodes[*first].meta.shape) else {
         return space;
     };
-    let mut best = (flat + total / 4, space);
+    // Uncoalesced bytes a tiling must come under.
+    let mut best = (total - flat - total / 4, space);
     let mut rows = 1i64;
     for &size in &shape[..shape.len().saturating_sub(1)] {
         rows *= size;
@@ -47,9 +48,9 @@ pub fn tiled_space(graph: &Graph, low: &Lowered, members: &[SNodeId], space: Spa
             continue;
         }
         let tiled = Space::rows(rows, row_len);
-        if let Some((bytes, _)) = coalesced_bytes(graph, low, members, &tiled) {
-            if bytes > best.0 {
-                best = (bytes, tiled);
+        if let Some((bytes, all)) = coalesced_bytes(graph, low, members, &tiled) {
+            if all - bytes < best.0 {
+                best = (all - bytes, tiled);
             }
         }
     }
@@ -161,17 +162,53 @@ const MIN_ROW_SPLIT: i64 = 256;
 /// Bytes the kernel of `members` in `space` moves with unit steps along the
 /// rows or along the row, and all the bytes it moves; `None` when it does not
 /// build in `space`.
+///
+/// Here an uncoalesced access whose elements lie a cache sector or more apart,
+/// in a buffer larger than a multiprocessor's first-level cache, weighs the
+/// sectors it moves: every element read is a sector of its own from the
+/// second-level cache, however few bytes the buffer has (a transposing copy
+/// of a `repeat`, DeBERTa's position keys). H200, bf16: a flat copy of
+/// `[512, 768]` into eight `[12, 64, 512]` took 15 us, the tiled one 3. A
+/// smaller buffer stays in the first-level cache and weighs its own bytes
+/// (the rotary angles of [`walked_bytes`]).
 fn coalesced_bytes(
     graph: &Graph,
     low: &Lowered,
     members: &[SNodeId],
     space: &Space,
 ) -> Option<(i64, i64)> {
-    walked_bytes(graph, low, members, space, |space, index, _| {
+    let coalesced = |space: &Space, index: &Index| {
         let access = space.access(index, 1);
         access.unit_along_row || access.unit_across_rows
-    })
+    };
+    let weight = |space: &Space, index: &Index, element_bytes: i64, own: i64| {
+        let reads = space.access(index, element_bytes).bytes;
+        let inner = if space.is_reduction() { (0, 1) } else { (1, 0) };
+        let step = (index.eval(inner.0, inner.1) - index.eval(0, 0)).abs();
+        let scattered = step.saturating_mul(element_bytes) >= SECTOR_BYTES && own > L1_BYTES;
+        if coalesced(space, index) || !scattered {
+            reads.min(own)
+        } else {
+            reads.saturating_mul(SECTOR_BYTES / element_bytes.clamp(1, SECTOR_BYTES))
+        }
+    };
+    walked(
+        graph,
+        low,
+        members,
+        space,
+        |space, index, _| coalesced(space, index),
+        weight,
+    )
 }
+
+/// The bytes a GPU's cache moves at least per access: one sector.
+const SECTOR_BYTES: i64 = 32;
+
+/// The bytes of a buffer that stay in a multiprocessor's first-level cache
+/// while a kernel walks it (a part of an H100's 256 KiB, shared with the
+/// other programs there).
+const L1_BYTES: i64 = 64 << 10;
 
 /// Bytes the kernel of `members` in `space` moves through accesses that
 /// `good` accepts, and all the bytes it moves; `None` when it does not build
@@ -182,6 +219,28 @@ fn walked_bytes(
     members: &[SNodeId],
     space: &Space,
     good: impl Fn(&Space, &Index, i64) -> bool,
+) -> Option<(i64, i64)> {
+    // A broadcast operand read once per element of a larger kernel (a
+    // rotary embedding's angles, `[L, E/2]` under `[B, H, L, E]`) comes from
+    // memory once and from the cache after: it weighs its own bytes, not the
+    // kernel's count of reads. Weighed by reads, Llama's rotary kernel was
+    // tiled to coalesce its 64 KiB of angles and ran at 2.1x the flat
+    // kernel's time (H200, bf16, `[8, 16, 512, 64]`: 36 us against 17).
+    let own_bytes = |space: &Space, index: &Index, element_bytes: i64, own: i64| {
+        space.access(index, element_bytes).bytes.min(own)
+    };
+    walked(graph, low, members, space, good, own_bytes)
+}
+
+/// [`walked_bytes`], each access weighing what `weight` says (given the
+/// space, the index, the element's bytes and the buffer's).
+fn walked(
+    graph: &Graph,
+    low: &Lowered,
+    members: &[SNodeId],
+    space: &Space,
+    good: impl Fn(&Space, &Index, i64) -> bool,
+    weight: impl Fn(&Space, &Index, i64, i64) -> i64,
 ) -> Option<(i64, i64)> {
     let mut b = KernelBuilder::new(graph, low, space.clone());
     for m in members {
@@ -196,13 +255,7 @@ fn walked_bytes(
     for (buf, index) in loads.chain(stores) {
         let buffer = &low.buffers[buf];
         let element_bytes = buffer.dtype.size_bytes() as i64;
-        // A broadcast operand read once per element of a larger kernel (a
-        // rotary embedding's angles, `[L, E/2]` under `[B, H, L, E]`) comes from
-        // memory once and from the cache after: it weighs its own bytes, not the
-        // kernel's count of reads. Weighed by reads, Llama's rotary kernel was
-        // tiled to coalesce its 64 KiB of angles and ran at 2.1x the flat
-        // kernel's time (H200, bf16, `[8, 16, 512, 64]`: 36 us against 17).
-        let bytes = space.access(index, element_bytes).bytes.min(buffer.bytes());
+        let bytes = weight(space, index, element_bytes, buffer.bytes());
         total = total.saturating_add(bytes);
         if good(space, index, element_bytes) {
             accepted = accepted.saturating_add(bytes);

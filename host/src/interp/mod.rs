@@ -20,7 +20,8 @@ mod views;
 use crate::graph::sym::SymId;
 use crate::graph::{Arg, ConstData, FixedMeta, Graph, NodeId, Op, TensorMeta};
 use crate::tensor::walk::{Walk, CHUNK};
-use crate::tensor::Tensor;
+/// The interpreter's values.
+pub use crate::tensor::Tensor;
 use rayon::prelude::*;
 use std::collections::HashMap;
 

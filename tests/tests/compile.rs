@@ -531,6 +531,66 @@ fn a_broadcast_operand_read_across_its_rows_leaves_a_pointwise_kernel_flat() {
     assert!(!meta.contains("\"RBLOCK\""), "a flat launch: {meta}");
 }
 
+/// DeBERTa's position keys: one `[L, H * D]` projection, split into heads,
+/// transposed to `[H, D, L]` and repeated for every sequence of the batch. A
+/// flat copy reads the projection 256 floats apart from one element to the
+/// next; past a multiprocessor's first-level cache every such read is a cache
+/// sector of its own, so the copy runs on tiles that read and write along
+/// lines. The same copy of a projection that the first-level cache holds
+/// stays flat (as the rotary angles do).
+#[test]
+fn a_transposing_copy_of_a_repeated_operand_past_the_first_level_cache_runs_on_tiles() {
+    let tmp = TempDir::new("repeat-transpose");
+    for (rows, tiled) in [(512, true), (32, false)] {
+        let graph = tmp.path().join(format!("keys{rows}.toml"));
+        std::fs::write(
+            &graph,
+            one_op_graph(
+                "keys",
+                &[rows, 256],
+                &format!(
+                    "[[nodes]]\nname = \"h\"\nop = \"reshape\"\nargs = [\"x\", [{rows}, 4, 64]]\n\n\
+                     [[nodes]]\nname = \"t\"\nop = \"permute\"\nargs = [\"h\", [1, 2, 0]]\n\n\
+                     [[nodes]]\nname = \"y\"\nop = \"repeat\"\nargs = [\"t\", [8, 1, 1]]\n"
+                ),
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join(format!("out{rows}"));
+        let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+        assert!(ok, "{stderr}");
+        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
+        assert_eq!(kernel_count(code.as_str()), 1, "{code}");
+        let meta = code
+            .lines()
+            .find(|l| l.starts_with("    \"kiln_poi_") && l.contains("\"signature\""))
+            .unwrap_or_else(|| panic!("no pointwise kernel:\n{code}"));
+        assert_eq!(meta.contains("\"RBLOCK\""), tiled, "{rows} rows: {meta}");
+    }
+}
+
+/// DeBERTa's relative-position buckets take a logarithm of positions that no
+/// input changes: constant folding evaluates them once, into the table every
+/// head's kernel reads, so no kernel takes a logarithm (for Triton or C++).
+#[test]
+fn relative_position_buckets_are_folded_into_a_table_no_kernel_recomputes() {
+    let tmp = TempDir::new("buckets");
+    let graph = repo_root().join("tests/graphs/relative_position_buckets.toml");
+    for (device, file) in [("cuda", "output_code.py"), ("cpu", "wrapper.cpp")] {
+        let out = tmp.path().join(device);
+        let (ok, stderr) = compile(&graph, device, &out, &[]);
+        assert!(ok, "{device}: {stderr}");
+        let code = std::fs::read_to_string(out.join(file)).unwrap();
+        for log in ["libdevice.log", "tl.log", "std::log", "kiln_log"] {
+            assert!(!code.contains(log), "{device} computes {log}:\n{code}");
+        }
+        assert!(
+            code.contains("exp"),
+            "{device}: the softmax is still there:\n{code}"
+        );
+    }
+}
+
 #[test]
 fn general_shapes_get_inductors_kernel_shapes_and_every_kernel_compiles_with_triton() {
     let tmp = TempDir::new("shapes");

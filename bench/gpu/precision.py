@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 45's bar: real models (its seven, and four families beyond them) in fp32, bf16 and fp16, Kiln
+"""Issue 45's bar: real models (its seven, and fourteen families beyond them) in fp32, bf16 and fp16, Kiln
 against eager and Inductor.
 
 On the GPU machine (one H100; PyTorch, Triton, transformers and torchvision; no Rust), for each
@@ -67,7 +67,8 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "precision_child.py"
 
 MODELS = ["gpt2", "bert", "llama", "t5", "vit", "resnet50", "mobilenet_v2", "qwen2", "convnext_tiny", "swin_t",
-          "efficientnet_b0"]
+          "efficientnet_b0", "deberta", "opt", "bart", "clip_vision", "segformer", "densenet121", "resnext50",
+          "regnet_y_1_6gf", "mobilenet_v3_large", "maxvit_t"]
 DTYPES = ["fp32", "bf16", "fp16"]
 PHASES = ["export", "compile", "time", "graphs", "first"]
 LABELS = {
@@ -75,7 +76,10 @@ LABELS = {
     "llama": "Llama-style 1024/8 layers/16:4 heads/2816/32000", "t5": "T5-small encoder",
     "vit": "ViT-B/16", "resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2",
     "qwen2": "Qwen2-0.5B shape (494 M)", "convnext_tiny": "ConvNeXt-T", "swin_t": "Swin-T",
-    "efficientnet_b0": "EfficientNet-B0",
+    "efficientnet_b0": "EfficientNet-B0", "deberta": "DeBERTa-v3-base", "opt": "OPT-125m",
+    "bart": "BART-base", "clip_vision": "CLIP ViT-B/32 image tower", "segformer": "SegFormer-B0",
+    "densenet121": "DenseNet-121", "resnext50": "ResNeXt-50 32x4d", "regnet_y_1_6gf": "RegNetY-1.6GF",
+    "mobilenet_v3_large": "MobileNetV3-Large", "maxvit_t": "MaxViT-T",
 }
 # Kiln's outputs must be within this of eager's (precision_child.check says how it is measured).
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}

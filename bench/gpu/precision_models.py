@@ -1,5 +1,5 @@
-"""The models of bench/gpu/precision.py (issue 45's seven, and four families beyond them) at their real
-sizes, with random weights.
+"""The models of bench/gpu/precision.py (issue 45's seven, and fourteen families beyond them) at their
+real sizes, with random weights.
 
 Every model is built the same way in every process: float32 on the CPU from seed 0, moved to
 the GPU, then converted with `module.to(dtype)`. The convolution networks' batch norms get
@@ -87,6 +87,46 @@ def qwen2():
     return Outputs(Qwen2ForCausalLM(cfg), ["input_ids"], ["logits"], use_cache=False), cfg
 
 
+def deberta():
+    from transformers import DebertaV2Config, DebertaV2Model
+    # DeBERTa-v3-base's config: relative attention over 256 position buckets, shared keys.
+    cfg = DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                          intermediate_size=3072, max_position_embeddings=512, relative_attention=True,
+                          position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
+                          pos_att_type=["p2c", "c2p"], layer_norm_eps=1e-7, position_biased_input=False)
+    return Outputs(DebertaV2Model(cfg), ["input_ids", "attention_mask"], ["last_hidden_state"]), cfg
+
+
+def opt():
+    from transformers import OPTConfig, OPTForCausalLM
+    # OPT-125m: the default config (768 wide, 12 layers, learned positions offset by 2).
+    cfg = OPTConfig(attn_implementation="sdpa")
+    return Outputs(OPTForCausalLM(cfg), ["input_ids"], ["logits"], use_cache=False), cfg
+
+
+def bart():
+    from transformers import BartConfig, BartModel
+    # bart-base: 6 encoder and 6 decoder layers of 768; the decoder reads the shifted input ids.
+    cfg = BartConfig(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6,
+                     encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
+                     decoder_ffn_dim=3072, max_position_embeddings=1024, attn_implementation="sdpa")
+    return Outputs(BartModel(cfg), ["input_ids", "attention_mask"], ["last_hidden_state"], use_cache=False), cfg
+
+
+def clip_vision():
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+    # CLIP's ViT-B/32 image tower: the default config (patches of 32, quick GELU).
+    cfg = CLIPVisionConfig(attn_implementation="sdpa")
+    return Outputs(CLIPVisionModel(cfg), ["pixel_values"], ["last_hidden_state", "pooler_output"]), cfg
+
+
+def segformer():
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    # SegFormer-B0 (the default config): overlapping patch merges, reduced-key attention, a 150-class head.
+    cfg = SegformerConfig(num_labels=150)
+    return Outputs(SegformerForSemanticSegmentation(cfg), ["pixel_values"], ["logits"]), cfg
+
+
 def torchvision_model(name: str):
     def build():
         import torchvision.models
@@ -108,11 +148,21 @@ MODELS = {
     "convnext_tiny": (torchvision_model("convnext_tiny"), None, False),
     "swin_t": (torchvision_model("swin_t"), None, False),
     "efficientnet_b0": (torchvision_model("efficientnet_b0"), None, False),
+    "deberta": (deberta, 128100, True),
+    "opt": (opt, 50272, False),
+    "bart": (bart, 50265, True),
+    "clip_vision": (clip_vision, None, False),
+    "segformer": (segformer, None, False),
+    "densenet121": (torchvision_model("densenet121"), None, False),
+    "resnext50": (torchvision_model("resnext50_32x4d"), None, False),
+    "regnet_y_1_6gf": (torchvision_model("regnet_y_1_6gf"), None, False),
+    "mobilenet_v3_large": (torchvision_model("mobilenet_v3_large"), None, False),
+    "maxvit_t": (torchvision_model("maxvit_t"), None, False),
 }
 
 
 def make_inputs(name: str, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    """The model's inputs, the same in every process: token ids (and, for BERT and T5, a mask
+    """The model's inputs, the same in every process: token ids (and, for the models that take one, a mask
     whose second half of the batch pads its last quarter) or images in `dtype`."""
     _, vocab, masked = MODELS[name]
     gen = torch.Generator().manual_seed(1)

@@ -24,7 +24,7 @@ pub const MAX_COSTLY_FOLD_ELEMENTS: i64 = 1 << 20;
 
 /// The most elements held at once for large values not (yet) folded: the cheap steps
 /// between the factories and a costly op.
-const MAX_HELD_ELEMENTS: i64 = 1 << 24;
+const MAX_HELD_ELEMENTS: i64 = 1 << 22;
 
 /// Whether `op` costs more per element to compute than to read from memory.
 fn costly(op: &Op) -> bool {

@@ -141,6 +141,10 @@ def call_of(path):
         "DEVICE": torch.device("cpu"),
         "kiln_runtime": runtime,
         "align_inputs": lambda args, aligned: None,
+        "in_layout": runtime.in_layout,
+        # A float32 product with a bias is the library's epilogue (no timing on the cpu).
+        "BIASES": runtime.BiasEpilogue(torch.addmm, torch.mm, lambda: None, None, 1 << 12,
+                                       environ={"KILN_BIAS": "epilogue"}),
         "get_raw_stream": lambda _: 0,
         "empty_strided_device": filled,
         "reinterpret_tensor": lambda base, size, stride, offset: base.as_strided(

@@ -519,16 +519,20 @@ fn a_broadcast_operand_read_across_its_rows_leaves_a_pointwise_kernel_flat() {
          [[nodes]]\nname = \"y\"\nop = \"mul\"\nargs = [\"qp\", \"c\"]\n",
     )
     .unwrap();
-    let out = tmp.path().join("out");
-    let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
+    let meta = one_pointwise_launch(&graph, &tmp.path().join("out"));
+    assert!(!meta.contains("\"RBLOCK\""), "a flat launch: {meta}");
+}
+
+/// The launch metadata of the one pointwise kernel `graph` compiles to for cuda in `out`.
+fn one_pointwise_launch(graph: &Path, out: &Path) -> String {
+    let (ok, stderr) = compile(graph, "cuda", out, &[]);
     assert!(ok, "{stderr}");
     let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
     assert_eq!(kernel_count(code.as_str()), 1, "{code}");
-    let meta = code
-        .lines()
+    code.lines()
         .find(|l| l.starts_with("    \"kiln_poi_") && l.contains("\"signature\""))
-        .unwrap_or_else(|| panic!("no pointwise kernel:\n{code}"));
-    assert!(!meta.contains("\"RBLOCK\""), "a flat launch: {meta}");
+        .unwrap_or_else(|| panic!("no pointwise kernel:\n{code}"))
+        .to_string()
 }
 
 /// DeBERTa's position keys: one `[L, H * D]` projection, split into heads,
@@ -556,15 +560,7 @@ fn a_transposing_copy_of_a_repeated_operand_past_the_first_level_cache_runs_on_t
             ),
         )
         .unwrap();
-        let out = tmp.path().join(format!("out{rows}"));
-        let (ok, stderr) = compile(&graph, "cuda", &out, &[]);
-        assert!(ok, "{stderr}");
-        let code = std::fs::read_to_string(out.join("output_code.py")).unwrap();
-        assert_eq!(kernel_count(code.as_str()), 1, "{code}");
-        let meta = code
-            .lines()
-            .find(|l| l.starts_with("    \"kiln_poi_") && l.contains("\"signature\""))
-            .unwrap_or_else(|| panic!("no pointwise kernel:\n{code}"));
+        let meta = one_pointwise_launch(&graph, &tmp.path().join(format!("out{rows}")));
         assert_eq!(meta.contains("\"RBLOCK\""), tiled, "{rows} rows: {meta}");
     }
 }

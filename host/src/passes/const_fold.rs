@@ -22,8 +22,8 @@ pub const MAX_FOLD_ELEMENTS: i64 = 4096;
 /// The largest result folded where a costly op made it (see the module's notes).
 pub const MAX_COSTLY_FOLD_ELEMENTS: i64 = 1 << 20;
 
-/// The most elements held at once for large values not (yet) folded: the cheap steps
-/// between the factories and a costly op.
+/// The most elements held at once for large values whose users are still to come (the
+/// cheap steps between the factories and a costly op, and folded tables).
 const MAX_HELD_ELEMENTS: i64 = 1 << 22;
 
 /// Whether `op` costs more per element to compute than to read from memory.
@@ -55,6 +55,8 @@ fn costly(op: &Op) -> bool {
 struct Held {
     value: Tensor,
     costly: bool,
+    /// the operand uses of it not yet seen
+    users: usize,
 }
 
 /// Runs constant folding in one topological sweep (folded nodes feed later folds).
@@ -80,7 +82,24 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
             changed += 1;
             continue;
         }
-        let Some((t, costly)) = evaluate(g, id, &held) else {
+        let operands: Vec<NodeId> = node
+            .args
+            .iter()
+            .filter_map(|a| a.value())
+            .map(|v| v.node)
+            .collect();
+        let result = evaluate(g, id, &held);
+        // A held value is dropped once its last user has been seen.
+        for operand in operands {
+            if let Some(h) = held.get_mut(&operand) {
+                h.users = h.users.saturating_sub(1);
+                if h.users == 0 {
+                    held_elements -= h.value.shape.iter().product::<i64>();
+                    held.remove(&operand);
+                }
+            }
+        }
+        let Some((t, costly)) = result else {
             continue;
         };
         let numel = t.shape.iter().product::<i64>();
@@ -93,8 +112,16 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
             changed += 1;
         }
         if numel > MAX_FOLD_ELEMENTS && held_elements + numel <= MAX_HELD_ELEMENTS {
+            let users = g.users(id).count();
             held_elements += numel;
-            held.insert(id, Held { value: t, costly });
+            held.insert(
+                id,
+                Held {
+                    value: t,
+                    costly,
+                    users,
+                },
+            );
         }
     }
     Ok(Stats { changed })
@@ -113,11 +140,27 @@ fn evaluate(g: &Graph, id: NodeId, held: &HashMap<NodeId, Held>) -> Option<(Tens
     {
         return None;
     }
+    // A product's work grows faster than its operands: over a held value (up to 2^20
+    // elements) it could hold up a compile, so only small constants go into one.
+    let product = matches!(
+        node.op,
+        Op::Mm
+            | Op::Bmm
+            | Op::Matmul
+            | Op::Linear { .. }
+            | Op::Addmm { .. }
+            | Op::Conv { .. }
+            | Op::Attention { .. }
+            | Op::GroupedMm
+    );
     let mut owned = Vec::new();
     let mut operand_costly = false;
     for a in &node.args {
         let Arg::Value(v) = a else { continue };
         if let Some(h) = held.get(&v.node) {
+            if product {
+                return None;
+            }
             operand_costly |= h.costly;
             continue;
         }
@@ -244,6 +287,57 @@ mod tests {
         let mut g = graph(64, false);
         run(&mut g).expect("the pass runs");
         assert!(matches!(op_of(&g, "table"), Op::Constant { .. }));
+    }
+
+    /// DeBERTa's layers each shift and bucket the one table of relative positions: more
+    /// large values in all than the pass holds at once, each needed only until its
+    /// user has been seen.
+    #[test]
+    fn held_values_are_let_go_after_their_last_user_so_every_layer_s_table_folds() {
+        let n = 512;
+        let layers = 2 * MAX_HELD_ELEMENTS / (n * n);
+        let mut text = format!(
+            "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = [\"y{}\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [{n}, {n}]\ndtype = \"float32\"\n\n\
+             [[nodes]]\nname = \"ids\"\nop = \"arange\"\nargs = [{n}]\n\n\
+             [[nodes]]\nname = \"q\"\nop = \"unsqueeze\"\nargs = [\"ids\", 1]\n\n\
+             [[nodes]]\nname = \"k\"\nop = \"unsqueeze\"\nargs = [\"ids\", 0]\n\n\
+             [[nodes]]\nname = \"rel\"\nop = \"sub\"\nargs = [\"q\", \"k\"]\n\n\
+             [[nodes]]\nname = \"f\"\nop = \"to\"\nargs = [\"rel\"]\nattrs = {{ dtype = \"float32\" }}\n\n",
+            layers - 1
+        );
+        let mut last = "x".to_string();
+        for i in 0..layers {
+            text.push_str(&format!(
+                "[[nodes]]\nname = \"s{i}\"\nop = \"add\"\nargs = [\"f\", {i}.5]\n\n\
+                 [[nodes]]\nname = \"a{i}\"\nop = \"abs\"\nargs = [\"s{i}\"]\n\n\
+                 [[nodes]]\nname = \"l{i}\"\nop = \"log1p\"\nargs = [\"a{i}\"]\n\n\
+                 [[nodes]]\nname = \"y{i}\"\nop = \"add\"\nargs = [\"{last}\", \"l{i}\"]\n\n"
+            ));
+            last = format!("y{i}");
+        }
+        let mut g = parse_toml(&text).expect("the test graph parses");
+        run(&mut g).expect("the pass runs");
+        for i in 0..layers {
+            let op = op_of(&g, &format!("l{i}"));
+            assert!(matches!(op, Op::Constant { .. }), "layer {i}: {op:?}");
+        }
+    }
+
+    #[test]
+    fn a_product_of_large_held_values_is_not_evaluated() {
+        let text = "format = \"kiln-graph/1\"\nname = \"t\"\noutputs = [\"y\"]\n\n\
+             [[inputs]]\nname = \"x\"\nshape = [96, 96]\ndtype = \"float32\"\n\n\
+             [[nodes]]\nname = \"ids\"\nop = \"arange\"\nargs = [9216]\n\n\
+             [[nodes]]\nname = \"f\"\nop = \"to\"\nargs = [\"ids\"]\nattrs = { dtype = \"float32\" }\n\n\
+             [[nodes]]\nname = \"m\"\nop = \"reshape\"\nargs = [\"f\", [96, 96]]\n\n\
+             [[nodes]]\nname = \"p\"\nop = \"mm\"\nargs = [\"m\", \"m\"]\n\n\
+             [[nodes]]\nname = \"l\"\nop = \"log1p\"\nargs = [\"p\"]\n\n\
+             [[nodes]]\nname = \"y\"\nop = \"add\"\nargs = [\"x\", \"l\"]\n";
+        let mut g = parse_toml(text).expect("the test graph parses");
+        run(&mut g).expect("the pass runs");
+        assert!(matches!(op_of(&g, "p"), Op::Mm), "{:?}", op_of(&g, "p"));
+        assert!(matches!(op_of(&g, "l"), Op::Unary(UnaryOp::Log1p)));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! stays in the graph: its kernel computes it from indices, which is cheaper than reading it.
 
 use super::{Error, Stats};
-use crate::graph::{Arg, BinaryOp, ConstData, Graph, NodeId, Op, TensorMeta, UnaryOp};
+use crate::graph::{Arg, ConstData, Graph, NodeId, Op, TensorMeta};
 use crate::interp::{constant, eval_op, Tensor, Val};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,30 +25,6 @@ pub const MAX_COSTLY_FOLD_ELEMENTS: i64 = 1 << 20;
 /// The most elements held at once for large values whose users are still to come (the
 /// cheap steps between the factories and a costly op, and folded tables).
 const MAX_HELD_ELEMENTS: i64 = 1 << 22;
-
-/// Whether `op` costs more per element to compute than to read from memory.
-fn costly(op: &Op) -> bool {
-    use UnaryOp::*;
-    match op {
-        Op::Unary(u) => !matches!(
-            u,
-            Abs | Neg | Relu | Floor | Ceil | Round | Trunc | Sign | Hardsigmoid | Hardswish
-        ),
-        Op::Gelu { .. } => true,
-        Op::Binary { op, .. } => matches!(
-            op,
-            BinaryOp::Div
-                | BinaryOp::DivTrunc
-                | BinaryOp::DivFloor
-                | BinaryOp::Pow
-                | BinaryOp::Fmod
-                | BinaryOp::Remainder
-                | BinaryOp::Atan2
-                | BinaryOp::Hypot
-        ),
-        _ => false,
-    }
-}
 
 /// A large value computed during the sweep: a folded costly one, or a cheap one held for
 /// the costly op that may follow it.
@@ -142,17 +118,7 @@ fn evaluate(g: &Graph, id: NodeId, held: &HashMap<NodeId, Held>) -> Option<(Tens
     }
     // A product's work grows faster than its operands: over a held value (up to 2^20
     // elements) it could hold up a compile, so only small constants go into one.
-    let product = matches!(
-        node.op,
-        Op::Mm
-            | Op::Bmm
-            | Op::Matmul
-            | Op::Linear { .. }
-            | Op::Addmm { .. }
-            | Op::Conv { .. }
-            | Op::Attention { .. }
-            | Op::GroupedMm
-    );
+    let product = node.op.is_product();
     let mut owned = Vec::new();
     let mut operand_costly = false;
     for a in &node.args {
@@ -198,7 +164,7 @@ fn evaluate(g: &Graph, id: NodeId, held: &HashMap<NodeId, Held>) -> Option<(Tens
         .collect::<Option<Vec<_>>>()?;
     // A fold the interpreter cannot do is simply not done.
     let t = eval_op(&node.op, &vals, &outs).ok()?.into_iter().next()?;
-    Some((t, operand_costly || costly(&node.op)))
+    Some((t, operand_costly || node.op.costs_more_than_a_read()))
 }
 
 /// Makes node `id` the constant `t`.
@@ -223,7 +189,7 @@ fn replace_with_constant(g: &mut Graph, id: NodeId, t: &Tensor) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::parse_toml;
+    use crate::graph::{parse_toml, UnaryOp};
 
     /// `scores` plus a table made from `arange(n)` alone: `costly` adds a logarithm
     /// of the relative positions (T5's and DeBERTa's buckets), otherwise the

@@ -1,7 +1,7 @@
 //! What each op is to the passes and the scheduler, as exhaustive matches: adding an
 //! [`Op`] variant fails to compile until it is classified here.
 
-use super::{Op, ReduceOp, UnaryOp};
+use super::{BinaryOp, Op, ReduceOp, UnaryOp};
 
 impl Op {
     /// Whether `passes/decompose.rs` spells this op out into primitive ops before
@@ -83,6 +83,49 @@ impl Op {
                 | Op::Where
                 | Op::Clamp { .. }
                 | Op::Cast { .. }
+        )
+    }
+
+    /// Whether computing this elementwise op costs more per element than reading its
+    /// result from memory: a transcendental function, a division, a power (constant
+    /// folding keeps such tables, `passes/const_fold.rs`). Sign changes, roundings,
+    /// comparisons, sums and products are cheaper than a read.
+    pub fn costs_more_than_a_read(&self) -> bool {
+        use UnaryOp::*;
+        match self {
+            Op::Unary(u) => !matches!(
+                u,
+                Abs | Neg | Relu | Floor | Ceil | Round | Trunc | Sign | Hardsigmoid | Hardswish
+            ),
+            Op::Gelu { .. } => true,
+            Op::Binary { op, .. } => matches!(
+                op,
+                BinaryOp::Div
+                    | BinaryOp::DivTrunc
+                    | BinaryOp::DivFloor
+                    | BinaryOp::Pow
+                    | BinaryOp::Fmod
+                    | BinaryOp::Remainder
+                    | BinaryOp::Atan2
+                    | BinaryOp::Hypot
+            ),
+            _ => false,
+        }
+    }
+
+    /// Whether this op contracts its operands (a matrix product, a convolution,
+    /// attention): its work grows faster than its operands and its result.
+    pub fn is_product(&self) -> bool {
+        matches!(
+            self,
+            Op::Mm
+                | Op::Bmm
+                | Op::Matmul
+                | Op::Linear { .. }
+                | Op::Addmm { .. }
+                | Op::Conv { .. }
+                | Op::Attention { .. }
+                | Op::GroupedMm
         )
     }
 

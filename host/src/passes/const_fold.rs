@@ -87,8 +87,8 @@ pub fn run(g: &mut Graph) -> Result<Stats, Error> {
             replace_with_constant(g, id, &t);
             changed += 1;
         }
-        if numel > MAX_FOLD_ELEMENTS && held_elements + numel <= MAX_HELD_ELEMENTS {
-            let users = g.users(id).count();
+        let users = g.users(id).count();
+        if numel > MAX_FOLD_ELEMENTS && users > 0 && held_elements + numel <= MAX_HELD_ELEMENTS {
             held_elements += numel;
             held.insert(
                 id,

@@ -203,6 +203,11 @@ fn coalesced_bytes(
 }
 
 /// The bytes a GPU's cache moves at least per access: one sector.
+///
+/// This and [`L1_BYTES`] are the host's assumption for every device that takes
+/// tiled kernels (`Tiling::Tiles`): the plugin API states a device's L2 cache
+/// and shared memory, not its first-level cache or sector. A device of wider
+/// lines only makes scattered reads costlier than weighed here.
 const SECTOR_BYTES: i64 = 32;
 
 /// The bytes of a buffer that stay in a multiprocessor's first-level cache
